@@ -1,0 +1,83 @@
+"""The dialect contract shared by the OpenAI-family adapters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+# Beta (and Azure preview) event names and their GA equivalents. GA servers still type
+# `conversation.item.created`; it means the same as `added`.
+BETA_TO_GA: dict[str, str] = {
+    "conversation.item.created": "conversation.item.added",
+    "response.text.delta": "response.output_text.delta",
+    "response.text.done": "response.output_text.done",
+    "response.audio.delta": "response.output_audio.delta",
+    "response.audio.done": "response.output_audio.done",
+    "response.audio_transcript.delta": "response.output_audio_transcript.delta",
+    "response.audio_transcript.done": "response.output_audio_transcript.done",
+    "output_audio_buffer.audio_started": "output_audio_buffer.started",
+    "output_audio_buffer.audio_stopped": "output_audio_buffer.stopped",
+    "output_audio_buffer.audio_cleared": "output_audio_buffer.cleared",
+}
+
+
+def canonical_type(event_type: str) -> str:
+    """The GA name of an event type; names that are already GA (or unknown) map to themselves."""
+    return BETA_TO_GA.get(event_type, event_type)
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """How one upstream family speaks.
+
+    `wire` is the event vocabulary the upstream expects from the relay; incoming events are
+    always accepted in both vocabularies. `foundry_fields` adds Foundry's item extensions
+    (`name`, `response_id`, `created_at` on `function_call_output`)."""
+
+    name: str
+    wire: Literal["ga", "beta"]
+    foundry_fields: bool = False
+    auth_header: Literal["bearer", "api-key"] = "bearer"
+    key_env: tuple[str, ...] = ("OPENAI_API_KEY",)
+    default_url: str = "wss://api.openai.com/v1/realtime"
+    extra_headers: dict[str, str] = field(default_factory=dict)
+
+    def function_call_output_item(
+        self,
+        *,
+        item_id: str,
+        call_id: str,
+        output: str,
+        status: str,
+        name: str,
+        response_id: str | None,
+        created_at: int,
+    ) -> dict[str, Any]:
+        """The `function_call_output` item the relay injects, with exactly this wire's fields."""
+        item: dict[str, Any] = {
+            "type": "function_call_output",
+            "id": item_id,
+            "call_id": call_id,
+            "output": output,
+            "status": status,
+        }
+        if self.foundry_fields:
+            item["name"] = name
+            if response_id is not None:
+                item["response_id"] = response_id
+            item["created_at"] = created_at
+        return item
+
+    def session_update(self, session_fields: dict[str, Any], event_id: str) -> dict[str, Any]:
+        """A `session.update` carrying only `session_fields` (GA requires `type: realtime`)."""
+        session = dict(session_fields)
+        if self.wire == "ga":
+            session.setdefault("type", "realtime")
+        return {"type": "session.update", "event_id": event_id, "session": session}
+
+    def response_create(self, response: dict[str, Any], event_id: str) -> dict[str, Any]:
+        """A `response.create` with these options, renamed for the wire where names differ."""
+        options = dict(response)
+        if self.wire == "beta" and "output_modalities" in options:
+            options["modalities"] = options.pop("output_modalities")
+        return {"type": "response.create", "event_id": event_id, "response": options}

@@ -1,0 +1,12 @@
+"""OpenAI Realtime: GA (the engine's own vocabulary) and the beta wire (`OpenAI-Beta: realtime=v1`)."""
+
+from __future__ import annotations
+
+from relay.dialects.base import Dialect
+
+OPENAI = Dialect(name="openai", wire="ga")
+OPENAI_BETA = Dialect(
+    name="openai-beta",
+    wire="beta",
+    extra_headers={"OpenAI-Beta": "realtime=v1"},
+)

@@ -1,0 +1,19 @@
+"""The sans-I/O engine: conversation state, call ledger, sequencer, actions, frame peeking."""
+
+from relay.engine.actions import (
+    Action,
+    CancelHandler,
+    Close,
+    Notice,
+    Outcome,
+    SendClient,
+    SendUpstream,
+    StartHandler,
+)
+from relay.engine.core import Anomaly, Engine, EngineConfig
+from relay.engine.ledger import CallEntry, CallLedger, CallState, Owner
+
+__all__ = [
+    "Action", "Anomaly", "CallEntry", "CallLedger", "CallState", "CancelHandler", "Close", "Engine",
+    "EngineConfig", "Notice", "Outcome", "Owner", "SendClient", "SendUpstream", "StartHandler",
+]

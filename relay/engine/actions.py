@@ -1,0 +1,85 @@
+"""What the engine asks its edge to do. Small immutable values; the edge carries them out in order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from relay.tools import ToolSpec
+
+
+@dataclass(frozen=True, slots=True)
+class SendUpstream:
+    """Send this text frame to the provider."""
+
+    frame: str
+
+
+@dataclass(frozen=True, slots=True)
+class SendClient:
+    """Send this text frame to the connected client (proxy mode only)."""
+
+    frame: str
+
+
+@dataclass(frozen=True, slots=True)
+class StartHandler:
+    """Run `tool`'s handler with these validated keyword arguments; report back with
+    `Engine.handler_finished` (and `Engine.handler_yielded` for streaming tools)."""
+
+    call_id: str
+    tool: ToolSpec
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class CancelHandler:
+    """Cancel the running handler of `call_id`. The engine has already decided its output; a
+    late `handler_finished` for it is ignored."""
+
+    call_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    """Close a side of the session (`client`, `upstream` or `both`) with a WebSocket close code."""
+
+    target: Literal["client", "upstream", "both"]
+    code: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """Something worth a log line or a metric: `tool_call` (a call answered), `follow_up` (a
+    response.create sent), `anomaly`, `client_error` (an error event sent to the client),
+    `upstream_error` (an error the upstream aimed at the relay)."""
+
+    kind: str
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+Action = SendUpstream | SendClient | StartHandler | CancelHandler | Close | Notice
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a handler ended, as the runner reports it: a returned `value`, a raised `error`, or
+    (`stream_end`) a streaming handler that finished after its last yield."""
+
+    value: Any = None
+    error: BaseException | None = None
+    stream_end: bool = False
+
+    @classmethod
+    def returned(cls, value: Any) -> "Outcome":
+        return cls(value=value)
+
+    @classmethod
+    def raised(cls, error: BaseException) -> "Outcome":
+        return cls(error=error)
+
+    @classmethod
+    def ended(cls) -> "Outcome":
+        return cls(stream_end=True)

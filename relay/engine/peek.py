@@ -1,0 +1,89 @@
+"""Cheap look at a frame's event type without parsing the whole frame.
+
+Most of a session's bytes are audio (`input_audio_buffer.append`, `response.output_audio.delta`):
+the relay forwards those untouched, so decoding their base64-heavy JSON would be pure waste. Real
+servers and SDKs put `type` first; when they do not, a small scanner walks the top-level keys,
+skipping scalar values, until it finds `type`. Anything it cannot skip cheaply (a nested object or
+array before `type`, an escaped key) returns None, and the caller parses the frame in full.
+"""
+
+from __future__ import annotations
+
+import re
+
+_TYPE_FIRST = re.compile(r'\s*\{\s*"type"\s*:\s*"([^"\\]*)"')
+_WHITESPACE = " \t\r\n"
+
+
+def peek_type(frame: str) -> str | None:
+    """The top-level `type` of a JSON object frame, or None when unsure (parse it in full then)."""
+    match = _TYPE_FIRST.match(frame)
+    if match is not None:
+        return match.group(1)
+    return _scan_for_type(frame)
+
+
+def _skip_ws(frame: str, pos: int) -> int:
+    length = len(frame)
+    while pos < length and frame[pos] in _WHITESPACE:
+        pos += 1
+    return pos
+
+
+def _string_end(frame: str, start: int) -> int:
+    """Index just past the string literal whose opening quote is at `start`, or -1."""
+    pos = start + 1
+    while True:
+        end = frame.find('"', pos)
+        if end < 0:
+            return -1
+        backslashes = 0
+        back = end - 1
+        while frame[back] == "\\":
+            backslashes += 1
+            back -= 1
+        if backslashes % 2 == 0:
+            return end + 1
+        pos = end + 1
+
+
+def _scan_for_type(frame: str) -> str | None:
+    pos = _skip_ws(frame, 0)
+    if pos >= len(frame) or frame[pos] != "{":
+        return None
+    pos += 1
+    length = len(frame)
+    while True:
+        pos = _skip_ws(frame, pos)
+        if pos >= length or frame[pos] != '"':
+            return None
+        key_end = _string_end(frame, pos)
+        if key_end < 0:
+            return None
+        key = frame[pos + 1 : key_end - 1]
+        if "\\" in key:
+            return None
+        pos = _skip_ws(frame, key_end)
+        if pos >= length or frame[pos] != ":":
+            return None
+        pos = _skip_ws(frame, pos + 1)
+        if pos >= length:
+            return None
+        first = frame[pos]
+        if first == '"':
+            value_end = _string_end(frame, pos)
+            if value_end < 0:
+                return None
+            if key == "type":
+                value = frame[pos + 1 : value_end - 1]
+                return None if "\\" in value else value
+            pos = value_end
+        elif first in "{[" or key == "type":
+            return None
+        else:
+            while pos < length and frame[pos] not in ",}":
+                pos += 1
+        pos = _skip_ws(frame, pos)
+        if pos >= length or frame[pos] != ",":
+            return None
+        pos += 1

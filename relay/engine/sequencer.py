@@ -1,0 +1,353 @@
+"""The sequencer: the one place that decides when the relay sends `response.create`.
+
+It knows whether a response is active (whoever started it: the client, server VAD, the relay),
+coalesces the follow-ups of several calls into one create, waits for `response.done`, tags what
+it sends with an `event_id` and `metadata`, and recognises the errors aimed at it. Fillers
+(`on_start`, `on_delay`) and spoken messages go through it too, so there are never two active
+responses and never a filler after the result it was covering for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+# Metadata keys the relay puts on its own responses (values must be strings, <= 512 chars).
+META_KIND = "relay"
+META_EVENT = "relay_event"
+META_CALLS = "call_ids"
+MAX_META_VALUE = 512
+
+ACTIVE_RESPONSE_CODE = "conversation_already_has_active_response"
+
+
+def is_active_response_error(error: dict[str, Any]) -> bool:
+    """Both forms seen in the wild: the GA code, and the early message without a code."""
+    if error.get("code") == ACTIVE_RESPONSE_CODE:
+        return True
+    message = error.get("message")
+    return isinstance(message, str) and "already has an active response" in message
+
+
+def say_instructions(text: str) -> str:
+    """Instructions that make the model speak `text` (the mock recognises `Say exactly:`)."""
+    return (
+        "Speak to the user now in the conversation's language and voice. Say the following and "
+        f"nothing else. Say exactly: {text}"
+    )
+
+
+@dataclass(slots=True)
+class FollowUp:
+    """Outputs (or streaming updates) injected and waiting for the model to speak about them."""
+
+    call_ids: list[str]
+    interrupt: bool
+    messages: list[str]
+    confirm_item_ids: set[str]      # relay items that must exist upstream before a foreign
+    requested_at: float             # response can count as answering this follow-up
+    delegated: bool = False         # a released client response.create will answer it
+
+
+@dataclass(slots=True)
+class Filler:
+    call_id: str
+    kind: str        # on_start | on_delay
+    text: str
+    requested_at: float
+
+
+@dataclass(slots=True)
+class SentCreate:
+    event_id: str
+    purpose: str                 # follow_up | filler
+    call_ids: list[str]
+    frame: dict[str, Any]
+    sent_at: float
+    messages: list[str] = field(default_factory=list)
+    interrupt: bool = False
+    attempts: int = 1
+    confirm_item_ids: set[str] = field(default_factory=set)
+    taken_over: bool = False     # a foreign response already answers it: never retry it
+
+
+@dataclass(slots=True)
+class ForeignCreate:
+    event_id: str | None
+    expires_at: float
+
+
+class Sequencer:
+    """Response-level state for one session. The engine feeds it upstream facts and asks it,
+    after every input, which frames to send now (`poll`)."""
+
+    def __init__(
+        self,
+        *,
+        new_event_id: Callable[[], str],
+        build_create: Callable[[dict[str, Any], str], dict[str, Any]],
+        ack_timeout: float = 15.0,
+        foreign_timeout: float = 10.0,
+        max_attempts: int = 4,
+        retry_wait: float = 2.0,
+    ) -> None:
+        self._new_event_id = new_event_id
+        self._build_create = build_create
+        self.ack_timeout = ack_timeout
+        self.foreign_timeout = foreign_timeout
+        self.max_attempts = max_attempts
+        self.retry_wait = retry_wait
+        self.active: dict[str, str] = {}          # response id -> creator
+        self.inflight: SentCreate | None = None   # our create, not yet acknowledged
+        self.ours: dict[str, SentCreate] = {}     # response id -> our create that made it
+        self.foreign: list[ForeignCreate] = []    # client creates forwarded, not yet resolved
+        self.follow_ups: list[FollowUp] = []
+        self.fillers: list[Filler] = []
+        self.retry: SentCreate | None = None      # our create refused as "already active"
+        self.retry_waits_for_done = False
+        self.retry_deadline = 0.0
+        self.cancel_requested_for: str | None = None
+        self.creates_sent = 0
+        self.confirmed_items: set[str] = set()
+
+    # ---- facts from upstream -------------------------------------------------------------
+    def busy(self, now: float) -> bool:
+        self._expire(now)
+        return bool(self.active or self.inflight or self.foreign or self.retry_waits_for_done)
+
+    def item_confirmed(self, item_id: str) -> None:
+        self.confirmed_items.add(item_id)
+
+    def response_created(
+        self, response_id: str, metadata: Any, now: float
+    ) -> tuple[str, SentCreate | None, list[list[str]]]:
+        """Classify a new response and mark it active. Returns its creator, our create that made
+        it (or None), and the call-id groups whose follow-up this foreign response takes over."""
+        ours: SentCreate | None = None
+        answered: list[list[str]] = []
+        if isinstance(metadata, dict):
+            event_id = metadata.get(META_EVENT)
+            if event_id and self.inflight and self.inflight.event_id == event_id:
+                ours = self.inflight
+                self.inflight = None
+            elif event_id and self.retry and self.retry.event_id == event_id:
+                ours = self.retry
+                self.retry = None
+                self.retry_waits_for_done = False
+        if ours is not None:
+            creator = "relay"
+            self.ours[response_id] = ours
+        else:
+            self._expire(now)
+            if self.foreign:
+                self.foreign.pop(0)
+                creator = "client"
+            else:
+                creator = "server"
+            answered = self._taken_over_by_foreign_response()
+        self.active[response_id] = creator
+        return creator, ours, answered
+
+    def _taken_over_by_foreign_response(self) -> list[list[str]]:
+        """A response someone else started after our outputs were in answers them."""
+        remaining: list[FollowUp] = []
+        answered: list[list[str]] = []
+        for follow_up in self.follow_ups:
+            if follow_up.delegated or follow_up.confirm_item_ids <= self.confirmed_items:
+                answered.append(follow_up.call_ids)
+            else:
+                remaining.append(follow_up)
+        self.follow_ups = remaining
+        retry = self.retry
+        if retry is not None and retry.purpose == "follow_up":
+            if retry.confirm_item_ids <= self.confirmed_items:
+                answered.append(retry.call_ids)
+                self.retry = None
+                self.retry_waits_for_done = False
+        inflight = self.inflight
+        if inflight is not None and inflight.purpose == "follow_up" and not inflight.taken_over:
+            # our create is on its way and will be refused as "already active"
+            if inflight.confirm_item_ids <= self.confirmed_items:
+                inflight.taken_over = True
+                answered.append(inflight.call_ids)
+        return answered
+
+    def response_done(self, response_id: str) -> SentCreate | None:
+        self.active.pop(response_id, None)
+        if self.cancel_requested_for == response_id:
+            self.cancel_requested_for = None
+        if self.retry_waits_for_done:
+            self.retry_waits_for_done = False
+        return self.ours.get(response_id)
+
+    def upstream_error(self, event_id: Any, error: dict[str, Any], now: float) -> SentCreate | None:
+        """An error event; returns our create it refers to (None if not ours)."""
+        ours: SentCreate | None = None
+        if event_id and self.inflight and self.inflight.event_id == event_id:
+            ours = self.inflight
+        elif not event_id and self.inflight and is_active_response_error(error):
+            self._expire(now)
+            if self.foreign:
+                self._foreign_refused(None)
+                return None
+            ours = self.inflight
+        if ours is None:
+            if is_active_response_error(error) or (event_id and self._is_foreign(event_id)):
+                self._foreign_refused(event_id)
+            return None
+        self.inflight = None
+        if ours.taken_over:
+            return ours
+        if is_active_response_error(error) and ours.attempts < self.max_attempts:
+            ours.attempts += 1
+            self.retry = ours
+            # Retry after the active response's done. If none is known (a second writer's
+            # response we have not seen start), wait for the next done, but not forever.
+            self.retry_waits_for_done = not self.active
+            self.retry_deadline = now + self.retry_wait
+        return ours
+
+    def _is_foreign(self, event_id: Any) -> bool:
+        return any(f.event_id == event_id for f in self.foreign)
+
+    def _foreign_refused(self, event_id: Any) -> None:
+        for index, foreign in enumerate(self.foreign):
+            if event_id is None or foreign.event_id == event_id:
+                del self.foreign[index]
+                break
+        for follow_up in self.follow_ups:
+            follow_up.delegated = False
+
+    def client_create_forwarded(self, event_id: str | None, now: float, *, answers_pending: bool) -> None:
+        self.foreign.append(ForeignCreate(event_id, now + self.foreign_timeout))
+        if answers_pending:
+            for follow_up in self.follow_ups:
+                follow_up.delegated = True
+
+    def reset_connection(self) -> None:
+        """The upstream connection was replaced: nothing we sent is still in flight."""
+        self.active.clear()
+        self.foreign.clear()
+        self.cancel_requested_for = None
+        self.retry_waits_for_done = False
+        if self.inflight is not None:
+            self.retry = self.inflight
+            self.inflight = None
+
+    def _expire(self, now: float) -> None:
+        if self.retry_waits_for_done and self.retry_deadline <= now:
+            self.retry_waits_for_done = False
+        if self.foreign and self.foreign[0].expires_at <= now:
+            self.foreign = [f for f in self.foreign if f.expires_at > now]
+            if not self.foreign:
+                for follow_up in self.follow_ups:
+                    follow_up.delegated = False
+        if self.inflight is not None and self.inflight.sent_at + self.ack_timeout <= now:
+            # never acknowledged (a lost frame, a server that does not echo metadata): give up
+            # waiting so the session cannot wedge; the request goes back to the queue once.
+            stale = self.inflight
+            self.inflight = None
+            if stale.attempts < self.max_attempts:
+                stale.attempts += 1
+                self.retry = stale
+
+    def next_deadline(self) -> float | None:
+        deadlines = [f.expires_at for f in self.foreign]
+        if self.inflight is not None:
+            deadlines.append(self.inflight.sent_at + self.ack_timeout)
+        if self.retry_waits_for_done:
+            deadlines.append(self.retry_deadline)
+        return min(deadlines) if deadlines else None
+
+    # ---- requests from the engine ----------------------------------------------------------
+    def request_follow_up(
+        self, call_ids: list[str], *, interrupt: bool, messages: list[str], confirm: set[str], now: float
+    ) -> None:
+        self.follow_ups.append(FollowUp(list(call_ids), interrupt, list(messages), set(confirm), now))
+
+    def request_filler(self, call_id: str, kind: str, text: str, now: float) -> None:
+        self.fillers.append(Filler(call_id, kind, text, now))
+
+    def drop_fillers(self, call_id: str) -> None:
+        """The result is in: a filler for it would now come after (or over) the answer."""
+        self.fillers = [f for f in self.fillers if f.call_id != call_id]
+
+    def pending(self) -> bool:
+        return bool(self.follow_ups or self.fillers or self.retry)
+
+    # ---- decisions ----------------------------------------------------------------------
+    def poll(self, now: float, *, cancel_event_id: Callable[[], str]) -> list[dict[str, Any]]:
+        """Frames to send now: at most one `response.create`, or one `response.cancel` when an
+        `interrupt` follow-up waits behind someone else's response."""
+        if self.busy(now):
+            return self._maybe_interrupt(cancel_event_id)
+        if self.retry is not None:
+            sent = self.retry
+            self.retry = None
+            sent.sent_at = now
+            self.inflight = sent
+            self.creates_sent += 1
+            return [sent.frame]
+        eligible = [f for f in self.follow_ups if not f.delegated]
+        if eligible:
+            self.follow_ups = [f for f in self.follow_ups if f.delegated]
+            return [self._send_follow_up(eligible, now)]
+        if self.fillers:
+            filler = self.fillers.pop(0)
+            return [self._send_filler(filler, now)]
+        return []
+
+    def _maybe_interrupt(self, cancel_event_id: Callable[[], str]) -> list[dict[str, Any]]:
+        if self.cancel_requested_for is not None or self.inflight is not None:
+            return []
+        if not any(f.interrupt and not f.delegated for f in self.follow_ups):
+            return []
+        target = next(iter(self.active), None)
+        if target is None:
+            return []
+        self.cancel_requested_for = target
+        return [{"type": "response.cancel", "event_id": cancel_event_id(), "response_id": target}]
+
+    def _send_follow_up(self, follow_ups: list[FollowUp], now: float) -> dict[str, Any]:
+        call_ids: list[str] = []
+        messages: list[str] = []
+        confirm: set[str] = set()
+        for follow_up in follow_ups:
+            call_ids.extend(c for c in follow_up.call_ids if c not in call_ids)
+            messages.extend(m for m in follow_up.messages if m not in messages)
+            confirm |= follow_up.confirm_item_ids
+        event_id = self._new_event_id()
+        options: dict[str, Any] = {"metadata": _metadata("follow_up", event_id, call_ids)}
+        if messages:
+            options["instructions"] = say_instructions(" ".join(messages))
+        frame = self._build_create(options, event_id)
+        sent = SentCreate(event_id, "follow_up", call_ids, frame, now, messages,
+                          any(f.interrupt for f in follow_ups), confirm_item_ids=confirm)
+        self.inflight = sent
+        self.creates_sent += 1
+        return frame
+
+    def _send_filler(self, filler: Filler, now: float) -> dict[str, Any]:
+        event_id = self._new_event_id()
+        metadata = _metadata("filler", event_id, [filler.call_id])
+        metadata["filler"] = filler.kind
+        options = {
+            "conversation": "none",
+            "input": [],
+            "instructions": say_instructions(filler.text),
+            "metadata": metadata,
+        }
+        frame = self._build_create(options, event_id)
+        self.inflight = SentCreate(event_id, "filler", [filler.call_id], frame, now, [filler.text])
+        self.creates_sent += 1
+        return frame
+
+
+def _metadata(kind: str, event_id: str, call_ids: list[str]) -> dict[str, str]:
+    joined = ""
+    for call_id in call_ids:
+        candidate = f"{joined},{call_id}" if joined else call_id
+        if len(candidate) > MAX_META_VALUE:
+            break
+        joined = candidate
+    return {META_KIND: kind, META_EVENT: event_id, META_CALLS: joined}
