@@ -1,0 +1,299 @@
+"""The async edge of one session: move frames between sockets and the engine, run handlers.
+
+One task group per session (anyio): a reader per socket, a writer per socket fed by a bounded
+queue, a timer that calls `engine.tick` when the engine's next deadline comes, and one task per
+running handler (via HandlerRunner). Every decision is the engine's; this module only carries
+out its actions. Cancellation flows down the tree; nothing is spawned without an owner.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+import anyio
+import anyio.abc
+from websockets.exceptions import ConnectionClosed
+
+from relay.engine import (
+    Action,
+    CancelHandler,
+    Close,
+    Engine,
+    Notice,
+    Outcome,
+    SendClient,
+    SendUpstream,
+    StartHandler,
+)
+from relay.runner import HandlerRunner
+
+log = logging.getLogger("relay.session")
+
+# Close codes that may not be sent in a close frame: they are replaced by 1011 toward the peer.
+_RESERVED_CLOSE_CODES = frozenset({1005, 1006, 1015})
+DEFAULT_QUEUE_BYTES = 32 * 1024 * 1024
+
+
+class Peer(Protocol):
+    """What the loop needs of a socket (websockets' asyncio connections have it)."""
+
+    async def recv(self) -> str | bytes: ...
+    async def send(self, message: str | bytes) -> None: ...
+    async def close(self, code: int = 1000, reason: str = "") -> None: ...
+
+
+class Recorder(Protocol):
+    def record(self, direction: str, frame: str | bytes) -> None: ...
+
+
+class QueueOverflow(Exception):
+    pass
+
+
+class FrameQueue:
+    """A queue bounded by the bytes it holds: a peer that stops reading is cut off, not buffered
+    without end."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._frames: deque[str | bytes] = deque()
+        self.size = 0
+        self._ready = anyio.Event()
+
+    def __len__(self) -> int:
+        return len(self._frames)
+
+    def put(self, frame: str | bytes) -> None:
+        size = len(frame)
+        if self.size + size > self.max_bytes:
+            raise QueueOverflow(f"{self.size + size} bytes queued, over the limit of {self.max_bytes}")
+        self._frames.append(frame)
+        self.size += size
+        self._ready.set()
+
+    def push_front(self, frame: str | bytes) -> None:
+        self._frames.appendleft(frame)
+        self.size += len(frame)
+        self._ready.set()
+
+    async def get(self) -> str | bytes:
+        while not self._frames:
+            self._ready = anyio.Event()
+            await self._ready.wait()
+        frame = self._frames.popleft()
+        self.size -= len(frame)
+        return frame
+
+
+@dataclass
+class SessionEnd:
+    """Why a session ended: who closed, with which code and reason."""
+
+    by: str
+    code: int
+    reason: str
+
+
+class SessionLoop:
+    """Runs one engine between an upstream socket and, in proxy mode, a client socket."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        upstream: Peer,
+        client: Peer | None = None,
+        clock: Callable[[], float] = time.time,
+        recorder: Recorder | None = None,
+        on_notice: Callable[[Notice], None] | None = None,
+        max_queue_bytes: int = DEFAULT_QUEUE_BYTES,
+        close_timeout: float = 1.0,
+        thread_limit: int = 8,
+    ) -> None:
+        self.engine = engine
+        self.upstream = upstream
+        self.client = client
+        self.clock = clock
+        self.recorder = recorder
+        self.on_notice = on_notice
+        self.close_timeout = close_timeout
+        self.thread_limit = thread_limit
+        self.to_upstream = FrameQueue(max_queue_bytes)
+        self.to_client = FrameQueue(max_queue_bytes)
+        self.end: SessionEnd | None = None
+        self._task_group: anyio.abc.TaskGroup | None = None
+        self._runner: HandlerRunner | None = None
+        self._timer_wake = anyio.Event()
+        self._armed_deadline: float | None = None
+        self.started = anyio.Event()
+        self.ended = anyio.Event()
+
+    # ---- lifecycle ---------------------------------------------------------------------
+    async def run(self) -> SessionEnd:
+        async with anyio.create_task_group() as task_group:
+            self._task_group = task_group
+            self._runner = HandlerRunner(task_group, on_finished=self._handler_finished,
+                                         on_yield=self._handler_yielded, thread_limit=self.thread_limit)
+            task_group.start_soon(self._read_upstream, name="upstream reader")
+            task_group.start_soon(self._write, self.to_upstream, "upstream", name="upstream writer")
+            if self.client is not None:
+                task_group.start_soon(self._read_client, name="client reader")
+                task_group.start_soon(self._write, self.to_client, "client", name="client writer")
+            task_group.start_soon(self._timer, name="timer")
+            self.started.set()
+        assert self.end is not None
+        return self.end
+
+    async def finish(self, by: str, code: int, reason: str) -> None:
+        """End the session: tell the engine, close both sockets, stop every task."""
+        if self.end is not None:
+            return
+        self.end = SessionEnd(by, code, reason)
+        self.ended.set()
+        self._apply(self.engine.close(self.clock(), reason or f"{by} closed"))
+        if self._runner is not None:
+            self._runner.cancel_all()
+        with anyio.move_on_after(self.close_timeout, shield=True):
+            async with anyio.create_task_group() as closers:
+                if by != "upstream":
+                    closers.start_soon(_close_quietly, self.upstream, 1000 if by == "client" else code, reason)
+                if self.client is not None and by != "client":
+                    closers.start_soon(_close_quietly, self.client, code, reason)
+        if self._task_group is not None:
+            self._task_group.cancel_scope.cancel()
+
+    # ---- readers -----------------------------------------------------------------------
+    async def _read_upstream(self) -> None:
+        engine, record, apply, clock = self.engine, self.recorder, self._apply, self.clock
+        try:
+            while True:
+                frame = await self.upstream.recv()
+                if record is not None:
+                    record.record("upstream>relay", frame)
+                apply(engine.receive_upstream(frame, clock()))
+        except ConnectionClosed as closed:
+            await self.upstream_lost(closed)
+
+    async def upstream_lost(self, closed: ConnectionClosed) -> None:
+        """The upstream socket closed. The proxy ends the session and passes the code on; the
+        sidecar overrides this to reconnect."""
+        code, reason = _close_info(closed)
+        log.info("upstream closed the session", extra={"session_id": self.engine.session_id,
+                                                       "code": code, "reason": reason})
+        await self.finish("upstream", 1011 if code in _RESERVED_CLOSE_CODES else code, reason)
+
+    async def _read_client(self) -> None:
+        assert self.client is not None
+        engine, record, apply, clock = self.engine, self.recorder, self._apply, self.clock
+        try:
+            while True:
+                frame = await self.client.recv()
+                if record is not None:
+                    record.record("client>relay", frame)
+                apply(engine.receive_client(frame, clock()))
+        except ConnectionClosed as closed:
+            code, reason = _close_info(closed)
+            await self.finish("client", code, reason)
+
+    # ---- writers -----------------------------------------------------------------------
+    async def _write(self, queue: FrameQueue, side: str) -> None:
+        peer = self.upstream if side == "upstream" else self.client
+        assert peer is not None
+        while True:
+            frame = await queue.get()
+            try:
+                await peer.send(frame)
+            except ConnectionClosed:
+                queue.push_front(frame)  # the reader sees the close and decides what follows
+                await self.wait_for_peer(side)
+                peer = self.upstream if side == "upstream" else self.client
+                assert peer is not None
+
+    async def wait_for_peer(self, side: str) -> None:
+        """A send failed because the socket closed: wait until the session ends (or, in the
+        sidecar, until the upstream is replaced)."""
+        await anyio.sleep_forever()
+
+    # ---- timer -------------------------------------------------------------------------
+    async def _timer(self) -> None:
+        while True:
+            deadline = self.engine.next_deadline()
+            self._armed_deadline = deadline
+            self._timer_wake = anyio.Event()
+            if deadline is None:
+                await self._timer_wake.wait()
+                continue
+            delay = deadline - self.clock()
+            if delay > 0:
+                with anyio.move_on_after(delay):
+                    await self._timer_wake.wait()
+                    continue
+            self._apply(self.engine.tick(self.clock()))
+
+    # ---- handlers ----------------------------------------------------------------------
+    def _handler_finished(self, call_id: str, outcome: Outcome) -> None:
+        self._apply(self.engine.handler_finished(call_id, outcome, self.clock()))
+
+    def _handler_yielded(self, call_id: str, value: Any) -> None:
+        self._apply(self.engine.handler_yielded(call_id, value, self.clock()))
+
+    # ---- actions -----------------------------------------------------------------------
+    def _apply(self, actions: list[Action]) -> None:
+        for action in actions:
+            if type(action) is SendClient:
+                self._enqueue(self.to_client, "client", action.frame)
+            elif type(action) is SendUpstream:
+                self._enqueue(self.to_upstream, "upstream", action.frame)
+            elif type(action) is StartHandler:
+                assert self._runner is not None
+                self._runner.start(action)
+            elif type(action) is CancelHandler:
+                if self._runner is not None:
+                    self._runner.cancel(action.call_id)
+            elif type(action) is Notice:
+                if self.on_notice is not None:
+                    self.on_notice(action)
+            elif type(action) is Close and self._task_group is not None:
+                self._task_group.start_soon(self.finish, "relay", action.code, action.reason)
+        if self.engine.next_deadline() != self._armed_deadline:
+            self._timer_wake.set()
+
+    def _enqueue(self, queue: FrameQueue, side: str, frame: str) -> None:
+        if side == "client" and self.client is None:
+            return
+        if self.recorder is not None:
+            self.recorder.record("relay>client" if side == "client" else "relay>upstream", frame)
+        try:
+            queue.put(frame)
+        except QueueOverflow as overflow:
+            if self.end is None and self._task_group is not None:
+                log.warning("%s is not reading: %s; closing it", side, overflow,
+                            extra={"session_id": self.engine.session_id})
+                self._task_group.start_soon(self._overflowed, side)
+
+    async def _overflowed(self, side: str) -> None:
+        peer = self.client if side == "client" else self.upstream
+        if peer is not None:
+            with anyio.move_on_after(self.close_timeout, shield=True):
+                await _close_quietly(peer, 1008, f"{side} is not reading its frames")
+        await self.finish("relay", 1008 if side == "client" else 1011, f"{side} is not reading its frames")
+
+
+def _close_info(closed: ConnectionClosed) -> tuple[int, str]:
+    frame = closed.rcvd or closed.sent
+    if frame is None:
+        return 1006, "connection lost"
+    return frame.code, frame.reason
+
+
+async def _close_quietly(peer: Peer, code: int, reason: str) -> None:
+    if code in _RESERVED_CLOSE_CODES:
+        code = 1011
+    try:
+        await peer.close(code, reason[:120])
+    except Exception as exc:  # closing an already broken socket is not worth a crash
+        log.debug("close failed: %r", exc)
