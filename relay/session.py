@@ -129,6 +129,7 @@ class SessionLoop:
         self._runner: HandlerRunner | None = None
         self._timer_wake = anyio.Event()
         self._armed_deadline: float | None = None
+        self._overflowed_sides: set[str] = set()
         self.started = anyio.Event()
         self.ended = anyio.Event()
 
@@ -182,8 +183,9 @@ class SessionLoop:
         """The upstream socket closed. The proxy ends the session and passes the code on; the
         sidecar overrides this to reconnect."""
         code, reason = _close_info(closed)
-        log.info("upstream closed the session", extra={"session_id": self.engine.session_id,
-                                                       "code": code, "reason": reason})
+        if self.end is None:   # not the echo of a close the session itself started
+            log.info("upstream closed the session", extra={"session_id": self.engine.session_id,
+                                                           "code": code, "reason": reason})
         await self.finish("upstream", 1011 if code in _RESERVED_CLOSE_CODES else code, reason)
 
     async def _read_client(self) -> None:
@@ -270,7 +272,9 @@ class SessionLoop:
         try:
             queue.put(frame)
         except QueueOverflow as overflow:
-            if self.end is None and self._task_group is not None:
+            # once per side: the frames that keep coming until the close are dropped
+            if self.end is None and self._task_group is not None and side not in self._overflowed_sides:
+                self._overflowed_sides.add(side)
                 log.warning("%s is not reading: %s; closing it", side, overflow,
                             extra={"session_id": self.engine.session_id})
                 self._task_group.start_soon(self._overflowed, side)
