@@ -15,6 +15,7 @@ from relay import __version__
 
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
+    "serve": ("relay.server", "proxy realtime clients to OpenAI, Azure or Foundry and run tools in their sessions"),
 }
 
 

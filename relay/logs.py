@@ -1,0 +1,127 @@
+"""Structured logging: one line per record, JSON (the default, for log pipelines) or text (for
+people), with the fields a record carries in `extra` laid out as keys.
+
+The relay logs sessions and tool calls, never frames: nothing here is on the per-frame path.
+`RedactingLogger` is given to websockets, which logs handshake headers (the provider key, the
+relay token) at DEBUG level: with it, even a debug log carries no secret.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import datetime, timezone
+from typing import IO, Any, Iterable
+
+LOG_FORMATS = ("json", "text")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+REDACTED = "[redacted]"
+# Parent of the loggers the relay gives websockets (`relay.websocket.client`, `.upstream`).
+WEBSOCKET_LOGGER = "relay.websocket"
+
+# Attributes every LogRecord has; anything else on a record came from `extra`.
+_STANDARD_ATTRIBUTES = frozenset(
+    logging.LogRecord("", 0, "", 0, "", None, None).__dict__
+) | {"message", "asctime", "taskName"}
+
+
+def record_fields(record: logging.LogRecord) -> dict[str, Any]:
+    """The structured fields a record was given with `extra=`."""
+    return {key: value for key, value in record.__dict__.items() if key not in _STANDARD_ATTRIBUTES}
+
+
+def _timestamp(record: logging.LogRecord) -> str:
+    moment = datetime.fromtimestamp(record.created, tz=timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+class JsonFormatter(logging.Formatter):
+    """`{"ts", "level", "logger", "msg", ...fields}` on one line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        data: dict[str, Any] = {
+            "ts": _timestamp(record),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        data.update(record_fields(record))
+        if record.exc_info:
+            data["exc"] = self.formatException(record.exc_info)
+        return json.dumps(data, ensure_ascii=False, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    """`<ts> <LEVEL> <logger>: <msg> key=value ...`; values with spaces are quoted."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        parts = [_timestamp(record), record.levelname, f"{record.name}:", record.getMessage()]
+        for key, value in record_fields(record).items():
+            text = value if isinstance(value, str) else json.dumps(value, default=str)
+            if not text or any(c.isspace() or c in "\"=" for c in text):
+                text = json.dumps(text)
+            parts.append(f"{key}={text}")
+        line = " ".join(parts)
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+def configure_logging(
+    fmt: str = "json", *, level: str = "info", stream: IO[str] | None = None
+) -> logging.Handler:
+    """Send every log record to `stream` (stderr) in `fmt`, replacing earlier handlers of the root
+    logger: the CLI owns the process's logging. Returns the handler. websockets' own connection
+    lines are shown only at `debug`."""
+    if fmt not in LOG_FORMATS:
+        raise ValueError(f"log format must be one of {', '.join(LOG_FORMATS)}, not {fmt!r}")
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    # websockets narrates every connection at INFO; the relay logs its sessions itself.
+    logging.getLogger(WEBSOCKET_LOGGER).setLevel(logging.DEBUG if level == "debug" else logging.WARNING)
+    return handler
+
+
+class Redactor:
+    """Replaces known secrets in text. Secrets can be added later (a refreshed access token)."""
+
+    def __init__(self, secrets: Iterable[str | None] = ()) -> None:
+        self._secrets: set[str] = set()
+        for secret in secrets:
+            self.add(secret)
+
+    def add(self, secret: str | None) -> None:
+        if secret:
+            self._secrets.add(secret)
+
+    @property
+    def secrets(self) -> list[str]:
+        return sorted(self._secrets, key=len, reverse=True)
+
+    def __call__(self, text: str) -> str:
+        for secret in self.secrets:
+            if secret in text:
+                text = text.replace(secret, REDACTED)
+        return text
+
+
+class RedactingLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """A logger for websockets that removes secrets from what it logs (its handshake debug lines
+    print every header, `Authorization` included)."""
+
+    def __init__(self, logger: logging.Logger, redactor: Redactor) -> None:
+        super().__init__(logger, {})
+        self.redactor = redactor
+
+    def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
+        if not self.isEnabledFor(level):
+            return
+        redact = self.redactor
+        clean = tuple(redact(a) if isinstance(a, str) else a for a in args)
+        super().log(level, redact(msg) if isinstance(msg, str) else msg, *clean, **kwargs)

@@ -1,0 +1,202 @@
+"""Connections from the relay to the provider: which URL a client's query maps to, which
+credentials go with it, and an error a client can read when the provider cannot be reached.
+
+Credentials come from the relay's side only (its environment, an explicit key, or an access-token
+provider); nothing the client sent for authentication is passed on. The key never appears in an
+error message, and websockets' handshake debug lines are redacted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Iterable
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
+
+from relay import __version__
+from relay.dialects import Dialect
+from relay.logs import WEBSOCKET_LOGGER, RedactingLogger, Redactor
+
+DEFAULT_UPSTREAM = "wss://api.openai.com/v1/realtime"
+# Query parameters that carry a client's credentials (Azure accepts `api-key` in the query).
+CREDENTIAL_PARAMS = frozenset({"api-key", "api_key", "key", "access_token", "token"})
+TOKEN_REFRESH_MARGIN = 300.0
+
+log = logging.getLogger("relay.upstream")
+
+
+class UpstreamUnavailable(Exception):
+    """The provider could not be reached or refused the relay; `str()` is safe to show a client."""
+
+    code = "upstream_unavailable"
+
+
+@dataclass(frozen=True)
+class AccessToken:
+    """A bearer token and when it expires (Unix seconds), like azure-identity's `AccessToken`."""
+
+    token: str
+    expires_on: float
+
+
+TokenProvider = Callable[[], Awaitable[Any]]
+"""An async callable returning an `AccessToken` (or anything with `token` and `expires_on`, such as
+`azure.identity.aio.DefaultAzureCredential().get_token(scope)` wrapped in a lambda), or a plain
+token string that is then fetched again for every connection."""
+
+
+class TokenCache:
+    """Fetches Entra ID (or other bearer) tokens from a provider and reuses one until
+    `refresh_margin` seconds before it expires, so a long-running relay never connects with an
+    expired token and sessions do not each wait for a fetch. Concurrent connects share a fetch."""
+
+    def __init__(
+        self,
+        provider: TokenProvider,
+        *,
+        refresh_margin: float = TOKEN_REFRESH_MARGIN,
+        clock: Callable[[], float] = time.time,
+        on_token: Callable[[str], None] | None = None,
+    ) -> None:
+        self._provider = provider
+        self._margin = refresh_margin
+        self._clock = clock
+        self._on_token = on_token
+        self._current: AccessToken | None = None
+        self._lock = asyncio.Lock()
+
+    async def token(self) -> str:
+        async with self._lock:
+            current = self._current
+            if current is None or self._clock() >= current.expires_on - self._margin:
+                current = _as_access_token(await self._provider())
+                if self._on_token is not None:
+                    self._on_token(current.token)
+                self._current = current if current.expires_on > self._clock() else None
+            return current.token
+
+
+def _as_access_token(value: Any) -> AccessToken:
+    if isinstance(value, str):
+        return AccessToken(value, 0.0)   # expiry unknown: used once
+    token, expires_on = getattr(value, "token", None), getattr(value, "expires_on", None)
+    if not isinstance(token, str) or not isinstance(expires_on, (int, float)):
+        raise TypeError(
+            f"the token provider returned {type(value).__name__}; expected a str or an object with "
+            "`token` (str) and `expires_on` (Unix seconds)"
+        )
+    return AccessToken(token, float(expires_on))
+
+
+def key_from_environment(dialect: Dialect, environ: dict[str, str] | None = None) -> str | None:
+    """The provider key for a dialect from the environment (`OPENAI_API_KEY`, `AZURE_OPENAI_API_KEY`)."""
+    environ = os.environ if environ is None else environ
+    for name in dialect.key_env:
+        value = environ.get(name, "").strip()
+        if value:
+            return value
+    return None
+
+
+def display_host(url: str) -> str:
+    """`host[:port]` of a URL: enough to say which upstream failed, never its user info or query."""
+    parts = urlsplit(url)
+    host = parts.hostname or "?"
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return f"{host}:{port}" if port else host
+
+
+def merged_url(base: str, client_query: Iterable[tuple[str, str]]) -> str:
+    """The upstream URL with the client's query parameters (`model`, `deployment`, `api-version`,
+    ...) added; a client's value replaces the URL's for the same name. Credential parameters from
+    the client are dropped."""
+    parts = urlsplit(base)
+    params = dict(parse_qsl(parts.query, keep_blank_values=True))
+    for name, value in client_query:
+        if name.lower() not in CREDENTIAL_PARAMS:
+            params[name] = value
+    return urlunsplit(parts._replace(query=urlencode(params)))
+
+
+class Upstream:
+    """How to reach the provider: the URL, the credentials and the connection limits."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        api_key: str | None = None,
+        token_provider: TokenProvider | None = None,
+        max_frame_bytes: int,
+        open_timeout: float = 10.0,
+        redactor: Redactor,
+    ) -> None:
+        self.url = url
+        self.host = display_host(url)
+        self.api_key = api_key
+        self.redactor = redactor
+        redactor.add(api_key)
+        self.tokens = TokenCache(token_provider, on_token=redactor.add) if token_provider else None
+        self.max_frame_bytes = max_frame_bytes
+        self.open_timeout = open_timeout
+        self._ws_logger = RedactingLogger(logging.getLogger(f"{WEBSOCKET_LOGGER}.upstream"), redactor)
+
+    async def headers(self, dialect: Dialect) -> dict[str, str]:
+        """The handshake headers for one connection: the dialect's extras and the credential
+        (an access token is always a Bearer token; a key goes where the dialect wants it)."""
+        headers = dict(dialect.extra_headers)
+        if self.tokens is not None:
+            headers["Authorization"] = f"Bearer {await self.tokens.token()}"
+        elif self.api_key:
+            if dialect.auth_header == "api-key":
+                headers["api-key"] = self.api_key
+            else:
+                headers["Authorization"] = f"Bearer {self.api_key}"
+        return headers
+
+    async def connect(self, dialect: Dialect, client_query: Iterable[tuple[str, str]]) -> ClientConnection:
+        """Open the provider connection for one session; `UpstreamUnavailable` says why not."""
+        url = merged_url(self.url, client_query)
+        try:
+            headers = await self.headers(dialect)
+        except Exception as exc:
+            raise UpstreamUnavailable(self.redactor(
+                f"could not get an access token for the upstream {self.host}: {type(exc).__name__}: {exc}"
+            )) from None
+        try:
+            return await connect(
+                url,
+                additional_headers=headers,
+                max_size=self.max_frame_bytes,
+                open_timeout=self.open_timeout,
+                close_timeout=1.0,
+                # Deflate would inflate and re-deflate every audio frame the relay only forwards.
+                compression=None,
+                user_agent_header=f"relay/{__version__}",
+                logger=self._ws_logger,
+            )
+        except InvalidStatus as exc:
+            response = exc.response
+            message = f"the upstream {self.host} refused the connection: HTTP {response.status_code}"
+            if response.reason_phrase:
+                message += f" {response.reason_phrase}"
+        except TimeoutError:
+            message = f"the upstream {self.host} did not complete the handshake within {self.open_timeout:g} s"
+        except InvalidURI:
+            message = f"the upstream URL for {self.host} is not a valid WebSocket URL"
+        except InvalidHandshake as exc:
+            message = f"the upstream {self.host} failed the WebSocket handshake: {exc}"
+        except OSError as exc:
+            message = f"cannot reach the upstream {self.host}: {exc.strerror or exc}"
+        raise UpstreamUnavailable(self.redactor(message))

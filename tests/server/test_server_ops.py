@@ -1,0 +1,253 @@
+"""Operating `relay serve`: health and metrics endpoints, recordings, secrets kept out of
+everything, access tokens, and the process: SIGTERM drain and several workers on one port."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from relay import __version__
+from relay.logs import JsonFormatter
+from relay.mock import MockUpstream
+from relay.recording import read_recording
+from relay.upstream import AccessToken
+from tests.server.helpers import (
+    PROVIDER_KEY,
+    RELAY_TOKEN,
+    WEATHER_SCRIPT,
+    http_get,
+    realtime_client,
+    relay_for,
+    user_text,
+)
+from tests.server.test_server_proxy import get_weather
+
+
+async def weather_turn(client: Any) -> dict[str, Any]:
+    """Ask about the weather and wait for the spoken answer that uses the tool's output."""
+    await client.send(user_text("What's the weather in Paris?"))
+    await client.send({"type": "response.create"})
+    return await client.wait_for(lambda e: e["type"] == "response.done"
+                                 and "found" in json.dumps(e["response"]["output"]))
+
+
+async def test_healthz_reports_open_sessions_and_version(weather_mock: MockUpstream) -> None:
+    async with relay_for(weather_mock) as server:
+        status, headers, body = await http_get(server.port, "/healthz")
+        assert status == 200 and headers["content-type"] == "application/json"
+        assert json.loads(body) | {"pid": 0} == {"status": "ok", "version": __version__, "sessions": 0,
+                                                  "upstream": f"127.0.0.1:{weather_mock.port}",
+                                                  "dialect": "openai", "pid": 0}
+        async with realtime_client(server) as client:
+            await client.wait_type("session.created")
+            _, _, body = await http_get(server.port, "/healthz")
+            assert json.loads(body)["sessions"] == 1
+
+
+async def test_metrics_count_sessions_frames_tools_and_errors(weather_mock: MockUpstream) -> None:
+    async with relay_for(weather_mock, tools=[get_weather]) as server:
+        async with realtime_client(server) as client:
+            await weather_turn(client)
+            await client.send("not json")
+            await client.wait_type("error")
+            session = next(iter(server.sessions.values()))
+        await session.wait_closed()
+        status, headers, body = await http_get(server.port, "/metrics")
+    assert status == 200 and headers["content-type"].startswith("text/plain; version=0.0.4")
+    samples = parse_exposition(body.decode())
+    assert samples['relay_sessions_total'] == 1
+    assert samples['relay_sessions_open'] == 0
+    assert samples['relay_sessions_ended_total{by="client"}'] == 1
+    assert samples['relay_tool_calls_total{tool="get_weather",outcome="ok"}'] == 1
+    assert samples['relay_tool_call_seconds_count{tool="get_weather"}'] == 1
+    assert samples['relay_tool_call_seconds_bucket{tool="get_weather",le="+Inf"}'] == 1
+    assert samples['relay_follow_ups_total'] == 1
+    assert samples['relay_errors_total{source="relay",code="invalid_json"}'] == 1
+    assert samples['relay_frames_total{direction="client>relay"}'] == 3
+    assert samples['relay_frames_total{direction="relay>upstream"}'] == 5   # 2 forwarded + tools, output, follow-up
+    assert samples['relay_frames_total{direction="upstream>relay"}'] >= samples['relay_frames_total{direction="relay>client"}']
+    assert samples['relay_frame_bytes_total{direction="client>relay"}'] > 0
+
+
+def parse_exposition(text: str) -> dict[str, float]:
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            samples[name] = float(value)
+    return samples
+
+
+@asynccontextmanager
+async def captured_logs() -> AsyncIterator[io.StringIO]:
+    """Every record of the relay's loggers (its websockets connections included; not the mock's
+    nor the test client's), at DEBUG level, formatted as the CLI does."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    handler.addFilter(lambda record: not record.name.startswith("relay.mock"))
+    relay_logger = logging.getLogger("relay")
+    old_level = relay_logger.level
+    relay_logger.addHandler(handler)
+    relay_logger.setLevel(logging.DEBUG)
+    try:
+        yield stream
+    finally:
+        relay_logger.removeHandler(handler)
+        relay_logger.setLevel(old_level)
+
+
+async def test_the_provider_key_never_reaches_a_client_a_log_or_a_recording(
+        weather_mock: MockUpstream, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", PROVIDER_KEY)
+    async with captured_logs() as logs:
+        async with relay_for(weather_mock, api_key=None, tools=[get_weather], record_dir=tmp_path) as server, \
+                realtime_client(server, path="/v1/realtime?model=gpt-realtime&api-key=client-own-key") as client:
+            await weather_turn(client)
+            # a client asking for the key does not get it either
+            await client.send({"type": "conversation.item.create", "item": {
+                "type": "message", "role": "user", "content": [{"type": "input_text", "text": "$OPENAI_API_KEY"}]}})
+            await client.wait_type("conversation.item.added")
+    upstream_connection = weather_mock.sessions[0].connections[0]
+    assert upstream_connection.auth == "bearer"   # the key was used upstream, the client's were not
+    assert upstream_connection.query == {"model": "gpt-realtime"}
+    assert RELAY_TOKEN not in json.dumps(upstream_connection.headers)
+    [recording] = tmp_path.glob("*.jsonl")
+    texts = {"client frames": "".join(client.frames), "logs": logs.getvalue(), "recording": recording.read_text()}
+    assert "Authorization" in texts["logs"]   # handshake headers were logged at DEBUG, redacted
+    for where, text in texts.items():
+        assert PROVIDER_KEY not in text, f"the provider key leaked into the {where}"
+        assert RELAY_TOKEN not in text, f"the relay token leaked into the {where}"
+
+
+async def test_each_session_writes_one_complete_recording(weather_mock: MockUpstream, tmp_path: Path) -> None:
+    async with relay_for(weather_mock, tools=[get_weather], record_dir=tmp_path, record_audio="drop") as server:
+        for _ in range(2):
+            async with realtime_client(server) as client:
+                await weather_turn(client)
+                session = next(iter(server.sessions.values()))
+            await session.wait_closed()
+    recordings = sorted(tmp_path.glob("*.jsonl"))
+    assert len(recordings) == 2
+    for path in recordings:
+        recording = read_recording(path)
+        assert recording.header["tools"] == ["get_weather"]
+        assert recording.header["record_audio"] == "drop"
+        assert recording.end is not None and not recording.end["failed"]
+        directions = {frame.direction for frame in recording.frames}
+        assert directions == {"client>relay", "relay>upstream", "upstream>relay", "relay>client"}
+
+
+async def test_a_recording_that_cannot_be_written_does_not_harm_the_session(
+        weather_mock: MockUpstream, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    not_a_directory = tmp_path / "file"
+    not_a_directory.write_text("")
+    async with relay_for(weather_mock, tools=[get_weather], record_dir=not_a_directory) as server, \
+            realtime_client(server) as client:
+        done = await weather_turn(client)
+    assert "sunny" in json.dumps(done)
+    assert any("recording" in r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR)
+
+
+async def test_an_access_token_provider_is_used_and_reused_while_valid() -> None:
+    fetched: list[str] = []
+
+    async def entra_token() -> AccessToken:
+        fetched.append("entra-token")
+        return AccessToken("entra-token", expires_on=time.time() + 3600)
+
+    async with MockUpstream(script=WEATHER_SCRIPT, api_key="entra-token") as mock, \
+            relay_for(mock, api_key=None, token_provider=entra_token) as server:
+        for _ in range(2):
+            async with realtime_client(server) as client:
+                await client.wait_type("session.created")
+    assert fetched == ["entra-token"]
+    assert [session.auth for session in mock.sessions] == ["bearer", "bearer"]
+
+
+# ---- the process -------------------------------------------------------------------------
+
+async def next_log_line(stream: asyncio.StreamReader, predicate: Callable[[dict[str, Any]], bool],
+                        seen: list[str], timeout: float = 10.0) -> dict[str, Any]:
+    """Read JSON log lines from a relay's stderr until one matches (all lines are kept in `seen`)."""
+    async with asyncio.timeout(timeout):
+        while True:
+            raw = await stream.readline()
+            if not raw:
+                raise AssertionError("relay exited; its log:\n" + "".join(seen))
+            line = raw.decode()
+            seen.append(line)
+            record = json.loads(line)
+            if predicate(record):
+                return record
+
+
+@asynccontextmanager
+async def relay_process(*args: str, cwd: Path, env: dict[str, str] | None = None) -> AsyncIterator[asyncio.subprocess.Process]:
+    environment = {key: value for key, value in os.environ.items() if key != "RELAY_AUTH_TOKEN"}
+    environment.update(env or {})
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "relay", "serve", "--port", "0", *args,
+        cwd=cwd, env=environment, stderr=asyncio.subprocess.PIPE)
+    try:
+        yield process
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+async def test_sigterm_stops_accepting_drains_then_closes_sessions_with_1001(
+        weather_mock: MockUpstream, tmp_path: Path) -> None:
+    (tmp_path / "weather_tools.py").write_text(
+        "from relay.tools import tool\n\n@tool\ndef get_weather(city: str) -> str:\n    return 'rainy'\n")
+    log: list[str] = []
+    async with relay_process("--upstream", weather_mock.url, "--dialect", "openai", "--tools", "weather_tools", "--drain-seconds", "0.5",
+                             cwd=tmp_path, env={"OPENAI_API_KEY": PROVIDER_KEY}) as relay:
+        assert relay.stderr is not None
+        listening = await next_log_line(relay.stderr, lambda r: r["msg"].startswith("listening on"), log)
+        assert listening["tools"] == ["get_weather"]
+        base = listening["url"].removesuffix("/v1/realtime")
+        async with realtime_client(base, token=None) as client:
+            await client.wait_type("session.created")
+            relay.send_signal(signal.SIGTERM)
+            await next_log_line(relay.stderr, lambda r: r["msg"].startswith("draining"), log)
+            with pytest.raises(OSError):   # no new connections during the drain
+                async with realtime_client(base, token=None):
+                    pass
+            done = await weather_turn(client)   # the open session goes on meanwhile
+            assert "rainy" in json.dumps(done)
+            assert await client.closed() == (1001, "relay shutting down")
+        assert await asyncio.wait_for(relay.wait(), 5) == 0
+        log += (await relay.stderr.read()).decode().splitlines()
+    ends = [json.loads(line) for line in log if '"session end"' in line]
+    assert [(end["by"], end["code"]) for end in ends] == [("relay", 1001)]
+    assert PROVIDER_KEY not in "".join(log)
+
+
+async def test_workers_share_one_port(weather_mock: MockUpstream, tmp_path: Path) -> None:
+    log: list[str] = []
+    async with relay_process("--upstream", weather_mock.url, "--dialect", "openai", "--workers", "2", "--drain-seconds", "0",
+                             cwd=tmp_path, env={"OPENAI_API_KEY": PROVIDER_KEY}) as relay:
+        assert relay.stderr is not None
+        first = await next_log_line(relay.stderr, lambda r: r["msg"].startswith("listening on"), log)
+        second = await next_log_line(relay.stderr, lambda r: r["msg"].startswith("listening on"), log)
+        assert first["url"] == second["url"] and first["pid"] != second["pid"]
+        base = first["url"].removesuffix("/v1/realtime")
+        async with realtime_client(base, token=None) as one, realtime_client(base, token=None) as other:
+            await one.wait_type("session.created")
+            await other.wait_type("session.created")
+        relay.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(relay.wait(), 5) == 0

@@ -1,0 +1,192 @@
+"""The pieces of `relay serve` that need no socket: upstream URLs and credentials, token refresh,
+log formats and redaction, the metrics exposition, and the command line's refusals."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import subprocess
+import sys
+from collections.abc import Iterator
+from urllib.parse import parse_qsl, urlsplit
+
+import pytest
+
+from relay.cli import main
+from relay.dialects import AZURE, FOUNDRY, OPENAI, OPENAI_BETA
+from relay.engine import Notice
+from relay.logs import REDACTED, JsonFormatter, RedactingLogger, Redactor, TextFormatter, configure_logging
+from relay.metrics import Histogram, Metrics, TrafficTap
+from relay.upstream import AccessToken, TokenCache, Upstream, display_host, key_from_environment, merged_url
+
+
+def test_the_client_query_is_passed_on_without_credentials() -> None:
+    url = merged_url("wss://res.openai.azure.com/openai/realtime?api-version=2024-10-01&deployment=a",
+                     [("deployment", "b"), ("api-key", "client-secret"), ("model", "m")])
+    parts = urlsplit(url)
+    assert parts.path == "/openai/realtime"
+    assert dict(parse_qsl(parts.query)) == {"api-version": "2024-10-01", "deployment": "b", "model": "m"}
+
+
+def test_display_host_never_shows_user_info_or_query() -> None:
+    assert display_host("wss://user:pw@api.openai.com/v1/realtime?key=x") == "api.openai.com"
+    assert display_host("ws://127.0.0.1:9000/v1") == "127.0.0.1:9000"
+    assert display_host("ws://[::1]:9000/v1") == "[::1]:9000"
+
+
+def test_keys_come_from_the_dialects_variable() -> None:
+    environ = {"OPENAI_API_KEY": "sk-openai", "AZURE_OPENAI_API_KEY": "az-key"}
+    assert key_from_environment(OPENAI, environ) == "sk-openai"
+    assert key_from_environment(AZURE, environ) == "az-key"
+    assert key_from_environment(FOUNDRY, {}) is None
+
+
+async def test_credentials_go_in_the_header_the_dialect_wants() -> None:
+    upstream = Upstream("wss://x/v1/realtime", api_key="sk-1", max_frame_bytes=1, redactor=Redactor())
+    assert await upstream.headers(OPENAI) == {"Authorization": "Bearer sk-1"}
+    assert await upstream.headers(OPENAI_BETA) == {"OpenAI-Beta": "realtime=v1", "Authorization": "Bearer sk-1"}
+    assert await upstream.headers(AZURE) == {"api-key": "sk-1"}
+
+    async def entra() -> AccessToken:
+        return AccessToken("entra-1", 10**12)
+
+    with_token = Upstream("wss://x", api_key="sk-1", token_provider=entra, max_frame_bytes=1, redactor=Redactor())
+    assert await with_token.headers(AZURE) == {"Authorization": "Bearer entra-1"}
+    assert with_token.redactor("token entra-1") == f"token {REDACTED}"
+
+
+async def test_tokens_are_reused_until_shortly_before_they_expire() -> None:
+    now = [1000.0]
+    issued: list[AccessToken] = []
+
+    async def provider() -> AccessToken:
+        token = AccessToken(f"t{len(issued)}", expires_on=now[0] + 3600)
+        issued.append(token)
+        return token
+
+    cache = TokenCache(provider, refresh_margin=300, clock=lambda: now[0])
+    assert await cache.token() == "t0"
+    now[0] += 3000
+    assert await cache.token() == "t0"
+    now[0] += 301            # within the margin of the expiry: refreshed before it expires
+    assert await cache.token() == "t1"
+    assert len(issued) == 2
+
+
+async def test_a_token_provider_returning_garbage_is_reported() -> None:
+    async def provider() -> object:
+        return 42
+
+    with pytest.raises(TypeError, match="expected a str"):
+        await TokenCache(provider).token()
+
+
+def make_record(message: str, **fields: object) -> logging.LogRecord:
+    record = logging.LogRecord("relay.server", logging.INFO, __file__, 1, message, None, None)
+    record.__dict__.update(fields)
+    return record
+
+
+def test_json_log_lines_carry_the_extra_fields() -> None:
+    line = JsonFormatter().format(make_record("tool call", session_id="rs_1", call_id="c1", ms=12.5))
+    data = json.loads(line)
+    assert data["msg"] == "tool call" and data["level"] == "info" and data["logger"] == "relay.server"
+    assert (data["session_id"], data["call_id"], data["ms"]) == ("rs_1", "c1", 12.5)
+    assert data["ts"].endswith("Z")
+
+
+def test_text_log_lines_quote_values_with_spaces() -> None:
+    line = TextFormatter().format(make_record("session end", reason="client went away", code=1000))
+    assert line.endswith('INFO relay.server: session end reason="client went away" code=1000')
+
+
+def test_the_redacting_logger_removes_secrets_from_websockets_debug_lines() -> None:
+    stream = io.StringIO()
+    logger = logging.getLogger("relay.test.redaction")
+    handler = logging.StreamHandler(stream)
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        RedactingLogger(logger, Redactor(["sk-secret"])).debug("> %s: %s", "Authorization", "Bearer sk-secret")
+    finally:
+        logger.removeHandler(handler)
+    assert stream.getvalue() == f"> Authorization: Bearer {REDACTED}\n"
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    """configure_logging replaces the root handlers (pytest's among them): put them back."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    logging.getLogger("relay.websocket").setLevel(logging.NOTSET)
+
+
+def test_configure_logging_quiets_websockets_connection_lines(restore_logging: None) -> None:
+    configure_logging("text", level="info", stream=io.StringIO())
+    assert logging.getLogger("relay.websocket.client").getEffectiveLevel() == logging.WARNING
+    configure_logging("json", level="debug", stream=io.StringIO())
+    assert logging.getLogger("relay.websocket.client").getEffectiveLevel() == logging.DEBUG
+
+
+def test_histogram_buckets_hold_values_up_to_their_bound() -> None:
+    histogram = Histogram(bounds=(0.1, 1.0))
+    for value in (0.1, 0.5, 1.0, 7.0):
+        histogram.observe(value)
+    assert histogram.counts == [1, 2, 1]
+    assert (histogram.count, histogram.total) == (4, 8.6)
+
+
+def test_the_exposition_escapes_labels_and_bounds_tool_names() -> None:
+    metrics = Metrics()
+    metrics.count_notice(Notice("tool_call", {"name": "get_weather", "outcome": "ok", "ms": 20.0}), {"get_weather"})
+    metrics.count_notice(Notice("tool_call", {"name": 'made"up\ntool', "outcome": "unknown_tool", "ms": None}),
+                         {"get_weather"})
+    metrics.count_notice(Notice("upstream_error", {"code": 'bad "code"'}), ())
+    text = metrics.render(open_sessions=2)
+    assert 'relay_tool_calls_total{tool="(unknown)",outcome="unknown_tool"} 1' in text
+    assert 'relay_tool_call_seconds_bucket{tool="get_weather",le="0.025"} 1' in text
+    assert 'relay_tool_call_seconds_bucket{tool="get_weather",le="0.01"} 0' in text
+    assert 'relay_errors_total{source="upstream",code="bad \\"code\\""} 1' in text
+    assert "relay_sessions_open 2" in text
+    assert all(line.startswith("#") or " " in line for line in text.splitlines())
+
+
+def test_the_traffic_tap_counts_frames_and_survives_a_broken_recording(caplog: pytest.LogCaptureFixture) -> None:
+    class BrokenWriter:
+        def record(self, direction: str, frame: str | bytes) -> None:
+            raise RuntimeError("disk on fire")
+
+        def close(self, reason: str) -> None:
+            raise AssertionError("a dropped writer is not closed")
+
+    metrics = Metrics()
+    tap = TrafficTap(metrics, BrokenWriter())  # type: ignore[arg-type]
+    tap.record("client>relay", '{"type":"x"}')
+    tap.record("client>relay", "{}")
+    tap.close("done")
+    assert metrics.frames["client>relay"] == 2 and metrics.frame_bytes["client>relay"] == 14
+    assert [r.getMessage() for r in caplog.records] == ["session recording failed; recording stopped"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--upstream", "https://api.openai.com/v1/realtime"], "ws:// or wss://"),
+    (["--upstream", "ws://127.0.0.1:1/v1/realtime"], "cannot infer the dialect"),
+    (["--host", "0.0.0.0", "--dialect", "openai"], "--auth-token"),
+    (["--tools", "no_such_tools_module_here"], "no module named"),
+])
+def test_the_command_line_refuses_a_config_that_cannot_work(
+        argv: list[str], message: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        restore_logging: None) -> None:
+    monkeypatch.delenv("RELAY_AUTH_TOKEN", raising=False)
+    assert main(["serve", "--port", "0", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_import_relay_stays_light_and_serve_is_there_on_demand() -> None:
+    code = ("import relay, sys; assert 'websockets' not in sys.modules and 'relay.server' not in sys.modules; "
+            "assert callable(relay.serve) and 'relay.server' in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=30)
