@@ -66,6 +66,7 @@ async def test_sdk_client_gets_a_consistent_session_without_the_relay_tool(weath
 
     events = [json.loads(raw) for raw in raw_frames]
     assert not any(b"get_weather" in raw for raw in raw_frames), "the client saw the relay tool"
+    assert not any(b"function_call" in raw for raw in raw_frames), "the client saw the relay call or output"
     assert not any(e["type"] == "error" for e in events)
     check_item_chain(events)
     final = [e for e in events if e["type"] == "response.done"][-1]
@@ -130,6 +131,7 @@ async def test_client_response_create_is_held_until_the_relay_output_is_in() -> 
     assert relay_output < client_create
     assert received_types(mock).count("response.create") == 2   # no follow-up of the relay's own
     assert not any("check_stock" in frame for frame in client.frames)
+    check_item_chain(client.events)
 
 
 async def test_expose_tool_events_shows_the_relay_tool_to_the_client(weather_mock: MockUpstream) -> None:
