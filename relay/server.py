@@ -552,14 +552,14 @@ def run_until_signalled(server: RelayServer, signals: Sequence[int] = (signal.SI
     ends the drain). Returns the exit status."""
 
     async def main() -> int:
+        loop = asyncio.get_running_loop()
+        for signum in signals:   # before "listening on": a signal right after it must drain
+            loop.add_signal_handler(signum, _on_signal, server, signum)
         try:
             await server.start()
         except OSError as exc:
             log.error("cannot listen on %s:%s: %s", server.config.host, server.config.port, exc.strerror or exc)
             return 1
-        loop = asyncio.get_running_loop()
-        for signum in signals:
-            loop.add_signal_handler(signum, _on_signal, server, signum)
         await server.serve_forever()
         return 0
 

@@ -251,3 +251,20 @@ async def test_workers_share_one_port(weather_mock: MockUpstream, tmp_path: Path
             await other.wait_type("session.created")
         relay.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(relay.wait(), 5) == 0
+
+
+async def test_relay_serve_runs_the_server_until_sigterm(weather_mock: MockUpstream, tmp_path: Path) -> None:
+    code = f"import relay; raise SystemExit(relay.serve(upstream={weather_mock.url!r}, dialect='openai', port=0))"
+    process = await asyncio.create_subprocess_exec(sys.executable, "-c", code, cwd=tmp_path,
+                                                   stderr=asyncio.subprocess.PIPE)
+    assert process.stderr is not None
+    try:
+        async with asyncio.timeout(10):
+            while b"listening on ws://127.0.0.1:" not in await process.stderr.readline():
+                pass
+        process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(process.wait(), 5) == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()

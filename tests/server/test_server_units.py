@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -190,3 +191,14 @@ def test_import_relay_stays_light_and_serve_is_there_on_demand() -> None:
     code = ("import relay, sys; assert 'websockets' not in sys.modules and 'relay.server' not in sys.modules; "
             "assert callable(relay.serve) and 'relay.server' in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=30)
+
+
+def test_a_port_in_use_is_reported_with_exit_status_1(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, restore_logging: None) -> None:
+    monkeypatch.delenv("RELAY_AUTH_TOKEN", raising=False)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", "--dialect", "openai", "--port", str(port)]) == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
