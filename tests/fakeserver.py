@@ -128,8 +128,10 @@ class FakeServer:
 
     # ---- model output -------------------------------------------------------------------
     def start_response(self, outputs: list[Any], *, options: dict[str, Any] | None = None,
-                       finish: bool = True, deltas: int = 3) -> list[dict[str, Any]]:
-        """A response producing `outputs` (strings are spoken sentences, Calls are calls)."""
+                       finish: bool = True, deltas: int = 3, last_unfinished: bool = False) -> list[dict[str, Any]]:
+        """A response producing `outputs` (strings are spoken sentences, Calls are calls).
+        `last_unfinished` stops the last output item mid-stream (its `.done` events not sent),
+        as when the user barges in while the model is still producing it."""
         options = options or {}
         response_id = self._id("resp")
         out_of_band = options.get("conversation") == "none"
@@ -142,7 +144,11 @@ class FakeServer:
         self.active = response_id
         events = [self._event("response.created", response=dict(response))]
         for output_index, output in enumerate(outputs):
-            events += self._output_item(response, output_index, output, out_of_band, deltas)
+            item_events = self._output_item(response, output_index, output, out_of_band, deltas)
+            if last_unfinished and output_index == len(outputs) - 1:
+                item_events = [e for e in item_events if not e["type"].endswith(".done")]
+                response["output"][-1]["status"] = "in_progress"
+            events += item_events
         if finish:
             events += self.finish_response()
         return events

@@ -937,11 +937,7 @@ class Engine:
         if not live or any(c.state is not CallState.ANSWERED for c in live):
             return
         self._batches_done.add(response.id)
-        client_calls = [
-            e for e in map(self.ledger.by_item, response.output_item_ids)
-            if e is not None and e.owner is Owner.CLIENT and e.state is not CallState.SKIPPED
-        ]
-        if client_calls:
+        if self._has_client_calls(response):
             return  # the client answers its calls and asks for the response itself
         speakers = [c for c in live if c.speak and c.scheduling != Scheduling.SILENT.value]
         if not speakers:
@@ -953,6 +949,11 @@ class Engine:
             confirm={c.output_item_id for c in live if c.output_item_id},
             now=self._now,
         )
+
+    def _has_client_calls(self, response: ResponseRecord | None) -> bool:
+        return response is not None and any(
+            e is not None and e.owner is Owner.CLIENT and e.state is not CallState.SKIPPED
+            for e in map(self.ledger.by_item, response.output_item_ids))
 
     # ---- streaming updates ----
     def _add_update(self, entry: CallEntry, text: str) -> None:
@@ -973,7 +974,8 @@ class Engine:
             "item": {"type": "message", "role": "system", "id": item_id,
                      "content": [{"type": "input_text", "text": text}]},
         })
-        if entry.speak and entry.scheduling != Scheduling.SILENT.value:
+        response = self.conversation.response(entry.response_id or "", create=False)
+        if entry.speak and entry.scheduling != Scheduling.SILENT.value and not self._has_client_calls(response):
             self.sequencer.request_follow_up(
                 [entry.call_id], interrupt=entry.scheduling == Scheduling.INTERRUPT.value,
                 messages=[], confirm={item_id}, now=self._now)
