@@ -3,3 +3,28 @@
 from __future__ import annotations
 
 __version__ = "0.1.0"
+
+# The public surface, imported lazily so `import relay` stays light for the CLI and workers.
+_EXPORTS = {
+    "tool": "relay.tools",
+    "ToolResult": "relay.tools",
+    "ToolRegistry": "relay.tools",
+    "Scheduling": "relay.tools",
+    "Interruption": "relay.tools",
+    "Engine": "relay.engine",
+    "EngineConfig": "relay.engine",
+}
+
+
+def __getattr__(name: str):
+    module_name = _EXPORTS.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'relay' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = ["__version__", *_EXPORTS]

@@ -981,6 +981,8 @@ class Engine:
                      "content": [{"type": "input_text", "text": text}]},
         })
         response = self.conversation.response(entry.response_id or "", create=False)
+        if response is None or response.id not in self._batches_done:
+            return  # the batch's own follow-up, still to come, covers what this update says
         if entry.speak and entry.scheduling != Scheduling.SILENT.value and not self._has_client_calls(response):
             self.sequencer.request_follow_up(
                 [entry.call_id], interrupt=entry.scheduling == Scheduling.INTERRUPT.value,
