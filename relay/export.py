@@ -291,8 +291,10 @@ class _Reader:
         detail = ""
         if entry is not None and entry.output is not None:
             detail = "; an output was decided but never reached the conversation"
+        # the note is the same for every format: Vapi leaves the call out of its results, the
+        # others carry the synthetic answer below, which says what it is
         self.note("unanswered_call", f"call {called.call_id} ({called.name}) has no output: {why}"
-                  f"{detail}; a synthetic error output stands in for it", call_id=called.call_id)
+                  f"{detail}", call_id=called.call_id)
         error = f"no output: {why}"
         return _Answered(called.call_id, called.name, json.dumps({"error": error}), True, error,
                          None, synthetic=True)

@@ -164,7 +164,7 @@ def cancelled_call_session(directory: Path) -> Path:
 
 def client_items_session(directory: Path) -> Path:
     """Items a client created: a user message with an image, an assistant message without
-    words, and a call answered twice."""
+    words, a second output for a call, and a second item for the same call."""
     session = SessionRecorder(directory)
     session.upstream(session.server.connect())
     session.send({"type": "conversation.item.create", "item": {
@@ -176,6 +176,8 @@ def client_items_session(directory: Path) -> Path:
     session.upstream(session.server.start_response([Call("describe", "{}", "call_describe")]))
     session.output("call_describe", "a cat")
     session.output("call_describe", "a dog")
+    session.send({"type": "conversation.item.create", "item": {
+        "type": "function_call", "call_id": "call_describe", "name": "describe", "arguments": "{}"}})
     return session.close()
 
 
@@ -523,7 +525,7 @@ def test_what_cannot_be_carried_is_reported(tmp_path: Path) -> None:
         {"role": "tool", "tool_call_id": "call_describe", "content": "a cat"},
     ]
     assert {note.kind for note in export.report} == {
-        "unsupported_content", "empty_message", "duplicate_output"}
+        "unsupported_content", "empty_message", "duplicate_output", "duplicate_call"}
     [image] = notes_of(export, "unsupported_content")
     assert "input_image" in image
 
