@@ -15,6 +15,8 @@ from relay import __version__
 
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
+    "replay": ("relay.replay",
+               "replay a recorded session against your tools and report what changed"),
     "export": ("relay.export",
                "export a recorded conversation as OpenAI chat, Anthropic, Gemini or Vapi JSON"),
 }

@@ -277,6 +277,7 @@ class RecordingWriter:
         relay_version: str = __version__,
         logger: logging.Logger | None = None,
         opener: Callable[[Path], BinaryIO] = _open_exclusive,
+        extra_header: dict[str, Any] | None = None,
     ) -> None:
         if record_audio not in ("keep", "drop"):
             raise ValueError(f"record_audio must be 'keep' or 'drop', not {record_audio!r}")
@@ -310,6 +311,9 @@ class RecordingWriter:
             "mode": self._redactor.text(mode),
             "record_audio": record_audio,
         }
+        # what replay needs to rebuild the session (e.g. the engine's id prefix); never overrides
+        for key, value in (extra_header or {}).items():
+            header.setdefault(key, value)
         try:
             directory.mkdir(parents=True, exist_ok=True)
             self._file, self.path = self._create(directory, stem, opener)

@@ -176,6 +176,19 @@ class Engine:
     def calls(self) -> list[CallEntry]:
         return list(self.ledger)
 
+    @property
+    def id_prefix(self) -> str:
+        return self._id_prefix
+
+    def recording_header(self) -> dict[str, Any]:
+        """What a replay needs to rebuild this engine: recorded in the recording's header."""
+        return {
+            "id_prefix": self._id_prefix,
+            "hide_tool_events": self.config.hide_tool_events,
+            "declare_tools": self.config.declare_tools,
+            "unknown_tools": self.config.unknown_tools,
+        }
+
     # ==== plumbing ======================================================================
     def _run(self, now: float, source: str, fn: Callable[..., None], *args: Any) -> list[Action]:
         self._now = now
