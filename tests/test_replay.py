@@ -13,7 +13,7 @@ import pytest
 
 from relay.engine import Engine, EngineConfig
 from relay.recording import RecordingWriter
-from relay.replay import replay, replay_async
+from relay.testing import replay
 from relay.session import SessionLoop
 from relay.tools import ToolResult, tool
 from tests.conftest import REPO, shared_dir
