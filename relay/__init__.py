@@ -2,22 +2,32 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 __version__ = "0.1.0"
 
-# Loaded on first use, so `import relay` stays light (no websockets, no engine).
-_LAZY = {
+# The public surface, imported lazily so `import relay` stays light for the CLI and workers.
+_EXPORTS = {
+    "tool": "relay.tools",
+    "ToolResult": "relay.tools",
+    "ToolRegistry": "relay.tools",
+    "Scheduling": "relay.tools",
+    "Interruption": "relay.tools",
+    "Engine": "relay.engine",
+    "EngineConfig": "relay.engine",
     "serve": "relay.server",
     "RelayServer": "relay.server",
     "ServerConfig": "relay.server",
 }
 
 
-def __getattr__(name: str) -> Any:
-    module_name = _LAZY.get(name)
+def __getattr__(name: str):
+    module_name = _EXPORTS.get(name)
     if module_name is None:
         raise AttributeError(f"module 'relay' has no attribute {name!r}")
     import importlib
 
-    return getattr(importlib.import_module(module_name), name)
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = ["__version__", *_EXPORTS]

@@ -15,7 +15,12 @@ from relay import __version__
 
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "serve": ("relay.server", "proxy realtime clients to OpenAI, Azure or Foundry and run tools in their sessions"),
+    "replay": ("relay.replay",
+               "replay a recorded session against your tools and report what changed"),
+    "export": ("relay.export",
+               "export a recorded conversation as OpenAI chat, Anthropic, Gemini or Vapi JSON"),
+    "serve": ("relay.server",
+              "proxy realtime clients to OpenAI, Azure or Foundry and run tools in their sessions"),
 }
 
 

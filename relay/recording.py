@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from types import TracebackType
-from typing import Any, BinaryIO, Literal
+from typing import Any, BinaryIO, Literal, TypeGuard
 from urllib.parse import urlsplit
 
 from relay import __version__
@@ -277,6 +277,7 @@ class RecordingWriter:
         relay_version: str = __version__,
         logger: logging.Logger | None = None,
         opener: Callable[[Path], BinaryIO] = _open_exclusive,
+        extra_header: dict[str, Any] | None = None,
     ) -> None:
         if record_audio not in ("keep", "drop"):
             raise ValueError(f"record_audio must be 'keep' or 'drop', not {record_audio!r}")
@@ -310,6 +311,9 @@ class RecordingWriter:
             "mode": self._redactor.text(mode),
             "record_audio": record_audio,
         }
+        # what replay needs to rebuild the session (e.g. the engine's id prefix); never overrides
+        for key, value in (extra_header or {}).items():
+            header.setdefault(key, value)
         try:
             directory.mkdir(parents=True, exist_ok=True)
             self._file, self.path = self._create(directory, stem, opener)
@@ -534,7 +538,7 @@ def _infer_direction(event: dict[str, Any]) -> str:
     return CLIENT_TO_RELAY if is_client else UPSTREAM_TO_RELAY
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
@@ -622,24 +626,29 @@ class _Scanner:
         if not _is_number(t) or direction not in DIRECTIONS or len(payloads) != 1:
             self.warnings.append(f"line {line_no}: skipped, not a frame line")
             return None
-        payload_key = payloads[0]
-        payload = obj[payload_key]
-        if not isinstance(payload, dict if payload_key == "event" else str):
-            self.warnings.append(f"line {line_no}: skipped, {payload_key} has the wrong type")
-            return None
-        binary = None
-        if payload_key == "binary":
+        payload_key, payload = payloads[0], obj[payloads[0]]
+        event: dict[str, Any] | None = None
+        raw: str | None = None
+        binary: bytes | None = None
+        if payload_key == "event" and isinstance(payload, dict):
+            event = payload
+        elif payload_key == "raw" and isinstance(payload, str):
+            raw = payload
+        elif payload_key == "binary" and isinstance(payload, str):
             try:
                 binary = base64.b64decode(payload, validate=True)
             except binascii.Error:
                 self.warnings.append(f"line {line_no}: skipped, binary is not base64")
                 return None
+        else:
+            self.warnings.append(f"line {line_no}: skipped, {payload_key} has the wrong type")
+            return None
         dropped = obj.get("audio_dropped", 0)
         return Frame(
             t=float(t),
             direction=direction,
-            event=payload if payload_key == "event" else None,
-            raw=payload if payload_key == "raw" else None,
+            event=event,
+            raw=raw,
             binary=binary,
             line_no=line_no,
             audio_dropped=int(dropped) if _is_number(dropped) else 0,
@@ -659,7 +668,7 @@ class _Scanner:
     def _log_direction(self, index: int, event: dict[str, Any]) -> str:
         if self._meta_directions is not None and index < len(self._meta_directions):
             named = self._meta_directions[index]
-            if named in DIRECTIONS:
+            if isinstance(named, str) and named in DIRECTIONS:
                 return named
             if named in _META_DIRECTIONS:
                 return _META_DIRECTIONS[named]

@@ -35,6 +35,8 @@ class FakeServer:
     # what to do when a response.create arrives: a list of scripted outputs, consumed in order;
     # when empty the model says a short sentence.
     script: list[list[Any]] = field(default_factory=list)
+    # when set, responses asked for with response.create stay active until finish_response()
+    hold_responses: bool = False
 
     def __post_init__(self) -> None:
         self._ids = itertools.count(1)
@@ -119,7 +121,7 @@ class FakeServer:
                                "Wait until the response is finished before creating a new one.")
         options = event.get("response") or {}
         outputs = self.script.pop(0) if self.script else ["Okay."]
-        return self.start_response(outputs, options=options, finish=True)
+        return self.start_response(outputs, options=options, finish=not self.hold_responses)
 
     def _on_response_cancel(self, event: dict[str, Any]) -> list[dict[str, Any]]:
         if self.active is None:
@@ -128,8 +130,10 @@ class FakeServer:
 
     # ---- model output -------------------------------------------------------------------
     def start_response(self, outputs: list[Any], *, options: dict[str, Any] | None = None,
-                       finish: bool = True, deltas: int = 3) -> list[dict[str, Any]]:
-        """A response producing `outputs` (strings are spoken sentences, Calls are calls)."""
+                       finish: bool = True, deltas: int = 3, last_unfinished: bool = False) -> list[dict[str, Any]]:
+        """A response producing `outputs` (strings are spoken sentences, Calls are calls).
+        `last_unfinished` stops the last output item mid-stream (its `.done` events not sent),
+        as when the user barges in while the model is still producing it."""
         options = options or {}
         response_id = self._id("resp")
         out_of_band = options.get("conversation") == "none"
@@ -142,7 +146,11 @@ class FakeServer:
         self.active = response_id
         events = [self._event("response.created", response=dict(response))]
         for output_index, output in enumerate(outputs):
-            events += self._output_item(response, output_index, output, out_of_band, deltas)
+            item_events = self._output_item(response, output_index, output, out_of_band, deltas)
+            if last_unfinished and output_index == len(outputs) - 1:
+                item_events = [e for e in item_events if not e["type"].endswith(".done")]
+                response["output"][-1]["status"] = "in_progress"
+            events += item_events
         if finish:
             events += self.finish_response()
         return events
@@ -229,3 +237,52 @@ class FakeServer:
 
 def frames(events: list[dict[str, Any]]) -> list[str]:
     return [json.dumps(e, separators=(",", ":")) for e in events]
+
+
+class FakeServerPeer:
+    """The fake server behind the `Peer` interface of relay.session: what the relay sends is
+    answered at once, and tests push model output with `emit`."""
+
+    def __init__(self, server: FakeServer) -> None:
+        import anyio
+
+        self.server = server
+        self._send, self._receive = anyio.create_memory_object_stream[str | None](10_000)
+        self.closed: tuple[int, str] | None = None
+        self.frames: list[dict[str, Any]] = []
+        self._changed = anyio.Event()
+
+    def emit(self, events: list[dict[str, Any]]) -> None:
+        for event in events:
+            self._send.send_nowait(json.dumps(event))
+
+    def hang_up(self) -> None:
+        self._send.send_nowait(None)
+
+    async def recv(self) -> str:
+        from websockets.exceptions import ConnectionClosedOK
+        from websockets.frames import Close
+
+        frame = await self._receive.receive()
+        if frame is None:
+            raise ConnectionClosedOK(Close(1000, "done"), None)
+        return frame
+
+    async def send(self, message: str | bytes) -> None:
+        import anyio
+
+        self.frames.append(json.loads(message))
+        self.emit(self.server.receive(message))
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        self.closed = (code, reason)
+
+    async def wait_until(self, predicate: Any, timeout: float = 5.0) -> None:
+        """Wait (on the relay's own sends, not a clock) until predicate(self) holds."""
+        import anyio
+
+        with anyio.fail_after(timeout):
+            while not predicate(self):
+                await self._changed.wait()

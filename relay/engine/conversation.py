@@ -193,25 +193,31 @@ class Conversation:
                 pass
         return record
 
+    def _position_from_end(self, item_id: str) -> int | None:
+        """Where an item stands; recent items are near the end, so search from there."""
+        order = self.order
+        for position in range(len(order) - 1, -1, -1):
+            if order[position] == item_id:
+                return position
+        return None
+
     def last_item_of_response(self, response: ResponseRecord) -> str | None:
         """The response's output item that comes last in conversation order."""
-        best: tuple[int, str] | None = None
-        if not response.output_item_ids:
+        wanted = {i for i in response.output_item_ids if i in self.items and self.items[i].in_conversation}
+        if not wanted:
             return None
-        positions = {item_id: i for i, item_id in enumerate(self.order)}
-        for item_id in response.output_item_ids:
-            position = positions.get(item_id)
-            if position is not None and (best is None or position > best[0]):
-                best = (position, item_id)
-        return best[1] if best else None
+        for item_id in reversed(self.order):
+            if item_id in wanted:
+                return item_id
+        return None
 
     def visible_predecessor(self, item_id: str) -> str | None:
         """The nearest item before `item_id` that the client can see (None = the start)."""
-        try:
-            position = self.order.index(item_id)
-        except ValueError:
+        position = self._position_from_end(item_id)
+        if position is None:
             return None
-        for other in reversed(self.order[:position]):
+        for index in range(position - 1, -1, -1):
+            other = self.order[index]
             if not self.items[other].hidden:
                 return other
         return None

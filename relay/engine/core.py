@@ -43,7 +43,7 @@ from relay.engine.ledger import (
     Owner,
 )
 from relay.engine.peek import peek_type
-from relay.engine.sequencer import META_KIND, Sequencer, SentCreate
+from relay.engine.sequencer import META_KIND, Sequencer
 from relay.tools import (
     ArgumentsError,
     HandlerKind,
@@ -130,6 +130,7 @@ class Engine:
         self._handlers_active: set[str] = set()        # call ids whose handler runs
         self._pending_updates: dict[str, list[str]] = {}
         self._batches_done: set[str] = set()
+        self._unlinked_outputs: set[str] = set()     # injected outputs not yet answered by a response
         self.upstream_connected = True
         self.closed = False
         self.frames_in = {"upstream": 0, "client": 0}
@@ -174,6 +175,19 @@ class Engine:
     @property
     def calls(self) -> list[CallEntry]:
         return list(self.ledger)
+
+    @property
+    def id_prefix(self) -> str:
+        return self._id_prefix
+
+    def recording_header(self) -> dict[str, Any]:
+        """What a replay needs to rebuild this engine: recorded in the recording's header."""
+        return {
+            "id_prefix": self._id_prefix,
+            "hide_tool_events": self.config.hide_tool_events,
+            "declare_tools": self.config.declare_tools,
+            "unknown_tools": self.config.unknown_tools,
+        }
 
     # ==== plumbing ======================================================================
     def _run(self, now: float, source: str, fn: Callable[..., None], *args: Any) -> list[Action]:
@@ -467,23 +481,27 @@ class Engine:
         response.created_at = self._now
         response.metadata = data.get("metadata")
         response.out_of_band = "conversation_id" in data and data.get("conversation_id") is None
-        creator, ours, taken_over = self.sequencer.response_created(response.id, response.metadata, self._now)
+        creator, ours = self.sequencer.response_created(response.id, response.metadata, self._now)
         response.creator = creator
-        if ours is not None:
-            self._link_follow_up(ours.call_ids, response.id, ours if ours.purpose == "follow_up" else None)
-        for call_ids in taken_over:
-            self._link_follow_up(call_ids, response.id, None)
+        if ours is not None and ours.purpose == "follow_up":
+            for call_id in ours.call_ids:
+                entry = self.ledger.get(call_id)
+                if entry is not None:
+                    entry.follow_up_event_id = ours.event_id
+        if not response.out_of_band:
+            self._link_follow_ups(response.id)
         return _SAME
 
-    def _link_follow_up(self, call_ids: list[str], response_id: str, ours: SentCreate | None) -> None:
-        for call_id in call_ids:
+    def _link_follow_ups(self, response_id: str) -> None:
+        """The first in-conversation response that starts after a call's output landed is the
+        one in which the model answers it, whoever asked for it."""
+        confirmed = self.sequencer.confirmed_items
+        for call_id in list(self._unlinked_outputs):
             entry = self.ledger.get(call_id)
-            if entry is None:
-                continue
-            if ours is not None or entry.follow_up_response_id is None:
-                entry.follow_up_response_id = response_id
-                if ours is not None:
-                    entry.follow_up_event_id = ours.event_id
+            if entry is None or entry.output_item_id in confirmed:
+                self._unlinked_outputs.discard(call_id)
+                if entry is not None:
+                    entry.follow_up_response_id = response_id
 
     def _on_output_item(self, event: dict[str, Any]) -> Any:
         data = event.get("item")
@@ -913,6 +931,7 @@ class Engine:
         if entry.state is not CallState.ANSWERED:
             entry.state = CallState.ANSWERED
             entry.injected_at = self._now
+            self._unlinked_outputs.add(entry.call_id)
             self._out.append(Notice("tool_call", self._call_fields(entry)))
             for text in self._pending_updates.pop(entry.call_id, []):
                 self._send_update(entry, text)
@@ -937,11 +956,7 @@ class Engine:
         if not live or any(c.state is not CallState.ANSWERED for c in live):
             return
         self._batches_done.add(response.id)
-        client_calls = [
-            e for e in map(self.ledger.by_item, response.output_item_ids)
-            if e is not None and e.owner is Owner.CLIENT and e.state is not CallState.SKIPPED
-        ]
-        if client_calls:
+        if self._has_client_calls(response):
             return  # the client answers its calls and asks for the response itself
         speakers = [c for c in live if c.speak and c.scheduling != Scheduling.SILENT.value]
         if not speakers:
@@ -953,6 +968,11 @@ class Engine:
             confirm={c.output_item_id for c in live if c.output_item_id},
             now=self._now,
         )
+
+    def _has_client_calls(self, response: ResponseRecord | None) -> bool:
+        return response is not None and any(
+            e is not None and e.owner is Owner.CLIENT and e.state is not CallState.SKIPPED
+            for e in map(self.ledger.by_item, response.output_item_ids))
 
     # ---- streaming updates ----
     def _add_update(self, entry: CallEntry, text: str) -> None:
@@ -973,7 +993,10 @@ class Engine:
             "item": {"type": "message", "role": "system", "id": item_id,
                      "content": [{"type": "input_text", "text": text}]},
         })
-        if entry.speak and entry.scheduling != Scheduling.SILENT.value:
+        response = self.conversation.response(entry.response_id or "", create=False)
+        if response is None or response.id not in self._batches_done:
+            return  # the batch's own follow-up, still to come, covers what this update says
+        if entry.speak and entry.scheduling != Scheduling.SILENT.value and not self._has_client_calls(response):
             self.sequencer.request_follow_up(
                 [entry.call_id], interrupt=entry.scheduling == Scheduling.INTERRUPT.value,
                 messages=[], confirm={item_id}, now=self._now)

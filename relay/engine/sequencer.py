@@ -118,13 +118,10 @@ class Sequencer:
     def item_confirmed(self, item_id: str) -> None:
         self.confirmed_items.add(item_id)
 
-    def response_created(
-        self, response_id: str, metadata: Any, now: float
-    ) -> tuple[str, SentCreate | None, list[list[str]]]:
-        """Classify a new response and mark it active. Returns its creator, our create that made
-        it (or None), and the call-id groups whose follow-up this foreign response takes over."""
+    def response_created(self, response_id: str, metadata: Any, now: float) -> tuple[str, SentCreate | None]:
+        """Classify a new response and mark it active. Returns its creator and our create that
+        made it (or None). A foreign response takes over the follow-ups it answers."""
         ours: SentCreate | None = None
-        answered: list[list[str]] = []
         if isinstance(metadata, dict):
             event_id = metadata.get(META_EVENT)
             if event_id and self.inflight and self.inflight.event_id == event_id:
@@ -144,33 +141,23 @@ class Sequencer:
                 creator = "client"
             else:
                 creator = "server"
-            answered = self._taken_over_by_foreign_response()
+            self._taken_over_by_foreign_response()
         self.active[response_id] = creator
-        return creator, ours, answered
+        return creator, ours
 
-    def _taken_over_by_foreign_response(self) -> list[list[str]]:
+    def _taken_over_by_foreign_response(self) -> None:
         """A response someone else started after our outputs were in answers them."""
-        remaining: list[FollowUp] = []
-        answered: list[list[str]] = []
-        for follow_up in self.follow_ups:
-            if follow_up.delegated or follow_up.confirm_item_ids <= self.confirmed_items:
-                answered.append(follow_up.call_ids)
-            else:
-                remaining.append(follow_up)
-        self.follow_ups = remaining
+        confirmed = self.confirmed_items
+        self.follow_ups = [f for f in self.follow_ups
+                           if not (f.delegated or f.confirm_item_ids <= confirmed)]
         retry = self.retry
-        if retry is not None and retry.purpose == "follow_up":
-            if retry.confirm_item_ids <= self.confirmed_items:
-                answered.append(retry.call_ids)
-                self.retry = None
-                self.retry_waits_for_done = False
+        if retry is not None and retry.purpose == "follow_up" and retry.confirm_item_ids <= confirmed:
+            self.retry = None
+            self.retry_waits_for_done = False
         inflight = self.inflight
-        if inflight is not None and inflight.purpose == "follow_up" and not inflight.taken_over:
-            # our create is on its way and will be refused as "already active"
-            if inflight.confirm_item_ids <= self.confirmed_items:
-                inflight.taken_over = True
-                answered.append(inflight.call_ids)
-        return answered
+        if inflight is not None and inflight.purpose == "follow_up" and inflight.confirm_item_ids <= confirmed:
+            # our create is on its way and will be refused as "already active": never retry it
+            inflight.taken_over = True
 
     def response_done(self, response_id: str) -> SentCreate | None:
         self.active.pop(response_id, None)

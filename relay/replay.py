@@ -1,0 +1,566 @@
+"""Replay a recorded session against (possibly changed) tool handlers, offline.
+
+The upstream side of the recording is played to a fresh engine with the given tools; its
+handlers really run. **Causal gating**: an upstream event that, in the recording, came after the
+relay sent something is released only once the relay under test has sent its counterpart
+(matched by kind and call id, ids re-mapped), or it is clear that it never will (the engine is
+idle and nothing it waits for is running, or the gate timeout passed). Time is virtual by default
+(the recorded `t`, as fast as possible); `realtime=True` keeps the recorded pacing.
+
+What the relay under test sent is compared with what was recorded: outputs (text and status),
+streaming updates, follow-up and filler responses, cancels and tool declarations. Every
+difference is a divergence: `missing` (recorded, not sent now), `extra` (sent now, not recorded)
+or `changed` (both, different), with a readable diff. Forwarded client frames are the client's
+and are not compared. Plain event logs (server events only, like ../shared/recordings) replay
+without gating and report what the relay would have done.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import logging
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import anyio
+
+from relay.dialects import OPENAI, Dialect, DialectError, get_dialect
+from relay.engine import (
+    Action,
+    CancelHandler,
+    Engine,
+    EngineConfig,
+    Outcome,
+    SendUpstream,
+    StartHandler,
+)
+from relay.engine.core import CLIENT_PASSTHROUGH, UPSTREAM_PASSTHROUGH
+from relay.engine.sequencer import META_CALLS, META_KIND
+from relay.recording import Frame, Recording, read_recording
+from relay.runner import HandlerRunner
+from relay.tools import ToolRegistry, ToolSpec
+
+log = logging.getLogger("relay.replay")
+
+RELAY_SENT = "relay>upstream"
+UPSTREAM = "upstream>relay"
+CLIENT = "client>relay"
+DEFAULT_GATE_TIMEOUT = 10.0
+_AUDIO_TYPES = UPSTREAM_PASSTHROUGH | CLIENT_PASSTHROUGH
+
+
+@dataclass
+class Divergence:
+    kind: str                       # missing | extra | changed
+    what: str                       # e.g. "output call_x", "follow-up for call_x", "session.update"
+    recorded: dict[str, Any] | None
+    produced: dict[str, Any] | None
+    diff: str = ""
+
+    def describe(self) -> str:
+        head = f"{self.kind}: {self.what}"
+        return head + ("\n" + self.diff if self.diff else "")
+
+
+@dataclass
+class ReplayCall:
+    call_id: str
+    name: str
+    arguments: str
+    output: str | None
+    status: str | None
+    outcome: str | None
+    response_id: str | None
+    follow_up_response_id: str | None
+    recorded_output: str | None = None
+    skipped: str | None = None
+
+
+@dataclass
+class ReplayResult:
+    path: Path
+    kind: str
+    calls: list[ReplayCall]
+    sent: list[dict[str, Any]]               # every frame the relay under test sent upstream
+    divergences: list[Divergence]
+    timeline: list[str]
+    warnings: list[str]
+    anomalies: list[str]
+    engine: Engine = field(repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return not self.divergences
+
+    def verdict(self) -> str:
+        if self.kind == "event-log":
+            return "event log (no relay sends recorded): nothing to compare"
+        if self.ok:
+            return "no divergence: the relay under test sent what was recorded"
+        return f"{len(self.divergences)} divergence(s)"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path), "kind": self.kind, "ok": self.ok, "verdict": self.verdict(),
+            "calls": [vars(c) for c in self.calls], "sent": self.sent,
+            "divergences": [vars(d) for d in self.divergences], "warnings": self.warnings,
+            "anomalies": self.anomalies,
+        }
+
+
+# ---- matching what was sent ---------------------------------------------------------------------
+def send_key(event: dict[str, Any], id_prefix: str | None) -> tuple[str, ...] | None:
+    """What a relay-originated frame is, independent of the ids the relay chose; None for a
+    forwarded client frame (not compared)."""
+    event_type = event.get("type")
+    event_id = str(event.get("event_id") or "")
+    ours = id_prefix is not None and event_id.startswith(f"{id_prefix}_e")
+    if event_type == "conversation.item.create":
+        item = event.get("item") or {}
+        if ours and item.get("type") == "function_call_output":
+            return ("output", str(item.get("call_id")))
+        if ours and item.get("type") == "message":
+            return ("update",)
+        return None
+    if not ours:
+        return None
+    if event_type == "response.create":
+        metadata = (event.get("response") or {}).get("metadata") or {}
+        return ("response.create", str(metadata.get(META_KIND)), str(metadata.get(META_CALLS)))
+    return (str(event_type),)
+
+
+def describe_key(key: tuple[str, ...]) -> str:
+    if key[0] == "output":
+        return f"output of {key[1]}"
+    if key[0] == "update":
+        return "streaming update"
+    if key[0] == "response.create":
+        return f"{key[1].replace('_', '-')} response for {key[2] or 'no call'}"
+    return key[0]
+
+
+def comparable(event: dict[str, Any]) -> dict[str, Any]:
+    """The part of a relay frame that must match: ids the relay chose are left out."""
+    event_type = event.get("type")
+    if event_type == "conversation.item.create":
+        item = {k: v for k, v in (event.get("item") or {}).items() if k not in ("id", "created_at")}
+        return {"type": event_type, "item": item}
+    if event_type == "response.create":
+        response = dict(event.get("response") or {})
+        metadata = {k: v for k, v in (response.get("metadata") or {}).items() if k != "relay_event"}
+        response["metadata"] = metadata
+        return {"type": event_type, "response": response}
+    return {k: v for k, v in event.items() if k not in ("event_id", "response_id")}
+
+
+def diff_of(recorded: dict[str, Any], produced: dict[str, Any]) -> str:
+    def lines(event: dict[str, Any]) -> list[str]:
+        shown = comparable(event)
+        item = shown.get("item")
+        if isinstance(item, dict) and isinstance(item.get("output"), str):
+            # outputs are usually JSON text: show them structured so the diff points at the field
+            try:
+                item = {**item, "output": json.loads(item["output"])}
+            except ValueError:
+                pass
+            shown = {**shown, "item": item}
+        return json.dumps(shown, indent=2, sort_keys=True, ensure_ascii=False).splitlines()
+
+    return "\n".join(difflib.unified_diff(lines(recorded), lines(produced), "recorded", "replayed",
+                                          lineterm="", n=2))
+
+
+class _IdMap:
+    """Recorded relay ids -> the ids the relay under test chose for the same things."""
+
+    def __init__(self, id_prefix: str | None) -> None:
+        self.id_prefix = id_prefix
+        self.mapping: dict[str, str] = {}
+
+    def learn(self, recorded: dict[str, Any], produced: dict[str, Any]) -> None:
+        for path in (("event_id",), ("item", "id")):
+            old, new = _dig(recorded, path), _dig(produced, path)
+            if isinstance(old, str) and isinstance(new, str) and old != new:
+                self.mapping[old] = new
+
+    def rewrite(self, event: dict[str, Any]) -> dict[str, Any]:
+        if not self.mapping:
+            return event
+        return _replace_strings(event, self.mapping)
+
+
+def _dig(data: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        if not isinstance(data, dict):
+            return None
+        data = data.get(key)
+    return data
+
+
+def _replace_strings(value: Any, mapping: dict[str, str]) -> Any:
+    if isinstance(value, str):
+        return mapping.get(value, value)
+    if isinstance(value, dict):
+        return {k: _replace_strings(v, mapping) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_replace_strings(v, mapping) for v in value]
+    return value
+
+
+# ---- the replay --------------------------------------------------------------------------------
+class _Replayer:
+    def __init__(self, recording: Recording, registry: ToolRegistry, *, dialect: Dialect | None,
+                 realtime: bool, gate_timeout: float, progress: Callable[[int, int], None] | None) -> None:
+        header = recording.header or {}
+        self.recording = recording
+        self.relay_recording = recording.kind == "relay"
+        self.id_prefix: str | None = header.get("id_prefix") if self.relay_recording else None
+        mode = header.get("mode", "proxy") if self.relay_recording else "replay"
+        if mode not in ("proxy", "sidecar"):
+            mode = "replay"
+        config = EngineConfig(
+            mode=mode,
+            hide_tool_events=bool(header.get("hide_tool_events", True)),
+            declare_tools=bool(header.get("declare_tools", mode == "proxy")),
+            unknown_tools=header.get("unknown_tools", "client"),
+        )
+        self.engine = Engine(registry, dialect=dialect or _header_dialect(header), config=config,
+                             session_id=str(header.get("session_id", recording.path.stem)),
+                             id_prefix=self.id_prefix or "replay")
+        self.base_time = _epoch(header.get("started_at"))
+        self.now = self.base_time
+        self.realtime = realtime
+        self.gate_timeout = gate_timeout
+        self.progress = progress
+        self.ids = _IdMap(self.id_prefix)
+        self.produced: list[dict[str, Any]] = []          # every SendUpstream, in order
+        self.unmatched: list[tuple[tuple[str, ...], dict[str, Any]]] = []
+        self.divergences: list[Divergence] = []
+        self.timeline: list[str] = []
+        self.recorded_outputs: dict[str, str] = {}
+        self._progress = anyio.Event()
+        self._runner: HandlerRunner | None = None
+
+    # -- engine plumbing --
+    def _apply(self, actions: list[Action]) -> None:
+        for action in actions:
+            if isinstance(action, SendUpstream):
+                event = json.loads(action.frame)
+                self.produced.append(event)
+                key = send_key(event, self.engine.id_prefix)
+                if key is not None:
+                    self.unmatched.append((key, event))
+                    self._note_send(event, key)
+                self._progress.set()
+            elif isinstance(action, StartHandler):
+                self.timeline.append(f"{self._t():9.3f}  run   {action.tool.name}({_args(action)}) "
+                                     f"call_id={action.call_id}")
+                assert self._runner is not None
+                self._runner.start(action)
+            elif isinstance(action, CancelHandler):
+                if self._runner is not None:
+                    self._runner.cancel(action.call_id)
+                self.timeline.append(f"{self._t():9.3f}  cancel {action.call_id}: {action.reason}")
+
+    def _note_send(self, event: dict[str, Any], key: tuple[str, ...]) -> None:
+        if key[0] == "output":
+            item = event["item"]
+            self.timeline.append(f"{self._t():9.3f}  send  output {item['call_id']} "
+                                 f"[{item.get('status')}] {_clip(item.get('output', ''))}")
+        else:
+            self.timeline.append(f"{self._t():9.3f}  send  {describe_key(key)}")
+
+    def _finished(self, call_id: str, outcome: Outcome) -> None:
+        self._apply(self.engine.handler_finished(call_id, outcome, self.now))
+        self._progress.set()
+
+    def _yielded(self, call_id: str, value: Any) -> None:
+        self._apply(self.engine.handler_yielded(call_id, value, self.now))
+
+    def _t(self) -> float:
+        return self.now - self.base_time
+
+    def _advance_to(self, moment: float) -> None:
+        """Move virtual time forward, firing the engine's timers on their way."""
+        while True:
+            deadline = self.engine.next_deadline()
+            if deadline is None or deadline > moment:
+                break
+            self.now = max(self.now, deadline)
+            self._apply(self.engine.tick(self.now))
+        self.now = max(self.now, moment)
+
+    # -- gating --
+    def _take(self, key: tuple[str, ...]) -> dict[str, Any] | None:
+        for index, (candidate, event) in enumerate(self.unmatched):
+            if candidate == key:
+                del self.unmatched[index]
+                return event
+        return None
+
+    async def _gate(self, recorded: dict[str, Any]) -> None:
+        key = send_key(recorded, self.id_prefix)
+        if key is None:
+            return
+        if key[0] == "output":
+            self.recorded_outputs[key[1]] = str((recorded.get("item") or {}).get("output"))
+        produced = self._take(key)
+        deadline = time.monotonic() + self.gate_timeout
+        while produced is None:
+            waiting_on_handlers = self._runner is not None and self._runner.running > 0
+            if not waiting_on_handlers:
+                # nothing running: only a timer could still make the relay send it
+                deadline_virtual = self.engine.next_deadline()
+                if deadline_virtual is None:
+                    break
+                self._advance_to(deadline_virtual)
+                produced = self._take(key)
+                continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            self._progress = anyio.Event()
+            with anyio.move_on_after(remaining):
+                await self._progress.wait()
+            produced = self._take(key)
+        if produced is None:
+            self.divergences.append(Divergence("missing", describe_key(key), recorded, None))
+            self.timeline.append(f"{self._t():9.3f}  MISSING {describe_key(key)}")
+            return
+        self.ids.learn(recorded, produced)
+        if comparable(recorded) != comparable(produced):
+            self.divergences.append(Divergence("changed", describe_key(key), recorded, produced,
+                                               diff_of(recorded, produced)))
+            self.timeline.append(f"{self._t():9.3f}  CHANGED {describe_key(key)}")
+
+    # -- the run --
+    async def run(self) -> None:
+        frames = self.recording.frames
+        start_wall = time.monotonic()
+        async with anyio.create_task_group() as task_group:
+            self._runner = HandlerRunner(task_group, on_finished=self._finished, on_yield=self._yielded)
+            for index, frame in enumerate(frames):
+                if self.realtime:
+                    delay = frame.t - (time.monotonic() - start_wall)
+                    if delay > 0:
+                        await anyio.sleep(delay)
+                self._advance_to(self.base_time + frame.t)
+                await self._play(frame)
+                if self.progress is not None:
+                    self.progress(index + 1, len(frames))
+            await self._drain()
+            self._apply(self.engine.close(self.now, "replay finished"))
+            task_group.cancel_scope.cancel()
+        for key, event in self.unmatched:
+            self.divergences.append(Divergence("extra", describe_key(key), None, event))
+
+    async def _play(self, frame: Frame) -> None:
+        if frame.direction == RELAY_SENT:
+            if self.relay_recording and frame.event is not None:
+                await self._gate(frame.event)
+            return
+        if frame.event is not None and frame.event.get("type") in _AUDIO_TYPES:
+            return  # the engine only forwards audio, and replay has nobody to forward it to
+        text = _frame_text(frame)
+        if text is None:
+            return
+        if frame.direction == UPSTREAM:
+            if frame.event is not None and self.ids.mapping:
+                text = json.dumps(self.ids.rewrite(frame.event), ensure_ascii=False)
+            self._apply(self.engine.receive_upstream(text, self.now))
+            self._log_upstream(frame)
+        elif frame.direction == CLIENT and self.engine.config.has_client:
+            self._apply(self.engine.receive_client(text, self.now))
+
+    def _log_upstream(self, frame: Frame) -> None:
+        event = frame.event or {}
+        kind = event.get("type")
+        if kind == "response.done":
+            response = event.get("response") or {}
+            self.timeline.append(f"{self._t():9.3f}  recv  response.done {response.get('id')} "
+                                 f"{response.get('status')}")
+        elif kind == "response.output_item.done" and (event.get("item") or {}).get("type") == "function_call":
+            item = event["item"]
+            self.timeline.append(f"{self._t():9.3f}  recv  call {item.get('name')}({_clip(item.get('arguments', ''))}) "
+                                 f"call_id={item.get('call_id')}")
+
+    async def _drain(self) -> None:
+        """After the last frame: let running handlers finish (bounded) and timers fire."""
+        deadline = time.monotonic() + self.gate_timeout
+        while self._runner is not None and self._runner.running and time.monotonic() < deadline:
+            self._progress = anyio.Event()
+            with anyio.move_on_after(max(0.0, deadline - time.monotonic())):
+                await self._progress.wait()
+            if not self._runner.running:
+                break
+        for _ in range(100):
+            deadline_virtual = self.engine.next_deadline()
+            if deadline_virtual is None:
+                break
+            self._advance_to(deadline_virtual)
+
+    def result(self) -> ReplayResult:
+        calls = []
+        for entry in self.engine.ledger:
+            if not entry.relay_owned:
+                continue
+            calls.append(ReplayCall(
+                call_id=entry.call_id, name=entry.name, arguments=entry.arguments, output=entry.output,
+                status=entry.output_status, outcome=entry.outcome, response_id=entry.response_id,
+                follow_up_response_id=entry.follow_up_response_id,
+                recorded_output=self.recorded_outputs.get(entry.call_id), skipped=entry.skip_reason))
+        return ReplayResult(
+            path=self.recording.path, kind=self.recording.kind, calls=calls, sent=self.produced,
+            divergences=self.divergences, timeline=self.timeline, warnings=list(self.recording.warnings),
+            anomalies=[a.message for a in self.engine.anomalies], engine=self.engine)
+
+
+def _frame_text(frame: Frame) -> str | None:
+    if frame.event is not None:
+        return json.dumps(frame.event, ensure_ascii=False)
+    if frame.raw is not None:
+        return frame.raw
+    return None
+
+
+def _header_dialect(header: dict[str, Any]) -> Dialect:
+    name = str(header.get("dialect") or "openai")
+    try:
+        return get_dialect(name)
+    except DialectError:
+        return OPENAI
+
+
+def _epoch(started_at: Any) -> float:
+    from datetime import datetime
+
+    if isinstance(started_at, str):
+        try:
+            return datetime.fromisoformat(started_at.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            pass
+    return 1_700_000_000.0
+
+
+def _args(action: StartHandler) -> str:
+    return _clip(", ".join(f"{k}={v!r}" for k, v in action.arguments.items()), 60)
+
+
+def _clip(text: Any, width: int = 70) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _registry(tools: ToolRegistry | Iterable[ToolSpec | Callable[..., Any] | str]) -> ToolRegistry:
+    if isinstance(tools, ToolRegistry):
+        return tools
+    registry = ToolRegistry()
+    for tool_or_spec in tools:
+        if isinstance(tool_or_spec, str):
+            for spec in ToolRegistry.load([tool_or_spec]):
+                registry.add(spec)
+        else:
+            registry.add(tool_or_spec)
+    return registry
+
+
+async def replay_async(
+    path: str | Path | Recording,
+    tools: ToolRegistry | Iterable[ToolSpec | Callable[..., Any] | str] = (),
+    *,
+    dialect: str | Dialect | None = None,
+    realtime: bool = False,
+    gate_timeout: float = DEFAULT_GATE_TIMEOUT,
+    progress: Callable[[int, int], None] | None = None,
+) -> ReplayResult:
+    recording = path if isinstance(path, Recording) else read_recording(path)
+    chosen = get_dialect(dialect) if isinstance(dialect, str) else dialect
+    replayer = _Replayer(recording, _registry(tools), dialect=chosen, realtime=realtime,
+                         gate_timeout=gate_timeout, progress=progress)
+    await replayer.run()
+    return replayer.result()
+
+
+def replay(path: str | Path | Recording, tools: Any = (), **options: Any) -> ReplayResult:
+    """Replay a recording against `tools` (decorated functions, specs, or `--tools` SPEC strings)
+    and return the calls, what was sent and the divergences. For users' own tests."""
+    return anyio.run(lambda: replay_async(path, tools, **options))
+
+
+# ---- CLI -----------------------------------------------------------------------------------------
+def configure(parser: Any) -> None:
+    from relay.dialects import DIALECT_CHOICES
+
+    parser.add_argument("recording", help="a relay recording (.jsonl) or a plain event log")
+    parser.add_argument("--tools", action="append", default=[], metavar="SPEC",
+                        help="a .py file or module with @tool functions (repeatable)")
+    parser.add_argument("--dialect", choices=DIALECT_CHOICES, help="override the recording's dialect")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--realtime", action="store_true", help="keep the recorded pacing")
+    parser.add_argument("--gate-timeout", type=float, default=DEFAULT_GATE_TIMEOUT,
+                        help="seconds to wait for a handler before calling a recorded send missing")
+
+
+def run(args: Any) -> int:
+    sys.path.insert(0, str(Path.cwd()))
+    recording = read_recording(args.recording)
+    progress = _ProgressBar(len(recording.frames)) if len(recording.frames) > 2000 and sys.stderr.isatty() else None
+    result = replay(recording, args.tools, dialect=args.dialect, realtime=args.realtime,
+                    gate_timeout=args.gate_timeout, progress=progress)
+    if progress is not None:
+        progress.close()
+    for warning in result.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2, ensure_ascii=False))
+    else:
+        print(render_report(result))
+    return 0 if result.ok else 1
+
+
+def render_report(result: ReplayResult) -> str:
+    lines = [f"replay of {result.path.name} ({result.kind}, {len(result.engine.ledger)} calls seen)", "",
+             "timeline:"]
+    lines += ["  " + line for line in result.timeline] or ["  (the relay did nothing)"]
+    lines += ["", "calls the relay ran:"]
+    if not result.calls:
+        lines.append("  none: no call in this session belongs to the given tools")
+    for call in result.calls:
+        if call.skipped:
+            lines.append(f"  {call.name} {call.call_id}: not executed ({call.skipped})")
+            continue
+        lines.append(f"  {call.name} {call.call_id}: {call.outcome} [{call.status}] -> {_clip(call.output or '')}")
+        if call.follow_up_response_id:
+            lines.append(f"      follow-up response: {call.follow_up_response_id}")
+    others = [e for e in result.engine.ledger if not e.relay_owned]
+    if others:
+        lines += ["", "calls left to the client (no tool of that name given):"]
+        lines += [f"  {e.name} {e.call_id}" for e in others]
+    if result.divergences:
+        lines += ["", "divergences:"]
+        for divergence in result.divergences:
+            lines += ["  " + line for line in divergence.describe().splitlines()]
+    lines += ["", f"verdict: {result.verdict()}"]
+    return "\n".join(lines)
+
+
+class _ProgressBar:
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.shown = -1
+
+    def __call__(self, done: int, total: int) -> None:
+        percent = done * 100 // max(total, 1)
+        if percent != self.shown:
+            self.shown = percent
+            filled = percent // 4
+            sys.stderr.write(f"\r[{'#' * filled}{'.' * (25 - filled)}] {percent:3d}% {done}/{total} frames")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        sys.stderr.write("\n")

@@ -1,0 +1,281 @@
+"""The ledger invariant under random interleavings of upstream events, frames in flight and
+handler completions: every ready relay-owned call gets exactly one output, the relay never sends
+`response.create` while it knows a response is active, client-owned calls are never answered by
+the relay, and no batch is left without the follow-up it needs."""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from relay.engine import (
+    CallState,
+    CancelHandler,
+    Engine,
+    EngineConfig,
+    Outcome,
+    Owner,
+    SendClient,
+    SendUpstream,
+    StartHandler,
+)
+from relay.tools import tool
+from tests.fakeserver import Call, FakeServer
+
+
+@tool
+def lookup(key: str) -> str:
+    return f"value of {key}"
+
+
+@tool(timeout=5)
+def slow_lookup(key: str) -> str:
+    return f"slow value of {key}"
+
+
+@tool(scheduling="silent")
+def log_event(name: str) -> str:
+    return "logged"
+
+
+@tool(scheduling="interrupt")
+def urgent(reason: str) -> str:
+    return "urgent"
+
+
+@tool(interruption="cancel")
+def cancellable(key: str) -> str:
+    return "cancellable"
+
+
+@tool(interruption="finish_and_speak", on_start="One moment.", on_delay=(1500, "Still working on it."))
+def chatty(key: str) -> str:
+    return "chatty"
+
+
+@tool
+async def stream_prices(symbol: str):
+    yield {"symbol": symbol, "price": 1}
+    yield {"symbol": symbol, "price": 2}
+
+
+TOOLS = [lookup, slow_lookup, log_event, urgent, cancellable, chatty, stream_prices]
+CALLS = [
+    Call("lookup", '{"key":"a"}'), Call("slow_lookup", '{"key":"b"}'), Call("log_event", '{"name":"x"}'),
+    Call("urgent", '{"reason":"r"}'), Call("cancellable", '{"key":"c"}'), Call("chatty", '{"key":"d"}'),
+    Call("stream_prices", '{"symbol":"ACME"}'), Call("lookup", "{broken"), Call("client_tool", '{"q":1}'),
+]
+
+
+class Simulation:
+    """Engine and fake server with frames in flight both ways, driven step by step."""
+
+    def __init__(self, mode: str) -> None:
+        self.engine = Engine(TOOLS, config=EngineConfig(mode=mode, strict=True), session_id="sim", id_prefix="s")
+        self.server = FakeServer()
+        self.now = 100.0
+        self.to_server: deque[str] = deque()
+        self.to_engine: deque[str] = deque()
+        self.running: dict[str, StartHandler] = {}
+        self.yields: dict[str, int] = {}
+        self.started: list[str] = []
+        self.cancelled: set[str] = set()
+        self.engine_outputs: list[str] = []
+        self.known_active: set[str] = set()   # responses created and not done, as delivered
+        self.violations: list[str] = []
+        self.mode = mode
+        self._queue_events(self.server.connect())
+
+    def _queue_events(self, events: list[dict[str, Any]]) -> None:
+        self.to_engine.extend(json.dumps(e) for e in events)
+
+    def _act(self, actions: list[Any]) -> None:
+        for action in actions:
+            if isinstance(action, SendUpstream):
+                event = json.loads(action.frame)
+                ours = str(event.get("event_id", "")).startswith("s_")
+                if event["type"] == "response.create" and ours and self.known_active:
+                    self.violations.append(f"create while {self.known_active} active")
+                item = event.get("item") or {}
+                if item.get("type") == "function_call_output" and str(item.get("id", "")).startswith("s_"):
+                    self.engine_outputs.append(item["call_id"])  # the relay's own, not a forwarded client frame
+                self.to_server.append(action.frame)
+            elif isinstance(action, StartHandler):
+                self.running[action.call_id] = action
+                self.started.append(action.call_id)
+            elif isinstance(action, CancelHandler):
+                self.running.pop(action.call_id, None)
+                self.cancelled.add(action.call_id)
+            elif isinstance(action, SendClient):
+                pass
+
+    # ---- steps ----------------------------------------------------------------------------
+    def deliver_to_engine(self) -> None:
+        if self.to_engine:
+            frame = self.to_engine.popleft()
+            event = json.loads(frame)
+            if event["type"] == "response.created":
+                self.known_active.add(event["response"]["id"])
+            elif event["type"] == "response.done":
+                self.known_active.discard(event["response"]["id"])
+            self._act(self.engine.receive_upstream(frame, self.now))
+
+    def deliver_to_server(self) -> None:
+        if self.to_server:
+            self._queue_events(self.server.receive(self.to_server.popleft()))
+
+    def model_response(self, picks: list[int], finish: bool, unfinished: bool) -> None:
+        if self.server.active is None:
+            outputs: list[Any] = ["Let me check."] if len(picks) % 2 or not picks else []
+            outputs += [CALLS[p] for p in picks]
+            self._queue_events(self.server.start_response(
+                outputs, finish=finish and not unfinished, last_unfinished=unfinished))
+
+    def finish_active(self) -> None:
+        self._queue_events(self.server.finish_response())
+
+    def barge_in(self) -> None:
+        self._queue_events(self.server.barge_in())
+
+    def handler_step(self, pick: int, fail: bool) -> None:
+        if not self.running:
+            return
+        call_id = sorted(self.running)[pick % len(self.running)]
+        start = self.running[call_id]
+        if start.tool.name == "stream_prices" and self.yields.get(call_id, 0) < 2 and not fail:
+            self.yields[call_id] = self.yields.get(call_id, 0) + 1
+            self._act(self.engine.handler_yielded(call_id, {"n": self.yields[call_id]}, self.now))
+            return
+        del self.running[call_id]
+        if start.tool.name == "stream_prices" and not fail:
+            outcome = Outcome.ended()
+        else:
+            outcome = Outcome.raised(RuntimeError("boom")) if fail else Outcome.returned(start.tool.handler(**start.arguments))
+        self._act(self.engine.handler_finished(call_id, outcome, self.now))
+
+    def client_answers(self) -> None:
+        for entry in self.engine.ledger:
+            if entry.owner is Owner.CLIENT and entry.state is CallState.COMPLETE and entry.output is None:
+                frame = json.dumps({"type": "conversation.item.create",
+                                    "item": {"type": "function_call_output", "call_id": entry.call_id,
+                                             "output": "client says ok"}})
+                entry.output = "sent"   # once
+                if self.mode == "proxy":
+                    self._act(self.engine.receive_client(frame, self.now))
+                else:
+                    self.to_server.append(frame)  # a second writer on the same session
+
+    def client_create(self) -> None:
+        """The client (proxy) or the other writer (sidecar) asks for a response."""
+        frame = json.dumps({"type": "response.create", "event_id": f"client_{len(self.to_server)}"})
+        if self.mode == "proxy":
+            self._act(self.engine.receive_client(frame, self.now))
+        else:
+            self.to_server.append(frame)
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+        self._act(self.engine.tick(self.now))
+
+    def settle(self) -> None:
+        """Let everything finish: handlers, frames, timers, responses."""
+        for _ in range(400):
+            moved = bool(self.to_engine or self.to_server or self.running or self.server.active)
+            while self.to_engine or self.to_server:
+                self.deliver_to_engine()
+                self.deliver_to_server()
+            if self.running:
+                self.handler_step(0, False)
+                continue
+            if self.server.active:
+                self.finish_active()
+                continue
+            self.advance(3.0)
+            if not moved and not self.to_server and not self.to_engine:
+                break
+
+
+STEPS = st.one_of(
+    st.tuples(st.just("engine"), st.integers(1, 6)),
+    st.tuples(st.just("server"), st.integers(1, 3)),
+    st.tuples(st.just("respond"), st.lists(st.integers(0, len(CALLS) - 1), min_size=0, max_size=4),
+              st.booleans(), st.booleans()),
+    st.tuples(st.just("finish")),
+    st.tuples(st.just("barge_in")),
+    st.tuples(st.just("handler"), st.integers(0, 5), st.booleans()),
+    st.tuples(st.just("client")),
+    st.tuples(st.just("client_create")),
+    st.tuples(st.just("tick"), st.sampled_from([0.1, 0.5, 1.0, 2.0, 6.0])),
+)
+
+
+def run(mode: str, steps: list[tuple]) -> Simulation:
+    sim = Simulation(mode)
+    for step in steps:
+        kind = step[0]
+        if kind == "engine":
+            for _ in range(step[1]):
+                sim.deliver_to_engine()
+        elif kind == "server":
+            for _ in range(step[1]):
+                sim.deliver_to_server()
+        elif kind == "respond":
+            sim.model_response(step[1], step[2], step[3])
+        elif kind == "finish":
+            sim.finish_active()
+        elif kind == "barge_in":
+            sim.barge_in()
+        elif kind == "handler":
+            sim.handler_step(step[1], step[2])
+        elif kind == "client":
+            sim.client_answers()
+        elif kind == "client_create":
+            sim.client_create()
+        else:
+            sim.advance(step[1])
+    sim.settle()
+    return sim
+
+
+def check(sim: Simulation) -> None:
+    assert not sim.violations, sim.violations
+    engine = sim.engine
+    assert not engine.anomalies or all(
+        not a.message.startswith("internal error") for a in engine.anomalies), engine.anomalies
+    relay_outputs = [i for i in sim.server.items if i["type"] == "function_call_output" and i["id"].startswith("s_")]
+    for entry in engine.ledger:
+        sent = sim.engine_outputs.count(entry.call_id)
+        landed = [i for i in relay_outputs if i["call_id"] == entry.call_id]
+        if entry.owner is Owner.CLIENT:
+            assert sent == 0, f"relay answered client call {entry.call_id}"
+            continue
+        if entry.state is CallState.SKIPPED:
+            assert sent == 0 and entry.call_id not in sim.started
+            continue
+        assert entry.ready_at is not None, entry
+        assert entry.state is CallState.ANSWERED, (entry.call_id, entry.state)
+        assert sent == 1 and len(landed) == 1, (entry.call_id, sent, landed)
+        response = engine.conversation.responses[entry.response_id]
+        client_calls = [e for e in engine.ledger if e.response_id == entry.response_id and e.owner is Owner.CLIENT
+                        and e.state is not CallState.SKIPPED]
+        if client_calls:
+            assert entry.follow_up_event_id is None, "the client asks for the response when it has calls too"
+        if entry.speak and entry.scheduling != "silent" and not client_calls and response.status != "unknown":
+            assert entry.follow_up_response_id is not None, f"no follow-up for {entry.call_id}: silence"
+    assert sim.server.active is None
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(STEPS, max_size=40))
+def test_proxy_invariants_hold_under_random_interleavings(steps) -> None:
+    check(run("proxy", steps))
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(STEPS, max_size=40))
+def test_sidecar_invariants_hold_under_random_interleavings(steps) -> None:
+    check(run("sidecar", steps))

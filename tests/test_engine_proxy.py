@@ -1,0 +1,184 @@
+"""Proxy-mode rules in the engine: tool declaration and merging, hiding the relay's calls from the
+client, holding the client's response.create, and refusing what a client may not do."""
+
+from __future__ import annotations
+
+import json
+
+from relay.engine import EngineConfig
+from relay.tools import tool
+from tests.fakeserver import Call
+from tests.harness import Harness
+
+
+@tool
+def get_weather(city: str) -> str:
+    """Weather for a city."""
+    return f"sunny in {city}"
+
+
+CLIENT_TOOL = {"type": "function", "name": "open_door", "description": "Open a door",
+               "parameters": {"type": "object", "properties": {"door": {"type": "string"}}}}
+
+
+def proxy(**config) -> Harness:
+    return Harness([get_weather], config=EngineConfig(mode="proxy", strict=True, **config))
+
+
+def tool_names(tools) -> list[str]:
+    return [t["name"] for t in tools]
+
+
+def test_relay_declares_its_tools_after_session_created_when_the_client_says_nothing() -> None:
+    h = proxy()
+    h.connect()
+    [update] = h.sent_of("session.update")
+    assert tool_names(update["session"]["tools"]) == ["get_weather"]
+    assert update["session"]["type"] == "realtime"
+    # the client sees session.created and session.updated without the relay's tool
+    sessions = [e for e in h.to_client if e["type"].startswith("session.")]
+    assert [e["type"] for e in sessions] == ["session.created", "session.updated"]
+    assert all(tool_names(e["session"]["tools"]) == [] for e in sessions)
+
+
+def test_client_tools_are_merged_with_relay_tools_in_every_session_update() -> None:
+    h = proxy()
+    h.client({"type": "session.update", "session": {"type": "realtime", "instructions": "hi", "tools": [CLIENT_TOOL]}})
+    h.connect()
+    [update] = h.sent_of("session.update")  # no second update of the relay's own
+    assert tool_names(update["session"]["tools"]) == ["open_door", "get_weather"]
+    assert update["session"]["instructions"] == "hi"
+    h.client({"type": "session.update", "session": {"type": "realtime", "instructions": "bye"}})
+    assert "tools" not in h.sent_of("session.update")[-1]["session"]  # absent tools stay as they were
+    h.client({"type": "session.update", "session": {"type": "realtime", "tools": []}})
+    assert tool_names(h.sent_of("session.update")[-1]["session"]["tools"]) == ["get_weather"]
+    updated = [e for e in h.to_client if e["type"] == "session.updated"]
+    assert tool_names(updated[0]["session"]["tools"]) == ["open_door"]
+    assert tool_names(updated[-1]["session"]["tools"]) == []
+
+
+def test_a_client_cannot_redefine_a_relay_tool() -> None:
+    h = proxy()
+    h.connect()
+    sent_before = len(h.sent)
+    h.client({"type": "session.update", "event_id": "c1",
+              "session": {"tools": [CLIENT_TOOL, {**CLIENT_TOOL, "name": "get_weather"}]}})
+    h.client({"type": "response.create", "event_id": "c2",
+              "response": {"tools": [{**CLIENT_TOOL, "name": "get_weather"}]}})
+    assert len(h.sent) == sent_before  # nothing forwarded
+    errors = [e["error"] for e in h.to_client if e["type"] == "error"]
+    assert [e["code"] for e in errors] == ["relay_tool_redefined", "relay_tool_redefined"]
+    assert [e["event_id"] for e in errors] == ["c1", "c2"]
+    assert "'get_weather'" in errors[0]["message"]
+
+
+def test_response_create_with_tools_keeps_the_relay_tools() -> None:
+    h = proxy()
+    h.connect()
+    h.client({"type": "response.create", "response": {"tools": [CLIENT_TOOL], "instructions": "x"}})
+    assert tool_names(h.creates[-1]["response"]["tools"]) == ["open_door", "get_weather"]
+
+
+def test_the_client_never_sees_relay_calls_and_its_item_chain_stays_consistent() -> None:
+    h = proxy()
+    h.connect()
+    h.upstream(h.server.user_turn("weather?"))
+    h.respond(["Let me check.", Call("get_weather", '{"city":"Paris"}')])
+    h.run_all()
+    seen_types = [e["type"] for e in h.to_client]
+    assert "response.function_call_arguments.delta" not in seen_types
+    relay_ids = {i["id"] for i in h.server.items if i["type"].startswith("function_call")}
+    for event in h.to_client:
+        item = event.get("item") or {}
+        assert item.get("id") not in relay_ids
+        if event["type"] == "response.done":
+            assert all(o["id"] not in relay_ids for o in event["response"]["output"])
+    # the chain of conversation.item.added the client saw links item to item without gaps
+    chain = [e for e in h.to_client if e["type"] == "conversation.item.added"]
+    seen: list[str] = []
+    for event in chain:
+        assert event["previous_item_id"] == (seen[-1] if seen else None)
+        seen.append(event["item"]["id"])
+    # the follow-up answer reached the client, linked after the client's last visible item
+    assert h.engine.conversation.items[seen[-1]].origin == "model"
+    assert len(seen) == 3  # user, "Let me check.", the follow-up answer
+
+
+def test_exposed_tool_events_are_forwarded() -> None:
+    h = proxy(hide_tool_events=False)
+    h.connect()
+    h.respond([Call("get_weather", '{"city":"Paris"}')])
+    h.run_all()
+    assert any(e["type"] == "response.function_call_arguments.delta" for e in h.to_client)
+    assert any(e.get("item", {}).get("type") == "function_call_output" for e in h.to_client)
+    assert tool_names(h.to_client[0]["session"]["tools"]) == []  # created before our update
+    assert tool_names([e for e in h.to_client if e["type"] == "session.updated"][0]["session"]["tools"]) == ["get_weather"]
+
+
+def test_client_response_create_is_held_until_relay_outputs_are_in() -> None:
+    h = proxy()
+    h.connect()
+    h.respond([Call("get_weather", '{"city":"Paris"}'), Call("open_door", '{"door":"front"}')])
+    relay_call, client_call = h.engine.ledger
+    # the client answers its own call and asks for a response while ours still runs
+    h.client({"type": "conversation.item.create", "item": {"type": "function_call_output",
+                                                           "call_id": client_call.call_id, "output": "opened"}})
+    h.client({"type": "response.create", "event_id": "client_create"})
+    assert h.creates == []  # held
+    h.run_all()
+    assert [c["event_id"] for c in h.creates] == ["client_create"]  # released after our output
+    types = [(e["type"], e.get("item", {}).get("call_id")) for e in h.sent]
+    assert types.index(("conversation.item.create", relay_call.call_id)) < types.index(("response.create", None))
+    assert not h.server.errors
+    # the client's response answered both calls: the relay sends no follow-up of its own
+    assert relay_call.follow_up_response_id is not None
+    assert len(h.creates) == 1
+
+
+def test_client_output_for_a_relay_call_is_refused() -> None:
+    h = proxy()
+    h.connect()
+    h.respond([Call("get_weather", '{"city":"Paris"}')])
+    [entry] = h.engine.ledger
+    before = len(h.sent)
+    h.client({"type": "conversation.item.create", "event_id": "evil",
+              "item": {"type": "function_call_output", "call_id": entry.call_id, "output": "hacked"}})
+    assert len(h.sent) == before
+    error = [e for e in h.to_client if e["type"] == "error"][-1]["error"]
+    assert error["code"] == "relay_owned_call" and error["event_id"] == "evil"
+    h.run_all()
+    assert h.output_for(entry.call_id)["output"] == "sunny in Paris"
+
+
+def test_a_client_made_function_call_naming_a_relay_tool_never_executes() -> None:
+    h = proxy()
+    h.connect()
+    h.client({"type": "conversation.item.create", "item": {
+        "type": "function_call", "call_id": "call_forged", "name": "get_weather", "arguments": '{"city":"X"}'}})
+    h.client({"type": "response.create"})
+    assert not h.started
+    [entry] = h.engine.ledger
+    assert entry.call_id == "call_forged" and entry.owner.value == "client"
+
+
+def test_audio_frames_pass_through_as_the_same_text() -> None:
+    h = proxy()
+    e = h.engine
+    frame = '{"type":"input_audio_buffer.append","audio":"' + "QUJD" * 300 + '"}'
+    [action] = e.receive_client(frame, 1.0)
+    assert action.frame is frame
+    upstream_audio = '{"type":"response.output_audio.delta","event_id":"e","delta":"' + "QUJD" * 300 + '"}'
+    [action] = e.receive_upstream(upstream_audio, 1.0)
+    assert action.frame is upstream_audio
+
+
+def test_errors_aimed_at_the_client_are_forwarded_and_ours_are_not() -> None:
+    h = proxy()
+    h.connect()
+    h.upstream({"type": "error", "event_id": "e1", "error": {"type": "invalid_request_error", "code": "x",
+                                                            "message": "yours", "param": None, "event_id": "c9"}})
+    assert h.to_client[-1]["error"]["message"] == "yours"
+    h.upstream({"type": "error", "event_id": "e2", "error": {"type": "invalid_request_error", "code": "x",
+                                                            "message": "relay-internal", "param": None, "event_id": "t_e1"}})
+    assert h.to_client[-1]["error"]["message"] == "yours"
+    assert json.dumps(h.to_client).count("relay-internal") == 0

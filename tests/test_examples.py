@@ -1,0 +1,75 @@
+"""The examples run: voice_tools.py (every voice-aware feature) and tools.py (the demo's tools)
+behind the real async edge, against the fake server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import anyio
+
+from relay.engine import Engine, EngineConfig
+from relay.session import SessionLoop
+from relay.tools import ToolRegistry
+from tests.fakeserver import Call, FakeServer, FakeServerPeer
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def outputs(peer: FakeServerPeer) -> dict[str, str]:
+    return {f["item"]["call_id"]: f["item"]["output"] for f in peer.frames
+            if f["type"] == "conversation.item.create" and f["item"]["type"] == "function_call_output"}
+
+
+async def run_calls(tools_file: str, calls: list[Call], *, expect_outputs: int):
+    server = FakeServer()
+    peer = FakeServerPeer(server)
+    registry = ToolRegistry.load([str(EXAMPLES / tools_file)])
+    engine = Engine(registry, config=EngineConfig(mode="sidecar", declare_tools=False))
+    loop = SessionLoop(engine, upstream=peer)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(loop.run)
+        peer.emit(server.connect() + server.user_turn("hello") + server.start_response(calls))
+        await peer.wait_until(lambda p: len(outputs(p)) >= expect_outputs
+                              and not engine.ledger.unanswered() and server.active is None)
+        peer.hang_up()
+    return engine, peer, server
+
+
+async def test_voice_tools_example_uses_every_feature() -> None:
+    calls = [Call("update_address", '{"street":"1 Main St","city":"Lyon"}'),
+             Call("check_refund", '{"order_id":"A1005"}'),
+             Call("log_sentiment", '{"score":0.8}'),
+             Call("search_catalog", '{"query":"kettle"}'),
+             Call("track_parcel", '{"tracking_number":"ZX9"}'),
+             Call("fraud_alert", '{"account":"77"}')]
+    engine, peer, server = await run_calls("voice_tools.py", calls, expect_outputs=6)
+    by_name = {e.name: e for e in engine.ledger}
+    assert json.loads(outputs(peer)[by_name["update_address"].call_id])["saved"] is True
+    assert by_name["check_refund"].message.startswith("Good news")
+    assert by_name["update_address"].message == "I've updated your address."
+    assert by_name["log_sentiment"].scheduling == "silent"
+    assert by_name["fraud_alert"].scheduling == "interrupt"
+    assert len(json.loads(outputs(peer)[by_name["search_catalog"].call_id])) == 2
+    assert json.loads(outputs(peer)[by_name["track_parcel"].call_id])["status"] == "at the depot"
+    assert len(by_name["track_parcel"].updates) == 2
+    # one follow-up for the batch (with the spoken messages), then one per streaming update;
+    # the on_start filler is either said before the result or dropped because the result won
+    follow_ups = [f for f in peer.frames if f["type"] == "response.create"
+                  and f["response"]["metadata"]["relay"] == "follow_up"]
+    assert follow_ups and "Good news" in follow_ups[0]["response"]["instructions"]
+    assert not server.errors
+
+
+async def test_demo_tools_example() -> None:
+    calls = [Call("get_weather", '{"city":"Paris"}'), Call("lookup_order", '{"order_id":"a1001"}'),
+             Call("lookup_order", '{"order_id":"Z9"}'), Call("search_flights", '{"origin":"Paris","destination":"Rome"}')]
+    engine, peer, server = await run_calls("tools.py", calls, expect_outputs=4)
+    results = [outputs(peer)[e.call_id] for e in engine.ledger]
+    assert json.loads(results[0])["condition"] == "light rain"
+    assert json.loads(results[1])["status"] == "shipped"
+    assert json.loads(results[2]) == {"error": "LookupError: order Z9 not found"}
+    assert len(json.loads(results[3])["flights"]) == 2
+    entries = list(engine.ledger)
+    assert entries[2].message.startswith("I couldn't find that order")
+    assert not server.errors

@@ -1,0 +1,153 @@
+"""Record a session through the real async edge, replay it: no divergence with the same tools;
+a changed tool is reported with a diff. Every shared recording replays."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from relay.engine import Engine, EngineConfig
+from relay.recording import RecordingWriter
+from relay.testing import replay
+from relay.session import SessionLoop
+from relay.tools import ToolResult, tool
+from tests.conftest import REPO, shared_dir
+from tests.fakeserver import Call, FakeServer, FakeServerPeer
+
+
+@tool
+def get_weather(city: str) -> dict:
+    return {"city": city, "temp_c": 21}
+
+
+@tool
+def lookup_order(order_id: str) -> dict:
+    if order_id == "missing":
+        raise LookupError("no such order")
+    return {"order_id": order_id, "status": "shipped"}
+
+
+async def record_session(directory: Path, tools, *, mode: str = "sidecar", creates: int = 1) -> Path:
+    """A session through SessionLoop: parallel calls and a handler error, recorded."""
+    server = FakeServer()
+    peer = FakeServerPeer(server)
+    engine = Engine(tools, config=EngineConfig(mode=mode, declare_tools=False), id_prefix="rec1")
+    writer = RecordingWriter(directory, session_id="sess_test", dialect="openai", upstream="ws://127.0.0.1:1/v1",
+                             tools=[t.__relay_tool__.name for t in tools], mode=mode,
+                             extra_header=engine.recording_header())
+    loop = SessionLoop(engine, upstream=peer, recorder=writer)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(loop.run)
+        peer.emit(server.connect() + server.user_turn("weather in Paris and Rome, and my order?") +
+                  server.start_response([Call("get_weather", '{"city":"Paris"}'),
+                                         Call("get_weather", '{"city":"Rome"}'),
+                                         Call("lookup_order", '{"order_id":"missing"}')]))
+        await peer.wait_until(lambda p: server.active is None and not engine.ledger.unanswered() and sum(
+            1 for f in p.frames if f["type"] == "response.create") == creates and len(server.responses) == 1 + creates)
+        peer.hang_up()
+    writer.close("test done")
+    return writer.path
+
+
+@pytest.fixture
+def recorded(tmp_path: Path) -> Path:
+    return anyio.run(record_session, tmp_path, [get_weather, lookup_order])
+
+
+def test_replay_with_the_same_tools_has_no_divergence(recorded: Path) -> None:
+    result = replay(recorded, [get_weather, lookup_order])
+    assert result.ok, [d.describe() for d in result.divergences]
+    assert [c.name for c in result.calls] == ["get_weather", "get_weather", "lookup_order"]
+    assert [c.outcome for c in result.calls] == ["ok", "ok", "error"]
+    assert all(c.output == c.recorded_output for c in result.calls)
+    assert all(c.follow_up_response_id for c in result.calls)
+    outputs = [e for e in result.sent if e["type"] == "conversation.item.create"]
+    assert len(outputs) == 3 and len([e for e in result.sent if e["type"] == "response.create"]) == 1
+
+
+def test_a_changed_tool_output_is_reported_with_a_diff(recorded: Path) -> None:
+    @tool(name="get_weather")
+    def warmer(city: str) -> dict:
+        return {"city": city, "temp_c": 25}
+
+    result = replay(recorded, [warmer, lookup_order])
+    assert not result.ok
+    changed = [d for d in result.divergences if d.kind == "changed"]
+    assert len(changed) == 2 and all(d.what.startswith("output of call_") for d in changed)
+    assert '-      "temp_c": 21' in changed[0].diff and '+      "temp_c": 25' in changed[0].diff
+
+
+def test_a_missing_tool_is_reported_as_missing_sends(recorded: Path) -> None:
+    result = replay(recorded, [get_weather])
+    kinds = sorted((d.kind, d.what.split(" ")[0]) for d in result.divergences)
+    assert ("missing", "output") in kinds
+    # without lookup_order the call belongs to the client: the relay leaves the follow-up too
+    assert any(d.kind == "missing" and "follow-up" in d.what for d in result.divergences)
+
+
+def test_an_extra_send_is_reported(tmp_path: Path) -> None:
+    # lookup_order was the client's then: no follow-up from the relay
+    path = anyio.run(lambda: record_session(tmp_path, [get_weather], creates=0))
+    result = replay(path, [get_weather, lookup_order])
+    assert any(d.kind == "extra" and "output" in d.what for d in result.divergences)
+
+
+def test_cli_exit_codes_and_report(recorded: Path, tmp_path: Path) -> None:
+    tools_file = tmp_path / "same_tools.py"
+    tools_file.write_text(
+        "from relay import tool\n"
+        "@tool\ndef get_weather(city: str) -> dict:\n    return {'city': city, 'temp_c': 21}\n"
+        "@tool\ndef lookup_order(order_id: str) -> dict:\n"
+        "    if order_id == 'missing':\n        raise LookupError('no such order')\n"
+        "    return {'order_id': order_id, 'status': 'shipped'}\n")
+    command = [sys.executable, "-m", "relay", "replay", str(recorded), "--tools", str(tools_file)]
+    same = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert same.returncode == 0, same.stderr
+    assert "verdict: no divergence" in same.stdout and "get_weather" in same.stdout
+    tools_file.write_text(tools_file.read_text().replace("'temp_c': 21", "'temp_c': 30"))
+    changed = subprocess.run(command + ["--json"], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert changed.returncode == 1
+    report = json.loads(changed.stdout)
+    assert not report["ok"] and {d["kind"] for d in report["divergences"]} == {"changed"}
+
+
+def test_a_truncated_recording_replays_up_to_its_last_line(recorded: Path, tmp_path: Path) -> None:
+    data = recorded.read_bytes()
+    cut = tmp_path / "cut.jsonl"
+    cut.write_bytes(data[: int(len(data) * 0.6)])
+    result = replay(cut, [get_weather, lookup_order])
+    assert result.warnings and any("line" in w for w in result.warnings)
+    assert result.engine.ledger  # it got somewhere
+
+
+RECORDINGS = sorted((shared_dir() / "recordings").glob("*.jsonl"))
+
+
+@pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: p.stem)
+def test_every_shared_recording_replays(path: Path) -> None:
+    result = replay(path)
+    assert result.kind == "event-log" and result.ok
+    assert not [a for a in result.anomalies if a.startswith("internal error")]
+
+
+def test_banyan_transfer_runs_only_with_a_tool_of_that_name() -> None:
+    path = next(p for p in RECORDINGS if p.name.startswith("banyan-landing_log1"))
+    without = replay(path)
+    assert without.calls == []
+    assert [e.name for e in without.engine.ledger] == ["transferToSupervisor"]
+
+    @tool
+    def transferToSupervisor(destination_agent_name: str, reason: str, urgency: str = "",
+                             summary: str = "") -> ToolResult:
+        return ToolResult(result={"transferred_to": destination_agent_name})
+
+    with_tool = replay(path, [transferToSupervisor])
+    [call] = with_tool.calls
+    assert call.outcome == "ok" and json.loads(call.output) == {"transferred_to": "marco_supervisor_biller"}
+    [output] = [e for e in with_tool.sent if e["type"] == "conversation.item.create"]
+    assert output["item"]["call_id"] == call.call_id
