@@ -381,7 +381,7 @@ class Engine:
         if record is None:
             self._record_anomaly(f"transcription for unknown item {item_id}", event["type"])
             return _SAME
-        index = event.get("content_index") or 0
+        index = _content_index(event)
         kind = event["type"].rsplit(".", 1)[-1]
         if kind == "delta" and isinstance(event.get("delta"), str):
             self.conversation.add_text(record.id, index, event["delta"])
@@ -418,7 +418,7 @@ class Engine:
             entry = self.ledger.get(record.call_id)
             if entry is not None:
                 return entry.owner is Owner.RELAY
-            return record.origin != "client" and record.data.get("name") in self.tools
+            return record.origin != "client" and record.name in self.tools
         if record.type == "function_call_output":
             entry = self.ledger.get(record.call_id)
             return entry is not None and entry.owner is Owner.RELAY and record.origin != "client"
@@ -433,7 +433,7 @@ class Engine:
                 self._record_anomaly(f"output for unknown call {record.call_id}", "function_call_output")
                 return
             if entry.owner is Owner.CLIENT or record.origin == "client":
-                entry.output = record.data.get("output")
+                entry.output = record.data.get("output") if isinstance(record.data.get("output"), str) else None
                 entry.output_item_id = record.id
                 entry.output_status = record.status
                 if entry.owner is Owner.CLIENT:
@@ -530,19 +530,19 @@ class Engine:
         if event["type"].endswith(".done") and isinstance(part, dict):
             text = part.get("text") if part.get("text") is not None else part.get("transcript")
             if isinstance(text, str) and text:
-                self.conversation.set_text(str(event.get("item_id")), event.get("content_index") or 0, text)
+                self.conversation.set_text(event.get("item_id"), _content_index(event), text)
         return _SAME
 
     def _on_text_delta(self, event: dict[str, Any]) -> Any:
         delta = event.get("delta")
         if isinstance(delta, str):
-            self.conversation.add_text(str(event.get("item_id")), event.get("content_index") or 0, delta)
+            self.conversation.add_text(event.get("item_id"), _content_index(event), delta)
         return _SAME
 
     def _on_text_done(self, event: dict[str, Any]) -> Any:
         text = event.get("text") if "text" in event else event.get("transcript")
         if isinstance(text, str):
-            self.conversation.set_text(str(event.get("item_id")), event.get("content_index") or 0, text)
+            self.conversation.set_text(event.get("item_id"), _content_index(event), text)
         return _SAME
 
     def _on_arguments_delta(self, event: dict[str, Any]) -> Any:
@@ -743,7 +743,7 @@ class Engine:
             self._record_anomaly(f"function_call item {record.id} without call_id", "function_call")
             return
         entry = self.ledger.get(call_id)
-        name = str(record.data.get("name") or "")
+        name = record.name or ""
         if entry is None:
             client_made = record.origin == "client" or call_id in self._client_call_ids
             owner = Owner.RELAY if (not client_made and self._owns(name)) else Owner.CLIENT
@@ -761,9 +761,8 @@ class Engine:
             entry.response_id = record.response_id
         if not entry.name and name:
             entry.name = name
-        arguments = record.data.get("arguments")
-        if isinstance(arguments, str) and arguments and record.status == "completed":
-            entry.arguments = arguments
+        if record.arguments and record.status == "completed":
+            entry.arguments = record.arguments
 
     def _owns(self, name: str) -> bool:
         return name in self.tools or self.config.unknown_tools == "error"
@@ -1221,6 +1220,11 @@ class Engine:
         from relay.engine.dump import dump_engine
 
         return dump_engine(self)
+
+
+def _content_index(event: dict[str, Any]) -> int:
+    index = event.get("content_index")
+    return index if isinstance(index, int) and index >= 0 else 0
 
 
 def _has_audio(item: dict[str, Any]) -> bool:
