@@ -156,6 +156,14 @@ def _encode_response(response: Response, head_only: bool) -> bytes:
     return head if head_only else head + response.body
 
 
+async def _close(writer: asyncio.StreamWriter) -> None:
+    writer.close()
+    try:
+        await writer.wait_closed()
+    except (ConnectionError, OSError):
+        pass
+
+
 def _error_response(status: HTTPStatus, detail: str) -> Response:
     return Response.from_json(status, {"error": {"message": detail, "type": "invalid_request_error"}})
 
@@ -192,11 +200,7 @@ async def _serve_connection(
     except (ConnectionError, OSError):
         pass
     finally:
-        writer.close()
-        try:
-            await writer.wait_closed()
-        except (ConnectionError, OSError):
-            pass
+        await _close(writer)
 
 
 async def serve_http(
@@ -301,8 +305,4 @@ async def http_request(
             except asyncio.IncompleteReadError as exc:
                 raise HTTPError(HTTPStatus.BAD_GATEWAY, "connection closed inside the response") from exc
         finally:
-            writer.close()
-            try:
-                await writer.wait_closed()
-            except (ConnectionError, OSError):
-                pass
+            await _close(writer)

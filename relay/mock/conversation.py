@@ -77,9 +77,11 @@ def _check_content(content: Any, role: str, wire: Wire) -> None:
                 f"Invalid value: '{part_type}'. Supported values for role '{role}' are: {supported}.",
                 f"{where}.type",
             )
-        for key in part:
+        for key, value in part.items():
             if key not in _PART_FIELDS[part_type]:
                 raise ProtocolError("unknown_parameter", f"Unknown parameter: '{where}.{key}'.", f"{where}.{key}")
+            if not isinstance(value, str) and not (key == "transcript" and value is None):
+                raise _wrong_type(f"{where}.{key}", "a string", value)
 
 
 class Conversation:

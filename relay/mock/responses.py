@@ -15,7 +15,7 @@ import base64
 import copy
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from relay.mock.conversation import Conversation
@@ -88,52 +88,44 @@ class _Usage:
         }
 
 
+@dataclass(eq=False)
 class ResponseRun:
     """A response from `response.created` to `response.done`, and its record afterwards."""
 
-    def __init__(
-        self,
-        *,
-        wire: Wire,
-        plan: list[Planned],
-        options: StreamOptions,
-        conversation: Conversation | None,
-        conversation_id: str | None,
-        modality: str,
-        voice: str,
-        output_format: Any,
-        output_bytes_per_ms: int,
-        max_output_tokens: Any,
-        metadata: dict[str, str] | None,
-        input_tokens: tuple[int, int],
-        request: dict[str, Any],
-        origin: str,
-        hold: bool,
-        pace_audio: bool,
-    ) -> None:
-        self.id = new_id("resp")
-        self.wire = wire
-        self.plan = plan
-        self.options = options
-        self.conversation = conversation
-        self.conversation_id = conversation_id
-        self.modality = modality
-        self.voice = voice
-        self.output_format = output_format
-        self.output_bytes_per_ms = output_bytes_per_ms
-        self.max_output_tokens = max_output_tokens
-        self.metadata = metadata
-        self.request = request
-        self.origin = origin
-        self.pace_audio = pace_audio or options.pace_audio
-        self.status = "in_progress"
-        self.status_details: dict[str, Any] | None = None
-        self.output: list[dict[str, Any]] = []
-        self.audio_ms: dict[str, int] = {}  # item id -> audio streamed for it
-        self._usage = _Usage(input_text=input_tokens[0], input_audio=input_tokens[1])
+    wire: Wire
+    plan: list[Planned]
+    options: StreamOptions
+    conversation: Conversation | None
+    """The conversation its items enter; None for an out-of-band response."""
+    conversation_id: str | None
+    modality: str
+    """"audio" (audio deltas with a transcript) or "text"."""
+    voice: str
+    output_format: Any
+    output_bytes_per_ms: int
+    max_output_tokens: Any
+    metadata: dict[str, str] | None
+    input_tokens: tuple[int, int]
+    """Text and audio tokens the response reads, for its usage."""
+    request: dict[str, Any]
+    """The `response` object of the `response.create` that started it ({} for the server's own)."""
+    origin: str
+    """"client" (a response.create) or "server" (VAD, a fault, `MockUpstream.start_response`)."""
+    hold: bool = False
+    pace_audio: bool = False
+    id: str = field(default_factory=lambda: new_id("resp"))
+    status: str = "in_progress"
+    status_details: dict[str, Any] | None = None
+    output: list[dict[str, Any]] = field(default_factory=list)
+    audio_ms: dict[str, int] = field(default_factory=dict)
+    """Item id -> milliseconds of audio streamed for it."""
+
+    def __post_init__(self) -> None:
+        self.pace_audio = self.pace_audio or self.options.pace_audio
+        self._usage = _Usage(input_text=self.input_tokens[0], input_audio=self.input_tokens[1])
         self._cancel_reason: str | None = None
-        self._held = hold
         self._released = False
+        self._hold_used = False
 
     @property
     def out_of_band(self) -> bool:
@@ -172,8 +164,8 @@ class ResponseRun:
 
     def _hold_point(self) -> Iterator[Pause]:
         """Where a held response waits: after its first delta (or at once when it has none)."""
-        if self._held:
-            self._held = False
+        if self.hold and not self._hold_used:
+            self._hold_used = True
             while not (self._released or self._cancel_reason):
                 yield Pause(None)
 

@@ -15,6 +15,7 @@ import hmac
 import json
 import logging
 import re
+import weakref
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -143,7 +144,7 @@ class MockUpstream:
         self._sent = _Journal()
         self._ws_server: Server | None = None
         self._rest_server: asyncio.Server | None = None
-        self._routes: dict[ServerConnection, _Route] = {}
+        self._routes: weakref.WeakKeyDictionary[ServerConnection, _Route] = weakref.WeakKeyDictionary()
         self._sockets: dict[tuple[str, int], ServerConnection] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._session_tasks: dict[str, set[asyncio.Task[None]]] = {}
@@ -169,7 +170,11 @@ class MockUpstream:
             select_subprotocol=lambda _conn, offered: "realtime" if "realtime" in offered else None,
             max_size=MAX_MESSAGE_BYTES,
         )
-        self._rest_server = await serve_http(self._serve_rest, self.host, rest_port)
+        try:
+            self._rest_server = await serve_http(self._serve_rest, self.host, rest_port)
+        except BaseException:
+            await self.stop()
+            raise
 
     async def stop(self) -> None:
         if self._ws_server is not None:
@@ -384,12 +389,16 @@ class MockUpstream:
     async def _on_frame(self, session: MockSession, connection: MockConnection, message: str | bytes) -> None:
         try:
             event = json.loads(message)
-        except ValueError as exc:  # includes bad UTF-8 in a binary frame
-            actions = session.invalid_frame(str(exc), connection.index)
+        except (ValueError, RecursionError) as exc:  # ValueError includes bad UTF-8 in a binary frame
+            actions = session.invalid_frame(str(exc) or type(exc).__name__, connection.index)
         else:
             if isinstance(event, dict):
                 self._received.add(Record(session.id, connection.index, event))
-            actions = session.handle(event, connection.index)
+            try:
+                actions = session.handle(event, connection.index)
+            except Exception:
+                log.exception("mock session %s failed to handle a client event", session.id)
+                actions = session.internal_error(event, connection.index)
         await self._run(session, actions)
 
     async def _run(self, session: MockSession, actions: list[Action]) -> None:

@@ -181,6 +181,13 @@ class MockSession:
         error = ProtocolError("invalid_json", f"The message could not be parsed as a JSON object: {detail}", None)
         return [Emit(self.wire.error(error, None), to=origin)]
 
+    def internal_error(self, event: Any, origin: int) -> list[Action]:
+        """What the client sees when handling its event failed inside the mock (a bug, or input
+        too deeply nested to copy): a server error, never a dropped connection."""
+        event_id = event.get("event_id") if isinstance(event, dict) else None
+        error = ProtocolError("server_error", "The server had an error while processing your request.", None, "server_error")
+        return [Emit(self.wire.error(error, event_id if isinstance(event_id, str) else None), to=origin)]
+
     def handle(self, event: Any, origin: int) -> list[Action]:
         event_id = event.get("event_id") if isinstance(event, dict) else None
         try:

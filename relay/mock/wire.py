@@ -115,37 +115,22 @@ _BETA_SESSION_FIELDS: dict[str, Any] = dict.fromkeys(
         "include",
     )
 )
-GA_RESPONSE_FIELDS = frozenset(
-    {
-        "conversation",
-        "input",
-        "instructions",
-        "tools",
-        "tool_choice",
-        "metadata",
-        "output_modalities",
-        "audio",
-        "max_output_tokens",
-        "prompt",
-        "parallel_tool_calls",
-        "reasoning",
-    }
-)
-BETA_RESPONSE_FIELDS = frozenset(
-    {
-        "conversation",
-        "input",
-        "instructions",
-        "tools",
-        "tool_choice",
-        "metadata",
-        "modalities",
-        "voice",
-        "output_audio_format",
-        "temperature",
-        "max_response_output_tokens",
-    }
-)
+_COMMON_RESPONSE_FIELDS = frozenset({"conversation", "input", "instructions", "tools", "tool_choice", "metadata"})
+GA_RESPONSE_FIELDS = _COMMON_RESPONSE_FIELDS | {
+    "output_modalities",
+    "audio",
+    "max_output_tokens",
+    "prompt",
+    "parallel_tool_calls",
+    "reasoning",
+}
+BETA_RESPONSE_FIELDS = _COMMON_RESPONSE_FIELDS | {
+    "modalities",
+    "voice",
+    "output_audio_format",
+    "temperature",
+    "max_response_output_tokens",
+}
 
 
 def _server_vad(*, beta: bool) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 
 import pytest
 
@@ -262,3 +263,39 @@ async def test_unknown_events_and_bad_frames_get_errors_and_the_session_stays_op
     assert not_object["code"] == "invalid_type"
     assert still_open[-1]["type"] == "conversation.item.done"
     assert [r.event.get("type") for r in mock.received] == ["conversation.summon", None, "conversation.item.create"]
+
+
+async def test_absurd_nesting_gets_an_error_not_a_dropped_connection(make_mock: MockFactory) -> None:
+    mock = await make_mock()
+    deep_schema: dict = {"type": "object"}
+    for _ in range(400):
+        deep_schema = {"type": "object", "properties": {"x": deep_schema}}
+    tool = {"type": "function", "name": "deep", "parameters": deep_schema}
+    async with raw_connect(mock) as client:
+        too_deep_to_parse = _error((await client.ask("[" * 100_000, "error"))[-1])
+        await client.send('{"type": "session.update", "event_id": "deep", "session": {"type": "realtime", "tools": [' + json.dumps(tool) + "]}}")
+        outcome = await client.recv()
+        alive = await client.ask(user_text("still here"), "conversation.item.done")
+    assert too_deep_to_parse["code"] == "invalid_json"
+    # Parsing succeeds; copying the 800-level schema exhausts the recursion limit inside the mock.
+    assert (outcome["error"]["code"], outcome["error"]["event_id"]) == ("server_error", "deep")
+    assert alive[-1]["type"] == "conversation.item.done"
+
+
+async def test_content_part_fields_must_be_strings(make_mock: MockFactory) -> None:
+    mock = await make_mock()
+    item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": {"nested": True}}]}
+    async with raw_connect(mock) as client:
+        error = _error((await client.ask({"type": "conversation.item.create", "item": item}, "error"))[-1])
+    assert (error["code"], error["param"]) == ("invalid_type", "item.content[0].text")
+
+
+async def test_output_audio_buffer_clear_names_the_latest_response(make_mock: MockFactory) -> None:
+    mock = await make_mock(script=MockScript(options={"audio_chunks": 1}))
+    async with raw_connect(mock) as client:
+        await client.send({"type": "output_audio_buffer.clear"})
+        nothing_yet = await client.ask(user_text("hi"), "conversation.item.done")
+        done = (await client.ask({"type": "response.create"}, "response.done"))[-1]
+        cleared = (await client.ask({"type": "output_audio_buffer.clear"}, "output_audio_buffer.cleared"))[-1]
+    assert types_of(nothing_yet) == ["conversation.item.added", "conversation.item.done"]
+    assert cleared["response_id"] == done["response"]["id"]

@@ -9,7 +9,7 @@ from openai import AsyncOpenAI
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from relay.mock import MockUpstream
+from relay.mock import MockScript, MockUpstream, Reply
 from tests.mock.conftest import MockFactory, check_event, raw_connect, sdk_connect
 
 
@@ -127,3 +127,16 @@ async def test_unstarted_mock_has_no_url() -> None:
         MockUpstream().url
     with pytest.raises(ValueError):
         MockUpstream(dialect="gemini")  # type: ignore[arg-type]
+
+
+async def test_stopping_with_open_sockets_and_a_held_response_is_prompt(make_mock: MockFactory) -> None:
+    script = MockScript(default=Reply(say="Never finished.", hold=True))
+    mock = MockUpstream(script=script)
+    async with mock:
+        client = await connect(f"{mock.url}?model=gpt-realtime")
+        await client.send('{"type": "response.create"}')
+        await mock.wait_for_sent(lambda e: e["type"] == "response.output_audio_transcript.delta")
+        assert mock.sessions[0].active_response is not None
+    await asyncio.wait_for(client.wait_closed(), 3)
+    assert client.close_code == 1001 and mock.sessions[0].ended
+
