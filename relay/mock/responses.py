@@ -88,7 +88,7 @@ class _Usage:
         }
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class ResponseRun:
     """A response from `response.created` to `response.done`, and its record afterwards."""
 
@@ -99,7 +99,7 @@ class ResponseRun:
     """The conversation its items enter; None for an out-of-band response."""
     conversation_id: str | None
     modality: str
-    """"audio" (audio deltas with a transcript) or "text"."""
+    """Either "audio" (audio deltas with a transcript) or "text"."""
     voice: str
     output_format: Any
     output_bytes_per_ms: int
@@ -110,7 +110,7 @@ class ResponseRun:
     request: dict[str, Any]
     """The `response` object of the `response.create` that started it ({} for the server's own)."""
     origin: str
-    """"client" (a response.create) or "server" (VAD, a fault, `MockUpstream.start_response`)."""
+    """Either "client" (a response.create) or "server" (VAD, a fault, `MockUpstream.start_response`)."""
     hold: bool = False
     pace_audio: bool = False
     id: str = field(default_factory=lambda: new_id("resp"))
@@ -126,6 +126,9 @@ class ResponseRun:
         self._cancel_reason: str | None = None
         self._released = False
         self._hold_used = False
+
+    def __repr__(self) -> str:
+        return f"ResponseRun(id={self.id!r}, status={self.status!r}, origin={self.origin!r}, outputs={len(self.output)})"
 
     @property
     def out_of_band(self) -> bool:

@@ -150,6 +150,9 @@ class MockSession:
         self._input_audio_ms = 0
         self._rejected = 0
 
+    def __repr__(self) -> str:
+        return f"MockSession(id={self.id!r}, call_id={self.call_id!r}, items={len(self.conversation)}, ended={self.ended})"
+
     # -- views ---------------------------------------------------------------------------------
     @property
     def items(self) -> list[dict[str, Any]]:

@@ -112,3 +112,36 @@ async def test_accept_reaches_every_connection_of_the_call(make_mock: MockFactor
         )
         assert response.status == 200 and response.body == b""
         assert [(await c.recv())["type"] for c in (first, second)] == ["session.updated", "session.updated"]
+
+
+async def test_inject_sends_events_and_raw_frames_to_every_connection(make_mock: MockFactory) -> None:
+    mock = await make_mock(validate=False)
+    async with raw_connect(mock) as primary:
+        session = mock.sessions[0]
+        async with raw_connect(mock, f"call_id={session.call_id}") as sidecar:
+            await mock.inject(session, [{"type": "response.mystery", "x": 1}, "{broken json", b"\x00binary"])
+            for client in (primary, sidecar):
+                assert json.loads(await client.ws.recv()) == {"type": "response.mystery", "x": 1}
+                assert await client.ws.recv() == "{broken json"
+                assert await client.ws.recv() == b"\x00binary"
+    assert [r.event for r in mock.sent if r.event["type"] == "response.mystery"] == [{"type": "response.mystery", "x": 1}] * 2
+
+
+async def test_wait_for_is_event_driven_and_filtered(make_mock: MockFactory) -> None:
+    mock = await make_mock()
+    async with raw_connect(mock) as first, raw_connect(mock) as second:
+        waiting = asyncio.ensure_future(mock.wait_for(lambda e: e["item"]["content"][0]["text"] == "two", session=mock.sessions[1]))
+        await first.send(user_text("two"))
+        await first.until("conversation.item.done")
+        assert not waiting.done(), "an event of another session does not match"
+        await second.send(user_text("two"))
+        record = await waiting
+        assert (record.session_id, record.connection) == (mock.sessions[1].id, 0)
+        earlier = await mock.wait_for(lambda e: e["type"] == "conversation.item.create")
+        assert earlier.session_id == mock.sessions[0].id, "events already received count"
+        later = await mock.wait_for(lambda e: e["type"] == "conversation.item.create", start=1)
+        assert later is record
+        sent = await mock.wait_for_sent(lambda e: e["type"] == "conversation.item.done", session=mock.sessions[1])
+        assert sent.session_id == mock.sessions[1].id
+        with pytest.raises(TimeoutError):
+            await mock.wait_for(lambda e: e["type"] == "response.create", timeout=0.05)
