@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import typing
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import openai.types.beta.realtime as beta_types
@@ -71,6 +73,18 @@ def check_event(event: dict[str, Any], *, beta: bool = False, foundry: bool = Fa
 
 
 MockFactory = Callable[..., Awaitable[MockUpstream]]
+
+
+@pytest.fixture
+def recordings_dir() -> Path:
+    """The shared real-session recordings: $RELAY_SHARED_DIR, else ../shared beside the checkout,
+    else /work/shared."""
+    candidates = [Path(os.environ["RELAY_SHARED_DIR"])] if "RELAY_SHARED_DIR" in os.environ else []
+    candidates += [Path(__file__).resolve().parents[3] / "shared", Path("/work/shared")]
+    for base in candidates:
+        if (base / "recordings").is_dir():
+            return base / "recordings"
+    pytest.skip("the shared recordings are not available")
 
 
 @pytest.fixture
