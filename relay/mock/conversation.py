@@ -115,9 +115,7 @@ class Conversation:
         return self._items[-1].get("id") if self._items else None
 
     def function_call(self, call_id: str) -> dict[str, Any] | None:
-        return next(
-            (i for i in self._items if i.get("type") == "function_call" and i.get("call_id") == call_id), None
-        )
+        return next((i for i in self._items if i.get("type") == "function_call" and i.get("call_id") == call_id), None)
 
     def call_names(self) -> dict[str, str]:
         """call_id -> function name, for every function call in the conversation."""

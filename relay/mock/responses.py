@@ -128,7 +128,9 @@ class ResponseRun:
         self._hold_used = False
 
     def __repr__(self) -> str:
-        return f"ResponseRun(id={self.id!r}, status={self.status!r}, origin={self.origin!r}, outputs={len(self.output)})"
+        return (
+            f"ResponseRun(id={self.id!r}, status={self.status!r}, origin={self.origin!r}, outputs={len(self.output)})"
+        )
 
     @property
     def out_of_band(self) -> bool:
@@ -281,7 +283,9 @@ class ResponseRun:
             if self._cancel_reason:
                 break
             sent += delta
-            yield self.wire.event("response.function_call_arguments.delta", **where, delta=delta, obfuscation=obfuscation())
+            yield self.wire.event(
+                "response.function_call_arguments.delta", **where, delta=delta, obfuscation=obfuscation()
+            )
             yield from self._hold_point()
         name = {} if self.wire.beta else {"name": planned.name}
         yield self.wire.event("response.function_call_arguments.done", **where, **name, arguments=sent)

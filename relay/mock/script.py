@@ -126,7 +126,9 @@ class MockScript(_Config):
         user = latest_user_text(items)
         outputs = _trailing_outputs(items)
         if outputs:
-            return self.after_outputs.model_copy(update={"say": _fill(self.after_outputs.say, outputs, call_names, user)})
+            return self.after_outputs.model_copy(
+                update={"say": _fill(self.after_outputs.say, outputs, call_names, user)}
+            )
         if user is not None:
             for rule in self.rules:
                 if rule.matches(user):

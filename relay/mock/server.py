@@ -257,7 +257,9 @@ class MockUpstream:
                 self._start_stream(session, action.run)
         return run
 
-    async def user_turn(self, session: MockSession, transcript: str | None = None, *, respond: bool | None = None) -> None:
+    async def user_turn(
+        self, session: MockSession, transcript: str | None = None, *, respond: bool | None = None
+    ) -> None:
         """Play a user's spoken turn as server VAD reports it: speech started (cancelling an
         in-conversation response with `turn_detected`, a barge-in), speech stopped, the commit, the
         user item with its transcript (given, else the script's next), then a response if
@@ -300,7 +302,9 @@ class MockUpstream:
     def _wire(self, *, beta: bool) -> Wire:
         return Wire(beta=beta or self.dialect == "openai-beta", foundry=self.dialect == "foundry")
 
-    def _authenticate(self, headers: dict[str, str], query: dict[str, str], offered: Sequence[str]) -> tuple[bool, str | None]:
+    def _authenticate(
+        self, headers: dict[str, str], query: dict[str, str], offered: Sequence[str]
+    ) -> tuple[bool, str | None]:
         """Whether the handshake may proceed, and which credential form the client used."""
         presented: list[tuple[str, str]] = []
         authorization = headers.get("authorization", "")
@@ -311,7 +315,7 @@ class MockUpstream:
         if self.dialect in ("azure", "foundry") and "api-key" in query:
             presented.append(("api-key-query", query["api-key"]))
         prefix = "openai-insecure-api-key."
-        presented += [("subprotocol", p[len(prefix):]) for p in offered if p.startswith(prefix)]
+        presented += [("subprotocol", p[len(prefix) :]) for p in offered if p.startswith(prefix)]
         if self.api_key is None:
             return True, presented[0][0] if presented else None
         for form, value in presented:
@@ -420,7 +424,9 @@ class MockUpstream:
             if not connection.closed and to in (None, connection.index):
                 await self._deliver(session, connection, event)
 
-    async def _deliver(self, session: MockSession, connection: MockConnection, event: dict[str, Any] | str | bytes) -> None:
+    async def _deliver(
+        self, session: MockSession, connection: MockConnection, event: dict[str, Any] | str | bytes
+    ) -> None:
         faults = session.faults
         is_done = isinstance(event, dict) and str(event.get("type", "")).endswith(".done")
         frame = json.dumps(event) if isinstance(event, dict) else event
@@ -491,7 +497,11 @@ class MockUpstream:
         if self.api_key is None:
             return True
         authorization = request.headers.get("authorization", "")
-        given = authorization[7:].strip() if authorization.lower().startswith("bearer ") else request.headers.get("api-key", "")
+        given = (
+            authorization[7:].strip()
+            if authorization.lower().startswith("bearer ")
+            else request.headers.get("api-key", "")
+        )
         return hmac.compare_digest(given.encode(), self.api_key.encode())
 
     async def _serve_rest(self, request: Request) -> Response:

@@ -151,7 +151,9 @@ class MockSession:
         self._rejected = 0
 
     def __repr__(self) -> str:
-        return f"MockSession(id={self.id!r}, call_id={self.call_id!r}, items={len(self.conversation)}, ended={self.ended})"
+        return (
+            f"MockSession(id={self.id!r}, call_id={self.call_id!r}, items={len(self.conversation)}, ended={self.ended})"
+        )
 
     # -- views ---------------------------------------------------------------------------------
     @property
@@ -188,7 +190,9 @@ class MockSession:
         """What the client sees when handling its event failed inside the mock (a bug, or input
         too deeply nested to copy): a server error, never a dropped connection."""
         event_id = event.get("event_id") if isinstance(event, dict) else None
-        error = ProtocolError("server_error", "The server had an error while processing your request.", None, "server_error")
+        error = ProtocolError(
+            "server_error", "The server had an error while processing your request.", None, "server_error"
+        )
         return [Emit(self.wire.error(error, event_id if isinstance(event_id, str) else None), to=origin)]
 
     def handle(self, event: Any, origin: int) -> list[Action]:
@@ -280,7 +284,11 @@ class MockSession:
         """Commit a user audio turn: the committed event, the item, and its transcript if any."""
         self._input_audio_ms += duration_ms
         item = self.wire.item(
-            id=item_id, type="message", status="completed", role="user", content=[{"type": "input_audio", "transcript": None}]
+            id=item_id,
+            type="message",
+            status="completed",
+            role="user",
+            content=[{"type": "input_audio", "transcript": None}],
         )
         previous = self.conversation.insert(item)
         actions: list[Action] = [
@@ -337,7 +345,9 @@ class MockSession:
 
     # -- items ---------------------------------------------------------------------------------
     def _announce_item(self, previous: str | None, item: dict[str, Any]) -> list[Action]:
-        actions = [Emit(self.wire.event("conversation.item.added", previous_item_id=previous, item=copy.deepcopy(item)))]
+        actions = [
+            Emit(self.wire.event("conversation.item.added", previous_item_id=previous, item=copy.deepcopy(item)))
+        ]
         if self.wire.has_event("conversation.item.done"):
             done = self.wire.event("conversation.item.done", previous_item_id=previous, item=copy.deepcopy(item))
             actions.append(Emit(done))
@@ -353,7 +363,9 @@ class MockSession:
     def _item_create(self, event: dict[str, Any]) -> list[Action]:
         previous_item_id = event.get("previous_item_id")
         if previous_item_id is not None and not isinstance(previous_item_id, str):
-            raise ProtocolError("invalid_type", "Invalid type for 'previous_item_id': expected a string.", "previous_item_id")
+            raise ProtocolError(
+                "invalid_type", "Invalid type for 'previous_item_id': expected a string.", "previous_item_id"
+            )
         self.conversation.check_position(previous_item_id, "previous_item_id")
         item = self.conversation.check_client_item(event.get("item"), self.wire)
         previous = self.conversation.insert(item, previous_item_id)
@@ -401,7 +413,12 @@ class MockSession:
         if self._rejected < self.faults.reject_response_create:
             self._rejected += 1
             error = self.faults.reject_error
-            raise ProtocolError(error.get("code"), error.get("message", "rejected"), error.get("param"), error.get("type", "server_error"))
+            raise ProtocolError(
+                error.get("code"),
+                error.get("message", "rejected"),
+                error.get("param"),
+                error.get("type", "server_error"),
+            )
         request = event.get("response")
         if request is None:
             request = {}
@@ -436,11 +453,17 @@ class MockSession:
     def _input_items(self, entries: Any) -> list[dict[str, Any]]:
         """A response's `input`: items, or references to conversation items by id."""
         if not isinstance(entries, list):
-            raise ProtocolError("invalid_type", "Invalid type for 'response.input': expected an array.", "response.input")
+            raise ProtocolError(
+                "invalid_type", "Invalid type for 'response.input': expected an array.", "response.input"
+            )
         items = []
         for index, entry in enumerate(entries):
             if not isinstance(entry, dict):
-                raise ProtocolError("invalid_type", f"Invalid type for 'response.input[{index}]': expected an object.", f"response.input[{index}]")
+                raise ProtocolError(
+                    "invalid_type",
+                    f"Invalid type for 'response.input[{index}]': expected an object.",
+                    f"response.input[{index}]",
+                )
             if entry.get("type") == "item_reference":
                 referenced = self.conversation.get(entry.get("id", ""))
                 if referenced is None:

@@ -390,11 +390,14 @@ def check_tools(tools: Any, param: str) -> None:
             )
         name = tool.get("name")
         if not isinstance(name, str) or not name:
-            raise ProtocolError("missing_required_parameter", f"Missing required parameter: '{where}.name'.", f"{where}.name")
+            raise ProtocolError(
+                "missing_required_parameter", f"Missing required parameter: '{where}.name'.", f"{where}.name"
+            )
         if len(name) > 64 or not all(c in _ID_ALPHABET + "_-" for c in name):
             raise ProtocolError(
                 "invalid_value",
-                f"Invalid '{where}.name': string does not match pattern. Expected a string that matches the pattern '^[a-zA-Z0-9_-]{{1,64}}$'.",
+                f"Invalid '{where}.name': string does not match pattern. "
+                "Expected a string that matches the pattern '^[a-zA-Z0-9_-]{1,64}$'.",
                 f"{where}.name",
             )
         description = tool.get("description")
@@ -440,7 +443,9 @@ def check_metadata(metadata: Any, param: str) -> None:
                 "string_above_max_length", f"Invalid '{param}': key '{key[:16]}...' longer than 64 characters.", param
             )
         if not isinstance(value, str):
-            raise ProtocolError("invalid_type", f"Invalid type for '{param}.{key}': expected a string.", f"{param}.{key}")
+            raise ProtocolError(
+                "invalid_type", f"Invalid type for '{param}.{key}': expected a string.", f"{param}.{key}"
+            )
         if len(value) > 512:
             raise ProtocolError(
                 "string_above_max_length",

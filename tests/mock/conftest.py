@@ -23,7 +23,6 @@ from websockets.asyncio.client import ClientConnection, connect
 from relay.mock import MockUpstream
 
 
-
 def _models_by_type(union: Any) -> dict[str, TypeAdapter[Any]]:
     """The SDK's server event union split by event type, so a failure names the right model."""
     members = typing.get_args(typing.get_args(union)[0])

@@ -19,8 +19,14 @@ REPO = Path(__file__).resolve().parents[2]
 async def _start(*args: str) -> asyncio.subprocess.Process:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "relay", "mock", *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+        sys.executable,
+        "-m",
+        "relay",
+        "mock",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
     )
 
 

@@ -22,7 +22,9 @@ def _error(event: dict) -> dict:
 async def test_session_update_merges_only_present_fields(make_mock: MockFactory) -> None:
     mock = await make_mock()
     async with sdk_connect(mock) as connection:
-        await connection.session.update(session={"type": "realtime", "instructions": "Be brief.", "tools": [WEATHER_TOOL]})
+        await connection.session.update(
+            session={"type": "realtime", "instructions": "Be brief.", "tools": [WEATHER_TOOL]}
+        )
         first = await asyncio.wait_for(connection.recv(), 3)
         await connection.session.update(
             session={"type": "realtime", "audio": {"output": {"voice": "marin"}}, "tools": []}
@@ -32,7 +34,11 @@ async def test_session_update_merges_only_present_fields(make_mock: MockFactory)
     updated = mock.sent[-1].event["session"]
     assert updated["instructions"] == "Be brief.", "absent fields keep their value"
     assert updated["tools"] == [], "tools are replaced as a whole"
-    assert updated["audio"]["output"] == {"format": {"type": "audio/pcm", "rate": 24000}, "voice": "marin", "speed": 1.0}
+    assert updated["audio"]["output"] == {
+        "format": {"type": "audio/pcm", "rate": 24000},
+        "voice": "marin",
+        "speed": 1.0,
+    }
     assert updated["audio"]["input"]["turn_detection"]["type"] == "server_vad"
     assert second.session.audio.output.voice == "marin" and mock.sessions[0].tools == []
 
@@ -40,7 +46,10 @@ async def test_session_update_merges_only_present_fields(make_mock: MockFactory)
 async def test_session_update_replaces_a_typed_object_whose_type_changes(make_mock: MockFactory) -> None:
     mock = await make_mock()
     async with raw_connect(mock) as client:
-        update = {"type": "realtime", "audio": {"input": {"turn_detection": {"type": "semantic_vad", "eagerness": "low"}}}}
+        update = {
+            "type": "realtime",
+            "audio": {"input": {"turn_detection": {"type": "semantic_vad", "eagerness": "low"}}},
+        }
         events = await client.ask({"type": "session.update", "session": update}, "session.updated")
         assert events[-1]["session"]["audio"]["input"]["turn_detection"] == {"type": "semantic_vad", "eagerness": "low"}
         update = {"type": "realtime", "audio": {"input": {"turn_detection": None}}}
@@ -53,17 +62,33 @@ async def test_session_update_replaces_a_typed_object_whose_type_changes(make_mo
     [
         ({"instructions": "x"}, "missing_required_parameter", "session.type"),
         ({"type": "realtime", "modalities": ["text"]}, "unknown_parameter", "session.modalities"),
-        ({"type": "realtime", "audio": {"output": {"colour": "red"}}}, "unknown_parameter", "session.audio.output.colour"),
+        (
+            {"type": "realtime", "audio": {"output": {"colour": "red"}}},
+            "unknown_parameter",
+            "session.audio.output.colour",
+        ),
         ({"type": "realtime", "output_modalities": ["text", "audio"]}, "invalid_value", "session.output_modalities"),
-        ({"type": "realtime", "tools": [{**WEATHER_TOOL, "description": "d" * 1025}]}, "string_above_max_length", "session.tools[0].description"),
-        ({"type": "realtime", "tools": [{**WEATHER_TOOL, "name": "bad name"}]}, "invalid_value", "session.tools[0].name"),
+        (
+            {"type": "realtime", "tools": [{**WEATHER_TOOL, "description": "d" * 1025}]},
+            "string_above_max_length",
+            "session.tools[0].description",
+        ),
+        (
+            {"type": "realtime", "tools": [{**WEATHER_TOOL, "name": "bad name"}]},
+            "invalid_value",
+            "session.tools[0].name",
+        ),
         ({"type": "realtime", "tool_choice": "sometimes"}, "invalid_value", "session.tool_choice"),
     ],
 )
-async def test_invalid_session_updates_are_refused_whole(make_mock: MockFactory, session: dict, code: str, param: str) -> None:
+async def test_invalid_session_updates_are_refused_whole(
+    make_mock: MockFactory, session: dict, code: str, param: str
+) -> None:
     mock = await make_mock()
     async with raw_connect(mock) as client:
-        error = _error((await client.ask({"type": "session.update", "event_id": "evt_1", "session": session}, "error"))[-1])
+        error = _error(
+            (await client.ask({"type": "session.update", "event_id": "evt_1", "session": session}, "error"))[-1]
+        )
     assert (error["code"], error["param"], error["event_id"]) == (code, param, "evt_1")
     assert mock.sessions[0].instructions != "x" and mock.sessions[0].tools == []
 
@@ -71,7 +96,9 @@ async def test_invalid_session_updates_are_refused_whole(make_mock: MockFactory,
 async def test_beta_session_update_is_flat(make_mock: MockFactory) -> None:
     mock = await make_mock(dialect="openai-beta")
     async with raw_connect(mock) as client:
-        events = await client.ask({"type": "session.update", "session": {"voice": "verse", "tools": [WEATHER_TOOL]}}, "session.updated")
+        events = await client.ask(
+            {"type": "session.update", "session": {"voice": "verse", "tools": [WEATHER_TOOL]}}, "session.updated"
+        )
         assert events[-1]["session"]["voice"] == "verse" and events[-1]["session"]["tools"] == [WEATHER_TOOL]
         error = _error((await client.ask({"type": "session.update", "session": {"type": "realtime"}}, "error"))[-1])
         assert error["code"] == "unknown_parameter" and error["param"] == "session.type"
@@ -80,10 +107,17 @@ async def test_beta_session_update_is_flat(make_mock: MockFactory) -> None:
 async def test_items_get_server_ids_and_keep_client_ids(make_mock: MockFactory) -> None:
     mock = await make_mock()
     async with sdk_connect(mock) as connection:
-        await connection.conversation.item.create(item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]})
+        await connection.conversation.item.create(
+            item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}
+        )
         added, done = await sdk_until(connection, "conversation.item.done")
         await connection.conversation.item.create(
-            item={"id": "my_item", "type": "message", "role": "system", "content": [{"type": "input_text", "text": "sys"}]}
+            item={
+                "id": "my_item",
+                "type": "message",
+                "role": "system",
+                "content": [{"type": "input_text", "text": "sys"}],
+            }
         )
         mine = (await sdk_until(connection, "conversation.item.done"))[-1]
     assert added.type == "conversation.item.added" and added.item.id.startswith("item_")
@@ -97,8 +131,14 @@ async def test_previous_item_id_places_items(make_mock: MockFactory) -> None:
     async with raw_connect(mock) as client:
         await client.ask(user_text("a") | {"item": {**user_text("a")["item"], "id": "a"}}, "conversation.item.done")
         await client.ask(user_text("b") | {"item": {**user_text("b")["item"], "id": "b"}}, "conversation.item.done")
-        at_root = (await client.ask(user_text("r") | {"item": {**user_text("r")["item"], "id": "r"}, "previous_item_id": "root"}, "conversation.item.done"))
-        after_a = (await client.ask(user_text("x") | {"item": {**user_text("x")["item"], "id": "x"}, "previous_item_id": "a"}, "conversation.item.done"))
+        at_root = await client.ask(
+            user_text("r") | {"item": {**user_text("r")["item"], "id": "r"}, "previous_item_id": "root"},
+            "conversation.item.done",
+        )
+        after_a = await client.ask(
+            user_text("x") | {"item": {**user_text("x")["item"], "id": "x"}, "previous_item_id": "a"},
+            "conversation.item.done",
+        )
         unknown = await client.ask(user_text("u", event_id="evt_u", previous_item_id="nope"), "error")
     assert [e["previous_item_id"] for e in at_root] == [None, None]
     assert [e["previous_item_id"] for e in after_a] == ["a", "a"]
@@ -110,14 +150,30 @@ async def test_previous_item_id_places_items(make_mock: MockFactory) -> None:
 @pytest.mark.parametrize(
     ("item", "code", "param"),
     [
-        ({"type": "function_call_output", "call_id": "call_missing", "output": "1"}, "function_call_not_found", "item.call_id"),
-        ({"type": "function_call_output", "call_id": "c", "output": "1", "name": "f"}, "unknown_parameter", "item.name"),
-        ({"type": "function_call", "name": "f", "call_id": "c", "arguments": "{}", "response_id": "r"}, "unknown_parameter", "item.response_id"),
+        (
+            {"type": "function_call_output", "call_id": "call_missing", "output": "1"},
+            "function_call_not_found",
+            "item.call_id",
+        ),
+        (
+            {"type": "function_call_output", "call_id": "c", "output": "1", "name": "f"},
+            "unknown_parameter",
+            "item.name",
+        ),
+        (
+            {"type": "function_call", "name": "f", "call_id": "c", "arguments": "{}", "response_id": "r"},
+            "unknown_parameter",
+            "item.response_id",
+        ),
         ({"type": "function_call", "name": "f", "call_id": "c"}, "missing_required_parameter", "item.arguments"),
         ({"type": "function_call_output", "call_id": "c", "output": {"a": 1}}, "invalid_type", "item.output"),
         ({"type": "reasoning"}, "invalid_value", "item.type"),
         ({"type": "message", "role": "robot", "content": []}, "invalid_value", "item.role"),
-        ({"type": "message", "role": "assistant", "content": [{"type": "output_audio", "audio": ""}]}, "invalid_value", "item.content[0].type"),
+        (
+            {"type": "message", "role": "assistant", "content": [{"type": "output_audio", "audio": ""}]},
+            "invalid_value",
+            "item.content[0].type",
+        ),
         ({"id": "i" * 33, "type": "message", "role": "user", "content": []}, "string_above_max_length", "item.id"),
         (None, "missing_required_parameter", "item"),
     ],
@@ -125,8 +181,15 @@ async def test_previous_item_id_places_items(make_mock: MockFactory) -> None:
 async def test_invalid_items_are_refused(make_mock: MockFactory, item: dict, code: str, param: str) -> None:
     mock = await make_mock()
     async with raw_connect(mock) as client:
-        error = _error((await client.ask({"type": "conversation.item.create", "event_id": "e1", "item": item}, "error"))[-1])
-    assert (error["type"], error["code"], error["param"], error["event_id"]) == ("invalid_request_error", code, param, "e1")
+        error = _error(
+            (await client.ask({"type": "conversation.item.create", "event_id": "e1", "item": item}, "error"))[-1]
+        )
+    assert (error["type"], error["code"], error["param"], error["event_id"]) == (
+        "invalid_request_error",
+        code,
+        param,
+        "e1",
+    )
     assert mock.sessions[0].items == []
 
 
@@ -152,13 +215,31 @@ async def test_function_call_output_needs_its_call_in_the_conversation(make_mock
 
 async def test_foundry_keeps_its_item_fields(make_mock: MockFactory) -> None:
     mock = await make_mock(dialect="foundry")
-    call = {"type": "function_call", "name": "f", "call_id": "call_1", "arguments": "{}", "response_id": "resp_1", "created_at": 1700000000}
-    output = {"type": "function_call_output", "call_id": "call_1", "output": "ok", "name": "f", "response_id": "resp_1", "created_at": 1700000001}
+    call = {
+        "type": "function_call",
+        "name": "f",
+        "call_id": "call_1",
+        "arguments": "{}",
+        "response_id": "resp_1",
+        "created_at": 1700000000,
+    }
+    output = {
+        "type": "function_call_output",
+        "call_id": "call_1",
+        "output": "ok",
+        "name": "f",
+        "response_id": "resp_1",
+        "created_at": 1700000001,
+    }
     async with raw_connect(mock, "model=gpt-realtime", path="/openai/v1/realtime") as client:
         await client.ask({"type": "conversation.item.create", "item": call}, "conversation.item.done")
         added, done = await client.ask({"type": "conversation.item.create", "item": output}, "conversation.item.done")
     for event in (added, done):
-        assert {k: event["item"][k] for k in ("name", "response_id", "created_at")} == {"name": "f", "response_id": "resp_1", "created_at": 1700000001}
+        assert {k: event["item"][k] for k in ("name", "response_id", "created_at")} == {
+            "name": "f",
+            "response_id": "resp_1",
+            "created_at": 1700000001,
+        }
 
 
 async def test_beta_announces_items_with_created_only(make_mock: MockFactory) -> None:
@@ -176,10 +257,18 @@ async def test_retrieve_and_delete(make_mock: MockFactory) -> None:
     mock = await make_mock()
     async with raw_connect(mock) as client:
         item_id = (await client.ask(user_text("keep me"), "conversation.item.done"))[0]["item"]["id"]
-        retrieved = (await client.ask({"type": "conversation.item.retrieve", "item_id": item_id}, "conversation.item.retrieved"))[-1]
-        missing = _error((await client.ask({"type": "conversation.item.retrieve", "event_id": "r", "item_id": "nope"}, "error"))[-1])
-        deleted = (await client.ask({"type": "conversation.item.delete", "item_id": item_id}, "conversation.item.deleted"))[-1]
-        again = _error((await client.ask({"type": "conversation.item.delete", "event_id": "d", "item_id": item_id}, "error"))[-1])
+        retrieved = (
+            await client.ask({"type": "conversation.item.retrieve", "item_id": item_id}, "conversation.item.retrieved")
+        )[-1]
+        missing = _error(
+            (await client.ask({"type": "conversation.item.retrieve", "event_id": "r", "item_id": "nope"}, "error"))[-1]
+        )
+        deleted = (
+            await client.ask({"type": "conversation.item.delete", "item_id": item_id}, "conversation.item.deleted")
+        )[-1]
+        again = _error(
+            (await client.ask({"type": "conversation.item.delete", "event_id": "d", "item_id": item_id}, "error"))[-1]
+        )
     assert retrieved["item"]["content"][0]["text"] == "keep me"
     assert deleted["item_id"] == item_id and mock.sessions[0].items == []
     assert (missing["code"], missing["event_id"]) == ("item_not_found", "r")
@@ -198,7 +287,11 @@ async def test_truncate_assistant_audio(make_mock: MockFactory) -> None:
         not_audio = _error((await client.ask({**truncate, "item_id": user_id}, "error"))[-1])
         bad_index = _error((await client.ask({**truncate, "content_index": 3}, "error"))[-1])
         unknown = _error((await client.ask({**truncate, "item_id": "nope"}, "error"))[-1])
-    assert {k: truncated[k] for k in ("item_id", "content_index", "audio_end_ms")} == {"item_id": item_id, "content_index": 0, "audio_end_ms": 250}
+    assert {k: truncated[k] for k in ("item_id", "content_index", "audio_end_ms")} == {
+        "item_id": item_id,
+        "content_index": 0,
+        "audio_end_ms": 250,
+    }
     assert mock.sessions[0].items[-1]["content"][0]["transcript"] == "A long spo", "the unheard half is dropped"
     assert (too_long["param"], too_long["event_id"]) == ("audio_end_ms", "t1")
     assert not_audio["param"] == "item_id" and bad_index["param"] == "content_index"
@@ -273,7 +366,11 @@ async def test_absurd_nesting_gets_an_error_not_a_dropped_connection(make_mock: 
     tool = {"type": "function", "name": "deep", "parameters": deep_schema}
     async with raw_connect(mock) as client:
         too_deep_to_parse = _error((await client.ask("[" * 100_000, "error"))[-1])
-        await client.send('{"type": "session.update", "event_id": "deep", "session": {"type": "realtime", "tools": [' + json.dumps(tool) + "]}}")
+        await client.send(
+            '{"type": "session.update", "event_id": "deep", "session": {"type": "realtime", "tools": ['
+            + json.dumps(tool)
+            + "]}}"
+        )
         outcome = await client.recv()
         alive = await client.ask(user_text("still here"), "conversation.item.done")
     assert too_deep_to_parse["code"] == "invalid_json"

@@ -13,7 +13,13 @@ from relay.mock.wire import Wire
 from tests.mock.conftest import TIME_TOOL, WEATHER_TOOL, check_event
 
 SCRIPT = MockScript(
-    rules=[Rule(match="go", say="Sure, checking.", calls=[ToolCall(name="get_weather", arguments={"city": "Oslo"}), ToolCall(name="get_time")])],
+    rules=[
+        Rule(
+            match="go",
+            say="Sure, checking.",
+            calls=[ToolCall(name="get_weather", arguments={"city": "Oslo"}), ToolCall(name="get_time")],
+        )
+    ],
     options={"text_chunk_chars": 4, "argument_deltas": 3, "audio_chunks": 2},
 )
 
@@ -56,7 +62,9 @@ def test_every_cancellation_point_leaves_a_consistent_response(wire: Wire) -> No
         assert list(closed) == opened, "every opened item is closed"
         assert [o["id"] for o in done["output"]] == opened
         statuses = [o["status"] for o in done["output"]]
-        assert statuses == ["completed"] * (len(statuses) - 1) + ["incomplete"] or statuses == ["completed"] * len(statuses)
+        assert statuses == ["completed"] * (len(statuses) - 1) + ["incomplete"] or statuses == ["completed"] * len(
+            statuses
+        )
         streamed = defaultdict(str)
         for event in events:
             if event["type"] == "response.function_call_arguments.delta":

@@ -63,16 +63,24 @@ async def test_duplicate_done_events(make_mock: MockFactory) -> None:
         dones.append(await client.recv())
     pairs = [(e["type"], e["event_id"]) for e in dones]
     assert pairs[::2] == pairs[1::2], "each .done arrives twice with the same event_id"
-    assert {"response.function_call_arguments.done", "response.output_item.done", "conversation.item.done", "response.done"} <= {
-        t for t, _ in pairs
-    }
+    assert {
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+        "conversation.item.done",
+        "response.done",
+    } <= {t for t, _ in pairs}
 
 
 async def test_auto_response_after_output_races_the_client(make_mock: MockFactory) -> None:
     mock = await make_mock(script=CALL_SCRIPT, faults=Faults(auto_response_after_output=True))
     async with raw_connect(mock) as client:
         call_id = await _call_id(client)
-        await client.send({"type": "conversation.item.create", "item": {"type": "function_call_output", "call_id": call_id, "output": "sunny"}})
+        await client.send(
+            {
+                "type": "conversation.item.create",
+                "item": {"type": "function_call_output", "call_id": call_id, "output": "sunny"},
+            }
+        )
         events = await client.until("response.done")
     assert "response.created" in types_of(events)
     assert events[-1]["response"]["output"][0]["content"][0]["transcript"] == "It is sunny."
@@ -91,7 +99,9 @@ async def test_pace_audio_takes_real_time(make_mock: MockFactory) -> None:
 
 
 async def test_paced_response_is_cancelled_without_waiting(make_mock: MockFactory) -> None:
-    script = MockScript(default=Reply(say="A long paced answer."), options={"audio_chunks": 50, "audio_chunk_bytes": 48000})
+    script = MockScript(
+        default=Reply(say="A long paced answer."), options={"audio_chunks": 50, "audio_chunk_bytes": 48000}
+    )
     mock = await make_mock(script=script, faults=Faults(pace_audio=True))
     async with raw_connect(mock) as client:
         await client.send({"type": "response.create"})
@@ -106,7 +116,9 @@ async def test_reject_response_create_n_times(make_mock: MockFactory) -> None:
     error = {"type": "invalid_request_error", "code": "rate_limit_exceeded", "message": "Slow down."}
     mock = await make_mock(faults=Faults(reject_response_create=2, reject_error=error))
     async with raw_connect(mock) as client:
-        rejected = [(await client.ask({"type": "response.create", "event_id": f"r{i}"}, "error"))[-1]["error"] for i in range(2)]
+        rejected = [
+            (await client.ask({"type": "response.create", "event_id": f"r{i}"}, "error"))[-1]["error"] for i in range(2)
+        ]
         accepted = await client.ask({"type": "response.create"}, "response.done")
     assert [(e["code"], e["message"], e["event_id"]) for e in rejected] == [
         ("rate_limit_exceeded", "Slow down.", "r0"),
@@ -161,7 +173,11 @@ async def test_user_turn_barges_in_and_answers(make_mock: MockFactory) -> None:
     assert kinds[0] == "input_audio_buffer.speech_started"
     cancelled = next(e for e in events if e["type"] == "response.done")["response"]
     assert cancelled["id"] == first[0]["response"]["id"] and cancelled["status_details"]["reason"] == "turn_detected"
-    assert kinds.index("response.done") < kinds.index("input_audio_buffer.speech_stopped") < kinds.index("input_audio_buffer.committed")
+    assert (
+        kinds.index("response.done")
+        < kinds.index("input_audio_buffer.speech_stopped")
+        < kinds.index("input_audio_buffer.committed")
+    )
     assert session.items[-1]["content"][0]["transcript"] == "weather in Rome?"
     assert session.active_response is None, "respond=False: no new response"
 
@@ -171,7 +187,10 @@ async def test_user_turn_creates_a_response_like_server_vad(make_mock: MockFacto
     async with raw_connect(mock) as client:
         await mock.user_turn(mock.sessions[0])
         events = await client.until("response.done")
-        update = {"type": "realtime", "audio": {"input": {"turn_detection": {"type": "server_vad", "create_response": False}}}}
+        update = {
+            "type": "realtime",
+            "audio": {"input": {"turn_detection": {"type": "server_vad", "create_response": False}}},
+        }
         await client.ask({"type": "session.update", "session": update}, "session.updated")
         await mock.user_turn(mock.sessions[0], "silence please")
         quiet = await client.until("conversation.item.input_audio_transcription.completed")

@@ -40,7 +40,9 @@ def _kind(event: dict[str, Any]) -> tuple[str, Any, Any]:
 def _shape(event: dict[str, Any]) -> dict[str, set[str]]:
     """Key sets of the event and of its main nested object; `obfuscation` comes and goes."""
     shape = {"": set(event) - {"obfuscation"}}
-    shape |= {key: set(event[key]) for key in ("item", "response", "part", "session") if isinstance(event.get(key), dict)}
+    shape |= {
+        key: set(event[key]) for key in ("item", "response", "part", "session") if isinstance(event.get(key), dict)
+    }
     return shape
 
 

@@ -78,7 +78,9 @@ async def test_wrong_or_missing_key_is_rejected_with_401(make_mock: MockFactory)
 
 async def test_azure_accepts_the_query_key_and_records_deployment(make_mock: MockFactory) -> None:
     mock = await make_mock(dialect="azure", api_key="az-key")
-    async with raw_connect(mock, "deployment=gpt-4o-rt&api-version=2025-04-01-preview&api-key=az-key", path="/openai/realtime"):
+    async with raw_connect(
+        mock, "deployment=gpt-4o-rt&api-version=2025-04-01-preview&api-key=az-key", path="/openai/realtime"
+    ):
         pass
     session = mock.sessions[0]
     assert session.auth == "api-key-query"
@@ -114,9 +116,7 @@ async def test_many_sessions_are_served_concurrently_and_independently(make_mock
     async with sdk_connect(mock) as first, sdk_connect(mock) as second:
         await first.session.update(session={"type": "realtime", "instructions": "first"})
         await second.session.update(session={"type": "realtime", "instructions": "second"})
-        updates = await asyncio.gather(
-            asyncio.wait_for(first.recv(), 3), asyncio.wait_for(second.recv(), 3)
-        )
+        updates = await asyncio.gather(asyncio.wait_for(first.recv(), 3), asyncio.wait_for(second.recv(), 3))
     assert [u.session.instructions for u in updates] == ["first", "second"]
     assert [s.instructions for s in mock.sessions] == ["first", "second"]
     assert len({s.id for s in mock.sessions}) == 2 and len({s.call_id for s in mock.sessions}) == 2
@@ -139,4 +139,3 @@ async def test_stopping_with_open_sockets_and_a_held_response_is_prompt(make_moc
         assert mock.sessions[0].active_response is not None
     await asyncio.wait_for(client.wait_closed(), 3)
     assert client.close_code == 1001 and mock.sessions[0].ended
-

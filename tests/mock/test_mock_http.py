@@ -14,7 +14,13 @@ from relay.http import HTTPError, Request, Response, http_request, serve_http
 async def _echo(request: Request) -> Response:
     if request.path == "/boom":
         raise RuntimeError("handler bug")
-    body = {"method": request.method, "path": request.path, "query": request.query, "headers": request.headers, "body": request.body.decode()}
+    body = {
+        "method": request.method,
+        "path": request.path,
+        "query": request.query,
+        "headers": request.headers,
+        "body": request.body.decode(),
+    }
     return Response.from_json(201, body)
 
 
@@ -40,7 +46,12 @@ async def test_round_trip(base_url: str) -> None:
     response = await http_request("POST", f"{base_url}/hooks/call?x=1&y=two", {"X-Token": "t"}, b'{"a": 1}')
     assert response.status == 201 and response.header("content-type") == "application/json"
     seen = response.json()
-    assert (seen["method"], seen["path"], seen["query"], seen["body"]) == ("POST", "/hooks/call", {"x": "1", "y": "two"}, '{"a": 1}')
+    assert (seen["method"], seen["path"], seen["query"], seen["body"]) == (
+        "POST",
+        "/hooks/call",
+        {"x": "1", "y": "two"},
+        '{"a": 1}',
+    )
     assert seen["headers"]["x-token"] == "t" and seen["headers"]["content-length"] == "8"
     assert Request("POST", "/", {}, {}, b'{"a": 1}').json() == {"a": 1}
 
@@ -69,7 +80,9 @@ async def test_bad_requests_get_error_statuses(base_url: str, data: bytes, statu
 
 async def test_silent_or_truncated_clients_are_dropped_without_a_reply(base_url: str) -> None:
     assert await _raw(base_url, b"") == b""
-    assert await _raw(base_url, b"POST / HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc") == b"", "timed out waiting for the body"
+    assert (
+        await _raw(base_url, b"POST / HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc") == b""
+    ), "timed out waiting for the body"
 
 
 async def _reply_with(raw_response: bytes) -> tuple[asyncio.Server, str]:
@@ -86,7 +99,10 @@ async def _reply_with(raw_response: bytes) -> tuple[asyncio.Server, str]:
 @pytest.mark.parametrize(
     ("raw_response", "body"),
     [
-        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\nTrailer: x\r\n\r\n", b"hello world"),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\nTrailer: x\r\n\r\n",
+            b"hello world",
+        ),
         (b"HTTP/1.1 200 OK\r\n\r\nuntil the end", b"until the end"),
         (b"HTTP/1.1 204 No Content\r\n\r\n", b""),
     ],
@@ -99,7 +115,11 @@ async def test_client_reads_every_body_framing(raw_response: bytes, body: bytes)
 
 @pytest.mark.parametrize(
     "raw_response",
-    [b"garbage\r\n\r\n", b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"],
+    [
+        b"garbage\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+    ],
 )
 async def test_client_rejects_malformed_responses(raw_response: bytes) -> None:
     server, url = await _reply_with(raw_response)
@@ -115,4 +135,7 @@ async def test_client_refuses_other_schemes() -> None:
 
 async def test_json_helpers() -> None:
     response = Response.from_json(200, {"ok": True})
-    assert json.loads(response.body) == response.json() == {"ok": True} and response.header("Content-Type") == "application/json"
+    assert (
+        json.loads(response.body) == response.json() == {"ok": True}
+        and response.header("Content-Type") == "application/json"
+    )

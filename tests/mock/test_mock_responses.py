@@ -72,7 +72,10 @@ async def test_spoken_message_streams_in_the_ga_order(make_mock: MockFactory) ->
     audio = [base64.b64decode(e.delta) for e in events if e.type == "response.output_audio.delta"]
     assert [len(a) for a in audio] == [960, 960, 960]
     assert events[-2].item.status == "completed"
-    assert events[-2].item.content[0].type == "output_audio" and events[-2].item.content[0].transcript == "I did not catch that."
+    assert (
+        events[-2].item.content[0].type == "output_audio"
+        and events[-2].item.content[0].transcript == "I did not catch that."
+    )
     assert done.status == "completed" and done.status_details is None and done.output[0].id == events[2].item.id
     assert done.usage.input_tokens > 0 and done.usage.output_token_details.audio_tokens == 1
     assert done.usage.total_tokens == done.usage.input_tokens + done.usage.output_tokens
@@ -129,9 +132,15 @@ async def test_outputs_lead_to_the_templated_answer(make_mock: MockFactory) -> N
         await connection.send(TOOLS_UPDATE)
         await connection.conversation.item.create(item=user_text("weather please")["item"])
         await connection.response.create()
-        calls = [e.item for e in await sdk_until(connection, "response.done") if e.type == "response.output_item.done" and e.item.type == "function_call"]
+        calls = [
+            e.item
+            for e in await sdk_until(connection, "response.done")
+            if e.type == "response.output_item.done" and e.item.type == "function_call"
+        ]
         for call, output in zip(calls, ["sunny", "noon"]):
-            await connection.conversation.item.create(item={"type": "function_call_output", "call_id": call.call_id, "output": output})
+            await connection.conversation.item.create(
+                item={"type": "function_call_output", "call_id": call.call_id, "output": output}
+            )
         await connection.response.create()
         done = (await sdk_until(connection, "response.done"))[-1]
     assert done.response.output[0].content[0].transcript == "Weather: sunny; time: noon; all: ['sunny', 'noon']"
@@ -141,7 +150,9 @@ async def test_say_exactly_instructions_win_over_the_script(make_mock: MockFacto
     mock = await make_mock(script=WEATHER_SCRIPT)
     async with sdk_connect(mock) as connection:
         await connection.conversation.item.create(item=user_text("weather?")["item"])
-        await connection.response.create(response={"instructions": 'Tell the user to hold on. Say exactly: "One moment, checking."'})
+        await connection.response.create(
+            response={"instructions": 'Tell the user to hold on. Say exactly: "One moment, checking."'}
+        )
         done = (await sdk_until(connection, "response.done"))[-1]
     assert [o.type for o in done.response.output] == ["message"]
     assert done.response.output[0].content[0].transcript == "One moment, checking."
@@ -164,11 +175,17 @@ async def test_strict_tools_only_call_offered_functions(make_mock: MockFactory) 
         await client.ask(user_text("weather"), "conversation.item.done")
         no_tools = (await client.ask({"type": "response.create"}, "response.done"))[-1]["response"]["output"]
         await client.ask(TOOLS_UPDATE, "session.updated")
-        choice_none = (await client.ask({"type": "response.create", "response": {"tool_choice": "none"}}, "response.done"))[-1]["response"]["output"]
+        choice_none = (
+            await client.ask({"type": "response.create", "response": {"tool_choice": "none"}}, "response.done")
+        )[-1]["response"]["output"]
         forced = {"tool_choice": {"type": "function", "name": "get_time"}}
-        only_time = (await client.ask({"type": "response.create", "response": forced}, "response.done"))[-1]["response"]["output"]
+        only_time = (await client.ask({"type": "response.create", "response": forced}, "response.done"))[-1][
+            "response"
+        ]["output"]
         response_tools = {"tools": [WEATHER_TOOL]}
-        only_weather = (await client.ask({"type": "response.create", "response": response_tools}, "response.done"))[-1]["response"]["output"]
+        only_weather = (await client.ask({"type": "response.create", "response": response_tools}, "response.done"))[-1][
+            "response"
+        ]["output"]
     assert [o["type"] for o in no_tools] == ["message"], "the preamble is said, the calls are dropped"
     assert [o["type"] for o in choice_none] == ["message"]
     assert [o.get("name") for o in only_time] == [None, "get_time"]
@@ -211,7 +228,9 @@ async def test_response_input_replaces_the_conversation(make_mock: MockFactory) 
         inline = {"conversation": "none", "input": [user_text("tell me a joke")["item"]], "output_modalities": ["text"]}
         written = (await client.ask({"type": "response.create", "response": inline}, "response.done"))[-1]
         dangling = {"input": [{"type": "item_reference", "id": "item_gone"}]}
-        error = _error((await client.ask({"type": "response.create", "event_id": "ref", "response": dangling}, "error"))[-1])
+        error = _error(
+            (await client.ask({"type": "response.create", "event_id": "ref", "response": dangling}, "error"))[-1]
+        )
     assert referenced["response"]["output"][0]["content"][0]["transcript"].startswith("Why did the chicken")
     assert written["response"]["output"][0]["content"][0]["text"].startswith("Why did the chicken")
     assert (error["code"], error["param"], error["event_id"]) == ("item_not_found", "response.input[0].id", "ref")
@@ -227,10 +246,14 @@ async def test_response_input_replaces_the_conversation(make_mock: MockFactory) 
         ({"output_modalities": ["video"]}, "invalid_value", "response.output_modalities"),
     ],
 )
-async def test_invalid_response_requests_are_refused(make_mock: MockFactory, response: dict, code: str, param: str) -> None:
+async def test_invalid_response_requests_are_refused(
+    make_mock: MockFactory, response: dict, code: str, param: str
+) -> None:
     mock = await make_mock()
     async with raw_connect(mock) as client:
-        error = _error((await client.ask({"type": "response.create", "event_id": "r1", "response": response}, "error"))[-1])
+        error = _error(
+            (await client.ask({"type": "response.create", "event_id": "r1", "response": response}, "error"))[-1]
+        )
     assert (error["code"], error["param"], error["event_id"]) == (code, param, "r1")
     assert mock.sessions[0].responses == []
 
@@ -274,7 +297,9 @@ async def test_cancel_cuts_the_response_short(make_mock: MockFactory) -> None:
 
 
 async def test_cancel_during_arguments_marks_the_call_incomplete(make_mock: MockFactory) -> None:
-    script = MockScript(rules=[Rule(match="go", calls=[ToolCall(name="get_weather", arguments={"city": "Oslo"})], hold=True)])
+    script = MockScript(
+        rules=[Rule(match="go", calls=[ToolCall(name="get_weather", arguments={"city": "Oslo"})], hold=True)]
+    )
     mock = await make_mock(script=script)
     async with raw_connect(mock) as client:
         await client.ask(TOOLS_UPDATE, "session.updated")
@@ -308,7 +333,12 @@ async def test_beta_names_and_fields(make_mock: MockFactory) -> None:
         await client.ask(user_text("weather"), "conversation.item.created")
         events = await client.ask({"type": "response.create"}, "response.done")
     kinds = set(types_of(events))
-    assert {"response.audio_transcript.delta", "response.audio.delta", "response.audio.done", "conversation.item.created"} <= kinds
+    assert {
+        "response.audio_transcript.delta",
+        "response.audio.delta",
+        "response.audio.done",
+        "conversation.item.created",
+    } <= kinds
     assert not kinds & {"conversation.item.added", "conversation.item.done", "response.output_audio.delta"}
     done = next(e for e in events if e["type"] == "response.function_call_arguments.done")
     assert "name" not in done

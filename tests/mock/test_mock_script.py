@@ -47,7 +47,13 @@ def test_audio_transcripts_count_as_user_text() -> None:
 
 
 def test_trailing_outputs_use_the_after_outputs_template() -> None:
-    items = [_user("weather and time"), _call("c1", "get_weather"), _call("c2", "get_time"), _output("c1", "sunny"), _output("c2", "noon")]
+    items = [
+        _user("weather and time"),
+        _call("c1", "get_weather"),
+        _call("c2", "get_time"),
+        _output("c1", "sunny"),
+        _output("c2", "noon"),
+    ]
     reply = SCRIPT.reply_for(items, None, {"c1": "get_weather", "c2": "get_time"})
     assert reply.say == "sunny / noon / sunny / weather and time"
     assert SCRIPT.reply_for([*items, _user("thanks")], None, {}).say == "Default.", "a newer user turn wins"
@@ -59,7 +65,9 @@ def test_a_template_naming_an_absent_call_is_said_unformatted() -> None:
 
 
 def test_say_exactly_wins_and_loses_its_quotes() -> None:
-    assert SCRIPT.reply_for([_user("weather")], 'Be kind. Say exactly: "Hold on, please."', {}) == Reply(say="Hold on, please.")
+    assert SCRIPT.reply_for([_user("weather")], 'Be kind. Say exactly: "Hold on, please."', {}) == Reply(
+        say="Hold on, please."
+    )
     assert SCRIPT.reply_for([], "say exactly: \u201cOne moment\u201d", {}).say == "One moment"
     assert SCRIPT.reply_for([], "Say exactly:   plain text  ", {}).say == "plain text"
     assert SCRIPT.reply_for([], "Say something nice", {}).say == "Default."
@@ -68,13 +76,23 @@ def test_say_exactly_wins_and_loses_its_quotes() -> None:
 def test_json_script_file_round_trip(tmp_path: Path) -> None:
     document = {
         "rules": [
-            {"match": "weather", "say": "Let me check.", "calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]},
+            {
+                "match": "weather",
+                "say": "Let me check.",
+                "calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}],
+            },
             {"match": "^bye", "regex": True, "say": "Goodbye!", "hold": True},
         ],
         "after_outputs": {"say": "The weather in Paris is {output}"},
         "default": {"say": "Hello!"},
         "transcripts": ["What's the weather in Paris?"],
-        "options": {"text_chunk_chars": 4, "argument_deltas": 2, "audio_chunk_bytes": 960, "audio_chunks": 2, "pace_audio": True},
+        "options": {
+            "text_chunk_chars": 4,
+            "argument_deltas": 2,
+            "audio_chunk_bytes": 960,
+            "audio_chunks": 2,
+            "pace_audio": True,
+        },
     }
     path = tmp_path / "script.json"
     path.write_text(json.dumps(document))

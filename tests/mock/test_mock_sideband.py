@@ -65,7 +65,9 @@ async def test_accept_configures_the_call_and_hangup_ends_it(make_mock: MockFact
     call_id = mock.create_call()
     rest = AsyncOpenAI(api_key="sk-key", base_url=mock.rest_url, max_retries=0)
     async with raw_connect(mock, f"call_id={call_id}", headers={"Authorization": "Bearer sk-key"}) as sidecar:
-        await rest.realtime.calls.accept(call_id, type="realtime", instructions="Answer the phone.", tools=[WEATHER_TOOL])
+        await rest.realtime.calls.accept(
+            call_id, type="realtime", instructions="Answer the phone.", tools=[WEATHER_TOOL]
+        )
         updated = await sidecar.recv()
         await rest.realtime.calls.hangup(call_id)
         with pytest.raises(ConnectionClosedOK):
@@ -90,7 +92,9 @@ async def test_rest_errors(make_mock: MockFactory) -> None:
     auth = {"Authorization": "Bearer sk-key"}
     accept = f"{mock.rest_url}/realtime/calls/{call_id}/accept"
     with pytest.raises(openai.AuthenticationError):
-        await AsyncOpenAI(api_key="sk-wrong", base_url=mock.rest_url, max_retries=0).realtime.calls.accept(call_id, type="realtime")
+        await AsyncOpenAI(api_key="sk-wrong", base_url=mock.rest_url, max_retries=0).realtime.calls.accept(
+            call_id, type="realtime"
+        )
     missing = await http_request("POST", f"{mock.rest_url}/realtime/calls/rtc_nope/accept", auth, b"{}")
     not_json = await http_request("POST", accept, auth, b"{oops")
     invalid = await http_request("POST", accept, auth, json.dumps({"instructions": "no type"}).encode())
@@ -108,7 +112,10 @@ async def test_accept_reaches_every_connection_of_the_call(make_mock: MockFactor
     call_id = mock.create_call()
     async with raw_connect(mock, f"call_id={call_id}") as first, raw_connect(mock, f"call_id={call_id}") as second:
         response = await http_request(
-            "POST", f"{mock.rest_url}/realtime/calls/{call_id}/accept", {}, json.dumps({"type": "realtime", "instructions": "hi"}).encode()
+            "POST",
+            f"{mock.rest_url}/realtime/calls/{call_id}/accept",
+            {},
+            json.dumps({"type": "realtime", "instructions": "hi"}).encode(),
         )
         assert response.status == 200 and response.body == b""
         assert [(await c.recv())["type"] for c in (first, second)] == ["session.updated", "session.updated"]
@@ -124,13 +131,17 @@ async def test_inject_sends_events_and_raw_frames_to_every_connection(make_mock:
                 assert json.loads(await client.ws.recv()) == {"type": "response.mystery", "x": 1}
                 assert await client.ws.recv() == "{broken json"
                 assert await client.ws.recv() == b"\x00binary"
-    assert [r.event for r in mock.sent if r.event["type"] == "response.mystery"] == [{"type": "response.mystery", "x": 1}] * 2
+    assert [r.event for r in mock.sent if r.event["type"] == "response.mystery"] == [
+        {"type": "response.mystery", "x": 1}
+    ] * 2
 
 
 async def test_wait_for_is_event_driven_and_filtered(make_mock: MockFactory) -> None:
     mock = await make_mock()
     async with raw_connect(mock) as first, raw_connect(mock) as second:
-        waiting = asyncio.ensure_future(mock.wait_for(lambda e: e["item"]["content"][0]["text"] == "two", session=mock.sessions[1]))
+        waiting = asyncio.ensure_future(
+            mock.wait_for(lambda e: e["item"]["content"][0]["text"] == "two", session=mock.sessions[1])
+        )
         await first.send(user_text("two"))
         await first.until("conversation.item.done")
         assert not waiting.done(), "an event of another session does not match"
