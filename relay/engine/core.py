@@ -43,7 +43,7 @@ from relay.engine.ledger import (
     Owner,
 )
 from relay.engine.peek import peek_type
-from relay.engine.sequencer import META_KIND, Sequencer
+from relay.engine.sequencer import META_CALLS, META_KIND, Sequencer
 from relay.tools import (
     ArgumentsError,
     HandlerKind,
@@ -490,7 +490,17 @@ class Engine:
                     entry.follow_up_event_id = ours.event_id
         if not response.out_of_band:
             self._link_follow_ups(response.id)
-        return _SAME
+        return self._without_call_ids(event, data)
+
+    def _without_call_ids(self, event: dict[str, Any], data: dict[str, Any]) -> Any:
+        """The relay's own responses reach the client, but not the ids of the hidden calls they
+        answer (kept in their metadata for the ledger and for replay)."""
+        metadata = data.get("metadata")
+        if not (self.config.hide_tool_events and self.config.has_client and isinstance(metadata, dict)
+                and META_CALLS in metadata and META_KIND in metadata):
+            return _SAME
+        visible = {k: v for k, v in metadata.items() if k != META_CALLS}
+        return {**event, "response": {**data, "metadata": visible}}
 
     def _link_follow_ups(self, response_id: str) -> None:
         """The first in-conversation response that starts after a call's output landed is the
@@ -629,13 +639,15 @@ class Engine:
         return self._client_view_of_response_done(event, data)
 
     def _client_view_of_response_done(self, event: dict[str, Any], data: dict[str, Any]) -> Any:
+        view = self._without_call_ids(event, data)
         output = data.get("output")
         if not (self.config.hide_tool_events and self.config.has_client and isinstance(output, list)):
-            return _SAME
+            return view
         visible = [o for o in output if not self._hidden_item(o)]
         if len(visible) == len(output):
-            return _SAME
-        return {**event, "response": {**data, "output": visible}}
+            return view
+        base = event if view is _SAME else view
+        return {**base, "response": {**base["response"], "output": visible}}
 
     def _hidden_item(self, item: Any) -> bool:
         if not isinstance(item, dict):
