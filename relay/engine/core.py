@@ -490,7 +490,7 @@ class Engine:
                     entry.follow_up_event_id = ours.event_id
         if not response.out_of_band:
             self._link_follow_ups(response.id)
-        return self._without_call_ids(event, data)
+        return self._client_view_of_response(event, data)
 
     def _without_call_ids(self, event: dict[str, Any], data: dict[str, Any]) -> Any:
         """The relay's own responses reach the client, but not the ids of the hidden calls they
@@ -607,7 +607,7 @@ class Engine:
         assert response is not None
         if response.done:
             self._record_anomaly(f"duplicate response.done for {response.id}", event["type"])
-            return self._client_view_of_response_done(event, data)
+            return self._client_view_of_response(event, data)
         if not response.seen_created:
             self._record_anomaly(f"response.done without response.created for {response.id}",
                                  event["type"])
@@ -636,9 +636,10 @@ class Engine:
         elif response.status in _CANCEL_STATES:
             self._interrupt_running_of(response)
         self._inject_ready(response)
-        return self._client_view_of_response_done(event, data)
+        return self._client_view_of_response(event, data)
 
-    def _client_view_of_response_done(self, event: dict[str, Any], data: dict[str, Any]) -> Any:
+    def _client_view_of_response(self, event: dict[str, Any], data: dict[str, Any]) -> Any:
+        """response.created / response.done as the client may see them: without hidden items."""
         view = self._without_call_ids(event, data)
         output = data.get("output")
         if not (self.config.hide_tool_events and self.config.has_client and isinstance(output, list)):
