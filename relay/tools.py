@@ -622,11 +622,11 @@ class ToolRegistry:
         self._specs[spec.name] = spec
         return spec
 
-    def get(self, name: str) -> ToolSpec | None:
-        return self._specs.get(name)
+    def get(self, name: object) -> ToolSpec | None:
+        return self._specs.get(name) if isinstance(name, str) else None
 
     def __contains__(self, name: object) -> bool:
-        return name in self._specs
+        return isinstance(name, str) and name in self._specs
 
     def __iter__(self) -> Iterator[ToolSpec]:
         return iter(self._specs.values())

@@ -144,7 +144,7 @@ class FakeServer:
                     "usage": None, "metadata": options.get("metadata")}
         self.responses[response_id] = response
         self.active = response_id
-        events = [self._event("response.created", response=dict(response))]
+        events = [self._event("response.created", response=json.loads(json.dumps(response)))]
         for output_index, output in enumerate(outputs):
             item_events = self._output_item(response, output_index, output, out_of_band, deltas)
             if last_unfinished and output_index == len(outputs) - 1:

@@ -182,3 +182,16 @@ def test_errors_aimed_at_the_client_are_forwarded_and_ours_are_not() -> None:
                                                             "message": "relay-internal", "param": None, "event_id": "t_e1"}})
     assert h.to_client[-1]["error"]["message"] == "yours"
     assert json.dumps(h.to_client).count("relay-internal") == 0
+
+
+def test_a_hidden_call_id_never_reaches_the_client() -> None:
+    h = proxy()
+    h.connect()
+    h.upstream(h.server.user_turn("what's the weather?"))
+    h.respond([Call("get_weather", json.dumps({"city": "Paris"}))])
+    h.run_all()
+    [entry] = h.engine.ledger
+    assert h.creates and entry.follow_up_response_id
+    assert not [e for e in h.to_client if entry.call_id in json.dumps(e)]
+    follow_up = [e for e in h.to_client if e["type"] == "response.created"][-1]
+    assert follow_up["response"]["metadata"]["relay"] == "follow_up"   # still recognisable

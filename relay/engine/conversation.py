@@ -14,6 +14,10 @@ ABSENT: Any = type("Absent", (), {"__repr__": lambda self: "ABSENT"})()
 """Marks a field the event did not carry, as opposed to one carried as null."""
 
 
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
 @dataclass(slots=True)
 class ItemRecord:
     """One item as the relay last saw it. `origin` says who produced it: `model` (a response's
@@ -37,17 +41,26 @@ class ItemRecord:
     # transcript, input audio transcription). Final `.done`/`completed` values replace them.
     texts: dict[int, str] = field(default_factory=dict)
 
+    # typed views of the item's fields: a field of the wrong type reads as absent
     @property
     def role(self) -> str | None:
-        return self.data.get("role")
+        return _text(self.data.get("role"))
 
     @property
     def status(self) -> str | None:
-        return self.data.get("status")
+        return _text(self.data.get("status"))
 
     @property
     def call_id(self) -> str | None:
-        return self.data.get("call_id")
+        return _text(self.data.get("call_id"))
+
+    @property
+    def name(self) -> str | None:
+        return _text(self.data.get("name"))
+
+    @property
+    def arguments(self) -> str | None:
+        return _text(self.data.get("arguments"))
 
     def text(self) -> str:
         """The item's words: text parts and transcripts joined, deltas included."""
@@ -113,8 +126,8 @@ class Conversation:
         self.session: dict[str, Any] = {}
 
     # ---- items -------------------------------------------------------------------------
-    def item(self, item_id: str | None) -> ItemRecord | None:
-        return self.items.get(item_id) if item_id else None
+    def item(self, item_id: object) -> ItemRecord | None:
+        return self.items.get(item_id) if isinstance(item_id, str) else None
 
     def upsert(self, data: dict[str, Any]) -> ItemRecord | None:
         """Record the latest form of an item (fields merged over what was known)."""
@@ -222,14 +235,14 @@ class Conversation:
                 return other
         return None
 
-    def add_text(self, item_id: str, content_index: int, delta: str) -> None:
-        record = self.items.get(item_id)
+    def add_text(self, item_id: object, content_index: int, delta: str) -> None:
+        record = self.item(item_id)
         if record is None:
             return
         record.texts[content_index] = record.texts.get(content_index, "") + delta
 
-    def set_text(self, item_id: str, content_index: int, text: str) -> None:
-        record = self.items.get(item_id)
+    def set_text(self, item_id: object, content_index: int, text: str) -> None:
+        record = self.item(item_id)
         if record is not None:
             record.texts[content_index] = text
 

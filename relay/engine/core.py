@@ -43,7 +43,7 @@ from relay.engine.ledger import (
     Owner,
 )
 from relay.engine.peek import peek_type
-from relay.engine.sequencer import META_KIND, Sequencer
+from relay.engine.sequencer import META_CALLS, META_KIND, Sequencer
 from relay.tools import (
     ArgumentsError,
     HandlerKind,
@@ -381,7 +381,7 @@ class Engine:
         if record is None:
             self._record_anomaly(f"transcription for unknown item {item_id}", event["type"])
             return _SAME
-        index = event.get("content_index") or 0
+        index = _content_index(event)
         kind = event["type"].rsplit(".", 1)[-1]
         if kind == "delta" and isinstance(event.get("delta"), str):
             self.conversation.add_text(record.id, index, event["delta"])
@@ -418,7 +418,7 @@ class Engine:
             entry = self.ledger.get(record.call_id)
             if entry is not None:
                 return entry.owner is Owner.RELAY
-            return record.origin != "client" and record.data.get("name") in self.tools
+            return record.origin != "client" and record.name in self.tools
         if record.type == "function_call_output":
             entry = self.ledger.get(record.call_id)
             return entry is not None and entry.owner is Owner.RELAY and record.origin != "client"
@@ -433,7 +433,7 @@ class Engine:
                 self._record_anomaly(f"output for unknown call {record.call_id}", "function_call_output")
                 return
             if entry.owner is Owner.CLIENT or record.origin == "client":
-                entry.output = record.data.get("output")
+                entry.output = record.data.get("output") if isinstance(record.data.get("output"), str) else None
                 entry.output_item_id = record.id
                 entry.output_status = record.status
                 if entry.owner is Owner.CLIENT:
@@ -490,7 +490,17 @@ class Engine:
                     entry.follow_up_event_id = ours.event_id
         if not response.out_of_band:
             self._link_follow_ups(response.id)
-        return _SAME
+        return self._client_view_of_response(event, data)
+
+    def _without_call_ids(self, event: dict[str, Any], data: dict[str, Any]) -> Any:
+        """The relay's own responses reach the client, but not the ids of the hidden calls they
+        answer (kept in their metadata for the ledger and for replay)."""
+        metadata = data.get("metadata")
+        if not (self.config.hide_tool_events and self.config.has_client and isinstance(metadata, dict)
+                and META_CALLS in metadata and META_KIND in metadata):
+            return _SAME
+        visible = {k: v for k, v in metadata.items() if k != META_CALLS}
+        return {**event, "response": {**data, "metadata": visible}}
 
     def _link_follow_ups(self, response_id: str) -> None:
         """The first in-conversation response that starts after a call's output landed is the
@@ -530,19 +540,19 @@ class Engine:
         if event["type"].endswith(".done") and isinstance(part, dict):
             text = part.get("text") if part.get("text") is not None else part.get("transcript")
             if isinstance(text, str) and text:
-                self.conversation.set_text(str(event.get("item_id")), event.get("content_index") or 0, text)
+                self.conversation.set_text(event.get("item_id"), _content_index(event), text)
         return _SAME
 
     def _on_text_delta(self, event: dict[str, Any]) -> Any:
         delta = event.get("delta")
         if isinstance(delta, str):
-            self.conversation.add_text(str(event.get("item_id")), event.get("content_index") or 0, delta)
+            self.conversation.add_text(event.get("item_id"), _content_index(event), delta)
         return _SAME
 
     def _on_text_done(self, event: dict[str, Any]) -> Any:
         text = event.get("text") if "text" in event else event.get("transcript")
         if isinstance(text, str):
-            self.conversation.set_text(str(event.get("item_id")), event.get("content_index") or 0, text)
+            self.conversation.set_text(event.get("item_id"), _content_index(event), text)
         return _SAME
 
     def _on_arguments_delta(self, event: dict[str, Any]) -> Any:
@@ -597,7 +607,7 @@ class Engine:
         assert response is not None
         if response.done:
             self._record_anomaly(f"duplicate response.done for {response.id}", event["type"])
-            return self._client_view_of_response_done(event, data)
+            return self._client_view_of_response(event, data)
         if not response.seen_created:
             self._record_anomaly(f"response.done without response.created for {response.id}",
                                  event["type"])
@@ -626,16 +636,19 @@ class Engine:
         elif response.status in _CANCEL_STATES:
             self._interrupt_running_of(response)
         self._inject_ready(response)
-        return self._client_view_of_response_done(event, data)
+        return self._client_view_of_response(event, data)
 
-    def _client_view_of_response_done(self, event: dict[str, Any], data: dict[str, Any]) -> Any:
+    def _client_view_of_response(self, event: dict[str, Any], data: dict[str, Any]) -> Any:
+        """response.created / response.done as the client may see them: without hidden items."""
+        view = self._without_call_ids(event, data)
         output = data.get("output")
         if not (self.config.hide_tool_events and self.config.has_client and isinstance(output, list)):
-            return _SAME
+            return view
         visible = [o for o in output if not self._hidden_item(o)]
         if len(visible) == len(output):
-            return _SAME
-        return {**event, "response": {**data, "output": visible}}
+            return view
+        base = event if view is _SAME else view
+        return {**base, "response": {**base["response"], "output": visible}}
 
     def _hidden_item(self, item: Any) -> bool:
         if not isinstance(item, dict):
@@ -743,7 +756,7 @@ class Engine:
             self._record_anomaly(f"function_call item {record.id} without call_id", "function_call")
             return
         entry = self.ledger.get(call_id)
-        name = str(record.data.get("name") or "")
+        name = record.name or ""
         if entry is None:
             client_made = record.origin == "client" or call_id in self._client_call_ids
             owner = Owner.RELAY if (not client_made and self._owns(name)) else Owner.CLIENT
@@ -761,9 +774,8 @@ class Engine:
             entry.response_id = record.response_id
         if not entry.name and name:
             entry.name = name
-        arguments = record.data.get("arguments")
-        if isinstance(arguments, str) and arguments and record.status == "completed":
-            entry.arguments = arguments
+        if record.arguments and record.status == "completed":
+            entry.arguments = record.arguments
 
     def _owns(self, name: str) -> bool:
         return name in self.tools or self.config.unknown_tools == "error"
@@ -1221,6 +1233,11 @@ class Engine:
         from relay.engine.dump import dump_engine
 
         return dump_engine(self)
+
+
+def _content_index(event: dict[str, Any]) -> int:
+    index = event.get("content_index")
+    return index if isinstance(index, int) and index >= 0 else 0
 
 
 def _has_audio(item: dict[str, Any]) -> bool:

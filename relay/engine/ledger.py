@@ -102,11 +102,11 @@ class CallLedger:
     def __contains__(self, call_id: object) -> bool:
         return call_id in self._entries
 
-    def get(self, call_id: str | None) -> CallEntry | None:
-        return self._entries.get(call_id) if call_id else None
+    def get(self, call_id: object) -> CallEntry | None:
+        return self._entries.get(call_id) if isinstance(call_id, str) else None
 
-    def by_item(self, item_id: str | None) -> CallEntry | None:
-        if not item_id:
+    def by_item(self, item_id: object) -> CallEntry | None:
+        if not isinstance(item_id, str):
             return None
         call_id = self._by_item.get(item_id)
         return self._entries.get(call_id) if call_id else None

@@ -1,0 +1,219 @@
+"""The mock's conversation: an ordered item list with the server's insertion and validation rules.
+
+Ordering follows `previous_item_id` the way the real server applies it (omitted = append, `"root"`
+= first, an existing id = right after it, anything else = error), and client items are checked the
+way the real API checks them, so that a relay which sends an output for a call that does not exist,
+or a Foundry-only field to OpenAI, gets the same `error` it would get in production.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from relay.mock.wire import ProtocolError, Wire, new_id
+
+ROOT = "root"
+MAX_ITEM_ID_LENGTH = 32
+
+_COMMON_FIELDS = frozenset({"type", "id", "object", "status"})
+_ITEM_FIELDS = {
+    "message": _COMMON_FIELDS | {"role", "content"},
+    "function_call": _COMMON_FIELDS | {"name", "call_id", "arguments"},
+    "function_call_output": _COMMON_FIELDS | {"call_id", "output"},
+}
+# Azure AI Foundry accepts (and echoes) these on top of OpenAI's schema.
+_FOUNDRY_FIELDS = {
+    "message": frozenset(),
+    "function_call": frozenset({"response_id", "created_at"}),
+    "function_call_output": frozenset({"name", "response_id", "created_at"}),
+}
+_REQUIRED_STRINGS = {
+    "message": ("role",),
+    "function_call": ("name", "call_id", "arguments"),
+    "function_call_output": ("call_id", "output"),
+}
+_PART_FIELDS = {
+    "input_text": frozenset({"type", "text"}),
+    "input_audio": frozenset({"type", "audio", "transcript"}),
+    "input_image": frozenset({"type", "image_url", "detail"}),
+    "output_text": frozenset({"type", "text"}),
+    "text": frozenset({"type", "text"}),
+}
+_GA_PARTS_BY_ROLE = {
+    "system": ("input_text",),
+    "user": ("input_text", "input_audio", "input_image"),
+    "assistant": ("output_text",),
+}
+_BETA_PARTS_BY_ROLE = {"system": ("input_text",), "user": ("input_text", "input_audio"), "assistant": ("text",)}
+
+
+def _missing(param: str) -> ProtocolError:
+    return ProtocolError("missing_required_parameter", f"Missing required parameter: '{param}'.", param)
+
+
+def _wrong_type(param: str, expected: str, value: Any) -> ProtocolError:
+    got = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}.get(type(value), "a number")
+    if value is None:
+        got = "null"
+    return ProtocolError(
+        "invalid_type", f"Invalid type for '{param}': expected {expected}, but got {got} instead.", param
+    )
+
+
+def _check_content(content: Any, role: str, wire: Wire) -> None:
+    if not isinstance(content, list):
+        raise _wrong_type("item.content", "an array", content)
+    allowed = (_BETA_PARTS_BY_ROLE if wire.beta else _GA_PARTS_BY_ROLE)[role]
+    for index, part in enumerate(content):
+        where = f"item.content[{index}]"
+        if not isinstance(part, dict):
+            raise _wrong_type(where, "an object", part)
+        part_type = part.get("type")
+        if part_type not in allowed:
+            supported = ", ".join(f"'{t}'" for t in allowed)
+            raise ProtocolError(
+                "invalid_value",
+                f"Invalid value: '{part_type}'. Supported values for role '{role}' are: {supported}.",
+                f"{where}.type",
+            )
+        for key, value in part.items():
+            if key not in _PART_FIELDS[part_type]:
+                raise ProtocolError("unknown_parameter", f"Unknown parameter: '{where}.{key}'.", f"{where}.{key}")
+            if not isinstance(value, str) and not (key == "transcript" and value is None):
+                raise _wrong_type(f"{where}.{key}", "a string", value)
+
+
+class Conversation:
+    """Items in conversation order; each item is the dict the server would send for it."""
+
+    def __init__(self) -> None:
+        self._items: list[dict[str, Any]] = []
+
+    @property
+    def items(self) -> list[dict[str, Any]]:
+        """A snapshot of the items in order."""
+        return [copy.deepcopy(item) for item in self._items]
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def _index(self, item_id: str) -> int | None:
+        return next((i for i, item in enumerate(self._items) if item.get("id") == item_id), None)
+
+    def get(self, item_id: str) -> dict[str, Any] | None:
+        index = self._index(item_id)
+        return None if index is None else self._items[index]
+
+    def previous_id(self, item_id: str) -> str | None:
+        index = self._index(item_id)
+        if not index:
+            return None
+        return self._items[index - 1].get("id")
+
+    def last_id(self) -> str | None:
+        return self._items[-1].get("id") if self._items else None
+
+    def function_call(self, call_id: str) -> dict[str, Any] | None:
+        return next((i for i in self._items if i.get("type") == "function_call" and i.get("call_id") == call_id), None)
+
+    def call_names(self) -> dict[str, str]:
+        """call_id -> function name, for every function call in the conversation."""
+        return {i["call_id"]: i.get("name", "") for i in self._items if i.get("type") == "function_call"}
+
+    def check_position(self, previous_item_id: str | None, param: str) -> None:
+        if previous_item_id not in (None, ROOT) and self._index(previous_item_id) is None:
+            raise ProtocolError(
+                "item_not_found",
+                f"Previous item with id '{previous_item_id}' not found in the conversation.",
+                param,
+            )
+
+    def insert(self, item: dict[str, Any], previous_item_id: str | None = None) -> str | None:
+        """Insert (None = append, "root" = first, an id = right after it); returns the id of the
+        item now preceding it, which is what the server reports as `previous_item_id`."""
+        self.check_position(previous_item_id, "previous_item_id")
+        if previous_item_id is None:
+            position = len(self._items)
+        elif previous_item_id == ROOT:
+            position = 0
+        else:
+            position = self._index(previous_item_id) + 1  # type: ignore[operator]  # checked above
+        self._items.insert(position, item)
+        return self._items[position - 1].get("id") if position else None
+
+    def replace(self, item: dict[str, Any]) -> None:
+        """Store the final form of an item (a streamed output when it is done), if still present."""
+        index = self._index(item["id"])
+        if index is not None:
+            self._items[index] = item
+
+    def remove(self, item_id: str) -> dict[str, Any]:
+        index = self._index(item_id)
+        if index is None:
+            raise item_not_found(item_id, "item_id")
+        return self._items.pop(index)
+
+    def check_client_item(self, item: Any, wire: Wire) -> dict[str, Any]:
+        """Validate an item from `conversation.item.create` and return it as the server stores it
+        (server id when absent, `status`, beta `object`). Raises ProtocolError."""
+        if not isinstance(item, dict):
+            raise _missing("item") if item is None else _wrong_type("item", "an object", item)
+        item_type = item.get("type")
+        if item_type is None:
+            raise _missing("item.type")
+        if item_type not in _ITEM_FIELDS:
+            raise ProtocolError(
+                "invalid_value",
+                f"Invalid value: '{item_type}'. Supported values are: 'message', 'function_call', and "
+                "'function_call_output'.",
+                "item.type",
+            )
+        allowed = _ITEM_FIELDS[item_type] | (_FOUNDRY_FIELDS[item_type] if wire.foundry else frozenset())
+        for key in item:
+            if key not in allowed:
+                raise ProtocolError("unknown_parameter", f"Unknown parameter: 'item.{key}'.", f"item.{key}")
+        for key in _REQUIRED_STRINGS[item_type]:
+            if key not in item:
+                raise _missing(f"item.{key}")
+            if not isinstance(item[key], str):
+                raise _wrong_type(f"item.{key}", "a string", item[key])
+        item_id = item.get("id")
+        if item_id is not None:
+            if not isinstance(item_id, str):
+                raise _wrong_type("item.id", "a string", item_id)
+            if len(item_id) > MAX_ITEM_ID_LENGTH:
+                raise ProtocolError(
+                    "string_above_max_length",
+                    f"Invalid 'item.id': string too long. Expected a string with maximum length "
+                    f"{MAX_ITEM_ID_LENGTH}, but got a string with length {len(item_id)} instead.",
+                    "item.id",
+                )
+            if self._index(item_id) is not None:
+                raise ProtocolError(
+                    "duplicate_item_id", f"Item with id '{item_id}' already exists in the conversation.", "item.id"
+                )
+        if item_type == "message":
+            if item["role"] not in _GA_PARTS_BY_ROLE:
+                raise ProtocolError(
+                    "invalid_value",
+                    f"Invalid value: '{item['role']}'. Supported values are: 'user', 'assistant', and 'system'.",
+                    "item.role",
+                )
+            if "content" not in item:
+                raise _missing("item.content")
+            _check_content(item["content"], item["role"], wire)
+        if item_type == "function_call_output" and self.function_call(item["call_id"]) is None:
+            raise ProtocolError(
+                "function_call_not_found",
+                f"No function call with call_id '{item['call_id']}' found in the conversation for this "
+                "function_call_output.",
+                "item.call_id",
+            )
+        fields = {k: copy.deepcopy(v) for k, v in item.items() if k not in ("id", "object", "status", "type")}
+        status = {} if item_type == "function_call_output" else {"status": "completed"}
+        return wire.item(id=item_id or new_id("item"), type=item_type, **status, **fields)
+
+
+def item_not_found(item_id: Any, param: str) -> ProtocolError:
+    return ProtocolError("item_not_found", f"Item with item_id '{item_id}' not found.", param)

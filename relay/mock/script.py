@@ -1,0 +1,180 @@
+"""What the mock model says and which tools it calls: scripts, as Python objects or a JSON file.
+
+A script is a list of rules plus three fallbacks. For each response the mock picks one reply:
+
+1. The response's `instructions` contain `Say exactly: <text>` (how the relay asks for a spoken
+   tool message): the mock says that text (up to the end of the instructions, surrounding quotes
+   stripped) and nothing else.
+2. The conversation ends in one or more `function_call_output` items (nothing else since them):
+   the `after_outputs` reply, whose `say` is a `str.format` template with the fields
+   `output` (the last output), `outputs` (all trailing outputs, in order), `by_name` (output by
+   the called function's name: `{by_name[get_weather]}`) and `user` (the latest user text).
+3. The first rule whose `match` is found in the latest user message text (input text parts and
+   audio transcripts): a case-insensitive substring, or with `regex: true` a case-insensitive
+   `re.search`.
+4. The `default` reply.
+
+A reply has `say` (spoken as audio with a transcript, or written as text, per the response's output
+modalities), `calls` (function calls made after `say`, which is then a spoken preamble; several
+calls give parallel calls in one response) and `hold` (the response stops after its first delta and
+stays in progress until `MockUpstream.release()` or a cancel: a deterministic way to test what
+happens while a response is active). A call's `arguments` is an object (sent as JSON) or a string
+(sent as is, to test invalid JSON).
+
+With `options.strict_tools` (the default) the mock behaves like a model that can only call what it
+was given: a scripted call to a function not among the session's (or the response's) tools, or
+excluded by `tool_choice`, is dropped; a reply left with nothing to say or call falls back to the
+default reply's text.
+
+The JSON file has the same shape as `MockScript`:
+
+    {"rules": [{"match": "weather", "say": "Let me check.",
+                "calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}],
+     "after_outputs": {"say": "The weather in Paris is {output}"},
+     "default": {"say": "Hello!"},
+     "transcripts": ["What is the weather in Paris?"],
+     "options": {"text_chunk_chars": 16, "argument_deltas": 3, "audio_chunk_bytes": 4800,
+                 "audio_chunks": 5, "pace_audio": false, "strict_tools": true}}
+
+`transcripts` are handed out in order, one per committed user audio turn, as that item's
+transcript (`conversation.item.input_audio_transcription.completed`); when they run out, turns have
+no transcript.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+_SAY_EXACTLY = re.compile(r"say exactly:\s*(.*)\Z", re.IGNORECASE | re.DOTALL)
+_QUOTES = "\"'\u201c\u201d\u2018\u2019"
+
+
+class _Config(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ToolCall(_Config):
+    name: str
+    arguments: dict[str, Any] | str = Field(default_factory=dict)
+
+    def arguments_text(self) -> str:
+        return self.arguments if isinstance(self.arguments, str) else json.dumps(self.arguments)
+
+
+class Reply(_Config):
+    say: str | None = None
+    calls: tuple[ToolCall, ...] = ()
+    hold: bool = False
+
+
+class Rule(Reply):
+    match: str
+    regex: bool = False
+
+    @model_validator(mode="after")
+    def _compile(self) -> Rule:
+        if self.regex:
+            try:
+                re.compile(self.match)
+            except re.error as exc:
+                raise ValueError(f"invalid regex {self.match!r}: {exc}") from exc
+        return self
+
+    def matches(self, text: str) -> bool:
+        if self.regex:
+            return re.search(self.match, text, re.IGNORECASE) is not None
+        return self.match.lower() in text.lower()
+
+
+class StreamOptions(_Config):
+    """How replies are streamed."""
+
+    text_chunk_chars: int = Field(16, ge=1, description="characters per text/transcript delta")
+    argument_deltas: int = Field(3, ge=1, description="function_call_arguments.delta events per call")
+    audio_chunk_bytes: int = Field(4800, ge=2, description="bytes of audio per audio delta (4800 = 100 ms PCM16)")
+    audio_chunks: int = Field(5, ge=0, description="audio deltas per spoken message")
+    pace_audio: bool = Field(False, description="send audio no faster than real time")
+    strict_tools: bool = Field(True, description="drop scripted calls to tools the session does not have")
+
+
+class MockScript(_Config):
+    rules: tuple[Rule, ...] = ()
+    after_outputs: Reply = Reply(say="Here is what I found: {output}")
+    default: Reply = Reply(say="Hello! This is the mock realtime model speaking.")
+    transcripts: tuple[str, ...] = ()
+    options: StreamOptions = StreamOptions()
+
+    @classmethod
+    def load(cls, path: str | Path) -> MockScript:
+        """Read a JSON script file; raises ValueError (pydantic.ValidationError) on a bad one."""
+        return cls.model_validate_json(Path(path).read_text(encoding="utf-8"))
+
+    def reply_for(
+        self, items: Sequence[Mapping[str, Any]], instructions: str | None, call_names: Mapping[str, str]
+    ) -> Reply:
+        """The reply for a response over `items` (the conversation, or a response's `input`);
+        `call_names` maps call ids to function names for the `by_name` template field."""
+        said = _say_exactly(instructions)
+        if said is not None:
+            return Reply(say=said)
+        user = latest_user_text(items)
+        outputs = _trailing_outputs(items)
+        if outputs:
+            return self.after_outputs.model_copy(
+                update={"say": _fill(self.after_outputs.say, outputs, call_names, user)}
+            )
+        if user is not None:
+            for rule in self.rules:
+                if rule.matches(user):
+                    return Reply(say=rule.say, calls=rule.calls, hold=rule.hold)
+        return self.default
+
+
+def _say_exactly(instructions: str | None) -> str | None:
+    if not instructions:
+        return None
+    found = _SAY_EXACTLY.search(instructions)
+    if found is None:
+        return None
+    text = found.group(1).strip()
+    if len(text) >= 2 and text[0] in _QUOTES and text[-1] in _QUOTES:
+        text = text[1:-1].strip()
+    return text
+
+
+def latest_user_text(items: Sequence[Mapping[str, Any]]) -> str | None:
+    """Text of the latest user message: its text parts and audio transcripts joined."""
+    for item in reversed(items):
+        if item.get("type") == "message" and item.get("role") == "user":
+            texts = [part.get("text") or part.get("transcript") or "" for part in item.get("content") or []]
+            return " ".join(t for t in texts if t)
+    return None
+
+
+def _trailing_outputs(items: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    trailing: list[Mapping[str, Any]] = []
+    for item in reversed(items):
+        if item.get("type") != "function_call_output":
+            break
+        trailing.append(item)
+    return trailing[::-1]
+
+
+def _fill(
+    template: str | None, outputs: list[Mapping[str, Any]], call_names: Mapping[str, str], user: str | None
+) -> str | None:
+    if template is None:
+        return None
+    texts = [str(o.get("output", "")) for o in outputs]
+    by_name = {call_names.get(o.get("call_id", ""), o.get("name", "")): str(o.get("output", "")) for o in outputs}
+    try:
+        return template.format(output=texts[-1], outputs=texts, by_name=by_name, user=user or "")
+    except (KeyError, IndexError, ValueError, AttributeError):
+        # A template naming a function that was not called: say it unformatted rather than fail.
+        return template

@@ -1,0 +1,539 @@
+"""`MockUpstream`: the network edge around `MockSession`s.
+
+It serves the realtime WebSocket paths (`/v1/realtime`, `/openai/v1/realtime`, and the Azure
+preview `/openai/realtime`), checks auth and routes handshakes, feeds client frames to the session
+state machines, carries out their actions (sending events with the configured faults, running
+response streams, waking them), and serves the fake REST API for calls. Every task it starts
+belongs to it and is cancelled and awaited when it stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import hmac
+import json
+import logging
+import re
+import weakref
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Any, NamedTuple
+from urllib.parse import parse_qsl, urlsplit
+
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.datastructures import Headers
+from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request as WsRequest
+from websockets.http11 import Response as WsResponse
+
+from relay.http import Request, Response, serve_http
+from relay.mock.faults import Faults
+from relay.mock.responses import Pause, ResponseRun
+from relay.mock.script import MockScript, Reply
+from relay.mock.session import Action, Emit, MockConnection, MockSession, Stream, Wake
+from relay.mock.wire import DEFAULT_MODEL, DIALECTS, Dialect, ProtocolError, Wire
+
+log = logging.getLogger(__name__)
+
+PATHS = ("/v1/realtime", "/openai/v1/realtime", "/openai/realtime")
+PREVIEW_PATH = "/openai/realtime"
+MAX_MESSAGE_BYTES = 32 * 1024 * 1024
+AZURE_PREVIEW_MODEL = "gpt-4o-realtime-preview-2024-12-17"
+_CALL_PATH = re.compile(r"/v1/realtime/calls/([^/]+)/(accept|hangup)")
+
+
+class Record(NamedTuple):
+    """One event that crossed a mock socket."""
+
+    session_id: str
+    connection: int
+    event: dict[str, Any]
+
+
+Predicate = Callable[[dict[str, Any]], bool]
+
+
+def _matches(predicate: Predicate, event: dict[str, Any]) -> bool:
+    """Predicates may index freely: an event without the key simply does not match."""
+    try:
+        return bool(predicate(event))
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return False
+
+
+class _Journal:
+    """Records in arrival order, and waiters woken by the record that satisfies them."""
+
+    def __init__(self) -> None:
+        self.records: list[Record] = []
+        self._waiters: list[tuple[Predicate, str | None, asyncio.Future[Record]]] = []
+
+    def add(self, record: Record) -> None:
+        self.records.append(record)
+        for waiter in list(self._waiters):
+            predicate, session_id, future = waiter
+            if not future.done() and session_id in (None, record.session_id) and _matches(predicate, record.event):
+                future.set_result(record)
+                self._waiters.remove(waiter)
+
+    async def wait_for(self, predicate: Predicate, timeout: float, start: int, session_id: str | None) -> Record:
+        for record in self.records[start:]:
+            if session_id in (None, record.session_id) and _matches(predicate, record.event):
+                return record
+        future: asyncio.Future[Record] = asyncio.get_running_loop().create_future()
+        waiter = (predicate, session_id, future)
+        self._waiters.append(waiter)
+        try:
+            return await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            raise TimeoutError(f"no matching event within {timeout}s") from None
+        finally:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+
+
+@dataclass(frozen=True)
+class _Route:
+    """What the handshake decided, handed from `process_request` to the connection handler."""
+
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]
+    auth: str | None
+    session: MockSession | None
+    beta: bool
+
+
+def _netloc(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _error_body(status: int, message: str, code: str | None, param: str | None = None) -> Response:
+    error = {"message": message, "type": "invalid_request_error", "param": param, "code": code}
+    return Response.from_json(status, {"error": error})
+
+
+class MockUpstream:
+    """A protocol-faithful fake of the realtime API, on 127.0.0.1 by default.
+
+    Use as `async with MockUpstream(...) as mock:`; see `relay.mock` for the whole API."""
+
+    def __init__(
+        self,
+        script: MockScript | None = None,
+        dialect: Dialect = "openai",
+        api_key: str | None = None,
+        faults: Faults | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        rest_port: int = 0,
+    ) -> None:
+        if dialect not in DIALECTS:
+            raise ValueError(f"unknown dialect {dialect!r}; expected one of {', '.join(DIALECTS)}")
+        self.script = script or MockScript()
+        self.dialect = dialect
+        self.api_key = api_key
+        self.faults = faults or Faults()
+        self.host = host
+        self.sessions: list[MockSession] = []
+        self._requested_ports = (port, rest_port)
+        self._received = _Journal()
+        self._sent = _Journal()
+        self._ws_server: Server | None = None
+        self._rest_server: asyncio.Server | None = None
+        self._routes: weakref.WeakKeyDictionary[ServerConnection, _Route] = weakref.WeakKeyDictionary()
+        self._sockets: dict[tuple[str, int], ServerConnection] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._session_tasks: dict[str, set[asyncio.Task[None]]] = {}
+        self._wakers: dict[str, asyncio.Event] = {}
+        self._finished: dict[str, asyncio.Event] = {}
+        self._ended: dict[str, asyncio.Event] = {}
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    async def __aenter__(self) -> MockUpstream:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        port, rest_port = self._requested_ports
+        self._ws_server = await serve(
+            self._serve_socket,
+            self.host,
+            port,
+            process_request=self._process_request,
+            select_subprotocol=lambda _conn, offered: "realtime" if "realtime" in offered else None,
+            max_size=MAX_MESSAGE_BYTES,
+        )
+        try:
+            self._rest_server = await serve_http(self._serve_rest, self.host, rest_port)
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def stop(self) -> None:
+        if self._ws_server is not None:
+            self._ws_server.close()
+            await self._ws_server.wait_closed()
+        if self._rest_server is not None:
+            self._rest_server.close()
+            await self._rest_server.wait_closed()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    @property
+    def port(self) -> int:
+        if self._ws_server is None:
+            raise RuntimeError("the mock upstream is not started")
+        return self._ws_server.sockets[0].getsockname()[1]
+
+    @property
+    def rest_port(self) -> int:
+        if self._rest_server is None:
+            raise RuntimeError("the mock upstream is not started")
+        return self._rest_server.sockets[0].getsockname()[1]
+
+    @property
+    def base_url(self) -> str:
+        return f"ws://{_netloc(self.host, self.port)}"
+
+    @property
+    def url(self) -> str:
+        return f"{self.base_url}/v1/realtime"
+
+    @property
+    def rest_url(self) -> str:
+        return f"http://{_netloc(self.host, self.rest_port)}/v1"
+
+    # -- what happened -------------------------------------------------------------------------
+    @property
+    def received(self) -> list[Record]:
+        """Every client event received (parsed JSON objects), in order."""
+        return self._received.records
+
+    @property
+    def sent(self) -> list[Record]:
+        """Every server event sent, once per connection it reached (raw injected frames excluded)."""
+        return self._sent.records
+
+    async def wait_for(
+        self, predicate: Predicate, timeout: float = 5.0, *, start: int = 0, session: MockSession | None = None
+    ) -> Record:
+        """The first received client event from index `start` on that satisfies `predicate`,
+        waiting for it if needed; raises TimeoutError."""
+        return await self._received.wait_for(predicate, timeout, start, session.id if session else None)
+
+    async def wait_for_sent(
+        self, predicate: Predicate, timeout: float = 5.0, *, start: int = 0, session: MockSession | None = None
+    ) -> Record:
+        """Like `wait_for`, over the server events sent."""
+        return await self._sent.wait_for(predicate, timeout, start, session.id if session else None)
+
+    def find_session(self, call_id: str) -> MockSession | None:
+        return next((s for s in self.sessions if s.call_id == call_id), None)
+
+    # -- driving sessions from tests -----------------------------------------------------------
+    def create_call(self, model: str = DEFAULT_MODEL) -> str:
+        """Create a session with no socket (like an incoming SIP call) and return its call_id,
+        for a sideband connection (`?call_id=`) and the REST accept/hangup endpoints."""
+        return self._new_session(self._wire(beta=False), model, {}, is_call=True).call_id
+
+    def start_response(
+        self, session: MockSession, reply: Reply | None = None, *, request: dict[str, Any] | None = None
+    ) -> ResponseRun:
+        """Start a response on the server's own account, as server VAD would (the script chooses
+        the reply unless one is given). Raises RuntimeError while another response is active."""
+        if session.active_response is not None:
+            raise RuntimeError(f"session {session.id} already has an active response")
+        run, actions = session.start_response(request or {}, origin="server", reply=reply)
+        for action in actions:
+            if isinstance(action, Stream):
+                self._start_stream(session, action.run)
+        return run
+
+    async def user_turn(
+        self, session: MockSession, transcript: str | None = None, *, respond: bool | None = None
+    ) -> None:
+        """Play a user's spoken turn as server VAD reports it: speech started (cancelling an
+        in-conversation response with `turn_detected`, a barge-in), speech stopped, the commit, the
+        user item with its transcript (given, else the script's next), then a response if
+        `respond` (default: the session's `turn_detection.create_response`)."""
+        item_id, actions, interrupted = session.speech_started()
+        await self._run(session, actions)
+        if interrupted is not None:
+            await self.wait_response_finished(interrupted)
+        await self._run(session, session.speech_stopped(item_id, transcript, respond))
+
+    def release(self, session: MockSession) -> None:
+        """Let the session's held response (a reply with `hold`) continue."""
+        run = session.active_response
+        if run is not None:
+            run.release()
+            self._wake(run)
+
+    async def wait_session_ended(self, session: MockSession, timeout: float = 5.0) -> None:
+        """Wait until the session ended (its last socket closed, or it was hung up or closed)."""
+        await asyncio.wait_for(self._ended[session.id].wait(), timeout)
+
+    async def wait_response_finished(self, run: ResponseRun, timeout: float = 5.0) -> None:
+        finished = self._finished.get(run.id)
+        if finished is not None:
+            await asyncio.wait_for(finished.wait(), timeout)
+
+    async def inject(self, session: MockSession, events: Any) -> None:
+        """Send arbitrary server events (dicts, sent as JSON) or raw frames (str/bytes), or a list
+        of them, to every connection of the session, as they are."""
+        for event in events if isinstance(events, list) else [events]:
+            await self._emit(session, event, None)
+
+    async def close_session(self, session: MockSession, code: int = 1000, reason: str = "") -> None:
+        """End a session and close its sockets with `code` (a call hung up, an upstream ending)."""
+        self._end(session)
+        sockets = [self._sockets.get((session.id, conn.index)) for conn in session.connections]
+        await asyncio.gather(*(ws.close(code, reason) for ws in sockets if ws is not None))
+
+    # -- handshake -----------------------------------------------------------------------------
+    def _wire(self, *, beta: bool) -> Wire:
+        return Wire(beta=beta or self.dialect == "openai-beta", foundry=self.dialect == "foundry")
+
+    def _authenticate(
+        self, headers: dict[str, str], query: dict[str, str], offered: Sequence[str]
+    ) -> tuple[bool, str | None]:
+        """Whether the handshake may proceed, and which credential form the client used."""
+        presented: list[tuple[str, str]] = []
+        authorization = headers.get("authorization", "")
+        if authorization.lower().startswith("bearer "):
+            presented.append(("bearer", authorization[7:].strip()))
+        if "api-key" in headers:
+            presented.append(("api-key", headers["api-key"]))
+        if self.dialect in ("azure", "foundry") and "api-key" in query:
+            presented.append(("api-key-query", query["api-key"]))
+        prefix = "openai-insecure-api-key."
+        presented += [("subprotocol", p[len(prefix) :]) for p in offered if p.startswith(prefix)]
+        if self.api_key is None:
+            return True, presented[0][0] if presented else None
+        for form, value in presented:
+            if hmac.compare_digest(value.encode(), self.api_key.encode()):
+                return True, form
+        return False, None
+
+    def _process_request(self, connection: ServerConnection, request: WsRequest) -> WsResponse | None:
+        target = urlsplit(request.path)
+        path = target.path.rstrip("/")
+        query = dict(parse_qsl(target.query, keep_blank_values=True))
+        if path not in PATHS:
+            return connection.respond(HTTPStatus.NOT_FOUND, f"No realtime endpoint at {path or '/'}.\n")
+        headers = _headers(request.headers)
+        offered = [p.strip() for value in request.headers.get_all("Sec-WebSocket-Protocol") for p in value.split(",")]
+        allowed, auth = self._authenticate(headers, query, offered)
+        if not allowed:
+            return connection.respond(HTTPStatus.UNAUTHORIZED, "Incorrect or missing API key.\n")
+        if path == PREVIEW_PATH and not query.get("api-version"):
+            return connection.respond(HTTPStatus.BAD_REQUEST, "Missing required query parameter 'api-version'.\n")
+        if path == "/openai/v1/realtime" and "api-version" in query:
+            return connection.respond(HTTPStatus.BAD_REQUEST, "The v1 API does not take an 'api-version' parameter.\n")
+        session = None
+        if query.get("call_id"):
+            session = self.find_session(query["call_id"])
+            if session is None or session.ended:
+                return connection.respond(HTTPStatus.NOT_FOUND, f"No call with id '{query['call_id']}'.\n")
+        elif not (query.get("model") or query.get("deployment")):
+            return connection.respond(HTTPStatus.BAD_REQUEST, "Missing required query parameter 'model'.\n")
+        beta = path == PREVIEW_PATH or "realtime=v1" in headers.get("openai-beta", "")
+        self._routes[connection] = _Route(path, query, headers, auth, session, beta)
+        return None
+
+    # -- sockets -------------------------------------------------------------------------------
+    def _new_session(self, wire: Wire, model: str, query: dict[str, str], *, is_call: bool) -> MockSession:
+        reported = None
+        if self.dialect in ("azure", "foundry"):
+            reported = AZURE_PREVIEW_MODEL if wire.beta else DEFAULT_MODEL
+        faults = copy.deepcopy(self.faults)
+        session = MockSession(wire, self.script, faults, model, query, is_call=is_call, reported_model=reported)
+        self.sessions.append(session)
+        self._ended[session.id] = asyncio.Event()
+        return session
+
+    async def _serve_socket(self, ws: ServerConnection) -> None:
+        route = self._routes.pop(ws)
+        session = route.session
+        if session is None:
+            model = route.query.get("model") or route.query.get("deployment") or DEFAULT_MODEL
+            session = self._new_session(self._wire(beta=route.beta), model, route.query, is_call=False)
+        elif session.ended:
+            await ws.close(1000, "call ended")
+            return
+        connection = MockConnection(
+            index=len(session.connections),
+            path=route.path,
+            query=route.query,
+            headers=route.headers,
+            auth=route.auth,
+            subprotocol=ws.subprotocol,
+        )
+        self._sockets[(session.id, connection.index)] = ws
+        try:
+            await self._run(session, session.connected(connection))
+            async for message in ws:
+                await self._on_frame(session, connection, message)
+        except ConnectionClosed:
+            pass
+        finally:
+            connection.closed = True
+            self._sockets.pop((session.id, connection.index), None)
+            if not session.is_call and all(conn.closed for conn in session.connections):
+                self._end(session)
+
+    async def _on_frame(self, session: MockSession, connection: MockConnection, message: str | bytes) -> None:
+        try:
+            event = json.loads(message)
+        except (ValueError, RecursionError) as exc:  # ValueError includes bad UTF-8 in a binary frame
+            actions = session.invalid_frame(str(exc) or type(exc).__name__, connection.index)
+        else:
+            if isinstance(event, dict):
+                self._received.add(Record(session.id, connection.index, event))
+            try:
+                actions = session.handle(event, connection.index)
+            except Exception:
+                log.exception("mock session %s failed to handle a client event", session.id)
+                actions = session.internal_error(event, connection.index)
+        await self._run(session, actions)
+
+    async def _run(self, session: MockSession, actions: list[Action]) -> None:
+        for action in actions:
+            if isinstance(action, Emit):
+                await self._emit(session, action.event, action.to)
+            elif isinstance(action, Stream):
+                self._start_stream(session, action.run)
+            elif isinstance(action, Wake):
+                self._wake(action.run)
+
+    def _wake(self, run: ResponseRun) -> None:
+        waker = self._wakers.get(run.id)
+        if waker is not None:
+            waker.set()
+
+    async def _emit(self, session: MockSession, event: dict[str, Any] | str | bytes, to: int | None) -> None:
+        for connection in list(session.connections):
+            if not connection.closed and to in (None, connection.index):
+                await self._deliver(session, connection, event)
+
+    async def _deliver(
+        self, session: MockSession, connection: MockConnection, event: dict[str, Any] | str | bytes
+    ) -> None:
+        faults = session.faults
+        is_done = isinstance(event, dict) and str(event.get("type", "")).endswith(".done")
+        frame = json.dumps(event) if isinstance(event, dict) else event
+        for _ in range(2 if is_done and faults.duplicate_done else 1):
+            if faults.event_delay:
+                await asyncio.sleep(faults.event_delay)
+            ws = self._sockets.get((session.id, connection.index))
+            if ws is None or connection.closed:
+                return
+            try:
+                await ws.send(frame)
+            except ConnectionClosed:
+                return
+            connection.events_sent += 1
+            if isinstance(event, dict):
+                self._sent.add(Record(session.id, connection.index, event))
+            if faults.drop_after_events is not None and connection.events_sent >= faults.drop_after_events:
+                connection.closed = True
+                if faults.drop_close_code is None:
+                    ws.transport.abort()
+                else:
+                    await ws.close(faults.drop_close_code, "dropped by fault injection")
+                return
+
+    # -- tasks ---------------------------------------------------------------------------------
+    def _spawn(self, session: MockSession, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        owned = self._session_tasks.setdefault(session.id, set())
+        self._tasks.add(task)
+        owned.add(task)
+
+        def forget(done: asyncio.Task[None]) -> None:
+            self._tasks.discard(done)
+            owned.discard(done)
+            if not done.cancelled() and done.exception() is not None:
+                log.error("mock session %s task failed", session.id, exc_info=done.exception())
+
+        task.add_done_callback(forget)
+
+    def _start_stream(self, session: MockSession, run: ResponseRun) -> None:
+        self._finished[run.id] = asyncio.Event()
+        self._spawn(session, self._stream(session, run))
+
+    async def _stream(self, session: MockSession, run: ResponseRun) -> None:
+        try:
+            for step in run.steps():
+                if isinstance(step, Pause):
+                    waker = self._wakers[run.id] = asyncio.Event()
+                    try:
+                        await asyncio.wait_for(waker.wait(), step.seconds)
+                    except TimeoutError:
+                        pass
+                    finally:
+                        self._wakers.pop(run.id, None)
+                else:
+                    await self._emit(session, step, None)
+        finally:
+            self._finished.pop(run.id).set()
+
+    def _end(self, session: MockSession) -> None:
+        session.ended = True
+        self._ended[session.id].set()
+        for task in self._session_tasks.pop(session.id, set()):
+            task.cancel()
+
+    # -- REST ----------------------------------------------------------------------------------
+    def _rest_authorized(self, request: Request) -> bool:
+        if self.api_key is None:
+            return True
+        authorization = request.headers.get("authorization", "")
+        given = (
+            authorization[7:].strip()
+            if authorization.lower().startswith("bearer ")
+            else request.headers.get("api-key", "")
+        )
+        return hmac.compare_digest(given.encode(), self.api_key.encode())
+
+    async def _serve_rest(self, request: Request) -> Response:
+        route = _CALL_PATH.fullmatch(request.path)
+        if route is None:
+            return _error_body(404, f"Unknown endpoint {request.method} {request.path}.", "not_found")
+        if request.method != "POST":
+            return _error_body(405, f"Method {request.method} not allowed; use POST.", "method_not_allowed")
+        if not self._rest_authorized(request):
+            return _error_body(401, "Incorrect API key provided.", "invalid_api_key")
+        call_id, operation = route.groups()
+        session = self.find_session(call_id)
+        if session is None or session.ended:
+            return _error_body(404, f"Call '{call_id}' not found.", "call_not_found")
+        if operation == "hangup":
+            await self.close_session(session, 1000, "call ended")
+            return Response(200)
+        try:
+            config = request.json()
+        except ValueError:
+            return _error_body(400, "The body is not valid JSON.", "invalid_json")
+        try:
+            actions = session.accept(config)
+        except ProtocolError as error:
+            return _error_body(400, error.message, error.code, error.param)
+        await self._run(session, actions)
+        return Response(200)
+
+
+def _headers(headers: Headers) -> dict[str, str]:
+    merged: dict[str, str] = {}
+    for name, value in headers.raw_items():
+        key = name.lower()
+        merged[key] = f"{merged[key]}, {value}" if key in merged else value
+    return merged

@@ -1,0 +1,536 @@
+"""One mock realtime session as a sans-I/O state machine.
+
+`MockSession.handle(event, origin)` takes a parsed client event and returns actions for the
+network edge to carry out: events to send (to every connection of the session, or only to the one
+whose event caused an `error`), response streams to run, and running streams to wake because a
+cancel or release changed their course. It never awaits; `MockUpstream` does the I/O.
+
+Decisions worth knowing:
+- Any active response, in-conversation or out-of-band, blocks `response.create`
+  (`conversation_already_has_active_response`): strict and simple.
+- The mock does not listen to appended audio; `MockUpstream.user_turn()` plays what server VAD would
+  do (speech started/stopped, commit, transcript, barge-in, automatic response).
+- `output_audio_buffer.clear` (a WebRTC/SIP event) is answered with `output_audio_buffer.cleared`
+  for the latest response and changes nothing else.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from relay.mock.conversation import Conversation, item_not_found
+from relay.mock.faults import Faults
+from relay.mock.responses import Planned, PlannedCall, PlannedMessage, ResponseRun
+from relay.mock.script import MockScript, Reply
+from relay.mock.wire import (
+    ProtocolError,
+    Wire,
+    check_metadata,
+    check_modalities,
+    check_tool_choice,
+    check_tools,
+    merge_config,
+    new_id,
+    new_session_call_id,
+)
+
+log = logging.getLogger(__name__)
+
+MIN_COMMIT_MS = 100
+MAX_APPEND_BYTES = 15 * 1024 * 1024
+SIMULATED_SPEECH_MS = 1000
+CLIENT_EVENTS = (
+    "session.update",
+    "input_audio_buffer.append",
+    "input_audio_buffer.commit",
+    "input_audio_buffer.clear",
+    "output_audio_buffer.clear",
+    "conversation.item.create",
+    "conversation.item.retrieve",
+    "conversation.item.truncate",
+    "conversation.item.delete",
+    "response.create",
+    "response.cancel",
+)
+
+
+@dataclass
+class MockConnection:
+    """One WebSocket attached to a session (the first, or a sideband join by call_id)."""
+
+    index: int
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]
+    auth: str | None
+    """How the client authenticated: "bearer", "api-key", "api-key-query", "subprotocol" or None."""
+    subprotocol: str | None = None
+    events_sent: int = 0
+    closed: bool = False
+
+
+@dataclass(frozen=True)
+class Emit:
+    """Send a server event (or, from `inject`, a raw frame) to one connection or all (`to=None`)."""
+
+    event: dict[str, Any] | str | bytes
+    to: int | None = None
+
+
+@dataclass(frozen=True)
+class Stream:
+    """Run a response's event stream."""
+
+    run: ResponseRun
+
+
+@dataclass(frozen=True)
+class Wake:
+    """A response's course changed (cancelled, released): end any pause it is in."""
+
+    run: ResponseRun
+
+
+Action = Emit | Stream | Wake
+
+
+def _require(event: dict[str, Any], key: str, kind: type, param: str | None = None) -> Any:
+    param = param or key
+    if key not in event or event[key] is None:
+        raise ProtocolError("missing_required_parameter", f"Missing required parameter: '{param}'.", param)
+    value = event[key]
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        expected = {str: "a string", int: "an integer", dict: "an object", list: "an array"}[kind]
+        raise ProtocolError("invalid_type", f"Invalid type for '{param}': expected {expected}.", param)
+    return value
+
+
+def _text_tokens(value: Any) -> int:
+    return len(json.dumps(value, ensure_ascii=False)) // 4
+
+
+class MockSession:
+    """A session's state: its configuration, conversation, responses and connections."""
+
+    def __init__(
+        self,
+        wire: Wire,
+        script: MockScript,
+        faults: Faults,
+        model: str,
+        query: dict[str, str] | None = None,
+        *,
+        is_call: bool = False,
+        reported_model: str | None = None,
+    ) -> None:
+        self.wire = wire
+        self.script = script
+        self.faults = faults
+        self.model = model
+        self.query = dict(query or {})
+        self.is_call = is_call
+        """Created by `MockUpstream.create_call()` (like a SIP call): it outlives its sockets until
+        hung up."""
+        self.id = new_id("sess")
+        self.call_id = new_session_call_id()
+        self.conversation_id = new_id("conv")
+        # Azure reports the model behind a deployment, not the deployment name.
+        self.config: dict[str, Any] = wire.default_session(self.id, reported_model or model)
+        self.conversation = Conversation()
+        self.responses: list[ResponseRun] = []
+        self.connections: list[MockConnection] = []
+        self.accepts: list[dict[str, Any]] = []
+        self.ended = False
+        self._next_transcript = 0
+        self._buffered_audio_bytes = 0
+        self._input_audio_ms = 0
+        self._rejected = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"MockSession(id={self.id!r}, call_id={self.call_id!r}, items={len(self.conversation)}, ended={self.ended})"
+        )
+
+    # -- views ---------------------------------------------------------------------------------
+    @property
+    def items(self) -> list[dict[str, Any]]:
+        return self.conversation.items
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        return copy.deepcopy(self.config.get("tools") or [])
+
+    @property
+    def instructions(self) -> str | None:
+        return self.config.get("instructions")
+
+    @property
+    def auth(self) -> str | None:
+        """How the first connection authenticated."""
+        return self.connections[0].auth if self.connections else None
+
+    @property
+    def active_response(self) -> ResponseRun | None:
+        return next((run for run in reversed(self.responses) if run.active), None)
+
+    # -- entry points --------------------------------------------------------------------------
+    def connected(self, connection: MockConnection) -> list[Action]:
+        self.connections.append(connection)
+        return [Emit(self.wire.event("session.created", session=copy.deepcopy(self.config)), to=connection.index)]
+
+    def invalid_frame(self, detail: str, origin: int) -> list[Action]:
+        error = ProtocolError("invalid_json", f"The message could not be parsed as a JSON object: {detail}", None)
+        return [Emit(self.wire.error(error, None), to=origin)]
+
+    def internal_error(self, event: Any, origin: int) -> list[Action]:
+        """What the client sees when handling its event failed inside the mock (a bug, or input
+        too deeply nested to copy): a server error, never a dropped connection."""
+        event_id = event.get("event_id") if isinstance(event, dict) else None
+        error = ProtocolError(
+            "server_error", "The server had an error while processing your request.", None, "server_error"
+        )
+        return [Emit(self.wire.error(error, event_id if isinstance(event_id, str) else None), to=origin)]
+
+    def handle(self, event: Any, origin: int) -> list[Action]:
+        event_id = event.get("event_id") if isinstance(event, dict) else None
+        try:
+            return self._dispatch(event)
+        except ProtocolError as error:
+            return [Emit(self.wire.error(error, event_id if isinstance(event_id, str) else None), to=origin)]
+
+    def _dispatch(self, event: Any) -> list[Action]:
+        if not isinstance(event, dict):
+            raise ProtocolError("invalid_type", "Invalid type for event: expected a JSON object.", None)
+        match _require(event, "type", str):
+            case "session.update":
+                return self._session_update(event)
+            case "input_audio_buffer.append":
+                return self._append(event)
+            case "input_audio_buffer.commit":
+                return self._commit()
+            case "input_audio_buffer.clear":
+                self._buffered_audio_bytes = 0
+                return [Emit(self.wire.event("input_audio_buffer.cleared"))]
+            case "output_audio_buffer.clear":
+                if not self.responses:
+                    return []
+                return [Emit(self.wire.event("output_audio_buffer.cleared", response_id=self.responses[-1].id))]
+            case "conversation.item.create":
+                return self._item_create(event)
+            case "conversation.item.retrieve":
+                return [Emit(self.wire.event("conversation.item.retrieved", item=copy.deepcopy(self._item(event))))]
+            case "conversation.item.delete":
+                item_id = _require(event, "item_id", str)
+                self.conversation.remove(item_id)
+                return [Emit(self.wire.event("conversation.item.deleted", item_id=item_id))]
+            case "conversation.item.truncate":
+                return self._truncate(event)
+            case "response.create":
+                return self._response_create(event)
+            case "response.cancel":
+                return self._response_cancel(event)
+            case unknown:
+                supported = ", ".join(f"'{name}'" for name in CLIENT_EVENTS)
+                raise ProtocolError(
+                    "invalid_value", f"Invalid value: '{unknown}'. Supported values are: {supported}.", "type"
+                )
+
+    # -- session -------------------------------------------------------------------------------
+    def _session_update(self, event: dict[str, Any]) -> list[Action]:
+        update = _require(event, "session", dict)
+        self.wire.check_session_update(update)
+        merge_config(self.config, update)
+        return [Emit(self.wire.event("session.updated", session=copy.deepcopy(self.config)))]
+
+    def accept(self, config: Any) -> list[Action]:
+        """Apply a call's accept body (a GA session config); raises ProtocolError when invalid."""
+        self.wire.check_session_update(config)
+        self.accepts.append(copy.deepcopy(config))
+        merge_config(self.config, config)
+        return [Emit(self.wire.event("session.updated", session=copy.deepcopy(self.config)))]
+
+    # -- input audio ---------------------------------------------------------------------------
+    def _append(self, event: dict[str, Any]) -> list[Action]:
+        audio = _require(event, "audio", str)
+        if len(audio) % 4:
+            raise ProtocolError("invalid_value", "Invalid 'audio': not a valid base64 string.", "audio")
+        size = len(audio) // 4 * 3 - (len(audio) - len(audio.rstrip("=")))
+        if size > MAX_APPEND_BYTES:
+            raise ProtocolError(
+                "string_above_max_length",
+                f"Invalid 'audio': audio too long. Expected at most {MAX_APPEND_BYTES} bytes, got {size}.",
+                "audio",
+            )
+        self._buffered_audio_bytes += size
+        return []
+
+    def _commit(self) -> list[Action]:
+        buffered_ms = self._buffered_audio_bytes / self.wire.input_bytes_per_ms(self.config)
+        if buffered_ms < MIN_COMMIT_MS:
+            raise ProtocolError(
+                "input_audio_buffer_commit_empty",
+                f"Error committing input audio buffer: buffer too small. Expected at least {MIN_COMMIT_MS}ms "
+                f"of audio, but buffer only has {buffered_ms:.2f}ms of audio.",
+                None,
+            )
+        self._buffered_audio_bytes = 0
+        return self._add_user_audio(new_id("item"), int(buffered_ms), None)
+
+    def _add_user_audio(self, item_id: str, duration_ms: int, transcript: str | None) -> list[Action]:
+        """Commit a user audio turn: the committed event, the item, and its transcript if any."""
+        self._input_audio_ms += duration_ms
+        item = self.wire.item(
+            id=item_id,
+            type="message",
+            status="completed",
+            role="user",
+            content=[{"type": "input_audio", "transcript": None}],
+        )
+        previous = self.conversation.insert(item)
+        actions: list[Action] = [
+            Emit(self.wire.event("input_audio_buffer.committed", previous_item_id=previous, item_id=item_id))
+        ]
+        actions += self._announce_item(previous, item)
+        if transcript is None and self._next_transcript < len(self.script.transcripts):
+            transcript = self.script.transcripts[self._next_transcript]
+            self._next_transcript += 1
+        if transcript is not None:
+            item["content"][0]["transcript"] = transcript
+            completed = self.wire.event(
+                "conversation.item.input_audio_transcription.completed",
+                item_id=item_id,
+                content_index=0,
+                transcript=transcript,
+                usage={"type": "duration", "seconds": duration_ms / 1000},
+            )
+            actions.append(Emit(completed))
+        return actions
+
+    def speech_started(self) -> tuple[str, list[Action], ResponseRun | None]:
+        """Server VAD heard the user start: returns the new item id, the actions, and the response
+        this barge-in cancelled (in-conversation responses only, unless `interrupt_response` is off)."""
+        item_id = new_id("item")
+        started = self.wire.event(
+            "input_audio_buffer.speech_started", audio_start_ms=self._input_audio_ms, item_id=item_id
+        )
+        actions: list[Action] = [Emit(started)]
+        detection = self.wire.turn_detection(self.config) or {}
+        active = self.active_response
+        interrupted = None
+        if active and not active.out_of_band and detection.get("interrupt_response", True):
+            if active.cancel("turn_detected"):
+                interrupted = active
+                actions.append(Wake(active))
+        return item_id, actions, interrupted
+
+    def speech_stopped(self, item_id: str, transcript: str | None, respond: bool | None) -> list[Action]:
+        """Server VAD heard the user stop: commit the turn and, like `create_response`, answer it."""
+        stopped = self.wire.event(
+            "input_audio_buffer.speech_stopped",
+            audio_end_ms=self._input_audio_ms + SIMULATED_SPEECH_MS,
+            item_id=item_id,
+        )
+        actions: list[Action] = [Emit(stopped)]
+        actions += self._add_user_audio(item_id, SIMULATED_SPEECH_MS, transcript)
+        detection = self.wire.turn_detection(self.config)
+        if respond is None:
+            respond = bool(detection and detection.get("create_response", True))
+        if respond and self.active_response is None:
+            actions += self.start_response({}, origin="server")[1]
+        return actions
+
+    # -- items ---------------------------------------------------------------------------------
+    def _announce_item(self, previous: str | None, item: dict[str, Any]) -> list[Action]:
+        actions = [
+            Emit(self.wire.event("conversation.item.added", previous_item_id=previous, item=copy.deepcopy(item)))
+        ]
+        if self.wire.has_event("conversation.item.done"):
+            done = self.wire.event("conversation.item.done", previous_item_id=previous, item=copy.deepcopy(item))
+            actions.append(Emit(done))
+        return actions
+
+    def _item(self, event: dict[str, Any]) -> dict[str, Any]:
+        item_id = _require(event, "item_id", str)
+        item = self.conversation.get(item_id)
+        if item is None:
+            raise item_not_found(item_id, "item_id")
+        return item
+
+    def _item_create(self, event: dict[str, Any]) -> list[Action]:
+        previous_item_id = event.get("previous_item_id")
+        if previous_item_id is not None and not isinstance(previous_item_id, str):
+            raise ProtocolError(
+                "invalid_type", "Invalid type for 'previous_item_id': expected a string.", "previous_item_id"
+            )
+        self.conversation.check_position(previous_item_id, "previous_item_id")
+        item = self.conversation.check_client_item(event.get("item"), self.wire)
+        previous = self.conversation.insert(item, previous_item_id)
+        actions = self._announce_item(previous, item)
+        if (
+            item["type"] == "function_call_output"
+            and self.faults.auto_response_after_output
+            and self.active_response is None
+        ):
+            actions += self.start_response({}, origin="server")[1]
+        return actions
+
+    def _truncate(self, event: dict[str, Any]) -> list[Action]:
+        item = self._item(event)
+        content_index = _require(event, "content_index", int)
+        audio_end_ms = _require(event, "audio_end_ms", int)
+        if item.get("type") != "message" or item.get("role") != "assistant":
+            raise ProtocolError(
+                "invalid_value", f"Item '{item['id']}' is not an assistant message and cannot be truncated.", "item_id"
+            )
+        content = item.get("content") or []
+        part_type = self.wire.assistant_part_type("audio")
+        if not 0 <= content_index < len(content) or content[content_index].get("type") != part_type:
+            raise ProtocolError(
+                "invalid_value", f"Content {content_index} of item '{item['id']}' is not audio.", "content_index"
+            )
+        total_ms = next((run.audio_ms[item["id"]] for run in self.responses if item["id"] in run.audio_ms), 0)
+        if not 0 <= audio_end_ms <= total_ms:
+            raise ProtocolError(
+                "invalid_value",
+                f"audio_end_ms {audio_end_ms} is outside the item's audio, which lasts {total_ms}ms.",
+                "audio_end_ms",
+            )
+        # The server drops the part of the transcript that was not heard; approximate it by length.
+        part = content[content_index]
+        transcript = part.get("transcript") or ""
+        part["transcript"] = transcript[: len(transcript) * audio_end_ms // total_ms] if total_ms else ""
+        truncated = self.wire.event(
+            "conversation.item.truncated", item_id=item["id"], content_index=content_index, audio_end_ms=audio_end_ms
+        )
+        return [Emit(truncated)]
+
+    # -- responses -----------------------------------------------------------------------------
+    def _response_create(self, event: dict[str, Any]) -> list[Action]:
+        if self._rejected < self.faults.reject_response_create:
+            self._rejected += 1
+            error = self.faults.reject_error
+            raise ProtocolError(
+                error.get("code"),
+                error.get("message", "rejected"),
+                error.get("param"),
+                error.get("type", "server_error"),
+            )
+        request = event.get("response")
+        if request is None:
+            request = {}
+        if not isinstance(request, dict):
+            raise ProtocolError("invalid_type", "Invalid type for 'response': expected an object.", "response")
+        active = self.active_response
+        if active is not None:
+            raise ProtocolError(
+                "conversation_already_has_active_response",
+                f"Conversation already has an active response in progress: {active.id}. Wait until the response "
+                "is finished before creating a new one.",
+                None,
+            )
+        self._check_response_request(request)
+        return self.start_response(request, origin="client")[1]
+
+    def _check_response_request(self, request: dict[str, Any]) -> None:
+        for key in request:
+            if key not in self.wire.response_fields():
+                raise ProtocolError("unknown_parameter", f"Unknown parameter: 'response.{key}'.", f"response.{key}")
+        check_metadata(request.get("metadata"), "response.metadata")
+        if "tools" in request:
+            check_tools(request["tools"], "response.tools")
+        if "tool_choice" in request:
+            check_tool_choice(request["tool_choice"], "response.tool_choice")
+        modalities_key = "modalities" if self.wire.beta else "output_modalities"
+        if modalities_key in request:
+            check_modalities(request[modalities_key], f"response.{modalities_key}", beta=self.wire.beta)
+        if "input" in request:
+            self._input_items(request["input"])
+
+    def _input_items(self, entries: Any) -> list[dict[str, Any]]:
+        """A response's `input`: items, or references to conversation items by id."""
+        if not isinstance(entries, list):
+            raise ProtocolError(
+                "invalid_type", "Invalid type for 'response.input': expected an array.", "response.input"
+            )
+        items = []
+        for index, entry in enumerate(entries):
+            if not isinstance(entry, dict):
+                raise ProtocolError(
+                    "invalid_type",
+                    f"Invalid type for 'response.input[{index}]': expected an object.",
+                    f"response.input[{index}]",
+                )
+            if entry.get("type") == "item_reference":
+                referenced = self.conversation.get(entry.get("id", ""))
+                if referenced is None:
+                    raise item_not_found(entry.get("id"), f"response.input[{index}].id")
+                entry = referenced
+            items.append(entry)
+        return items
+
+    def start_response(
+        self, request: dict[str, Any], *, origin: str, reply: Reply | None = None
+    ) -> tuple[ResponseRun, list[Action]]:
+        """Start a response (the request is already validated). `origin` is "client" or "server"."""
+        items = self._input_items(request["input"]) if "input" in request else self.conversation.items
+        if reply is None:
+            reply = self.script.reply_for(items, request.get("instructions"), self.conversation.call_names())
+        beta = self.wire.beta
+        modalities = request.get("modalities" if beta else "output_modalities") or self.wire.modalities(self.config)
+        requested_audio = (request.get("audio") or {}).get("output") or {}
+        voice = request.get("voice") if beta else requested_audio.get("voice")
+        output_format = request.get("output_audio_format") if beta else requested_audio.get("format")
+        max_tokens = request.get("max_response_output_tokens" if beta else "max_output_tokens")
+        instructions = request.get("instructions") or self.instructions or ""
+        run = ResponseRun(
+            wire=self.wire,
+            plan=self._plan(reply, request),
+            options=self.script.options,
+            conversation=None if request.get("conversation") == "none" else self.conversation,
+            conversation_id=None if request.get("conversation") == "none" else self.conversation_id,
+            modality="audio" if "audio" in modalities else "text",
+            voice=voice or self.wire.voice(self.config),
+            output_format=output_format or self.wire.output_format(self.config),
+            output_bytes_per_ms=self.wire.output_bytes_per_ms(self.config),
+            max_output_tokens=max_tokens or self.wire.max_output_tokens(self.config),
+            metadata=copy.deepcopy(request.get("metadata")),
+            input_tokens=(
+                _text_tokens(items) + _text_tokens(instructions) + _text_tokens(self.config.get("tools")),
+                self._input_audio_ms // 50,
+            ),
+            request=copy.deepcopy(request),
+            origin=origin,
+            hold=reply.hold,
+            pace_audio=self.faults.pace_audio,
+        )
+        self.responses.append(run)
+        return run, [Stream(run)]
+
+    def _plan(self, reply: Reply, request: dict[str, Any]) -> list[Planned]:
+        calls = list(reply.calls)
+        if self.script.options.strict_tools:
+            tools = request.get("tools", self.config.get("tools") or [])
+            choice = request.get("tool_choice", self.config.get("tool_choice", "auto"))
+            names = {tool.get("name") for tool in tools if tool.get("type") == "function"}
+            forced = choice.get("name") if isinstance(choice, dict) and choice.get("type") == "function" else None
+            allowed = [c for c in calls if choice != "none" and c.name in names and forced in (None, c.name)]
+            for dropped in (c for c in calls if c not in allowed):
+                log.info("mock: not calling %r: not offered by the session's tools/tool_choice", dropped.name)
+            calls = allowed
+        plan: list[Planned] = [PlannedMessage(reply.say)] if reply.say else []
+        plan += [PlannedCall(call.name, call.arguments_text()) for call in calls]
+        if not plan and reply.calls and self.script.default.say:
+            plan = [PlannedMessage(self.script.default.say)]
+        return plan
+
+    def _response_cancel(self, event: dict[str, Any]) -> list[Action]:
+        active = self.active_response
+        requested = event.get("response_id")
+        if active is None or (requested is not None and requested != active.id):
+            raise ProtocolError("response_cancel_not_active", "Cancellation failed: no active response found.", None)
+        active.cancel("client_cancelled")
+        return [Wake(active)]

@@ -1,0 +1,455 @@
+"""The vocabulary the mock speaks: ids, event names and object shapes per protocol flavour.
+
+The mock keeps its state in GA terms and translates only here, at the point an event or object is
+built, the same way the relay keeps one canonical vocabulary and adapts at its edges. A `Wire` says
+which flavour a session speaks: GA or beta event names and session shapes, and whether items carry
+the Azure AI Foundry extensions (`response_id`, `created_at`, and `name` on outputs).
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import secrets
+import string
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Dialect = Literal["openai", "openai-beta", "azure", "foundry"]
+DIALECTS: tuple[Dialect, ...] = ("openai", "openai-beta", "azure", "foundry")
+
+DEFAULT_MODEL = "gpt-realtime"
+DEFAULT_INSTRUCTIONS = "You are a helpful assistant. Keep your answers short."
+DEFAULT_VOICE = "alloy"
+SESSION_LIFETIME_SECONDS = 3600
+
+_ID_ALPHABET = string.ascii_letters + string.digits
+_ids = random.Random()
+
+
+def new_id(prefix: str, length: int = 21) -> str:
+    """An id shaped like the server's (`item_Ct1OhVepyDFpDovHrgmNp`)."""
+    return f"{prefix}_" + "".join(_ids.choices(_ID_ALPHABET, k=length))
+
+
+def new_call_id() -> str:
+    return new_id("call", 16)
+
+
+def new_session_call_id() -> str:
+    """The id a sideband connection uses to join a session (`?call_id=rtc_...`)."""
+    return f"rtc_{secrets.token_hex(16)}"
+
+
+def obfuscation() -> str:
+    """Real servers pad streamed deltas with a random `obfuscation` field; the mock does too so
+    that consumers prove they ignore fields they do not know."""
+    return "".join(_ids.choices(_ID_ALPHABET, k=_ids.randint(4, 16)))
+
+
+class ProtocolError(Exception):
+    """A client event the server refuses; becomes an `error` event, the session stays open."""
+
+    def __init__(
+        self, code: str | None, message: str, param: str | None = None, type: str = "invalid_request_error"
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.param = param
+        self.type = type
+
+
+# GA event name -> beta event name, where they differ.
+_BETA_NAMES = {
+    "conversation.item.added": "conversation.item.created",
+    "response.output_text.delta": "response.text.delta",
+    "response.output_text.done": "response.text.done",
+    "response.output_audio.delta": "response.audio.delta",
+    "response.output_audio.done": "response.audio.done",
+    "response.output_audio_transcript.delta": "response.audio_transcript.delta",
+    "response.output_audio_transcript.done": "response.audio_transcript.done",
+}
+# GA events that beta does not have.
+_NOT_IN_BETA = frozenset({"conversation.item.done"})
+
+# Bytes of audio per millisecond for each output/input format (PCM16 24 kHz mono, G.711 8 kHz).
+_BYTES_PER_MS = {"audio/pcm": 48, "pcm16": 48, "audio/pcmu": 8, "audio/pcma": 8, "g711_ulaw": 8, "g711_alaw": 8}
+
+# Session fields a client may set; a nested dict lists the allowed keys below it, None is a leaf.
+_GA_SESSION_FIELDS: dict[str, Any] = {
+    "type": None,
+    "model": None,
+    "output_modalities": None,
+    "instructions": None,
+    "audio": {
+        "input": {"format": None, "noise_reduction": None, "transcription": None, "turn_detection": None},
+        "output": {"format": None, "voice": None, "speed": None},
+    },
+    "include": None,
+    "tracing": None,
+    "tools": None,
+    "tool_choice": None,
+    "max_output_tokens": None,
+    "truncation": None,
+    "prompt": None,
+}
+_BETA_SESSION_FIELDS: dict[str, Any] = dict.fromkeys(
+    (
+        "model",
+        "modalities",
+        "instructions",
+        "voice",
+        "input_audio_format",
+        "output_audio_format",
+        "input_audio_transcription",
+        "input_audio_noise_reduction",
+        "turn_detection",
+        "tools",
+        "tool_choice",
+        "temperature",
+        "max_response_output_tokens",
+        "speed",
+        "tracing",
+        "include",
+    )
+)
+_COMMON_RESPONSE_FIELDS = frozenset({"conversation", "input", "instructions", "tools", "tool_choice", "metadata"})
+GA_RESPONSE_FIELDS = _COMMON_RESPONSE_FIELDS | {
+    "output_modalities",
+    "audio",
+    "max_output_tokens",
+    "prompt",
+    "parallel_tool_calls",
+    "reasoning",
+}
+BETA_RESPONSE_FIELDS = _COMMON_RESPONSE_FIELDS | {
+    "modalities",
+    "voice",
+    "output_audio_format",
+    "temperature",
+    "max_response_output_tokens",
+}
+
+
+def _server_vad(*, beta: bool) -> dict[str, Any]:
+    idle = {} if beta else {"idle_timeout_ms": None}  # a GA addition
+    return {
+        "type": "server_vad",
+        "threshold": 0.5,
+        "prefix_padding_ms": 300,
+        "silence_duration_ms": 200,
+        **idle,
+        "create_response": True,
+        "interrupt_response": True,
+    }
+
+
+def check_unknown_fields(value: dict[str, Any], allowed: dict[str, Any], path: str) -> None:
+    """Reject keys the real API does not know (`Unknown parameter: 'session.foo'.`)."""
+    for key, child in value.items():
+        if key not in allowed:
+            raise ProtocolError("unknown_parameter", f"Unknown parameter: '{path}.{key}'.", f"{path}.{key}")
+        if isinstance(allowed[key], dict) and isinstance(child, dict):
+            check_unknown_fields(child, allowed[key], f"{path}.{key}")
+
+
+def merge_config(target: dict[str, Any], update: dict[str, Any]) -> None:
+    """Deep-merge a session update: present fields change, absent ones stay. Lists (tools) are
+    replaced whole, and so is a typed object whose `type` changes (server_vad -> semantic_vad)."""
+    for key, value in update.items():
+        current = target.get(key)
+        same_kind = isinstance(current, dict) and isinstance(value, dict)
+        if same_kind and value.get("type", current.get("type")) == current.get("type"):
+            merge_config(current, value)
+        else:
+            target[key] = copy.deepcopy(value)
+
+
+@dataclass(frozen=True)
+class Wire:
+    """One session's protocol flavour."""
+
+    beta: bool = False
+    foundry: bool = False
+
+    # -- events --------------------------------------------------------------------------------
+    def has_event(self, ga_type: str) -> bool:
+        return not (self.beta and ga_type in _NOT_IN_BETA)
+
+    def event(self, ga_type: str, **fields: Any) -> dict[str, Any]:
+        """A server event named for this wire, with a fresh server `event_id`."""
+        name = _BETA_NAMES.get(ga_type, ga_type) if self.beta else ga_type
+        return {"type": name, "event_id": new_id("event"), **fields}
+
+    def error(self, error: ProtocolError, client_event_id: str | None) -> dict[str, Any]:
+        return self.event(
+            "error",
+            error={
+                "type": error.type,
+                "code": error.code,
+                "message": error.message,
+                "param": error.param,
+                "event_id": client_event_id,
+            },
+        )
+
+    # -- items ---------------------------------------------------------------------------------
+    def assistant_part_type(self, modality: str) -> str:
+        """Content type of an assistant message part (`output_audio` in GA, `audio` in beta)."""
+        if self.beta:
+            return modality
+        return f"output_{modality}"
+
+    def item(self, **fields: Any) -> dict[str, Any]:
+        """An item in the key order real servers use; beta items also carry `object`."""
+        item: dict[str, Any] = {"id": fields.pop("id")}
+        if self.beta:
+            item["object"] = "realtime.item"
+        item.update(fields)
+        return item
+
+    # -- session -------------------------------------------------------------------------------
+    def default_session(self, session_id: str, model: str) -> dict[str, Any]:
+        expires_at = int(time.time()) + SESSION_LIFETIME_SECONDS
+        if self.beta:
+            return {
+                "id": session_id,
+                "object": "realtime.session",
+                "expires_at": expires_at,
+                "input_audio_noise_reduction": None,
+                "turn_detection": _server_vad(beta=True),
+                "input_audio_format": "pcm16",
+                "input_audio_transcription": None,
+                "client_secret": None,
+                "include": None,
+                "model": model,
+                "modalities": ["text", "audio"],
+                "instructions": DEFAULT_INSTRUCTIONS,
+                "voice": DEFAULT_VOICE,
+                "output_audio_format": "pcm16",
+                "tool_choice": "auto",
+                "temperature": 0.8,
+                "max_response_output_tokens": "inf",
+                "speed": 1.0,
+                "tracing": None,
+                "tools": [],
+            }
+        return {
+            "type": "realtime",
+            "object": "realtime.session",
+            "id": session_id,
+            "model": model,
+            "output_modalities": ["audio"],
+            "instructions": DEFAULT_INSTRUCTIONS,
+            "tools": [],
+            "tool_choice": "auto",
+            "max_output_tokens": "inf",
+            "tracing": None,
+            "truncation": "auto",
+            "prompt": None,
+            "expires_at": expires_at,
+            "audio": {
+                "input": {
+                    "format": {"type": "audio/pcm", "rate": 24000},
+                    "transcription": None,
+                    "noise_reduction": None,
+                    "turn_detection": _server_vad(beta=False),
+                },
+                "output": {"format": {"type": "audio/pcm", "rate": 24000}, "voice": DEFAULT_VOICE, "speed": 1.0},
+            },
+            "include": None,
+        }
+
+    def check_session_update(self, update: Any) -> None:
+        """Validate a `session.update` payload (or a call's accept body) before anything changes."""
+        if not isinstance(update, dict):
+            raise ProtocolError("invalid_type", "Invalid type for 'session': expected an object.", "session")
+        if self.beta:
+            check_unknown_fields(update, _BETA_SESSION_FIELDS, "session")
+            modalities_key = "modalities"
+        else:
+            if "type" not in update:
+                raise ProtocolError(
+                    "missing_required_parameter", "Missing required parameter: 'session.type'.", "session.type"
+                )
+            if update["type"] != "realtime":
+                raise ProtocolError(
+                    "invalid_value",
+                    f"Invalid value: '{update['type']}'. Supported values are: 'realtime'.",
+                    "session.type",
+                )
+            check_unknown_fields(update, _GA_SESSION_FIELDS, "session")
+            modalities_key = "output_modalities"
+        if modalities_key in update:
+            check_modalities(update[modalities_key], f"session.{modalities_key}", beta=self.beta)
+        if "tools" in update:
+            check_tools(update["tools"], "session.tools")
+        if "tool_choice" in update:
+            check_tool_choice(update["tool_choice"], "session.tool_choice")
+
+    def modalities(self, config: dict[str, Any]) -> list[str]:
+        return list(config.get("modalities" if self.beta else "output_modalities") or ["audio"])
+
+    def voice(self, config: dict[str, Any]) -> str:
+        if self.beta:
+            return config.get("voice") or DEFAULT_VOICE
+        return ((config.get("audio") or {}).get("output") or {}).get("voice") or DEFAULT_VOICE
+
+    def output_format(self, config: dict[str, Any]) -> Any:
+        """The output audio format as this wire writes it (a format object in GA, a name in beta)."""
+        if self.beta:
+            return config.get("output_audio_format") or "pcm16"
+        output = (config.get("audio") or {}).get("output") or {}
+        return output.get("format") or {"type": "audio/pcm", "rate": 24000}
+
+    def input_bytes_per_ms(self, config: dict[str, Any]) -> int:
+        if self.beta:
+            return _BYTES_PER_MS.get(config.get("input_audio_format") or "pcm16", 48)
+        fmt = ((config.get("audio") or {}).get("input") or {}).get("format") or {}
+        return _BYTES_PER_MS.get(fmt.get("type", "audio/pcm"), 48)
+
+    def output_bytes_per_ms(self, config: dict[str, Any]) -> int:
+        fmt = self.output_format(config)
+        return _BYTES_PER_MS.get(fmt if isinstance(fmt, str) else fmt.get("type", "audio/pcm"), 48)
+
+    def turn_detection(self, config: dict[str, Any]) -> dict[str, Any] | None:
+        if self.beta:
+            return config.get("turn_detection")
+        return ((config.get("audio") or {}).get("input") or {}).get("turn_detection")
+
+    def max_output_tokens(self, config: dict[str, Any]) -> Any:
+        return config.get("max_response_output_tokens" if self.beta else "max_output_tokens", "inf")
+
+    # -- responses -----------------------------------------------------------------------------
+    def response_fields(self) -> frozenset[str]:
+        return BETA_RESPONSE_FIELDS if self.beta else GA_RESPONSE_FIELDS
+
+    def response_object(
+        self,
+        *,
+        response_id: str,
+        status: str,
+        status_details: dict[str, Any] | None,
+        output: list[dict[str, Any]],
+        conversation_id: str | None,
+        modality: str,
+        voice: str,
+        output_format: Any,
+        max_output_tokens: Any,
+        usage: dict[str, Any] | None,
+        metadata: dict[str, str] | None,
+    ) -> dict[str, Any]:
+        head = {
+            "object": "realtime.response",
+            "id": response_id,
+            "status": status,
+            "status_details": status_details,
+            "output": output,
+            "conversation_id": conversation_id,
+        }
+        if self.beta:
+            shape = {
+                "modalities": ["text", "audio"] if modality == "audio" else ["text"],
+                "voice": voice,
+                "output_audio_format": output_format,
+                "temperature": 0.8,
+                "max_output_tokens": max_output_tokens,
+            }
+        else:
+            shape = {
+                "output_modalities": [modality],
+                "max_output_tokens": max_output_tokens,
+                "audio": {"output": {"format": output_format, "voice": voice}},
+            }
+        return {**head, **shape, "usage": usage, "metadata": metadata}
+
+
+def check_modalities(value: Any, param: str, *, beta: bool) -> None:
+    allowed = ([["text"], ["audio"], ["text", "audio"], ["audio", "text"]]) if beta else [["text"], ["audio"]]
+    if value not in allowed:
+        supported = ", ".join(repr(v) for v in allowed)
+        raise ProtocolError("invalid_value", f"Invalid value for '{param}': supported values are {supported}.", param)
+
+
+def check_tools(tools: Any, param: str) -> None:
+    if not isinstance(tools, list):
+        raise ProtocolError("invalid_type", f"Invalid type for '{param}': expected an array.", param)
+    for index, tool in enumerate(tools):
+        where = f"{param}[{index}]"
+        if not isinstance(tool, dict):
+            raise ProtocolError("invalid_type", f"Invalid type for '{where}': expected an object.", where)
+        if tool.get("type") == "mcp":
+            continue
+        if tool.get("type") != "function":
+            raise ProtocolError(
+                "invalid_value",
+                f"Invalid value: '{tool.get('type')}'. Supported values are: 'function' and 'mcp'.",
+                f"{where}.type",
+            )
+        name = tool.get("name")
+        if not isinstance(name, str) or not name:
+            raise ProtocolError(
+                "missing_required_parameter", f"Missing required parameter: '{where}.name'.", f"{where}.name"
+            )
+        if len(name) > 64 or not all(c in _ID_ALPHABET + "_-" for c in name):
+            raise ProtocolError(
+                "invalid_value",
+                f"Invalid '{where}.name': string does not match pattern. "
+                "Expected a string that matches the pattern '^[a-zA-Z0-9_-]{1,64}$'.",
+                f"{where}.name",
+            )
+        description = tool.get("description")
+        if isinstance(description, str) and len(description) > 1024:
+            raise ProtocolError(
+                "string_above_max_length",
+                f"Invalid '{where}.description': string too long. Expected a string with maximum length 1024, "
+                f"but got a string with length {len(description)} instead.",
+                f"{where}.description",
+            )
+
+
+def check_tool_choice(choice: Any, param: str) -> None:
+    if choice in ("auto", "none", "required"):
+        return
+    if isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("name"), str):
+        return
+    if isinstance(choice, dict) and choice.get("type") == "mcp":
+        return
+    raise ProtocolError(
+        "invalid_value",
+        f"Invalid value for '{param}': expected 'auto', 'none', 'required' or a function choice.",
+        param,
+    )
+
+
+def check_metadata(metadata: Any, param: str) -> None:
+    """At most 16 string pairs, keys up to 64 and values up to 512 characters."""
+    if metadata is None:
+        return
+    if not isinstance(metadata, dict):
+        raise ProtocolError("invalid_type", f"Invalid type for '{param}': expected an object.", param)
+    if len(metadata) > 16:
+        raise ProtocolError(
+            "object_above_max_properties",
+            f"Invalid '{param}': too many properties. Expected an object with at most 16 properties, "
+            f"but got an object with {len(metadata)} properties instead.",
+            param,
+        )
+    for key, value in metadata.items():
+        if len(key) > 64:
+            raise ProtocolError(
+                "string_above_max_length", f"Invalid '{param}': key '{key[:16]}...' longer than 64 characters.", param
+            )
+        if not isinstance(value, str):
+            raise ProtocolError(
+                "invalid_type", f"Invalid type for '{param}.{key}': expected a string.", f"{param}.{key}"
+            )
+        if len(value) > 512:
+            raise ProtocolError(
+                "string_above_max_length",
+                f"Invalid '{param}.{key}': string too long. Expected a string with maximum length 512, "
+                f"but got a string with length {len(value)} instead.",
+                f"{param}.{key}",
+            )
