@@ -76,6 +76,8 @@ async def test_sdk_client_gets_a_consistent_session_without_the_relay_tool(weath
     outputs = [e for e in upstream_events if e["type"] == "conversation.item.create"
                and e["item"]["type"] == "function_call_output"]
     assert len(outputs) == 1 and outputs[0]["item"]["output"] == "sunny and 21 degrees in Paris"
+    hidden_call_id = outputs[0]["item"]["call_id"].encode()
+    assert not any(hidden_call_id in raw for raw in raw_frames), "the client saw the relay call's id"
     creates = [e for e in upstream_events if e["type"] == "response.create"]
     assert len(creates) == 2   # the client's, then the relay's one follow-up
     assert upstream_events.index(creates[1]) > upstream_events.index(outputs[0])
