@@ -1120,6 +1120,10 @@ class Engine:
         event = self._parse(frame)
         if event is None:
             return
+        if (not self._tools_declared and self.config.declare_tools and len(self.tools)
+                and event["type"] != "session.update"):
+            # the client acts before session.created reached us: the tools must be there first
+            self._declare_tools(None)
         handler = self._CLIENT_HANDLERS.get(event["type"])
         result = _SAME if handler is None else handler(self, event)
         if result is None:

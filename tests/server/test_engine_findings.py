@@ -1,12 +1,8 @@
-"""Engine behaviour the proxy work ran into that looks wrong. The engine belongs to the lead: each
-finding is a failing test marked xfail(strict=True), so it turns into an error once it is fixed
-and the mark can go."""
+"""Engine behaviour the proxy work ran into, fixed in the engine: kept as regression tests."""
 
 from __future__ import annotations
 
 import json
-
-import pytest
 
 from relay.engine import EngineConfig
 from relay.tools import tool
@@ -19,11 +15,6 @@ def get_weather(city: str) -> str:
     return f"sunny in {city}"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "proxy: the relay declares its tools only when session.created arrives, so a client that asks "
-    "for a response right after connecting (before session.created reaches the relay, and without "
-    "a session.update of its own) gets a response from a model without the relay's tools; seen "
-    "with the SDK through `relay serve` against the mock: the model's scripted call was dropped"))
 def test_the_relay_tools_are_declared_before_a_client_response_create_that_precedes_session_created() -> None:
     harness = Harness([get_weather], config=EngineConfig(mode="proxy", strict=True))
     harness.client({"type": "conversation.item.create", "item": {
