@@ -42,7 +42,15 @@ from websockets.http11 import Request, Response
 from relay import __version__
 from relay.dialects import DIALECT_CHOICES, OPENAI, OPENAI_BETA, Dialect, DialectError, resolve_dialect
 from relay.engine import Engine, EngineConfig, Notice
-from relay.logs import LOG_FORMATS, LOG_LEVELS, WEBSOCKET_LOGGER, RedactingLogger, Redactor, configure_logging
+from relay.logs import (
+    LOG_FORMATS,
+    LOG_LEVELS,
+    WEBSOCKET_LOGGER,
+    RedactingLogger,
+    Redactor,
+    configure_logging,
+    log_notice,
+)
 from relay.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from relay.metrics import Metrics, TrafficTap
 from relay.recording import RecordingWriter
@@ -55,7 +63,7 @@ from relay.tools import (
     ToolSpec,
     load_tools,
 )
-from relay.upstream import DEFAULT_UPSTREAM, TokenProvider, Upstream, UpstreamUnavailable, key_from_environment
+from relay.upstream import DEFAULT_UPSTREAM, TokenProvider, Upstream, UpstreamUnavailable
 
 log = logging.getLogger("relay.server")
 
@@ -107,28 +115,39 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def _registry(tools: Sequence[str | ToolSpec | Callable[..., Any]] | ToolRegistry) -> ToolRegistry:
+def tool_registry(tools: Sequence[str | ToolSpec | Callable[..., Any]] | ToolRegistry) -> ToolRegistry:
+    """One registry from what a configuration lists: files or modules by name (`--tools`),
+    decorated or plain functions, specs; a registry is used as it is. A tool that cannot be
+    loaded or defined is a ConfigError."""
     if isinstance(tools, ToolRegistry):
         return tools
     registry = ToolRegistry()
-    for source in tools:
-        if isinstance(source, str):
-            for spec in load_tools(source):
-                registry.add(spec)
-        else:
-            registry.add(source)
+    try:
+        for source in tools:
+            if isinstance(source, str):
+                for spec in load_tools(source):
+                    registry.add(spec)
+            else:
+                registry.add(source)
+    except (ToolLoadError, ToolDefinitionError) as exc:
+        raise ConfigError(str(exc)) from None
     return registry
+
+
+def upstream_dialect(upstream: str, dialect: str | None) -> Dialect:
+    """The dialect to speak to a ws:// or wss:// upstream: `dialect` if given, else inferred from
+    the URL. ConfigError says what to change."""
+    if urlsplit(upstream).scheme not in ("ws", "wss"):
+        raise ConfigError(f"--upstream must be a ws:// or wss:// URL, not {upstream!r}")
+    try:
+        return resolve_dialect(dialect, upstream)
+    except DialectError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _check(config: ServerConfig) -> Dialect:
     """Refuse a configuration that cannot work or would be unsafe; returns the dialect."""
-    scheme = urlsplit(config.upstream).scheme
-    if scheme not in ("ws", "wss"):
-        raise ConfigError(f"--upstream must be a ws:// or wss:// URL, not {config.upstream!r}")
-    try:
-        dialect = resolve_dialect(config.dialect, config.upstream)
-    except DialectError as exc:
-        raise ConfigError(str(exc)) from None
+    dialect = upstream_dialect(config.upstream, config.dialect)
     if not config.auth_token and not config.insecure_no_auth and not is_loopback(config.host):
         raise ConfigError(
             f"refusing to listen on {config.host} without a client token: anyone who reaches it "
@@ -186,22 +205,11 @@ class RelayServer:
 
     def __init__(self, config: ServerConfig) -> None:
         self.dialect = _check(config)
-        try:
-            self.tools = _registry(config.tools)
-        except (ToolLoadError, ToolDefinitionError) as exc:
-            raise ConfigError(str(exc)) from None
+        self.tools = tool_registry(config.tools)
         self.config = config
         self.metrics = Metrics()
         self.redactor = Redactor([config.auth_token])
-        api_key = config.api_key if config.api_key is not None else key_from_environment(self.dialect)
-        self.upstream = Upstream(
-            config.upstream,
-            api_key=api_key,
-            token_provider=config.token_provider,
-            max_frame_bytes=config.max_frame_bytes,
-            open_timeout=config.open_timeout,
-            redactor=self.redactor,
-        )
+        self.upstream = Upstream.configured(config, self.dialect, self.redactor)
         self._engine_config = EngineConfig(
             mode="proxy",
             hide_tool_events=not config.expose_tool_events,
@@ -499,21 +507,7 @@ class RelayServer:
 
     def _on_notice(self, session: ProxySession, notice: Notice) -> None:
         self.metrics.count_notice(notice, self.tools)
-        fields = notice.fields
-        if notice.kind == "tool_call":
-            log.info("tool call", extra={"session_id": session.id, **_tool_call_fields(fields)})
-        elif notice.kind == "upstream_error":
-            log.warning("the upstream refused a relay event: %s", fields.get("message"),
-                        extra={"session_id": session.id, "what": fields.get("what"),
-                               "call_id": fields.get("call_id"), "code": fields.get("code")})
-        elif notice.kind in ("anomaly", "client_error"):
-            log.debug("%s: %s", notice.kind, fields.get("message"),
-                      extra={"session_id": session.id, "code": fields.get("code")})
-
-
-def _tool_call_fields(fields: dict[str, Any]) -> dict[str, Any]:
-    """A tool_call notice's fields as log fields (`name` is reserved by logging: `tool`)."""
-    return {"tool" if key == "name" else key: value for key, value in fields.items()}
+        log_notice(log, notice, session_id=session.id)
 
 
 async def _cancel_when_closed(client: ServerConnection, scope: anyio.CancelScope) -> None:
