@@ -22,6 +22,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                "export a recorded conversation as OpenAI chat, Anthropic, Gemini or Vapi JSON"),
     "serve": ("relay.server",
               "proxy realtime clients to OpenAI, Azure or Foundry and run tools in their sessions"),
+    "attach": ("relay.sidecar",
+               "attach to a live WebRTC or SIP call by call_id and run tools beside it"),
 }
 
 
