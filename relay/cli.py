@@ -24,6 +24,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
               "proxy realtime clients to OpenAI, Azure or Foundry and run tools in their sessions"),
     "attach": ("relay.sidecar",
                "attach to a live WebRTC or SIP call by call_id and run tools beside it"),
+    "sidecar": ("relay.webhooks",
+                "accept incoming SIP calls from signed webhooks and attach to each with tools"),
 }
 
 
