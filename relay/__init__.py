@@ -16,6 +16,9 @@ _EXPORTS = {
     "serve": "relay.server",
     "RelayServer": "relay.server",
     "ServerConfig": "relay.server",
+    "attach": "relay.sidecar",
+    "Sidecar": "relay.sidecar",
+    "SidecarConfig": "relay.sidecar",
 }
 
 

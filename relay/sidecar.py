@@ -82,6 +82,8 @@ class SidecarConfig:
     max_queue_bytes: int = DEFAULT_QUEUE_BYTES
     open_timeout: float = 10.0
     output_limit: int = DEFAULT_OUTPUT_LIMIT
+    # Python API: called with (session id, notice) for every engine notice, as in ServerConfig.
+    on_notice: Callable[[str, Notice], None] | None = None
 
     def reconnect_waits(self) -> list[float]:
         """The wait before each reconnect attempt: exponential, bounded in number."""
@@ -288,9 +290,9 @@ class Sidecar:
         finally:
             if recording is not None:
                 recording.close(end.reason if end is not None else "relay error")
-            if end is None:   # the loop failed: do not leave the sideband open
+            if end is None:   # cancelled, or the loop failed: do not leave the sideband open
                 with anyio.CancelScope(shield=True):
-                    await _close_quietly(loop.upstream, 1011, "relay error")
+                    await _close_quietly(loop.upstream, 1011, "relay stopped")
             final = end or SessionEnd("relay", 1011, "interrupted")
             log.info("session end", extra={
                 **self.context, "by": final.by, "code": final.code, "reason": final.reason,
@@ -344,6 +346,9 @@ class Sidecar:
         )
 
     def _on_notice(self, notice: Notice) -> None:
+        on_notice = self.runtime.config.on_notice
+        if on_notice is not None:
+            on_notice(self.id, notice)
         log_notice(log, notice, **self.context)
 
 

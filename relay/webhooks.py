@@ -252,6 +252,7 @@ class SidecarServer:
                 http_server.close()   # no new deliveries; the provider retries them elsewhere
                 await self._drain(group)
         finally:
+            self._task_group = None
             http_server.close()
             with anyio.CancelScope(shield=True):
                 await http_server.wait_closed()
@@ -306,8 +307,8 @@ class SidecarServer:
         if not isinstance(call_id, str) or not call_id:
             return _error(400, f"{INCOMING_CALL} without data.call_id", "invalid_event")
         fields["realtime_call_id"] = call_id
-        if self.draining:
-            return _error(503, "shutting down; deliver again later", "unavailable")
+        if self.draining or self._task_group is None:
+            return _error(503, "not serving calls now; deliver again later", "unavailable")
         if call_id in self.calls or call_id in self._accepting:
             self._deliveries.add(delivery)
             log.info("webhook for a call already attached; ignored", extra=fields)

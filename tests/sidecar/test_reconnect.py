@@ -18,12 +18,14 @@ from websockets.exceptions import ConnectionClosedError
 
 from relay.engine import CallState, Engine, EngineConfig
 from relay.http import http_request
-from relay.mock import Faults, MockUpstream
+from relay.mock import Faults, MockUpstream, Reply
 from relay.session import SessionEnd
-from relay.sidecar import CallEnded, Sidecar, SidebandLoop, SidecarConfig, attach
+from relay import attach
+from relay.sidecar import CallEnded, Sidecar, SidebandLoop, SidecarConfig
 from relay.upstream import UpstreamUnavailable
 from tests.server.test_server_ops import captured_logs
 from tests.sidecar.helpers import (
+    ACTIVE_RESPONSE,
     SCRIPT,
     Frames,
     Gate,
@@ -79,6 +81,42 @@ async def test_the_sideband_drops_mid_handler_and_the_output_arrives_once(handle
     assert (entry.state, entry.outcome) == (CallState.ANSWERED, "ok")
     assert "sunny in Paris" in said(answer.event)
     assert waits == [0.2] and sidecar.reconnects == 1
+
+
+async def test_a_follow_up_refused_by_a_response_it_never_saw_start_is_retried_after_its_done() -> None:
+    """A response started while the sideband was down: the sidecar's follow-up is refused as
+    "already active" although it knows of no active response; it asks again after the next
+    response.done, once."""
+    gate = Gate()
+    unseen: list[Any] = []
+    async with MockUpstream(script=SCRIPT) as mock:
+        call_id = mock.create_call()
+        session = mock.find_session(call_id)
+        await accept(mock, call_id)
+
+        async def backoff(seconds: float) -> None:
+            session.faults = Faults()
+            # out of band, so the conversation still ends in the tool's output afterwards
+            unseen.append(mock.start_response(session, Reply(say="One moment.", hold=True),
+                                              request={"conversation": "none"}))
+
+        async with sidecar_on(mock, call_id, [gate.tool], sleep=backoff) as (sidecar, frames):
+            await mock.user_turn(session, "What's the weather in Paris?")
+            await gate.entered.wait()
+            await frames.wait_for("upstream>relay", lambda e: e["type"] == "response.done")
+            session.faults = Faults(drop_after_events=session.connections[0].events_sent + 1)
+            await mock.inject(session, {"type": "rate_limits.updated", "event_id": "event_drop", "rate_limits": []})
+            await frames.wait_for("upstream>relay", lambda e: e["type"] == "session.created", start=1)
+            gate.opened.set()
+            refusal = await frames.wait_for("upstream>relay", lambda e: e["error"]["code"] == ACTIVE_RESPONSE)
+            assert frames.sent("response.create") and len(session.responses) == 2, "refused: one is active"
+            mock.release(session)
+            answer = await mock.wait_for_sent(lambda e: e["type"] == "response.done" and "found" in said(e))
+    creates = frames.sent("response.create")
+    assert [create["event_id"] for create in creates] == [refusal["error"]["event_id"]] * 2, "one retry"
+    assert [run.status for run in session.responses][1:] == ["completed", "completed"]
+    assert answer.event["response"]["id"] == session.responses[-1].id and unseen[0].id == session.responses[1].id
+    assert "sunny in Paris" in said(answer.event)
 
 
 async def test_a_frame_the_dropped_socket_did_not_take_goes_out_on_the_new_one() -> None:

@@ -60,7 +60,10 @@ async def test_the_sidecar_answers_its_calls_and_never_the_primarys() -> None:
     async with MockUpstream(script=SCRIPT) as mock, realtime_client(mock.base_url, token=None) as primary:
         await primary_with_tools(primary, [ORDER_TOOL, WEATHER_TOOL])
         session = mock.sessions[0]
-        async with sidecar_on(mock, session.call_id, [get_weather]) as (sidecar, frames):
+        notices: list[tuple[str, str]] = []
+        async with sidecar_on(mock, session.call_id, [get_weather],
+                              on_notice=lambda session_id, notice: notices.append((session_id, notice.kind))
+                              ) as (sidecar, frames):
             await ask(primary, "What's the weather in Paris?")
             answer = await primary.wait_for(lambda e: e["type"] == "response.done" and "found" in said(e))
             await ask(primary, "Where is my order?")
@@ -82,6 +85,7 @@ async def test_the_sidecar_answers_its_calls_and_never_the_primarys() -> None:
     assert len(frames.sent("response.create")) == 1, "one follow-up, for its own call only"
     assert frames.sent("session.update") == [], "the tools were declared when the call was accepted"
     assert session.tools == [ORDER_TOOL, WEATHER_TOOL]
+    assert notices == [(sidecar.id, "tool_started"), (sidecar.id, "tool_call"), (sidecar.id, "follow_up")]
 
 
 async def test_declare_tools_adds_its_tools_and_keeps_the_primarys() -> None:
