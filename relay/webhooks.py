@@ -256,7 +256,7 @@ class SidecarServer:
             http_server.close()
             with anyio.CancelScope(shield=True):
                 await http_server.wait_closed()
-            log.info("stopped", extra={"calls": len(self.calls)})
+            log.info("stopped")
 
     async def _drain(self, group: anyio.abc.TaskGroup) -> None:
         if self.calls and self.config.drain_seconds > 0:
@@ -323,6 +323,9 @@ class SidecarServer:
             return _error(502, str(exc), "accept_failed")
         finally:
             self._accepting.discard(call_id)
+        if self._task_group is None:   # the server stopped while the provider accepted the call
+            log.warning("call accepted, but the server has stopped: not attached", extra=fields)
+            return _error(503, "not serving calls now", "unavailable")
         log.info("call accepted", extra=fields)
         self._attach(call_id)
         return Response(200)
@@ -361,7 +364,7 @@ class SidecarServer:
                 f"{host} refused to accept call {call_id}: HTTP {response.status} {_error_message(response)}"))
 
     def _attach(self, call_id: str) -> None:
-        assert self._task_group is not None
+        assert self._task_group is not None, "checked by the caller"
         sidecar = Sidecar(call_id, self.runtime)
         self.calls[call_id] = sidecar
         self._task_group.start_soon(self._serve_call, sidecar, name=f"call {call_id}")
