@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 
 from relay.http import http_request
-from relay.mock import MockScript, MockUpstream, Reply, Rule, ToolCall
+from relay.mock import MockScript, MockSession, MockUpstream, Reply, Rule, ToolCall
 from relay.sidecar import Sidecar, SidecarConfig
 from relay.tools import ToolRegistry, tool
 
@@ -114,11 +114,16 @@ async def sidecar_on(mock: MockUpstream, call_id: str, tools: list[Any], **optio
         await sidecar.stop()
 
 
-async def accept(mock: MockUpstream, call_id: str) -> None:
-    """Accept a SIP-like call with the sidecar's tool, as the application's webhook handler would."""
+async def accepted_call(mock: MockUpstream) -> tuple[str, MockSession]:
+    """A SIP-like call (a session without a socket), accepted with the sidecar's tool as the
+    application's webhook handler would: its call_id and its mock session."""
+    call_id = mock.create_call()
     response = await http_request("POST", f"{mock.rest_url}/realtime/calls/{call_id}/accept", {},
                                   json.dumps({"type": "realtime", "tools": [WEATHER_TOOL]}).encode())
     assert response.status == 200
+    session = mock.find_session(call_id)
+    assert session is not None
+    return call_id, session
 
 
 def user_text(text: str) -> dict[str, Any]:

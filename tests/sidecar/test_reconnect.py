@@ -29,7 +29,7 @@ from tests.sidecar.helpers import (
     SCRIPT,
     Frames,
     Gate,
-    accept,
+    accepted_call,
     get_weather,
     outputs_received,
     said,
@@ -48,9 +48,7 @@ async def test_the_sideband_drops_mid_handler_and_the_output_arrives_once(handle
     waits: list[float] = []
     states_while_disconnected: list[tuple[bool, CallState]] = []
     async with MockUpstream(script=SCRIPT) as mock:
-        call_id = mock.create_call()
-        session = mock.find_session(call_id)
-        await accept(mock, call_id)
+        call_id, session = await accepted_call(mock)
 
         async def backoff(seconds: float) -> None:
             waits.append(seconds)
@@ -90,9 +88,7 @@ async def test_a_follow_up_refused_by_a_response_it_never_saw_start_is_retried_a
     gate = Gate()
     unseen: list[Any] = []
     async with MockUpstream(script=SCRIPT) as mock:
-        call_id = mock.create_call()
-        session = mock.find_session(call_id)
-        await accept(mock, call_id)
+        call_id, session = await accepted_call(mock)
 
         async def backoff(seconds: float) -> None:
             session.faults = Faults()
@@ -164,9 +160,7 @@ async def test_a_hung_up_call_ends_the_session_and_cancels_its_handler() -> None
         waits.append(seconds)
 
     async with MockUpstream(script=SCRIPT) as mock, captured_logs() as logs:
-        call_id = mock.create_call()
-        session = mock.find_session(call_id)
-        await accept(mock, call_id)
+        call_id, session = await accepted_call(mock)
         async with sidecar_on(mock, call_id, [gate.tool], sleep=backoff) as (sidecar, _):
             await mock.user_turn(session, "What's the weather in Paris?")
             await gate.entered.wait()

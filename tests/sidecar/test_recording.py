@@ -8,14 +8,12 @@ from pathlib import Path
 
 from relay.mock import MockUpstream
 from relay.replay import replay_async
-from tests.sidecar.helpers import SCRIPT, accept, get_weather, said, sidecar_on
+from tests.sidecar.helpers import SCRIPT, accepted_call, get_weather, said, sidecar_on
 
 
 async def test_a_recorded_sidecar_session_replays_without_divergence(tmp_path: Path) -> None:
     async with MockUpstream(script=SCRIPT) as mock:
-        call_id = mock.create_call()
-        session = mock.find_session(call_id)
-        await accept(mock, call_id)
+        call_id, session = await accepted_call(mock)
         async with sidecar_on(mock, call_id, [get_weather], record_dir=tmp_path, record_audio="drop") as (sidecar, _):
             await mock.user_turn(session, "What's the weather in Paris?")
             await mock.wait_for_sent(lambda e: e["type"] == "response.done" and "found" in said(e))
