@@ -89,7 +89,7 @@ class Sequencer:
         ack_timeout: float = 15.0,
         foreign_timeout: float = 10.0,
         max_attempts: int = 4,
-        retry_wait: float = 2.0,
+        retry_wait: float = 5.0,
     ) -> None:
         self._new_event_id = new_event_id
         self._build_create = build_create
