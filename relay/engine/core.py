@@ -42,7 +42,7 @@ from relay.engine.ledger import (
     CallState,
     Owner,
 )
-from relay.engine.peek import peek_type
+from relay.engine.peek import has_single_plain_type, peek_type
 from relay.engine.sequencer import META_CALLS, META_KIND, Sequencer
 from relay.tools import (
     ArgumentsError,
@@ -267,7 +267,7 @@ class Engine:
         if not isinstance(frame, str):
             self._record_anomaly("binary frame from upstream dropped", None)
             return
-        if peek_type(frame) in UPSTREAM_PASSTHROUGH:
+        if peek_type(frame) in UPSTREAM_PASSTHROUGH and has_single_plain_type(frame):
             if self.config.has_client:
                 self._out.append(SendClient(frame))
             return
@@ -1117,7 +1117,7 @@ class Engine:
             self._client_error("binary_frame_not_supported",
                                "binary frames are not part of the realtime protocol; send JSON text")
             return
-        if peek_type(frame) in CLIENT_PASSTHROUGH:
+        if peek_type(frame) in CLIENT_PASSTHROUGH and has_single_plain_type(frame):
             self._out.append(SendUpstream(frame))
             return
         event = self._parse(frame)
