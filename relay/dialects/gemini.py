@@ -9,6 +9,7 @@ the relay writes is camelCase. The server sends its JSON in binary WebSocket fra
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -62,6 +63,19 @@ def is_gemini_message(event: Any) -> bool:
     if not isinstance(event, Mapping) or "type" in event:
         return False
     return any(key_of(event, key) is not None for key in (*CLIENT_MESSAGE_KEYS, *SERVER_MESSAGE_KEYS))
+
+
+def response_text(response: Any) -> str:
+    """A `FunctionResponse.response` as the text of a `function_call_output` item (what exports
+    and scripts read): the output itself when it is text, else JSON, errors as `{"error": ...}`."""
+    if isinstance(response, Mapping):
+        if set(response) == {"output"} and isinstance(response["output"], str):
+            return response["output"]
+        if "error" in response:
+            return json.dumps({"error": response["error"]}, ensure_ascii=False)
+        if "output" in response:
+            return json.dumps(response["output"], ensure_ascii=False)
+    return json.dumps(response, ensure_ascii=False)
 
 
 @dataclass(frozen=True)

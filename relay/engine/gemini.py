@@ -32,7 +32,7 @@ import re
 from typing import Any, Callable, Iterable, Union
 
 from relay.dialects.base import Dialect
-from relay.dialects.gemini import GEMINI, GeminiDialect, field, key_of
+from relay.dialects.gemini import GEMINI, GeminiDialect, field, key_of, response_text
 from relay.engine.actions import Action, CancelHandler, Close, Notice, Outcome, SendClient, SendUpstream, StartHandler
 from relay.engine.calls import seconds_text, tool_call_fields
 from relay.engine.conversation import ABSENT, Conversation, ItemRecord, ResponseRecord
@@ -150,18 +150,6 @@ def _response_body(rendered: RenderedOutput, text: bool) -> dict[str, Any]:
         return {"output": json.loads(rendered.output)}
     except ValueError:   # cut by the output limit: no longer JSON
         return {"output": rendered.output}
-
-
-def output_text(response: Any) -> str:
-    """A `FunctionResponse.response` as the text of a `function_call_output` item: the output
-    itself when it is text, else JSON (errors as `{"error": ...}`)."""
-    if isinstance(response, dict) and set(response) == {"output"} and isinstance(response["output"], str):
-        return response["output"]
-    if isinstance(response, dict) and "error" in response:
-        return json.dumps({"error": response["error"]}, ensure_ascii=False)
-    if isinstance(response, dict) and "output" in response:
-        return json.dumps(response["output"], ensure_ascii=False)
-    return json.dumps(response, ensure_ascii=False)
 
 
 class GeminiEngine:
@@ -502,7 +490,7 @@ class GeminiEngine:
                        status: str = "completed") -> None:
         """The call's `function_call_output` item: created by its first answer, holding the
         latest (interim answers of a streaming tool are replaced by the final one)."""
-        text = output_text(response)
+        text = response_text(response)
         record = self.conversation.item(entry.output_item_id)
         if record is None:
             record = self._add_item({"type": "function_call_output", "id": self._new_id("i"),
@@ -826,4 +814,4 @@ def _declarations(tools: Any) -> list[Any]:
     return found
 
 
-__all__ = ["AnyEngine", "GeminiEngine", "first_key", "is_media_frame", "new_engine", "output_text"]
+__all__ = ["AnyEngine", "GeminiEngine", "first_key", "is_media_frame", "new_engine"]
