@@ -15,6 +15,7 @@ from relay import __version__
 
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("relay.demo", "see the relay at work on the embedded mock upstream (no key needed)"),
     "mock": ("relay.mock.cli", "run the mock realtime upstream (no key, no network)"),
     "replay": ("relay.replay",
                "replay a recorded session against your tools and report what changed"),

@@ -96,6 +96,9 @@ class ServerConfig:
     token_provider: TokenProvider | None = None
     output_limit: int = DEFAULT_OUTPUT_LIMIT
     reuse_port: bool = False
+    # Python API: called with (session id, notice) for every engine notice (tool calls started
+    # and answered, follow-ups, fillers, anomalies, errors): for dashboards, tests and the demo.
+    on_notice: Callable[[str, Notice], None] | None = None
 
 
 def is_loopback(host: str) -> bool:
@@ -443,7 +446,7 @@ class RelayServer:
             return SessionEnd("client" if session._closing is None else "relay", code, reason)
         engine = Engine(self.tools, dialect=session.dialect, config=self._engine_config,
                         session_id=session.id, id_prefix=session.id)
-        tap = TrafficTap(self.metrics, self._recording(session))
+        tap = TrafficTap(self.metrics, self._recording(session, engine))
         loop = SessionLoop(
             engine,
             upstream=upstream,
@@ -483,7 +486,7 @@ class RelayServer:
             pass
         return SessionEnd("relay", 1011, "upstream unavailable")
 
-    def _recording(self, session: ProxySession) -> RecordingWriter | None:
+    def _recording(self, session: ProxySession, engine: Engine) -> RecordingWriter | None:
         if self.config.record_dir is None:
             return None
         return RecordingWriter(
@@ -495,10 +498,13 @@ class RelayServer:
             mode="proxy",
             record_audio=self.config.record_audio,
             secrets=self.redactor.secrets,
+            extra_header=engine.recording_header(),
         )
 
     def _on_notice(self, session: ProxySession, notice: Notice) -> None:
         self.metrics.count_notice(notice, self.tools)
+        if self.config.on_notice is not None:
+            self.config.on_notice(session.id, notice)
         fields = notice.fields
         if notice.kind == "tool_call":
             log.info("tool call", extra={"session_id": session.id, **_tool_call_fields(fields)})

@@ -21,6 +21,23 @@ BETA_TO_GA: dict[str, str] = {
 }
 
 
+# The client events of the OpenAI Realtime API (GA; beta uses the same names), in the order of
+# the API reference.
+CLIENT_EVENT_TYPES: tuple[str, ...] = (
+    "session.update",
+    "input_audio_buffer.append",
+    "input_audio_buffer.commit",
+    "input_audio_buffer.clear",
+    "output_audio_buffer.clear",
+    "conversation.item.create",
+    "conversation.item.retrieve",
+    "conversation.item.truncate",
+    "conversation.item.delete",
+    "response.create",
+    "response.cancel",
+)
+
+
 def canonical_type(event_type: str) -> str:
     """The GA name of an event type; names that are already GA (or unknown) map to themselves."""
     return BETA_TO_GA.get(event_type, event_type)

@@ -815,6 +815,9 @@ class Engine:
         self._handlers_active.add(entry.call_id)
         self._deadlines[entry.call_id] = self._now + tool.timeout
         self._out.append(StartHandler(entry.call_id, tool, arguments))
+        self._out.append(Notice("tool_started", {"call_id": entry.call_id, "name": entry.name,
+                                                 "arguments": entry.arguments,
+                                                 "response_id": entry.response_id}))
         if tool.on_start:
             self.sequencer.request_filler(entry.call_id, "on_start", tool.on_start, self._now)
         if tool.on_delay:
