@@ -558,6 +558,9 @@ class GeminiEngine:
         self._handlers_active.add(entry.call_id)
         self._deadlines[entry.call_id] = self._now + tool.timeout
         self._out.append(StartHandler(entry.call_id, tool, arguments))
+        self._out.append(Notice("tool_started", {"call_id": entry.call_id, "name": entry.name,
+                                                 "arguments": entry.arguments,
+                                                 "response_id": entry.response_id}))
 
     def _handler_yielded(self, call_id: str, value: Any) -> None:
         entry = self.ledger.get(call_id)
