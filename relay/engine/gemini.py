@@ -309,8 +309,7 @@ class GeminiEngine:
             return
         message = self._decode(frame)
         if message is None:
-            self._to_client(frame)   # the client sees what the provider sent, as it is
-            return
+            return   # it cannot be told apart from a relay call the client must not see
         result = self._apply_handlers(message, self._UPSTREAM_HANDLERS)
         if result is _SAME:
             self._to_client(frame)
@@ -565,6 +564,10 @@ class GeminiEngine:
     def _handler_yielded(self, call_id: str, value: Any) -> None:
         entry = self.ledger.get(call_id)
         if entry is None or call_id not in self._handlers_active:
+            return
+        tool = self.tools.get(entry.name)
+        if tool is None or tool.kind is not HandlerKind.STREAM:
+            self._record_anomaly(f"{entry.name} is not a streaming tool; its yielded value is ignored", None)
             return
         rendered = render_value(value, limit=self.config.output_limit)
         text = _returned_text(value)

@@ -161,6 +161,9 @@ def test_a_mixed_tool_call_is_split_the_client_sees_only_its_call() -> None:
     assert isinstance(frame, bytes), "a server frame reaches the client in the kind it came in"
     assert h.to_client == [tool_call(function_call("c2", "open_door", {"door": "front"}))]
     assert list(h.started) == ["c1"] and h.started["c1"].arguments == {"city": "Paris"}
+    (started,) = [n.fields for n in h.notices if n.kind == "tool_started"]
+    assert (started["call_id"], started["name"], json.loads(started["arguments"])) == (
+        "c1", "get_weather", {"city": "Paris"})
     h.run_all()
     (message,) = [m for m in h.sent if "toolResponse" in m]
     validate_tool_response(message)
@@ -486,14 +489,15 @@ def test_frames_with_words_or_turn_state_are_parsed_even_when_large() -> None:
     assert h.engine.conversation.responses[answer.response_id].status == "completed"
 
 
-def test_a_media_frame_that_is_not_json_is_forwarded_untouched() -> None:
+def test_an_unparsed_media_frame_passes_but_other_broken_frames_stop_at_the_relay() -> None:
     h = session()
     broken = b'{"serverContent": {"modelTurn": {"parts": [{"inlineData": {"data": "AAAA'
     h.server_raw(broken)
-    assert h.client_frames[-1] is broken and h.engine.anomalies == []
-    h.server_raw(b"not json at all")
-    assert h.client_frames[-1] == b"not json at all"
-    assert any("not valid JSON" in a.message for a in h.engine.anomalies)
+    assert h.client_frames == [broken] and h.engine.anomalies == []
+    h.server_raw(b'{"toolCall": {"functionCalls": [{"id": "c1", "name": "get_weather"')
+    h.server_raw(b"[1, 2]")
+    assert h.client_frames == [broken], "a broken frame may hold a relay call: it is not forwarded"
+    assert [a.message[:26] for a in h.engine.anomalies] == ["frame is not valid JSON: E", "frame is a JSON list, not "]
 
 
 # ---- conversation --------------------------------------------------------------------------------
@@ -535,3 +539,11 @@ def test_lagging_input_transcription_goes_before_the_models_answer_and_interrupt
     assert items[2].status == "incomplete"
     (turn,) = h.engine.conversation.responses.values()
     assert (turn.status, turn.reason) == ("cancelled", "turn_detected")
+
+
+def test_text_sent_as_realtime_input_is_a_user_turn() -> None:
+    h = session()
+    h.client({"realtime_input": {"text": "and tomorrow?"}})
+    h.client({"realtimeInput": {"audioStreamEnd": True}})
+    assert [r.text() for r in h.engine.conversation.visible_items() if r.role == "user"] == ["hello", "and tomorrow?"]
+    assert len(h.upstream_frames) == 2
