@@ -87,8 +87,9 @@ class ConfigError(ValueError):
 @dataclass
 class ServerConfig:
     """Everything `relay serve` takes. `api_key=None` reads the dialect's variable
-    (`OPENAI_API_KEY`, `AZURE_OPENAI_API_KEY`) from the environment; `token_provider` (an async
-    callable returning an Entra ID `AccessToken`) replaces the key with refreshed Bearer tokens."""
+    (`OPENAI_API_KEY`, `AZURE_OPENAI_API_KEY`, `GEMINI_API_KEY`) from the environment;
+    `token_provider` (an async callable returning an Entra ID `AccessToken`) replaces the key with
+    refreshed Bearer tokens."""
 
     upstream: str | None = None     # None: Gemini Live's endpoint for `gemini`, else OpenAI's
     dialect: str | None = None

@@ -57,7 +57,8 @@ async def track(parcel: str) -> AsyncIterator[str]:
 
 
 @asynccontextmanager
-async def relay_and_mock(certificate: Certificate, tmp_path: Path, *tools: Any) -> AsyncIterator[tuple[RelayServer, MockUpstream]]:
+async def relay_and_mock(certificate: Certificate, tmp_path: Path,
+                         *tools: Any) -> AsyncIterator[tuple[RelayServer, MockUpstream]]:
     async with MockUpstream(script=WEATHER_SCRIPT, dialect="gemini", api_key=PROVIDER_KEY) as mock:
         config = ServerConfig(upstream=mock.url, dialect="gemini", tools=list(tools), port=0, api_key=PROVIDER_KEY,
                               auth_token=RELAY_TOKEN, drain_seconds=0.0, tls_cert=certificate.cert,
