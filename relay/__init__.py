@@ -17,6 +17,9 @@ _EXPORTS = {
     "serve": "relay.server",
     "RelayServer": "relay.server",
     "ServerConfig": "relay.server",
+    "attach": "relay.sidecar",
+    "Sidecar": "relay.sidecar",
+    "SidecarConfig": "relay.sidecar",
 }
 
 

@@ -12,7 +12,10 @@ import json
 import logging
 import sys
 from datetime import datetime, timezone
-from typing import IO, Any, Iterable
+from typing import IO, TYPE_CHECKING, Any, Iterable
+
+if TYPE_CHECKING:
+    from relay.engine import Notice
 
 LOG_FORMATS = ("json", "text")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -125,3 +128,21 @@ class RedactingLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
         redact = self.redactor
         clean = tuple(redact(a) if isinstance(a, str) else a for a in args)
         super().log(level, redact(msg) if isinstance(msg, str) else msg, *clean, **kwargs)
+
+
+def log_notice(logger: logging.Logger, notice: Notice, **context: Any) -> None:
+    """The log line for an engine notice, the same for every edge: one `tool call` line per
+    answered (or abandoned, skipped) call, a warning when the upstream refused one of the relay's
+    events, and debug lines for anomalies and errors sent to a client. `context` names the
+    session (`session_id`, and the sidecar's `realtime_call_id`)."""
+    fields = notice.fields
+    if notice.kind == "tool_call":
+        # `name` is reserved by logging: the tool's name is logged as `tool`
+        logger.info("tool call", extra={**context, **{"tool" if key == "name" else key: value
+                                                      for key, value in fields.items()}})
+    elif notice.kind == "upstream_error":
+        logger.warning("the upstream refused a relay event: %s", fields.get("message"),
+                       extra={**context, "what": fields.get("what"), "call_id": fields.get("call_id"),
+                              "code": fields.get("code")})
+    elif notice.kind in ("anomaly", "client_error"):
+        logger.debug("%s: %s", notice.kind, fields.get("message"), extra={**context, "code": fields.get("code")})

@@ -43,7 +43,6 @@ from websockets.http11 import Request, Response
 from relay import __version__
 from relay.dialects import (
     DIALECT_CHOICES,
-    GEMINI,
     OPENAI,
     OPENAI_BETA,
     Dialect,
@@ -55,7 +54,15 @@ from relay.dialects.gemini import CLIENT_PATHS as GEMINI_PATHS
 from relay.dialects.gemini import DEFAULT_PATH as GEMINI_PATH
 from relay.engine import EngineConfig, Notice
 from relay.engine.gemini import AnyEngine, new_engine
-from relay.logs import LOG_FORMATS, LOG_LEVELS, WEBSOCKET_LOGGER, RedactingLogger, Redactor, configure_logging
+from relay.logs import (
+    LOG_FORMATS,
+    LOG_LEVELS,
+    WEBSOCKET_LOGGER,
+    RedactingLogger,
+    Redactor,
+    configure_logging,
+    log_notice,
+)
 from relay.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from relay.metrics import Metrics, TrafficTap
 from relay.recording import RecordingWriter
@@ -68,7 +75,7 @@ from relay.tools import (
     ToolSpec,
     load_tools,
 )
-from relay.upstream import DEFAULT_UPSTREAM, TokenProvider, Upstream, UpstreamUnavailable, key_from_environment
+from relay.upstream import DEFAULT_UPSTREAM, TokenProvider, Upstream, UpstreamUnavailable, default_upstream
 
 log = logging.getLogger("relay.server")
 
@@ -91,7 +98,7 @@ class ServerConfig:
     `token_provider` (an async callable returning an Entra ID `AccessToken`) replaces the key with
     refreshed Bearer tokens."""
 
-    upstream: str | None = None     # None: Gemini Live's endpoint for `gemini`, else OpenAI's
+    upstream: str = ""     # empty: the dialect's endpoint (Gemini Live's for `gemini`), else OpenAI's
     dialect: str | None = None
     tools: Sequence[str | ToolSpec | Callable[..., Any]] | ToolRegistry = ()
     host: str = "127.0.0.1"
@@ -118,6 +125,10 @@ class ServerConfig:
     # and answered, follow-ups, fillers, anomalies, errors): for dashboards, tests and the demo.
     on_notice: Callable[[str, Notice], None] | None = None
 
+    def __post_init__(self) -> None:
+        if not self.upstream:
+            self.upstream = default_upstream(self.dialect)
+
 
 def is_loopback(host: str) -> bool:
     if host == "localhost":
@@ -128,30 +139,39 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def _registry(tools: Sequence[str | ToolSpec | Callable[..., Any]] | ToolRegistry) -> ToolRegistry:
+def tool_registry(tools: Sequence[str | ToolSpec | Callable[..., Any]] | ToolRegistry) -> ToolRegistry:
+    """One registry from what a configuration lists: files or modules by name (`--tools`),
+    decorated or plain functions, specs; a registry is used as it is. A tool that cannot be
+    loaded or defined is a ConfigError."""
     if isinstance(tools, ToolRegistry):
         return tools
     registry = ToolRegistry()
-    for source in tools:
-        if isinstance(source, str):
-            for spec in load_tools(source):
-                registry.add(spec)
-        else:
-            registry.add(source)
+    try:
+        for source in tools:
+            if isinstance(source, str):
+                for spec in load_tools(source):
+                    registry.add(spec)
+            else:
+                registry.add(source)
+    except (ToolLoadError, ToolDefinitionError) as exc:
+        raise ConfigError(str(exc)) from None
     return registry
 
 
-def _check(config: ServerConfig) -> tuple[Dialect, str]:
-    """Refuse a configuration that cannot work or would be unsafe; returns the dialect and the
-    upstream URL."""
-    upstream = config.upstream or (GEMINI.default_url if config.dialect == GEMINI.name else DEFAULT_UPSTREAM)
-    scheme = urlsplit(upstream).scheme
-    if scheme not in ("ws", "wss"):
+def upstream_dialect(upstream: str, dialect: str | None) -> Dialect:
+    """The dialect to speak to a ws:// or wss:// upstream: `dialect` if given, else inferred from
+    the URL. ConfigError says what to change."""
+    if urlsplit(upstream).scheme not in ("ws", "wss"):
         raise ConfigError(f"--upstream must be a ws:// or wss:// URL, not {upstream!r}")
     try:
-        dialect = resolve_dialect(config.dialect, upstream)
+        return resolve_dialect(dialect, upstream)
     except DialectError as exc:
         raise ConfigError(str(exc)) from None
+
+
+def _check(config: ServerConfig) -> Dialect:
+    """Refuse a configuration that cannot work or would be unsafe; returns the dialect."""
+    dialect = upstream_dialect(config.upstream, config.dialect)
     if not config.auth_token and not config.insecure_no_auth and not is_loopback(config.host):
         raise ConfigError(
             f"refusing to listen on {config.host} without a client token: anyone who reaches it "
@@ -166,7 +186,7 @@ def _check(config: ServerConfig) -> tuple[Dialect, str]:
         raise ConfigError(f"--record-audio must be keep or drop, not {config.record_audio!r}")
     if (config.tls_cert is None) != (config.tls_key is None):
         raise ConfigError("--tls-cert and --tls-key go together")
-    return dialect, upstream
+    return dialect
 
 
 def _tls_context(config: ServerConfig) -> ssl.SSLContext | None:
@@ -221,24 +241,13 @@ class RelayServer:
     exit) or `await server.serve_forever()` (until `request_stop()` or cancellation)."""
 
     def __init__(self, config: ServerConfig) -> None:
-        self.dialect, upstream_url = _check(config)
+        self.dialect = _check(config)
         self._tls = _tls_context(config)
-        try:
-            self.tools = _registry(config.tools)
-        except (ToolLoadError, ToolDefinitionError) as exc:
-            raise ConfigError(str(exc)) from None
+        self.tools = tool_registry(config.tools)
         self.config = config
         self.metrics = Metrics()
         self.redactor = Redactor([config.auth_token])
-        api_key = config.api_key if config.api_key is not None else key_from_environment(self.dialect)
-        self.upstream = Upstream(
-            upstream_url,
-            api_key=api_key,
-            token_provider=config.token_provider,
-            max_frame_bytes=config.max_frame_bytes,
-            open_timeout=config.open_timeout,
-            redactor=self.redactor,
-        )
+        self.upstream = Upstream.configured(config, self.dialect, self.redactor)
         self._engine_config = EngineConfig(
             mode="proxy",
             hide_tool_events=not config.expose_tool_events,
@@ -562,21 +571,7 @@ class RelayServer:
         self.metrics.count_notice(notice, self.tools)
         if self.config.on_notice is not None:
             self.config.on_notice(session.id, notice)
-        fields = notice.fields
-        if notice.kind == "tool_call":
-            log.info("tool call", extra={"session_id": session.id, **_tool_call_fields(fields)})
-        elif notice.kind == "upstream_error":
-            log.warning("the upstream refused a relay event: %s", fields.get("message"),
-                        extra={"session_id": session.id, "what": fields.get("what"),
-                               "call_id": fields.get("call_id"), "code": fields.get("code")})
-        elif notice.kind in ("anomaly", "client_error"):
-            log.debug("%s: %s", notice.kind, fields.get("message"),
-                      extra={"session_id": session.id, "code": fields.get("code")})
-
-
-def _tool_call_fields(fields: dict[str, Any]) -> dict[str, Any]:
-    """A tool_call notice's fields as log fields (`name` is reserved by logging: `tool`)."""
-    return {"tool" if key == "name" else key: value for key, value in fields.items()}
+        log_notice(log, notice, session_id=session.id)
 
 
 async def _cancel_when_closed(client: ServerConnection, scope: anyio.CancelScope) -> None:
@@ -755,7 +750,7 @@ def run(args: argparse.Namespace) -> int:
         sys.path.insert(0, os.getcwd())
     try:
         server = RelayServer(ServerConfig(
-            upstream=args.upstream,
+            upstream=args.upstream or "",
             dialect=args.dialect,
             tools=args.tools,
             host=args.host,

@@ -130,6 +130,7 @@ class SessionLoop:
         self._timer_wake = anyio.Event()
         self._armed_deadline: float | None = None
         self._overflowed_sides: set[str] = set()
+        self._peer_replaced = anyio.Event()
         self.started = anyio.Event()
         self.ended = anyio.Event()
 
@@ -181,8 +182,8 @@ class SessionLoop:
 
     async def upstream_lost(self, closed: ConnectionClosed) -> None:
         """The upstream socket closed. The proxy ends the session and passes the code on; the
-        sidecar overrides this to reconnect."""
-        code, reason = _close_info(closed)
+        sidecar overrides this to reconnect (and then calls `replace_upstream`)."""
+        code, reason = close_info(closed)
         if self.end is None:   # not the echo of a close the session itself started
             log.info("upstream closed the session", extra={"session_id": self.engine.session_id,
                                                            "code": code, "reason": reason})
@@ -198,7 +199,7 @@ class SessionLoop:
                     record.record("client>relay", frame)
                 apply(engine.receive_client(frame, clock()))
         except ConnectionClosed as closed:
-            code, reason = _close_info(closed)
+            code, reason = close_info(closed)
             await self.finish("client", code, reason)
 
     # ---- writers -----------------------------------------------------------------------
@@ -211,14 +212,26 @@ class SessionLoop:
                 await peer.send(frame)
             except ConnectionClosed:
                 queue.push_front(frame)  # the reader sees the close and decides what follows
-                await self.wait_for_peer(side)
+                await self.wait_for_peer(side, peer)
                 peer = self.upstream if side == "upstream" else self.client
                 assert peer is not None
 
-    async def wait_for_peer(self, side: str) -> None:
-        """A send failed because the socket closed: wait until the session ends (or, in the
-        sidecar, until the upstream is replaced)."""
-        await anyio.sleep_forever()
+    async def wait_for_peer(self, side: str, failed: Peer) -> None:
+        """A send on `failed` failed because the socket closed: wait until `replace_upstream`
+        puts another socket on that side. In the proxy that never happens: the session ends
+        and cancels this wait."""
+        while (self.upstream if side == "upstream" else self.client) is failed:
+            await self._peer_replaced.wait()
+
+    def replace_upstream(self, upstream: Peer) -> None:
+        """Carry on over a new upstream socket (the sidecar's reconnect). A new reader starts;
+        the writer resends the frame the old socket failed to take, then the rest of its queue,
+        so nothing queued for the old socket is lost."""
+        assert self._task_group is not None, "the loop is not running"
+        self.upstream = upstream
+        replaced, self._peer_replaced = self._peer_replaced, anyio.Event()
+        replaced.set()
+        self._task_group.start_soon(self._read_upstream, name="upstream reader")
 
     # ---- timer -------------------------------------------------------------------------
     async def _timer(self) -> None:
@@ -287,7 +300,8 @@ class SessionLoop:
         await self.finish("relay", 1008 if side == "client" else 1011, f"{side} is not reading its frames")
 
 
-def _close_info(closed: ConnectionClosed) -> tuple[int, str]:
+def close_info(closed: ConnectionClosed) -> tuple[int, str]:
+    """The close code and reason of a closed connection (1006 when no close frame came)."""
     frame = closed.rcvd or closed.sent
     if frame is None:
         return 1006, "connection lost"

@@ -151,3 +151,10 @@ def test_serve_takes_the_gemini_dialect_and_tls_files() -> None:
     configure(parser)
     args = parser.parse_args(["--dialect", "gemini", "--tls-cert", "c.pem", "--tls-key", "k.pem"])
     assert (args.dialect, args.upstream, args.tls_cert, args.tls_key) == ("gemini", None, "c.pem", "k.pem")
+
+
+def test_attach_refuses_gemini_which_has_no_call_sideband() -> None:
+    from relay.sidecar import SidecarConfig, SidecarRuntime
+
+    with pytest.raises(ConfigError, match="no call sideband"):
+        SidecarRuntime(SidecarConfig(dialect="gemini", upstream=DEFAULT_URL))
