@@ -1,18 +1,11 @@
-"""Engine behaviour seen from the sidecar that should change (the engine is the lead's)."""
+"""Engine behaviour seen from the sidecar, fixed in the engine: kept as regression tests."""
 
 from __future__ import annotations
-
-import pytest
 
 from relay.mock import Faults, MockUpstream
 from tests.sidecar.helpers import SCRIPT, Gate, accepted_call, sidecar_on
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Sequencer.reset_connection() turns the in-flight follow-up into a retry on every reconnect, "
-    "so a response.create the upstream already received (and answered, while the sideband was "
-    "down) is sent again and the model answers the same output twice. The edge knows which "
-    "frames it wrote before the drop; the engine has no way to be told."))
 async def test_a_follow_up_that_reached_the_upstream_before_the_drop_is_not_sent_again() -> None:
     gate = Gate()
     async with MockUpstream(script=SCRIPT) as mock:
