@@ -13,6 +13,7 @@ _EXPORTS = {
     "Interruption": "relay.tools",
     "Engine": "relay.engine",
     "EngineConfig": "relay.engine",
+    "GeminiEngine": "relay.engine.gemini",
     "serve": "relay.server",
     "RelayServer": "relay.server",
     "ServerConfig": "relay.server",

@@ -2,9 +2,9 @@
 client gets its own upstream connection and its own engine, and the relay runs its tools inside
 the session.
 
-    client --ws--> RelayServer --ws--> provider (OpenAI, Azure OpenAI, Azure AI Foundry)
+    client --ws--> RelayServer --ws--> provider (OpenAI, Azure OpenAI, Azure AI Foundry, Gemini Live)
                         |
-                 Engine + SessionLoop (one per client)
+                 Engine (GeminiEngine for Gemini) + SessionLoop (one per client)
 
 The handshake decides everything cheap first (path, origin, the relay's own token) so a refused
 client never causes an upstream connection. `/healthz` and `/metrics` share the port. Frames are
@@ -24,6 +24,7 @@ import os
 import secrets
 import signal
 import socket
+import ssl
 import sys
 import time
 from dataclasses import dataclass, field
@@ -40,8 +41,19 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from relay import __version__
-from relay.dialects import DIALECT_CHOICES, OPENAI, OPENAI_BETA, Dialect, DialectError, resolve_dialect
-from relay.engine import Engine, EngineConfig, Notice
+from relay.dialects import (
+    DIALECT_CHOICES,
+    OPENAI,
+    OPENAI_BETA,
+    Dialect,
+    DialectError,
+    GeminiDialect,
+    resolve_dialect,
+)
+from relay.dialects.gemini import CLIENT_PATHS as GEMINI_PATHS
+from relay.dialects.gemini import DEFAULT_PATH as GEMINI_PATH
+from relay.engine import EngineConfig, Notice
+from relay.engine.gemini import AnyEngine, new_engine
 from relay.logs import (
     LOG_FORMATS,
     LOG_LEVELS,
@@ -63,7 +75,7 @@ from relay.tools import (
     ToolSpec,
     load_tools,
 )
-from relay.upstream import DEFAULT_UPSTREAM, TokenProvider, Upstream, UpstreamUnavailable
+from relay.upstream import DEFAULT_UPSTREAM, TokenProvider, Upstream, UpstreamUnavailable, default_upstream
 
 log = logging.getLogger("relay.server")
 
@@ -82,10 +94,11 @@ class ConfigError(ValueError):
 @dataclass
 class ServerConfig:
     """Everything `relay serve` takes. `api_key=None` reads the dialect's variable
-    (`OPENAI_API_KEY`, `AZURE_OPENAI_API_KEY`) from the environment; `token_provider` (an async
-    callable returning an Entra ID `AccessToken`) replaces the key with refreshed Bearer tokens."""
+    (`OPENAI_API_KEY`, `AZURE_OPENAI_API_KEY`, `GEMINI_API_KEY`) from the environment;
+    `token_provider` (an async callable returning an Entra ID `AccessToken`) replaces the key with
+    refreshed Bearer tokens."""
 
-    upstream: str = DEFAULT_UPSTREAM
+    upstream: str = ""     # empty: the dialect's endpoint (Gemini Live's for `gemini`), else OpenAI's
     dialect: str | None = None
     tools: Sequence[str | ToolSpec | Callable[..., Any]] | ToolRegistry = ()
     host: str = "127.0.0.1"
@@ -104,9 +117,17 @@ class ServerConfig:
     token_provider: TokenProvider | None = None
     output_limit: int = DEFAULT_OUTPUT_LIMIT
     reuse_port: bool = False
+    # Serve wss:// with this certificate chain and key (PEM files). The google-genai SDK always
+    # connects with wss://, so a Gemini client reaches the relay only over TLS (here, or in front).
+    tls_cert: str | Path | None = None
+    tls_key: str | Path | None = None
     # Python API: called with (session id, notice) for every engine notice (tool calls started
     # and answered, follow-ups, fillers, anomalies, errors): for dashboards, tests and the demo.
     on_notice: Callable[[str, Notice], None] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.upstream:
+            self.upstream = default_upstream(self.dialect)
 
 
 def is_loopback(host: str) -> bool:
@@ -163,7 +184,20 @@ def _check(config: ServerConfig) -> Dialect:
         raise ConfigError("--drain-seconds must be >= 0 and the open timeout > 0")
     if config.record_audio not in ("keep", "drop"):
         raise ConfigError(f"--record-audio must be keep or drop, not {config.record_audio!r}")
+    if (config.tls_cert is None) != (config.tls_key is None):
+        raise ConfigError("--tls-cert and --tls-key go together")
     return dialect
+
+
+def _tls_context(config: ServerConfig) -> ssl.SSLContext | None:
+    if config.tls_cert is None or config.tls_key is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(config.tls_cert, config.tls_key)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"cannot use --tls-cert {config.tls_cert} / --tls-key {config.tls_key}: {exc}") from None
+    return context
 
 
 @dataclass
@@ -183,7 +217,7 @@ class ProxySession:
     _closed: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
     @property
-    def engine(self) -> Engine | None:
+    def engine(self) -> AnyEngine | None:
         return self.loop.engine if self.loop is not None else None
 
     async def wait_closed(self) -> SessionEnd:
@@ -208,6 +242,7 @@ class RelayServer:
 
     def __init__(self, config: ServerConfig) -> None:
         self.dialect = _check(config)
+        self._tls = _tls_context(config)
         self.tools = tool_registry(config.tools)
         self.config = config
         self.metrics = Metrics()
@@ -238,10 +273,19 @@ class RelayServer:
         return self._bound_address()[0]
 
     @property
-    def url(self) -> str:
-        """The client URL of the OpenAI path (`/v1/realtime`)."""
+    def base_url(self) -> str:
+        """`ws://host:port` (`wss://` with TLS): what an SDK's base URL points at."""
         host = self.host
-        return f"ws://{f'[{host}]' if ':' in host else host}:{self.port}/v1/realtime"
+        return f"{'wss' if self._tls else 'ws'}://{f'[{host}]' if ':' in host else host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        """The client URL: the OpenAI path (`/v1/realtime`), or the Gemini Live path."""
+        return self.base_url + (GEMINI_PATH if self._gemini else "/v1/realtime")
+
+    @property
+    def _gemini(self) -> bool:
+        return isinstance(self.dialect, GeminiDialect)
 
     @property
     def sessions(self) -> dict[str, ProxySession]:
@@ -273,6 +317,7 @@ class RelayServer:
             compression=None,   # see Upstream.connect: no per-frame deflate on the relay
             close_timeout=1.0,
             server_header=f"relay/{__version__}",
+            ssl=self._tls,
             logger=RedactingLogger(logging.getLogger(f"{WEBSOCKET_LOGGER}.client"), self.redactor),
             reuse_port=config.reuse_port or None,
         )
@@ -347,9 +392,9 @@ class RelayServer:
             response = connection.respond(HTTPStatus.OK, self.metrics.render(open_sessions=len(self._sessions)))
             _set_header(response, "Content-Type", METRICS_CONTENT_TYPE)
             return response
-        if path not in REALTIME_PATHS:
+        if path not in (GEMINI_PATHS if self._gemini else REALTIME_PATHS):
             return self._refuse(connection, HTTPStatus.NOT_FOUND,
-                                f"no realtime endpoint at {path}; connect to /v1/realtime")
+                                f"no realtime endpoint at {path}; connect to {urlsplit(self.url).path}")
         if not any("websocket" in value.lower() for value in request.headers.get_all("Upgrade")):
             response = self._refuse(connection, HTTPStatus.UPGRADE_REQUIRED,
                                     f"{path} is a WebSocket endpoint; connect with a realtime client")
@@ -360,10 +405,10 @@ class RelayServer:
             offered = request.headers.get_all("Origin")
             if offered and any(origin not in origins for origin in offered):
                 return self._refuse(connection, HTTPStatus.FORBIDDEN, "this origin is not allowed")
-        if self.config.auth_token and not self._authorized(request.headers):
-            response = self._refuse(connection, HTTPStatus.UNAUTHORIZED,
-                                    "missing or wrong relay token (Authorization: Bearer, api-key, "
-                                    f"or the {TOKEN_SUBPROTOCOL}<token> subprotocol)")
+        if self.config.auth_token and not self._authorized(request):
+            forms = ("x-goog-api-key, the key query parameter, Authorization: Bearer" if self._gemini else
+                     f"Authorization: Bearer, api-key, or the {TOKEN_SUBPROTOCOL}<token> subprotocol")
+            response = self._refuse(connection, HTTPStatus.UNAUTHORIZED, f"missing or wrong relay token ({forms})")
             _set_header(response, "WWW-Authenticate", 'Bearer realm="relay"')
             return response
         return None
@@ -376,11 +421,17 @@ class RelayServer:
             "type": "invalid_request_error", "code": status.phrase.lower().replace(" ", "_"),
             "message": message}})
 
-    def _authorized(self, headers: Headers) -> bool:
+    def _authorized(self, request: Request) -> bool:
+        """The relay token in any form a client of this dialect can send it. Gemini clients send
+        their API key: the google-genai SDK as `x-goog-api-key`, browsers as `?key=`."""
         assert self.config.auth_token is not None
+        headers = request.headers
         expected = self.config.auth_token.encode("utf-8", "surrogatepass")
         presented = [v[7:].strip() for v in headers.get_all("Authorization") if v[:7].lower() == "bearer "]
         presented += headers.get_all("api-key")
+        if self._gemini:
+            presented += headers.get_all("x-goog-api-key")
+            presented += [value for name, value in parse_qsl(urlsplit(request.path).query) if name == "key"]
         presented += [
             p.strip()[len(TOKEN_SUBPROTOCOL):]
             for value in headers.get_all("Sec-WebSocket-Protocol") for p in value.split(",")
@@ -442,7 +493,7 @@ class RelayServer:
             session._connect_scope = connecting.cancel_scope
             connecting.start_soon(_cancel_when_closed, session.client, connecting.cancel_scope)
             try:
-                upstream = await self.upstream.connect(session.dialect, query)
+                upstream = await self.upstream.connect(session.dialect, query, client_path=session.path)
             except UpstreamUnavailable as exc:
                 failure = str(exc)
             connecting.cancel_scope.cancel()
@@ -452,8 +503,8 @@ class RelayServer:
             code, reason = session._closing or (1000, "client left before the upstream connected")
             await session.client.close(code, reason)
             return SessionEnd("client" if session._closing is None else "relay", code, reason)
-        engine = Engine(self.tools, dialect=session.dialect, config=self._engine_config,
-                        session_id=session.id, id_prefix=session.id)
+        engine = new_engine(self.tools, dialect=session.dialect, config=self._engine_config,
+                            session_id=session.id, id_prefix=session.id)
         tap = TrafficTap(self.metrics, self._recording(session, engine))
         loop = SessionLoop(
             engine,
@@ -476,9 +527,16 @@ class RelayServer:
                     await upstream.close(1011, "relay error")
 
     async def _upstream_unavailable(self, session: ProxySession, message: str) -> SessionEnd:
-        """Tell the client why there is no session, in the protocol's own error shape, and close."""
+        """Tell the client why there is no session, in the protocol's own error shape, and close.
+        Gemini Live has no error message: the close reason says it."""
         self.metrics.count_error("relay", UpstreamUnavailable.code)
         log.warning("upstream unavailable: %s", message, extra={"session_id": session.id})
+        if self._gemini:
+            try:
+                await session.client.close(1011, f"upstream unavailable: {message}"[:120])
+            except ConnectionClosed:
+                pass
+            return SessionEnd("relay", 1011, "upstream unavailable")
         event = json.dumps({
             "type": "error",
             "event_id": f"{session.id}_e0",
@@ -494,7 +552,7 @@ class RelayServer:
             pass
         return SessionEnd("relay", 1011, "upstream unavailable")
 
-    def _recording(self, session: ProxySession, engine: Engine) -> RecordingWriter | None:
+    def _recording(self, session: ProxySession, engine: AnyEngine) -> RecordingWriter | None:
         if self.config.record_dir is None:
             return None
         return RecordingWriter(
@@ -645,8 +703,9 @@ def serve(tools: Sequence[str | ToolSpec | Callable[..., Any]] | ToolRegistry = 
 # ---- command line --------------------------------------------------------------------------
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--upstream", default=DEFAULT_UPSTREAM, metavar="URL",
-                        help=f"provider realtime URL (default {DEFAULT_UPSTREAM})")
+    parser.add_argument("--upstream", default=None, metavar="URL",
+                        help=f"provider realtime URL (default {DEFAULT_UPSTREAM}; with --dialect gemini, "
+                             "Gemini Live's BidiGenerateContent endpoint)")
     parser.add_argument("--dialect", choices=DIALECT_CHOICES,
                         help="wire dialect of the upstream (default: inferred from the URL)")
     parser.add_argument("--tools", action="append", default=[], metavar="SPEC",
@@ -671,6 +730,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="on SIGTERM/SIGINT, how long open sessions may go on (default 10)")
     parser.add_argument("--workers", type=int, default=1, metavar="N",
                         help="processes sharing the port with SO_REUSEPORT (default 1)")
+    parser.add_argument("--tls-cert", metavar="PEM", help="serve wss:// with this certificate chain")
+    parser.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert")
     parser.add_argument("--record", metavar="DIR", help="write one recording per session into DIR")
     parser.add_argument("--record-audio", choices=("keep", "drop"), default="keep",
                         help="keep or drop audio in recordings (default keep)")
@@ -689,7 +750,7 @@ def run(args: argparse.Namespace) -> int:
         sys.path.insert(0, os.getcwd())
     try:
         server = RelayServer(ServerConfig(
-            upstream=args.upstream,
+            upstream=args.upstream or "",
             dialect=args.dialect,
             tools=args.tools,
             host=args.host,
@@ -703,6 +764,8 @@ def run(args: argparse.Namespace) -> int:
             drain_seconds=args.drain_seconds,
             record_dir=args.record,
             record_audio=args.record_audio,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
         ))
     except ConfigError as exc:
         log.error("%s", exc)

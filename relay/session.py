@@ -22,13 +22,13 @@ from relay.engine import (
     Action,
     CancelHandler,
     Close,
-    Engine,
     Notice,
     Outcome,
     SendClient,
     SendUpstream,
     StartHandler,
 )
+from relay.engine.gemini import AnyEngine
 from relay.runner import HandlerRunner
 
 log = logging.getLogger("relay.session")
@@ -103,7 +103,7 @@ class SessionLoop:
 
     def __init__(
         self,
-        engine: Engine,
+        engine: AnyEngine,
         *,
         upstream: Peer,
         client: Peer | None = None,
@@ -277,7 +277,7 @@ class SessionLoop:
         if self.engine.next_deadline() != self._armed_deadline:
             self._timer_wake.set()
 
-    def _enqueue(self, queue: FrameQueue, side: str, frame: str) -> None:
+    def _enqueue(self, queue: FrameQueue, side: str, frame: str | bytes) -> None:
         if side == "client" and self.client is None:
             return
         if self.recorder is not None:

@@ -33,7 +33,7 @@ import anyio
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
-from relay.dialects import DIALECT_CHOICES, Dialect
+from relay.dialects import DIALECT_CHOICES, Dialect, GeminiDialect
 from relay.engine import Engine, EngineConfig, Notice
 from relay.logs import LOG_FORMATS, LOG_LEVELS, Redactor, configure_logging, log_notice
 from relay.recording import RecordingWriter
@@ -93,6 +93,8 @@ class SidecarConfig:
 def _check(config: SidecarConfig) -> Dialect:
     """Refuse a configuration that cannot work; returns the dialect."""
     dialect = upstream_dialect(config.upstream, config.dialect)
+    if isinstance(dialect, GeminiDialect):
+        raise ConfigError("Gemini Live has no call sideband: attach works with the OpenAI family only")
     if config.record_audio not in ("keep", "drop"):
         raise ConfigError(f"--record-audio must be keep or drop, not {config.record_audio!r}")
     if config.reconnect_attempts < 0 or config.reconnect_delay < 0:

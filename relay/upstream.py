@@ -20,7 +20,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
 
 from relay import __version__
-from relay.dialects import Dialect
+from relay.dialects import GEMINI, Dialect, GeminiDialect
 from relay.logs import WEBSOCKET_LOGGER, RedactingLogger, Redactor
 
 DEFAULT_UPSTREAM = "wss://api.openai.com/v1/realtime"
@@ -102,8 +102,15 @@ def _as_access_token(value: Any) -> AccessToken:
     return AccessToken(token, float(expires_on))
 
 
+def default_upstream(dialect: str | None) -> str:
+    """The provider endpoint a dialect name implies when no URL is given: Gemini Live's for
+    `gemini`, OpenAI's otherwise."""
+    return GEMINI.default_url if dialect == GEMINI.name else DEFAULT_UPSTREAM
+
+
 def key_from_environment(dialect: Dialect, environ: dict[str, str] | None = None) -> str | None:
-    """The provider key for a dialect from the environment (`OPENAI_API_KEY`, `AZURE_OPENAI_API_KEY`)."""
+    """The provider key for a dialect from the environment (`OPENAI_API_KEY`,
+    `AZURE_OPENAI_API_KEY`, `GEMINI_API_KEY`)."""
     environ = os.environ if environ is None else environ
     for name in dialect.key_env:
         value = environ.get(name, "").strip()
@@ -203,13 +210,18 @@ class Upstream:
         elif self.api_key:
             if dialect.auth_header == "api-key":
                 headers["api-key"] = self.api_key
+            elif dialect.auth_header == "x-goog-api-key":
+                headers["x-goog-api-key"] = self.api_key
             else:
                 headers["Authorization"] = f"Bearer {self.api_key}"
         return headers
 
-    async def connect(self, dialect: Dialect, client_query: Iterable[tuple[str, str]]) -> ClientConnection:
-        """Open the provider connection for one session; `UpstreamUnavailable` says why not."""
-        return await self._open(merged_url(self.url, client_query), dialect)
+    async def connect(self, dialect: Dialect, client_query: Iterable[tuple[str, str]], *,
+                      client_path: str | None = None) -> ClientConnection:
+        """Open the provider connection for one session; `UpstreamUnavailable` says why not. A
+        Gemini client's API version (from its path) carries over to the upstream URL."""
+        base = dialect.upstream_url(self.url, client_path) if isinstance(dialect, GeminiDialect) else self.url
+        return await self._open(merged_url(base, client_query), dialect)
 
     async def connect_call(self, dialect: Dialect, call_id: str) -> ClientConnection:
         """Open a sideband connection to a live call (`?call_id=`): it sees the session's events
