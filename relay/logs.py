@@ -122,6 +122,10 @@ class RedactingLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
     def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
         if not self.isEnabledFor(level):
             return
-        redact = self.redactor
-        clean = tuple(redact(a) if isinstance(a, str) else a for a in args)
-        super().log(level, redact(msg) if isinstance(msg, str) else msg, *clean, **kwargs)
+        # Formatted here, not by the handler: websockets passes objects (frames) whose text may
+        # hold a secret, and whose str() raises for a text frame that is not valid UTF-8.
+        try:
+            text = str(msg) % args if args else str(msg)
+        except Exception as exc:
+            text = f"{msg} [arguments not printable: {type(exc).__name__}: {exc}]"
+        super().log(level, self.redactor(text), **kwargs)
