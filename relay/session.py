@@ -8,6 +8,7 @@ out its actions. Cancellation flows down the tree; nothing is spawned without an
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections import deque
@@ -36,6 +37,17 @@ log = logging.getLogger("relay.session")
 # Close codes that may not be sent in a close frame: they are replaced by 1011 toward the peer.
 _RESERVED_CLOSE_CODES = frozenset({1005, 1006, 1015})
 DEFAULT_QUEUE_BYTES = 32 * 1024 * 1024
+RATE_LIMIT_CODE = "rate_limit_exceeded"
+RATE_LIMIT_CLOSE = (1008, "client sends events too fast")
+
+
+def error_frame(event_id: str, code: str, message: str, error_type: str = "invalid_request_error") -> str:
+    """An `error` event in the realtime protocol's shape, for what the edge itself tells a client."""
+    return json.dumps({
+        "type": "error",
+        "event_id": event_id,
+        "error": {"type": error_type, "code": code, "message": message, "param": None, "event_id": None},
+    })
 
 
 class Peer(Protocol):
@@ -89,6 +101,29 @@ class FrameQueue:
         return frame
 
 
+class EventBudget:
+    """A token bucket over a client's events: `per_second` on average and bursts of two seconds'
+    worth. A client that sends faster is broken or hostile: it is told so and closed, so that it
+    can neither flood the upstream nor take the relay's time from other sessions."""
+
+    def __init__(self, per_second: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.per_second = per_second
+        self.burst = 2.0 * per_second
+        self._clock = clock
+        self._tokens = self.burst
+        self._last = clock()
+
+    def take(self) -> bool:
+        """Spend one event; False when the client is over its budget."""
+        now = self._clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._last) * self.per_second)
+        self._last = now
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True
+
+
 @dataclass
 class SessionEnd:
     """Why a session ended: who closed, with which code and reason."""
@@ -113,6 +148,7 @@ class SessionLoop:
         max_queue_bytes: int = DEFAULT_QUEUE_BYTES,
         close_timeout: float = 1.0,
         thread_limit: int = 8,
+        max_client_events_per_second: float | None = None,
     ) -> None:
         self.engine = engine
         self.upstream = upstream
@@ -124,6 +160,7 @@ class SessionLoop:
         self.thread_limit = thread_limit
         self.to_upstream = FrameQueue(max_queue_bytes)
         self.to_client = FrameQueue(max_queue_bytes)
+        self.client_budget = EventBudget(max_client_events_per_second) if max_client_events_per_second else None
         self.end: SessionEnd | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
         self._runner: HandlerRunner | None = None
@@ -191,15 +228,43 @@ class SessionLoop:
     async def _read_client(self) -> None:
         assert self.client is not None
         engine, record, apply, clock = self.engine, self.recorder, self._apply, self.clock
+        budget = self.client_budget
+        cut_off = False
         try:
             while True:
                 frame = await self.client.recv()
                 if record is not None:
                     record.record("client>relay", frame)
+                if cut_off:
+                    continue   # read on, so that the client's answer to the close is seen
+                if budget is not None and not budget.take():
+                    cut_off = True
+                    assert self._task_group is not None
+                    self._task_group.start_soon(self._client_too_fast, budget)
+                    continue
                 apply(engine.receive_client(frame, clock()))
         except ConnectionClosed as closed:
             code, reason = _close_info(closed)
             await self.finish("client", code, reason)
+
+    async def _client_too_fast(self, budget: EventBudget) -> None:
+        """Tell the client, in the protocol's error shape, why it is closed, then close it."""
+        assert self.client is not None
+        message = (f"more than {budget.per_second:g} events per second (bursts of up to {budget.burst:g}): "
+                   "the relay closes a client that sends faster")
+        log.warning("client sends events too fast; closing it",
+                    extra={"session_id": self.engine.session_id, "limit": budget.per_second})
+        if self.on_notice is not None:
+            self.on_notice(Notice("client_error", {"code": RATE_LIMIT_CODE, "message": message}))
+        frame = error_frame(f"{self.engine.id_prefix}_e0", RATE_LIMIT_CODE, message)
+        if self.recorder is not None:
+            self.recorder.record("relay>client", frame)
+        with anyio.move_on_after(self.close_timeout):
+            try:
+                await self.client.send(frame)
+            except ConnectionClosed:
+                pass
+        await self.finish("relay", *RATE_LIMIT_CLOSE)
 
     # ---- writers -----------------------------------------------------------------------
     async def _write(self, queue: FrameQueue, side: str) -> None:

@@ -4,10 +4,15 @@ second session running at the same time completes a tool call."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
 
 import pytest
+from websockets.exceptions import ConnectionClosed
 
 from relay.mock import MockUpstream
+from relay.session import EventBudget
 from tests.reliability.kit import LeakGuard, weather_turn
 from tests.server.helpers import user_text
 
@@ -105,3 +110,46 @@ async def test_a_frame_one_byte_over_the_limit_closes_with_1009_and_one_at_it_pa
     appends = [r.event for r in mock.received if r.event["type"] == "input_audio_buffer.append"]
     assert len(appends) == (0 if over else 1)
     assert not [r for r in mock.sent if r.event["type"] == "error"], "the upstream refused what was forwarded"
+
+
+async def test_a_flood_of_events_is_cut_off_with_an_error_and_1008_while_others_go_on(
+        guard: LeakGuard, mock: MockUpstream) -> None:
+    rate = 200
+    async with guard.relay(mock, max_client_events_per_second=rate) as server, \
+            guard.client(server) as bystander, guard.client(server) as flooder:
+        await flooder.wait_type("session.created")
+        await bystander.wait_type("session.created")
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        append = json.dumps({"type": "input_audio_buffer.append", "audio": "AAAA"})
+
+        async def flood() -> None:
+            with contextlib.suppress(ConnectionClosed):   # the relay may close it before the last
+                for _ in range(10_000):   # at well over 10,000 events/s: the client only buffers
+                    await flooder.ws.send(append)
+
+        async with asyncio.TaskGroup() as running:
+            running.create_task(flood())
+            turn = running.create_task(weather_turn(bystander))
+            error = await flooder.wait_type("error")
+            code, reason = await flooder.closed()
+        elapsed = loop.time() - started
+        assert turn.done()
+    assert error["error"]["code"] == "rate_limit_exceeded"
+    assert str(rate) in error["error"]["message"]
+    assert (code, reason) == (1008, "client sends events too fast")
+    forwarded = sum(1 for r in mock.received if r.event["type"] == "input_audio_buffer.append")
+    assert forwarded <= 2 * rate + rate * elapsed + 1
+    assert server.metrics.errors[("relay", "rate_limit_exceeded")] == 1
+
+
+def test_the_event_budget_allows_its_rate_for_ever_and_bursts_of_two_seconds() -> None:
+    now = [0.0]
+    budget = EventBudget(100, clock=lambda: now[0])
+    for _ in range(1000):   # a steady stream just under the rate
+        now[0] += 0.0101
+        assert budget.take()
+    assert all(budget.take() for _ in range(199))   # then a burst: two seconds' worth in all
+    assert not budget.take()
+    now[0] += 0.5
+    assert sum(budget.take() for _ in range(100)) == 50
