@@ -195,12 +195,13 @@ class SessionLoop:
         self._apply(self.engine.close(self.clock(), reason or f"{by} closed"))
         if self._runner is not None:
             self._runner.cancel_all()
-        with anyio.move_on_after(self.close_timeout, shield=True):
+        with anyio.CancelScope(shield=True):   # each close is bounded by close_timeout
             async with anyio.create_task_group() as closers:
                 if by != "upstream":
-                    closers.start_soon(_close_quietly, self.upstream, 1000 if by == "client" else code, reason)
+                    closers.start_soon(_close_quietly, self.upstream, 1000 if by == "client" else code, reason,
+                                       self.close_timeout)
                 if self.client is not None and by != "client":
-                    closers.start_soon(_close_quietly, self.client, code, reason)
+                    closers.start_soon(_close_quietly, self.client, code, reason, self.close_timeout)
         if self._task_group is not None:
             self._task_group.cancel_scope.cancel()
 
@@ -347,8 +348,7 @@ class SessionLoop:
     async def _overflowed(self, side: str) -> None:
         peer = self.client if side == "client" else self.upstream
         if peer is not None:
-            with anyio.move_on_after(self.close_timeout, shield=True):
-                await _close_quietly(peer, 1008, f"{side} is not reading its frames")
+            await _close_quietly(peer, 1008, f"{side} is not reading its frames", self.close_timeout)
         await self.finish("relay", 1008 if side == "client" else 1011, f"{side} is not reading its frames")
 
 
@@ -359,10 +359,18 @@ def _close_info(closed: ConnectionClosed) -> tuple[int, str]:
     return frame.code, frame.reason
 
 
-async def _close_quietly(peer: Peer, code: int, reason: str) -> None:
+async def _close_quietly(peer: Peer, code: int, reason: str, timeout: float) -> None:
+    """Close with the closing handshake when the peer answers within `timeout`; otherwise drop the
+    TCP connection, so that a peer that never answers (or cannot: it stopped reading) does not keep
+    a socket, and a provider session, open."""
     if code in _RESERVED_CLOSE_CODES:
         code = 1011
-    try:
-        await peer.close(code, reason[:120])
-    except Exception as exc:  # closing an already broken socket is not worth a crash
-        log.debug("close failed: %r", exc)
+    with anyio.move_on_after(timeout, shield=True):
+        try:
+            await peer.close(code, reason[:120])
+            return
+        except Exception as exc:  # closing an already broken socket is not worth a crash
+            log.debug("close failed: %r", exc)
+    transport = getattr(peer, "transport", None)   # websockets connections have one; test peers may not
+    if transport is not None:
+        transport.abort()

@@ -7,18 +7,19 @@ from __future__ import annotations
 import io
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import InvalidStatus
 
 from relay.logs import JsonFormatter
 from relay.mock import MockUpstream
-from relay.server import RelayServer
+from relay.server import RelayServer, ServerConfig
 from relay.tools import tool
-from tests.server.helpers import RealtimeClient, realtime_client, relay_for, user_text
+from tests.server.helpers import RealtimeClient, realtime_client, user_text
 
 # Distinctive, so that a scan for it cannot match anything by chance.
 PROVIDER_KEY = "sk-proj-RELIABILITY-0f1e2d3c4b5a69788796a5b4"
@@ -88,11 +89,15 @@ class LeakGuard:
         self._seen.append((where, text.decode("utf-8", "replace") if isinstance(text, bytes) else text))
 
     @asynccontextmanager
-    async def relay(self, mock: MockUpstream, **options: Any) -> AsyncIterator[RelayServer]:
-        """A relay in front of `mock` with the distinctive key, recording every session."""
-        options = {"api_key": PROVIDER_KEY, "auth_token": RELAY_TOKEN, "record_dir": self.record_dir,
-                   "tools": [get_weather], **options}
-        async with relay_for(mock, **options) as server:
+    async def relay(self, upstream: MockUpstream | str, **options: Any) -> AsyncIterator[RelayServer]:
+        """A relay in front of the mock (or a URL) with the distinctive key, recording every session,
+        requiring the relay token, without a drain on exit."""
+        settings: dict[str, Any] = {
+            "upstream": upstream if isinstance(upstream, str) else upstream.url,
+            "dialect": "openai", "port": 0, "api_key": PROVIDER_KEY, "auth_token": RELAY_TOKEN,
+            "drain_seconds": 0.0, "record_dir": self.record_dir, "tools": [get_weather],
+        }
+        async with RelayServer(ServerConfig(**(settings | options))) as server:
             yield server
 
     @asynccontextmanager
@@ -119,3 +124,17 @@ class LeakGuard:
             assert PROVIDER_KEY not in text, f"the provider key leaked into the {where}"
             if where == "log" or where.startswith("recording"):
                 assert RELAY_TOKEN not in text, f"the relay token leaked into the {where}"
+
+
+@asynccontextmanager
+async def bare_upstream(handler: Callable[[ServerConnection], Awaitable[None]]) -> AsyncIterator[str]:
+    """A bare WebSocket server standing in for the provider, for what the mock will not do (send
+    bytes that are not UTF-8, leave a closing handshake unanswered). Yields its realtime URL."""
+    async with serve(handler, "127.0.0.1", 0, max_size=None, close_timeout=0.1) as server:
+        port = next(iter(server.sockets)).getsockname()[1]
+        yield f"ws://127.0.0.1:{port}/v1/realtime"
+
+
+def session_created() -> str:
+    return json.dumps({"type": "session.created", "event_id": "event_1",
+                       "session": {"type": "realtime", "id": "sess_bare", "tools": []}})
