@@ -67,6 +67,7 @@ DEFAULT_MAX_CLIENT_EVENTS_PER_SECOND = 1000.0
 TOKEN_SUBPROTOCOL = "openai-insecure-api-key."
 AUTH_TOKEN_ENV = "RELAY_AUTH_TOKEN"
 SHUTDOWN_CODE = 1001
+ANOMALY_LOG_LIMIT = 10   # per session; the rest are only counted
 
 
 class ConfigError(ValueError):
@@ -161,6 +162,7 @@ class ProxySession:
     started_at: float = field(default_factory=time.time)
     loop: SessionLoop | None = None
     end: SessionEnd | None = None
+    anomalies_logged: int = 0
     _connect_scope: anyio.CancelScope | None = field(default=None, repr=False)
     _closing: tuple[int, str] | None = field(default=None, repr=False)
     _closed: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
@@ -507,9 +509,27 @@ class RelayServer:
             log.warning("the upstream refused a relay event: %s", fields.get("message"),
                         extra={"session_id": session.id, "what": fields.get("what"),
                                "call_id": fields.get("call_id"), "code": fields.get("code")})
-        elif notice.kind in ("anomaly", "client_error"):
-            log.debug("%s: %s", notice.kind, fields.get("message"),
+        elif notice.kind == "anomaly":
+            self._log_anomaly(session, fields)
+        elif notice.kind == "client_error":
+            log.debug("client_error: %s", fields.get("message"),
                       extra={"session_id": session.id, "code": fields.get("code")})
+
+    def _log_anomaly(self, session: ProxySession, fields: dict[str, Any]) -> None:
+        """A protocol anomaly means the provider (or the relay) is not doing what it should: worth
+        a warning, but a peer that sends nothing but garbage must not flood the log, so only the
+        first few of a session are logged; `relay_anomalies_total` counts them all."""
+        session.anomalies_logged += 1
+        if session.anomalies_logged > ANOMALY_LOG_LIMIT + 1:
+            return
+        extra = {"session_id": session.id, "source": fields.get("source"), "event_type": fields.get("event_type")}
+        if session.anomalies_logged > ANOMALY_LOG_LIMIT:
+            log.warning("%s anomalies: more in this session are counted in relay_anomalies_total, not logged",
+                        fields.get("source"), extra=extra)
+        elif str(fields.get("message")).startswith("internal error"):
+            log.error("%s", fields.get("message"), extra=extra)
+        else:
+            log.warning("%s anomaly: %s", fields.get("source"), fields.get("message"), extra=extra)
 
 
 def _tool_call_fields(fields: dict[str, Any]) -> dict[str, Any]:
