@@ -36,6 +36,9 @@ log = logging.getLogger("relay.session")
 
 # Close codes that may not be sent in a close frame: they are replaced by 1011 toward the peer.
 _RESERVED_CLOSE_CODES = frozenset({1005, 1006, 1015})
+# Codes websockets closes with when the peer broke the protocol, sent bad UTF-8, or too big a message.
+_PEER_FAULT_CLOSE_CODES = frozenset({1002, 1007, 1009})
+BAD_GATEWAY = 1014   # to the client: the upstream, not the client, sent something invalid
 DEFAULT_QUEUE_BYTES = 32 * 1024 * 1024
 RATE_LIMIT_CODE = "rate_limit_exceeded"
 RATE_LIMIT_CLOSE = (1008, "client sends events too fast")
@@ -221,6 +224,14 @@ class SessionLoop:
         """The upstream socket closed. The proxy ends the session and passes the code on; the
         sidecar overrides this to reconnect."""
         code, reason = _close_info(closed)
+        if self.end is None and closed.sent is not None and not closed.rcvd_then_sent \
+                and code in _PEER_FAULT_CLOSE_CODES:
+            # websockets closed the upstream for what it sent: passed on as is, the code would
+            # tell the client that *its* data was bad
+            log.warning("the upstream sent an invalid frame; closing the session", extra={
+                "session_id": self.engine.session_id, "code": code, "reason": reason})
+            await self.finish("upstream", BAD_GATEWAY, f"the upstream sent an invalid frame ({code} {reason})")
+            return
         if self.end is None:   # not the echo of a close the session itself started
             log.info("upstream closed the session", extra={"session_id": self.engine.session_id,
                                                            "code": code, "reason": reason})
@@ -365,9 +376,10 @@ async def _close_quietly(peer: Peer, code: int, reason: str, timeout: float) -> 
     a socket, and a provider session, open."""
     if code in _RESERVED_CLOSE_CODES:
         code = 1011
+    reason = reason.encode()[:123].decode(errors="ignore")   # a close reason holds 123 bytes at most
     with anyio.move_on_after(timeout, shield=True):
         try:
-            await peer.close(code, reason[:120])
+            await peer.close(code, reason)
             return
         except Exception as exc:  # closing an already broken socket is not worth a crash
             log.debug("close failed: %r", exc)

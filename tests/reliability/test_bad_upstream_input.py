@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 import pytest
+from websockets.asyncio.server import ServerConnection
 
 from relay.mock import Faults, MockScript, MockUpstream, Reply, Rule, ToolCall
 from relay.engine import Notice
@@ -17,8 +18,10 @@ from relay.tools import tool
 from tests.reliability.kit import (
     PROVIDER_KEY,
     LeakGuard,
+    bare_upstream,
     function_call_outputs,
     model_call_ids,
+    session_created,
     weather_turn,
 )
 from tests.server.helpers import http_get, user_text
@@ -163,3 +166,28 @@ def test_an_internal_error_the_engine_recorded_is_logged_as_an_error(
                                                   "event_type": None, "source": "upstream"}))
     [record] = [r for r in caplog.records if r.name == "relay.server"]
     assert record.levelname == "ERROR" and record.session_id == "rs_x"
+
+
+async def bad_frame_after_hello(frame: bytes, upstream: ServerConnection) -> None:
+    await upstream.send(session_created())
+    await upstream.recv()   # the relay's session.update declaring its tools
+    await upstream.send(frame, text=True)
+    await upstream.wait_closed()
+
+
+@pytest.mark.parametrize("frame, what", [
+    (b'{"type": "\xff\xfe"}', "not UTF-8"),
+    (b'{"type": "x", "pad": "' + b"A" * 70_000 + b'"}', "over the frame limit"),
+])
+async def test_an_upstream_protocol_violation_closes_the_client_with_1014_not_its_own_code(
+        guard: LeakGuard, frame: bytes, what: str) -> None:
+    """1007 or 1009 would tell the client that *it* sent bad data; the fault is the upstream's."""
+    async def handler(upstream: ServerConnection) -> None:
+        await bad_frame_after_hello(frame, upstream)
+
+    async with bare_upstream(handler) as url, guard.relay(url, max_frame_bytes=64 * 1024) as server, \
+            guard.client(server) as client:
+        await client.wait_type("session.created")
+        code, reason = await client.closed()
+    assert code == 1014
+    assert reason.startswith("the upstream sent an invalid frame")
