@@ -460,6 +460,7 @@ class RelayServer:
             max_queue_bytes=self.config.max_queue_bytes,
             close_timeout=1.0,
             max_client_events_per_second=self.config.max_client_events_per_second or None,
+            redact=self.redactor,
         )
         session.loop = loop
         end: SessionEnd | None = None

@@ -152,6 +152,7 @@ class SessionLoop:
         close_timeout: float = 1.0,
         thread_limit: int = 8,
         max_client_events_per_second: float | None = None,
+        redact: Callable[[str], str] | None = None,
     ) -> None:
         self.engine = engine
         self.upstream = upstream
@@ -164,6 +165,7 @@ class SessionLoop:
         self.to_upstream = FrameQueue(max_queue_bytes)
         self.to_client = FrameQueue(max_queue_bytes)
         self.client_budget = EventBudget(max_client_events_per_second) if max_client_events_per_second else None
+        self.redact = redact   # applied to every frame for the client: the provider may echo a secret
         self.end: SessionEnd | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
         self._runner: HandlerRunner | None = None
@@ -342,8 +344,11 @@ class SessionLoop:
             self._timer_wake.set()
 
     def _enqueue(self, queue: FrameQueue, side: str, frame: str) -> None:
-        if side == "client" and self.client is None:
-            return
+        if side == "client":
+            if self.client is None:
+                return
+            if self.redact is not None:
+                frame = self.redact(frame)
         if self.recorder is not None:
             self.recorder.record("relay>client" if side == "client" else "relay>upstream", frame)
         try:

@@ -84,9 +84,9 @@ class LeakGuard:
         self._relay_logger.removeHandler(self._handler)
         self._relay_logger.setLevel(self._old_level)
 
-    def saw(self, where: str, text: str | bytes) -> None:
+    def saw(self, where: str, text: str | bytes | bytearray) -> None:
         """Register something a client (or anyone outside the relay) received."""
-        self._seen.append((where, text.decode("utf-8", "replace") if isinstance(text, bytes) else text))
+        self._seen.append((where, text if isinstance(text, str) else bytes(text).decode("utf-8", "replace")))
 
     @asynccontextmanager
     async def relay(self, upstream: MockUpstream | str, **options: Any) -> AsyncIterator[RelayServer]:
