@@ -120,7 +120,8 @@ async def test_every_done_event_twice_still_runs_the_handler_once_and_answers_on
         runs.append(city)
         return f"sunny in {city}"
 
-    script = MockScript(rules=[Rule(match="weather", calls=[ToolCall(name="get_weather", arguments={"city": "Paris"})])],
+    paris = ToolCall(name="get_weather", arguments={"city": "Paris"})
+    script = MockScript(rules=[Rule(match="weather", calls=[paris])],
                         after_outputs=Reply(say="It is {output}"))
     async with MockUpstream(script=script, api_key=PROVIDER_KEY, faults=Faults(duplicate_done=True)) as mock, \
             guard.relay(mock, tools=[get_weather]) as server, guard.client(server) as client:
@@ -161,7 +162,8 @@ async def test_a_call_whose_arguments_are_not_json_gets_an_error_output_and_no_h
 def test_an_internal_error_the_engine_recorded_is_logged_as_an_error(
         mock: MockUpstream, caplog: pytest.LogCaptureFixture) -> None:
     server = RelayServer(ServerConfig(upstream=mock.url, dialect="openai", port=0, api_key=PROVIDER_KEY))
-    session = ProxySession(id="rs_x", client=None, remote="", path="/v1/realtime", dialect=server.dialect)  # type: ignore[arg-type]
+    session = ProxySession(id="rs_x", client=None,  # type: ignore[arg-type]
+                           remote="", path="/v1/realtime", dialect=server.dialect)
     server._on_notice(session, Notice("anomaly", {"message": "internal error: KeyError: 'x'",
                                                   "event_type": None, "source": "upstream"}))
     [record] = [r for r in caplog.records if r.name == "relay.server"]
