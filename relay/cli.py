@@ -15,13 +15,18 @@ from relay import __version__
 
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("relay.demo", "see the relay at work on the embedded mock upstream (no key needed)"),
     "mock": ("relay.mock.cli", "run the mock realtime upstream (no key, no network)"),
     "replay": ("relay.replay",
                "replay a recorded session against your tools and report what changed"),
     "export": ("relay.export",
                "export a recorded conversation as OpenAI chat, Anthropic, Gemini or Vapi JSON"),
     "serve": ("relay.server",
-              "proxy realtime clients to OpenAI, Azure or Foundry and run tools in their sessions"),
+              "proxy realtime clients to OpenAI, Azure, Foundry or Gemini Live and run tools in their sessions"),
+    "attach": ("relay.sidecar",
+               "attach to a live WebRTC or SIP call by call_id and run tools beside it"),
+    "sidecar": ("relay.webhooks",
+                "accept incoming SIP calls from signed webhooks and attach to each with tools"),
 }
 
 

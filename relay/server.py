@@ -2,9 +2,9 @@
 client gets its own upstream connection and its own engine, and the relay runs its tools inside
 the session.
 
-    client --ws--> RelayServer --ws--> provider (OpenAI, Azure OpenAI, Azure AI Foundry)
+    client --ws--> RelayServer --ws--> provider (OpenAI, Azure OpenAI, Azure AI Foundry, Gemini Live)
                         |
-                 Engine + SessionLoop (one per client)
+                 Engine (GeminiEngine for Gemini) + SessionLoop (one per client)
 
 The handshake decides everything cheap first (path, origin, the relay's own token) so a refused
 client never causes an upstream connection. `/healthz` and `/metrics` share the port. Frames are
@@ -24,6 +24,7 @@ import os
 import secrets
 import signal
 import socket
+import ssl
 import sys
 import time
 from dataclasses import dataclass, field
@@ -40,9 +41,29 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from relay import __version__
-from relay.dialects import DIALECT_CHOICES, OPENAI, OPENAI_BETA, Dialect, DialectError, resolve_dialect
-from relay.engine import Engine, EngineConfig, Notice
-from relay.logs import LOG_FORMATS, LOG_LEVELS, WEBSOCKET_LOGGER, RedactingLogger, Redactor, configure_logging
+from relay.dialects import (
+    DIALECT_CHOICES,
+    OPENAI,
+    OPENAI_BETA,
+    Dialect,
+    DialectError,
+    GeminiDialect,
+    resolve_dialect,
+)
+from relay.dialects.gemini import CLIENT_PATHS as GEMINI_PATHS
+from relay.dialects.gemini import DEFAULT_PATH as GEMINI_PATH
+from relay.engine import EngineConfig, Notice
+from relay.engine.gemini import AnyEngine, new_engine
+from relay.logs import (
+    LOG_FORMATS,
+    LOG_LEVELS,
+    WEBSOCKET_LOGGER,
+    AnomalyLog,
+    RedactingLogger,
+    Redactor,
+    configure_logging,
+    log_notice,
+)
 from relay.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from relay.metrics import Metrics, TrafficTap
 from relay.recording import RecordingWriter
@@ -55,7 +76,7 @@ from relay.tools import (
     ToolSpec,
     load_tools,
 )
-from relay.upstream import DEFAULT_UPSTREAM, TokenProvider, Upstream, UpstreamUnavailable, key_from_environment
+from relay.upstream import DEFAULT_UPSTREAM, TokenProvider, Upstream, UpstreamUnavailable, default_upstream
 
 log = logging.getLogger("relay.server")
 
@@ -67,7 +88,6 @@ DEFAULT_MAX_CLIENT_EVENTS_PER_SECOND = 1000.0
 TOKEN_SUBPROTOCOL = "openai-insecure-api-key."
 AUTH_TOKEN_ENV = "RELAY_AUTH_TOKEN"
 SHUTDOWN_CODE = 1001
-ANOMALY_LOG_LIMIT = 10   # per session; the rest are only counted
 
 
 class ConfigError(ValueError):
@@ -77,10 +97,11 @@ class ConfigError(ValueError):
 @dataclass
 class ServerConfig:
     """Everything `relay serve` takes. `api_key=None` reads the dialect's variable
-    (`OPENAI_API_KEY`, `AZURE_OPENAI_API_KEY`) from the environment; `token_provider` (an async
-    callable returning an Entra ID `AccessToken`) replaces the key with refreshed Bearer tokens."""
+    (`OPENAI_API_KEY`, `AZURE_OPENAI_API_KEY`, `GEMINI_API_KEY`) from the environment;
+    `token_provider` (an async callable returning an Entra ID `AccessToken`) replaces the key with
+    refreshed Bearer tokens."""
 
-    upstream: str = DEFAULT_UPSTREAM
+    upstream: str = ""     # empty: the dialect's endpoint (Gemini Live's for `gemini`), else OpenAI's
     dialect: str | None = None
     tools: Sequence[str | ToolSpec | Callable[..., Any]] | ToolRegistry = ()
     host: str = "127.0.0.1"
@@ -100,6 +121,17 @@ class ServerConfig:
     token_provider: TokenProvider | None = None
     output_limit: int = DEFAULT_OUTPUT_LIMIT
     reuse_port: bool = False
+    # Serve wss:// with this certificate chain and key (PEM files). The google-genai SDK always
+    # connects with wss://, so a Gemini client reaches the relay only over TLS (here, or in front).
+    tls_cert: str | Path | None = None
+    tls_key: str | Path | None = None
+    # Python API: called with (session id, notice) for every engine notice (tool calls started
+    # and answered, follow-ups, fillers, anomalies, errors): for dashboards, tests and the demo.
+    on_notice: Callable[[str, Notice], None] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.upstream:
+            self.upstream = default_upstream(self.dialect)
 
 
 def is_loopback(host: str) -> bool:
@@ -111,28 +143,39 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def _registry(tools: Sequence[str | ToolSpec | Callable[..., Any]] | ToolRegistry) -> ToolRegistry:
+def tool_registry(tools: Sequence[str | ToolSpec | Callable[..., Any]] | ToolRegistry) -> ToolRegistry:
+    """One registry from what a configuration lists: files or modules by name (`--tools`),
+    decorated or plain functions, specs; a registry is used as it is. A tool that cannot be
+    loaded or defined is a ConfigError."""
     if isinstance(tools, ToolRegistry):
         return tools
     registry = ToolRegistry()
-    for source in tools:
-        if isinstance(source, str):
-            for spec in load_tools(source):
-                registry.add(spec)
-        else:
-            registry.add(source)
+    try:
+        for source in tools:
+            if isinstance(source, str):
+                for spec in load_tools(source):
+                    registry.add(spec)
+            else:
+                registry.add(source)
+    except (ToolLoadError, ToolDefinitionError) as exc:
+        raise ConfigError(str(exc)) from None
     return registry
+
+
+def upstream_dialect(upstream: str, dialect: str | None) -> Dialect:
+    """The dialect to speak to a ws:// or wss:// upstream: `dialect` if given, else inferred from
+    the URL. ConfigError says what to change."""
+    if urlsplit(upstream).scheme not in ("ws", "wss"):
+        raise ConfigError(f"--upstream must be a ws:// or wss:// URL, not {upstream!r}")
+    try:
+        return resolve_dialect(dialect, upstream)
+    except DialectError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _check(config: ServerConfig) -> Dialect:
     """Refuse a configuration that cannot work or would be unsafe; returns the dialect."""
-    scheme = urlsplit(config.upstream).scheme
-    if scheme not in ("ws", "wss"):
-        raise ConfigError(f"--upstream must be a ws:// or wss:// URL, not {config.upstream!r}")
-    try:
-        dialect = resolve_dialect(config.dialect, config.upstream)
-    except DialectError as exc:
-        raise ConfigError(str(exc)) from None
+    dialect = upstream_dialect(config.upstream, config.dialect)
     if not config.auth_token and not config.insecure_no_auth and not is_loopback(config.host):
         raise ConfigError(
             f"refusing to listen on {config.host} without a client token: anyone who reaches it "
@@ -147,7 +190,20 @@ def _check(config: ServerConfig) -> Dialect:
         raise ConfigError("--drain-seconds must be >= 0 and the open timeout > 0")
     if config.record_audio not in ("keep", "drop"):
         raise ConfigError(f"--record-audio must be keep or drop, not {config.record_audio!r}")
+    if (config.tls_cert is None) != (config.tls_key is None):
+        raise ConfigError("--tls-cert and --tls-key go together")
     return dialect
+
+
+def _tls_context(config: ServerConfig) -> ssl.SSLContext | None:
+    if config.tls_cert is None or config.tls_key is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(config.tls_cert, config.tls_key)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"cannot use --tls-cert {config.tls_cert} / --tls-key {config.tls_key}: {exc}") from None
+    return context
 
 
 @dataclass
@@ -162,13 +218,13 @@ class ProxySession:
     started_at: float = field(default_factory=time.time)
     loop: SessionLoop | None = None
     end: SessionEnd | None = None
-    anomalies_logged: int = 0
+    anomalies: AnomalyLog = field(default_factory=AnomalyLog)
     _connect_scope: anyio.CancelScope | None = field(default=None, repr=False)
     _closing: tuple[int, str] | None = field(default=None, repr=False)
     _closed: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
     @property
-    def engine(self) -> Engine | None:
+    def engine(self) -> AnyEngine | None:
         return self.loop.engine if self.loop is not None else None
 
     async def wait_closed(self) -> SessionEnd:
@@ -193,22 +249,12 @@ class RelayServer:
 
     def __init__(self, config: ServerConfig) -> None:
         self.dialect = _check(config)
-        try:
-            self.tools = _registry(config.tools)
-        except (ToolLoadError, ToolDefinitionError) as exc:
-            raise ConfigError(str(exc)) from None
+        self._tls = _tls_context(config)
+        self.tools = tool_registry(config.tools)
         self.config = config
         self.metrics = Metrics()
         self.redactor = Redactor([config.auth_token])
-        api_key = config.api_key if config.api_key is not None else key_from_environment(self.dialect)
-        self.upstream = Upstream(
-            config.upstream,
-            api_key=api_key,
-            token_provider=config.token_provider,
-            max_frame_bytes=config.max_frame_bytes,
-            open_timeout=config.open_timeout,
-            redactor=self.redactor,
-        )
+        self.upstream = Upstream.configured(config, self.dialect, self.redactor)
         self._engine_config = EngineConfig(
             mode="proxy",
             hide_tool_events=not config.expose_tool_events,
@@ -234,10 +280,19 @@ class RelayServer:
         return self._bound_address()[0]
 
     @property
-    def url(self) -> str:
-        """The client URL of the OpenAI path (`/v1/realtime`)."""
+    def base_url(self) -> str:
+        """`ws://host:port` (`wss://` with TLS): what an SDK's base URL points at."""
         host = self.host
-        return f"ws://{f'[{host}]' if ':' in host else host}:{self.port}/v1/realtime"
+        return f"{'wss' if self._tls else 'ws'}://{f'[{host}]' if ':' in host else host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        """The client URL: the OpenAI path (`/v1/realtime`), or the Gemini Live path."""
+        return self.base_url + (GEMINI_PATH if self._gemini else "/v1/realtime")
+
+    @property
+    def _gemini(self) -> bool:
+        return isinstance(self.dialect, GeminiDialect)
 
     @property
     def sessions(self) -> dict[str, ProxySession]:
@@ -269,6 +324,7 @@ class RelayServer:
             compression=None,   # see Upstream.connect: no per-frame deflate on the relay
             close_timeout=1.0,
             server_header=f"relay/{__version__}",
+            ssl=self._tls,
             logger=RedactingLogger(logging.getLogger(f"{WEBSOCKET_LOGGER}.client"), self.redactor),
             reuse_port=config.reuse_port or None,
         )
@@ -343,9 +399,9 @@ class RelayServer:
             response = connection.respond(HTTPStatus.OK, self.metrics.render(open_sessions=len(self._sessions)))
             _set_header(response, "Content-Type", METRICS_CONTENT_TYPE)
             return response
-        if path not in REALTIME_PATHS:
+        if path not in (GEMINI_PATHS if self._gemini else REALTIME_PATHS):
             return self._refuse(connection, HTTPStatus.NOT_FOUND,
-                                f"no realtime endpoint at {path}; connect to /v1/realtime")
+                                f"no realtime endpoint at {path}; connect to {urlsplit(self.url).path}")
         if not any("websocket" in value.lower() for value in request.headers.get_all("Upgrade")):
             response = self._refuse(connection, HTTPStatus.UPGRADE_REQUIRED,
                                     f"{path} is a WebSocket endpoint; connect with a realtime client")
@@ -356,10 +412,10 @@ class RelayServer:
             offered = request.headers.get_all("Origin")
             if offered and any(origin not in origins for origin in offered):
                 return self._refuse(connection, HTTPStatus.FORBIDDEN, "this origin is not allowed")
-        if self.config.auth_token and not self._authorized(request.headers):
-            response = self._refuse(connection, HTTPStatus.UNAUTHORIZED,
-                                    "missing or wrong relay token (Authorization: Bearer, api-key, "
-                                    f"or the {TOKEN_SUBPROTOCOL}<token> subprotocol)")
+        if self.config.auth_token and not self._authorized(request):
+            forms = ("x-goog-api-key, the key query parameter, Authorization: Bearer" if self._gemini else
+                     f"Authorization: Bearer, api-key, or the {TOKEN_SUBPROTOCOL}<token> subprotocol")
+            response = self._refuse(connection, HTTPStatus.UNAUTHORIZED, f"missing or wrong relay token ({forms})")
             _set_header(response, "WWW-Authenticate", 'Bearer realm="relay"')
             return response
         return None
@@ -372,11 +428,17 @@ class RelayServer:
             "type": "invalid_request_error", "code": status.phrase.lower().replace(" ", "_"),
             "message": message}})
 
-    def _authorized(self, headers: Headers) -> bool:
+    def _authorized(self, request: Request) -> bool:
+        """The relay token in any form a client of this dialect can send it. Gemini clients send
+        their API key: the google-genai SDK as `x-goog-api-key`, browsers as `?key=`."""
         assert self.config.auth_token is not None
+        headers = request.headers
         expected = self.config.auth_token.encode("utf-8", "surrogatepass")
         presented = [v[7:].strip() for v in headers.get_all("Authorization") if v[:7].lower() == "bearer "]
         presented += headers.get_all("api-key")
+        if self._gemini:
+            presented += headers.get_all("x-goog-api-key")
+            presented += [value for name, value in parse_qsl(urlsplit(request.path).query) if name == "key"]
         presented += [
             p.strip()[len(TOKEN_SUBPROTOCOL):]
             for value in headers.get_all("Sec-WebSocket-Protocol") for p in value.split(",")
@@ -438,7 +500,7 @@ class RelayServer:
             session._connect_scope = connecting.cancel_scope
             connecting.start_soon(_cancel_when_closed, session.client, connecting.cancel_scope)
             try:
-                upstream = await self.upstream.connect(session.dialect, query)
+                upstream = await self.upstream.connect(session.dialect, query, client_path=session.path)
             except UpstreamUnavailable as exc:
                 failure = str(exc)
             connecting.cancel_scope.cancel()
@@ -448,9 +510,9 @@ class RelayServer:
             code, reason = session._closing or (1000, "client left before the upstream connected")
             await session.client.close(code, reason)
             return SessionEnd("client" if session._closing is None else "relay", code, reason)
-        engine = Engine(self.tools, dialect=session.dialect, config=self._engine_config,
-                        session_id=session.id, id_prefix=session.id)
-        tap = TrafficTap(self.metrics, self._recording(session))
+        engine = new_engine(self.tools, dialect=session.dialect, config=self._engine_config,
+                            session_id=session.id, id_prefix=session.id)
+        tap = TrafficTap(self.metrics, self._recording(session, engine))
         loop = SessionLoop(
             engine,
             upstream=upstream,
@@ -460,7 +522,7 @@ class RelayServer:
             max_queue_bytes=self.config.max_queue_bytes,
             close_timeout=1.0,
             max_client_events_per_second=self.config.max_client_events_per_second or None,
-            redact=self.redactor,
+            redact=self.redactor.frame,
         )
         session.loop = loop
         end: SessionEnd | None = None
@@ -474,9 +536,16 @@ class RelayServer:
                     await upstream.close(1011, "relay error")
 
     async def _upstream_unavailable(self, session: ProxySession, message: str) -> SessionEnd:
-        """Tell the client why there is no session, in the protocol's own error shape, and close."""
+        """Tell the client why there is no session, in the protocol's own error shape, and close.
+        Gemini Live has no error message: the close reason says it."""
         self.metrics.count_error("relay", UpstreamUnavailable.code)
         log.warning("upstream unavailable: %s", message, extra={"session_id": session.id})
+        if self._gemini:
+            try:
+                await session.client.close(1011, f"upstream unavailable: {message}"[:120])
+            except ConnectionClosed:
+                pass
+            return SessionEnd("relay", 1011, "upstream unavailable")
         event = error_frame(f"{session.id}_e0", UpstreamUnavailable.code, message, "server_error")
         try:
             await session.client.send(event)
@@ -487,7 +556,7 @@ class RelayServer:
             pass
         return SessionEnd("relay", 1011, "upstream unavailable")
 
-    def _recording(self, session: ProxySession) -> RecordingWriter | None:
+    def _recording(self, session: ProxySession, engine: AnyEngine) -> RecordingWriter | None:
         if self.config.record_dir is None:
             return None
         return RecordingWriter(
@@ -499,43 +568,14 @@ class RelayServer:
             mode="proxy",
             record_audio=self.config.record_audio,
             secrets=self.redactor.secrets,
+            extra_header=engine.recording_header(),
         )
 
     def _on_notice(self, session: ProxySession, notice: Notice) -> None:
         self.metrics.count_notice(notice, self.tools)
-        fields = notice.fields
-        if notice.kind == "tool_call":
-            log.info("tool call", extra={"session_id": session.id, **_tool_call_fields(fields)})
-        elif notice.kind == "upstream_error":
-            log.warning("the upstream refused a relay event: %s", fields.get("message"),
-                        extra={"session_id": session.id, "what": fields.get("what"),
-                               "call_id": fields.get("call_id"), "code": fields.get("code")})
-        elif notice.kind == "anomaly":
-            self._log_anomaly(session, fields)
-        elif notice.kind == "client_error":
-            log.debug("client_error: %s", fields.get("message"),
-                      extra={"session_id": session.id, "code": fields.get("code")})
-
-    def _log_anomaly(self, session: ProxySession, fields: dict[str, Any]) -> None:
-        """A protocol anomaly means the provider (or the relay) is not doing what it should: worth
-        a warning, but a peer that sends nothing but garbage must not flood the log, so only the
-        first few of a session are logged; `relay_anomalies_total` counts them all."""
-        session.anomalies_logged += 1
-        if session.anomalies_logged > ANOMALY_LOG_LIMIT + 1:
-            return
-        extra = {"session_id": session.id, "source": fields.get("source"), "event_type": fields.get("event_type")}
-        if session.anomalies_logged > ANOMALY_LOG_LIMIT:
-            log.warning("%s anomalies: more in this session are counted in relay_anomalies_total, not logged",
-                        fields.get("source"), extra=extra)
-        elif str(fields.get("message")).startswith("internal error"):
-            log.error("%s", fields.get("message"), extra=extra)
-        else:
-            log.warning("%s anomaly: %s", fields.get("source"), fields.get("message"), extra=extra)
-
-
-def _tool_call_fields(fields: dict[str, Any]) -> dict[str, Any]:
-    """A tool_call notice's fields as log fields (`name` is reserved by logging: `tool`)."""
-    return {"tool" if key == "name" else key: value for key, value in fields.items()}
+        if self.config.on_notice is not None:
+            self.config.on_notice(session.id, notice)
+        log_notice(log, notice, anomalies=session.anomalies, session_id=session.id)
 
 
 async def _cancel_when_closed(client: ServerConnection, scope: anyio.CancelScope) -> None:
@@ -667,8 +707,9 @@ def serve(tools: Sequence[str | ToolSpec | Callable[..., Any]] | ToolRegistry = 
 # ---- command line --------------------------------------------------------------------------
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--upstream", default=DEFAULT_UPSTREAM, metavar="URL",
-                        help=f"provider realtime URL (default {DEFAULT_UPSTREAM})")
+    parser.add_argument("--upstream", default=None, metavar="URL",
+                        help=f"provider realtime URL (default {DEFAULT_UPSTREAM}; with --dialect gemini, "
+                             "Gemini Live's BidiGenerateContent endpoint)")
     parser.add_argument("--dialect", choices=DIALECT_CHOICES,
                         help="wire dialect of the upstream (default: inferred from the URL)")
     parser.add_argument("--tools", action="append", default=[], metavar="SPEC",
@@ -696,6 +737,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="on SIGTERM/SIGINT, how long open sessions may go on (default 10)")
     parser.add_argument("--workers", type=int, default=1, metavar="N",
                         help="processes sharing the port with SO_REUSEPORT (default 1)")
+    parser.add_argument("--tls-cert", metavar="PEM", help="serve wss:// with this certificate chain")
+    parser.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert")
     parser.add_argument("--record", metavar="DIR", help="write one recording per session into DIR")
     parser.add_argument("--record-audio", choices=("keep", "drop"), default="keep",
                         help="keep or drop audio in recordings (default keep)")
@@ -714,7 +757,7 @@ def run(args: argparse.Namespace) -> int:
         sys.path.insert(0, os.getcwd())
     try:
         server = RelayServer(ServerConfig(
-            upstream=args.upstream,
+            upstream=args.upstream or "",
             dialect=args.dialect,
             tools=args.tools,
             host=args.host,
@@ -729,6 +772,8 @@ def run(args: argparse.Namespace) -> int:
             drain_seconds=args.drain_seconds,
             record_dir=args.record,
             record_audio=args.record_audio,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
         ))
     except ConfigError as exc:
         log.error("%s", exc)

@@ -23,13 +23,13 @@ from relay.engine import (
     Action,
     CancelHandler,
     Close,
-    Engine,
     Notice,
     Outcome,
     SendClient,
     SendUpstream,
     StartHandler,
 )
+from relay.engine.gemini import AnyEngine
 from relay.runner import HandlerRunner
 
 log = logging.getLogger("relay.session")
@@ -141,7 +141,7 @@ class SessionLoop:
 
     def __init__(
         self,
-        engine: Engine,
+        engine: AnyEngine,
         *,
         upstream: Peer,
         client: Peer | None = None,
@@ -152,7 +152,7 @@ class SessionLoop:
         close_timeout: float = 1.0,
         thread_limit: int = 8,
         max_client_events_per_second: float | None = None,
-        redact: Callable[[str], str] | None = None,
+        redact: Callable[[str | bytes], str | bytes] | None = None,
     ) -> None:
         self.engine = engine
         self.upstream = upstream
@@ -172,6 +172,7 @@ class SessionLoop:
         self._timer_wake = anyio.Event()
         self._armed_deadline: float | None = None
         self._overflowed_sides: set[str] = set()
+        self._peer_replaced = anyio.Event()
         self.started = anyio.Event()
         self.ended = anyio.Event()
 
@@ -224,8 +225,8 @@ class SessionLoop:
 
     async def upstream_lost(self, closed: ConnectionClosed) -> None:
         """The upstream socket closed. The proxy ends the session and passes the code on; the
-        sidecar overrides this to reconnect."""
-        code, reason = _close_info(closed)
+        sidecar overrides this to reconnect (and then calls `replace_upstream`)."""
+        code, reason = close_info(closed)
         if self.end is None and closed.sent is not None and not closed.rcvd_then_sent \
                 and code in _PEER_FAULT_CLOSE_CODES:
             # websockets closed the upstream for what it sent: passed on as is, the code would
@@ -258,7 +259,7 @@ class SessionLoop:
                     continue
                 apply(engine.receive_client(frame, clock()))
         except ConnectionClosed as closed:
-            code, reason = _close_info(closed)
+            code, reason = close_info(closed)
             await self.finish("client", code, reason)
 
     async def _client_too_fast(self, budget: EventBudget) -> None:
@@ -290,14 +291,26 @@ class SessionLoop:
                 await peer.send(frame)
             except ConnectionClosed:
                 queue.push_front(frame)  # the reader sees the close and decides what follows
-                await self.wait_for_peer(side)
+                await self.wait_for_peer(side, peer)
                 peer = self.upstream if side == "upstream" else self.client
                 assert peer is not None
 
-    async def wait_for_peer(self, side: str) -> None:
-        """A send failed because the socket closed: wait until the session ends (or, in the
-        sidecar, until the upstream is replaced)."""
-        await anyio.sleep_forever()
+    async def wait_for_peer(self, side: str, failed: Peer) -> None:
+        """A send on `failed` failed because the socket closed: wait until `replace_upstream`
+        puts another socket on that side. In the proxy that never happens: the session ends
+        and cancels this wait."""
+        while (self.upstream if side == "upstream" else self.client) is failed:
+            await self._peer_replaced.wait()
+
+    def replace_upstream(self, upstream: Peer) -> None:
+        """Carry on over a new upstream socket (the sidecar's reconnect). A new reader starts;
+        the writer resends the frame the old socket failed to take, then the rest of its queue,
+        so nothing queued for the old socket is lost."""
+        assert self._task_group is not None, "the loop is not running"
+        self.upstream = upstream
+        replaced, self._peer_replaced = self._peer_replaced, anyio.Event()
+        replaced.set()
+        self._task_group.start_soon(self._read_upstream, name="upstream reader")
 
     # ---- timer -------------------------------------------------------------------------
     async def _timer(self) -> None:
@@ -343,7 +356,7 @@ class SessionLoop:
         if self.engine.next_deadline() != self._armed_deadline:
             self._timer_wake.set()
 
-    def _enqueue(self, queue: FrameQueue, side: str, frame: str) -> None:
+    def _enqueue(self, queue: FrameQueue, side: str, frame: str | bytes) -> None:
         if side == "client":
             if self.client is None:
                 return
@@ -368,7 +381,8 @@ class SessionLoop:
         await self.finish("relay", 1008 if side == "client" else 1011, f"{side} is not reading its frames")
 
 
-def _close_info(closed: ConnectionClosed) -> tuple[int, str]:
+def close_info(closed: ConnectionClosed) -> tuple[int, str]:
+    """The close code and reason of a closed connection (1006 when no close frame came)."""
     frame = closed.rcvd or closed.sent
     if frame is None:
         return 1006, "connection lost"

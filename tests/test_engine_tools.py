@@ -350,3 +350,23 @@ def test_ledger_records_timestamps_and_follow_up() -> None:
     assert entry.follow_up_response_id in h.engine.conversation.responses
     data = entry.as_dict()
     assert data["owner"] == "relay" and data["state"] == "answered"
+
+
+def test_a_create_in_flight_when_the_connection_drops_is_not_sent_again() -> None:
+    h = session(get_weather, config=EngineConfig(mode="sidecar", declare_tools=False, strict=True))
+    h.respond([weather("Paris")])
+    h.deliver = False
+    h.run_all()
+    assert len(h.creates) == 1
+    output_frame, _create_frame = h.undelivered
+    h.undelivered.clear()
+    h.deliver = True
+    h.upstream(h.server.receive(output_frame))   # the output landed; the create's fate is unknown
+    h.disconnect()
+    h.reconnect()
+    h.advance(30)               # past every ack timeout
+    assert len(h.creates) == 1
+    # the edge resends the frame its old socket never took: its response is recognised as ours
+    h.upstream(h.server.receive(json.dumps(h.creates[0])))
+    follow_up = h.engine.conversation.responses[h.engine.ledger.get(h.call_ids()[0]).follow_up_response_id]
+    assert follow_up.creator == "relay"

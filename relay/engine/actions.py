@@ -10,16 +10,17 @@ from relay.tools import ToolSpec
 
 @dataclass(frozen=True, slots=True)
 class SendUpstream:
-    """Send this text frame to the provider."""
+    """Send this frame to the provider: text for `str`, binary for `bytes` (Gemini Live sends
+    JSON in binary frames, and a forwarded frame keeps its kind)."""
 
-    frame: str
+    frame: str | bytes
 
 
 @dataclass(frozen=True, slots=True)
 class SendClient:
-    """Send this text frame to the connected client (proxy mode only)."""
+    """Send this frame to the connected client (proxy mode only); `str` text, `bytes` binary."""
 
-    frame: str
+    frame: str | bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,9 +53,10 @@ class Close:
 
 @dataclass(frozen=True, slots=True)
 class Notice:
-    """Something worth a log line or a metric: `tool_call` (a call answered), `follow_up` (a
-    response.create sent), `anomaly`, `client_error` (an error event sent to the client),
-    `upstream_error` (an error the upstream aimed at the relay)."""
+    """Something worth a log line or a metric: `tool_started` (a handler starts), `tool_call` (a
+    call answered, or skipped/abandoned), `follow_up` / `filler` (a response.create sent),
+    `anomaly`, `client_error` (an error event sent to the client), `upstream_error` (an error the
+    upstream aimed at the relay)."""
 
     kind: str
     fields: dict[str, Any] = field(default_factory=dict)

@@ -42,7 +42,7 @@ from relay.engine.ledger import (
     CallState,
     Owner,
 )
-from relay.engine.peek import peek_type
+from relay.engine.peek import has_single_plain_type, peek_type
 from relay.engine.sequencer import META_CALLS, META_KIND, Sequencer
 from relay.tools import (
     ArgumentsError,
@@ -267,7 +267,7 @@ class Engine:
         if not isinstance(frame, str):
             self._record_anomaly("binary frame from upstream dropped", None)
             return
-        if peek_type(frame) in UPSTREAM_PASSTHROUGH:
+        if peek_type(frame) in UPSTREAM_PASSTHROUGH and has_single_plain_type(frame):
             if self.config.has_client:
                 self._out.append(SendClient(frame))
             return
@@ -815,6 +815,9 @@ class Engine:
         self._handlers_active.add(entry.call_id)
         self._deadlines[entry.call_id] = self._now + tool.timeout
         self._out.append(StartHandler(entry.call_id, tool, arguments))
+        self._out.append(Notice("tool_started", {"call_id": entry.call_id, "name": entry.name,
+                                                 "arguments": entry.arguments,
+                                                 "response_id": entry.response_id}))
         if tool.on_start:
             self.sequencer.request_filler(entry.call_id, "on_start", tool.on_start, self._now)
         if tool.on_delay:
@@ -1114,7 +1117,7 @@ class Engine:
             self._client_error("binary_frame_not_supported",
                                "binary frames are not part of the realtime protocol; send JSON text")
             return
-        if peek_type(frame) in CLIENT_PASSTHROUGH:
+        if peek_type(frame) in CLIENT_PASSTHROUGH and has_single_plain_type(frame):
             self._out.append(SendUpstream(frame))
             return
         event = self._parse(frame)

@@ -7,7 +7,8 @@ A script is a list of rules plus three fallbacks. For each response the mock pic
    stripped) and nothing else.
 2. The conversation ends in one or more `function_call_output` items (nothing else since them):
    the `after_outputs` reply, whose `say` is a `str.format` template with the fields
-   `output` (the last output), `outputs` (all trailing outputs, in order), `by_name` (output by
+   `output` (the last output), `outputs` (all trailing outputs, in order), `joined` (them all,
+   separated by "; "), `by_name` (output by
    the called function's name: `{by_name[get_weather]}`) and `user` (the latest user text).
 3. The first rule whose `match` is found in the latest user message text (input text parts and
    audio transcripts): a case-insensitive substring, or with `regex: true` a case-insensitive
@@ -174,7 +175,8 @@ def _fill(
     texts = [str(o.get("output", "")) for o in outputs]
     by_name = {call_names.get(o.get("call_id", ""), o.get("name", "")): str(o.get("output", "")) for o in outputs}
     try:
-        return template.format(output=texts[-1], outputs=texts, by_name=by_name, user=user or "")
+        return template.format(output=texts[-1], outputs=texts, joined="; ".join(texts), by_name=by_name,
+                               user=user or "")
     except (KeyError, IndexError, ValueError, AttributeError):
         # A template naming a function that was not called: say it unformatted rather than fail.
         return template

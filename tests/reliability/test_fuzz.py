@@ -141,7 +141,9 @@ def mutated_frame(rng: random.Random, relay_call_id: str) -> str | bytes:
         {"type": rng.choice(["", "response.create ", "RESPONSE.CREATE", "x" * 300])},
     ])
     text = json.dumps(event)
-    how = rng.randrange(6)
+    how = rng.randrange(7)
+    if how == 5:
+        return '{"type":"input_audio_buffer.append",' + text[1:]    # a repeated type key
     if how == 0:
         return text[: rng.randrange(len(text))]                      # cut short
     if how == 1:

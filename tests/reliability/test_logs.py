@@ -23,3 +23,11 @@ def test_frame_debug_lines_are_redacted_and_an_unprintable_frame_does_not_break_
     assert second.startswith("< %s [arguments not printable: UnicodeDecodeError")
     assert third == "100% literal, no arguments"
     assert "Logging error" not in capfd.readouterr().err
+
+
+def test_the_redactor_cleans_text_and_binary_frames_and_forgets_a_discarded_secret() -> None:
+    redactor = Redactor(["short", PROVIDER_KEY, f"{PROVIDER_KEY}-longer"])
+    assert redactor(f"a {PROVIDER_KEY}-longer b {PROVIDER_KEY}") == f"a {REDACTED} b {REDACTED}"
+    assert redactor.frame(f'{{"k": "{PROVIDER_KEY}"}}'.encode()) == f'{{"k": "{REDACTED}"}}'.encode()
+    redactor.discard("short")
+    assert redactor.frame("short") == "short"

@@ -1,0 +1,36 @@
+"""`scripts/demo` runs offline in a few seconds and shows the timeline, the calls and the
+recording; the recording it writes replays without divergence."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+from pathlib import Path
+
+from relay.demo import EXAMPLE_TOOLS, run_demo
+from relay.testing import replay_async
+from tests.conftest import REPO
+
+
+async def test_demo_conversation_timeline_and_recording(tmp_path: Path) -> None:
+    out = io.StringIO()
+    assert await run_demo(tools=str(EXAMPLE_TOOLS), record_dir=str(tmp_path), color=False, out=out) == 0
+    text = out.getvalue()
+    for expected in ("calls get_weather", "calls lookup_order", "calls search_flights",
+                     "response.create: the model answers", "out-of-band filler",
+                     "lookup_order error", "I couldn't find that order",
+                     "I found 2 flights from Paris to Rome", "recording:"):
+        assert expected in text, expected
+    assert text.count("tool  get_weather ok") == 2
+    [recording] = tmp_path.glob("*.jsonl")
+    assert "demo-provider-key" not in recording.read_text()
+    result = await replay_async(recording, [str(EXAMPLE_TOOLS)])
+    assert result.ok, [d.describe() for d in result.divergences]
+    assert [c.outcome for c in result.calls] == ["ok", "ok", "ok", "error", "ok"]
+
+
+def test_scripts_demo_runs_from_the_command_line() -> None:
+    done = subprocess.run([str(REPO / "scripts" / "demo"), "--no-record", "--color", "never"],
+                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert "relay demo" in done.stdout and "search_flights" in done.stdout
