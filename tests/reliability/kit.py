@@ -41,6 +41,16 @@ async def weather_turn(client: RealtimeClient, timeout: float = 5.0) -> dict[str
                                  and "sunny in Paris" in json.dumps(e["response"]["output"]), timeout)
 
 
+def frame_of_size(size: int) -> str:
+    """An `input_audio_buffer.append` of exactly `size` bytes with valid base64 audio."""
+    head, tail = '{"type":"input_audio_buffer.append","event_id":"', '","audio":"'
+    audio_chars = (size - len(head) - len(tail) - 2) // 4 * 4
+    padding = size - len(head) - len(tail) - 2 - audio_chars
+    frame = head + "p" * padding + tail + "A" * audio_chars + '"}'
+    assert len(frame.encode()) == size
+    return frame
+
+
 def function_call_outputs(mock: MockUpstream, call_id: str | None = None) -> list[dict[str, Any]]:
     """The function_call_output items the mock received (for one call, or all)."""
     return [r.event["item"] for r in mock.received

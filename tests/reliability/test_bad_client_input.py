@@ -13,20 +13,10 @@ from websockets.exceptions import ConnectionClosed
 
 from relay.mock import MockUpstream
 from relay.session import EventBudget
-from tests.reliability.kit import LeakGuard, weather_turn
+from tests.reliability.kit import LeakGuard, frame_of_size, weather_turn
 from tests.server.helpers import user_text
 
 DEEP = 100_000
-
-
-def frame_of_size(size: int) -> str:
-    """An `input_audio_buffer.append` of exactly `size` bytes with valid base64 audio."""
-    head, tail = '{"type":"input_audio_buffer.append","event_id":"', '","audio":"'
-    audio_chars = (size - len(head) - len(tail) - 2) // 4 * 4
-    padding = size - len(head) - len(tail) - 2 - audio_chars
-    frame = head + "p" * padding + tail + "A" * audio_chars + '"}'
-    assert len(frame.encode()) == size
-    return frame
 
 
 # (what the client sends, the `error.code` it gets back)

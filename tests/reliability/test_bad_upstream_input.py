@@ -19,6 +19,7 @@ from tests.reliability.kit import (
     PROVIDER_KEY,
     LeakGuard,
     bare_upstream,
+    frame_of_size,
     function_call_outputs,
     model_call_ids,
     session_created,
@@ -179,7 +180,7 @@ async def bad_frame_after_hello(frame: bytes, upstream: ServerConnection) -> Non
 
 @pytest.mark.parametrize("frame, what", [
     (b'{"type": "\xff\xfe"}', "not UTF-8"),
-    (b'{"type": "x", "pad": "' + b"A" * 70_000 + b'"}', "over the frame limit"),
+    (frame_of_size(64 * 1024 + 1).encode(), "one byte over the frame limit"),
 ])
 async def test_an_upstream_protocol_violation_closes_the_client_with_1014_not_its_own_code(
         guard: LeakGuard, frame: bytes, what: str) -> None:
