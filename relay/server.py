@@ -523,6 +523,7 @@ class RelayServer:
             close_timeout=1.0,
             max_client_events_per_second=self.config.max_client_events_per_second or None,
             redact=self.redactor.frame,
+            error_events=not self._gemini,
         )
         session.loop = loop
         end: SessionEnd | None = None

@@ -153,6 +153,7 @@ class SessionLoop:
         thread_limit: int = 8,
         max_client_events_per_second: float | None = None,
         redact: Callable[[str | bytes], str | bytes] | None = None,
+        error_events: bool = True,
     ) -> None:
         self.engine = engine
         self.upstream = upstream
@@ -166,6 +167,7 @@ class SessionLoop:
         self.to_client = FrameQueue(max_queue_bytes)
         self.client_budget = EventBudget(max_client_events_per_second) if max_client_events_per_second else None
         self.redact = redact   # applied to every frame for the client: the provider may echo a secret
+        self.error_events = error_events   # the client's protocol has an `error` event (Gemini's has none)
         self.end: SessionEnd | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
         self._runner: HandlerRunner | None = None
@@ -263,7 +265,8 @@ class SessionLoop:
             await self.finish("client", code, reason)
 
     async def _client_too_fast(self, budget: EventBudget) -> None:
-        """Tell the client, in the protocol's error shape, why it is closed, then close it."""
+        """Tell the client why it is closed (an `error` event where its protocol has one; the
+        close reason in any case), then close it."""
         assert self.client is not None
         message = (f"more than {budget.per_second:g} events per second (bursts of up to {budget.burst:g}): "
                    "the relay closes a client that sends faster")
@@ -271,14 +274,15 @@ class SessionLoop:
                     extra={"session_id": self.engine.session_id, "limit": budget.per_second})
         if self.on_notice is not None:
             self.on_notice(Notice("client_error", {"code": RATE_LIMIT_CODE, "message": message}))
-        frame = error_frame(f"{self.engine.id_prefix}_e0", RATE_LIMIT_CODE, message)
-        if self.recorder is not None:
-            self.recorder.record("relay>client", frame)
-        with anyio.move_on_after(self.close_timeout):
-            try:
-                await self.client.send(frame)
-            except ConnectionClosed:
-                pass
+        if self.error_events:
+            frame = error_frame(f"{self.engine.id_prefix}_e0", RATE_LIMIT_CODE, message)
+            if self.recorder is not None:
+                self.recorder.record("relay>client", frame)
+            with anyio.move_on_after(self.close_timeout):
+                try:
+                    await self.client.send(frame)
+                except ConnectionClosed:
+                    pass
         await self.finish("relay", *RATE_LIMIT_CLOSE)
 
     # ---- writers -----------------------------------------------------------------------

@@ -13,7 +13,9 @@ from websockets.exceptions import ConnectionClosed
 
 from relay.mock import MockUpstream
 from relay.session import EventBudget
-from tests.reliability.kit import LeakGuard, frame_of_size, weather_turn
+from tests.gemini.helpers import WEATHER_SCRIPT as GEMINI_SCRIPT
+from tests.gemini.helpers import gemini_client
+from tests.reliability.kit import PROVIDER_KEY, RELAY_TOKEN, LeakGuard, frame_of_size, weather_turn
 from tests.server.helpers import user_text
 
 DEEP = 100_000
@@ -148,3 +150,18 @@ def test_the_event_budget_allows_its_rate_for_ever_and_bursts_of_two_seconds() -
     assert not budget.take()
     now[0] += 0.5
     assert sum(budget.take() for _ in range(100)) == 50
+
+
+async def test_a_gemini_client_flooding_is_told_why_in_the_close_reason_alone(guard: LeakGuard) -> None:
+    """Gemini Live has no error event: a message the client's SDK cannot parse would be worse."""
+    async with MockUpstream(script=GEMINI_SCRIPT, dialect="gemini", api_key=PROVIDER_KEY) as mock, \
+            guard.relay(mock.url, dialect="gemini", max_client_events_per_second=100) as server, \
+            gemini_client(server.base_url, key=RELAY_TOKEN) as client:
+        await client.setup()
+        audio = json.dumps({"realtimeInput": {"audio": {"data": "AAAA", "mimeType": "audio/pcm;rate=16000"}}})
+        with contextlib.suppress(ConnectionClosed):
+            for _ in range(2_000):
+                await client.ws.send(audio)
+        code, reason = await client.closed()
+    assert (code, reason) == (1008, "client sends events too fast")
+    assert [list(message) for message in client.messages] == [["setupComplete"]]
