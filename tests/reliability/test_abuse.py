@@ -24,6 +24,8 @@ from tests.reliability.kit import (
     model_call_ids,
     weather_turn,
 )
+from tests.gemini.helpers import WEATHER_SCRIPT as GEMINI_SCRIPT
+from tests.gemini.helpers import gemini_client
 from tests.server.helpers import user_text
 
 runs: list[str] = []
@@ -248,3 +250,15 @@ async def test_refreshed_access_tokens_are_redacted_and_expired_ones_forgotten()
         await upstream.headers(OPENAI)
     assert sorted(redactor.secrets) == ["entra-token-3", "entra-token-4", RELAY_TOKEN]
     assert redactor("sent entra-token-4 and entra-token-3") == "sent [redacted] and [redacted]"
+
+
+async def test_a_gemini_upstream_that_echoes_the_key_in_a_binary_frame_does_not_show_it(guard: LeakGuard) -> None:
+    async with MockUpstream(script=GEMINI_SCRIPT, dialect="gemini", api_key=PROVIDER_KEY) as mock, \
+            guard.relay(mock.url, dialect="gemini") as server, \
+            gemini_client(server.base_url, key=RELAY_TOKEN) as client:
+        await client.setup()
+        echo = {"serverContent": {"modelTurn": {"parts": [{"text": f"your key is {PROVIDER_KEY}"}]}}}
+        await mock.inject(mock.sessions[0], json.dumps(echo).encode())
+        message = await client.wait_for(lambda m: "serverContent" in m)
+    assert message["serverContent"]["modelTurn"]["parts"][0]["text"] == "your key is [redacted]"
+    assert client.binary[-1], "the frame stays binary"
