@@ -58,6 +58,7 @@ from relay.logs import (
     LOG_FORMATS,
     LOG_LEVELS,
     WEBSOCKET_LOGGER,
+    AnomalyLog,
     RedactingLogger,
     Redactor,
     configure_logging,
@@ -66,7 +67,7 @@ from relay.logs import (
 from relay.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from relay.metrics import Metrics, TrafficTap
 from relay.recording import RecordingWriter
-from relay.session import DEFAULT_QUEUE_BYTES, SessionEnd, SessionLoop
+from relay.session import DEFAULT_QUEUE_BYTES, SessionEnd, SessionLoop, error_frame
 from relay.tools import (
     DEFAULT_OUTPUT_LIMIT,
     ToolDefinitionError,
@@ -82,6 +83,8 @@ log = logging.getLogger("relay.server")
 REALTIME_PATHS = frozenset({"/v1/realtime", "/openai/v1/realtime", "/openai/realtime"})
 DEFAULT_PORT = 8000
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
+# Audio in 20 ms chunks is 50 events a second; even an upload 10x faster than real time stays far below.
+DEFAULT_MAX_CLIENT_EVENTS_PER_SECOND = 1000.0
 TOKEN_SUBPROTOCOL = "openai-insecure-api-key."
 AUTH_TOKEN_ENV = "RELAY_AUTH_TOKEN"
 SHUTDOWN_CODE = 1001
@@ -109,6 +112,7 @@ class ServerConfig:
     expose_tool_events: bool = False
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     max_queue_bytes: int = DEFAULT_QUEUE_BYTES
+    max_client_events_per_second: float = DEFAULT_MAX_CLIENT_EVENTS_PER_SECOND
     open_timeout: float = 10.0
     drain_seconds: float = 10.0
     record_dir: str | Path | None = None
@@ -180,6 +184,8 @@ def _check(config: ServerConfig) -> Dialect:
         )
     if config.max_frame_bytes <= 0 or config.max_queue_bytes <= 0:
         raise ConfigError("frame and queue limits must be positive")
+    if not config.max_client_events_per_second >= 0:
+        raise ConfigError("--max-client-events-per-second must be >= 0 (0: no limit)")
     if config.drain_seconds < 0 or config.open_timeout <= 0:
         raise ConfigError("--drain-seconds must be >= 0 and the open timeout > 0")
     if config.record_audio not in ("keep", "drop"):
@@ -212,6 +218,7 @@ class ProxySession:
     started_at: float = field(default_factory=time.time)
     loop: SessionLoop | None = None
     end: SessionEnd | None = None
+    anomalies: AnomalyLog = field(default_factory=AnomalyLog)
     _connect_scope: anyio.CancelScope | None = field(default=None, repr=False)
     _closing: tuple[int, str] | None = field(default=None, repr=False)
     _closed: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
@@ -514,6 +521,9 @@ class RelayServer:
             on_notice=lambda notice: self._on_notice(session, notice),
             max_queue_bytes=self.config.max_queue_bytes,
             close_timeout=1.0,
+            max_client_events_per_second=self.config.max_client_events_per_second or None,
+            redact=self.redactor.frame,
+            error_events=not self._gemini,
         )
         session.loop = loop
         end: SessionEnd | None = None
@@ -537,12 +547,7 @@ class RelayServer:
             except ConnectionClosed:
                 pass
             return SessionEnd("relay", 1011, "upstream unavailable")
-        event = json.dumps({
-            "type": "error",
-            "event_id": f"{session.id}_e0",
-            "error": {"type": "server_error", "code": UpstreamUnavailable.code, "message": message,
-                      "param": None, "event_id": None},
-        })
+        event = error_frame(f"{session.id}_e0", UpstreamUnavailable.code, message, "server_error")
         try:
             await session.client.send(event)
             self.metrics.frames["relay>client"] += 1
@@ -571,7 +576,7 @@ class RelayServer:
         self.metrics.count_notice(notice, self.tools)
         if self.config.on_notice is not None:
             self.config.on_notice(session.id, notice)
-        log_notice(log, notice, session_id=session.id)
+        log_notice(log, notice, anomalies=session.anomalies, session_id=session.id)
 
 
 async def _cancel_when_closed(client: ServerConnection, scope: anyio.CancelScope) -> None:
@@ -726,6 +731,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-queue-bytes", type=int, default=DEFAULT_QUEUE_BYTES, metavar="N",
                         help="bytes queued toward a peer that is not reading before it is closed "
                              "(default 32 MiB)")
+    parser.add_argument("--max-client-events-per-second", type=float, default=DEFAULT_MAX_CLIENT_EVENTS_PER_SECOND,
+                        metavar="N", help="a client sending more events than this (bursts: twice as many) gets an "
+                                          "error event and is closed with 1008 (default 1000; 0: no limit)")
     parser.add_argument("--drain-seconds", type=float, default=10.0, metavar="S",
                         help="on SIGTERM/SIGINT, how long open sessions may go on (default 10)")
     parser.add_argument("--workers", type=int, default=1, metavar="N",
@@ -761,6 +769,7 @@ def run(args: argparse.Namespace) -> int:
             expose_tool_events=args.expose_tool_events,
             max_frame_bytes=args.max_frame_bytes,
             max_queue_bytes=args.max_queue_bytes,
+            max_client_events_per_second=args.max_client_events_per_second,
             drain_seconds=args.drain_seconds,
             record_dir=args.record,
             record_audio=args.record_audio,

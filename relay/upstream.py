@@ -12,6 +12,7 @@ import asyncio
 import logging
 import os
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Iterable, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -29,6 +30,7 @@ CREDENTIAL_PARAMS = frozenset({"api-key", "api_key", "key", "access_token", "tok
 # Query parameters that choose a new session; a sideband names its call instead.
 SESSION_PARAMS = frozenset({"model", "deployment", "call_id"})
 TOKEN_REFRESH_MARGIN = 300.0
+KEPT_TOKENS = 2   # access tokens redacted: the current one and the one before
 
 log = logging.getLogger("relay.upstream")
 
@@ -183,7 +185,8 @@ class Upstream:
         self.api_key = api_key
         self.redactor = redactor
         redactor.add(api_key)
-        self.tokens = TokenCache(token_provider, on_token=redactor.add) if token_provider else None
+        self._recent_tokens: deque[str] = deque()
+        self.tokens = TokenCache(token_provider, on_token=self._new_token) if token_provider else None
         self.max_frame_bytes = max_frame_bytes
         self.open_timeout = open_timeout
         self._ws_logger = RedactingLogger(logging.getLogger(f"{WEBSOCKET_LOGGER}.upstream"), redactor)
@@ -200,6 +203,16 @@ class Upstream:
             open_timeout=settings.open_timeout,
             redactor=redactor,
         )
+
+    def _new_token(self, token: str) -> None:
+        """Redact the new access token, and stop looking for old ones: they expired, and every
+        secret the redactor knows costs a search in every frame sent to a client."""
+        self.redactor.add(token)
+        self._recent_tokens.append(token)
+        while len(self._recent_tokens) > KEPT_TOKENS:
+            expired = self._recent_tokens.popleft()
+            if expired not in self._recent_tokens and expired != self.api_key:
+                self.redactor.discard(expired)
 
     async def headers(self, dialect: Dialect) -> dict[str, str]:
         """The handshake headers for one connection: the dialect's extras and the credential
