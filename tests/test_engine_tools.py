@@ -332,7 +332,7 @@ def test_upstream_error_for_our_output_is_attributed_to_the_call() -> None:
     h.upstream({"type": "error", "event_id": "event_x", "error": {
         "type": "invalid_request_error", "code": "string_above_max_length", "message": "too long",
         "param": "item.output", "event_id": event["event_id"]}})
-    assert entry.upstream_errors == ["string_above_max_length: too long"]
+    assert entry.upstream_errors == ("string_above_max_length: too long",)
     assert not [e for e in h.to_client if e["type"] == "error"]  # not the client's business
     assert any(n.kind == "upstream_error" and n.fields["call_id"] == entry.call_id for n in h.notices)
 

@@ -14,6 +14,7 @@ here or in the sequencer.
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Literal
 
@@ -65,6 +66,7 @@ Mode = Literal["proxy", "sidecar", "replay"]
 _SAME: Any = object()   # handler result: forward the frame as it came
 _CANCEL_STATES = ("cancelled", "failed")
 _UNANSWERED = (CallState.READY, CallState.RUNNING, CallState.FINISHED)
+_REMEMBERED_EVENTS = 1024
 
 
 @dataclass(frozen=True)
@@ -129,7 +131,6 @@ class Engine:
         self._delay_fillers: dict[str, float] = {}     # call_id -> when its on_delay is due
         self._handlers_active: set[str] = set()        # call ids whose handler runs
         self._pending_updates: dict[str, list[str]] = {}
-        self._batches_done: set[str] = set()
         self._unlinked_outputs: set[str] = set()     # injected outputs not yet answered by a response
         self.upstream_connected = True
         self.closed = False
@@ -213,6 +214,13 @@ class Engine:
         self._counter += 1
         return f"{self._id_prefix}_i{self._counter}"
 
+    def _remember_event(self, event_id: str, what: str, call_id: str | None) -> None:
+        """Which frame an event id of ours was, so an error aimed at it can be attributed. Errors
+        come right after the frame: the most recent ones are enough."""
+        self._our_events[event_id] = (what, call_id)
+        if len(self._our_events) > _REMEMBERED_EVENTS:
+            del self._our_events[next(iter(self._our_events))]
+
     def _record_anomaly(self, message: str, event_type: str | None) -> None:
         anomaly = Anomaly(self._now, message, event_type, self._source)
         self.anomalies.append(anomaly)
@@ -258,7 +266,7 @@ class Engine:
             self._record_anomaly(message, None)
 
     def _build_create(self, options: dict[str, Any], event_id: str) -> dict[str, Any]:
-        self._our_events[event_id] = ("response.create", None)
+        self._remember_event(event_id, "response.create", None)
         return self.dialect.response_create(options, event_id)
 
     # ==== upstream ======================================================================
@@ -303,7 +311,7 @@ class Engine:
         another party declared (only ours are replaced)."""
         others = [t for t in current_tools or [] if not self._is_relay_tool_definition(t)]
         event_id = self._new_event_id()
-        self._our_events[event_id] = ("session.update", None)
+        self._remember_event(event_id, "session.update", None)
         self._send_upstream(self.dialect.session_update(
             {"tools": others + self.tools.definitions()}, event_id))
         self._tools_declared = True
@@ -335,8 +343,11 @@ class Engine:
         if record is None:
             return _SAME
         self.conversation.insert(record.id, event.get("previous_item_id", ABSENT), event["type"])
-        if record.id in self._relay_item_ids:
+        if record.origin == "relay":
             self.sequencer.item_confirmed(record.id)
+            self._relay_item_ids.discard(record.id)   # its origin is on the record now
+        elif record.origin == "client":
+            self._client_item_ids.discard(record.id)
         self._track_item_calls(record)
         return self._client_view_of_item_event(event, record)
 
@@ -408,7 +419,7 @@ class Engine:
                 record.type == "function_call" and record.call_id in self._client_call_ids
             ):
                 record.origin = "client"
-            elif record.type == "message" and record.role == "user" and _has_audio(record.data):
+            elif record.type == "message" and record.role == "user" and "input_audio" in (record.part_types or ()):
                 record.origin = "user_audio"
         if self.config.hide_tool_events and self.config.has_client:
             record.hidden = record.origin == "relay" or self._is_relay_call_item(record)
@@ -433,12 +444,14 @@ class Engine:
                 self._record_anomaly(f"output for unknown call {record.call_id}", "function_call_output")
                 return
             if entry.owner is Owner.CLIENT or record.origin == "client":
-                entry.output = record.data.get("output") if isinstance(record.data.get("output"), str) else None
+                entry.output = record.output
                 entry.output_item_id = record.id
                 entry.output_status = record.status
                 if entry.owner is Owner.CLIENT:
                     entry.state = CallState.ANSWERED
                     entry.injected_at = self._now
+            elif record.output == entry.output:
+                record.output = entry.output   # the echo of ours: keep one copy of the text
 
     def _client_view_of_item_event(self, event: dict[str, Any], record: ItemRecord) -> Any:
         if record.hidden:
@@ -483,6 +496,8 @@ class Engine:
         response.out_of_band = "conversation_id" in data and data.get("conversation_id") is None
         creator, ours = self.sequencer.response_created(response.id, response.metadata, self._now)
         response.creator = creator
+        if creator == "relay":
+            response.metadata = None   # ours: the creator says it all, and long sessions make many
         if ours is not None and ours.purpose == "follow_up":
             for call_id in ours.call_ids:
                 entry = self.ledger.get(call_id)
@@ -613,10 +628,9 @@ class Engine:
                                  event["type"])
             if response.metadata is None:
                 response.metadata = data.get("metadata")
-        response.status = str(data.get("status") or "completed")
+        response.status = sys.intern(str(data.get("status") or "completed"))
         details = data.get("status_details")
         response.status_details = details if isinstance(details, dict) else None
-        response.usage = data.get("usage") if isinstance(data.get("usage"), dict) else None
         response.done_at = self._now
         output = data.get("output")
         for index, item in enumerate(output if isinstance(output, list) else []):
@@ -631,6 +645,8 @@ class Engine:
             self._track_item_calls(record)
         self._settle_calls(response)
         self.sequencer.response_done(response.id)
+        self.sequencer.forget_confirmed({e.output_item_id for e in map(self.ledger.get, self._unlinked_outputs)
+                                         if e is not None and e.output_item_id})
         if response.status == "cancelled" and response.reason == "turn_detected":
             self._barge_in(f"response {response.id} cancelled (turn_detected)")
         elif response.status in _CANCEL_STATES:
@@ -703,16 +719,16 @@ class Engine:
                                                    "message": error.get("message")}))
         entry = self.ledger.get(call_id)
         if entry is not None:
-            entry.upstream_errors.append(message)
+            entry.upstream_errors += (message,)
             if what == "output" and error.get("param") == "previous_item_id":
                 self._reinject_appended(entry)
         return None  # errors about the relay's own frames are not the client's business
 
     def _reinject_appended(self, entry: CallEntry) -> None:
         """The predecessor we chose vanished (deleted meanwhile): append the output instead."""
-        if entry.output is None or entry.upstream_errors.count("retried") > 0:
+        if entry.output is None or entry.output_retried:
             return
-        entry.upstream_errors.append("retried")
+        entry.output_retried = True
         self._send_output(entry, previous_item_id=None)
 
     # ---- barge-in ----
@@ -934,7 +950,7 @@ class Engine:
         entry.output_item_id = item_id
         entry.output_event_id = event_id
         self._relay_item_ids.add(item_id)
-        self._our_events[event_id] = ("output", entry.call_id)
+        self._remember_event(event_id, "output", entry.call_id)
         event: dict[str, Any] = {"type": "conversation.item.create", "event_id": event_id}
         if previous_item_id is not None:
             event["previous_item_id"] = previous_item_id
@@ -965,12 +981,12 @@ class Engine:
 
     def _check_batch(self, response: ResponseRecord, calls: list[CallEntry]) -> None:
         """Once every relay call of a done response is answered, decide its one follow-up."""
-        if response.id in self._batches_done:
+        if response.batch_handled:
             return
         live = [c for c in calls if c.state is not CallState.SKIPPED]
         if not live or any(c.state is not CallState.ANSWERED for c in live):
             return
-        self._batches_done.add(response.id)
+        response.batch_handled = True
         if self._has_client_calls(response):
             return  # the client answers its calls and asks for the response itself
         speakers = [c for c in live if c.speak and c.scheduling != Scheduling.SILENT.value]
@@ -991,7 +1007,7 @@ class Engine:
 
     # ---- streaming updates ----
     def _add_update(self, entry: CallEntry, text: str) -> None:
-        entry.updates.append(text)
+        entry.updates += (text,)
         if entry.state is CallState.ANSWERED and self.upstream_connected:
             self._send_update(entry, text)
         else:
@@ -1002,14 +1018,14 @@ class Engine:
         item_id = self._new_item_id()
         event_id = self._new_event_id()
         self._relay_item_ids.add(item_id)
-        self._our_events[event_id] = ("update", entry.call_id)
+        self._remember_event(event_id, "update", entry.call_id)
         self._send_upstream({
             "type": "conversation.item.create", "event_id": event_id,
             "item": {"type": "message", "role": "system", "id": item_id,
                      "content": [{"type": "input_text", "text": text}]},
         })
         response = self.conversation.response(entry.response_id or "", create=False)
-        if response is None or response.id not in self._batches_done:
+        if response is None or not response.batch_handled:
             return  # the batch's own follow-up, still to come, covers what this update says
         if entry.speak and entry.scheduling != Scheduling.SILENT.value and not self._has_client_calls(response):
             self.sequencer.request_follow_up(
@@ -1232,7 +1248,7 @@ class Engine:
 
     def _cancel_event_id(self) -> str:
         event_id = self._new_event_id()
-        self._our_events[event_id] = ("response.cancel", None)
+        self._remember_event(event_id, "response.cancel", None)
         return event_id
 
     # ==== views =========================================================================
@@ -1245,12 +1261,6 @@ class Engine:
 def _content_index(event: dict[str, Any]) -> int:
     index = event.get("content_index")
     return index if isinstance(index, int) and index >= 0 else 0
-
-
-def _has_audio(item: dict[str, Any]) -> bool:
-    content = item.get("content")
-    return isinstance(content, list) and any(
-        isinstance(p, dict) and p.get("type") == "input_audio" for p in content)
 
 
 def _str_or_none(value: Any) -> str | None:

@@ -410,7 +410,7 @@ class GeminiEngine:
                 turn.status_details = {"type": "cancelled", "reason": "turn_detected"}
             record = self.conversation.item(self._model_item)
             if record is not None:
-                record.data["status"] = "completed" if status == "completed" else "incomplete"
+                record.status = "completed" if status == "completed" else "incomplete"
         self._turn = None
         self._model_item = None
         self._user_item = None
@@ -497,8 +497,8 @@ class GeminiEngine:
                                     hidden=self._hiding and entry.owner is Owner.RELAY)
             entry.output_item_id = record.id
         else:
-            record.data["output"] = text
-            record.data["status"] = status
+            record.output = text
+            record.status = status
         if entry.owner is Owner.CLIENT:
             entry.output = text
             entry.output_status = status
@@ -572,7 +572,7 @@ class GeminiEngine:
         rendered = render_value(value, limit=self.config.output_limit)
         text = _returned_text(value)
         self._interim[call_id] = (rendered, text)
-        entry.updates.append(rendered.output)
+        entry.updates += (rendered.output,)
         if entry.state is CallState.RUNNING:
             self._answer(entry, _response_body(rendered, text), self._scheduling(entry, rendered), final=False)
 

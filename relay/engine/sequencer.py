@@ -168,7 +168,13 @@ class Sequencer:
             self.cancel_requested_for = None
         if self.retry_waits_for_done:
             self.retry_waits_for_done = False
-        return self.ours.get(response_id)
+        return self.ours.pop(response_id, None)
+
+    def forget_confirmed(self, keep: set[str]) -> None:
+        """Drop confirmations nothing waits for any more (a long session makes thousands)."""
+        if self.follow_ups or self.retry or self.inflight or self.uncertain:
+            return
+        self.confirmed_items &= keep
 
     def upstream_error(self, event_id: Any, error: dict[str, Any], now: float) -> SentCreate | None:
         """An error event; returns our create it refers to (None if not ours)."""

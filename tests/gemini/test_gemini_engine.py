@@ -315,7 +315,7 @@ def test_a_streaming_tool_sends_interim_answers_then_one_final() -> None:
     for message in h.sent:
         validate_tool_response(message)
     entry = h.engine.ledger.get("p")
-    assert entry.state is CallState.ANSWERED and entry.updates == ["picked up", '{"at":"depot"}']
+    assert entry.state is CallState.ANSWERED and entry.updates == ("picked up", '{"at":"depot"}')
     assert h.engine.next_deadline() is None
 
 

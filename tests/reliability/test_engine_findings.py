@@ -1,7 +1,7 @@
-"""Engine behaviour the reliability work ran into, stated as the behaviour expected (xfail strict
-until the engine is fixed; `relay/engine/` belongs to the lead). The first finding, frames that
-smuggled events past the engine's checks with a repeated `type` key, is fixed: its tests are in
-test_abuse.py."""
+"""Engine behaviour the reliability work ran into, fixed in the engine and kept as regression
+tests: the engine's memory per tool-call turn stays small (it used to keep ~10 KB a turn for the
+whole session). The other finding, frames that smuggled events past the engine's checks with a
+repeated `type` key, has its tests in test_abuse.py."""
 
 from __future__ import annotations
 
@@ -9,8 +9,6 @@ import gc
 import json
 import sys
 import types
-
-import pytest
 
 from relay.engine import EngineConfig
 from relay.tools import tool
@@ -50,10 +48,6 @@ def retained_bytes(root: object) -> int:
     return total
 
 
-@pytest.mark.xfail(strict=True, reason="engine finding: about 10 KB of engine state per tool-call turn stays "
-                                       "for the whole session (whole parsed event dicts in the conversation, "
-                                       "per-event bookkeeping never pruned), so a relay's memory grows with "
-                                       "its sessions' length: the 200-session soak grows 50% from 20 s to 60 s")
 def test_a_long_session_keeps_only_what_its_conversation_needs() -> None:
     harness = Harness([lookup_weather], config=EngineConfig(mode="proxy", strict=True))
     harness.connect()
