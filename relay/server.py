@@ -52,7 +52,7 @@ from relay.dialects import (
 )
 from relay.dialects.gemini import CLIENT_PATHS as GEMINI_PATHS
 from relay.dialects.gemini import DEFAULT_PATH as GEMINI_PATH
-from relay.engine import EngineConfig, Notice
+from relay.engine import DEFAULT_HISTORY_LIMIT, EngineConfig, Notice
 from relay.engine.gemini import AnyEngine, new_engine
 from relay.logs import (
     LOG_FORMATS,
@@ -120,6 +120,8 @@ class ServerConfig:
     api_key: str | None = None
     token_provider: TokenProvider | None = None
     output_limit: int = DEFAULT_OUTPUT_LIMIT
+    # recent items, responses and finished calls each session's engine keeps (None: all)
+    history_limit: int | None = DEFAULT_HISTORY_LIMIT
     reuse_port: bool = False
     # Serve wss:// with this certificate chain and key (PEM files). The google-genai SDK always
     # connects with wss://, so a Gemini client reaches the relay only over TLS (here, or in front).
@@ -261,6 +263,7 @@ class RelayServer:
             declare_tools=True,
             hold_client_creates=True,
             output_limit=config.output_limit,
+            history_limit=config.history_limit,
         )
         self._sessions: dict[str, ProxySession] = {}
         self._sessions_changed = asyncio.Event()
@@ -734,6 +737,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-client-events-per-second", type=float, default=DEFAULT_MAX_CLIENT_EVENTS_PER_SECOND,
                         metavar="N", help="a client sending more events than this (bursts: twice as many) gets an "
                                           "error event and is closed with 1008 (default 1000; 0: no limit)")
+    parser.add_argument("--history-items", type=int, default=DEFAULT_HISTORY_LIMIT, metavar="N",
+                        help="recent items, responses and finished calls each session keeps in memory "
+                             f"(default {DEFAULT_HISTORY_LIMIT}; 0: all; the recording keeps everything)")
     parser.add_argument("--drain-seconds", type=float, default=10.0, metavar="S",
                         help="on SIGTERM/SIGINT, how long open sessions may go on (default 10)")
     parser.add_argument("--workers", type=int, default=1, metavar="N",
@@ -771,6 +777,7 @@ def run(args: argparse.Namespace) -> int:
             max_queue_bytes=args.max_queue_bytes,
             max_client_events_per_second=args.max_client_events_per_second,
             drain_seconds=args.drain_seconds,
+            history_limit=args.history_items or None,
             record_dir=args.record,
             record_audio=args.record_audio,
             tls_cert=args.tls_cert,

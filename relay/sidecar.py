@@ -34,7 +34,7 @@ from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
 from relay.dialects import DIALECT_CHOICES, Dialect, GeminiDialect
-from relay.engine import Engine, EngineConfig, Notice
+from relay.engine import DEFAULT_HISTORY_LIMIT, Engine, EngineConfig, Notice
 from relay.logs import LOG_FORMATS, LOG_LEVELS, Redactor, configure_logging, log_notice
 from relay.recording import RecordingWriter
 from relay.server import DEFAULT_MAX_FRAME_BYTES, ConfigError, tool_registry, upstream_dialect
@@ -82,6 +82,8 @@ class SidecarConfig:
     max_queue_bytes: int = DEFAULT_QUEUE_BYTES
     open_timeout: float = 10.0
     output_limit: int = DEFAULT_OUTPUT_LIMIT
+    # recent items, responses and finished calls each session's engine keeps (None: all)
+    history_limit: int | None = DEFAULT_HISTORY_LIMIT
     # Python API: called with (session id, notice) for every engine notice, as in ServerConfig.
     on_notice: Callable[[str, Notice], None] | None = None
 
@@ -121,6 +123,7 @@ class SidecarRuntime:
             declare_tools=config.declare_tools,
             hold_client_creates=False,
             output_limit=config.output_limit,
+            history_limit=config.history_limit,
         )
 
 

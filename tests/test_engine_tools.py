@@ -370,3 +370,18 @@ def test_a_create_in_flight_when_the_connection_drops_is_not_sent_again() -> Non
     h.upstream(h.server.receive(json.dumps(h.creates[0])))
     follow_up = h.engine.conversation.responses[h.engine.ledger.get(h.call_ids()[0]).follow_up_response_id]
     assert follow_up.creator == "relay"
+
+
+def test_a_long_session_keeps_only_its_recent_history_when_asked() -> None:
+    h = session(get_weather, config=EngineConfig(mode="proxy", strict=True, history_limit=10))
+    for n in range(40):
+        h.upstream(h.server.user_turn(f"turn {n}"))
+        h.respond([weather("Paris")])
+        h.run_all()
+    conversation = h.engine.conversation
+    assert len(conversation.order) <= 20 and len(conversation.items) <= 30
+    assert len(conversation.responses) <= 20 and len(h.engine.ledger) <= 20
+    assert len(h.outputs) == 40 and len(h.creates) == 40   # every call answered, once
+    # what is kept is the recent past, in order, and still consistent with the server
+    assert conversation.order == [i["id"] for i in h.server.items][-len(conversation.order):]
+    assert not h.engine.anomalies and not h.server.errors

@@ -290,5 +290,29 @@ class Conversation:
             else:
                 response.output_item_ids.append(item_id)
 
+    def forget_old(self, keep: int) -> None:
+        """Keep the latest `keep` items of the conversation (and as many responses and items
+        outside it); forget older ones. A live session needs only its recent past; its full
+        history is in its recording."""
+        slack = keep // 2   # forget in batches: the cost is spread thin
+        if len(self.order) > keep + slack:
+            for item_id in self.order[:-keep]:
+                self.items.pop(item_id, None)
+            self.order = self.order[-keep:]
+        if len(self.items) > 2 * keep + slack:
+            in_order = set(self.order)
+            outside = [item_id for item_id in self.items if item_id not in in_order]
+            for item_id in outside[:-keep]:
+                del self.items[item_id]
+        if len(self.response_order) > keep + slack:
+            old, recent = self.response_order[:-keep], self.response_order[-keep:]
+            still_running = []
+            for response_id in old:
+                if self.responses[response_id].done:
+                    del self.responses[response_id]
+                else:
+                    still_running.append(response_id)
+            self.response_order = still_running + recent
+
     def visible_items(self) -> list[ItemRecord]:
         return [self.items[i] for i in self.order]

@@ -66,7 +66,11 @@ Mode = Literal["proxy", "sidecar", "replay"]
 _SAME: Any = object()   # handler result: forward the frame as it came
 _CANCEL_STATES = ("cancelled", "failed")
 _UNANSWERED = (CallState.READY, CallState.RUNNING, CallState.FINISHED)
-_REMEMBERED_EVENTS = 1024
+_REMEMBERED_EVENTS = 64
+# What `relay serve` and `relay attach` keep of a live session: the last 16 items (three
+# tool-call turns or so), responses and finished calls. The engine's rules only ever look at the
+# recent past; the recording keeps the whole session.
+DEFAULT_HISTORY_LIMIT = 16
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,9 @@ class EngineConfig:
     output_limit: int = 32_768
     unknown_tools: Literal["client", "error"] = "client"
     strict: bool = False                # re-raise internal errors (tests) instead of recording them
+    # keep this many recent items, responses and finished calls (None: all); a live session's
+    # memory then stays flat however long it runs
+    history_limit: int | None = None
 
     @property
     def has_client(self) -> bool:
@@ -652,6 +659,9 @@ class Engine:
         elif response.status in _CANCEL_STATES:
             self._interrupt_running_of(response)
         self._inject_ready(response)
+        if self.config.history_limit is not None:
+            self.conversation.forget_old(self.config.history_limit)
+            self.ledger.forget_old(self.config.history_limit)
         return self._client_view_of_response(event, data)
 
     def _client_view_of_response(self, event: dict[str, Any], data: dict[str, Any]) -> Any:

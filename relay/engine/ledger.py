@@ -118,6 +118,17 @@ class CallLedger:
             self._by_item[entry.item_id] = entry.call_id
         return entry
 
+    def forget_old(self, keep: int) -> None:
+        """Keep the latest `keep` finished calls (answered or skipped) and every unfinished one;
+        forget older finished calls. Their outputs are long delivered."""
+        if len(self._entries) <= keep + keep // 2:   # forget in batches
+            return
+        finished = [e for e in self._entries.values() if e.state in (CallState.ANSWERED, CallState.SKIPPED)]
+        for entry in finished[:-keep]:
+            del self._entries[entry.call_id]
+            if entry.item_id is not None:
+                self._by_item.pop(entry.item_id, None)
+
     def relay_calls(self) -> list[CallEntry]:
         return [e for e in self._entries.values() if e.owner is Owner.RELAY]
 
