@@ -414,6 +414,9 @@ class GeminiEngine:
         self._turn = None
         self._model_item = None
         self._user_item = None
+        if self.config.history_limit is not None:
+            self.conversation.forget_old(self.config.history_limit)
+            self.ledger.forget_old(self.config.history_limit)
 
     def _add_item(self, data: dict[str, Any], origin: str, *, previous: Any = ABSENT,
                   turn: ResponseRecord | None = None, hidden: bool = False) -> ItemRecord:
