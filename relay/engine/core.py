@@ -29,6 +29,7 @@ from relay.engine.actions import (
     SendUpstream,
     StartHandler,
 )
+from relay.engine.calls import seconds_text, tool_call_fields
 from relay.engine.conversation import ABSENT, Conversation, ItemRecord, ResponseRecord
 from relay.engine.ledger import (
     OUTCOME_ABANDONED,
@@ -703,7 +704,7 @@ class Engine:
         entry.state = CallState.SKIPPED
         entry.skip_reason = reason
         if entry.owner is Owner.RELAY:
-            self._out.append(Notice("tool_call", self._call_fields(entry) | {"outcome": "skipped",
+            self._out.append(Notice("tool_call", tool_call_fields(entry) | {"outcome": "skipped",
                                                                                "reason": reason}))
 
     # ---- errors ----
@@ -973,21 +974,9 @@ class Engine:
             entry.state = CallState.ANSWERED
             entry.injected_at = self._now
             self._unlinked_outputs.add(entry.call_id)
-            self._out.append(Notice("tool_call", self._call_fields(entry)))
+            self._out.append(Notice("tool_call", tool_call_fields(entry)))
             for text in self._pending_updates.pop(entry.call_id, []):
                 self._send_update(entry, text)
-
-    def _call_fields(self, entry: CallEntry) -> dict[str, Any]:
-        latency = entry.latency_ms()
-        handler_ms = None
-        if entry.started_at is not None and entry.finished_at is not None:
-            handler_ms = round((entry.finished_at - entry.started_at) * 1000.0, 3)
-        return {
-            "call_id": entry.call_id, "name": entry.name, "outcome": entry.outcome,
-            "status": entry.output_status, "response_id": entry.response_id,
-            "item_id": entry.item_id, "output_item_id": entry.output_item_id,
-            "ms": None if latency is None else round(latency, 3), "handler_ms": handler_ms,
-        }
 
     def _check_batch(self, response: ResponseRecord, calls: list[CallEntry]) -> None:
         """Once every relay call of a done response is answered, decide its one follow-up."""
@@ -1093,7 +1082,7 @@ class Engine:
         if entry is None:
             return
         tool = self.tools.get(entry.name)
-        seconds = _format_seconds(tool.timeout if tool else 0)
+        seconds = seconds_text(tool.timeout if tool else 0)
         self._out.append(CancelHandler(call_id, f"timed out after {seconds} s"))
         if entry.state is CallState.RUNNING:
             self._decide(entry, render_error(f"timed out after {seconds} s", status="incomplete",
@@ -1131,7 +1120,7 @@ class Engine:
         for entry in self.ledger.unanswered():
             if entry.outcome is None:
                 entry.outcome = OUTCOME_ABANDONED
-            self._out.append(Notice("tool_call", self._call_fields(entry) | {
+            self._out.append(Notice("tool_call", tool_call_fields(entry) | {
                 "outcome": OUTCOME_ABANDONED, "reason": reason}))
         self._held_creates.clear()
         self.closed = True
@@ -1280,10 +1269,6 @@ def _str_or_none(value: Any) -> str | None:
 def _short(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
     return text if len(text) <= 120 else text[:117] + "..."
-
-
-def _format_seconds(seconds: float) -> str:
-    return str(int(seconds)) if float(seconds).is_integer() else f"{seconds:g}"
 
 
 __all__ = ["Anomaly", "Engine", "EngineConfig", "HandlerKind"]
