@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Literal
+from typing import Any, Callable, Iterable
 
 from relay.dialects import OPENAI, Dialect
 from relay.dialects.base import canonical_type
 from relay.engine.actions import (
-    Action,
     CancelHandler,
     Notice,
     Outcome,
@@ -29,10 +27,10 @@ from relay.engine.actions import (
     SendUpstream,
     StartHandler,
 )
+from relay.engine.base import DEFAULT_HISTORY_LIMIT, Anomaly, EngineBase, EngineConfig
 from relay.engine.calls import seconds_text, tool_call_fields
-from relay.engine.conversation import ABSENT, Conversation, ItemRecord, ResponseRecord
+from relay.engine.conversation import ABSENT, ItemRecord, ResponseRecord
 from relay.engine.ledger import (
-    OUTCOME_ABANDONED,
     OUTCOME_BAD_ARGUMENTS,
     OUTCOME_CANCELLED,
     OUTCOME_ERROR,
@@ -40,7 +38,6 @@ from relay.engine.ledger import (
     OUTCOME_TIMEOUT,
     OUTCOME_UNKNOWN_TOOL,
     CallEntry,
-    CallLedger,
     CallState,
     Owner,
 )
@@ -63,48 +60,14 @@ from relay.tools import (
 UPSTREAM_PASSTHROUGH = frozenset({"response.output_audio.delta", "response.audio.delta"})
 CLIENT_PASSTHROUGH = frozenset({"input_audio_buffer.append"})
 
-Mode = Literal["proxy", "sidecar", "replay"]
 _SAME: Any = object()   # handler result: forward the frame as it came
 _CANCEL_STATES = ("cancelled", "failed")
 _UNANSWERED = (CallState.READY, CallState.RUNNING, CallState.FINISHED)
 _REMEMBERED_EVENTS = 64
-# What `relay serve` and `relay attach` keep of a live session: the last 16 items (three
-# tool-call turns or so), responses and finished calls. The engine's rules only ever look at the
-# recent past; the recording keeps the whole session.
-DEFAULT_HISTORY_LIMIT = 16
 
 
-@dataclass(frozen=True)
-class EngineConfig:
-    """Per-session behaviour. `mode` decides whether there is a client to talk to; the rest are
-    the knobs the CLI exposes."""
-
-    mode: Mode = "proxy"
-    hide_tool_events: bool = True       # proxy: the client never sees relay tools and their calls
-    declare_tools: bool = True          # add the relay's tools to the session
-    hold_client_creates: bool = True    # proxy: hold a client response.create while our calls run
-    output_limit: int = 32_768
-    unknown_tools: Literal["client", "error"] = "client"
-    strict: bool = False                # re-raise internal errors (tests) instead of recording them
-    # keep this many recent items, responses and finished calls (None: all); a live session's
-    # memory then stays flat however long it runs
-    history_limit: int | None = None
-
-    @property
-    def has_client(self) -> bool:
-        return self.mode == "proxy"
-
-
-@dataclass(frozen=True, slots=True)
-class Anomaly:
-    at: float
-    message: str
-    event_type: str | None = None
-    source: str = "upstream"
-
-
-class Engine:
-    """One session's state and rules."""
+class Engine(EngineBase):
+    """One OpenAI-family session's state and rules (GA, beta, Azure, Foundry)."""
 
     def __init__(
         self,
@@ -115,18 +78,7 @@ class Engine:
         session_id: str = "session",
         id_prefix: str = "relay",
     ) -> None:
-        self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
-        self.dialect = dialect
-        self.config = config or EngineConfig()
-        self.session_id = session_id
-        self.anomalies: list[Anomaly] = []
-        self.conversation = Conversation(self._record_anomaly)
-        self.ledger = CallLedger()
-        self._id_prefix = id_prefix[:16]
-        self._counter = 0
-        self._now = 0.0
-        self._out: list[Action] = []
-        self._source = "upstream"
+        super().__init__(tools, dialect=dialect, config=config, session_id=session_id, id_prefix=id_prefix)
         self.sequencer = Sequencer(new_event_id=self._new_event_id, build_create=self._build_create)
         # event ids of frames the relay sent -> (what, call_id)
         self._our_events: dict[str, tuple[str, str | None]] = {}
@@ -135,92 +87,24 @@ class Engine:
         self._client_call_ids: set[str] = set()
         self._held_creates: list[tuple[str, str | None]] = []
         self._tools_declared = False
-        self._deadlines: dict[str, float] = {}         # call_id -> handler timeout
         self._delay_fillers: dict[str, float] = {}     # call_id -> when its on_delay is due
-        self._handlers_active: set[str] = set()        # call ids whose handler runs
         self._pending_updates: dict[str, list[str]] = {}
         self._unlinked_outputs: set[str] = set()     # injected outputs not yet answered by a response
-        self.upstream_connected = True
-        self.closed = False
-        self.frames_in = {"upstream": 0, "client": 0}
 
-    # ==== public entry points ===========================================================
-    def receive_upstream(self, frame: str | bytes, now: float) -> list[Action]:
-        return self._run(now, "upstream", self._upstream_frame, frame)
-
-    def receive_client(self, frame: str | bytes, now: float) -> list[Action]:
-        return self._run(now, "client", self._client_frame, frame)
-
-    def handler_yielded(self, call_id: str, value: Any, now: float) -> list[Action]:
-        return self._run(now, "handler", self._handler_yielded, call_id, value)
-
-    def handler_finished(self, call_id: str, outcome: Outcome, now: float) -> list[Action]:
-        return self._run(now, "handler", self._handler_finished, call_id, outcome)
-
-    def tick(self, now: float) -> list[Action]:
-        return self._run(now, "timer", self._tick)
-
-    def upstream_disconnected(self, now: float) -> list[Action]:
-        """The upstream socket dropped but the session may come back (sidecar reconnect):
-        handlers keep running, outputs wait for `upstream_reconnected`."""
-        return self._run(now, "upstream", self._disconnected)
-
-    def upstream_reconnected(self, now: float) -> list[Action]:
-        return self._run(now, "upstream", self._reconnected)
-
-    def close(self, now: float, reason: str = "session closed") -> list[Action]:
-        """The session is over: cancel running handlers; unanswered calls are recorded as
-        abandoned (there is nobody left to send their output to)."""
-        return self._run(now, "timer", self._close, reason)
-
-    def next_deadline(self) -> float | None:
-        """When `tick` must be called next (None: no timer pending)."""
-        deadlines = list(self._deadlines.values()) + list(self._delay_fillers.values())
+    def _other_deadlines(self) -> Iterable[float]:
         sequencer_deadline = self.sequencer.next_deadline()
-        if sequencer_deadline is not None:
-            deadlines.append(sequencer_deadline)
-        return min(deadlines) if deadlines else None
-
-    @property
-    def calls(self) -> list[CallEntry]:
-        return list(self.ledger)
-
-    @property
-    def id_prefix(self) -> str:
-        return self._id_prefix
-
-    def recording_header(self) -> dict[str, Any]:
-        """What a replay needs to rebuild this engine: recorded in the recording's header."""
-        return {
-            "id_prefix": self._id_prefix,
-            "hide_tool_events": self.config.hide_tool_events,
-            "declare_tools": self.config.declare_tools,
-            "unknown_tools": self.config.unknown_tools,
-        }
+        extra = () if sequencer_deadline is None else (sequencer_deadline,)
+        return (*self._delay_fillers.values(), *extra)
 
     # ==== plumbing ======================================================================
-    def _run(self, now: float, source: str, fn: Callable[..., None], *args: Any) -> list[Action]:
-        self._now = now
-        self._source = source
-        out = self._out = []
-        try:
-            fn(*args)
-            if not self.closed:
-                self._pump()
-        except Exception as exc:  # the engine must never take a session down
-            if self.config.strict:
-                raise
-            self._record_anomaly(f"internal error: {type(exc).__name__}: {exc}", None)
-        self._out = []
-        return out
+    def _after_input(self) -> None:
+        self._pump()
 
     def _new_event_id(self) -> str:
-        self._counter += 1
-        return f"{self._id_prefix}_e{self._counter}"
+        return self._new_id("e")
 
     def _new_item_id(self) -> str:
-        self._counter += 1
-        return f"{self._id_prefix}_i{self._counter}"
+        return self._new_id("i")
 
     def _remember_event(self, event_id: str, what: str, call_id: str | None) -> None:
         """Which frame an event id of ours was, so an error aimed at it can be attributed. Errors
@@ -228,12 +112,6 @@ class Engine:
         self._our_events[event_id] = (what, call_id)
         if len(self._our_events) > _REMEMBERED_EVENTS:
             del self._our_events[next(iter(self._our_events))]
-
-    def _record_anomaly(self, message: str, event_type: str | None) -> None:
-        anomaly = Anomaly(self._now, message, event_type, self._source)
-        self.anomalies.append(anomaly)
-        self._out.append(Notice("anomaly", {"message": message, "event_type": event_type,
-                                            "source": self._source}))
 
     def _send_upstream(self, event: dict[str, Any]) -> None:
         self._out.append(SendUpstream(json.dumps(event, ensure_ascii=False, separators=(",", ":"))))
@@ -660,9 +538,7 @@ class Engine:
         elif response.status in _CANCEL_STATES:
             self._interrupt_running_of(response)
         self._inject_ready(response)
-        if self.config.history_limit is not None:
-            self.conversation.forget_old(self.config.history_limit)
-            self.ledger.forget_old(self.config.history_limit)
+        self._forget_old()
         return self._client_view_of_response(event, data)
 
     def _client_view_of_response(self, event: dict[str, Any], data: dict[str, Any]) -> Any:
@@ -888,8 +764,7 @@ class Engine:
         self._decide(entry, rendered, OUTCOME_ERROR if rendered.is_error else OUTCOME_OK, tool)
 
     def _stop_handler(self, call_id: str) -> None:
-        self._handlers_active.discard(call_id)
-        self._deadlines.pop(call_id, None)
+        super()._stop_handler(call_id)
         self._delay_fillers.pop(call_id, None)
 
     def _decide(self, entry: CallEntry, rendered: RenderedOutput, outcome: str,
@@ -1092,10 +967,7 @@ class Engine:
             self._add_update(entry, f"update from {entry.name}: stopped after {seconds} s (timeout)")
 
     # ==== connection lifecycle ==========================================================
-    def _disconnected(self) -> None:
-        self.upstream_connected = False
-
-    def _reconnected(self) -> None:
+    def _on_reconnect(self) -> None:
         self.upstream_connected = True
         self.sequencer.reset_connection()
         for response_id in list(self.conversation.response_order):
@@ -1113,17 +985,8 @@ class Engine:
                 for text in self._pending_updates.pop(call_id):
                     self._send_update(entry, text)
 
-    def _close(self, reason: str) -> None:
-        for call_id in list(self._handlers_active):
-            self._out.append(CancelHandler(call_id, reason))
-            self._stop_handler(call_id)
-        for entry in self.ledger.unanswered():
-            if entry.outcome is None:
-                entry.outcome = OUTCOME_ABANDONED
-            self._out.append(Notice("tool_call", tool_call_fields(entry) | {
-                "outcome": OUTCOME_ABANDONED, "reason": reason}))
+    def _on_close(self) -> None:
         self._held_creates.clear()
-        self.closed = True
 
     # ==== client ========================================================================
     def _client_frame(self, frame: str | bytes) -> None:
@@ -1250,12 +1113,6 @@ class Engine:
         self._remember_event(event_id, "response.cancel", None)
         return event_id
 
-    # ==== views =========================================================================
-    def dump(self) -> str:
-        from relay.engine.dump import dump_engine
-
-        return dump_engine(self)
-
 
 def _content_index(event: dict[str, Any]) -> int:
     index = event.get("content_index")
@@ -1271,4 +1128,4 @@ def _short(exc: BaseException) -> str:
     return text if len(text) <= 120 else text[:117] + "..."
 
 
-__all__ = ["Anomaly", "Engine", "EngineConfig", "HandlerKind"]
+__all__ = ["DEFAULT_HISTORY_LIMIT", "Anomaly", "Engine", "EngineConfig", "HandlerKind"]

@@ -33,12 +33,12 @@ from typing import Any, Callable, Iterable, Union
 
 from relay.dialects.base import Dialect
 from relay.dialects.gemini import GEMINI, GeminiDialect, field, key_of, response_text
-from relay.engine.actions import Action, CancelHandler, Close, Notice, Outcome, SendClient, SendUpstream, StartHandler
+from relay.engine.actions import CancelHandler, Close, Notice, Outcome, SendClient, SendUpstream, StartHandler
 from relay.engine.calls import seconds_text, tool_call_fields
-from relay.engine.conversation import ABSENT, Conversation, ItemRecord, ResponseRecord
-from relay.engine.core import Anomaly, Engine, EngineConfig
+from relay.engine.conversation import ABSENT, ItemRecord, ResponseRecord
+from relay.engine.base import EngineBase, EngineConfig
+from relay.engine.core import Engine
 from relay.engine.ledger import (
-    OUTCOME_ABANDONED,
     OUTCOME_BAD_ARGUMENTS,
     OUTCOME_CANCELLED,
     OUTCOME_ERROR,
@@ -46,7 +46,6 @@ from relay.engine.ledger import (
     OUTCOME_TIMEOUT,
     OUTCOME_UNKNOWN_TOOL,
     CallEntry,
-    CallLedger,
     CallState,
     Owner,
 )
@@ -152,7 +151,7 @@ def _response_body(rendered: RenderedOutput, text: bool) -> dict[str, Any]:
         return {"output": rendered.output}
 
 
-class GeminiEngine:
+class GeminiEngine(EngineBase):
     """One Gemini Live session's state and rules."""
 
     def __init__(
@@ -164,105 +163,15 @@ class GeminiEngine:
         session_id: str = "session",
         id_prefix: str = "relay",
     ) -> None:
-        self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
-        self.dialect = dialect
-        self.config = config or EngineConfig()
-        self.session_id = session_id
-        self.anomalies: list[Anomaly] = []
-        self.conversation = Conversation(self._record_anomaly)
-        self.ledger = CallLedger()
-        self.upstream_connected = True
-        self.closed = False
-        self.frames_in = {"upstream": 0, "client": 0}
-        self._id_prefix = id_prefix[:16]
-        self._counter = 0
-        self._now = 0.0
-        self._out: list[Action] = []
-        self._source = "upstream"
+        super().__init__(tools, dialect=dialect, config=config, session_id=session_id, id_prefix=id_prefix)
         self._hiding = self.config.hide_tool_events and self.config.has_client
         self._client_functions: set[str] = set()     # names the client declared in its setup
-        self._handlers_active: set[str] = set()
-        self._deadlines: dict[str, float] = {}        # call_id -> handler timeout
         self._interim: dict[str, tuple[RenderedOutput, bool]] = {}   # streaming: last value sent
         self._unsent: list[tuple[str, dict[str, Any], bool]] = []    # (call_id, answer, final)
         self._turn: ResponseRecord | None = None      # the model turn in progress
         self._model_item: str | None = None           # its message item taking words
         self._user_item: str | None = None            # the user's spoken turn being transcribed
         self._refused = False                         # the client's setup was refused
-
-    # ==== public entry points ===========================================================
-    def receive_upstream(self, frame: str | bytes, now: float) -> list[Action]:
-        return self._run(now, "upstream", self._upstream_frame, frame)
-
-    def receive_client(self, frame: str | bytes, now: float) -> list[Action]:
-        return self._run(now, "client", self._client_frame, frame)
-
-    def handler_yielded(self, call_id: str, value: Any, now: float) -> list[Action]:
-        return self._run(now, "handler", self._handler_yielded, call_id, value)
-
-    def handler_finished(self, call_id: str, outcome: Outcome, now: float) -> list[Action]:
-        return self._run(now, "handler", self._handler_finished, call_id, outcome)
-
-    def tick(self, now: float) -> list[Action]:
-        return self._run(now, "timer", self._tick)
-
-    def upstream_disconnected(self, now: float) -> list[Action]:
-        """The upstream dropped but may come back: handlers go on, answers wait."""
-        return self._run(now, "upstream", self._set_connected, False)
-
-    def upstream_reconnected(self, now: float) -> list[Action]:
-        return self._run(now, "upstream", self._set_connected, True)
-
-    def close(self, now: float, reason: str = "session closed") -> list[Action]:
-        """The session is over: running handlers are cancelled, unanswered calls abandoned."""
-        return self._run(now, "timer", self._close, reason)
-
-    def next_deadline(self) -> float | None:
-        return min(self._deadlines.values(), default=None)
-
-    @property
-    def calls(self) -> list[CallEntry]:
-        return list(self.ledger)
-
-    @property
-    def id_prefix(self) -> str:
-        return self._id_prefix
-
-    def recording_header(self) -> dict[str, Any]:
-        return {
-            "id_prefix": self._id_prefix,
-            "hide_tool_events": self.config.hide_tool_events,
-            "declare_tools": self.config.declare_tools,
-            "unknown_tools": self.config.unknown_tools,
-        }
-
-    def dump(self) -> str:
-        from relay.engine.dump import dump_engine
-
-        return dump_engine(self)  # type: ignore[arg-type]   # reads only what both engines have
-
-    # ==== plumbing ======================================================================
-    def _run(self, now: float, source: str, fn: Callable[..., None], *args: Any) -> list[Action]:
-        self._now = now
-        self._source = source
-        out = self._out = []
-        try:
-            fn(*args)
-        except Exception as exc:  # the engine must never take a session down
-            if self.config.strict:
-                raise
-            self._record_anomaly(f"internal error: {type(exc).__name__}: {exc}", None)
-        self._out = []
-        return out
-
-    def _new_id(self, kind: str) -> str:
-        self._counter += 1
-        return f"{self._id_prefix}_{kind}{self._counter}"
-
-    def _record_anomaly(self, message: str, event_type: str | None) -> None:
-        self.anomalies.append(Anomaly(self._now, message, event_type, self._source))
-        self._out.append(Notice("anomaly", {"message": message, "event_type": event_type,
-                                            "source": self._source}))
 
     def _to_client(self, frame: str | bytes) -> None:
         if self.config.has_client:
@@ -414,9 +323,7 @@ class GeminiEngine:
         self._turn = None
         self._model_item = None
         self._user_item = None
-        if self.config.history_limit is not None:
-            self.conversation.forget_old(self.config.history_limit)
-            self.ledger.forget_old(self.config.history_limit)
+        self._forget_old()
 
     def _add_item(self, data: dict[str, Any], origin: str, *, previous: Any = ABSENT,
                   turn: ResponseRecord | None = None, hidden: bool = False) -> ItemRecord:
@@ -602,8 +509,7 @@ class GeminiEngine:
                      text=text, scheduling=scheduling)
 
     def _stop_handler(self, call_id: str) -> None:
-        self._handlers_active.discard(call_id)
-        self._deadlines.pop(call_id, None)
+        super()._stop_handler(call_id)
         self._interim.pop(call_id, None)
 
     def _scheduling(self, entry: CallEntry, rendered: RenderedOutput) -> Scheduling | None:
@@ -686,26 +592,16 @@ class GeminiEngine:
             self._decide(entry, render_error(f"timed out after {shown} s", status="incomplete",
                                              limit=self.config.output_limit), OUTCOME_TIMEOUT, tool)
 
-    def _set_connected(self, connected: bool) -> None:
-        self.upstream_connected = connected
-        if connected:
-            unsent, self._unsent = self._unsent, []
-            for call_id, answer, final in unsent:
-                entry = self.ledger.get(call_id)
-                if entry is not None:
-                    self._send_answer(entry, answer, final)
+    def _on_reconnect(self) -> None:
+        self.upstream_connected = True
+        unsent, self._unsent = self._unsent, []
+        for call_id, answer, final in unsent:
+            entry = self.ledger.get(call_id)
+            if entry is not None:
+                self._send_answer(entry, answer, final)
 
-    def _close(self, reason: str) -> None:
-        for call_id in list(self._handlers_active):
-            self._out.append(CancelHandler(call_id, reason))
-            self._stop_handler(call_id)
-        for entry in self.ledger.unanswered():
-            if entry.outcome is None:
-                entry.outcome = OUTCOME_ABANDONED
-            self._out.append(Notice("tool_call", tool_call_fields(entry) | {
-                "outcome": OUTCOME_ABANDONED, "reason": reason}))
+    def _on_close(self) -> None:
         self._unsent.clear()
-        self.closed = True
 
     # ==== client ========================================================================
     def _client_frame(self, frame: str | bytes) -> None:
