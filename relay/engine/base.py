@@ -19,6 +19,7 @@ from relay.engine.ledger import OUTCOME_ABANDONED, CallEntry, CallLedger
 from relay.tools import ToolRegistry, ToolSpec
 
 Mode = Literal["proxy", "sidecar", "replay"]
+_UNKNOWN: Any = object()
 
 # What `relay serve` and `relay attach` keep of a live session: the last 16 items (three
 # tool-call turns or so), responses and finished calls. The engine's rules only ever look at the
@@ -84,6 +85,7 @@ class EngineBase:
         self._source = "upstream"
         self._handlers_active: set[str] = set()        # call ids whose handler runs
         self._deadlines: dict[str, float] = {}         # call_id -> handler timeout
+        self._deadline: Any = _UNKNOWN                 # next_deadline(), until the state changes
 
     # ==== public entry points ===========================================================
     def receive_upstream(self, frame: str | bytes, now: float) -> list[Action]:
@@ -115,8 +117,11 @@ class EngineBase:
         return self._run(now, "timer", self._close, reason)
 
     def next_deadline(self) -> float | None:
-        """When `tick` must be called next (None: no timer pending)."""
-        return min((*self._deadlines.values(), *self._other_deadlines()), default=None)
+        """When `tick` must be called next (None: no timer pending). Asked after every frame by
+        the edge, so it is computed once per change of state (every input but a forwarded one)."""
+        if self._deadline is _UNKNOWN:
+            self._deadline = min((*self._deadlines.values(), *self._other_deadlines()), default=None)
+        return self._deadline
 
     @property
     def calls(self) -> list[CallEntry]:
@@ -144,6 +149,7 @@ class EngineBase:
     def _run(self, now: float, source: str, fn: Callable[..., None], *args: Any) -> list[Action]:
         self._now = now
         self._source = source
+        self._deadline = _UNKNOWN
         out = self._out = []
         try:
             fn(*args)

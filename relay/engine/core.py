@@ -91,6 +91,19 @@ class Engine(EngineBase):
         self._pending_updates: dict[str, list[str]] = {}
         self._unlinked_outputs: set[str] = set()     # injected outputs not yet answered by a response
 
+    # ---- the audio fast path: frames the engine only forwards skip its bookkeeping ----
+    def receive_upstream(self, frame: str | bytes, now: float) -> list[Action]:
+        if type(frame) is str and peek_type(frame) in UPSTREAM_PASSTHROUGH and has_single_plain_type(frame):
+            self.frames_in["upstream"] += 1
+            return [SendClient(frame)] if self.config.has_client else []
+        return super().receive_upstream(frame, now)
+
+    def receive_client(self, frame: str | bytes, now: float) -> list[Action]:
+        if type(frame) is str and peek_type(frame) in CLIENT_PASSTHROUGH and has_single_plain_type(frame):
+            self.frames_in["client"] += 1
+            return [SendUpstream(frame)]
+        return super().receive_client(frame, now)
+
     def _other_deadlines(self) -> Iterable[float]:
         sequencer_deadline = self.sequencer.next_deadline()
         extra = () if sequencer_deadline is None else (sequencer_deadline,)
@@ -160,10 +173,6 @@ class Engine(EngineBase):
         self.frames_in["upstream"] += 1
         if not isinstance(frame, str):
             self._record_anomaly("binary frame from upstream dropped", None)
-            return
-        if peek_type(frame) in UPSTREAM_PASSTHROUGH and has_single_plain_type(frame):
-            if self.config.has_client:
-                self._out.append(SendClient(frame))
             return
         event = self._parse(frame)
         if event is None:
@@ -994,9 +1003,6 @@ class Engine(EngineBase):
         if not isinstance(frame, str):
             self._client_error("binary_frame_not_supported",
                                "binary frames are not part of the realtime protocol; send JSON text")
-            return
-        if peek_type(frame) in CLIENT_PASSTHROUGH and has_single_plain_type(frame):
-            self._out.append(SendUpstream(frame))
             return
         event = self._parse(frame)
         if event is None:
