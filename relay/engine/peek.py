@@ -11,12 +11,21 @@ from __future__ import annotations
 
 import re
 
+_COMPACT_TYPE_FIRST = '{"type":"'
 _TYPE_FIRST = re.compile(r'\s*\{\s*"type"\s*:\s*"([^"\\]*)"')
 _WHITESPACE = " \t\r\n"
 
 
 def peek_type(frame: str) -> str | None:
     """The top-level `type` of a JSON object frame, or None when unsure (parse it in full then)."""
+    # Compact JSON with `type` first (what the servers send): plain string scans, half the
+    # regular expression's cost, on every audio frame.
+    if frame.startswith(_COMPACT_TYPE_FIRST):
+        end = frame.find('"', len(_COMPACT_TYPE_FIRST))
+        if end >= 0:
+            value = frame[len(_COMPACT_TYPE_FIRST):end]
+            if "\\" not in value:
+                return value
     match = _TYPE_FIRST.match(frame)
     if match is not None:
         return match.group(1)
