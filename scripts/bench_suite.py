@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import argparse
 import collections
+import ctypes
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -108,6 +110,12 @@ class Service:
                 self.process.wait()
 
 
+def _die_with_parent() -> None:
+    """In a child, before exec: the kernel sends it SIGTERM when the benchmark dies, so an
+    interrupted run (a CI timeout) leaves no servers behind (Linux prctl PR_SET_PDEATHSIG)."""
+    ctypes.CDLL(None).prctl(1, signal.SIGTERM)
+
+
 def _drain(stream: Any, tail: collections.deque[str]) -> None:
     """Keep reading a child's log so it never blocks on a full pipe; keep the last lines."""
     for line in stream:
@@ -116,7 +124,7 @@ def _drain(stream: Any, tail: collections.deque[str]) -> None:
 
 def start_service(name: str, command: list[str], find_url: Callable[[str], str | None], *, from_stderr: bool) -> Service:
     """Start a process and read its lines until `find_url` finds the URL it listens on."""
-    process = subprocess.Popen(command, cwd=ROOT, text=True, stdin=subprocess.DEVNULL,
+    process = subprocess.Popen(command, cwd=ROOT, text=True, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent,
                                stdout=subprocess.DEVNULL if from_stderr else subprocess.PIPE,
                                stderr=subprocess.PIPE if from_stderr else subprocess.STDOUT)
     stream = process.stderr if from_stderr else process.stdout
@@ -165,7 +173,8 @@ def run_clients(mode: str, url: str, services: dict[str, Service], *, on_event: 
                "--control", services["upstream"].url.replace("/v1/realtime", "/control")]
     for name, value in options.items():
         command += [f"--{name.replace('_', '-')}", str(value)]
-    process = subprocess.Popen(command, cwd=ROOT, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    process = subprocess.Popen(command, cwd=ROOT, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               preexec_fn=_die_with_parent)
     assert process.stdout is not None and process.stdin is not None
     timer = threading.Timer(TRIAL_TIMEOUT_S, process.kill)
     timer.start()
