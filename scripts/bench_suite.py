@@ -69,7 +69,7 @@ class Plan:
 
 
 FULL = Plan(throughput_sessions=(1, 10, 100), throughput_warmup=1.0, throughput_seconds=3.0,
-            realtime_ladder=(10, 25, 50, 100, 150, 200, 300, 400, 600, 800), realtime_warmup=1.5,
+            realtime_ladder=(10, 25, 50, 100, 150, 200, 250, 300, 400, 600, 800), realtime_warmup=1.5,
             realtime_seconds=4.0, realtime_budget_s=600.0, tool_calls=1000, idle_sessions=1000, replay_turns=200,
             overhead_frames=200_000, rounds=3)
 QUICK = Plan(throughput_sessions=(1, 10, 100), throughput_warmup=0.3, throughput_seconds=1.0,
@@ -242,10 +242,11 @@ def memory(services: dict[str, Service], plan: Plan) -> dict[str, Any]:
     return figures
 
 
-def trial_round(mode: str, services: dict[str, Service], **options: Any) -> dict[str, dict[str, Any]]:
+def trial_round(mode: str, services: dict[str, Service], paths: tuple[str, ...] = PATHS,
+                **options: Any) -> dict[str, dict[str, Any]]:
     """One trial per path, back to back, each with its proxy's CPU and RSS over the window."""
     results = {}
-    for path in PATHS:
+    for path in paths:
         sampler = Sampler(services.get(path))
         result = run_clients(mode, path_url(services, path), services, on_event=sampler, **options)
         del result["sessions"]
@@ -280,49 +281,73 @@ def throughput(services: dict[str, Service], plan: Plan) -> list[dict[str, Any]]
         step = {"sessions": sessions, **median_figures(rounds), "rounds": rounds}
         report(f"throughput {sessions:>3} sessions: direct {step['direct']['events_per_s']:>8,.0f}  "
                f"raw {step['raw']['events_per_s']:>8,.0f}  relay {step['relay']['events_per_s']:>8,.0f} events/s  "
-               f"relay/raw {step['relay_vs_raw']:.2f}  CPU per event raw {step['raw']['cpu_us_per_event']:.1f} us, "
+               f"relay/raw {step['relay_vs_raw']:.2f} (median of the rounds' ratios)  CPU per event raw {step['raw']['cpu_us_per_event']:.1f} us, "
                f"relay {step['relay']['cpu_us_per_event']:.1f} us")
         steps.append(step)
     return steps
 
 
+def realtime_step(services: dict[str, Service], plan: Plan, sessions: int,
+                  proxies: tuple[str, ...] = ("raw", "relay")) -> dict[str, Any]:
+    """`plan.rounds` rounds of the direct path and `proxies` at `sessions`; medians, and whether
+    each proxy kept within the bound."""
+    rounds = []
+    for _ in range(plan.rounds):
+        figures = trial_round("realtime", services, ("direct", *proxies), sessions=sessions,
+                              warmup=plan.realtime_warmup, seconds=plan.realtime_seconds)
+        for path in proxies:   # against the direct path of the same round
+            figures[path]["added_p50_ms"] = figures[path]["latency"]["p50_ms"] - figures["direct"]["latency"]["p50_ms"]
+            figures[path]["added_p99_ms"] = figures[path]["latency"]["p99_ms"] - figures["direct"]["latency"]["p99_ms"]
+        rounds.append(figures)
+    step = {"sessions": sessions, **median_figures(rounds), "rounds": rounds}
+    for path in proxies:
+        figures = step[path]
+        figures["rss_kb_per_session"] = (figures["rss_mb"] - services[path].idle_rss_mb) * 1024 / sessions
+        # a path that cannot deliver the frames does not hold the sessions, whatever its latency
+        figures["within_bound"] = figures["added_p99_ms"] < LATENCY_BOUND_MS and figures["delivered_ratio"] >= 0.95
+    return step
+
+
 def realtime(services: dict[str, Service], plan: Plan) -> dict[str, Any]:
-    """Climb the ladder of session counts until both proxies pass the bound (or the budget ends);
-    100 sessions are always measured when the ladder holds them (a target is set there)."""
+    """Climb the ladder of session counts until both proxies pass the bound (or the budget ends;
+    100 sessions are always measured, a target is set there), then halve the gap between each
+    proxy's last pass and its first failure twice, so the two are compared finer than the ladder."""
     steps: list[dict[str, Any]] = []
     held = {"raw": 0, "relay": 0}
-    failed: set[str] = set()
+    first_failure: dict[str, int] = {}
     started = time.monotonic()
     for sessions in plan.realtime_ladder:
         over_budget = time.monotonic() - started > plan.realtime_budget_s
-        if (failed == {"raw", "relay"} or over_budget) and sessions > 100:
+        if (len(first_failure) == 2 or over_budget) and sessions > 100:
             break
-        rounds = []
-        for _ in range(plan.rounds):
-            figures = trial_round("realtime", services, sessions=sessions, warmup=plan.realtime_warmup,
-                                  seconds=plan.realtime_seconds)
-            for path in ("raw", "relay"):   # against the direct path of the same round
-                figures[path]["added_p50_ms"] = figures[path]["latency"]["p50_ms"] - figures["direct"]["latency"]["p50_ms"]
-                figures[path]["added_p99_ms"] = figures[path]["latency"]["p99_ms"] - figures["direct"]["latency"]["p99_ms"]
-            rounds.append(figures)
-        step = {"sessions": sessions, **median_figures(rounds), "rounds": rounds}
+        step = realtime_step(services, plan, sessions)
         for path in ("raw", "relay"):
-            figures = step[path]
-            figures["rss_kb_per_session"] = (figures["rss_mb"] - services[path].idle_rss_mb) * 1024 / sessions
-            # a path that cannot deliver the frames does not hold the sessions, whatever its latency
-            within = figures["added_p99_ms"] < LATENCY_BOUND_MS and figures["delivered_ratio"] >= 0.95
-            figures["within_bound"] = within
-            if within and path not in failed:
+            if not step[path]["within_bound"]:
+                first_failure.setdefault(path, sessions)
+            elif path not in first_failure:
                 held[path] = sessions
-            elif not within:
-                failed.add(path)
         step["relay_minus_raw_added_p99_ms"] = step["relay"]["added_p99_ms"] - step["raw"]["added_p99_ms"]
         report(f"realtime {sessions:>4} sessions: added p50/p99 raw {step['raw']['added_p50_ms']:.2f}/"
                f"{step['raw']['added_p99_ms']:.2f} ms, relay {step['relay']['added_p50_ms']:.2f}/"
                f"{step['relay']['added_p99_ms']:.2f} ms (direct p99 {step['direct']['latency']['p99_ms']:.2f} ms); "
                f"CPU raw {step['raw']['cpu_percent']:.0f}%, relay {step['relay']['cpu_percent']:.0f}%")
         steps.append(step)
-    return {"bound_ms": LATENCY_BOUND_MS, "steps": steps, "max_sessions_within_bound": held,
+    refinements: list[dict[str, Any]] = []
+    for path, failing in first_failure.items():
+        for _ in range(2 if time.monotonic() - started <= plan.realtime_budget_s else 0):
+            middle = round((held[path] + failing) / 10) * 5
+            if not held[path] < middle < failing:
+                break
+            step = realtime_step(services, plan, middle, (path,))
+            if step[path]["within_bound"]:
+                held[path] = middle
+            else:
+                failing = middle
+            report(f"realtime {middle:>4} sessions, {path} alone: added p99 {step[path]['added_p99_ms']:.2f} ms "
+                   f"({'within' if step[path]['within_bound'] else 'over'} the bound)")
+            refinements.append({"proxy": path, **step})
+    return {"bound_ms": LATENCY_BOUND_MS, "steps": steps, "refinements": refinements,
+            "max_sessions_within_bound": held,
             "relay_vs_raw_sessions": held["relay"] / held["raw"] if held["raw"] else None,
             "search_stopped_by_budget": time.monotonic() - started > plan.realtime_budget_s}
 
