@@ -8,13 +8,15 @@ or scripts/bench_rawproxy.py) and the clients (scripts/bench_clients.py) as sepa
 this process only starts them, reads their results and samples the proxies' CPU time and RSS from
 /proc (Linux).
 
-1. throughput: 1, 10, 100 sessions flooded with output-audio deltas -> events/s
+1. the RSS of idle sessions
 2. realtime: N sessions at 50 frames/s each way -> one-way latency (monotonic clock shared by the
    processes), added latency = a path's percentile minus the direct path's, CPU, RSS; N grows
    until the added p99 passes 10 ms
-3. tool turnaround through `relay serve`: response.done -> output + follow-up response.create
-4. replay speed (scripts/bench_replay.py) and the RSS of idle sessions
-5. the relay's cost per frame without sockets (scripts/bench_session.py), to explain the others
+3. throughput: 1, 10, 100 sessions flooded with output-audio deltas -> events/s
+4. tool turnaround through `relay serve`: response.done -> output + follow-up response.create
+5. replay speed (scripts/bench_replay.py), and the relay's cost per frame without sockets
+   (scripts/bench_session.py), to explain the others
+Each of the first three scenarios starts with freshly started proxies (see fresh_proxies).
 
 Usage: scripts/bench [--quick] [--json FILE]
 """
@@ -46,6 +48,9 @@ SCRIPTS = Path(__file__).resolve().parent
 ROOT = SCRIPTS.parent
 PYTHON = sys.executable
 PATHS = ("direct", "raw", "relay")
+# frames an idle session waits for: through the relay, also the session.updated that answers its
+# tool declaration
+IDLE_FRAMES = {"raw": 1, "relay": 2}
 LATENCY_BOUND_MS = 10.0
 TRIAL_TIMEOUT_S = 600.0
 
@@ -87,7 +92,7 @@ class Service:
     process: subprocess.Popen[str]
     url: str
     log_tail: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=40))
-    idle_rss_mb: float = 0.0   # with no session, after one came and went (see memory())
+    idle_rss_mb: float = 0.0   # with no session, after one came and went (see fresh_proxies())
 
     def cpu_seconds(self) -> float:
         """User + system CPU time so far, from /proc/<pid>/stat."""
@@ -152,18 +157,29 @@ def _relay_url(line: str) -> str | None:
     return record.get("url") if isinstance(record, dict) and record.get("msg", "").startswith("listening on") else None
 
 
-def start_services(services: dict[str, Service]) -> None:
-    """Start the upstream and both proxies into `services` (filled as they start, so a failure
-    leaves the started ones there to be stopped)."""
-    upstream = services["upstream"] = start_service("upstream", [PYTHON, str(SCRIPTS / "bench_upstream.py")], _plain_url, from_stderr=False)
-    base = upstream.url.removesuffix("/v1/realtime")
-    services["raw"] = start_service("raw proxy", [PYTHON, str(SCRIPTS / "bench_rawproxy.py"), "--upstream", base],
-                        _plain_url, from_stderr=False)
-    services["relay"] = start_service("relay", [PYTHON, "-m", "relay", "serve", "--upstream", upstream.url,
-                                                "--dialect", "openai",
-                                    "--tools", str(SCRIPTS / "bench_tools.py"), "--port", "0",
-                                    "--drain-seconds", "0", "--log-format", "json"],
+def start_upstream(services: dict[str, Service]) -> None:
+    services["upstream"] = start_service("upstream", [PYTHON, str(SCRIPTS / "bench_upstream.py")], _plain_url,
+                                         from_stderr=False)
+
+
+def fresh_proxies(services: dict[str, Service]) -> None:
+    """(Re)start both proxies, so a scenario's RSS figures do not carry the heap another scenario
+    grew (Python seldom gives memory back), and record each one's RSS with no session after one
+    session has come and gone (lazy imports and first-use allocations are then not counted).
+    `services` is filled as they start, so a failure leaves the started ones there to be stopped."""
+    for path in ("raw", "relay"):
+        if path in services:
+            services.pop(path).stop()
+    upstream = services["upstream"].url
+    services["raw"] = start_service("raw proxy", [PYTHON, str(SCRIPTS / "bench_rawproxy.py"), "--upstream",
+                                                  upstream.removesuffix("/v1/realtime")], _plain_url, from_stderr=False)
+    services["relay"] = start_service("relay", [PYTHON, "-m", "relay", "serve", "--upstream", upstream,
+                                                "--dialect", "openai", "--tools", str(SCRIPTS / "bench_tools.py"),
+                                                "--port", "0", "--drain-seconds", "0", "--log-format", "json"],
                                       _relay_url, from_stderr=True)
+    for path, frames in IDLE_FRAMES.items():
+        run_clients("idle", services[path].url, services, sessions=1, expect_frames=frames)
+        services[path].idle_rss_mb = services[path].rss_bytes() / 2**20
 
 
 def run_clients(mode: str, url: str, services: dict[str, Service], *, on_event: Callable[[str], None] | None = None,
@@ -223,21 +239,15 @@ class Sampler:
 # ---- scenarios ----------------------------------------------------------------------------
 
 def memory(services: dict[str, Service], plan: Plan) -> dict[str, Any]:
-    """RSS of idle sessions: a proxy's RSS with N idle sessions minus its RSS with none (after one
-    session has come and gone, so lazy imports and first-use allocations are not counted), / N.
-    Runs first, while the proxies' heaps hold nothing from other scenarios."""
+    """RSS of idle sessions: a fresh proxy's RSS with N idle sessions minus its RSS with none, / N."""
     figures: dict[str, Any] = {"sessions": plan.idle_sessions}
-    # through the relay a session also receives the session.updated that answers its tool declaration
-    for path, frames in (("raw", 1), ("relay", 2)):
+    for path, frames in IDLE_FRAMES.items():
         service = services[path]
-        run_clients("idle", service.url, services, sessions=1, expect_frames=frames)
-        baseline = service.rss_bytes()
-        service.idle_rss_mb = baseline / 2**20
         loaded: list[int] = []
         run_clients("idle", service.url, services, sessions=plan.idle_sessions, expect_frames=frames,
                     on_event=lambda event: loaded.append(service.rss_bytes()) if event == "ready" else None)
-        figures[path] = {"baseline_mb": baseline / 2**20, "loaded_mb": loaded[0] / 2**20,
-                         "kb_per_session": (loaded[0] - baseline) / plan.idle_sessions / 1024}
+        figures[path] = {"baseline_mb": service.idle_rss_mb, "loaded_mb": loaded[0] / 2**20,
+                         "kb_per_session": (loaded[0] / 2**20 - service.idle_rss_mb) * 1024 / plan.idle_sessions}
     figures["relay_vs_raw"] = figures["relay"]["kb_per_session"] / figures["raw"]["kb_per_session"]
     return figures
 
@@ -302,6 +312,7 @@ def realtime_step(services: dict[str, Service], plan: Plan, sessions: int,
     step = {"sessions": sessions, **median_figures(rounds), "rounds": rounds}
     for path in proxies:
         figures = step[path]
+        # the ladder climbs, so the heap the previous step grew is reused rather than counted again
         figures["rss_kb_per_session"] = (figures["rss_mb"] - services[path].idle_rss_mb) * 1024 / sessions
         # a path that cannot deliver the frames does not hold the sessions, whatever its latency
         figures["within_bound"] = figures["added_p99_ms"] < LATENCY_BOUND_MS and figures["delivered_ratio"] >= 0.95
@@ -415,12 +426,15 @@ def main() -> int:
     report(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
     services: dict[str, Service] = {}
     try:
-        start_services(services)
+        start_upstream(services)
+        fresh_proxies(services)
         figures["memory"] = memory(services, plan)
         report(f"idle sessions ({plan.idle_sessions}): raw {figures['memory']['raw']['kb_per_session']:.1f} KB, "
                f"relay {figures['memory']['relay']['kb_per_session']:.1f} KB RSS per session")
-        figures["throughput"] = throughput(services, plan)
+        fresh_proxies(services)
         figures["realtime"] = realtime(services, plan)
+        fresh_proxies(services)
+        figures["throughput"] = throughput(services, plan)
         figures["tool_turnaround"] = tool_turnaround(services, plan)
     finally:
         for service in reversed(services.values()):
