@@ -13,9 +13,13 @@ _EXPORTS = {
     "Interruption": "relay.tools",
     "Engine": "relay.engine",
     "EngineConfig": "relay.engine",
+    "GeminiEngine": "relay.engine.gemini",
     "serve": "relay.server",
     "RelayServer": "relay.server",
     "ServerConfig": "relay.server",
+    "attach": "relay.sidecar",
+    "Sidecar": "relay.sidecar",
+    "SidecarConfig": "relay.sidecar",
 }
 
 

@@ -22,7 +22,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("relay.export",
                "export a recorded conversation as OpenAI chat, Anthropic, Gemini or Vapi JSON"),
     "serve": ("relay.server",
-              "proxy realtime clients to OpenAI, Azure or Foundry and run tools in their sessions"),
+              "proxy realtime clients to OpenAI, Azure, Foundry or Gemini Live and run tools in their sessions"),
+    "attach": ("relay.sidecar",
+               "attach to a live WebRTC or SIP call by call_id and run tools beside it"),
+    "sidecar": ("relay.webhooks",
+                "accept incoming SIP calls from signed webhooks and attach to each with tools"),
 }
 
 

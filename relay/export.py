@@ -4,7 +4,7 @@ A realtime session ends as a conversation (items linked by `previous_item_id`) a
 Teams replay it elsewhere: as an OpenAI Chat Completions message list, an Anthropic Messages
 request, a Gemini `generateContent` request, or the tool-call results a Vapi server returns. The
 export works on the engine's `Conversation` and `CallLedger` only, never on raw events, so any
-dialect that fills them can be exported.
+dialect that fills them can be exported: Gemini Live recordings go through the `GeminiEngine`.
 
 Each target format has rules the realtime conversation does not follow, and the export keeps the
 document valid for its format rather than copying the conversation blindly:
@@ -30,9 +30,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, get_args
 
+from relay.dialects.gemini import is_gemini_message
 from relay.engine import CallLedger, CallState, Engine, EngineConfig, Owner
 from relay.engine.conversation import Conversation, ItemRecord
-from relay.recording import UPSTREAM_TO_RELAY, Frame, RecordingError, read_recording
+from relay.engine.gemini import AnyEngine, GeminiEngine
+from relay.recording import (
+    CLIENT_TO_RELAY,
+    RELAY_TO_UPSTREAM,
+    UPSTREAM_TO_RELAY,
+    Frame,
+    Recording,
+    RecordingError,
+    read_recording,
+)
 
 Format = Literal["openai-chat", "anthropic", "gemini", "vapi"]
 FORMATS: tuple[str, ...] = get_args(Format)
@@ -469,7 +479,7 @@ def _formatter(format: str) -> Callable[[_Flow, list[ExportNote]], dict[str, Any
 
 
 def export_conversation(
-    source: Engine | tuple[Conversation, CallLedger], format: str
+    source: AnyEngine | tuple[Conversation, CallLedger], format: str
 ) -> Export:
     """The conversation of `source` (an engine, or its conversation and ledger) in `format`,
     with a report of what the export had to change or could not carry."""
@@ -484,23 +494,47 @@ def export_conversation(
     return Export(format, document, notes)
 
 
-def engine_from_recording(path: str | Path) -> tuple[Engine, list[str]]:
-    """An engine fed every upstream frame of a recording (what the provider said, which includes
-    the echo of every item the relay or the client created), and the reader's warnings."""
+def engine_from_recording(path: str | Path) -> tuple[AnyEngine, list[str]]:
+    """An engine fed what the provider saw of a recorded session, and the reader's warnings.
+
+    OpenAI-family providers echo every item the relay or the client created, so their frames
+    alone are the conversation. Gemini Live echoes nothing: its engine also reads what went up
+    (the relay's answers and the client's turns, as sent; for a plain event log, the client's
+    messages), with no tools of its own, so every call and answer is taken as it was."""
     try:
-        recording = read_recording(path, directions=[UPSTREAM_TO_RELAY])
+        recording = read_recording(path)
     except OSError as exc:
         raise ExportError(f"cannot read {path}: {exc.strerror or exc}") from None
     except RecordingError as exc:
         raise ExportError(str(exc)) from None
-    dialect = (recording.header or {}).get("dialect")
-    if isinstance(dialect, str) and dialect.startswith("gemini"):
-        raise ExportError(f"{path}: export reads OpenAI-family recordings; this one is {dialect!r}")
-    engine = Engine(config=EngineConfig(mode="replay"), session_id=str(
-        (recording.header or {}).get("session_id") or Path(path).stem))
+    session_id = str((recording.header or {}).get("session_id") or Path(path).stem)
+    if _is_gemini(recording):
+        return _gemini_engine(recording, session_id), recording.warnings
+    engine = Engine(config=EngineConfig(mode="replay"), session_id=session_id)
     for frame in recording.frames:
-        engine.receive_upstream(_frame_payload(frame), frame.t)
+        if frame.direction == UPSTREAM_TO_RELAY:
+            engine.receive_upstream(_frame_payload(frame), frame.t)
     return engine, recording.warnings
+
+
+def _is_gemini(recording: Recording) -> bool:
+    dialect = (recording.header or {}).get("dialect")
+    if isinstance(dialect, str):
+        return dialect.startswith("gemini")
+    first = next((frame.event for frame in recording.frames if frame.event is not None), None)
+    return is_gemini_message(first)
+
+
+def _gemini_engine(recording: Recording, session_id: str) -> GeminiEngine:
+    engine = GeminiEngine(config=EngineConfig(mode="proxy", hide_tool_events=False), session_id=session_id)
+    sent_up = RELAY_TO_UPSTREAM if any(f.direction == RELAY_TO_UPSTREAM for f in recording.frames) \
+        else CLIENT_TO_RELAY
+    for frame in recording.frames:
+        if frame.direction == UPSTREAM_TO_RELAY:
+            engine.receive_upstream(_frame_payload(frame), frame.t)
+        elif frame.direction == sent_up:
+            engine.receive_client(_frame_payload(frame), frame.t)
+    return engine
 
 
 def _frame_payload(frame: Frame) -> str | bytes:

@@ -12,11 +12,15 @@ import json
 import logging
 import sys
 from datetime import datetime, timezone
-from typing import IO, Any, Iterable
+from typing import IO, TYPE_CHECKING, Any, Iterable
+
+if TYPE_CHECKING:
+    from relay.engine import Notice
 
 LOG_FORMATS = ("json", "text")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 REDACTED = "[redacted]"
+ANOMALY_LOG_LIMIT = 10   # per session; the rest are only counted
 # Parent of the loggers the relay gives websockets (`relay.websocket.client`, `.upstream`).
 WEBSOCKET_LOGGER = "relay.websocket"
 
@@ -92,23 +96,41 @@ class Redactor:
     """Replaces known secrets in text. Secrets can be added later (a refreshed access token)."""
 
     def __init__(self, secrets: Iterable[str | None] = ()) -> None:
-        self._secrets: set[str] = set()
+        self._secrets: list[str] = []   # longest first: a secret containing another goes whole
+        self._encoded: list[bytes] = []
         for secret in secrets:
             self.add(secret)
 
     def add(self, secret: str | None) -> None:
-        if secret:
-            self._secrets.add(secret)
+        if secret and secret not in self._secrets:
+            self._secrets = sorted([*self._secrets, secret], key=len, reverse=True)
+            self._encoded = [known.encode() for known in self._secrets]
+
+    def discard(self, secret: str) -> None:
+        if secret in self._secrets:
+            self._secrets = [known for known in self._secrets if known != secret]
+            self._encoded = [known.encode() for known in self._secrets]
 
     @property
     def secrets(self) -> list[str]:
-        return sorted(self._secrets, key=len, reverse=True)
+        return list(self._secrets)
 
     def __call__(self, text: str) -> str:
-        for secret in self.secrets:
+        """`text` without the secrets; cheap when there are none in it (it runs on every frame
+        sent to a client): one substring search per secret."""
+        for secret in self._secrets:
             if secret in text:
                 text = text.replace(secret, REDACTED)
         return text
+
+    def frame(self, frame: str | bytes) -> str | bytes:
+        """A text or binary frame (Gemini sends JSON in binary frames) without the secrets."""
+        if isinstance(frame, str):
+            return self(frame)
+        for secret in self._encoded:
+            if secret in frame:
+                frame = frame.replace(secret, REDACTED.encode())
+        return frame
 
 
 class RedactingLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
@@ -122,6 +144,57 @@ class RedactingLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
     def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
         if not self.isEnabledFor(level):
             return
-        redact = self.redactor
-        clean = tuple(redact(a) if isinstance(a, str) else a for a in args)
-        super().log(level, redact(msg) if isinstance(msg, str) else msg, *clean, **kwargs)
+        # Formatted here, not by the handler: websockets passes objects (frames) whose text may
+        # hold a secret, and whose str() raises for a text frame that is not valid UTF-8.
+        try:
+            text = str(msg) % args if args else str(msg)
+        except Exception as exc:
+            text = f"{msg} [arguments not printable: {type(exc).__name__}: {exc}]"
+        super().log(level, self.redactor(text), **kwargs)
+
+
+class AnomalyLog:
+    """How many protocol anomalies one session has logged. An anomaly means the provider (or the
+    relay) is not doing what it should: worth a warning, but a peer that sends nothing but garbage
+    must not flood the log, so only the first `limit` are logged, then one line saying the rest
+    are only counted (`relay_anomalies_total`)."""
+
+    def __init__(self, limit: int = ANOMALY_LOG_LIMIT) -> None:
+        self.limit = limit
+        self.logged = 0
+
+    def log(self, logger: logging.Logger, fields: dict[str, Any], context: dict[str, Any]) -> None:
+        self.logged += 1
+        if self.logged > self.limit + 1:
+            return
+        source = fields.get("source")
+        extra = {**context, "source": source, "event_type": fields.get("event_type")}
+        if self.logged > self.limit:
+            logger.warning("%s anomalies: more in this session are counted in relay_anomalies_total, not logged",
+                           source, extra=extra)
+        elif str(fields.get("message")).startswith("internal error"):   # the engine's own failure
+            logger.error("%s", fields.get("message"), extra=extra)
+        else:
+            logger.warning("%s anomaly: %s", source, fields.get("message"), extra=extra)
+
+
+def log_notice(logger: logging.Logger, notice: Notice, *, anomalies: AnomalyLog | None = None,
+               **context: Any) -> None:
+    """The log line for an engine notice, the same for every edge: one `tool call` line per
+    answered (or abandoned, skipped) call, a warning when the upstream refused one of the relay's
+    events, warnings for anomalies when the edge keeps an `AnomalyLog` for the session (else debug
+    lines), and debug lines for errors sent to a client. `context` names the session
+    (`session_id`, and the sidecar's `realtime_call_id`)."""
+    fields = notice.fields
+    if notice.kind == "tool_call":
+        # `name` is reserved by logging: the tool's name is logged as `tool`
+        logger.info("tool call", extra={**context, **{"tool" if key == "name" else key: value
+                                                      for key, value in fields.items()}})
+    elif notice.kind == "upstream_error":
+        logger.warning("the upstream refused a relay event: %s", fields.get("message"),
+                       extra={**context, "what": fields.get("what"), "call_id": fields.get("call_id"),
+                              "code": fields.get("code")})
+    elif notice.kind == "anomaly" and anomalies is not None:
+        anomalies.log(logger, fields, context)
+    elif notice.kind in ("anomaly", "client_error"):
+        logger.debug("%s: %s", notice.kind, fields.get("message"), extra={**context, "code": fields.get("code")})

@@ -22,7 +22,7 @@ import math
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from types import TracebackType
@@ -30,6 +30,7 @@ from typing import Any, BinaryIO, Literal, TypeGuard
 from urllib.parse import urlsplit
 
 from relay import __version__
+from relay.dialects.base import CLIENT_EVENT_TYPES
 
 FORMAT_NAME = "relay-recording"
 FORMAT_VERSION = 1
@@ -66,22 +67,7 @@ _AUDIO_MARKERS = (
     b"inline_data",
 )
 
-_OPENAI_CLIENT_EVENT_TYPES = frozenset(
-    {
-        "session.update",
-        "transcription_session.update",
-        "input_audio_buffer.append",
-        "input_audio_buffer.commit",
-        "input_audio_buffer.clear",
-        "output_audio_buffer.clear",
-        "conversation.item.create",
-        "conversation.item.retrieve",
-        "conversation.item.truncate",
-        "conversation.item.delete",
-        "response.create",
-        "response.cancel",
-    }
-)
+_OPENAI_CLIENT_EVENT_TYPES = frozenset({*CLIENT_EVENT_TYPES, "transcription_session.update"})
 # Gemini Live frames have one top-level key; the server accepts camelCase and snake_case.
 _GEMINI_CLIENT_KEYS = frozenset(
     {

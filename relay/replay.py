@@ -13,6 +13,13 @@ difference is a divergence: `missing` (recorded, not sent now), `extra` (sent no
 or `changed` (both, different), with a readable diff. Forwarded client frames are the client's
 and are not compared. Plain event logs (server events only, like ../shared/recordings) replay
 without gating and report what the relay would have done.
+
+Gemini Live recordings (header dialect `gemini`, or an event log of Gemini messages) replay on a
+`GeminiEngine`, with the server's binary frames as they were. There the relay's sends are its
+answers, one `FunctionResponse` at a time, matched by call id and by their order for that call
+(a streaming tool answers several times), and the setup it forwarded with its declarations.
+Gemini frames carry no ids the relay chose, so answers forwarded from the client are matched too;
+they come out the same as long as the client's frames do.
 """
 
 from __future__ import annotations
@@ -22,23 +29,25 @@ import json
 import logging
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import anyio
 
-from relay.dialects import OPENAI, Dialect, DialectError, get_dialect
+from relay.dialects import GEMINI, OPENAI, Dialect, DialectError, GeminiDialect, get_dialect
+from relay.dialects.gemini import field, is_gemini_message, key_of, response_text
 from relay.engine import (
     Action,
     CancelHandler,
-    Engine,
     EngineConfig,
     Outcome,
     SendUpstream,
     StartHandler,
 )
 from relay.engine.core import CLIENT_PASSTHROUGH, UPSTREAM_PASSTHROUGH
+from relay.engine.gemini import AnyEngine, first_key, is_media_frame, new_engine
 from relay.engine.sequencer import META_CALLS, META_KIND
 from relay.recording import Frame, Recording, read_recording
 from relay.runner import HandlerRunner
@@ -90,7 +99,7 @@ class ReplayResult:
     timeline: list[str]
     warnings: list[str]
     anomalies: list[str]
-    engine: Engine = field(repr=False)
+    engine: AnyEngine = dataclass_field(repr=False)
 
     @property
     def ok(self) -> bool:
@@ -134,9 +143,43 @@ def send_key(event: dict[str, Any], id_prefix: str | None) -> tuple[str, ...] | 
     return (str(event_type),)
 
 
+Sent = tuple[tuple[str, ...], dict[str, Any]]   # what a send is (its key), and the part compared
+
+
+def openai_sends(id_prefix: str | None) -> Callable[[dict[str, Any]], list[Sent]]:
+    """The relay-originated part of an OpenAI-family frame: the whole event, when it is ours."""
+    def sends(event: dict[str, Any]) -> list[Sent]:
+        key = send_key(event, id_prefix)
+        return [] if key is None else [(key, event)]
+    return sends
+
+
+class GeminiSends:
+    """The comparable parts of a frame sent to a Gemini upstream: the setup, and each answer,
+    numbered per call in the order sent (the n-th answer recorded meets the n-th replayed)."""
+
+    def __init__(self) -> None:
+        self._answers: dict[str, int] = {}
+
+    def __call__(self, event: dict[str, Any]) -> list[Sent]:
+        setup_key = key_of(event, "setup")
+        if setup_key is not None and isinstance(event[setup_key], dict):
+            return [(("setup",), event[setup_key])]
+        responses = field(field(event, "toolResponse"), "functionResponses")
+        sent: list[Sent] = []
+        for response in responses if isinstance(responses, list) else []:
+            if isinstance(response, dict) and isinstance(response.get("id"), str):
+                count = self._answers.get(response["id"], 0)
+                self._answers[response["id"]] = count + 1
+                sent.append((("answer", response["id"], str(count)), response))
+        return sent
+
+
 def describe_key(key: tuple[str, ...]) -> str:
     if key[0] == "output":
         return f"output of {key[1]}"
+    if key[0] == "answer":
+        return f"answer {int(key[2]) + 1} to {key[1]}"
     if key[0] == "update":
         return "streaming update"
     if key[0] == "response.create":
@@ -229,9 +272,13 @@ class _Replayer:
             declare_tools=bool(header.get("declare_tools", mode == "proxy")),
             unknown_tools=header.get("unknown_tools", "client"),
         )
-        self.engine = Engine(registry, dialect=dialect or _header_dialect(header), config=config,
-                             session_id=str(header.get("session_id", recording.path.stem)),
-                             id_prefix=self.id_prefix or "replay")
+        dialect = dialect or _recording_dialect(recording)
+        self.gemini = isinstance(dialect, GeminiDialect)
+        self.engine = new_engine(registry, dialect=dialect, config=config,
+                                 session_id=str(header.get("session_id", recording.path.stem)),
+                                 id_prefix=self.id_prefix or "replay")
+        self._produced_sends = GeminiSends() if self.gemini else openai_sends(self.engine.id_prefix)
+        self._recorded_sends = GeminiSends() if self.gemini else openai_sends(self.id_prefix)
         self.base_time = _epoch(header.get("started_at"))
         self.now = self.base_time
         self.realtime = realtime
@@ -250,12 +297,13 @@ class _Replayer:
     def _apply(self, actions: list[Action]) -> None:
         for action in actions:
             if isinstance(action, SendUpstream):
-                event = json.loads(action.frame)
+                event = _json_object(action.frame)   # Gemini forwards a client's malformed frame as it is
+                if event is None:
+                    continue
                 self.produced.append(event)
-                key = send_key(event, self.engine.id_prefix)
-                if key is not None:
-                    self.unmatched.append((key, event))
-                    self._note_send(event, key)
+                for key, part in self._produced_sends(event):
+                    self.unmatched.append((key, part))
+                    self._note_send(part, key)
                 self._progress.set()
             elif isinstance(action, StartHandler):
                 self.timeline.append(f"{self._t():9.3f}  run   {action.tool.name}({_args(action)}) "
@@ -268,7 +316,11 @@ class _Replayer:
                 self.timeline.append(f"{self._t():9.3f}  cancel {action.call_id}: {action.reason}")
 
     def _note_send(self, event: dict[str, Any], key: tuple[str, ...]) -> None:
-        if key[0] == "output":
+        if key[0] == "answer":
+            final = "interim" if field(event, "willContinue") is True else "final"
+            self.timeline.append(f"{self._t():9.3f}  send  answer {key[1]} [{final}] "
+                                 f"{_clip(response_text(event.get('response')))}")
+        elif key[0] == "output":
             item = event["item"]
             self.timeline.append(f"{self._t():9.3f}  send  output {item['call_id']} "
                                  f"[{item.get('status')}] {_clip(item.get('output', ''))}")
@@ -303,12 +355,15 @@ class _Replayer:
                 return event
         return None
 
-    async def _gate(self, recorded: dict[str, Any]) -> None:
-        key = send_key(recorded, self.id_prefix)
-        if key is None:
-            return
+    async def _gate(self, recorded_frame: dict[str, Any]) -> None:
+        for key, recorded in self._recorded_sends(recorded_frame):
+            await self._gate_one(key, recorded)
+
+    async def _gate_one(self, key: tuple[str, ...], recorded: dict[str, Any]) -> None:
         if key[0] == "output":
             self.recorded_outputs[key[1]] = str((recorded.get("item") or {}).get("output"))
+        elif key[0] == "answer":
+            self.recorded_outputs[key[1]] = response_text(recorded.get("response"))
         produced = self._take(key)
         deadline = time.monotonic() + self.gate_timeout
         while produced is None:
@@ -361,13 +416,17 @@ class _Replayer:
 
     async def _play(self, frame: Frame) -> None:
         if frame.direction == RELAY_SENT:
-            if self.relay_recording and frame.event is not None:
-                await self._gate(frame.event)
+            sent = frame.event
+            if sent is None and self.gemini and frame.binary is not None and \
+                    first_key(frame.binary) in _GEMINI_SENT_KEYS:
+                sent = _json_object(frame.binary)   # a client's answer or setup, forwarded binary
+            if self.relay_recording and sent is not None:
+                await self._gate(sent)
             return
         if frame.event is not None and frame.event.get("type") in _AUDIO_TYPES:
             return  # the engine only forwards audio, and replay has nobody to forward it to
-        text = _frame_text(frame)
-        if text is None:
+        text = _frame_payload(frame) if self.gemini else _frame_text(frame)
+        if text is None or (self.gemini and frame.direction == CLIENT and is_media_frame(text, "client")):
             return
         if frame.direction == UPSTREAM:
             if frame.event is not None and self.ids.mapping:
@@ -378,6 +437,9 @@ class _Replayer:
             self._apply(self.engine.receive_client(text, self.now))
 
     def _log_upstream(self, frame: Frame) -> None:
+        if self.gemini:
+            self._log_gemini_upstream(frame)
+            return
         event = frame.event or {}
         kind = event.get("type")
         if kind == "response.done":
@@ -388,6 +450,20 @@ class _Replayer:
             item = event["item"]
             self.timeline.append(f"{self._t():9.3f}  recv  call {item.get('name')}({_clip(item.get('arguments', ''))}) "
                                  f"call_id={item.get('call_id')}")
+
+    def _log_gemini_upstream(self, frame: Frame) -> None:
+        payload = _frame_payload(frame)
+        if payload is None or first_key(payload) not in _GEMINI_CALL_KEYS:
+            return   # decode only what the timeline shows: calls and cancellations
+        message = _json_object(payload)
+        calls = field(field(message, "toolCall"), "functionCalls")
+        for call in calls if isinstance(calls, list) else []:
+            if isinstance(call, dict):
+                self.timeline.append(f"{self._t():9.3f}  recv  call {call.get('name')}"
+                                     f"({_clip(json.dumps(call.get('args')))}) call_id={call.get('id')}")
+        ids = field(field(message, "toolCallCancellation"), "ids")
+        if isinstance(ids, list):
+            self.timeline.append(f"{self._t():9.3f}  recv  cancellation of {', '.join(map(str, ids))}")
 
     async def _drain(self) -> None:
         """After the last frame: let running handlers finish (bounded) and timers fire."""
@@ -428,10 +504,32 @@ def _frame_text(frame: Frame) -> str | None:
     return None
 
 
-def _header_dialect(header: dict[str, Any]) -> Dialect:
-    name = str(header.get("dialect") or "openai")
+def _frame_payload(frame: Frame) -> str | bytes | None:
+    """The frame as text, or its bytes when it was binary (Gemini's server frames)."""
+    return frame.binary if frame.binary is not None else _frame_text(frame)
+
+
+_GEMINI_CALL_KEYS = frozenset({"toolCall", "tool_call", "toolCallCancellation", "tool_call_cancellation"})
+_GEMINI_SENT_KEYS = frozenset({"setup", "toolResponse", "tool_response"})
+
+
+def _json_object(frame: str | bytes) -> dict[str, Any] | None:
     try:
-        return get_dialect(name)
+        value = json.loads(frame)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _recording_dialect(recording: Recording) -> Dialect:
+    """The header's dialect; for a plain event log, Gemini when its first event is a Gemini
+    message, else OpenAI."""
+    name = (recording.header or {}).get("dialect")
+    if name is None:
+        first = next((f.event for f in recording.frames if f.event is not None), None)
+        return GEMINI if is_gemini_message(first) else OPENAI
+    try:
+        return get_dialect(str(name))
     except DialectError:
         return OPENAI
 
@@ -532,7 +630,8 @@ def render_report(result: ReplayResult) -> str:
         lines.append("  none: no call in this session belongs to the given tools")
     for call in result.calls:
         if call.skipped:
-            lines.append(f"  {call.name} {call.call_id}: not executed ({call.skipped})")
+            what = "cancelled" if call.outcome == "cancelled" else "not executed"   # Gemini cancels running calls
+            lines.append(f"  {call.name} {call.call_id}: {what} ({call.skipped})")
             continue
         lines.append(f"  {call.name} {call.call_id}: {call.outcome} [{call.status}] -> {_clip(call.output or '')}")
         if call.follow_up_response_id:

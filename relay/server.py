@@ -2,9 +2,9 @@
 client gets its own upstream connection and its own engine, and the relay runs its tools inside
 the session.
 
-    client --ws--> RelayServer --ws--> provider (OpenAI, Azure OpenAI, Azure AI Foundry)
+    client --ws--> RelayServer --ws--> provider (OpenAI, Azure OpenAI, Azure AI Foundry, Gemini Live)
                         |
-                 Engine + SessionLoop (one per client)
+                 Engine (GeminiEngine for Gemini) + SessionLoop (one per client)
 
 The handshake decides everything cheap first (path, origin, the relay's own token) so a refused
 client never causes an upstream connection. `/healthz` and `/metrics` share the port. Frames are
@@ -24,6 +24,7 @@ import os
 import secrets
 import signal
 import socket
+import ssl
 import sys
 import time
 from dataclasses import dataclass, field
@@ -40,13 +41,33 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from relay import __version__
-from relay.dialects import DIALECT_CHOICES, OPENAI, OPENAI_BETA, Dialect, DialectError, resolve_dialect
-from relay.engine import Engine, EngineConfig, Notice
-from relay.logs import LOG_FORMATS, LOG_LEVELS, WEBSOCKET_LOGGER, RedactingLogger, Redactor, configure_logging
+from relay.dialects import (
+    DIALECT_CHOICES,
+    OPENAI,
+    OPENAI_BETA,
+    Dialect,
+    DialectError,
+    GeminiDialect,
+    resolve_dialect,
+)
+from relay.dialects.gemini import CLIENT_PATHS as GEMINI_PATHS
+from relay.dialects.gemini import DEFAULT_PATH as GEMINI_PATH
+from relay.engine import DEFAULT_HISTORY_LIMIT, EngineConfig, Notice
+from relay.engine.gemini import AnyEngine, new_engine
+from relay.logs import (
+    LOG_FORMATS,
+    LOG_LEVELS,
+    WEBSOCKET_LOGGER,
+    AnomalyLog,
+    RedactingLogger,
+    Redactor,
+    configure_logging,
+    log_notice,
+)
 from relay.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from relay.metrics import Metrics, TrafficTap
 from relay.recording import RecordingWriter
-from relay.session import DEFAULT_QUEUE_BYTES, SessionEnd, SessionLoop
+from relay.session import DEFAULT_QUEUE_BYTES, SessionEnd, SessionLoop, error_frame
 from relay.tools import (
     DEFAULT_OUTPUT_LIMIT,
     ToolDefinitionError,
@@ -55,13 +76,15 @@ from relay.tools import (
     ToolSpec,
     load_tools,
 )
-from relay.upstream import DEFAULT_UPSTREAM, TokenProvider, Upstream, UpstreamUnavailable, key_from_environment
+from relay.upstream import DEFAULT_UPSTREAM, TokenProvider, Upstream, UpstreamUnavailable, default_upstream
 
 log = logging.getLogger("relay.server")
 
 REALTIME_PATHS = frozenset({"/v1/realtime", "/openai/v1/realtime", "/openai/realtime"})
 DEFAULT_PORT = 8000
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
+# Audio in 20 ms chunks is 50 events a second; even an upload 10x faster than real time stays far below.
+DEFAULT_MAX_CLIENT_EVENTS_PER_SECOND = 1000.0
 TOKEN_SUBPROTOCOL = "openai-insecure-api-key."
 AUTH_TOKEN_ENV = "RELAY_AUTH_TOKEN"
 SHUTDOWN_CODE = 1001
@@ -74,10 +97,11 @@ class ConfigError(ValueError):
 @dataclass
 class ServerConfig:
     """Everything `relay serve` takes. `api_key=None` reads the dialect's variable
-    (`OPENAI_API_KEY`, `AZURE_OPENAI_API_KEY`) from the environment; `token_provider` (an async
-    callable returning an Entra ID `AccessToken`) replaces the key with refreshed Bearer tokens."""
+    (`OPENAI_API_KEY`, `AZURE_OPENAI_API_KEY`, `GEMINI_API_KEY`) from the environment;
+    `token_provider` (an async callable returning an Entra ID `AccessToken`) replaces the key with
+    refreshed Bearer tokens."""
 
-    upstream: str = DEFAULT_UPSTREAM
+    upstream: str = ""     # empty: the dialect's endpoint (Gemini Live's for `gemini`), else OpenAI's
     dialect: str | None = None
     tools: Sequence[str | ToolSpec | Callable[..., Any]] | ToolRegistry = ()
     host: str = "127.0.0.1"
@@ -88,6 +112,7 @@ class ServerConfig:
     expose_tool_events: bool = False
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     max_queue_bytes: int = DEFAULT_QUEUE_BYTES
+    max_client_events_per_second: float = DEFAULT_MAX_CLIENT_EVENTS_PER_SECOND
     open_timeout: float = 10.0
     drain_seconds: float = 10.0
     record_dir: str | Path | None = None
@@ -95,10 +120,20 @@ class ServerConfig:
     api_key: str | None = None
     token_provider: TokenProvider | None = None
     output_limit: int = DEFAULT_OUTPUT_LIMIT
+    # recent items, responses and finished calls each session's engine keeps (None: all)
+    history_limit: int | None = DEFAULT_HISTORY_LIMIT
     reuse_port: bool = False
+    # Serve wss:// with this certificate chain and key (PEM files). The google-genai SDK always
+    # connects with wss://, so a Gemini client reaches the relay only over TLS (here, or in front).
+    tls_cert: str | Path | None = None
+    tls_key: str | Path | None = None
     # Python API: called with (session id, notice) for every engine notice (tool calls started
     # and answered, follow-ups, fillers, anomalies, errors): for dashboards, tests and the demo.
     on_notice: Callable[[str, Notice], None] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.upstream:
+            self.upstream = default_upstream(self.dialect)
 
 
 def is_loopback(host: str) -> bool:
@@ -110,28 +145,39 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def _registry(tools: Sequence[str | ToolSpec | Callable[..., Any]] | ToolRegistry) -> ToolRegistry:
+def tool_registry(tools: Sequence[str | ToolSpec | Callable[..., Any]] | ToolRegistry) -> ToolRegistry:
+    """One registry from what a configuration lists: files or modules by name (`--tools`),
+    decorated or plain functions, specs; a registry is used as it is. A tool that cannot be
+    loaded or defined is a ConfigError."""
     if isinstance(tools, ToolRegistry):
         return tools
     registry = ToolRegistry()
-    for source in tools:
-        if isinstance(source, str):
-            for spec in load_tools(source):
-                registry.add(spec)
-        else:
-            registry.add(source)
+    try:
+        for source in tools:
+            if isinstance(source, str):
+                for spec in load_tools(source):
+                    registry.add(spec)
+            else:
+                registry.add(source)
+    except (ToolLoadError, ToolDefinitionError) as exc:
+        raise ConfigError(str(exc)) from None
     return registry
+
+
+def upstream_dialect(upstream: str, dialect: str | None) -> Dialect:
+    """The dialect to speak to a ws:// or wss:// upstream: `dialect` if given, else inferred from
+    the URL. ConfigError says what to change."""
+    if urlsplit(upstream).scheme not in ("ws", "wss"):
+        raise ConfigError(f"--upstream must be a ws:// or wss:// URL, not {upstream!r}")
+    try:
+        return resolve_dialect(dialect, upstream)
+    except DialectError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _check(config: ServerConfig) -> Dialect:
     """Refuse a configuration that cannot work or would be unsafe; returns the dialect."""
-    scheme = urlsplit(config.upstream).scheme
-    if scheme not in ("ws", "wss"):
-        raise ConfigError(f"--upstream must be a ws:// or wss:// URL, not {config.upstream!r}")
-    try:
-        dialect = resolve_dialect(config.dialect, config.upstream)
-    except DialectError as exc:
-        raise ConfigError(str(exc)) from None
+    dialect = upstream_dialect(config.upstream, config.dialect)
     if not config.auth_token and not config.insecure_no_auth and not is_loopback(config.host):
         raise ConfigError(
             f"refusing to listen on {config.host} without a client token: anyone who reaches it "
@@ -140,11 +186,26 @@ def _check(config: ServerConfig) -> Dialect:
         )
     if config.max_frame_bytes <= 0 or config.max_queue_bytes <= 0:
         raise ConfigError("frame and queue limits must be positive")
+    if not config.max_client_events_per_second >= 0:
+        raise ConfigError("--max-client-events-per-second must be >= 0 (0: no limit)")
     if config.drain_seconds < 0 or config.open_timeout <= 0:
         raise ConfigError("--drain-seconds must be >= 0 and the open timeout > 0")
     if config.record_audio not in ("keep", "drop"):
         raise ConfigError(f"--record-audio must be keep or drop, not {config.record_audio!r}")
+    if (config.tls_cert is None) != (config.tls_key is None):
+        raise ConfigError("--tls-cert and --tls-key go together")
     return dialect
+
+
+def _tls_context(config: ServerConfig) -> ssl.SSLContext | None:
+    if config.tls_cert is None or config.tls_key is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(config.tls_cert, config.tls_key)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"cannot use --tls-cert {config.tls_cert} / --tls-key {config.tls_key}: {exc}") from None
+    return context
 
 
 @dataclass
@@ -159,12 +220,13 @@ class ProxySession:
     started_at: float = field(default_factory=time.time)
     loop: SessionLoop | None = None
     end: SessionEnd | None = None
+    anomalies: AnomalyLog = field(default_factory=AnomalyLog)
     _connect_scope: anyio.CancelScope | None = field(default=None, repr=False)
     _closing: tuple[int, str] | None = field(default=None, repr=False)
     _closed: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
     @property
-    def engine(self) -> Engine | None:
+    def engine(self) -> AnyEngine | None:
         return self.loop.engine if self.loop is not None else None
 
     async def wait_closed(self) -> SessionEnd:
@@ -189,28 +251,19 @@ class RelayServer:
 
     def __init__(self, config: ServerConfig) -> None:
         self.dialect = _check(config)
-        try:
-            self.tools = _registry(config.tools)
-        except (ToolLoadError, ToolDefinitionError) as exc:
-            raise ConfigError(str(exc)) from None
+        self._tls = _tls_context(config)
+        self.tools = tool_registry(config.tools)
         self.config = config
         self.metrics = Metrics()
         self.redactor = Redactor([config.auth_token])
-        api_key = config.api_key if config.api_key is not None else key_from_environment(self.dialect)
-        self.upstream = Upstream(
-            config.upstream,
-            api_key=api_key,
-            token_provider=config.token_provider,
-            max_frame_bytes=config.max_frame_bytes,
-            open_timeout=config.open_timeout,
-            redactor=self.redactor,
-        )
+        self.upstream = Upstream.configured(config, self.dialect, self.redactor)
         self._engine_config = EngineConfig(
             mode="proxy",
             hide_tool_events=not config.expose_tool_events,
             declare_tools=True,
             hold_client_creates=True,
             output_limit=config.output_limit,
+            history_limit=config.history_limit,
         )
         self._sessions: dict[str, ProxySession] = {}
         self._sessions_changed = asyncio.Event()
@@ -230,10 +283,19 @@ class RelayServer:
         return self._bound_address()[0]
 
     @property
-    def url(self) -> str:
-        """The client URL of the OpenAI path (`/v1/realtime`)."""
+    def base_url(self) -> str:
+        """`ws://host:port` (`wss://` with TLS): what an SDK's base URL points at."""
         host = self.host
-        return f"ws://{f'[{host}]' if ':' in host else host}:{self.port}/v1/realtime"
+        return f"{'wss' if self._tls else 'ws'}://{f'[{host}]' if ':' in host else host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        """The client URL: the OpenAI path (`/v1/realtime`), or the Gemini Live path."""
+        return self.base_url + (GEMINI_PATH if self._gemini else "/v1/realtime")
+
+    @property
+    def _gemini(self) -> bool:
+        return isinstance(self.dialect, GeminiDialect)
 
     @property
     def sessions(self) -> dict[str, ProxySession]:
@@ -265,6 +327,7 @@ class RelayServer:
             compression=None,   # see Upstream.connect: no per-frame deflate on the relay
             close_timeout=1.0,
             server_header=f"relay/{__version__}",
+            ssl=self._tls,
             logger=RedactingLogger(logging.getLogger(f"{WEBSOCKET_LOGGER}.client"), self.redactor),
             reuse_port=config.reuse_port or None,
         )
@@ -339,9 +402,9 @@ class RelayServer:
             response = connection.respond(HTTPStatus.OK, self.metrics.render(open_sessions=len(self._sessions)))
             _set_header(response, "Content-Type", METRICS_CONTENT_TYPE)
             return response
-        if path not in REALTIME_PATHS:
+        if path not in (GEMINI_PATHS if self._gemini else REALTIME_PATHS):
             return self._refuse(connection, HTTPStatus.NOT_FOUND,
-                                f"no realtime endpoint at {path}; connect to /v1/realtime")
+                                f"no realtime endpoint at {path}; connect to {urlsplit(self.url).path}")
         if not any("websocket" in value.lower() for value in request.headers.get_all("Upgrade")):
             response = self._refuse(connection, HTTPStatus.UPGRADE_REQUIRED,
                                     f"{path} is a WebSocket endpoint; connect with a realtime client")
@@ -352,10 +415,10 @@ class RelayServer:
             offered = request.headers.get_all("Origin")
             if offered and any(origin not in origins for origin in offered):
                 return self._refuse(connection, HTTPStatus.FORBIDDEN, "this origin is not allowed")
-        if self.config.auth_token and not self._authorized(request.headers):
-            response = self._refuse(connection, HTTPStatus.UNAUTHORIZED,
-                                    "missing or wrong relay token (Authorization: Bearer, api-key, "
-                                    f"or the {TOKEN_SUBPROTOCOL}<token> subprotocol)")
+        if self.config.auth_token and not self._authorized(request):
+            forms = ("x-goog-api-key, the key query parameter, Authorization: Bearer" if self._gemini else
+                     f"Authorization: Bearer, api-key, or the {TOKEN_SUBPROTOCOL}<token> subprotocol")
+            response = self._refuse(connection, HTTPStatus.UNAUTHORIZED, f"missing or wrong relay token ({forms})")
             _set_header(response, "WWW-Authenticate", 'Bearer realm="relay"')
             return response
         return None
@@ -368,11 +431,17 @@ class RelayServer:
             "type": "invalid_request_error", "code": status.phrase.lower().replace(" ", "_"),
             "message": message}})
 
-    def _authorized(self, headers: Headers) -> bool:
+    def _authorized(self, request: Request) -> bool:
+        """The relay token in any form a client of this dialect can send it. Gemini clients send
+        their API key: the google-genai SDK as `x-goog-api-key`, browsers as `?key=`."""
         assert self.config.auth_token is not None
+        headers = request.headers
         expected = self.config.auth_token.encode("utf-8", "surrogatepass")
         presented = [v[7:].strip() for v in headers.get_all("Authorization") if v[:7].lower() == "bearer "]
         presented += headers.get_all("api-key")
+        if self._gemini:
+            presented += headers.get_all("x-goog-api-key")
+            presented += [value for name, value in parse_qsl(urlsplit(request.path).query) if name == "key"]
         presented += [
             p.strip()[len(TOKEN_SUBPROTOCOL):]
             for value in headers.get_all("Sec-WebSocket-Protocol") for p in value.split(",")
@@ -434,7 +503,7 @@ class RelayServer:
             session._connect_scope = connecting.cancel_scope
             connecting.start_soon(_cancel_when_closed, session.client, connecting.cancel_scope)
             try:
-                upstream = await self.upstream.connect(session.dialect, query)
+                upstream = await self.upstream.connect(session.dialect, query, client_path=session.path)
             except UpstreamUnavailable as exc:
                 failure = str(exc)
             connecting.cancel_scope.cancel()
@@ -444,8 +513,8 @@ class RelayServer:
             code, reason = session._closing or (1000, "client left before the upstream connected")
             await session.client.close(code, reason)
             return SessionEnd("client" if session._closing is None else "relay", code, reason)
-        engine = Engine(self.tools, dialect=session.dialect, config=self._engine_config,
-                        session_id=session.id, id_prefix=session.id)
+        engine = new_engine(self.tools, dialect=session.dialect, config=self._engine_config,
+                            session_id=session.id, id_prefix=session.id)
         tap = TrafficTap(self.metrics, self._recording(session, engine))
         loop = SessionLoop(
             engine,
@@ -455,6 +524,9 @@ class RelayServer:
             on_notice=lambda notice: self._on_notice(session, notice),
             max_queue_bytes=self.config.max_queue_bytes,
             close_timeout=1.0,
+            max_client_events_per_second=self.config.max_client_events_per_second or None,
+            redact=self.redactor.frame,
+            error_events=not self._gemini,
         )
         session.loop = loop
         end: SessionEnd | None = None
@@ -468,15 +540,17 @@ class RelayServer:
                     await upstream.close(1011, "relay error")
 
     async def _upstream_unavailable(self, session: ProxySession, message: str) -> SessionEnd:
-        """Tell the client why there is no session, in the protocol's own error shape, and close."""
+        """Tell the client why there is no session, in the protocol's own error shape, and close.
+        Gemini Live has no error message: the close reason says it."""
         self.metrics.count_error("relay", UpstreamUnavailable.code)
         log.warning("upstream unavailable: %s", message, extra={"session_id": session.id})
-        event = json.dumps({
-            "type": "error",
-            "event_id": f"{session.id}_e0",
-            "error": {"type": "server_error", "code": UpstreamUnavailable.code, "message": message,
-                      "param": None, "event_id": None},
-        })
+        if self._gemini:
+            try:
+                await session.client.close(1011, f"upstream unavailable: {message}"[:120])
+            except ConnectionClosed:
+                pass
+            return SessionEnd("relay", 1011, "upstream unavailable")
+        event = error_frame(f"{session.id}_e0", UpstreamUnavailable.code, message, "server_error")
         try:
             await session.client.send(event)
             self.metrics.frames["relay>client"] += 1
@@ -486,7 +560,7 @@ class RelayServer:
             pass
         return SessionEnd("relay", 1011, "upstream unavailable")
 
-    def _recording(self, session: ProxySession, engine: Engine) -> RecordingWriter | None:
+    def _recording(self, session: ProxySession, engine: AnyEngine) -> RecordingWriter | None:
         if self.config.record_dir is None:
             return None
         return RecordingWriter(
@@ -505,21 +579,7 @@ class RelayServer:
         self.metrics.count_notice(notice, self.tools)
         if self.config.on_notice is not None:
             self.config.on_notice(session.id, notice)
-        fields = notice.fields
-        if notice.kind == "tool_call":
-            log.info("tool call", extra={"session_id": session.id, **_tool_call_fields(fields)})
-        elif notice.kind == "upstream_error":
-            log.warning("the upstream refused a relay event: %s", fields.get("message"),
-                        extra={"session_id": session.id, "what": fields.get("what"),
-                               "call_id": fields.get("call_id"), "code": fields.get("code")})
-        elif notice.kind in ("anomaly", "client_error"):
-            log.debug("%s: %s", notice.kind, fields.get("message"),
-                      extra={"session_id": session.id, "code": fields.get("code")})
-
-
-def _tool_call_fields(fields: dict[str, Any]) -> dict[str, Any]:
-    """A tool_call notice's fields as log fields (`name` is reserved by logging: `tool`)."""
-    return {"tool" if key == "name" else key: value for key, value in fields.items()}
+        log_notice(log, notice, anomalies=session.anomalies, session_id=session.id)
 
 
 async def _cancel_when_closed(client: ServerConnection, scope: anyio.CancelScope) -> None:
@@ -651,8 +711,9 @@ def serve(tools: Sequence[str | ToolSpec | Callable[..., Any]] | ToolRegistry = 
 # ---- command line --------------------------------------------------------------------------
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--upstream", default=DEFAULT_UPSTREAM, metavar="URL",
-                        help=f"provider realtime URL (default {DEFAULT_UPSTREAM})")
+    parser.add_argument("--upstream", default=None, metavar="URL",
+                        help=f"provider realtime URL (default {DEFAULT_UPSTREAM}; with --dialect gemini, "
+                             "Gemini Live's BidiGenerateContent endpoint)")
     parser.add_argument("--dialect", choices=DIALECT_CHOICES,
                         help="wire dialect of the upstream (default: inferred from the URL)")
     parser.add_argument("--tools", action="append", default=[], metavar="SPEC",
@@ -673,10 +734,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-queue-bytes", type=int, default=DEFAULT_QUEUE_BYTES, metavar="N",
                         help="bytes queued toward a peer that is not reading before it is closed "
                              "(default 32 MiB)")
+    parser.add_argument("--max-client-events-per-second", type=float, default=DEFAULT_MAX_CLIENT_EVENTS_PER_SECOND,
+                        metavar="N", help="a client sending more events than this (bursts: twice as many) gets an "
+                                          "error event and is closed with 1008 (default 1000; 0: no limit)")
+    parser.add_argument("--history-items", type=int, default=DEFAULT_HISTORY_LIMIT, metavar="N",
+                        help="recent items, responses and finished calls each session keeps in memory "
+                             f"(default {DEFAULT_HISTORY_LIMIT}; 0: all; the recording keeps everything)")
     parser.add_argument("--drain-seconds", type=float, default=10.0, metavar="S",
                         help="on SIGTERM/SIGINT, how long open sessions may go on (default 10)")
     parser.add_argument("--workers", type=int, default=1, metavar="N",
                         help="processes sharing the port with SO_REUSEPORT (default 1)")
+    parser.add_argument("--tls-cert", metavar="PEM", help="serve wss:// with this certificate chain")
+    parser.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert")
     parser.add_argument("--record", metavar="DIR", help="write one recording per session into DIR")
     parser.add_argument("--record-audio", choices=("keep", "drop"), default="keep",
                         help="keep or drop audio in recordings (default keep)")
@@ -695,7 +764,7 @@ def run(args: argparse.Namespace) -> int:
         sys.path.insert(0, os.getcwd())
     try:
         server = RelayServer(ServerConfig(
-            upstream=args.upstream,
+            upstream=args.upstream or "",
             dialect=args.dialect,
             tools=args.tools,
             host=args.host,
@@ -706,9 +775,13 @@ def run(args: argparse.Namespace) -> int:
             expose_tool_events=args.expose_tool_events,
             max_frame_bytes=args.max_frame_bytes,
             max_queue_bytes=args.max_queue_bytes,
+            max_client_events_per_second=args.max_client_events_per_second,
             drain_seconds=args.drain_seconds,
+            history_limit=args.history_items or None,
             record_dir=args.record,
             record_audio=args.record_audio,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
         ))
     except ConfigError as exc:
         log.error("%s", exc)

@@ -9,6 +9,7 @@ out its actions. Cancellation flows down the tree; nothing is spawned without an
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections import deque
@@ -23,20 +24,34 @@ from relay.engine import (
     Action,
     CancelHandler,
     Close,
-    Engine,
     Notice,
     Outcome,
     SendClient,
     SendUpstream,
     StartHandler,
 )
+from relay.engine.gemini import AnyEngine
 from relay.runner import HandlerRunner
 
 log = logging.getLogger("relay.session")
 
 # Close codes that may not be sent in a close frame: they are replaced by 1011 toward the peer.
 _RESERVED_CLOSE_CODES = frozenset({1005, 1006, 1015})
+# Codes websockets closes with when the peer broke the protocol, sent bad UTF-8, or too big a message.
+_PEER_FAULT_CLOSE_CODES = frozenset({1002, 1007, 1009})
+BAD_GATEWAY = 1014   # to the client: the upstream, not the client, sent something invalid
 DEFAULT_QUEUE_BYTES = 32 * 1024 * 1024
+RATE_LIMIT_CODE = "rate_limit_exceeded"
+RATE_LIMIT_CLOSE = (1008, "client sends events too fast")
+
+
+def error_frame(event_id: str, code: str, message: str, error_type: str = "invalid_request_error") -> str:
+    """An `error` event in the realtime protocol's shape, for what the edge itself tells a client."""
+    return json.dumps({
+        "type": "error",
+        "event_id": event_id,
+        "error": {"type": error_type, "code": code, "message": message, "param": None, "event_id": None},
+    })
 
 
 class Peer(Protocol):
@@ -101,6 +116,29 @@ class FrameQueue:
         return frame
 
 
+class EventBudget:
+    """A token bucket over a client's events: `per_second` on average and bursts of two seconds'
+    worth. A client that sends faster is broken or hostile: it is told so and closed, so that it
+    can neither flood the upstream nor take the relay's time from other sessions."""
+
+    def __init__(self, per_second: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.per_second = per_second
+        self.burst = 2.0 * per_second
+        self._clock = clock
+        self._tokens = self.burst
+        self._last = clock()
+
+    def take(self) -> bool:
+        """Spend one event; False when the client is over its budget."""
+        now = self._clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._last) * self.per_second)
+        self._last = now
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True
+
+
 @dataclass
 class SessionEnd:
     """Why a session ended: who closed, with which code and reason."""
@@ -115,7 +153,7 @@ class SessionLoop:
 
     def __init__(
         self,
-        engine: Engine,
+        engine: AnyEngine,
         *,
         upstream: Peer,
         client: Peer | None = None,
@@ -125,6 +163,9 @@ class SessionLoop:
         max_queue_bytes: int = DEFAULT_QUEUE_BYTES,
         close_timeout: float = 1.0,
         thread_limit: int = 8,
+        max_client_events_per_second: float | None = None,
+        redact: Callable[[str | bytes], str | bytes] | None = None,
+        error_events: bool = True,
     ) -> None:
         self.engine = engine
         self.upstream = upstream
@@ -136,12 +177,16 @@ class SessionLoop:
         self.thread_limit = thread_limit
         self.to_upstream = FrameQueue(max_queue_bytes)
         self.to_client = FrameQueue(max_queue_bytes)
+        self.client_budget = EventBudget(max_client_events_per_second) if max_client_events_per_second else None
+        self.redact = redact   # applied to every frame for the client: the provider may echo a secret
+        self.error_events = error_events   # the client's protocol has an `error` event (Gemini's has none)
         self.end: SessionEnd | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
         self._runner: HandlerRunner | None = None
         self._timer_wake = anyio.Event()
         self._armed_deadline: float | None = None
         self._overflowed_sides: set[str] = set()
+        self._peer_replaced = anyio.Event()
         self.started = anyio.Event()
         self.ended = anyio.Event()
 
@@ -170,12 +215,13 @@ class SessionLoop:
         self._apply(self.engine.close(self.clock(), reason or f"{by} closed"))
         if self._runner is not None:
             self._runner.cancel_all()
-        with anyio.move_on_after(self.close_timeout, shield=True):
+        with anyio.CancelScope(shield=True):   # each close is bounded by close_timeout
             async with anyio.create_task_group() as closers:
                 if by != "upstream":
-                    closers.start_soon(_close_quietly, self.upstream, 1000 if by == "client" else code, reason)
+                    closers.start_soon(_close_quietly, self.upstream, 1000 if by == "client" else code, reason,
+                                       self.close_timeout)
                 if self.client is not None and by != "client":
-                    closers.start_soon(_close_quietly, self.client, code, reason)
+                    closers.start_soon(_close_quietly, self.client, code, reason, self.close_timeout)
         if self._task_group is not None:
             self._task_group.cancel_scope.cancel()
 
@@ -193,8 +239,16 @@ class SessionLoop:
 
     async def upstream_lost(self, closed: ConnectionClosed) -> None:
         """The upstream socket closed. The proxy ends the session and passes the code on; the
-        sidecar overrides this to reconnect."""
-        code, reason = _close_info(closed)
+        sidecar overrides this to reconnect (and then calls `replace_upstream`)."""
+        code, reason = close_info(closed)
+        if self.end is None and closed.sent is not None and not closed.rcvd_then_sent \
+                and code in _PEER_FAULT_CLOSE_CODES:
+            # websockets closed the upstream for what it sent: passed on as is, the code would
+            # tell the client that *its* data was bad
+            log.warning("the upstream sent an invalid frame; closing the session", extra={
+                "session_id": self.engine.session_id, "code": code, "reason": reason})
+            await self.finish("upstream", BAD_GATEWAY, f"the upstream sent an invalid frame ({code} {reason})")
+            return
         if self.end is None:   # not the echo of a close the session itself started
             log.info("upstream closed the session", extra={"session_id": self.engine.session_id,
                                                            "code": code, "reason": reason})
@@ -203,15 +257,45 @@ class SessionLoop:
     async def _read_client(self) -> None:
         assert self.client is not None
         engine, record, apply, clock = self.engine, self.recorder, self._apply, self.clock
+        budget = self.client_budget
+        cut_off = False
         try:
             while True:
                 frame = await self.client.recv()
                 if record is not None:
                     record.record("client>relay", frame)
+                if cut_off:
+                    continue   # read on, so that the client's answer to the close is seen
+                if budget is not None and not budget.take():
+                    cut_off = True
+                    assert self._task_group is not None
+                    self._task_group.start_soon(self._client_too_fast, budget)
+                    continue
                 apply(engine.receive_client(frame, clock()))
         except ConnectionClosed as closed:
-            code, reason = _close_info(closed)
+            code, reason = close_info(closed)
             await self.finish("client", code, reason)
+
+    async def _client_too_fast(self, budget: EventBudget) -> None:
+        """Tell the client why it is closed (an `error` event where its protocol has one; the
+        close reason in any case), then close it."""
+        assert self.client is not None
+        message = (f"more than {budget.per_second:g} events per second (bursts of up to {budget.burst:g}): "
+                   "the relay closes a client that sends faster")
+        log.warning("client sends events too fast; closing it",
+                    extra={"session_id": self.engine.session_id, "limit": budget.per_second})
+        if self.on_notice is not None:
+            self.on_notice(Notice("client_error", {"code": RATE_LIMIT_CODE, "message": message}))
+        if self.error_events:
+            frame = error_frame(f"{self.engine.id_prefix}_e0", RATE_LIMIT_CODE, message)
+            if self.recorder is not None:
+                self.recorder.record("relay>client", frame)
+            with anyio.move_on_after(self.close_timeout):
+                try:
+                    await self.client.send(frame)
+                except ConnectionClosed:
+                    pass
+        await self.finish("relay", *RATE_LIMIT_CLOSE)
 
     # ---- writers -----------------------------------------------------------------------
     async def _write(self, queue: FrameQueue, side: str) -> None:
@@ -223,14 +307,26 @@ class SessionLoop:
                 await peer.send(frame)
             except ConnectionClosed:
                 queue.push_front(frame)  # the reader sees the close and decides what follows
-                await self.wait_for_peer(side)
+                await self.wait_for_peer(side, peer)
                 peer = self.upstream if side == "upstream" else self.client
                 assert peer is not None
 
-    async def wait_for_peer(self, side: str) -> None:
-        """A send failed because the socket closed: wait until the session ends (or, in the
-        sidecar, until the upstream is replaced)."""
-        await anyio.sleep_forever()
+    async def wait_for_peer(self, side: str, failed: Peer) -> None:
+        """A send on `failed` failed because the socket closed: wait until `replace_upstream`
+        puts another socket on that side. In the proxy that never happens: the session ends
+        and cancels this wait."""
+        while (self.upstream if side == "upstream" else self.client) is failed:
+            await self._peer_replaced.wait()
+
+    def replace_upstream(self, upstream: Peer) -> None:
+        """Carry on over a new upstream socket (the sidecar's reconnect). A new reader starts;
+        the writer resends the frame the old socket failed to take, then the rest of its queue,
+        so nothing queued for the old socket is lost."""
+        assert self._task_group is not None, "the loop is not running"
+        self.upstream = upstream
+        replaced, self._peer_replaced = self._peer_replaced, anyio.Event()
+        replaced.set()
+        self._task_group.start_soon(self._read_upstream, name="upstream reader")
 
     # ---- timer -------------------------------------------------------------------------
     async def _timer(self) -> None:
@@ -276,9 +372,12 @@ class SessionLoop:
         if self.engine.next_deadline() != self._armed_deadline:
             self._timer_wake.set()
 
-    def _enqueue(self, queue: FrameQueue, side: str, frame: str) -> None:
-        if side == "client" and self.client is None:
-            return
+    def _enqueue(self, queue: FrameQueue, side: str, frame: str | bytes) -> None:
+        if side == "client":
+            if self.client is None:
+                return
+            if self.redact is not None:
+                frame = self.redact(frame)
         if self.recorder is not None:
             self.recorder.record("relay>client" if side == "client" else "relay>upstream", frame)
         try:
@@ -294,22 +393,31 @@ class SessionLoop:
     async def _overflowed(self, side: str) -> None:
         peer = self.client if side == "client" else self.upstream
         if peer is not None:
-            with anyio.move_on_after(self.close_timeout, shield=True):
-                await _close_quietly(peer, 1008, f"{side} is not reading its frames")
+            await _close_quietly(peer, 1008, f"{side} is not reading its frames", self.close_timeout)
         await self.finish("relay", 1008 if side == "client" else 1011, f"{side} is not reading its frames")
 
 
-def _close_info(closed: ConnectionClosed) -> tuple[int, str]:
+def close_info(closed: ConnectionClosed) -> tuple[int, str]:
+    """The close code and reason of a closed connection (1006 when no close frame came)."""
     frame = closed.rcvd or closed.sent
     if frame is None:
         return 1006, "connection lost"
     return frame.code, frame.reason
 
 
-async def _close_quietly(peer: Peer, code: int, reason: str) -> None:
+async def _close_quietly(peer: Peer, code: int, reason: str, timeout: float) -> None:
+    """Close with the closing handshake when the peer answers within `timeout`; otherwise drop the
+    TCP connection, so that a peer that never answers (or cannot: it stopped reading) does not keep
+    a socket, and a provider session, open."""
     if code in _RESERVED_CLOSE_CODES:
         code = 1011
-    try:
-        await peer.close(code, reason[:120])
-    except Exception as exc:  # closing an already broken socket is not worth a crash
-        log.debug("close failed: %r", exc)
+    reason = reason.encode()[:123].decode(errors="ignore")   # a close reason holds 123 bytes at most
+    with anyio.move_on_after(timeout, shield=True):
+        try:
+            await peer.close(code, reason)
+            return
+        except Exception as exc:  # closing an already broken socket is not worth a crash
+            log.debug("close failed: %r", exc)
+    transport = getattr(peer, "transport", None)   # websockets connections have one; test peers may not
+    if transport is not None:
+        transport.abort()

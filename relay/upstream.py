@@ -12,29 +12,39 @@ import asyncio
 import logging
 import os
 import time
+from collections import deque
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Iterable
+from typing import Any, Awaitable, Callable, Iterable, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
 
 from relay import __version__
-from relay.dialects import Dialect
+from relay.dialects import GEMINI, Dialect, GeminiDialect
 from relay.logs import WEBSOCKET_LOGGER, RedactingLogger, Redactor
 
 DEFAULT_UPSTREAM = "wss://api.openai.com/v1/realtime"
 # Query parameters that carry a client's credentials (Azure accepts `api-key` in the query).
 CREDENTIAL_PARAMS = frozenset({"api-key", "api_key", "key", "access_token", "token"})
+# Query parameters that choose a new session; a sideband names its call instead.
+SESSION_PARAMS = frozenset({"model", "deployment", "call_id"})
 TOKEN_REFRESH_MARGIN = 300.0
+KEPT_TOKENS = 2   # access tokens redacted: the current one and the one before
 
 log = logging.getLogger("relay.upstream")
 
 
 class UpstreamUnavailable(Exception):
-    """The provider could not be reached or refused the relay; `str()` is safe to show a client."""
+    """The provider could not be reached or refused the relay; `str()` is safe to show a client.
+    `status` is the HTTP status of a refused handshake (None when there was no answer): the
+    sidecar reads a 404 as "the call has ended" and retries only what may pass (5xx, 429)."""
 
     code = "upstream_unavailable"
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass(frozen=True)
@@ -94,8 +104,15 @@ def _as_access_token(value: Any) -> AccessToken:
     return AccessToken(token, float(expires_on))
 
 
+def default_upstream(dialect: str | None) -> str:
+    """The provider endpoint a dialect name implies when no URL is given: Gemini Live's for
+    `gemini`, OpenAI's otherwise."""
+    return GEMINI.default_url if dialect == GEMINI.name else DEFAULT_UPSTREAM
+
+
 def key_from_environment(dialect: Dialect, environ: dict[str, str] | None = None) -> str | None:
-    """The provider key for a dialect from the environment (`OPENAI_API_KEY`, `AZURE_OPENAI_API_KEY`)."""
+    """The provider key for a dialect from the environment (`OPENAI_API_KEY`,
+    `AZURE_OPENAI_API_KEY`, `GEMINI_API_KEY`)."""
     environ = os.environ if environ is None else environ
     for name in dialect.key_env:
         value = environ.get(name, "").strip()
@@ -129,6 +146,27 @@ def merged_url(base: str, client_query: Iterable[tuple[str, str]]) -> str:
     return urlunsplit(parts._replace(query=urlencode(params)))
 
 
+def call_url(base: str, call_id: str) -> str:
+    """The sideband URL of a live call: the upstream URL with `call_id` in place of the
+    `model`/`deployment` that would open a new session."""
+    parts = urlsplit(base)
+    params = {name: value for name, value in parse_qsl(parts.query, keep_blank_values=True)
+              if name not in SESSION_PARAMS}
+    params["call_id"] = call_id
+    return urlunsplit(parts._replace(query=urlencode(params)))
+
+
+class UpstreamSettings(Protocol):
+    """The fields of a configuration (`ServerConfig`, `SidecarConfig`) that say how to reach the
+    provider."""
+
+    upstream: str
+    api_key: str | None
+    token_provider: TokenProvider | None
+    max_frame_bytes: int
+    open_timeout: float
+
+
 class Upstream:
     """How to reach the provider: the URL, the credentials and the connection limits."""
 
@@ -147,10 +185,34 @@ class Upstream:
         self.api_key = api_key
         self.redactor = redactor
         redactor.add(api_key)
-        self.tokens = TokenCache(token_provider, on_token=redactor.add) if token_provider else None
+        self._recent_tokens: deque[str] = deque()
+        self.tokens = TokenCache(token_provider, on_token=self._new_token) if token_provider else None
         self.max_frame_bytes = max_frame_bytes
         self.open_timeout = open_timeout
         self._ws_logger = RedactingLogger(logging.getLogger(f"{WEBSOCKET_LOGGER}.upstream"), redactor)
+
+    @classmethod
+    def configured(cls, settings: UpstreamSettings, dialect: Dialect, redactor: Redactor) -> Upstream:
+        """The upstream a configuration describes; without an explicit key, the dialect's key
+        from the environment."""
+        return cls(
+            settings.upstream,
+            api_key=settings.api_key if settings.api_key is not None else key_from_environment(dialect),
+            token_provider=settings.token_provider,
+            max_frame_bytes=settings.max_frame_bytes,
+            open_timeout=settings.open_timeout,
+            redactor=redactor,
+        )
+
+    def _new_token(self, token: str) -> None:
+        """Redact the new access token, and stop looking for old ones: they expired, and every
+        secret the redactor knows costs a search in every frame sent to a client."""
+        self.redactor.add(token)
+        self._recent_tokens.append(token)
+        while len(self._recent_tokens) > KEPT_TOKENS:
+            expired = self._recent_tokens.popleft()
+            if expired not in self._recent_tokens and expired != self.api_key:
+                self.redactor.discard(expired)
 
     async def headers(self, dialect: Dialect) -> dict[str, str]:
         """The handshake headers for one connection: the dialect's extras and the credential
@@ -161,13 +223,25 @@ class Upstream:
         elif self.api_key:
             if dialect.auth_header == "api-key":
                 headers["api-key"] = self.api_key
+            elif dialect.auth_header == "x-goog-api-key":
+                headers["x-goog-api-key"] = self.api_key
             else:
                 headers["Authorization"] = f"Bearer {self.api_key}"
         return headers
 
-    async def connect(self, dialect: Dialect, client_query: Iterable[tuple[str, str]]) -> ClientConnection:
-        """Open the provider connection for one session; `UpstreamUnavailable` says why not."""
-        url = merged_url(self.url, client_query)
+    async def connect(self, dialect: Dialect, client_query: Iterable[tuple[str, str]], *,
+                      client_path: str | None = None) -> ClientConnection:
+        """Open the provider connection for one session; `UpstreamUnavailable` says why not. A
+        Gemini client's API version (from its path) carries over to the upstream URL."""
+        base = dialect.upstream_url(self.url, client_path) if isinstance(dialect, GeminiDialect) else self.url
+        return await self._open(merged_url(base, client_query), dialect)
+
+    async def connect_call(self, dialect: Dialect, call_id: str) -> ClientConnection:
+        """Open a sideband connection to a live call (`?call_id=`): it sees the session's events
+        and may send client events beside the call's own connection."""
+        return await self._open(call_url(self.url, call_id), dialect)
+
+    async def _open(self, url: str, dialect: Dialect) -> ClientConnection:
         try:
             headers = await self.headers(dialect)
         except Exception as exc:
@@ -191,6 +265,7 @@ class Upstream:
             message = f"the upstream {self.host} refused the connection: HTTP {response.status_code}"
             if response.reason_phrase:
                 message += f" {response.reason_phrase}"
+            raise UpstreamUnavailable(self.redactor(message), response.status_code) from None
         except TimeoutError:
             message = f"the upstream {self.host} did not complete the handshake within {self.open_timeout:g} s"
         except InvalidURI:

@@ -253,11 +253,17 @@ class FakeServerPeer:
         self._changed = anyio.Event()
 
     def emit(self, events: list[dict[str, Any]]) -> None:
+        import anyio
+
         for event in events:
-            self._send.send_nowait(json.dumps(event))
+            try:
+                self._send.send_nowait(json.dumps(event))
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                return  # hung up: the server's answers go nowhere, as on a closed socket
 
     def hang_up(self) -> None:
         self._send.send_nowait(None)
+        self._send.close()
 
     async def recv(self) -> str:
         from websockets.exceptions import ConnectionClosedOK
@@ -265,6 +271,7 @@ class FakeServerPeer:
 
         frame = await self._receive.receive()
         if frame is None:
+            self._receive.close()
             raise ConnectionClosedOK(Close(1000, "done"), None)
         return frame
 

@@ -70,6 +70,13 @@ class Harness:
         while self.undelivered:
             self.upstream(self.server.receive(self.undelivered.popleft()))
 
+    def disconnect(self) -> None:
+        self._act(self.engine.upstream_disconnected(self.now))
+
+    def reconnect(self) -> None:
+        self._act(self.engine.upstream_reconnected(self.now))
+        self._drain()
+
     def advance(self, seconds: float) -> None:
         self.now += seconds
         self._inbox.append(("tick", None))

@@ -332,7 +332,7 @@ def test_upstream_error_for_our_output_is_attributed_to_the_call() -> None:
     h.upstream({"type": "error", "event_id": "event_x", "error": {
         "type": "invalid_request_error", "code": "string_above_max_length", "message": "too long",
         "param": "item.output", "event_id": event["event_id"]}})
-    assert entry.upstream_errors == ["string_above_max_length: too long"]
+    assert entry.upstream_errors == ("string_above_max_length: too long",)
     assert not [e for e in h.to_client if e["type"] == "error"]  # not the client's business
     assert any(n.kind == "upstream_error" and n.fields["call_id"] == entry.call_id for n in h.notices)
 
@@ -350,3 +350,38 @@ def test_ledger_records_timestamps_and_follow_up() -> None:
     assert entry.follow_up_response_id in h.engine.conversation.responses
     data = entry.as_dict()
     assert data["owner"] == "relay" and data["state"] == "answered"
+
+
+def test_a_create_in_flight_when_the_connection_drops_is_not_sent_again() -> None:
+    h = session(get_weather, config=EngineConfig(mode="sidecar", declare_tools=False, strict=True))
+    h.respond([weather("Paris")])
+    h.deliver = False
+    h.run_all()
+    assert len(h.creates) == 1
+    output_frame, _create_frame = h.undelivered
+    h.undelivered.clear()
+    h.deliver = True
+    h.upstream(h.server.receive(output_frame))   # the output landed; the create's fate is unknown
+    h.disconnect()
+    h.reconnect()
+    h.advance(30)               # past every ack timeout
+    assert len(h.creates) == 1
+    # the edge resends the frame its old socket never took: its response is recognised as ours
+    h.upstream(h.server.receive(json.dumps(h.creates[0])))
+    follow_up = h.engine.conversation.responses[h.engine.ledger.get(h.call_ids()[0]).follow_up_response_id]
+    assert follow_up.creator == "relay"
+
+
+def test_a_long_session_keeps_only_its_recent_history_when_asked() -> None:
+    h = session(get_weather, config=EngineConfig(mode="proxy", strict=True, history_limit=10))
+    for n in range(40):
+        h.upstream(h.server.user_turn(f"turn {n}"))
+        h.respond([weather("Paris")])
+        h.run_all()
+    conversation = h.engine.conversation
+    assert len(conversation.order) <= 20 and len(conversation.items) <= 30
+    assert len(conversation.responses) <= 20 and len(h.engine.ledger) <= 20
+    assert len(h.outputs) == 40 and len(h.creates) == 40   # every call answered, once
+    # what is kept is the recent past, in order, and still consistent with the server
+    assert conversation.order == [i["id"] for i in h.server.items][-len(conversation.order):]
+    assert not h.engine.anomalies and not h.server.errors

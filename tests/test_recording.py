@@ -727,6 +727,8 @@ def _three_frame_recording(directory: Path, *, close: bool) -> Path:
         )
     if close:
         writer.close()
+    else:
+        writer._file.close()  # a crash: the OS closes the file, nobody writes the end line
     return writer.path
 
 

@@ -26,12 +26,19 @@ class MemoryPeer:
         self.closed: tuple[int, str] | None = None
         self.got_frame = anyio.Event()
 
+    def close_streams(self) -> None:
+        self._send.close()
+        self._receive.close()
+
     async def feed(self, frame: str | None) -> None:
         await self._send.send(frame)
+        if frame is None:
+            self._send.close()
 
     async def recv(self) -> str | bytes:
         frame = await self._receive.receive()
         if frame is None:
+            self._receive.close()
             raise ConnectionClosedOK(Close(1000, "bye"), None)
         return frame
 
@@ -85,6 +92,8 @@ async def run_session(tools, scenario, *, mode="sidecar"):
         await loop.started.wait()
         await scenario(server, upstream, client, loop)
         await upstream.feed(None)
+    upstream.close_streams()
+    client.close_streams()
     return loop, upstream, client
 
 

@@ -11,13 +11,14 @@ from urllib.parse import urlsplit
 
 from relay.dialects.base import Dialect
 from relay.dialects.foundry import AZURE, AZURE_PREVIEW, FOUNDRY
+from relay.dialects.gemini import GEMINI, GEMINI_HOST, GeminiDialect
 from relay.dialects.openai import OPENAI, OPENAI_BETA
 
 DIALECTS: dict[str, Dialect] = {
-    d.name: d for d in (OPENAI, OPENAI_BETA, AZURE, AZURE_PREVIEW, FOUNDRY)
+    d.name: d for d in (OPENAI, OPENAI_BETA, AZURE, AZURE_PREVIEW, FOUNDRY, GEMINI)
 }
 # What users may type: `azure` picks GA or preview from the upstream URL (see `resolve_dialect`).
-DIALECT_CHOICES = ("openai", "openai-beta", "azure", "foundry")
+DIALECT_CHOICES = ("openai", "openai-beta", "azure", "foundry", "gemini")
 
 
 class DialectError(ValueError):
@@ -42,6 +43,8 @@ def infer_dialect(url: str) -> Dialect | None:
         return FOUNDRY
     if host == "api.openai.com":
         return OPENAI
+    if host == GEMINI_HOST:
+        return GEMINI
     if host.endswith(".openai.azure.com") or host.endswith(".cognitiveservices.azure.com"):
         return AZURE if path.endswith("/openai/v1/realtime") else AZURE_PREVIEW
     return None
@@ -65,5 +68,6 @@ def resolve_dialect(name: str | None, url: str) -> Dialect:
 
 __all__ = [
     "DIALECTS", "DIALECT_CHOICES", "Dialect", "DialectError", "get_dialect", "infer_dialect",
-    "resolve_dialect", "OPENAI", "OPENAI_BETA", "AZURE", "AZURE_PREVIEW", "FOUNDRY",
+    "resolve_dialect", "OPENAI", "OPENAI_BETA", "AZURE", "AZURE_PREVIEW", "FOUNDRY", "GEMINI",
+    "GeminiDialect",
 ]

@@ -21,6 +21,23 @@ BETA_TO_GA: dict[str, str] = {
 }
 
 
+# The client events of the OpenAI Realtime API (GA; beta uses the same names), in the order of
+# the API reference.
+CLIENT_EVENT_TYPES: tuple[str, ...] = (
+    "session.update",
+    "input_audio_buffer.append",
+    "input_audio_buffer.commit",
+    "input_audio_buffer.clear",
+    "output_audio_buffer.clear",
+    "conversation.item.create",
+    "conversation.item.retrieve",
+    "conversation.item.truncate",
+    "conversation.item.delete",
+    "response.create",
+    "response.cancel",
+)
+
+
 def canonical_type(event_type: str) -> str:
     """The GA name of an event type; names that are already GA (or unknown) map to themselves."""
     return BETA_TO_GA.get(event_type, event_type)
@@ -31,13 +48,14 @@ class Dialect:
     """How one upstream family speaks.
 
     `wire` is the event vocabulary the upstream expects from the relay; incoming events are
-    always accepted in both vocabularies. `foundry_fields` adds Foundry's item extensions
+    always accepted in both OpenAI vocabularies (`gemini` is another protocol altogether: see
+    `relay.dialects.gemini`). `foundry_fields` adds Foundry's item extensions
     (`name`, `response_id`, `created_at` on `function_call_output`)."""
 
     name: str
-    wire: Literal["ga", "beta"]
+    wire: Literal["ga", "beta", "gemini"]
     foundry_fields: bool = False
-    auth_header: Literal["bearer", "api-key"] = "bearer"
+    auth_header: Literal["bearer", "api-key", "x-goog-api-key"] = "bearer"
     key_env: tuple[str, ...] = ("OPENAI_API_KEY",)
     default_url: str = "wss://api.openai.com/v1/realtime"
     extra_headers: dict[str, str] = field(default_factory=dict)

@@ -10,10 +10,10 @@ from relay.engine.actions import (
     SendUpstream,
     StartHandler,
 )
-from relay.engine.core import Anomaly, Engine, EngineConfig
+from relay.engine.core import DEFAULT_HISTORY_LIMIT, Anomaly, Engine, EngineConfig
 from relay.engine.ledger import CallEntry, CallLedger, CallState, Owner
 
 __all__ = [
-    "Action", "Anomaly", "CallEntry", "CallLedger", "CallState", "CancelHandler", "Close", "Engine",
+    "DEFAULT_HISTORY_LIMIT", "Action", "Anomaly", "CallEntry", "CallLedger", "CallState", "CancelHandler", "Close", "Engine",
     "EngineConfig", "Notice", "Outcome", "Owner", "SendClient", "SendUpstream", "StartHandler",
 ]

@@ -10,16 +10,17 @@ from relay.tools import ToolSpec
 
 @dataclass(frozen=True, slots=True)
 class SendUpstream:
-    """Send this text frame to the provider."""
+    """Send this frame to the provider: text for `str`, binary for `bytes` (Gemini Live sends
+    JSON in binary frames, and a forwarded frame keeps its kind)."""
 
-    frame: str
+    frame: str | bytes
 
 
 @dataclass(frozen=True, slots=True)
 class SendClient:
-    """Send this text frame to the connected client (proxy mode only)."""
+    """Send this frame to the connected client (proxy mode only); `str` text, `bytes` binary."""
 
-    frame: str
+    frame: str | bytes
 
 
 @dataclass(frozen=True, slots=True)

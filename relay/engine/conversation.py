@@ -7,6 +7,7 @@ the item is appended. Items of out-of-band responses are known (by id) but never
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,15 +19,25 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+_intern = sys.intern
+_AUDIO_PARTS = frozenset({"input_audio", "output_audio", "audio"})
+# top-level item fields kept as typed slots; anything else but `object` is kept in `extra`
+_ITEM_FIELDS = frozenset({"id", "type", "role", "status", "call_id", "name", "arguments", "output",
+                          "content", "object"})
+
+
 @dataclass(slots=True)
 class ItemRecord:
-    """One item as the relay last saw it. `origin` says who produced it: `model` (a response's
-    output), `user_audio` (a committed input buffer), `client` (created by a client event),
-    `relay` (injected by the relay), or `unknown` (seen with no clue, e.g. a partial log)."""
+    """One item as the relay last saw it, kept compact: a long session holds thousands.
+
+    `origin` says who produced it: `model` (a response's output), `user_audio` (a committed
+    input buffer), `client` (created by a client event), `relay` (injected by the relay), or
+    `unknown` (seen with no clue, e.g. a partial log). The words of a message live in `texts`
+    (content index -> text or transcript, assembled from deltas, replaced by final values);
+    audio payloads are never kept. `data` rebuilds the item as a wire dict when one is wanted."""
 
     id: str
     type: str
-    data: dict[str, Any]
     origin: str = "unknown"
     response_id: str | None = None
     output_index: int | None = None
@@ -37,54 +48,92 @@ class ItemRecord:
     truncated_content_index: int | None = None
     transcription_failed: str | None = None
     retrieved: bool = False
-    # content_index -> text or transcript assembled from deltas (output text, output audio
-    # transcript, input audio transcription). Final `.done`/`completed` values replace them.
-    texts: dict[int, str] = field(default_factory=dict)
+    role: str | None = None
+    status: str | None = None
+    call_id: str | None = None
+    name: str | None = None
+    arguments: str | None = None
+    output: str | None = None
+    part_types: list[str] | None = None
+    texts: list[str | None] | None = None    # by content index
+    extra: dict[str, Any] | None = None
 
-    # typed views of the item's fields: a field of the wrong type reads as absent
-    @property
-    def role(self) -> str | None:
-        return _text(self.data.get("role"))
+    def absorb(self, data: dict[str, Any]) -> None:
+        """Merge the fields of a newer form of the item (fields of the wrong type are ignored)."""
+        kind = data.get("type")
+        if isinstance(kind, str) and kind:
+            self.type = _intern(kind)
+        for name in ("role", "status"):
+            value = data.get(name)
+            if isinstance(value, str):
+                setattr(self, name, _intern(value))
+        for name in ("call_id", "name", "arguments", "output"):
+            value = data.get(name)
+            if isinstance(value, str) and value != getattr(self, name):
+                setattr(self, name, value)   # an equal value keeps the object others share
+        content = data.get("content")
+        if isinstance(content, list):
+            self.part_types = [_intern(p["type"]) if isinstance(p, dict) and isinstance(p.get("type"), str)
+                               else "unknown" for p in content]
+            for index, part in enumerate(content):
+                if not isinstance(part, dict):
+                    continue
+                value = part.get("text")
+                if value is None:
+                    value = part.get("transcript")
+                if isinstance(value, str) and value:
+                    self.set_text(index, value)
+        for key, value in data.items():
+            if key not in _ITEM_FIELDS and value is not None:
+                if self.extra is None:
+                    self.extra = {}
+                self.extra[key] = value
+
+    def set_text(self, index: int, text: str) -> None:
+        texts = self.texts
+        if texts is None:
+            texts = self.texts = []
+        if index >= len(texts):
+            if index > 64:   # content indexes are small; a huge one is garbage, not a reason to grow
+                return
+            texts.extend([None] * (index + 1 - len(texts)))
+        texts[index] = text
+
+    def add_text(self, index: int, delta: str) -> None:
+        self.set_text(index, (self.text_at(index) or "") + delta)
+
+    def text_at(self, index: int) -> str | None:
+        texts = self.texts
+        return texts[index] if texts is not None and index < len(texts) else None
 
     @property
-    def status(self) -> str | None:
-        return _text(self.data.get("status"))
-
-    @property
-    def call_id(self) -> str | None:
-        return _text(self.data.get("call_id"))
-
-    @property
-    def name(self) -> str | None:
-        return _text(self.data.get("name"))
-
-    @property
-    def arguments(self) -> str | None:
-        return _text(self.data.get("arguments"))
+    def data(self) -> dict[str, Any]:
+        """The item as a wire dict (without audio payloads)."""
+        data: dict[str, Any] = {"type": self.type, "id": self.id}
+        for name in ("role", "status", "call_id", "name", "arguments", "output"):
+            value = getattr(self, name)
+            if value is not None:
+                data[name] = value
+        if self.part_types is not None or self.type == "message":
+            content = []
+            for index, part_type in enumerate(self.part_types or []):
+                part: dict[str, Any] = {"type": part_type}
+                text = self.text_at(index)
+                if text is not None:
+                    part["transcript" if part_type in _AUDIO_PARTS else "text"] = text
+                content.append(part)
+            data["content"] = content
+        if self.extra:
+            data.update(self.extra)
+        return data
 
     def text(self) -> str:
         """The item's words: text parts and transcripts joined, deltas included."""
-        pieces: list[str] = []
-        content = self.data.get("content") or []
-        indexes = sorted(set(range(len(content))) | set(self.texts))
-        for index in indexes:
-            if index in self.texts:
-                pieces.append(self.texts[index])
-                continue
-            part = content[index] if index < len(content) else {}
-            if isinstance(part, dict):
-                value = part.get("text") or part.get("transcript")
-                if isinstance(value, str):
-                    pieces.append(value)
-        return " ".join(p for p in pieces if p)
+        return " ".join(text for text in self.texts or () if text)
 
     def has_untranscribed_audio(self) -> bool:
-        content = self.data.get("content") or []
-        for index, part in enumerate(content):
-            if isinstance(part, dict) and part.get("type") in ("input_audio", "output_audio", "audio"):
-                if not (self.texts.get(index) or part.get("transcript")):
-                    return True
-        return False
+        return any(part_type in _AUDIO_PARTS and not self.text_at(index)
+                   for index, part_type in enumerate(self.part_types or []))
 
 
 @dataclass(slots=True)
@@ -100,8 +149,8 @@ class ResponseRecord:
     creator: str = "unknown"
     created_at: float | None = None
     done_at: float | None = None
-    usage: dict[str, Any] | None = None
     seen_created: bool = False
+    batch_handled: bool = False   # the follow-up for its relay calls was decided
 
     @property
     def done(self) -> bool:
@@ -137,30 +186,10 @@ class Conversation:
             return None
         record = self.items.get(item_id)
         if record is None:
-            record = ItemRecord(id=item_id, type=str(data.get("type", "")), data=dict(data))
+            record = ItemRecord(id=item_id, type=str(data.get("type", "")))
             self.items[item_id] = record
-        else:
-            merged = dict(record.data)
-            merged.update({k: v for k, v in data.items() if v is not None or k not in merged})
-            record.data = merged
-            if data.get("type"):
-                record.type = str(data["type"])
-        self._absorb_content(record, data)
+        record.absorb(data)
         return record
-
-    def _absorb_content(self, record: ItemRecord, data: dict[str, Any]) -> None:
-        """Final texts carried by the item itself win over what deltas assembled."""
-        content = data.get("content")
-        if not isinstance(content, list):
-            return
-        for index, part in enumerate(content):
-            if not isinstance(part, dict):
-                continue
-            value = part.get("text")
-            if value is None:
-                value = part.get("transcript")
-            if isinstance(value, str) and value:
-                record.texts[index] = value
 
     def insert(self, item_id: str, previous_item_id: Any, event_type: str) -> None:
         """Place an item in conversation order (a second insert of the same id moves nothing).
@@ -237,14 +266,13 @@ class Conversation:
 
     def add_text(self, item_id: object, content_index: int, delta: str) -> None:
         record = self.item(item_id)
-        if record is None:
-            return
-        record.texts[content_index] = record.texts.get(content_index, "") + delta
+        if record is not None:
+            record.add_text(content_index, delta)
 
     def set_text(self, item_id: object, content_index: int, text: str) -> None:
         record = self.item(item_id)
         if record is not None:
-            record.texts[content_index] = text
+            record.set_text(content_index, text)
 
     # ---- responses ---------------------------------------------------------------------
     def response(self, response_id: str, *, create: bool = True) -> ResponseRecord | None:
@@ -261,6 +289,30 @@ class Conversation:
                 response.output_item_ids.insert(output_index, item_id)
             else:
                 response.output_item_ids.append(item_id)
+
+    def forget_old(self, keep: int) -> None:
+        """Keep the latest `keep` items of the conversation (and as many responses and items
+        outside it); forget older ones. A live session needs only its recent past; its full
+        history is in its recording."""
+        slack = keep // 2   # forget in batches: the cost is spread thin
+        if len(self.order) > keep + slack:
+            for item_id in self.order[:-keep]:
+                self.items.pop(item_id, None)
+            self.order = self.order[-keep:]
+        if len(self.items) > 2 * keep + slack:
+            in_order = set(self.order)
+            outside = [item_id for item_id in self.items if item_id not in in_order]
+            for item_id in outside[:-keep]:
+                del self.items[item_id]
+        if len(self.response_order) > keep + slack:
+            old, recent = self.response_order[:-keep], self.response_order[-keep:]
+            still_running = []
+            for response_id in old:
+                if self.responses[response_id].done:
+                    del self.responses[response_id]
+                else:
+                    still_running.append(response_id)
+            self.response_order = still_running + recent
 
     def visible_items(self) -> list[ItemRecord]:
         return [self.items[i] for i in self.order]

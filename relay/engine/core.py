@@ -14,13 +14,12 @@ here or in the sequencer.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Literal
+import sys
+from typing import Any, Callable, Iterable
 
 from relay.dialects import OPENAI, Dialect
 from relay.dialects.base import canonical_type
 from relay.engine.actions import (
-    Action,
     CancelHandler,
     Notice,
     Outcome,
@@ -28,9 +27,10 @@ from relay.engine.actions import (
     SendUpstream,
     StartHandler,
 )
-from relay.engine.conversation import ABSENT, Conversation, ItemRecord, ResponseRecord
+from relay.engine.base import DEFAULT_HISTORY_LIMIT, Anomaly, EngineBase, EngineConfig
+from relay.engine.calls import seconds_text, tool_call_fields
+from relay.engine.conversation import ABSENT, ItemRecord, ResponseRecord
 from relay.engine.ledger import (
-    OUTCOME_ABANDONED,
     OUTCOME_BAD_ARGUMENTS,
     OUTCOME_CANCELLED,
     OUTCOME_ERROR,
@@ -38,11 +38,10 @@ from relay.engine.ledger import (
     OUTCOME_TIMEOUT,
     OUTCOME_UNKNOWN_TOOL,
     CallEntry,
-    CallLedger,
     CallState,
     Owner,
 )
-from relay.engine.peek import peek_type
+from relay.engine.peek import has_single_plain_type, peek_type
 from relay.engine.sequencer import META_CALLS, META_KIND, Sequencer
 from relay.tools import (
     ArgumentsError,
@@ -61,40 +60,14 @@ from relay.tools import (
 UPSTREAM_PASSTHROUGH = frozenset({"response.output_audio.delta", "response.audio.delta"})
 CLIENT_PASSTHROUGH = frozenset({"input_audio_buffer.append"})
 
-Mode = Literal["proxy", "sidecar", "replay"]
 _SAME: Any = object()   # handler result: forward the frame as it came
 _CANCEL_STATES = ("cancelled", "failed")
 _UNANSWERED = (CallState.READY, CallState.RUNNING, CallState.FINISHED)
+_REMEMBERED_EVENTS = 64
 
 
-@dataclass(frozen=True)
-class EngineConfig:
-    """Per-session behaviour. `mode` decides whether there is a client to talk to; the rest are
-    the knobs the CLI exposes."""
-
-    mode: Mode = "proxy"
-    hide_tool_events: bool = True       # proxy: the client never sees relay tools and their calls
-    declare_tools: bool = True          # add the relay's tools to the session
-    hold_client_creates: bool = True    # proxy: hold a client response.create while our calls run
-    output_limit: int = 32_768
-    unknown_tools: Literal["client", "error"] = "client"
-    strict: bool = False                # re-raise internal errors (tests) instead of recording them
-
-    @property
-    def has_client(self) -> bool:
-        return self.mode == "proxy"
-
-
-@dataclass(frozen=True, slots=True)
-class Anomaly:
-    at: float
-    message: str
-    event_type: str | None = None
-    source: str = "upstream"
-
-
-class Engine:
-    """One session's state and rules."""
+class Engine(EngineBase):
+    """One OpenAI-family session's state and rules (GA, beta, Azure, Foundry)."""
 
     def __init__(
         self,
@@ -105,18 +78,7 @@ class Engine:
         session_id: str = "session",
         id_prefix: str = "relay",
     ) -> None:
-        self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
-        self.dialect = dialect
-        self.config = config or EngineConfig()
-        self.session_id = session_id
-        self.anomalies: list[Anomaly] = []
-        self.conversation = Conversation(self._record_anomaly)
-        self.ledger = CallLedger()
-        self._id_prefix = id_prefix[:16]
-        self._counter = 0
-        self._now = 0.0
-        self._out: list[Action] = []
-        self._source = "upstream"
+        super().__init__(tools, dialect=dialect, config=config, session_id=session_id, id_prefix=id_prefix)
         self.sequencer = Sequencer(new_event_id=self._new_event_id, build_create=self._build_create)
         # event ids of frames the relay sent -> (what, call_id)
         self._our_events: dict[str, tuple[str, str | None]] = {}
@@ -125,99 +87,31 @@ class Engine:
         self._client_call_ids: set[str] = set()
         self._held_creates: list[tuple[str, str | None]] = []
         self._tools_declared = False
-        self._deadlines: dict[str, float] = {}         # call_id -> handler timeout
         self._delay_fillers: dict[str, float] = {}     # call_id -> when its on_delay is due
-        self._handlers_active: set[str] = set()        # call ids whose handler runs
         self._pending_updates: dict[str, list[str]] = {}
-        self._batches_done: set[str] = set()
         self._unlinked_outputs: set[str] = set()     # injected outputs not yet answered by a response
-        self.upstream_connected = True
-        self.closed = False
-        self.frames_in = {"upstream": 0, "client": 0}
 
-    # ==== public entry points ===========================================================
-    def receive_upstream(self, frame: str | bytes, now: float) -> list[Action]:
-        return self._run(now, "upstream", self._upstream_frame, frame)
-
-    def receive_client(self, frame: str | bytes, now: float) -> list[Action]:
-        return self._run(now, "client", self._client_frame, frame)
-
-    def handler_yielded(self, call_id: str, value: Any, now: float) -> list[Action]:
-        return self._run(now, "handler", self._handler_yielded, call_id, value)
-
-    def handler_finished(self, call_id: str, outcome: Outcome, now: float) -> list[Action]:
-        return self._run(now, "handler", self._handler_finished, call_id, outcome)
-
-    def tick(self, now: float) -> list[Action]:
-        return self._run(now, "timer", self._tick)
-
-    def upstream_disconnected(self, now: float) -> list[Action]:
-        """The upstream socket dropped but the session may come back (sidecar reconnect):
-        handlers keep running, outputs wait for `upstream_reconnected`."""
-        return self._run(now, "upstream", self._disconnected)
-
-    def upstream_reconnected(self, now: float) -> list[Action]:
-        return self._run(now, "upstream", self._reconnected)
-
-    def close(self, now: float, reason: str = "session closed") -> list[Action]:
-        """The session is over: cancel running handlers; unanswered calls are recorded as
-        abandoned (there is nobody left to send their output to)."""
-        return self._run(now, "timer", self._close, reason)
-
-    def next_deadline(self) -> float | None:
-        """When `tick` must be called next (None: no timer pending)."""
-        deadlines = list(self._deadlines.values()) + list(self._delay_fillers.values())
+    def _other_deadlines(self) -> Iterable[float]:
         sequencer_deadline = self.sequencer.next_deadline()
-        if sequencer_deadline is not None:
-            deadlines.append(sequencer_deadline)
-        return min(deadlines) if deadlines else None
-
-    @property
-    def calls(self) -> list[CallEntry]:
-        return list(self.ledger)
-
-    @property
-    def id_prefix(self) -> str:
-        return self._id_prefix
-
-    def recording_header(self) -> dict[str, Any]:
-        """What a replay needs to rebuild this engine: recorded in the recording's header."""
-        return {
-            "id_prefix": self._id_prefix,
-            "hide_tool_events": self.config.hide_tool_events,
-            "declare_tools": self.config.declare_tools,
-            "unknown_tools": self.config.unknown_tools,
-        }
+        extra = () if sequencer_deadline is None else (sequencer_deadline,)
+        return (*self._delay_fillers.values(), *extra)
 
     # ==== plumbing ======================================================================
-    def _run(self, now: float, source: str, fn: Callable[..., None], *args: Any) -> list[Action]:
-        self._now = now
-        self._source = source
-        out = self._out = []
-        try:
-            fn(*args)
-            if not self.closed:
-                self._pump()
-        except Exception as exc:  # the engine must never take a session down
-            if self.config.strict:
-                raise
-            self._record_anomaly(f"internal error: {type(exc).__name__}: {exc}", None)
-        self._out = []
-        return out
+    def _after_input(self) -> None:
+        self._pump()
 
     def _new_event_id(self) -> str:
-        self._counter += 1
-        return f"{self._id_prefix}_e{self._counter}"
+        return self._new_id("e")
 
     def _new_item_id(self) -> str:
-        self._counter += 1
-        return f"{self._id_prefix}_i{self._counter}"
+        return self._new_id("i")
 
-    def _record_anomaly(self, message: str, event_type: str | None) -> None:
-        anomaly = Anomaly(self._now, message, event_type, self._source)
-        self.anomalies.append(anomaly)
-        self._out.append(Notice("anomaly", {"message": message, "event_type": event_type,
-                                            "source": self._source}))
+    def _remember_event(self, event_id: str, what: str, call_id: str | None) -> None:
+        """Which frame an event id of ours was, so an error aimed at it can be attributed. Errors
+        come right after the frame: the most recent ones are enough."""
+        self._our_events[event_id] = (what, call_id)
+        if len(self._our_events) > _REMEMBERED_EVENTS:
+            del self._our_events[next(iter(self._our_events))]
 
     def _send_upstream(self, event: dict[str, Any]) -> None:
         self._out.append(SendUpstream(json.dumps(event, ensure_ascii=False, separators=(",", ":"))))
@@ -258,7 +152,7 @@ class Engine:
             self._record_anomaly(message, None)
 
     def _build_create(self, options: dict[str, Any], event_id: str) -> dict[str, Any]:
-        self._our_events[event_id] = ("response.create", None)
+        self._remember_event(event_id, "response.create", None)
         return self.dialect.response_create(options, event_id)
 
     # ==== upstream ======================================================================
@@ -267,7 +161,7 @@ class Engine:
         if not isinstance(frame, str):
             self._record_anomaly("binary frame from upstream dropped", None)
             return
-        if peek_type(frame) in UPSTREAM_PASSTHROUGH:
+        if peek_type(frame) in UPSTREAM_PASSTHROUGH and has_single_plain_type(frame):
             if self.config.has_client:
                 self._out.append(SendClient(frame))
             return
@@ -303,7 +197,7 @@ class Engine:
         another party declared (only ours are replaced)."""
         others = [t for t in current_tools or [] if not self._is_relay_tool_definition(t)]
         event_id = self._new_event_id()
-        self._our_events[event_id] = ("session.update", None)
+        self._remember_event(event_id, "session.update", None)
         self._send_upstream(self.dialect.session_update(
             {"tools": others + self.tools.definitions()}, event_id))
         self._tools_declared = True
@@ -335,8 +229,11 @@ class Engine:
         if record is None:
             return _SAME
         self.conversation.insert(record.id, event.get("previous_item_id", ABSENT), event["type"])
-        if record.id in self._relay_item_ids:
+        if record.origin == "relay":
             self.sequencer.item_confirmed(record.id)
+            self._relay_item_ids.discard(record.id)   # its origin is on the record now
+        elif record.origin == "client":
+            self._client_item_ids.discard(record.id)
         self._track_item_calls(record)
         return self._client_view_of_item_event(event, record)
 
@@ -408,7 +305,7 @@ class Engine:
                 record.type == "function_call" and record.call_id in self._client_call_ids
             ):
                 record.origin = "client"
-            elif record.type == "message" and record.role == "user" and _has_audio(record.data):
+            elif record.type == "message" and record.role == "user" and "input_audio" in (record.part_types or ()):
                 record.origin = "user_audio"
         if self.config.hide_tool_events and self.config.has_client:
             record.hidden = record.origin == "relay" or self._is_relay_call_item(record)
@@ -433,12 +330,14 @@ class Engine:
                 self._record_anomaly(f"output for unknown call {record.call_id}", "function_call_output")
                 return
             if entry.owner is Owner.CLIENT or record.origin == "client":
-                entry.output = record.data.get("output") if isinstance(record.data.get("output"), str) else None
+                entry.output = record.output
                 entry.output_item_id = record.id
                 entry.output_status = record.status
                 if entry.owner is Owner.CLIENT:
                     entry.state = CallState.ANSWERED
                     entry.injected_at = self._now
+            elif record.output == entry.output:
+                record.output = entry.output   # the echo of ours: keep one copy of the text
 
     def _client_view_of_item_event(self, event: dict[str, Any], record: ItemRecord) -> Any:
         if record.hidden:
@@ -483,6 +382,8 @@ class Engine:
         response.out_of_band = "conversation_id" in data and data.get("conversation_id") is None
         creator, ours = self.sequencer.response_created(response.id, response.metadata, self._now)
         response.creator = creator
+        if creator == "relay":
+            response.metadata = None   # ours: the creator says it all, and long sessions make many
         if ours is not None and ours.purpose == "follow_up":
             for call_id in ours.call_ids:
                 entry = self.ledger.get(call_id)
@@ -613,10 +514,9 @@ class Engine:
                                  event["type"])
             if response.metadata is None:
                 response.metadata = data.get("metadata")
-        response.status = str(data.get("status") or "completed")
+        response.status = sys.intern(str(data.get("status") or "completed"))
         details = data.get("status_details")
         response.status_details = details if isinstance(details, dict) else None
-        response.usage = data.get("usage") if isinstance(data.get("usage"), dict) else None
         response.done_at = self._now
         output = data.get("output")
         for index, item in enumerate(output if isinstance(output, list) else []):
@@ -631,11 +531,14 @@ class Engine:
             self._track_item_calls(record)
         self._settle_calls(response)
         self.sequencer.response_done(response.id)
+        self.sequencer.forget_confirmed({e.output_item_id for e in map(self.ledger.get, self._unlinked_outputs)
+                                         if e is not None and e.output_item_id})
         if response.status == "cancelled" and response.reason == "turn_detected":
             self._barge_in(f"response {response.id} cancelled (turn_detected)")
         elif response.status in _CANCEL_STATES:
             self._interrupt_running_of(response)
         self._inject_ready(response)
+        self._forget_old()
         return self._client_view_of_response(event, data)
 
     def _client_view_of_response(self, event: dict[str, Any], data: dict[str, Any]) -> Any:
@@ -677,7 +580,7 @@ class Engine:
         entry.state = CallState.SKIPPED
         entry.skip_reason = reason
         if entry.owner is Owner.RELAY:
-            self._out.append(Notice("tool_call", self._call_fields(entry) | {"outcome": "skipped",
+            self._out.append(Notice("tool_call", tool_call_fields(entry) | {"outcome": "skipped",
                                                                                "reason": reason}))
 
     # ---- errors ----
@@ -703,16 +606,16 @@ class Engine:
                                                    "message": error.get("message")}))
         entry = self.ledger.get(call_id)
         if entry is not None:
-            entry.upstream_errors.append(message)
+            entry.upstream_errors += (message,)
             if what == "output" and error.get("param") == "previous_item_id":
                 self._reinject_appended(entry)
         return None  # errors about the relay's own frames are not the client's business
 
     def _reinject_appended(self, entry: CallEntry) -> None:
         """The predecessor we chose vanished (deleted meanwhile): append the output instead."""
-        if entry.output is None or entry.upstream_errors.count("retried") > 0:
+        if entry.output is None or entry.output_retried:
             return
-        entry.upstream_errors.append("retried")
+        entry.output_retried = True
         self._send_output(entry, previous_item_id=None)
 
     # ---- barge-in ----
@@ -861,8 +764,7 @@ class Engine:
         self._decide(entry, rendered, OUTCOME_ERROR if rendered.is_error else OUTCOME_OK, tool)
 
     def _stop_handler(self, call_id: str) -> None:
-        self._handlers_active.discard(call_id)
-        self._deadlines.pop(call_id, None)
+        super()._stop_handler(call_id)
         self._delay_fillers.pop(call_id, None)
 
     def _decide(self, entry: CallEntry, rendered: RenderedOutput, outcome: str,
@@ -934,7 +836,7 @@ class Engine:
         entry.output_item_id = item_id
         entry.output_event_id = event_id
         self._relay_item_ids.add(item_id)
-        self._our_events[event_id] = ("output", entry.call_id)
+        self._remember_event(event_id, "output", entry.call_id)
         event: dict[str, Any] = {"type": "conversation.item.create", "event_id": event_id}
         if previous_item_id is not None:
             event["previous_item_id"] = previous_item_id
@@ -947,30 +849,18 @@ class Engine:
             entry.state = CallState.ANSWERED
             entry.injected_at = self._now
             self._unlinked_outputs.add(entry.call_id)
-            self._out.append(Notice("tool_call", self._call_fields(entry)))
+            self._out.append(Notice("tool_call", tool_call_fields(entry)))
             for text in self._pending_updates.pop(entry.call_id, []):
                 self._send_update(entry, text)
 
-    def _call_fields(self, entry: CallEntry) -> dict[str, Any]:
-        latency = entry.latency_ms()
-        handler_ms = None
-        if entry.started_at is not None and entry.finished_at is not None:
-            handler_ms = round((entry.finished_at - entry.started_at) * 1000.0, 3)
-        return {
-            "call_id": entry.call_id, "name": entry.name, "outcome": entry.outcome,
-            "status": entry.output_status, "response_id": entry.response_id,
-            "item_id": entry.item_id, "output_item_id": entry.output_item_id,
-            "ms": None if latency is None else round(latency, 3), "handler_ms": handler_ms,
-        }
-
     def _check_batch(self, response: ResponseRecord, calls: list[CallEntry]) -> None:
         """Once every relay call of a done response is answered, decide its one follow-up."""
-        if response.id in self._batches_done:
+        if response.batch_handled:
             return
         live = [c for c in calls if c.state is not CallState.SKIPPED]
         if not live or any(c.state is not CallState.ANSWERED for c in live):
             return
-        self._batches_done.add(response.id)
+        response.batch_handled = True
         if self._has_client_calls(response):
             return  # the client answers its calls and asks for the response itself
         speakers = [c for c in live if c.speak and c.scheduling != Scheduling.SILENT.value]
@@ -991,7 +881,7 @@ class Engine:
 
     # ---- streaming updates ----
     def _add_update(self, entry: CallEntry, text: str) -> None:
-        entry.updates.append(text)
+        entry.updates += (text,)
         if entry.state is CallState.ANSWERED and self.upstream_connected:
             self._send_update(entry, text)
         else:
@@ -1002,14 +892,14 @@ class Engine:
         item_id = self._new_item_id()
         event_id = self._new_event_id()
         self._relay_item_ids.add(item_id)
-        self._our_events[event_id] = ("update", entry.call_id)
+        self._remember_event(event_id, "update", entry.call_id)
         self._send_upstream({
             "type": "conversation.item.create", "event_id": event_id,
             "item": {"type": "message", "role": "system", "id": item_id,
                      "content": [{"type": "input_text", "text": text}]},
         })
         response = self.conversation.response(entry.response_id or "", create=False)
-        if response is None or response.id not in self._batches_done:
+        if response is None or not response.batch_handled:
             return  # the batch's own follow-up, still to come, covers what this update says
         if entry.speak and entry.scheduling != Scheduling.SILENT.value and not self._has_client_calls(response):
             self.sequencer.request_follow_up(
@@ -1067,7 +957,7 @@ class Engine:
         if entry is None:
             return
         tool = self.tools.get(entry.name)
-        seconds = _format_seconds(tool.timeout if tool else 0)
+        seconds = seconds_text(tool.timeout if tool else 0)
         self._out.append(CancelHandler(call_id, f"timed out after {seconds} s"))
         if entry.state is CallState.RUNNING:
             self._decide(entry, render_error(f"timed out after {seconds} s", status="incomplete",
@@ -1077,10 +967,7 @@ class Engine:
             self._add_update(entry, f"update from {entry.name}: stopped after {seconds} s (timeout)")
 
     # ==== connection lifecycle ==========================================================
-    def _disconnected(self) -> None:
-        self.upstream_connected = False
-
-    def _reconnected(self) -> None:
+    def _on_reconnect(self) -> None:
         self.upstream_connected = True
         self.sequencer.reset_connection()
         for response_id in list(self.conversation.response_order):
@@ -1098,17 +985,8 @@ class Engine:
                 for text in self._pending_updates.pop(call_id):
                     self._send_update(entry, text)
 
-    def _close(self, reason: str) -> None:
-        for call_id in list(self._handlers_active):
-            self._out.append(CancelHandler(call_id, reason))
-            self._stop_handler(call_id)
-        for entry in self.ledger.unanswered():
-            if entry.outcome is None:
-                entry.outcome = OUTCOME_ABANDONED
-            self._out.append(Notice("tool_call", self._call_fields(entry) | {
-                "outcome": OUTCOME_ABANDONED, "reason": reason}))
+    def _on_close(self) -> None:
         self._held_creates.clear()
-        self.closed = True
 
     # ==== client ========================================================================
     def _client_frame(self, frame: str | bytes) -> None:
@@ -1117,7 +995,7 @@ class Engine:
             self._client_error("binary_frame_not_supported",
                                "binary frames are not part of the realtime protocol; send JSON text")
             return
-        if peek_type(frame) in CLIENT_PASSTHROUGH:
+        if peek_type(frame) in CLIENT_PASSTHROUGH and has_single_plain_type(frame):
             self._out.append(SendUpstream(frame))
             return
         event = self._parse(frame)
@@ -1232,25 +1110,13 @@ class Engine:
 
     def _cancel_event_id(self) -> str:
         event_id = self._new_event_id()
-        self._our_events[event_id] = ("response.cancel", None)
+        self._remember_event(event_id, "response.cancel", None)
         return event_id
-
-    # ==== views =========================================================================
-    def dump(self) -> str:
-        from relay.engine.dump import dump_engine
-
-        return dump_engine(self)
 
 
 def _content_index(event: dict[str, Any]) -> int:
     index = event.get("content_index")
     return index if isinstance(index, int) and index >= 0 else 0
-
-
-def _has_audio(item: dict[str, Any]) -> bool:
-    content = item.get("content")
-    return isinstance(content, list) and any(
-        isinstance(p, dict) and p.get("type") == "input_audio" for p in content)
 
 
 def _str_or_none(value: Any) -> str | None:
@@ -1262,8 +1128,4 @@ def _short(exc: BaseException) -> str:
     return text if len(text) <= 120 else text[:117] + "..."
 
 
-def _format_seconds(seconds: float) -> str:
-    return str(int(seconds)) if float(seconds).is_integer() else f"{seconds:g}"
-
-
-__all__ = ["Anomaly", "Engine", "EngineConfig", "HandlerKind"]
+__all__ = ["DEFAULT_HISTORY_LIMIT", "Anomaly", "Engine", "EngineConfig", "HandlerKind"]

@@ -7,7 +7,7 @@ answered by it. The ledger is also what replay, metrics and users' tests read.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Iterator
 
@@ -63,8 +63,9 @@ class CallEntry:
     skip_reason: str | None = None
     follow_up_response_id: str | None = None
     follow_up_event_id: str | None = None
-    upstream_errors: list[str] = field(default_factory=list)
-    updates: list[str] = field(default_factory=list)   # streaming tools: interim values after the first
+    upstream_errors: tuple[str, ...] = ()   # errors the upstream aimed at our frames for this call
+    updates: tuple[str, ...] = ()           # streaming tools: the values after the first
+    output_retried: bool = False            # the output was sent again (its predecessor vanished)
     announced_at: float | None = None
     ready_at: float | None = None
     started_at: float | None = None
@@ -116,6 +117,17 @@ class CallLedger:
         if entry.item_id:
             self._by_item[entry.item_id] = entry.call_id
         return entry
+
+    def forget_old(self, keep: int) -> None:
+        """Keep the latest `keep` finished calls (answered or skipped) and every unfinished one;
+        forget older finished calls. Their outputs are long delivered."""
+        if len(self._entries) <= keep + keep // 2:   # forget in batches
+            return
+        finished = [e for e in self._entries.values() if e.state in (CallState.ANSWERED, CallState.SKIPPED)]
+        for entry in finished[:-keep]:
+            del self._entries[entry.call_id]
+            if entry.item_id is not None:
+                self._by_item.pop(entry.item_id, None)
 
     def relay_calls(self) -> list[CallEntry]:
         return [e for e in self._entries.values() if e.owner is Owner.RELAY]

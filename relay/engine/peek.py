@@ -96,3 +96,12 @@ def _scan_for_type(frame: str) -> str | None:
         if pos >= length or frame[pos] != ",":
             return None
         pos += 1
+
+
+def has_single_plain_type(frame: str) -> bool:
+    """True when the frame cannot hold a second `type` key: no escape anywhere, and `"type"`
+    exactly once. JSON parsers keep the *last* of repeated keys, so a decision to forward a frame
+    unparsed, taken on the first `type`, must be sure there is no other: otherwise a frame could
+    peek as an audio append and reach the upstream as any other event, past the relay's checks.
+    Both scans run at C speed; base64 audio holds neither backslashes nor quotes."""
+    return "\\" not in frame and frame.count('"type"') == 1

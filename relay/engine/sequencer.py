@@ -89,7 +89,7 @@ class Sequencer:
         ack_timeout: float = 15.0,
         foreign_timeout: float = 10.0,
         max_attempts: int = 4,
-        retry_wait: float = 2.0,
+        retry_wait: float = 5.0,
     ) -> None:
         self._new_event_id = new_event_id
         self._build_create = build_create
@@ -104,6 +104,7 @@ class Sequencer:
         self.follow_ups: list[FollowUp] = []
         self.fillers: list[Filler] = []
         self.retry: SentCreate | None = None      # our create refused as "already active"
+        self.uncertain: dict[str, SentCreate] = {}  # in flight when the connection was replaced
         self.retry_waits_for_done = False
         self.retry_deadline = 0.0
         self.cancel_requested_for: str | None = None
@@ -131,6 +132,8 @@ class Sequencer:
                 ours = self.retry
                 self.retry = None
                 self.retry_waits_for_done = False
+            elif event_id in self.uncertain:
+                ours = self.uncertain.pop(event_id)
         if ours is not None:
             creator = "relay"
             self.ours[response_id] = ours
@@ -165,7 +168,13 @@ class Sequencer:
             self.cancel_requested_for = None
         if self.retry_waits_for_done:
             self.retry_waits_for_done = False
-        return self.ours.get(response_id)
+        return self.ours.pop(response_id, None)
+
+    def forget_confirmed(self, keep: set[str]) -> None:
+        """Drop confirmations nothing waits for any more (a long session makes thousands)."""
+        if self.follow_ups or self.retry or self.inflight or self.uncertain:
+            return
+        self.confirmed_items &= keep
 
     def upstream_error(self, event_id: Any, error: dict[str, Any], now: float) -> SentCreate | None:
         """An error event; returns our create it refers to (None if not ours)."""
@@ -212,13 +221,16 @@ class Sequencer:
                 follow_up.delegated = True
 
     def reset_connection(self) -> None:
-        """The upstream connection was replaced: nothing we sent is still in flight."""
+        """The upstream connection was replaced. A create in flight is not sent again: the edge
+        resends what its old socket never took, and what it took has reached the server (whose
+        response may have run while we were away); sending it again would answer twice. Its
+        response.created, if it comes on the new connection, is still recognised as ours."""
         self.active.clear()
         self.foreign.clear()
         self.cancel_requested_for = None
         self.retry_waits_for_done = False
         if self.inflight is not None:
-            self.retry = self.inflight
+            self.uncertain[self.inflight.event_id] = self.inflight
             self.inflight = None
 
     def _expire(self, now: float) -> None:

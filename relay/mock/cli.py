@@ -13,6 +13,7 @@ import sys
 
 from pydantic import ValidationError
 
+from relay.mock.gemini import GEMINI
 from relay.mock.script import MockScript
 from relay.mock.server import MockUpstream
 from relay.mock.wire import DIALECTS
@@ -25,7 +26,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--rest-port", type=int, default=None, help="port of the fake REST API (default: --port + 1, or any if 0)"
     )
     parser.add_argument("--script", metavar="FILE", help="JSON script of what the mock model says and calls")
-    parser.add_argument("--dialect", choices=DIALECTS, default="openai", help="protocol flavour (default: openai)")
+    parser.add_argument("--dialect", choices=(*DIALECTS, GEMINI), default="openai",
+                        help="protocol flavour (default: openai; gemini serves Gemini Live)")
     parser.add_argument("--api-key", default=None, help="require this key from clients (default: accept any)")
 
 

@@ -1,7 +1,8 @@
 """`MockUpstream`: the network edge around `MockSession`s.
 
 It serves the realtime WebSocket paths (`/v1/realtime`, `/openai/v1/realtime`, and the Azure
-preview `/openai/realtime`), checks auth and routes handshakes, feeds client frames to the session
+preview `/openai/realtime`; in `gemini` mode the BidiGenerateContent paths), checks auth and
+routes handshakes, feeds client frames to the session
 state machines, carries out their actions (sending events with the configured faults, running
 response streams, waking them), and serves the fake REST API for calls. Every task it starts
 belongs to it and is cancelled and awaited when it stops.
@@ -19,7 +20,7 @@ import weakref
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 from urllib.parse import parse_qsl, urlsplit
 
 from websockets.asyncio.server import Server, ServerConnection, serve
@@ -30,6 +31,9 @@ from websockets.http11 import Response as WsResponse
 
 from relay.http import Request, Response, serve_http
 from relay.mock.faults import Faults
+from relay.mock.gemini import GEMINI, GeminiMockSession, Hangup
+from relay.mock.gemini import PATHS as GEMINI_PATHS
+from relay.mock.gemini import URL_PATH as GEMINI_URL_PATH
 from relay.mock.responses import Pause, ResponseRun
 from relay.mock.script import MockScript, Reply
 from relay.mock.session import Action, Emit, MockConnection, MockSession, Stream, Wake
@@ -123,7 +127,7 @@ class MockUpstream:
     def __init__(
         self,
         script: MockScript | None = None,
-        dialect: Dialect = "openai",
+        dialect: Dialect | Literal["gemini"] = "openai",
         api_key: str | None = None,
         faults: Faults | None = None,
         *,
@@ -131,14 +135,14 @@ class MockUpstream:
         port: int = 0,
         rest_port: int = 0,
     ) -> None:
-        if dialect not in DIALECTS:
-            raise ValueError(f"unknown dialect {dialect!r}; expected one of {', '.join(DIALECTS)}")
+        if dialect not in DIALECTS and dialect != GEMINI:
+            raise ValueError(f"unknown dialect {dialect!r}; expected one of {', '.join((*DIALECTS, GEMINI))}")
         self.script = script or MockScript()
         self.dialect = dialect
         self.api_key = api_key
         self.faults = faults or Faults()
         self.host = host
-        self.sessions: list[MockSession] = []
+        self.sessions: list[MockSession | GeminiMockSession] = []
         self._requested_ports = (port, rest_port)
         self._received = _Journal()
         self._sent = _Journal()
@@ -205,7 +209,7 @@ class MockUpstream:
 
     @property
     def url(self) -> str:
-        return f"{self.base_url}/v1/realtime"
+        return f"{self.base_url}{GEMINI_URL_PATH if self.dialect == GEMINI else '/v1/realtime'}"
 
     @property
     def rest_url(self) -> str:
@@ -236,7 +240,7 @@ class MockUpstream:
         return await self._sent.wait_for(predicate, timeout, start, session.id if session else None)
 
     def find_session(self, call_id: str) -> MockSession | None:
-        return next((s for s in self.sessions if s.call_id == call_id), None)
+        return next((s for s in self.sessions if isinstance(s, MockSession) and s.call_id == call_id), None)
 
     # -- driving sessions from tests -----------------------------------------------------------
     def create_call(self, model: str = DEFAULT_MODEL) -> str:
@@ -292,7 +296,17 @@ class MockUpstream:
         for event in events if isinstance(events, list) else [events]:
             await self._emit(session, event, None)
 
-    async def close_session(self, session: MockSession, code: int = 1000, reason: str = "") -> None:
+    async def interrupt(self, session: GeminiMockSession) -> None:
+        """Gemini: the user barges in. The model stops (`serverContent.interrupted`) and its
+        unanswered calls are cancelled (`toolCallCancellation`)."""
+        await self._run(session, session.interrupt())
+
+    async def go_away(self, session: GeminiMockSession, time_left: str = "10s") -> None:
+        """Gemini: warn that the connection will close soon (`goAway`)."""
+        await self._run(session, session.go_away(time_left))
+
+    async def close_session(self, session: MockSession | GeminiMockSession, code: int = 1000,
+                            reason: str = "") -> None:
         """End a session and close its sockets with `code` (a call hung up, an upstream ending)."""
         self._end(session)
         sockets = [self._sockets.get((session.id, conn.index)) for conn in session.connections]
@@ -327,6 +341,8 @@ class MockUpstream:
         target = urlsplit(request.path)
         path = target.path.rstrip("/")
         query = dict(parse_qsl(target.query, keep_blank_values=True))
+        if self.dialect == GEMINI:
+            return self._gemini_handshake(connection, request, path, query)
         if path not in PATHS:
             return connection.respond(HTTPStatus.NOT_FOUND, f"No realtime endpoint at {path or '/'}.\n")
         headers = _headers(request.headers)
@@ -349,6 +365,25 @@ class MockUpstream:
         self._routes[connection] = _Route(path, query, headers, auth, session, beta)
         return None
 
+    def _gemini_handshake(
+        self, connection: ServerConnection, request: WsRequest, path: str, query: dict[str, str]
+    ) -> WsResponse | None:
+        """Gemini Live: the BidiGenerateContent paths, the key as `x-goog-api-key` or `?key=`; the
+        model comes later, in the setup message."""
+        if path not in GEMINI_PATHS:
+            return connection.respond(HTTPStatus.NOT_FOUND, f"No BidiGenerateContent endpoint at {path or '/'}.\n")
+        headers = _headers(request.headers)
+        presented = [(form, value) for form, value in (("x-goog-api-key", headers.get("x-goog-api-key")),
+                                                       ("key-query", query.get("key"))) if value is not None]
+        auth = presented[0][0] if presented else None
+        if self.api_key is not None:
+            matching = [form for form, value in presented if hmac.compare_digest(value.encode(), self.api_key.encode())]
+            if not matching:
+                return connection.respond(HTTPStatus.FORBIDDEN, "API key not valid. Please pass a valid API key.\n")
+            auth = matching[0]
+        self._routes[connection] = _Route(path, query, headers, auth, None, False)
+        return None
+
     # -- sockets -------------------------------------------------------------------------------
     def _new_session(self, wire: Wire, model: str, query: dict[str, str], *, is_call: bool) -> MockSession:
         reported = None
@@ -362,8 +397,12 @@ class MockUpstream:
 
     async def _serve_socket(self, ws: ServerConnection) -> None:
         route = self._routes.pop(ws)
-        session = route.session
-        if session is None:
+        session: MockSession | GeminiMockSession | None = route.session
+        if self.dialect == GEMINI:
+            session = GeminiMockSession(self.script, copy.deepcopy(self.faults), route.query)
+            self.sessions.append(session)
+            self._ended[session.id] = asyncio.Event()
+        elif session is None:
             model = route.query.get("model") or route.query.get("deployment") or DEFAULT_MODEL
             session = self._new_session(self._wire(beta=route.beta), model, route.query, is_call=False)
         elif session.ended:
@@ -390,7 +429,9 @@ class MockUpstream:
             if not session.is_call and all(conn.closed for conn in session.connections):
                 self._end(session)
 
-    async def _on_frame(self, session: MockSession, connection: MockConnection, message: str | bytes) -> None:
+    async def _on_frame(
+        self, session: MockSession | GeminiMockSession, connection: MockConnection, message: str | bytes
+    ) -> None:
         try:
             event = json.loads(message)
         except (ValueError, RecursionError) as exc:  # ValueError includes bad UTF-8 in a binary frame
@@ -405,11 +446,15 @@ class MockUpstream:
                 actions = session.internal_error(event, connection.index)
         await self._run(session, actions)
 
-    async def _run(self, session: MockSession, actions: list[Action]) -> None:
+    async def _run(self, session: MockSession | GeminiMockSession, actions: list[Action | Hangup]) -> None:
         for action in actions:
             if isinstance(action, Emit):
                 await self._emit(session, action.event, action.to)
+            elif isinstance(action, Hangup):
+                await self.close_session(session, action.code, action.reason)
+                return
             elif isinstance(action, Stream):
+                assert isinstance(session, MockSession)
                 self._start_stream(session, action.run)
             elif isinstance(action, Wake):
                 self._wake(action.run)
@@ -419,17 +464,21 @@ class MockUpstream:
         if waker is not None:
             waker.set()
 
-    async def _emit(self, session: MockSession, event: dict[str, Any] | str | bytes, to: int | None) -> None:
+    async def _emit(
+        self, session: MockSession | GeminiMockSession, event: dict[str, Any] | str | bytes, to: int | None
+    ) -> None:
         for connection in list(session.connections):
             if not connection.closed and to in (None, connection.index):
                 await self._deliver(session, connection, event)
 
     async def _deliver(
-        self, session: MockSession, connection: MockConnection, event: dict[str, Any] | str | bytes
+        self, session: MockSession | GeminiMockSession, connection: MockConnection, event: dict[str, Any] | str | bytes
     ) -> None:
         faults = session.faults
         is_done = isinstance(event, dict) and str(event.get("type", "")).endswith(".done")
-        frame = json.dumps(event) if isinstance(event, dict) else event
+        frame: str | bytes = json.dumps(event) if isinstance(event, dict) else event
+        if isinstance(session, GeminiMockSession) and isinstance(frame, str) and isinstance(event, dict):
+            frame = frame.encode()   # the Gemini service sends its JSON in binary frames
         for _ in range(2 if is_done and faults.duplicate_done else 1):
             if faults.event_delay:
                 await asyncio.sleep(faults.event_delay)
@@ -452,7 +501,7 @@ class MockUpstream:
                 return
 
     # -- tasks ---------------------------------------------------------------------------------
-    def _spawn(self, session: MockSession, work: Coroutine[Any, Any, None]) -> None:
+    def _spawn(self, session: MockSession | GeminiMockSession, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(work)
         owned = self._session_tasks.setdefault(session.id, set())
         self._tasks.add(task)
@@ -486,7 +535,7 @@ class MockUpstream:
         finally:
             self._finished.pop(run.id).set()
 
-    def _end(self, session: MockSession) -> None:
+    def _end(self, session: MockSession | GeminiMockSession) -> None:
         session.ended = True
         self._ended[session.id].set()
         for task in self._session_tasks.pop(session.id, set()):

@@ -22,6 +22,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from relay.dialects.base import CLIENT_EVENT_TYPES
 from relay.mock.conversation import Conversation, item_not_found
 from relay.mock.faults import Faults
 from relay.mock.responses import Planned, PlannedCall, PlannedMessage, ResponseRun
@@ -43,19 +44,7 @@ log = logging.getLogger(__name__)
 MIN_COMMIT_MS = 100
 MAX_APPEND_BYTES = 15 * 1024 * 1024
 SIMULATED_SPEECH_MS = 1000
-CLIENT_EVENTS = (
-    "session.update",
-    "input_audio_buffer.append",
-    "input_audio_buffer.commit",
-    "input_audio_buffer.clear",
-    "output_audio_buffer.clear",
-    "conversation.item.create",
-    "conversation.item.retrieve",
-    "conversation.item.truncate",
-    "conversation.item.delete",
-    "response.create",
-    "response.cancel",
-)
+CLIENT_EVENTS = CLIENT_EVENT_TYPES
 
 
 @dataclass

@@ -126,7 +126,7 @@ async def test_unstarted_mock_has_no_url() -> None:
     with pytest.raises(RuntimeError):
         MockUpstream().url
     with pytest.raises(ValueError):
-        MockUpstream(dialect="gemini")  # type: ignore[arg-type]
+        MockUpstream(dialect="bedrock")  # type: ignore[arg-type]
 
 
 async def test_stopping_with_open_sockets_and_a_held_response_is_prompt(make_mock: MockFactory) -> None:

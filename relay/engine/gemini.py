@@ -1,0 +1,722 @@
+"""The sans-I/O engine for Gemini Live sessions: `Engine`'s sibling, with the same entry points.
+
+    engine.receive_upstream(frame, now)   -> actions
+    engine.receive_client(frame, now)     -> actions
+    engine.handler_yielded(call_id, value, now)   -> actions   (streaming tools)
+    engine.handler_finished(call_id, outcome, now) -> actions
+    engine.tick(now)                      -> actions      (timeouts)
+
+Gemini differs from OpenAI in what the relay must decide. A `toolCall` is produced by the model
+by construction (no response can still cancel it), so relay calls start at once, and answers go
+up as soon as they are known: there is no `response.create` to sequence, the model continues by
+itself. What Gemini adds instead is `toolCallCancellation` (the user interrupted: no answer may be
+sent for those ids) and, for NON_BLOCKING functions, `scheduling` and `willContinue` on answers.
+
+Frames are JSON objects with one top-level key, in text or binary WebSocket frames; what the
+engine forwards keeps the kind it arrived in, and what it writes itself goes up as text (as the
+`google-genai` SDK sends). Conversation state is kept in the same `Conversation` and `CallLedger`
+as the OpenAI engine, with OpenAI-shaped items (a model turn is a synthetic response), so export,
+replay, metrics and dumps read both engines alike.
+
+Fast path: most bytes are audio. A client `realtimeInput` frame, and a `serverContent` frame in
+which none of the keys the engine follows appears (`"text"`, a transcription, `turnComplete`,
+`interrupted`, or another top-level message such as `toolCall`), is forwarded unparsed. Base64
+never contains a `"`, so a quoted key cannot be faked by audio data; a frame spelling a key with
+`\\u` escapes would be missed, which costs only its words in the conversation record.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Callable, Iterable, Union
+
+from relay.dialects.base import Dialect
+from relay.dialects.gemini import GEMINI, GeminiDialect, field, key_of, response_text
+from relay.engine.actions import CancelHandler, Close, Notice, Outcome, SendClient, SendUpstream, StartHandler
+from relay.engine.calls import seconds_text, tool_call_fields
+from relay.engine.conversation import ABSENT, ItemRecord, ResponseRecord
+from relay.engine.base import EngineBase, EngineConfig
+from relay.engine.core import Engine
+from relay.engine.ledger import (
+    OUTCOME_BAD_ARGUMENTS,
+    OUTCOME_CANCELLED,
+    OUTCOME_ERROR,
+    OUTCOME_OK,
+    OUTCOME_TIMEOUT,
+    OUTCOME_UNKNOWN_TOOL,
+    CallEntry,
+    CallState,
+    Owner,
+)
+from relay.tools import (
+    ArgumentsError,
+    HandlerKind,
+    Interruption,
+    RenderedOutput,
+    Scheduling,
+    ToolRegistry,
+    ToolResult,
+    ToolSpec,
+    render_error,
+    render_exception,
+    render_value,
+)
+
+CANCELLED_BY_SERVER = "cancelled by the server (toolCallCancellation): no answer is sent"
+POLICY_VIOLATION = 1008
+
+_FIRST_KEY = re.compile(r'\s*\{\s*"([A-Za-z_]+)"\s*:')
+_FIRST_KEY_BYTES = re.compile(rb'\s*\{\s*"([A-Za-z_]+)"\s*:')
+_MEDIA_KEYS = {"upstream": frozenset({"serverContent", "server_content"}),
+               "client": frozenset({"realtimeInput", "realtime_input"})}
+# A media frame holding one of these is parsed: they are what the engine follows in it.
+_STATE_MARKERS = {
+    "upstream": ('"text"', 'Transcription"', 'transcription"', '"turnComplete"', '"turn_complete"',
+                 '"interrupted"', '"toolCall', '"tool_call', '"setupComplete"', '"setup_complete"'),
+    "client": ('"text"', '"toolResponse"', '"tool_response"', '"setup"', '"clientContent"',
+               '"client_content"'),
+}
+_STATE_MARKER_BYTES = {side: tuple(m.encode() for m in markers) for side, markers in _STATE_MARKERS.items()}
+_AUDIO_MARKERS: dict[type, tuple[Any, ...]] = {str: ('"inlineData"', '"inline_data"'),
+                                               bytes: (b'"inlineData"', b'"inline_data"')}
+
+_SAME: Any = object()   # a message part the engine leaves as it came
+_DROP: Any = object()   # a message part the other side must not see
+_STOP: Any = object()   # nothing of this message goes anywhere
+
+AnyEngine = Union[Engine, "GeminiEngine"]
+
+
+def first_key(frame: str | bytes) -> str | None:
+    """The first top-level key of a JSON object frame, read without parsing it (None: unsure)."""
+    match = (_FIRST_KEY if isinstance(frame, str) else _FIRST_KEY_BYTES).match(frame)
+    if match is None:
+        return None
+    key = match.group(1)
+    return key if isinstance(key, str) else key.decode("ascii")
+
+
+def is_media_frame(frame: str | bytes, side: str) -> bool:
+    """Whether a frame from `side` ("upstream" or "client") may be forwarded unparsed: an audio
+    or video carrier (`serverContent` / `realtimeInput`) holding none of the state markers."""
+    if first_key(frame) not in _MEDIA_KEYS[side]:
+        return False
+    markers = _STATE_MARKERS[side] if isinstance(frame, str) else _STATE_MARKER_BYTES[side]
+    return not any(marker in frame for marker in markers)  # type: ignore[operator]
+
+
+def new_engine(
+    tools: ToolRegistry | Iterable[ToolSpec | Callable[..., Any]] = (),
+    *,
+    dialect: Dialect,
+    config: EngineConfig | None = None,
+    session_id: str = "session",
+    id_prefix: str = "relay",
+) -> AnyEngine:
+    """The engine for a dialect: `GeminiEngine` for Gemini Live, `Engine` for the OpenAI family."""
+    engine_class = GeminiEngine if isinstance(dialect, GeminiDialect) else Engine
+    return engine_class(tools, dialect=dialect, config=config, session_id=session_id, id_prefix=id_prefix)
+
+
+def _encode(message: dict[str, Any], like: str | bytes) -> str | bytes:
+    """`message` as JSON, in the frame kind of `like` (binary frames stay binary)."""
+    text = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
+    return text if isinstance(like, str) else text.encode("utf-8")
+
+
+def _returned_text(value: Any) -> bool:
+    """Whether a handler answered with text (kept as text, never read as JSON)."""
+    if isinstance(value, ToolResult):
+        return not value.is_error and isinstance(value.result, str)
+    return isinstance(value, str)
+
+
+def _response_body(rendered: RenderedOutput, text: bool) -> dict[str, Any]:
+    """`FunctionResponse.response`: `{"output": value}` (the JSON value the tool returned, or its
+    text) or `{"error": ...}` (the relay renders errors as `{"error": ...}` JSON)."""
+    if rendered.is_error:
+        try:
+            value = json.loads(rendered.output)
+        except ValueError:
+            value = None
+        if isinstance(value, dict) and set(value) == {"error"}:
+            return value
+        return {"error": rendered.output}
+    if text:
+        return {"output": rendered.output}
+    try:
+        return {"output": json.loads(rendered.output)}
+    except ValueError:   # cut by the output limit: no longer JSON
+        return {"output": rendered.output}
+
+
+class GeminiEngine(EngineBase):
+    """One Gemini Live session's state and rules."""
+
+    def __init__(
+        self,
+        tools: ToolRegistry | Iterable[ToolSpec | Callable[..., Any]] = (),
+        *,
+        dialect: GeminiDialect = GEMINI,
+        config: EngineConfig | None = None,
+        session_id: str = "session",
+        id_prefix: str = "relay",
+    ) -> None:
+        super().__init__(tools, dialect=dialect, config=config, session_id=session_id, id_prefix=id_prefix)
+        self._hiding = self.config.hide_tool_events and self.config.has_client
+        self._client_functions: set[str] = set()     # names the client declared in its setup
+        self._interim: dict[str, tuple[RenderedOutput, bool]] = {}   # streaming: last value sent
+        self._unsent: list[tuple[str, dict[str, Any], bool]] = []    # (call_id, answer, final)
+        self._turn: ResponseRecord | None = None      # the model turn in progress
+        self._model_item: str | None = None           # its message item taking words
+        self._user_item: str | None = None            # the user's spoken turn being transcribed
+        self._refused = False                         # the client's setup was refused
+
+    def _to_client(self, frame: str | bytes) -> None:
+        if self.config.has_client:
+            self._out.append(SendClient(frame))
+
+    def _decode(self, frame: str | bytes) -> dict[str, Any] | None:
+        try:
+            message = json.loads(frame)
+        except (ValueError, RecursionError) as exc:   # bad UTF-8 in a binary frame is a ValueError
+            self._record_anomaly(f"frame is not valid JSON: {str(exc)[:120]}", None)
+            return None
+        if not isinstance(message, dict):
+            self._record_anomaly(f"frame is a JSON {type(message).__name__}, not an object", None)
+            return None
+        return message
+
+    def _apply_handlers(self, message: dict[str, Any], handlers: dict[str, Callable[..., Any]]) -> Any:
+        """Run the handler of each top-level key; the message to forward, `_SAME`, or `_STOP`."""
+        rewritten: dict[str, Any] = {}
+        changed = False
+        for key, value in message.items():
+            handler = handlers.get(key)
+            result = _SAME if handler is None else handler(self, value)
+            if result is _STOP:
+                return _STOP
+            if result is _DROP:
+                changed = True
+            elif result is _SAME:
+                rewritten[key] = value
+            else:
+                rewritten[key] = result
+                changed = True
+        if not changed:
+            return _SAME
+        return rewritten if rewritten else _STOP
+
+    # ==== upstream ======================================================================
+    def _upstream_frame(self, frame: str | bytes) -> None:
+        self.frames_in["upstream"] += 1
+        if is_media_frame(frame, "upstream"):
+            if any(marker in frame for marker in _AUDIO_MARKERS[type(frame)]):  # type: ignore[operator]
+                self._model_audio()
+            self._to_client(frame)
+            return
+        message = self._decode(frame)
+        if message is None:
+            return   # it cannot be told apart from a relay call the client must not see
+        result = self._apply_handlers(message, self._UPSTREAM_HANDLERS)
+        if result is _SAME:
+            self._to_client(frame)
+        elif result is not _STOP:
+            self._to_client(_encode(result, frame))
+
+    def _on_server_content(self, content: Any) -> Any:
+        if not isinstance(content, dict):
+            self._record_anomaly("serverContent is not an object", "serverContent")
+            return _SAME
+        transcription = field(content, "inputTranscription")
+        if isinstance(transcription, dict) and isinstance(transcription.get("text"), str):
+            self._user_words(transcription["text"])
+        parts = field(field(content, "modelTurn"), "parts")
+        for part in parts if isinstance(parts, list) else []:
+            if not isinstance(part, dict) or part.get("thought"):
+                continue   # the model's reasoning is not part of what it said
+            if isinstance(part.get("text"), str):
+                self._model_words(part["text"], "output_text")
+            elif key_of(part, "inlineData") is not None:
+                self._model_audio()
+        transcription = field(content, "outputTranscription")
+        if isinstance(transcription, dict) and isinstance(transcription.get("text"), str):
+            self._model_words(transcription["text"], "output_audio")
+        if field(content, "interrupted") is True:
+            self._end_turn("cancelled")
+        if field(content, "turnComplete") is True:
+            self._end_turn("completed")
+        return _SAME
+
+    def _on_tool_call(self, tool_call: Any) -> Any:
+        key = key_of(tool_call, "functionCalls")
+        calls = tool_call[key] if key is not None else None
+        if not isinstance(calls, list):
+            self._record_anomaly("toolCall without a functionCalls list", "toolCall")
+            return _SAME
+        turn = self._model_turn()
+        visible: list[Any] = []
+        to_start: list[tuple[CallEntry, Any]] = []
+        for call in calls:
+            entry, new = self._announce(call, turn)
+            if entry is None or entry.owner is Owner.CLIENT or not self._hiding:
+                visible.append(call)
+            if new and entry is not None and entry.owner is Owner.RELAY:
+                to_start.append((entry, call.get("args")))
+        for entry, args in to_start:
+            self._start(entry, args)
+        return _narrowed(tool_call, key, visible, len(calls))
+
+    def _on_cancellation(self, cancellation: Any) -> Any:
+        ids = field(cancellation, "ids")
+        if not isinstance(ids, list):
+            self._record_anomaly("toolCallCancellation without an ids list", "toolCallCancellation")
+            return _SAME
+        visible = []
+        for call_id in ids:
+            entry = self.ledger.get(call_id)
+            if entry is not None and entry.owner is Owner.RELAY:
+                self._cancelled_by_server(entry)
+                if not self._hiding:
+                    visible.append(call_id)
+                continue
+            visible.append(call_id)
+            if entry is None:
+                self._record_anomaly(f"toolCallCancellation of unknown call {call_id}", "toolCallCancellation")
+            elif entry.state is CallState.COMPLETE:
+                entry.state = CallState.SKIPPED
+                entry.skip_reason = "cancelled by the server (toolCallCancellation)"
+        return _narrowed(cancellation, "ids", visible, len(ids))
+
+    _UPSTREAM_HANDLERS: dict[str, Callable[["GeminiEngine", Any], Any]] = {
+        "serverContent": _on_server_content,
+        "server_content": _on_server_content,
+        "toolCall": _on_tool_call,
+        "tool_call": _on_tool_call,
+        "toolCallCancellation": _on_cancellation,
+        "tool_call_cancellation": _on_cancellation,
+    }
+
+    # ==== conversation ==================================================================
+    def _model_turn(self) -> ResponseRecord:
+        """The model turn in progress, opened by its first output."""
+        if self._turn is None:
+            turn = self.conversation.response(self._new_id("r"))
+            assert turn is not None
+            turn.seen_created = True
+            turn.created_at = self._now
+            turn.creator = "server"
+            self._turn = turn
+        return self._turn
+
+    def _end_turn(self, status: str) -> None:
+        turn = self._turn
+        if turn is not None:
+            turn.status = status
+            turn.done_at = self._now
+            if status == "cancelled":
+                turn.status_details = {"type": "cancelled", "reason": "turn_detected"}
+            record = self.conversation.item(self._model_item)
+            if record is not None:
+                record.status = "completed" if status == "completed" else "incomplete"
+        self._turn = None
+        self._model_item = None
+        self._user_item = None
+        self._forget_old()
+
+    def _add_item(self, data: dict[str, Any], origin: str, *, previous: Any = ABSENT,
+                  turn: ResponseRecord | None = None, hidden: bool = False) -> ItemRecord:
+        """Put an item in the conversation. Anything but transcribed user speech (which lags
+        behind and is placed before the model's answer) ends the model message taking words."""
+        record = self.conversation.upsert(data)
+        assert record is not None   # data always carries an id
+        record.origin = origin
+        record.hidden = hidden
+        if turn is not None:
+            record.response_id = turn.id
+            self.conversation.link_output(turn, record.id, None)
+        self.conversation.insert(record.id, previous, "gemini")
+        if origin != "user_audio":
+            self._model_item = None
+        return record
+
+    def _model_words(self, text: str, part_type: str) -> None:
+        record = self._open_model_item(part_type)
+        self.conversation.add_text(record.id, 0, text)
+
+    def _model_audio(self) -> None:
+        """The model spoke (audio seen, maybe unparsed): its turn has a message, even if no
+        transcript of it ever comes."""
+        self._open_model_item("output_audio")
+
+    def _open_model_item(self, part_type: str) -> ItemRecord:
+        record = self.conversation.item(self._model_item)
+        if record is None:
+            turn = self._model_turn()
+            part: dict[str, Any] = {"type": part_type}
+            part["text" if part_type == "output_text" else "transcript"] = None
+            record = self._add_item({"type": "message", "id": self._new_id("i"), "role": "assistant",
+                                     "status": "in_progress", "content": [part]}, "model", turn=turn)
+            self._model_item = record.id
+        return record
+
+    def _user_words(self, text: str) -> None:
+        """Transcribed user speech. Transcripts lag: words that arrive once the model has begun
+        answering belong before its answer."""
+        record = self.conversation.item(self._user_item)
+        if record is None:
+            previous: Any = ABSENT
+            turn = self._turn
+            if turn is not None and turn.output_item_ids:
+                first = turn.output_item_ids[0]
+                order = self.conversation.order
+                position = order.index(first) if first in order else len(order)
+                previous = order[position - 1] if position > 0 else None
+            record = self._add_item({"type": "message", "id": self._new_id("i"), "role": "user",
+                                     "status": "completed",
+                                     "content": [{"type": "input_audio", "transcript": None}]},
+                                    "user_audio", previous=previous)
+            self._user_item = record.id
+        self.conversation.add_text(record.id, 0, text)
+
+    def _client_turns(self, turns: Any) -> None:
+        for turn in turns if isinstance(turns, list) else [turns]:
+            if not isinstance(turn, dict):
+                continue
+            parts = turn.get("parts")
+            texts = [p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)] \
+                if isinstance(parts, list) else []
+            if not texts:
+                continue
+            role = "assistant" if turn.get("role") == "model" else "user"
+            part_type = "output_text" if role == "assistant" else "input_text"
+            self._add_item({"type": "message", "id": self._new_id("i"), "role": role, "status": "completed",
+                            "content": [{"type": part_type, "text": text} for text in texts]}, "client")
+        self._user_item = None
+
+    def _record_output(self, entry: CallEntry, response: Any, origin: str, *, final: bool,
+                       status: str = "completed") -> None:
+        """The call's `function_call_output` item: created by its first answer, holding the
+        latest (interim answers of a streaming tool are replaced by the final one)."""
+        text = response_text(response)
+        record = self.conversation.item(entry.output_item_id)
+        if record is None:
+            record = self._add_item({"type": "function_call_output", "id": self._new_id("i"),
+                                     "call_id": entry.call_id, "output": text, "status": status}, origin,
+                                    hidden=self._hiding and entry.owner is Owner.RELAY)
+            entry.output_item_id = record.id
+        else:
+            record.output = text
+            record.status = status
+        if entry.owner is Owner.CLIENT:
+            entry.output = text
+            entry.output_status = status
+            if final:
+                entry.state = CallState.ANSWERED
+                entry.injected_at = self._now
+
+    # ==== calls =========================================================================
+    def _announce(self, call: Any, turn: ResponseRecord) -> tuple[CallEntry | None, bool]:
+        """Record a call of a toolCall; (its ledger entry, whether it is new)."""
+        if not isinstance(call, dict):
+            self._record_anomaly("a functionCalls entry is not an object", "toolCall")
+            return None, False
+        call_id, name = call.get("id"), call.get("name")
+        if not isinstance(call_id, str) or not call_id:
+            self._record_anomaly(f"function call {name!r} without an id: left to the client", "toolCall")
+            return None, False
+        existing = self.ledger.get(call_id)
+        if existing is not None:
+            self._record_anomaly(f"call {call_id} delivered again; run once", "toolCall")
+            return existing, False
+        name = name if isinstance(name, str) else ""
+        args = call.get("args")
+        arguments = "" if args is None else json.dumps(args, ensure_ascii=False)
+        owner = Owner.RELAY if self._owns(name) else Owner.CLIENT
+        record = self._add_item({"type": "function_call", "id": self._new_id("i"), "call_id": call_id,
+                                 "name": name, "arguments": arguments, "status": "completed"},
+                                "model", turn=turn, hidden=self._hiding and owner is Owner.RELAY)
+        entry = self.ledger.add(CallEntry(call_id, name, record.id, turn.id, owner, arguments=arguments,
+                                          arguments_from_done=arguments, announced_at=self._now))
+        if owner is Owner.CLIENT:
+            entry.state = CallState.COMPLETE
+        else:
+            entry.state = CallState.READY
+            entry.ready_at = self._now
+        return entry, True
+
+    def _owns(self, name: str) -> bool:
+        if name in self.tools:
+            return True
+        return self.config.unknown_tools == "error" and name not in self._client_functions
+
+    def _start(self, entry: CallEntry, args: Any) -> None:
+        tool = self.tools.get(entry.name)
+        limit = self.config.output_limit
+        if tool is None:
+            self._decide(entry, render_error(f"unknown tool {entry.name!r}", limit=limit), OUTCOME_UNKNOWN_TOOL)
+            return
+        try:
+            arguments = tool.validate_arguments({} if args is None else args)
+        except ArgumentsError as exc:
+            self._decide(entry, render_error(str(exc), limit=limit), OUTCOME_BAD_ARGUMENTS, tool)
+            return
+        entry.state = CallState.RUNNING
+        entry.started_at = self._now
+        self._handlers_active.add(entry.call_id)
+        self._deadlines[entry.call_id] = self._now + tool.timeout
+        self._out.append(StartHandler(entry.call_id, tool, arguments))
+        self._out.append(Notice("tool_started", {"call_id": entry.call_id, "name": entry.name,
+                                                 "arguments": entry.arguments,
+                                                 "response_id": entry.response_id}))
+
+    def _handler_yielded(self, call_id: str, value: Any) -> None:
+        entry = self.ledger.get(call_id)
+        if entry is None or call_id not in self._handlers_active:
+            return
+        tool = self.tools.get(entry.name)
+        if tool is None or tool.kind is not HandlerKind.STREAM:
+            self._record_anomaly(f"{entry.name} is not a streaming tool; its yielded value is ignored", None)
+            return
+        rendered = render_value(value, limit=self.config.output_limit)
+        text = _returned_text(value)
+        self._interim[call_id] = (rendered, text)
+        entry.updates += (rendered.output,)
+        if entry.state is CallState.RUNNING:
+            self._answer(entry, _response_body(rendered, text), self._scheduling(entry, rendered), final=False)
+
+    def _handler_finished(self, call_id: str, outcome: Outcome) -> None:
+        entry = self.ledger.get(call_id)
+        if entry is None or call_id not in self._handlers_active:
+            return   # cancelled or timed out already: decided then
+        tool = self.tools.get(entry.name)
+        limit = self.config.output_limit
+        text = False
+        scheduling: Scheduling | None = None
+        if outcome.error is not None:
+            rendered = render_exception(outcome.error, limit=limit)
+        elif outcome.stream_end and call_id in self._interim:
+            # the stream's last value was sent as interim: the final answer repeats it, silently
+            rendered, text = self._interim[call_id]
+            scheduling = Scheduling.SILENT
+        elif outcome.stream_end:
+            rendered = render_error(f"{entry.name} finished without producing a result", limit=limit)
+        else:
+            rendered = render_value(outcome.value, limit=limit)
+            text = _returned_text(outcome.value)
+        self._decide(entry, rendered, OUTCOME_ERROR if rendered.is_error else OUTCOME_OK, tool,
+                     text=text, scheduling=scheduling)
+
+    def _stop_handler(self, call_id: str) -> None:
+        super()._stop_handler(call_id)
+        self._interim.pop(call_id, None)
+
+    def _scheduling(self, entry: CallEntry, rendered: RenderedOutput) -> Scheduling | None:
+        """The answer's scheduling: the result's, else the tool's; only NON_BLOCKING functions
+        take one."""
+        tool = self.tools.get(entry.name)
+        if tool is None or not tool.non_blocking:
+            return None
+        return rendered.scheduling or tool.scheduling
+
+    def _decide(self, entry: CallEntry, rendered: RenderedOutput, outcome: str, tool: ToolSpec | None = None,
+                *, text: bool = False, scheduling: Scheduling | None = None) -> None:
+        """The call's final answer is known: send it, unless the server cancelled the call."""
+        self._stop_handler(entry.call_id)
+        entry.output = rendered.output
+        entry.output_status = rendered.status
+        entry.is_error = rendered.is_error
+        entry.outcome = outcome
+        entry.finished_at = self._now
+        if tool is not None:
+            entry.message = rendered.message or (tool.on_failure if rendered.is_error else tool.on_complete)
+        if entry.state is CallState.SKIPPED:
+            return   # cancelled by the server while it ran (a policy that lets it finish)
+        scheduling = scheduling or self._scheduling(entry, rendered)
+        entry.scheduling = scheduling.value if scheduling else None
+        entry.state = CallState.FINISHED
+        self._answer(entry, _response_body(rendered, text), scheduling, final=True)
+
+    def _answer(self, entry: CallEntry, body: dict[str, Any], scheduling: Scheduling | None,
+                *, final: bool) -> None:
+        tool = self.tools.get(entry.name)
+        streaming = tool is not None and tool.kind is HandlerKind.STREAM
+        answer = self.dialect.function_response(
+            call_id=entry.call_id, name=entry.name, response=body, scheduling=scheduling,
+            will_continue=(not final) if streaming else None)
+        if not self.upstream_connected:
+            self._unsent.append((entry.call_id, answer, final))
+            return
+        self._send_answer(entry, answer, final)
+
+    def _send_answer(self, entry: CallEntry, answer: dict[str, Any], final: bool) -> None:
+        self._out.append(SendUpstream(json.dumps(self.dialect.tool_response([answer]), ensure_ascii=False,
+                                                 separators=(",", ":"))))
+        self._record_output(entry, answer["response"], "relay", final=final,
+                            status=(entry.output_status or "completed") if final else "completed")
+        if final:
+            entry.state = CallState.ANSWERED
+            entry.injected_at = self._now
+            self._out.append(Notice("tool_call", tool_call_fields(entry)))
+
+    def _cancelled_by_server(self, entry: CallEntry) -> None:
+        """toolCallCancellation of a relay call: no answer may follow. The handler stops if its
+        tool's interruption policy is `cancel`; other policies let it finish unheard."""
+        if entry.state in (CallState.ANSWERED, CallState.SKIPPED):
+            return   # answered before the cancellation crossed it, or cancelled already
+        entry.interrupted = True
+        self._unsent = [u for u in self._unsent if u[0] != entry.call_id]
+        tool = self.tools.get(entry.name)
+        policy = tool.interruption if tool is not None else Interruption.CANCEL
+        if entry.call_id in self._handlers_active and policy is Interruption.CANCEL:
+            self._out.append(CancelHandler(entry.call_id, "cancelled by the server (toolCallCancellation)"))
+            self._stop_handler(entry.call_id)
+            entry.outcome = OUTCOME_CANCELLED
+            entry.finished_at = self._now
+        entry.state = CallState.SKIPPED
+        entry.skip_reason = CANCELLED_BY_SERVER
+        self._out.append(Notice("tool_call", tool_call_fields(entry) | {"outcome": OUTCOME_CANCELLED,
+                                                                           "reason": CANCELLED_BY_SERVER}))
+
+    # ==== timers and lifecycle ==========================================================
+    def _tick(self) -> None:
+        for call_id, deadline in list(self._deadlines.items()):
+            if deadline > self._now:
+                continue
+            entry = self.ledger.get(call_id)
+            assert entry is not None   # deadlines are set for ledger entries only
+            tool = self.tools.get(entry.name)
+            shown = seconds_text(tool.timeout if tool is not None else 0.0)
+            self._out.append(CancelHandler(call_id, f"timed out after {shown} s"))
+            self._decide(entry, render_error(f"timed out after {shown} s", status="incomplete",
+                                             limit=self.config.output_limit), OUTCOME_TIMEOUT, tool)
+
+    def _on_reconnect(self) -> None:
+        self.upstream_connected = True
+        unsent, self._unsent = self._unsent, []
+        for call_id, answer, final in unsent:
+            entry = self.ledger.get(call_id)
+            if entry is not None:
+                self._send_answer(entry, answer, final)
+
+    def _on_close(self) -> None:
+        self._unsent.clear()
+
+    # ==== client ========================================================================
+    def _client_frame(self, frame: str | bytes) -> None:
+        self.frames_in["client"] += 1
+        if self._refused:
+            return   # the session is closing: nothing more of this client goes up
+        if is_media_frame(frame, "client"):
+            self._out.append(SendUpstream(frame))
+            return
+        message = self._decode(frame)
+        if message is None:
+            self._out.append(SendUpstream(frame))   # the provider answers malformed input itself
+            return
+        result = self._apply_handlers(message, self._CLIENT_HANDLERS)
+        if result is _SAME:
+            self._out.append(SendUpstream(frame))
+        elif result is not _STOP:
+            self._out.append(SendUpstream(_encode(result, frame)))
+
+    def _client_setup(self, setup: Any) -> Any:
+        if not isinstance(setup, dict):
+            return _SAME
+        instruction = field(setup, "systemInstruction")
+        parts = instruction.get("parts") if isinstance(instruction, dict) else None
+        if isinstance(parts, list):
+            texts = [p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)]
+            self.conversation.session["instructions"] = "\n".join(texts)
+        elif isinstance(instruction, str):
+            self.conversation.session["instructions"] = instruction
+        tools = setup.get("tools")
+        self._client_functions = {
+            d["name"] for d in _declarations(tools) if isinstance(d, dict) and isinstance(d.get("name"), str)}
+        if not self.config.declare_tools or not len(self.tools):
+            return _SAME
+        clashes = [name for name in self.tools.names if name in self._client_functions]
+        if clashes:
+            names = ", ".join(clashes)
+            message = f"setup declares {names}, which the relay provides; remove it from your tools"
+            self._out.append(Notice("client_error", {"code": "relay_tool_redefined", "message": message}))
+            self._out.append(Close("client", POLICY_VIOLATION, f"relay tool redefined: {names}"))
+            self._refused = True
+            return _STOP
+        ours = [self.dialect.function_declaration(spec) for spec in self.tools]
+        if tools is None:
+            tools = []
+        if not isinstance(tools, list):
+            return _SAME   # the provider refuses it, in its own words
+        merged = list(tools)
+        for index, entry in enumerate(merged):
+            key = key_of(entry, "functionDeclarations")
+            if key is not None and isinstance(entry[key], list):
+                merged[index] = {**entry, key: entry[key] + ours}
+                break
+        else:
+            merged.append({"functionDeclarations": ours})
+        return {**setup, "tools": merged}
+
+    def _client_content(self, content: Any) -> Any:
+        if isinstance(content, dict):
+            self._client_turns(field(content, "turns"))
+        return _SAME
+
+    def _client_realtime_input(self, realtime_input: Any) -> Any:
+        text = field(realtime_input, "text")
+        if isinstance(text, str) and text:
+            self._client_turns([{"role": "user", "parts": [{"text": text}]}])
+        return _SAME
+
+    def _client_tool_response(self, tool_response: Any) -> Any:
+        key = key_of(tool_response, "functionResponses")
+        responses = tool_response[key] if key is not None else None
+        if not isinstance(responses, list):
+            return _SAME
+        kept = []
+        for response in responses:
+            entry = self.ledger.get(response.get("id")) if isinstance(response, dict) else None
+            if entry is not None and entry.owner is Owner.RELAY:
+                self._out.append(Notice("client_error", {
+                    "code": "relay_owned_call",
+                    "message": f"call {entry.call_id} ({entry.name}) belongs to a relay tool; its "
+                               "answer from the client was not forwarded"}))
+                continue
+            kept.append(response)
+            if entry is not None and entry.state is not CallState.SKIPPED:
+                self._record_output(entry, response.get("response"), "client",
+                                    final=field(response, "willContinue") is not True)
+        return _narrowed(tool_response, key, kept, len(responses))
+
+    _CLIENT_HANDLERS: dict[str, Callable[["GeminiEngine", Any], Any]] = {
+        "setup": _client_setup,
+        "clientContent": _client_content,
+        "client_content": _client_content,
+        "realtimeInput": _client_realtime_input,
+        "realtime_input": _client_realtime_input,
+        "toolResponse": _client_tool_response,
+        "tool_response": _client_tool_response,
+    }
+
+
+def _narrowed(part: dict[str, Any], key: str, kept: list[Any], total: int) -> Any:
+    """A message part whose list `key` keeps only `kept` of its `total` entries: the part as it
+    came when nothing was removed, nothing when nothing is left."""
+    if len(kept) == total:
+        return _SAME
+    return {**part, key: kept} if kept else _DROP
+
+
+def _declarations(tools: Any) -> list[Any]:
+    """Every function declaration of a setup's `tools`, in either spelling."""
+    found: list[Any] = []
+    for entry in tools if isinstance(tools, list) else []:
+        declarations = field(entry, "functionDeclarations")
+        if isinstance(declarations, list):
+            found.extend(declarations)
+    return found
+
+
+__all__ = ["AnyEngine", "GeminiEngine", "first_key", "is_media_frame", "new_engine"]

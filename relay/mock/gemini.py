@@ -1,0 +1,352 @@
+"""The mock upstream's Gemini Live mode: one BidiGenerateContent session as a sans-I/O state
+machine. `MockUpstream(dialect="gemini")` does the I/O and sends what this returns as binary
+JSON frames, as the real service does.
+
+What it plays, from the same `MockScript` as the OpenAI modes:
+
+- `setup` (first message, once) is checked and answered with `setupComplete`;
+- a user turn (`clientContent` with `turnComplete`, or `realtimeInput.text`) gets the script's
+  reply: the words as `serverContent.modelTurn` parts (text, or audio `inlineData` chunks with an
+  `outputTranscription` when the setup asks for one), then the scripted calls in one `toolCall`;
+- a call to a BLOCKING function makes the model wait: once every blocking call of the `toolCall`
+  has its final answer (`toolResponse`), the model speaks the `after_outputs` reply. An answer for
+  a NON_BLOCKING function is spoken about right away unless its `scheduling` is `SILENT`;
+- a user turn arriving while calls are unanswered is a barge-in: `serverContent.interrupted`, then
+  `toolCallCancellation` for those calls; `MockUpstream.interrupt()` plays the same from a test;
+- `MockUpstream.go_away()` sends `goAway`.
+
+Like the real service it has no error events: a message it cannot accept closes the socket
+(1007 with the reason), including an answer for an unknown, cancelled or already answered call,
+`willContinue` on a BLOCKING function, or a function the setup declared twice. With
+`options.strict_tools` a scripted call to a function the setup did not declare is not made.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import random
+import re
+from dataclasses import dataclass, field as dataclass_field
+from typing import Any
+
+from relay.dialects.gemini import (
+    CLIENT_MESSAGE_KEYS,
+    CLIENT_PATHS,
+    DEFAULT_PATH,
+    field,
+    key_of,
+    response_text,
+    snake_case,
+)
+from relay.mock.faults import Faults
+from relay.mock.script import MockScript, Reply, ToolCall
+from relay.mock.session import Emit, MockConnection
+from relay.mock.wire import new_id
+
+GEMINI = "gemini"
+PATHS = tuple(sorted(CLIENT_PATHS))
+URL_PATH = DEFAULT_PATH
+INVALID_ARGUMENT = 1007
+INTERNAL_ERROR = 1011
+OUTPUT_AUDIO_MIME = "audio/pcm;rate=24000"
+_FUNCTION_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$")
+_BEHAVIORS = ("BLOCKING", "NON_BLOCKING", "UNSPECIFIED")
+_SCHEDULINGS = ("SILENT", "WHEN_IDLE", "INTERRUPT", "SCHEDULING_UNSPECIFIED")
+_MODALITIES = ("TEXT", "AUDIO")
+_TOP_LEVEL = {key: key for key in CLIENT_MESSAGE_KEYS} | {snake_case(key): key for key in CLIENT_MESSAGE_KEYS}
+
+
+@dataclass(frozen=True)
+class Hangup:
+    """Close every socket of the session with this code and reason."""
+
+    code: int
+    reason: str
+
+
+class GeminiProtocolError(Exception):
+    """A client message the service refuses: it closes the socket with `code` and `reason`."""
+
+    def __init__(self, reason: str, code: int = INVALID_ARGUMENT) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
+
+
+@dataclass
+class MockCall:
+    """A function call the mock model made, and what became of it."""
+
+    id: str
+    name: str
+    args: Any
+    blocking: bool
+    state: str = "pending"     # pending | continuing (interim answers came) | answered | cancelled
+    answers: list[dict[str, Any]] = dataclass_field(default_factory=list)
+
+    @property
+    def open(self) -> bool:
+        return self.state in ("pending", "continuing")
+
+
+def new_function_call_id() -> str:
+    """Shaped like the service's: `function-call-` and 19 digits."""
+    return "function-call-" + "".join(random.choices("0123456789", k=19))
+
+
+def _unknown_name(name: str) -> GeminiProtocolError:
+    return GeminiProtocolError(f'Invalid JSON payload received. Unknown name "{name}": Cannot find field.')
+
+
+class GeminiMockSession:
+    """One Gemini Live session: its setup, conversation, calls and connections."""
+
+    is_call = False      # no SIP-like calls in Gemini: a session ends with its socket
+    call_id = None
+
+    def __init__(self, script: MockScript, faults: Faults, query: dict[str, str] | None = None) -> None:
+        self.id = new_id("gsess")
+        self.script = script
+        self.faults = faults
+        self.query = dict(query or {})
+        self.connections: list[MockConnection] = []
+        self.setup: dict[str, Any] | None = None
+        self.declarations: dict[str, dict[str, Any]] = {}
+        self.items: list[dict[str, Any]] = []   # the conversation, shaped as the script reads it
+        self.calls: dict[str, MockCall] = {}
+        self.ended = False
+        self._batch: list[str] = []             # blocking calls of the latest toolCall
+
+    def __repr__(self) -> str:
+        return f"GeminiMockSession(id={self.id!r}, items={len(self.items)}, calls={len(self.calls)})"
+
+    # -- views ---------------------------------------------------------------------------------
+    @property
+    def model(self) -> str | None:
+        return self.setup.get("model") if self.setup else None
+
+    @property
+    def auth(self) -> str | None:
+        return self.connections[0].auth if self.connections else None
+
+    @property
+    def modality(self) -> str:
+        modalities = field(field(self.setup, "generationConfig"), "responseModalities")
+        return modalities[0] if isinstance(modalities, list) and modalities else "AUDIO"
+
+    @property
+    def open_calls(self) -> list[MockCall]:
+        return [call for call in self.calls.values() if call.open]
+
+    # -- entry points --------------------------------------------------------------------------
+    def connected(self, connection: MockConnection) -> list[Any]:
+        self.connections.append(connection)
+        return []   # the service says nothing until the setup
+
+    def invalid_frame(self, detail: str, origin: int) -> list[Any]:
+        return [Hangup(INVALID_ARGUMENT, f"Invalid JSON payload received. {detail}"[:120])]
+
+    def internal_error(self, event: Any, origin: int) -> list[Any]:
+        return [Hangup(INTERNAL_ERROR, "Internal error encountered.")]
+
+    def handle(self, event: Any, origin: int) -> list[Any]:
+        try:
+            return self._dispatch(event)
+        except GeminiProtocolError as error:
+            return [Hangup(error.code, error.reason[:120])]
+
+    def interrupt(self) -> list[Any]:
+        """The user barged in: the model stops, and its unanswered calls are cancelled."""
+        actions: list[Any] = [Emit({"serverContent": {"interrupted": True}})]
+        cancelled = self.open_calls
+        for call in cancelled:
+            call.state = "cancelled"
+        self._batch = []
+        if cancelled:
+            actions.append(Emit({"toolCallCancellation": {"ids": [call.id for call in cancelled]}}))
+        return actions
+
+    def go_away(self, time_left: str) -> list[Any]:
+        return [Emit({"goAway": {"timeLeft": time_left}})]
+
+    # -- messages ------------------------------------------------------------------------------
+    def _dispatch(self, event: Any) -> list[Any]:
+        if not isinstance(event, dict):
+            raise GeminiProtocolError("Invalid JSON payload received. Expected an object.")
+        if len(event) != 1:
+            raise GeminiProtocolError("Invalid JSON payload received. A message carries exactly one of "
+                                      "setup, clientContent, realtimeInput, toolResponse.")
+        (key, value), = event.items()
+        kind = _TOP_LEVEL.get(key)
+        if kind is None:
+            raise _unknown_name(key)
+        if not isinstance(value, dict):
+            raise GeminiProtocolError(f"Invalid value at '{key}': expected an object.")
+        if kind == "setup":
+            return self._setup(value)
+        if self.setup is None:
+            raise GeminiProtocolError("The first message must be setup.")
+        if kind == "clientContent":
+            return self._client_content(value)
+        if kind == "realtimeInput":
+            return self._realtime_input(value)
+        return self._tool_response(value)
+
+    def _setup(self, setup: dict[str, Any]) -> list[Any]:
+        if self.setup is not None:
+            raise GeminiProtocolError("setup may be sent only once, as the first message.")
+        model = setup.get("model")
+        if not isinstance(model, str) or not model:
+            raise GeminiProtocolError("setup.model is required.")
+        modalities = field(field(setup, "generationConfig"), "responseModalities")
+        if modalities is not None and (not isinstance(modalities, list) or len(modalities) != 1
+                                       or modalities[0] not in _MODALITIES):
+            raise GeminiProtocolError("generationConfig.responseModalities takes one of TEXT, AUDIO.")
+        self.declarations = self._check_tools(setup.get("tools"))
+        self.setup = copy.deepcopy(setup)
+        return [Emit({"setupComplete": {}})]
+
+    def _check_tools(self, tools: Any) -> dict[str, dict[str, Any]]:
+        if tools is None:
+            return {}
+        if not isinstance(tools, list):
+            raise GeminiProtocolError("Invalid value at 'setup.tools': expected a list.")
+        declared: dict[str, dict[str, Any]] = {}
+        for entry in tools:
+            declarations = field(entry, "functionDeclarations", [])
+            if not isinstance(entry, dict) or not isinstance(declarations, list):
+                raise GeminiProtocolError("Invalid value at 'setup.tools': expected Tool objects.")
+            for declaration in declarations:
+                name = declaration.get("name") if isinstance(declaration, dict) else None
+                if not isinstance(name, str) or not _FUNCTION_NAME.match(name):
+                    raise GeminiProtocolError(f"Invalid function name {name!r}.")
+                if name in declared:
+                    raise GeminiProtocolError(f"Duplicate function declaration: {name}.")
+                if key_of(declaration, "parameters") and key_of(declaration, "parametersJsonSchema"):
+                    raise GeminiProtocolError(f"{name}: set parameters or parametersJsonSchema, not both.")
+                if field(declaration, "behavior", "BLOCKING") not in _BEHAVIORS:
+                    raise GeminiProtocolError(f"{name}: unknown behavior {field(declaration, 'behavior')!r}.")
+                declared[name] = declaration
+        return declared
+
+    def _client_content(self, content: dict[str, Any]) -> list[Any]:
+        turns = field(content, "turns", [])
+        if not isinstance(turns, list):
+            raise GeminiProtocolError("Invalid value at 'clientContent.turns': expected a list.")
+        for turn in turns:
+            parts = turn.get("parts") if isinstance(turn, dict) else None
+            if not isinstance(parts, list):
+                raise GeminiProtocolError("Invalid value at 'clientContent.turns': expected Content objects.")
+            words = " ".join(p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str))
+            role = "assistant" if turn.get("role") == "model" else "user"
+            if words:
+                self.items.append({"type": "message", "role": role,
+                                   "content": [{"type": "input_text" if role == "user" else "text", "text": words}]})
+        if field(content, "turnComplete") is not True:
+            return []
+        return self._user_turn_complete()
+
+    def _realtime_input(self, realtime_input: dict[str, Any]) -> list[Any]:
+        text = field(realtime_input, "text")
+        if not isinstance(text, str) or not text:
+            return []   # audio, video and activity signals: the mock has no ears
+        self.items.append({"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]})
+        return self._user_turn_complete()
+
+    def _user_turn_complete(self) -> list[Any]:
+        actions = self.interrupt() if self.open_calls else []
+        return actions + self._model_turn(self._reply())
+
+    def _tool_response(self, tool_response: dict[str, Any]) -> list[Any]:
+        responses = field(tool_response, "functionResponses")
+        if not isinstance(responses, list) or not responses:
+            raise GeminiProtocolError("toolResponse.functionResponses must be a non-empty list.")
+        speak = False
+        for response in responses:
+            call = self._answered_call(response)
+            will_continue = field(response, "willContinue", False) is True
+            call.answers.append(copy.deepcopy(response))
+            call.state = "continuing" if will_continue else "answered"
+            self.items.append({"type": "function_call_output", "call_id": call.id, "name": call.name,
+                               "output": response_text(response.get("response"))})
+            if not call.blocking and field(response, "scheduling") != "SILENT":
+                speak = True
+        if self._batch and all(not self.calls[call_id].open for call_id in self._batch):
+            self._batch = []
+            speak = True
+        return self._model_turn(self._reply()) if speak else []
+
+    def _answered_call(self, response: Any) -> MockCall:
+        """The call a FunctionResponse answers, checked as the service checks it."""
+        if not isinstance(response, dict):
+            raise GeminiProtocolError("Invalid value at 'toolResponse.functionResponses': expected objects.")
+        for name in response:
+            if name not in ("id", "name", "response", "willContinue", "will_continue", "scheduling", "parts"):
+                raise _unknown_name(name)
+        call = self.calls.get(response.get("id"))
+        if call is None:
+            raise GeminiProtocolError(f"FunctionResponse for unknown function call id {response.get('id')!r}.")
+        if not call.open:
+            raise GeminiProtocolError(f"FunctionResponse for function call {call.id}, which is {call.state}.")
+        if response.get("name") not in (None, call.name):
+            raise GeminiProtocolError(f"FunctionResponse name {response.get('name')!r} does not match the call "
+                                      f"{call.id} to {call.name}.")
+        if "response" in response and not isinstance(response["response"], dict):
+            raise GeminiProtocolError("FunctionResponse.response must be an object.")
+        if field(response, "willContinue") is True and call.blocking:
+            raise GeminiProtocolError(f"willContinue is only for NON_BLOCKING functions; {call.name} is blocking.")
+        scheduling = field(response, "scheduling")
+        if scheduling is not None and scheduling not in _SCHEDULINGS:
+            raise GeminiProtocolError(f"Invalid value at 'scheduling': {scheduling!r}.")
+        return call
+
+    # -- the model -----------------------------------------------------------------------------
+    def _reply(self) -> Reply:
+        call_names = {call.id: call.name for call in self.calls.values()}
+        return self.script.reply_for(self.items, None, call_names)
+
+    def _model_turn(self, reply: Reply) -> list[Any]:
+        calls = self._allowed(reply.calls)
+        say = reply.say
+        if not say and not calls and reply.calls:
+            say = self.script.default.say
+        actions = self._speak(say) if say else []
+        if calls:
+            made = [MockCall(new_function_call_id(), c.name, c.arguments, self._blocking(c.name)) for c in calls]
+            for call in made:
+                self.calls[call.id] = call
+                self.items.append({"type": "function_call", "call_id": call.id, "name": call.name,
+                                   "arguments": ToolCall(name=call.name, arguments=call.args).arguments_text()})
+            self._batch = [call.id for call in made if call.blocking]
+            actions.append(Emit({"toolCall": {"functionCalls": [
+                {"id": call.id, "name": call.name, "args": copy.deepcopy(call.args)} for call in made]}}))
+            if self._batch:
+                return actions   # the model waits for the blocking answers
+        actions.append(Emit({"serverContent": {"generationComplete": True}}))
+        actions.append(Emit({"serverContent": {"turnComplete": True}}))
+        return actions
+
+    def _blocking(self, name: str) -> bool:
+        return field(self.declarations.get(name), "behavior", "BLOCKING") != "NON_BLOCKING"
+
+    def _allowed(self, calls: tuple[ToolCall, ...]) -> list[ToolCall]:
+        if not self.script.options.strict_tools:
+            return list(calls)
+        return [call for call in calls if call.name in self.declarations]
+
+    def _speak(self, text: str) -> list[Any]:
+        """The model's words: text parts, or audio chunks followed by their transcription."""
+        self.items.append({"type": "message", "role": "assistant", "content": [{"type": "text", "text": text}]})
+        size = self.script.options.text_chunk_chars
+        pieces = [text[start:start + size] for start in range(0, len(text), size)]
+        if self.modality == "TEXT":
+            return [Emit({"serverContent": {"modelTurn": {"role": "model", "parts": [{"text": piece}]}}})
+                    for piece in pieces]
+        audio = base64.b64encode(bytes(self.script.options.audio_chunk_bytes)).decode("ascii")
+        actions = [Emit({"serverContent": {"modelTurn": {"role": "model", "parts": [
+            {"inlineData": {"mimeType": OUTPUT_AUDIO_MIME, "data": audio}}]}}})
+            for _ in range(self.script.options.audio_chunks)]
+        if key_of(self.setup, "outputAudioTranscription") is not None:
+            actions += [Emit({"serverContent": {"outputTranscription": {"text": piece}}}) for piece in pieces]
+        return actions

@@ -1,0 +1,169 @@
+"""The google-genai SDK through `relay serve --dialect gemini` to the Gemini mock, end to end on
+loopback: the relay's calls are answered and hidden, the client's call is left to the client, a
+barge-in cancels a relay call (and no answer follows), and a streaming tool's interim answers reach
+the model with `willContinue`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+from google import genai
+from google.genai import types as genai_types
+
+from relay.mock import MockUpstream
+from relay.recording import read_recording
+from relay.server import RelayServer, ServerConfig
+from relay.tools import build_spec, tool
+from tests.gemini.conftest import Certificate
+from tests.gemini.helpers import OPEN_DOOR, PROVIDER_KEY, RELAY_TOKEN, TIMEOUT, WEATHER_SCRIPT
+
+MODEL = "gemini-live-2.5-flash-preview"
+
+
+@tool
+def get_weather(city: str) -> dict:
+    """Current weather in a city."""
+    return {"city": city, "sky": "sunny", "temp_c": 21}
+
+
+class Shipping:
+    """A slow tool whose cancellation the test can see."""
+
+    def __init__(self) -> None:
+        self.started = anyio.Event()
+        self.cancelled = anyio.Event()
+
+    async def ship(self, order_id: int) -> str:
+        """Ship an order (slow)."""
+        self.started.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            self.cancelled.set()
+        return "never"
+
+
+@tool
+async def track(parcel: str) -> AsyncIterator[str]:
+    """Follow a parcel as it moves."""
+    yield f"{parcel} picked up"
+    yield f"{parcel} delivered"
+
+
+@asynccontextmanager
+async def relay_and_mock(certificate: Certificate, tmp_path: Path,
+                         *tools: Any) -> AsyncIterator[tuple[RelayServer, MockUpstream]]:
+    async with MockUpstream(script=WEATHER_SCRIPT, dialect="gemini", api_key=PROVIDER_KEY) as mock:
+        config = ServerConfig(upstream=mock.url, dialect="gemini", tools=list(tools), port=0, api_key=PROVIDER_KEY,
+                              auth_token=RELAY_TOKEN, drain_seconds=0.0, tls_cert=certificate.cert,
+                              tls_key=certificate.key, record_dir=tmp_path)
+        async with RelayServer(config) as server:
+            yield server, mock
+
+
+def sdk_client(server: RelayServer, certificate: Certificate) -> genai.Client:
+    return genai.Client(api_key=RELAY_TOKEN, http_options={
+        "base_url": f"https://127.0.0.1:{server.port}", "api_version": "v1beta",
+        "async_client_args": {"ssl": certificate.client_context()}})
+
+
+async def model_turn(session: Any) -> tuple[str, list[genai_types.LiveServerMessage]]:
+    """Messages up to the next turnComplete or toolCall, and the words the model said in them."""
+    messages = []
+    async with asyncio.timeout(TIMEOUT):
+        async for message in session.receive():
+            messages.append(message)
+            if message.tool_call is not None:
+                break
+    words = "".join(m.text or "" for m in messages if m.server_content is not None)
+    return words, messages
+
+
+def relay_answers(mock: MockUpstream) -> list[dict[str, Any]]:
+    """The FunctionResponses the mock received, each checked against the SDK's type."""
+    answers = []
+    for record in mock.received:
+        message = record.event.get("toolResponse") or record.event.get("tool_response")
+        if message is not None:
+            genai_types.LiveClientToolResponse.model_validate(message)
+            answers += message["functionResponses"]
+    return answers
+
+
+async def test_sdk_client_through_the_relay(loopback_certificate: Certificate, tmp_path: Path) -> None:
+    shipping = Shipping()
+    ship = build_spec(shipping.ship, name="ship", timeout=30, interruption="cancel")
+    async with relay_and_mock(loopback_certificate, tmp_path, get_weather, ship, track) as (server, mock):
+        client = sdk_client(server, loopback_certificate)
+        config = {"response_modalities": ["TEXT"], "tools": [{"function_declarations": [
+            {"name": OPEN_DOOR["name"], "description": OPEN_DOOR["description"],
+             "parameters_json_schema": OPEN_DOOR["parametersJsonSchema"]}]}]}
+        async with client.aio.live.connect(model=MODEL, config=config) as session:
+            # a relay call: answered by the relay, never seen by the client
+            await session.send_client_content(turns={"role": "user", "parts": [{"text": "What's the weather?"}]})
+            words, messages = await model_turn(session)
+            assert words.startswith("Let me check.Here is what I found: ") and "sunny" in words
+            assert all(m.tool_call is None for m in messages)
+
+            # the client's own call: the SDK client answers it
+            await session.send_client_content(turns={"role": "user", "parts": [{"text": "Open the door"}]})
+            _, messages = await model_turn(session)
+            (call,) = messages[-1].tool_call.function_calls
+            assert call.name == "open_door" and call.args == {"door": "front"}
+            await session.send_tool_response(function_responses=[genai_types.FunctionResponse(
+                id=call.id, name=call.name, response={"output": "the front door is open"})])
+            words, _ = await model_turn(session)
+            assert "the front door is open" in words
+
+            # a barge-in cancels the relay's slow call: its handler stops, no answer is sent
+            await session.send_client_content(turns={"role": "user", "parts": [{"text": "ship it"}]})
+            with anyio.fail_after(TIMEOUT):
+                await shipping.started.wait()
+            await session.send_client_content(turns={"role": "user", "parts": [{"text": "never mind"}]})
+            words, messages = await model_turn(session)
+            assert messages[0].server_content.interrupted is True
+            assert all(m.tool_call_cancellation is None for m in messages), "the client never saw the call"
+            assert words == "Hello from the mock."
+            with anyio.fail_after(TIMEOUT):
+                await shipping.cancelled.wait()
+
+            # a streaming tool: interim answers with willContinue, then the final one
+            await session.send_client_content(turns={"role": "user", "parts": [{"text": "track my parcel"}]})
+            heard = ""
+            async with asyncio.timeout(TIMEOUT):
+                while "P1 delivered" not in heard:
+                    heard += (await model_turn(session))[0]
+            assert "P1 picked up" in heard
+
+    gemini_session = mock.sessions[0]
+    calls = {call.name: call for call in gemini_session.calls.values()}
+    assert calls["ship"].state == "cancelled" and calls["ship"].answers == []
+    assert calls["get_weather"].state == "answered" and calls["open_door"].state == "answered"
+    answers = relay_answers(mock)
+    weather = [a for a in answers if a["name"] == "get_weather"]
+    assert weather == [{"id": calls["get_weather"].id, "name": "get_weather",
+                        "response": {"output": {"city": "Paris", "sky": "sunny", "temp_c": 21}}}]
+    tracked = [(a.get("willContinue"), a.get("scheduling"), a["response"]) for a in answers if a["name"] == "track"]
+    assert tracked == [(True, "WHEN_IDLE", {"output": "P1 picked up"}), (True, "WHEN_IDLE", {"output": "P1 delivered"}),
+                       (False, "SILENT", {"output": "P1 delivered"})]
+    declared = {d["name"]: d for tool_entry in gemini_session.setup["tools"]
+                for d in tool_entry.get("functionDeclarations") or tool_entry.get("function_declarations") or []}
+    assert set(declared) == {"open_door", "get_weather", "ship", "track"}
+    assert declared["track"]["behavior"] == "NON_BLOCKING" and "behavior" not in declared["get_weather"]
+    connection = gemini_session.connections[0]
+    assert connection.headers["x-goog-api-key"] == PROVIDER_KEY and "key" not in connection.query
+
+    (path,) = tmp_path.glob("*.jsonl")
+    recording = read_recording(path)
+    assert recording.header["dialect"] == "gemini"
+    to_client = [f.binary or (f.raw or json.dumps(f.event)).encode() for f in recording.frames
+                 if f.direction == "relay>client"]
+    assert to_client and all(f.binary is not None for f in recording.frames if f.direction == "relay>client")
+    for name in (b"get_weather", b"ship", b"track", calls["get_weather"].id.encode(), calls["ship"].id.encode()):
+        assert not any(name in frame for frame in to_client), f"the client saw {name!r}"

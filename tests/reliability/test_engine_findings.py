@@ -1,0 +1,63 @@
+"""Engine behaviour the reliability work ran into, fixed in the engine and kept as regression
+tests: the engine's memory per tool-call turn stays small (it used to keep ~10 KB a turn for the
+whole session). The other finding, frames that smuggled events past the engine's checks with a
+repeated `type` key, has its tests in test_abuse.py."""
+
+from __future__ import annotations
+
+import gc
+import json
+import sys
+import types
+
+from relay.engine import EngineConfig
+from relay.tools import tool
+from tests.fakeserver import Call
+from tests.harness import Harness
+
+
+@tool
+def lookup_weather(city: str) -> str:
+    """Current weather in a city."""
+    return f"sunny in {city}"
+
+
+def tool_call_turn(harness: Harness) -> None:
+    """A user message, a response with a spoken preamble and a relay call, its output and the
+    follow-up: one turn of a voice agent that uses a tool."""
+    harness.client({"type": "conversation.item.create", "item": {
+        "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Weather in Paris?"}]}})
+    harness.respond(["Let me check.", Call("lookup_weather", json.dumps({"city": "Paris"}))])
+    harness.run_all()
+    if harness.server.active:
+        harness.upstream(harness.server.finish_response())
+
+
+def retained_bytes(root: object) -> int:
+    """Bytes of everything reachable from `root` (code, classes and modules aside)."""
+    seen: set[int] = set()
+    stack = [root]
+    total = 0
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen or isinstance(obj, (type, types.ModuleType, types.FunctionType, types.CodeType)):
+            continue
+        seen.add(id(obj))
+        total += sys.getsizeof(obj)
+        stack.extend(gc.get_referents(obj))
+    return total
+
+
+def test_a_long_session_keeps_only_what_its_conversation_needs() -> None:
+    harness = Harness([lookup_weather], config=EngineConfig(mode="proxy", strict=True))
+    harness.connect()
+    for _ in range(20):
+        tool_call_turn(harness)
+    before = retained_bytes(harness.engine)
+    turns = 200
+    for _ in range(turns):
+        tool_call_turn(harness)
+    growth = retained_bytes(harness.engine) - before
+    # five items (user message, preamble, call, output, answer), a call, two responses: compactly
+    # a few hundred bytes each
+    assert growth / turns < 4096

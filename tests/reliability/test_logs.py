@@ -1,0 +1,33 @@
+"""The relay's logger for websockets: debug lines about frames carry no secret and never break."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from websockets.frames import Frame, Opcode
+
+from relay.logs import REDACTED, RedactingLogger, Redactor
+from tests.reliability.kit import PROVIDER_KEY
+
+
+def test_frame_debug_lines_are_redacted_and_an_unprintable_frame_does_not_break_logging(
+        caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]) -> None:
+    logger = RedactingLogger(logging.getLogger("relay.websocket.test"), Redactor([PROVIDER_KEY]))
+    with caplog.at_level(logging.DEBUG, logger="relay.websocket.test"):
+        logger.debug("> %s", Frame(Opcode.TEXT, f'{{"echo": "{PROVIDER_KEY}"}}'.encode()))
+        logger.debug("< %s", Frame(Opcode.TEXT, b"\xff\xfe not UTF-8"))
+        logger.debug("100% literal, no arguments")
+    first, second, third = (record.getMessage() for record in caplog.records)
+    assert PROVIDER_KEY not in first and REDACTED in first
+    assert second.startswith("< %s [arguments not printable: UnicodeDecodeError")
+    assert third == "100% literal, no arguments"
+    assert "Logging error" not in capfd.readouterr().err
+
+
+def test_the_redactor_cleans_text_and_binary_frames_and_forgets_a_discarded_secret() -> None:
+    redactor = Redactor(["short", PROVIDER_KEY, f"{PROVIDER_KEY}-longer"])
+    assert redactor(f"a {PROVIDER_KEY}-longer b {PROVIDER_KEY}") == f"a {REDACTED} b {REDACTED}"
+    assert redactor.frame(f'{{"k": "{PROVIDER_KEY}"}}'.encode()) == f'{{"k": "{REDACTED}"}}'.encode()
+    redactor.discard("short")
+    assert redactor.frame("short") == "short"
