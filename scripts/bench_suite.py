@@ -320,29 +320,29 @@ def realtime_step(services: dict[str, Service], plan: Plan, sessions: int,
 
 
 def realtime(services: dict[str, Service], plan: Plan) -> dict[str, Any]:
-    """Climb the ladder of session counts until both proxies pass the bound (or the budget ends;
-    100 sessions are always measured, a target is set there), then halve the gap between each
-    proxy's last pass and its first failure twice, so the two are compared finer than the ladder."""
+    """Climb the ladder of session counts until a step where both proxies are over the bound (or
+    the budget ends; 100 sessions are always measured, a target is set there), then halve the gap
+    between each proxy's highest pass and the next step twice, so the two are compared finer than
+    the ladder."""
     steps: list[dict[str, Any]] = []
-    held = {"raw": 0, "relay": 0}
-    first_failure: dict[str, int] = {}
     started = time.monotonic()
     for sessions in plan.realtime_ladder:
         over_budget = time.monotonic() - started > plan.realtime_budget_s
-        if (len(first_failure) == 2 or over_budget) and sessions > 100:
+        both_over = bool(steps) and not any(steps[-1][path]["within_bound"] for path in ("raw", "relay"))
+        if (both_over or over_budget) and sessions > 100:
             break
         step = realtime_step(services, plan, sessions)
-        for path in ("raw", "relay"):
-            if not step[path]["within_bound"]:
-                first_failure.setdefault(path, sessions)
-            elif path not in first_failure:
-                held[path] = sessions
         step["relay_minus_raw_added_p99_ms"] = step["relay"]["added_p99_ms"] - step["raw"]["added_p99_ms"]
         report(f"realtime {sessions:>4} sessions: added p50/p99 raw {step['raw']['added_p50_ms']:.2f}/"
                f"{step['raw']['added_p99_ms']:.2f} ms, relay {step['relay']['added_p50_ms']:.2f}/"
                f"{step['relay']['added_p99_ms']:.2f} ms (direct p99 {step['direct']['latency']['p99_ms']:.2f} ms); "
                f"CPU raw {step['raw']['cpu_percent']:.0f}%, relay {step['relay']['cpu_percent']:.0f}%")
         steps.append(step)
+    # held: the most sessions within the bound on the ladder (a passing-by burst of other work on
+    # the machine can fail one step below it); first failure: the next step above that
+    held = {path: max([s["sessions"] for s in steps if s[path]["within_bound"]], default=0) for path in ("raw", "relay")}
+    first_failure = {path: min(s["sessions"] for s in steps if s["sessions"] > held[path])
+                     for path in ("raw", "relay") if any(s["sessions"] > held[path] for s in steps)}
     refinements: list[dict[str, Any]] = []
     for path, failing in first_failure.items():
         for _ in range(2 if time.monotonic() - started <= plan.realtime_budget_s else 0):
