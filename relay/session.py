@@ -8,6 +8,7 @@ out its actions. Cancellation flows down the tree; nothing is spawned without an
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -71,13 +72,17 @@ class QueueOverflow(Exception):
 
 class FrameQueue:
     """A queue bounded by the bytes it holds: a peer that stops reading is cut off, not buffered
-    without end."""
+    without end.
+
+    Under audio load the writer empties the queue after nearly every frame, so the wake-up is on
+    the per-frame path: it is a bare asyncio future (the relay's sockets are asyncio's), not a new
+    `anyio.Event` each time (whose backend lookup costs more than the rest of the hand-off)."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self._frames: deque[str | bytes] = deque()
         self.size = 0
-        self._ready = anyio.Event()
+        self._waiter: asyncio.Future[None] | None = None
 
     def __len__(self) -> int:
         return len(self._frames)
@@ -88,17 +93,24 @@ class FrameQueue:
             raise QueueOverflow(f"{self.size + size} bytes queued, over the limit of {self.max_bytes}")
         self._frames.append(frame)
         self.size += size
-        self._ready.set()
+        self._wake()
 
     def push_front(self, frame: str | bytes) -> None:
         self._frames.appendleft(frame)
         self.size += len(frame)
-        self._ready.set()
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
 
     async def get(self) -> str | bytes:
         while not self._frames:
-            self._ready = anyio.Event()
-            await self._ready.wait()
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
         frame = self._frames.popleft()
         self.size -= len(frame)
         return frame

@@ -73,14 +73,10 @@ def synthesise(directory: Path, turns: int, audio_per_turn: int) -> Path:
     return writer.path
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--turns", type=int, default=200)
-    parser.add_argument("--audio-per-turn", type=int, default=100)
-    parser.add_argument("--json", help="write the figures to this file")
-    args = parser.parse_args()
+def measure(turns: int, audio_per_turn: int) -> dict[str, float]:
+    """Replay a synthesised recording of `turns` tool-call turns; events/s beside reading alone."""
     with tempfile.TemporaryDirectory() as directory:
-        path = synthesise(Path(directory), args.turns, args.audio_per_turn)
+        path = synthesise(Path(directory), turns, audio_per_turn)
         start = time.perf_counter()
         recording = read_recording(path)
         read_s = time.perf_counter() - start
@@ -89,10 +85,19 @@ def main() -> int:
         result = replay(recording, [lookup])
         replay_s = time.perf_counter() - start
         assert result.ok, [d.describe() for d in result.divergences]
-    figures = {"frames": frames, "read_events_per_s": frames / read_s,
-               "replay_events_per_s": frames / replay_s, "replay_incl_read_events_per_s": frames / (read_s + replay_s),
-               "calls": len(result.calls)}
-    print(f"replay: {figures['replay_events_per_s']:,.0f} events/s over {frames:,} frames "
+    return {"frames": frames, "read_events_per_s": frames / read_s,
+            "replay_events_per_s": frames / replay_s, "replay_incl_read_events_per_s": frames / (read_s + replay_s),
+            "calls": len(result.calls)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--turns", type=int, default=200)
+    parser.add_argument("--audio-per-turn", type=int, default=100)
+    parser.add_argument("--json", help="write the figures to this file")
+    args = parser.parse_args()
+    figures = measure(args.turns, args.audio_per_turn)
+    print(f"replay: {figures['replay_events_per_s']:,.0f} events/s over {figures['frames']:,} frames "
           f"({figures['calls']} tool calls, no divergence); reading the file alone: "
           f"{figures['read_events_per_s']:,.0f} events/s; read + replay: "
           f"{figures['replay_incl_read_events_per_s']:,.0f} events/s")

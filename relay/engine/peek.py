@@ -11,12 +11,21 @@ from __future__ import annotations
 
 import re
 
+_COMPACT_TYPE_FIRST = '{"type":"'
 _TYPE_FIRST = re.compile(r'\s*\{\s*"type"\s*:\s*"([^"\\]*)"')
 _WHITESPACE = " \t\r\n"
 
 
 def peek_type(frame: str) -> str | None:
     """The top-level `type` of a JSON object frame, or None when unsure (parse it in full then)."""
+    # Compact JSON with `type` first (what the servers send): plain string scans, half the
+    # regular expression's cost, on every audio frame.
+    if frame.startswith(_COMPACT_TYPE_FIRST):
+        end = frame.find('"', len(_COMPACT_TYPE_FIRST))
+        if end >= 0:
+            value = frame[len(_COMPACT_TYPE_FIRST):end]
+            if "\\" not in value:
+                return value
     match = _TYPE_FIRST.match(frame)
     if match is not None:
         return match.group(1)
@@ -94,5 +103,14 @@ def has_single_plain_type(frame: str) -> bool:
     exactly once. JSON parsers keep the *last* of repeated keys, so a decision to forward a frame
     unparsed, taken on the first `type`, must be sure there is no other: otherwise a frame could
     peek as an audio append and reach the upstream as any other event, past the relay's checks.
-    Both scans run at C speed; base64 audio holds neither backslashes nor quotes."""
-    return "\\" not in frame and frame.count('"type"') == 1
+    Both scans run at C speed; base64 audio holds neither backslashes nor quotes.
+
+    An audio frame ends with its payload, `..."<base64>"}`: in valid JSON that last string is a
+    value (a key would be followed by `:`), and without backslashes it holds no quote, so no key
+    lies inside it. Counting stops at its opening quote, found by a reverse byte search: the
+    count then skips the 1.3 KB of base64 it would otherwise walk, most of this check's cost."""
+    if "\\" in frame:
+        return False
+    if frame.endswith('"}'):
+        return frame.count('"type"', 0, frame.rfind('"', 0, len(frame) - 2) + 1) == 1
+    return frame.count('"type"') == 1

@@ -1,0 +1,459 @@
+#!/usr/bin/env python3
+"""The relay's benchmark (`scripts/bench`): what one machine holds and what delay the relay adds,
+side by side with a raw WebSocket pass-through proxy on the same stack (the floor any Python relay
+can approach) and with the direct path, all measured in the same run.
+
+Every scenario runs the upstream (scripts/bench_upstream.py), the proxy under test (`relay serve`
+or scripts/bench_rawproxy.py) and the clients (scripts/bench_clients.py) as separate processes;
+this process only starts them, reads their results and samples the proxies' CPU time and RSS from
+/proc (Linux).
+
+1. the RSS of idle sessions
+2. realtime: N sessions at 50 frames/s each way -> one-way latency (monotonic clock shared by the
+   processes), added latency = a path's percentile minus the direct path's, CPU, RSS; N grows
+   until the added p99 passes 10 ms
+3. throughput: 1, 10, 100 sessions flooded with output-audio deltas -> events/s
+4. tool turnaround through `relay serve`: response.done -> output + follow-up response.create
+5. replay speed (scripts/bench_replay.py), and the relay's cost per frame without sockets
+   (scripts/bench_session.py), to explain the others
+Each of the first three scenarios starts with freshly started proxies (see fresh_proxies).
+
+Usage: scripts/bench [--quick] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import ctypes
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import websockets
+
+import bench_replay
+import bench_session
+
+SCRIPTS = Path(__file__).resolve().parent
+ROOT = SCRIPTS.parent
+PYTHON = sys.executable
+PATHS = ("direct", "raw", "relay")
+# frames an idle session waits for: through the relay, also the session.updated that answers its
+# tool declaration
+IDLE_FRAMES = {"raw": 1, "relay": 2}
+LATENCY_BOUND_MS = 10.0
+TRIAL_TIMEOUT_S = 600.0
+
+
+@dataclass
+class Plan:
+    """How much of each scenario to run."""
+
+    throughput_sessions: tuple[int, ...]
+    throughput_warmup: float
+    throughput_seconds: float
+    realtime_ladder: tuple[int, ...]
+    realtime_warmup: float
+    realtime_seconds: float
+    realtime_budget_s: float          # the search stops climbing once it has run this long
+    tool_calls: int
+    idle_sessions: int
+    replay_turns: int
+    overhead_frames: int
+    rounds: int                       # trials per path and session count; figures are their medians
+
+
+FULL = Plan(throughput_sessions=(1, 10, 100), throughput_warmup=1.0, throughput_seconds=3.0,
+            realtime_ladder=(10, 25, 50, 100, 150, 200, 250, 300, 400, 600, 800), realtime_warmup=1.5,
+            realtime_seconds=4.0, realtime_budget_s=600.0, tool_calls=1000, idle_sessions=1000, replay_turns=200,
+            overhead_frames=200_000, rounds=3)
+QUICK = Plan(throughput_sessions=(1, 10, 100), throughput_warmup=0.3, throughput_seconds=1.0,
+             realtime_ladder=(10, 25), realtime_warmup=0.5, realtime_seconds=1.5, realtime_budget_s=20.0,
+             tool_calls=200, idle_sessions=100, replay_turns=20, overhead_frames=20_000, rounds=1)
+
+
+# ---- processes ----------------------------------------------------------------------------
+
+@dataclass
+class Service:
+    """A long-running process of the benchmark (the upstream or a proxy) and where to reach it."""
+
+    name: str
+    process: subprocess.Popen[str]
+    url: str
+    log_tail: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=40))
+    idle_rss_mb: float = 0.0   # with no session, after one came and went (see fresh_proxies())
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time so far, from /proc/<pid>/stat."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def rss_bytes(self) -> int:
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise RuntimeError(f"no VmRSS for {self.name}")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def _die_with_parent() -> None:
+    """In a child, before exec: the kernel sends it SIGTERM when the benchmark dies, so an
+    interrupted run (a CI timeout) leaves no servers behind (Linux prctl PR_SET_PDEATHSIG)."""
+    ctypes.CDLL(None).prctl(1, signal.SIGTERM)
+
+
+def _drain(stream: Any, tail: collections.deque[str]) -> None:
+    """Keep reading a child's log so it never blocks on a full pipe; keep the last lines."""
+    for line in stream:
+        tail.append(line.rstrip())
+
+
+def start_service(name: str, command: list[str], find_url: Callable[[str], str | None], *, from_stderr: bool) -> Service:
+    """Start a process and read its lines until `find_url` finds the URL it listens on."""
+    process = subprocess.Popen(command, cwd=ROOT, text=True, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent,
+                               stdout=subprocess.DEVNULL if from_stderr else subprocess.PIPE,
+                               stderr=subprocess.PIPE if from_stderr else subprocess.STDOUT)
+    stream = process.stderr if from_stderr else process.stdout
+    assert stream is not None
+    tail: collections.deque[str] = collections.deque(maxlen=40)
+    for line in stream:
+        tail.append(line.rstrip())
+        url = find_url(line)
+        if url is not None:
+            threading.Thread(target=_drain, args=(stream, tail), daemon=True).start()
+            return Service(name, process, url, tail)
+    process.wait()
+    raise RuntimeError(f"{name} exited with status {process.returncode} before listening:\n" + "\n".join(tail))
+
+
+def _plain_url(line: str) -> str | None:
+    return line.strip() if line.startswith("ws://") else None
+
+
+def _relay_url(line: str) -> str | None:
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    return record.get("url") if isinstance(record, dict) and record.get("msg", "").startswith("listening on") else None
+
+
+def start_upstream(services: dict[str, Service]) -> None:
+    services["upstream"] = start_service("upstream", [PYTHON, str(SCRIPTS / "bench_upstream.py")], _plain_url,
+                                         from_stderr=False)
+
+
+def fresh_proxies(services: dict[str, Service]) -> None:
+    """(Re)start both proxies, so a scenario's RSS figures do not carry the heap another scenario
+    grew (Python seldom gives memory back), and record each one's RSS with no session after one
+    session has come and gone (lazy imports and first-use allocations are then not counted).
+    `services` is filled as they start, so a failure leaves the started ones there to be stopped."""
+    for path in ("raw", "relay"):
+        if path in services:
+            services.pop(path).stop()
+    upstream = services["upstream"].url
+    services["raw"] = start_service("raw proxy", [PYTHON, str(SCRIPTS / "bench_rawproxy.py"), "--upstream",
+                                                  upstream.removesuffix("/v1/realtime")], _plain_url, from_stderr=False)
+    services["relay"] = start_service("relay", [PYTHON, "-m", "relay", "serve", "--upstream", upstream,
+                                                "--dialect", "openai", "--tools", str(SCRIPTS / "bench_tools.py"),
+                                                "--port", "0", "--drain-seconds", "0", "--log-format", "json"],
+                                      _relay_url, from_stderr=True)
+    for path, frames in IDLE_FRAMES.items():
+        run_clients("idle", services[path].url, services, sessions=1, expect_frames=frames)
+        services[path].idle_rss_mb = services[path].rss_bytes() / 2**20
+
+
+def run_clients(mode: str, url: str, services: dict[str, Service], *, on_event: Callable[[str], None] | None = None,
+                **options: Any) -> dict[str, Any]:
+    """Run one trial's client process; `on_event` sees its progress lines (`measuring`, `ready`...)."""
+    command = [PYTHON, str(SCRIPTS / "bench_clients.py"), mode, "--url", url,
+               "--control", services["upstream"].url.replace("/v1/realtime", "/control")]
+    for name, value in options.items():
+        command += [f"--{name.replace('_', '-')}", str(value)]
+    process = subprocess.Popen(command, cwd=ROOT, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               preexec_fn=_die_with_parent)
+    assert process.stdout is not None and process.stdin is not None
+    timer = threading.Timer(TRIAL_TIMEOUT_S, process.kill)
+    timer.start()
+    try:
+        for line in process.stdout:
+            message = json.loads(line)
+            if message["event"] == "result":
+                del message["event"]
+                process.wait()
+                return message
+            if on_event is not None:
+                on_event(message["event"])
+            if message["event"] == "ready":
+                process.stdin.write("close\n")
+                process.stdin.flush()
+    finally:
+        timer.cancel()
+    process.wait()
+    tails = "\n".join(f"--- {s.name}:\n" + "\n".join(s.log_tail) for s in services.values())
+    raise RuntimeError(f"clients ({mode} via {url}) exited with status {process.returncode}\n{tails}")
+
+
+def path_url(services: dict[str, Service], path: str) -> str:
+    return services["upstream" if path == "direct" else path].url
+
+
+class Sampler:
+    """CPU time and RSS of a proxy across the window a client process reports as measured."""
+
+    def __init__(self, service: Service | None) -> None:
+        self.service = service
+        self.cpu_start = self.wall_start = 0.0
+        self.figures: dict[str, float] = {}
+
+    def __call__(self, event: str) -> None:
+        if self.service is None:
+            return
+        if event == "measuring":
+            self.cpu_start, self.wall_start = self.service.cpu_seconds(), time.perf_counter()
+        elif event == "measured":
+            wall = time.perf_counter() - self.wall_start
+            self.figures = {"cpu_percent": 100 * (self.service.cpu_seconds() - self.cpu_start) / wall,
+                            "rss_mb": self.service.rss_bytes() / 2**20}
+
+
+# ---- scenarios ----------------------------------------------------------------------------
+
+def memory(services: dict[str, Service], plan: Plan) -> dict[str, Any]:
+    """RSS of idle sessions: a fresh proxy's RSS with N idle sessions minus its RSS with none, / N."""
+    figures: dict[str, Any] = {"sessions": plan.idle_sessions}
+    for path, frames in IDLE_FRAMES.items():
+        service = services[path]
+        loaded: list[int] = []
+        run_clients("idle", service.url, services, sessions=plan.idle_sessions, expect_frames=frames,
+                    on_event=lambda event: loaded.append(service.rss_bytes()) if event == "ready" else None)
+        figures[path] = {"baseline_mb": service.idle_rss_mb, "loaded_mb": loaded[0] / 2**20,
+                         "kb_per_session": (loaded[0] / 2**20 - service.idle_rss_mb) * 1024 / plan.idle_sessions}
+    figures["relay_vs_raw"] = figures["relay"]["kb_per_session"] / figures["raw"]["kb_per_session"]
+    return figures
+
+
+def trial_round(mode: str, services: dict[str, Service], paths: tuple[str, ...] = PATHS,
+                **options: Any) -> dict[str, dict[str, Any]]:
+    """One trial per path, back to back, each with its proxy's CPU and RSS over the window."""
+    results = {}
+    for path in paths:
+        sampler = Sampler(services.get(path))
+        result = run_clients(mode, path_url(services, path), services, on_event=sampler, **options)
+        del result["sessions"]
+        results[path] = {**result, **sampler.figures}
+    return results
+
+
+def median_figures(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median of each number over rounds (nested dicts too), to damp the noise of a shared machine."""
+    merged: dict[str, Any] = {}
+    for key, first in rounds[0].items():
+        values = [r[key] for r in rounds if key in r]
+        if isinstance(first, dict):
+            merged[key] = median_figures(values)
+        elif isinstance(first, (int, float)):
+            merged[key] = statistics.median(values)
+    return merged
+
+
+def throughput(services: dict[str, Service], plan: Plan) -> list[dict[str, Any]]:
+    steps = []
+    for sessions in plan.throughput_sessions:
+        rounds = []
+        for _ in range(plan.rounds):
+            figures = trial_round("throughput", services, sessions=sessions, warmup=plan.throughput_warmup,
+                                  seconds=plan.throughput_seconds)
+            for path in ("raw", "relay"):
+                # CPU time per forwarded event: steadier than events/s when other work shares the machine
+                figures[path]["cpu_us_per_event"] = figures[path]["cpu_percent"] * 1e4 / figures[path]["events_per_s"]
+            figures["relay_vs_raw"] = figures["relay"]["events_per_s"] / figures["raw"]["events_per_s"]
+            rounds.append(figures)
+        step = {"sessions": sessions, **median_figures(rounds), "rounds": rounds}
+        report(f"throughput {sessions:>3} sessions: direct {step['direct']['events_per_s']:>8,.0f}  "
+               f"raw {step['raw']['events_per_s']:>8,.0f}  relay {step['relay']['events_per_s']:>8,.0f} events/s  "
+               f"relay/raw {step['relay_vs_raw']:.2f} (median of the rounds' ratios)  CPU per event raw {step['raw']['cpu_us_per_event']:.1f} us, "
+               f"relay {step['relay']['cpu_us_per_event']:.1f} us")
+        steps.append(step)
+    return steps
+
+
+def realtime_step(services: dict[str, Service], plan: Plan, sessions: int,
+                  proxies: tuple[str, ...] = ("raw", "relay")) -> dict[str, Any]:
+    """`plan.rounds` rounds of the direct path and `proxies` at `sessions`; medians, and whether
+    each proxy kept within the bound."""
+    rounds = []
+    for _ in range(plan.rounds):
+        figures = trial_round("realtime", services, ("direct", *proxies), sessions=sessions,
+                              warmup=plan.realtime_warmup, seconds=plan.realtime_seconds)
+        for path in proxies:   # against the direct path of the same round
+            figures[path]["added_p50_ms"] = figures[path]["latency"]["p50_ms"] - figures["direct"]["latency"]["p50_ms"]
+            figures[path]["added_p99_ms"] = figures[path]["latency"]["p99_ms"] - figures["direct"]["latency"]["p99_ms"]
+        rounds.append(figures)
+    step = {"sessions": sessions, **median_figures(rounds), "rounds": rounds}
+    for path in proxies:
+        figures = step[path]
+        # the ladder climbs, so the heap the previous step grew is reused rather than counted again
+        figures["rss_kb_per_session"] = (figures["rss_mb"] - services[path].idle_rss_mb) * 1024 / sessions
+        # a path that cannot deliver the frames does not hold the sessions, whatever its latency
+        figures["within_bound"] = figures["added_p99_ms"] < LATENCY_BOUND_MS and figures["delivered_ratio"] >= 0.95
+    return step
+
+
+def realtime(services: dict[str, Service], plan: Plan) -> dict[str, Any]:
+    """Climb the ladder of session counts until a step where both proxies are over the bound (or
+    the budget ends; 100 sessions are always measured, a target is set there), then halve the gap
+    between each proxy's highest pass and the next step twice, so the two are compared finer than
+    the ladder."""
+    steps: list[dict[str, Any]] = []
+    started = time.monotonic()
+    for sessions in plan.realtime_ladder:
+        over_budget = time.monotonic() - started > plan.realtime_budget_s
+        both_over = bool(steps) and not any(steps[-1][path]["within_bound"] for path in ("raw", "relay"))
+        if (both_over or over_budget) and sessions > 100:
+            break
+        step = realtime_step(services, plan, sessions)
+        step["relay_minus_raw_added_p99_ms"] = step["relay"]["added_p99_ms"] - step["raw"]["added_p99_ms"]
+        report(f"realtime {sessions:>4} sessions: added p50/p99 raw {step['raw']['added_p50_ms']:.2f}/"
+               f"{step['raw']['added_p99_ms']:.2f} ms, relay {step['relay']['added_p50_ms']:.2f}/"
+               f"{step['relay']['added_p99_ms']:.2f} ms (direct p99 {step['direct']['latency']['p99_ms']:.2f} ms); "
+               f"CPU raw {step['raw']['cpu_percent']:.0f}%, relay {step['relay']['cpu_percent']:.0f}%")
+        steps.append(step)
+    # held: the most sessions within the bound on the ladder (a passing-by burst of other work on
+    # the machine can fail one step below it); first failure: the next step above that
+    held = {path: max([s["sessions"] for s in steps if s[path]["within_bound"]], default=0) for path in ("raw", "relay")}
+    first_failure = {path: min(s["sessions"] for s in steps if s["sessions"] > held[path])
+                     for path in ("raw", "relay") if any(s["sessions"] > held[path] for s in steps)}
+    refinements: list[dict[str, Any]] = []
+    for path, failing in first_failure.items():
+        for _ in range(2 if time.monotonic() - started <= plan.realtime_budget_s else 0):
+            middle = round((held[path] + failing) / 10) * 5
+            if not held[path] < middle < failing:
+                break
+            step = realtime_step(services, plan, middle, (path,))
+            if step[path]["within_bound"]:
+                held[path] = middle
+            else:
+                failing = middle
+            report(f"realtime {middle:>4} sessions, {path} alone: added p99 {step[path]['added_p99_ms']:.2f} ms "
+                   f"({'within' if step[path]['within_bound'] else 'over'} the bound)")
+            refinements.append({"proxy": path, **step})
+    return {"bound_ms": LATENCY_BOUND_MS, "steps": steps, "refinements": refinements,
+            "max_sessions_within_bound": held,
+            "relay_vs_raw_sessions": held["relay"] / held["raw"] if held["raw"] else None,
+            "search_stopped_by_budget": time.monotonic() - started > plan.realtime_budget_s}
+
+
+def tool_turnaround(services: dict[str, Service], plan: Plan) -> dict[str, Any]:
+    figures = {}
+    for kind, tool in (("async_handler", "instant"), ("sync_handler", "instant_sync")):
+        figures[kind] = run_clients("tool", services["relay"].url, services, calls=plan.tool_calls, tool=tool)
+        report(f"tool turnaround ({kind.replace('_', ' ')}, {plan.tool_calls} calls): "
+               f"p50 {figures[kind]['p50_ms']:.3f} ms, p99 {figures[kind]['p99_ms']:.3f} ms")
+    return figures
+
+
+def replay_speed(plan: Plan) -> dict[str, Any]:
+    figures = bench_replay.measure(plan.replay_turns, 100)
+    report(f"replay: {figures['replay_events_per_s']:,.0f} events/s ({figures['frames']:,} frames; "
+           f"reading alone {figures['read_events_per_s']:,.0f} events/s)")
+    return figures
+
+
+def relay_overhead(plan: Plan) -> dict[str, Any]:
+    """What the relay adds per frame without sockets (scripts/bench_session.py), when frames come
+    in bursts (floods) and one at a time (realtime audio)."""
+    figures = {f"burst_{burst}": bench_session.measure(plan.overhead_frames, burst) for burst in (16, 1)}
+    report("relay per frame without sockets: adds " + ", ".join(
+        f"{f['relay_added_us_per_frame']:.2f} us in bursts of {f['burst']}" for f in figures.values())
+        + " to inline forwarding")
+    return figures
+
+
+def targets(figures: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The issue's targets beside this run's figures (reported, never enforced)."""
+    at_100 = next((s for s in figures["realtime"]["steps"] if s["sessions"] == 100), None)
+    checks = {
+        "throughput_relay_vs_raw_min": (min(s["relay_vs_raw"] for s in figures["throughput"]), ">=", 0.9),
+        "realtime_added_p99_relay_minus_raw_ms_at_100": (
+            at_100["relay_minus_raw_added_p99_ms"] if at_100 else None, "<=", 2.0),
+        "realtime_sessions_relay_vs_raw": (figures["realtime"]["relay_vs_raw_sessions"], ">=", 0.9),
+        "tool_turnaround_p99_ms_async": (figures["tool_turnaround"]["async_handler"]["p99_ms"], "<", 2.0),
+        "tool_turnaround_p99_ms_sync": (figures["tool_turnaround"]["sync_handler"]["p99_ms"], "<", 2.0),
+        "idle_session_kb": (figures["memory"]["relay"]["kb_per_session"], "<", 100.0),
+    }
+    results = {}
+    for name, (value, op, target) in checks.items():
+        met = None if value is None else (value >= target if op == ">=" else
+                                                            value <= target if op == "<=" else value < target)
+        results[name] = {"value": value, "target": f"{op} {target}", "met": met}
+    return results
+
+
+def report(line: str) -> None:
+    print(line, flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a smoke run in under a minute (CI)")
+    parser.add_argument("--json", metavar="FILE", help="write every figure to FILE")
+    args = parser.parse_args()
+    plan = QUICK if args.quick else FULL
+    started = time.monotonic()
+    figures: dict[str, Any] = {"quick": args.quick, "machine": {
+        "cpus": os.cpu_count(), "python": platform.python_version(), "websockets": websockets.__version__,
+        "load_average_before": os.getloadavg()}}
+    report(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
+    services: dict[str, Service] = {}
+    try:
+        start_upstream(services)
+        fresh_proxies(services)
+        figures["memory"] = memory(services, plan)
+        report(f"idle sessions ({plan.idle_sessions}): raw {figures['memory']['raw']['kb_per_session']:.1f} KB, "
+               f"relay {figures['memory']['relay']['kb_per_session']:.1f} KB RSS per session")
+        fresh_proxies(services)
+        figures["realtime"] = realtime(services, plan)
+        fresh_proxies(services)
+        figures["throughput"] = throughput(services, plan)
+        figures["tool_turnaround"] = tool_turnaround(services, plan)
+    finally:
+        for service in reversed(services.values()):
+            service.stop()
+    figures["replay"] = replay_speed(plan)
+    figures["relay_overhead"] = relay_overhead(plan)
+    figures["targets"] = targets(figures)
+    figures["machine"]["load_average_after"] = os.getloadavg()
+    figures["seconds"] = time.monotonic() - started
+    for name, target in figures["targets"].items():
+        value = target["value"]
+        shown = "n/a" if value is None else f"{value:.3g}"
+        verdict = {True: "met", False: "MISSED", None: "not measured"}[target["met"]]
+        report(f"target {name}: {shown} (target {target['target']}): {verdict}")
+    report(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {figures['seconds']:.0f} s")
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

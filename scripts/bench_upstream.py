@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""The benchmark's upstream: a minimal realtime server, the same for the direct path, the raw
+pass-through proxy and the relay. The mock paces its audio like the real service; this one is
+built to flood and to keep timed loads, so the upstream is never what limits a figure.
+
+A connection's query says what it does (the relay and the raw proxy pass the query on):
+
+    mode=flood                  session.created; after the client's response.create, output-audio
+                                deltas as fast as the socket takes them
+    mode=realtime&trial=T       50 stamped output deltas/s; the latency of every stamped
+                                input_audio_buffer.append that arrives is kept for trial T
+    mode=tool&trial=T&calls=K&tool=NAME
+                                K responses that each call NAME (a relay-owned tool); for each, the
+                                time from sending response.done until both the call's output and
+                                the follow-up response.create have arrived is kept for trial T
+    mode=idle                   session.created, then answers session.update (the relay declaring
+                                its tools) and otherwise waits
+
+`/control` is the benchmark's own channel: `{"op": "report", "trial": T, "since_ns": a,
+"until_ns": b}` answers with (and forgets) trial T's latencies of frames stamped in [a, b], the
+sender's lag behind its 20 ms schedule, and the tool turnarounds.
+
+Usage: python scripts/bench_upstream.py [--port 0]   (prints its ws:// URL on the first line)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+from urllib.parse import parse_qsl, urlsplit
+
+from websockets.asyncio.server import ServerConnection
+from websockets.exceptions import ConnectionClosed
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench_frames import exchange_timed_audio, output_delta, serve_announcing  # noqa: E402
+from tests.fakeserver import Call, FakeServer, frames  # noqa: E402
+
+@dataclass
+class Trial:
+    """What one timed run measured on the upstream side."""
+
+    stamps: list[int] = field(default_factory=list)        # send time of each frame received
+    latencies: list[int] = field(default_factory=list)     # its one-way latency
+    lags: list[int] = field(default_factory=list)          # our own sends: how late against schedule
+    turnarounds: list[int] = field(default_factory=list)
+
+    def report(self, since_ns: int, until_ns: int) -> dict[str, Any]:
+        latencies = [latency for stamp, latency in zip(self.stamps, self.latencies) if since_ns <= stamp <= until_ns]
+        return {"latencies_ns": latencies, "lags_ns": self.lags, "turnarounds_ns": self.turnarounds}
+
+
+TRIALS: dict[str, Trial] = {}
+
+
+async def _discard(connection: ServerConnection) -> None:
+    try:
+        async for _ in connection:
+            pass
+    except ConnectionClosed:
+        pass
+
+
+async def flood(connection: ServerConnection, query: dict[str, str]) -> None:
+    await connection.send(frames(FakeServer().connect())[0])
+    # the client starts the flood once all its sessions are open (a flooded session slows the others' handshakes)
+    while json.loads(await connection.recv())["type"] != "response.create":
+        pass
+    delta = output_delta(0).encode()
+    async with asyncio.TaskGroup() as group:
+        group.create_task(_discard(connection))
+        try:
+            while True:
+                await connection.send(delta, text=True)
+        except ConnectionClosed:
+            pass
+
+
+async def realtime(connection: ServerConnection, query: dict[str, str]) -> None:
+    trial = TRIALS.setdefault(query["trial"], Trial())
+    await connection.send(frames(FakeServer().connect())[0])
+    await exchange_timed_audio(connection, output_delta, stamps=trial.stamps, latencies=trial.latencies,
+                               lags=trial.lags)
+
+
+async def tool_calls(connection: ServerConnection, query: dict[str, str]) -> None:
+    """Calls of a relay-owned tool, one at a time, as the real server streams them."""
+    trial = TRIALS.setdefault(query["trial"], Trial())
+    server = FakeServer()
+    for frame in frames(server.connect()):
+        await connection.send(frame)
+    # The relay declares its tools with session.update before anything else.
+    for frame in frames(server.receive(await connection.recv())):
+        await connection.send(frame)
+    for n in range(int(query["calls"])):
+        response = frames(server.start_response([Call(query["tool"], json.dumps({"n": n}))]))
+        for frame in response[:-1]:
+            await connection.send(frame)
+        sent_done = time.monotonic_ns()
+        await connection.send(response[-1])   # response.done
+        received: list[str] = []
+        has_output = has_create = False
+        while not (has_output and has_create):
+            frame = str(await connection.recv())
+            received.append(frame)
+            event = json.loads(frame)
+            if event["type"] == "response.create":
+                has_create = True
+            elif event["type"] == "conversation.item.create" and event["item"]["type"] == "function_call_output":
+                has_output = True
+        trial.turnarounds.append(time.monotonic_ns() - sent_done)
+        for frame in received:   # the server's answers: the output item, the follow-up response
+            for answer in frames(server.receive(frame)):
+                await connection.send(answer)
+    await connection.close(1000, "calls done")
+
+
+async def idle(connection: ServerConnection, query: dict[str, str]) -> None:
+    server = FakeServer()
+    await connection.send(frames(server.connect())[0])
+    try:
+        async for frame in connection:
+            for answer in frames(server.receive(str(frame))):
+                await connection.send(answer)
+    except ConnectionClosed:
+        pass
+
+
+async def control(connection: ServerConnection) -> None:
+    async for message in connection:
+        request = json.loads(message)
+        trial = TRIALS.pop(request["trial"], Trial())
+        await connection.send(json.dumps(trial.report(request.get("since_ns", 0), request.get("until_ns", 2**63))))
+
+
+MODES: dict[str, Callable[[ServerConnection, dict[str, str]], Awaitable[None]]] = {
+    "flood": flood, "realtime": realtime, "tool": tool_calls, "idle": idle,
+}
+
+
+async def handle(connection: ServerConnection) -> None:
+    assert connection.request is not None
+    target = urlsplit(connection.request.path)
+    if target.path == "/control":
+        await control(connection)
+        return
+    query = dict(parse_qsl(target.query))
+    mode = MODES.get(query.get("mode", ""))
+    if mode is None:
+        await connection.close(1008, f"unknown mode {query.get('mode')!r}")
+        return
+    await mode(connection, query)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--port", type=int, default=0)
+    serve_announcing(handle, parser.parse_args().port, backlog=1024)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""The benchmark's smoke run: `scripts/bench --quick --json FILE` finishes in CI time and reports
+every figure as a number. No thresholds here: how fast the relay is belongs to the benchmark's
+report (README "Benchmarks"), not to a test on a shared CI machine."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PATHS = ("direct", "raw", "relay")
+PROXIES = ("raw", "relay")
+
+
+def figure(figures: dict[str, Any], *keys: str | int) -> float:
+    value: Any = figures
+    for key in keys:
+        value = value[key]
+    assert isinstance(value, (int, float)) and not isinstance(value, bool), (keys, value)
+    assert math.isfinite(value), (keys, value)
+    return float(value)
+
+
+@pytest.mark.timeout(240)
+def test_quick_benchmark_reports_every_figure(tmp_path: Path) -> None:
+    output = tmp_path / "bench.json"
+    run = subprocess.run([str(ROOT / "scripts" / "bench"), "--quick", "--json", str(output)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stdout + run.stderr
+    figures = json.loads(output.read_text())
+    assert figures["quick"] is True
+
+    for proxy in PROXIES:
+        assert figure(figures, "memory", proxy, "kb_per_session") > 0
+    figure(figures, "memory", "relay_vs_raw")
+
+    assert [step["sessions"] for step in figures["throughput"]] == [1, 10, 100]
+    for step in figures["throughput"]:
+        for path in PATHS:
+            assert figure(step, path, "events_per_s") > 0
+        for proxy in PROXIES:
+            assert figure(step, proxy, "cpu_us_per_event") > 0
+        assert figure(step, "relay_vs_raw") > 0
+
+    realtime = figures["realtime"]
+    assert realtime["steps"]
+    for step in realtime["steps"]:
+        for path in PATHS:
+            assert figure(step, path, "latency", "count") > 0
+            figure(step, path, "latency", "p50_ms")
+            figure(step, path, "latency", "p99_ms")
+        for proxy in PROXIES:
+            for name in ("added_p50_ms", "added_p99_ms", "cpu_percent", "rss_kb_per_session"):
+                figure(step, proxy, name)
+        figure(step, "relay_minus_raw_added_p99_ms")
+    for proxy in PROXIES:
+        figure(realtime, "max_sessions_within_bound", proxy)
+
+    for handler in ("async_handler", "sync_handler"):
+        assert figure(figures, "tool_turnaround", handler, "calls") == 200
+        assert 0 < figure(figures, "tool_turnaround", handler, "p50_ms") <= figure(
+            figures, "tool_turnaround", handler, "p99_ms")
+    assert figure(figures, "replay", "replay_events_per_s") > 0
+    for burst in ("burst_16", "burst_1"):
+        assert figure(figures, "relay_overhead", burst, "relay_us_per_frame") > 0
+        figure(figures, "relay_overhead", burst, "relay_added_us_per_frame")
+
+    # every target is reported beside its figure; the quick ladder stops below 100 sessions
+    assert set(figures["targets"]) >= {"throughput_relay_vs_raw_min", "realtime_added_p99_relay_minus_raw_ms_at_100",
+                                       "realtime_sessions_relay_vs_raw", "tool_turnaround_p99_ms_async",
+                                       "idle_session_kb"}
+    for name, target in figures["targets"].items():
+        assert target["met"] in (True, False, None), name
+        if target["value"] is not None:
+            figure(target, "value")
