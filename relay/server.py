@@ -421,6 +421,12 @@ class RelayServer:
             response = self._refuse(connection, HTTPStatus.UNAUTHORIZED, f"missing or wrong relay token ({forms})")
             _set_header(response, "WWW-Authenticate", 'Bearer realm="relay"')
             return response
+        if any(name.lower() == "call_id" for name, _ in parse_qsl(urlsplit(request.path).query)):
+            # with the relay's key, a call_id would join any live call of the account: sideband
+            # connections are `relay attach`'s business, never a proxied client's
+            return self._refuse(connection, HTTPStatus.BAD_REQUEST,
+                                "call_id is not accepted here: the relay opens new sessions only "
+                                "(attach to a live call with `relay attach`)")
         return None
 
     def _refuse(self, connection: ServerConnection, status: HTTPStatus, message: str) -> Response:

@@ -202,3 +202,23 @@ def test_a_port_in_use_is_reported_with_exit_status_1(
         port = taken.getsockname()[1]
         assert main(["serve", "--dialect", "openai", "--port", str(port)]) == 1
     assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+async def test_a_client_cannot_join_a_live_call_through_the_proxy() -> None:
+    """The relay's key would open any live call of the account: `call_id` is refused at the
+    handshake, before any upstream connection."""
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import InvalidStatus
+
+    from relay.mock import MockUpstream
+    from relay.server import RelayServer, ServerConfig
+
+    async with MockUpstream() as mock:
+        call_id = mock.create_call()
+        async with RelayServer(ServerConfig(upstream=mock.url, dialect="openai", port=0)) as server:
+            with pytest.raises(InvalidStatus) as refused:
+                async with connect(f"{server.url}?call_id={call_id}"):
+                    pass
+            assert refused.value.response.status_code == 400
+            assert b"relay attach" in refused.value.response.body
+        assert len(mock.find_session(call_id).connections) == 0
