@@ -3,7 +3,9 @@
 One task group per session (anyio): a reader per socket, a writer per socket fed by a bounded
 queue, a timer that calls `engine.tick` when the engine's next deadline comes, and one task per
 running handler (via HandlerRunner). Every decision is the engine's; this module only carries
-out its actions. Cancellation flows down the tree; nothing is spawned without an owner.
+out its actions. Cancellation flows down the tree; nothing is spawned without an owner. (While a
+writer task sleeps, its queue is written by an event-loop callback instead, see SocketWriter: a
+synchronous step, not a task, that only ever writes to the socket or wakes the writer.)
 """
 
 from __future__ import annotations
@@ -14,11 +16,13 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, Sequence
 
 import anyio
 import anyio.abc
+from websockets.asyncio.connection import Connection as WebSocketConnection
 from websockets.exceptions import ConnectionClosed
+from websockets.protocol import State as WebSocketState
 
 from relay.engine import (
     Action,
@@ -43,6 +47,10 @@ BAD_GATEWAY = 1014   # to the client: the upstream, not the client, sent somethi
 DEFAULT_QUEUE_BYTES = 32 * 1024 * 1024
 RATE_LIMIT_CODE = "rate_limit_exceeded"
 RATE_LIMIT_CLOSE = (1008, "client sends events too fast")
+# what a writer takes from its queue at once and hands to the socket in one write (a frame bigger
+# than this goes alone): the transport's own high-water mark, so a batch adds no more to the
+# socket buffer than flow control already allows
+BATCH_BYTES = 64 * 1024
 
 
 def error_frame(event_id: str, code: str, message: str, error_type: str = "invalid_request_error") -> str:
@@ -87,33 +95,57 @@ class FrameQueue:
     def __len__(self) -> int:
         return len(self._frames)
 
-    def put(self, frame: str | bytes) -> None:
+    def put(self, frame: str | bytes, *, wake: bool = True) -> None:
+        """Queue `frame`; `wake=False` leaves the writer asleep (whoever put it sends it, or calls
+        `wake`)."""
         size = len(frame)
         if self.size + size > self.max_bytes:
             raise QueueOverflow(f"{self.size + size} bytes queued, over the limit of {self.max_bytes}")
         self._frames.append(frame)
         self.size += size
-        self._wake()
+        if wake:
+            self.wake()
 
-    def push_front(self, frame: str | bytes) -> None:
-        self._frames.appendleft(frame)
-        self.size += len(frame)
-        self._wake()
-
-    def _wake(self) -> None:
+    def wake(self) -> None:
         waiter = self._waiter
         if waiter is not None:
             self._waiter = None
             if not waiter.done():
                 waiter.set_result(None)
 
-    async def get(self) -> str | bytes:
+    @property
+    def writer_idle(self) -> bool:
+        """The writer sleeps until it is woken: it holds no frame on its way to the socket."""
+        return self._waiter is not None
+
+    def push_back_front(self, frames: Sequence[str | bytes]) -> None:
+        """Put back, in their order, frames a writer took but could not send."""
+        self._frames.extendleft(reversed(frames))
+        self.size += sum(len(frame) for frame in frames)
+        if frames:
+            self.wake()
+
+    def take_batch(self, max_bytes: int) -> list[str | bytes]:
+        """The frames waiting, oldest first, as many as fit in `max_bytes` (at least one, if any):
+        what has piled up goes to the socket in one write."""
+        frames = self._frames
+        if not frames:
+            return []
+        batch = [frames.popleft()]
+        taken = len(batch[0])
+        while frames and taken + len(frames[0]) <= max_bytes:
+            frame = frames.popleft()
+            batch.append(frame)
+            taken += len(frame)
+        self.size -= taken
+        return batch
+
+    async def get_batch(self, max_bytes: int) -> list[str | bytes]:
+        """`take_batch`, once there is something to take (the writer task's wait)."""
         while not self._frames:
             self._waiter = asyncio.get_running_loop().create_future()
             await self._waiter
-        frame = self._frames.popleft()
-        self.size -= len(frame)
-        return frame
+        return self.take_batch(max_bytes)
 
 
 class EventBudget:
@@ -177,6 +209,7 @@ class SessionLoop:
         self.thread_limit = thread_limit
         self.to_upstream = FrameQueue(max_queue_bytes)
         self.to_client = FrameQueue(max_queue_bytes)
+        self._writers = {"upstream": socket_writer(upstream), "client": socket_writer(client)}
         self.client_budget = EventBudget(max_client_events_per_second) if max_client_events_per_second else None
         self.redact = redact   # applied to every frame for the client: the provider may echo a secret
         self.error_events = error_events   # the client's protocol has an `error` event (Gemini's has none)
@@ -301,15 +334,23 @@ class SessionLoop:
     async def _write(self, queue: FrameQueue, side: str) -> None:
         peer = self.upstream if side == "upstream" else self.client
         assert peer is not None
+        writer = self._writers[side]
         while True:
-            frame = await queue.get()
+            frames = await queue.get_batch(BATCH_BYTES)
+            sent = 0
             try:
-                await peer.send(frame)
+                if writer is not None:
+                    await writer.send(frames)
+                else:
+                    for frame in frames:
+                        await peer.send(frame)
+                        sent += 1
             except ConnectionClosed:
-                queue.push_front(frame)  # the reader sees the close and decides what follows
+                queue.push_back_front(frames[sent:])  # the reader sees the close and decides what follows
                 await self.wait_for_peer(side, peer)
                 peer = self.upstream if side == "upstream" else self.client
                 assert peer is not None
+                writer = self._writers[side]
 
     async def wait_for_peer(self, side: str, failed: Peer) -> None:
         """A send on `failed` failed because the socket closed: wait until `replace_upstream`
@@ -324,6 +365,7 @@ class SessionLoop:
         so nothing queued for the old socket is lost."""
         assert self._task_group is not None, "the loop is not running"
         self.upstream = upstream
+        self._writers["upstream"] = socket_writer(upstream)
         replaced, self._peer_replaced = self._peer_replaced, anyio.Event()
         replaced.set()
         self._task_group.start_soon(self._read_upstream, name="upstream reader")
@@ -380,8 +422,13 @@ class SessionLoop:
                 frame = self.redact(frame)
         if self.recorder is not None:
             self.recorder.record("relay>client" if side == "client" else "relay>upstream", frame)
+        writer = self._writers[side]
         try:
-            queue.put(frame)
+            if writer is not None and queue.writer_idle:
+                queue.put(frame, wake=False)
+                writer.flush_soon(queue)
+            else:
+                queue.put(frame)
         except QueueOverflow as overflow:
             # once per side: the frames that keep coming until the close are dropped
             if self.end is None and self._task_group is not None and side not in self._overflowed_sides:
@@ -395,6 +442,71 @@ class SessionLoop:
         if peer is not None:
             await _close_quietly(peer, 1008, f"{side} is not reading its frames", self.close_timeout)
         await self.finish("relay", 1008 if side == "client" else 1011, f"{side} is not reading its frames")
+
+
+class SocketWriter:
+    """Writes frames to a websockets connection with as few socket writes and task switches as
+    the moment allows; `socket_writer` gives one for a websockets connection, None for any other
+    peer (test doubles), which then gets one `send` per frame from the writer task.
+
+    - `flush_soon`: frames queued while the writer task sleeps are written by a callback that
+      runs once the code producing them (the reader, a handler's callback) yields to the event
+      loop: a burst the reader takes in one go (the model streams audio faster than real time)
+      becomes one socket write, and a lone frame at real-time pace costs a callback instead of a
+      wake-up of the writer task, which costs more than the relay's own work on the frame.
+    - `send`: the writer task's path, when the socket is paused or the callback left frames:
+      what waits goes in one write, inside the connection's own `send_context` (state checks,
+      flow control, close handling: what websockets' `send` uses).
+
+    Both frame the messages with the connection's sans-I/O protocol. The callback writes only
+    while the connection is open and its transport neither paused nor closing; otherwise it
+    wakes the writer task, which waits for the socket."""
+
+    def __init__(self, connection: WebSocketConnection) -> None:
+        self.connection = connection
+        self._flush_scheduled = False
+        self._loop: asyncio.AbstractEventLoop | None = None   # looked up once: each lookup is a system call
+
+    def _frame_and_write(self, frames: Sequence[str | bytes]) -> None:
+        protocol = self.connection.protocol
+        for frame in frames:
+            if type(frame) is str:
+                protocol.send_text(frame.encode())
+            else:
+                protocol.send_binary(frame)
+        # data frames in the OPEN state only ever add frame bytes (never the empty chunk that
+        # means end of stream), so the chunks can be joined
+        chunks = protocol.data_to_send()
+        self.connection.transport.write(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+
+    def writable(self) -> bool:
+        """The socket takes data now: open, and its transport neither paused nor closing."""
+        connection = self.connection
+        return not connection.paused and connection.protocol.state is WebSocketState.OPEN \
+            and not connection.transport.is_closing()
+
+    def flush_soon(self, queue: FrameQueue) -> None:
+        """Have what `queue` holds written once the current code yields (see the class)."""
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            if self._loop is None:
+                self._loop = asyncio.get_running_loop()
+            self._loop.call_soon(self._flush, queue)
+
+    def _flush(self, queue: FrameQueue) -> None:
+        self._flush_scheduled = False
+        while queue and queue.writer_idle and self.writable():
+            self._frame_and_write(queue.take_batch(BATCH_BYTES))
+        if queue:
+            queue.wake()   # paused or closing: the writer task waits for the socket
+
+    async def send(self, frames: Sequence[str | bytes]) -> None:
+        async with self.connection.send_context():
+            self._frame_and_write(frames)
+
+
+def socket_writer(peer: Peer | None) -> SocketWriter | None:
+    return SocketWriter(peer) if isinstance(peer, WebSocketConnection) else None
 
 
 def close_info(closed: ConnectionClosed) -> tuple[int, str]:

@@ -254,8 +254,8 @@ async def test_a_client_that_stops_reading_is_bounded_by_the_queue_limit_then_dr
             peaks = {"queue": 0, "socket buffer": 0}
             put = queue.put
 
-            def measured_put(frame: str | bytes) -> None:
-                put(frame)
+            def measured_put(frame: str | bytes, *, wake: bool = True) -> None:
+                put(frame, wake=wake)
                 peaks["queue"] = max(peaks["queue"], queue.size)
                 peaks["socket buffer"] = max(peaks["socket buffer"], transport.get_write_buffer_size())
 

@@ -1,0 +1,245 @@
+"""How frames reach a websockets connection: frames queued while the writer task sleeps are
+written by a callback once the producing code yields, in one socket write, unless the socket is
+paused or closed (then the writer task is woken); the writer task sends what waits (bounded in
+bytes) in one write too; frames stay intact, in order, text as text and binary as binary; a
+closed connection raises ConnectionClosed like `send`."""
+
+from __future__ import annotations
+
+import json
+
+import anyio
+import pytest
+from websockets.asyncio.client import connect
+from websockets.asyncio.server import ServerConnection, serve
+from websockets.exceptions import ConnectionClosed
+
+from relay.session import FrameQueue, socket_writer
+
+
+async def test_a_batch_takes_the_oldest_frames_that_fit() -> None:
+    queue = FrameQueue(1000)
+    for frame in ("aaaa", b"bbbb", "cccc", "dd"):
+        queue.put(frame)
+    assert await queue.get_batch(9) == ["aaaa", b"bbbb"]
+    assert queue.size == 6 and len(queue) == 2
+    assert await queue.get_batch(100) == ["cccc", "dd"]
+    assert queue.size == 0
+
+
+async def test_a_frame_bigger_than_a_batch_goes_alone() -> None:
+    queue = FrameQueue(1000)
+    queue.put("x" * 50)
+    queue.put("y")
+    assert await queue.get_batch(10) == ["x" * 50]
+    assert await queue.get_batch(10) == ["y"]
+
+
+async def test_frames_put_back_come_first_in_their_order() -> None:
+    queue = FrameQueue(1000)
+    queue.put("later")
+    queue.push_back_front(["first", "second"])
+    assert queue.size == len("firstsecondlater")
+    assert await queue.get_batch(1000) == ["first", "second", "later"]
+
+
+async def test_a_waiting_writer_is_idle_until_the_first_frame_wakes_it() -> None:
+    queue = FrameQueue(1000)
+    got: list[list[str | bytes]] = []
+    assert not queue.writer_idle   # no writer has asked yet
+
+    async def writer() -> None:
+        got.append(await queue.get_batch(1000))
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+            group.start_soon(writer)
+            await anyio.wait_all_tasks_blocked()
+            assert queue.writer_idle
+            queue.put("hello")
+            assert not queue.writer_idle   # woken: the frame is on its way
+    assert got == [["hello"]]
+
+
+def test_only_websockets_connections_get_a_socket_writer() -> None:
+    class NotASocket:
+        async def send(self, message: str | bytes) -> None: ...
+
+    assert socket_writer(NotASocket()) is None  # type: ignore[arg-type]
+    assert socket_writer(None) is None
+
+
+async def _with_echo_server(check) -> list[str | bytes]:  # type: ignore[no-untyped-def]
+    """Run `check(connection)` on a client connected to a loopback server; return what the
+    server received before the client closed."""
+    received: list[str | bytes] = []
+    done = anyio.Event()
+
+    async def handler(connection: ServerConnection) -> None:
+        try:
+            async for message in connection:
+                received.append(message)
+        finally:
+            done.set()
+
+    with anyio.fail_after(10):
+        async with serve(handler, "127.0.0.1", 0, compression=None) as server:
+            port = server.sockets[0].getsockname()[1]
+            async with connect(f"ws://127.0.0.1:{port}", compression=None) as client:
+                await check(client)
+            await done.wait()
+    return received
+
+
+def _counting_writes(client) -> list[int]:  # type: ignore[no-untyped-def]
+    """Record the size of every write to the client's transport."""
+    writes: list[int] = []
+    transport = client.transport
+    original = transport.write
+
+    def counting_write(data: bytes) -> None:
+        writes.append(len(data))
+        original(data)
+
+    transport.write = counting_write
+    return writes
+
+
+async def test_a_batch_is_one_socket_write_and_arrives_intact() -> None:
+    frames: list[str | bytes] = ['{"type":"a"}', b"\x00\x01binary", "é ünïcode ✓", "x" * 70_000, "last"]
+    writes: list[int] = []
+
+    async def check(client) -> None:  # type: ignore[no-untyped-def]
+        counted = _counting_writes(client)
+        writer = socket_writer(client)
+        assert writer is not None
+        await writer.send(frames)
+        writes.extend(counted)
+
+    received = await _with_echo_server(check)
+    assert received == frames
+    assert [type(message) for message in received] == [type(frame) for frame in frames]
+    assert len(writes) == 1
+
+
+class WriterTask:
+    """The session loop's writer task for one queue: sleeps until woken, then sends what waits."""
+
+    def __init__(self, client) -> None:  # type: ignore[no-untyped-def]
+        self.queue = FrameQueue(10_000_000)
+        writer = socket_writer(client)
+        assert writer is not None
+        self.writer = writer
+        self.sent_by_task: list[str | bytes] = []
+
+    async def run(self) -> None:
+        while True:
+            frames = await self.queue.get_batch(64 * 1024)
+            await self.writer.send(frames)
+            self.sent_by_task.extend(frames)
+
+    def enqueue(self, frame: str | bytes) -> None:
+        """What SessionLoop._enqueue does."""
+        if self.queue.writer_idle:
+            self.queue.put(frame, wake=False)
+            self.writer.flush_soon(self.queue)
+        else:
+            self.queue.put(frame)
+
+
+async def test_frames_queued_while_the_code_runs_go_in_one_write_once_it_yields() -> None:
+    async def check(client) -> None:  # type: ignore[no-untyped-def]
+        writes = _counting_writes(client)
+        task = WriterTask(client)
+        async with anyio.create_task_group() as group:
+            group.start_soon(task.run)
+            await anyio.wait_all_tasks_blocked()
+            for frame in ('{"type":"one"}', b"\x01\x02", '{"type":"three"}'):
+                task.enqueue(frame)
+            assert writes == []   # nothing is written while the producing code runs
+            await anyio.wait_all_tasks_blocked()   # the loop runs the callback
+            assert len(writes) == 1   # one write for the three
+            assert task.queue.writer_idle and task.sent_by_task == []   # the task never woke
+            group.cancel_scope.cancel()
+
+    assert await _with_echo_server(check) == ['{"type":"one"}', b"\x01\x02", '{"type":"three"}']
+
+
+async def test_a_paused_or_closed_socket_leaves_the_frames_to_the_writer_task() -> None:
+    async def check(client) -> None:  # type: ignore[no-untyped-def]
+        task = WriterTask(client)
+        async with anyio.create_task_group() as group:
+            group.start_soon(task.run)
+            await anyio.wait_all_tasks_blocked()
+            assert task.writer.writable()
+            client.pause_writing()   # what the transport calls over its high-water mark
+            assert not task.writer.writable()
+            task.enqueue("while paused")
+            await anyio.wait_all_tasks_blocked()
+            # the callback woke the task instead of writing; the task waits in `send` for the socket
+            assert not task.queue.writer_idle and task.sent_by_task == []
+            client.resume_writing()
+            await anyio.wait_all_tasks_blocked()
+            assert task.sent_by_task == ["while paused"] and task.queue.writer_idle
+            group.cancel_scope.cancel()
+        await client.close()
+        assert not task.writer.writable()
+
+    assert await _with_echo_server(check) == ["while paused"]
+
+
+async def test_a_batch_on_a_closed_connection_raises_connection_closed() -> None:
+    async def check(client) -> None:  # type: ignore[no-untyped-def]
+        await client.close()
+        writer = socket_writer(client)
+        assert writer is not None
+        with pytest.raises(ConnectionClosed):
+            await writer.send(["too late"])
+
+    assert await _with_echo_server(check) == []
+
+
+async def test_frames_stay_in_order_through_a_session_whose_client_falls_behind() -> None:
+    """A session over real sockets, its client reading nothing until the upstream has sent
+    everything: the first frames are written by the callback, then the socket pauses and the
+    writer task sends the rest as the client reads. The client gets every frame, once, in order."""
+    from relay.engine import Engine, EngineConfig
+    from relay.session import SessionLoop
+
+    count, padding = 600, "A" * 8_000
+    all_sent = anyio.Event()
+    by_task: list[int] = []
+
+    async def upstream_handler(connection: ServerConnection) -> None:
+        for index in range(count):
+            await connection.send(json.dumps({"type": "response.output_audio.delta", "item_id": f"item_{index}",
+                                              "delta": padding}))
+        all_sent.set()
+        await connection.wait_closed()
+
+    async def relay_handler(client: ServerConnection) -> None:
+        async with connect(f"ws://127.0.0.1:{upstream_port}", compression=None) as upstream:
+            engine = Engine([], config=EngineConfig(mode="proxy", declare_tools=False))
+            loop = SessionLoop(engine, upstream=upstream, client=client)
+            writer = loop._writers["client"]
+            assert writer is not None
+            send = writer.send
+
+            async def counted_send(frames) -> None:  # type: ignore[no-untyped-def]
+                by_task.append(len(frames))
+                await send(frames)
+
+            writer.send = counted_send  # type: ignore[method-assign]
+            await loop.run()
+
+    with anyio.fail_after(20):
+        async with serve(upstream_handler, "127.0.0.1", 0, compression=None) as upstream_server, \
+                serve(relay_handler, "127.0.0.1", 0, compression=None) as relay_server:
+            upstream_port = upstream_server.sockets[0].getsockname()[1]
+            relay_port = relay_server.sockets[0].getsockname()[1]
+            async with connect(f"ws://127.0.0.1:{relay_port}", compression=None, max_queue=1) as client:
+                await all_sent.wait()
+                received = [json.loads(await client.recv())["item_id"] for _ in range(count)]
+    assert received == [f"item_{index}" for index in range(count)]
+    # some went by the callback, the rest by the writer task while the socket was paused
+    assert 0 < sum(by_task) < count, by_task
