@@ -4,7 +4,12 @@ stack (websockets' asyncio API, no compression, the same frame limit and close t
 forwards every frame as it came, without looking at it. Each client connection gets its own
 upstream connection to `--upstream` with the client's path and query.
 
-Usage: python scripts/bench_rawproxy.py --upstream ws://127.0.0.1:PORT [--port 0]
+With `--coalesce` it is that floor given the relay's own way of writing (relay.session's
+FrameQueue and SocketWriter): what the reader takes in one go is written in one socket write by a
+callback once it yields, and a writer task takes over while the socket is paused. The relay's
+cost over *that* is what its own logic costs.
+
+Usage: python scripts/bench_rawproxy.py --upstream ws://127.0.0.1:PORT [--port 0] [--coalesce]
        (prints its ws:// URL on the first line)
 """
 
@@ -18,6 +23,7 @@ from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
 from bench_frames import CLOSE_TIMEOUT, MAX_FRAME_BYTES, serve_announcing
+from relay.session import BATCH_BYTES, FrameQueue, socket_writer
 
 
 async def pipe(source: ServerConnection | ClientConnection, destination: ServerConnection | ClientConnection) -> None:
@@ -31,14 +37,46 @@ async def pipe(source: ServerConnection | ClientConnection, destination: ServerC
     await destination.close(1011 if code is None or code in (1005, 1006, 1015) else code, source.close_reason or "")
 
 
-def proxy_handler(upstream_base: str):
+async def coalescing_pipe(source: ServerConnection | ClientConnection,
+                          destination: ServerConnection | ClientConnection) -> None:
+    """`pipe` with the relay's way of writing."""
+    queue = FrameQueue(2**62)
+    writer = socket_writer(destination)
+    assert writer is not None
+
+    async def write() -> None:
+        try:
+            while True:
+                await writer.send(await queue.get_batch(BATCH_BYTES))
+        except ConnectionClosed:
+            pass   # `source`'s loop ends too, when the other pipe closes it
+
+    writing = asyncio.create_task(write())
+    try:
+        async for message in source:
+            if queue.writer_idle:
+                queue.put(message, wake=False)
+                writer.flush_soon(queue)
+            else:
+                queue.put(message)
+    except ConnectionClosed:
+        pass
+    finally:
+        writing.cancel()
+    code = source.close_code
+    await destination.close(1011 if code is None or code in (1005, 1006, 1015) else code, source.close_reason or "")
+
+
+def proxy_handler(upstream_base: str, coalesce: bool):
+    forward = coalescing_pipe if coalesce else pipe
+
     async def handle(client: ServerConnection) -> None:
         assert client.request is not None
         async with connect(upstream_base + client.request.path, compression=None, max_size=MAX_FRAME_BYTES,
                            close_timeout=CLOSE_TIMEOUT) as upstream:
             async with asyncio.TaskGroup() as group:
-                group.create_task(pipe(client, upstream))
-                group.create_task(pipe(upstream, client))
+                group.create_task(forward(client, upstream))
+                group.create_task(forward(upstream, client))
     return handle
 
 
@@ -46,8 +84,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--upstream", required=True, help="ws://host:port of the upstream (no path)")
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--coalesce", action="store_true", help="send what waits in one socket write")
     args = parser.parse_args()
-    serve_announcing(proxy_handler(args.upstream.rstrip("/")), args.port)
+    serve_announcing(proxy_handler(args.upstream.rstrip("/"), args.coalesce), args.port)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,9 @@ this process only starts them, reads their results and samples the proxies' CPU 
 2. realtime: N sessions at 50 frames/s each way -> one-way latency (monotonic clock shared by the
    processes), added latency = a path's percentile minus the direct path's, CPU, RSS; N grows
    until the added p99 passes 10 ms
-3. throughput: 1, 10, 100 sessions flooded with output-audio deltas -> events/s
+3. throughput: 1, 10, 100 sessions flooded with output-audio deltas -> events/s; beside the raw proxy, the
+   raw proxy given the relay's way of writing (bench_rawproxy.py --coalesce), so that the relay's
+   own cost shows apart from what that saves
 4. tool turnaround through `relay serve`: response.done -> output + follow-up response.create
 5. replay speed (scripts/bench_replay.py), and the relay's cost per frame without sockets
    (scripts/bench_session.py), to explain the others
@@ -48,6 +50,9 @@ SCRIPTS = Path(__file__).resolve().parent
 ROOT = SCRIPTS.parent
 PYTHON = sys.executable
 PATHS = ("direct", "raw", "relay")
+# throughput also measures the raw proxy given the relay's write coalescing (--coalesce), so that
+# the relay's own cost shows apart from what that transport trick saves
+THROUGHPUT_PATHS = ("direct", "raw", "raw_batched", "relay")
 # frames an idle session waits for: through the relay, also the session.updated that answers its
 # tool declaration
 IDLE_FRAMES = {"raw": 1, "relay": 2}
@@ -167,12 +172,14 @@ def fresh_proxies(services: dict[str, Service]) -> None:
     grew (Python seldom gives memory back), and record each one's RSS with no session after one
     session has come and gone (lazy imports and first-use allocations are then not counted).
     `services` is filled as they start, so a failure leaves the started ones there to be stopped."""
-    for path in ("raw", "relay"):
+    for path in ("raw", "raw_batched", "relay"):
         if path in services:
             services.pop(path).stop()
     upstream = services["upstream"].url
-    services["raw"] = start_service("raw proxy", [PYTHON, str(SCRIPTS / "bench_rawproxy.py"), "--upstream",
-                                                  upstream.removesuffix("/v1/realtime")], _plain_url, from_stderr=False)
+    raw_command = [PYTHON, str(SCRIPTS / "bench_rawproxy.py"), "--upstream", upstream.removesuffix("/v1/realtime")]
+    services["raw"] = start_service("raw proxy", raw_command, _plain_url, from_stderr=False)
+    services["raw_batched"] = start_service("raw proxy (coalescing)", [*raw_command, "--coalesce"], _plain_url,
+                                            from_stderr=False)
     services["relay"] = start_service("relay", [PYTHON, "-m", "relay", "serve", "--upstream", upstream,
                                                 "--dialect", "openai", "--tools", str(SCRIPTS / "bench_tools.py"),
                                                 "--port", "0", "--drain-seconds", "0", "--log-format", "json"],
@@ -281,18 +288,21 @@ def throughput(services: dict[str, Service], plan: Plan) -> list[dict[str, Any]]
     for sessions in plan.throughput_sessions:
         rounds = []
         for _ in range(plan.rounds):
-            figures = trial_round("throughput", services, sessions=sessions, warmup=plan.throughput_warmup,
-                                  seconds=plan.throughput_seconds)
-            for path in ("raw", "relay"):
+            figures = trial_round("throughput", services, THROUGHPUT_PATHS, sessions=sessions,
+                                  warmup=plan.throughput_warmup, seconds=plan.throughput_seconds)
+            for path in ("raw", "raw_batched", "relay"):
                 # CPU time per forwarded event: steadier than events/s when other work shares the machine
                 figures[path]["cpu_us_per_event"] = figures[path]["cpu_percent"] * 1e4 / figures[path]["events_per_s"]
             figures["relay_vs_raw"] = figures["relay"]["events_per_s"] / figures["raw"]["events_per_s"]
+            figures["relay_vs_raw_batched"] = figures["relay"]["events_per_s"] / figures["raw_batched"]["events_per_s"]
             rounds.append(figures)
         step = {"sessions": sessions, **median_figures(rounds), "rounds": rounds}
         report(f"throughput {sessions:>3} sessions: direct {step['direct']['events_per_s']:>8,.0f}  "
-               f"raw {step['raw']['events_per_s']:>8,.0f}  relay {step['relay']['events_per_s']:>8,.0f} events/s  "
-               f"relay/raw {step['relay_vs_raw']:.2f} (median of the rounds' ratios)  CPU per event raw {step['raw']['cpu_us_per_event']:.1f} us, "
-               f"relay {step['relay']['cpu_us_per_event']:.1f} us")
+               f"raw {step['raw']['events_per_s']:>8,.0f}  raw coalescing {step['raw_batched']['events_per_s']:>8,.0f}  "
+               f"relay {step['relay']['events_per_s']:>8,.0f} events/s  relay/raw {step['relay_vs_raw']:.2f}, "
+               f"relay/raw coalescing {step['relay_vs_raw_batched']:.2f} (medians of the rounds' ratios)  "
+               f"CPU per event raw {step['raw']['cpu_us_per_event']:.1f} us, raw coalescing "
+               f"{step['raw_batched']['cpu_us_per_event']:.1f} us, relay {step['relay']['cpu_us_per_event']:.1f} us")
         steps.append(step)
     return steps
 

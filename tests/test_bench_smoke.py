@@ -41,11 +41,12 @@ def test_quick_benchmark_reports_every_figure(tmp_path: Path) -> None:
 
     assert [step["sessions"] for step in figures["throughput"]] == [1, 10, 100]
     for step in figures["throughput"]:
-        for path in PATHS:
+        for path in (*PATHS, "raw_batched"):
             assert figure(step, path, "events_per_s") > 0
-        for proxy in PROXIES:
+        for proxy in (*PROXIES, "raw_batched"):
             assert figure(step, proxy, "cpu_us_per_event") > 0
         assert figure(step, "relay_vs_raw") > 0
+        assert figure(step, "relay_vs_raw_batched") > 0
 
     realtime = figures["realtime"]
     assert realtime["steps"]
