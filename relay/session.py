@@ -210,6 +210,8 @@ class SessionLoop:
         self.to_upstream = FrameQueue(max_queue_bytes)
         self.to_client = FrameQueue(max_queue_bytes)
         self._writers = {"upstream": socket_writer(upstream), "client": socket_writer(client)}
+        self._reading = False           # a reader is handing its frame to the engine
+        self._held: list[str] = []      # sides whose frames wait for the reader to finish its frame
         self.client_budget = EventBudget(max_client_events_per_second) if max_client_events_per_second else None
         self.redact = redact   # applied to every frame for the client: the provider may echo a secret
         self.error_events = error_events   # the client's protocol has an `error` event (Gemini's has none)
@@ -261,12 +263,19 @@ class SessionLoop:
     # ---- readers -----------------------------------------------------------------------
     async def _read_upstream(self) -> None:
         engine, record, apply, clock = self.engine, self.recorder, self._apply, self.clock
+        upstream = self.upstream
         try:
             while True:
-                frame = await self.upstream.recv()
+                frame = await upstream.recv()
                 if record is not None:
                     record.record("upstream>relay", frame)
-                apply(engine.receive_upstream(frame, clock()))
+                self._reading = True
+                try:
+                    apply(engine.receive_upstream(frame, clock()))
+                finally:
+                    self._reading = False
+                if self._held:
+                    self._release_held(upstream)
         except ConnectionClosed as closed:
             await self.upstream_lost(closed)
 
@@ -291,10 +300,11 @@ class SessionLoop:
         assert self.client is not None
         engine, record, apply, clock = self.engine, self.recorder, self._apply, self.clock
         budget = self.client_budget
+        client = self.client
         cut_off = False
         try:
             while True:
-                frame = await self.client.recv()
+                frame = await client.recv()
                 if record is not None:
                     record.record("client>relay", frame)
                 if cut_off:
@@ -304,7 +314,13 @@ class SessionLoop:
                     assert self._task_group is not None
                     self._task_group.start_soon(self._client_too_fast, budget)
                     continue
-                apply(engine.receive_client(frame, clock()))
+                self._reading = True
+                try:
+                    apply(engine.receive_client(frame, clock()))
+                finally:
+                    self._reading = False
+                if self._held:
+                    self._release_held(client)
         except ConnectionClosed as closed:
             code, reason = close_info(closed)
             await self.finish("client", code, reason)
@@ -426,7 +442,11 @@ class SessionLoop:
         try:
             if writer is not None and queue.writer_idle:
                 queue.put(frame, wake=False)
-                writer.flush_soon(queue)
+                if self._reading:   # the reader writes it when it is done with its frame
+                    if side not in self._held:
+                        self._held.append(side)
+                else:
+                    writer.flush_soon(queue)
             else:
                 queue.put(frame)
         except QueueOverflow as overflow:
@@ -436,6 +456,21 @@ class SessionLoop:
                 log.warning("%s is not reading: %s; closing it", side, overflow,
                             extra={"session_id": self.engine.session_id})
                 self._task_group.start_soon(self._overflowed, side)
+
+    def _release_held(self, source: Peer) -> None:
+        """After the reader's frame: write what it queued now, unless more frames wait to be read
+        at once from `source` (a burst), in which case one write after the last of them covers
+        them all (the callback stays as a safety net, should the next `recv` wait after all)."""
+        more_to_read = has_buffered_message(source)
+        for side in self._held:
+            writer = self._writers[side]
+            assert writer is not None
+            queue = self.to_client if side == "client" else self.to_upstream
+            if more_to_read:
+                writer.flush_soon(queue)
+            else:
+                writer.flush(queue)
+        self._held.clear()
 
     async def _overflowed(self, side: str) -> None:
         peer = self.client if side == "client" else self.upstream
@@ -449,11 +484,13 @@ class SocketWriter:
     the moment allows; `socket_writer` gives one for a websockets connection, None for any other
     peer (test doubles), which then gets one `send` per frame from the writer task.
 
-    - `flush_soon`: frames queued while the writer task sleeps are written by a callback that
-      runs once the code producing them (the reader, a handler's callback) yields to the event
-      loop: a burst the reader takes in one go (the model streams audio faster than real time)
-      becomes one socket write, and a lone frame at real-time pace costs a callback instead of a
-      wake-up of the writer task, which costs more than the relay's own work on the frame.
+    - `flush`: frames a reader queued while the writer task sleeps are written by the reader
+      itself once it is done with its frame and no other frame waits to be read at once (see
+      SessionLoop._release_held): a lone frame at real-time pace costs no wake-up of the writer
+      task (which costs more than the relay's own work on the frame), and a burst the reader
+      takes in one go (the model streams audio faster than real time) becomes one socket write.
+    - `flush_soon`: the same from a callback once the producing code (a handler's completion,
+      the timer, a reader in the middle of a burst) yields to the event loop.
     - `send`: the writer task's path, when the socket is paused or the callback left frames:
       what waits goes in one write, inside the connection's own `send_context` (state checks,
       flow control, close handling: what websockets' `send` uses).
@@ -491,10 +528,15 @@ class SocketWriter:
             self._flush_scheduled = True
             if self._loop is None:
                 self._loop = asyncio.get_running_loop()
-            self._loop.call_soon(self._flush, queue)
+            self._loop.call_soon(self._scheduled_flush, queue)
 
-    def _flush(self, queue: FrameQueue) -> None:
+    def _scheduled_flush(self, queue: FrameQueue) -> None:
         self._flush_scheduled = False
+        self.flush(queue)
+
+    def flush(self, queue: FrameQueue) -> None:
+        """Write what `queue` holds now, while its writer task sleeps and the socket takes data;
+        leave the rest to the writer task."""
         while queue and queue.writer_idle and self.writable():
             self._frame_and_write(queue.take_batch(BATCH_BYTES))
         if queue:
@@ -507,6 +549,15 @@ class SocketWriter:
 
 def socket_writer(peer: Peer | None) -> SocketWriter | None:
     return SocketWriter(peer) if isinstance(peer, WebSocketConnection) else None
+
+
+def has_buffered_message(peer: Peer) -> bool:
+    """Whether the next `recv` on `peer` returns at once: websockets keeps the frames it has read
+    from the socket but not yet handed out in its assembler. Unknown peers: False."""
+    try:
+        return len(peer.recv_messages.frames) > 0   # type: ignore[attr-defined]
+    except AttributeError:
+        return False
 
 
 def close_info(closed: ConnectionClosed) -> tuple[int, str]:

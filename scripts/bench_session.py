@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """The relay's own cost per forwarded audio frame, without sockets: output-audio deltas pushed
-through a real SessionLoop and Engine (with the server's metrics tap) between in-memory peers,
-beside the same peers forwarding inline (`await client.send(await upstream.recv())`). The
+through a real SessionLoop and Engine (with the server's metrics tap) from an in-memory upstream
+to a client that is a real websockets connection over an in-memory transport (so the frames are
+framed and written as on a socket, by the session's SocketWriter), beside the same peers
+forwarding inline (`await client.send(await upstream.recv())`, what a pass-through does). The
 difference is what the relay adds to every frame on top of websockets' own work; it is the figure
 to watch when changing the per-frame path (relay/session.py, relay/engine/), steadier than
 socket benchmarks on a shared machine.
 
 The upstream peer yields to the event loop every `--burst` frames, as a socket's reader does when
-it has handed over what one read brought (websockets queues up to 16 frames per connection).
+it has handed over what one read brought (websockets queues up to 16 frames per connection), and
+tells, as websockets does, how many frames it still holds before it will wait.
 
 Usage: .venv/bin/python scripts/bench_session.py [--frames N] [--burst N] [--json FILE]
 """
@@ -20,9 +23,13 @@ import json
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
+from websockets.asyncio.connection import Connection
 from websockets.exceptions import ConnectionClosedOK
 from websockets.frames import Close
+from websockets.protocol import OPEN
+from websockets.server import ServerProtocol
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -36,6 +43,18 @@ from relay.tools import ToolRegistry, load_tools  # noqa: E402
 REPEATS = 5
 
 
+class FramesReadAhead:
+    """What websockets' `connection.recv_messages.frames` tells the session: how many frames the
+    next `recv` calls hand out without waiting (the rest of the current burst)."""
+
+    def __init__(self, upstream: FloodingUpstream) -> None:
+        self.upstream = upstream
+
+    def __len__(self) -> int:
+        remaining = self.upstream.remaining
+        return (remaining - 1) % self.upstream.burst if remaining > 0 else 0
+
+
 class FloodingUpstream:
     """Hands out `frames` audio deltas, then closes once the client has had them all."""
 
@@ -44,6 +63,7 @@ class FloodingUpstream:
         self.burst = burst
         self.frame = output_delta(time.monotonic_ns())
         self.drained = asyncio.Event()
+        self.recv_messages = SimpleNamespace(frames=FramesReadAhead(self))
 
     async def recv(self) -> str:
         self.remaining -= 1
@@ -61,46 +81,86 @@ class FloodingUpstream:
         pass
 
 
-class CountingClient:
-    def __init__(self, upstream: FloodingUpstream, frames: int) -> None:
-        self.upstream = upstream
-        self.expected = frames
-        self.received = 0
-        self.closed = asyncio.Event()
+class CountingTransport(asyncio.Transport):
+    """Where the client connection's bytes go: counted, then dropped, as a socket that always
+    takes everything would. Sets `drained` once `expected` bytes have come."""
 
-    async def recv(self) -> str:
-        await self.closed.wait()
-        raise ConnectionClosedOK(Close(1000, ""), None)
+    def __init__(self, expected: int, drained: asyncio.Event) -> None:
+        super().__init__()
+        self.expected = expected
+        self.written = 0
+        self.drained = drained
+        self.writes = 0
 
-    async def send(self, message: str | bytes) -> None:
-        self.received += 1
-        if self.received == self.expected:
-            self.upstream.drained.set()
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if self.drained.is_set():
+            return   # the close frame, once the session ends
+        self.written += len(data)
+        self.writes += 1
+        if self.written >= self.expected:
+            self.drained.set()
 
-    async def close(self, code: int = 1000, reason: str = "") -> None:
-        self.closed.set()
+    def is_closing(self) -> bool:
+        return False
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        pass
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def can_write_eof(self) -> bool:
+        return False
+
+    def abort(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def counting_client(upstream: FloodingUpstream, frames: int) -> tuple[Connection, CountingTransport]:
+    """A server-side websockets connection, open, whose transport counts the bytes of `frames`
+    frames like the upstream's (a server frame's header is 2 bytes, 4 from 126 bytes, 10 from 64 KiB)."""
+    payload = len(upstream.frame.encode())
+    header = 2 if payload < 126 else 4 if payload < 65536 else 10
+    transport = CountingTransport(frames * (header + payload), upstream.drained)
+    connection = Connection(ServerProtocol(state=OPEN), close_timeout=0)
+    connection.connection_made(transport)
+    return connection, transport
 
 
 async def relay_pass(tools: ToolRegistry, frames: int, burst: int) -> float:
     upstream = FloodingUpstream(frames, burst)
-    client = CountingClient(upstream, frames)
+    client, transport = counting_client(upstream, frames)
     engine = Engine(tools, config=EngineConfig(mode="proxy"))
     loop = SessionLoop(engine, upstream=upstream, client=client, recorder=TrafficTap(Metrics(), None))
     start = time.perf_counter()
-    await loop.run()
-    assert client.received == frames
-    return time.perf_counter() - start
+    async with asyncio.TaskGroup() as group:
+        running = group.create_task(loop.run())
+        await upstream.drained.wait()
+        elapsed = time.perf_counter() - start
+        running.cancel()
+    assert transport.written == transport.expected
+    return elapsed
 
 
 async def inline_pass(frames: int, burst: int) -> float:
     upstream = FloodingUpstream(frames, burst)
-    client = CountingClient(upstream, frames)
+    client, transport = counting_client(upstream, frames)
     start = time.perf_counter()
     try:
         while True:
             await client.send(await upstream.recv())
     except ConnectionClosedOK:
         pass
+    assert transport.written == transport.expected
     return time.perf_counter() - start
 
 

@@ -243,3 +243,70 @@ async def test_frames_stay_in_order_through_a_session_whose_client_falls_behind(
     assert received == [f"item_{index}" for index in range(count)]
     # some went by the callback, the rest by the writer task while the socket was paused
     assert 0 < sum(by_task) < count, by_task
+
+
+async def test_websockets_tells_whether_a_message_waits_to_be_read() -> None:
+    from relay.session import has_buffered_message
+
+    async def check(client) -> None:  # type: ignore[no-untyped-def]
+        await client.send("go")
+        assert await client.recv() == "first"   # the three came in one write: the rest wait
+        assert has_buffered_message(client)
+        assert await client.recv() == "second"
+        assert await client.recv() == "third"
+        assert not has_buffered_message(client)
+
+    async def handler(connection: ServerConnection) -> None:
+        await connection.recv()
+        writer = socket_writer(connection)
+        assert writer is not None
+        await writer.send(["first", "second", "third"])
+        await connection.wait_closed()
+
+    with anyio.fail_after(10):
+        async with serve(handler, "127.0.0.1", 0, compression=None) as server:
+            port = server.sockets[0].getsockname()[1]
+            async with connect(f"ws://127.0.0.1:{port}", compression=None) as client:
+                await check(client)
+    assert not has_buffered_message(object())   # type: ignore[arg-type]
+
+
+async def test_a_burst_read_in_one_go_is_relayed_in_fewer_writes_than_frames() -> None:
+    """The upstream's frames arrive in one TCP write; the relay's reader takes them one by one
+    without waiting and writes to the client once it has read the last of them."""
+    from relay.engine import Engine, EngineConfig
+    from relay.session import SessionLoop
+
+    count = 40
+    frames = [json.dumps({"type": "response.output_audio.delta", "item_id": f"item_{index}", "delta": "AAAA"})
+              for index in range(count)]
+    writes: list[int] = []
+
+    async def upstream_handler(connection: ServerConnection) -> None:
+        await connection.recv()   # the client is there: send the burst
+        writer = socket_writer(connection)
+        assert writer is not None
+        await writer.send(frames)
+        await connection.wait_closed()
+
+    async def relay_handler(client: ServerConnection) -> None:
+        counted = _counting_writes(client)
+        async with connect(f"ws://127.0.0.1:{upstream_port}", compression=None) as upstream:
+            engine = Engine([], config=EngineConfig(mode="proxy", declare_tools=False))
+            loop = SessionLoop(engine, upstream=upstream, client=client)
+            try:
+                await loop.run()
+            finally:
+                writes.extend(counted)
+
+    with anyio.fail_after(10):
+        async with serve(upstream_handler, "127.0.0.1", 0, compression=None) as upstream_server, \
+                serve(relay_handler, "127.0.0.1", 0, compression=None) as relay_server:
+            upstream_port = upstream_server.sockets[0].getsockname()[1]
+            relay_port = relay_server.sockets[0].getsockname()[1]
+            async with connect(f"ws://127.0.0.1:{relay_port}", compression=None) as client:
+                await client.send(json.dumps({"type": "input_audio_buffer.clear"}))
+                received = [await client.recv() for _ in range(count)]
+    assert received == frames
+    data_writes = writes[:-1]   # the last write is the close frame
+    assert 1 <= len(data_writes) < count / 4, writes
