@@ -47,6 +47,9 @@ BAD_GATEWAY = 1014   # to the client: the upstream, not the client, sent somethi
 DEFAULT_QUEUE_BYTES = 32 * 1024 * 1024
 RATE_LIMIT_CODE = "rate_limit_exceeded"
 RATE_LIMIT_CLOSE = (1008, "client sends events too fast")
+# the most asyncio reads from a socket at once: its default (256 KiB) is over glibc's mmap
+# threshold, so each read could map and unmap a fresh buffer (see read_in_smaller_chunks)
+READ_BYTES = 64 * 1024
 # what a writer takes from its queue at once and hands to the socket in one write (a frame bigger
 # than this goes alone): the transport's own high-water mark, so a batch adds no more to the
 # socket buffer than flow control already allows
@@ -210,6 +213,8 @@ class SessionLoop:
         self.to_upstream = FrameQueue(max_queue_bytes)
         self.to_client = FrameQueue(max_queue_bytes)
         self._writers = {"upstream": socket_writer(upstream), "client": socket_writer(client)}
+        read_in_smaller_chunks(upstream)
+        read_in_smaller_chunks(client)
         self._reading = False           # a reader is handing its frame to the engine
         self._held: list[str] = []      # sides whose frames wait for the reader to finish its frame
         self.client_budget = EventBudget(max_client_events_per_second) if max_client_events_per_second else None
@@ -382,6 +387,7 @@ class SessionLoop:
         assert self._task_group is not None, "the loop is not running"
         self.upstream = upstream
         self._writers["upstream"] = socket_writer(upstream)
+        read_in_smaller_chunks(upstream)
         replaced, self._peer_replaced = self._peer_replaced, anyio.Event()
         replaced.set()
         self._task_group.start_soon(self._read_upstream, name="upstream reader")
@@ -549,6 +555,20 @@ class SocketWriter:
 
 def socket_writer(peer: Peer | None) -> SocketWriter | None:
     return SocketWriter(peer) if isinstance(peer, WebSocketConnection) else None
+
+
+def read_in_smaller_chunks(peer: Peer | None) -> None:
+    """Have asyncio read `peer`'s socket at most READ_BYTES at a time.
+
+    For every read, asyncio allocates a buffer of its read size, 256 KiB, and shrinks it to what
+    came. That size is over glibc's mmap threshold: whenever the heap has no such block free,
+    each read maps fresh pages and unmaps them (page faults, TLB flushes). Under real-time audio
+    load, with a frame or two per read, that kernel work took a quarter of `relay serve`'s CPU
+    (perf, 150 sessions); 64 KiB buffers come from the heap. A message over 64 KiB takes several
+    reads, as it would anyway. Transports without that setting (TLS) are left alone."""
+    transport = getattr(peer, "transport", None)
+    if transport is not None and isinstance(getattr(transport, "max_size", None), int):
+        transport.max_size = READ_BYTES
 
 
 def has_buffered_message(peer: Peer) -> bool:

@@ -310,3 +310,33 @@ async def test_a_burst_read_in_one_go_is_relayed_in_fewer_writes_than_frames() -
     assert received == frames
     data_writes = writes[:-1]   # the last write is the close frame
     assert 1 <= len(data_writes) < count / 4, writes
+
+
+async def test_the_session_reads_sockets_in_64_kib_chunks_and_bigger_frames_still_arrive_whole() -> None:
+    from relay.engine import Engine, EngineConfig
+    from relay.session import READ_BYTES, SessionLoop
+
+    big = json.dumps({"type": "response.output_audio.delta", "item_id": "item_big", "delta": "B" * 300_000})
+    read_sizes: dict[str, int] = {}
+
+    async def upstream_handler(connection: ServerConnection) -> None:
+        await connection.recv()
+        await connection.send(big)
+        await connection.wait_closed()
+
+    async def relay_handler(client: ServerConnection) -> None:
+        async with connect(f"ws://127.0.0.1:{upstream_port}", compression=None, max_size=2**20) as upstream:
+            engine = Engine([], config=EngineConfig(mode="proxy", declare_tools=False))
+            loop = SessionLoop(engine, upstream=upstream, client=client)
+            read_sizes.update(upstream=upstream.transport.max_size, client=client.transport.max_size)
+            await loop.run()
+
+    with anyio.fail_after(10):
+        async with serve(upstream_handler, "127.0.0.1", 0, compression=None) as upstream_server, \
+                serve(relay_handler, "127.0.0.1", 0, compression=None, max_size=2**20) as relay_server:
+            upstream_port = upstream_server.sockets[0].getsockname()[1]
+            relay_port = relay_server.sockets[0].getsockname()[1]
+            async with connect(f"ws://127.0.0.1:{relay_port}", compression=None, max_size=2**20) as client:
+                await client.send(json.dumps({"type": "input_audio_buffer.clear"}))
+                assert await client.recv() == big
+    assert read_sizes == {"upstream": READ_BYTES, "client": READ_BYTES} and READ_BYTES == 64 * 1024
