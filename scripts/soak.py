@@ -16,10 +16,10 @@ run here. Passes (exit status 0) when:
   end (Linux: /proc), the relay logged no error, and its log holds no provider key;
 - the relay exits 0 on SIGTERM.
 
-The engine keeps each session's whole conversation (about 10 KB a tool-call turn today: see
-tests/reliability/test_engine_findings.py), so with one connection per client for the whole run the
-relay's memory grows with the run's length; `--turns-per-session N` makes clients reconnect after N
-turns, which shows whether anything outlives its session.
+The engine keeps a bounded window of each session's recent history (`--history-items`, 16 by
+default: see tests/reliability/test_engine_findings.py), so a session's memory stays flat however
+long it runs; `--turns-per-session N` makes clients reconnect after N turns, which shows whether
+anything outlives its session.
 
 `soak.py mock --log FILE --api-key KEY` is the mock's process (started by the soak itself).
 """
