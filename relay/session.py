@@ -513,7 +513,7 @@ class SocketWriter:
     def _frame_and_write(self, frames: Sequence[str | bytes]) -> None:
         protocol = self.connection.protocol
         for frame in frames:
-            if type(frame) is str:
+            if isinstance(frame, str):
                 protocol.send_text(frame.encode())
             else:
                 protocol.send_binary(frame)

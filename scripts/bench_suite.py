@@ -12,9 +12,9 @@ this process only starts them, reads their results and samples the proxies' CPU 
 2. realtime: N sessions at 50 frames/s each way -> one-way latency (monotonic clock shared by the
    processes), added latency = a path's percentile minus the direct path's, CPU, RSS; N grows
    until the added p99 passes 10 ms
-3. throughput: 1, 10, 100 sessions flooded with output-audio deltas -> events/s; beside the raw proxy, the
-   raw proxy given the relay's way of writing (bench_rawproxy.py --coalesce), so that the relay's
-   own cost shows apart from what that saves
+3. throughput: 1, 10, 100 sessions flooded with output-audio deltas -> events/s; beside the raw
+   proxy, the raw proxy given the relay's way of reading and writing (bench_rawproxy.py
+   --coalesce), so that the relay's own cost shows apart from what that saves
 4. tool turnaround through `relay serve`: response.done -> output + follow-up response.create
 5. replay speed (scripts/bench_replay.py), and the relay's cost per frame without sockets
    (scripts/bench_session.py), to explain the others
@@ -50,8 +50,8 @@ SCRIPTS = Path(__file__).resolve().parent
 ROOT = SCRIPTS.parent
 PYTHON = sys.executable
 PATHS = ("direct", "raw", "relay")
-# throughput also measures the raw proxy given the relay's write coalescing (--coalesce), so that
-# the relay's own cost shows apart from what that transport trick saves
+# throughput also measures the raw proxy given the relay's reads and writes (--coalesce), so that
+# the relay's own cost shows apart from what those save
 THROUGHPUT_PATHS = ("direct", "raw", "raw_batched", "relay")
 # frames an idle session waits for: through the relay, also the session.updated that answers its
 # tool declaration
