@@ -267,20 +267,14 @@ class SessionLoop:
 
     # ---- readers -----------------------------------------------------------------------
     async def _read_upstream(self) -> None:
-        engine, record, apply, clock = self.engine, self.recorder, self._apply, self.clock
+        record, feed, receive = self.recorder, self._feed, self.engine.receive_upstream
         upstream = self.upstream
         try:
             while True:
                 frame = await upstream.recv()
                 if record is not None:
                     record.record("upstream>relay", frame)
-                self._reading = True
-                try:
-                    apply(engine.receive_upstream(frame, clock()))
-                finally:
-                    self._reading = False
-                if self._held:
-                    self._release_held(upstream)
+                feed(receive, frame, upstream)
         except ConnectionClosed as closed:
             await self.upstream_lost(closed)
 
@@ -303,7 +297,7 @@ class SessionLoop:
 
     async def _read_client(self) -> None:
         assert self.client is not None
-        engine, record, apply, clock = self.engine, self.recorder, self._apply, self.clock
+        record, feed, receive = self.recorder, self._feed, self.engine.receive_client
         budget = self.client_budget
         client = self.client
         cut_off = False
@@ -319,13 +313,7 @@ class SessionLoop:
                     assert self._task_group is not None
                     self._task_group.start_soon(self._client_too_fast, budget)
                     continue
-                self._reading = True
-                try:
-                    apply(engine.receive_client(frame, clock()))
-                finally:
-                    self._reading = False
-                if self._held:
-                    self._release_held(client)
+                feed(receive, frame, client)
         except ConnectionClosed as closed:
             code, reason = close_info(closed)
             await self.finish("client", code, reason)
@@ -462,6 +450,18 @@ class SessionLoop:
                 log.warning("%s is not reading: %s; closing it", side, overflow,
                             extra={"session_id": self.engine.session_id})
                 self._task_group.start_soon(self._overflowed, side)
+
+    def _feed(self, receive: Callable[[str | bytes, float], list[Action]], frame: str | bytes,
+              source: Peer) -> None:
+        """A reader's frame into the engine; what it produces for the sockets is written once the
+        frame is done (see `_release_held`)."""
+        self._reading = True
+        try:
+            self._apply(receive(frame, self.clock()))
+        finally:
+            self._reading = False
+        if self._held:
+            self._release_held(source)
 
     def _release_held(self, source: Peer) -> None:
         """After the reader's frame: write what it queued now, unless more frames wait to be read

@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable
 from relay.dialects import OPENAI, Dialect
 from relay.dialects.base import canonical_type
 from relay.engine.actions import (
+    Action,
     CancelHandler,
     Notice,
     Outcome,
@@ -977,7 +978,7 @@ class Engine(EngineBase):
 
     # ==== connection lifecycle ==========================================================
     def _on_reconnect(self) -> None:
-        self.upstream_connected = True
+        super()._on_reconnect()
         self.sequencer.reset_connection()
         for response_id in list(self.conversation.response_order):
             response = self.conversation.responses[response_id]

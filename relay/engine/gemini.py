@@ -593,7 +593,7 @@ class GeminiEngine(EngineBase):
                                              limit=self.config.output_limit), OUTCOME_TIMEOUT, tool)
 
     def _on_reconnect(self) -> None:
-        self.upstream_connected = True
+        super()._on_reconnect()
         unsent, self._unsent = self._unsent, []
         for call_id, answer, final in unsent:
             entry = self.ledger.get(call_id)
