@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any, Callable, Literal, get_args
 
 from relay.dialects.gemini import is_gemini_message
-from relay.engine import CallLedger, CallState, Engine, EngineConfig, Owner
+from relay.engine import CallLedger, CallState, OpenAIEngine, EngineConfig, Owner
 from relay.engine.conversation import Conversation, ItemRecord
-from relay.engine.gemini import AnyEngine, GeminiEngine
+from relay.engine import Engine, GeminiEngine
 from relay.recording import (
     CLIENT_TO_RELAY,
     RELAY_TO_UPSTREAM,
@@ -479,7 +479,7 @@ def _formatter(format: str) -> Callable[[_Flow, list[ExportNote]], dict[str, Any
 
 
 def export_conversation(
-    source: AnyEngine | tuple[Conversation, CallLedger], format: str
+    source: Engine | tuple[Conversation, CallLedger], format: str
 ) -> Export:
     """The conversation of `source` (an engine, or its conversation and ledger) in `format`,
     with a report of what the export had to change or could not carry."""
@@ -494,7 +494,7 @@ def export_conversation(
     return Export(format, document, notes)
 
 
-def engine_from_recording(path: str | Path) -> tuple[AnyEngine, list[str]]:
+def engine_from_recording(path: str | Path) -> tuple[Engine, list[str]]:
     """An engine fed what the provider saw of a recorded session, and the reader's warnings.
 
     OpenAI-family providers echo every item the relay or the client created, so their frames
@@ -510,7 +510,7 @@ def engine_from_recording(path: str | Path) -> tuple[AnyEngine, list[str]]:
     session_id = str((recording.header or {}).get("session_id") or Path(path).stem)
     if _is_gemini(recording):
         return _gemini_engine(recording, session_id), recording.warnings
-    engine = Engine(config=EngineConfig(mode="replay"), session_id=session_id)
+    engine = OpenAIEngine(config=EngineConfig(mode="replay"), session_id=session_id)
     for frame in recording.frames:
         if frame.direction == UPSTREAM_TO_RELAY:
             engine.receive_upstream(_frame_payload(frame), frame.t)

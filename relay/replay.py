@@ -46,8 +46,9 @@ from relay.engine import (
     SendUpstream,
     StartHandler,
 )
-from relay.engine.core import CLIENT_PASSTHROUGH, UPSTREAM_PASSTHROUGH
-from relay.engine.gemini import AnyEngine, first_key, is_media_frame, new_engine
+from relay.engine.openai import CLIENT_PASSTHROUGH, UPSTREAM_PASSTHROUGH
+from relay.engine import Engine, new_engine
+from relay.engine.gemini import first_key, is_media_frame
 from relay.engine.sequencer import META_CALLS, META_KIND
 from relay.recording import Frame, Recording, read_recording
 from relay.runner import HandlerRunner
@@ -99,7 +100,7 @@ class ReplayResult:
     timeline: list[str]
     warnings: list[str]
     anomalies: list[str]
-    engine: AnyEngine = dataclass_field(repr=False)
+    engine: Engine = dataclass_field(repr=False)
 
     @property
     def ok(self) -> bool:

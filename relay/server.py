@@ -53,7 +53,7 @@ from relay.dialects import (
 from relay.dialects.gemini import CLIENT_PATHS as GEMINI_PATHS
 from relay.dialects.gemini import DEFAULT_PATH as GEMINI_PATH
 from relay.engine import DEFAULT_HISTORY_LIMIT, EngineConfig, Notice
-from relay.engine.gemini import AnyEngine, new_engine
+from relay.engine import Engine, new_engine
 from relay.logs import (
     LOG_FORMATS,
     LOG_LEVELS,
@@ -226,7 +226,7 @@ class ProxySession:
     _closed: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
     @property
-    def engine(self) -> AnyEngine | None:
+    def engine(self) -> Engine | None:
         return self.loop.engine if self.loop is not None else None
 
     async def wait_closed(self) -> SessionEnd:
@@ -566,7 +566,7 @@ class RelayServer:
             pass
         return SessionEnd("relay", 1011, "upstream unavailable")
 
-    def _recording(self, session: ProxySession, engine: AnyEngine) -> RecordingWriter | None:
+    def _recording(self, session: ProxySession, engine: Engine) -> RecordingWriter | None:
         if self.config.record_dir is None:
             return None
         return RecordingWriter(

@@ -34,7 +34,7 @@ from relay.engine import (
     SendUpstream,
     StartHandler,
 )
-from relay.engine.gemini import AnyEngine
+from relay.engine import Engine
 from relay.runner import HandlerRunner
 
 log = logging.getLogger("relay.session")
@@ -188,7 +188,7 @@ class SessionLoop:
 
     def __init__(
         self,
-        engine: AnyEngine,
+        engine: Engine,
         *,
         upstream: Peer,
         client: Peer | None = None,

@@ -34,7 +34,7 @@ from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
 from relay.dialects import DIALECT_CHOICES, Dialect, GeminiDialect
-from relay.engine import DEFAULT_HISTORY_LIMIT, Engine, EngineConfig, Notice
+from relay.engine import DEFAULT_HISTORY_LIMIT, Engine, EngineConfig, Notice, OpenAIEngine
 from relay.logs import LOG_FORMATS, LOG_LEVELS, Redactor, configure_logging, log_notice
 from relay.recording import RecordingWriter
 from relay.server import DEFAULT_MAX_FRAME_BYTES, ConfigError, tool_registry, upstream_dialect
@@ -272,7 +272,7 @@ class Sidecar:
 
     async def _serve(self, upstream: ClientConnection) -> SessionEnd:
         runtime = self.runtime
-        engine = Engine(runtime.tools, dialect=runtime.dialect, config=runtime.engine_config,
+        engine = OpenAIEngine(runtime.tools, dialect=runtime.dialect, config=runtime.engine_config,
                         session_id=self.id, id_prefix=self.id)
         recording = self._recording(engine)
         loop = self.loop = SidebandLoop(

@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from relay.engine import Engine, EngineConfig, Outcome, SendUpstream, StartHandler  # noqa: E402
+from relay.engine import OpenAIEngine, EngineConfig, Outcome, SendUpstream, StartHandler  # noqa: E402
 from relay.tools import tool  # noqa: E402
 from tests.fakeserver import Call, FakeServer  # noqa: E402
 
@@ -64,7 +64,7 @@ def throughput(seconds: float) -> dict[str, float]:
     audio_share = sum('"response.audio.delta"' in f for f in frames) / len(frames)
 
     def engine_pass() -> int:
-        engine = Engine([], config=EngineConfig(mode="proxy"))
+        engine = OpenAIEngine([], config=EngineConfig(mode="proxy"))
         receive = engine.receive_upstream
         for frame in frames:
             receive(frame, 1.0)
@@ -94,7 +94,7 @@ def instant(n: int) -> dict:
 
 def turnaround(calls: int) -> dict[str, float]:
     server = FakeServer()
-    engine = Engine([instant], config=EngineConfig(mode="proxy"), id_prefix="b")
+    engine = OpenAIEngine([instant], config=EngineConfig(mode="proxy"), id_prefix="b")
     now = 1.0
     for event in server.connect():
         engine.receive_upstream(json.dumps(event), now)

@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from relay.engine import Engine, EngineConfig  # noqa: E402
+from relay.engine import OpenAIEngine, EngineConfig  # noqa: E402
 from relay.recording import RecordingWriter, read_recording  # noqa: E402
 from relay.replay import replay  # noqa: E402
 from relay.tools import tool  # noqa: E402
@@ -40,7 +40,7 @@ def synthesise(directory: Path, turns: int, audio_per_turn: int) -> Path:
     from relay.engine import SendUpstream
 
     server = FakeServer()
-    engine = Engine([lookup], config=EngineConfig(mode="sidecar", declare_tools=False), id_prefix="bench")
+    engine = OpenAIEngine([lookup], config=EngineConfig(mode="sidecar", declare_tools=False), id_prefix="bench")
     writer = RecordingWriter(directory, session_id="bench", dialect="openai", upstream="ws://mock",
                              tools=["lookup"], mode="sidecar", extra_header=engine.recording_header())
     audio = base64.b64encode(os.urandom(960)).decode()

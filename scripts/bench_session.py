@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench_frames import output_delta  # noqa: E402
-from relay.engine import Engine, EngineConfig  # noqa: E402
+from relay.engine import OpenAIEngine, EngineConfig  # noqa: E402
 from relay.metrics import Metrics, TrafficTap  # noqa: E402
 from relay.session import SessionLoop  # noqa: E402
 from relay.tools import ToolRegistry, load_tools  # noqa: E402
@@ -139,7 +139,7 @@ def counting_client(upstream: FloodingUpstream, frames: int) -> tuple[Connection
 async def relay_pass(tools: ToolRegistry, frames: int, burst: int) -> float:
     upstream = FloodingUpstream(frames, burst)
     client, transport = counting_client(upstream, frames)
-    engine = Engine(tools, config=EngineConfig(mode="proxy"))
+    engine = OpenAIEngine(tools, config=EngineConfig(mode="proxy"))
     loop = SessionLoop(engine, upstream=upstream, client=client, recorder=TrafficTap(Metrics(), None))
     start = time.perf_counter()
     async with asyncio.TaskGroup() as group:

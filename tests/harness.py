@@ -14,7 +14,7 @@ from typing import Any, Iterable
 from relay.dialects import OPENAI, Dialect
 from relay.engine import (
     CancelHandler,
-    Engine,
+    OpenAIEngine,
     EngineConfig,
     Notice,
     Outcome,
@@ -29,7 +29,7 @@ class Harness:
     def __init__(self, tools: Iterable[Any] = (), *, config: EngineConfig | None = None,
                  dialect: Dialect = OPENAI, server: FakeServer | None = None,
                  deliver: bool = True) -> None:
-        self.engine = Engine(tools, dialect=dialect, config=config or EngineConfig(strict=True),
+        self.engine = OpenAIEngine(tools, dialect=dialect, config=config or EngineConfig(strict=True),
                              session_id="test", id_prefix="t")
         self.server = server or FakeServer(ga=dialect.wire == "ga", foundry=dialect.foundry_fields)
         self.now = 1000.0

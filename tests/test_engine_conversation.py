@@ -8,12 +8,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from relay.dialects.base import BETA_TO_GA, canonical_type
-from relay.engine import Engine, EngineConfig, SendClient
+from relay.engine import OpenAIEngine, EngineConfig, SendClient
 from relay.engine.peek import peek_type
 
 
-def engine(mode: str = "replay") -> Engine:
-    return Engine([], config=EngineConfig(mode=mode, strict=True))
+def engine(mode: str = "replay") -> OpenAIEngine:
+    return OpenAIEngine([], config=EngineConfig(mode=mode, strict=True))
 
 
 def item(item_id: str, role: str = "user", text: str = "hi") -> dict:

@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from relay.engine import Engine, EngineConfig, Outcome, Owner, SendUpstream, StartHandler
+from relay.engine import OpenAIEngine, EngineConfig, Outcome, Owner, SendUpstream, StartHandler
 from relay.tools import tool
 from tests.conftest import shared_dir
 from tests.fakeserver import Call, FakeServer
@@ -79,7 +79,7 @@ def mutated_streams(draw) -> list[str]:
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutated_streams(), st.sampled_from(["proxy", "sidecar", "replay"]), st.randoms(use_true_random=False))
 def test_mutated_streams_never_raise_and_invariants_hold(frames, mode, rng) -> None:
-    engine = Engine([lookup, slow], config=EngineConfig(mode=mode, strict=True), id_prefix="f")
+    engine = OpenAIEngine([lookup, slow], config=EngineConfig(mode=mode, strict=True), id_prefix="f")
     now = 10.0
     outputs: dict[str, int] = {}
     active: set[str] = set()
@@ -129,6 +129,6 @@ def test_mutated_streams_never_raise_and_invariants_hold(frames, mode, rng) -> N
 @given(st.lists(st.one_of(st.binary(max_size=50), st.text(max_size=50),
                           st.dictionaries(st.text(max_size=10), garbage, max_size=4).map(json.dumps)), max_size=30))
 def test_arbitrary_client_frames_never_raise(frames) -> None:
-    engine = Engine([lookup], config=EngineConfig(mode="proxy", strict=True))
+    engine = OpenAIEngine([lookup], config=EngineConfig(mode="proxy", strict=True))
     for frame in frames:
         engine.receive_client(frame, 1.0)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from relay.engine import (
     CallState,
     CancelHandler,
-    Engine,
+    OpenAIEngine,
     EngineConfig,
     Outcome,
     Owner,
@@ -75,7 +75,7 @@ class Simulation:
     """Engine and fake server with frames in flight both ways, driven step by step."""
 
     def __init__(self, mode: str) -> None:
-        self.engine = Engine(TOOLS, config=EngineConfig(mode=mode, strict=True), session_id="sim", id_prefix="s")
+        self.engine = OpenAIEngine(TOOLS, config=EngineConfig(mode=mode, strict=True), session_id="sim", id_prefix="s")
         self.server = FakeServer()
         self.now = 100.0
         self.to_server: deque[str] = deque()

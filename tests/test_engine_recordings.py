@@ -8,17 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from relay.engine import CallState, Engine, EngineConfig, Owner
+from relay.engine import CallState, OpenAIEngine, EngineConfig, Owner
 from relay.tools import tool
 from tests.conftest import shared_dir
 
 RECORDINGS = sorted((shared_dir() / "recordings").glob("*.jsonl"))
 
 
-def replay(path: Path, tools=()) -> Engine:
+def replay(path: Path, tools=()) -> OpenAIEngine:
     """Feed a recorded event log to a fresh engine, server events as upstream frames."""
     meta = json.loads(path.with_suffix(".meta.json").read_text())
-    engine = Engine(tools, config=EngineConfig(mode="replay", strict=True))
+    engine = OpenAIEngine(tools, config=EngineConfig(mode="replay", strict=True))
     lines = path.read_text().splitlines()
     assert len(lines) == len(meta["directions"])
     for n, (line, direction) in enumerate(zip(lines, meta["directions"])):
@@ -65,7 +65,7 @@ def test_banyan_log1_with_a_relay_tool_runs_the_call_once() -> None:
     def transferToSupervisor(destination_agent_name: str, reason: str, urgency: str = "", summary: str = "") -> str:
         return "transferred"
 
-    engine = Engine([transferToSupervisor], config=EngineConfig(mode="replay", strict=True))
+    engine = OpenAIEngine([transferToSupervisor], config=EngineConfig(mode="replay", strict=True))
     path = recording("banyan-landing_log1")
     meta = json.loads(path.with_suffix(".meta.json").read_text())
     starts = []

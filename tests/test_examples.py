@@ -8,7 +8,7 @@ from pathlib import Path
 
 import anyio
 
-from relay.engine import Engine, EngineConfig
+from relay.engine import OpenAIEngine, EngineConfig
 from relay.session import SessionLoop
 from relay.tools import ToolRegistry
 from tests.fakeserver import Call, FakeServer, FakeServerPeer
@@ -25,7 +25,7 @@ async def run_calls(tools_file: str, calls: list[Call], *, expect_outputs: int):
     server = FakeServer()
     peer = FakeServerPeer(server)
     registry = ToolRegistry.load([str(EXAMPLES / tools_file)])
-    engine = Engine(registry, config=EngineConfig(mode="sidecar", declare_tools=False))
+    engine = OpenAIEngine(registry, config=EngineConfig(mode="sidecar", declare_tools=False))
     loop = SessionLoop(engine, upstream=peer)
     async with anyio.create_task_group() as tg:
         tg.start_soon(loop.run)

@@ -19,7 +19,7 @@ from openai.types.chat import ChatCompletionMessageParam
 from pydantic import TypeAdapter
 
 from relay.cli import main
-from relay.engine import Engine
+from relay.engine import OpenAIEngine
 from relay.export import (
     AUDIO_WITHOUT_TRANSCRIPT,
     FORMATS,
@@ -202,7 +202,7 @@ def raw_error_payload(city: str) -> dict:
     return {"error": "none"}
 
 
-def relay_engine() -> Engine:
+def relay_engine() -> OpenAIEngine:
     harness = Harness([get_weather, find_city, raw_error_payload])
     harness.connect()
     harness.upstream(harness.server.user_turn("Weather in Paris? And where is Atlantis?"))

@@ -11,7 +11,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from relay.engine import Engine, EngineConfig
+from relay.engine import OpenAIEngine, EngineConfig
 from relay.recording import RecordingWriter
 from relay.testing import replay
 from relay.session import SessionLoop
@@ -36,7 +36,7 @@ async def record_session(directory: Path, tools, *, mode: str = "sidecar", creat
     """A session through SessionLoop: parallel calls and a handler error, recorded."""
     server = FakeServer()
     peer = FakeServerPeer(server)
-    engine = Engine(tools, config=EngineConfig(mode=mode, declare_tools=False), id_prefix="rec1")
+    engine = OpenAIEngine(tools, config=EngineConfig(mode=mode, declare_tools=False), id_prefix="rec1")
     writer = RecordingWriter(directory, session_id="sess_test", dialect="openai", upstream="ws://127.0.0.1:1/v1",
                              tools=[t.__relay_tool__.name for t in tools], mode=mode,
                              extra_header=engine.recording_header())

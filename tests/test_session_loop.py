@@ -11,7 +11,7 @@ import pytest
 from websockets.exceptions import ConnectionClosedOK
 from websockets.frames import Close
 
-from relay.engine import Engine, EngineConfig
+from relay.engine import OpenAIEngine, EngineConfig
 from relay.session import FrameQueue, QueueOverflow, SessionLoop
 from relay.tools import tool
 from tests.fakeserver import Call, FakeServer
@@ -85,7 +85,7 @@ def blocking() -> str:
 async def run_session(tools, scenario, *, mode="sidecar"):
     server = FakeServer()
     upstream, client = MemoryPeer(), MemoryPeer()
-    engine = Engine(tools, config=EngineConfig(mode=mode, strict=True, declare_tools=False))
+    engine = OpenAIEngine(tools, config=EngineConfig(mode=mode, strict=True, declare_tools=False))
     loop = SessionLoop(engine, upstream=upstream, client=client if mode == "proxy" else None)
     async with anyio.create_task_group() as tg:
         tg.start_soon(loop.run)

@@ -203,7 +203,7 @@ async def test_frames_stay_in_order_through_a_session_whose_client_falls_behind(
     """A session over real sockets, its client reading nothing until the upstream has sent
     everything: the first frames are written by the callback, then the socket pauses and the
     writer task sends the rest as the client reads. The client gets every frame, once, in order."""
-    from relay.engine import Engine, EngineConfig
+    from relay.engine import OpenAIEngine, EngineConfig
     from relay.session import SessionLoop
 
     count, padding = 600, "A" * 8_000
@@ -219,7 +219,7 @@ async def test_frames_stay_in_order_through_a_session_whose_client_falls_behind(
 
     async def relay_handler(client: ServerConnection) -> None:
         async with connect(f"ws://127.0.0.1:{upstream_port}", compression=None) as upstream:
-            engine = Engine([], config=EngineConfig(mode="proxy", declare_tools=False))
+            engine = OpenAIEngine([], config=EngineConfig(mode="proxy", declare_tools=False))
             loop = SessionLoop(engine, upstream=upstream, client=client)
             writer = loop._writers["client"]
             assert writer is not None
@@ -274,7 +274,7 @@ async def test_websockets_tells_whether_a_message_waits_to_be_read() -> None:
 async def test_a_burst_read_in_one_go_is_relayed_in_fewer_writes_than_frames() -> None:
     """The upstream's frames arrive in one TCP write; the relay's reader takes them one by one
     without waiting and writes to the client once it has read the last of them."""
-    from relay.engine import Engine, EngineConfig
+    from relay.engine import OpenAIEngine, EngineConfig
     from relay.session import SessionLoop
 
     count = 40
@@ -292,7 +292,7 @@ async def test_a_burst_read_in_one_go_is_relayed_in_fewer_writes_than_frames() -
     async def relay_handler(client: ServerConnection) -> None:
         counted = _counting_writes(client)
         async with connect(f"ws://127.0.0.1:{upstream_port}", compression=None) as upstream:
-            engine = Engine([], config=EngineConfig(mode="proxy", declare_tools=False))
+            engine = OpenAIEngine([], config=EngineConfig(mode="proxy", declare_tools=False))
             loop = SessionLoop(engine, upstream=upstream, client=client)
             try:
                 await loop.run()
@@ -313,7 +313,7 @@ async def test_a_burst_read_in_one_go_is_relayed_in_fewer_writes_than_frames() -
 
 
 async def test_the_session_reads_sockets_in_64_kib_chunks_and_bigger_frames_still_arrive_whole() -> None:
-    from relay.engine import Engine, EngineConfig
+    from relay.engine import OpenAIEngine, EngineConfig
     from relay.session import READ_BYTES, SessionLoop
 
     big = json.dumps({"type": "response.output_audio.delta", "item_id": "item_big", "delta": "B" * 300_000})
@@ -326,7 +326,7 @@ async def test_the_session_reads_sockets_in_64_kib_chunks_and_bigger_frames_stil
 
     async def relay_handler(client: ServerConnection) -> None:
         async with connect(f"ws://127.0.0.1:{upstream_port}", compression=None, max_size=2**20) as upstream:
-            engine = Engine([], config=EngineConfig(mode="proxy", declare_tools=False))
+            engine = OpenAIEngine([], config=EngineConfig(mode="proxy", declare_tools=False))
             loop = SessionLoop(engine, upstream=upstream, client=client)
             read_sizes.update(upstream=upstream.transport.max_size, client=client.transport.max_size)
             await loop.run()

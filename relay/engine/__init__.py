@@ -1,5 +1,20 @@
-"""The sans-I/O engine: conversation state, call ledger, sequencer, actions, frame peeking."""
+"""The sans-I/O engine: one object per session, given what happened, answering with what to do.
 
+    engine = new_engine(tools, dialect=...)        # OpenAIEngine or GeminiEngine
+    engine.receive_upstream(frame, now)  -> actions
+    engine.receive_client(frame, now)    -> actions
+    engine.handler_finished(call_id, outcome, now) -> actions
+    engine.tick(now)                     -> actions
+
+`Engine` is the type every edge holds (the shared core, `core.SessionEngine`); `new_engine` picks
+the dialect's engine. docs/architecture.md maps the modules.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+from relay.dialects import OPENAI, Dialect, GeminiDialect
 from relay.engine.actions import (
     Action,
     CancelHandler,
@@ -10,10 +25,32 @@ from relay.engine.actions import (
     SendUpstream,
     StartHandler,
 )
-from relay.engine.core import DEFAULT_HISTORY_LIMIT, Anomaly, Engine, EngineConfig
-from relay.engine.ledger import CallEntry, CallLedger, CallState, Owner
+from relay.engine.calls import CallEntry, CallLedger, CallState, Owner
+from relay.engine.core import DEFAULT_HISTORY_LIMIT, Anomaly, EngineConfig, SessionEngine
+from relay.engine.gemini import GeminiEngine
+from relay.engine.openai import OpenAIEngine
+from relay.tools import ToolRegistry, ToolSpec
+
+Engine = SessionEngine
+"""The type of any session's engine, whatever its dialect."""
+
+
+def new_engine(
+    tools: ToolRegistry | Iterable[ToolSpec | Callable[..., Any]] = (),
+    *,
+    dialect: Dialect = OPENAI,
+    config: EngineConfig | None = None,
+    session_id: str = "session",
+    id_prefix: str = "relay",
+) -> Engine:
+    """The engine for a dialect: `GeminiEngine` for Gemini Live, `OpenAIEngine` for the OpenAI
+    family (GA, beta, Azure, Foundry)."""
+    engine_class = GeminiEngine if isinstance(dialect, GeminiDialect) else OpenAIEngine
+    return engine_class(tools, dialect=dialect, config=config, session_id=session_id, id_prefix=id_prefix)
+
 
 __all__ = [
-    "DEFAULT_HISTORY_LIMIT", "Action", "Anomaly", "CallEntry", "CallLedger", "CallState", "CancelHandler", "Close", "Engine",
-    "EngineConfig", "Notice", "Outcome", "Owner", "SendClient", "SendUpstream", "StartHandler",
+    "DEFAULT_HISTORY_LIMIT", "Action", "Anomaly", "CallEntry", "CallLedger", "CallState", "CancelHandler",
+    "Close", "Engine", "EngineConfig", "GeminiEngine", "Notice", "OpenAIEngine", "Outcome", "Owner",
+    "SendClient", "SendUpstream", "SessionEngine", "StartHandler", "new_engine",
 ]

@@ -1,12 +1,145 @@
-"""What both engines say about a call, in one place: the fields of a `tool_call` notice (which
-metrics and logs read, whichever engine sent it) and how a timeout is written."""
+"""The call ledger: one entry per `call_id`, and the invariant the relay lives by.
+
+Every relay-owned call that became ready gets exactly one output, whatever happens (result,
+handler error, bad arguments, timeout, interruption); a call the relay does not own is never
+answered by it. The ledger is also what replay, metrics and users' tests read.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Iterator
 
-from relay.engine.ledger import CallEntry
 
+class CallState(str, Enum):
+    ANNOUNCED = "announced"      # the model started the call item
+    STREAMING = "streaming"      # argument deltas arriving
+    COMPLETE = "complete"        # client-owned: the model finished the item (the client answers)
+    READY = "ready"              # relay-owned, complete, from a live response: will run
+    RUNNING = "running"          # the handler runs
+    FINISHED = "finished"        # the output is decided, not yet injected
+    ANSWERED = "answered"        # the output was injected (relay) or seen (client)
+    SKIPPED = "skipped"          # never ran: its response was cancelled/failed or the item incomplete
+
+
+class Owner(str, Enum):
+    RELAY = "relay"
+    CLIENT = "client"
+
+
+# Outcomes of relay-owned calls, as counted in metrics and logs.
+OUTCOME_OK = "ok"
+OUTCOME_ERROR = "error"              # the handler raised or returned ToolResult(error=...)
+OUTCOME_BAD_ARGUMENTS = "bad_arguments"
+OUTCOME_TIMEOUT = "timeout"
+OUTCOME_CANCELLED = "cancelled"      # interrupted by the user, policy `cancel`
+OUTCOME_UNKNOWN_TOOL = "unknown_tool"
+OUTCOME_ABANDONED = "abandoned"      # the session ended before the output could be sent
+
+
+@dataclass(slots=True)
+class CallEntry:
+    call_id: str
+    name: str
+    item_id: str | None
+    response_id: str | None
+    owner: Owner
+    state: CallState = CallState.ANNOUNCED
+    arguments: str = ""
+    arguments_from_done: str | None = None
+    delta_count: int = 0
+    # the decided output (relay-owned) or the output seen from the client
+    output: str | None = None
+    output_status: str | None = None
+    output_item_id: str | None = None
+    output_event_id: str | None = None
+    is_error: bool = False
+    outcome: str | None = None
+    message: str | None = None          # what the assistant is to say about the result
+    scheduling: str | None = None       # when_idle | interrupt | silent, as decided
+    speak: bool = True                  # whether a follow-up response is wanted for it
+    interrupted: bool = False
+    skip_reason: str | None = None
+    follow_up_response_id: str | None = None
+    follow_up_event_id: str | None = None
+    upstream_errors: tuple[str, ...] = ()   # errors the upstream aimed at our frames for this call
+    updates: tuple[str, ...] = ()           # streaming tools: the values after the first
+    output_retried: bool = False            # the output was sent again (its predecessor vanished)
+    announced_at: float | None = None
+    ready_at: float | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    injected_at: float | None = None
+
+    @property
+    def relay_owned(self) -> bool:
+        return self.owner is Owner.RELAY
+
+    def latency_ms(self) -> float | None:
+        """Ready to injected, in milliseconds: the delay the relay's tool added."""
+        if self.ready_at is None or self.injected_at is None:
+            return None
+        return (self.injected_at - self.ready_at) * 1000.0
+
+    def as_dict(self) -> dict[str, Any]:
+        data = {name: getattr(self, name) for name in self.__slots__}
+        data["owner"] = self.owner.value
+        data["state"] = self.state.value
+        return data
+
+
+class CallLedger:
+    def __init__(self) -> None:
+        self._entries: dict[str, CallEntry] = {}
+        self._by_item: dict[str, str] = {}
+
+    def __iter__(self) -> Iterator[CallEntry]:
+        return iter(self._entries.values())
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, call_id: object) -> bool:
+        return call_id in self._entries
+
+    def get(self, call_id: object) -> CallEntry | None:
+        return self._entries.get(call_id) if isinstance(call_id, str) else None
+
+    def by_item(self, item_id: object) -> CallEntry | None:
+        if not isinstance(item_id, str):
+            return None
+        call_id = self._by_item.get(item_id)
+        return self._entries.get(call_id) if call_id else None
+
+    def add(self, entry: CallEntry) -> CallEntry:
+        self._entries[entry.call_id] = entry
+        if entry.item_id:
+            self._by_item[entry.item_id] = entry.call_id
+        return entry
+
+    def forget_old(self, keep: int) -> None:
+        """Keep the latest `keep` finished calls (answered or skipped) and every unfinished one;
+        forget older finished calls. Their outputs are long delivered."""
+        if len(self._entries) <= keep + keep // 2:   # forget in batches
+            return
+        finished = [e for e in self._entries.values() if e.state in (CallState.ANSWERED, CallState.SKIPPED)]
+        for entry in finished[:-keep]:
+            del self._entries[entry.call_id]
+            if entry.item_id is not None:
+                self._by_item.pop(entry.item_id, None)
+
+    def relay_calls(self) -> list[CallEntry]:
+        return [e for e in self._entries.values() if e.owner is Owner.RELAY]
+
+    def unanswered(self) -> list[CallEntry]:
+        """Relay-owned calls that became ready but whose output has not been injected."""
+        return [
+            e
+            for e in self._entries.values()
+            if e.owner is Owner.RELAY
+            and e.state in (CallState.READY, CallState.RUNNING, CallState.FINISHED)
+        ]
 
 def tool_call_fields(entry: CallEntry) -> dict[str, Any]:
     """The fields of a `tool_call` notice for `entry`: who, how it ended, and its timings."""

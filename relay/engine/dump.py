@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from relay.engine.conversation import ItemRecord
-    from relay.engine.core import Engine
+    from relay.engine import Engine
 
 
 def _clip(text: str, width: int = 100) -> str:

@@ -29,16 +29,14 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Callable, Iterable, Union
+from typing import Any, Callable, Iterable
 
-from relay.dialects.base import Dialect
 from relay.dialects.gemini import GEMINI, GeminiDialect, field, key_of, response_text
 from relay.engine.actions import CancelHandler, Close, Notice, Outcome, SendClient, SendUpstream, StartHandler
 from relay.engine.calls import seconds_text, tool_call_fields
 from relay.engine.conversation import ABSENT, ItemRecord, ResponseRecord
-from relay.engine.base import EngineBase, EngineConfig
-from relay.engine.core import Engine
-from relay.engine.ledger import (
+from relay.engine.core import EngineConfig, SessionEngine
+from relay.engine.calls import (
     OUTCOME_BAD_ARGUMENTS,
     OUTCOME_CANCELLED,
     OUTCOME_ERROR,
@@ -85,9 +83,6 @@ _SAME: Any = object()   # a message part the engine leaves as it came
 _DROP: Any = object()   # a message part the other side must not see
 _STOP: Any = object()   # nothing of this message goes anywhere
 
-AnyEngine = Union[Engine, "GeminiEngine"]
-
-
 def first_key(frame: str | bytes) -> str | None:
     """The first top-level key of a JSON object frame, read without parsing it (None: unsure)."""
     match = (_FIRST_KEY if isinstance(frame, str) else _FIRST_KEY_BYTES).match(frame)
@@ -104,19 +99,6 @@ def is_media_frame(frame: str | bytes, side: str) -> bool:
         return False
     markers = _STATE_MARKERS[side] if isinstance(frame, str) else _STATE_MARKER_BYTES[side]
     return not any(marker in frame for marker in markers)  # type: ignore[operator]
-
-
-def new_engine(
-    tools: ToolRegistry | Iterable[ToolSpec | Callable[..., Any]] = (),
-    *,
-    dialect: Dialect,
-    config: EngineConfig | None = None,
-    session_id: str = "session",
-    id_prefix: str = "relay",
-) -> AnyEngine:
-    """The engine for a dialect: `GeminiEngine` for Gemini Live, `Engine` for the OpenAI family."""
-    engine_class = GeminiEngine if isinstance(dialect, GeminiDialect) else Engine
-    return engine_class(tools, dialect=dialect, config=config, session_id=session_id, id_prefix=id_prefix)
 
 
 def _encode(message: dict[str, Any], like: str | bytes) -> str | bytes:
@@ -151,7 +133,7 @@ def _response_body(rendered: RenderedOutput, text: bool) -> dict[str, Any]:
         return {"output": rendered.output}
 
 
-class GeminiEngine(EngineBase):
+class GeminiEngine(SessionEngine):
     """One Gemini Live session's state and rules."""
 
     def __init__(
@@ -719,4 +701,4 @@ def _declarations(tools: Any) -> list[Any]:
     return found
 
 
-__all__ = ["AnyEngine", "GeminiEngine", "first_key", "is_media_frame", "new_engine"]
+__all__ = ["CANCELLED_BY_SERVER", "GeminiEngine", "first_key", "is_media_frame"]

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from relay.engine import Engine, EngineConfig, Outcome, Owner, SendUpstream, StartHandler
+from relay.engine import OpenAIEngine, EngineConfig, Outcome, Owner, SendUpstream, StartHandler
 from relay.mock import MockUpstream
 from relay.tools import tool
 from tests.fakeserver import Call, FakeServer
@@ -79,7 +79,7 @@ def mutated_client_event(draw: Any) -> str:
     return json.dumps(event)
 
 
-def check_sent_upstream(frame: str, engine: Engine) -> None:
+def check_sent_upstream(frame: str, engine: OpenAIEngine) -> None:
     """The invariants of one frame the engine sends upstream."""
     event = json.loads(frame)
     item = event.get("item") if isinstance(event.get("item"), dict) else {}
@@ -98,7 +98,7 @@ def check_sent_upstream(frame: str, engine: Engine) -> None:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.integers(0, len(UPSTREAM)), mutated_client_event()), max_size=20), st.randoms())
 def test_mutated_client_events_never_answer_redefine_or_drop_a_relay_tool(client_frames, rng) -> None:
-    engine = Engine([lookup], config=EngineConfig(mode="proxy", strict=True), id_prefix="f")
+    engine = OpenAIEngine([lookup], config=EngineConfig(mode="proxy", strict=True), id_prefix="f")
     started: list[str] = []
     pending: list[StartHandler] = []
     feed = [("upstream", frame) for frame in UPSTREAM]

@@ -16,7 +16,7 @@ import anyio
 import pytest
 from websockets.exceptions import ConnectionClosedError
 
-from relay.engine import CallState, Engine, EngineConfig
+from relay.engine import CallState, OpenAIEngine, EngineConfig
 from relay.http import http_request
 from relay.mock import Faults, MockUpstream, Reply
 from relay.session import SessionEnd
@@ -132,7 +132,7 @@ async def test_a_frame_the_dropped_socket_did_not_take_goes_out_on_the_new_one()
     async def reopen() -> MemoryPeer:
         return new
 
-    engine = Engine([get_weather], config=EngineConfig(mode="sidecar", declare_tools=True, strict=True))
+    engine = OpenAIEngine([get_weather], config=EngineConfig(mode="sidecar", declare_tools=True, strict=True))
     frames = Frames()
     loop = SidebandLoop(engine, upstream=old, reopen=reopen, context={}, recorder=SimpleNamespace(record=frames))
     async with anyio.create_task_group() as group:
