@@ -750,6 +750,9 @@ class RenderedOutput:
     message: str | None = None
     scheduling: Scheduling | None = None
     truncated: bool = False
+    # the handler's own text rather than JSON the relay wrote (Gemini answers text as text); two
+    # renderings with the same output are equal whichever way they came about
+    verbatim: bool = field(default=False, compare=False)
 
 
 def truncate(text: str, limit: int) -> str:
@@ -779,6 +782,7 @@ def _rendered(
     status: Literal["completed", "incomplete"] = "completed",
     message: str | None = None,
     scheduling: Scheduling | None = None,
+    verbatim: bool = False,
 ) -> RenderedOutput:
     cut = truncate(output, limit)
     return RenderedOutput(
@@ -788,6 +792,7 @@ def _rendered(
         message=message,
         scheduling=scheduling,
         truncated=len(output) > limit,
+        verbatim=verbatim,
     )
 
 
@@ -927,11 +932,12 @@ def render_value(value: Any, *, limit: int = DEFAULT_OUTPUT_LIMIT) -> RenderedOu
     this function never raises for a bad value."""
     if not isinstance(value, ToolResult):
         text, is_error = _value_text(value)
-        return _rendered(text, limit=limit, is_error=is_error)
+        return _rendered(text, limit=limit, is_error=is_error, verbatim=isinstance(value, str))
     if value.is_error:
         text, is_error = _error_json(value.error), True
     else:
         text, is_error = _value_text(value.result)
     return _rendered(
-        text, limit=limit, is_error=is_error, message=value.message, scheduling=value.scheduling
+        text, limit=limit, is_error=is_error, message=value.message, scheduling=value.scheduling,
+        verbatim=not value.is_error and isinstance(value.result, str),
     )

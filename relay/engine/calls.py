@@ -1,15 +1,19 @@
-"""The call ledger: one entry per `call_id`, and the invariant the relay lives by.
+"""The call book: one entry per `call_id`, its lifecycle, and the invariant the relay lives by.
 
 Every relay-owned call that became ready gets exactly one output, whatever happens (result,
 handler error, bad arguments, timeout, interruption); a call the relay does not own is never
-answered by it. The ledger is also what replay, metrics and users' tests read.
+answered by it. A call's state changes only through `CallLedger.move`, which allows exactly the
+steps of `LIFECYCLE` (one table per owner, as h11 keeps HTTP's rules) and refuses any other: it
+raises in strict mode (the tests) and records an anomaly otherwise. How a decided call ended
+(result, error, timeout, interruption...) is its `outcome`, set with the step to FINISHED.
+The ledger is also what replay, export, metrics and users' tests read.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 
 class CallState(str, Enum):
@@ -20,12 +24,48 @@ class CallState(str, Enum):
     RUNNING = "running"          # the handler runs
     FINISHED = "finished"        # the output is decided, not yet injected
     ANSWERED = "answered"        # the output was injected (relay) or seen (client)
-    SKIPPED = "skipped"          # never ran: its response was cancelled/failed or the item incomplete
+    SKIPPED = "skipped"          # never answered: its response was cancelled/failed, the item
+                                 # incomplete, or the server cancelled the call
+    ABANDONED = "abandoned"      # relay-owned: the session ended before its output could be sent
 
 
 class Owner(str, Enum):
     RELAY = "relay"
     CLIENT = "client"
+
+
+_S = CallState
+LIFECYCLE: dict[Owner, dict[CallState, frozenset[CallState]]] = {
+    # announced -> ready -> running -> finished -> answered; skipped and abandoned end a call early
+    Owner.RELAY: {
+        _S.ANNOUNCED: frozenset({_S.STREAMING, _S.READY, _S.SKIPPED}),
+        _S.STREAMING: frozenset({_S.READY, _S.SKIPPED}),
+        _S.READY: frozenset({_S.RUNNING, _S.FINISHED, _S.ABANDONED}),   # finished: unknown tool, bad arguments
+        _S.RUNNING: frozenset({_S.FINISHED, _S.SKIPPED, _S.ABANDONED}),   # skipped: the server cancelled it
+        _S.FINISHED: frozenset({_S.ANSWERED, _S.SKIPPED, _S.ABANDONED}),
+        _S.ANSWERED: frozenset(),
+        _S.SKIPPED: frozenset(),
+        _S.ABANDONED: frozenset(),
+    },
+    # the relay only watches: the client's output may come before the item is done, and after a
+    # cancelled response (the client may not know)
+    Owner.CLIENT: {
+        _S.ANNOUNCED: frozenset({_S.STREAMING, _S.COMPLETE, _S.ANSWERED, _S.SKIPPED}),
+        _S.STREAMING: frozenset({_S.COMPLETE, _S.ANSWERED, _S.SKIPPED}),
+        _S.COMPLETE: frozenset({_S.ANSWERED, _S.SKIPPED}),
+        _S.ANSWERED: frozenset(),
+        _S.SKIPPED: frozenset({_S.ANSWERED}),
+    },
+}
+# the entry's timestamp each step sets
+_STAMPS = {_S.READY: "ready_at", _S.RUNNING: "started_at", _S.ANSWERED: "injected_at"}
+# states in which a relay call is owed an output
+UNANSWERED = frozenset({_S.READY, _S.RUNNING, _S.FINISHED})
+_DONE = frozenset({_S.ANSWERED, _S.SKIPPED, _S.ABANDONED})
+
+
+class IllegalTransition(RuntimeError):
+    """A step the call's lifecycle does not allow: a bug in the engine, never in the input."""
 
 
 # Outcomes of relay-owned calls, as counted in metrics and logs.
@@ -90,9 +130,14 @@ class CallEntry:
 
 
 class CallLedger:
-    def __init__(self) -> None:
+    """The calls of one session by `call_id` (and by item id), and the one way their state
+    changes. `on_refused` hears of a refused step when not `strict`."""
+
+    def __init__(self, *, strict: bool = True, on_refused: Callable[[str], None] | None = None) -> None:
         self._entries: dict[str, CallEntry] = {}
         self._by_item: dict[str, str] = {}
+        self.strict = strict
+        self._on_refused = on_refused
 
     def __iter__(self) -> Iterator[CallEntry]:
         return iter(self._entries.values())
@@ -113,17 +158,36 @@ class CallLedger:
         return self._entries.get(call_id) if call_id else None
 
     def add(self, entry: CallEntry) -> CallEntry:
+        """Record a new call (announced), or index an entry under the item id it now has."""
         self._entries[entry.call_id] = entry
         if entry.item_id:
             self._by_item[entry.item_id] = entry.call_id
         return entry
 
+    def move(self, entry: CallEntry, to: CallState, now: float) -> bool:
+        """The one way a call's state changes: allowed steps only (`LIFECYCLE`), each setting its
+        timestamp. A refused step raises `IllegalTransition` in strict mode; otherwise it is
+        reported to `on_refused`, the state stays, and False is returned."""
+        if to not in LIFECYCLE[entry.owner].get(entry.state, ()):
+            message = (f"call {entry.call_id} ({entry.owner.value}-owned {entry.name or '?'}): "
+                       f"{entry.state.value} -> {to.value} is not a step of its lifecycle")
+            if self.strict:
+                raise IllegalTransition(message)
+            if self._on_refused is not None:
+                self._on_refused(message)
+            return False
+        entry.state = to
+        stamp = _STAMPS.get(to)
+        if stamp is not None:
+            setattr(entry, stamp, now)
+        return True
+
     def forget_old(self, keep: int) -> None:
-        """Keep the latest `keep` finished calls (answered or skipped) and every unfinished one;
-        forget older finished calls. Their outputs are long delivered."""
+        """Keep the latest `keep` finished calls (answered, skipped, abandoned) and every
+        unfinished one; forget older finished calls. Their outputs are long delivered."""
         if len(self._entries) <= keep + keep // 2:   # forget in batches
             return
-        finished = [e for e in self._entries.values() if e.state in (CallState.ANSWERED, CallState.SKIPPED)]
+        finished = [e for e in self._entries.values() if e.state in _DONE]
         for entry in finished[:-keep]:
             del self._entries[entry.call_id]
             if entry.item_id is not None:
@@ -134,12 +198,8 @@ class CallLedger:
 
     def unanswered(self) -> list[CallEntry]:
         """Relay-owned calls that became ready but whose output has not been injected."""
-        return [
-            e
-            for e in self._entries.values()
-            if e.owner is Owner.RELAY
-            and e.state in (CallState.READY, CallState.RUNNING, CallState.FINISHED)
-        ]
+        return [e for e in self._entries.values() if e.owner is Owner.RELAY and e.state in UNANSWERED]
+
 
 def tool_call_fields(entry: CallEntry) -> dict[str, Any]:
     """The fields of a `tool_call` notice for `entry`: who, how it ended, and its timings."""

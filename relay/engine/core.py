@@ -1,25 +1,55 @@
-"""What every session engine shares, whatever the wire: the entry points, the plumbing that
-turns each input into a list of actions, anomalies, ids, the conversation and the call ledger.
+"""The core every session engine shares, whatever the wire: the entry points, the plumbing that
+turns each input into a list of actions, and the rules of a relay call's life.
 
-A dialect's engine (`core.Engine` for the OpenAI family, `gemini.GeminiEngine`) subclasses this
-and supplies the hooks: `_upstream_frame`, `_client_frame`, `_handler_yielded`,
-`_handler_finished`, `_tick`, `_on_disconnect`, `_on_reconnect`, `_close`, and optionally
-`_after_input` and `_other_deadlines`.
+A dialect's engine (`openai.OpenAIEngine`, `gemini.GeminiEngine`) translates its wire into facts
+about calls ("the model finished call X", "the caller barged in", "the server withdrew call Y")
+and calls the methods here, which decide: a call becomes ready in `_call_complete` only, starts
+in `_start`, gets its output decided in `_decide` (result, error, bad arguments, unknown tool,
+timeout, interruption), and counts as delivered in `_injected` only; every state change goes
+through the call book (`calls.CallLedger.move`). What differs per wire comes back through a few
+hooks: `_deliver` (send a decided output: OpenAI waits for the response to end, Gemini answers
+at once), `_streamed` (a streaming tool's values), `_after_output` (news from a tool whose output
+is already out), `_scheduling_of`, `_stream_final`, `_handler_started`, `_drop_fillers`.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Literal
 
-from relay.engine.actions import Action, CancelHandler, Notice, Outcome
-from relay.engine.calls import tool_call_fields
-from relay.engine.conversation import Conversation
-from relay.engine.calls import OUTCOME_ABANDONED, CallEntry, CallLedger
-from relay.tools import ToolRegistry, ToolSpec
+from relay.engine.actions import Action, CancelHandler, Notice, Outcome, StartHandler
+from relay.engine.calls import (
+    OUTCOME_ABANDONED,
+    OUTCOME_BAD_ARGUMENTS,
+    OUTCOME_CANCELLED,
+    OUTCOME_ERROR,
+    OUTCOME_OK,
+    OUTCOME_TIMEOUT,
+    OUTCOME_UNKNOWN_TOOL,
+    CallEntry,
+    CallLedger,
+    CallState,
+    Owner,
+    seconds_text,
+    tool_call_fields,
+)
+from relay.engine.conversation import ABSENT, Conversation
+from relay.tools import (
+    ArgumentsError,
+    Interruption,
+    RenderedOutput,
+    Scheduling,
+    ToolRegistry,
+    ToolSpec,
+    render_error,
+    render_exception,
+    render_value,
+)
 
 Mode = Literal["proxy", "sidecar", "replay"]
 _UNKNOWN: Any = object()
+_S = CallState
 
 # What `relay serve` and `relay attach` keep of a live session: the last 16 items (three
 # tool-call turns or so), responses and finished calls. The engine's rules only ever look at the
@@ -74,7 +104,7 @@ class SessionEngine:
         self.session_id = session_id
         self.anomalies: list[Anomaly] = []
         self.conversation = Conversation(self._record_anomaly)
-        self.ledger = CallLedger()
+        self.ledger = CallLedger(strict=self.config.strict, on_refused=self._refused_step)
         self.upstream_connected = True
         self.closed = False
         self.frames_in = {"upstream": 0, "client": 0}
@@ -177,37 +207,227 @@ class SessionEngine:
             self.conversation.forget_old(self.config.history_limit)
             self.ledger.forget_old(self.config.history_limit)
 
-    # ==== hooks ==========================================================================
-    def _after_input(self) -> None:
-        """Runs after every input unless the session is closed (the sequencer's turn)."""
+    def _refused_step(self, message: str) -> None:
+        self._record_anomaly(message, None)
 
-    def _other_deadlines(self) -> Iterable[float]:
-        return ()
+    def _decode(self, frame: str | bytes) -> dict[str, Any] | None:
+        """The frame as a JSON object, or None with the reason told to `_bad_frame`."""
+        try:
+            message = json.loads(frame)
+        except (ValueError, RecursionError) as exc:   # bad UTF-8 in a binary frame is a ValueError
+            self._bad_frame("invalid_json", f"frame is not valid JSON: {_short(exc)}")
+            return None
+        if not isinstance(message, dict):
+            self._bad_frame("invalid_event", f"frame is a JSON {type(message).__name__}, not an object")
+            return None
+        return message
 
-    def _upstream_frame(self, frame: str | bytes) -> None:
-        raise NotImplementedError
+    def _bad_frame(self, code: str, message: str) -> None:
+        """A frame the engine cannot read: an anomaly (OpenAI tells a client with an error)."""
+        self._record_anomaly(message, None)
 
-    def _client_frame(self, frame: str | bytes) -> None:
-        raise NotImplementedError
+    # ==== a call's life ==================================================================
+    def _owns(self, name: str) -> bool:
+        """Whether the relay answers a call of `name`: its own tools, and with `unknown_tools =
+        error` any name the client did not declare."""
+        if name in self.tools:
+            return True
+        return self.config.unknown_tools == "error" and not self._client_declares(name)
+
+    def _call_complete(self, entry: CallEntry, arguments: Any = ABSENT) -> None:
+        """The model finished the call (the dialect checked it may run): a client's call waits
+        for the client; a relay call becomes ready and starts. The one place a call is ready."""
+        if entry.owner is Owner.CLIENT:
+            self.ledger.move(entry, _S.COMPLETE, self._now)
+        elif self.ledger.move(entry, _S.READY, self._now):
+            self._start(entry, arguments)
+
+    def _start(self, entry: CallEntry, arguments: Any = ABSENT) -> None:
+        """Run the call's handler, or decide its output at once when it cannot run. `arguments`
+        is the decoded object where the wire carries one (Gemini), else the JSON text is parsed."""
+        tool = self.tools.get(entry.name)
+        limit = self.config.output_limit
+        if tool is None:
+            self._decide(entry, render_error(f"unknown tool {entry.name!r}", limit=limit), OUTCOME_UNKNOWN_TOOL)
+            return
+        try:
+            if arguments is ABSENT:
+                parsed = tool.parse_arguments(entry.arguments)
+            else:
+                parsed = tool.validate_arguments({} if arguments is None else arguments)
+        except ArgumentsError as exc:
+            self._decide(entry, render_error(str(exc), limit=limit), OUTCOME_BAD_ARGUMENTS, tool)
+            return
+        self.ledger.move(entry, _S.RUNNING, self._now)
+        self._handlers_active.add(entry.call_id)
+        self._deadlines[entry.call_id] = self._now + tool.timeout
+        self._out.append(StartHandler(entry.call_id, tool, parsed))
+        self._out.append(Notice("tool_started", {"call_id": entry.call_id, "name": entry.name,
+                                                 "arguments": entry.arguments,
+                                                 "response_id": entry.response_id}))
+        self._handler_started(entry, tool)
+
+    def _skip(self, entry: CallEntry, reason: str) -> None:
+        """The call will never be answered: its response was cancelled or failed, its item is
+        incomplete, or the server withdrew it."""
+        self.ledger.move(entry, _S.SKIPPED, self._now)
+        entry.skip_reason = reason
+        if entry.owner is Owner.RELAY:
+            self._out.append(Notice("tool_call", tool_call_fields(entry) | {"outcome": "skipped",
+                                                                               "reason": reason}))
+
+    def _active_call(self, call_id: str) -> CallEntry | None:
+        """The call whose handler reports, unless its output was decided without it (cancelled,
+        timed out): then the report is late and ignored."""
+        return self.ledger.get(call_id) if call_id in self._handlers_active else None
 
     def _handler_yielded(self, call_id: str, value: Any) -> None:
-        raise NotImplementedError
+        entry = self._active_call(call_id)
+        if entry is not None:
+            self._streamed(entry, value, render_value(value, limit=self.config.output_limit))
 
     def _handler_finished(self, call_id: str, outcome: Outcome) -> None:
-        raise NotImplementedError
+        entry = self._active_call(call_id)
+        if entry is None:
+            return
+        limit = self.config.output_limit
+        if entry.state not in (_S.RUNNING, _S.SKIPPED):
+            # a streaming tool whose first value already is the output: its end is news
+            self._stop_handler(call_id)
+            if outcome.error is not None:
+                self._after_output(entry, f"update from {entry.name}: failed: "
+                                          f"{type(outcome.error).__name__}: {outcome.error}")
+            elif not outcome.stream_end:
+                self._after_output(entry, f"update from {entry.name}: "
+                                          f"{render_value(outcome.value, limit=limit).output}")
+            return
+        scheduling: Scheduling | None = None
+        if outcome.error is not None:
+            rendered = render_exception(outcome.error, limit=limit)
+        elif outcome.stream_end:
+            rendered, scheduling = self._stream_final(entry)
+        else:
+            rendered = render_value(outcome.value, limit=limit)
+        self._decide(entry, rendered, OUTCOME_ERROR if rendered.is_error else OUTCOME_OK,
+                     self.tools.get(entry.name), scheduling=scheduling)
 
+    def _decide(self, entry: CallEntry, rendered: RenderedOutput, outcome: str, tool: ToolSpec | None = None,
+                *, handler_done: bool = True, speak: bool | None = None,
+                scheduling: Scheduling | None = None) -> None:
+        """The call's output is known (`handler_done=False`: a streaming tool's first value, its
+        handler goes on). A call the server withdrew meanwhile keeps its outcome and sends
+        nothing; any other is finished and handed to the dialect to deliver."""
+        if handler_done:
+            self._stop_handler(entry.call_id)
+        else:
+            self._stop_timers(entry.call_id)
+        self._drop_fillers(entry.call_id)
+        entry.output = rendered.output
+        entry.output_status = rendered.status
+        entry.is_error = rendered.is_error
+        entry.outcome = outcome
+        entry.finished_at = self._now
+        message = rendered.message
+        if tool is not None and message is None:
+            message = tool.on_failure if rendered.is_error else tool.on_complete
+        if tool is not None or message is not None:
+            entry.message = message
+        if entry.state is _S.SKIPPED:
+            return
+        chosen = scheduling or self._scheduling_of(tool, rendered)
+        entry.scheduling = chosen.value if chosen is not None else None
+        if speak is not None:
+            entry.speak = speak
+        if self.ledger.move(entry, _S.FINISHED, self._now):
+            self._deliver(entry, rendered)
+
+    def _injected(self, entry: CallEntry) -> None:
+        """The call's output went upstream: the one place a relay call counts as answered."""
+        if self.ledger.move(entry, _S.ANSWERED, self._now):
+            self._out.append(Notice("tool_call", tool_call_fields(entry)))
+
+    def _client_answered(self, entry: CallEntry) -> None:
+        """The client's own answer to its call was seen (repeats change nothing)."""
+        if entry.state is not _S.ANSWERED:
+            self.ledger.move(entry, _S.ANSWERED, self._now)
+
+    def _barge_in(self, cause: str) -> None:
+        """The user spoke over the assistant: apply each running tool's interruption policy."""
+        for call_id in list(self._handlers_active):
+            entry = self.ledger.get(call_id)
+            if entry is None or entry.interrupted or (entry.started_at or 0) > self._now:
+                continue
+            self._interrupt(entry, cause)
+
+    def _interrupt(self, entry: CallEntry, cause: str) -> None:
+        """`cancel`: the handler stops and the output says so; `finish_silently`: it finishes,
+        unspoken; `finish_and_speak`: as if nothing happened."""
+        entry.interrupted = True
+        self._drop_fillers(entry.call_id)
+        tool = self.tools.get(entry.name)
+        policy = tool.interruption if tool is not None else Interruption.FINISH_SILENTLY
+        if policy is Interruption.CANCEL:
+            self._out.append(CancelHandler(entry.call_id, f"interrupted: {cause}"))
+            entry.speak = False
+            if entry.state is _S.RUNNING:
+                self._decide(entry, render_error("cancelled: the user interrupted", status="incomplete",
+                                                 limit=self.config.output_limit),
+                             OUTCOME_CANCELLED, None, speak=False)
+            else:
+                self._stop_handler(entry.call_id)
+        elif policy is Interruption.FINISH_SILENTLY:
+            entry.speak = False
+
+    def _withdrawn(self, entry: CallEntry, cause: str) -> None:
+        """The server withdrew the call (`cause`: Gemini's toolCallCancellation): no answer may
+        follow. The handler stops if its tool's interruption policy is `cancel`; other policies
+        let it finish unheard."""
+        if entry.state in (_S.ANSWERED, _S.SKIPPED):
+            return   # answered before the cancellation crossed it, or withdrawn already
+        if entry.owner is Owner.CLIENT:
+            self._skip(entry, cause)
+            return
+        entry.interrupted = True
+        tool = self.tools.get(entry.name)
+        policy = tool.interruption if tool is not None else Interruption.CANCEL
+        if entry.call_id in self._handlers_active and policy is Interruption.CANCEL:
+            self._out.append(CancelHandler(entry.call_id, cause))
+            self._stop_handler(entry.call_id)
+            entry.outcome = OUTCOME_CANCELLED
+            entry.finished_at = self._now
+        reason = f"{cause}: no answer is sent"
+        self.ledger.move(entry, _S.SKIPPED, self._now)
+        entry.skip_reason = reason
+        self._out.append(Notice("tool_call", tool_call_fields(entry) | {"outcome": OUTCOME_CANCELLED,
+                                                                           "reason": reason}))
+
+    # ---- timers ----
     def _tick(self) -> None:
-        raise NotImplementedError
+        for call_id, deadline in list(self._deadlines.items()):
+            if deadline <= self._now:
+                self._timed_out(call_id)
 
-    def _on_disconnect(self) -> None:
-        self.upstream_connected = False
-
-    def _on_reconnect(self) -> None:
-        self.upstream_connected = True
+    def _timed_out(self, call_id: str) -> None:
+        entry = self.ledger.get(call_id)
+        self._deadlines.pop(call_id, None)
+        if entry is None:
+            return
+        tool = self.tools.get(entry.name)
+        seconds = seconds_text(tool.timeout if tool else 0)
+        self._out.append(CancelHandler(call_id, f"timed out after {seconds} s"))
+        if entry.state in (_S.RUNNING, _S.SKIPPED):
+            self._decide(entry, render_error(f"timed out after {seconds} s", status="incomplete",
+                                             limit=self.config.output_limit), OUTCOME_TIMEOUT, tool)
+        else:
+            self._stop_handler(call_id)
+            self._after_output(entry, f"update from {entry.name}: stopped after {seconds} s (timeout)")
 
     def _stop_handler(self, call_id: str) -> None:
         """The call's handler is over (finished, cancelled, timed out): forget its timers."""
         self._handlers_active.discard(call_id)
+        self._stop_timers(call_id)
+
+    def _stop_timers(self, call_id: str) -> None:
         self._deadlines.pop(call_id, None)
 
     def _close(self, reason: str) -> None:
@@ -217,10 +437,65 @@ class SessionEngine:
         for entry in self.ledger.unanswered():
             if entry.outcome is None:
                 entry.outcome = OUTCOME_ABANDONED
+            self.ledger.move(entry, _S.ABANDONED, self._now)
             self._out.append(Notice("tool_call", tool_call_fields(entry) | {
                 "outcome": OUTCOME_ABANDONED, "reason": reason}))
         self._on_close()
         self.closed = True
 
+    # ==== what each dialect supplies ====================================================
+    def _upstream_frame(self, frame: str | bytes) -> None:
+        raise NotImplementedError
+
+    def _client_frame(self, frame: str | bytes) -> None:
+        raise NotImplementedError
+
+    def _deliver(self, entry: CallEntry, rendered: RenderedOutput) -> None:
+        """Send the output just decided for `entry` (or keep it until it may be sent)."""
+        raise NotImplementedError
+
+    def _streamed(self, entry: CallEntry, value: Any, rendered: RenderedOutput) -> None:
+        """A streaming tool yielded `value` (rendered as `rendered`)."""
+        raise NotImplementedError
+
+    def _after_output(self, entry: CallEntry, text: str) -> None:
+        """News about a tool whose output is already decided (a streaming tool going on)."""
+
+    def _stream_final(self, entry: CallEntry) -> tuple[RenderedOutput, Scheduling | None]:
+        """The output of a streaming tool that ended without a value counting as its result."""
+        return render_error(f"{entry.name} finished without producing a result",
+                            limit=self.config.output_limit), None
+
+    def _scheduling_of(self, tool: ToolSpec | None, rendered: RenderedOutput) -> Scheduling | None:
+        """When the model is to speak about the output: the result's choice, else the tool's."""
+        return rendered.scheduling or (tool.scheduling if tool is not None else None) or Scheduling.WHEN_IDLE
+
+    def _client_declares(self, name: str) -> bool:
+        """Whether the client declared a function of this name itself."""
+        return False
+
+    def _handler_started(self, entry: CallEntry, tool: ToolSpec) -> None:
+        """A handler started (OpenAI schedules its fillers here)."""
+
+    def _drop_fillers(self, call_id: str) -> None:
+        """The call's output is decided: a filler still to be said would come too late."""
+
+    def _after_input(self) -> None:
+        """Runs after every input unless the session is closed (the sequencer's turn)."""
+
+    def _other_deadlines(self) -> Iterable[float]:
+        return ()
+
+    def _on_disconnect(self) -> None:
+        self.upstream_connected = False
+
+    def _on_reconnect(self) -> None:
+        self.upstream_connected = True
+
     def _on_close(self) -> None:
         """Drop what waits to be sent: there is nobody to send it to any more."""
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text if len(text) <= 120 else text[:117] + "..."

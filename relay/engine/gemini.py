@@ -32,36 +32,14 @@ import re
 from typing import Any, Callable, Iterable
 
 from relay.dialects.gemini import GEMINI, GeminiDialect, field, key_of, response_text
-from relay.engine.actions import CancelHandler, Close, Notice, Outcome, SendClient, SendUpstream, StartHandler
-from relay.engine.calls import seconds_text, tool_call_fields
+from relay.engine.actions import Close, Notice, SendClient, SendUpstream
+from relay.engine.calls import CallEntry, CallState, Owner
 from relay.engine.conversation import ABSENT, ItemRecord, ResponseRecord
 from relay.engine.core import EngineConfig, SessionEngine
-from relay.engine.calls import (
-    OUTCOME_BAD_ARGUMENTS,
-    OUTCOME_CANCELLED,
-    OUTCOME_ERROR,
-    OUTCOME_OK,
-    OUTCOME_TIMEOUT,
-    OUTCOME_UNKNOWN_TOOL,
-    CallEntry,
-    CallState,
-    Owner,
-)
-from relay.tools import (
-    ArgumentsError,
-    HandlerKind,
-    Interruption,
-    RenderedOutput,
-    Scheduling,
-    ToolRegistry,
-    ToolResult,
-    ToolSpec,
-    render_error,
-    render_exception,
-    render_value,
-)
+from relay.tools import HandlerKind, RenderedOutput, Scheduling, ToolRegistry, ToolSpec
 
-CANCELLED_BY_SERVER = "cancelled by the server (toolCallCancellation): no answer is sent"
+CANCELLATION = "cancelled by the server (toolCallCancellation)"
+CANCELLED_BY_SERVER = f"{CANCELLATION}: no answer is sent"   # a relay call's skip reason
 POLICY_VIOLATION = 1008
 
 _FIRST_KEY = re.compile(r'\s*\{\s*"([A-Za-z_]+)"\s*:')
@@ -107,14 +85,7 @@ def _encode(message: dict[str, Any], like: str | bytes) -> str | bytes:
     return text if isinstance(like, str) else text.encode("utf-8")
 
 
-def _returned_text(value: Any) -> bool:
-    """Whether a handler answered with text (kept as text, never read as JSON)."""
-    if isinstance(value, ToolResult):
-        return not value.is_error and isinstance(value.result, str)
-    return isinstance(value, str)
-
-
-def _response_body(rendered: RenderedOutput, text: bool) -> dict[str, Any]:
+def _response_body(rendered: RenderedOutput) -> dict[str, Any]:
     """`FunctionResponse.response`: `{"output": value}` (the JSON value the tool returned, or its
     text) or `{"error": ...}` (the relay renders errors as `{"error": ...}` JSON)."""
     if rendered.is_error:
@@ -125,7 +96,7 @@ def _response_body(rendered: RenderedOutput, text: bool) -> dict[str, Any]:
         if isinstance(value, dict) and set(value) == {"error"}:
             return value
         return {"error": rendered.output}
-    if text:
+    if rendered.verbatim:
         return {"output": rendered.output}
     try:
         return {"output": json.loads(rendered.output)}
@@ -148,7 +119,7 @@ class GeminiEngine(SessionEngine):
         super().__init__(tools, dialect=dialect, config=config, session_id=session_id, id_prefix=id_prefix)
         self._hiding = self.config.hide_tool_events and self.config.has_client
         self._client_functions: set[str] = set()     # names the client declared in its setup
-        self._interim: dict[str, tuple[RenderedOutput, bool]] = {}   # streaming: last value sent
+        self._interim: dict[str, RenderedOutput] = {}   # streaming: the last value sent
         self._unsent: list[tuple[str, dict[str, Any], bool]] = []    # (call_id, answer, final)
         self._turn: ResponseRecord | None = None      # the model turn in progress
         self._model_item: str | None = None           # its message item taking words
@@ -158,17 +129,6 @@ class GeminiEngine(SessionEngine):
     def _to_client(self, frame: str | bytes) -> None:
         if self.config.has_client:
             self._out.append(SendClient(frame))
-
-    def _decode(self, frame: str | bytes) -> dict[str, Any] | None:
-        try:
-            message = json.loads(frame)
-        except (ValueError, RecursionError) as exc:   # bad UTF-8 in a binary frame is a ValueError
-            self._record_anomaly(f"frame is not valid JSON: {str(exc)[:120]}", None)
-            return None
-        if not isinstance(message, dict):
-            self._record_anomaly(f"frame is a JSON {type(message).__name__}, not an object", None)
-            return None
-        return message
 
     def _apply_handlers(self, message: dict[str, Any], handlers: dict[str, Callable[..., Any]]) -> Any:
         """Run the handler of each top-level key; the message to forward, `_SAME`, or `_STOP`."""
@@ -239,15 +199,15 @@ class GeminiEngine(SessionEngine):
             return _SAME
         turn = self._model_turn()
         visible: list[Any] = []
-        to_start: list[tuple[CallEntry, Any]] = []
+        announced: list[tuple[CallEntry, Any]] = []
         for call in calls:
             entry, new = self._announce(call, turn)
             if entry is None or entry.owner is Owner.CLIENT or not self._hiding:
                 visible.append(call)
-            if new and entry is not None and entry.owner is Owner.RELAY:
-                to_start.append((entry, call.get("args")))
-        for entry, args in to_start:
-            self._start(entry, args)
+            if new and entry is not None:
+                announced.append((entry, call.get("args")))
+        for entry, args in announced:   # a toolCall is the model's finished call: no response can cancel it
+            self._call_complete(entry, args)
         return _narrowed(tool_call, key, visible, len(calls))
 
     def _on_cancellation(self, cancellation: Any) -> Any:
@@ -258,17 +218,14 @@ class GeminiEngine(SessionEngine):
         visible = []
         for call_id in ids:
             entry = self.ledger.get(call_id)
-            if entry is not None and entry.owner is Owner.RELAY:
-                self._cancelled_by_server(entry)
-                if not self._hiding:
-                    visible.append(call_id)
-                continue
-            visible.append(call_id)
             if entry is None:
                 self._record_anomaly(f"toolCallCancellation of unknown call {call_id}", "toolCallCancellation")
-            elif entry.state is CallState.COMPLETE:
-                entry.state = CallState.SKIPPED
-                entry.skip_reason = "cancelled by the server (toolCallCancellation)"
+            else:
+                if entry.state not in (CallState.ANSWERED, CallState.SKIPPED):
+                    self._unsent = [u for u in self._unsent if u[0] != entry.call_id]
+                self._withdrawn(entry, CANCELLATION)
+            if entry is None or entry.owner is Owner.CLIENT or not self._hiding:
+                visible.append(call_id)
         return _narrowed(cancellation, "ids", visible, len(ids))
 
     _UPSTREAM_HANDLERS: dict[str, Callable[["GeminiEngine", Any], Any]] = {
@@ -395,8 +352,7 @@ class GeminiEngine(SessionEngine):
             entry.output = text
             entry.output_status = status
             if final:
-                entry.state = CallState.ANSWERED
-                entry.injected_at = self._now
+                self._client_answered(entry)
 
     # ==== calls =========================================================================
     def _announce(self, call: Any, turn: ResponseRecord) -> tuple[CallEntry | None, bool]:
@@ -421,104 +377,43 @@ class GeminiEngine(SessionEngine):
                                 "model", turn=turn, hidden=self._hiding and owner is Owner.RELAY)
         entry = self.ledger.add(CallEntry(call_id, name, record.id, turn.id, owner, arguments=arguments,
                                           arguments_from_done=arguments, announced_at=self._now))
-        if owner is Owner.CLIENT:
-            entry.state = CallState.COMPLETE
-        else:
-            entry.state = CallState.READY
-            entry.ready_at = self._now
         return entry, True
 
-    def _owns(self, name: str) -> bool:
-        if name in self.tools:
-            return True
-        return self.config.unknown_tools == "error" and name not in self._client_functions
+    def _client_declares(self, name: str) -> bool:
+        return name in self._client_functions
 
-    def _start(self, entry: CallEntry, args: Any) -> None:
-        tool = self.tools.get(entry.name)
-        limit = self.config.output_limit
-        if tool is None:
-            self._decide(entry, render_error(f"unknown tool {entry.name!r}", limit=limit), OUTCOME_UNKNOWN_TOOL)
-            return
-        try:
-            arguments = tool.validate_arguments({} if args is None else args)
-        except ArgumentsError as exc:
-            self._decide(entry, render_error(str(exc), limit=limit), OUTCOME_BAD_ARGUMENTS, tool)
-            return
-        entry.state = CallState.RUNNING
-        entry.started_at = self._now
-        self._handlers_active.add(entry.call_id)
-        self._deadlines[entry.call_id] = self._now + tool.timeout
-        self._out.append(StartHandler(entry.call_id, tool, arguments))
-        self._out.append(Notice("tool_started", {"call_id": entry.call_id, "name": entry.name,
-                                                 "arguments": entry.arguments,
-                                                 "response_id": entry.response_id}))
-
-    def _handler_yielded(self, call_id: str, value: Any) -> None:
-        entry = self.ledger.get(call_id)
-        if entry is None or call_id not in self._handlers_active:
-            return
+    def _streamed(self, entry: CallEntry, value: Any, rendered: RenderedOutput) -> None:
+        """Each value of a streaming tool is an interim answer (`willContinue`); the last one is
+        repeated, silently, as the final answer when the stream ends."""
         tool = self.tools.get(entry.name)
         if tool is None or tool.kind is not HandlerKind.STREAM:
             self._record_anomaly(f"{entry.name} is not a streaming tool; its yielded value is ignored", None)
             return
-        rendered = render_value(value, limit=self.config.output_limit)
-        text = _returned_text(value)
-        self._interim[call_id] = (rendered, text)
+        self._interim[entry.call_id] = rendered
         entry.updates += (rendered.output,)
         if entry.state is CallState.RUNNING:
-            self._answer(entry, _response_body(rendered, text), self._scheduling(entry, rendered), final=False)
+            self._answer(entry, _response_body(rendered), self._scheduling_of(tool, rendered), final=False)
 
-    def _handler_finished(self, call_id: str, outcome: Outcome) -> None:
-        entry = self.ledger.get(call_id)
-        if entry is None or call_id not in self._handlers_active:
-            return   # cancelled or timed out already: decided then
-        tool = self.tools.get(entry.name)
-        limit = self.config.output_limit
-        text = False
-        scheduling: Scheduling | None = None
-        if outcome.error is not None:
-            rendered = render_exception(outcome.error, limit=limit)
-        elif outcome.stream_end and call_id in self._interim:
-            # the stream's last value was sent as interim: the final answer repeats it, silently
-            rendered, text = self._interim[call_id]
-            scheduling = Scheduling.SILENT
-        elif outcome.stream_end:
-            rendered = render_error(f"{entry.name} finished without producing a result", limit=limit)
-        else:
-            rendered = render_value(outcome.value, limit=limit)
-            text = _returned_text(outcome.value)
-        self._decide(entry, rendered, OUTCOME_ERROR if rendered.is_error else OUTCOME_OK, tool,
-                     text=text, scheduling=scheduling)
+    def _stream_final(self, entry: CallEntry) -> tuple[RenderedOutput, Scheduling | None]:
+        interim = self._interim.get(entry.call_id)
+        if interim is not None:
+            return interim, Scheduling.SILENT
+        return super()._stream_final(entry)
 
     def _stop_handler(self, call_id: str) -> None:
         super()._stop_handler(call_id)
         self._interim.pop(call_id, None)
 
-    def _scheduling(self, entry: CallEntry, rendered: RenderedOutput) -> Scheduling | None:
-        """The answer's scheduling: the result's, else the tool's; only NON_BLOCKING functions
-        take one."""
-        tool = self.tools.get(entry.name)
+    def _scheduling_of(self, tool: ToolSpec | None, rendered: RenderedOutput) -> Scheduling | None:
+        """Only NON_BLOCKING functions take a scheduling: the result's, else the tool's."""
         if tool is None or not tool.non_blocking:
             return None
         return rendered.scheduling or tool.scheduling
 
-    def _decide(self, entry: CallEntry, rendered: RenderedOutput, outcome: str, tool: ToolSpec | None = None,
-                *, text: bool = False, scheduling: Scheduling | None = None) -> None:
-        """The call's final answer is known: send it, unless the server cancelled the call."""
-        self._stop_handler(entry.call_id)
-        entry.output = rendered.output
-        entry.output_status = rendered.status
-        entry.is_error = rendered.is_error
-        entry.outcome = outcome
-        entry.finished_at = self._now
-        if tool is not None:
-            entry.message = rendered.message or (tool.on_failure if rendered.is_error else tool.on_complete)
-        if entry.state is CallState.SKIPPED:
-            return   # cancelled by the server while it ran (a policy that lets it finish)
-        scheduling = scheduling or self._scheduling(entry, rendered)
-        entry.scheduling = scheduling.value if scheduling else None
-        entry.state = CallState.FINISHED
-        self._answer(entry, _response_body(rendered, text), scheduling, final=True)
+    def _deliver(self, entry: CallEntry, rendered: RenderedOutput) -> None:
+        """Gemini answers as soon as the answer is known: the model continues by itself."""
+        scheduling = Scheduling(entry.scheduling) if entry.scheduling else None
+        self._answer(entry, _response_body(rendered), scheduling, final=True)
 
     def _answer(self, entry: CallEntry, body: dict[str, Any], scheduling: Scheduling | None,
                 *, final: bool) -> None:
@@ -538,42 +433,9 @@ class GeminiEngine(SessionEngine):
         self._record_output(entry, answer["response"], "relay", final=final,
                             status=(entry.output_status or "completed") if final else "completed")
         if final:
-            entry.state = CallState.ANSWERED
-            entry.injected_at = self._now
-            self._out.append(Notice("tool_call", tool_call_fields(entry)))
+            self._injected(entry)
 
-    def _cancelled_by_server(self, entry: CallEntry) -> None:
-        """toolCallCancellation of a relay call: no answer may follow. The handler stops if its
-        tool's interruption policy is `cancel`; other policies let it finish unheard."""
-        if entry.state in (CallState.ANSWERED, CallState.SKIPPED):
-            return   # answered before the cancellation crossed it, or cancelled already
-        entry.interrupted = True
-        self._unsent = [u for u in self._unsent if u[0] != entry.call_id]
-        tool = self.tools.get(entry.name)
-        policy = tool.interruption if tool is not None else Interruption.CANCEL
-        if entry.call_id in self._handlers_active and policy is Interruption.CANCEL:
-            self._out.append(CancelHandler(entry.call_id, "cancelled by the server (toolCallCancellation)"))
-            self._stop_handler(entry.call_id)
-            entry.outcome = OUTCOME_CANCELLED
-            entry.finished_at = self._now
-        entry.state = CallState.SKIPPED
-        entry.skip_reason = CANCELLED_BY_SERVER
-        self._out.append(Notice("tool_call", tool_call_fields(entry) | {"outcome": OUTCOME_CANCELLED,
-                                                                           "reason": CANCELLED_BY_SERVER}))
-
-    # ==== timers and lifecycle ==========================================================
-    def _tick(self) -> None:
-        for call_id, deadline in list(self._deadlines.items()):
-            if deadline > self._now:
-                continue
-            entry = self.ledger.get(call_id)
-            assert entry is not None   # deadlines are set for ledger entries only
-            tool = self.tools.get(entry.name)
-            shown = seconds_text(tool.timeout if tool is not None else 0.0)
-            self._out.append(CancelHandler(call_id, f"timed out after {shown} s"))
-            self._decide(entry, render_error(f"timed out after {shown} s", status="incomplete",
-                                             limit=self.config.output_limit), OUTCOME_TIMEOUT, tool)
-
+    # ==== lifecycle =====================================================================
     def _on_reconnect(self) -> None:
         super()._on_reconnect()
         unsent, self._unsent = self._unsent, []

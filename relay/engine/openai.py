@@ -19,42 +19,13 @@ from typing import Any, Callable, Iterable
 
 from relay.dialects import OPENAI, Dialect
 from relay.dialects.base import canonical_type
-from relay.engine.actions import (
-    Action,
-    CancelHandler,
-    Notice,
-    Outcome,
-    SendClient,
-    SendUpstream,
-    StartHandler,
-)
-from relay.engine.core import EngineConfig, SessionEngine
-from relay.engine.calls import seconds_text, tool_call_fields
+from relay.engine.actions import Action, Notice, SendClient, SendUpstream
+from relay.engine.calls import OUTCOME_ERROR, OUTCOME_OK, CallEntry, CallState, Owner
 from relay.engine.conversation import ABSENT, ItemRecord, ResponseRecord
-from relay.engine.calls import (
-    OUTCOME_BAD_ARGUMENTS,
-    OUTCOME_CANCELLED,
-    OUTCOME_ERROR,
-    OUTCOME_OK,
-    OUTCOME_TIMEOUT,
-    OUTCOME_UNKNOWN_TOOL,
-    CallEntry,
-    CallState,
-    Owner,
-)
+from relay.engine.core import EngineConfig, SessionEngine
 from relay.engine.peek import has_single_plain_type, peek_type
 from relay.engine.sequencer import META_CALLS, META_KIND, Sequencer
-from relay.tools import (
-    ArgumentsError,
-    Interruption,
-    RenderedOutput,
-    Scheduling,
-    ToolRegistry,
-    ToolSpec,
-    render_error,
-    render_exception,
-    render_value,
-)
+from relay.tools import RenderedOutput, Scheduling, ToolRegistry, ToolSpec
 
 # Frames forwarded as the same text without being parsed.
 UPSTREAM_PASSTHROUGH = frozenset({"response.output_audio.delta", "response.audio.delta"})
@@ -62,7 +33,6 @@ CLIENT_PASSTHROUGH = frozenset({"input_audio_buffer.append"})
 
 _SAME: Any = object()   # handler result: forward the frame as it came
 _CANCEL_STATES = ("cancelled", "failed")
-_UNANSWERED = (CallState.READY, CallState.RUNNING, CallState.FINISHED)
 _REMEMBERED_EVENTS = 64
 
 
@@ -145,15 +115,8 @@ class OpenAIEngine(SessionEngine):
 
     def _parse(self, frame: str) -> dict[str, Any] | None:
         """The frame as an event dict, or None with the reason recorded."""
-        try:
-            event = json.loads(frame)
-        except (ValueError, RecursionError) as exc:
-            self._bad_frame("invalid_json", f"frame is not valid JSON: {_short(exc)}")
-            return None
-        if not isinstance(event, dict):
-            self._bad_frame("invalid_event", f"frame is a JSON {type(event).__name__}, not an object")
-            return None
-        if not isinstance(event.get("type"), str):
+        event = self._decode(frame)
+        if event is not None and not isinstance(event.get("type"), str):
             self._bad_frame("missing_type", "event has no string `type` field")
             return None
         return event
@@ -343,8 +306,7 @@ class OpenAIEngine(SessionEngine):
                 entry.output_item_id = record.id
                 entry.output_status = record.status
                 if entry.owner is Owner.CLIENT:
-                    entry.state = CallState.ANSWERED
-                    entry.injected_at = self._now
+                    self._client_answered(entry)
             elif record.output == entry.output:
                 record.output = entry.output   # the echo of ours: keep one copy of the text
 
@@ -474,7 +436,7 @@ class OpenAIEngine(SessionEngine):
             entry.arguments += delta
             entry.delta_count += 1
         if entry.state is CallState.ANNOUNCED:
-            entry.state = CallState.STREAMING
+            self.ledger.move(entry, CallState.STREAMING, self._now)
         return None if self._hide_call(entry) else _SAME
 
     def _on_arguments_done(self, event: dict[str, Any]) -> Any:
@@ -585,13 +547,6 @@ class OpenAIEngine(SessionEngine):
             else:
                 self._call_item_complete(entry)
 
-    def _skip(self, entry: CallEntry, reason: str) -> None:
-        entry.state = CallState.SKIPPED
-        entry.skip_reason = reason
-        if entry.owner is Owner.RELAY:
-            self._out.append(Notice("tool_call", tool_call_fields(entry) | {"outcome": "skipped",
-                                                                               "reason": reason}))
-
     # ---- errors ----
     def _on_error(self, event: dict[str, Any]) -> Any:
         error = event.get("error")
@@ -689,12 +644,9 @@ class OpenAIEngine(SessionEngine):
         if record.arguments and record.status == "completed":
             entry.arguments = record.arguments
 
-    def _owns(self, name: str) -> bool:
-        return name in self.tools or self.config.unknown_tools == "error"
-
     def _call_item_complete(self, entry: CallEntry) -> None:
-        """The model finished the call's item: a relay call becomes ready (and starts) unless its
-        response already ended cancelled or failed."""
+        """The model finished the call's item: it may run unless it is a repeat, not a
+        response's output, or its response already ended cancelled or failed."""
         if entry.state not in (CallState.ANNOUNCED, CallState.STREAMING):
             return  # duplicate delivery: a call is started once
         if entry.response_id is None:
@@ -703,106 +655,35 @@ class OpenAIEngine(SessionEngine):
         if response is not None and response.done and response.status in _CANCEL_STATES:
             self._skip(entry, f"response {response.status}")
             return
-        if entry.owner is Owner.CLIENT:
-            entry.state = CallState.COMPLETE
-            return
-        entry.state = CallState.READY
-        entry.ready_at = self._now
-        self._start(entry)
+        self._call_complete(entry)
 
-    def _start(self, entry: CallEntry) -> None:
-        tool = self.tools.get(entry.name)
-        if tool is None:
-            self._decide(entry, render_error(f"unknown tool {entry.name!r}", limit=self.config.output_limit),
-                         OUTCOME_UNKNOWN_TOOL)
-            return
-        try:
-            arguments = tool.parse_arguments(entry.arguments)
-        except ArgumentsError as exc:
-            self._decide(entry, render_error(str(exc), limit=self.config.output_limit),
-                         OUTCOME_BAD_ARGUMENTS, tool)
-            return
-        entry.state = CallState.RUNNING
-        entry.started_at = self._now
-        self._handlers_active.add(entry.call_id)
-        self._deadlines[entry.call_id] = self._now + tool.timeout
-        self._out.append(StartHandler(entry.call_id, tool, arguments))
-        self._out.append(Notice("tool_started", {"call_id": entry.call_id, "name": entry.name,
-                                                 "arguments": entry.arguments,
-                                                 "response_id": entry.response_id}))
+    def _handler_started(self, entry: CallEntry, tool: ToolSpec) -> None:
         if tool.on_start:
             self.sequencer.request_filler(entry.call_id, "on_start", tool.on_start, self._now)
         if tool.on_delay:
             delay_ms, _text = tool.on_delay
             self._delay_fillers[entry.call_id] = self._now + delay_ms / 1000.0
 
-    def _handler_yielded(self, call_id: str, value: Any) -> None:
-        entry = self.ledger.get(call_id)
-        if entry is None or call_id not in self._handlers_active:
-            return
-        tool = self.tools.get(entry.name)
-        rendered = render_value(value, limit=self.config.output_limit)
+    def _streamed(self, entry: CallEntry, value: Any, rendered: RenderedOutput) -> None:
+        """A streaming tool's first value is its output; later values are updates."""
         if entry.state is CallState.RUNNING:
-            self._decide(entry, rendered, OUTCOME_ERROR if rendered.is_error else OUTCOME_OK, tool,
-                         handler_done=False)
-            return
-        self._add_update(entry, f"update from {entry.name}: {rendered.output}")
-
-    def _handler_finished(self, call_id: str, outcome: Outcome) -> None:
-        entry = self.ledger.get(call_id)
-        if entry is None or call_id not in self._handlers_active:
-            return  # cancelled or timed out already: its output was decided then
-        tool = self.tools.get(entry.name)
-        limit = self.config.output_limit
-        if entry.state is not CallState.RUNNING:
-            # a streaming tool after its first yield
-            self._stop_handler(call_id)
-            if outcome.error is not None:
-                self._add_update(entry, f"update from {entry.name}: failed: "
-                                        f"{type(outcome.error).__name__}: {outcome.error}")
-            elif not outcome.stream_end:
-                self._add_update(entry, f"update from {entry.name}: "
-                                        f"{render_value(outcome.value, limit=limit).output}")
-            return
-        if outcome.error is not None:
-            rendered = render_exception(outcome.error, limit=limit)
-        elif outcome.stream_end:
-            rendered = render_error(f"{entry.name} finished without producing a result", limit=limit)
+            self._decide(entry, rendered, OUTCOME_ERROR if rendered.is_error else OUTCOME_OK,
+                         self.tools.get(entry.name), handler_done=False)
         else:
-            rendered = render_value(outcome.value, limit=limit)
-        self._decide(entry, rendered, OUTCOME_ERROR if rendered.is_error else OUTCOME_OK, tool)
+            self._add_update(entry, f"update from {entry.name}: {rendered.output}")
 
-    def _stop_handler(self, call_id: str) -> None:
-        super()._stop_handler(call_id)
+    def _after_output(self, entry: CallEntry, text: str) -> None:
+        self._add_update(entry, text)
+
+    def _stop_timers(self, call_id: str) -> None:
+        super()._stop_timers(call_id)
         self._delay_fillers.pop(call_id, None)
 
-    def _decide(self, entry: CallEntry, rendered: RenderedOutput, outcome: str,
-                tool: ToolSpec | None = None, *, handler_done: bool = True,
-                speak: bool | None = None) -> None:
-        """The call's output is now known; it is injected as soon as its response is done."""
-        if handler_done:
-            self._stop_handler(entry.call_id)
-        else:
-            self._deadlines.pop(entry.call_id, None)
-            self._delay_fillers.pop(entry.call_id, None)
-        self.sequencer.drop_fillers(entry.call_id)
-        entry.output = rendered.output
-        entry.output_status = rendered.status
-        entry.is_error = rendered.is_error
-        entry.outcome = outcome
-        entry.finished_at = self._now
-        message = rendered.message
-        scheduling = rendered.scheduling
-        if tool is not None:
-            if message is None:
-                message = tool.on_failure if rendered.is_error else tool.on_complete
-            if scheduling is None:
-                scheduling = tool.scheduling
-        entry.message = message
-        entry.scheduling = (scheduling or Scheduling.WHEN_IDLE).value
-        if speak is not None:
-            entry.speak = speak
-        entry.state = CallState.FINISHED
+    def _drop_fillers(self, call_id: str) -> None:
+        self.sequencer.drop_fillers(call_id)
+
+    def _deliver(self, entry: CallEntry, rendered: RenderedOutput) -> None:
+        """Outputs go in once their response is done (see `_inject_ready`)."""
         response = self.conversation.response(entry.response_id or "", create=False)
         if response is not None:
             self._inject_ready(response)
@@ -855,10 +736,8 @@ class OpenAIEngine(SessionEngine):
             response_id=entry.response_id, created_at=int(self._now))
         self._send_upstream(event)
         if entry.state is not CallState.ANSWERED:
-            entry.state = CallState.ANSWERED
-            entry.injected_at = self._now
+            self._injected(entry)
             self._unlinked_outputs.add(entry.call_id)
-            self._out.append(Notice("tool_call", tool_call_fields(entry)))
             for text in self._pending_updates.pop(entry.call_id, []):
                 self._send_update(entry, text)
 
@@ -916,42 +795,15 @@ class OpenAIEngine(SessionEngine):
                 messages=[], confirm={item_id}, now=self._now)
 
     # ---- interruption ----
-    def _barge_in(self, cause: str) -> None:
-        """The user spoke over the assistant: apply each running tool's interruption policy."""
-        for call_id in list(self._handlers_active):
-            entry = self.ledger.get(call_id)
-            if entry is None or entry.interrupted or (entry.started_at or 0) > self._now:
-                continue
-            self._interrupt(entry, cause)
-
     def _interrupt_running_of(self, response: ResponseRecord) -> None:
         for entry in self._response_calls(response):
             if entry.call_id in self._handlers_active and not entry.interrupted:
                 self._interrupt(entry, f"response {response.status}")
 
-    def _interrupt(self, entry: CallEntry, cause: str) -> None:
-        entry.interrupted = True
-        self.sequencer.drop_fillers(entry.call_id)
-        tool = self.tools.get(entry.name)
-        policy = tool.interruption if tool is not None else Interruption.FINISH_SILENTLY
-        if policy is Interruption.CANCEL:
-            self._out.append(CancelHandler(entry.call_id, f"interrupted: {cause}"))
-            entry.speak = False
-            if entry.state is CallState.RUNNING:
-                self._decide(entry, render_error("cancelled: the user interrupted", status="incomplete",
-                                                 limit=self.config.output_limit),
-                             OUTCOME_CANCELLED, None, speak=False)
-            else:
-                self._stop_handler(entry.call_id)
-        elif policy is Interruption.FINISH_SILENTLY:
-            entry.speak = False
-
     # ==== timers ========================================================================
     def _tick(self) -> None:
+        super()._tick()
         now = self._now
-        for call_id, deadline in list(self._deadlines.items()):
-            if deadline <= now:
-                self._timed_out(call_id)
         for call_id, due in list(self._delay_fillers.items()):
             if due <= now:
                 del self._delay_fillers[call_id]
@@ -959,21 +811,6 @@ class OpenAIEngine(SessionEngine):
                 tool = self.tools.get(entry.name) if entry else None
                 if entry is not None and tool is not None and tool.on_delay and entry.state is CallState.RUNNING:
                     self.sequencer.request_filler(call_id, "on_delay", tool.on_delay[1], now)
-
-    def _timed_out(self, call_id: str) -> None:
-        entry = self.ledger.get(call_id)
-        self._deadlines.pop(call_id, None)
-        if entry is None:
-            return
-        tool = self.tools.get(entry.name)
-        seconds = seconds_text(tool.timeout if tool else 0)
-        self._out.append(CancelHandler(call_id, f"timed out after {seconds} s"))
-        if entry.state is CallState.RUNNING:
-            self._decide(entry, render_error(f"timed out after {seconds} s", status="incomplete",
-                                             limit=self.config.output_limit), OUTCOME_TIMEOUT, tool)
-        else:
-            self._stop_handler(call_id)
-            self._add_update(entry, f"update from {entry.name}: stopped after {seconds} s (timeout)")
 
     # ==== connection lifecycle ==========================================================
     def _on_reconnect(self) -> None:
@@ -1127,11 +964,6 @@ def _content_index(event: dict[str, Any]) -> int:
 
 def _str_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
-
-
-def _short(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return text if len(text) <= 120 else text[:117] + "..."
 
 
 __all__ = ["CLIENT_PASSTHROUGH", "OpenAIEngine", "UPSTREAM_PASSTHROUGH"]
