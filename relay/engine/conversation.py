@@ -274,6 +274,59 @@ class Conversation:
         if record is not None:
             record.set_text(content_index, text)
 
+    # ---- what OpenAI-family events say of items' words and edits ----------------------------
+    def apply_words(self, event_type: str, event: dict[str, Any]) -> None:
+        """Text and transcripts (`event_type` is the GA name of `event`'s type): deltas build
+        them up, final values replace them."""
+        index = _content_index(event)
+        if event_type.startswith("conversation.item.input_audio_transcription."):
+            record = self.item(event.get("item_id"))
+            if record is None:
+                self._anomaly(f"transcription for unknown item {event.get('item_id')}", event["type"])
+                return
+            kind = event_type.rsplit(".", 1)[-1]
+            if kind == "delta" and isinstance(event.get("delta"), str):
+                record.add_text(index, event["delta"])
+            elif kind == "completed" and isinstance(event.get("transcript"), str):
+                record.set_text(index, event["transcript"])
+            elif kind == "failed":
+                error = event.get("error")
+                record.transcription_failed = (
+                    error.get("message") if isinstance(error, dict) else str(error)
+                ) or "transcription failed"
+        elif event_type.startswith("response.content_part."):
+            part = event.get("part")
+            if event_type.endswith(".done") and isinstance(part, dict):
+                text = part.get("text") if part.get("text") is not None else part.get("transcript")
+                if isinstance(text, str) and text:
+                    self.set_text(event.get("item_id"), index, text)
+        elif event_type.endswith(".delta"):
+            delta = event.get("delta")
+            if isinstance(delta, str):
+                self.add_text(event.get("item_id"), index, delta)
+        else:
+            text = event.get("text") if "text" in event else event.get("transcript")
+            if isinstance(text, str):
+                self.set_text(event.get("item_id"), index, text)
+
+    def apply_edit(self, event_type: str, event: dict[str, Any]) -> ItemRecord | None:
+        """An item retrieved, truncated or deleted; returns it (None when unknown)."""
+        if event_type == "conversation.item.retrieved":
+            data = event.get("item")
+            record = self.upsert(data) if isinstance(data, dict) else None
+            if record is not None:
+                record.retrieved = True
+            return record
+        if event_type == "conversation.item.truncated":
+            record = self.item(event.get("item_id"))
+            if record is None:
+                self._anomaly(f"truncation of unknown item {event.get('item_id')}", event["type"])
+                return None
+            record.audio_end_ms = event.get("audio_end_ms")
+            record.truncated_content_index = event.get("content_index")
+            return record
+        return self.delete(str(event.get("item_id")), event["type"])
+
     # ---- responses ---------------------------------------------------------------------
     def response(self, response_id: str, *, create: bool = True) -> ResponseRecord | None:
         record = self.responses.get(response_id)
@@ -282,6 +335,18 @@ class Conversation:
             self.responses[response_id] = record
             self.response_order.append(response_id)
         return record
+
+    def response_of(self, event: dict[str, Any]) -> ResponseRecord | None:
+        """The response an event names by `response_id` (an unknown one is an anomaly, and
+        recorded); None when it names none."""
+        response_id = event.get("response_id")
+        if not isinstance(response_id, str):
+            return None
+        response = self.responses.get(response_id)
+        if response is None:
+            self._anomaly(f"{event['type']} for unknown response {response_id}", event["type"])
+            response = self.response(response_id)
+        return response
 
     def link_output(self, response: ResponseRecord, item_id: str, output_index: Any) -> None:
         if item_id not in response.output_item_ids:
@@ -316,3 +381,8 @@ class Conversation:
 
     def visible_items(self) -> list[ItemRecord]:
         return [self.items[i] for i in self.order]
+
+
+def _content_index(event: dict[str, Any]) -> int:
+    index = event.get("content_index")
+    return index if isinstance(index, int) and index >= 0 else 0

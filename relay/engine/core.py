@@ -227,12 +227,15 @@ class SessionEngine:
         self._record_anomaly(message, None)
 
     # ==== a call's life ==================================================================
-    def _owns(self, name: str) -> bool:
-        """Whether the relay answers a call of `name`: its own tools, and with `unknown_tools =
-        error` any name the client did not declare."""
-        if name in self.tools:
-            return True
-        return self.config.unknown_tools == "error" and not self._client_declares(name)
+    def _owner_of(self, name: str, *, client_made: bool = False) -> Owner:
+        """Who answers a new call of `name`: the relay for its own tools and, with
+        `unknown_tools = error`, for any name the client did not declare; the client for the rest
+        and for every call it made itself."""
+        if client_made:
+            return Owner.CLIENT
+        if name in self.tools or (self.config.unknown_tools == "error" and not self._client_declares(name)):
+            return Owner.RELAY
+        return Owner.CLIENT
 
     def _call_complete(self, entry: CallEntry, arguments: Any = ABSENT) -> None:
         """The model finished the call (the dialect checked it may run): a client's call waits
@@ -321,7 +324,6 @@ class SessionEngine:
             self._stop_handler(entry.call_id)
         else:
             self._stop_timers(entry.call_id)
-        self._drop_fillers(entry.call_id)
         entry.output = rendered.output
         entry.output_status = rendered.status
         entry.is_error = rendered.is_error
@@ -428,7 +430,9 @@ class SessionEngine:
         self._stop_timers(call_id)
 
     def _stop_timers(self, call_id: str) -> None:
+        """The handler's timeout, and its fillers still to come."""
         self._deadlines.pop(call_id, None)
+        self._drop_fillers(call_id)
 
     def _close(self, reason: str) -> None:
         for call_id in list(self._handlers_active):

@@ -371,7 +371,7 @@ class GeminiEngine(SessionEngine):
         name = name if isinstance(name, str) else ""
         args = call.get("args")
         arguments = "" if args is None else json.dumps(args, ensure_ascii=False)
-        owner = Owner.RELAY if self._owns(name) else Owner.CLIENT
+        owner = self._owner_of(name)
         record = self._add_item({"type": "function_call", "id": self._new_id("i"), "call_id": call_id,
                                  "name": name, "arguments": arguments, "status": "completed"},
                                 "model", turn=turn, hidden=self._hiding and owner is Owner.RELAY)

@@ -1,14 +1,13 @@
-"""The sans-I/O session engine: given what happened, it answers with what to do.
+"""The OpenAI-family engine (GA, beta, Azure, Foundry): the realtime protocol's events
+translated into the shared conversation, call book and sequencer, and back into frames.
 
-    engine.receive_upstream(frame, now)   -> actions
-    engine.receive_client(frame, now)     -> actions
-    engine.handler_yielded(call_id, value, now)   -> actions   (streaming tools)
-    engine.handler_finished(call_id, outcome, now) -> actions
-    engine.tick(now)                      -> actions      (timeouts, delayed messages)
-
-It never awaits, never sleeps, never reads a clock and never touches a socket: proxy, sidecar,
-replay and fuzzing feed the same object. Every rule about *when* the relay sends something lives
-here or in the sequencer.
+Upstream events keep the conversation (items in `previous_item_id` order, responses, words) and
+say what happens to calls: announced by their item, complete when it is done, skipped when their
+response is cancelled; `response.done` lets outputs in (`injection.Injector`), a cancelled
+`turn_detected` response or `speech_started` is a barge-in. What the core decides (`core`) comes
+back as frames through the dialect's shapes (Foundry's `name`, beta's `modalities`). What the
+client may see of the relay's tools is `hiding.ClientView`'s; when `response.create` goes up
+is the sequencer's. Audio frames pass without being parsed (`receive_upstream`/`receive_client`).
 """
 
 from __future__ import annotations
@@ -23,17 +22,18 @@ from relay.engine.actions import Action, Notice, SendClient, SendUpstream
 from relay.engine.calls import OUTCOME_ERROR, OUTCOME_OK, CallEntry, CallState, Owner
 from relay.engine.conversation import ABSENT, ItemRecord, ResponseRecord
 from relay.engine.core import EngineConfig, SessionEngine
+from relay.engine.hiding import SAME as _SAME
+from relay.engine.hiding import ClientView
+from relay.engine.injection import Injector
 from relay.engine.peek import has_single_plain_type, peek_type
-from relay.engine.sequencer import META_CALLS, META_KIND, Sequencer
-from relay.tools import RenderedOutput, Scheduling, ToolRegistry, ToolSpec
+from relay.engine.sequencer import Sequencer, sent_notice
+from relay.tools import RenderedOutput, ToolRegistry, ToolSpec
 
 # Frames forwarded as the same text without being parsed.
 UPSTREAM_PASSTHROUGH = frozenset({"response.output_audio.delta", "response.audio.delta"})
 CLIENT_PASSTHROUGH = frozenset({"input_audio_buffer.append"})
 
-_SAME: Any = object()   # handler result: forward the frame as it came
 _CANCEL_STATES = ("cancelled", "failed")
-_REMEMBERED_EVENTS = 64
 
 
 class OpenAIEngine(SessionEngine):
@@ -49,17 +49,9 @@ class OpenAIEngine(SessionEngine):
         id_prefix: str = "relay",
     ) -> None:
         super().__init__(tools, dialect=dialect, config=config, session_id=session_id, id_prefix=id_prefix)
-        self.sequencer = Sequencer(new_event_id=self._new_event_id, build_create=self._build_create)
-        # event ids of frames the relay sent -> (what, call_id)
-        self._our_events: dict[str, tuple[str, str | None]] = {}
-        self._relay_item_ids: set[str] = set()
-        self._client_item_ids: set[str] = set()
-        self._client_call_ids: set[str] = set()
-        self._held_creates: list[tuple[str, str | None]] = []
-        self._tools_declared = False
-        self._delay_fillers: dict[str, float] = {}     # call_id -> when its on_delay is due
-        self._pending_updates: dict[str, list[str]] = {}
-        self._unlinked_outputs: set[str] = set()     # injected outputs not yet answered by a response
+        self.sequencer = Sequencer(new_event_id=self._new_event_id, build_create=self.dialect.response_create)
+        self.view = ClientView(self)        # what the client sees of the relay's tools
+        self.injector = Injector(self)      # where and when outputs go in, and the follow-up
 
     # ---- the audio fast path: frames the engine only forwards skip its bookkeeping ----
     def receive_upstream(self, frame: str | bytes, now: float) -> list[Action]:
@@ -76,8 +68,7 @@ class OpenAIEngine(SessionEngine):
 
     def _other_deadlines(self) -> Iterable[float]:
         sequencer_deadline = self.sequencer.next_deadline()
-        extra = () if sequencer_deadline is None else (sequencer_deadline,)
-        return (*self._delay_fillers.values(), *extra)
+        return () if sequencer_deadline is None else (sequencer_deadline,)
 
     # ==== plumbing ======================================================================
     def _after_input(self) -> None:
@@ -90,11 +81,7 @@ class OpenAIEngine(SessionEngine):
         return self._new_id("i")
 
     def _remember_event(self, event_id: str, what: str, call_id: str | None) -> None:
-        """Which frame an event id of ours was, so an error aimed at it can be attributed. Errors
-        come right after the frame: the most recent ones are enough."""
-        self._our_events[event_id] = (what, call_id)
-        if len(self._our_events) > _REMEMBERED_EVENTS:
-            del self._our_events[next(iter(self._our_events))]
+        self.sequencer.remember(event_id, what, call_id)
 
     def _send_upstream(self, event: dict[str, Any]) -> None:
         self._out.append(SendUpstream(json.dumps(event, ensure_ascii=False, separators=(",", ":"))))
@@ -127,10 +114,6 @@ class OpenAIEngine(SessionEngine):
         else:
             self._record_anomaly(message, None)
 
-    def _build_create(self, options: dict[str, Any], event_id: str) -> dict[str, Any]:
-        self._remember_event(event_id, "response.create", None)
-        return self.dialect.response_create(options, event_id)
-
     # ==== upstream ======================================================================
     def _upstream_frame(self, frame: str | bytes) -> None:
         self.frames_in["upstream"] += 1
@@ -157,32 +140,9 @@ class OpenAIEngine(SessionEngine):
             self._record_anomaly(f"{event['type']} without a session object", event["type"])
             return _SAME
         self.conversation.session.update(session)
-        if not self._tools_declared and self.config.declare_tools and len(self.tools):
-            if self.config.mode == "sidecar" or event["type"] == "session.created":
-                self._declare_tools(session.get("tools"))
-        if self.config.hide_tool_events:
-            return self._without_relay_tools(event, session)
-        return _SAME
-
-    def _declare_tools(self, current_tools: Any) -> None:
-        """Add the relay's tools to the session with one `session.update`, keeping the tools
-        another party declared (only ours are replaced)."""
-        others = [t for t in current_tools or [] if not self._is_relay_tool_definition(t)]
-        event_id = self._new_event_id()
-        self._remember_event(event_id, "session.update", None)
-        self._send_upstream(self.dialect.session_update(
-            {"tools": others + self.tools.definitions()}, event_id))
-        self._tools_declared = True
-
-    def _is_relay_tool_definition(self, definition: Any) -> bool:
-        return isinstance(definition, dict) and definition.get("name") in self.tools
-
-    def _without_relay_tools(self, event: dict[str, Any], session: dict[str, Any]) -> Any:
-        tools = session.get("tools")
-        if not isinstance(tools, list) or not any(self._is_relay_tool_definition(t) for t in tools):
-            return _SAME
-        visible = [t for t in tools if not self._is_relay_tool_definition(t)]
-        return {**event, "session": {**session, "tools": visible}}
+        if self.view.may_declare() and (self.config.mode == "sidecar" or event["type"] == "session.created"):
+            self.view.declare(session.get("tools"))
+        return self.view.session_event(event, session)
 
     # ---- items ----
     def _item_of(self, event: dict[str, Any]) -> ItemRecord | None:
@@ -193,7 +153,7 @@ class OpenAIEngine(SessionEngine):
             return None
         record = self.conversation.upsert(data)
         if record is not None:
-            self._classify(record)
+            self.view.classify(record)
         return record
 
     def _on_item_added(self, event: dict[str, Any]) -> Any:
@@ -203,11 +163,9 @@ class OpenAIEngine(SessionEngine):
         self.conversation.insert(record.id, event.get("previous_item_id", ABSENT), event["type"])
         if record.origin == "relay":
             self.sequencer.item_confirmed(record.id)
-            self._relay_item_ids.discard(record.id)   # its origin is on the record now
-        elif record.origin == "client":
-            self._client_item_ids.discard(record.id)
+        self.view.placed(record)
         self._track_item_calls(record)
-        return self._client_view_of_item_event(event, record)
+        return self.view.item_event(event, record)
 
     def _on_item_done(self, event: dict[str, Any]) -> Any:
         record = self._item_of(event)
@@ -220,78 +178,18 @@ class OpenAIEngine(SessionEngine):
             entry = self.ledger.by_item(record.id)
             if entry is not None:
                 self._call_item_complete(entry)
-        return self._client_view_of_item_event(event, record)
+        return self.view.item_event(event, record)
 
-    def _on_item_retrieved(self, event: dict[str, Any]) -> Any:
-        data = event.get("item")
-        if isinstance(data, dict):
-            record = self.conversation.upsert(data)
-            if record is not None:
-                record.retrieved = True
-                return None if record.hidden else _SAME
-        return _SAME
-
-    def _on_item_truncated(self, event: dict[str, Any]) -> Any:
-        record = self.conversation.item(event.get("item_id"))
-        if record is None:
-            self._record_anomaly(f"truncation of unknown item {event.get('item_id')}", event["type"])
-            return _SAME
-        record.audio_end_ms = event.get("audio_end_ms")
-        record.truncated_content_index = event.get("content_index")
-        return None if record.hidden else _SAME
-
-    def _on_item_deleted(self, event: dict[str, Any]) -> Any:
-        record = self.conversation.delete(str(event.get("item_id")), event["type"])
+    def _on_item_edit(self, event: dict[str, Any]) -> Any:
+        record = self.conversation.apply_edit(canonical_type(event["type"]), event)
         return None if record is not None and record.hidden else _SAME
 
-    def _on_transcription(self, event: dict[str, Any]) -> Any:
-        item_id = event.get("item_id")
-        record = self.conversation.item(item_id)
-        if record is None:
-            self._record_anomaly(f"transcription for unknown item {item_id}", event["type"])
-            return _SAME
-        index = _content_index(event)
-        kind = event["type"].rsplit(".", 1)[-1]
-        if kind == "delta" and isinstance(event.get("delta"), str):
-            self.conversation.add_text(record.id, index, event["delta"])
-        elif kind == "completed" and isinstance(event.get("transcript"), str):
-            self.conversation.set_text(record.id, index, event["transcript"])
-        elif kind == "failed":
-            error = event.get("error")
-            record.transcription_failed = (
-                error.get("message") if isinstance(error, dict) else str(error)
-            ) or "transcription failed"
+    def _on_words(self, event: dict[str, Any]) -> Any:
+        self.conversation.apply_words(canonical_type(event["type"]), event)
         return _SAME
 
     def _on_committed(self, event: dict[str, Any]) -> Any:
-        return self._with_visible_predecessor(event)
-
-    def _classify(self, record: ItemRecord) -> None:
-        """Decide who produced an item and whether the client may see it."""
-        if record.id in self._relay_item_ids:
-            record.origin = "relay"
-        elif record.response_id is not None:
-            record.origin = "model"
-        elif record.origin == "unknown":
-            if record.id in self._client_item_ids or (
-                record.type == "function_call" and record.call_id in self._client_call_ids
-            ):
-                record.origin = "client"
-            elif record.type == "message" and record.role == "user" and "input_audio" in (record.part_types or ()):
-                record.origin = "user_audio"
-        if self.config.hide_tool_events and self.config.has_client:
-            record.hidden = record.origin == "relay" or self._is_relay_call_item(record)
-
-    def _is_relay_call_item(self, record: ItemRecord) -> bool:
-        if record.type == "function_call":
-            entry = self.ledger.get(record.call_id)
-            if entry is not None:
-                return entry.owner is Owner.RELAY
-            return record.origin != "client" and record.name in self.tools
-        if record.type == "function_call_output":
-            entry = self.ledger.get(record.call_id)
-            return entry is not None and entry.owner is Owner.RELAY and record.origin != "client"
-        return False
+        return self.view.with_visible_predecessor(event)
 
     def _track_item_calls(self, record: ItemRecord) -> None:
         if record.type == "function_call":
@@ -310,32 +208,7 @@ class OpenAIEngine(SessionEngine):
             elif record.output == entry.output:
                 record.output = entry.output   # the echo of ours: keep one copy of the text
 
-    def _client_view_of_item_event(self, event: dict[str, Any], record: ItemRecord) -> Any:
-        if record.hidden:
-            return None
-        return self._with_visible_predecessor(event)
-
-    def _with_visible_predecessor(self, event: dict[str, Any]) -> Any:
-        """Rewrite `previous_item_id` when it names an item the client never saw."""
-        if not (self.config.hide_tool_events and self.config.has_client):
-            return _SAME
-        previous = self.conversation.item(event.get("previous_item_id"))
-        if previous is None or not previous.hidden:
-            return _SAME
-        return {**event, "previous_item_id": self.conversation.visible_predecessor(previous.id)
-                if previous.in_conversation else None}
-
     # ---- responses ----
-    def _response_of(self, event: dict[str, Any]) -> ResponseRecord | None:
-        response_id = event.get("response_id")
-        if not isinstance(response_id, str):
-            return None
-        response = self.conversation.response(response_id, create=False)
-        if response is None:
-            self._record_anomaly(f"{event['type']} for unknown response {response_id}", event["type"])
-            response = self.conversation.response(response_id)
-        return response
-
     def _on_response_created(self, event: dict[str, Any]) -> Any:
         data = event.get("response")
         if not isinstance(data, dict) or not isinstance(data.get("id"), str):
@@ -355,51 +228,20 @@ class OpenAIEngine(SessionEngine):
         response.creator = creator
         if creator == "relay":
             response.metadata = None   # ours: the creator says it all, and long sessions make many
-        if ours is not None and ours.purpose == "follow_up":
-            for call_id in ours.call_ids:
-                entry = self.ledger.get(call_id)
-                if entry is not None:
-                    entry.follow_up_event_id = ours.event_id
-        if not response.out_of_band:
-            self._link_follow_ups(response.id)
-        return self._client_view_of_response(event, data)
-
-    def _without_call_ids(self, event: dict[str, Any], data: dict[str, Any]) -> Any:
-        """The relay's own responses reach the client, but not the ids of the hidden calls they
-        answer (kept in their metadata for the ledger and for replay)."""
-        metadata = data.get("metadata")
-        if not (self.config.hide_tool_events and self.config.has_client and isinstance(metadata, dict)
-                and META_CALLS in metadata and META_KIND in metadata):
-            return _SAME
-        visible = {k: v for k, v in metadata.items() if k != META_CALLS}
-        return {**event, "response": {**data, "metadata": visible}}
-
-    def _link_follow_ups(self, response_id: str) -> None:
-        """The first in-conversation response that starts after a call's output landed is the
-        one in which the model answers it, whoever asked for it."""
-        confirmed = self.sequencer.confirmed_items
-        for call_id in list(self._unlinked_outputs):
-            entry = self.ledger.get(call_id)
-            if entry is None or entry.output_item_id in confirmed:
-                self._unlinked_outputs.discard(call_id)
-                if entry is not None:
-                    entry.follow_up_response_id = response_id
+        self.injector.response_started(response, ours)
+        return self.view.response_event(event, data)
 
     def _on_output_item(self, event: dict[str, Any]) -> Any:
         data = event.get("item")
-        response = self._response_of(event)
+        response = self.conversation.response_of(event)
         if not isinstance(data, dict):
             self._record_anomaly(f"{event['type']} without an item", event["type"])
             return _SAME
-        record = self.conversation.upsert(data)
+        record = self._output_item(response, data, event.get("output_index"))
         if record is None:
             return _SAME
         if response is not None:
-            record.response_id = response.id
             record.output_index = event.get("output_index")
-            self.conversation.link_output(response, record.id, event.get("output_index"))
-        self._classify(record)
-        self._track_item_calls(record)
         if (event["type"] == "response.output_item.done" and record.type == "function_call"
                 and record.status == "completed"):
             entry = self.ledger.by_item(record.id)
@@ -407,25 +249,17 @@ class OpenAIEngine(SessionEngine):
                 self._call_item_complete(entry)
         return None if record.hidden else _SAME
 
-    def _on_content_part(self, event: dict[str, Any]) -> Any:
-        part = event.get("part")
-        if event["type"].endswith(".done") and isinstance(part, dict):
-            text = part.get("text") if part.get("text") is not None else part.get("transcript")
-            if isinstance(text, str) and text:
-                self.conversation.set_text(event.get("item_id"), _content_index(event), text)
-        return _SAME
-
-    def _on_text_delta(self, event: dict[str, Any]) -> Any:
-        delta = event.get("delta")
-        if isinstance(delta, str):
-            self.conversation.add_text(event.get("item_id"), _content_index(event), delta)
-        return _SAME
-
-    def _on_text_done(self, event: dict[str, Any]) -> Any:
-        text = event.get("text") if "text" in event else event.get("transcript")
-        if isinstance(text, str):
-            self.conversation.set_text(event.get("item_id"), _content_index(event), text)
-        return _SAME
+    def _output_item(self, response: ResponseRecord | None, data: dict[str, Any], index: Any) -> ItemRecord | None:
+        """An output item of a response, as `response.output_item.*` or `response.done` carry it."""
+        record = self.conversation.upsert(data)
+        if record is None:
+            return None
+        if response is not None:
+            record.response_id = response.id
+            self.conversation.link_output(response, record.id, index)
+        self.view.classify(record)
+        self._track_item_calls(record)
+        return record
 
     def _on_arguments_delta(self, event: dict[str, Any]) -> Any:
         entry = self._call_of_event(event)
@@ -437,7 +271,7 @@ class OpenAIEngine(SessionEngine):
             entry.delta_count += 1
         if entry.state is CallState.ANNOUNCED:
             self.ledger.move(entry, CallState.STREAMING, self._now)
-        return None if self._hide_call(entry) else _SAME
+        return None if self.view.hides_call(entry) else _SAME
 
     def _on_arguments_done(self, event: dict[str, Any]) -> Any:
         entry = self._call_of_event(event)
@@ -451,7 +285,7 @@ class OpenAIEngine(SessionEngine):
                     f"differ from response.function_call_arguments.done", event["type"])
             entry.arguments_from_done = final
             entry.arguments = final
-        return None if self._hide_call(entry) else _SAME
+        return None if self.view.hides_call(entry) else _SAME
 
     def _call_of_event(self, event: dict[str, Any]) -> CallEntry | None:
         entry = self.ledger.by_item(event.get("item_id")) or self.ledger.get(event.get("call_id"))
@@ -467,9 +301,6 @@ class OpenAIEngine(SessionEngine):
                                                   Owner.CLIENT, announced_at=self._now))
         return entry
 
-    def _hide_call(self, entry: CallEntry) -> bool:
-        return self.config.hide_tool_events and self.config.has_client and entry.owner is Owner.RELAY
-
     def _on_response_done(self, event: dict[str, Any]) -> Any:
         data = event.get("response")
         if not isinstance(data, dict) or not isinstance(data.get("id"), str):
@@ -479,7 +310,7 @@ class OpenAIEngine(SessionEngine):
         assert response is not None
         if response.done:
             self._record_anomaly(f"duplicate response.done for {response.id}", event["type"])
-            return self._client_view_of_response(event, data)
+            return self.view.response_event(event, data)
         if not response.seen_created:
             self._record_anomaly(f"response.done without response.created for {response.id}",
                                  event["type"])
@@ -491,44 +322,18 @@ class OpenAIEngine(SessionEngine):
         response.done_at = self._now
         output = data.get("output")
         for index, item in enumerate(output if isinstance(output, list) else []):
-            if not isinstance(item, dict):
-                continue
-            record = self.conversation.upsert(item)
-            if record is None:
-                continue
-            record.response_id = response.id
-            self.conversation.link_output(response, record.id, index)
-            self._classify(record)
-            self._track_item_calls(record)
+            if isinstance(item, dict):
+                self._output_item(response, item, index)
         self._settle_calls(response)
         self.sequencer.response_done(response.id)
-        self.sequencer.forget_confirmed({e.output_item_id for e in map(self.ledger.get, self._unlinked_outputs)
-                                         if e is not None and e.output_item_id})
+        self.sequencer.forget_confirmed(self.injector.unlinked_item_ids())
         if response.status == "cancelled" and response.reason == "turn_detected":
             self._barge_in(f"response {response.id} cancelled (turn_detected)")
         elif response.status in _CANCEL_STATES:
             self._interrupt_running_of(response)
-        self._inject_ready(response)
+        self.injector.inject_ready(response)
         self._forget_old()
-        return self._client_view_of_response(event, data)
-
-    def _client_view_of_response(self, event: dict[str, Any], data: dict[str, Any]) -> Any:
-        """response.created / response.done as the client may see them: without hidden items."""
-        view = self._without_call_ids(event, data)
-        output = data.get("output")
-        if not (self.config.hide_tool_events and self.config.has_client and isinstance(output, list)):
-            return view
-        visible = [o for o in output if not self._hidden_item(o)]
-        if len(visible) == len(output):
-            return view
-        base = event if view is _SAME else view
-        return {**base, "response": {**base["response"], "output": visible}}
-
-    def _hidden_item(self, item: Any) -> bool:
-        if not isinstance(item, dict):
-            return False
-        record = self.conversation.item(item.get("id"))
-        return record is not None and record.hidden
+        return self.view.response_event(event, data)
 
     def _settle_calls(self, response: ResponseRecord) -> None:
         """At `response.done`, every call of the response is either ready or skipped."""
@@ -553,16 +358,9 @@ class OpenAIEngine(SessionEngine):
         if not isinstance(error, dict):
             self._record_anomaly("error event without an error object", event["type"])
             return _SAME
-        event_id = error.get("event_id")
-        ours = self._our_events.get(event_id) if isinstance(event_id, str) else None
+        ours = self.sequencer.error_about(error, self._now)
         if ours is None:
-            # not tagged with one of our ids: the client's, unless it is an untagged
-            # "already active" refusal while only our create was in flight
-            if self.sequencer.upstream_error(event_id, error, self._now) is None:
-                return _SAME
-            ours = ("response.create", None)
-        elif ours[0] == "response.create":
-            self.sequencer.upstream_error(event_id, error, self._now)
+            return _SAME
         what, call_id = ours
         message = f"{error.get('code') or error.get('type')}: {error.get('message')}"
         self._out.append(Notice("upstream_error", {"what": what, "call_id": call_id,
@@ -572,15 +370,8 @@ class OpenAIEngine(SessionEngine):
         if entry is not None:
             entry.upstream_errors += (message,)
             if what == "output" and error.get("param") == "previous_item_id":
-                self._reinject_appended(entry)
+                self.injector.reinject_appended(entry)
         return None  # errors about the relay's own frames are not the client's business
-
-    def _reinject_appended(self, entry: CallEntry) -> None:
-        """The predecessor we chose vanished (deleted meanwhile): append the output instead."""
-        if entry.output is None or entry.output_retried:
-            return
-        entry.output_retried = True
-        self._send_output(entry, previous_item_id=None)
 
     # ---- barge-in ----
     def _on_speech_started(self, event: dict[str, Any]) -> Any:
@@ -593,23 +384,23 @@ class OpenAIEngine(SessionEngine):
         "session.updated": _on_session,
         "conversation.item.added": _on_item_added,
         "conversation.item.done": _on_item_done,
-        "conversation.item.retrieved": _on_item_retrieved,
-        "conversation.item.truncated": _on_item_truncated,
-        "conversation.item.deleted": _on_item_deleted,
-        "conversation.item.input_audio_transcription.delta": _on_transcription,
-        "conversation.item.input_audio_transcription.completed": _on_transcription,
-        "conversation.item.input_audio_transcription.failed": _on_transcription,
+        "conversation.item.retrieved": _on_item_edit,
+        "conversation.item.truncated": _on_item_edit,
+        "conversation.item.deleted": _on_item_edit,
+        "conversation.item.input_audio_transcription.delta": _on_words,
+        "conversation.item.input_audio_transcription.completed": _on_words,
+        "conversation.item.input_audio_transcription.failed": _on_words,
         "input_audio_buffer.committed": _on_committed,
         "input_audio_buffer.speech_started": _on_speech_started,
         "response.created": _on_response_created,
         "response.output_item.added": _on_output_item,
         "response.output_item.done": _on_output_item,
-        "response.content_part.added": _on_content_part,
-        "response.content_part.done": _on_content_part,
-        "response.output_text.delta": _on_text_delta,
-        "response.output_audio_transcript.delta": _on_text_delta,
-        "response.output_text.done": _on_text_done,
-        "response.output_audio_transcript.done": _on_text_done,
+        "response.content_part.added": _on_words,
+        "response.content_part.done": _on_words,
+        "response.output_text.delta": _on_words,
+        "response.output_audio_transcript.delta": _on_words,
+        "response.output_text.done": _on_words,
+        "response.output_audio_transcript.done": _on_words,
         "response.function_call_arguments.delta": _on_arguments_delta,
         "response.function_call_arguments.done": _on_arguments_done,
         "response.done": _on_response_done,
@@ -625,8 +416,7 @@ class OpenAIEngine(SessionEngine):
         entry = self.ledger.get(call_id)
         name = record.name or ""
         if entry is None:
-            client_made = record.origin == "client" or call_id in self._client_call_ids
-            owner = Owner.RELAY if (not client_made and self._owns(name)) else Owner.CLIENT
+            owner = self._owner_of(name, client_made=record.origin == "client" or call_id in self.view.client_calls)
             entry = self.ledger.add(CallEntry(call_id, name, record.id, record.response_id, owner,
                                               announced_at=self._now))
         elif entry.item_id != record.id:
@@ -658,11 +448,7 @@ class OpenAIEngine(SessionEngine):
         self._call_complete(entry)
 
     def _handler_started(self, entry: CallEntry, tool: ToolSpec) -> None:
-        if tool.on_start:
-            self.sequencer.request_filler(entry.call_id, "on_start", tool.on_start, self._now)
-        if tool.on_delay:
-            delay_ms, _text = tool.on_delay
-            self._delay_fillers[entry.call_id] = self._now + delay_ms / 1000.0
+        self.sequencer.tool_started(entry.call_id, tool.on_start, tool.on_delay, self._now)
 
     def _streamed(self, entry: CallEntry, value: Any, rendered: RenderedOutput) -> None:
         """A streaming tool's first value is its output; later values are updates."""
@@ -670,147 +456,30 @@ class OpenAIEngine(SessionEngine):
             self._decide(entry, rendered, OUTCOME_ERROR if rendered.is_error else OUTCOME_OK,
                          self.tools.get(entry.name), handler_done=False)
         else:
-            self._add_update(entry, f"update from {entry.name}: {rendered.output}")
+            self.injector.add_update(entry, f"update from {entry.name}: {rendered.output}")
 
     def _after_output(self, entry: CallEntry, text: str) -> None:
-        self._add_update(entry, text)
-
-    def _stop_timers(self, call_id: str) -> None:
-        super()._stop_timers(call_id)
-        self._delay_fillers.pop(call_id, None)
+        self.injector.add_update(entry, text)
 
     def _drop_fillers(self, call_id: str) -> None:
         self.sequencer.drop_fillers(call_id)
 
     def _deliver(self, entry: CallEntry, rendered: RenderedOutput) -> None:
-        """Outputs go in once their response is done (see `_inject_ready`)."""
+        """Outputs go in once their response is done (see `Injector`)."""
         response = self.conversation.response(entry.response_id or "", create=False)
         if response is not None:
-            self._inject_ready(response)
-
-    # ---- injection ----
-    def _response_calls(self, response: ResponseRecord) -> list[CallEntry]:
-        """The relay calls of a response, in call order (output index)."""
-        calls = []
-        for item_id in response.output_item_ids:
-            entry = self.ledger.by_item(item_id)
-            if entry is not None and entry.owner is Owner.RELAY:
-                calls.append(entry)
-        return calls
-
-    def _inject_ready(self, response: ResponseRecord) -> None:
-        if not response.done or not self.upstream_connected or self.closed:
-            return
-        calls = self._response_calls(response)
-        for entry in calls:
-            if entry.state is CallState.FINISHED:
-                self._send_output(entry, previous_item_id=self._output_position(entry, calls, response))
-        self._check_batch(response, calls)
-        self._release_held_creates()
-
-    def _output_position(self, entry: CallEntry, calls: list[CallEntry], response: ResponseRecord) -> Any:
-        """Right after the last item of the call's response, outputs in call order: after the
-        output of the nearest earlier call already injected, else after the response's last item."""
-        if response.out_of_band:
-            return None
-        for earlier in reversed(calls[: calls.index(entry)]):
-            if earlier.output_item_id and earlier.state is CallState.ANSWERED:
-                record = self.conversation.item(earlier.output_item_id)
-                if record is None or not record.deleted:
-                    return earlier.output_item_id
-        return self.conversation.last_item_of_response(response)
-
-    def _send_output(self, entry: CallEntry, *, previous_item_id: Any) -> None:
-        item_id = entry.output_item_id or self._new_item_id()
-        event_id = self._new_event_id()
-        entry.output_item_id = item_id
-        entry.output_event_id = event_id
-        self._relay_item_ids.add(item_id)
-        self._remember_event(event_id, "output", entry.call_id)
-        event: dict[str, Any] = {"type": "conversation.item.create", "event_id": event_id}
-        if previous_item_id is not None:
-            event["previous_item_id"] = previous_item_id
-        event["item"] = self.dialect.function_call_output_item(
-            item_id=item_id, call_id=entry.call_id, output=entry.output or "",
-            status=entry.output_status or "completed", name=entry.name,
-            response_id=entry.response_id, created_at=int(self._now))
-        self._send_upstream(event)
-        if entry.state is not CallState.ANSWERED:
-            self._injected(entry)
-            self._unlinked_outputs.add(entry.call_id)
-            for text in self._pending_updates.pop(entry.call_id, []):
-                self._send_update(entry, text)
-
-    def _check_batch(self, response: ResponseRecord, calls: list[CallEntry]) -> None:
-        """Once every relay call of a done response is answered, decide its one follow-up."""
-        if response.batch_handled:
-            return
-        live = [c for c in calls if c.state is not CallState.SKIPPED]
-        if not live or any(c.state is not CallState.ANSWERED for c in live):
-            return
-        response.batch_handled = True
-        if self._has_client_calls(response):
-            return  # the client answers its calls and asks for the response itself
-        speakers = [c for c in live if c.speak and c.scheduling != Scheduling.SILENT.value]
-        if not speakers:
-            return
-        self.sequencer.request_follow_up(
-            [c.call_id for c in live],
-            interrupt=any(c.scheduling == Scheduling.INTERRUPT.value for c in speakers),
-            messages=[c.message for c in speakers if c.message],
-            confirm={c.output_item_id for c in live if c.output_item_id},
-            now=self._now,
-        )
-
-    def _has_client_calls(self, response: ResponseRecord | None) -> bool:
-        return response is not None and any(
-            e is not None and e.owner is Owner.CLIENT and e.state is not CallState.SKIPPED
-            for e in map(self.ledger.by_item, response.output_item_ids))
-
-    # ---- streaming updates ----
-    def _add_update(self, entry: CallEntry, text: str) -> None:
-        entry.updates += (text,)
-        if entry.state is CallState.ANSWERED and self.upstream_connected:
-            self._send_update(entry, text)
-        else:
-            self._pending_updates.setdefault(entry.call_id, []).append(text)
-
-    def _send_update(self, entry: CallEntry, text: str) -> None:
-        """A streaming tool's later value: a system message the model can speak about."""
-        item_id = self._new_item_id()
-        event_id = self._new_event_id()
-        self._relay_item_ids.add(item_id)
-        self._remember_event(event_id, "update", entry.call_id)
-        self._send_upstream({
-            "type": "conversation.item.create", "event_id": event_id,
-            "item": {"type": "message", "role": "system", "id": item_id,
-                     "content": [{"type": "input_text", "text": text}]},
-        })
-        response = self.conversation.response(entry.response_id or "", create=False)
-        if response is None or not response.batch_handled:
-            return  # the batch's own follow-up, still to come, covers what this update says
-        if entry.speak and entry.scheduling != Scheduling.SILENT.value and not self._has_client_calls(response):
-            self.sequencer.request_follow_up(
-                [entry.call_id], interrupt=entry.scheduling == Scheduling.INTERRUPT.value,
-                messages=[], confirm={item_id}, now=self._now)
+            self.injector.inject_ready(response)
 
     # ---- interruption ----
     def _interrupt_running_of(self, response: ResponseRecord) -> None:
-        for entry in self._response_calls(response):
+        for entry in self.injector.response_calls(response):
             if entry.call_id in self._handlers_active and not entry.interrupted:
                 self._interrupt(entry, f"response {response.status}")
 
     # ==== timers ========================================================================
     def _tick(self) -> None:
         super()._tick()
-        now = self._now
-        for call_id, due in list(self._delay_fillers.items()):
-            if due <= now:
-                del self._delay_fillers[call_id]
-                entry = self.ledger.get(call_id)
-                tool = self.tools.get(entry.name) if entry else None
-                if entry is not None and tool is not None and tool.on_delay and entry.state is CallState.RUNNING:
-                    self.sequencer.request_filler(call_id, "on_delay", tool.on_delay[1], now)
+        self.sequencer.promote_due_fillers(self._now)
 
     # ==== connection lifecycle ==========================================================
     def _on_reconnect(self) -> None:
@@ -824,15 +493,11 @@ class OpenAIEngine(SessionEngine):
                 response.done_at = self._now
                 self._settle_calls(response)
         for response_id in list(self.conversation.response_order):
-            self._inject_ready(self.conversation.responses[response_id])
-        for call_id in list(self._pending_updates):
-            entry = self.ledger.get(call_id)
-            if entry is not None and entry.state is CallState.ANSWERED:
-                for text in self._pending_updates.pop(call_id):
-                    self._send_update(entry, text)
+            self.injector.inject_ready(self.conversation.responses[response_id])
+        self.injector.send_pending_updates()
 
     def _on_close(self) -> None:
-        self._held_creates.clear()
+        self.sequencer.held_creates.clear()
 
     # ==== client ========================================================================
     def _client_frame(self, frame: str | bytes) -> None:
@@ -844,12 +509,10 @@ class OpenAIEngine(SessionEngine):
         event = self._parse(frame)
         if event is None:
             return
-        if (not self._tools_declared and self.config.declare_tools and len(self.tools)
-                and event["type"] != "session.update"):
+        if self.view.may_declare() and event["type"] != "session.update":
             # the client acts before session.created reached us: the tools must be there first
-            self._declare_tools(None)
-        handler = self._CLIENT_HANDLERS.get(event["type"])
-        result = _SAME if handler is None else handler(self, event)
+            self.view.declare(None)
+        result = self.view.client_event(event)
         if result is None:
             return
         if result is _SAME:
@@ -857,109 +520,20 @@ class OpenAIEngine(SessionEngine):
         else:
             self._send_upstream(result)
 
-    def _refuse_relay_tool_names(self, tools: Any, event: dict[str, Any], where: str) -> bool:
-        if tools is None:
-            return False
-        if not isinstance(tools, list):
-            return False
-        clashes = [t.get("name") for t in tools if self._is_relay_tool_definition(t)]
-        if clashes:
-            names = ", ".join(repr(n) for n in clashes)
-            self._client_error("relay_tool_redefined",
-                               f"{where} defines {names}, which the relay provides; remove "
-                               f"{'it' if len(clashes) == 1 else 'them'} from your tools",
-                               event.get("event_id"), param=f"{where}.tools")
-            return True
-        return False
-
-    def _client_session_update(self, event: dict[str, Any]) -> Any:
-        session = event.get("session")
-        if not isinstance(session, dict) or not self.config.declare_tools or not len(self.tools):
-            return _SAME
-        tools = session.get("tools")
-        if self._refuse_relay_tool_names(tools, event, "session"):
-            return None
-        if tools is None:
-            if self._tools_declared:
-                return _SAME
-            tools = []
-        elif not isinstance(tools, list):
-            return _SAME
-        self._tools_declared = True
-        return {**event, "session": {**session, "tools": list(tools) + self.tools.definitions()}}
-
-    def _client_response_create(self, event: dict[str, Any]) -> Any:
-        options = event.get("response")
-        if isinstance(options, dict) and isinstance(options.get("tools"), list) and len(self.tools):
-            if self._refuse_relay_tool_names(options["tools"], event, "response"):
-                return None
-            event = {**event, "response": {**options, "tools": options["tools"] + self.tools.definitions()}}
-            rewritten = True
-        else:
-            rewritten = False
-        event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
-        if self.config.hold_client_creates and self.ledger.unanswered():
-            # the model should answer with our results: forward once they are in
-            frame = json.dumps(event, ensure_ascii=False, separators=(",", ":"))
-            self._held_creates.append((frame, event_id))
-            return None
-        self.sequencer.client_create_forwarded(event_id, self._now, answers_pending=False)
-        return event if rewritten else _SAME
-
     def _release_held_creates(self) -> None:
-        if not self._held_creates or self.ledger.unanswered():
-            return
-        held, self._held_creates = self._held_creates, []
-        for frame, event_id in held:
-            self._out.append(SendUpstream(frame))
-            self.sequencer.client_create_forwarded(event_id, self._now, answers_pending=True)
-
-    def _client_item_create(self, event: dict[str, Any]) -> Any:
-        item = event.get("item")
-        if not isinstance(item, dict):
-            return _SAME
-        if isinstance(item.get("id"), str):
-            self._client_item_ids.add(item["id"])
-        if item.get("type") == "function_call" and isinstance(item.get("call_id"), str):
-            self._client_call_ids.add(item["call_id"])
-        if item.get("type") == "function_call_output":
-            entry = self.ledger.get(item.get("call_id"))
-            if entry is not None and entry.owner is Owner.RELAY:
-                self._client_error(
-                    "relay_owned_call",
-                    f"call {entry.call_id} ({entry.name}) belongs to a relay tool; the relay sends its output",
-                    event.get("event_id"), param="item.call_id")
-                return None
-        return _SAME
-
-    _CLIENT_HANDLERS: dict[str, Callable[["OpenAIEngine", dict[str, Any]], Any]] = {
-        "session.update": _client_session_update,
-        "response.create": _client_response_create,
-        "conversation.item.create": _client_item_create,
-    }
+        if self.sequencer.held_creates and not self.ledger.unanswered():
+            self._out.extend(SendUpstream(frame) for frame in self.sequencer.release_held_creates(self._now))
 
     # ==== sequencing ====================================================================
     def _pump(self) -> None:
         """Let the sequencer send what is due now."""
         if not self.upstream_connected:
             return
-        for frame in self.sequencer.poll(self._now, cancel_event_id=self._cancel_event_id):
+        for frame in self.sequencer.poll(self._now):
             self._send_upstream(frame)
-            if frame["type"] == "response.create":
-                metadata = frame.get("response", {}).get("metadata", {})
-                self._out.append(Notice("follow_up" if metadata.get(META_KIND) == "follow_up" else "filler",
-                                        {"event_id": frame["event_id"],
-                                         "call_ids": metadata.get("call_ids", "")}))
-
-    def _cancel_event_id(self) -> str:
-        event_id = self._new_event_id()
-        self._remember_event(event_id, "response.cancel", None)
-        return event_id
-
-
-def _content_index(event: dict[str, Any]) -> int:
-    index = event.get("content_index")
-    return index if isinstance(index, int) and index >= 0 else 0
+            notice = sent_notice(frame)
+            if notice is not None:
+                self._out.append(notice)
 
 
 def _str_or_none(value: Any) -> str | None:

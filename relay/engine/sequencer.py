@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from relay.engine.actions import Notice
+
 # Metadata keys the relay puts on its own responses (values must be strings, <= 512 chars).
 META_KIND = "relay"
 META_EVENT = "relay_event"
@@ -19,6 +21,7 @@ META_CALLS = "call_ids"
 MAX_META_VALUE = 512
 
 ACTIVE_RESPONSE_CODE = "conversation_already_has_active_response"
+_REMEMBERED_FRAMES = 64   # errors come right after the frame they refuse: the latest are enough
 
 
 def is_active_response_error(error: dict[str, Any]) -> bool:
@@ -103,6 +106,8 @@ class Sequencer:
         self.foreign: list[ForeignCreate] = []    # client creates forwarded, not yet resolved
         self.follow_ups: list[FollowUp] = []
         self.fillers: list[Filler] = []
+        self.delayed_fillers: dict[str, tuple[float, str]] = {}   # call_id -> (when due, text): on_delay
+        self.held_creates: list[tuple[str, str | None]] = []      # client creates waiting for our outputs
         self.retry: SentCreate | None = None      # our create refused as "already active"
         self.uncertain: dict[str, SentCreate] = {}  # in flight when the connection was replaced
         self.retry_waits_for_done = False
@@ -110,6 +115,7 @@ class Sequencer:
         self.cancel_requested_for: str | None = None
         self.creates_sent = 0
         self.confirmed_items: set[str] = set()
+        self._sent: dict[str, tuple[str, str | None]] = {}   # event id of a relay frame -> (what, call_id)
 
     # ---- facts from upstream -------------------------------------------------------------
     def busy(self, now: float) -> bool:
@@ -175,6 +181,27 @@ class Sequencer:
         if self.follow_ups or self.retry or self.inflight or self.uncertain:
             return
         self.confirmed_items &= keep
+
+    def remember(self, event_id: str, what: str, call_id: str | None) -> None:
+        """A frame the relay sent (an output, an update, a session.update, a create...), so an
+        error the upstream aims at it can be attributed."""
+        self._sent[event_id] = (what, call_id)
+        if len(self._sent) > _REMEMBERED_FRAMES:
+            del self._sent[next(iter(self._sent))]
+
+    def error_about(self, error: dict[str, Any], now: float) -> tuple[str, str | None] | None:
+        """Which of the relay's frames an upstream error refuses, as (what, call_id); None when
+        it is about the client's. An untagged "already active" refusal while only our create was
+        in flight is ours."""
+        event_id = error.get("event_id")
+        ours = self._sent.get(event_id) if isinstance(event_id, str) else None
+        if ours is None:
+            if self.upstream_error(event_id, error, now) is None:
+                return None
+            return ("response.create", None)
+        if ours[0] == "response.create":
+            self.upstream_error(event_id, error, now)
+        return ours
 
     def upstream_error(self, event_id: Any, error: dict[str, Any], now: float) -> SentCreate | None:
         """An error event; returns our create it refers to (None if not ours)."""
@@ -252,6 +279,7 @@ class Sequencer:
 
     def next_deadline(self) -> float | None:
         deadlines = [f.expires_at for f in self.foreign]
+        deadlines.extend(due for due, _text in self.delayed_fillers.values())
         if self.inflight is not None:
             deadlines.append(self.inflight.sent_at + self.ack_timeout)
         if self.retry_waits_for_done:
@@ -267,19 +295,49 @@ class Sequencer:
     def request_filler(self, call_id: str, kind: str, text: str, now: float) -> None:
         self.fillers.append(Filler(call_id, kind, text, now))
 
+    def tool_started(self, call_id: str, on_start: str | None, on_delay: tuple[float, str] | None,
+                     now: float) -> None:
+        """A handler started: its `on_start` filler is due now, its `on_delay` one after the
+        delay, unless the result comes first."""
+        if on_start:
+            self.request_filler(call_id, "on_start", on_start, now)
+        if on_delay:
+            delay_ms, text = on_delay
+            self.delayed_fillers[call_id] = (now + delay_ms / 1000.0, text)
+
+    def promote_due_fillers(self, now: float) -> None:
+        for call_id, (due, text) in list(self.delayed_fillers.items()):
+            if due <= now:
+                del self.delayed_fillers[call_id]
+                self.request_filler(call_id, "on_delay", text, now)
+
     def drop_fillers(self, call_id: str) -> None:
-        """The result is in: a filler for it would now come after (or over) the answer."""
+        """The result is in (or the handler is over): a filler for it would now come after (or
+        over) the answer."""
         self.fillers = [f for f in self.fillers if f.call_id != call_id]
+        self.delayed_fillers.pop(call_id, None)
+
+    # ---- client creates ------------------------------------------------------------------
+    def hold_client_create(self, frame: str, event_id: str | None) -> None:
+        """A client's `response.create` that must wait until the relay's outputs are in."""
+        self.held_creates.append((frame, event_id))
+
+    def release_held_creates(self, now: float) -> list[str]:
+        """The held client creates, to forward now: they answer the outputs just injected."""
+        held, self.held_creates = self.held_creates, []
+        for _frame, event_id in held:
+            self.client_create_forwarded(event_id, now, answers_pending=True)
+        return [frame for frame, _event_id in held]
 
     def pending(self) -> bool:
         return bool(self.follow_ups or self.fillers or self.retry)
 
     # ---- decisions ----------------------------------------------------------------------
-    def poll(self, now: float, *, cancel_event_id: Callable[[], str]) -> list[dict[str, Any]]:
+    def poll(self, now: float) -> list[dict[str, Any]]:
         """Frames to send now: at most one `response.create`, or one `response.cancel` when an
         `interrupt` follow-up waits behind someone else's response."""
         if self.busy(now):
-            return self._maybe_interrupt(cancel_event_id)
+            return self._maybe_interrupt()
         if self.retry is not None:
             sent = self.retry
             self.retry = None
@@ -296,7 +354,7 @@ class Sequencer:
             return [self._send_filler(filler, now)]
         return []
 
-    def _maybe_interrupt(self, cancel_event_id: Callable[[], str]) -> list[dict[str, Any]]:
+    def _maybe_interrupt(self) -> list[dict[str, Any]]:
         if self.cancel_requested_for is not None or self.inflight is not None:
             return []
         if not any(f.interrupt and not f.delegated for f in self.follow_ups):
@@ -305,7 +363,13 @@ class Sequencer:
         if target is None:
             return []
         self.cancel_requested_for = target
-        return [{"type": "response.cancel", "event_id": cancel_event_id(), "response_id": target}]
+        event_id = self._new_event_id()
+        self.remember(event_id, "response.cancel", None)
+        return [{"type": "response.cancel", "event_id": event_id, "response_id": target}]
+
+    def _create(self, options: dict[str, Any], event_id: str) -> dict[str, Any]:
+        self.remember(event_id, "response.create", None)
+        return self._build_create(options, event_id)
 
     def _send_follow_up(self, follow_ups: list[FollowUp], now: float) -> dict[str, Any]:
         call_ids: list[str] = []
@@ -319,7 +383,7 @@ class Sequencer:
         options: dict[str, Any] = {"metadata": _metadata("follow_up", event_id, call_ids)}
         if messages:
             options["instructions"] = say_instructions(" ".join(messages))
-        frame = self._build_create(options, event_id)
+        frame = self._create(options, event_id)
         sent = SentCreate(event_id, "follow_up", call_ids, frame, now, messages,
                           any(f.interrupt for f in follow_ups), confirm_item_ids=confirm)
         self.inflight = sent
@@ -336,10 +400,19 @@ class Sequencer:
             "instructions": say_instructions(filler.text),
             "metadata": metadata,
         }
-        frame = self._build_create(options, event_id)
+        frame = self._create(options, event_id)
         self.inflight = SentCreate(event_id, "filler", [filler.call_id], frame, now, [filler.text])
         self.creates_sent += 1
         return frame
+
+
+def sent_notice(frame: dict[str, Any]) -> Notice | None:
+    """The notice for a `response.create` the sequencer sent (`follow_up` or `filler`)."""
+    if frame["type"] != "response.create":
+        return None
+    metadata = frame.get("response", {}).get("metadata", {})
+    return Notice("follow_up" if metadata.get(META_KIND) == "follow_up" else "filler",
+                  {"event_id": frame["event_id"], "call_ids": metadata.get(META_CALLS, "")})
 
 
 def _metadata(kind: str, event_id: str, call_ids: list[str]) -> dict[str, str]:

@@ -1,0 +1,229 @@
+"""Whose each item is, and what a proxied client sees of the relay's tools (OpenAI family): their
+definitions join the session the client sets up, and nothing of them comes back.
+
+The relay's tools are the relay's business: a client that saw them could answer their calls or
+define them again. `ClientView` keeps the rules of both directions in one place:
+- toward the upstream: the relay's tools are declared (added to the client's `session.update`,
+  to a `response.create` that lists tools, or with a `session.update` of the relay's own); a
+  client that defines one of them, or answers one of their calls, gets an error event instead;
+- toward the client: `session.created/updated` lose the relay's tools; the relay's items and the
+  items of relay calls are hidden; `previous_item_id` skips hidden items; `response.*` events
+  lose hidden output items and the call ids of the relay's metadata.
+Rewriting methods answer `SAME` (forward the frame as it came), None (hide it) or a new event.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from relay.engine.calls import CallEntry, Owner
+from relay.engine.conversation import ItemRecord
+from relay.engine.sequencer import META_CALLS, META_KIND
+
+if TYPE_CHECKING:
+    from relay.engine.openai import OpenAIEngine
+
+SAME: Any = object()
+
+
+class ClientView:
+    """The relay's tools as one OpenAI-family session's client may see them, and the origin of
+    each item (the relay's, the client's, the model's, the user's speech)."""
+
+    def __init__(self, engine: OpenAIEngine) -> None:
+        self.engine = engine
+        config = engine.config
+        self.hiding = config.hide_tool_events and config.has_client   # there is someone to hide from
+        self.tools_declared = False
+        # ids sent but not yet seen back, until their items carry their origin
+        self.relay_items: set[str] = set()
+        self.client_items: set[str] = set()
+        self.client_calls: set[str] = set()   # call ids of function_call items the client created
+
+    # ==== whose items ===================================================================
+    def classify(self, record: ItemRecord) -> None:
+        """Decide who produced an item and whether the client may see it."""
+        if record.id in self.relay_items:
+            record.origin = "relay"
+        elif record.response_id is not None:
+            record.origin = "model"
+        elif record.origin == "unknown":
+            if record.id in self.client_items or (record.type == "function_call" and record.call_id in self.client_calls):
+                record.origin = "client"
+            elif record.type == "message" and record.role == "user" and "input_audio" in (record.part_types or ()):
+                record.origin = "user_audio"
+        if self.hiding:
+            record.hidden = record.origin == "relay" or self._is_relay_call_item(record)
+
+    def placed(self, record: ItemRecord) -> None:
+        """An item entered the conversation: its origin is on the record now."""
+        if record.origin == "relay":
+            self.relay_items.discard(record.id)
+        elif record.origin == "client":
+            self.client_items.discard(record.id)
+
+    def is_relay_tool(self, definition: Any) -> bool:
+        return isinstance(definition, dict) and definition.get("name") in self.engine.tools
+
+    # ==== declaring the relay's tools ===================================================
+    def may_declare(self) -> bool:
+        engine = self.engine
+        return not self.tools_declared and engine.config.declare_tools and len(engine.tools) > 0
+
+    def declare(self, current_tools: Any) -> None:
+        """Add the relay's tools to the session with one `session.update`, keeping the tools
+        another party declared (only ours are replaced)."""
+        engine = self.engine
+        others = [t for t in current_tools or [] if not self.is_relay_tool(t)]
+        event_id = engine._new_event_id()
+        engine._remember_event(event_id, "session.update", None)
+        engine._send_upstream(engine.dialect.session_update({"tools": others + engine.tools.definitions()}, event_id))
+        self.tools_declared = True
+
+    def client_event(self, event: dict[str, Any]) -> Any:
+        """A client event on its way up, as the relay's tools require it."""
+        kind = event["type"]
+        if kind == "session.update":
+            return self.session_update(event)
+        if kind == "response.create":
+            return self.response_create(event)
+        if kind == "conversation.item.create":
+            return self.item_create(event)
+        return SAME
+
+    def session_update(self, event: dict[str, Any]) -> Any:
+        """A client's `session.update`: refused if it defines a relay tool; the relay's tools are
+        added to the tools it sets (and to its first update, if none were declared yet)."""
+        engine = self.engine
+        session = event.get("session")
+        if not isinstance(session, dict) or not engine.config.declare_tools or not len(engine.tools):
+            return SAME
+        tools = session.get("tools")
+        if self._refuse_relay_tool_names(tools, event, "session"):
+            return None
+        if tools is None:
+            if self.tools_declared:
+                return SAME
+            tools = []
+        elif not isinstance(tools, list):
+            return SAME
+        self.tools_declared = True
+        return {**event, "session": {**session, "tools": list(tools) + engine.tools.definitions()}}
+
+    def response_create(self, event: dict[str, Any]) -> Any:
+        """A client's `response.create`: tools it lists for this response get the relay's too;
+        it waits (is held by the sequencer) while relay calls are still to be answered, so the
+        model answers with their results."""
+        engine = self.engine
+        options = event.get("response")
+        rewritten = SAME
+        if isinstance(options, dict) and isinstance(options.get("tools"), list) and len(engine.tools):
+            if self._refuse_relay_tool_names(options["tools"], event, "response"):
+                return None
+            event = rewritten = {**event, "response": {**options, "tools": options["tools"] + engine.tools.definitions()}}
+        event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
+        if engine.config.hold_client_creates and engine.ledger.unanswered():
+            engine.sequencer.hold_client_create(json.dumps(event, ensure_ascii=False, separators=(",", ":")), event_id)
+            return None
+        engine.sequencer.client_create_forwarded(event_id, engine._now, answers_pending=False)
+        return rewritten
+
+    def item_create(self, event: dict[str, Any]) -> Any:
+        """A client's `conversation.item.create`: its item is the client's; an output for a
+        relay call is refused."""
+        engine = self.engine
+        item = event.get("item")
+        if not isinstance(item, dict):
+            return SAME
+        if isinstance(item.get("id"), str):
+            self.client_items.add(item["id"])
+        if item.get("type") == "function_call" and isinstance(item.get("call_id"), str):
+            self.client_calls.add(item["call_id"])
+        if item.get("type") == "function_call_output":
+            entry = engine.ledger.get(item.get("call_id"))
+            if entry is not None and entry.owner is Owner.RELAY:
+                engine._client_error("relay_owned_call",
+                                    f"call {entry.call_id} ({entry.name}) belongs to a relay tool; the relay "
+                                    "sends its output", event.get("event_id"), param="item.call_id")
+                return None
+        return SAME
+
+    def _refuse_relay_tool_names(self, tools: Any, event: dict[str, Any], where: str) -> bool:
+        if not isinstance(tools, list):
+            return False
+        clashes = [t.get("name") for t in tools if self.is_relay_tool(t)]
+        if not clashes:
+            return False
+        names = ", ".join(repr(n) for n in clashes)
+        self.engine._client_error("relay_tool_redefined",
+                                 f"{where} defines {names}, which the relay provides; remove "
+                                 f"{'it' if len(clashes) == 1 else 'them'} from your tools",
+                                 event.get("event_id"), param=f"{where}.tools")
+        return True
+
+    # ==== what the client sees ==========================================================
+    def session_event(self, event: dict[str, Any], session: dict[str, Any]) -> Any:
+        """`session.created/updated` without the relay's tools."""
+        if not self.engine.config.hide_tool_events:
+            return SAME
+        tools = session.get("tools")
+        if not isinstance(tools, list) or not any(self.is_relay_tool(t) for t in tools):
+            return SAME
+        visible = [t for t in tools if not self.is_relay_tool(t)]
+        return {**event, "session": {**session, "tools": visible}}
+
+    def _is_relay_call_item(self, record: ItemRecord) -> bool:
+        ledger = self.engine.ledger
+        if record.type == "function_call":
+            entry = ledger.get(record.call_id)
+            if entry is not None:
+                return entry.owner is Owner.RELAY
+            return record.origin != "client" and record.name in self.engine.tools
+        if record.type == "function_call_output":
+            entry = ledger.get(record.call_id)
+            return entry is not None and entry.owner is Owner.RELAY and record.origin != "client"
+        return False
+
+    def hides_call(self, entry: CallEntry) -> bool:
+        return self.hiding and entry.owner is Owner.RELAY
+
+    def item_event(self, event: dict[str, Any], record: ItemRecord) -> Any:
+        if record.hidden:
+            return None
+        return self.with_visible_predecessor(event)
+
+    def with_visible_predecessor(self, event: dict[str, Any]) -> Any:
+        """Rewrite `previous_item_id` when it names an item the client never saw."""
+        if not self.hiding:
+            return SAME
+        conversation = self.engine.conversation
+        previous = conversation.item(event.get("previous_item_id"))
+        if previous is None or not previous.hidden:
+            return SAME
+        return {**event, "previous_item_id": conversation.visible_predecessor(previous.id)
+                if previous.in_conversation else None}
+
+    def response_event(self, event: dict[str, Any], data: dict[str, Any]) -> Any:
+        """`response.created` / `response.done` as the client may see them: without hidden
+        items, and the relay's own responses without the ids of the hidden calls they answer
+        (kept in their metadata for the ledger and for replay)."""
+        view = SAME
+        metadata = data.get("metadata")
+        if self.hiding and isinstance(metadata, dict) and META_CALLS in metadata and META_KIND in metadata:
+            visible_metadata = {k: v for k, v in metadata.items() if k != META_CALLS}
+            view = {**event, "response": {**data, "metadata": visible_metadata}}
+        output = data.get("output")
+        if not (self.hiding and isinstance(output, list)):
+            return view
+        visible = [o for o in output if not self._hidden_item(o)]
+        if len(visible) == len(output):
+            return view
+        base = event if view is SAME else view
+        return {**base, "response": {**base["response"], "output": visible}}
+
+    def _hidden_item(self, item: Any) -> bool:
+        if not isinstance(item, dict):
+            return False
+        record = self.engine.conversation.item(item.get("id"))
+        return record is not None and record.hidden
