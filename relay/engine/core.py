@@ -16,7 +16,8 @@ from relay.engine.actions import Action, CancelHandler, Notice, Outcome
 from relay.engine.calls import tool_call_fields
 from relay.engine.conversation import Conversation
 from relay.engine.calls import OUTCOME_ABANDONED, CallEntry, CallLedger
-from relay.tools import ToolRegistry, ToolSpec
+from relay.tools import ToolRegistry
+from relay.tools.spec import ToolSpec
 
 Mode = Literal["proxy", "sidecar", "replay"]
 _UNKNOWN: Any = object()

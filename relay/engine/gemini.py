@@ -47,19 +47,10 @@ from relay.engine.calls import (
     CallState,
     Owner,
 )
-from relay.tools import (
-    ArgumentsError,
-    HandlerKind,
-    Interruption,
-    RenderedOutput,
-    Scheduling,
-    ToolRegistry,
-    ToolResult,
-    ToolSpec,
-    render_error,
-    render_exception,
-    render_value,
-)
+from relay.tools import Interruption, Scheduling, ToolRegistry, ToolResult
+from relay.tools.errors import ArgumentsError
+from relay.tools.render import RenderedOutput, render_error, render_exception, render_value
+from relay.tools.spec import HandlerKind, ToolSpec
 
 CANCELLED_BY_SERVER = "cancelled by the server (toolCallCancellation): no answer is sent"
 POLICY_VIOLATION = 1008

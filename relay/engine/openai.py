@@ -44,17 +44,10 @@ from relay.engine.calls import (
 )
 from relay.engine.peek import has_single_plain_type, peek_type
 from relay.engine.sequencer import META_CALLS, META_KIND, Sequencer
-from relay.tools import (
-    ArgumentsError,
-    Interruption,
-    RenderedOutput,
-    Scheduling,
-    ToolRegistry,
-    ToolSpec,
-    render_error,
-    render_exception,
-    render_value,
-)
+from relay.tools import Interruption, Scheduling, ToolRegistry
+from relay.tools.errors import ArgumentsError
+from relay.tools.render import RenderedOutput, render_error, render_exception, render_value
+from relay.tools.spec import ToolSpec
 
 # Frames forwarded as the same text without being parsed.
 UPSTREAM_PASSTHROUGH = frozenset({"response.output_audio.delta", "response.audio.delta"})
