@@ -52,7 +52,8 @@ from relay.engine.gemini import first_key, is_media_frame
 from relay.engine.sequencer import META_CALLS, META_KIND
 from relay.recording import Frame, Recording, read_recording
 from relay.runner import HandlerRunner
-from relay.tools import ToolRegistry, ToolSpec
+from relay.tools import ToolRegistry
+from relay.tools.spec import ToolSpec
 
 log = logging.getLogger("relay.replay")
 

@@ -17,7 +17,7 @@ import anyio
 import anyio.abc
 
 from relay.engine import Outcome, StartHandler
-from relay.tools import HandlerKind
+from relay.tools.spec import HandlerKind
 
 log = logging.getLogger("relay.runner")
 

@@ -68,14 +68,10 @@ from relay.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from relay.metrics import Metrics, TrafficTap
 from relay.recording import RecordingWriter
 from relay.session import DEFAULT_QUEUE_BYTES, SessionEnd, SessionLoop, error_frame
-from relay.tools import (
-    DEFAULT_OUTPUT_LIMIT,
-    ToolDefinitionError,
-    ToolLoadError,
-    ToolRegistry,
-    ToolSpec,
-    load_tools,
-)
+from relay.tools import ToolDefinitionError, ToolLoadError, ToolRegistry
+from relay.tools.loading import load_tools
+from relay.tools.render import DEFAULT_OUTPUT_LIMIT
+from relay.tools.spec import ToolSpec
 from relay.upstream import DEFAULT_UPSTREAM, TokenProvider, Upstream, UpstreamUnavailable, default_upstream
 
 log = logging.getLogger("relay.server")

@@ -39,7 +39,9 @@ from relay.logs import LOG_FORMATS, LOG_LEVELS, Redactor, configure_logging, log
 from relay.recording import RecordingWriter
 from relay.server import DEFAULT_MAX_FRAME_BYTES, ConfigError, tool_registry, upstream_dialect
 from relay.session import DEFAULT_QUEUE_BYTES, Peer, SessionEnd, SessionLoop, close_info
-from relay.tools import DEFAULT_OUTPUT_LIMIT, ToolRegistry, ToolSpec
+from relay.tools import ToolRegistry
+from relay.tools.render import DEFAULT_OUTPUT_LIMIT
+from relay.tools.spec import ToolSpec
 from relay.upstream import DEFAULT_UPSTREAM, TokenProvider, Upstream, UpstreamUnavailable
 
 log = logging.getLogger("relay.sidecar")

@@ -38,7 +38,8 @@ from bench_frames import output_delta  # noqa: E402
 from relay.engine import OpenAIEngine, EngineConfig  # noqa: E402
 from relay.metrics import Metrics, TrafficTap  # noqa: E402
 from relay.session import SessionLoop  # noqa: E402
-from relay.tools import ToolRegistry, load_tools  # noqa: E402
+from relay.tools import ToolRegistry  # noqa: E402
+from relay.tools.loading import load_tools  # noqa: E402
 
 REPEATS = 5
 

@@ -22,28 +22,28 @@ from openai.types.realtime.realtime_function_tool import RealtimeFunctionTool
 from pydantic import BaseModel, Field, field_serializer
 
 from relay.tools import (
-    DEFAULT_OUTPUT_LIMIT,
-    MIN_OUTPUT_LIMIT,
-    MISSING,
-    ArgumentsError,
-    HandlerKind,
     Interruption,
-    RenderedOutput,
     Scheduling,
     ToolDefinitionError,
     ToolLoadError,
     ToolRegistry,
     ToolResult,
-    ToolSpec,
-    build_spec,
-    flat_schema,
-    load_tools,
+    tool,
+)
+from relay.tools.errors import ArgumentsError
+from relay.tools.loading import load_tools
+from relay.tools.render import (
+    DEFAULT_OUTPUT_LIMIT,
+    MIN_OUTPUT_LIMIT,
+    RenderedOutput,
     render_error,
     render_exception,
     render_value,
-    tool,
     truncate,
 )
+from relay.tools.result import MISSING
+from relay.tools.schema import flat_schema
+from relay.tools.spec import HandlerKind, ToolSpec, build_spec
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 

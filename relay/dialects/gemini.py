@@ -17,7 +17,8 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from relay.dialects.base import Dialect
-from relay.tools import Scheduling, ToolSpec
+from relay.tools import Scheduling
+from relay.tools.spec import ToolSpec
 
 GEMINI_HOST = "generativelanguage.googleapis.com"
 API_VERSIONS = ("v1beta", "v1alpha", "v1")

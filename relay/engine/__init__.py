@@ -29,7 +29,8 @@ from relay.engine.calls import CallEntry, CallLedger, CallState, Owner
 from relay.engine.core import DEFAULT_HISTORY_LIMIT, Anomaly, EngineConfig, SessionEngine
 from relay.engine.gemini import GeminiEngine
 from relay.engine.openai import OpenAIEngine
-from relay.tools import ToolRegistry, ToolSpec
+from relay.tools import ToolRegistry
+from relay.tools.spec import ToolSpec
 
 Engine = SessionEngine
 """The type of any session's engine, whatever its dialect."""

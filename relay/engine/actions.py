@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from relay.tools import ToolSpec
+from relay.tools.spec import ToolSpec
 
 
 @dataclass(frozen=True, slots=True)

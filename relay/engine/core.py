@@ -35,17 +35,10 @@ from relay.engine.calls import (
     tool_call_fields,
 )
 from relay.engine.conversation import ABSENT, Conversation
-from relay.tools import (
-    ArgumentsError,
-    Interruption,
-    RenderedOutput,
-    Scheduling,
-    ToolRegistry,
-    ToolSpec,
-    render_error,
-    render_exception,
-    render_value,
-)
+from relay.tools import Interruption, Scheduling, ToolRegistry
+from relay.tools.errors import ArgumentsError
+from relay.tools.render import RenderedOutput, render_error, render_exception, render_value
+from relay.tools.spec import ToolSpec
 
 Mode = Literal["proxy", "sidecar", "replay"]
 _UNKNOWN: Any = object()

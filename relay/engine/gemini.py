@@ -36,7 +36,9 @@ from relay.engine.actions import Close, Notice, SendClient, SendUpstream
 from relay.engine.calls import CallEntry, CallState, Owner
 from relay.engine.conversation import ABSENT, ItemRecord, ResponseRecord
 from relay.engine.core import EngineConfig, SessionEngine
-from relay.tools import HandlerKind, RenderedOutput, Scheduling, ToolRegistry, ToolSpec
+from relay.tools import Scheduling, ToolRegistry
+from relay.tools.render import RenderedOutput
+from relay.tools.spec import HandlerKind, ToolSpec
 
 CANCELLATION = "cancelled by the server (toolCallCancellation)"
 CANCELLED_BY_SERVER = f"{CANCELLATION}: no answer is sent"   # a relay call's skip reason

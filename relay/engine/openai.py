@@ -27,7 +27,9 @@ from relay.engine.hiding import ClientView
 from relay.engine.injection import Injector
 from relay.engine.peek import has_single_plain_type, peek_type
 from relay.engine.sequencer import Sequencer, sent_notice
-from relay.tools import RenderedOutput, ToolRegistry, ToolSpec
+from relay.tools import ToolRegistry
+from relay.tools.render import RenderedOutput
+from relay.tools.spec import ToolSpec
 
 # Frames forwarded as the same text without being parsed.
 UPSTREAM_PASSTHROUGH = frozenset({"response.output_audio.delta", "response.audio.delta"})

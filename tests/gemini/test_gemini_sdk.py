@@ -19,7 +19,8 @@ from google.genai import types as genai_types
 from relay.mock import MockUpstream
 from relay.recording import read_recording
 from relay.server import RelayServer, ServerConfig
-from relay.tools import build_spec, tool
+from relay.tools import tool
+from relay.tools.spec import build_spec
 from tests.gemini.conftest import Certificate
 from tests.gemini.helpers import OPEN_DOOR, PROVIDER_KEY, RELAY_TOKEN, TIMEOUT, WEATHER_SCRIPT
 

@@ -1,0 +1,26 @@
+"""What a tool author imports: `@tool`, `ToolResult`, the `Scheduling` and `Interruption`
+choices, `ToolRegistry` (to hand a set of tools to `relay.serve`, `relay.attach` or an engine in a
+test), and the two errors defining and loading tools raise, for tests that expect them.
+
+    from relay.tools import ToolResult, tool
+
+The relay's own machinery lives in submodules, one job each, and is imported from there:
+`result` (ToolResult and the choices), `errors`, `schema` (type hints -> flat JSON Schema, argument
+checking), `spec` (ToolSpec, @tool), `registry`, `loading` (importing user files: the only part
+with I/O) and `render` (outcomes -> output text).
+"""
+
+from relay.tools.errors import ToolDefinitionError, ToolLoadError
+from relay.tools.registry import ToolRegistry
+from relay.tools.result import Interruption, Scheduling, ToolResult
+from relay.tools.spec import tool
+
+__all__ = [
+    "Interruption",
+    "Scheduling",
+    "ToolDefinitionError",
+    "ToolLoadError",
+    "ToolRegistry",
+    "ToolResult",
+    "tool",
+]
