@@ -4,6 +4,8 @@ the version is set in one place, and the changelog and licence are where users l
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import tomllib
 
 from relay import __version__
@@ -66,3 +68,16 @@ def test_the_licence_is_declared_and_shipped() -> None:
     assert project["license"] == "MIT" and project["license-files"] == ["LICENSE"]
     assert (REPO / "LICENSE").read_text().startswith("MIT License")
     assert (REPO / "relay" / "py.typed").exists()
+
+
+def test_scripts_pythons_lists_the_claimed_interpreters_lowest_first() -> None:
+    """What .ci/run reads to pick the Pythons the suite runs under."""
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "pythons.py")], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    versions = []
+    for line in done.stdout.splitlines():
+        found = re.fullmatch(r"3\.(\d+) (/\S+)", line)
+        assert found, line
+        versions.append(int(found[1]))
+    assert versions == sorted(set(versions)) and versions[0] >= 11
