@@ -16,7 +16,7 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$PY" -m venv "$VENV"
 fi
 STAMP="$VENV/.relay-installed"
-WANT="$( (cat pyproject.toml; grep "^__version__" relay/__init__.py) | cksum)"
+WANT="$( (cat pyproject.toml; grep "^__version__" relay/__init__.py || true) | cksum)"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
     echo "installing relay and its dev extra into $VENV" >&2
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip >&2 || true
