@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"  # the one place the version is set (pyproject.toml reads it)
 
 # The public surface, imported lazily so `import relay` stays light for the CLI and workers.
 _EXPORTS = {

@@ -1,11 +1,12 @@
 """`relay demo`: the product at work in a few seconds, offline, with no provider key.
 
 The mock upstream and `relay serve` start in this process with the example tools
-(`examples/tools.py`: a weather table, an order database, a slow flight search with a delay
-message). A scripted client, connected to the relay exactly as an application would be, holds a
-short conversation of text turns: parallel calls, a lookup, a tool error, a slow tool. The
-terminal shows a live timeline of who did what, then a summary of every call, and where the
-session's recording was written so it can be replayed with `relay replay`.
+(`relay.examples.tools`, shipped in the package; `examples/tools.py` in a checkout is the same
+file: a weather table, an order database, a slow flight search with a delay message). A scripted
+client, connected to the relay exactly as an application would be, holds a short conversation
+of text turns: parallel calls, a lookup, a tool error, a slow tool. The terminal shows a live
+timeline of who did what, then a summary of every call, and where the session's recording was
+written so it can be replayed with `relay replay`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from relay.engine import Notice
 from relay.mock import MockScript, MockUpstream, Reply, Rule, ToolCall
 from relay.server import RelayServer, ServerConfig
 
-EXAMPLE_TOOLS = Path(__file__).resolve().parents[1] / "examples" / "tools.py"
+# A module name, not a path: it loads from the installed package, whatever the working directory.
+EXAMPLE_TOOLS = "relay.examples.tools"
 RELAY_TOKEN = "demo-relay-token"          # what the client presents to the relay
 PROVIDER_KEY = "demo-provider-key"        # what only the relay presents to the (mock) provider
 
@@ -196,7 +198,8 @@ async def run_demo(*, tools: str, record_dir: str | None, color: bool, out: Any 
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tools", default=str(EXAMPLE_TOOLS), help="tools file (default: examples/tools.py)")
+    parser.add_argument("--tools", default=EXAMPLE_TOOLS,
+                        help=f"tools file or module (default: {EXAMPLE_TOOLS}, the example tools)")
     parser.add_argument("--record", default="recordings", metavar="DIR",
                         help="where to write the session's recording (default: ./recordings)")
     parser.add_argument("--no-record", action="store_true", help="do not record the session")
