@@ -112,9 +112,12 @@ class ClientView:
         return {**event, "session": {**session, "tools": list(tools) + engine.tools.definitions()}}
 
     def response_create(self, event: dict[str, Any]) -> Any:
-        """A client's `response.create`: tools it lists for this response get the relay's too;
-        it waits (is held by the sequencer) while relay calls are still to be answered, so the
-        model answers with their results."""
+        """A client's `response.create`: tools it lists for this response get the relay's too.
+        It waits (held by the sequencer) while a response is active or on its way, or relay
+        calls are still to be answered: forwarded then, it would meet an active response (the
+        relay's calls make responses last longer than the client expects), or the model would
+        answer without the relay's results. `OpenAIEngine._release_held_creates` decides what
+        becomes of it."""
         engine = self.engine
         options = event.get("response")
         rewritten = SAME
@@ -123,8 +126,9 @@ class ClientView:
                 return None
             event = rewritten = {**event, "response": {**options, "tools": options["tools"] + engine.tools.definitions()}}
         event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
-        if engine.config.hold_client_creates and engine.ledger.unanswered():
-            engine.sequencer.hold_client_create(json.dumps(event, ensure_ascii=False, separators=(",", ":")), event_id)
+        if engine.config.hold_client_creates and (engine.ledger.unanswered() or engine.sequencer.busy(engine._now)):
+            engine.sequencer.hold_client_create(json.dumps(event, ensure_ascii=False, separators=(",", ":")),
+                                                event_id, for_relay=engine.relay_at_work())
             return None
         engine.sequencer.client_create_forwarded(event_id, engine._now, answers_pending=False)
         return rewritten

@@ -54,7 +54,6 @@ class Injector:
             if entry.state is CallState.FINISHED:
                 self.send_output(entry, previous_item_id=self._output_position(entry, calls, response))
         self._check_batch(response, calls)
-        engine._release_held_creates()
 
     def _output_position(self, entry: CallEntry, calls: list[CallEntry], response: ResponseRecord) -> Any:
         """Right after the last item of the call's response, outputs in call order: after the

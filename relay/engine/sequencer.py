@@ -107,7 +107,8 @@ class Sequencer:
         self.follow_ups: list[FollowUp] = []
         self.fillers: list[Filler] = []
         self.delayed_fillers: dict[str, tuple[float, str]] = {}   # call_id -> (when due, text): on_delay
-        self.held_creates: list[tuple[str, str | None]] = []      # client creates waiting for our outputs
+        self.held_creates: list[tuple[str, str | None]] = []      # client creates waiting (frame, event id)
+        self.held_for_relay = False     # while they waited, the relay's work (its calls, its responses) was why
         self.retry: SentCreate | None = None      # our create refused as "already active"
         self.uncertain: dict[str, SentCreate] = {}  # in flight when the connection was replaced
         self.retry_waits_for_done = False
@@ -318,16 +319,26 @@ class Sequencer:
         self.delayed_fillers.pop(call_id, None)
 
     # ---- client creates ------------------------------------------------------------------
-    def hold_client_create(self, frame: str, event_id: str | None) -> None:
-        """A client's `response.create` that must wait until the relay's outputs are in."""
+    def hold_client_create(self, frame: str, event_id: str | None, *, for_relay: bool) -> None:
+        """A client's `response.create` that must wait: a response is active or on its way, or
+        the relay's outputs are still to come. `for_relay`: the relay's work is why."""
         self.held_creates.append((frame, event_id))
+        self.held_for_relay = self.held_for_relay or for_relay
 
-    def release_held_creates(self, now: float) -> list[str]:
-        """The held client creates, to forward now: they answer the outputs just injected."""
-        held, self.held_creates = self.held_creates, []
-        for _frame, event_id in held:
-            self.client_create_forwarded(event_id, now, answers_pending=True)
-        return [frame for frame, _event_id in held]
+    def release_held_creates(self, now: float) -> tuple[str | None, list[str | None]]:
+        """What becomes of the held creates once nothing is active and the relay's outputs are
+        in: the first goes up if the relay's work held it (it answers the outputs just injected;
+        the follow-ups waiting are delegated to it); the others, and all of them when only
+        someone else's response held them, are refused as the provider would have refused them
+        (they met an active response). Returns the frame to send (or None) and the event ids of
+        the refused creates."""
+        held, for_relay = self.held_creates, self.held_for_relay
+        self.held_creates, self.held_for_relay = [], False
+        if not for_relay:
+            return None, [event_id for _frame, event_id in held]
+        (frame, event_id), *rest = held
+        self.client_create_forwarded(event_id, now, answers_pending=True)
+        return frame, [other for _frame, other in rest]
 
     def pending(self) -> bool:
         return bool(self.follow_ups or self.fillers or self.retry)
