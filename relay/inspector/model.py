@@ -150,7 +150,7 @@ class SessionModel:
         self._counters: dict[str, int] = {}
         self._user_turn: dict[str, Any] | None = None         # VAD turn awaiting its item
         self._gemini_turn: _Response | None = None
-        self._gemini_words: dict[str, dict[str, Any] | None] = {"user": None, "assistant": None}
+        self._gemini_open_words: dict[str, dict[str, Any] | None] = {"user": None, "assistant": None}
         self._dirty: set[str] = set()
         self._sent_frames = 0
         self._sent_audio: dict[str, tuple[int, int, int]] = {"caller": (0, 0, 0), "assistant": (0, 0, 0)}
@@ -749,6 +749,9 @@ class SessionModel:
         if related is not None:
             owner = self.events[related]
             message = f"the upstream refused the relay's {owner['kind'].replace('_', '-')}: {code}: {error.get('message')}"
+            if owner["lane"] == "relay" and owner["t1"] is None:
+                owner["t1"] = round(t, 6)
+                owner["refused"] = code
             self._touch(owner, index)
         else:
             message = f"upstream error {code}: {error.get('message')}"
@@ -864,12 +867,12 @@ class SessionModel:
                           frames=[index])
 
     def _gemini_words(self, role: str, t: float, text: str, index: int, turn: _Response | None) -> None:
-        words = self._gemini_words[role]
+        words = self._gemini_open_words[role]
         if words is None:
             words = self._event(self._new_id("user" if role == "user" else "said"),
                                 "user_words" if role == "user" else "assistant_words", "words", t, "",
                                 role=role, text="", response_id=turn.event["response_id"] if turn else None)
-            self._gemini_words[role] = words
+            self._gemini_open_words[role] = words
         words["text"] += text
         words["label"] = words["text"]
         words["t1"] = round(t, 6)
@@ -879,7 +882,7 @@ class SessionModel:
 
     def _end_gemini_turn(self, t: float, status: str, index: int) -> None:
         turn = self._gemini_turn
-        self._gemini_words = {"user": None, "assistant": None}
+        self._gemini_open_words = {"user": None, "assistant": None}
         if turn is None:
             return
         turn.event["status"] = status
@@ -1068,7 +1071,7 @@ class SessionModel:
                                            f"{event['name']}: the client never saw this call", call=event["id"])
                 if existing["t1"] != event["t1"] or existing["frames"] != event["frames"] or existing.get("gone"):
                     existing["t1"] = event["t1"]
-                    existing["frames"] = event["frames"]
+                    existing["frames"] = list(event["frames"])
                     existing["gone"] = False
                     self._dirty.add(hidden_id)
             elif existing is not None and not existing.get("gone"):

@@ -15,7 +15,7 @@
   const timeline = $("timeline"), inner = $("timeline-inner"), lanesBox = $("lanes"), axis = $("axis");
 
   function emptySide() {
-    return { rate: null, source: null, samples: 0, segments: [], levels: new Uint8Array(0), chunks: [],
+    return { rate: null, source: null, samples: 0, segments: [], levels: new Uint8Array(0), chunks: [], pending: [],
              playable: false, recorded_seconds: 0, url: null };
   }
 
@@ -49,14 +49,14 @@
       const merged = new Uint8Array(from + levels.length);
       merged.set(track.levels.subarray(0, from)); merged.set(levels, from);
       track.levels = merged;
-      if (part.data) { track.chunks.push(decodeBase64(part.data)); state.audioDirty[side] = true; }
+      if (part.data) { track.pending.push(part.data); state.audioDirty[side] = true; }
     }
     state.laneRows.clear();
     scheduleRender(true);
   }
 
   function decodeBase64(text) {
-    const binary = atob(text.trim());
+    const binary = atob(text.replace(/\s+/g, ""));
     const bytes = new Uint8Array(binary.length);
     for (let i = 0; i < binary.length; i++) bytes[i] = binary.charCodeAt(i);
     return bytes;
@@ -69,12 +69,27 @@
     ULAW[i] = u & 0x80 ? 0x84 - magnitude : magnitude - 0x84;
   }
 
-  function buildAudio(side) {
+  // Decoding runs in slices between frames: an hour of audio must not hold up the timeline.
+  const SLICE = 1 << 20;
+  function nextFrame() { return new Promise((resolve) => setTimeout(resolve, 0)); }
+
+  async function buildAudio(side) {
     const track = state.audio[side];
     const player = $("player-" + side);
     state.audioDirty[side] = false;
+    const build = (track.build || 0) + 1;
+    track.build = build;
+    if (!track.playable) { player.parentElement.hidden = true; return; }
+    while (track.pending.length) {
+      const text = track.pending.shift();
+      for (let at = 0; at < text.length; at += SLICE * 4) {
+        track.chunks.push(decodeBase64(text.slice(at, at + SLICE * 4)));
+        await nextFrame();
+        if (track.build !== build) return;
+      }
+    }
     const total = track.chunks.reduce((n, c) => n + c.length, 0);
-    if (!track.playable || !total) { player.parentElement.hidden = true; player.removeAttribute("src"); return; }
+    if (!total) { player.parentElement.hidden = true; return; }
     const wav = new DataView(new ArrayBuffer(44 + total * 2));
     const text = (offset, value) => { for (let i = 0; i < value.length; i++) wav.setUint8(offset + i, value.charCodeAt(i)); };
     text(0, "RIFF"); wav.setUint32(4, 36 + total * 2, true); text(8, "WAVEfmt ");
@@ -83,7 +98,14 @@
     wav.setUint16(32, 2, true); wav.setUint16(34, 16, true); text(36, "data"); wav.setUint32(40, total * 2, true);
     const samples = new Int16Array(wav.buffer, 44, total);
     let at = 0;
-    for (const chunk of track.chunks) { for (let i = 0; i < chunk.length; i++) samples[at++] = ULAW[chunk[i]]; }
+    for (const chunk of track.chunks) {
+      for (let start = 0; start < chunk.length; start += SLICE) {
+        const end = Math.min(chunk.length, start + SLICE);
+        for (let i = start; i < end; i++) samples[at++] = ULAW[chunk[i]];
+        await nextFrame();
+        if (track.build !== build) return;
+      }
+    }
     if (track.url) URL.revokeObjectURL(track.url);
     const position = player.currentTime || 0;
     track.url = URL.createObjectURL(new Blob([wav.buffer], { type: "audio/wav" }));
@@ -92,6 +114,7 @@
     player.parentElement.hidden = false;
     player.parentElement.querySelector(".source").textContent =
       `${track.source} recorded, ${formatSeconds(track.recorded_seconds)}; played at ${track.rate} Hz`;
+    state.timings["audioReady_" + side] = performance.now();
   }
 
   // session time <-> a side's audio position (its audio holds no silence between chunks)
@@ -334,7 +357,7 @@
     for (const side of ["caller", "assistant"]) {
       const track = state.audio[side];
       if (!track.playable) $("player-" + side).parentElement.hidden = true;
-      else if (state.audioDirty[side]) setTimeout(() => { if (state.audioDirty[side]) buildAudio(side); }, 0);
+      else if (state.audioDirty[side]) setTimeout(() => { if (state.audioDirty[side]) buildAudio(side); }, 50);
     }
   }
 
@@ -547,8 +570,8 @@
   const parseStarted = performance.now();
   const model = JSON.parse($("inspector-model").textContent);
   for (const side of ["caller", "assistant"]) {
-    const data = $("inspector-audio-" + side).textContent.trim();
-    if (model.audio && model.audio[side]) model.audio[side].data = data;
+    const data = $("inspector-audio-" + side).textContent;
+    if (model.audio && model.audio[side]) model.audio[side].data = data.trim() ? data : "";
   }
   state.timings.parse = performance.now() - parseStarted;
   append(model);
