@@ -214,6 +214,18 @@ class SessionModel:
                 event["outcome"] = "unanswered"
                 self._touch(event)
 
+    def add_divergence(self, t: float, label: str, *, diff: str = "", recorded: Any = None, produced: Any = None,
+                       related: str | None = None) -> dict[str, Any]:
+        """A difference between the recording and a replay of it, marked at `t`."""
+        event = self._event(self._new_id("divergence"), "divergences", "divergence", t, label, diff=diff,
+                            recorded=recorded, produced=produced, related=related)
+        event["t1"] = event["t0"]
+        return event
+
+    def call_event(self, call_id: str) -> dict[str, Any] | None:
+        call = self._calls.get(call_id)
+        return call.event if call is not None else None
+
     def set_extra(self, key: str, value: Any) -> None:
         """Extra top-level data for the page (the replay's verdict)."""
         self._extra[key] = value
@@ -1023,6 +1035,9 @@ class SessionModel:
         if not self.embed_audio:
             return "no audio to play: the page was made without its audio (--no-audio)"
         return None
+
+    def snapshot_duration(self) -> float:
+        return round(self._duration(), 6)
 
     def _duration(self) -> float:
         end_t = max((t for t in (self.duration,) if t is not None), default=0.0)

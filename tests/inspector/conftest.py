@@ -19,10 +19,12 @@ def demo_recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from relay.demo import EXAMPLE_TOOLS, run_demo
 
     directory = tmp_path_factory.mktemp("demo")
-    status = anyio.run(lambda: run_demo(tools=str(EXAMPLE_TOOLS), record_dir=str(directory), color=False,
-                                        out=io.StringIO()))
+    out = io.StringIO()
+    status = anyio.run(lambda: run_demo(tools=str(EXAMPLE_TOOLS), record_dir=str(directory), color=False, out=out))
     assert status == 0
     [recording] = directory.glob("*.jsonl")
+    page = recording.with_suffix(".html")
+    assert f"see it as a timeline (open in a browser): {page}" in out.getvalue() and page.exists()
     return recording
 
 
