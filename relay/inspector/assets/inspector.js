@@ -194,13 +194,14 @@
   function render() {
     const started = performance.now();
     const viewWidth = timeline.clientWidth || 800;
+    const scrollLeft = timeline.scrollLeft;   // read once, before the DOM is touched (no forced layout)
     if (!state.fitted && state.duration >= 0) { fit(); state.fitted = true; }
     const width = Math.max(viewWidth, Math.ceil(x(state.duration)) + 40);
     inner.style.width = width + "px";
     if (state.fullRender) { renderSummary(); renderTranscript(); renderDivergences(); renderAudioNote(); state.fullRender = false; }
-    const lo = timeline.scrollLeft / state.pxPerSec - 0.5 * viewWidth / state.pxPerSec;
-    const hi = (timeline.scrollLeft + 1.5 * viewWidth) / state.pxPerSec;
-    renderAxis(timeline.scrollLeft / state.pxPerSec, (timeline.scrollLeft + viewWidth) / state.pxPerSec);
+    const lo = scrollLeft / state.pxPerSec - 0.5 * viewWidth / state.pxPerSec;
+    const hi = (scrollLeft + 1.5 * viewWidth) / state.pxPerSec;
+    renderAxis(scrollLeft / state.pxPerSec, (scrollLeft + viewWidth) / state.pxPerSec);
     const labels = [], rows = [];
     for (const lane of visibleLanes()) {
       if (AUDIO_LANES[lane.id]) {
@@ -214,16 +215,22 @@
                   ` <small>(${packed.events.length})</small></div>`);
       rows.push({ lane, height, packed });
     }
-    $("lane-labels").innerHTML = labels.join("");
-    const html = [];
-    for (const row of rows) {
-      html.push(`<div class="lane" data-lane="${row.lane.id}" style="height:${row.height}px">`);
-      if (row.packed) html.push(renderLaneEvents(row.packed, lo, hi));
-      else html.push(`<canvas data-side="${row.lane.id}"></canvas>`);
-      html.push("</div>");
+    // the lanes' skeleton changes only with their heights; what is in view is replaced in place
+    const labelsHtml = labels.join("");
+    if (labelsHtml !== state.labelsHtml) {
+      state.labelsHtml = labelsHtml;
+      $("lane-labels").innerHTML = labelsHtml;
+      lanesBox.innerHTML = rows.map((row) => `<div class="lane" data-lane="${row.lane.id}" style="height:${row.height}px">` +
+        (row.packed ? "" : `<canvas data-side="${row.lane.id}"></canvas>`) + "</div>").join("");
+      state.laneHtml = new Map();
     }
-    lanesBox.innerHTML = html.join("");
-    for (const canvas of lanesBox.querySelectorAll("canvas")) drawLevels(canvas, canvas.dataset.side, viewWidth);
+    for (const row of rows) {
+      const box = lanesBox.children[rows.indexOf(row)];
+      if (row.packed) {
+        const html = renderLaneEvents(row.packed, lo, hi);
+        if (state.laneHtml.get(row.lane.id) !== html) { state.laneHtml.set(row.lane.id, html); box.innerHTML = html; }
+      } else drawLevels(box.firstChild, row.lane.id, viewWidth, scrollLeft);
+    }
     if (state.selected && state.events.has(state.selected)) {
       const line = $("selection-line"); line.hidden = false; line.style.left = x(state.events.get(state.selected).t0) + "px";
     }
@@ -281,35 +288,41 @@
     return lines.join("\n");
   }
 
-  function drawLevels(canvas, side, viewWidth) {
+  function drawLevels(canvas, side, viewWidth, scrollLeft) {
     const track = state.audio[side];
     const ratio = window.devicePixelRatio || 1;
-    canvas.width = viewWidth * ratio; canvas.height = LANE_H * ratio;
-    canvas.style.width = viewWidth + "px"; canvas.style.height = LANE_H + "px";
-    canvas.style.left = timeline.scrollLeft + "px";
+    if (canvas.width !== Math.round(viewWidth * ratio)) {
+      canvas.width = Math.round(viewWidth * ratio); canvas.height = LANE_H * ratio;
+      canvas.style.width = viewWidth + "px"; canvas.style.height = LANE_H + "px";
+    }
+    canvas.style.left = scrollLeft + "px";
     const g = canvas.getContext("2d");
-    g.scale(ratio, ratio);
+    g.setTransform(ratio, 0, 0, ratio, 0, 0);
+    g.clearRect(0, 0, viewWidth, LANE_H);
     const color = side === "caller" ? "#2f6fdb" : "#1a9a62";
-    const t0 = timeline.scrollLeft / state.pxPerSec, t1 = (timeline.scrollLeft + viewWidth) / state.pxPerSec;
+    const t0 = scrollLeft / state.pxPerSec, t1 = (scrollLeft + viewWidth) / state.pxPerSec;
     const levelWindow = 0.05, mid = LANE_H / 2;
     for (const [start, offset, count] of track.segments) {
       const end = start + count / track.rate;
       if (end < t0 || start > t1) continue;
-      const left = x(start) - timeline.scrollLeft, right = x(end) - timeline.scrollLeft;
+      const left = x(start) - scrollLeft, right = x(end) - scrollLeft;
       g.fillStyle = color + "33";
       g.fillRect(left, 3, Math.max(1, right - left), LANE_H - 6);
       if (!track.levels.length) continue;
       g.fillStyle = color;
+      g.beginPath();   // one path for the whole stretch: a fill per pixel is slow on a software canvas
       const from = Math.max(left, 0), to = Math.min(right, viewWidth);
+      const levels = track.levels, perPixel = 1 / state.pxPerSec, base = offset / track.rate - start;
       for (let px = Math.floor(from); px < to; px++) {
-        const t = (px + timeline.scrollLeft) / state.pxPerSec;
-        const a = Math.floor((offset / track.rate + (t - start)) / levelWindow);
-        const b = Math.max(a + 1, Math.floor((offset / track.rate + (t + 1 / state.pxPerSec - start)) / levelWindow));
+        const t = (px + scrollLeft) * perPixel;
+        const a = Math.floor((base + t) / levelWindow);
+        const b = Math.max(a + 1, Math.floor((base + t + perPixel) / levelWindow));
         let peak = 0;
-        for (let i = a; i < b && i < track.levels.length; i++) peak = Math.max(peak, track.levels[i]);
+        for (let i = a; i < b && i < levels.length; i++) if (levels[i] > peak) peak = levels[i];
         const h = Math.max(1, (peak / 255) * (LANE_H - 6));
-        g.fillRect(px, mid - h / 2, 1, h);
+        g.rect(px, mid - h / 2, 1, h);
       }
+      g.fill();
     }
   }
 
@@ -357,7 +370,9 @@
     for (const side of ["caller", "assistant"]) {
       const track = state.audio[side];
       if (!track.playable) $("player-" + side).parentElement.hidden = true;
-      else if (state.audioDirty[side]) setTimeout(() => { if (state.audioDirty[side]) buildAudio(side); }, 50);
+      else if (state.audioDirty[side] && (track.pending.length || track.chunks.length)) {
+        setTimeout(() => { if (state.audioDirty[side]) buildAudio(side); }, 50);
+      }
     }
   }
 
@@ -569,10 +584,17 @@
   };
   const parseStarted = performance.now();
   const model = JSON.parse($("inspector-model").textContent);
-  for (const side of ["caller", "assistant"]) {
-    const data = $("inspector-audio-" + side).textContent;
-    if (model.audio && model.audio[side]) model.audio[side].data = data.trim() ? data : "";
-  }
   state.timings.parse = performance.now() - parseStarted;
   append(model);
+  function loadEmbeddedAudio() {
+    // the page's own audio, in the script elements after this one (base64 mu-law per side)
+    for (const side of ["caller", "assistant"]) {
+      const element = $("inspector-audio-" + side);
+      const text = element ? element.textContent : "";
+      if (text.trim()) { state.audio[side].pending.push(text); state.audioDirty[side] = true; }
+    }
+    renderAudioNote();
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", loadEmbeddedAudio);
+  else loadEmbeddedAudio();
 })();
