@@ -74,3 +74,14 @@ def test_the_command_line_never_shows_a_traceback(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "relay", "inspect", str(tmp_path)], capture_output=True,
                           text=True, cwd=REPO, timeout=60)
     assert done.returncode == 2 and done.stderr.strip() == f"relay inspect: {tmp_path} is a directory, not a recording"
+
+
+def test_without_chromium_the_reason_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    from relay.inspector import browser
+
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setattr(browser.Path, "exists", lambda self: False)
+    reason = browser.missing_reason()
+    assert reason is not None and "apt-get install -y chromium chromium-driver" in reason
