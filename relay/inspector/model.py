@@ -6,7 +6,8 @@ renders from the first, and a live view will stream the second. Both have one sh
 
     source      what was recorded: file, kind, dialect, mode, session id, tools
     duration    seconds from the first frame to the last (or the end line)
-    frames      [[t, direction, text], ...]: every frame but pure audio ones, audio payloads elided
+    frames      [[t, direction, text, binary], ...]: every frame but pure audio ones, audio payloads
+                elided (`binary` is 1 for a binary WebSocket frame)
     events      {id: event}: responses, tool calls, the relay's own requests, anomalies, the words
                 said; each with its lane, start `t0`, end `t1` (None while open), label and the
                 indexes of its frames
@@ -190,7 +191,7 @@ class SessionModel:
                 source = "the upstream" if frame.direction == UPSTREAM_IN else "the client"
                 self._anomaly(t, f"{source} sent a {what} frame that is not a JSON object",
                               source="upstream" if frame.direction == UPSTREAM_IN else "client",
-                              frames=[index])
+                              frames=[index], error=False)
             return
         if self.gemini:
             self._gemini(frame, event, binary)
@@ -261,9 +262,11 @@ class SessionModel:
         self._dirty.add(event["id"])
 
     def _anomaly(self, t: float, message: str, *, source: str, frames: list[int] = (),  # type: ignore[assignment]
-                 related: str | None = None) -> dict[str, Any]:
+                 related: str | None = None, error: bool = True) -> dict[str, Any]:
+        """Something off in the session; `error` when it is an error (an error event, a refusal,
+        a failed response or recording), which the summary counts."""
         event = self._event(self._new_id("anomaly"), "anomalies", "anomaly", t, message,
-                            source=source, related=related)
+                            source=source, related=related, error=error)
         event["t1"] = event["t0"]
         event["frames"] = list(frames)
         return event
@@ -876,7 +879,7 @@ class SessionModel:
             return
         if gemini_field(event, "goAway") is not None:
             self._anomaly(t, "the server announced it will close the session (goAway)", source="upstream",
-                          frames=[index])
+                          frames=[index], error=False)
 
     def _gemini_words(self, role: str, t: float, text: str, index: int, turn: _Response | None) -> None:
         words = self._gemini_open_words[role]
@@ -1113,7 +1116,7 @@ class SessionModel:
         events = self.events.values()
         responses = [e for e in events if e["kind"] == "response"]
         anomalies = [e for e in events if e["kind"] == "anomaly"]
-        errors = (sum(1 for e in anomalies if "error" in e["label"] or "refused" in e["label"] or "failed" in e["label"])
+        errors = (sum(1 for e in anomalies if e.get("error"))
                   + sum(1 for c in self._calls.values() if c.event["outcome"] in ("error", "timeout")))
         return {
             "duration": round(self._duration(), 6),
