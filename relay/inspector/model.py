@@ -26,6 +26,7 @@ no frame toward the client.
 from __future__ import annotations
 
 import base64
+import bisect
 import json
 import statistics
 from dataclasses import dataclass, field
@@ -257,8 +258,12 @@ class SessionModel:
         return event
 
     def _touch(self, event: dict[str, Any], frame_index: int | None = None) -> None:
-        if frame_index is not None and (not event["frames"] or event["frames"][-1] != frame_index):
-            event["frames"].append(frame_index)
+        frames = event["frames"]
+        if frame_index is not None:
+            if not frames or frames[-1] < frame_index:
+                frames.append(frame_index)
+            elif frame_index not in frames:
+                bisect.insort(frames, frame_index)
         self._dirty.add(event["id"])
 
     def _anomaly(self, t: float, message: str, *, source: str, frames: list[int] = (),  # type: ignore[assignment]
@@ -498,8 +503,8 @@ class SessionModel:
             creator = f"relay {str(kind).replace('_', '-')}"
         elif any(c["forwarded"] is not None or self.kind != "relay" for c in self._client_creates):
             creator = "client"
-            self._client_creates.remove(next(c for c in self._client_creates
-                                             if c["forwarded"] is not None or self.kind != "relay"))
+            request = next(c for c in self._client_creates if c["forwarded"] is not None or self.kind != "relay")
+            self._client_creates.remove(request)
         else:
             creator = "server"
         out_of_band = "conversation_id" in data and data.get("conversation_id") is None or kind == "filler"
@@ -507,9 +512,15 @@ class SessionModel:
                             response_id=response_id, status="in_progress", creator=creator,
                             out_of_band=out_of_band, status_details=None)
         self._touch(event, index)
+        if creator == "client":
+            for asked in (request["index"], request["forwarded"]):
+                if asked is not None:
+                    self._touch(event, asked)
         response = _Response(event)
         self._responses[response_id] = response
         if relay_event is not None:
+            for asked in relay_event["frames"]:
+                self._touch(event, asked)
             relay_event["response_id"] = response_id
             relay_event["t1"] = event["t0"]
             self._touch(relay_event, index)
@@ -746,9 +757,16 @@ class SessionModel:
     def _openai_to_client(self, t: float, event_type: str, event: dict[str, Any], index: int) -> None:
         for call_id in _call_ids_in(event):
             call = self._calls.get(call_id)
-            if call is not None and not call.seen_by_client:
+            if call is not None:
                 call.seen_by_client = True
-                self._touch(call.event)
+                self._touch(call.event, index)
+        response_id = event.get("response_id") or _dict(event.get("response")).get("id")
+        if isinstance(response_id, str):
+            self._link_response(response_id, index)
+        item_id = event.get("item_id") or _dict(event.get("item")).get("id")
+        words = self._items_text.get(item_id) if isinstance(item_id, str) else None
+        if words is not None:
+            self._touch(words, index)
         if event_type == "error":
             error = event.get("error") if isinstance(event.get("error"), dict) else {}
             if self._ours(event) or not self.id_prefix:

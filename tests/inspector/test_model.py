@@ -324,5 +324,11 @@ def test_the_demo_recording_builds_a_model_and_a_page(demo_recording: Path) -> N
     assert all(c["output"] and c["handler_ms"] is not None and c["end_to_end_ms"] is not None for c in calls)
     assert {e["kind"] for e in snapshot["events"] if e["lane"] == "relay"} >= {"follow_up", "filler", "declare"}
     assert snapshot["summary"]["turns"] == 4
+    first = events_of(snapshot, "response")[0]       # asked for by the client, through the relay
+    assert first["creator"] == "client"
+    assert [snapshot["frames"][i][1] for i in first["frames"][:2]] == ["client>relay", "relay>upstream"]
+    assert {snapshot["frames"][i][1] for i in first["frames"]} == {"client>relay", "relay>upstream",
+                                                                   "upstream>relay", "relay>client"}
+    assert first["frames"] == sorted(first["frames"])
     assert "no audio crossed the relay" in snapshot["audio_note"]
     assert "demo-provider-key" not in render_page(model)
