@@ -346,7 +346,7 @@ class SessionModel:
             return
         if event_type == "input_audio_buffer.speech_started":
             self.audio["assistant"].restart()
-            turn = self._event(self._new_id("user"), "user_words", "words", t, "(speaking)", role="user",
+            turn = self._event(self._new_id("user"), "user_words", "words", t, "(speech, no transcript)", role="user",
                                text="", item_id=event.get("item_id"))
             self._touch(turn, index)
             self._user_turn = turn

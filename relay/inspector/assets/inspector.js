@@ -243,20 +243,23 @@
   }
 
   function renderLaneEvents(packed, lo, hi) {
-    const out = [];
-    let lastRight = new Map(), cluster = null;
+    // Rows are packed at the current zoom, so events overlap only in a lane's last row, when more
+    // spans overlap than it has rows: there the hidden ones are counted on the one drawn.
+    const drawn = [], lastInRow = new Map();
     for (const e of packed.events) {
       const end = endOf(e);
       if (end < lo || e.t0 > hi) continue;
       const row = packed.rows.get(e.id) || 0;
       const left = x(e.t0);
       const point = e.t1 !== null && e.t1 !== undefined && e.t1 - e.t0 < 1e-9;
-      let width = point ? POINT_PX : Math.max(MIN_EVENT_PX, x(end) - left);
-      const previousRight = lastRight.get(row);
-      if (previousRight !== undefined && left + 1 < previousRight && width < 3 && cluster) {
-        cluster.count += 1; continue;   // many events on the same pixels: one element says how many
-      }
-      lastRight.set(row, left + width);
+      const width = point ? POINT_PX : Math.max(MIN_EVENT_PX, x(end) - left);
+      const last = lastInRow.get(row);
+      if (last && left < last.right - 1) { last.hidden += 1; last.right = Math.max(last.right, left + width); continue; }
+      const item = { e, row, left, width, point, right: left + width, hidden: 0 };
+      lastInRow.set(row, item);
+      drawn.push(item);
+    }
+    return drawn.map(({ e, row, left, width, point, hidden }) => {
       const classes = ["ev", "k-" + e.kind];
       if (point) classes.push("point");
       if (e.status) classes.push("s-" + e.status);
@@ -265,12 +268,11 @@
       if (e.owner && e.owner !== "relay") classes.push("w-client");
       if (e.id === state.selected) classes.push("selected");
       const extra = e.kind === "call" ? ` data-call-id="${escapeHtml(e.call_id)}" data-outcome="${escapeHtml(e.outcome)}"` : "";
-      cluster = { count: 0 };
-      out.push(`<div class="${classes.join(" ")}" data-id="${escapeHtml(e.id)}" data-kind="${e.kind}"${extra}` +
-               ` style="left:${left.toFixed(1)}px;width:${width.toFixed(1)}px;top:${2 + row * ROW_H}px"` +
-               ` title="${escapeHtml(tooltip(e))}">${escapeHtml(eventLabel(e))}</div>`);
-    }
-    return out.join("");
+      const more = hidden ? ` (+${hidden} more under it: zoom in)` : "";
+      return `<div class="${classes.join(" ")}" data-id="${escapeHtml(e.id)}" data-kind="${e.kind}"${extra}` +
+             ` style="left:${left.toFixed(1)}px;width:${width.toFixed(1)}px;top:${2 + row * ROW_H}px"` +
+             ` title="${escapeHtml(tooltip(e) + more)}">${hidden ? `<b>+${hidden}</b> ` : ""}${escapeHtml(eventLabel(e))}</div>`;
+    }).join("");
   }
 
   function eventLabel(e) {
