@@ -332,3 +332,14 @@ def test_the_demo_recording_builds_a_model_and_a_page(demo_recording: Path) -> N
     assert first["frames"] == sorted(first["frames"])
     assert "no audio crossed the relay" in snapshot["audio_note"]
     assert "demo-provider-key" not in render_page(model)
+
+
+def test_a_lower_audio_rate_makes_a_smaller_page_of_the_same_duration(tmp_path: Path) -> None:
+    recording = read_recording(synth.openai_session(tmp_path).path)
+    default, small = build_model(recording), build_model(recording, max_audio_rate=8000)
+    assert (default.audio["caller"].rate, small.audio["caller"].rate) == (12000, 8000)
+    assert len(small.audio_bytes("caller")) * 3 == len(default.audio_bytes("caller")) * 2
+    assert small.audio["caller"].seconds == pytest.approx(default.audio["caller"].seconds) == pytest.approx(3.0)
+    without = build_model(recording, embed_audio=False)
+    assert without.audio_bytes("caller") == b"" and "--no-audio" in (without.audio_note() or "")
+    assert len(render_page(without)) < len(render_page(small)) < len(render_page(default))
