@@ -19,6 +19,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "mock": ("relay.mock.cli", "run the mock realtime upstream (no key, no network)"),
     "replay": ("relay.replay",
                "replay a recorded session against your tools and report what changed"),
+    "inspect": ("relay.inspector.cli",
+                "write a recorded session as one HTML page: a timeline to look at and listen to"),
     "export": ("relay.export",
                "export a recorded conversation as OpenAI chat, Anthropic, Gemini or Vapi JSON"),
     "serve": ("relay.server",

@@ -194,7 +194,16 @@ async def run_demo(*, tools: str, record_dir: str | None, color: bool, out: Any 
     if recordings:
         print(f"\nrecording: {recordings[-1]}", file=out)
         print(f"replay it against the tools: relay replay {recordings[-1]} --tools {tools}", file=out)
+        print(f"see it as a timeline (open in a browser): {write_inspector_page(recordings[-1])}", file=out)
     return 0
+
+
+def write_inspector_page(recording: Path) -> Path:
+    """The session's inspector page, beside its recording."""
+    from relay.inspector import build_model, write_page
+    from relay.recording import read_recording
+
+    return write_page(build_model(read_recording(recording)), recording.with_suffix(".html"))
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

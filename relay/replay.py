@@ -604,6 +604,7 @@ def configure(parser: Any) -> None:
     parser.add_argument("--realtime", action="store_true", help="keep the recorded pacing")
     parser.add_argument("--gate-timeout", type=float, default=DEFAULT_GATE_TIMEOUT,
                         help="seconds to wait for a handler before calling a recorded send missing")
+    parser.add_argument("--html", metavar="PAGE", help="also write the inspector page, divergences marked")
 
 
 def run(args: Any) -> int:
@@ -614,6 +615,9 @@ def run(args: Any) -> int:
                     gate_timeout=args.gate_timeout, progress=progress)
     if progress is not None:
         progress.close()
+    if args.html:
+        from relay.inspector.replay import write_replay_page
+        print(f"inspector page: {write_replay_page(recording, result, args.html)}", file=sys.stderr)
     for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if args.json:

@@ -24,18 +24,22 @@ from tests.packaging.checkout import REPO, clean_copy, fresh_shell_environment
 pytestmark = [pytest.mark.packaging, pytest.mark.timeout(600)]
 
 
-def quick_start_commands(readme: str) -> list[str]:
-    """The shell lines of the first indented block under `## Quick start`, comments removed."""
+def quick_start_blocks(readme: str) -> list[list[str]]:
+    """The shell lines of each indented block under `## Quick start`, comments removed."""
     section = readme.split("\n## Quick start\n", 1)[1].split("\n## ", 1)[0]
-    block = re.search(r"((?:^    \S.*\n)+)", section, flags=re.M)
-    assert block, "no indented command block under ## Quick start"
-    return [line.strip().split("  #")[0].strip() for line in block.group(1).splitlines()]
+    blocks = re.findall(r"((?:^    \S.*\n)+)", section, flags=re.M)
+    assert blocks, "no indented command block under ## Quick start"
+    return [[line.strip().split("  #")[0].strip() for line in block.splitlines()] for block in blocks]
 
 
-def test_the_quick_start_block_says_how_to_get_relay_on_the_path() -> None:
-    commands = quick_start_commands((REPO / "README.md").read_text())
-    assert commands[:2] == ["scripts/demo", "scripts/test"]
-    assert "source .venv/bin/activate" in commands
+def quick_start_commands(readme: str) -> list[str]:
+    return [command for block in quick_start_blocks(readme) for command in block]
+
+
+def test_the_quick_start_is_two_commands_then_says_how_to_get_relay_on_the_path() -> None:
+    blocks = quick_start_blocks((REPO / "README.md").read_text())
+    assert blocks[0] == ["scripts/demo", "scripts/test"]
+    assert "source .venv/bin/activate" in quick_start_commands((REPO / "README.md").read_text())
 
 
 def test_after_the_quick_start_relay_runs_in_a_new_shell(tmp_path: Path) -> None:
