@@ -36,22 +36,12 @@ from urllib.parse import parse_qsl, urlsplit
 import anyio
 from websockets.asyncio.server import Server, ServerConnection
 from websockets.asyncio.server import serve as websocket_serve
-from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from relay import __version__
-from relay.dialects import (
-    DIALECT_CHOICES,
-    OPENAI,
-    OPENAI_BETA,
-    Dialect,
-    DialectError,
-    GeminiDialect,
-    resolve_dialect,
-)
-from relay.dialects.gemini import CLIENT_PATHS as GEMINI_PATHS
-from relay.dialects.gemini import DEFAULT_PATH as GEMINI_PATH
+from relay.dialects import DIALECT_CHOICES, Dialect, DialectError, resolve_dialect
+from relay.dialects.base import TOKEN_SUBPROTOCOL
 from relay.engine import DEFAULT_HISTORY_LIMIT, EngineConfig, Notice
 from relay.engine import Engine, new_engine
 from relay.logs import (
@@ -67,7 +57,14 @@ from relay.logs import (
 from relay.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from relay.metrics import Metrics, TrafficTap
 from relay.recording import RecordingWriter
-from relay.session import DEFAULT_QUEUE_BYTES, SessionEnd, SessionLoop, error_frame
+from relay.policy import (
+    DEFAULT_MAX_CLIENT_EVENTS_PER_SECOND,
+    DEFAULT_MAX_FRAME_BYTES,
+    DEFAULT_QUEUE_BYTES,
+    SHUTDOWN_CODE,
+    EventBudget,
+)
+from relay.session import SessionEnd, SessionLoop
 from relay.tools import (
     DEFAULT_OUTPUT_LIMIT,
     ToolDefinitionError,
@@ -80,14 +77,8 @@ from relay.upstream import DEFAULT_UPSTREAM, TokenProvider, Upstream, UpstreamUn
 
 log = logging.getLogger("relay.server")
 
-REALTIME_PATHS = frozenset({"/v1/realtime", "/openai/v1/realtime", "/openai/realtime"})
 DEFAULT_PORT = 8000
-DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
-# Audio in 20 ms chunks is 50 events a second; even an upload 10x faster than real time stays far below.
-DEFAULT_MAX_CLIENT_EVENTS_PER_SECOND = 1000.0
-TOKEN_SUBPROTOCOL = "openai-insecure-api-key."
 AUTH_TOKEN_ENV = "RELAY_AUTH_TOKEN"
-SHUTDOWN_CODE = 1001
 
 
 class ConfigError(ValueError):
@@ -290,12 +281,8 @@ class RelayServer:
 
     @property
     def url(self) -> str:
-        """The client URL: the OpenAI path (`/v1/realtime`), or the Gemini Live path."""
-        return self.base_url + (GEMINI_PATH if self._gemini else "/v1/realtime")
-
-    @property
-    def _gemini(self) -> bool:
-        return isinstance(self.dialect, GeminiDialect)
+        """The client URL: the dialect's client path (`/v1/realtime`, or the Gemini Live path)."""
+        return self.base_url + self.dialect.client_path
 
     @property
     def sessions(self) -> dict[str, ProxySession]:
@@ -402,7 +389,7 @@ class RelayServer:
             response = connection.respond(HTTPStatus.OK, self.metrics.render(open_sessions=len(self._sessions)))
             _set_header(response, "Content-Type", METRICS_CONTENT_TYPE)
             return response
-        if path not in (GEMINI_PATHS if self._gemini else REALTIME_PATHS):
+        if path not in self.dialect.client_paths:
             return self._refuse(connection, HTTPStatus.NOT_FOUND,
                                 f"no realtime endpoint at {path}; connect to {urlsplit(self.url).path}")
         if not any("websocket" in value.lower() for value in request.headers.get_all("Upgrade")):
@@ -416,9 +403,8 @@ class RelayServer:
             if offered and any(origin not in origins for origin in offered):
                 return self._refuse(connection, HTTPStatus.FORBIDDEN, "this origin is not allowed")
         if self.config.auth_token and not self._authorized(request):
-            forms = ("x-goog-api-key, the key query parameter, Authorization: Bearer" if self._gemini else
-                     f"Authorization: Bearer, api-key, or the {TOKEN_SUBPROTOCOL}<token> subprotocol")
-            response = self._refuse(connection, HTTPStatus.UNAUTHORIZED, f"missing or wrong relay token ({forms})")
+            response = self._refuse(connection, HTTPStatus.UNAUTHORIZED,
+                                    f"missing or wrong relay token ({self.dialect.client_auth_forms})")
             _set_header(response, "WWW-Authenticate", 'Bearer realm="relay"')
             return response
         if any(name.lower() == "call_id" for name, _ in parse_qsl(urlsplit(request.path).query)):
@@ -438,16 +424,17 @@ class RelayServer:
             "message": message}})
 
     def _authorized(self, request: Request) -> bool:
-        """The relay token in any form a client of this dialect can send it. Gemini clients send
-        their API key: the google-genai SDK as `x-goog-api-key`, browsers as `?key=`."""
+        """The relay token in any form a client of this dialect can send it: a Bearer token, the
+        dialect's key headers and query parameters, the token subprotocol."""
         assert self.config.auth_token is not None
-        headers = request.headers
+        headers, dialect = request.headers, self.dialect
         expected = self.config.auth_token.encode("utf-8", "surrogatepass")
         presented = [v[7:].strip() for v in headers.get_all("Authorization") if v[:7].lower() == "bearer "]
-        presented += headers.get_all("api-key")
-        if self._gemini:
-            presented += headers.get_all("x-goog-api-key")
-            presented += [value for name, value in parse_qsl(urlsplit(request.path).query) if name == "key"]
+        for name in dialect.client_key_headers:
+            presented += headers.get_all(name)
+        if dialect.client_key_params:
+            presented += [value for name, value in parse_qsl(urlsplit(request.path).query)
+                          if name in dialect.client_key_params]
         presented += [
             p.strip()[len(TOKEN_SUBPROTOCOL):]
             for value in headers.get_all("Sec-WebSocket-Protocol") for p in value.split(",")
@@ -466,12 +453,6 @@ class RelayServer:
         }
 
     # ---- sessions ----------------------------------------------------------------------
-    def _session_dialect(self, headers: Headers) -> Dialect:
-        """A client speaking the beta protocol to an OpenAI upstream gets a beta session."""
-        if self.dialect is OPENAI and any("realtime=v1" in v for v in headers.get_all("OpenAI-Beta")):
-            return OPENAI_BETA
-        return self.dialect
-
     async def _serve_client(self, client: ServerConnection) -> None:
         request = client.request
         assert request is not None
@@ -481,7 +462,7 @@ class RelayServer:
             client=client,
             remote=_remote(client),
             path=target.path,
-            dialect=self._session_dialect(request.headers),
+            dialect=self.dialect.for_client(request.headers),
         )
         self._sessions[session.id] = session
         self.metrics.sessions_total += 1
@@ -530,9 +511,8 @@ class RelayServer:
             on_notice=lambda notice: self._on_notice(session, notice),
             max_queue_bytes=self.config.max_queue_bytes,
             close_timeout=1.0,
-            max_client_events_per_second=self.config.max_client_events_per_second or None,
+            client_budget=EventBudget.optional(self.config.max_client_events_per_second),
             redact=self.redactor.frame,
-            error_events=not self._gemini,
         )
         session.loop = loop
         end: SessionEnd | None = None
@@ -546,22 +526,21 @@ class RelayServer:
                     await upstream.close(1011, "relay error")
 
     async def _upstream_unavailable(self, session: ProxySession, message: str) -> SessionEnd:
-        """Tell the client why there is no session, in the protocol's own error shape, and close.
-        Gemini Live has no error message: the close reason says it."""
+        """Tell the client why there is no session, in the protocol's own error event, and close.
+        A protocol without one (Gemini Live) has the close reason say it."""
         self.metrics.count_error("relay", UpstreamUnavailable.code)
         log.warning("upstream unavailable: %s", message, extra={"session_id": session.id})
-        if self._gemini:
-            try:
-                await session.client.close(1011, f"upstream unavailable: {message}"[:120])
-            except ConnectionClosed:
-                pass
-            return SessionEnd("relay", 1011, "upstream unavailable")
-        event = error_frame(f"{session.id}_e0", UpstreamUnavailable.code, message, "server_error")
+        event = session.dialect.client_error_event(f"{session.id}_e0", UpstreamUnavailable.code, message,
+                                                   error_type="server_error")
         try:
-            await session.client.send(event)
-            self.metrics.frames["relay>client"] += 1
-            self.metrics.frame_bytes["relay>client"] += len(event)
-            await session.client.close(1011, "upstream unavailable")
+            if event is None:
+                await session.client.close(1011, f"upstream unavailable: {message}"[:120])
+            else:
+                frame = json.dumps(event)
+                await session.client.send(frame)
+                self.metrics.frames["relay>client"] += 1
+                self.metrics.frame_bytes["relay>client"] += len(frame)
+                await session.client.close(1011, "upstream unavailable")
         except ConnectionClosed:
             pass
         return SessionEnd("relay", 1011, "upstream unavailable")

@@ -38,7 +38,8 @@ from relay.engine import DEFAULT_HISTORY_LIMIT, Engine, EngineConfig, Notice, Op
 from relay.logs import LOG_FORMATS, LOG_LEVELS, Redactor, configure_logging, log_notice
 from relay.recording import RecordingWriter
 from relay.server import DEFAULT_MAX_FRAME_BYTES, ConfigError, tool_registry, upstream_dialect
-from relay.session import DEFAULT_QUEUE_BYTES, Peer, SessionEnd, SessionLoop, close_info
+from relay.policy import DEFAULT_QUEUE_BYTES, close_info
+from relay.session import Peer, SessionEnd, SessionLoop, close_quietly
 from relay.tools import DEFAULT_OUTPUT_LIMIT, ToolRegistry, ToolSpec
 from relay.upstream import DEFAULT_UPSTREAM, TokenProvider, Upstream, UpstreamUnavailable
 
@@ -161,7 +162,7 @@ class SidebandLoop(SessionLoop):
             await self.finish("relay", 1011, "sideband lost")
             return
         if self.end is not None:   # stopped while reconnecting
-            await _close_quietly(upstream, DETACHED_CODE, self.end.reason)
+            await close_quietly(upstream, DETACHED_CODE, self.end.reason)
             return
         self.replace_upstream(upstream)
         log.info("sideband reconnected", extra=self._context)
@@ -266,7 +267,7 @@ class Sidecar:
                 upstream = await self._open(reconnecting=False)
         self._connect_scope = None
         if upstream is not None and self._stopping is not None:
-            await _close_quietly(upstream, DETACHED_CODE, self._stopping)
+            await close_quietly(upstream, DETACHED_CODE, self._stopping)
             return None
         return upstream
 
@@ -297,7 +298,7 @@ class Sidecar:
                 recording.close(end.reason if end is not None else "relay error")
             if end is None:   # cancelled, or the loop failed: do not leave the sideband open
                 with anyio.CancelScope(shield=True):
-                    await _close_quietly(loop.upstream, 1011, "relay stopped")
+                    await close_quietly(loop.upstream, 1011, "relay stopped")
             final = end or SessionEnd("relay", 1011, "interrupted")
             log.info("session end", extra={
                 **self.context, "by": final.by, "code": final.code, "reason": final.reason,
@@ -355,13 +356,6 @@ class Sidecar:
         if on_notice is not None:
             on_notice(self.id, notice)
         log_notice(log, notice, **self.context)
-
-
-async def _close_quietly(upstream: Peer, code: int, reason: str) -> None:
-    try:
-        await upstream.close(code, reason[:120])
-    except Exception as exc:  # closing a broken socket is not worth a crash
-        log.debug("close failed: %r", exc)
 
 
 async def attach(call_id: str, tools: ToolSources = (), **options: Any) -> SessionEnd:

@@ -21,7 +21,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
 
 from relay import __version__
-from relay.dialects import GEMINI, Dialect, GeminiDialect
+from relay.dialects import GEMINI, Dialect
 from relay.logs import WEBSOCKET_LOGGER, RedactingLogger, Redactor
 
 DEFAULT_UPSTREAM = "wss://api.openai.com/v1/realtime"
@@ -233,8 +233,7 @@ class Upstream:
                       client_path: str | None = None) -> ClientConnection:
         """Open the provider connection for one session; `UpstreamUnavailable` says why not. A
         Gemini client's API version (from its path) carries over to the upstream URL."""
-        base = dialect.upstream_url(self.url, client_path) if isinstance(dialect, GeminiDialect) else self.url
-        return await self._open(merged_url(base, client_query), dialect)
+        return await self._open(merged_url(dialect.upstream_url(self.url, client_path), client_query), dialect)
 
     async def connect_call(self, dialect: Dialect, call_id: str) -> ClientConnection:
         """Open a sideband connection to a live call (`?call_id=`): it sees the session's events

@@ -117,6 +117,10 @@ class GeminiDialect(Dialect):
     def tool_response(self, function_responses: list[dict[str, Any]]) -> dict[str, Any]:
         return {"toolResponse": {"functionResponses": function_responses}}
 
+    def client_error_event(self, event_id: str, code: str, message: str, **details: Any) -> None:
+        """None: Gemini Live has no error message; the close reason carries it."""
+        return None
+
     def upstream_url(self, url: str, client_path: str | None) -> str:
         """`url` with the API version of the client's path (`v1alpha` features need a v1alpha
         upstream), when both follow the BidiGenerateContent pattern; else `url` unchanged."""
@@ -135,4 +139,12 @@ GEMINI = GeminiDialect(
     auth_header="x-goog-api-key",
     key_env=("GEMINI_API_KEY",),
     default_url=DEFAULT_URL,
+    client_paths=CLIENT_PATHS,
+    client_path=DEFAULT_PATH,
+    # the google-genai SDK sends its key as `x-goog-api-key`, browsers as `?key=`
+    client_key_headers=("api-key", "x-goog-api-key"),
+    client_key_params=("key",),
+    client_auth_forms="x-goog-api-key, the key query parameter, Authorization: Bearer",
+    binary_frames=True,
+    echoes_conversation=False,
 )
