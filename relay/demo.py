@@ -10,7 +10,6 @@ session's recording was written so it can be replayed with `relay replay`.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -195,15 +194,6 @@ async def run_demo(*, tools: str, record_dir: str | None, color: bool, out: Any 
     return 0
 
 
-def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tools", default=str(EXAMPLE_TOOLS), help="tools file (default: examples/tools.py)")
-    parser.add_argument("--record", default="recordings", metavar="DIR",
-                        help="where to write the session's recording (default: ./recordings)")
-    parser.add_argument("--no-record", action="store_true", help="do not record the session")
-    parser.add_argument("--color", choices=("auto", "always", "never"), default="auto")
-
-
-def run(args: argparse.Namespace) -> int:
-    color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
-    record_dir = None if args.no_record else args.record
-    return anyio.run(lambda: run_demo(tools=args.tools, record_dir=record_dir, color=color))
+def run_demo_command(*, tools: str, record_dir: str | None, color: bool) -> int:
+    """`relay demo`: the whole demo, in a new event loop."""
+    return anyio.run(lambda: run_demo(tools=tools, record_dir=record_dir, color=color))

@@ -23,7 +23,6 @@ Everything the export changed, dropped or could not know is listed in `Export.re
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from dataclasses import dataclass, field
@@ -557,33 +556,27 @@ def export_recording(path: str | Path, format: str) -> Export:
     return Export(exported.format, exported.document, notes)
 
 
-# ---- command line ------------------------------------------------------------------------------
+# ---- the command -------------------------------------------------------------------------------
 
 
-def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("recording", help="a relay recording or a plain event log (JSON lines)")
-    parser.add_argument("--format", required=True, choices=FORMATS,
-                        help="the shape of the export")
-    parser.add_argument("--out", metavar="FILE",
-                        help="write the JSON here instead of to standard output")
-
-
-def run(args: argparse.Namespace) -> int:
+def run_export(path: str, format: str, *, out: str | None = None) -> int:
+    """`relay export`: the document to `out` (default: standard output), the report's notes to
+    standard error; 1 when the recording cannot be exported or the file cannot be written."""
     try:
-        exported = export_recording(args.recording, args.format)
+        exported = export_recording(path, format)
     except ExportError as exc:
         print(f"relay export: {exc}", file=sys.stderr)
         return 1
     for note in exported.report:
         print(f"relay export: {note}", file=sys.stderr)
     text = exported.to_json()
-    if args.out is None:
+    if out is None:
         sys.stdout.write(text)
         return 0
     try:
-        Path(args.out).write_text(text, encoding="utf-8")
+        Path(out).write_text(text, encoding="utf-8")
     except OSError as exc:
-        print(f"relay export: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"relay export: cannot write {out}: {exc.strerror or exc}", file=sys.stderr)
         return 1
     return 0
 

@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import anyio
 
@@ -50,9 +50,10 @@ from relay.engine.openai import CLIENT_PASSTHROUGH, UPSTREAM_PASSTHROUGH
 from relay.engine import Engine, new_engine
 from relay.engine.gemini import first_key, is_media_frame
 from relay.engine.sequencer import META_CALLS, META_KIND
-from relay.recording import Frame, Recording, read_recording
+from relay.config import ToolSources, tool_registry
+from relay.recording import Frame, Recording, RecordingError, read_recording
 from relay.runner import HandlerRunner
-from relay.tools import ToolRegistry, ToolSpec
+from relay.tools import ToolRegistry
 
 log = logging.getLogger("relay.replay")
 
@@ -555,22 +556,9 @@ def _clip(text: Any, width: int = 70) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _registry(tools: ToolRegistry | Iterable[ToolSpec | Callable[..., Any] | str]) -> ToolRegistry:
-    if isinstance(tools, ToolRegistry):
-        return tools
-    registry = ToolRegistry()
-    for tool_or_spec in tools:
-        if isinstance(tool_or_spec, str):
-            for spec in ToolRegistry.load([tool_or_spec]):
-                registry.add(spec)
-        else:
-            registry.add(tool_or_spec)
-    return registry
-
-
 async def replay_async(
     path: str | Path | Recording,
-    tools: ToolRegistry | Iterable[ToolSpec | Callable[..., Any] | str] = (),
+    tools: ToolSources = (),
     *,
     dialect: str | Dialect | None = None,
     realtime: bool = False,
@@ -579,7 +567,7 @@ async def replay_async(
 ) -> ReplayResult:
     recording = path if isinstance(path, Recording) else read_recording(path)
     chosen = get_dialect(dialect) if isinstance(dialect, str) else dialect
-    replayer = _Replayer(recording, _registry(tools), dialect=chosen, realtime=realtime,
+    replayer = _Replayer(recording, tool_registry(tools), dialect=chosen, realtime=realtime,
                          gate_timeout=gate_timeout, progress=progress)
     await replayer.run()
     return replayer.result()
@@ -587,35 +575,32 @@ async def replay_async(
 
 def replay(path: str | Path | Recording, tools: Any = (), **options: Any) -> ReplayResult:
     """Replay a recording against `tools` (decorated functions, specs, or `--tools` SPEC strings)
-    and return the calls, what was sent and the divergences. For users' own tests."""
+    and return the calls, what was sent and the divergences. For users' own tests. Tools that
+    cannot be loaded raise `relay.config.ConfigError`."""
     return anyio.run(lambda: replay_async(path, tools, **options))
 
 
-# ---- CLI -----------------------------------------------------------------------------------------
-def configure(parser: Any) -> None:
-    from relay.dialects import DIALECT_CHOICES
-
-    parser.add_argument("recording", help="a relay recording (.jsonl) or a plain event log")
-    parser.add_argument("--tools", action="append", default=[], metavar="SPEC",
-                        help="a .py file or module with @tool functions (repeatable)")
-    parser.add_argument("--dialect", choices=DIALECT_CHOICES, help="override the recording's dialect")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    parser.add_argument("--realtime", action="store_true", help="keep the recorded pacing")
-    parser.add_argument("--gate-timeout", type=float, default=DEFAULT_GATE_TIMEOUT,
-                        help="seconds to wait for a handler before calling a recorded send missing")
-
-
-def run(args: Any) -> int:
-    sys.path.insert(0, str(Path.cwd()))
-    recording = read_recording(args.recording)
+# ---- the command -------------------------------------------------------------------------------
+def run_replay(path: str, tools: ToolRegistry, *, dialect: str | None = None, as_json: bool = False,
+               realtime: bool = False, gate_timeout: float = DEFAULT_GATE_TIMEOUT) -> int:
+    """`relay replay`: print the report (or its JSON); 0 without divergence, 1 with, 2 for a file
+    that cannot be read as a recording."""
+    try:
+        recording = read_recording(path)
+    except OSError as exc:
+        print(f"relay replay: cannot read {path}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except RecordingError as exc:
+        print(f"relay replay: {exc}", file=sys.stderr)
+        return 2
     progress = _ProgressBar(len(recording.frames)) if len(recording.frames) > 2000 and sys.stderr.isatty() else None
-    result = replay(recording, args.tools, dialect=args.dialect, realtime=args.realtime,
-                    gate_timeout=args.gate_timeout, progress=progress)
+    result = replay(recording, tools, dialect=dialect, realtime=realtime, gate_timeout=gate_timeout,
+                    progress=progress)
     if progress is not None:
         progress.close()
     for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    if args.json:
+    if as_json:
         print(json.dumps(result.to_json(), indent=2, ensure_ascii=False))
     else:
         print(render_report(result))
