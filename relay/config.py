@@ -19,7 +19,7 @@ from typing import Any, Callable, Literal, Sequence
 from urllib.parse import urlsplit
 
 from relay import __version__
-from relay.dialects import Dialect, DialectError, GeminiDialect, resolve_dialect
+from relay.dialects import Dialect, DialectError, resolve_dialect
 from relay.engine import DEFAULT_HISTORY_LIMIT, EngineConfig, Notice
 from relay.logs import Redactor
 from relay.policy import (
@@ -192,8 +192,8 @@ class SidecarConfig(EdgeConfig):
 
     def check(self) -> Dialect:
         dialect = super().check()
-        if isinstance(dialect, GeminiDialect):
-            raise ConfigError("Gemini Live has no call sideband: attach works with the OpenAI family only")
+        if not dialect.call_sideband:
+            raise ConfigError(f"the {dialect.name} dialect has no call sideband: attach works with the OpenAI family only")
         if self.reconnect_attempts < 0 or self.reconnect_delay < 0:
             raise ConfigError("--reconnect-attempts and --reconnect-delay must be >= 0")
         return dialect

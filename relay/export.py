@@ -29,16 +29,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, get_args
 
-from relay.dialects.gemini import is_gemini_message
-from relay.engine import CallLedger, CallState, OpenAIEngine, EngineConfig, Owner
+from relay.engine import CallLedger, CallState, Engine, EngineConfig, Owner, new_engine
 from relay.engine.conversation import Conversation, ItemRecord
-from relay.engine import Engine, GeminiEngine
 from relay.recording import (
     CLIENT_TO_RELAY,
     RELAY_TO_UPSTREAM,
     UPSTREAM_TO_RELAY,
     Frame,
-    Recording,
     RecordingError,
     read_recording,
 )
@@ -494,12 +491,14 @@ def export_conversation(
 
 
 def engine_from_recording(path: str | Path) -> tuple[Engine, list[str]]:
-    """An engine fed what the provider saw of a recorded session, and the reader's warnings.
+    """An engine of the recording's dialect fed what the provider saw of a recorded session, and
+    the reader's warnings. It has no tools of its own, so every call and answer is taken as it
+    was.
 
     OpenAI-family providers echo every item the relay or the client created, so their frames
-    alone are the conversation. Gemini Live echoes nothing: its engine also reads what went up
-    (the relay's answers and the client's turns, as sent; for a plain event log, the client's
-    messages), with no tools of its own, so every call and answer is taken as it was."""
+    alone are the conversation. Gemini Live echoes nothing (`Dialect.echoes_conversation`): the
+    engine also reads what went up, as a client's frames (the relay's answers and the client's
+    turns, as sent; for a plain event log, the client's messages)."""
     try:
         recording = read_recording(path)
     except OSError as exc:
@@ -507,33 +506,20 @@ def engine_from_recording(path: str | Path) -> tuple[Engine, list[str]]:
     except RecordingError as exc:
         raise ExportError(str(exc)) from None
     session_id = str((recording.header or {}).get("session_id") or Path(path).stem)
-    if _is_gemini(recording):
-        return _gemini_engine(recording, session_id), recording.warnings
-    engine = OpenAIEngine(config=EngineConfig(mode="replay"), session_id=session_id)
-    for frame in recording.frames:
-        if frame.direction == UPSTREAM_TO_RELAY:
-            engine.receive_upstream(_frame_payload(frame), frame.t)
-    return engine, recording.warnings
-
-
-def _is_gemini(recording: Recording) -> bool:
-    dialect = (recording.header or {}).get("dialect")
-    if isinstance(dialect, str):
-        return dialect.startswith("gemini")
-    first = next((frame.event for frame in recording.frames if frame.event is not None), None)
-    return is_gemini_message(first)
-
-
-def _gemini_engine(recording: Recording, session_id: str) -> GeminiEngine:
-    engine = GeminiEngine(config=EngineConfig(mode="proxy", hide_tool_events=False), session_id=session_id)
-    sent_up = RELAY_TO_UPSTREAM if any(f.direction == RELAY_TO_UPSTREAM for f in recording.frames) \
-        else CLIENT_TO_RELAY
+    dialect = recording.dialect
+    sent_up: str | None = None   # the direction of what went up, when the engine reads it too
+    config = EngineConfig(mode="replay")
+    if not dialect.echoes_conversation:
+        config = EngineConfig(mode="proxy", hide_tool_events=False)
+        sent_up = RELAY_TO_UPSTREAM if any(f.direction == RELAY_TO_UPSTREAM for f in recording.frames) \
+            else CLIENT_TO_RELAY
+    engine = new_engine(dialect=dialect, config=config, session_id=session_id)
     for frame in recording.frames:
         if frame.direction == UPSTREAM_TO_RELAY:
             engine.receive_upstream(_frame_payload(frame), frame.t)
         elif frame.direction == sent_up:
             engine.receive_client(_frame_payload(frame), frame.t)
-    return engine
+    return engine, recording.warnings
 
 
 def _frame_payload(frame: Frame) -> str | bytes:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+if TYPE_CHECKING:
+    from relay.dialects.replaying import ReplaySends
 
 # Beta (and Azure preview) event names and their GA equivalents. GA servers still type
 # `conversation.item.created`; it means the same as `added`.
@@ -67,10 +70,12 @@ class Dialect:
     The edges ask the dialect what its clients do: the paths they connect to (`client_paths`,
     `client_path` the one the relay advertises), where they put their key besides
     `Authorization: Bearer` and the token subprotocol (`client_key_headers`,
-    `client_key_params`, described for an error message in `client_auth_forms`), and which
-    dialect a client asking for the beta protocol gets (`beta`). Recordings ask what the
-    upstream sends: JSON in binary frames (`binary_frames`), and whether it echoes every item
-    created, so that its frames alone are the conversation (`echoes_conversation`)."""
+    `client_key_params`, described for an error message in `client_auth_forms`), which dialect
+    a client asking for the beta protocol gets (`beta`), and whether a server can open a second
+    connection to a live call (`call_sideband`, what `relay attach` needs). An export asks
+    whether the upstream echoes every item created, so that its frames alone are the
+    conversation (`echoes_conversation`); a replay, how a recording of this wire is read back
+    (`replay_sends`)."""
 
     name: str
     wire: Literal["ga", "beta", "gemini"]
@@ -85,7 +90,7 @@ class Dialect:
     client_key_params: tuple[str, ...] = ()
     client_auth_forms: str = f"Authorization: Bearer, api-key, or the {TOKEN_SUBPROTOCOL}<token> subprotocol"
     beta: Dialect | None = None
-    binary_frames: bool = False
+    call_sideband: bool = True
     echoes_conversation: bool = True
 
     def for_client(self, headers: HeaderLookup) -> Dialect:
@@ -94,6 +99,13 @@ class Dialect:
         if self.beta is not None and any("realtime=v1" in value for value in headers.get_all("OpenAI-Beta")):
             return self.beta
         return self
+
+    def replay_sends(self, id_prefix: str | None) -> ReplaySends:
+        """What replay compares of the frames sent to this wire's upstream, for a relay whose own
+        event ids start with `id_prefix` (see relay.dialects.replaying)."""
+        from relay.dialects.replaying import OpenAISends   # it reads the engine's names; see there
+
+        return OpenAISends(id_prefix)
 
     def upstream_url(self, url: str, client_path: str | None) -> str:
         """The upstream URL for a client that connected to `client_path`: the configured one."""
