@@ -52,20 +52,18 @@ class Handshake:
             return self._refuse(connection, HTTPStatus.NOT_FOUND,
                                 f"no realtime endpoint at {path}; connect to {self.dialect.client_path}")
         if not any("websocket" in value.lower() for value in request.headers.get_all("Upgrade")):
-            response = self._refuse(connection, HTTPStatus.UPGRADE_REQUIRED,
-                                    f"{path} is a WebSocket endpoint; connect with a realtime client")
-            _set_header(response, "Upgrade", "websocket")
-            return response
+            return self._refuse(connection, HTTPStatus.UPGRADE_REQUIRED,
+                                f"{path} is a WebSocket endpoint; connect with a realtime client",
+                                Upgrade="websocket")
         origins = self.config.allow_origins
         if origins:
             offered = request.headers.get_all("Origin")
             if offered and any(origin not in origins for origin in offered):
                 return self._refuse(connection, HTTPStatus.FORBIDDEN, "this origin is not allowed")
         if self.config.auth_token and not self._authorized(request):
-            response = self._refuse(connection, HTTPStatus.UNAUTHORIZED,
-                                    f"missing or wrong relay token ({self.dialect.client_auth_forms})")
-            _set_header(response, "WWW-Authenticate", 'Bearer realm="relay"')
-            return response
+            return self._refuse(connection, HTTPStatus.UNAUTHORIZED,
+                                f"missing or wrong relay token ({self.dialect.client_auth_forms})",
+                                **{"WWW-Authenticate": 'Bearer realm="relay"'})
         if any(name.lower() == "call_id" for name, _ in parse_qsl(urlsplit(request.path).query)):
             # with the relay's key, a call_id would join any live call of the account: sideband
             # connections are `relay attach`'s business, never a proxied client's
@@ -74,13 +72,17 @@ class Handshake:
                                 "(attach to a live call with `relay attach`)")
         return None
 
-    def _refuse(self, connection: ServerConnection, status: HTTPStatus, message: str) -> Response:
+    def _refuse(self, connection: ServerConnection, status: HTTPStatus, message: str, **headers: str) -> Response:
+        """A JSON error response (with `headers`), counted and logged."""
         self.metrics.handshakes_refused[status.value] += 1
         log.info("handshake refused: %s", message, extra={
             "status": status.value, "remote": remote_address(connection)})
-        return _json_response(connection, status, {"error": {
+        response = _json_response(connection, status, {"error": {
             "type": "invalid_request_error", "code": status.phrase.lower().replace(" ", "_"),
             "message": message}})
+        for name, value in headers.items():
+            _set_header(response, name, value)
+        return response
 
     def _authorized(self, request: Request) -> bool:
         """The relay token in any form a client of this dialect can send it: a Bearer token, the

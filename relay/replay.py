@@ -262,6 +262,14 @@ class _Replayer:
             self._apply(self.engine.tick(self.now))
         self.now = max(self.now, moment)
 
+    def _fire_next_timer(self) -> bool:
+        """Move virtual time to the engine's next deadline; False when it has none."""
+        deadline = self.engine.next_deadline()
+        if deadline is None:
+            return False
+        self._advance_to(deadline)
+        return True
+
     # -- gating --
     def _take(self, key: Key) -> dict[str, Any] | None:
         for index, (candidate, event) in enumerate(self.unmatched):
@@ -285,10 +293,8 @@ class _Replayer:
             waiting_on_handlers = self._runner is not None and self._runner.running > 0
             if not waiting_on_handlers:
                 # nothing running: only a timer could still make the relay send it
-                deadline_virtual = self.engine.next_deadline()
-                if deadline_virtual is None:
+                if not self._fire_next_timer():
                     break
-                self._advance_to(deadline_virtual)
                 produced = self._take(key)
                 continue
             remaining = deadline - time.monotonic()
@@ -358,10 +364,8 @@ class _Replayer:
             if not self._runner.running:
                 break
         for _ in range(100):
-            deadline_virtual = self.engine.next_deadline()
-            if deadline_virtual is None:
+            if not self._fire_next_timer():
                 break
-            self._advance_to(deadline_virtual)
 
     def result(self) -> ReplayResult:
         calls = []

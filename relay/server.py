@@ -297,15 +297,7 @@ class RelayServer(EdgeRuntime):
             redact=self.redactor.frame,
         )
         session.loop = loop
-        end: SessionEnd | None = None
-        try:
-            end = await loop.run()
-            return end
-        finally:
-            tap.close(end.reason if end is not None else "relay error")
-            if end is None:   # the loop failed: do not leave the provider connection open
-                with anyio.move_on_after(1.0, shield=True):
-                    await upstream.close(1011, "relay error")
+        return await loop.run_closing_upstream(tap.close)
 
     async def _upstream_unavailable(self, session: ProxySession, message: str) -> SessionEnd:
         """Tell the client why there is no session, in the protocol's own error event, and close.

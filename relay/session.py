@@ -24,17 +24,8 @@ import anyio
 import anyio.abc
 from websockets.exceptions import ConnectionClosed
 
-from relay.engine import (
-    Action,
-    CancelHandler,
-    Close,
-    Notice,
-    Outcome,
-    SendClient,
-    SendUpstream,
-    StartHandler,
-)
-from relay.engine import Engine
+from relay.engine import Action, CancelHandler, Close, Engine, Notice, Outcome, SendClient, SendUpstream
+from relay.engine import StartHandler
 from relay.policy import (
     BAD_GATEWAY,
     DEFAULT_QUEUE_BYTES,
@@ -204,6 +195,18 @@ class SessionLoop:
             self.started.set()
         assert self.end is not None
         return self.end
+
+    async def run_closing_upstream(self, on_end: Callable[[str], None]) -> SessionEnd:
+        """`run`, then `on_end(reason)` however it ended. A loop that failed or was cancelled
+        closes the upstream itself (1011), so that no provider connection is left open."""
+        end: SessionEnd | None = None
+        try:
+            end = await self.run()
+            return end
+        finally:
+            on_end(end.reason if end is not None else "relay error")
+            if end is None:
+                await close_quietly(self.upstream, 1011, "relay error", self.close_timeout)
 
     async def finish(self, by: str, code: int, reason: str) -> None:
         """End the session: tell the engine, close both sockets, stop every task."""

@@ -231,14 +231,9 @@ class Sidecar:
         self.attached.set()
         end: SessionEnd | None = None
         try:
-            end = await loop.run()
+            end = await loop.run_closing_upstream(recording.close if recording is not None else lambda reason: None)
             return end
         finally:
-            if recording is not None:
-                recording.close(end.reason if end is not None else "relay error")
-            if end is None:   # cancelled, or the loop failed: do not leave the sideband open
-                with anyio.CancelScope(shield=True):
-                    await close_quietly(loop.upstream, 1011, "relay stopped")
             final = end or SessionEnd("relay", 1011, "interrupted")
             log.info("session end", extra={
                 **self.context, "by": final.by, "code": final.code, "reason": final.reason,

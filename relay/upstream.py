@@ -23,6 +23,7 @@ from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
 from relay import __version__
 from relay.dialects import GEMINI, Dialect
 from relay.logs import WEBSOCKET_LOGGER, RedactingLogger, Redactor
+from relay.recording import upstream_host
 
 DEFAULT_UPSTREAM = "wss://api.openai.com/v1/realtime"
 # Query parameters that carry a client's credentials (Azure accepts `api-key` in the query).
@@ -122,16 +123,9 @@ def key_from_environment(dialect: Dialect, environ: dict[str, str] | None = None
 
 
 def display_host(url: str) -> str:
-    """`host[:port]` of a URL: enough to say which upstream failed, never its user info or query."""
-    parts = urlsplit(url)
-    host = parts.hostname or "?"
-    if ":" in host:
-        host = f"[{host}]"
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    return f"{host}:{port}" if port else host
+    """`host[:port]` of a URL: enough to say which upstream failed, never its user info or query
+    (`?` when it names no host)."""
+    return upstream_host(url) or "?"
 
 
 def merged_url(base: str, client_query: Iterable[tuple[str, str]]) -> str:

@@ -58,6 +58,14 @@ class ReplaySends:
     @staticmethod
     def describe(key: Key) -> str:
         """A send's key in words, for the report."""
+        if key[0] == "output":
+            return f"output of {key[1]}"
+        if key[0] == "answer":
+            return f"answer {int(key[2]) + 1} to {key[1]}"
+        if key[0] == "update":
+            return "streaming update"
+        if key[0] == "response.create":
+            return f"{key[1].replace('_', '-')} response for {key[2] or 'no call'}"
         return key[0]
 
     @staticmethod
@@ -115,16 +123,6 @@ class OpenAISends(ReplaySends):
             metadata = (event.get("response") or {}).get("metadata") or {}
             return ("response.create", str(metadata.get(META_KIND)), str(metadata.get(META_CALLS)))
         return (str(event_type),)
-
-    @staticmethod
-    def describe(key: Key) -> str:
-        if key[0] == "output":
-            return f"output of {key[1]}"
-        if key[0] == "update":
-            return "streaming update"
-        if key[0] == "response.create":
-            return f"{key[1].replace('_', '-')} response for {key[2] or 'no call'}"
-        return key[0]
 
     @staticmethod
     def answer(key: Key, part: dict[str, Any]) -> Answer | None:
@@ -193,12 +191,6 @@ class GeminiSends(ReplaySends):
                 self._answers[response["id"]] = count + 1
                 sent.append((("answer", response["id"], str(count)), response))
         return sent
-
-    @staticmethod
-    def describe(key: Key) -> str:
-        if key[0] == "answer":
-            return f"answer {int(key[2]) + 1} to {key[1]}"
-        return key[0]
 
     @staticmethod
     def answer(key: Key, part: dict[str, Any]) -> Answer | None:
