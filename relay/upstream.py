@@ -265,6 +265,8 @@ class Upstream:
             message = f"the upstream URL for {self.host} is not a valid WebSocket URL"
         except InvalidHandshake as exc:
             message = f"the upstream {self.host} failed the WebSocket handshake: {exc}"
+        except EOFError:   # websockets before 14.2 does not wrap it in InvalidHandshake
+            message = f"the upstream {self.host} failed the WebSocket handshake: it closed the connection"
         except OSError as exc:
             message = f"cannot reach the upstream {self.host}: {exc.strerror or exc}"
         raise UpstreamUnavailable(self.redactor(message))
