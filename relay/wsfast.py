@@ -2,8 +2,10 @@
 asyncio's internals, so that the dependency pin (`websockets>=14,<18` in pyproject.toml) guards
 this file alone.
 
-Checked against websockets VERSIONS_CHECKED (see below: tests/test_socket_writer.py and the
-session loop's tests, run on each) with CPython 3.11's asyncio. What it touches, beyond
+Checked with CPython 3.11's asyncio against websockets 14.0, 14.1, 14.2, 15.0.1, 16.0, 16.1.1,
+17.0 and 17.4: tests/test_socket_writer.py and tests/test_session_loop.py on each, the whole
+suite on 14.2, 15.0.1, 16.1.1 and 17.4 (on the last two, one test of how websockets prints an
+invalid UTF-8 frame in its debug log fails: it prints hex there). What it touches, beyond
 websockets' documented API:
 
 - `Connection.protocol`: the connection's sans-I/O protocol object; its `send_text`,
@@ -31,8 +33,6 @@ from websockets.protocol import State as WebSocketState
 
 if TYPE_CHECKING:
     from relay.session import FrameQueue
-
-VERSIONS_CHECKED = ("14.0", "14.2", "15.0.1", "16.0", "16.1.1", "17.0", "17.4")
 
 # the most asyncio reads from a socket at once: its default (256 KiB) is over glibc's mmap
 # threshold, so each read could map and unmap a fresh buffer (see read_in_smaller_chunks)
