@@ -11,7 +11,6 @@ written so it can be replayed with `relay replay`.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -206,16 +205,6 @@ def write_inspector_page(recording: Path) -> Path:
     return write_page(build_model(read_recording(recording)), recording.with_suffix(".html"))
 
 
-def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tools", default=EXAMPLE_TOOLS,
-                        help=f"tools file or module (default: {EXAMPLE_TOOLS}, the example tools)")
-    parser.add_argument("--record", default="recordings", metavar="DIR",
-                        help="where to write the session's recording (default: ./recordings)")
-    parser.add_argument("--no-record", action="store_true", help="do not record the session")
-    parser.add_argument("--color", choices=("auto", "always", "never"), default="auto")
-
-
-def run(args: argparse.Namespace) -> int:
-    color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
-    record_dir = None if args.no_record else args.record
-    return anyio.run(lambda: run_demo(tools=args.tools, record_dir=record_dir, color=color))
+def run_demo_command(*, tools: str, record_dir: str | None, color: bool) -> int:
+    """`relay demo`: the whole demo, in a new event loop."""
+    return anyio.run(lambda: run_demo(tools=tools, record_dir=record_dir, color=color))

@@ -23,23 +23,19 @@ Everything the export changed, dropped or could not know is listed in `Export.re
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, get_args
 
-from relay.dialects.gemini import is_gemini_message
-from relay.engine import CallLedger, CallState, OpenAIEngine, EngineConfig, Owner
+from relay.engine import CallLedger, CallState, Engine, EngineConfig, Owner, new_engine
 from relay.engine.conversation import Conversation, ItemRecord
-from relay.engine import Engine, GeminiEngine
 from relay.recording import (
     CLIENT_TO_RELAY,
     RELAY_TO_UPSTREAM,
     UPSTREAM_TO_RELAY,
     Frame,
-    Recording,
     RecordingError,
     read_recording,
 )
@@ -495,12 +491,14 @@ def export_conversation(
 
 
 def engine_from_recording(path: str | Path) -> tuple[Engine, list[str]]:
-    """An engine fed what the provider saw of a recorded session, and the reader's warnings.
+    """An engine of the recording's dialect fed what the provider saw of a recorded session, and
+    the reader's warnings. It has no tools of its own, so every call and answer is taken as it
+    was.
 
     OpenAI-family providers echo every item the relay or the client created, so their frames
-    alone are the conversation. Gemini Live echoes nothing: its engine also reads what went up
-    (the relay's answers and the client's turns, as sent; for a plain event log, the client's
-    messages), with no tools of its own, so every call and answer is taken as it was."""
+    alone are the conversation. Gemini Live echoes nothing (`Dialect.echoes_conversation`): the
+    engine also reads what went up, as a client's frames (the relay's answers and the client's
+    turns, as sent; for a plain event log, the client's messages)."""
     try:
         recording = read_recording(path)
     except OSError as exc:
@@ -508,33 +506,20 @@ def engine_from_recording(path: str | Path) -> tuple[Engine, list[str]]:
     except RecordingError as exc:
         raise ExportError(str(exc)) from None
     session_id = str((recording.header or {}).get("session_id") or Path(path).stem)
-    if _is_gemini(recording):
-        return _gemini_engine(recording, session_id), recording.warnings
-    engine = OpenAIEngine(config=EngineConfig(mode="replay"), session_id=session_id)
-    for frame in recording.frames:
-        if frame.direction == UPSTREAM_TO_RELAY:
-            engine.receive_upstream(_frame_payload(frame), frame.t)
-    return engine, recording.warnings
-
-
-def _is_gemini(recording: Recording) -> bool:
-    dialect = (recording.header or {}).get("dialect")
-    if isinstance(dialect, str):
-        return dialect.startswith("gemini")
-    first = next((frame.event for frame in recording.frames if frame.event is not None), None)
-    return is_gemini_message(first)
-
-
-def _gemini_engine(recording: Recording, session_id: str) -> GeminiEngine:
-    engine = GeminiEngine(config=EngineConfig(mode="proxy", hide_tool_events=False), session_id=session_id)
-    sent_up = RELAY_TO_UPSTREAM if any(f.direction == RELAY_TO_UPSTREAM for f in recording.frames) \
-        else CLIENT_TO_RELAY
+    dialect = recording.dialect
+    sent_up: str | None = None   # the direction of what went up, when the engine reads it too
+    config = EngineConfig(mode="replay")
+    if not dialect.echoes_conversation:
+        config = EngineConfig(mode="proxy", hide_tool_events=False)
+        sent_up = RELAY_TO_UPSTREAM if any(f.direction == RELAY_TO_UPSTREAM for f in recording.frames) \
+            else CLIENT_TO_RELAY
+    engine = new_engine(dialect=dialect, config=config, session_id=session_id)
     for frame in recording.frames:
         if frame.direction == UPSTREAM_TO_RELAY:
             engine.receive_upstream(_frame_payload(frame), frame.t)
         elif frame.direction == sent_up:
             engine.receive_client(_frame_payload(frame), frame.t)
-    return engine
+    return engine, recording.warnings
 
 
 def _frame_payload(frame: Frame) -> str | bytes:
@@ -557,33 +542,27 @@ def export_recording(path: str | Path, format: str) -> Export:
     return Export(exported.format, exported.document, notes)
 
 
-# ---- command line ------------------------------------------------------------------------------
+# ---- the command -------------------------------------------------------------------------------
 
 
-def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("recording", help="a relay recording or a plain event log (JSON lines)")
-    parser.add_argument("--format", required=True, choices=FORMATS,
-                        help="the shape of the export")
-    parser.add_argument("--out", metavar="FILE",
-                        help="write the JSON here instead of to standard output")
-
-
-def run(args: argparse.Namespace) -> int:
+def run_export(path: str, format: str, *, out: str | None = None) -> int:
+    """`relay export`: the document to `out` (default: standard output), the report's notes to
+    standard error; 1 when the recording cannot be exported or the file cannot be written."""
     try:
-        exported = export_recording(args.recording, args.format)
+        exported = export_recording(path, format)
     except ExportError as exc:
         print(f"relay export: {exc}", file=sys.stderr)
         return 1
     for note in exported.report:
         print(f"relay export: {note}", file=sys.stderr)
     text = exported.to_json()
-    if args.out is None:
+    if out is None:
         sys.stdout.write(text)
         return 0
     try:
-        Path(args.out).write_text(text, encoding="utf-8")
+        Path(out).write_text(text, encoding="utf-8")
     except OSError as exc:
-        print(f"relay export: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"relay export: cannot write {out}: {exc.strerror or exc}", file=sys.stderr)
         return 1
     return 0
 

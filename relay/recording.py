@@ -30,7 +30,9 @@ from typing import Any, BinaryIO, Literal, TypeGuard
 from urllib.parse import urlsplit
 
 from relay import __version__
+from relay.dialects import DIALECTS, GEMINI, OPENAI, Dialect
 from relay.dialects.base import CLIENT_EVENT_TYPES
+from relay.dialects.gemini import is_gemini_message
 
 FORMAT_NAME = "relay-recording"
 FORMAT_VERSION = 1
@@ -472,6 +474,17 @@ class Recording:
     path: Path
     kind: Literal["relay", "event-log"]
     end: dict[str, Any] | None = None  # the end line's object, when the writer was closed
+
+    @property
+    def dialect(self) -> Dialect:
+        """The wire the session spoke: the header's dialect; for a plain event log (or a header
+        without a dialect this relay knows), Gemini Live when its first event is a Gemini message
+        (no `type`), else OpenAI."""
+        name = (self.header or {}).get("dialect")
+        if isinstance(name, str) and name in DIALECTS:
+            return DIALECTS[name]
+        first = next((frame.event for frame in self.frames if frame.event is not None), None)
+        return GEMINI if is_gemini_message(first) else OPENAI
 
 
 def read_recording(path: str | Path, *, directions: Iterable[str] | None = None) -> Recording:

@@ -14,12 +14,12 @@ or `changed` (both, different), with a readable diff. Forwarded client frames ar
 and are not compared. Plain event logs (server events only, like ../shared/recordings) replay
 without gating and report what the relay would have done.
 
-Gemini Live recordings (header dialect `gemini`, or an event log of Gemini messages) replay on a
-`GeminiEngine`, with the server's binary frames as they were. There the relay's sends are its
-answers, one `FunctionResponse` at a time, matched by call id and by their order for that call
-(a streaming tool answers several times), and the setup it forwarded with its declarations.
-Gemini frames carry no ids the relay chose, so answers forwarded from the client are matched too;
-they come out the same as long as the client's frames do.
+The recording says its dialect (`Recording.dialect`), and the dialect says how its frames are
+read back (`Dialect.replay_sends`, relay/dialects/replaying.py): which are fed to the engine, which
+sends are compared and by what key. Gemini Live recordings replay on a `GeminiEngine`, with the
+server's binary frames as they were; there the relay's sends are its answers, one
+`FunctionResponse` at a time, matched by call id and by their order for that call, and the setup
+it forwarded with its declarations.
 """
 
 from __future__ import annotations
@@ -32,28 +32,26 @@ import time
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import anyio
 
-from relay.dialects import GEMINI, OPENAI, Dialect, DialectError, GeminiDialect, get_dialect
-from relay.dialects.gemini import field, is_gemini_message, key_of, response_text
+from relay.config import ToolSources, tool_registry
+from relay.dialects import Dialect, get_dialect
+from relay.dialects.replaying import Key, ReplaySends, clip, json_object
 from relay.engine import (
     Action,
     CancelHandler,
+    Engine,
     EngineConfig,
     Outcome,
     SendUpstream,
     StartHandler,
+    new_engine,
 )
-from relay.engine.openai import CLIENT_PASSTHROUGH, UPSTREAM_PASSTHROUGH
-from relay.engine import Engine, new_engine
-from relay.engine.gemini import first_key, is_media_frame
-from relay.engine.sequencer import META_CALLS, META_KIND
-from relay.recording import Frame, Recording, read_recording
+from relay.recording import Frame, Recording, RecordingError, read_recording
 from relay.runner import HandlerRunner
 from relay.tools import ToolRegistry
-from relay.tools.spec import ToolSpec
 
 log = logging.getLogger("relay.replay")
 
@@ -61,7 +59,6 @@ RELAY_SENT = "relay>upstream"
 UPSTREAM = "upstream>relay"
 CLIENT = "client>relay"
 DEFAULT_GATE_TIMEOUT = 10.0
-_AUDIO_TYPES = UPSTREAM_PASSTHROUGH | CLIENT_PASSTHROUGH
 
 
 @dataclass
@@ -124,88 +121,9 @@ class ReplayResult:
 
 
 # ---- matching what was sent ---------------------------------------------------------------------
-def send_key(event: dict[str, Any], id_prefix: str | None) -> tuple[str, ...] | None:
-    """What a relay-originated frame is, independent of the ids the relay chose; None for a
-    forwarded client frame (not compared)."""
-    event_type = event.get("type")
-    event_id = str(event.get("event_id") or "")
-    ours = id_prefix is not None and event_id.startswith(f"{id_prefix}_e")
-    if event_type == "conversation.item.create":
-        item = event.get("item") or {}
-        if ours and item.get("type") == "function_call_output":
-            return ("output", str(item.get("call_id")))
-        if ours and item.get("type") == "message":
-            return ("update",)
-        return None
-    if not ours:
-        return None
-    if event_type == "response.create":
-        metadata = (event.get("response") or {}).get("metadata") or {}
-        return ("response.create", str(metadata.get(META_KIND)), str(metadata.get(META_CALLS)))
-    return (str(event_type),)
-
-
-Sent = tuple[tuple[str, ...], dict[str, Any]]   # what a send is (its key), and the part compared
-
-
-def openai_sends(id_prefix: str | None) -> Callable[[dict[str, Any]], list[Sent]]:
-    """The relay-originated part of an OpenAI-family frame: the whole event, when it is ours."""
-    def sends(event: dict[str, Any]) -> list[Sent]:
-        key = send_key(event, id_prefix)
-        return [] if key is None else [(key, event)]
-    return sends
-
-
-class GeminiSends:
-    """The comparable parts of a frame sent to a Gemini upstream: the setup, and each answer,
-    numbered per call in the order sent (the n-th answer recorded meets the n-th replayed)."""
-
-    def __init__(self) -> None:
-        self._answers: dict[str, int] = {}
-
-    def __call__(self, event: dict[str, Any]) -> list[Sent]:
-        setup_key = key_of(event, "setup")
-        if setup_key is not None and isinstance(event[setup_key], dict):
-            return [(("setup",), event[setup_key])]
-        responses = field(field(event, "toolResponse"), "functionResponses")
-        sent: list[Sent] = []
-        for response in responses if isinstance(responses, list) else []:
-            if isinstance(response, dict) and isinstance(response.get("id"), str):
-                count = self._answers.get(response["id"], 0)
-                self._answers[response["id"]] = count + 1
-                sent.append((("answer", response["id"], str(count)), response))
-        return sent
-
-
-def describe_key(key: tuple[str, ...]) -> str:
-    if key[0] == "output":
-        return f"output of {key[1]}"
-    if key[0] == "answer":
-        return f"answer {int(key[2]) + 1} to {key[1]}"
-    if key[0] == "update":
-        return "streaming update"
-    if key[0] == "response.create":
-        return f"{key[1].replace('_', '-')} response for {key[2] or 'no call'}"
-    return key[0]
-
-
-def comparable(event: dict[str, Any]) -> dict[str, Any]:
-    """The part of a relay frame that must match: ids the relay chose are left out."""
-    event_type = event.get("type")
-    if event_type == "conversation.item.create":
-        item = {k: v for k, v in (event.get("item") or {}).items() if k not in ("id", "created_at")}
-        return {"type": event_type, "item": item}
-    if event_type == "response.create":
-        response = dict(event.get("response") or {})
-        metadata = {k: v for k, v in (response.get("metadata") or {}).items() if k != "relay_event"}
-        response["metadata"] = metadata
-        return {"type": event_type, "response": response}
-    return {k: v for k, v in event.items() if k not in ("event_id", "response_id")}
-
-
-def diff_of(recorded: dict[str, Any], produced: dict[str, Any]) -> str:
+def diff_of(recorded: dict[str, Any], produced: dict[str, Any], sends: ReplaySends) -> str:
     def lines(event: dict[str, Any]) -> list[str]:
-        shown = comparable(event)
+        shown = sends.compared(event)
         item = shown.get("item")
         if isinstance(item, dict) and isinstance(item.get("output"), str):
             # outputs are usually JSON text: show them structured so the diff points at the field
@@ -274,13 +192,12 @@ class _Replayer:
             declare_tools=bool(header.get("declare_tools", mode == "proxy")),
             unknown_tools=header.get("unknown_tools", "client"),
         )
-        dialect = dialect or _recording_dialect(recording)
-        self.gemini = isinstance(dialect, GeminiDialect)
+        dialect = dialect or recording.dialect
         self.engine = new_engine(registry, dialect=dialect, config=config,
                                  session_id=str(header.get("session_id", recording.path.stem)),
                                  id_prefix=self.id_prefix or "replay")
-        self._produced_sends = GeminiSends() if self.gemini else openai_sends(self.engine.id_prefix)
-        self._recorded_sends = GeminiSends() if self.gemini else openai_sends(self.id_prefix)
+        self._produced_sends = dialect.replay_sends(self.engine.id_prefix)
+        self._recorded_sends = dialect.replay_sends(self.id_prefix)
         self.base_time = _epoch(header.get("started_at"))
         self.now = self.base_time
         self.realtime = realtime
@@ -288,7 +205,7 @@ class _Replayer:
         self.progress = progress
         self.ids = _IdMap(self.id_prefix)
         self.produced: list[dict[str, Any]] = []          # every SendUpstream, in order
-        self.unmatched: list[tuple[tuple[str, ...], dict[str, Any]]] = []
+        self.unmatched: list[tuple[Key, dict[str, Any]]] = []
         self.divergences: list[Divergence] = []
         self.timeline: list[str] = []
         self.recorded_outputs: dict[str, str] = {}
@@ -299,7 +216,7 @@ class _Replayer:
     def _apply(self, actions: list[Action]) -> None:
         for action in actions:
             if isinstance(action, SendUpstream):
-                event = _json_object(action.frame)   # Gemini forwards a client's malformed frame as it is
+                event = json_object(action.frame)   # Gemini forwards a client's malformed frame as it is
                 if event is None:
                     continue
                 self.produced.append(event)
@@ -317,17 +234,13 @@ class _Replayer:
                     self._runner.cancel(action.call_id)
                 self.timeline.append(f"{self._t():9.3f}  cancel {action.call_id}: {action.reason}")
 
-    def _note_send(self, event: dict[str, Any], key: tuple[str, ...]) -> None:
-        if key[0] == "answer":
-            final = "interim" if field(event, "willContinue") is True else "final"
-            self.timeline.append(f"{self._t():9.3f}  send  answer {key[1]} [{final}] "
-                                 f"{_clip(response_text(event.get('response')))}")
-        elif key[0] == "output":
-            item = event["item"]
-            self.timeline.append(f"{self._t():9.3f}  send  output {item['call_id']} "
-                                 f"[{item.get('status')}] {_clip(item.get('output', ''))}")
+    def _note_send(self, event: dict[str, Any], key: Key) -> None:
+        answer = self._produced_sends.answer(key, event)
+        if answer is not None:
+            call_id, text, status = answer
+            self.timeline.append(f"{self._t():9.3f}  send  {key[0]} {call_id} [{status}] {clip(text)}")
         else:
-            self.timeline.append(f"{self._t():9.3f}  send  {describe_key(key)}")
+            self.timeline.append(f"{self._t():9.3f}  send  {self._produced_sends.describe(key)}")
 
     def _finished(self, call_id: str, outcome: Outcome) -> None:
         self._apply(self.engine.handler_finished(call_id, outcome, self.now))
@@ -349,8 +262,16 @@ class _Replayer:
             self._apply(self.engine.tick(self.now))
         self.now = max(self.now, moment)
 
+    def _fire_next_timer(self) -> bool:
+        """Move virtual time to the engine's next deadline; False when it has none."""
+        deadline = self.engine.next_deadline()
+        if deadline is None:
+            return False
+        self._advance_to(deadline)
+        return True
+
     # -- gating --
-    def _take(self, key: tuple[str, ...]) -> dict[str, Any] | None:
+    def _take(self, key: Key) -> dict[str, Any] | None:
         for index, (candidate, event) in enumerate(self.unmatched):
             if candidate == key:
                 del self.unmatched[index]
@@ -361,21 +282,19 @@ class _Replayer:
         for key, recorded in self._recorded_sends(recorded_frame):
             await self._gate_one(key, recorded)
 
-    async def _gate_one(self, key: tuple[str, ...], recorded: dict[str, Any]) -> None:
-        if key[0] == "output":
-            self.recorded_outputs[key[1]] = str((recorded.get("item") or {}).get("output"))
-        elif key[0] == "answer":
-            self.recorded_outputs[key[1]] = response_text(recorded.get("response"))
+    async def _gate_one(self, key: Key, recorded: dict[str, Any]) -> None:
+        sends = self._recorded_sends
+        answer = sends.answer(key, recorded)
+        if answer is not None:
+            self.recorded_outputs[answer[0]] = answer[1]
         produced = self._take(key)
         deadline = time.monotonic() + self.gate_timeout
         while produced is None:
             waiting_on_handlers = self._runner is not None and self._runner.running > 0
             if not waiting_on_handlers:
                 # nothing running: only a timer could still make the relay send it
-                deadline_virtual = self.engine.next_deadline()
-                if deadline_virtual is None:
+                if not self._fire_next_timer():
                     break
-                self._advance_to(deadline_virtual)
                 produced = self._take(key)
                 continue
             remaining = deadline - time.monotonic()
@@ -385,15 +304,16 @@ class _Replayer:
             with anyio.move_on_after(remaining):
                 await self._progress.wait()
             produced = self._take(key)
+        what = sends.describe(key)
         if produced is None:
-            self.divergences.append(Divergence("missing", describe_key(key), recorded, None))
-            self.timeline.append(f"{self._t():9.3f}  MISSING {describe_key(key)}")
+            self.divergences.append(Divergence("missing", what, recorded, None))
+            self.timeline.append(f"{self._t():9.3f}  MISSING {what}")
             return
         self.ids.learn(recorded, produced)
-        if comparable(recorded) != comparable(produced):
-            self.divergences.append(Divergence("changed", describe_key(key), recorded, produced,
-                                               diff_of(recorded, produced)))
-            self.timeline.append(f"{self._t():9.3f}  CHANGED {describe_key(key)}")
+        if sends.compared(recorded) != sends.compared(produced):
+            self.divergences.append(Divergence("changed", what, recorded, produced,
+                                               diff_of(recorded, produced, sends)))
+            self.timeline.append(f"{self._t():9.3f}  CHANGED {what}")
 
     # -- the run --
     async def run(self) -> None:
@@ -414,58 +334,25 @@ class _Replayer:
             self._apply(self.engine.close(self.now, "replay finished"))
             task_group.cancel_scope.cancel()
         for key, event in self.unmatched:
-            self.divergences.append(Divergence("extra", describe_key(key), None, event))
+            self.divergences.append(Divergence("extra", self._produced_sends.describe(key), None, event))
 
     async def _play(self, frame: Frame) -> None:
+        sends = self._recorded_sends
         if frame.direction == RELAY_SENT:
-            sent = frame.event
-            if sent is None and self.gemini and frame.binary is not None and \
-                    first_key(frame.binary) in _GEMINI_SENT_KEYS:
-                sent = _json_object(frame.binary)   # a client's answer or setup, forwarded binary
+            sent = sends.sent_event(frame)
             if self.relay_recording and sent is not None:
                 await self._gate(sent)
             return
-        if frame.event is not None and frame.event.get("type") in _AUDIO_TYPES:
-            return  # the engine only forwards audio, and replay has nobody to forward it to
-        text = _frame_payload(frame) if self.gemini else _frame_text(frame)
-        if text is None or (self.gemini and frame.direction == CLIENT and is_media_frame(text, "client")):
+        payload = sends.payload(frame)
+        if payload is None:
             return
         if frame.direction == UPSTREAM:
             if frame.event is not None and self.ids.mapping:
-                text = json.dumps(self.ids.rewrite(frame.event), ensure_ascii=False)
-            self._apply(self.engine.receive_upstream(text, self.now))
-            self._log_upstream(frame)
+                payload = json.dumps(self.ids.rewrite(frame.event), ensure_ascii=False)
+            self._apply(self.engine.receive_upstream(payload, self.now))
+            self.timeline += [f"{self._t():9.3f}  {line}" for line in sends.timeline(frame)]
         elif frame.direction == CLIENT and self.engine.config.has_client:
-            self._apply(self.engine.receive_client(text, self.now))
-
-    def _log_upstream(self, frame: Frame) -> None:
-        if self.gemini:
-            self._log_gemini_upstream(frame)
-            return
-        event = frame.event or {}
-        kind = event.get("type")
-        if kind == "response.done":
-            response = event.get("response") or {}
-            self.timeline.append(f"{self._t():9.3f}  recv  response.done {response.get('id')} "
-                                 f"{response.get('status')}")
-        elif kind == "response.output_item.done" and (event.get("item") or {}).get("type") == "function_call":
-            item = event["item"]
-            self.timeline.append(f"{self._t():9.3f}  recv  call {item.get('name')}({_clip(item.get('arguments', ''))}) "
-                                 f"call_id={item.get('call_id')}")
-
-    def _log_gemini_upstream(self, frame: Frame) -> None:
-        payload = _frame_payload(frame)
-        if payload is None or first_key(payload) not in _GEMINI_CALL_KEYS:
-            return   # decode only what the timeline shows: calls and cancellations
-        message = _json_object(payload)
-        calls = field(field(message, "toolCall"), "functionCalls")
-        for call in calls if isinstance(calls, list) else []:
-            if isinstance(call, dict):
-                self.timeline.append(f"{self._t():9.3f}  recv  call {call.get('name')}"
-                                     f"({_clip(json.dumps(call.get('args')))}) call_id={call.get('id')}")
-        ids = field(field(message, "toolCallCancellation"), "ids")
-        if isinstance(ids, list):
-            self.timeline.append(f"{self._t():9.3f}  recv  cancellation of {', '.join(map(str, ids))}")
+            self._apply(self.engine.receive_client(payload, self.now))
 
     async def _drain(self) -> None:
         """After the last frame: let running handlers finish (bounded) and timers fire."""
@@ -477,10 +364,8 @@ class _Replayer:
             if not self._runner.running:
                 break
         for _ in range(100):
-            deadline_virtual = self.engine.next_deadline()
-            if deadline_virtual is None:
+            if not self._fire_next_timer():
                 break
-            self._advance_to(deadline_virtual)
 
     def result(self) -> ReplayResult:
         calls = []
@@ -498,44 +383,6 @@ class _Replayer:
             anomalies=[a.message for a in self.engine.anomalies], engine=self.engine)
 
 
-def _frame_text(frame: Frame) -> str | None:
-    if frame.event is not None:
-        return json.dumps(frame.event, ensure_ascii=False)
-    if frame.raw is not None:
-        return frame.raw
-    return None
-
-
-def _frame_payload(frame: Frame) -> str | bytes | None:
-    """The frame as text, or its bytes when it was binary (Gemini's server frames)."""
-    return frame.binary if frame.binary is not None else _frame_text(frame)
-
-
-_GEMINI_CALL_KEYS = frozenset({"toolCall", "tool_call", "toolCallCancellation", "tool_call_cancellation"})
-_GEMINI_SENT_KEYS = frozenset({"setup", "toolResponse", "tool_response"})
-
-
-def _json_object(frame: str | bytes) -> dict[str, Any] | None:
-    try:
-        value = json.loads(frame)
-    except (ValueError, RecursionError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def _recording_dialect(recording: Recording) -> Dialect:
-    """The header's dialect; for a plain event log, Gemini when its first event is a Gemini
-    message, else OpenAI."""
-    name = (recording.header or {}).get("dialect")
-    if name is None:
-        first = next((f.event for f in recording.frames if f.event is not None), None)
-        return GEMINI if is_gemini_message(first) else OPENAI
-    try:
-        return get_dialect(str(name))
-    except DialectError:
-        return OPENAI
-
-
 def _epoch(started_at: Any) -> float:
     from datetime import datetime
 
@@ -548,30 +395,12 @@ def _epoch(started_at: Any) -> float:
 
 
 def _args(action: StartHandler) -> str:
-    return _clip(", ".join(f"{k}={v!r}" for k, v in action.arguments.items()), 60)
-
-
-def _clip(text: Any, width: int = 70) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _registry(tools: ToolRegistry | Iterable[ToolSpec | Callable[..., Any] | str]) -> ToolRegistry:
-    if isinstance(tools, ToolRegistry):
-        return tools
-    registry = ToolRegistry()
-    for tool_or_spec in tools:
-        if isinstance(tool_or_spec, str):
-            for spec in ToolRegistry.load([tool_or_spec]):
-                registry.add(spec)
-        else:
-            registry.add(tool_or_spec)
-    return registry
+    return clip(", ".join(f"{k}={v!r}" for k, v in action.arguments.items()), 60)
 
 
 async def replay_async(
     path: str | Path | Recording,
-    tools: ToolRegistry | Iterable[ToolSpec | Callable[..., Any] | str] = (),
+    tools: ToolSources = (),
     *,
     dialect: str | Dialect | None = None,
     realtime: bool = False,
@@ -580,7 +409,7 @@ async def replay_async(
 ) -> ReplayResult:
     recording = path if isinstance(path, Recording) else read_recording(path)
     chosen = get_dialect(dialect) if isinstance(dialect, str) else dialect
-    replayer = _Replayer(recording, _registry(tools), dialect=chosen, realtime=realtime,
+    replayer = _Replayer(recording, tool_registry(tools), dialect=chosen, realtime=realtime,
                          gate_timeout=gate_timeout, progress=progress)
     await replayer.run()
     return replayer.result()
@@ -588,39 +417,35 @@ async def replay_async(
 
 def replay(path: str | Path | Recording, tools: Any = (), **options: Any) -> ReplayResult:
     """Replay a recording against `tools` (decorated functions, specs, or `--tools` SPEC strings)
-    and return the calls, what was sent and the divergences. For users' own tests."""
+    and return the calls, what was sent and the divergences. For users' own tests. Tools that
+    cannot be loaded raise `relay.config.ConfigError`."""
     return anyio.run(lambda: replay_async(path, tools, **options))
 
 
-# ---- CLI -----------------------------------------------------------------------------------------
-def configure(parser: Any) -> None:
-    from relay.dialects import DIALECT_CHOICES
-
-    parser.add_argument("recording", help="a relay recording (.jsonl) or a plain event log")
-    parser.add_argument("--tools", action="append", default=[], metavar="SPEC",
-                        help="a .py file or module with @tool functions (repeatable)")
-    parser.add_argument("--dialect", choices=DIALECT_CHOICES, help="override the recording's dialect")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    parser.add_argument("--realtime", action="store_true", help="keep the recorded pacing")
-    parser.add_argument("--gate-timeout", type=float, default=DEFAULT_GATE_TIMEOUT,
-                        help="seconds to wait for a handler before calling a recorded send missing")
-    parser.add_argument("--html", metavar="PAGE", help="also write the inspector page, divergences marked")
-
-
-def run(args: Any) -> int:
-    sys.path.insert(0, str(Path.cwd()))
-    recording = read_recording(args.recording)
+# ---- the command -------------------------------------------------------------------------------
+def run_replay(path: str, tools: ToolRegistry, *, dialect: str | None = None, as_json: bool = False,
+               realtime: bool = False, gate_timeout: float = DEFAULT_GATE_TIMEOUT, html: str | None = None) -> int:
+    """`relay replay`: print the report (or its JSON); 0 without divergence, 1 with, 2 for a file
+    that cannot be read as a recording."""
+    try:
+        recording = read_recording(path)
+    except OSError as exc:
+        print(f"relay replay: cannot read {path}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except RecordingError as exc:
+        print(f"relay replay: {exc}", file=sys.stderr)
+        return 2
     progress = _ProgressBar(len(recording.frames)) if len(recording.frames) > 2000 and sys.stderr.isatty() else None
-    result = replay(recording, args.tools, dialect=args.dialect, realtime=args.realtime,
-                    gate_timeout=args.gate_timeout, progress=progress)
+    result = replay(recording, tools, dialect=dialect, realtime=realtime, gate_timeout=gate_timeout,
+                    progress=progress)
     if progress is not None:
         progress.close()
-    if args.html:
+    if html:
         from relay.inspector.replay import write_replay_page
-        print(f"inspector page: {write_replay_page(recording, result, args.html)}", file=sys.stderr)
+        print(f"inspector page: {write_replay_page(recording, result, html)}", file=sys.stderr)
     for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    if args.json:
+    if as_json:
         print(json.dumps(result.to_json(), indent=2, ensure_ascii=False))
     else:
         print(render_report(result))
@@ -639,7 +464,7 @@ def render_report(result: ReplayResult) -> str:
             what = "cancelled" if call.outcome == "cancelled" else "not executed"   # Gemini cancels running calls
             lines.append(f"  {call.name} {call.call_id}: {what} ({call.skipped})")
             continue
-        lines.append(f"  {call.name} {call.call_id}: {call.outcome} [{call.status}] -> {_clip(call.output or '')}")
+        lines.append(f"  {call.name} {call.call_id}: {call.outcome} [{call.status}] -> {clip(call.output or '')}")
         if call.follow_up_response_id:
             lines.append(f"      follow-up response: {call.follow_up_response_id}")
     others = [e for e in result.engine.ledger if not e.relay_owned]

@@ -6,202 +6,47 @@ the session.
                         |
                  Engine (GeminiEngine for Gemini) + SessionLoop (one per client)
 
-The handshake decides everything cheap first (path, origin, the relay's own token) so a refused
-client never causes an upstream connection. `/healthz` and `/metrics` share the port. Frames are
-moved by `SessionLoop`; this module only accepts, connects, counts, logs and shuts down.
+The handshake (relay/handshake.py) decides everything cheap first (path, origin, the relay's own
+token) so a refused client never causes an upstream connection; `/healthz` and `/metrics` share
+the port. Frames are moved by `SessionLoop`; this module keeps each session's life: it accepts,
+connects, counts, logs and shuts down. The configuration is relay/config.py's, process control
+relay/process.py's, the command line relay/cli.py's.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import dataclasses
-import hmac
-import ipaddress
 import json
 import logging
 import os
 import secrets
 import signal
-import socket
-import ssl
-import sys
 import time
 from dataclasses import dataclass, field
-from http import HTTPStatus
-from pathlib import Path
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Sequence
 from urllib.parse import parse_qsl, urlsplit
 
 import anyio
 from websockets.asyncio.server import Server, ServerConnection
 from websockets.asyncio.server import serve as websocket_serve
-from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
-from websockets.http11 import Request, Response
 
 from relay import __version__
-from relay.dialects import (
-    DIALECT_CHOICES,
-    OPENAI,
-    OPENAI_BETA,
-    Dialect,
-    DialectError,
-    GeminiDialect,
-    resolve_dialect,
-)
-from relay.dialects.gemini import CLIENT_PATHS as GEMINI_PATHS
-from relay.dialects.gemini import DEFAULT_PATH as GEMINI_PATH
-from relay.engine import DEFAULT_HISTORY_LIMIT, EngineConfig, Notice
-from relay.engine import Engine, new_engine
-from relay.logs import (
-    LOG_FORMATS,
-    LOG_LEVELS,
-    WEBSOCKET_LOGGER,
-    AnomalyLog,
-    RedactingLogger,
-    Redactor,
-    configure_logging,
-    log_notice,
-)
-from relay.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from relay.config import ConfigError, EdgeRuntime, ServerConfig, ToolSources, is_loopback
+from relay.dialects import Dialect
+from relay.engine import Engine, Notice, new_engine
+from relay.handshake import Handshake, remote_address, select_subprotocol
+from relay.logs import WEBSOCKET_LOGGER, AnomalyLog, RedactingLogger, configure_logging, log_notice
 from relay.metrics import Metrics, TrafficTap
+from relay.policy import SHUTDOWN_CODE, EventBudget
+from relay.process import run_until_signalled
 from relay.recording import RecordingWriter
-from relay.session import DEFAULT_QUEUE_BYTES, SessionEnd, SessionLoop, error_frame
-from relay.tools import ToolDefinitionError, ToolLoadError, ToolRegistry
-from relay.tools.loading import load_tools
-from relay.tools.render import DEFAULT_OUTPUT_LIMIT
-from relay.tools.spec import ToolSpec
-from relay.upstream import DEFAULT_UPSTREAM, TokenProvider, Upstream, UpstreamUnavailable, default_upstream
+from relay.session import SessionEnd, SessionLoop
+from relay.upstream import UpstreamUnavailable
+
+__all__ = ["ConfigError", "ProxySession", "RelayServer", "ServerConfig", "run_server", "serve"]
 
 log = logging.getLogger("relay.server")
-
-REALTIME_PATHS = frozenset({"/v1/realtime", "/openai/v1/realtime", "/openai/realtime"})
-DEFAULT_PORT = 8000
-DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
-# Audio in 20 ms chunks is 50 events a second; even an upload 10x faster than real time stays far below.
-DEFAULT_MAX_CLIENT_EVENTS_PER_SECOND = 1000.0
-TOKEN_SUBPROTOCOL = "openai-insecure-api-key."
-AUTH_TOKEN_ENV = "RELAY_AUTH_TOKEN"
-SHUTDOWN_CODE = 1001
-
-
-class ConfigError(ValueError):
-    """The server cannot start with this configuration; the message says what to change."""
-
-
-@dataclass
-class ServerConfig:
-    """Everything `relay serve` takes. `api_key=None` reads the dialect's variable
-    (`OPENAI_API_KEY`, `AZURE_OPENAI_API_KEY`, `GEMINI_API_KEY`) from the environment;
-    `token_provider` (an async callable returning an Entra ID `AccessToken`) replaces the key with
-    refreshed Bearer tokens."""
-
-    upstream: str = ""     # empty: the dialect's endpoint (Gemini Live's for `gemini`), else OpenAI's
-    dialect: str | None = None
-    tools: Sequence[str | ToolSpec | Callable[..., Any]] | ToolRegistry = ()
-    host: str = "127.0.0.1"
-    port: int = DEFAULT_PORT
-    auth_token: str | None = None
-    insecure_no_auth: bool = False
-    allow_origins: Sequence[str] = ()
-    expose_tool_events: bool = False
-    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
-    max_queue_bytes: int = DEFAULT_QUEUE_BYTES
-    max_client_events_per_second: float = DEFAULT_MAX_CLIENT_EVENTS_PER_SECOND
-    open_timeout: float = 10.0
-    drain_seconds: float = 10.0
-    record_dir: str | Path | None = None
-    record_audio: Literal["keep", "drop"] = "keep"
-    api_key: str | None = None
-    token_provider: TokenProvider | None = None
-    output_limit: int = DEFAULT_OUTPUT_LIMIT
-    # recent items, responses and finished calls each session's engine keeps (None: all)
-    history_limit: int | None = DEFAULT_HISTORY_LIMIT
-    reuse_port: bool = False
-    # Serve wss:// with this certificate chain and key (PEM files). The google-genai SDK always
-    # connects with wss://, so a Gemini client reaches the relay only over TLS (here, or in front).
-    tls_cert: str | Path | None = None
-    tls_key: str | Path | None = None
-    # Python API: called with (session id, notice) for every engine notice (tool calls started
-    # and answered, follow-ups, fillers, anomalies, errors): for dashboards, tests and the demo.
-    on_notice: Callable[[str, Notice], None] | None = None
-
-    def __post_init__(self) -> None:
-        if not self.upstream:
-            self.upstream = default_upstream(self.dialect)
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def tool_registry(tools: Sequence[str | ToolSpec | Callable[..., Any]] | ToolRegistry) -> ToolRegistry:
-    """One registry from what a configuration lists: files or modules by name (`--tools`),
-    decorated or plain functions, specs; a registry is used as it is. A tool that cannot be
-    loaded or defined is a ConfigError."""
-    if isinstance(tools, ToolRegistry):
-        return tools
-    registry = ToolRegistry()
-    try:
-        for source in tools:
-            if isinstance(source, str):
-                for spec in load_tools(source):
-                    registry.add(spec)
-            else:
-                registry.add(source)
-    except (ToolLoadError, ToolDefinitionError) as exc:
-        raise ConfigError(str(exc)) from None
-    return registry
-
-
-def upstream_dialect(upstream: str, dialect: str | None) -> Dialect:
-    """The dialect to speak to a ws:// or wss:// upstream: `dialect` if given, else inferred from
-    the URL. ConfigError says what to change."""
-    if urlsplit(upstream).scheme not in ("ws", "wss"):
-        raise ConfigError(f"--upstream must be a ws:// or wss:// URL, not {upstream!r}")
-    try:
-        return resolve_dialect(dialect, upstream)
-    except DialectError as exc:
-        raise ConfigError(str(exc)) from None
-
-
-def _check(config: ServerConfig) -> Dialect:
-    """Refuse a configuration that cannot work or would be unsafe; returns the dialect."""
-    dialect = upstream_dialect(config.upstream, config.dialect)
-    if not config.auth_token and not config.insecure_no_auth and not is_loopback(config.host):
-        raise ConfigError(
-            f"refusing to listen on {config.host} without a client token: anyone who reaches it "
-            f"would use your provider key. Set --auth-token (or {AUTH_TOKEN_ENV}), or pass "
-            "--insecure-no-auth if something in front of the relay authenticates clients"
-        )
-    if config.max_frame_bytes <= 0 or config.max_queue_bytes <= 0:
-        raise ConfigError("frame and queue limits must be positive")
-    if not config.max_client_events_per_second >= 0:
-        raise ConfigError("--max-client-events-per-second must be >= 0 (0: no limit)")
-    if config.drain_seconds < 0 or config.open_timeout <= 0:
-        raise ConfigError("--drain-seconds must be >= 0 and the open timeout > 0")
-    if config.record_audio not in ("keep", "drop"):
-        raise ConfigError(f"--record-audio must be keep or drop, not {config.record_audio!r}")
-    if (config.tls_cert is None) != (config.tls_key is None):
-        raise ConfigError("--tls-cert and --tls-key go together")
-    return dialect
-
-
-def _tls_context(config: ServerConfig) -> ssl.SSLContext | None:
-    if config.tls_cert is None or config.tls_key is None:
-        return None
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    try:
-        context.load_cert_chain(config.tls_cert, config.tls_key)
-    except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(f"cannot use --tls-cert {config.tls_cert} / --tls-key {config.tls_key}: {exc}") from None
-    return context
 
 
 @dataclass
@@ -241,26 +86,25 @@ class ProxySession:
             self._connect_scope.cancel()
 
 
-class RelayServer:
+class RelayServer(EdgeRuntime):
     """The proxy server. Use `async with RelayServer(config) as server:` (stops with a drain on
-    exit) or `await server.serve_forever()` (until `request_stop()` or cancellation)."""
+    exit) or `await server.serve_forever()` (until `request_stop()` or cancellation). Raises
+    ConfigError for a configuration that cannot work or would be unsafe."""
+
+    config: ServerConfig
 
     def __init__(self, config: ServerConfig) -> None:
-        self.dialect = _check(config)
-        self._tls = _tls_context(config)
-        self.tools = tool_registry(config.tools)
-        self.config = config
+        super().__init__(config, secrets=[config.auth_token])
+        self._tls = config.tls_context()
         self.metrics = Metrics()
-        self.redactor = Redactor([config.auth_token])
-        self.upstream = Upstream.configured(config, self.dialect, self.redactor)
-        self._engine_config = EngineConfig(
+        self._engine_config = self.engine_settings(
             mode="proxy",
             hide_tool_events=not config.expose_tool_events,
             declare_tools=True,
             hold_client_creates=True,
-            output_limit=config.output_limit,
-            history_limit=config.history_limit,
         )
+        self._handshake = Handshake(config, self.dialect, self.metrics, health=self.health,
+                                    open_sessions=lambda: len(self._sessions))
         self._sessions: dict[str, ProxySession] = {}
         self._sessions_changed = asyncio.Event()
         self._ws_server: Server | None = None
@@ -286,12 +130,8 @@ class RelayServer:
 
     @property
     def url(self) -> str:
-        """The client URL: the OpenAI path (`/v1/realtime`), or the Gemini Live path."""
-        return self.base_url + (GEMINI_PATH if self._gemini else "/v1/realtime")
-
-    @property
-    def _gemini(self) -> bool:
-        return isinstance(self.dialect, GeminiDialect)
+        """The client URL: the dialect's client path (`/v1/realtime`, or the Gemini Live path)."""
+        return self.base_url + self.dialect.client_path
 
     @property
     def sessions(self) -> dict[str, ProxySession]:
@@ -317,8 +157,8 @@ class RelayServer:
             self._serve_client,
             config.host,
             config.port,
-            process_request=self._process_request,
-            select_subprotocol=_select_subprotocol,
+            process_request=self._handshake.process_request,
+            select_subprotocol=select_subprotocol,
             max_size=config.max_frame_bytes,
             compression=None,   # see Upstream.connect: no per-frame deflate on the relay
             close_timeout=1.0,
@@ -388,86 +228,11 @@ class RelayServer:
             raise RuntimeError("the server is not started")
         return self._address
 
-    # ---- handshake ---------------------------------------------------------------------
-    def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
-        """Answer HTTP endpoints, and refuse a WebSocket client before any upstream work."""
-        path = urlsplit(request.path).path.rstrip("/") or "/"
-        if path == "/healthz":
-            return _json_response(connection, HTTPStatus.OK, self.health())
-        if path == "/metrics":
-            response = connection.respond(HTTPStatus.OK, self.metrics.render(open_sessions=len(self._sessions)))
-            _set_header(response, "Content-Type", METRICS_CONTENT_TYPE)
-            return response
-        if path not in (GEMINI_PATHS if self._gemini else REALTIME_PATHS):
-            return self._refuse(connection, HTTPStatus.NOT_FOUND,
-                                f"no realtime endpoint at {path}; connect to {urlsplit(self.url).path}")
-        if not any("websocket" in value.lower() for value in request.headers.get_all("Upgrade")):
-            response = self._refuse(connection, HTTPStatus.UPGRADE_REQUIRED,
-                                    f"{path} is a WebSocket endpoint; connect with a realtime client")
-            _set_header(response, "Upgrade", "websocket")
-            return response
-        origins = self.config.allow_origins
-        if origins:
-            offered = request.headers.get_all("Origin")
-            if offered and any(origin not in origins for origin in offered):
-                return self._refuse(connection, HTTPStatus.FORBIDDEN, "this origin is not allowed")
-        if self.config.auth_token and not self._authorized(request):
-            forms = ("x-goog-api-key, the key query parameter, Authorization: Bearer" if self._gemini else
-                     f"Authorization: Bearer, api-key, or the {TOKEN_SUBPROTOCOL}<token> subprotocol")
-            response = self._refuse(connection, HTTPStatus.UNAUTHORIZED, f"missing or wrong relay token ({forms})")
-            _set_header(response, "WWW-Authenticate", 'Bearer realm="relay"')
-            return response
-        if any(name.lower() == "call_id" for name, _ in parse_qsl(urlsplit(request.path).query)):
-            # with the relay's key, a call_id would join any live call of the account: sideband
-            # connections are `relay attach`'s business, never a proxied client's
-            return self._refuse(connection, HTTPStatus.BAD_REQUEST,
-                                "call_id is not accepted here: the relay opens new sessions only "
-                                "(attach to a live call with `relay attach`)")
-        return None
-
-    def _refuse(self, connection: ServerConnection, status: HTTPStatus, message: str) -> Response:
-        self.metrics.handshakes_refused[status.value] += 1
-        log.info("handshake refused: %s", message, extra={
-            "status": status.value, "remote": _remote(connection)})
-        return _json_response(connection, status, {"error": {
-            "type": "invalid_request_error", "code": status.phrase.lower().replace(" ", "_"),
-            "message": message}})
-
-    def _authorized(self, request: Request) -> bool:
-        """The relay token in any form a client of this dialect can send it. Gemini clients send
-        their API key: the google-genai SDK as `x-goog-api-key`, browsers as `?key=`."""
-        assert self.config.auth_token is not None
-        headers = request.headers
-        expected = self.config.auth_token.encode("utf-8", "surrogatepass")
-        presented = [v[7:].strip() for v in headers.get_all("Authorization") if v[:7].lower() == "bearer "]
-        presented += headers.get_all("api-key")
-        if self._gemini:
-            presented += headers.get_all("x-goog-api-key")
-            presented += [value for name, value in parse_qsl(urlsplit(request.path).query) if name == "key"]
-        presented += [
-            p.strip()[len(TOKEN_SUBPROTOCOL):]
-            for value in headers.get_all("Sec-WebSocket-Protocol") for p in value.split(",")
-            if p.strip().startswith(TOKEN_SUBPROTOCOL)
-        ]
-        return any(hmac.compare_digest(p.encode("utf-8", "surrogatepass"), expected) for p in presented)
-
+    # ---- health -----------------------------------------------------------------------
     def health(self) -> dict[str, Any]:
-        return {
-            "status": "draining" if self.draining else "ok",
-            "version": __version__,
-            "sessions": len(self._sessions),
-            "upstream": self.upstream.host,
-            "dialect": self.dialect.name,
-            "pid": os.getpid(),
-        }
+        return self.health_fields(draining=self.draining, sessions=len(self._sessions))
 
     # ---- sessions ----------------------------------------------------------------------
-    def _session_dialect(self, headers: Headers) -> Dialect:
-        """A client speaking the beta protocol to an OpenAI upstream gets a beta session."""
-        if self.dialect is OPENAI and any("realtime=v1" in v for v in headers.get_all("OpenAI-Beta")):
-            return OPENAI_BETA
-        return self.dialect
-
     async def _serve_client(self, client: ServerConnection) -> None:
         request = client.request
         assert request is not None
@@ -475,9 +240,9 @@ class RelayServer:
         session = ProxySession(
             id="rs_" + secrets.token_hex(6),
             client=client,
-            remote=_remote(client),
+            remote=remote_address(client),
             path=target.path,
-            dialect=self._session_dialect(request.headers),
+            dialect=self.dialect.for_client(request.headers),
         )
         self._sessions[session.id] = session
         self.metrics.sessions_total += 1
@@ -517,7 +282,9 @@ class RelayServer:
             return SessionEnd("client" if session._closing is None else "relay", code, reason)
         engine = new_engine(self.tools, dialect=session.dialect, config=self._engine_config,
                             session_id=session.id, id_prefix=session.id)
-        tap = TrafficTap(self.metrics, self._recording(session, engine))
+        recording = self.recording(session_id=session.id, dialect=session.dialect, mode="proxy",
+                                   extra_header=engine.recording_header(), writer=RecordingWriter)
+        tap = TrafficTap(self.metrics, recording)
         loop = SessionLoop(
             engine,
             upstream=upstream,
@@ -526,56 +293,31 @@ class RelayServer:
             on_notice=lambda notice: self._on_notice(session, notice),
             max_queue_bytes=self.config.max_queue_bytes,
             close_timeout=1.0,
-            max_client_events_per_second=self.config.max_client_events_per_second or None,
+            client_budget=EventBudget.optional(self.config.max_client_events_per_second),
             redact=self.redactor.frame,
-            error_events=not self._gemini,
         )
         session.loop = loop
-        end: SessionEnd | None = None
-        try:
-            end = await loop.run()
-            return end
-        finally:
-            tap.close(end.reason if end is not None else "relay error")
-            if end is None:   # the loop failed: do not leave the provider connection open
-                with anyio.move_on_after(1.0, shield=True):
-                    await upstream.close(1011, "relay error")
+        return await loop.run_closing_upstream(tap.close)
 
     async def _upstream_unavailable(self, session: ProxySession, message: str) -> SessionEnd:
-        """Tell the client why there is no session, in the protocol's own error shape, and close.
-        Gemini Live has no error message: the close reason says it."""
+        """Tell the client why there is no session, in the protocol's own error event, and close.
+        A protocol without one (Gemini Live) has the close reason say it."""
         self.metrics.count_error("relay", UpstreamUnavailable.code)
         log.warning("upstream unavailable: %s", message, extra={"session_id": session.id})
-        if self._gemini:
-            try:
-                await session.client.close(1011, f"upstream unavailable: {message}"[:120])
-            except ConnectionClosed:
-                pass
-            return SessionEnd("relay", 1011, "upstream unavailable")
-        event = error_frame(f"{session.id}_e0", UpstreamUnavailable.code, message, "server_error")
+        event = session.dialect.client_error_event(f"{session.id}_e0", UpstreamUnavailable.code, message,
+                                                   error_type="server_error")
         try:
-            await session.client.send(event)
-            self.metrics.frames["relay>client"] += 1
-            self.metrics.frame_bytes["relay>client"] += len(event)
-            await session.client.close(1011, "upstream unavailable")
+            if event is None:
+                await session.client.close(1011, f"upstream unavailable: {message}"[:120])
+            else:
+                frame = json.dumps(event)
+                await session.client.send(frame)
+                self.metrics.frames["relay>client"] += 1
+                self.metrics.frame_bytes["relay>client"] += len(frame)
+                await session.client.close(1011, "upstream unavailable")
         except ConnectionClosed:
             pass
         return SessionEnd("relay", 1011, "upstream unavailable")
-
-    def _recording(self, session: ProxySession, engine: Engine) -> RecordingWriter | None:
-        if self.config.record_dir is None:
-            return None
-        return RecordingWriter(
-            self.config.record_dir,
-            session_id=session.id,
-            dialect=session.dialect.name,
-            upstream=self.upstream.url,
-            tools=self.tools.names,
-            mode="proxy",
-            record_audio=self.config.record_audio,
-            secrets=self.redactor.secrets,
-            extra_header=engine.recording_header(),
-        )
 
     def _on_notice(self, session: ProxySession, notice: Notice) -> None:
         self.metrics.count_notice(notice, self.tools)
@@ -589,54 +331,23 @@ async def _cancel_when_closed(client: ServerConnection, scope: anyio.CancelScope
     scope.cancel()
 
 
-def _select_subprotocol(connection: ServerConnection, offered: Sequence[str]) -> str | None:
-    """`realtime` when offered; the token subprotocol is never echoed back."""
-    return "realtime" if "realtime" in offered else None
-
-
-def _remote(connection: ServerConnection) -> str:
-    address = connection.remote_address
-    if isinstance(address, tuple) and len(address) >= 2:
-        return f"{address[0]}:{address[1]}"
-    return str(address)
-
-
-def _set_header(response: Response, name: str, value: str) -> None:
-    if name in response.headers:
-        del response.headers[name]
-    response.headers[name] = value
-
-
-def _json_response(connection: ServerConnection, status: HTTPStatus, body: dict[str, Any]) -> Response:
-    response = connection.respond(status, json.dumps(body) + "\n")
-    _set_header(response, "Content-Type", "application/json")
-    return response
-
 
 # ---- running it ----------------------------------------------------------------------------
 
-def run_until_signalled(server: RelayServer, signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT)) -> int:
-    """Run the server in a new event loop until one of `signals` (then drain; a second signal
-    ends the drain). Returns the exit status."""
-
-    async def main() -> int:
-        loop = asyncio.get_running_loop()
-        for signum in signals:   # before "listening on": a signal right after it must drain
-            loop.add_signal_handler(signum, _on_signal, server, signum)
-        try:
-            await server.start()
-        except OSError as exc:
-            log.error("cannot listen on %s:%s: %s", server.config.host, server.config.port, exc.strerror or exc)
-            return 1
-        await server.serve_forever()
-        return 0
-
-    return asyncio.run(main())
+async def run_until_stopped(server: RelayServer) -> int:
+    """Listen and serve until `request_stop()`, then drain; the exit status (1: cannot listen)."""
+    try:
+        await server.start()
+    except OSError as exc:
+        log.error("cannot listen on %s:%s: %s", server.config.host, server.config.port, exc.strerror or exc)
+        return 1
+    await server.serve_forever()
+    return 0
 
 
-def _on_signal(server: RelayServer, signum: int) -> None:
-    name = signal.Signals(signum).name
-    if server.draining:
+async def drain_on_signal(server: RelayServer, name: str, again: bool) -> None:
+    """A stop signal: no new connections, open sessions drain; a second one ends the drain."""
+    if again:
         log.info("%s again: closing open sessions now", name)
     else:
         log.info("%s: no new connections; draining open sessions", name,
@@ -644,60 +355,14 @@ def _on_signal(server: RelayServer, signum: int) -> None:
     server.request_stop()
 
 
-def run_workers(server: RelayServer, workers: int) -> int:
-    """Fork `workers` processes that each listen on the same port (SO_REUSEPORT: the kernel
-    spreads connections over them). The parent only supervises: SIGTERM or SIGINT is passed on
-    as SIGTERM, so every worker drains."""
-    if not hasattr(os, "fork") or not hasattr(socket, "SO_REUSEPORT"):
-        log.error("--workers needs fork() and SO_REUSEPORT (Linux, BSD, macOS)")
-        return 2
-    config = server.config
-    family, _, _, _, address = socket.getaddrinfo(config.host, config.port, type=socket.SOCK_STREAM)[0]
-    reservation = socket.socket(family, socket.SOCK_STREAM)
-    reservation.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    try:
-        reservation.bind(address)   # holds the port (chosen here when 0) without accepting on it
-    except OSError as exc:
-        log.error("cannot listen on %s:%s: %s", config.host, config.port, exc.strerror or exc)
-        reservation.close()
-        return 1
-    server.config = dataclasses.replace(config, port=reservation.getsockname()[1], reuse_port=True)
-    children: list[int] = []
-    for _ in range(workers):
-        pid = os.fork()
-        if pid == 0:   # the worker: the parent tells it when to stop
-            status = 1
-            try:
-                reservation.close()
-                signal.signal(signal.SIGINT, signal.SIG_IGN)
-                status = run_until_signalled(server, (signal.SIGTERM,))
-            finally:
-                os._exit(status)
-        children.append(pid)
-
-    def forward(signum: int, frame: object) -> None:
-        for child in children:
-            try:
-                os.kill(child, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
-    status = 0
-    while children:
-        pid, wait_status = os.waitpid(-1, 0)
-        if pid in children:
-            children.remove(pid)
-            code = os.waitstatus_to_exitcode(wait_status)
-            if code != 0:
-                log.error("worker %d exited with status %d", pid, code)
-                status = status or 1
-    reservation.close()
-    return status
+def run_server(server: RelayServer, signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT)) -> int:
+    """Run the server in a new event loop until one of `signals` (then drain; a second signal
+    ends the drain). Returns the exit status."""
+    return run_until_signalled(lambda: run_until_stopped(server),
+                               lambda name, again: drain_on_signal(server, name, again), signals)
 
 
-def serve(tools: Sequence[str | ToolSpec | Callable[..., Any]] | ToolRegistry = (), **options: Any) -> int:
+def serve(tools: ToolSources = (), **options: Any) -> int:
     """Run the proxy in this process until SIGTERM/SIGINT, like `relay serve`:
 
         relay.serve([get_weather], port=8000, auth_token="...")
@@ -707,90 +372,4 @@ def serve(tools: Sequence[str | ToolSpec | Callable[..., Any]] | ToolRegistry = 
     server = RelayServer(ServerConfig(tools=tools, **options))
     if not logging.getLogger().handlers:
         configure_logging("text")
-    return run_until_signalled(server)
-
-
-# ---- command line --------------------------------------------------------------------------
-
-def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--upstream", default=None, metavar="URL",
-                        help=f"provider realtime URL (default {DEFAULT_UPSTREAM}; with --dialect gemini, "
-                             "Gemini Live's BidiGenerateContent endpoint)")
-    parser.add_argument("--dialect", choices=DIALECT_CHOICES,
-                        help="wire dialect of the upstream (default: inferred from the URL)")
-    parser.add_argument("--tools", action="append", default=[], metavar="SPEC",
-                        help="a .py file or module with @tool functions (repeatable)")
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks one)")
-    parser.add_argument("--auth-token", default=os.environ.get(AUTH_TOKEN_ENV) or None, metavar="TOKEN",
-                        help=f"token clients must present (default ${AUTH_TOKEN_ENV}; prefer the variable: "
-                             "arguments are visible to other users)")
-    parser.add_argument("--insecure-no-auth", action="store_true",
-                        help="allow listening beyond loopback without a client token")
-    parser.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
-                        help="browser Origin allowed to connect (repeatable; default: any)")
-    parser.add_argument("--expose-tool-events", action="store_true",
-                        help="let clients see the relay's tools, calls and outputs")
-    parser.add_argument("--max-frame-bytes", type=int, default=DEFAULT_MAX_FRAME_BYTES, metavar="N",
-                        help="largest WebSocket message accepted from either side (default 16 MiB)")
-    parser.add_argument("--max-queue-bytes", type=int, default=DEFAULT_QUEUE_BYTES, metavar="N",
-                        help="bytes queued toward a peer that is not reading before it is closed "
-                             "(default 32 MiB)")
-    parser.add_argument("--max-client-events-per-second", type=float, default=DEFAULT_MAX_CLIENT_EVENTS_PER_SECOND,
-                        metavar="N", help="a client sending more events than this (bursts: twice as many) gets an "
-                                          "error event and is closed with 1008 (default 1000; 0: no limit)")
-    parser.add_argument("--history-items", type=int, default=DEFAULT_HISTORY_LIMIT, metavar="N",
-                        help="recent items, responses and finished calls each session keeps in memory "
-                             f"(default {DEFAULT_HISTORY_LIMIT}; 0: all; the recording keeps everything)")
-    parser.add_argument("--drain-seconds", type=float, default=10.0, metavar="S",
-                        help="on SIGTERM/SIGINT, how long open sessions may go on (default 10)")
-    parser.add_argument("--workers", type=int, default=1, metavar="N",
-                        help="processes sharing the port with SO_REUSEPORT (default 1)")
-    parser.add_argument("--tls-cert", metavar="PEM", help="serve wss:// with this certificate chain")
-    parser.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert")
-    parser.add_argument("--record", metavar="DIR", help="write one recording per session into DIR")
-    parser.add_argument("--record-audio", choices=("keep", "drop"), default="keep",
-                        help="keep or drop audio in recordings (default keep)")
-    parser.add_argument("--log-format", choices=LOG_FORMATS, default="json",
-                        help="stderr log lines as JSON (default) or text")
-    parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
-
-
-def run(args: argparse.Namespace) -> int:
-    configure_logging(args.log_format, level=args.log_level)
-    if args.workers < 1:
-        log.error("--workers must be at least 1")
-        return 2
-    # `--tools mymodule` should find a module next to the user, as `python -m` would.
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        server = RelayServer(ServerConfig(
-            upstream=args.upstream or "",
-            dialect=args.dialect,
-            tools=args.tools,
-            host=args.host,
-            port=args.port,
-            auth_token=args.auth_token,
-            insecure_no_auth=args.insecure_no_auth,
-            allow_origins=args.allow_origin,
-            expose_tool_events=args.expose_tool_events,
-            max_frame_bytes=args.max_frame_bytes,
-            max_queue_bytes=args.max_queue_bytes,
-            max_client_events_per_second=args.max_client_events_per_second,
-            drain_seconds=args.drain_seconds,
-            history_limit=args.history_items or None,
-            record_dir=args.record,
-            record_audio=args.record_audio,
-            tls_cert=args.tls_cert,
-            tls_key=args.tls_key,
-        ))
-    except ConfigError as exc:
-        log.error("%s", exc)
-        return 2
-    if server.upstream.api_key is None:
-        log.warning("no provider key in the environment (%s): connecting to the upstream without credentials",
-                    " or ".join(server.dialect.key_env))
-    if args.workers > 1:
-        return run_workers(server, args.workers)
-    return run_until_signalled(server)
+    return run_server(server)

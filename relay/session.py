@@ -4,8 +4,10 @@ One task group per session (anyio): a reader per socket, a writer per socket fed
 queue, a timer that calls `engine.tick` when the engine's next deadline comes, and one task per
 running handler (via HandlerRunner). Every decision is the engine's; this module only carries
 out its actions. Cancellation flows down the tree; nothing is spawned without an owner. (While a
-writer task sleeps, its queue is written by an event-loop callback instead, see SocketWriter: a
-synchronous step, not a task, that only ever writes to the socket or wakes the writer.)
+writer task sleeps, its queue is written by an event-loop callback instead, see
+`relay.wsfast.SocketWriter`: a synchronous step, not a task, that only ever writes to the socket
+or wakes the writer.) What the loop tolerates and which close codes it sends are
+`relay.policy`'s; the error event a client gets is its dialect's.
 """
 
 from __future__ import annotations
@@ -20,50 +22,23 @@ from typing import Any, Callable, Protocol, Sequence
 
 import anyio
 import anyio.abc
-from websockets.asyncio.connection import Connection as WebSocketConnection
 from websockets.exceptions import ConnectionClosed
-from websockets.protocol import State as WebSocketState
 
-from relay.engine import (
-    Action,
-    CancelHandler,
-    Close,
-    Notice,
-    Outcome,
-    SendClient,
-    SendUpstream,
-    StartHandler,
+from relay.engine import Action, CancelHandler, Close, Engine, Notice, Outcome, SendClient, SendUpstream
+from relay.engine import StartHandler
+from relay.policy import (
+    BAD_GATEWAY,
+    DEFAULT_QUEUE_BYTES,
+    EventBudget,
+    close_info,
+    closed_for_peer_fault,
+    sendable_close_code,
+    short_close_reason,
 )
-from relay.engine import Engine
 from relay.runner import HandlerRunner
+from relay.wsfast import BATCH_BYTES, abort, has_buffered_message, read_in_smaller_chunks, socket_writer
 
 log = logging.getLogger("relay.session")
-
-# Close codes that may not be sent in a close frame: they are replaced by 1011 toward the peer.
-_RESERVED_CLOSE_CODES = frozenset({1005, 1006, 1015})
-# Codes websockets closes with when the peer broke the protocol, sent bad UTF-8, or too big a message.
-_PEER_FAULT_CLOSE_CODES = frozenset({1002, 1007, 1009})
-BAD_GATEWAY = 1014   # to the client: the upstream, not the client, sent something invalid
-DEFAULT_QUEUE_BYTES = 32 * 1024 * 1024
-RATE_LIMIT_CODE = "rate_limit_exceeded"
-RATE_LIMIT_CLOSE = (1008, "client sends events too fast")
-# the most asyncio reads from a socket at once: its default (256 KiB) is over glibc's mmap
-# threshold, so each read could map and unmap a fresh buffer (see read_in_smaller_chunks)
-READ_BYTES = 64 * 1024
-# what a writer takes from its queue at once and hands to the socket in one write (a frame bigger
-# than this goes alone): the transport's own high-water mark, so a batch adds no more to the
-# socket buffer than flow control already allows
-BATCH_BYTES = 64 * 1024
-
-
-def error_frame(event_id: str, code: str, message: str, error_type: str = "invalid_request_error") -> str:
-    """An `error` event in the realtime protocol's shape, for what the edge itself tells a client."""
-    return json.dumps({
-        "type": "error",
-        "event_id": event_id,
-        "error": {"type": error_type, "code": code, "message": message, "param": None, "event_id": None},
-    })
-
 
 class Peer(Protocol):
     """What the loop needs of a socket (websockets' asyncio connections have it)."""
@@ -151,29 +126,6 @@ class FrameQueue:
         return self.take_batch(max_bytes)
 
 
-class EventBudget:
-    """A token bucket over a client's events: `per_second` on average and bursts of two seconds'
-    worth. A client that sends faster is broken or hostile: it is told so and closed, so that it
-    can neither flood the upstream nor take the relay's time from other sessions."""
-
-    def __init__(self, per_second: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self.per_second = per_second
-        self.burst = 2.0 * per_second
-        self._clock = clock
-        self._tokens = self.burst
-        self._last = clock()
-
-    def take(self) -> bool:
-        """Spend one event; False when the client is over its budget."""
-        now = self._clock()
-        self._tokens = min(self.burst, self._tokens + (now - self._last) * self.per_second)
-        self._last = now
-        if self._tokens < 1.0:
-            return False
-        self._tokens -= 1.0
-        return True
-
-
 @dataclass
 class SessionEnd:
     """Why a session ended: who closed, with which code and reason."""
@@ -198,9 +150,8 @@ class SessionLoop:
         max_queue_bytes: int = DEFAULT_QUEUE_BYTES,
         close_timeout: float = 1.0,
         thread_limit: int = 8,
-        max_client_events_per_second: float | None = None,
+        client_budget: EventBudget | None = None,
         redact: Callable[[str | bytes], str | bytes] | None = None,
-        error_events: bool = True,
     ) -> None:
         self.engine = engine
         self.upstream = upstream
@@ -217,9 +168,8 @@ class SessionLoop:
         read_in_smaller_chunks(client)
         self._reading = False           # a reader is handing its frame to the engine
         self._held: list[str] = []      # sides whose frames wait for the reader to finish its frame
-        self.client_budget = EventBudget(max_client_events_per_second) if max_client_events_per_second else None
+        self.client_budget = client_budget   # None: the client may send as fast as it likes
         self.redact = redact   # applied to every frame for the client: the provider may echo a secret
-        self.error_events = error_events   # the client's protocol has an `error` event (Gemini's has none)
         self.end: SessionEnd | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
         self._runner: HandlerRunner | None = None
@@ -246,6 +196,18 @@ class SessionLoop:
         assert self.end is not None
         return self.end
 
+    async def run_closing_upstream(self, on_end: Callable[[str], None]) -> SessionEnd:
+        """`run`, then `on_end(reason)` however it ended. A loop that failed or was cancelled
+        closes the upstream itself (1011), so that no provider connection is left open."""
+        end: SessionEnd | None = None
+        try:
+            end = await self.run()
+            return end
+        finally:
+            on_end(end.reason if end is not None else "relay error")
+            if end is None:
+                await close_quietly(self.upstream, 1011, "relay error", self.close_timeout)
+
     async def finish(self, by: str, code: int, reason: str) -> None:
         """End the session: tell the engine, close both sockets, stop every task."""
         if self.end is not None:
@@ -258,10 +220,10 @@ class SessionLoop:
         with anyio.CancelScope(shield=True):   # each close is bounded by close_timeout
             async with anyio.create_task_group() as closers:
                 if by != "upstream":
-                    closers.start_soon(_close_quietly, self.upstream, 1000 if by == "client" else code, reason,
+                    closers.start_soon(close_quietly, self.upstream, 1000 if by == "client" else code, reason,
                                        self.close_timeout)
                 if self.client is not None and by != "client":
-                    closers.start_soon(_close_quietly, self.client, code, reason, self.close_timeout)
+                    closers.start_soon(close_quietly, self.client, code, reason, self.close_timeout)
         if self._task_group is not None:
             self._task_group.cancel_scope.cancel()
 
@@ -282,8 +244,7 @@ class SessionLoop:
         """The upstream socket closed. The proxy ends the session and passes the code on; the
         sidecar overrides this to reconnect (and then calls `replace_upstream`)."""
         code, reason = close_info(closed)
-        if self.end is None and closed.sent is not None and not closed.rcvd_then_sent \
-                and code in _PEER_FAULT_CLOSE_CODES:
+        if self.end is None and closed_for_peer_fault(closed):
             # websockets closed the upstream for what it sent: passed on as is, the code would
             # tell the client that *its* data was bad
             log.warning("the upstream sent an invalid frame; closing the session", extra={
@@ -293,7 +254,7 @@ class SessionLoop:
         if self.end is None:   # not the echo of a close the session itself started
             log.info("upstream closed the session", extra={"session_id": self.engine.session_id,
                                                            "code": code, "reason": reason})
-        await self.finish("upstream", 1011 if code in _RESERVED_CLOSE_CODES else code, reason)
+        await self.finish("upstream", sendable_close_code(code), reason)
 
     async def _read_client(self) -> None:
         assert self.client is not None
@@ -322,14 +283,14 @@ class SessionLoop:
         """Tell the client why it is closed (an `error` event where its protocol has one; the
         close reason in any case), then close it."""
         assert self.client is not None
-        message = (f"more than {budget.per_second:g} events per second (bursts of up to {budget.burst:g}): "
-                   "the relay closes a client that sends faster")
+        message = budget.refusal()
         log.warning("client sends events too fast; closing it",
                     extra={"session_id": self.engine.session_id, "limit": budget.per_second})
         if self.on_notice is not None:
-            self.on_notice(Notice("client_error", {"code": RATE_LIMIT_CODE, "message": message}))
-        if self.error_events:
-            frame = error_frame(f"{self.engine.id_prefix}_e0", RATE_LIMIT_CODE, message)
+            self.on_notice(Notice("client_error", {"code": budget.code, "message": message}))
+        event = self.engine.dialect.client_error_event(f"{self.engine.id_prefix}_e0", budget.code, message)
+        if event is not None:
+            frame = json.dumps(event)
             if self.recorder is not None:
                 self.recorder.record("relay>client", frame)
             with anyio.move_on_after(self.close_timeout):
@@ -337,7 +298,7 @@ class SessionLoop:
                     await self.client.send(frame)
                 except ConnectionClosed:
                     pass
-        await self.finish("relay", *RATE_LIMIT_CLOSE)
+        await self.finish("relay", *budget.close)
 
     # ---- writers -----------------------------------------------------------------------
     async def _write(self, queue: FrameQueue, side: str) -> None:
@@ -481,126 +442,19 @@ class SessionLoop:
     async def _overflowed(self, side: str) -> None:
         peer = self.client if side == "client" else self.upstream
         if peer is not None:
-            await _close_quietly(peer, 1008, f"{side} is not reading its frames", self.close_timeout)
+            await close_quietly(peer, 1008, f"{side} is not reading its frames", self.close_timeout)
         await self.finish("relay", 1008 if side == "client" else 1011, f"{side} is not reading its frames")
 
 
-class SocketWriter:
-    """Writes frames to a websockets connection with as few socket writes and task switches as
-    the moment allows; `socket_writer` gives one for a websockets connection, None for any other
-    peer (test doubles), which then gets one `send` per frame from the writer task.
-
-    - `flush`: frames a reader queued while the writer task sleeps are written by the reader
-      itself once it is done with its frame and no other frame waits to be read at once (see
-      SessionLoop._release_held): a lone frame at real-time pace costs no wake-up of the writer
-      task (which costs more than the relay's own work on the frame), and a burst the reader
-      takes in one go (the model streams audio faster than real time) becomes one socket write.
-    - `flush_soon`: the same from a callback once the producing code (a handler's completion,
-      the timer, a reader in the middle of a burst) yields to the event loop.
-    - `send`: the writer task's path, when the socket is paused or the callback left frames:
-      what waits goes in one write, inside the connection's own `send_context` (state checks,
-      flow control, close handling: what websockets' `send` uses).
-
-    Both frame the messages with the connection's sans-I/O protocol. The callback writes only
-    while the connection is open and its transport neither paused nor closing; otherwise it
-    wakes the writer task, which waits for the socket."""
-
-    def __init__(self, connection: WebSocketConnection) -> None:
-        self.connection = connection
-        self._flush_scheduled = False
-        self._loop: asyncio.AbstractEventLoop | None = None   # looked up once: each lookup is a system call
-
-    def _frame_and_write(self, frames: Sequence[str | bytes]) -> None:
-        protocol = self.connection.protocol
-        for frame in frames:
-            if isinstance(frame, str):
-                protocol.send_text(frame.encode())
-            else:
-                protocol.send_binary(frame)
-        # data frames in the OPEN state only ever add frame bytes (never the empty chunk that
-        # means end of stream), so the chunks can be joined
-        chunks = protocol.data_to_send()
-        self.connection.transport.write(chunks[0] if len(chunks) == 1 else b"".join(chunks))
-
-    def writable(self) -> bool:
-        """The socket takes data now: open, and its transport neither paused nor closing."""
-        connection = self.connection
-        return not connection.paused and connection.protocol.state is WebSocketState.OPEN \
-            and not connection.transport.is_closing()
-
-    def flush_soon(self, queue: FrameQueue) -> None:
-        """Have what `queue` holds written once the current code yields (see the class)."""
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            if self._loop is None:
-                self._loop = asyncio.get_running_loop()
-            self._loop.call_soon(self._scheduled_flush, queue)
-
-    def _scheduled_flush(self, queue: FrameQueue) -> None:
-        self._flush_scheduled = False
-        self.flush(queue)
-
-    def flush(self, queue: FrameQueue) -> None:
-        """Write what `queue` holds now, while its writer task sleeps and the socket takes data;
-        leave the rest to the writer task."""
-        while queue and queue.writer_idle and self.writable():
-            self._frame_and_write(queue.take_batch(BATCH_BYTES))
-        if queue:
-            queue.wake()   # paused or closing: the writer task waits for the socket
-
-    async def send(self, frames: Sequence[str | bytes]) -> None:
-        async with self.connection.send_context():
-            self._frame_and_write(frames)
-
-
-def socket_writer(peer: Peer | None) -> SocketWriter | None:
-    return SocketWriter(peer) if isinstance(peer, WebSocketConnection) else None
-
-
-def read_in_smaller_chunks(peer: Peer | None) -> None:
-    """Have asyncio read `peer`'s socket at most READ_BYTES at a time.
-
-    For every read, asyncio allocates a buffer of its read size, 256 KiB, and shrinks it to what
-    came. That size is over glibc's mmap threshold: whenever the heap has no such block free,
-    each read maps fresh pages and unmaps them (page faults, TLB flushes). Under real-time audio
-    load, with a frame or two per read, that kernel work took a quarter of `relay serve`'s CPU
-    (perf, 150 sessions); 64 KiB buffers come from the heap. A message over 64 KiB takes several
-    reads, as it would anyway. Transports without that setting (TLS) are left alone."""
-    transport = getattr(peer, "transport", None)
-    if transport is not None and isinstance(getattr(transport, "max_size", None), int):
-        transport.max_size = READ_BYTES
-
-
-def has_buffered_message(peer: Peer) -> bool:
-    """Whether the next `recv` on `peer` returns at once: websockets keeps the frames it has read
-    from the socket but not yet handed out in its assembler. Unknown peers: False."""
-    try:
-        return len(peer.recv_messages.frames) > 0   # type: ignore[attr-defined]
-    except AttributeError:
-        return False
-
-
-def close_info(closed: ConnectionClosed) -> tuple[int, str]:
-    """The close code and reason of a closed connection (1006 when no close frame came)."""
-    frame = closed.rcvd or closed.sent
-    if frame is None:
-        return 1006, "connection lost"
-    return frame.code, frame.reason
-
-
-async def _close_quietly(peer: Peer, code: int, reason: str, timeout: float) -> None:
+async def close_quietly(peer: Peer, code: int, reason: str, timeout: float = 1.0) -> None:
     """Close with the closing handshake when the peer answers within `timeout`; otherwise drop the
     TCP connection, so that a peer that never answers (or cannot: it stopped reading) does not keep
     a socket, and a provider session, open."""
-    if code in _RESERVED_CLOSE_CODES:
-        code = 1011
-    reason = reason.encode()[:123].decode(errors="ignore")   # a close reason holds 123 bytes at most
+    code, reason = sendable_close_code(code), short_close_reason(reason)
     with anyio.move_on_after(timeout, shield=True):
         try:
             await peer.close(code, reason)
             return
         except Exception as exc:  # closing an already broken socket is not worth a crash
             log.debug("close failed: %r", exc)
-    transport = getattr(peer, "transport", None)   # websockets connections have one; test peers may not
-    if transport is not None:
-        transport.abort()
+    abort(peer)

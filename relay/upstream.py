@@ -21,8 +21,9 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
 
 from relay import __version__
-from relay.dialects import GEMINI, Dialect, GeminiDialect
+from relay.dialects import GEMINI, Dialect
 from relay.logs import WEBSOCKET_LOGGER, RedactingLogger, Redactor
+from relay.recording import upstream_host
 
 DEFAULT_UPSTREAM = "wss://api.openai.com/v1/realtime"
 # Query parameters that carry a client's credentials (Azure accepts `api-key` in the query).
@@ -122,16 +123,9 @@ def key_from_environment(dialect: Dialect, environ: dict[str, str] | None = None
 
 
 def display_host(url: str) -> str:
-    """`host[:port]` of a URL: enough to say which upstream failed, never its user info or query."""
-    parts = urlsplit(url)
-    host = parts.hostname or "?"
-    if ":" in host:
-        host = f"[{host}]"
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    return f"{host}:{port}" if port else host
+    """`host[:port]` of a URL: enough to say which upstream failed, never its user info or query
+    (`?` when it names no host)."""
+    return upstream_host(url) or "?"
 
 
 def merged_url(base: str, client_query: Iterable[tuple[str, str]]) -> str:
@@ -233,8 +227,7 @@ class Upstream:
                       client_path: str | None = None) -> ClientConnection:
         """Open the provider connection for one session; `UpstreamUnavailable` says why not. A
         Gemini client's API version (from its path) carries over to the upstream URL."""
-        base = dialect.upstream_url(self.url, client_path) if isinstance(dialect, GeminiDialect) else self.url
-        return await self._open(merged_url(base, client_query), dialect)
+        return await self._open(merged_url(dialect.upstream_url(self.url, client_path), client_query), dialect)
 
     async def connect_call(self, dialect: Dialect, call_id: str) -> ClientConnection:
         """Open a sideband connection to a live call (`?call_id=`): it sees the session's events
@@ -272,6 +265,8 @@ class Upstream:
             message = f"the upstream URL for {self.host} is not a valid WebSocket URL"
         except InvalidHandshake as exc:
             message = f"the upstream {self.host} failed the WebSocket handshake: {exc}"
+        except EOFError:   # websockets before 14.2 does not wrap it in InvalidHandshake
+            message = f"the upstream {self.host} failed the WebSocket handshake: it closed the connection"
         except OSError as exc:
             message = f"cannot reach the upstream {self.host}: {exc.strerror or exc}"
         raise UpstreamUnavailable(self.redactor(message))

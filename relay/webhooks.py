@@ -16,7 +16,6 @@ repeated with the same `webhook-id` is answered 200 and otherwise ignored.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import binascii
 import hashlib
@@ -28,25 +27,16 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import quote, urlsplit
 
 import anyio
 import anyio.abc
 
-from relay import __version__
 from relay.http import HTTPError, Request, Response, http_request, serve_http
-from relay.server import ConfigError
-from relay.sidecar import (
-    Sidecar,
-    SidecarConfig,
-    SidecarRuntime,
-    add_sideband_arguments,
-    run_until_signalled,
-    sideband_settings,
-    warn_without_key,
-)
+from relay.config import ConfigError, SidecarConfig
+from relay.policy import DEFAULT_DRAIN_SECONDS
+from relay.sidecar import Sidecar, SidecarRuntime
 from relay.upstream import UpstreamUnavailable, display_host
 
 log = logging.getLogger("relay.webhooks")
@@ -167,7 +157,7 @@ class SidecarServerConfig(SidecarConfig):
     instructions: str | None = None
     tolerance: float = DEFAULT_TOLERANCE
     accept_timeout: float = 10.0
-    drain_seconds: float = 10.0
+    drain_seconds: float = DEFAULT_DRAIN_SECONDS
 
 
 class SidecarServer:
@@ -216,14 +206,7 @@ class SidecarServer:
         return f"http://{f'[{host}]' if ':' in host else host}:{self.port}{WEBHOOK_PATH}"
 
     def health(self) -> dict[str, Any]:
-        return {
-            "status": "draining" if self.draining else "ok",
-            "version": __version__,
-            "calls": len(self.calls),
-            "upstream": self.runtime.upstream.host,
-            "dialect": self.runtime.dialect.name,
-            "pid": os.getpid(),
-        }
+        return self.runtime.health_fields(draining=self.draining, calls=len(self.calls))
 
     def request_stop(self) -> None:
         """Stop taking webhooks and let attached calls drain (what SIGTERM does)."""
@@ -392,51 +375,3 @@ def _error_message(response: Response) -> str:
         message = response.body.decode("utf-8", "replace")
     message = " ".join(str(message).split())
     return message if len(message) <= 200 else message[:197] + "..."
-
-
-# ---- command line --------------------------------------------------------------------------
-
-def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks one)")
-    add_sideband_arguments(parser)
-    parser.add_argument("--instructions", metavar="FILE", help="session instructions for accepted calls, from a file")
-    parser.add_argument("--model", default=DEFAULT_MODEL, help=f"model of accepted calls (default {DEFAULT_MODEL})")
-    parser.add_argument("--rest-base", default=DEFAULT_REST_BASE, metavar="URL",
-                        help=f"provider REST API that accepts calls (default {DEFAULT_REST_BASE})")
-    parser.add_argument("--drain-seconds", type=float, default=10.0, metavar="S",
-                        help="on SIGTERM/SIGINT, how long attached calls keep their tools (default 10)")
-
-
-def run(args: argparse.Namespace) -> int:
-    settings = sideband_settings(args)
-    instructions = None
-    if args.instructions:
-        try:
-            instructions = Path(args.instructions).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            log.error("cannot read --instructions %s: %s", args.instructions, exc)
-            return 2
-    try:
-        server = SidecarServer(SidecarServerConfig(
-            **settings, host=args.host, port=args.port, rest_base=args.rest_base, model=args.model,
-            instructions=instructions, drain_seconds=args.drain_seconds))
-    except ConfigError as exc:
-        log.error("%s", exc)
-        return 2
-    warn_without_key(server.runtime)
-
-    async def work() -> int:
-        try:
-            await server.run()
-        except OSError as exc:
-            log.error("cannot listen on %s:%s: %s", args.host, args.port, exc.strerror or exc)
-            return 1
-        return 0
-
-    async def stop(signal_name: str) -> None:
-        log.info("%s: no new calls; draining attached calls", signal_name,
-                 extra={"drain_seconds": args.drain_seconds})
-        server.request_stop()
-
-    return run_until_signalled(work, stop)

@@ -5,9 +5,9 @@ forwards every frame as it came, without looking at it. Each client connection g
 upstream connection to `--upstream` with the client's path and query.
 
 With `--coalesce` it is that floor given the relay's own way of writing (relay.session's
-FrameQueue and SocketWriter, and its 64 KiB reads): the reader writes each frame itself when no
-other waits to be read, a burst in one socket write after its last frame, and a writer task takes
-over while the socket is paused. The relay's cost over *that* is what its own logic costs.
+FrameQueue, relay.wsfast's SocketWriter and 64 KiB reads): the reader writes each frame itself
+when no other waits to be read, a burst in one socket write after its last frame, and a writer
+task takes over while the socket is paused. The relay's cost over *that* is what its own logic costs.
 
 Usage: python scripts/bench_rawproxy.py --upstream ws://127.0.0.1:PORT [--port 0] [--coalesce]
        (prints its ws:// URL on the first line)
@@ -23,7 +23,8 @@ from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
 from bench_frames import CLOSE_TIMEOUT, MAX_FRAME_BYTES, serve_announcing
-from relay.session import BATCH_BYTES, FrameQueue, has_buffered_message, read_in_smaller_chunks, socket_writer
+from relay.session import FrameQueue
+from relay.wsfast import BATCH_BYTES, has_buffered_message, read_in_smaller_chunks, socket_writer
 
 
 async def pipe(source: ServerConnection | ClientConnection, destination: ServerConnection | ClientConnection) -> None:

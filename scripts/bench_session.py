@@ -5,7 +5,7 @@ to a client that is a real websockets connection over an in-memory transport (so
 framed and written as on a socket, by the session's SocketWriter), beside the same peers
 forwarding inline (`await client.send(await upstream.recv())`, what a pass-through does). The
 difference is what the relay adds to every frame on top of websockets' own work; it is the figure
-to watch when changing the per-frame path (relay/session.py, relay/engine/), steadier than
+to watch when changing the per-frame path (relay/session.py, relay/wsfast.py, relay/engine/), steadier than
 socket benchmarks on a shared machine.
 
 The upstream peer yields to the event loop every `--burst` frames, as a socket's reader does when

@@ -14,7 +14,8 @@ from websockets.asyncio.client import connect
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
-from relay.session import FrameQueue, socket_writer
+from relay.session import FrameQueue
+from relay.wsfast import socket_writer
 
 
 async def test_a_batch_takes_the_oldest_frames_that_fit() -> None:
@@ -246,7 +247,7 @@ async def test_frames_stay_in_order_through_a_session_whose_client_falls_behind(
 
 
 async def test_websockets_tells_whether_a_message_waits_to_be_read() -> None:
-    from relay.session import has_buffered_message
+    from relay.wsfast import has_buffered_message
 
     async def check(client) -> None:  # type: ignore[no-untyped-def]
         await client.send("go")
@@ -314,7 +315,8 @@ async def test_a_burst_read_in_one_go_is_relayed_in_fewer_writes_than_frames() -
 
 async def test_the_session_reads_sockets_in_64_kib_chunks_and_bigger_frames_still_arrive_whole() -> None:
     from relay.engine import OpenAIEngine, EngineConfig
-    from relay.session import READ_BYTES, SessionLoop
+    from relay.session import SessionLoop
+    from relay.wsfast import READ_BYTES
 
     big = json.dumps({"type": "response.output_audio.delta", "item_id": "item_big", "delta": "B" * 300_000})
     read_sizes: dict[str, int] = {}

@@ -13,12 +13,15 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from relay.dialects.base import Dialect
 from relay.tools import Scheduling
 from relay.tools.spec import ToolSpec
+
+if TYPE_CHECKING:
+    from relay.dialects.replaying import ReplaySends
 
 GEMINI_HOST = "generativelanguage.googleapis.com"
 API_VERSIONS = ("v1beta", "v1alpha", "v1")
@@ -118,6 +121,16 @@ class GeminiDialect(Dialect):
     def tool_response(self, function_responses: list[dict[str, Any]]) -> dict[str, Any]:
         return {"toolResponse": {"functionResponses": function_responses}}
 
+    def client_error_event(self, event_id: str, code: str, message: str, **details: Any) -> None:
+        """None: Gemini Live has no error message; the close reason carries it."""
+        return None
+
+    def replay_sends(self, id_prefix: str | None) -> ReplaySends:
+        """Setups and answers, numbered per call (see relay.dialects.replaying)."""
+        from relay.dialects.replaying import GeminiSends   # it reads the engine's names
+
+        return GeminiSends()
+
     def upstream_url(self, url: str, client_path: str | None) -> str:
         """`url` with the API version of the client's path (`v1alpha` features need a v1alpha
         upstream), when both follow the BidiGenerateContent pattern; else `url` unchanged."""
@@ -136,4 +149,12 @@ GEMINI = GeminiDialect(
     auth_header="x-goog-api-key",
     key_env=("GEMINI_API_KEY",),
     default_url=DEFAULT_URL,
+    client_paths=CLIENT_PATHS,
+    client_path=DEFAULT_PATH,
+    # the google-genai SDK sends its key as `x-goog-api-key`, browsers as `?key=`
+    client_key_headers=("api-key", "x-goog-api-key"),
+    client_key_params=("key",),
+    client_auth_forms="x-goog-api-key, the key query parameter, Authorization: Bearer",
+    call_sideband=False,
+    echoes_conversation=False,
 )

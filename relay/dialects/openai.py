@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from relay.dialects.base import Dialect
 
-OPENAI = Dialect(name="openai", wire="ga")
 OPENAI_BETA = Dialect(
     name="openai-beta",
     wire="beta",
     extra_headers={"OpenAI-Beta": "realtime=v1"},
 )
+OPENAI = Dialect(name="openai", wire="ga", beta=OPENAI_BETA)

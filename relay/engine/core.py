@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Literal
 
-from relay.engine.actions import Action, CancelHandler, Notice, Outcome, StartHandler
+from relay.engine.actions import Action, CancelHandler, Notice, Outcome, SendClient, StartHandler
 from relay.engine.calls import (
     OUTCOME_ABANDONED,
     OUTCOME_BAD_ARGUMENTS,
@@ -214,6 +214,17 @@ class SessionEngine:
             self._bad_frame("invalid_event", f"frame is a JSON {type(message).__name__}, not an object")
             return None
         return message
+
+    def _client_error(self, code: str, message: str, client_event_id: Any = None,
+                      param: str | None = None) -> None:
+        """Tell the client what the relay refused: the dialect's `error` event where its protocol
+        has one (Gemini Live has none: the edge closes with a reason instead), and a notice."""
+        if self.config.has_client:
+            event = self.dialect.client_error_event("", code, message, param=param, client_event_id=client_event_id)
+            if event is not None:
+                event["event_id"] = self._new_id("e")
+                self._out.append(SendClient(json.dumps(event, ensure_ascii=False, separators=(",", ":"))))
+        self._out.append(Notice("client_error", {"code": code, "message": message}))
 
     def _bad_frame(self, code: str, message: str) -> None:
         """A frame the engine cannot read: an anomaly (OpenAI tells a client with an error)."""

@@ -32,7 +32,7 @@ import re
 from typing import Any, Callable, Iterable
 
 from relay.dialects.gemini import GEMINI, GeminiDialect, field, key_of, response_text
-from relay.engine.actions import Close, Notice, SendClient, SendUpstream
+from relay.engine.actions import Close, SendClient, SendUpstream
 from relay.engine.calls import CallEntry, CallState, Owner
 from relay.engine.conversation import ABSENT, ItemRecord, ResponseRecord
 from relay.engine.core import EngineConfig, SessionEngine
@@ -486,7 +486,7 @@ class GeminiEngine(SessionEngine):
         if clashes:
             names = ", ".join(clashes)
             message = f"setup declares {names}, which the relay provides; remove it from your tools"
-            self._out.append(Notice("client_error", {"code": "relay_tool_redefined", "message": message}))
+            self._client_error("relay_tool_redefined", message)
             self._out.append(Close("client", POLICY_VIOLATION, f"relay tool redefined: {names}"))
             self._refused = True
             return _STOP
@@ -525,10 +525,8 @@ class GeminiEngine(SessionEngine):
         for response in responses:
             entry = self.ledger.get(response.get("id")) if isinstance(response, dict) else None
             if entry is not None and entry.owner is Owner.RELAY:
-                self._out.append(Notice("client_error", {
-                    "code": "relay_owned_call",
-                    "message": f"call {entry.call_id} ({entry.name}) belongs to a relay tool; its "
-                               "answer from the client was not forwarded"}))
+                self._client_error("relay_owned_call", f"call {entry.call_id} ({entry.name}) belongs to a relay "
+                                   "tool; its answer from the client was not forwarded")
                 continue
             kept.append(response)
             if entry is not None and entry.state is not CallState.SKIPPED:

@@ -93,16 +93,6 @@ class OpenAIEngine(SessionEngine):
         if self.config.has_client:
             self._out.append(SendClient(json.dumps(event, ensure_ascii=False, separators=(",", ":"))))
 
-    def _client_error(self, code: str, message: str, client_event_id: Any = None,
-                      param: str | None = None) -> None:
-        self._send_client({
-            "type": "error",
-            "event_id": self._new_event_id(),
-            "error": {"type": "invalid_request_error", "code": code, "message": message,
-                      "param": param, "event_id": client_event_id},
-        })
-        self._out.append(Notice("client_error", {"code": code, "message": message}))
-
     def _parse(self, frame: str) -> dict[str, Any] | None:
         """The frame as an event dict, or None with the reason recorded."""
         event = self._decode(frame)

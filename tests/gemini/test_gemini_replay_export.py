@@ -14,9 +14,10 @@ import pytest
 from google.genai import types as genai_types
 
 from relay.cli import build_parser
+from relay.dialects.replaying import GeminiSends
 from relay.export import export_recording
 from relay.mock import MockUpstream
-from relay.replay import GeminiSends, render_report, replay_async
+from relay.replay import render_report, replay_async
 from relay.server import RelayServer, ServerConfig
 from relay.tools import tool
 from tests.gemini.helpers import OPEN_DOOR, PROVIDER_KEY, WEATHER_SCRIPT, gemini_client, model_words

@@ -11,11 +11,13 @@ from typing import Any
 import pytest
 from websockets.exceptions import InvalidStatus
 
+from relay.cli import configure_serve as configure
+from relay.config import ConfigError, ServerConfig
 from relay.dialects import GEMINI, infer_dialect
 from relay.dialects.gemini import DEFAULT_URL
 from relay.logs import Redactor
 from relay.mock import MockUpstream
-from relay.server import ConfigError, RelayServer, ServerConfig, configure
+from relay.server import RelayServer
 from relay.tools import tool
 from relay.upstream import Upstream, key_from_environment
 from tests.gemini.conftest import Certificate
@@ -154,7 +156,8 @@ def test_serve_takes_the_gemini_dialect_and_tls_files() -> None:
 
 
 def test_attach_refuses_gemini_which_has_no_call_sideband() -> None:
-    from relay.sidecar import SidecarConfig, SidecarRuntime
+    from relay.config import SidecarConfig
+    from relay.sidecar import SidecarRuntime
 
     with pytest.raises(ConfigError, match="no call sideband"):
         SidecarRuntime(SidecarConfig(dialect="gemini", upstream=DEFAULT_URL))

@@ -12,7 +12,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 
 from relay.mock import MockUpstream
-from relay.session import EventBudget
+from relay.policy import EventBudget
 from tests.gemini.helpers import WEATHER_SCRIPT as GEMINI_SCRIPT
 from tests.gemini.helpers import gemini_client
 from tests.reliability.kit import PROVIDER_KEY, RELAY_TOKEN, LeakGuard, frame_of_size, weather_turn

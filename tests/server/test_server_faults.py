@@ -13,7 +13,8 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from relay.mock import Faults, MockScript, MockUpstream, Reply, StreamOptions
-from relay.server import ConfigError, RelayServer, ServerConfig
+from relay.config import ConfigError, ServerConfig
+from relay.server import RelayServer
 from relay.tools import tool
 from tests.server.helpers import PROVIDER_KEY, RELAY_TOKEN, http_get, realtime_client, relay_for, user_text
 

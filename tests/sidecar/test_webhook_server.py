@@ -16,7 +16,7 @@ import pytest
 from relay import __version__
 from relay.http import Response, http_request
 from relay.mock import MockUpstream
-from relay.server import ConfigError
+from relay.config import ConfigError
 from relay.session import SessionEnd
 from relay.webhooks import SidecarServer, SidecarServerConfig, signed_headers
 from tests.sidecar.helpers import SCRIPT, WEATHER_TOOL, get_weather, outputs_received, said

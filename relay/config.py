@@ -1,0 +1,249 @@
+"""The edges' shared configuration: what `relay serve` (`ServerConfig`), `relay attach` and
+`relay sidecar` (`SidecarConfig`) take, the checks that refuse a configuration that cannot work,
+the one way a list of tools becomes a registry (serve, attach, sidecar, replay and export alike),
+how the upstream's dialect is decided, and `EdgeRuntime`: what every session of one configuration
+shares (dialect, tools, provider connection, secrets, engine settings, recordings).
+
+Each edge module builds on these, side by side: none of them imports another edge. The limits'
+defaults are `relay.policy`'s.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Literal, Sequence
+from urllib.parse import urlsplit
+
+from relay import __version__
+from relay.dialects import Dialect, DialectError, resolve_dialect
+from relay.engine import DEFAULT_HISTORY_LIMIT, EngineConfig, Notice
+from relay.logs import Redactor
+from relay.policy import (
+    DEFAULT_DRAIN_SECONDS,
+    DEFAULT_MAX_CLIENT_EVENTS_PER_SECOND,
+    DEFAULT_MAX_FRAME_BYTES,
+    DEFAULT_OPEN_TIMEOUT,
+    DEFAULT_QUEUE_BYTES,
+)
+from relay.recording import RecordingWriter
+from relay.tools import ToolDefinitionError, ToolLoadError, ToolRegistry
+from relay.tools.loading import load_tools
+from relay.tools.render import DEFAULT_OUTPUT_LIMIT
+from relay.tools.spec import ToolSpec
+from relay.upstream import TokenProvider, Upstream, default_upstream
+
+DEFAULT_PORT = 8000
+AUTH_TOKEN_ENV = "RELAY_AUTH_TOKEN"
+DEFAULT_RECONNECT_ATTEMPTS = 6
+DEFAULT_RECONNECT_DELAY = 0.2
+
+ToolSources = Sequence[str | ToolSpec | Callable[..., Any]] | ToolRegistry
+"""What a configuration lists as its tools: files or modules by name (`--tools`), decorated or
+plain functions, specs; or a ready registry."""
+
+
+class ConfigError(ValueError):
+    """The edge cannot start with this configuration; the message says what to change."""
+
+
+def tool_registry(tools: ToolSources) -> ToolRegistry:
+    """One registry from what a configuration lists (see `ToolSources`); a registry is used as it
+    is. A tool that cannot be loaded or defined is a ConfigError."""
+    if isinstance(tools, ToolRegistry):
+        return tools
+    registry = ToolRegistry()
+    try:
+        for source in tools:
+            if isinstance(source, str):
+                for spec in load_tools(source):
+                    registry.add(spec)
+            else:
+                registry.add(source)
+    except (ToolLoadError, ToolDefinitionError) as exc:
+        raise ConfigError(str(exc)) from None
+    return registry
+
+
+def upstream_dialect(upstream: str, dialect: str | None) -> Dialect:
+    """The dialect to speak to a ws:// or wss:// upstream: `dialect` if given, else inferred from
+    the URL. ConfigError says what to change."""
+    if urlsplit(upstream).scheme not in ("ws", "wss"):
+        raise ConfigError(f"--upstream must be a ws:// or wss:// URL, not {upstream!r}")
+    try:
+        return resolve_dialect(dialect, upstream)
+    except DialectError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass
+class EdgeConfig:
+    """What every edge takes. `api_key=None` reads the dialect's variable (`OPENAI_API_KEY`,
+    `AZURE_OPENAI_API_KEY`, `GEMINI_API_KEY`) from the environment; `token_provider` (an async
+    callable returning an Entra ID `AccessToken`) replaces the key with refreshed Bearer tokens."""
+
+    tools: ToolSources = ()
+    upstream: str = ""     # empty: the dialect's endpoint (Gemini Live's for `gemini`), else OpenAI's
+    dialect: str | None = None
+    record_dir: str | Path | None = None
+    record_audio: Literal["keep", "drop"] = "keep"
+    api_key: str | None = None
+    token_provider: TokenProvider | None = None
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    max_queue_bytes: int = DEFAULT_QUEUE_BYTES
+    open_timeout: float = DEFAULT_OPEN_TIMEOUT
+    output_limit: int = DEFAULT_OUTPUT_LIMIT
+    # recent items, responses and finished calls each session's engine keeps (None: all)
+    history_limit: int | None = DEFAULT_HISTORY_LIMIT
+    # Python API: called with (session id, notice) for every engine notice (tool calls started
+    # and answered, follow-ups, fillers, anomalies, errors): for dashboards, tests and the demo.
+    on_notice: Callable[[str, Notice], None] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.upstream:
+            self.upstream = default_upstream(self.dialect)
+
+    def check(self) -> Dialect:
+        """Refuse a configuration that cannot work; returns the upstream's dialect."""
+        dialect = upstream_dialect(self.upstream, self.dialect)
+        if self.record_audio not in ("keep", "drop"):
+            raise ConfigError(f"--record-audio must be keep or drop, not {self.record_audio!r}")
+        if self.max_frame_bytes <= 0 or self.max_queue_bytes <= 0 or self.open_timeout <= 0:
+            raise ConfigError("frame and queue limits and the open timeout must be positive")
+        return dialect
+
+
+@dataclass
+class ServerConfig(EdgeConfig):
+    """Everything `relay serve` takes: the edge's settings, where to listen, who may connect,
+    and how to stop."""
+
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    auth_token: str | None = None
+    insecure_no_auth: bool = False
+    allow_origins: Sequence[str] = ()
+    expose_tool_events: bool = False
+    max_client_events_per_second: float = DEFAULT_MAX_CLIENT_EVENTS_PER_SECOND
+    drain_seconds: float = DEFAULT_DRAIN_SECONDS
+    reuse_port: bool = False
+    # Serve wss:// with this certificate chain and key (PEM files). The google-genai SDK always
+    # connects with wss://, so a Gemini client reaches the relay only over TLS (here, or in front).
+    tls_cert: str | Path | None = None
+    tls_key: str | Path | None = None
+
+    def check(self) -> Dialect:
+        """Refuse a configuration that cannot work or would be unsafe; returns the dialect."""
+        dialect = super().check()
+        if not self.auth_token and not self.insecure_no_auth and not is_loopback(self.host):
+            raise ConfigError(
+                f"refusing to listen on {self.host} without a client token: anyone who reaches it "
+                f"would use your provider key. Set --auth-token (or {AUTH_TOKEN_ENV}), or pass "
+                "--insecure-no-auth if something in front of the relay authenticates clients"
+            )
+        if not self.max_client_events_per_second >= 0:
+            raise ConfigError("--max-client-events-per-second must be >= 0 (0: no limit)")
+        if self.drain_seconds < 0:
+            raise ConfigError("--drain-seconds must be >= 0")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("--tls-cert and --tls-key go together")
+        return dialect
+
+    def tls_context(self) -> ssl.SSLContext | None:
+        """The server side of TLS, when a certificate is configured."""
+        if self.tls_cert is None or self.tls_key is None:
+            return None
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        try:
+            context.load_cert_chain(self.tls_cert, self.tls_key)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"cannot use --tls-cert {self.tls_cert} / --tls-key {self.tls_key}: {exc}") from None
+        return context
+
+
+@dataclass
+class SidecarConfig(EdgeConfig):
+    """Everything `relay attach` takes: the edge's settings, and how to treat the call.
+
+    By default the tools are assumed declared when the call was accepted, and the session is
+    left alone; `declare_tools` adds them with one `session.update` that keeps the other party's
+    tools. A sideband that drops while the call lives is reopened up to `reconnect_attempts`
+    times, `reconnect_delay` seconds before the first attempt and twice as long before each next."""
+
+    declare_tools: bool = False
+    reconnect_attempts: int = DEFAULT_RECONNECT_ATTEMPTS
+    reconnect_delay: float = DEFAULT_RECONNECT_DELAY
+
+    def check(self) -> Dialect:
+        dialect = super().check()
+        if not dialect.call_sideband:
+            raise ConfigError(f"the {dialect.name} dialect has no call sideband: attach works with the OpenAI family only")
+        if self.reconnect_attempts < 0 or self.reconnect_delay < 0:
+            raise ConfigError("--reconnect-attempts and --reconnect-delay must be >= 0")
+        return dialect
+
+    def reconnect_waits(self) -> list[float]:
+        """The wait before each reconnect attempt: exponential, bounded in number."""
+        return [self.reconnect_delay * 2**attempt for attempt in range(self.reconnect_attempts)]
+
+
+class EdgeRuntime:
+    """What the sessions of one configuration share: the checked configuration, its dialect, the
+    tool registry, the provider connection (URL, credentials, limits) and the secrets kept out of
+    logs and recordings. Raises ConfigError for a configuration that cannot work."""
+
+    def __init__(self, config: EdgeConfig, *, secrets: Sequence[str | None] = ()) -> None:
+        self.dialect = config.check()
+        self.tools = tool_registry(config.tools)
+        self.config = config
+        self.redactor = Redactor(secrets)
+        self.upstream = Upstream.configured(config, self.dialect, self.redactor)
+
+    def engine_settings(self, **settings: Any) -> EngineConfig:
+        """The engine settings of this edge's sessions: `settings` and the configured limits."""
+        return EngineConfig(output_limit=self.config.output_limit, history_limit=self.config.history_limit,
+                            **settings)
+
+    def recording(self, *, session_id: str, dialect: Dialect, mode: str, extra_header: dict[str, Any],
+                  writer: Callable[..., RecordingWriter] = RecordingWriter) -> RecordingWriter | None:
+        """A session's recording, when the configuration asks for recordings (`writer` makes it:
+        a test gives one that fails like a full disk)."""
+        config = self.config
+        if config.record_dir is None:
+            return None
+        return writer(
+            config.record_dir,
+            session_id=session_id,
+            dialect=dialect.name,
+            upstream=self.upstream.url,
+            tools=self.tools.names,
+            mode=mode,
+            record_audio=config.record_audio,
+            secrets=self.redactor.secrets,
+            extra_header=extra_header,
+        )
+
+    def health_fields(self, *, draining: bool, **open_now: int) -> dict[str, Any]:
+        """What `/healthz` says: `ok` or `draining`, what is open now (`sessions=3`), and which
+        upstream and dialect this process serves."""
+        return {"status": "draining" if draining else "ok", "version": __version__, **open_now,
+                "upstream": self.upstream.host, "dialect": self.dialect.name, "pid": os.getpid()}
+
+    def missing_key(self) -> str | None:
+        """A warning when no provider key was found, else None."""
+        if self.upstream.api_key is not None:
+            return None
+        return (f"no provider key in the environment ({' or '.join(self.dialect.key_env)}): "
+                "connecting to the upstream without credentials")

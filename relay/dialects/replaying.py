@@ -1,0 +1,229 @@
+"""How a recorded session of each wire is read back for replay: which frames the engine under
+test is fed, which of the relay's sends are compared and by what key (free of the ids the relay
+chose), what part of each must match, and what the timeline shows of the upstream's frames.
+`relay.replay` runs the comparison; `Dialect.replay_sends` gives a side of it its reader here.
+
+Imported on demand: it reads names the engine defines, and the engine imports the dialects.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from relay.dialects.gemini import field, key_of, response_text
+from relay.engine.gemini import first_key, is_media_frame
+from relay.engine.openai import CLIENT_PASSTHROUGH, UPSTREAM_PASSTHROUGH
+from relay.engine.sequencer import META_CALLS, META_EVENT, META_KIND
+
+if TYPE_CHECKING:
+    from relay.recording import Frame
+
+Key = tuple[str, ...]
+Sent = tuple[Key, dict[str, Any]]   # what a send is (its key), and the part compared
+Answer = tuple[str, str, str]       # the call answered, the output's text, its status or kind
+
+CLIENT = "client>relay"
+_AUDIO_TYPES = UPSTREAM_PASSTHROUGH | CLIENT_PASSTHROUGH
+
+
+def clip(text: Any, width: int = 70) -> str:
+    """`text` on one line, cut to `width` characters."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def frame_text(frame: Frame) -> str | None:
+    """A text frame as it crossed the socket; None for a binary one."""
+    if frame.event is not None:
+        return json.dumps(frame.event, ensure_ascii=False)
+    return frame.raw
+
+
+def json_object(frame: str | bytes) -> dict[str, Any] | None:
+    try:
+        value = json.loads(frame)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+class ReplaySends:
+    """One side of a replay's comparison for one wire (the recorded sends, or those of the relay
+    under test): called with each frame sent upstream, it returns the comparable sends in it."""
+
+    def __call__(self, event: dict[str, Any]) -> list[Sent]:
+        raise NotImplementedError
+
+    @staticmethod
+    def describe(key: Key) -> str:
+        """A send's key in words, for the report."""
+        if key[0] == "output":
+            return f"output of {key[1]}"
+        if key[0] == "answer":
+            return f"answer {int(key[2]) + 1} to {key[1]}"
+        if key[0] == "update":
+            return "streaming update"
+        if key[0] == "response.create":
+            return f"{key[1].replace('_', '-')} response for {key[2] or 'no call'}"
+        return key[0]
+
+    @staticmethod
+    def answer(key: Key, part: dict[str, Any]) -> Answer | None:
+        """For a send that answers a call: the call, the answer's text, its status; else None."""
+        return None
+
+    @staticmethod
+    def compared(part: dict[str, Any]) -> dict[str, Any]:
+        """The part of a send that must match: ids the relay chose are left out."""
+        return {k: v for k, v in part.items() if k not in ("event_id", "response_id")}
+
+    def sent_event(self, frame: Frame) -> dict[str, Any] | None:
+        """The event of a frame the relay sent upstream, when it may hold a send to compare."""
+        return frame.event
+
+    def payload(self, frame: Frame) -> str | bytes | None:
+        """What the engine under test is fed of a recorded frame (None: nothing)."""
+        return frame_text(frame)
+
+    def timeline(self, frame: Frame) -> list[str]:
+        """What the timeline shows of an upstream frame."""
+        return []
+
+
+class OpenAISends(ReplaySends):
+    """The OpenAI family. The relay's own sends are whole events, known by the event ids it chose
+    (`<id_prefix>_e...`): its outputs, streaming updates, responses and session updates. Frames it
+    forwarded from the client are the client's and are not compared (`id_prefix` None: a plain
+    event log, in which the relay sent nothing)."""
+
+    def __init__(self, id_prefix: str | None) -> None:
+        self.id_prefix = id_prefix
+
+    def __call__(self, event: dict[str, Any]) -> list[Sent]:
+        key = self.key(event)
+        return [] if key is None else [(key, event)]
+
+    def key(self, event: dict[str, Any]) -> Key | None:
+        """What a relay-originated frame is, independent of the ids the relay chose; None for a
+        forwarded client frame."""
+        event_type = event.get("type")
+        event_id = str(event.get("event_id") or "")
+        ours = self.id_prefix is not None and event_id.startswith(f"{self.id_prefix}_e")
+        if event_type == "conversation.item.create":
+            item = event.get("item") or {}
+            if ours and item.get("type") == "function_call_output":
+                return ("output", str(item.get("call_id")))
+            if ours and item.get("type") == "message":
+                return ("update",)
+            return None
+        if not ours:
+            return None
+        if event_type == "response.create":
+            metadata = (event.get("response") or {}).get("metadata") or {}
+            return ("response.create", str(metadata.get(META_KIND)), str(metadata.get(META_CALLS)))
+        return (str(event_type),)
+
+    @staticmethod
+    def answer(key: Key, part: dict[str, Any]) -> Answer | None:
+        """For an output: the call, the output's text and its status."""
+        if key[0] != "output":
+            return None
+        item = part.get("item") or {}
+        return key[1], str(item.get("output")), str(item.get("status"))
+
+    @staticmethod
+    def compared(event: dict[str, Any]) -> dict[str, Any]:
+        event_type = event.get("type")
+        if event_type == "conversation.item.create":
+            item = {k: v for k, v in (event.get("item") or {}).items() if k not in ("id", "created_at")}
+            return {"type": event_type, "item": item}
+        if event_type == "response.create":
+            response = dict(event.get("response") or {})
+            metadata = {k: v for k, v in (response.get("metadata") or {}).items() if k != META_EVENT}
+            response["metadata"] = metadata
+            return {"type": event_type, "response": response}
+        return ReplaySends.compared(event)
+
+    def payload(self, frame: Frame) -> str | bytes | None:
+        """Text frames, but audio the engine would only forward (replay has nobody to forward it
+        to); binary frames are not part of this wire."""
+        if frame.event is not None and frame.event.get("type") in _AUDIO_TYPES:
+            return None
+        return frame_text(frame)
+
+    def timeline(self, frame: Frame) -> list[str]:
+        """What the timeline shows of an upstream frame: responses done, calls made."""
+        event = frame.event or {}
+        kind = event.get("type")
+        if kind == "response.done":
+            response = event.get("response") or {}
+            return [f"recv  response.done {response.get('id')} {response.get('status')}"]
+        item = event.get("item") or {}
+        if kind == "response.output_item.done" and item.get("type") == "function_call":
+            return [f"recv  call {item.get('name')}({clip(item.get('arguments', ''))}) call_id={item.get('call_id')}"]
+        return []
+
+
+_GEMINI_CALL_KEYS = frozenset({"toolCall", "tool_call", "toolCallCancellation", "tool_call_cancellation"})
+_GEMINI_SENT_KEYS = frozenset({"setup", "toolResponse", "tool_response"})
+
+
+class GeminiSends(ReplaySends):
+    """Gemini Live. The comparable parts of a frame sent upstream are the setup and each answer,
+    numbered per call in the order sent (the n-th answer recorded meets the n-th replayed; a
+    streaming tool answers several times). Gemini frames carry no ids the relay chose, so answers
+    forwarded from the client are compared too; they come out the same as long as the client's
+    frames do. The server's JSON comes in binary frames, fed as they were."""
+
+    def __init__(self) -> None:
+        self._answers: dict[str, int] = {}
+
+    def __call__(self, event: dict[str, Any]) -> list[Sent]:
+        setup_key = key_of(event, "setup")
+        if setup_key is not None and isinstance(event[setup_key], dict):
+            return [(("setup",), event[setup_key])]
+        responses = field(field(event, "toolResponse"), "functionResponses")
+        sent: list[Sent] = []
+        for response in responses if isinstance(responses, list) else []:
+            if isinstance(response, dict) and isinstance(response.get("id"), str):
+                count = self._answers.get(response["id"], 0)
+                self._answers[response["id"]] = count + 1
+                sent.append((("answer", response["id"], str(count)), response))
+        return sent
+
+    @staticmethod
+    def answer(key: Key, part: dict[str, Any]) -> Answer | None:
+        """For an answer: the call, the response as text, and whether more answers follow."""
+        if key[0] != "answer":
+            return None
+        return key[1], response_text(part.get("response")), \
+            "interim" if field(part, "willContinue") is True else "final"
+
+    def sent_event(self, frame: Frame) -> dict[str, Any] | None:
+        if frame.event is None and frame.binary is not None and first_key(frame.binary) in _GEMINI_SENT_KEYS:
+            return json_object(frame.binary)   # a client's answer or setup, forwarded binary
+        return frame.event
+
+    def payload(self, frame: Frame) -> str | bytes | None:
+        payload = frame.binary if frame.binary is not None else frame_text(frame)
+        if payload is None or (frame.direction == CLIENT and is_media_frame(payload, "client")):
+            return None   # the client's audio: the engine would only forward it
+        return payload
+
+    def timeline(self, frame: Frame) -> list[str]:
+        """Calls and cancellations; only those frames are decoded."""
+        payload = frame.binary if frame.binary is not None else frame_text(frame)
+        if payload is None or first_key(payload) not in _GEMINI_CALL_KEYS:
+            return []
+        message = json_object(payload)
+        lines = []
+        calls = field(field(message, "toolCall"), "functionCalls")
+        for call in calls if isinstance(calls, list) else []:
+            if isinstance(call, dict):
+                lines.append(f"recv  call {call.get('name')}({clip(json.dumps(call.get('args')))}) "
+                             f"call_id={call.get('id')}")
+        ids = field(field(message, "toolCallCancellation"), "ids")
+        if isinstance(ids, list):
+            lines.append(f"recv  cancellation of {', '.join(map(str, ids))}")
+        return lines

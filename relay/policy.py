@@ -1,0 +1,94 @@
+"""What a session tolerates and what its peers are told when it stops: the limits and their
+defaults, the client's event budget, and which close code each side gets.
+
+The session loop (relay/session.py) carries these out; the edges' configurations
+(relay/config.py) take their defaults from here, so each number and each rule is written once.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from websockets.exceptions import ConnectionClosed
+
+# ---- limits ----------------------------------------------------------------------------------
+DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
+DEFAULT_QUEUE_BYTES = 32 * 1024 * 1024
+# Audio in 20 ms chunks is 50 events a second; even an upload 10x faster than real time stays far below.
+DEFAULT_MAX_CLIENT_EVENTS_PER_SECOND = 1000.0
+DEFAULT_OPEN_TIMEOUT = 10.0
+DEFAULT_DRAIN_SECONDS = 10.0
+
+# ---- close codes -----------------------------------------------------------------------------
+# Codes that may not be sent in a close frame: they are replaced by 1011 toward the peer.
+RESERVED_CLOSE_CODES = frozenset({1005, 1006, 1015})
+# Codes websockets closes with when the peer broke the protocol, sent bad UTF-8, or too big a message.
+PEER_FAULT_CLOSE_CODES = frozenset({1002, 1007, 1009})
+BAD_GATEWAY = 1014   # to the client: the upstream, not the client, sent something invalid
+SHUTDOWN_CODE = 1001
+RATE_LIMIT_CODE = "rate_limit_exceeded"
+RATE_LIMIT_CLOSE = (1008, "client sends events too fast")
+
+
+def close_info(closed: ConnectionClosed) -> tuple[int, str]:
+    """The close code and reason of a closed connection (1006 when no close frame came)."""
+    frame = closed.rcvd or closed.sent
+    if frame is None:
+        return 1006, "connection lost"
+    return frame.code, frame.reason
+
+
+def sendable_close_code(code: int) -> int:
+    """`code` as it may go out in a close frame: the reserved codes (which only say that no
+    close frame came) become 1011."""
+    return 1011 if code in RESERVED_CLOSE_CODES else code
+
+
+def closed_for_peer_fault(closed: ConnectionClosed) -> bool:
+    """websockets itself closed this connection because of what the peer sent (a protocol
+    error, bad UTF-8, too big a message), rather than the peer closing it."""
+    code, _ = close_info(closed)
+    return closed.sent is not None and not closed.rcvd_then_sent and code in PEER_FAULT_CLOSE_CODES
+
+
+def short_close_reason(reason: str) -> str:
+    """A close reason cut to the 123 bytes a close frame holds (never inside a character)."""
+    return reason.encode()[:123].decode(errors="ignore")
+
+
+# ---- the client's event budget ---------------------------------------------------------------
+class EventBudget:
+    """A token bucket over a client's events: `per_second` on average and bursts of two seconds'
+    worth. A client that sends faster is broken or hostile: it is told so and closed, so that it
+    can neither flood the upstream nor take the relay's time from other sessions."""
+
+    code = RATE_LIMIT_CODE
+    close = RATE_LIMIT_CLOSE
+
+    def __init__(self, per_second: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.per_second = per_second
+        self.burst = 2.0 * per_second
+        self._clock = clock
+        self._tokens = self.burst
+        self._last = clock()
+
+    @classmethod
+    def optional(cls, per_second: float | None) -> EventBudget | None:
+        """A budget of `per_second`, or None for no limit (None or 0)."""
+        return cls(per_second) if per_second else None
+
+    def take(self) -> bool:
+        """Spend one event; False when the client is over its budget."""
+        now = self._clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._last) * self.per_second)
+        self._last = now
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True
+
+    def refusal(self) -> str:
+        """What the client is told when it is cut off."""
+        return (f"more than {self.per_second:g} events per second (bursts of up to {self.burst:g}): "
+                "the relay closes a client that sends faster")

@@ -1,0 +1,107 @@
+"""Process control for the long-running commands: run one piece of work in a fresh event loop
+until it ends, turning SIGTERM and SIGINT into a graceful stop (`run_until_signalled`), and
+`--workers`: several processes sharing one port with SO_REUSEPORT (`run_workers`).
+
+What a signal means (drain the sessions, detach from the call) is the caller's: this module
+only delivers it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+from typing import Awaitable, Callable, Sequence
+
+import anyio
+
+log = logging.getLogger("relay.process")
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+OnSignal = Callable[[str, bool], Awaitable[None]]
+"""Called with the signal's name (`SIGTERM`) and whether a stop signal came before."""
+
+
+def run_until_signalled(work: Callable[[], Awaitable[int]], on_signal: OnSignal,
+                        signals: Sequence[int] = STOP_SIGNALS) -> int:
+    """Run `work` in a new event loop and return its exit status. Each of `signals` calls
+    `on_signal`, after which `work` is expected to finish. The handlers are in place before
+    `work` starts, so a signal that comes as soon as a server listens already stops it."""
+
+    async def main() -> int:
+        received: asyncio.Queue[str] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+        for signum in signals:
+            loop.add_signal_handler(signum, received.put_nowait, signal.Signals(signum).name)
+
+        async def deliver() -> None:
+            again = False
+            while True:
+                name = await received.get()
+                await on_signal(name, again)
+                again = True
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(deliver)
+            status = await work()
+            group.cancel_scope.cancel()
+        return status
+
+    return asyncio.run(main())
+
+
+def run_workers(host: str, port: int, workers: int, run_worker: Callable[[int], int]) -> int:
+    """Fork `workers` processes that each run `run_worker(port)` and listen on the same port
+    (SO_REUSEPORT: the kernel spreads connections over them; port 0 is chosen here, once). A
+    worker stops on SIGTERM only; the parent only supervises: SIGTERM or SIGINT is passed on as
+    SIGTERM, so every worker stops as it would alone. Returns 1 when a worker failed or the port
+    cannot be had, 2 when the platform cannot do it."""
+    if not hasattr(os, "fork") or not hasattr(socket, "SO_REUSEPORT"):
+        log.error("--workers needs fork() and SO_REUSEPORT (Linux, BSD, macOS)")
+        return 2
+    family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    reservation = socket.socket(family, socket.SOCK_STREAM)
+    reservation.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        reservation.bind(address)   # holds the port (chosen here when 0) without accepting on it
+    except OSError as exc:
+        log.error("cannot listen on %s:%s: %s", host, port, exc.strerror or exc)
+        reservation.close()
+        return 1
+    port = reservation.getsockname()[1]
+    children: list[int] = []
+    for _ in range(workers):
+        pid = os.fork()
+        if pid == 0:   # the worker: the parent tells it when to stop
+            status = 1
+            try:
+                reservation.close()
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+                status = run_worker(port)
+            finally:
+                os._exit(status)
+        children.append(pid)
+
+    def forward(signum: int, frame: object) -> None:
+        for child in children:
+            try:
+                os.kill(child, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    status = 0
+    while children:
+        pid, wait_status = os.waitpid(-1, 0)
+        if pid in children:
+            children.remove(pid)
+            code = os.waitstatus_to_exitcode(wait_status)
+            if code != 0:
+                log.error("worker %d exited with status %d", pid, code)
+                status = status or 1
+    reservation.close()
+    return status
