@@ -7,22 +7,17 @@ import json
 
 from relay.engine import EngineConfig
 from relay.tools import tool
-from tests.fakeserver import Call
-from tests.harness import Harness
-
-
-@tool
-def get_weather(city: str) -> str:
-    """Weather for a city."""
-    return f"sunny in {city}"
+from tests.support.engine import EngineDriver
+from tests.support.local_mock import model_call
+from tests.support.tools import get_weather
 
 
 CLIENT_TOOL = {"type": "function", "name": "open_door", "description": "Open a door",
                "parameters": {"type": "object", "properties": {"door": {"type": "string"}}}}
 
 
-def proxy(**config) -> Harness:
-    return Harness([get_weather], config=EngineConfig(mode="proxy", strict=True, **config))
+def proxy(**config) -> EngineDriver:
+    return EngineDriver([get_weather], config=EngineConfig(mode="proxy", strict=True, **config))
 
 
 def tool_names(tools) -> list[str]:
@@ -82,12 +77,12 @@ def test_response_create_with_tools_keeps_the_relay_tools() -> None:
 def test_the_client_never_sees_relay_calls_and_its_item_chain_stays_consistent() -> None:
     h = proxy()
     h.connect()
-    h.upstream(h.server.user_turn("weather?"))
-    h.respond(["Let me check.", Call("get_weather", '{"city":"Paris"}')])
+    h.upstream(h.mock.user_turn("weather?"))
+    h.respond(["Let me check.", model_call("get_weather", '{"city":"Paris"}')])
     h.run_all()
     seen_types = [e["type"] for e in h.to_client]
     assert "response.function_call_arguments.delta" not in seen_types
-    relay_ids = {i["id"] for i in h.server.items if i["type"].startswith("function_call")}
+    relay_ids = {i["id"] for i in h.mock.items if i["type"].startswith("function_call")}
     for event in h.to_client:
         item = event.get("item") or {}
         assert item.get("id") not in relay_ids
@@ -107,7 +102,7 @@ def test_the_client_never_sees_relay_calls_and_its_item_chain_stays_consistent()
 def test_exposed_tool_events_are_forwarded() -> None:
     h = proxy(hide_tool_events=False)
     h.connect()
-    h.respond([Call("get_weather", '{"city":"Paris"}')])
+    h.respond([model_call("get_weather", '{"city":"Paris"}')])
     h.run_all()
     assert any(e["type"] == "response.function_call_arguments.delta" for e in h.to_client)
     assert any(e.get("item", {}).get("type") == "function_call_output" for e in h.to_client)
@@ -118,7 +113,7 @@ def test_exposed_tool_events_are_forwarded() -> None:
 def test_client_response_create_is_held_until_relay_outputs_are_in() -> None:
     h = proxy()
     h.connect()
-    h.respond([Call("get_weather", '{"city":"Paris"}'), Call("open_door", '{"door":"front"}')])
+    h.respond([model_call("get_weather", '{"city":"Paris"}'), model_call("open_door", '{"door":"front"}')])
     relay_call, client_call = h.engine.ledger
     # the client answers its own call and asks for a response while ours still runs
     h.client({"type": "conversation.item.create", "item": {"type": "function_call_output",
@@ -129,7 +124,7 @@ def test_client_response_create_is_held_until_relay_outputs_are_in() -> None:
     assert [c["event_id"] for c in h.creates] == ["client_create"]  # released after our output
     types = [(e["type"], e.get("item", {}).get("call_id")) for e in h.sent]
     assert types.index(("conversation.item.create", relay_call.call_id)) < types.index(("response.create", None))
-    assert not h.server.errors
+    assert not h.mock.errors
     # the client's response answered both calls: the relay sends no follow-up of its own
     assert relay_call.follow_up_response_id is not None
     assert len(h.creates) == 1
@@ -138,7 +133,7 @@ def test_client_response_create_is_held_until_relay_outputs_are_in() -> None:
 def test_client_output_for_a_relay_call_is_refused() -> None:
     h = proxy()
     h.connect()
-    h.respond([Call("get_weather", '{"city":"Paris"}')])
+    h.respond([model_call("get_weather", '{"city":"Paris"}')])
     [entry] = h.engine.ledger
     before = len(h.sent)
     h.client({"type": "conversation.item.create", "event_id": "evil",
@@ -187,8 +182,8 @@ def test_errors_aimed_at_the_client_are_forwarded_and_ours_are_not() -> None:
 def test_a_hidden_call_id_never_reaches_the_client() -> None:
     h = proxy()
     h.connect()
-    h.upstream(h.server.user_turn("what's the weather?"))
-    h.respond([Call("get_weather", json.dumps({"city": "Paris"}))])
+    h.upstream(h.mock.user_turn("what's the weather?"))
+    h.respond([model_call("get_weather", json.dumps({"city": "Paris"}))])
     h.run_all()
     [entry] = h.engine.ledger
     assert h.creates and entry.follow_up_response_id
@@ -202,7 +197,7 @@ def test_a_repeated_or_escaped_type_key_cannot_smuggle_an_event_past_the_relay()
     not be forwarded unparsed if it holds another `type` (found by the reliability tests)."""
     h = proxy()
     h.connect()
-    h.respond([Call("get_weather", '{"city":"Paris"}')])
+    h.respond([model_call("get_weather", '{"city":"Paris"}')])
     [entry] = h.engine.ledger
     item = json.dumps({"type": "function_call_output", "call_id": entry.call_id, "output": "frogs"})
     before = len(h.sent)

@@ -6,17 +6,12 @@ import json
 
 from relay.engine import EngineConfig
 from relay.tools import tool
-from tests.harness import Harness
-
-
-@tool
-def get_weather(city: str) -> str:
-    """Current weather for a city."""
-    return f"sunny in {city}"
+from tests.support.engine import EngineDriver
+from tests.support.tools import get_weather
 
 
 def test_the_relay_tools_are_declared_before_a_client_response_create_that_precedes_session_created() -> None:
-    harness = Harness([get_weather], config=EngineConfig(mode="proxy", strict=True))
+    harness = EngineDriver([get_weather], config=EngineConfig(mode="proxy", strict=True))
     harness.client({"type": "conversation.item.create", "item": {
         "type": "message", "role": "user", "content": [{"type": "input_text", "text": "weather?"}]}})
     harness.client({"type": "response.create"})
