@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from relay.engine import OpenAIEngine, EngineConfig, Outcome, Owner, SendUpstream, StartHandler
 from relay.tools import tool
-from tests.conftest import shared_dir
 from tests.support.local_mock import LocalMock, model_call
+from tests.support.paths import shared_dir
 
 
 @tool

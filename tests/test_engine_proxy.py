@@ -6,14 +6,9 @@ from __future__ import annotations
 import json
 
 from relay.engine import EngineConfig
-from relay.tools import tool
 from tests.support.engine import EngineDriver
 from tests.support.local_mock import model_call
-from tests.support.tools import get_weather
-
-
-CLIENT_TOOL = {"type": "function", "name": "open_door", "description": "Open a door",
-               "parameters": {"type": "object", "properties": {"door": {"type": "string"}}}}
+from tests.support.tools import DOOR_TOOL, get_weather
 
 
 def proxy(**config) -> EngineDriver:
@@ -38,7 +33,7 @@ def test_relay_declares_its_tools_after_session_created_when_the_client_says_not
 
 def test_client_tools_are_merged_with_relay_tools_in_every_session_update() -> None:
     h = proxy()
-    h.client({"type": "session.update", "session": {"type": "realtime", "instructions": "hi", "tools": [CLIENT_TOOL]}})
+    h.client({"type": "session.update", "session": {"type": "realtime", "instructions": "hi", "tools": [DOOR_TOOL]}})
     h.connect()
     [update] = h.sent_of("session.update")  # no second update of the relay's own
     assert tool_names(update["session"]["tools"]) == ["open_door", "get_weather"]
@@ -57,9 +52,9 @@ def test_a_client_cannot_redefine_a_relay_tool() -> None:
     h.connect()
     sent_before = len(h.sent)
     h.client({"type": "session.update", "event_id": "c1",
-              "session": {"tools": [CLIENT_TOOL, {**CLIENT_TOOL, "name": "get_weather"}]}})
+              "session": {"tools": [DOOR_TOOL, {**DOOR_TOOL, "name": "get_weather"}]}})
     h.client({"type": "response.create", "event_id": "c2",
-              "response": {"tools": [{**CLIENT_TOOL, "name": "get_weather"}]}})
+              "response": {"tools": [{**DOOR_TOOL, "name": "get_weather"}]}})
     assert len(h.sent) == sent_before  # nothing forwarded
     errors = [e["error"] for e in h.to_client if e["type"] == "error"]
     assert [e["code"] for e in errors] == ["relay_tool_redefined", "relay_tool_redefined"]
@@ -70,7 +65,7 @@ def test_a_client_cannot_redefine_a_relay_tool() -> None:
 def test_response_create_with_tools_keeps_the_relay_tools() -> None:
     h = proxy()
     h.connect()
-    h.client({"type": "response.create", "response": {"tools": [CLIENT_TOOL], "instructions": "x"}})
+    h.client({"type": "response.create", "response": {"tools": [DOOR_TOOL], "instructions": "x"}})
     assert tool_names(h.creates[-1]["response"]["tools"]) == ["open_door", "get_weather"]
 
 

@@ -31,9 +31,9 @@ from relay.export import (
 from relay.mock import MockScript, Reply
 from relay.recording import RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY, RecordingWriter
 from relay.tools import ToolResult, tool
-from tests.conftest import shared_dir
 from tests.support.engine import EngineDriver
 from tests.support.local_mock import ENGINE_SCRIPT, LocalMock, model_call
+from tests.support.paths import shared_dir
 from tests.support.tools import get_weather_data
 
 CHAT_MESSAGE = TypeAdapter(ChatCompletionMessageParam)

@@ -16,8 +16,8 @@ from relay.recording import RecordingWriter
 from relay.testing import replay
 from relay.session import SessionLoop
 from relay.tools import ToolResult, tool
-from tests.conftest import REPO, shared_dir
 from tests.support.local_mock import LocalMock, model_call
+from tests.support.paths import REPO, shared_dir
 from tests.support.peers import MockPeer
 from tests.support.tools import get_weather_data
 

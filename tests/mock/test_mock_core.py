@@ -11,7 +11,8 @@ from relay.mock import Faults, MockScript, Rule, ToolCall
 from relay.mock.responses import Pause, ResponseRun
 from relay.mock.session import Emit, MockSession, Stream, Wake
 from relay.mock.wire import Wire, seed_ids
-from tests.mock.conftest import TIME_TOOL, WEATHER_TOOL, check_event
+from tests.support.sdk import check_event
+from tests.support.tools import TIME_TOOL, WEATHER_TOOL
 
 SCRIPT = MockScript(
     rules=[

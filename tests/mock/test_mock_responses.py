@@ -8,16 +8,9 @@ import json
 import pytest
 
 from relay.mock import MockScript, Reply, Rule, ToolCall
-from tests.mock.conftest import (
-    TIME_TOOL,
-    WEATHER_TOOL,
-    MockFactory,
-    raw_connect,
-    sdk_connect,
-    sdk_until,
-    types_of,
-    user_text,
-)
+from tests.support.clients import MockFactory, raw_connect, sdk_connect, sdk_until
+from tests.support.frames import types_of, user_text
+from tests.support.tools import TIME_TOOL, WEATHER_TOOL
 
 WEATHER_SCRIPT = MockScript(
     rules=[

@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 from relay.engine import OpenAIEngine, EngineConfig, Outcome, Owner, SendUpstream, StartHandler
 from relay.mock import MockUpstream
 from relay.tools import tool
+from tests.support.frames import function_call_outputs, model_call_ids
 from tests.support.local_mock import LocalMock, model_call
-from tests.reliability.kit import LeakGuard, function_call_outputs, model_call_ids, weather_turn
+from tests.support.relays import LeakGuard, weather_turn
 
 FORGED = "forged by the client"
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 from relay.engine import EngineConfig
-from relay.tools import tool
 from tests.support.engine import EngineDriver
 from tests.support.tools import get_weather
 

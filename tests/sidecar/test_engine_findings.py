@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from relay.mock import Faults, MockUpstream
-from tests.sidecar.helpers import SCRIPT, Gate, accepted_call, sidecar_on
+from tests.support.relays import accepted_call, sidecar_on
+from tests.support.tools import WEATHER_SCRIPT, Gate
 
 
 async def test_a_follow_up_that_reached_the_upstream_before_the_drop_is_not_sent_again() -> None:
     gate = Gate()
-    async with MockUpstream(script=SCRIPT) as mock:
+    async with MockUpstream(script=WEATHER_SCRIPT) as mock:
         call_id, session = await accepted_call(mock)
 
         async def backoff(seconds: float) -> None:

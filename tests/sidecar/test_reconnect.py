@@ -23,19 +23,10 @@ from relay.session import SessionEnd
 from relay import attach
 from relay.sidecar import CallEnded, Sidecar, SidebandLoop, SidecarConfig
 from relay.upstream import UpstreamUnavailable
-from tests.server.test_server_ops import captured_logs
-from tests.sidecar.helpers import (
-    ACTIVE_RESPONSE,
-    SCRIPT,
-    Frames,
-    Gate,
-    accepted_call,
-    get_weather,
-    outputs_received,
-    said,
-    sidecar_on,
-)
-from tests.test_session_loop import MemoryPeer
+from tests.support.frames import outputs_received, said
+from tests.support.peers import MemoryPeer
+from tests.support.relays import ACTIVE_RESPONSE, SidecarTap, accepted_call, captured_logs, sidecar_on
+from tests.support.tools import WEATHER_SCRIPT, Gate, get_weather
 
 
 def log_messages(logs: Any) -> list[dict[str, Any]]:
@@ -47,7 +38,7 @@ async def test_the_sideband_drops_mid_handler_and_the_output_arrives_once(handle
     gate = Gate()
     waits: list[float] = []
     states_while_disconnected: list[tuple[bool, CallState]] = []
-    async with MockUpstream(script=SCRIPT) as mock:
+    async with MockUpstream(script=WEATHER_SCRIPT) as mock:
         call_id, session = await accepted_call(mock)
 
         async def backoff(seconds: float) -> None:
@@ -87,7 +78,7 @@ async def test_a_follow_up_refused_by_a_response_it_never_saw_start_is_retried_a
     response.done, once."""
     gate = Gate()
     unseen: list[Any] = []
-    async with MockUpstream(script=SCRIPT) as mock:
+    async with MockUpstream(script=WEATHER_SCRIPT) as mock:
         call_id, session = await accepted_call(mock)
 
         async def backoff(seconds: float) -> None:
@@ -133,7 +124,7 @@ async def test_a_frame_the_dropped_socket_did_not_take_goes_out_on_the_new_one()
         return new
 
     engine = OpenAIEngine([get_weather], config=EngineConfig(mode="sidecar", declare_tools=True, strict=True))
-    frames = Frames()
+    frames = SidecarTap()
     loop = SidebandLoop(engine, upstream=old, reopen=reopen, context={}, recorder=SimpleNamespace(record=frames))
     async with anyio.create_task_group() as group:
         group.start_soon(loop.run)
@@ -159,17 +150,18 @@ async def test_a_hung_up_call_ends_the_session_and_cancels_its_handler() -> None
     async def backoff(seconds: float) -> None:
         waits.append(seconds)
 
-    async with MockUpstream(script=SCRIPT) as mock, captured_logs() as logs:
-        call_id, session = await accepted_call(mock)
-        async with sidecar_on(mock, call_id, [gate.tool], sleep=backoff) as (sidecar, _):
-            await mock.user_turn(session, "What's the weather in Paris?")
-            await gate.entered.wait()
-            response = await http_request("POST", f"{mock.rest_url}/realtime/calls/{call_id}/hangup")
-            assert response.status == 200
-            with anyio.fail_after(5):
-                await sidecar.ended.wait()
-            assert sidecar.engine is not None
-            entry = sidecar.engine.calls[0]
+    with captured_logs() as logs:
+        async with MockUpstream(script=WEATHER_SCRIPT) as mock:
+            call_id, session = await accepted_call(mock)
+            async with sidecar_on(mock, call_id, [gate.tool], sleep=backoff) as (sidecar, _):
+                await mock.user_turn(session, "What's the weather in Paris?")
+                await gate.entered.wait()
+                response = await http_request("POST", f"{mock.rest_url}/realtime/calls/{call_id}/hangup")
+                assert response.status == 200
+                with anyio.fail_after(5):
+                    await sidecar.ended.wait()
+                assert sidecar.engine is not None
+                entry = sidecar.engine.calls[0]
     assert sidecar.end == SessionEnd("upstream", 1000, "call ended")
     assert waits == [0.2], "one attempt: the 404 says the call is over"
     assert not gate.finished.is_set() and entry.outcome == "abandoned"
@@ -184,7 +176,7 @@ async def test_reconnecting_gives_up_after_the_configured_attempts() -> None:
     async def backoff(seconds: float) -> None:
         waits.append(seconds)
 
-    mock = MockUpstream(script=SCRIPT)
+    mock = MockUpstream(script=WEATHER_SCRIPT)
     await mock.start()
     try:
         call_id = mock.create_call()
@@ -200,7 +192,7 @@ async def test_reconnecting_gives_up_after_the_configured_attempts() -> None:
 
 
 async def test_attaching_to_an_unknown_call_fails_with_call_ended() -> None:
-    async with MockUpstream(script=SCRIPT) as mock:
+    async with MockUpstream(script=WEATHER_SCRIPT) as mock:
         with pytest.raises(CallEnded) as failure:
             await attach("rtc_nope", tools=[get_weather], upstream=mock.url, dialect="openai")
     assert failure.value.status == 404 and "rtc_nope" in str(failure.value)
@@ -212,7 +204,7 @@ async def test_a_refused_key_is_not_retried() -> None:
     async def backoff(seconds: float) -> None:
         waits.append(seconds)
 
-    async with MockUpstream(script=SCRIPT, api_key="sk-right") as mock:
+    async with MockUpstream(script=WEATHER_SCRIPT, api_key="sk-right") as mock:
         call_id = mock.create_call()
         sidecar = Sidecar(call_id, SidecarConfig(tools=[get_weather], upstream=mock.url, dialect="openai",
                                                  api_key="sk-wrong"), sleep=backoff)

@@ -50,6 +50,21 @@ class Gate:
         self.tool = gated_weather
 
 
+class CountedWeather:
+    """A `get_weather` that keeps the city of every run, to prove how often (or whether) it ran."""
+
+    def __init__(self) -> None:
+        self.runs: list[str] = []
+
+        @tool(name="get_weather")
+        def counted_weather(city: str) -> str:
+            """Current weather in a city (each run is counted)."""
+            self.runs.append(city)
+            return f"sunny in {city}"
+
+        self.tool = counted_weather
+
+
 def definition(relay_tool: Any) -> dict[str, Any]:
     """A relay tool as an OpenAI client declares it (`session.update` / accept `tools`)."""
     spec = relay_tool.__relay_tool__
