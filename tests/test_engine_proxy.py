@@ -47,6 +47,18 @@ def test_client_tools_are_merged_with_relay_tools_in_every_session_update() -> N
     assert tool_names(updated[-1]["session"]["tools"]) == []
 
 
+def test_the_relay_tools_are_declared_before_a_client_response_create_that_precedes_session_created() -> None:
+    harness = EngineDriver([get_weather], config=EngineConfig(mode="proxy", strict=True))
+    harness.client({"type": "conversation.item.create", "item": {
+        "type": "message", "role": "user", "content": [{"type": "input_text", "text": "weather?"}]}})
+    harness.client({"type": "response.create"})
+    harness.connect()   # session.created arrives after the client's first events went upstream
+    sent = [(e["type"], json.dumps(e.get("session", {}).get("tools", []))) for e in harness.sent]
+    declared = next(i for i, (kind, tools) in enumerate(sent) if kind == "session.update" and "get_weather" in tools)
+    first_create = next(i for i, (kind, _) in enumerate(sent) if kind == "response.create")
+    assert declared < first_create
+
+
 def test_a_client_cannot_redefine_a_relay_tool() -> None:
     h = proxy()
     h.connect()

@@ -1,6 +1,7 @@
 """The sideband's lifecycle: it drops and comes back (outputs decided meanwhile are delivered
-once, after reconnecting), the call ends (404 on reconnect), reconnecting gives up after the
-configured attempts, attaching fails clearly, and `stop()` works at any point.
+once, after reconnecting; a follow-up that reached the upstream before the drop is not sent
+again), the call ends (404 on reconnect), reconnecting gives up after the configured attempts,
+attaching fails clearly, and `stop()` works at any point.
 
 The backoff's `sleep` is the test's: it records the waits and decides what happens while the
 sidecar is disconnected, so nothing here waits on a clock."""
@@ -141,6 +142,30 @@ async def test_a_frame_the_dropped_socket_did_not_take_goes_out_on_the_new_one()
         await loop.finish("relay", 1000, "done")
     assert [json.loads(frame)["type"] for frame in new.sent] == ["session.update"]
     assert engine.upstream_connected and loop.end == SessionEnd("relay", 1000, "done")
+
+
+async def test_a_follow_up_that_reached_the_upstream_before_the_drop_is_not_sent_again() -> None:
+    gate = Gate()
+    async with MockUpstream(script=WEATHER_SCRIPT) as mock:
+        call_id, session = await accepted_call(mock)
+
+        async def backoff(seconds: float) -> None:
+            session.faults = Faults()
+            # the follow-up reached the server, and its response ran while the sideband was down
+            await mock.wait_for(lambda e: e["type"] == "response.create")
+            await mock.wait_response_finished(session.responses[-1])
+
+        async with sidecar_on(mock, call_id, [gate.tool], sleep=backoff) as (sidecar, frames):
+            await mock.user_turn(session, "What's the weather in Paris?")
+            await gate.entered.wait()
+            await frames.wait_for("upstream>relay", lambda e: e["type"] == "response.done")
+            # drop after the output's conversation.item.added and .done, before response.created
+            session.faults = Faults(drop_after_events=session.connections[0].events_sent + 2)
+            gate.opened.set()
+            await frames.wait_for("upstream>relay", lambda e: e["type"] == "session.created", start=1)
+            # what the engine decided on reconnecting is in `frames` by now
+            creates = frames.sent("response.create")
+    assert len(creates) == 1, "the model answers the tool's output once"
 
 
 async def test_a_hung_up_call_ends_the_session_and_cancels_its_handler() -> None:

@@ -1,7 +1,6 @@
-"""Engine behaviour the reliability work ran into, fixed in the engine and kept as regression
-tests: the engine's memory per tool-call turn stays small (it used to keep ~10 KB a turn for the
-whole session). The other finding, frames that smuggled events past the engine's checks with a
-repeated `type` key, has its tests in test_abuse.py."""
+"""The engine's memory in a long session: what it keeps per tool-call turn stays small (it once
+kept about 10 KB a turn for the whole session). Bounding the history to a limit is in
+test_engine_tools.py."""
 
 from __future__ import annotations
 
