@@ -65,9 +65,11 @@ async def stream_prices(symbol: str):
 
 TOOLS = [lookup, slow_lookup, log_event, urgent, cancellable, chatty, stream_prices]
 CALLS = [
-    model_call("lookup", '{"key":"a"}'), model_call("slow_lookup", '{"key":"b"}'), model_call("log_event", '{"name":"x"}'),
-    model_call("urgent", '{"reason":"r"}'), model_call("cancellable", '{"key":"c"}'), model_call("chatty", '{"key":"d"}'),
-    model_call("stream_prices", '{"symbol":"ACME"}'), model_call("lookup", "{broken"), model_call("client_tool", '{"q":1}'),
+    model_call("lookup", '{"key":"a"}'), model_call("slow_lookup", '{"key":"b"}'),
+    model_call("log_event", '{"name":"x"}'), model_call("urgent", '{"reason":"r"}'),
+    model_call("cancellable", '{"key":"c"}'), model_call("chatty", '{"key":"d"}'),
+    model_call("stream_prices", '{"symbol":"ACME"}'), model_call("lookup", "{broken"),
+    model_call("client_tool", '{"q":1}'),
 ]
 
 

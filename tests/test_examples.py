@@ -65,7 +65,8 @@ async def test_voice_tools_example_uses_every_feature() -> None:
 
 async def test_demo_tools_example() -> None:
     calls = [model_call("get_weather", '{"city":"Paris"}'), model_call("lookup_order", '{"order_id":"a1001"}'),
-             model_call("lookup_order", '{"order_id":"Z9"}'), model_call("search_flights", '{"origin":"Paris","destination":"Rome"}')]
+             model_call("lookup_order", '{"order_id":"Z9"}'),
+             model_call("search_flights", '{"origin":"Paris","destination":"Rome"}')]
     engine, peer, mock = await run_calls("tools.py", calls, expect_outputs=4)
     results = [outputs(peer)[e.call_id] for e in engine.ledger]
     assert json.loads(results[0])["condition"] == "light rain"

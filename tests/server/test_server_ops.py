@@ -7,7 +7,6 @@ import asyncio
 import json
 import logging
 import signal
-import sys
 import time
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from relay.recording import read_recording
 from relay.upstream import AccessToken
 from tests.support.clients import http_get, parse_exposition, realtime_client
 from tests.support.keys import PROVIDER_KEY, RELAY_TOKEN
-from tests.support.processes import next_log_line, relay_process
+from tests.support.processes import next_log_line, python_process, relay_process
 from tests.support.relays import captured_logs, relay_for, weather_turn
 from tests.support.tools import WEATHER_SCRIPT, get_weather
 
@@ -137,7 +136,8 @@ async def test_sigterm_stops_accepting_drains_then_closes_sessions_with_1001(
     (tmp_path / "weather_tools.py").write_text(
         "from relay.tools import tool\n\n@tool\ndef get_weather(city: str) -> str:\n    return 'rainy'\n")
     log: list[str] = []
-    async with relay_process("serve", "--port", "0", "--upstream", weather_mock.url, "--dialect", "openai", "--tools", "weather_tools", "--drain-seconds", "0.5",
+    async with relay_process("serve", "--port", "0", "--upstream", weather_mock.url, "--dialect", "openai",
+                             "--tools", "weather_tools", "--drain-seconds", "0.5",
                              cwd=tmp_path, env={"OPENAI_API_KEY": PROVIDER_KEY}) as relay:
         assert relay.stderr is not None
         listening = await next_log_line(relay.stderr, lambda r: r["msg"].startswith("listening on"), log)
@@ -162,7 +162,8 @@ async def test_sigterm_stops_accepting_drains_then_closes_sessions_with_1001(
 
 async def test_workers_share_one_port(weather_mock: MockUpstream, tmp_path: Path) -> None:
     log: list[str] = []
-    async with relay_process("serve", "--port", "0", "--upstream", weather_mock.url, "--dialect", "openai", "--workers", "2", "--drain-seconds", "0",
+    async with relay_process("serve", "--port", "0", "--upstream", weather_mock.url, "--dialect", "openai",
+                             "--workers", "2", "--drain-seconds", "0",
                              cwd=tmp_path, env={"OPENAI_API_KEY": PROVIDER_KEY}) as relay:
         assert relay.stderr is not None
         first = await next_log_line(relay.stderr, lambda r: r["msg"].startswith("listening on"), log)
@@ -178,16 +179,10 @@ async def test_workers_share_one_port(weather_mock: MockUpstream, tmp_path: Path
 
 async def test_relay_serve_runs_the_server_until_sigterm(weather_mock: MockUpstream, tmp_path: Path) -> None:
     code = f"import relay; raise SystemExit(relay.serve(upstream={weather_mock.url!r}, dialect='openai', port=0))"
-    process = await asyncio.create_subprocess_exec(sys.executable, "-c", code, cwd=tmp_path,
-                                                   stderr=asyncio.subprocess.PIPE)
-    assert process.stderr is not None
-    try:
+    async with python_process("-c", code, cwd=tmp_path) as process:
+        assert process.stderr is not None
         async with asyncio.timeout(10):
             while b"listening on ws://127.0.0.1:" not in await process.stderr.readline():
                 pass
         process.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(process.wait(), 5) == 0
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()

@@ -15,7 +15,8 @@ from tests.support.relays import ACTIVE_RESPONSE, SidecarTap, sidecar_on
 from tests.support.tools import ORDER_TOOL, WEATHER_SCRIPT, WEATHER_TOOL, Gate, get_weather
 
 # The model's answer to the tool output stays active until the test releases it.
-HELD_ANSWER = WEATHER_SCRIPT.model_copy(update={"after_outputs": Reply(say="Here is what I found: {output}", hold=True)})
+HELD_ANSWER = WEATHER_SCRIPT.model_copy(
+    update={"after_outputs": Reply(say="Here is what I found: {output}", hold=True)})
 
 
 async def primary_with_tools(primary: RealtimeClient, tools: list[dict[str, Any]]) -> None:

@@ -7,19 +7,19 @@ import json
 import os
 import sys
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 
 @asynccontextmanager
-async def relay_process(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
-                        stdout: bool = False) -> AsyncIterator[asyncio.subprocess.Process]:
-    """`python -m relay ARGS` with stderr (and stdout, when asked) piped, in the test's environment
-    without RELAY_AUTH_TOKEN, plus `env`; killed at exit if it still runs."""
+async def python_process(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+                         stdout: bool = False) -> AsyncIterator[asyncio.subprocess.Process]:
+    """`python ARGS` with stderr (and stdout, when asked) piped, in the test's environment without
+    RELAY_AUTH_TOKEN, plus `env`; killed at exit if it still runs."""
     environment = {key: value for key, value in os.environ.items() if key != "RELAY_AUTH_TOKEN"} | (env or {})
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "relay", *args, cwd=cwd, env=environment,
+        sys.executable, *args, cwd=cwd, env=environment,
         stdout=asyncio.subprocess.PIPE if stdout else None, stderr=asyncio.subprocess.PIPE)
     try:
         yield process
@@ -27,6 +27,12 @@ async def relay_process(*args: str, cwd: Path | None = None, env: dict[str, str]
         if process.returncode is None:
             process.kill()
             await process.wait()
+
+
+def relay_process(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+                  stdout: bool = False) -> AbstractAsyncContextManager[asyncio.subprocess.Process]:
+    """`python -m relay ARGS`, as `python_process` runs it."""
+    return python_process("-m", "relay", *args, cwd=cwd, env=env, stdout=stdout)
 
 
 async def next_log_line(stream: asyncio.StreamReader, predicate: Callable[[dict[str, Any]], bool],
