@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from relay.engine import OpenAIEngine, EngineConfig, Outcome, SendUpstream, StartHandler  # noqa: E402
 from relay.tools import tool  # noqa: E402
-from tests.fakeserver import Call, FakeServer  # noqa: E402
+from tests.support.local_mock import LocalMock, model_call  # noqa: E402
 
 
 def shared_recordings() -> Path:
@@ -93,14 +93,14 @@ def instant(n: int) -> dict:
 
 
 def turnaround(calls: int) -> dict[str, float]:
-    server = FakeServer()
+    mock = LocalMock()
     engine = OpenAIEngine([instant], config=EngineConfig(mode="proxy"), id_prefix="b")
     now = 1.0
-    for event in server.connect():
+    for event in mock.connect():
         engine.receive_upstream(json.dumps(event), now)
     samples = []
     for n in range(calls):
-        frames = [json.dumps(e) for e in server.start_response([Call("instant", json.dumps({"n": n}))])]
+        frames = [json.dumps(e) for e in mock.respond([model_call("instant", json.dumps({"n": n}))])]
         # everything before response.done: the call completes and its handler returns at once
         for frame in frames[:-1]:
             for action in engine.receive_upstream(frame, now):
@@ -115,7 +115,7 @@ def turnaround(calls: int) -> dict[str, float]:
         samples.append(elapsed * 1e6)
         # let the follow-up run to its end so the next call starts from an idle session
         for frame in sent:
-            for event in server.receive(frame.frame):
+            for event in mock.receive(frame.frame):
                 engine.receive_upstream(json.dumps(event), now)
         now += 0.01
     samples.sort()

@@ -27,7 +27,7 @@ from relay.engine import OpenAIEngine, EngineConfig  # noqa: E402
 from relay.recording import RecordingWriter, read_recording  # noqa: E402
 from relay.replay import replay  # noqa: E402
 from relay.tools import tool  # noqa: E402
-from tests.fakeserver import Call, FakeServer  # noqa: E402
+from tests.support.local_mock import LocalMock, model_call  # noqa: E402
 
 
 @tool
@@ -39,16 +39,16 @@ def synthesise(directory: Path, turns: int, audio_per_turn: int) -> Path:
     """A recording as the relay would write it, built without sockets (fast to make)."""
     from relay.engine import SendUpstream
 
-    server = FakeServer()
+    mock = LocalMock()
     engine = OpenAIEngine([lookup], config=EngineConfig(mode="sidecar", declare_tools=False), id_prefix="bench")
     writer = RecordingWriter(directory, session_id="bench", dialect="openai", upstream="ws://mock",
                              tools=["lookup"], mode="sidecar", extra_header=engine.recording_header())
     audio = base64.b64encode(os.urandom(960)).decode()
     now = 1.0
-    pending = list(server.connect())
+    pending = list(mock.connect())
     for turn in range(turns):
-        pending += server.user_turn(f"turn {turn}")
-        events = server.start_response([f"Sure, checking {turn}.", Call("lookup", json.dumps({"key": f"k{turn}"}))])
+        pending += mock.user_turn(f"turn {turn}")
+        events = mock.respond([f"Sure, checking {turn}.", model_call("lookup", json.dumps({"key": f"k{turn}"}))])
         for event in events:
             pending.append(event)
             if event["type"] == "response.output_audio.delta":
@@ -59,7 +59,7 @@ def synthesise(directory: Path, turns: int, audio_per_turn: int) -> Path:
             for action in engine.receive_upstream(frame, now):
                 if isinstance(action, SendUpstream):
                     writer.record("relay>upstream", action.frame, t=now)
-                    pending += server.receive(action.frame)
+                    pending += mock.receive(action.frame)
                 elif type(action).__name__ == "StartHandler":
                     from relay.engine import Outcome
 
@@ -67,7 +67,7 @@ def synthesise(directory: Path, turns: int, audio_per_turn: int) -> Path:
                             action.tool.handler(**action.arguments)), now):
                         if isinstance(finished, SendUpstream):
                             writer.record("relay>upstream", finished.frame, t=now)
-                            pending += server.receive(finished.frame)
+                            pending += mock.receive(finished.frame)
             now += 0.001
     writer.close("bench")
     return writer.path

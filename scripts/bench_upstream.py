@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """The benchmark's upstream: a minimal realtime server, the same for the direct path, the raw
 pass-through proxy and the relay. The mock paces its audio like the real service; this one is
-built to flood and to keep timed loads, so the upstream is never what limits a figure.
+built to flood and to keep timed loads, so the upstream is never what limits a figure. What it
+says besides (session.created, answers to the relay's frames, tool-call responses) comes from the
+mock's sans-I/O core run in-process (tests/support/local_mock.py), without its pacing.
 
 A connection's query says what it does (the relay and the raw proxy pass the query on):
 
@@ -42,7 +44,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench_frames import exchange_timed_audio, output_delta, serve_announcing  # noqa: E402
-from tests.fakeserver import Call, FakeServer, frames  # noqa: E402
+from tests.support.local_mock import LocalMock, model_call  # noqa: E402
+
+
+def frames(events: list[dict[str, Any]]) -> list[str]:
+    return [json.dumps(event, separators=(",", ":")) for event in events]
+
 
 @dataclass
 class Trial:
@@ -70,7 +77,7 @@ async def _discard(connection: ServerConnection) -> None:
 
 
 async def flood(connection: ServerConnection, query: dict[str, str]) -> None:
-    await connection.send(frames(FakeServer().connect())[0])
+    await connection.send(frames(LocalMock(seed=None).connect())[0])
     # the client starts the flood once all its sessions are open (a flooded session slows the others' handshakes)
     while json.loads(await connection.recv())["type"] != "response.create":
         pass
@@ -86,7 +93,7 @@ async def flood(connection: ServerConnection, query: dict[str, str]) -> None:
 
 async def realtime(connection: ServerConnection, query: dict[str, str]) -> None:
     trial = TRIALS.setdefault(query["trial"], Trial())
-    await connection.send(frames(FakeServer().connect())[0])
+    await connection.send(frames(LocalMock(seed=None).connect())[0])
     await exchange_timed_audio(connection, output_delta, stamps=trial.stamps, latencies=trial.latencies,
                                lags=trial.lags)
 
@@ -94,14 +101,14 @@ async def realtime(connection: ServerConnection, query: dict[str, str]) -> None:
 async def tool_calls(connection: ServerConnection, query: dict[str, str]) -> None:
     """Calls of a relay-owned tool, one at a time, as the real server streams them."""
     trial = TRIALS.setdefault(query["trial"], Trial())
-    server = FakeServer()
-    for frame in frames(server.connect()):
+    mock = LocalMock(seed=None)
+    for frame in frames(mock.connect()):
         await connection.send(frame)
     # The relay declares its tools with session.update before anything else.
-    for frame in frames(server.receive(await connection.recv())):
+    for frame in frames(mock.receive(await connection.recv())):
         await connection.send(frame)
     for n in range(int(query["calls"])):
-        response = frames(server.start_response([Call(query["tool"], json.dumps({"n": n}))]))
+        response = frames(mock.respond([model_call(query["tool"], json.dumps({"n": n}))]))
         for frame in response[:-1]:
             await connection.send(frame)
         sent_done = time.monotonic_ns()
@@ -118,17 +125,17 @@ async def tool_calls(connection: ServerConnection, query: dict[str, str]) -> Non
                 has_output = True
         trial.turnarounds.append(time.monotonic_ns() - sent_done)
         for frame in received:   # the server's answers: the output item, the follow-up response
-            for answer in frames(server.receive(frame)):
+            for answer in frames(mock.receive(frame)):
                 await connection.send(answer)
     await connection.close(1000, "calls done")
 
 
 async def idle(connection: ServerConnection, query: dict[str, str]) -> None:
-    server = FakeServer()
-    await connection.send(frames(server.connect())[0])
+    mock = LocalMock(seed=None)
+    await connection.send(frames(mock.connect())[0])
     try:
         async for frame in connection:
-            for answer in frames(server.receive(str(frame))):
+            for answer in frames(mock.receive(str(frame))):
                 await connection.send(answer)
     except ConnectionClosed:
         pass

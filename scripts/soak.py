@@ -17,7 +17,7 @@ run here. Passes (exit status 0) when:
 - the relay exits 0 on SIGTERM.
 
 The engine keeps a bounded window of each session's recent history (`--history-items`, 16 by
-default: see tests/reliability/test_engine_findings.py), so a session's memory stays flat however
+default: see tests/test_engine_memory.py), so a session's memory stays flat however
 long it runs; `--turns-per-session N` makes clients reconnect after N turns, which shows whether
 anything outlives its session.
 

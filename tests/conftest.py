@@ -1,24 +1,27 @@
-"""Shared fixtures. Recorded sessions live in ../shared/recordings beside the checkout."""
+"""Fixtures every test folder may use."""
 
 from __future__ import annotations
 
-import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def shared_dir() -> Path:
-    """../shared beside the checkout (as in CI), or RELAY_SHARED_DIR, or /work/shared."""
-    candidates = [os.environ.get("RELAY_SHARED_DIR"), REPO.parent / "shared", "/work/shared"]
-    for candidate in candidates:
-        if candidate and (Path(candidate) / "recordings").is_dir():
-            return Path(candidate)
-    raise RuntimeError("cannot find the shared recordings: set RELAY_SHARED_DIR")
+from relay.mock import MockUpstream
+from tests.support.keys import PROVIDER_KEY
+from tests.support.paths import shared_dir
+from tests.support.tools import WEATHER_SCRIPT
 
 
 @pytest.fixture(scope="session")
 def recordings_dir() -> Path:
+    """The real sessions in ../shared/recordings."""
     return shared_dir() / "recordings"
+
+
+@pytest.fixture
+async def weather_mock() -> AsyncIterator[MockUpstream]:
+    """The mock upstream playing WEATHER_SCRIPT, requiring the provider key (so the relay is seen
+    to use it)."""
+    async with MockUpstream(script=WEATHER_SCRIPT, api_key=PROVIDER_KEY) as mock:
+        yield mock

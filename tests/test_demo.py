@@ -9,7 +9,7 @@ from pathlib import Path
 
 from relay.demo import EXAMPLE_TOOLS, run_demo
 from relay.testing import replay_async
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 
 async def test_demo_conversation_timeline_and_recording(tmp_path: Path) -> None:

@@ -18,8 +18,8 @@ import pytest
 
 from relay.engine import EngineConfig
 from relay.tools import tool
-from tests.fakeserver import Call
-from tests.harness import Harness
+from tests.support.engine import EngineDriver
+from tests.support.local_mock import model_call
 
 
 @tool
@@ -39,11 +39,11 @@ WHEN_CREATED = ("with_the_answer", "after_response_done")
 TOOL_SPEED = ("fast", "slow", "times_out")
 
 
-def response_events(h: Harness) -> list[dict]:
+def response_events(h: EngineDriver) -> list[dict]:
     """One response: the client's call `open_door` first, then two relay calls; still open."""
-    return h.server.start_response([Call("open_door", '{"door":"front"}', "call_client"),
-                                    Call("get_weather", '{"city":"Paris"}', "call_weather"),
-                                    Call("get_time", '{"city":"Rome"}', "call_time")], finish=False)
+    return h.mock.respond([model_call("open_door", '{"door":"front"}', "call_client"),
+                           model_call("get_weather", '{"city":"Paris"}', "call_weather"),
+                           model_call("get_time", '{"city":"Rome"}', "call_time")], finish=False)
 
 
 def done_of(events: list[dict], call_id: str) -> int:
@@ -52,12 +52,12 @@ def done_of(events: list[dict], call_id: str) -> int:
                 and e["item"].get("call_id") == call_id)
 
 
-def answer(h: Harness) -> None:
+def answer(h: EngineDriver) -> None:
     h.client({"type": "conversation.item.create", "event_id": "client_output",
               "item": {"type": "function_call_output", "call_id": "call_client", "output": "opened"}})
 
 
-def create(h: Harness, event_id: str) -> None:
+def create(h: EngineDriver, event_id: str) -> None:
     h.client({"type": "response.create", "event_id": event_id})
 
 
@@ -65,9 +65,9 @@ def create(h: Harness, event_id: str) -> None:
                          list(itertools.product(WHEN_ANSWERED, WHEN_CREATED, TOOL_SPEED, (1, 2))))
 def test_exactly_one_create_reaches_the_upstream_after_every_output(
         when_answered: str, when_created: str, speed: str, creates: int) -> None:
-    h = Harness([get_weather, get_time], config=EngineConfig(mode="proxy", strict=True))
+    h = EngineDriver([get_weather, get_time], config=EngineConfig(mode="proxy", strict=True))
     h.connect()
-    h.server.hold_responses = True   # the response the client asks for lasts until the test ends it
+    h.mock.hold_responses = True   # the response the client asks for lasts until the test ends it
     events = response_events(h)
     created: list[str] = []
 
@@ -95,7 +95,7 @@ def test_exactly_one_create_reaches_the_upstream_after_every_output(
             h.upstream(event)
     if speed == "fast":   # the handlers report before the response ends
         finish_relay_calls("call_weather", "call_time")
-    h.upstream(h.server.finish_response())
+    h.upstream(h.mock.finish_response())
     if speed != "fast":
         if when_answered == "between_relay_calls":
             finish_relay_calls("call_weather")
@@ -110,7 +110,7 @@ def test_exactly_one_create_reaches_the_upstream_after_every_output(
     if when_created == "after_response_done":
         for n in range(creates):
             create(h, f"client_create_{n}")
-    h.upstream(h.server.finish_response())   # the model's answer to the client's create
+    h.upstream(h.mock.finish_response())   # the model's answer to the client's create
 
     outputs = {e["item"]["call_id"]: n for n, e in enumerate(h.sent)
                if e["type"] == "conversation.item.create" and e["item"]["type"] == "function_call_output"}
@@ -119,7 +119,7 @@ def test_exactly_one_create_reaches_the_upstream_after_every_output(
     assert len(creates_sent) == 1, [h.sent[n] for n in creates_sent]
     assert creates_sent[0] > max(outputs.values()), "the create goes up after every output"
     assert h.sent[creates_sent[0]]["event_id"] == "client_create_0", "the client's own create is the one"
-    assert not h.server.errors, "no create met an active response"
+    assert not h.mock.errors, "no create met an active response"
     assert len([e for e in h.to_client if e["type"] == "response.created"]) == 2, \
         "the model spoke once more, after the outputs"
     refused = [e["error"]["event_id"] for e in h.to_client
@@ -127,7 +127,7 @@ def test_exactly_one_create_reaches_the_upstream_after_every_output(
     assert refused == [f"client_create_{n}" for n in range(1, creates)], "a second create is refused"
 
 
-def refusals(h: Harness) -> list[str]:
+def refusals(h: EngineDriver) -> list[str]:
     return [e["error"]["event_id"] for e in h.to_client
             if e["type"] == "error" and e["error"]["code"] == "conversation_already_has_active_response"]
 
@@ -135,45 +135,45 @@ def refusals(h: Harness) -> list[str]:
 def test_a_create_that_meets_someone_elses_response_is_refused_as_the_provider_would() -> None:
     """No relay work in the way: the create is refused when the response ends, not forwarded
     into a second response the provider would never have made."""
-    h = Harness([get_weather], config=EngineConfig(mode="proxy", strict=True))
+    h = EngineDriver([get_weather], config=EngineConfig(mode="proxy", strict=True))
     h.connect()
-    h.upstream(h.server.start_response(["Hello there."], finish=False))
+    h.respond(["Hello there."], finish=False)
     create(h, "while_active")
     assert h.creates == [] and refusals(h) == []
-    h.upstream(h.server.finish_response())
+    h.upstream(h.mock.finish_response())
     assert h.creates == [] and refusals(h) == ["while_active"]
-    assert not h.server.errors
+    assert not h.mock.errors
 
 
 def test_a_create_that_meets_a_response_with_a_relay_call_goes_up_after_its_output() -> None:
-    h = Harness([get_weather], config=EngineConfig(mode="proxy", strict=True))
+    h = EngineDriver([get_weather], config=EngineConfig(mode="proxy", strict=True))
     h.connect()
-    h.upstream(h.server.start_response([Call("get_weather", '{"city":"Paris"}', "call_weather")], finish=False))
+    h.respond([model_call("get_weather", '{"city":"Paris"}', "call_weather")], finish=False)
     create(h, "while_active")
     create(h, "again")
-    h.upstream(h.server.finish_response())
+    h.upstream(h.mock.finish_response())
     assert h.creates == []
     h.finish("call_weather", "sunny")
     assert [c["event_id"] for c in h.creates] == ["while_active"], "the client's, not the relay's follow-up"
-    assert refusals(h) == ["again"] and not h.server.errors
+    assert refusals(h) == ["again"] and not h.mock.errors
 
 
 def test_a_create_during_the_relays_follow_up_goes_up_after_it() -> None:
-    h = Harness([get_weather], config=EngineConfig(mode="proxy", strict=True))
+    h = EngineDriver([get_weather], config=EngineConfig(mode="proxy", strict=True))
     h.connect()
-    h.server.hold_responses = True
-    h.respond([Call("get_weather", '{"city":"Paris"}', "call_weather")])
+    h.respond([model_call("get_weather", '{"city":"Paris"}', "call_weather")])
+    h.mock.hold_responses = True   # the follow-up's response lasts until the test ends it
     h.finish("call_weather", "sunny")
     [follow_up] = h.creates
     create(h, "typed_text")
     assert len(h.creates) == 1
-    h.upstream(h.server.finish_response())
+    h.upstream(h.mock.finish_response())
     assert [c["event_id"] for c in h.creates] == [follow_up["event_id"], "typed_text"]
-    assert not h.server.errors and refusals(h) == []
+    assert not h.mock.errors and refusals(h) == []
 
 
 def test_a_create_when_nothing_is_active_goes_up_at_once() -> None:
-    h = Harness([get_weather], config=EngineConfig(mode="proxy", strict=True))
+    h = EngineDriver([get_weather], config=EngineConfig(mode="proxy", strict=True))
     h.connect()
     create(h, "now")
     assert [c["event_id"] for c in h.creates] == ["now"]

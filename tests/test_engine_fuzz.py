@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from relay.engine import OpenAIEngine, EngineConfig, Outcome, Owner, SendUpstream, StartHandler
 from relay.tools import tool
-from tests.conftest import shared_dir
-from tests.fakeserver import Call, FakeServer
+from tests.support.local_mock import LocalMock, model_call
+from tests.support.paths import shared_dir
 
 
 @tool
@@ -28,12 +28,12 @@ def slow(key: str) -> str:
 
 
 def base_stream() -> list[dict[str, Any]]:
-    server = FakeServer()
-    events = server.connect() + server.user_turn("hi")
-    events += server.start_response(["Checking.", Call("lookup", '{"key":"a"}'), Call("slow", '{"key":"b"}'),
-                                     Call("client_tool", "{}")])
-    events += server.user_turn("again")
-    events += server.start_response([Call("lookup", '{"key":"c"}')], finish=False) + server.barge_in()
+    mock = LocalMock()
+    events = mock.connect() + mock.user_turn("hi")
+    events += mock.respond(["Checking.", model_call("lookup", '{"key":"a"}'), model_call("slow", '{"key":"b"}'),
+                            model_call("client_tool", "{}")])
+    events += mock.user_turn("again")
+    events += mock.respond([model_call("lookup", '{"key":"c"}')], finish=False) + mock.barge_in()
     return events
 
 

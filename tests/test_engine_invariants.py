@@ -24,7 +24,7 @@ from relay.engine import (
     StartHandler,
 )
 from relay.tools import tool
-from tests.fakeserver import Call, FakeServer
+from tests.support.local_mock import OTHER, RELAY, LocalMock, model_call
 
 
 @tool
@@ -65,20 +65,22 @@ async def stream_prices(symbol: str):
 
 TOOLS = [lookup, slow_lookup, log_event, urgent, cancellable, chatty, stream_prices]
 CALLS = [
-    Call("lookup", '{"key":"a"}'), Call("slow_lookup", '{"key":"b"}'), Call("log_event", '{"name":"x"}'),
-    Call("urgent", '{"reason":"r"}'), Call("cancellable", '{"key":"c"}'), Call("chatty", '{"key":"d"}'),
-    Call("stream_prices", '{"symbol":"ACME"}'), Call("lookup", "{broken"), Call("client_tool", '{"q":1}'),
+    model_call("lookup", '{"key":"a"}'), model_call("slow_lookup", '{"key":"b"}'),
+    model_call("log_event", '{"name":"x"}'), model_call("urgent", '{"reason":"r"}'),
+    model_call("cancellable", '{"key":"c"}'), model_call("chatty", '{"key":"d"}'),
+    model_call("stream_prices", '{"symbol":"ACME"}'), model_call("lookup", "{broken"),
+    model_call("client_tool", '{"q":1}'),
 ]
 
 
 class Simulation:
-    """Engine and fake server with frames in flight both ways, driven step by step."""
+    """Engine and mock upstream with frames in flight both ways, driven step by step."""
 
     def __init__(self, mode: str) -> None:
         self.engine = OpenAIEngine(TOOLS, config=EngineConfig(mode=mode, strict=True), session_id="sim", id_prefix="s")
-        self.server = FakeServer()
+        self.mock = LocalMock()
         self.now = 100.0
-        self.to_server: deque[str] = deque()
+        self.to_server: deque[tuple[str, int]] = deque()   # frames and the connection they come from
         self.to_engine: deque[str] = deque()
         self.running: dict[str, StartHandler] = {}
         self.yields: dict[str, int] = {}
@@ -86,12 +88,31 @@ class Simulation:
         self.cancelled: set[str] = set()
         self.engine_outputs: list[str] = []
         self.known_active: set[str] = set()   # responses created and not done, as delivered
+        self.lost_item: str | None = None       # an item whose closing events are lost
         self.violations: list[str] = []
         self.mode = mode
-        self._queue_events(self.server.connect())
+        self._queue_events(self.mock.connect())
 
     def _queue_events(self, events: list[dict[str, Any]]) -> None:
-        self.to_engine.extend(json.dumps(e) for e in events)
+        for event in events:
+            if self.lost_item is not None:
+                event = self._without_lost_closing(event)
+            if event is not None:
+                self.to_engine.append(json.dumps(event))
+
+    def _without_lost_closing(self, event: dict[str, Any]) -> dict[str, Any] | None:
+        """The events that close the lost item never arrive, and `response.done` lists it as it last
+        was: in progress (or incomplete, when the response was cancelled)."""
+        item_id = event.get("item_id") or (event.get("item") or {}).get("id")
+        if item_id == self.lost_item and event["type"].endswith(".done"):
+            return None
+        if event["type"] == "response.done":
+            self.lost_item, lost = None, self.lost_item
+            if event["response"]["status"] == "completed":
+                for item in event["response"]["output"]:
+                    if item["id"] == lost:
+                        item["status"] = "in_progress"
+        return event
 
     def _act(self, actions: list[Any]) -> None:
         for action in actions:
@@ -103,7 +124,7 @@ class Simulation:
                 item = event.get("item") or {}
                 if item.get("type") == "function_call_output" and str(item.get("id", "")).startswith("s_"):
                     self.engine_outputs.append(item["call_id"])  # the relay's own, not a forwarded client frame
-                self.to_server.append(action.frame)
+                self.to_server.append((action.frame, RELAY))
             elif isinstance(action, StartHandler):
                 self.running[action.call_id] = action
                 self.started.append(action.call_id)
@@ -126,20 +147,26 @@ class Simulation:
 
     def deliver_to_server(self) -> None:
         if self.to_server:
-            self._queue_events(self.server.receive(self.to_server.popleft()))
+            self._queue_events(self.mock.receive(*self.to_server.popleft()))
 
-    def model_response(self, picks: list[int], finish: bool, unfinished: bool) -> None:
-        if self.server.active is None:
+    def model_response(self, picks: list[int], finish: bool, unfinished: bool, lost: bool) -> None:
+        """The model starts a response; `unfinished` leaves it at the first delta of its last item,
+        and with `lost` the events that would close that item never arrive."""
+        if self.mock.active is None:
             outputs: list[Any] = ["Let me check."] if len(picks) % 2 or not picks else []
             outputs += [CALLS[p] for p in picks]
-            self._queue_events(self.server.start_response(
-                outputs, finish=finish and not unfinished, last_unfinished=unfinished))
+            last = len(outputs) - 1
+            stop = (lambda e: e.get("output_index") == last and e["type"].endswith(".delta")) if unfinished else None
+            events = self.mock.respond(outputs, finish=finish and not unfinished, stop=stop)
+            if unfinished and lost:
+                self.lost_item = events[-1]["item_id"]
+            self._queue_events(events)
 
     def finish_active(self) -> None:
-        self._queue_events(self.server.finish_response())
+        self._queue_events(self.mock.finish_response())
 
     def barge_in(self) -> None:
-        self._queue_events(self.server.barge_in())
+        self._queue_events(self.mock.barge_in())
 
     def handler_step(self, pick: int, fail: bool) -> None:
         if not self.running:
@@ -167,7 +194,7 @@ class Simulation:
                 if self.mode == "proxy":
                     self._act(self.engine.receive_client(frame, self.now))
                 else:
-                    self.to_server.append(frame)  # a second writer on the same session
+                    self.to_server.append((frame, OTHER))  # a second writer on the same session
 
     def client_create(self) -> None:
         """The client (proxy) or the other writer (sidecar) asks for a response."""
@@ -175,7 +202,7 @@ class Simulation:
         if self.mode == "proxy":
             self._act(self.engine.receive_client(frame, self.now))
         else:
-            self.to_server.append(frame)
+            self.to_server.append((frame, OTHER))
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
@@ -184,14 +211,14 @@ class Simulation:
     def settle(self) -> None:
         """Let everything finish: handlers, frames, timers, responses."""
         for _ in range(400):
-            moved = bool(self.to_engine or self.to_server or self.running or self.server.active)
+            moved = bool(self.to_engine or self.to_server or self.running or self.mock.active)
             while self.to_engine or self.to_server:
                 self.deliver_to_engine()
                 self.deliver_to_server()
             if self.running:
                 self.handler_step(0, False)
                 continue
-            if self.server.active:
+            if self.mock.active:
                 self.finish_active()
                 continue
             self.advance(3.0)
@@ -203,7 +230,7 @@ STEPS = st.one_of(
     st.tuples(st.just("engine"), st.integers(1, 6)),
     st.tuples(st.just("server"), st.integers(1, 3)),
     st.tuples(st.just("respond"), st.lists(st.integers(0, len(CALLS) - 1), min_size=0, max_size=4),
-              st.booleans(), st.booleans()),
+              st.booleans(), st.booleans(), st.booleans()),
     st.tuples(st.just("finish")),
     st.tuples(st.just("barge_in")),
     st.tuples(st.just("handler"), st.integers(0, 5), st.booleans()),
@@ -224,7 +251,7 @@ def run(mode: str, steps: list[tuple]) -> Simulation:
             for _ in range(step[1]):
                 sim.deliver_to_server()
         elif kind == "respond":
-            sim.model_response(step[1], step[2], step[3])
+            sim.model_response(step[1], step[2], step[3], step[4])
         elif kind == "finish":
             sim.finish_active()
         elif kind == "barge_in":
@@ -246,7 +273,7 @@ def check(sim: Simulation) -> None:
     engine = sim.engine
     assert not engine.anomalies or all(
         not a.message.startswith("internal error") for a in engine.anomalies), engine.anomalies
-    relay_outputs = [i for i in sim.server.items if i["type"] == "function_call_output" and i["id"].startswith("s_")]
+    relay_outputs = [i for i in sim.mock.items if i["type"] == "function_call_output" and i["id"].startswith("s_")]
     for entry in engine.ledger:
         sent = sim.engine_outputs.count(entry.call_id)
         landed = [i for i in relay_outputs if i["call_id"] == entry.call_id]
@@ -266,7 +293,7 @@ def check(sim: Simulation) -> None:
             assert entry.follow_up_event_id is None, "the client asks for the response when it has calls too"
         if entry.speak and entry.scheduling != "silent" and not client_calls and response.status != "unknown":
             assert entry.follow_up_response_id is not None, f"no follow-up for {entry.call_id}: silence"
-    assert sim.server.active is None
+    assert sim.mock.active is None
 
 
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -6,23 +6,13 @@ from __future__ import annotations
 import json
 
 from relay.engine import EngineConfig
-from relay.tools import tool
-from tests.fakeserver import Call
-from tests.harness import Harness
+from tests.support.engine import EngineDriver
+from tests.support.local_mock import model_call
+from tests.support.tools import DOOR_TOOL, get_weather
 
 
-@tool
-def get_weather(city: str) -> str:
-    """Weather for a city."""
-    return f"sunny in {city}"
-
-
-CLIENT_TOOL = {"type": "function", "name": "open_door", "description": "Open a door",
-               "parameters": {"type": "object", "properties": {"door": {"type": "string"}}}}
-
-
-def proxy(**config) -> Harness:
-    return Harness([get_weather], config=EngineConfig(mode="proxy", strict=True, **config))
+def proxy(**config) -> EngineDriver:
+    return EngineDriver([get_weather], config=EngineConfig(mode="proxy", strict=True, **config))
 
 
 def tool_names(tools) -> list[str]:
@@ -43,7 +33,7 @@ def test_relay_declares_its_tools_after_session_created_when_the_client_says_not
 
 def test_client_tools_are_merged_with_relay_tools_in_every_session_update() -> None:
     h = proxy()
-    h.client({"type": "session.update", "session": {"type": "realtime", "instructions": "hi", "tools": [CLIENT_TOOL]}})
+    h.client({"type": "session.update", "session": {"type": "realtime", "instructions": "hi", "tools": [DOOR_TOOL]}})
     h.connect()
     [update] = h.sent_of("session.update")  # no second update of the relay's own
     assert tool_names(update["session"]["tools"]) == ["open_door", "get_weather"]
@@ -57,14 +47,26 @@ def test_client_tools_are_merged_with_relay_tools_in_every_session_update() -> N
     assert tool_names(updated[-1]["session"]["tools"]) == []
 
 
+def test_the_relay_tools_are_declared_before_a_client_response_create_that_precedes_session_created() -> None:
+    harness = EngineDriver([get_weather], config=EngineConfig(mode="proxy", strict=True))
+    harness.client({"type": "conversation.item.create", "item": {
+        "type": "message", "role": "user", "content": [{"type": "input_text", "text": "weather?"}]}})
+    harness.client({"type": "response.create"})
+    harness.connect()   # session.created arrives after the client's first events went upstream
+    sent = [(e["type"], json.dumps(e.get("session", {}).get("tools", []))) for e in harness.sent]
+    declared = next(i for i, (kind, tools) in enumerate(sent) if kind == "session.update" and "get_weather" in tools)
+    first_create = next(i for i, (kind, _) in enumerate(sent) if kind == "response.create")
+    assert declared < first_create
+
+
 def test_a_client_cannot_redefine_a_relay_tool() -> None:
     h = proxy()
     h.connect()
     sent_before = len(h.sent)
     h.client({"type": "session.update", "event_id": "c1",
-              "session": {"tools": [CLIENT_TOOL, {**CLIENT_TOOL, "name": "get_weather"}]}})
+              "session": {"tools": [DOOR_TOOL, {**DOOR_TOOL, "name": "get_weather"}]}})
     h.client({"type": "response.create", "event_id": "c2",
-              "response": {"tools": [{**CLIENT_TOOL, "name": "get_weather"}]}})
+              "response": {"tools": [{**DOOR_TOOL, "name": "get_weather"}]}})
     assert len(h.sent) == sent_before  # nothing forwarded
     errors = [e["error"] for e in h.to_client if e["type"] == "error"]
     assert [e["code"] for e in errors] == ["relay_tool_redefined", "relay_tool_redefined"]
@@ -75,19 +77,19 @@ def test_a_client_cannot_redefine_a_relay_tool() -> None:
 def test_response_create_with_tools_keeps_the_relay_tools() -> None:
     h = proxy()
     h.connect()
-    h.client({"type": "response.create", "response": {"tools": [CLIENT_TOOL], "instructions": "x"}})
+    h.client({"type": "response.create", "response": {"tools": [DOOR_TOOL], "instructions": "x"}})
     assert tool_names(h.creates[-1]["response"]["tools"]) == ["open_door", "get_weather"]
 
 
 def test_the_client_never_sees_relay_calls_and_its_item_chain_stays_consistent() -> None:
     h = proxy()
     h.connect()
-    h.upstream(h.server.user_turn("weather?"))
-    h.respond(["Let me check.", Call("get_weather", '{"city":"Paris"}')])
+    h.upstream(h.mock.user_turn("weather?"))
+    h.respond(["Let me check.", model_call("get_weather", '{"city":"Paris"}')])
     h.run_all()
     seen_types = [e["type"] for e in h.to_client]
     assert "response.function_call_arguments.delta" not in seen_types
-    relay_ids = {i["id"] for i in h.server.items if i["type"].startswith("function_call")}
+    relay_ids = {i["id"] for i in h.mock.items if i["type"].startswith("function_call")}
     for event in h.to_client:
         item = event.get("item") or {}
         assert item.get("id") not in relay_ids
@@ -107,7 +109,7 @@ def test_the_client_never_sees_relay_calls_and_its_item_chain_stays_consistent()
 def test_exposed_tool_events_are_forwarded() -> None:
     h = proxy(hide_tool_events=False)
     h.connect()
-    h.respond([Call("get_weather", '{"city":"Paris"}')])
+    h.respond([model_call("get_weather", '{"city":"Paris"}')])
     h.run_all()
     assert any(e["type"] == "response.function_call_arguments.delta" for e in h.to_client)
     assert any(e.get("item", {}).get("type") == "function_call_output" for e in h.to_client)
@@ -118,7 +120,7 @@ def test_exposed_tool_events_are_forwarded() -> None:
 def test_client_response_create_is_held_until_relay_outputs_are_in() -> None:
     h = proxy()
     h.connect()
-    h.respond([Call("get_weather", '{"city":"Paris"}'), Call("open_door", '{"door":"front"}')])
+    h.respond([model_call("get_weather", '{"city":"Paris"}'), model_call("open_door", '{"door":"front"}')])
     relay_call, client_call = h.engine.ledger
     # the client answers its own call and asks for a response while ours still runs
     h.client({"type": "conversation.item.create", "item": {"type": "function_call_output",
@@ -129,7 +131,7 @@ def test_client_response_create_is_held_until_relay_outputs_are_in() -> None:
     assert [c["event_id"] for c in h.creates] == ["client_create"]  # released after our output
     types = [(e["type"], e.get("item", {}).get("call_id")) for e in h.sent]
     assert types.index(("conversation.item.create", relay_call.call_id)) < types.index(("response.create", None))
-    assert not h.server.errors
+    assert not h.mock.errors
     # the client's response answered both calls: the relay sends no follow-up of its own
     assert relay_call.follow_up_response_id is not None
     assert len(h.creates) == 1
@@ -138,7 +140,7 @@ def test_client_response_create_is_held_until_relay_outputs_are_in() -> None:
 def test_client_output_for_a_relay_call_is_refused() -> None:
     h = proxy()
     h.connect()
-    h.respond([Call("get_weather", '{"city":"Paris"}')])
+    h.respond([model_call("get_weather", '{"city":"Paris"}')])
     [entry] = h.engine.ledger
     before = len(h.sent)
     h.client({"type": "conversation.item.create", "event_id": "evil",
@@ -187,8 +189,8 @@ def test_errors_aimed_at_the_client_are_forwarded_and_ours_are_not() -> None:
 def test_a_hidden_call_id_never_reaches_the_client() -> None:
     h = proxy()
     h.connect()
-    h.upstream(h.server.user_turn("what's the weather?"))
-    h.respond([Call("get_weather", json.dumps({"city": "Paris"}))])
+    h.upstream(h.mock.user_turn("what's the weather?"))
+    h.respond([model_call("get_weather", json.dumps({"city": "Paris"}))])
     h.run_all()
     [entry] = h.engine.ledger
     assert h.creates and entry.follow_up_response_id
@@ -202,7 +204,7 @@ def test_a_repeated_or_escaped_type_key_cannot_smuggle_an_event_past_the_relay()
     not be forwarded unparsed if it holds another `type` (found by the reliability tests)."""
     h = proxy()
     h.connect()
-    h.respond([Call("get_weather", '{"city":"Paris"}')])
+    h.respond([model_call("get_weather", '{"city":"Paris"}')])
     [entry] = h.engine.ledger
     item = json.dumps({"type": "function_call_output", "call_id": entry.call_id, "output": "frogs"})
     before = len(h.sent)

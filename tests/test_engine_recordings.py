@@ -10,7 +10,7 @@ import pytest
 
 from relay.engine import CallState, OpenAIEngine, EngineConfig, Owner
 from relay.tools import tool
-from tests.conftest import shared_dir
+from tests.support.paths import shared_dir
 
 RECORDINGS = sorted((shared_dir() / "recordings").glob("*.jsonl"))
 

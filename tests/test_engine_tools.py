@@ -1,5 +1,5 @@
 """Relay-owned tools in the engine: readiness, execution, outputs, injection and sequencing.
-Fake clock, fake server, no sockets."""
+Fake clock, the mock upstream in-process, no sockets."""
 
 from __future__ import annotations
 
@@ -13,15 +13,11 @@ from pydantic import BaseModel
 
 from relay.dialects import FOUNDRY, OPENAI_BETA
 from relay.engine import CallState, EngineConfig, Owner
+from relay.mock import ToolCall
 from relay.tools import ToolResult, tool
-from tests.fakeserver import Call
-from tests.harness import Harness
-
-
-@tool
-def get_weather(city: str) -> dict:
-    """Current weather for a city."""
-    return {"city": city, "temp_c": 21}
+from tests.support.engine import EngineDriver
+from tests.support.local_mock import model_call
+from tests.support.tools import get_weather_data
 
 
 class Order(BaseModel):
@@ -40,18 +36,18 @@ def broken(city: str) -> str:
     raise ValueError("no such city")
 
 
-TOOLS = [get_weather, ship, broken]
+TOOLS = [get_weather_data, ship, broken]
 
 
-def session(*tools, **kwargs) -> Harness:
-    harness = Harness(tools or TOOLS, **kwargs)
+def session(*tools, **kwargs) -> EngineDriver:
+    harness = EngineDriver(tools or TOOLS, **kwargs)
     harness.connect()
-    harness.upstream(harness.server.user_turn("what's the weather?"))
+    harness.upstream(harness.mock.user_turn("what's the weather?"))
     return harness
 
 
-def weather(city: str) -> Call:
-    return Call("get_weather", json.dumps({"city": city}))
+def weather(city: str) -> ToolCall:
+    return model_call("get_weather", json.dumps({"city": city}))
 
 
 @pytest.mark.parametrize("count", [1, 2, 5])
@@ -62,7 +58,7 @@ def test_parallel_calls_get_one_output_each_and_one_follow_up_after_done(count: 
     assert len(h.started) == count  # each starts when its item completes, before response.done
     h.run_all()
     assert h.outputs == [] and h.creates == []  # nothing is injected before response.done
-    h.upstream(h.server.finish_response())
+    h.upstream(h.mock.finish_response())
     assert len(h.outputs) == count
     assert [json.loads(o["item"]["output"])["city"] for o in h.outputs] == cities
     assert len(h.creates) == 1
@@ -70,7 +66,7 @@ def test_parallel_calls_get_one_output_each_and_one_follow_up_after_done(count: 
     assert create["response"]["metadata"]["call_ids"] == ",".join(h.call_ids())
     # the create came after the last output, and the server accepted everything
     assert h.sent.index(create) > h.sent.index(h.outputs[-1])
-    assert not h.server.errors
+    assert not h.mock.errors
     assert all(e.follow_up_response_id for e in h.engine.ledger)
 
 
@@ -78,21 +74,20 @@ def test_outputs_are_placed_after_the_response_in_call_order_even_when_finished_
     h = session()
     h.respond([weather("A"), weather("B"), weather("C")])
     a, b, c = h.call_ids()
-    h.upstream(h.server.user_turn("and tomorrow?"))  # a newer item arrives meanwhile
+    h.upstream(h.mock.user_turn("and tomorrow?"))  # a newer item arrives meanwhile
     for call_id in (c, a, b):
         h.finish(call_id, {"done": call_id})
-    order = [i["call_id"] if i["type"] != "message" else i["role"] for i in h.server.items]
+    order = [i["call_id"] if i["type"] != "message" else i["role"] for i in h.mock.items]
     assert order == ["user", a, b, c, a, b, c, "user", "assistant"]
     # the first two outputs went after the last call item, the others after earlier outputs
-    assert not h.server.errors
+    assert not h.mock.errors
 
 
 def test_calls_of_a_cancelled_response_are_never_executed() -> None:
     h = session()
-    h.upstream(h.server.start_response([], finish=False))
     # the call item is still streaming when the user barges in
-    h.upstream(h.server._output_item(h.server.responses[h.server.active], 0, weather("Paris"), False, 3)[:3])
-    h.upstream(h.server.barge_in())
+    h.upstream(h.mock.respond([weather("Paris")], stop=lambda e: e["type"].endswith("arguments.delta")))
+    h.upstream(h.mock.barge_in())
     [entry] = h.engine.ledger
     assert entry.state is CallState.SKIPPED
     assert "cancelled" in entry.skip_reason and "turn_detected" in entry.skip_reason
@@ -101,12 +96,12 @@ def test_calls_of_a_cancelled_response_are_never_executed() -> None:
 
 def test_an_incomplete_item_in_a_completed_response_is_skipped() -> None:
     h = session()
-    events = h.server.start_response([weather("Paris")], finish=False)
+    events = h.mock.respond([weather("Paris")], finish=False)
     # drop the item's completion events: response.done lists it as incomplete
     events = [e for e in events if e["type"] not in ("response.output_item.done", "conversation.item.done")]
     h.upstream(events)
-    h.server.responses[h.server.active]["output"][0]["status"] = "incomplete"
-    h.upstream(h.server.finish_response())
+    h.mock.active.output[0]["status"] = "incomplete"
+    h.upstream(h.mock.finish_response())
     [entry] = h.engine.ledger
     assert entry.state is CallState.SKIPPED and entry.skip_reason == "item incomplete"
     assert not h.started
@@ -114,7 +109,7 @@ def test_an_incomplete_item_in_a_completed_response_is_skipped() -> None:
 
 def test_a_call_listed_only_in_response_done_becomes_ready() -> None:
     h = session()
-    events = h.server.start_response([weather("Oslo")])
+    events = h.mock.respond([weather("Oslo")])
     keep = [e for e in events if e["type"] in ("response.created", "response.done")]
     h.upstream(keep)
     assert list(h.started) == h.call_ids()
@@ -125,12 +120,12 @@ def test_a_call_listed_only_in_response_done_becomes_ready() -> None:
 def test_follow_up_waits_for_a_response_the_server_started() -> None:
     h = session()
     h.respond([weather("Paris")])
-    h.upstream(h.server.user_turn("hello?"))
+    h.upstream(h.mock.user_turn("hello?"))
     h.respond(["Still looking that up."], finish=False)  # server VAD answered the user
     h.run_all()
     assert len(h.outputs) == 1
     assert h.creates == []  # a response is active: the follow-up waits
-    h.upstream(h.server.finish_response())
+    h.upstream(h.mock.finish_response())
     assert len(h.creates) == 1
 
 
@@ -139,17 +134,17 @@ def test_a_response_started_after_outputs_were_in_answers_them() -> None:
     h.respond([weather("Paris")], finish=False)
     h.run_all()
     h.deliver = False
-    h.upstream(h.server.finish_response())     # outputs and the follow-up are sent ...
+    h.upstream(h.mock.finish_response())     # outputs and the follow-up are sent ...
     assert len(h.outputs) == 1 and len(h.creates) == 1
     h.deliver = True
     # ... and before the server sees our create, VAD starts a response after our output landed
     frames = list(h.undelivered)
     h.undelivered.clear()
-    h.upstream(h.server.receive(frames[0]))          # output lands
+    h.upstream(h.mock.receive(frames[0]))          # output lands
     h.respond(["Here is the weather."], finish=False)  # server starts a response on its own
-    h.upstream(h.server.receive(frames[1]))          # our create is refused: already active
-    assert h.server.errors[-1]["error"]["code"] == "conversation_already_has_active_response"
-    h.upstream(h.server.finish_response())
+    h.upstream(h.mock.receive(frames[1]))          # our create is refused: already active
+    assert h.mock.errors[-1]["error"]["code"] == "conversation_already_has_active_response"
+    h.upstream(h.mock.finish_response())
     # no retry: the server's own response already answered the output
     assert len(h.creates) == 1
     [entry] = h.engine.ledger
@@ -167,20 +162,20 @@ def test_active_response_error_aimed_at_our_create_is_retried_once_after_done() 
     h.deliver = True
     # a second writer (e.g. the browser on the same call) starts a response before our output
     h.respond(["Hmm."], finish=False)
-    h.upstream(h.server.receive(output_frame))
-    h.upstream(h.server.receive(create_frame))
-    assert h.server.errors[-1]["error"]["event_id"] == h.creates[0]["event_id"]
+    h.upstream(h.mock.receive(output_frame))
+    h.upstream(h.mock.receive(create_frame))
+    assert h.mock.errors[-1]["error"]["event_id"] == h.creates[0]["event_id"]
     assert len(h.creates) == 1  # no immediate retry, no loop
-    h.upstream(h.server.finish_response())
+    h.upstream(h.mock.finish_response())
     assert len(h.creates) == 2
     assert h.creates[1]["event_id"] == h.creates[0]["event_id"]
-    assert len(h.server.errors) == 1
-    assert h.server.active is None and len(h.server.responses) == 3
+    assert len(h.mock.errors) == 1
+    assert h.mock.active is None and len(h.mock.responses) == 3
 
 
 def test_duplicated_done_events_run_the_handler_once() -> None:
     h = session()
-    events = h.server.start_response([weather("Paris")])
+    events = h.mock.respond([weather("Paris")])
     doubled = []
     for event in events:
         doubled.append(event)
@@ -195,7 +190,7 @@ def test_duplicated_done_events_run_the_handler_once() -> None:
 
 def test_handler_exception_becomes_an_error_output_with_a_follow_up() -> None:
     h = session()
-    h.respond([Call("broken", '{"city":"Atlantis"}')])
+    h.respond([model_call("broken", '{"city":"Atlantis"}')])
     h.run_all()
     [call_id] = h.call_ids()
     output = h.output_for(call_id)
@@ -207,7 +202,7 @@ def test_handler_exception_becomes_an_error_output_with_a_follow_up() -> None:
 
 def test_timeout_cancels_the_handler_and_answers_incomplete() -> None:
     h = session()
-    h.respond([Call("ship", '{"order":{"order_id":7}}')])
+    h.respond([model_call("ship", '{"order":{"order_id":7}}')])
     [call_id] = h.call_ids()
     assert h.engine.next_deadline() == pytest.approx(h.engine.ledger.get(call_id).started_at + 2)
     h.advance(1.9)
@@ -229,7 +224,7 @@ def test_timeout_cancels_the_handler_and_answers_incomplete() -> None:
 ])
 def test_bad_arguments_become_an_error_output_naming_the_problem(arguments: str, fragment: str) -> None:
     h = session()
-    h.respond([Call("ship", arguments)])
+    h.respond([model_call("ship", arguments)])
     assert not h.started  # the handler never runs
     [call_id] = h.call_ids()
     error = json.loads(h.output_for(call_id)["output"])["error"]
@@ -240,7 +235,7 @@ def test_bad_arguments_become_an_error_output_naming_the_problem(arguments: str,
 
 def test_typed_arguments_reach_the_handler() -> None:
     h = session()
-    h.respond([Call("ship", '{"order":{"order_id":7,"express":true}}')])
+    h.respond([model_call("ship", '{"order":{"order_id":7,"express":true}}')])
     [start] = h.started.values()
     assert start.arguments["order"] == Order(order_id=7, express=True)
     h.run_all()
@@ -249,7 +244,7 @@ def test_typed_arguments_reach_the_handler() -> None:
 
 def test_a_response_with_a_client_call_leaves_the_follow_up_to_the_client() -> None:
     h = session()
-    h.respond([weather("Paris"), Call("open_door", '{"door":"front"}')])
+    h.respond([weather("Paris"), model_call("open_door", '{"door":"front"}')])
     relay_call, client_call = h.engine.ledger
     assert relay_call.owner is Owner.RELAY and client_call.owner is Owner.CLIENT
     h.run_all()
@@ -262,8 +257,8 @@ def test_a_response_with_a_client_call_leaves_the_follow_up_to_the_client() -> N
 
 
 def test_ownership_unknown_tools_can_be_answered_with_an_error() -> None:
-    h = session(get_weather, config=EngineConfig(mode="sidecar", unknown_tools="error", strict=True))
-    h.respond([Call("teleport", "{}")])
+    h = session(get_weather_data, config=EngineConfig(mode="sidecar", unknown_tools="error", strict=True))
+    h.respond([model_call("teleport", "{}")])
     [entry] = h.engine.ledger
     assert entry.owner is Owner.RELAY and entry.outcome == "unknown_tool"
     assert json.loads(h.outputs[0]["item"]["output"]) == {"error": "unknown tool 'teleport'"}
@@ -271,7 +266,7 @@ def test_ownership_unknown_tools_can_be_answered_with_an_error() -> None:
 
 
 def test_foundry_output_carries_name_response_id_and_created_at() -> None:
-    h = session(get_weather, dialect=FOUNDRY)
+    h = session(get_weather_data, dialect=FOUNDRY)
     h.respond([weather("Paris")])
     h.run_all()
     item = h.outputs[0]["item"]
@@ -279,25 +274,25 @@ def test_foundry_output_carries_name_response_id_and_created_at() -> None:
     assert item["name"] == "get_weather"
     assert item["response_id"] == entry.response_id
     assert item["created_at"] == int(h.now)
-    assert not h.server.errors
+    assert not h.mock.errors
 
 
 def test_ga_output_validates_with_the_openai_type_and_has_no_foundry_fields() -> None:
-    h = session(get_weather)
+    h = session(get_weather_data)
     h.respond([weather("Paris")])
     h.run_all()
     item = h.outputs[0]["item"]
     parsed = RealtimeConversationItemFunctionCallOutput.model_validate(item)
     assert parsed.status == "completed" and parsed.id == item["id"]
     assert not {"name", "response_id", "created_at"} & item.keys()
-    assert not h.server.errors  # the fake GA server rejects Foundry fields, like OpenAI does
+    assert not h.mock.errors  # the mock rejects Foundry fields on GA, like OpenAI does
 
 
 def test_beta_wire_works_end_to_end() -> None:
-    h = session(get_weather, dialect=OPENAI_BETA)
+    h = session(get_weather_data, dialect=OPENAI_BETA)
     h.respond([weather("Paris")])
     h.run_all()
-    assert len(h.outputs) == 1 and len(h.creates) == 1 and not h.server.errors
+    assert len(h.outputs) == 1 and len(h.creates) == 1 and not h.mock.errors
     assert "type" not in h.sent_of("session.update")[0]["session"]
 
 
@@ -311,7 +306,7 @@ def test_tool_results_and_long_outputs() -> None:
         return "x" * 40_000
 
     h = session(lookup, big)
-    h.respond([Call("lookup", '{"key":"k1"}'), Call("big", "")])
+    h.respond([model_call("lookup", '{"key":"k1"}'), model_call("big", "")])
     h.run_all()
     lookup_call, big_call = h.call_ids()
     assert json.loads(h.output_for(lookup_call)["output"]) == {"error": {"reason": "missing", "key": "k1"}}
@@ -320,7 +315,7 @@ def test_tool_results_and_long_outputs() -> None:
 
 
 def test_upstream_error_for_our_output_is_attributed_to_the_call() -> None:
-    h = session(get_weather)
+    h = session(get_weather_data)
     h.respond([weather("Paris")])
     [entry] = h.engine.ledger
     h.deliver = False
@@ -338,11 +333,11 @@ def test_upstream_error_for_our_output_is_attributed_to_the_call() -> None:
 
 
 def test_ledger_records_timestamps_and_follow_up() -> None:
-    h = session(get_weather)
+    h = session(get_weather_data)
     h.respond([weather("Paris")], finish=False)
     h.finish(h.call_ids()[0], {"ok": True}, dt=0.5)
     h.now += 0.25
-    h.upstream(h.server.finish_response())
+    h.upstream(h.mock.finish_response())
     [entry] = h.engine.ledger
     assert entry.ready_at < entry.started_at + 1e-9 <= entry.finished_at < entry.injected_at
     assert entry.latency_ms() == pytest.approx(750.0)
@@ -353,7 +348,7 @@ def test_ledger_records_timestamps_and_follow_up() -> None:
 
 
 def test_a_create_in_flight_when_the_connection_drops_is_not_sent_again() -> None:
-    h = session(get_weather, config=EngineConfig(mode="sidecar", declare_tools=False, strict=True))
+    h = session(get_weather_data, config=EngineConfig(mode="sidecar", declare_tools=False, strict=True))
     h.respond([weather("Paris")])
     h.deliver = False
     h.run_all()
@@ -361,21 +356,21 @@ def test_a_create_in_flight_when_the_connection_drops_is_not_sent_again() -> Non
     output_frame, _create_frame = h.undelivered
     h.undelivered.clear()
     h.deliver = True
-    h.upstream(h.server.receive(output_frame))   # the output landed; the create's fate is unknown
+    h.upstream(h.mock.receive(output_frame))   # the output landed; the create's fate is unknown
     h.disconnect()
     h.reconnect()
     h.advance(30)               # past every ack timeout
     assert len(h.creates) == 1
     # the edge resends the frame its old socket never took: its response is recognised as ours
-    h.upstream(h.server.receive(json.dumps(h.creates[0])))
+    h.upstream(h.mock.receive(json.dumps(h.creates[0])))
     follow_up = h.engine.conversation.responses[h.engine.ledger.get(h.call_ids()[0]).follow_up_response_id]
     assert follow_up.creator == "relay"
 
 
 def test_a_long_session_keeps_only_its_recent_history_when_asked() -> None:
-    h = session(get_weather, config=EngineConfig(mode="proxy", strict=True, history_limit=10))
+    h = session(get_weather_data, config=EngineConfig(mode="proxy", strict=True, history_limit=10))
     for n in range(40):
-        h.upstream(h.server.user_turn(f"turn {n}"))
+        h.upstream(h.mock.user_turn(f"turn {n}"))
         h.respond([weather("Paris")])
         h.run_all()
     conversation = h.engine.conversation
@@ -383,5 +378,5 @@ def test_a_long_session_keeps_only_its_recent_history_when_asked() -> None:
     assert len(conversation.responses) <= 20 and len(h.engine.ledger) <= 20
     assert len(h.outputs) == 40 and len(h.creates) == 40   # every call answered, once
     # what is kept is the recent past, in order, and still consistent with the server
-    assert conversation.order == [i["id"] for i in h.server.items][-len(conversation.order):]
-    assert not h.engine.anomalies and not h.server.errors
+    assert conversation.order == [i["id"] for i in h.mock.items][-len(conversation.order):]
+    assert not h.engine.anomalies and not h.mock.errors

@@ -10,8 +10,8 @@ import pytest
 from relay.engine import EngineConfig
 from relay.engine.sequencer import say_instructions
 from relay.tools import ToolResult, tool
-from tests.fakeserver import Call
-from tests.harness import Harness
+from tests.support.engine import EngineDriver
+from tests.support.local_mock import model_call
 
 
 @tool(on_complete="Your order is on its way.", on_failure="Sorry, I could not place the order.")
@@ -73,15 +73,15 @@ def search_speak(q: str) -> str:
 TOOLS = [place_order, plain, with_start, with_delay, alarm, note, prices, search_cancel, search_silent, search_speak]
 
 
-def session() -> Harness:
-    h = Harness(TOOLS, config=EngineConfig(mode="proxy", strict=True))
+def session() -> EngineDriver:
+    h = EngineDriver(TOOLS, config=EngineConfig(mode="proxy", strict=True))
     h.connect()
-    h.upstream(h.server.user_turn("hi"))
+    h.upstream(h.mock.user_turn("hi"))
     return h
 
 
-def call(h: Harness, name: str, arguments: dict, *, finish: bool = True) -> str:
-    h.respond([Call(name, json.dumps(arguments))], finish=finish)
+def call(h: EngineDriver, name: str, arguments: dict, *, finish: bool = True) -> str:
+    h.respond([model_call(name, json.dumps(arguments))], finish=finish)
     return h.call_ids()[-1]
 
 
@@ -118,7 +118,7 @@ def test_on_start_is_said_out_of_band_after_the_model_response_then_the_result()
     h = session()
     call_id = call(h, "with_start", {"x": 1}, finish=False)
     assert h.creates == []  # the model's response is still active
-    h.upstream(h.server.finish_response())
+    h.upstream(h.mock.finish_response())
     [filler] = h.creates
     assert filler["response"]["conversation"] == "none" and filler["response"]["input"] == []
     assert instructions_of(filler) == say_instructions("One moment while I look that up.")
@@ -126,14 +126,14 @@ def test_on_start_is_said_out_of_band_after_the_model_response_then_the_result()
     h.finish(call_id, 1)
     assert len(h.creates) == 2 and "conversation" not in h.creates[1]["response"]
     # the filler response ran to its end before the follow-up went out
-    assert not h.server.errors
+    assert not h.mock.errors
 
 
 def test_on_start_is_dropped_when_the_result_is_already_in() -> None:
     h = session()
     call_id = call(h, "with_start", {"x": 1}, finish=False)
     h.finish(call_id, 1)
-    h.upstream(h.server.finish_response())
+    h.upstream(h.mock.finish_response())
     [create] = h.creates
     assert "conversation" not in create["response"]
 
@@ -161,12 +161,12 @@ def test_on_delay_is_said_only_if_the_handler_outlives_the_delay() -> None:
 def test_on_delay_is_never_said_after_the_result() -> None:
     h = session()
     slow = call(h, "with_delay", {"x": 1})
-    h.upstream(h.server.user_turn("hello?"))
+    h.upstream(h.mock.user_turn("hello?"))
     h.respond(["Still here."], finish=False)  # a response is active when the delay passes
     h.advance(2.5)
     assert h.creates == []                    # the filler waits for the active response ...
     h.finish(slow, 1)                         # ... and the result comes first
-    h.upstream(h.server.finish_response())
+    h.upstream(h.mock.finish_response())
     [create] = h.creates
     assert "conversation" not in create["response"]  # only the follow-up, no filler
 
@@ -175,13 +175,13 @@ def test_on_delay_is_never_said_after_the_result() -> None:
 def test_interrupt_cancels_the_active_response_then_follows_up() -> None:
     h = session()
     call_id = call(h, "alarm", {"level": 3})
-    h.upstream(h.server.user_turn("tell me a story"))
+    h.upstream(h.mock.user_turn("tell me a story"))
     h.respond(["Once upon a time..."], finish=False)
-    story = h.server.active
+    story = h.mock.active
     h.finish(call_id, None)
     [cancel] = h.sent_of("response.cancel")
-    assert cancel["response_id"] == story
-    assert len(h.creates) == 1 and h.server.responses[story]["status"] == "cancelled"
+    assert cancel["response_id"] == story.id
+    assert len(h.creates) == 1 and story.status == "cancelled"
     assert h.sent.index(cancel) < h.sent.index(h.creates[0])
 
 
@@ -191,7 +191,7 @@ def test_when_idle_waits_and_does_not_cancel() -> None:
     h.respond(["Talking."], finish=False)
     h.finish(call_id, 2)
     assert h.sent_of("response.cancel") == [] and h.creates == []
-    h.upstream(h.server.finish_response())
+    h.upstream(h.mock.finish_response())
     assert len(h.creates) == 1
 
 
@@ -208,7 +208,7 @@ def test_result_scheduling_overrides_the_tool() -> None:
     def quiet() -> ToolResult:
         return ToolResult(result="ok", scheduling="silent")
 
-    h = Harness([quiet], config=EngineConfig(strict=True))
+    h = EngineDriver([quiet], config=EngineConfig(strict=True))
     h.connect()
     call(h, "quiet", {})
     h.run_all()
@@ -231,7 +231,7 @@ def test_a_streaming_tool_yielding_three_values() -> None:
                   for e in h.sent_of("conversation.item.create")]
     assert sent_order[0] == call_id
     assert len(h.creates) == 3  # the answer and each update are spoken about
-    assert not h.server.errors
+    assert not h.mock.errors
 
 
 def test_stream_values_before_response_done_are_injected_in_order_after_it() -> None:
@@ -240,7 +240,7 @@ def test_stream_values_before_response_done_are_injected_in_order_after_it() -> 
     h.yield_value(call_id, {"price": 1})
     h.yield_value(call_id, {"price": 2})
     assert h.outputs == []
-    h.upstream(h.server.finish_response())
+    h.upstream(h.mock.finish_response())
     creates = [e["item"] for e in h.sent_of("conversation.item.create")]
     assert creates[0]["type"] == "function_call_output" and creates[1]["role"] == "system"
     h.end_stream(call_id)
@@ -248,7 +248,7 @@ def test_stream_values_before_response_done_are_injected_in_order_after_it() -> 
 
 
 # ---- interruption policies --------------------------------------------------------------------
-def running_call(name: str) -> tuple[Harness, str]:
+def running_call(name: str) -> tuple[EngineDriver, str]:
     h = session()
     call_id = call(h, name, {"q": "flights"})
     return h, call_id
@@ -256,7 +256,7 @@ def running_call(name: str) -> tuple[Harness, str]:
 
 def test_barge_in_cancel_policy() -> None:
     h, call_id = running_call("search_cancel")
-    h.upstream(h.server.barge_in())
+    h.upstream(h.mock.barge_in())
     assert [c.call_id for c in h.cancelled] == [call_id]
     output = h.output_for(call_id)
     assert json.loads(output["output"]) == {"error": "cancelled: the user interrupted"}
@@ -268,7 +268,7 @@ def test_barge_in_cancel_policy() -> None:
 
 def test_barge_in_finish_silently_policy() -> None:
     h, call_id = running_call("search_silent")
-    h.upstream(h.server.barge_in())
+    h.upstream(h.mock.barge_in())
     assert h.cancelled == []
     h.finish(call_id, "results")
     assert h.output_for(call_id)["output"] == "results"
@@ -277,35 +277,36 @@ def test_barge_in_finish_silently_policy() -> None:
 
 def test_barge_in_finish_and_speak_policy() -> None:
     h, call_id = running_call("search_speak")
-    h.upstream(h.server.barge_in())
+    h.upstream(h.mock.barge_in())
     h.finish(call_id, "results")
     assert len(h.outputs) == 1 and len(h.creates) == 1
 
 
 def test_barge_in_while_a_filler_is_being_spoken() -> None:
     h, call_id = running_call("search_speak")
-    h.server.hold_responses = True
+    h.mock.hold_responses = True
     h.advance(1.1)
     [filler] = h.creates
-    filler_response = h.server.active
-    assert h.server.responses[filler_response]["conversation_id"] is None  # out-of-band, playing
-    h.upstream(h.server.barge_in())          # the user speaks over the filler
-    assert h.server.responses[filler_response]["status"] == "cancelled"
+    filler_response = h.mock.active
+    assert filler_response.conversation_id is None  # out-of-band, playing
+    h.upstream(h.mock.barge_in())          # the user speaks over the filler ...
+    h.client({"type": "response.cancel"})  # ... and the client stops it (VAD cuts no out-of-band response)
+    assert filler_response.status == "cancelled"
     assert h.cancelled == []                 # finish_and_speak: the handler goes on
-    h.server.hold_responses = False
+    h.mock.hold_responses = False
     h.finish(call_id, "results")
     assert len(h.outputs) == 1
     assert len(h.creates) == 2 and "conversation" not in h.creates[1]["response"]
-    assert not h.server.errors
+    assert not h.mock.errors
 
 
 def test_barge_in_cancels_a_queued_filler() -> None:
     h, call_id = running_call("search_speak")
-    h.upstream(h.server.user_turn("wait"))
+    h.upstream(h.mock.user_turn("wait"))
     h.respond(["Sure."], finish=False)       # busy: the filler will have to wait
     h.advance(1.1)
     assert h.creates == []
-    h.upstream(h.server.barge_in())
+    h.upstream(h.mock.barge_in())
     h.finish(call_id, "results")
     # the filler was dropped at the barge-in; only the follow-up goes out
     assert [c["response"].get("conversation") for c in h.creates] == [None]

@@ -1,5 +1,5 @@
 """The examples run: voice_tools.py (every voice-aware feature) and tools.py (the demo's tools)
-behind the real async edge, against the fake server."""
+behind the real async edge, against the mock upstream in-process."""
 
 from __future__ import annotations
 
@@ -9,41 +9,43 @@ from pathlib import Path
 import anyio
 
 from relay.engine import OpenAIEngine, EngineConfig
+from relay.mock import ToolCall
 from relay.session import SessionLoop
 from relay.tools import ToolRegistry
-from tests.fakeserver import Call, FakeServer, FakeServerPeer
+from tests.support.local_mock import LocalMock, model_call
+from tests.support.peers import MockPeer
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
-def outputs(peer: FakeServerPeer) -> dict[str, str]:
+def outputs(peer: MockPeer) -> dict[str, str]:
     return {f["item"]["call_id"]: f["item"]["output"] for f in peer.frames
             if f["type"] == "conversation.item.create" and f["item"]["type"] == "function_call_output"}
 
 
-async def run_calls(tools_file: str, calls: list[Call], *, expect_outputs: int):
-    server = FakeServer()
-    peer = FakeServerPeer(server)
+async def run_calls(tools_file: str, calls: list[ToolCall], *, expect_outputs: int):
+    mock = LocalMock()
+    peer = MockPeer(mock)
     registry = ToolRegistry.load([str(EXAMPLES / tools_file)])
     engine = OpenAIEngine(registry, config=EngineConfig(mode="sidecar", declare_tools=False))
     loop = SessionLoop(engine, upstream=peer)
     async with anyio.create_task_group() as tg:
         tg.start_soon(loop.run)
-        peer.emit(server.connect() + server.user_turn("hello") + server.start_response(calls))
+        peer.emit(mock.connect() + mock.user_turn("hello") + mock.respond(calls))
         await peer.wait_until(lambda p: len(outputs(p)) >= expect_outputs
-                              and not engine.ledger.unanswered() and server.active is None)
+                              and not engine.ledger.unanswered() and mock.active is None)
         peer.hang_up()
-    return engine, peer, server
+    return engine, peer, mock
 
 
 async def test_voice_tools_example_uses_every_feature() -> None:
-    calls = [Call("update_address", '{"street":"1 Main St","city":"Lyon"}'),
-             Call("check_refund", '{"order_id":"A1005"}'),
-             Call("log_sentiment", '{"score":0.8}'),
-             Call("search_catalog", '{"query":"kettle"}'),
-             Call("track_parcel", '{"tracking_number":"ZX9"}'),
-             Call("fraud_alert", '{"account":"77"}')]
-    engine, peer, server = await run_calls("voice_tools.py", calls, expect_outputs=6)
+    calls = [model_call("update_address", '{"street":"1 Main St","city":"Lyon"}'),
+             model_call("check_refund", '{"order_id":"A1005"}'),
+             model_call("log_sentiment", '{"score":0.8}'),
+             model_call("search_catalog", '{"query":"kettle"}'),
+             model_call("track_parcel", '{"tracking_number":"ZX9"}'),
+             model_call("fraud_alert", '{"account":"77"}')]
+    engine, peer, mock = await run_calls("voice_tools.py", calls, expect_outputs=6)
     by_name = {e.name: e for e in engine.ledger}
     assert json.loads(outputs(peer)[by_name["update_address"].call_id])["saved"] is True
     assert by_name["check_refund"].message.startswith("Good news")
@@ -58,13 +60,14 @@ async def test_voice_tools_example_uses_every_feature() -> None:
     follow_ups = [f for f in peer.frames if f["type"] == "response.create"
                   and f["response"]["metadata"]["relay"] == "follow_up"]
     assert follow_ups and "Good news" in follow_ups[0]["response"]["instructions"]
-    assert not server.errors
+    assert not mock.errors
 
 
 async def test_demo_tools_example() -> None:
-    calls = [Call("get_weather", '{"city":"Paris"}'), Call("lookup_order", '{"order_id":"a1001"}'),
-             Call("lookup_order", '{"order_id":"Z9"}'), Call("search_flights", '{"origin":"Paris","destination":"Rome"}')]
-    engine, peer, server = await run_calls("tools.py", calls, expect_outputs=4)
+    calls = [model_call("get_weather", '{"city":"Paris"}'), model_call("lookup_order", '{"order_id":"a1001"}'),
+             model_call("lookup_order", '{"order_id":"Z9"}'),
+             model_call("search_flights", '{"origin":"Paris","destination":"Rome"}')]
+    engine, peer, mock = await run_calls("tools.py", calls, expect_outputs=4)
     results = [outputs(peer)[e.call_id] for e in engine.ledger]
     assert json.loads(results[0])["condition"] == "light rain"
     assert json.loads(results[1])["status"] == "shipped"
@@ -72,4 +75,4 @@ async def test_demo_tools_example() -> None:
     assert len(json.loads(results[3])["flights"]) == 2
     entries = list(engine.ledger)
     assert entries[2].message.startswith("I couldn't find that order")
-    assert not server.errors
+    assert not mock.errors

@@ -1,7 +1,7 @@
 """Exports of a session's conversation: OpenAI chat, Anthropic, Gemini and Vapi shapes.
 
 The GA sessions with parallel calls, error outputs and unanswered calls (no public recording has
-them) are played against the fake server at test time and written as relay recordings, so what
+them) are played against the mock upstream at test time and written as relay recordings, so what
 is exported went through the same reader as a real recording. Real recordings from
 ../shared/recordings cover an unanswered call and a client output echo."""
 
@@ -28,11 +28,13 @@ from relay.export import (
     export_conversation,
     export_recording,
 )
+from relay.mock import MockScript, Reply
 from relay.recording import RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY, RecordingWriter
 from relay.tools import ToolResult, tool
-from tests.conftest import shared_dir
-from tests.fakeserver import Call, FakeServer
-from tests.harness import Harness
+from tests.support.engine import EngineDriver
+from tests.support.local_mock import ENGINE_SCRIPT, LocalMock, model_call
+from tests.support.paths import shared_dir
+from tests.support.tools import get_weather_data
 
 CHAT_MESSAGE = TypeAdapter(ChatCompletionMessageParam)
 ANTHROPIC_MESSAGE = TypeAdapter(MessageParam)
@@ -43,11 +45,12 @@ UNANSWERED = {"error": "no output: the session ended before the call was answere
 
 
 class SessionRecorder:
-    """Plays a GA session against the fake server and records it as the relay would: what the
+    """Plays a GA session against the mock upstream and records it as the relay would: what the
     server sent as `upstream>relay`, what went to it as `relay>upstream`."""
 
-    def __init__(self, directory: Path) -> None:
-        self.server = FakeServer()
+    def __init__(self, directory: Path, script: MockScript = ENGINE_SCRIPT) -> None:
+        self.mock = LocalMock(script=script)
+        self.mock.session.config["instructions"] = ""   # none until a test sets some
         self.writer = RecordingWriter(directory, session_id="export-test", dialect="openai-ga",
                                       upstream="api.openai.com", tools=[], wall_clock=lambda: 0.0)
         self.t = 0.0
@@ -61,7 +64,7 @@ class SessionRecorder:
         frame = json.dumps(event)
         self.t += 0.01
         self.writer.record(RELAY_TO_UPSTREAM, frame, t=self.t)
-        self.upstream(self.server.receive(frame))
+        self.upstream(self.mock.receive(frame))
 
     def output(self, call_id: str, output: Any, **placement: Any) -> None:
         text = output if isinstance(output, str) else json.dumps(output)
@@ -76,19 +79,19 @@ class SessionRecorder:
 def weather_session(directory: Path) -> Path:
     """Instructions, one user turn, two parallel calls answered by the client (one an error),
     then the follow-up."""
-    session = SessionRecorder(directory)
-    session.upstream(session.server.connect())
+    answer = Reply(say="Paris is 21 degrees; I found no Atlantis.")
+    session = SessionRecorder(directory, ENGINE_SCRIPT.model_copy(update={"after_outputs": answer}))
+    session.upstream(session.mock.connect())
     session.send({"type": "session.update",
                   "session": {"type": "realtime", "instructions": "Be brief."}})
-    session.upstream(session.server.user_turn("Weather in Paris and Atlantis?"))
-    session.upstream(session.server.start_response([
+    session.upstream(session.mock.user_turn("Weather in Paris and Atlantis?"))
+    session.upstream(session.mock.respond([
         "Let me check both.",
-        Call("get_weather", '{"city": "Paris"}', "call_paris"),
-        Call("get_weather", '{"city": "Atlantis"}', "call_atlantis"),
+        model_call("get_weather", '{"city": "Paris"}', "call_paris"),
+        model_call("get_weather", '{"city": "Atlantis"}', "call_atlantis"),
     ]))
     session.output("call_paris", {"city": "Paris", "temp_c": 21})
     session.output("call_atlantis", {"error": "no such city"})
-    session.server.script.append(["Paris is 21 degrees; I found no Atlantis."])
     session.send({"type": "response.create"})
     return session.close()
 
@@ -96,10 +99,10 @@ def weather_session(directory: Path) -> Path:
 def unanswered_session(directory: Path) -> Path:
     """The model calls a tool and the session ends before anyone answers."""
     session = SessionRecorder(directory)
-    session.upstream(session.server.connect())
-    session.upstream(session.server.user_turn("Put me through to a human."))
-    session.upstream(session.server.start_response([
-        "Transferring you now.", Call("transfer", '{"to": "supervisor"}', "call_transfer")]))
+    session.upstream(session.mock.connect())
+    session.upstream(session.mock.user_turn("Put me through to a human."))
+    session.upstream(session.mock.respond([
+        "Transferring you now.", model_call("transfer", '{"to": "supervisor"}', "call_transfer")]))
     return session.close()
 
 
@@ -107,10 +110,10 @@ def late_output_session(directory: Path) -> Path:
     """The user speaks again before the client appends the output: the output sits after the
     user's message in the conversation."""
     session = SessionRecorder(directory)
-    session.upstream(session.server.connect())
-    session.upstream(session.server.user_turn("Book a table."))
-    session.upstream(session.server.start_response([Call("book", '{"seats": 2}', "call_book")]))
-    session.upstream(session.server.user_turn("For two, please."))
+    session.upstream(session.mock.connect())
+    session.upstream(session.mock.user_turn("Book a table."))
+    session.upstream(session.mock.respond([model_call("book", '{"seats": 2}', "call_book")]))
+    session.upstream(session.mock.user_turn("For two, please."))
     session.output("call_book", "booked")
     return session.close()
 
@@ -119,9 +122,9 @@ def system_message_session(directory: Path) -> Path:
     """A system message added mid-conversation, and a user message inserted at the start after
     everything else (conversation order differs from arrival order)."""
     session = SessionRecorder(directory)
-    session.upstream(session.server.connect())
-    session.upstream(session.server.user_turn("Hi."))
-    session.upstream(session.server.start_response(["Hello!"]))
+    session.upstream(session.mock.connect())
+    session.upstream(session.mock.user_turn("Hi."))
+    session.upstream(session.mock.respond(["Hello!"]))
     session.send({"type": "conversation.item.create", "item": {
         "type": "message", "role": "system",
         "content": [{"type": "input_text", "text": "The caller is a premium customer."}]}})
@@ -134,11 +137,11 @@ def system_message_session(directory: Path) -> Path:
 def deleted_call_session(directory: Path) -> Path:
     """A call whose item the client deleted after answering it: its output has no call left."""
     session = SessionRecorder(directory)
-    session.upstream(session.server.connect())
-    session.upstream(session.server.user_turn("Cancel my order."))
-    session.upstream(session.server.start_response([Call("cancel_order", "{}", "call_cancel")]))
+    session.upstream(session.mock.connect())
+    session.upstream(session.mock.user_turn("Cancel my order."))
+    session.upstream(session.mock.respond([model_call("cancel_order", "{}", "call_cancel")]))
     session.output("call_cancel", "cancelled")
-    call_item = next(i for i in session.server.items if i["type"] == "function_call")
+    call_item = next(i for i in session.mock.items if i["type"] == "function_call")
     session.upstream([{"type": "conversation.item.deleted", "event_id": "event_del",
                        "item_id": call_item["id"]}])
     return session.close()
@@ -148,17 +151,12 @@ def cancelled_call_session(directory: Path) -> Path:
     """The user barges in while the model streams a call's arguments: the response is cancelled,
     the call item stays in the conversation, incomplete, with half its arguments."""
     session = SessionRecorder(directory)
-    server = session.server
-    session.upstream(server.connect())
-    session.upstream(server.user_turn("Look it up."))
-    events = server.start_response([Call("lookup", '{"query": "opening hours"}', "call_cut")],
-                                   finish=False)
-    first_delta = next(e for e in events if e["type"] == "response.function_call_arguments.delta")
-    streamed = events[: events.index(first_delta) + 1]
-    for item in server.responses[server.active]["output"]:
-        item.update(status="in_progress", arguments=first_delta["delta"])
-    session.upstream(streamed)
-    session.upstream(server.barge_in())
+    mock = session.mock
+    session.upstream(mock.connect())
+    session.upstream(mock.user_turn("Look it up."))
+    session.upstream(mock.respond([model_call("lookup", '{"query": "opening hours"}', "call_cut")],
+                                  stop=lambda e: e["type"] == "response.function_call_arguments.delta"))
+    session.upstream(mock.barge_in())
     return session.close()
 
 
@@ -166,14 +164,14 @@ def client_items_session(directory: Path) -> Path:
     """Items a client created: a user message with an image, an assistant message without
     words, a second output for a call, and a second item for the same call."""
     session = SessionRecorder(directory)
-    session.upstream(session.server.connect())
+    session.upstream(session.mock.connect())
     session.send({"type": "conversation.item.create", "item": {
         "type": "message", "role": "user", "content": [
             {"type": "input_text", "text": "What is on this photo?"},
             {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="}]}})
     session.send({"type": "conversation.item.create", "item": {
         "type": "message", "role": "assistant", "content": [{"type": "output_text", "text": ""}]}})
-    session.upstream(session.server.start_response([Call("describe", "{}", "call_describe")]))
+    session.upstream(session.mock.respond([model_call("describe", "{}", "call_describe")]))
     session.output("call_describe", "a cat")
     session.output("call_describe", "a dog")
     session.send({"type": "conversation.item.create", "item": {
@@ -182,12 +180,6 @@ def client_items_session(directory: Path) -> Path:
 
 
 # ---- relay-owned calls, from a live engine ---------------------------------------------------
-
-
-@tool
-def get_weather(city: str) -> dict:
-    """Current weather for a city."""
-    return {"city": city, "temp_c": 21}
 
 
 @tool
@@ -203,12 +195,12 @@ def raw_error_payload(city: str) -> dict:
 
 
 def relay_engine() -> OpenAIEngine:
-    harness = Harness([get_weather, find_city, raw_error_payload])
+    harness = EngineDriver([get_weather_data, find_city, raw_error_payload])
     harness.connect()
-    harness.upstream(harness.server.user_turn("Weather in Paris? And where is Atlantis?"))
-    harness.respond([Call("get_weather", '{"city": "Paris"}', "call_w"),
-                     Call("find_city", '{"city": "Atlantis"}', "call_f"),
-                     Call("raw_error_payload", '{"city": "X"}', "call_r")])
+    harness.upstream(harness.mock.user_turn("Weather in Paris? And where is Atlantis?"))
+    harness.respond([model_call("get_weather", '{"city": "Paris"}', "call_w"),
+                     model_call("find_city", '{"city": "Atlantis"}', "call_f"),
+                     model_call("raw_error_payload", '{"city": "X"}', "call_r")])
     harness.run_all()
     return harness.engine
 

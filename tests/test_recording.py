@@ -52,18 +52,6 @@ AUDIO = base64.b64encode(bytes(range(256)) * 6).decode()
 IMAGE = base64.b64encode(b"\xff\xd8\xff\xe0 not really a jpeg").decode()
 
 
-def _shared_recordings_dir() -> Path:
-    """The shared test data: $RELAY_SHARED_DIR, else `../shared` beside the checkout, else
-    /work/shared (where a worktree elsewhere finds it)."""
-    repo = Path(__file__).resolve().parents[1]
-    candidates = [Path(os.environ["RELAY_SHARED_DIR"])] if "RELAY_SHARED_DIR" in os.environ else []
-    candidates += [repo.parent / "shared", Path("/work/shared")]
-    for candidate in candidates:
-        if (candidate / "recordings").is_dir():
-            return candidate / "recordings"
-    pytest.skip("shared recordings not found (set RELAY_SHARED_DIR)")
-
-
 class FakeClock:
     def __init__(self, now: float = 1000.0) -> None:
         self.now = now
@@ -844,8 +832,8 @@ def _meta_directions(meta: dict[str, Any]) -> list[str]:
     ]
 
 
-def test_shared_event_logs_are_read_with_their_meta_directions() -> None:
-    recordings = _shared_recordings_dir()
+def test_shared_event_logs_are_read_with_their_meta_directions(recordings_dir: Path) -> None:
+    recordings = recordings_dir
     counts = _readme_event_counts(recordings)
     assert len(counts) == len(list(recordings.glob("*.jsonl"))) == 11
     assert counts["banyan-landing_log1_webrtc_beta_fc.jsonl"] == 415
@@ -862,8 +850,8 @@ def test_shared_event_logs_are_read_with_their_meta_directions() -> None:
         assert recording.frames[-1].line_no == count
 
 
-def test_without_meta_the_directions_are_inferred_from_event_types(tmp_path: Path) -> None:
-    recordings = _shared_recordings_dir()
+def test_without_meta_the_directions_are_inferred_from_event_types(tmp_path: Path, recordings_dir: Path) -> None:
+    recordings = recordings_dir
     client_events = 0
     for source in sorted(recordings.glob("*.jsonl")):
         shutil.copy(source, tmp_path / source.name)

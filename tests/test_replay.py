@@ -16,13 +16,10 @@ from relay.recording import RecordingWriter
 from relay.testing import replay
 from relay.session import SessionLoop
 from relay.tools import ToolResult, tool
-from tests.conftest import REPO, shared_dir
-from tests.fakeserver import Call, FakeServer, FakeServerPeer
-
-
-@tool
-def get_weather(city: str) -> dict:
-    return {"city": city, "temp_c": 21}
+from tests.support.local_mock import LocalMock, model_call
+from tests.support.paths import REPO, shared_dir
+from tests.support.peers import MockPeer
+from tests.support.tools import get_weather_data
 
 
 @tool
@@ -34,8 +31,8 @@ def lookup_order(order_id: str) -> dict:
 
 async def record_session(directory: Path, tools, *, mode: str = "sidecar", creates: int = 1) -> Path:
     """A session through SessionLoop: parallel calls and a handler error, recorded."""
-    server = FakeServer()
-    peer = FakeServerPeer(server)
+    mock = LocalMock()
+    peer = MockPeer(mock)
     engine = OpenAIEngine(tools, config=EngineConfig(mode=mode, declare_tools=False), id_prefix="rec1")
     writer = RecordingWriter(directory, session_id="sess_test", dialect="openai", upstream="ws://127.0.0.1:1/v1",
                              tools=[t.__relay_tool__.name for t in tools], mode=mode,
@@ -43,12 +40,12 @@ async def record_session(directory: Path, tools, *, mode: str = "sidecar", creat
     loop = SessionLoop(engine, upstream=peer, recorder=writer)
     async with anyio.create_task_group() as tg:
         tg.start_soon(loop.run)
-        peer.emit(server.connect() + server.user_turn("weather in Paris and Rome, and my order?") +
-                  server.start_response([Call("get_weather", '{"city":"Paris"}'),
-                                         Call("get_weather", '{"city":"Rome"}'),
-                                         Call("lookup_order", '{"order_id":"missing"}')]))
-        await peer.wait_until(lambda p: server.active is None and not engine.ledger.unanswered() and sum(
-            1 for f in p.frames if f["type"] == "response.create") == creates and len(server.responses) == 1 + creates)
+        peer.emit(mock.connect() + mock.user_turn("weather in Paris and Rome, and my order?") +
+                  mock.respond([model_call("get_weather", '{"city":"Paris"}'),
+                                model_call("get_weather", '{"city":"Rome"}'),
+                                model_call("lookup_order", '{"order_id":"missing"}')]))
+        await peer.wait_until(lambda p: mock.active is None and not engine.ledger.unanswered() and sum(
+            1 for f in p.frames if f["type"] == "response.create") == creates and len(mock.responses) == 1 + creates)
         peer.hang_up()
     writer.close("test done")
     return writer.path
@@ -56,11 +53,11 @@ async def record_session(directory: Path, tools, *, mode: str = "sidecar", creat
 
 @pytest.fixture
 def recorded(tmp_path: Path) -> Path:
-    return anyio.run(record_session, tmp_path, [get_weather, lookup_order])
+    return anyio.run(record_session, tmp_path, [get_weather_data, lookup_order])
 
 
 def test_replay_with_the_same_tools_has_no_divergence(recorded: Path) -> None:
-    result = replay(recorded, [get_weather, lookup_order])
+    result = replay(recorded, [get_weather_data, lookup_order])
     assert result.ok, [d.describe() for d in result.divergences]
     assert [c.name for c in result.calls] == ["get_weather", "get_weather", "lookup_order"]
     assert [c.outcome for c in result.calls] == ["ok", "ok", "error"]
@@ -83,7 +80,7 @@ def test_a_changed_tool_output_is_reported_with_a_diff(recorded: Path) -> None:
 
 
 def test_a_missing_tool_is_reported_as_missing_sends(recorded: Path) -> None:
-    result = replay(recorded, [get_weather])
+    result = replay(recorded, [get_weather_data])
     kinds = sorted((d.kind, d.what.split(" ")[0]) for d in result.divergences)
     assert ("missing", "output") in kinds
     # without lookup_order the call belongs to the client: the relay leaves the follow-up too
@@ -92,8 +89,8 @@ def test_a_missing_tool_is_reported_as_missing_sends(recorded: Path) -> None:
 
 def test_an_extra_send_is_reported(tmp_path: Path) -> None:
     # lookup_order was the client's then: no follow-up from the relay
-    path = anyio.run(lambda: record_session(tmp_path, [get_weather], creates=0))
-    result = replay(path, [get_weather, lookup_order])
+    path = anyio.run(lambda: record_session(tmp_path, [get_weather_data], creates=0))
+    result = replay(path, [get_weather_data, lookup_order])
     assert any(d.kind == "extra" and "output" in d.what for d in result.divergences)
 
 
@@ -120,7 +117,7 @@ def test_a_truncated_recording_replays_up_to_its_last_line(recorded: Path, tmp_p
     data = recorded.read_bytes()
     cut = tmp_path / "cut.jsonl"
     cut.write_bytes(data[: int(len(data) * 0.6)])
-    result = replay(cut, [get_weather, lookup_order])
+    result = replay(cut, [get_weather_data, lookup_order])
     assert result.warnings and any("line" in w for w in result.warnings)
     assert result.engine.ledger  # it got somewhere
 

@@ -13,7 +13,7 @@ from websockets.asyncio.client import connect
 
 from relay.mock import MockScript, MockUpstream, Reply, Rule, ToolCall
 from relay.server import RelayServer, ServerConfig
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 TOOLS = '''
 from relay import tool

@@ -26,7 +26,7 @@ a time, `function_call_output` items checked against existing calls, unknown fie
         await mock.inject(session, {"type": "surprise"})       # dicts as JSON, str/bytes as raw frames
         mock.start_response(session)                           # a response of the server's own (VAD)
         await mock.user_turn(session, "What's the weather?")   # a spoken turn as server VAD reports it
-        mock.release(session)                                  # continue a reply scripted with hold=True
+        mock.release(session)                                  # let a held reply (hold, hold_before_done) end
         call_id = mock.create_call()                           # a session without a socket (SIP-like)
 
 Dialects: `openai` (GA; beta when the client sends `OpenAI-Beta: realtime=v1`), `openai-beta`

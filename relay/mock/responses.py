@@ -39,6 +39,8 @@ class PlannedMessage:
 class PlannedCall:
     name: str
     arguments: str
+    call_id: str | None = None
+    """The scripted call_id; None draws a random one."""
 
 
 Planned = PlannedMessage | PlannedCall
@@ -112,6 +114,9 @@ class ResponseRun:
     origin: str
     """Either "client" (a response.create) or "server" (VAD, a fault, `MockUpstream.start_response`)."""
     hold: bool = False
+    """Wait after the first delta until released or cancelled."""
+    hold_before_done: bool = False
+    """Wait after the last output, before `response.done`, until released or cancelled."""
     pace_audio: bool = False
     id: str = field(default_factory=lambda: new_id("resp"))
     status: str = "in_progress"
@@ -148,7 +153,7 @@ class ResponseRun:
         return True
 
     def release(self) -> None:
-        """Let a held response continue."""
+        """Let a held response run to its end (past every hold point)."""
         self._released = True
 
     # -- the stream ----------------------------------------------------------------------------
@@ -171,8 +176,11 @@ class ResponseRun:
         """Where a held response waits: after its first delta (or at once when it has none)."""
         if self.hold and not self._hold_used:
             self._hold_used = True
-            while not (self._released or self._cancel_reason):
-                yield Pause(None)
+            yield from self._wait_for_release()
+
+    def _wait_for_release(self) -> Iterator[Pause]:
+        while not (self._released or self._cancel_reason):
+            yield Pause(None)
 
     def steps(self) -> Iterator[dict[str, Any] | Pause]:
         yield self.wire.event("response.created", response=self._object(None))
@@ -186,6 +194,8 @@ class ResponseRun:
                 yield from self._message(output_index, planned.text)
             else:
                 yield from self._function_call(output_index, planned)
+        if self.hold_before_done:
+            yield from self._wait_for_release()
         if self._cancel_reason:
             self.status = "cancelled"
             self.status_details = {"type": "cancelled", "reason": self._cancel_reason}
@@ -265,7 +275,7 @@ class ResponseRun:
         yield from self._close_item(output_index, item)
 
     def _function_call(self, output_index: int, planned: PlannedCall) -> Iterator[dict[str, Any] | Pause]:
-        call_id = new_call_id()
+        call_id = planned.call_id or new_call_id()
         extra = {"response_id": self.id, "created_at": int(time.time())} if self.wire.foundry else {}
         item = self.wire.item(
             id=new_id("item"),

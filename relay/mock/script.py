@@ -17,10 +17,13 @@ A script is a list of rules plus three fallbacks. For each response the mock pic
 
 A reply has `say` (spoken as audio with a transcript, or written as text, per the response's output
 modalities), `calls` (function calls made after `say`, which is then a spoken preamble; several
-calls give parallel calls in one response) and `hold` (the response stops after its first delta and
+calls give parallel calls in one response), `hold` (the response stops after its first delta and
 stays in progress until `MockUpstream.release()` or a cancel: a deterministic way to test what
-happens while a response is active). A call's `arguments` is an object (sent as JSON) or a string
-(sent as is, to test invalid JSON).
+happens while a response is active) and `hold_before_done` (the response streams all its output,
+then stays in progress before its `response.done` until released or cancelled: the window in which
+every call is complete but the response is not). A call's `arguments` is an object (sent as JSON)
+or a string (sent as is, to test invalid JSON); its `call_id` is drawn at random unless the call
+names one, for a test that refers to it.
 
 With `options.strict_tools` (the default) the mock behaves like a model that can only call what it
 was given: a scripted call to a function not among the session's (or the response's) tools, or
@@ -35,7 +38,8 @@ The JSON file has the same shape as `MockScript`:
      "default": {"say": "Hello!"},
      "transcripts": ["What is the weather in Paris?"],
      "options": {"text_chunk_chars": 16, "argument_deltas": 3, "audio_chunk_bytes": 4800,
-                 "audio_chunks": 5, "pace_audio": false, "strict_tools": true}}
+                 "audio_chunks": 5, "pace_audio": false, "strict_tools": true,
+                 "hold_before_done": false}}
 
 `transcripts` are handed out in order, one per committed user audio turn, as that item's
 transcript (`conversation.item.input_audio_transcription.completed`); when they run out, turns have
@@ -63,6 +67,7 @@ class _Config(BaseModel):
 class ToolCall(_Config):
     name: str
     arguments: dict[str, Any] | str = Field(default_factory=dict)
+    call_id: str | None = Field(None, min_length=1, max_length=64, description="the call's id; random when unset")
 
     def arguments_text(self) -> str:
         return self.arguments if isinstance(self.arguments, str) else json.dumps(self.arguments)
@@ -72,6 +77,7 @@ class Reply(_Config):
     say: str | None = None
     calls: tuple[ToolCall, ...] = ()
     hold: bool = False
+    hold_before_done: bool = False
 
 
 class Rule(Reply):
@@ -102,6 +108,7 @@ class StreamOptions(_Config):
     audio_chunks: int = Field(5, ge=0, description="audio deltas per spoken message")
     pace_audio: bool = Field(False, description="send audio no faster than real time")
     strict_tools: bool = Field(True, description="drop scripted calls to tools the session does not have")
+    hold_before_done: bool = Field(False, description="every response waits before its response.done until released")
 
 
 class MockScript(_Config):
@@ -133,7 +140,8 @@ class MockScript(_Config):
         if user is not None:
             for rule in self.rules:
                 if rule.matches(user):
-                    return Reply(say=rule.say, calls=rule.calls, hold=rule.hold)
+                    return Reply(say=rule.say, calls=rule.calls, hold=rule.hold,
+                                 hold_before_done=rule.hold_before_done)
         return self.default
 
 

@@ -275,7 +275,7 @@ class MockUpstream:
         await self._run(session, session.speech_stopped(item_id, transcript, respond))
 
     def release(self, session: MockSession) -> None:
-        """Let the session's held response (a reply with `hold`) continue."""
+        """Let the session's held response (a reply with `hold` or `hold_before_done`) run to its end."""
         run = session.active_response
         if run is not None:
             run.release()

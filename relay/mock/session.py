@@ -299,6 +299,12 @@ class MockSession:
             actions.append(Emit(completed))
         return actions
 
+    def commit_user_turn(self, transcript: str | None = None) -> list[Action]:
+        """A user audio turn committed without VAD, as after a push-to-talk client's commit:
+        `committed`, the user item, and its transcript (the one given, else the script's next).
+        No `speech_started` comes first, so a relay sees a new turn, not a barge-in."""
+        return self._add_user_audio(new_id("item"), SIMULATED_SPEECH_MS, transcript)
+
     def speech_started(self) -> tuple[str, list[Action], ResponseRun | None]:
         """Server VAD heard the user start: returns the new item id, the actions, and the response
         this barge-in cancelled (in-conversation responses only, unless `interrupt_response` is off)."""
@@ -494,6 +500,7 @@ class MockSession:
             request=copy.deepcopy(request),
             origin=origin,
             hold=reply.hold,
+            hold_before_done=reply.hold_before_done or self.script.options.hold_before_done,
             pace_audio=self.faults.pace_audio,
         )
         self.responses.append(run)
@@ -511,7 +518,7 @@ class MockSession:
                 log.info("mock: not calling %r: not offered by the session's tools/tool_choice", dropped.name)
             calls = allowed
         plan: list[Planned] = [PlannedMessage(reply.say)] if reply.say else []
-        plan += [PlannedCall(call.name, call.arguments_text()) for call in calls]
+        plan += [PlannedCall(call.name, call.arguments_text(), call.call_id) for call in calls]
         if not plan and reply.calls and self.script.default.say:
             plan = [PlannedMessage(self.script.default.say)]
         return plan

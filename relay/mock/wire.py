@@ -33,6 +33,12 @@ def new_id(prefix: str, length: int = 21) -> str:
     return f"{prefix}_" + "".join(_ids.choices(_ID_ALPHABET, k=length))
 
 
+def seed_ids(seed: int | str) -> None:
+    """Make the ids (and `obfuscation` paddings) drawn from now on the same on every run for a
+    seed, for reproducible tests (a property test replaying an example must see the same ids)."""
+    _ids.seed(seed)
+
+
 def new_call_id() -> str:
     return new_id("call", 16)
 

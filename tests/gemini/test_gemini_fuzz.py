@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from relay.engine import EngineConfig, Outcome, SendClient, SendUpstream, StartHandler
 from relay.engine.gemini import CANCELLED_BY_SERVER, GeminiEngine
 from relay.tools import tool
-from tests.gemini.harness import TURN_COMPLETE, cancellation, function_call, model_text, tool_call, user_text
+from tests.support.frames import TURN_COMPLETE, cancellation, function_call, gemini_user_text, model_text, tool_call
 
 
 @tool(interruption="cancel")
@@ -38,7 +38,7 @@ RELAY_IDS = ("r1", "r2", "r3", "r4")
 SESSION: list[tuple[str, dict[str, Any]]] = [
     ("client", {"setup": {"model": "m", "tools": [{"functionDeclarations": [{"name": "door"}]}]}}),
     ("upstream", {"setupComplete": {}}),
-    ("client", user_text("hi")),
+    ("client", gemini_user_text("hi")),
     ("upstream", {"serverContent": {"inputTranscription": {"text": "hi"}}}),
     ("upstream", model_text("Checking.")),
     ("upstream", tool_call(function_call("r1", "lookup", {"key": "a"}), function_call("c1", "door", {}),

@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import sys
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from websockets.asyncio.client import connect
@@ -20,31 +17,28 @@ from relay.cli import build_parser
 from relay.mock import MockUpstream
 from relay.mock.gemini import PATHS
 from relay.mock.script import MockScript, Reply, StreamOptions
-from tests.gemini.helpers import (
-    GET_WEATHER,
-    OPEN_DOOR,
-    PROVIDER_KEY,
-    WEATHER_SCRIPT,
-    gemini_client,
-    model_words,
-    server_message,
-)
+from tests.support.clients import gemini_client
+from tests.support.frames import model_words
+from tests.support.keys import GEMINI_KEY
+from tests.support.paths import REPO
+from tests.support.processes import relay_process
+from tests.support.sdk import server_message
+from tests.support.tools import GEMINI_DOOR, GEMINI_SCRIPT, GEMINI_WEATHER
 
-REPO = Path(__file__).resolve().parents[2]
 TEXT = {"generationConfig": {"responseModalities": ["TEXT"]}}
-NON_BLOCKING_DOOR = {**OPEN_DOOR, "behavior": "NON_BLOCKING"}
+NON_BLOCKING_DOOR = {**GEMINI_DOOR, "behavior": "NON_BLOCKING"}
 
 
 @pytest.fixture
 async def mock() -> AsyncIterator[MockUpstream]:
-    async with MockUpstream(script=WEATHER_SCRIPT, dialect="gemini", api_key=PROVIDER_KEY) as upstream:
+    async with MockUpstream(script=GEMINI_SCRIPT, dialect="gemini", api_key=GEMINI_KEY) as upstream:
         yield upstream
 
 
 async def test_a_scripted_call_is_answered_and_the_model_speaks_the_result(mock: MockUpstream) -> None:
     assert mock.url == mock.base_url + "/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent"
     async with gemini_client(mock.base_url) as client:
-        await client.setup(tools=[{"functionDeclarations": [GET_WEATHER]}], **TEXT)
+        await client.setup(tools=[{"functionDeclarations": [GEMINI_WEATHER]}], **TEXT)
         await client.say("What's the weather?")
         preamble_and_call = await client.turn()
         call = preamble_and_call[-1]["toolCall"]["functionCalls"][0]
@@ -66,7 +60,7 @@ async def test_a_scripted_call_is_answered_and_the_model_speaks_the_result(mock:
 async def test_the_sdk_spelling_is_accepted(mock: MockUpstream) -> None:
     async with gemini_client(mock.base_url) as client:
         await client.send({"setup": {"model": "models/m", "generation_config": {"response_modalities": ["TEXT"]},
-                                     "tools": [{"function_declarations": [GET_WEATHER]}]}})
+                                     "tools": [{"function_declarations": [GEMINI_WEATHER]}]}})
         await client.wait_for(lambda m: "setupComplete" in m)
         await client.send({"client_content": {"turns": [{"role": "user", "parts": [{"text": "weather"}]}],
                                               "turn_complete": True}})
@@ -78,13 +72,13 @@ async def test_the_sdk_spelling_is_accepted(mock: MockUpstream) -> None:
 
 @pytest.mark.parametrize("path", PATHS)
 async def test_every_api_version_path_and_the_key_query_are_served(mock: MockUpstream, path: str) -> None:
-    async with gemini_client(mock.base_url, path=path, key=None, query=f"?key={PROVIDER_KEY}") as client:
+    async with gemini_client(mock.base_url, path=path, key=None, query=f"?key={GEMINI_KEY}") as client:
         await client.setup()
     assert mock.sessions[-1].auth == "key-query"
 
 
 @pytest.mark.parametrize(("path", "key", "status"), [
-    ("/v1/realtime", PROVIDER_KEY, 404),
+    ("/v1/realtime", GEMINI_KEY, 404),
     (PATHS[0], None, 403),
     (PATHS[0], "wrong", 403),
 ])
@@ -100,7 +94,7 @@ async def test_handshakes_are_refused(mock: MockUpstream, path: str, key: str | 
     ([{"setup": {"model": "m"}}, {"setup": {"model": "m"}}], "only once"),
     ([{"setup": {}}], "setup.model"),
     ([{"setup": {"model": "m"}}, {"surprise": {}}], 'Unknown name "surprise"'),
-    ([{"setup": {"model": "m", "tools": [{"functionDeclarations": [GET_WEATHER, GET_WEATHER]}]}}],
+    ([{"setup": {"model": "m", "tools": [{"functionDeclarations": [GEMINI_WEATHER, GEMINI_WEATHER]}]}}],
      "Duplicate function declaration"),
     ([{"setup": {"model": "m"}}, {"toolResponse": {"functionResponses": [{"id": "nope", "response": {}}]}}],
      "unknown function call id"),
@@ -122,7 +116,7 @@ async def test_what_the_service_refuses_closes_the_socket_with_1007(
 async def test_a_second_final_answer_or_will_continue_on_a_blocking_call_closes_the_socket(
         mock: MockUpstream, extra: dict, answer_again: bool, fragment: str) -> None:
     async with gemini_client(mock.base_url) as client:
-        await client.setup(tools=[{"functionDeclarations": [GET_WEATHER]}], **TEXT)
+        await client.setup(tools=[{"functionDeclarations": [GEMINI_WEATHER]}], **TEXT)
         await client.say("weather")
         call_id = (await client.turn())[-1]["toolCall"]["functionCalls"][0]["id"]
         await client.answer(call_id, "get_weather", "sunny", **extra)
@@ -150,7 +144,7 @@ async def test_non_blocking_answers_are_spoken_unless_silent(mock: MockUpstream)
 
 async def test_a_user_turn_over_a_pending_call_interrupts_and_cancels_it(mock: MockUpstream) -> None:
     async with gemini_client(mock.base_url) as client:
-        await client.setup(tools=[{"functionDeclarations": [GET_WEATHER]}], **TEXT)
+        await client.setup(tools=[{"functionDeclarations": [GEMINI_WEATHER]}], **TEXT)
         await client.say("weather")
         call_id = (await client.turn())[-1]["toolCall"]["functionCalls"][0]["id"]
         await client.say("never mind")
@@ -163,7 +157,7 @@ async def test_a_user_turn_over_a_pending_call_interrupts_and_cancels_it(mock: M
 
 async def test_interrupt_and_go_away_from_a_test(mock: MockUpstream) -> None:
     async with gemini_client(mock.base_url) as client:
-        await client.setup(tools=[{"functionDeclarations": [GET_WEATHER, OPEN_DOOR]}], **TEXT)
+        await client.setup(tools=[{"functionDeclarations": [GEMINI_WEATHER, GEMINI_DOOR]}], **TEXT)
         await client.say("both")
         ids = [c["id"] for c in (await client.turn())[-1]["toolCall"]["functionCalls"]]
         session = mock.sessions[0]
@@ -201,17 +195,16 @@ async def test_strict_tools_drop_a_call_the_setup_did_not_declare(mock: MockUpst
 
 
 async def test_relay_mock_serves_gemini_from_the_command_line() -> None:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "relay", "mock", "--port", "0", "--dialect", "gemini",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(REPO)})
-    try:
-        url = (await asyncio.wait_for(process.stdout.readline(), 10)).decode().strip()
-        assert url.endswith("/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent")
-        async with connect(url) as ws:
-            await ws.send(json.dumps({"setup": {"model": "models/m"}}))
-            assert json.loads(await asyncio.wait_for(ws.recv(), 5)) == {"setupComplete": {}}
-    finally:
-        process.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(process.wait(), 10) == 0
+    async with relay_process("mock", "--port", "0", "--dialect", "gemini", env={"PYTHONPATH": str(REPO)},
+                             stdout=True) as process:
+        assert process.stdout is not None
+        try:
+            url = (await asyncio.wait_for(process.stdout.readline(), 10)).decode().strip()
+            assert url.endswith("/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent")
+            async with connect(url) as ws:
+                await ws.send(json.dumps({"setup": {"model": "models/m"}}))
+                assert json.loads(await asyncio.wait_for(ws.recv(), 5)) == {"setupComplete": {}}
+        finally:
+            process.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(process.wait(), 10) == 0
     assert build_parser().parse_args(["mock", "--dialect", "gemini"]).dialect == "gemini"

@@ -5,7 +5,6 @@ reports a changed or missing tool by call id, and exports as a conversation."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +19,12 @@ from relay.mock import MockUpstream
 from relay.replay import render_report, replay_async
 from relay.server import RelayServer, ServerConfig
 from relay.tools import tool
-from tests.gemini.helpers import OPEN_DOOR, PROVIDER_KEY, WEATHER_SCRIPT, gemini_client, model_words
+from tests.support.clients import gemini_client
+from tests.support.frames import model_words
+from tests.support.keys import GEMINI_KEY
+from tests.support.tools import GEMINI_DOOR, GEMINI_SCRIPT, get_weather_data, track
 
 TEXT = {"generationConfig": {"responseModalities": ["TEXT"]}}
-
-
-@tool
-def get_weather(city: str) -> dict:
-    """Current weather in a city."""
-    return {"city": city, "temp_c": 21}
 
 
 @tool(interruption="cancel")
@@ -38,14 +34,7 @@ async def ship(order_id: int) -> str:
     return "shipped"
 
 
-@tool
-async def track(parcel: str) -> AsyncIterator[str]:
-    """Follow a parcel."""
-    yield f"{parcel} picked up"
-    yield f"{parcel} delivered"
-
-
-TOOLS = [get_weather, ship, track]
+TOOLS = [get_weather_data, ship, track]
 
 
 def is_answer(event: dict[str, Any], name: str, final: bool = True) -> bool:
@@ -54,12 +43,12 @@ def is_answer(event: dict[str, Any], name: str, final: bool = True) -> bool:
 
 
 async def record_session(directory: Path) -> Path:
-    async with MockUpstream(script=WEATHER_SCRIPT, dialect="gemini", api_key=PROVIDER_KEY) as mock:
-        config = ServerConfig(upstream=mock.url, dialect="gemini", tools=TOOLS, port=0, api_key=PROVIDER_KEY,
+    async with MockUpstream(script=GEMINI_SCRIPT, dialect="gemini", api_key=GEMINI_KEY) as mock:
+        config = ServerConfig(upstream=mock.url, dialect="gemini", tools=TOOLS, port=0, api_key=GEMINI_KEY,
                               drain_seconds=0.0, record_dir=directory)
         async with RelayServer(config) as server:
             async with gemini_client(server.base_url, key=None) as client:
-                await client.setup(tools=[{"functionDeclarations": [OPEN_DOOR]}], **TEXT)
+                await client.setup(tools=[{"functionDeclarations": [GEMINI_DOOR]}], **TEXT)
                 await client.say("What's the weather?")
                 await client.turn()
                 await client.say("Open the door")
@@ -102,7 +91,7 @@ async def test_the_same_tools_replay_without_divergence(recording: Path) -> None
 async def test_a_changed_tool_is_reported_by_call_id(recording: Path) -> None:
     @tool(name="get_weather")
     def warmer(city: str) -> dict:
-        """Current weather in a city."""
+        """Current weather for a city."""
         return {"city": city, "temp_c": 30}
 
     result = await replay_async(recording, [warmer, ship, track], gate_timeout=2.0)
@@ -166,7 +155,7 @@ def test_export_and_replay_read_a_plain_gemini_event_log(tmp_path: Path) -> None
     assert [m["role"] for m in document["messages"]] == ["user", "assistant", "user", "assistant"]
     assert document["messages"][2]["content"][0]["content"] == "cold"
 
-    result = anyio.run(lambda: replay_async(log, [get_weather]))
+    result = anyio.run(lambda: replay_async(log, [get_weather_data]))
     assert result.kind == "event-log"
     (call,) = result.calls
     assert (call.call_id, call.output) == ("fc1", '{"city":"Oslo","temp_c":21}')

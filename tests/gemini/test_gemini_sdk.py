@@ -21,8 +21,9 @@ from relay.recording import read_recording
 from relay.server import RelayServer, ServerConfig
 from relay.tools import tool
 from relay.tools.spec import build_spec
-from tests.gemini.conftest import Certificate
-from tests.gemini.helpers import OPEN_DOOR, PROVIDER_KEY, RELAY_TOKEN, TIMEOUT, WEATHER_SCRIPT
+from tests.support.clients import TIMEOUT, Certificate
+from tests.support.keys import GEMINI_KEY, RELAY_TOKEN
+from tests.support.tools import GEMINI_DOOR, GEMINI_SCRIPT, track
 
 MODEL = "gemini-live-2.5-flash-preview"
 
@@ -50,18 +51,11 @@ class Shipping:
         return "never"
 
 
-@tool
-async def track(parcel: str) -> AsyncIterator[str]:
-    """Follow a parcel as it moves."""
-    yield f"{parcel} picked up"
-    yield f"{parcel} delivered"
-
-
 @asynccontextmanager
 async def relay_and_mock(certificate: Certificate, tmp_path: Path,
                          *tools: Any) -> AsyncIterator[tuple[RelayServer, MockUpstream]]:
-    async with MockUpstream(script=WEATHER_SCRIPT, dialect="gemini", api_key=PROVIDER_KEY) as mock:
-        config = ServerConfig(upstream=mock.url, dialect="gemini", tools=list(tools), port=0, api_key=PROVIDER_KEY,
+    async with MockUpstream(script=GEMINI_SCRIPT, dialect="gemini", api_key=GEMINI_KEY) as mock:
+        config = ServerConfig(upstream=mock.url, dialect="gemini", tools=list(tools), port=0, api_key=GEMINI_KEY,
                               auth_token=RELAY_TOKEN, drain_seconds=0.0, tls_cert=certificate.cert,
                               tls_key=certificate.key, record_dir=tmp_path)
         async with RelayServer(config) as server:
@@ -103,8 +97,8 @@ async def test_sdk_client_through_the_relay(loopback_certificate: Certificate, t
     async with relay_and_mock(loopback_certificate, tmp_path, get_weather, ship, track) as (server, mock):
         client = sdk_client(server, loopback_certificate)
         config = {"response_modalities": ["TEXT"], "tools": [{"function_declarations": [
-            {"name": OPEN_DOOR["name"], "description": OPEN_DOOR["description"],
-             "parameters_json_schema": OPEN_DOOR["parametersJsonSchema"]}]}]}
+            {"name": GEMINI_DOOR["name"], "description": GEMINI_DOOR["description"],
+             "parameters_json_schema": GEMINI_DOOR["parametersJsonSchema"]}]}]}
         async with client.aio.live.connect(model=MODEL, config=config) as session:
             # a relay call: answered by the relay, never seen by the client
             await session.send_client_content(turns={"role": "user", "parts": [{"text": "What's the weather?"}]})
@@ -158,7 +152,7 @@ async def test_sdk_client_through_the_relay(loopback_certificate: Certificate, t
     assert set(declared) == {"open_door", "get_weather", "ship", "track"}
     assert declared["track"]["behavior"] == "NON_BLOCKING" and "behavior" not in declared["get_weather"]
     connection = gemini_session.connections[0]
-    assert connection.headers["x-goog-api-key"] == PROVIDER_KEY and "key" not in connection.query
+    assert connection.headers["x-goog-api-key"] == GEMINI_KEY and "key" not in connection.query
 
     (path,) = tmp_path.glob("*.jsonl")
     recording = read_recording(path)

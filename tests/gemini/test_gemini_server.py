@@ -18,33 +18,20 @@ from relay.dialects.gemini import DEFAULT_URL
 from relay.logs import Redactor
 from relay.mock import MockUpstream
 from relay.server import RelayServer
-from relay.tools import tool
 from relay.upstream import Upstream, key_from_environment
-from tests.gemini.conftest import Certificate
-from tests.gemini.helpers import (
-    GET_WEATHER,
-    OPEN_DOOR,
-    PROVIDER_KEY,
-    RELAY_TOKEN,
-    WEATHER_SCRIPT,
-    gemini_client,
-    model_words,
-)
+from tests.support.clients import Certificate, gemini_client
+from tests.support.frames import model_words
+from tests.support.keys import GEMINI_KEY, RELAY_TOKEN
+from tests.support.tools import GEMINI_DOOR, GEMINI_SCRIPT, GEMINI_WEATHER, get_weather
 
 V1ALPHA = "/ws/google.ai.generativelanguage.v1alpha.GenerativeService.BidiGenerateContent"
 
 
-@tool
-def get_weather(city: str) -> str:
-    """Current weather in a city."""
-    return f"sunny in {city}"
-
-
 @asynccontextmanager
 async def gemini_relay(**options: Any) -> AsyncIterator[tuple[RelayServer, MockUpstream]]:
-    async with MockUpstream(script=WEATHER_SCRIPT, dialect="gemini", api_key=PROVIDER_KEY) as mock:
+    async with MockUpstream(script=GEMINI_SCRIPT, dialect="gemini", api_key=GEMINI_KEY) as mock:
         settings: dict[str, Any] = {"upstream": mock.url, "dialect": "gemini", "tools": [get_weather], "port": 0,
-                                    "api_key": PROVIDER_KEY, "auth_token": RELAY_TOKEN, "drain_seconds": 0.0}
+                                    "api_key": GEMINI_KEY, "auth_token": RELAY_TOKEN, "drain_seconds": 0.0}
         async with RelayServer(ServerConfig(**(settings | options))) as server:
             yield server, mock
 
@@ -52,7 +39,7 @@ async def gemini_relay(**options: Any) -> AsyncIterator[tuple[RelayServer, MockU
 async def test_a_session_through_the_relay_keeps_binary_frames_and_hides_the_relay_call() -> None:
     async with gemini_relay() as (server, mock):
         async with gemini_client(server.base_url, key=RELAY_TOKEN) as client:
-            await client.setup(tools=[{"functionDeclarations": [OPEN_DOOR]}],
+            await client.setup(tools=[{"functionDeclarations": [GEMINI_DOOR]}],
                                generationConfig={"responseModalities": ["TEXT"]})
             await client.say("weather")
             await client.turn()
@@ -60,14 +47,14 @@ async def test_a_session_through_the_relay_keeps_binary_frames_and_hides_the_rel
     assert not any("toolCall" in m for m in client.messages)
     assert "sunny in Paris" in model_words(client.messages)
     connection = mock.sessions[0].connections[0]
-    assert connection.headers["x-goog-api-key"] == PROVIDER_KEY, "the relay's key goes upstream, not the token"
+    assert connection.headers["x-goog-api-key"] == GEMINI_KEY, "the relay's key goes upstream, not the token"
     assert RELAY_TOKEN not in str(connection.headers)
 
 
 async def test_a_client_redefining_a_relay_tool_is_closed_before_anything_goes_upstream() -> None:
     async with gemini_relay() as (server, mock):
         async with gemini_client(server.base_url, key=RELAY_TOKEN) as client:
-            await client.send({"setup": {"model": "models/m", "tools": [{"functionDeclarations": [GET_WEATHER]}]}})
+            await client.send({"setup": {"model": "models/m", "tools": [{"functionDeclarations": [GEMINI_WEATHER]}]}})
             code, reason = await client.closed()
     assert code == 1008 and "get_weather" in reason
     assert mock.received == []

@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from relay.cli import main
-from tests.conftest import REPO
+from tests.support.paths import REPO
 from tests.inspector import synth
 
 

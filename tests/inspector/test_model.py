@@ -23,7 +23,7 @@ from relay.inspector.audio import (
     page_rate,
 )
 from relay.recording import Frame, read_recording
-from tests.conftest import shared_dir
+from tests.support.paths import shared_dir
 from tests.inspector import synth
 
 

@@ -15,8 +15,11 @@ from relay.inspector import build_model
 from relay.recording import read_recording
 from relay.tools import tool
 from tests.inspector import synth
-from tests.inspector.test_browser import make_page, open_page, page_errors, screenshot, wait_for
-from tests.server.helpers import PROVIDER_KEY, WEATHER_SCRIPT, realtime_client, relay_for
+from tests.support.browser import make_page, open_page, page_errors, screenshot, wait_for
+from tests.support.clients import realtime_client
+from tests.support.keys import PROVIDER_KEY
+from tests.support.relays import relay_for
+from tests.support.tools import WEATHER_SCRIPT
 
 
 @tool

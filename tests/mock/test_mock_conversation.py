@@ -9,7 +9,9 @@ import json
 import pytest
 
 from relay.mock import MockScript
-from tests.mock.conftest import WEATHER_TOOL, MockFactory, raw_connect, sdk_connect, sdk_until, types_of, user_text
+from tests.support.clients import MockFactory, raw_connect, sdk_connect, sdk_until
+from tests.support.frames import types_of, user_text
+from tests.support.tools import WEATHER_TOOL
 
 AUDIO_100MS = base64.b64encode(bytes(4800)).decode()  # PCM16 24 kHz
 

@@ -9,7 +9,9 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 
 from relay.mock import Faults, MockScript, Reply, Rule, ToolCall
-from tests.mock.conftest import WEATHER_TOOL, MockFactory, raw_connect, types_of, user_text
+from tests.support.clients import MockFactory, raw_connect
+from tests.support.frames import types_of, user_text
+from tests.support.tools import WEATHER_TOOL
 
 CALL_SCRIPT = MockScript(
     rules=[

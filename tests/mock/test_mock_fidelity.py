@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from relay.mock import MockScript, Rule, ToolCall
-from tests.mock.conftest import WEATHER_TOOL, MockFactory, raw_connect
+from tests.support.clients import MockFactory, raw_connect
+from tests.support.tools import WEATHER_TOOL
 
 GA_RECORDINGS = ["bravedigger-sip-gateway_ga_block.jsonl", "bravedigger-sip-gateway_ga_snippets.jsonl"]
 BETA_RECORDINGS = [

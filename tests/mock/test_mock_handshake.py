@@ -10,7 +10,8 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
 from relay.mock import MockScript, MockUpstream, Reply
-from tests.mock.conftest import MockFactory, check_event, raw_connect, sdk_connect
+from tests.support.clients import MockFactory, raw_connect, sdk_connect
+from tests.support.sdk import check_event
 
 
 async def _status(url: str, **options: object) -> int:

@@ -8,16 +8,9 @@ import json
 import pytest
 
 from relay.mock import MockScript, Reply, Rule, ToolCall
-from tests.mock.conftest import (
-    TIME_TOOL,
-    WEATHER_TOOL,
-    MockFactory,
-    raw_connect,
-    sdk_connect,
-    sdk_until,
-    types_of,
-    user_text,
-)
+from tests.support.clients import MockFactory, raw_connect, sdk_connect, sdk_until
+from tests.support.frames import types_of, user_text
+from tests.support.tools import TIME_TOOL, WEATHER_TOOL
 
 WEATHER_SCRIPT = MockScript(
     rules=[
@@ -275,6 +268,27 @@ async def test_only_one_response_may_be_active(make_mock: MockFactory, conversat
     assert finished[-1]["response"]["status"] == "completed"
     assert sum(e["type"] == "response.done" for e in finished) == 1, "no response.done for the refused request"
     assert after["response"]["status"] == "completed" and len(mock.sessions[0].responses) == 2
+
+
+async def test_a_reply_held_before_done_has_its_calls_complete_and_waits_for_release(make_mock: MockFactory) -> None:
+    call = ToolCall(name="get_weather", arguments={"city": "Oslo"}, call_id="call_oslo")
+    script = MockScript(rules=[Rule(match="go", say="Checking.", calls=[call], hold_before_done=True)])
+    mock = await make_mock(script=script)
+    async with raw_connect(mock) as client:
+        await client.ask(TOOLS_UPDATE, "session.updated")
+        await client.ask(user_text("go"), "conversation.item.done")
+        await client.send({"type": "response.create"})
+        streamed = await client.until("response.output_item.done")
+        streamed += await client.until("response.output_item.done")
+        early = await client.ask({"type": "response.create", "event_id": "early"}, "error")
+        mock.release(mock.sessions[0])
+        done = (await client.until("response.done"))[-1]["response"]
+    closed = [e["item"]["type"] for e in streamed if e["type"] == "response.output_item.done"]
+    assert closed == ["message", "function_call"]
+    assert streamed[-1]["item"]["call_id"] == "call_oslo" and streamed[-1]["item"]["status"] == "completed"
+    assert "response.done" not in types_of(early)
+    assert early[-1]["error"]["code"] == "conversation_already_has_active_response"
+    assert done["status"] == "completed" and done["output"][1]["call_id"] == "call_oslo"
 
 
 async def test_cancel_cuts_the_response_short(make_mock: MockFactory) -> None:

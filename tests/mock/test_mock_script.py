@@ -82,6 +82,7 @@ def test_json_script_file_round_trip(tmp_path: Path) -> None:
                 "calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}],
             },
             {"match": "^bye", "regex": True, "say": "Goodbye!", "hold": True},
+            {"match": "slow", "calls": [{"name": "get_time", "call_id": "call_time"}], "hold_before_done": True},
         ],
         "after_outputs": {"say": "The weather in Paris is {output}"},
         "default": {"say": "Hello!"},
@@ -92,6 +93,7 @@ def test_json_script_file_round_trip(tmp_path: Path) -> None:
             "audio_chunk_bytes": 960,
             "audio_chunks": 2,
             "pace_audio": True,
+            "hold_before_done": True,
         },
     }
     path = tmp_path / "script.json"
@@ -99,8 +101,11 @@ def test_json_script_file_round_trip(tmp_path: Path) -> None:
     script = MockScript.load(path)
     assert script.rules[0].calls[0].arguments_text() == '{"city": "Paris"}'
     assert script.rules[1].regex and script.rules[1].hold
+    assert script.rules[2].hold_before_done and script.rules[2].calls[0].call_id == "call_time"
+    assert script.reply_for([_user("slow")], None, {}).hold_before_done, "a rule's reply keeps its holds"
     assert script.transcripts == ("What's the weather in Paris?",)
     assert script.options.pace_audio and script.options.argument_deltas == 2 and script.options.strict_tools
+    assert script.options.hold_before_done
     assert MockScript.model_validate_json(script.model_dump_json()) == script
 
 
@@ -112,6 +117,7 @@ def test_json_script_file_round_trip(tmp_path: Path) -> None:
         {"rules": [{"say": "no match"}]},
         {"options": {"argument_deltas": 0}},
         {"default": {"calls": [{"arguments": {}}]}},
+        {"default": {"calls": [{"name": "x", "call_id": ""}]}},
         {"voice": "alloy"},
     ],
 )

@@ -12,7 +12,9 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosedOK, InvalidStatus
 
 from relay.http import http_request
-from tests.mock.conftest import WEATHER_TOOL, MockFactory, raw_connect, sdk_connect, sdk_until, types_of, user_text
+from tests.support.clients import MockFactory, raw_connect, sdk_connect, sdk_until
+from tests.support.frames import types_of, user_text
+from tests.support.tools import WEATHER_TOOL
 
 
 async def test_a_second_connection_joins_by_call_id(make_mock: MockFactory) -> None:

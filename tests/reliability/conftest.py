@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from relay.mock import MockUpstream
-from tests.reliability.kit import PROVIDER_KEY, LeakGuard
-from tests.server.helpers import WEATHER_SCRIPT
+from tests.support.keys import PROVIDER_KEY
+from tests.support.relays import LeakGuard
+from tests.support.tools import WEATHER_SCRIPT
 
 
 @pytest.fixture

@@ -13,10 +13,11 @@ from websockets.exceptions import ConnectionClosed
 
 from relay.mock import MockUpstream
 from relay.policy import EventBudget
-from tests.gemini.helpers import WEATHER_SCRIPT as GEMINI_SCRIPT
-from tests.gemini.helpers import gemini_client
-from tests.reliability.kit import PROVIDER_KEY, RELAY_TOKEN, LeakGuard, frame_of_size, weather_turn
-from tests.server.helpers import user_text
+from tests.support.clients import gemini_client
+from tests.support.frames import frame_of_size, user_text
+from tests.support.keys import PROVIDER_KEY, RELAY_TOKEN
+from tests.support.relays import LeakGuard, weather_turn
+from tests.support.tools import GEMINI_SCRIPT
 
 DEEP = 100_000
 

@@ -14,19 +14,11 @@ from websockets.asyncio.server import ServerConnection
 from relay.mock import Faults, MockScript, MockUpstream, Reply, Rule, ToolCall
 from relay.engine import Notice
 from relay.server import ProxySession, RelayServer, ServerConfig
-from relay.tools import tool
-from tests.reliability.kit import (
-    PROVIDER_KEY,
-    LeakGuard,
-    bare_upstream,
-    frame_of_size,
-    function_call_outputs,
-    model_call_ids,
-    session_created,
-    weather_turn,
-)
-from tests.server.helpers import http_get, user_text
-from tests.server.test_server_ops import parse_exposition
+from tests.support.clients import http_get, parse_exposition
+from tests.support.frames import frame_of_size, function_call_outputs, model_call_ids, session_created, user_text
+from tests.support.keys import PROVIDER_KEY
+from tests.support.relays import LeakGuard, bare_upstream, weather_turn
+from tests.support.tools import CountedWeather
 
 DEEP = 100_000
 MARKER = {"type": "relay_test.marker"}   # an unknown type: forwarded as it is, so it shows the order
@@ -113,49 +105,35 @@ async def test_a_flood_from_the_upstream_reaches_the_client_while_other_sessions
 
 
 async def test_every_done_event_twice_still_runs_the_handler_once_and_answers_once(guard: LeakGuard) -> None:
-    runs: list[str] = []
-
-    @tool
-    def get_weather(city: str) -> str:
-        """Weather, counted."""
-        runs.append(city)
-        return f"sunny in {city}"
-
+    weather = CountedWeather()
     paris = ToolCall(name="get_weather", arguments={"city": "Paris"})
     script = MockScript(rules=[Rule(match="weather", calls=[paris])],
                         after_outputs=Reply(say="It is {output}"))
     async with MockUpstream(script=script, api_key=PROVIDER_KEY, faults=Faults(duplicate_done=True)) as mock, \
-            guard.relay(mock, tools=[get_weather]) as server, guard.client(server) as client:
+            guard.relay(mock, tools=[weather.tool]) as server, guard.client(server) as client:
         await client.send(user_text("weather?"))
         await client.send({"type": "response.create"})
         await client.wait_for(lambda e: e["type"] == "response.done" and "sunny" in json.dumps(e))
         anomalies = server.metrics.anomalies["upstream"]
     [call_id] = set(model_call_ids(mock))
-    assert runs == ["Paris"]
+    assert weather.runs == ["Paris"]
     assert len(function_call_outputs(mock, call_id)) == 1
     assert anomalies >= 2   # each duplicated response.done at least
 
 
 async def test_a_call_whose_arguments_are_not_json_gets_an_error_output_and_no_handler_run(
         guard: LeakGuard) -> None:
-    runs: list[str] = []
-
-    @tool
-    def get_weather(city: str) -> str:
-        """Weather, counted."""
-        runs.append(city)
-        return "never"
-
+    weather = CountedWeather()
     script = MockScript(rules=[Rule(match="weather", calls=[ToolCall(name="get_weather", arguments='{"city": "Par')])],
                         after_outputs=Reply(say="Sorry: {output}"))
     async with MockUpstream(script=script, api_key=PROVIDER_KEY) as mock, \
-            guard.relay(mock, tools=[get_weather]) as server, guard.client(server) as client:
+            guard.relay(mock, tools=[weather.tool]) as server, guard.client(server) as client:
         await client.send(user_text("weather?"))
         await client.send({"type": "response.create"})
         await client.wait_for(lambda e: e["type"] == "response.done" and "Sorry" in json.dumps(e))
         outcomes = dict(server.metrics.tool_calls)
     [output] = function_call_outputs(mock)
-    assert runs == []
+    assert weather.runs == []
     assert "error" in json.loads(output["output"])
     assert outcomes == {("get_weather", "bad_arguments"): 1}
 

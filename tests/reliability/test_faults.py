@@ -25,16 +25,10 @@ import relay.server
 from relay.mock import Faults, MockScript, MockUpstream, Reply, Rule, StreamOptions, ToolCall
 from relay.recording import RecordingWriter
 from relay.tools import tool
-from tests.reliability.kit import (
-    PROVIDER_KEY,
-    LeakGuard,
-    bare_upstream,
-    function_call_outputs,
-    model_call_ids,
-    session_created,
-    weather_turn,
-)
-from tests.server.helpers import RealtimeClient, user_text
+from tests.support.clients import RealtimeClient
+from tests.support.frames import function_call_outputs, model_call_ids, session_created, user_text
+from tests.support.keys import PROVIDER_KEY
+from tests.support.relays import LeakGuard, bare_upstream, weather_turn
 
 
 async def test_an_upstream_that_never_answers_the_close_is_cut_off(guard: LeakGuard) -> None:

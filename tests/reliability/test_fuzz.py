@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 from relay.engine import OpenAIEngine, EngineConfig, Outcome, Owner, SendUpstream, StartHandler
 from relay.mock import MockUpstream
 from relay.tools import tool
-from tests.fakeserver import Call, FakeServer
-from tests.reliability.kit import LeakGuard, function_call_outputs, model_call_ids, weather_turn
+from tests.support.frames import function_call_outputs, model_call_ids
+from tests.support.local_mock import LocalMock, model_call
+from tests.support.relays import LeakGuard, weather_turn
 
 FORGED = "forged by the client"
 
@@ -40,12 +41,12 @@ CALL_IDS = (*RELAY_CALLS, "call_client_1", "call_unknown")
 
 
 def upstream_frames() -> list[str]:
-    server = FakeServer()
-    events = server.connect() + server.user_turn("hi")
-    events += server.start_response(["Checking.", Call("lookup", '{"key": "a"}', call_id=RELAY_CALLS[0]),
-                                     Call("client_tool", "{}", call_id="call_client_1")])
-    events += server.user_turn("again")
-    events += server.start_response([Call("lookup", '{"key": "b"}', call_id=RELAY_CALLS[1])])
+    mock = LocalMock()
+    events = mock.connect() + mock.user_turn("hi")
+    events += mock.respond(["Checking.", model_call("lookup", '{"key": "a"}', call_id=RELAY_CALLS[0]),
+                            model_call("client_tool", "{}", call_id="call_client_1")])
+    events += mock.user_turn("again")
+    events += mock.respond([model_call("lookup", '{"key": "b"}', call_id=RELAY_CALLS[1])])
     return [json.dumps(event) for event in events]
 
 

@@ -8,7 +8,7 @@ import pytest
 from websockets.frames import Frame, Opcode
 
 from relay.logs import REDACTED, RedactingLogger, Redactor
-from tests.reliability.kit import PROVIDER_KEY
+from tests.support.keys import PROVIDER_KEY
 
 
 def test_frame_debug_lines_are_redacted_and_an_unprintable_frame_does_not_break_logging(

@@ -16,7 +16,10 @@ from relay.mock import Faults, MockScript, MockUpstream, Reply, StreamOptions
 from relay.config import ConfigError, ServerConfig
 from relay.server import RelayServer
 from relay.tools import tool
-from tests.server.helpers import PROVIDER_KEY, RELAY_TOKEN, http_get, realtime_client, relay_for, user_text
+from tests.support.clients import http_get, realtime_client
+from tests.support.frames import user_text
+from tests.support.keys import PROVIDER_KEY, RELAY_TOKEN
+from tests.support.relays import relay_for
 
 
 async def test_a_wrong_or_missing_token_is_refused_before_any_upstream_connection(weather_mock: MockUpstream) -> None:

@@ -4,43 +4,23 @@ everything, access tokens, and the process: SIGTERM drain and several workers on
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import logging
-import os
 import signal
-import sys
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from relay import __version__
-from relay.logs import JsonFormatter
 from relay.mock import MockUpstream
 from relay.recording import read_recording
 from relay.upstream import AccessToken
-from tests.server.helpers import (
-    PROVIDER_KEY,
-    RELAY_TOKEN,
-    WEATHER_SCRIPT,
-    http_get,
-    realtime_client,
-    relay_for,
-    user_text,
-)
-from tests.server.test_server_proxy import get_weather
-
-
-async def weather_turn(client: Any) -> dict[str, Any]:
-    """Ask about the weather and wait for the spoken answer that uses the tool's output."""
-    await client.send(user_text("What's the weather in Paris?"))
-    await client.send({"type": "response.create"})
-    return await client.wait_for(lambda e: e["type"] == "response.done"
-                                 and "found" in json.dumps(e["response"]["output"]))
+from tests.support.clients import http_get, parse_exposition, realtime_client
+from tests.support.keys import PROVIDER_KEY, RELAY_TOKEN
+from tests.support.processes import next_log_line, python_process, relay_process
+from tests.support.relays import captured_logs, relay_for, weather_turn
+from tests.support.tools import WEATHER_SCRIPT, get_weather
 
 
 async def test_healthz_reports_open_sessions_and_version(weather_mock: MockUpstream) -> None:
@@ -59,7 +39,7 @@ async def test_healthz_reports_open_sessions_and_version(weather_mock: MockUpstr
 async def test_metrics_count_sessions_frames_tools_and_errors(weather_mock: MockUpstream) -> None:
     async with relay_for(weather_mock, tools=[get_weather]) as server:
         async with realtime_client(server) as client:
-            await weather_turn(client)
+            await weather_turn(client, says="found")
             await client.send("not json")
             await client.wait_type("error")
             session = next(iter(server.sessions.values()))
@@ -81,41 +61,13 @@ async def test_metrics_count_sessions_frames_tools_and_errors(weather_mock: Mock
     assert samples['relay_frame_bytes_total{direction="client>relay"}'] > 0
 
 
-def parse_exposition(text: str) -> dict[str, float]:
-    samples = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            samples[name] = float(value)
-    return samples
-
-
-@asynccontextmanager
-async def captured_logs() -> AsyncIterator[io.StringIO]:
-    """Every record of the relay's loggers (its websockets connections included; not the mock's
-    nor the test client's), at DEBUG level, formatted as the CLI does."""
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(JsonFormatter())
-    handler.addFilter(lambda record: not record.name.startswith("relay.mock"))
-    relay_logger = logging.getLogger("relay")
-    old_level = relay_logger.level
-    relay_logger.addHandler(handler)
-    relay_logger.setLevel(logging.DEBUG)
-    try:
-        yield stream
-    finally:
-        relay_logger.removeHandler(handler)
-        relay_logger.setLevel(old_level)
-
-
 async def test_the_provider_key_never_reaches_a_client_a_log_or_a_recording(
         weather_mock: MockUpstream, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", PROVIDER_KEY)
-    async with captured_logs() as logs:
+    with captured_logs() as logs:
         async with relay_for(weather_mock, api_key=None, tools=[get_weather], record_dir=tmp_path) as server, \
                 realtime_client(server, path="/v1/realtime?model=gpt-realtime&api-key=client-own-key") as client:
-            await weather_turn(client)
+            await weather_turn(client, says="found")
             # a client asking for the key does not get it either
             await client.send({"type": "conversation.item.create", "item": {
                 "type": "message", "role": "user", "content": [{"type": "input_text", "text": "$OPENAI_API_KEY"}]}})
@@ -136,7 +88,7 @@ async def test_each_session_writes_one_complete_recording(weather_mock: MockUpst
     async with relay_for(weather_mock, tools=[get_weather], record_dir=tmp_path, record_audio="drop") as server:
         for _ in range(2):
             async with realtime_client(server) as client:
-                await weather_turn(client)
+                await weather_turn(client, says="found")
                 session = next(iter(server.sessions.values()))
             await session.wait_closed()
     recordings = sorted(tmp_path.glob("*.jsonl"))
@@ -156,7 +108,7 @@ async def test_a_recording_that_cannot_be_written_does_not_harm_the_session(
     not_a_directory.write_text("")
     async with relay_for(weather_mock, tools=[get_weather], record_dir=not_a_directory) as server, \
             realtime_client(server) as client:
-        done = await weather_turn(client)
+        done = await weather_turn(client, says="found")
     assert "sunny" in json.dumps(done)
     assert any("recording" in r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR)
 
@@ -179,42 +131,13 @@ async def test_an_access_token_provider_is_used_and_reused_while_valid() -> None
 
 # ---- the process -------------------------------------------------------------------------
 
-async def next_log_line(stream: asyncio.StreamReader, predicate: Callable[[dict[str, Any]], bool],
-                        seen: list[str], timeout: float = 10.0) -> dict[str, Any]:
-    """Read JSON log lines from a relay's stderr until one matches (all lines are kept in `seen`)."""
-    async with asyncio.timeout(timeout):
-        while True:
-            raw = await stream.readline()
-            if not raw:
-                raise AssertionError("relay exited; its log:\n" + "".join(seen))
-            line = raw.decode()
-            seen.append(line)
-            record = json.loads(line)
-            if predicate(record):
-                return record
-
-
-@asynccontextmanager
-async def relay_process(*args: str, cwd: Path, env: dict[str, str] | None = None) -> AsyncIterator[asyncio.subprocess.Process]:
-    environment = {key: value for key, value in os.environ.items() if key != "RELAY_AUTH_TOKEN"}
-    environment.update(env or {})
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "relay", "serve", "--port", "0", *args,
-        cwd=cwd, env=environment, stderr=asyncio.subprocess.PIPE)
-    try:
-        yield process
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-
-
 async def test_sigterm_stops_accepting_drains_then_closes_sessions_with_1001(
         weather_mock: MockUpstream, tmp_path: Path) -> None:
     (tmp_path / "weather_tools.py").write_text(
         "from relay.tools import tool\n\n@tool\ndef get_weather(city: str) -> str:\n    return 'rainy'\n")
     log: list[str] = []
-    async with relay_process("--upstream", weather_mock.url, "--dialect", "openai", "--tools", "weather_tools", "--drain-seconds", "0.5",
+    async with relay_process("serve", "--port", "0", "--upstream", weather_mock.url, "--dialect", "openai",
+                             "--tools", "weather_tools", "--drain-seconds", "0.5",
                              cwd=tmp_path, env={"OPENAI_API_KEY": PROVIDER_KEY}) as relay:
         assert relay.stderr is not None
         listening = await next_log_line(relay.stderr, lambda r: r["msg"].startswith("listening on"), log)
@@ -227,7 +150,7 @@ async def test_sigterm_stops_accepting_drains_then_closes_sessions_with_1001(
             with pytest.raises(OSError):   # no new connections during the drain
                 async with realtime_client(base, token=None):
                     pass
-            done = await weather_turn(client)   # the open session goes on meanwhile
+            done = await weather_turn(client, says="found")   # the open session goes on meanwhile
             assert "rainy" in json.dumps(done)
             assert await client.closed() == (1001, "relay shutting down")
         assert await asyncio.wait_for(relay.wait(), 5) == 0
@@ -239,7 +162,8 @@ async def test_sigterm_stops_accepting_drains_then_closes_sessions_with_1001(
 
 async def test_workers_share_one_port(weather_mock: MockUpstream, tmp_path: Path) -> None:
     log: list[str] = []
-    async with relay_process("--upstream", weather_mock.url, "--dialect", "openai", "--workers", "2", "--drain-seconds", "0",
+    async with relay_process("serve", "--port", "0", "--upstream", weather_mock.url, "--dialect", "openai",
+                             "--workers", "2", "--drain-seconds", "0",
                              cwd=tmp_path, env={"OPENAI_API_KEY": PROVIDER_KEY}) as relay:
         assert relay.stderr is not None
         first = await next_log_line(relay.stderr, lambda r: r["msg"].startswith("listening on"), log)
@@ -255,16 +179,10 @@ async def test_workers_share_one_port(weather_mock: MockUpstream, tmp_path: Path
 
 async def test_relay_serve_runs_the_server_until_sigterm(weather_mock: MockUpstream, tmp_path: Path) -> None:
     code = f"import relay; raise SystemExit(relay.serve(upstream={weather_mock.url!r}, dialect='openai', port=0))"
-    process = await asyncio.create_subprocess_exec(sys.executable, "-c", code, cwd=tmp_path,
-                                                   stderr=asyncio.subprocess.PIPE)
-    assert process.stderr is not None
-    try:
+    async with python_process("-c", code, cwd=tmp_path) as process:
+        assert process.stderr is not None
         async with asyncio.timeout(10):
             while b"listening on ws://127.0.0.1:" not in await process.stderr.readline():
                 pass
         process.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(process.wait(), 5) == 0
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()

@@ -13,14 +13,11 @@ from pydantic import TypeAdapter
 
 from relay.mock import MockScript, MockUpstream, Rule, ToolCall
 from relay.tools import tool
-from tests.server.helpers import (
-    PROVIDER_KEY,
-    RELAY_TOKEN,
-    realtime_client,
-    received_types,
-    relay_for,
-    user_text,
-)
+from tests.support.clients import realtime_client
+from tests.support.frames import received_types, user_text
+from tests.support.keys import PROVIDER_KEY, RELAY_TOKEN
+from tests.support.relays import relay_for
+from tests.support.tools import WEATHER_SCRIPT
 
 SERVER_EVENT = TypeAdapter(RealtimeServerEvent)
 
@@ -152,7 +149,6 @@ async def test_expose_tool_events_shows_the_relay_tool_to_the_client(weather_moc
 
 async def test_azure_upstream_gets_the_key_as_api_key_header(monkeypatch) -> None:
     monkeypatch.setenv("AZURE_OPENAI_API_KEY", PROVIDER_KEY)
-    from tests.server.helpers import WEATHER_SCRIPT
 
     async with MockUpstream(script=WEATHER_SCRIPT, dialect="azure", api_key=PROVIDER_KEY) as mock, \
             relay_for(mock, path="/openai/v1/realtime", dialect="azure", api_key=None,
@@ -171,7 +167,6 @@ async def test_azure_upstream_gets_the_key_as_api_key_header(monkeypatch) -> Non
 
 
 async def test_foundry_output_items_carry_the_function_name() -> None:
-    from tests.server.helpers import WEATHER_SCRIPT
 
     async with MockUpstream(script=WEATHER_SCRIPT, dialect="foundry", api_key=PROVIDER_KEY) as mock, \
             relay_for(mock, path="/openai/v1/realtime", dialect="foundry", tools=[get_weather]) as server, \

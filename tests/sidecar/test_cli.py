@@ -5,12 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import sys
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,25 +14,15 @@ from relay.cli import build_parser
 from relay.http import http_request
 from relay.mock import MockUpstream
 from relay.webhooks import signed_headers
-from tests.server.test_server_ops import next_log_line
-from tests.sidecar.helpers import SCRIPT, WEATHER_TOOL, outputs_received, said
+from tests.support.frames import outputs_received, said
+from tests.support.keys import PROVIDER_KEY
+from tests.support.paths import REPO
+from tests.support.processes import next_log_line, relay_process
+from tests.support.tools import WEATHER_SCRIPT, WEATHER_TOOL
 
-PROVIDER_KEY = "sk-cli-SECRET-4e1f0a"
 WEBHOOK_SECRET = "whsec_Y2xpIHdlYmhvb2sgc2VjcmV0"
-TOOLS = Path(__file__).with_name("weather_tools.py")
-
-
-@asynccontextmanager
-async def relay_command(*args: str, cwd: Path) -> AsyncIterator[asyncio.subprocess.Process]:
-    environment = {**os.environ, "OPENAI_API_KEY": PROVIDER_KEY, "OPENAI_WEBHOOK_SECRET": WEBHOOK_SECRET}
-    process = await asyncio.create_subprocess_exec(sys.executable, "-m", "relay", *args, cwd=cwd, env=environment,
-                                                   stderr=asyncio.subprocess.PIPE)
-    try:
-        yield process
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+ENVIRONMENT = {"OPENAI_API_KEY": PROVIDER_KEY, "OPENAI_WEBHOOK_SECRET": WEBHOOK_SECRET}
+TOOLS = REPO / "tests" / "fixtures" / "weather_tools.py"
 
 
 async def rest(mock: MockUpstream, call_id: str, operation: str, body: dict[str, Any] | None = None) -> None:
@@ -55,13 +41,13 @@ async def finish(process: asyncio.subprocess.Process, log: list[str]) -> list[di
 
 async def test_relay_attach_serves_a_call_until_it_is_hung_up(tmp_path: Path) -> None:
     log: list[str] = []
-    async with MockUpstream(script=SCRIPT, api_key=PROVIDER_KEY) as mock:
+    async with MockUpstream(script=WEATHER_SCRIPT, api_key=PROVIDER_KEY) as mock:
         call_id = mock.create_call()
         session = mock.find_session(call_id)
         await rest(mock, call_id, "accept", {"type": "realtime", "tools": [WEATHER_TOOL]})
-        async with relay_command("attach", "--call-id", call_id, "--tools", str(TOOLS), "--upstream", mock.url,
+        async with relay_process("attach", "--call-id", call_id, "--tools", str(TOOLS), "--upstream", mock.url,
                                  "--dialect", "openai", "--record", str(tmp_path), "--reconnect-delay", "0.01",
-                                 cwd=tmp_path) as process:
+                                 cwd=tmp_path, env=ENVIRONMENT) as process:
             assert process.stderr is not None
             start = await next_log_line(process.stderr, lambda r: r["msg"] == "session start", log)
             await mock.user_turn(session, "What's the weather in Paris?")
@@ -85,19 +71,19 @@ async def test_relay_attach_serves_a_call_until_it_is_hung_up(tmp_path: Path) ->
 
 async def test_relay_attach_detaches_on_sigterm_and_reports_failures(tmp_path: Path) -> None:
     log: list[str] = []
-    async with MockUpstream(script=SCRIPT, api_key=PROVIDER_KEY) as mock:
+    async with MockUpstream(script=WEATHER_SCRIPT, api_key=PROVIDER_KEY) as mock:
         call_id = mock.create_call()
-        async with relay_command("attach", "--call-id", call_id, "--tools", str(TOOLS), "--upstream", mock.url,
-                                 "--dialect", "openai", cwd=tmp_path) as process:
+        async with relay_process("attach", "--call-id", call_id, "--tools", str(TOOLS), "--upstream", mock.url,
+                                 "--dialect", "openai", cwd=tmp_path, env=ENVIRONMENT) as process:
             assert process.stderr is not None
             await next_log_line(process.stderr, lambda r: r["msg"] == "session start", log)
             process.send_signal(signal.SIGTERM)
             lines = await finish(process, log)
-        async with relay_command("attach", "--call-id", "rtc_unknown", "--tools", str(TOOLS), "--upstream", mock.url,
-                                 "--dialect", "openai", cwd=tmp_path) as unknown:
+        async with relay_process("attach", "--call-id", "rtc_unknown", "--tools", str(TOOLS), "--upstream", mock.url,
+                                 "--dialect", "openai", cwd=tmp_path, env=ENVIRONMENT) as unknown:
             unknown_lines = await finish(unknown, [])
-        async with relay_command("attach", "--call-id", call_id, "--tools", str(TOOLS), "--upstream", "http://x",
-                                 cwd=tmp_path) as misconfigured:
+        async with relay_process("attach", "--call-id", call_id, "--tools", str(TOOLS), "--upstream", "http://x",
+                                 cwd=tmp_path, env=ENVIRONMENT) as misconfigured:
             misconfigured_lines = await finish(misconfigured, [])
     assert process.returncode == 0 and not mock.find_session(call_id).ended
     assert (lines[-1]["msg"], lines[-1]["by"], lines[-1]["reason"]) == ("session end", "relay", "SIGTERM: detached")
@@ -110,13 +96,13 @@ async def test_relay_sidecar_accepts_a_signed_call_and_attaches(tmp_path: Path) 
     instructions = tmp_path / "instructions.txt"
     instructions.write_text("Answer the weather line.")
     log: list[str] = []
-    async with MockUpstream(script=SCRIPT, api_key=PROVIDER_KEY) as mock:
+    async with MockUpstream(script=WEATHER_SCRIPT, api_key=PROVIDER_KEY) as mock:
         call_id = mock.create_call()
         session = mock.find_session(call_id)
-        async with relay_command("sidecar", "--port", "0", "--tools", str(TOOLS), "--upstream", mock.url,
+        async with relay_process("sidecar", "--port", "0", "--tools", str(TOOLS), "--upstream", mock.url,
                                  "--dialect", "openai", "--rest-base", mock.rest_url,
                                  "--instructions", str(instructions), "--drain-seconds", "0",
-                                 cwd=tmp_path) as process:
+                                 cwd=tmp_path, env=ENVIRONMENT) as process:
             assert process.stderr is not None
             listening = await next_log_line(process.stderr, lambda r: r["msg"].startswith("listening on"), log)
             body = json.dumps({"id": "evt_1", "object": "event", "created_at": int(time.time()),

@@ -1,6 +1,7 @@
 """The sideband's lifecycle: it drops and comes back (outputs decided meanwhile are delivered
-once, after reconnecting), the call ends (404 on reconnect), reconnecting gives up after the
-configured attempts, attaching fails clearly, and `stop()` works at any point.
+once, after reconnecting; a follow-up that reached the upstream before the drop is not sent
+again), the call ends (404 on reconnect), reconnecting gives up after the configured attempts,
+attaching fails clearly, and `stop()` works at any point.
 
 The backoff's `sleep` is the test's: it records the waits and decides what happens while the
 sidecar is disconnected, so nothing here waits on a clock."""
@@ -23,19 +24,10 @@ from relay.session import SessionEnd
 from relay import attach
 from relay.sidecar import CallEnded, Sidecar, SidebandLoop, SidecarConfig
 from relay.upstream import UpstreamUnavailable
-from tests.server.test_server_ops import captured_logs
-from tests.sidecar.helpers import (
-    ACTIVE_RESPONSE,
-    SCRIPT,
-    Frames,
-    Gate,
-    accepted_call,
-    get_weather,
-    outputs_received,
-    said,
-    sidecar_on,
-)
-from tests.test_session_loop import MemoryPeer
+from tests.support.frames import outputs_received, said
+from tests.support.peers import MemoryPeer
+from tests.support.relays import ACTIVE_RESPONSE, SidecarTap, accepted_call, captured_logs, sidecar_on
+from tests.support.tools import WEATHER_SCRIPT, Gate, get_weather
 
 
 def log_messages(logs: Any) -> list[dict[str, Any]]:
@@ -47,7 +39,7 @@ async def test_the_sideband_drops_mid_handler_and_the_output_arrives_once(handle
     gate = Gate()
     waits: list[float] = []
     states_while_disconnected: list[tuple[bool, CallState]] = []
-    async with MockUpstream(script=SCRIPT) as mock:
+    async with MockUpstream(script=WEATHER_SCRIPT) as mock:
         call_id, session = await accepted_call(mock)
 
         async def backoff(seconds: float) -> None:
@@ -87,7 +79,7 @@ async def test_a_follow_up_refused_by_a_response_it_never_saw_start_is_retried_a
     response.done, once."""
     gate = Gate()
     unseen: list[Any] = []
-    async with MockUpstream(script=SCRIPT) as mock:
+    async with MockUpstream(script=WEATHER_SCRIPT) as mock:
         call_id, session = await accepted_call(mock)
 
         async def backoff(seconds: float) -> None:
@@ -133,7 +125,7 @@ async def test_a_frame_the_dropped_socket_did_not_take_goes_out_on_the_new_one()
         return new
 
     engine = OpenAIEngine([get_weather], config=EngineConfig(mode="sidecar", declare_tools=True, strict=True))
-    frames = Frames()
+    frames = SidecarTap()
     loop = SidebandLoop(engine, upstream=old, reopen=reopen, context={}, recorder=SimpleNamespace(record=frames))
     async with anyio.create_task_group() as group:
         group.start_soon(loop.run)
@@ -152,6 +144,30 @@ async def test_a_frame_the_dropped_socket_did_not_take_goes_out_on_the_new_one()
     assert engine.upstream_connected and loop.end == SessionEnd("relay", 1000, "done")
 
 
+async def test_a_follow_up_that_reached_the_upstream_before_the_drop_is_not_sent_again() -> None:
+    gate = Gate()
+    async with MockUpstream(script=WEATHER_SCRIPT) as mock:
+        call_id, session = await accepted_call(mock)
+
+        async def backoff(seconds: float) -> None:
+            session.faults = Faults()
+            # the follow-up reached the server, and its response ran while the sideband was down
+            await mock.wait_for(lambda e: e["type"] == "response.create")
+            await mock.wait_response_finished(session.responses[-1])
+
+        async with sidecar_on(mock, call_id, [gate.tool], sleep=backoff) as (sidecar, frames):
+            await mock.user_turn(session, "What's the weather in Paris?")
+            await gate.entered.wait()
+            await frames.wait_for("upstream>relay", lambda e: e["type"] == "response.done")
+            # drop after the output's conversation.item.added and .done, before response.created
+            session.faults = Faults(drop_after_events=session.connections[0].events_sent + 2)
+            gate.opened.set()
+            await frames.wait_for("upstream>relay", lambda e: e["type"] == "session.created", start=1)
+            # what the engine decided on reconnecting is in `frames` by now
+            creates = frames.sent("response.create")
+    assert len(creates) == 1, "the model answers the tool's output once"
+
+
 async def test_a_hung_up_call_ends_the_session_and_cancels_its_handler() -> None:
     gate = Gate()
     waits: list[float] = []
@@ -159,17 +175,18 @@ async def test_a_hung_up_call_ends_the_session_and_cancels_its_handler() -> None
     async def backoff(seconds: float) -> None:
         waits.append(seconds)
 
-    async with MockUpstream(script=SCRIPT) as mock, captured_logs() as logs:
-        call_id, session = await accepted_call(mock)
-        async with sidecar_on(mock, call_id, [gate.tool], sleep=backoff) as (sidecar, _):
-            await mock.user_turn(session, "What's the weather in Paris?")
-            await gate.entered.wait()
-            response = await http_request("POST", f"{mock.rest_url}/realtime/calls/{call_id}/hangup")
-            assert response.status == 200
-            with anyio.fail_after(5):
-                await sidecar.ended.wait()
-            assert sidecar.engine is not None
-            entry = sidecar.engine.calls[0]
+    with captured_logs() as logs:
+        async with MockUpstream(script=WEATHER_SCRIPT) as mock:
+            call_id, session = await accepted_call(mock)
+            async with sidecar_on(mock, call_id, [gate.tool], sleep=backoff) as (sidecar, _):
+                await mock.user_turn(session, "What's the weather in Paris?")
+                await gate.entered.wait()
+                response = await http_request("POST", f"{mock.rest_url}/realtime/calls/{call_id}/hangup")
+                assert response.status == 200
+                with anyio.fail_after(5):
+                    await sidecar.ended.wait()
+                assert sidecar.engine is not None
+                entry = sidecar.engine.calls[0]
     assert sidecar.end == SessionEnd("upstream", 1000, "call ended")
     assert waits == [0.2], "one attempt: the 404 says the call is over"
     assert not gate.finished.is_set() and entry.outcome == "abandoned"
@@ -184,7 +201,7 @@ async def test_reconnecting_gives_up_after_the_configured_attempts() -> None:
     async def backoff(seconds: float) -> None:
         waits.append(seconds)
 
-    mock = MockUpstream(script=SCRIPT)
+    mock = MockUpstream(script=WEATHER_SCRIPT)
     await mock.start()
     try:
         call_id = mock.create_call()
@@ -200,7 +217,7 @@ async def test_reconnecting_gives_up_after_the_configured_attempts() -> None:
 
 
 async def test_attaching_to_an_unknown_call_fails_with_call_ended() -> None:
-    async with MockUpstream(script=SCRIPT) as mock:
+    async with MockUpstream(script=WEATHER_SCRIPT) as mock:
         with pytest.raises(CallEnded) as failure:
             await attach("rtc_nope", tools=[get_weather], upstream=mock.url, dialect="openai")
     assert failure.value.status == 404 and "rtc_nope" in str(failure.value)
@@ -212,7 +229,7 @@ async def test_a_refused_key_is_not_retried() -> None:
     async def backoff(seconds: float) -> None:
         waits.append(seconds)
 
-    async with MockUpstream(script=SCRIPT, api_key="sk-right") as mock:
+    async with MockUpstream(script=WEATHER_SCRIPT, api_key="sk-right") as mock:
         call_id = mock.create_call()
         sidecar = Sidecar(call_id, SidecarConfig(tools=[get_weather], upstream=mock.url, dialect="openai",
                                                  api_key="sk-wrong"), sleep=backoff)

@@ -8,11 +8,13 @@ from pathlib import Path
 
 from relay.mock import MockUpstream
 from relay.replay import replay_async
-from tests.sidecar.helpers import SCRIPT, accepted_call, get_weather, said, sidecar_on
+from tests.support.frames import said
+from tests.support.relays import accepted_call, sidecar_on
+from tests.support.tools import WEATHER_SCRIPT, get_weather
 
 
 async def test_a_recorded_sidecar_session_replays_without_divergence(tmp_path: Path) -> None:
-    async with MockUpstream(script=SCRIPT) as mock:
+    async with MockUpstream(script=WEATHER_SCRIPT) as mock:
         call_id, session = await accepted_call(mock)
         async with sidecar_on(mock, call_id, [get_weather], record_dir=tmp_path, record_audio="drop") as (sidecar, _):
             await mock.user_turn(session, "What's the weather in Paris?")

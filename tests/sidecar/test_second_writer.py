@@ -9,24 +9,14 @@ from typing import Any
 
 from relay.engine import CallState, Owner
 from relay.mock import Faults, MockUpstream, Reply
-from tests.server.helpers import RealtimeClient, realtime_client
-from tests.sidecar.helpers import (
-    ACTIVE_RESPONSE,
-    ORDER_TOOL,
-    SCRIPT,
-    WEATHER_TOOL,
-    Frames,
-    Gate,
-    get_weather,
-    outputs_received,
-    said,
-    session_tools,
-    sidecar_on,
-    user_text,
-)
+from tests.support.clients import RealtimeClient, realtime_client
+from tests.support.frames import outputs_received, said, session_tools, user_text
+from tests.support.relays import ACTIVE_RESPONSE, SidecarTap, sidecar_on
+from tests.support.tools import ORDER_TOOL, WEATHER_SCRIPT, WEATHER_TOOL, Gate, get_weather
 
 # The model's answer to the tool output stays active until the test releases it.
-HELD_ANSWER = SCRIPT.model_copy(update={"after_outputs": Reply(say="Here is what I found: {output}", hold=True)})
+HELD_ANSWER = WEATHER_SCRIPT.model_copy(
+    update={"after_outputs": Reply(say="Here is what I found: {output}", hold=True)})
 
 
 async def primary_with_tools(primary: RealtimeClient, tools: list[dict[str, Any]]) -> None:
@@ -41,14 +31,14 @@ async def ask(primary: RealtimeClient, text: str) -> None:
     await primary.send({"type": "response.create"})
 
 
-async def tool_running(primary: RealtimeClient, frames: Frames, gate: Gate) -> None:
+async def tool_running(primary: RealtimeClient, frames: SidecarTap, gate: Gate) -> None:
     """Ask about the weather; return once the sidecar's handler runs and the call's response is over."""
     await ask(primary, "What's the weather in Paris?")
     await gate.entered.wait()
     await frames.wait_for("upstream>relay", lambda e: e["type"] == "response.done")
 
 
-async def barrier(primary: RealtimeClient, frames: Frames) -> None:
+async def barrier(primary: RealtimeClient, frames: SidecarTap) -> None:
     """Return once the sidecar has handled every event the primary has seen so far (and sent
     whatever it decided on them): the primary adds an item and the sidecar sees it added."""
     await primary.send(user_text("barrier"))
@@ -57,7 +47,7 @@ async def barrier(primary: RealtimeClient, frames: Frames) -> None:
 
 
 async def test_the_sidecar_answers_its_calls_and_never_the_primarys() -> None:
-    async with MockUpstream(script=SCRIPT) as mock, realtime_client(mock.base_url, token=None) as primary:
+    async with MockUpstream(script=WEATHER_SCRIPT) as mock, realtime_client(mock.base_url, token=None) as primary:
         await primary_with_tools(primary, [ORDER_TOOL, WEATHER_TOOL])
         session = mock.sessions[0]
         notices: list[tuple[str, str]] = []
@@ -89,7 +79,7 @@ async def test_the_sidecar_answers_its_calls_and_never_the_primarys() -> None:
 
 
 async def test_declare_tools_adds_its_tools_and_keeps_the_primarys() -> None:
-    async with MockUpstream(script=SCRIPT) as mock, realtime_client(mock.base_url, token=None) as primary:
+    async with MockUpstream(script=WEATHER_SCRIPT) as mock, realtime_client(mock.base_url, token=None) as primary:
         await primary_with_tools(primary, [ORDER_TOOL])
         session = mock.sessions[0]
         async with sidecar_on(mock, session.call_id, [get_weather], declare_tools=True) as (sidecar, frames):
@@ -151,7 +141,7 @@ async def test_creates_from_both_writers_at_the_same_moment_run_one_response() -
 
 async def test_a_follow_up_refused_before_the_winning_response_shows_up_is_not_retried() -> None:
     gate = Gate()
-    async with MockUpstream(script=SCRIPT) as mock, realtime_client(mock.base_url, token=None) as primary:
+    async with MockUpstream(script=WEATHER_SCRIPT) as mock, realtime_client(mock.base_url, token=None) as primary:
         await primary_with_tools(primary, [WEATHER_TOOL])
         session = mock.sessions[0]
         async with sidecar_on(mock, session.call_id, [gate.tool]) as (sidecar, frames):

@@ -19,7 +19,8 @@ from relay.mock import MockUpstream
 from relay.config import ConfigError
 from relay.session import SessionEnd
 from relay.webhooks import SidecarServer, SidecarServerConfig, signed_headers
-from tests.sidecar.helpers import SCRIPT, WEATHER_TOOL, get_weather, outputs_received, said
+from tests.support.frames import outputs_received, said
+from tests.support.tools import WEATHER_SCRIPT, WEATHER_TOOL, get_weather
 
 SECRET = "whsec_" + base64.b64encode(b"webhook signing key for tests").decode()
 INSTRUCTIONS = "You answer the phone for a weather service."
@@ -54,7 +55,7 @@ async def deliver(server: SidecarServer, body: bytes, *, webhook_id: str = "wh_1
 
 
 async def test_a_signed_incoming_call_is_accepted_attached_and_served() -> None:
-    async with MockUpstream(script=SCRIPT) as mock, sidecar_server(mock) as server:
+    async with MockUpstream(script=WEATHER_SCRIPT) as mock, sidecar_server(mock) as server:
         call_id = mock.create_call()
         session = mock.find_session(call_id)
         response = await deliver(server, incoming_call(call_id))
@@ -80,7 +81,7 @@ async def test_a_signed_incoming_call_is_accepted_attached_and_served() -> None:
 
 @pytest.mark.parametrize("forgery", ["wrong secret", "stale", "from the future", "tampered", "unsigned"])
 async def test_a_delivery_that_does_not_verify_gets_400_and_nothing_happens(forgery: str) -> None:
-    async with MockUpstream(script=SCRIPT) as mock, sidecar_server(mock) as server:
+    async with MockUpstream(script=WEATHER_SCRIPT) as mock, sidecar_server(mock) as server:
         call_id = mock.create_call()
         body = incoming_call(call_id)
         now = int(time.time())
@@ -103,7 +104,7 @@ async def test_a_delivery_that_does_not_verify_gets_400_and_nothing_happens(forg
 
 
 async def test_a_repeated_delivery_is_attached_once() -> None:
-    async with MockUpstream(script=SCRIPT) as mock, sidecar_server(mock) as server:
+    async with MockUpstream(script=WEATHER_SCRIPT) as mock, sidecar_server(mock) as server:
         call_id = mock.create_call()
         body = incoming_call(call_id)
         first = await deliver(server, body, webhook_id="wh_same")
@@ -119,7 +120,7 @@ async def test_a_repeated_delivery_is_attached_once() -> None:
 
 
 async def test_a_failed_accept_answers_502_and_a_retry_tries_again() -> None:
-    async with MockUpstream(script=SCRIPT) as mock, sidecar_server(mock) as server:
+    async with MockUpstream(script=WEATHER_SCRIPT) as mock, sidecar_server(mock) as server:
         first = await deliver(server, incoming_call("rtc_gone"), webhook_id="wh_gone")
         again = await deliver(server, incoming_call("rtc_gone"), webhook_id="wh_gone")
         calls = dict(server.calls)
@@ -130,7 +131,7 @@ async def test_a_failed_accept_answers_502_and_a_retry_tries_again() -> None:
 
 
 async def test_other_events_paths_and_methods() -> None:
-    async with MockUpstream(script=SCRIPT) as mock, sidecar_server(mock) as server:
+    async with MockUpstream(script=WEATHER_SCRIPT) as mock, sidecar_server(mock) as server:
         other = json.dumps({"id": "evt_2", "object": "event", "created_at": 1, "type": "batch.completed",
                             "data": {"id": "batch_1"}}).encode()
         ignored = await deliver(server, other, webhook_id="wh_other")
@@ -153,7 +154,7 @@ async def test_other_events_paths_and_methods() -> None:
 
 
 async def test_stopping_detaches_attached_calls() -> None:
-    async with MockUpstream(script=SCRIPT) as mock:
+    async with MockUpstream(script=WEATHER_SCRIPT) as mock:
         call_id = mock.create_call()
         async with sidecar_server(mock) as server:
             assert (await deliver(server, incoming_call(call_id))).status == 200

@@ -1,7 +1,6 @@
-"""Engine behaviour the reliability work ran into, fixed in the engine and kept as regression
-tests: the engine's memory per tool-call turn stays small (it used to keep ~10 KB a turn for the
-whole session). The other finding, frames that smuggled events past the engine's checks with a
-repeated `type` key, has its tests in test_abuse.py."""
+"""The engine's memory in a long session: what it keeps per tool-call turn stays small (it once
+kept about 10 KB a turn for the whole session). Bounding the history to a limit is in
+test_engine_tools.py."""
 
 from __future__ import annotations
 
@@ -12,8 +11,8 @@ import types
 
 from relay.engine import EngineConfig
 from relay.tools import tool
-from tests.fakeserver import Call
-from tests.harness import Harness
+from tests.support.engine import EngineDriver
+from tests.support.local_mock import model_call
 
 
 @tool
@@ -22,15 +21,15 @@ def lookup_weather(city: str) -> str:
     return f"sunny in {city}"
 
 
-def tool_call_turn(harness: Harness) -> None:
+def tool_call_turn(harness: EngineDriver) -> None:
     """A user message, a response with a spoken preamble and a relay call, its output and the
     follow-up: one turn of a voice agent that uses a tool."""
     harness.client({"type": "conversation.item.create", "item": {
         "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Weather in Paris?"}]}})
-    harness.respond(["Let me check.", Call("lookup_weather", json.dumps({"city": "Paris"}))])
+    harness.respond(["Let me check.", model_call("lookup_weather", json.dumps({"city": "Paris"}))])
     harness.run_all()
-    if harness.server.active:
-        harness.upstream(harness.server.finish_response())
+    if harness.mock.active:
+        harness.upstream(harness.mock.finish_response())
 
 
 def retained_bytes(root: object) -> int:
@@ -49,7 +48,7 @@ def retained_bytes(root: object) -> int:
 
 
 def test_a_long_session_keeps_only_what_its_conversation_needs() -> None:
-    harness = Harness([lookup_weather], config=EngineConfig(mode="proxy", strict=True))
+    harness = EngineDriver([lookup_weather], config=EngineConfig(mode="proxy", strict=True))
     harness.connect()
     for _ in range(20):
         tool_call_turn(harness)

@@ -1,0 +1,18 @@
+"""Where the checkout and the shared test data are."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def shared_dir() -> Path:
+    """../shared beside the checkout (as in CI), or RELAY_SHARED_DIR, or /work/shared (where a
+    worktree elsewhere finds it); its `recordings` are real sessions."""
+    candidates = [os.environ.get("RELAY_SHARED_DIR"), REPO.parent / "shared", "/work/shared"]
+    for candidate in candidates:
+        if candidate and (Path(candidate) / "recordings").is_dir():
+            return Path(candidate)
+    raise RuntimeError("cannot find the shared recordings: set RELAY_SHARED_DIR")

@@ -1,0 +1,105 @@
+"""In-memory sockets for the async edge (`relay.session.SessionLoop` and what builds on it): the
+`Peer` interface (`recv`, `send`, `close`) without a network."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+from websockets.exceptions import ConnectionClosedOK
+from websockets.frames import Close
+
+from tests.support.local_mock import LocalMock
+
+
+class MemoryPeer:
+    """One side of a socket: what the loop sends lands in `sent`; `feed` makes frames arrive."""
+
+    def __init__(self) -> None:
+        self._send, self._receive = anyio.create_memory_object_stream[str | bytes | None](100)
+        self.sent: list[str | bytes] = []
+        self.closed: tuple[int, str] | None = None
+        self.got_frame = anyio.Event()
+
+    def close_streams(self) -> None:
+        self._send.close()
+        self._receive.close()
+
+    async def feed(self, frame: str | bytes | None) -> None:
+        """A frame arrives; None closes the socket (1000)."""
+        await self._send.send(frame)
+        if frame is None:
+            self._send.close()
+
+    async def recv(self) -> str | bytes:
+        frame = await self._receive.receive()
+        if frame is None:
+            self._receive.close()
+            raise ConnectionClosedOK(Close(1000, "bye"), None)
+        return frame
+
+    async def send(self, message: str | bytes) -> None:
+        self.sent.append(message)
+        self.got_frame.set()
+        self.got_frame = anyio.Event()
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        self.closed = (code, reason)
+
+    async def wait_for(self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 5.0) -> dict[str, Any]:
+        """The first frame sent that satisfies `predicate`, waiting (on the sends) until there is one."""
+        with anyio.fail_after(timeout):
+            while True:
+                for frame in self.sent:
+                    event = json.loads(frame)
+                    if predicate(event):
+                        return event
+                await self.got_frame.wait()
+
+
+class MockPeer:
+    """The in-process mock upstream behind the `Peer` interface: what the relay sends is answered
+    at once, and the test makes the server speak with `emit` (e.g. `emit(mock.respond(...))`)."""
+
+    def __init__(self, mock: LocalMock) -> None:
+        self.mock = mock
+        self._send, self._receive = anyio.create_memory_object_stream[str | None](10_000)
+        self.closed: tuple[int, str] | None = None
+        self.frames: list[dict[str, Any]] = []
+        """Every frame the relay sent, parsed."""
+        self._changed = anyio.Event()
+
+    def emit(self, events: list[dict[str, Any]]) -> None:
+        for event in events:
+            try:
+                self._send.send_nowait(json.dumps(event))
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                return  # hung up: the server's answers go nowhere, as on a closed socket
+
+    def hang_up(self) -> None:
+        self._send.send_nowait(None)
+        self._send.close()
+
+    async def recv(self) -> str:
+        frame = await self._receive.receive()
+        if frame is None:
+            self._receive.close()
+            raise ConnectionClosedOK(Close(1000, "done"), None)
+        return frame
+
+    async def send(self, message: str | bytes) -> None:
+        self.frames.append(json.loads(message))
+        self.emit(self.mock.receive(message))
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        self.closed = (code, reason)
+
+    async def wait_until(self, predicate: Callable[[MockPeer], bool], timeout: float = 5.0) -> None:
+        """Wait (on the relay's own sends, not a clock) until predicate(self) holds."""
+        with anyio.fail_after(timeout):
+            while not predicate(self):
+                await self._changed.wait()

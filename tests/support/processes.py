@@ -1,0 +1,50 @@
+"""The `relay` command as a user runs it: a subprocess whose stderr is its JSON log."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+
+@asynccontextmanager
+async def python_process(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+                         stdout: bool = False) -> AsyncIterator[asyncio.subprocess.Process]:
+    """`python ARGS` with stderr (and stdout, when asked) piped, in the test's environment without
+    RELAY_AUTH_TOKEN, plus `env`; killed at exit if it still runs."""
+    environment = {key: value for key, value in os.environ.items() if key != "RELAY_AUTH_TOKEN"} | (env or {})
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, *args, cwd=cwd, env=environment,
+        stdout=asyncio.subprocess.PIPE if stdout else None, stderr=asyncio.subprocess.PIPE)
+    try:
+        yield process
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+def relay_process(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+                  stdout: bool = False) -> AbstractAsyncContextManager[asyncio.subprocess.Process]:
+    """`python -m relay ARGS`, as `python_process` runs it."""
+    return python_process("-m", "relay", *args, cwd=cwd, env=env, stdout=stdout)
+
+
+async def next_log_line(stream: asyncio.StreamReader, predicate: Callable[[dict[str, Any]], bool],
+                        seen: list[str], timeout: float = 10.0) -> dict[str, Any]:
+    """Read JSON log lines from a relay's stderr until one matches (all lines are kept in `seen`)."""
+    async with asyncio.timeout(timeout):
+        while True:
+            raw = await stream.readline()
+            if not raw:
+                raise AssertionError("relay exited; its log:\n" + "".join(seen))
+            line = raw.decode()
+            seen.append(line)
+            record = json.loads(line)
+            if predicate(record):
+                return record
