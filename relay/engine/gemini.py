@@ -1,4 +1,4 @@
-"""The sans-I/O engine for Gemini Live sessions: `Engine`'s sibling, with the same entry points.
+"""The sans-I/O engine for Gemini Live sessions: `OpenAIEngine`'s sibling, with the same entry points.
 
     engine.receive_upstream(frame, now)   -> actions
     engine.receive_client(frame, now)     -> actions
