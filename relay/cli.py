@@ -13,6 +13,7 @@ two, as the `Command`s below.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib
 import logging
@@ -33,12 +34,14 @@ from relay.config import (
     EdgeRuntime,
     ServerConfig,
     SidecarConfig,
+    is_loopback,
     tool_registry,
 )
 from relay.demo import EXAMPLE_TOOLS, run_demo_command
 from relay.dialects import DIALECT_CHOICES
 from relay.engine import DEFAULT_HISTORY_LIMIT
 from relay.export import FORMATS, run_export
+from relay.inspector.live import LiveHub, serve_inspector
 from relay.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
 from relay.policy import (
     DEFAULT_DRAIN_SECONDS,
@@ -171,11 +174,13 @@ SIDEBAND = (
 )
 """What `relay attach` and `relay sidecar` share: tools, upstream, recording, reconnecting, logging."""
 
+AUTH_TOKEN = option("--auth-token", default_from=lambda: os.environ.get(AUTH_TOKEN_ENV) or None, metavar="TOKEN",
+                    help=f"token clients must present (default ${AUTH_TOKEN_ENV}; prefer the variable: "
+                         "arguments are visible to other users)")
+
 SERVE_OPTIONS = (
     UPSTREAM, DIALECT, TOOLS, HOST, PORT,
-    option("--auth-token", default_from=lambda: os.environ.get(AUTH_TOKEN_ENV) or None, metavar="TOKEN",
-           help=f"token clients must present (default ${AUTH_TOKEN_ENV}; prefer the variable: "
-                "arguments are visible to other users)"),
+    AUTH_TOKEN,
     option("--insecure-no-auth", action="store_true",
            help="allow listening beyond loopback without a client token"),
     option("--allow-origin", field="allow_origins", action="append", default=[], metavar="ORIGIN",
@@ -188,6 +193,9 @@ SERVE_OPTIONS = (
            help="processes sharing the port with SO_REUSEPORT (default 1)"),
     option("--tls-cert", metavar="PEM", help="serve wss:// with this certificate chain"),
     option("--tls-key", metavar="PEM", help="the private key of --tls-cert"),
+    option("--inspector", action="store_true",
+           help="serve the live session inspector at /inspector on this port, behind the client token "
+                "(open http://HOST:PORT/inspector#token=TOKEN)"),
     *RECORDING,
     *LOGGING,
 )
@@ -198,6 +206,11 @@ ATTACH_OPTIONS = (
     option("--declare-tools", action="store_true",
            help="add the tools to the session (keeping the other party's) instead of "
                 "assuming they were declared when the call was accepted"),
+    option("--inspector", field=None, metavar="HOST:PORT",
+           help="serve the live inspector of this call at http://HOST:PORT/inspector (a token is "
+                "needed beyond loopback: --auth-token)"),
+    dataclasses.replace(AUTH_TOKEN.but(help=f"token the --inspector page asks for (default ${AUTH_TOKEN_ENV})"),
+                        field=None),
 )
 SIDECAR_OPTIONS = (
     HOST,
@@ -270,6 +283,9 @@ def _run_serve(args: argparse.Namespace) -> int:
     if args.workers < 1:
         log.error("--workers must be at least 1")
         return 2
+    if args.inspector and args.workers > 1:
+        log.error("--inspector shows the sessions of one process: it cannot be used with --workers")
+        return 2
     server = _edge(lambda: RelayServer(ServerConfig(**config_fields(args, SERVE_OPTIONS))), log)
     if server is None:
         return 2
@@ -289,14 +305,36 @@ def _run_attach(args: argparse.Namespace) -> int:
     runtime = _edge(lambda: SidecarRuntime(SidecarConfig(**config_fields(args, ATTACH_OPTIONS))), log)
     if runtime is None:
         return 2
-    sidecar = Sidecar(args.call_id, runtime)
+    listen = None
+    if args.inspector:
+        listen = _inspector_address(args.inspector, args.auth_token)
+        if isinstance(listen, str):
+            log.error("%s", listen)
+            return 2
+        runtime.redactor.add(args.auth_token)
+    hub = LiveHub() if listen is not None else None
+    sidecar = Sidecar(args.call_id, runtime, live=hub)
 
-    async def work() -> int:
+    async def attached() -> int:
         try:
             end = await sidecar.run()
         except UpstreamUnavailable:
             return 1   # logged by run()
         return 1 if end.code not in (1000, 1001) else 0
+
+    async def work() -> int:
+        if hub is None or listen is None:
+            return await attached()
+        host, port = listen
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                url = await stack.enter_async_context(
+                    serve_inspector(hub, host, port, token=args.auth_token, dialect=runtime.dialect))
+            except OSError as exc:
+                log.error("cannot listen on %s:%s for --inspector: %s", host, port, exc.strerror or exc)
+                return 1
+            log.info("live inspector at %s", url, extra={"inspector": url, **sidecar.context})
+            return await attached()
 
     async def detach(signal_name: str, again: bool) -> None:
         if not again:
@@ -304,6 +342,19 @@ def _run_attach(args: argparse.Namespace) -> int:
             await sidecar.stop(f"{signal_name}: detached")
 
     return run_until_signalled(work, detach)
+
+
+def _inspector_address(value: str, token: str | None) -> tuple[str, int] | str:
+    """`HOST:PORT` of `relay attach --inspector` (`[::1]:PORT` for IPv6), or the one line that
+    says why it cannot be used."""
+    host, _, port = value.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit() or int(port) > 65535:
+        return f"--inspector takes HOST:PORT (e.g. 127.0.0.1:8123), not {value!r}"
+    if not token and not is_loopback(host):
+        return (f"refusing to serve the inspector on {host} without a token: set --auth-token "
+                f"(or {AUTH_TOKEN_ENV}), or listen on loopback")
+    return host, int(port)
 
 
 def _run_sidecar(args: argparse.Namespace) -> int:

@@ -36,6 +36,7 @@ from relay.config import ConfigError, EdgeRuntime, ServerConfig, ToolSources, is
 from relay.dialects import Dialect
 from relay.engine import Engine, Notice, new_engine
 from relay.handshake import Handshake, remote_address, select_subprotocol
+from relay.inspector.live import InspectorEndpoint, LiveHub, LiveTap
 from relay.logs import WEBSOCKET_LOGGER, AnomalyLog, RedactingLogger, configure_logging, log_notice
 from relay.metrics import Metrics, TrafficTap
 from relay.policy import SHUTDOWN_CODE, EventBudget
@@ -103,8 +104,12 @@ class RelayServer(EdgeRuntime):
             declare_tools=True,
             hold_client_creates=True,
         )
+        # the live inspector (relay/inspector/live/): off unless asked for
+        self.live: LiveHub | None = LiveHub() if config.inspector else None
+        self._inspector = (InspectorEndpoint(self.live, token=config.auth_token, dialect=self.dialect,
+                                             allow_origins=config.allow_origins) if self.live is not None else None)
         self._handshake = Handshake(config, self.dialect, self.metrics, health=self.health,
-                                    open_sessions=lambda: len(self._sessions))
+                                    open_sessions=lambda: len(self._sessions), inspector=self._inspector)
         self._sessions: dict[str, ProxySession] = {}
         self._sessions_changed = asyncio.Event()
         self._ws_server: Server | None = None
@@ -175,6 +180,9 @@ class RelayServer(EdgeRuntime):
         elif not config.auth_token:
             log.warning("no client token configured (--insecure-no-auth): whoever reaches %s uses "
                         "the provider key", config.host, extra={"auth": "none"})
+        if self._inspector is not None:
+            log.info("live inspector at %s%s", self.base_url.replace("ws", "http", 1), self._inspector.base,
+                     extra={"inspector": self.base_url.replace("ws", "http", 1) + self._inspector.base})
         log.info("listening on %s", self.url, extra={
             "url": self.url, "upstream": self.upstream.host, "dialect": self.dialect.name,
             "tools": self.tools.names, "auth": "token" if config.auth_token else "none",
@@ -236,6 +244,9 @@ class RelayServer(EdgeRuntime):
     async def _serve_client(self, client: ServerConnection) -> None:
         request = client.request
         assert request is not None
+        if self._inspector is not None and self._inspector.is_feed(request.path):
+            await self._inspector.serve_feed(client)
+            return
         target = urlsplit(request.path)
         session = ProxySession(
             id="rs_" + secrets.token_hex(6),
@@ -285,11 +296,16 @@ class RelayServer(EdgeRuntime):
         recording = self.recording(session_id=session.id, dialect=session.dialect, mode="proxy",
                                    extra_header=engine.recording_header(), writer=RecordingWriter)
         tap = TrafficTap(self.metrics, recording)
+        recorder: TrafficTap | LiveTap = tap
+        if self.live is not None:
+            recorder = self.live.open_session(session.id, runtime=self, dialect=session.dialect, mode="proxy",
+                                              extra_header=engine.recording_header(), recording=recording,
+                                              recorder=tap, on_close=tap.close)
         loop = SessionLoop(
             engine,
             upstream=upstream,
             client=session.client,
-            recorder=tap,
+            recorder=recorder,
             on_notice=lambda notice: self._on_notice(session, notice),
             max_queue_bytes=self.config.max_queue_bytes,
             close_timeout=1.0,
@@ -297,7 +313,7 @@ class RelayServer(EdgeRuntime):
             redact=self.redactor.frame,
         )
         session.loop = loop
-        return await loop.run_closing_upstream(tap.close)
+        return await loop.run_closing_upstream(recorder.close)
 
     async def _upstream_unavailable(self, session: ProxySession, message: str) -> SessionEnd:
         """Tell the client why there is no session, in the protocol's own error event, and close.
