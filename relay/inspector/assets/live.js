@@ -19,9 +19,10 @@
     ` <span id="live-watch"></span></div>` +
     `<form id="live-login" hidden><label>relay token <input id="live-token" type="password" autocomplete="off"></label>` +
     ` <button type="submit">open</button> <span class="why"></span></form>` +
-    `<table id="live-sessions"><thead><tr><th></th><th>session</th><th>mode</th><th>dialect</th><th>started</th>` +
+    `<table id="live-sessions" hidden><thead><tr><th></th><th>session</th><th>mode</th><th>dialect</th><th>started</th>` +
     `<th>state</th><th>recorded</th></tr></thead><tbody></tbody></table>`;
   document.body.insertBefore(panel, document.body.firstChild);
+  document.body.dataset.live = "empty";   // the inspector below shows once a session is open
   const $ = (id) => document.getElementById(id);
 
   function status(state, text) {
@@ -63,7 +64,7 @@
   function renderList() {
     const rows = [];
     const row = (s) => {
-      const state = s.live ? "live" : `ended${s.end_reason ? ": " + s.end_reason : ""}`;
+      const state = s.live ? "live" : `ended${s.end_reason ? " (" + s.end_reason + ")" : ""}`;
       return `<tr data-session="${escapeHtml(s.id)}" data-live="${s.live ? 1 : 0}" class="${s.id === live.watching ? "watched" : ""}">` +
         `<td><span class="dot ${s.live ? "on" : ""}"></span></td><td class="id">${escapeHtml(s.id)}` +
         (s.call_id ? ` <small>${escapeHtml(s.call_id)}</small>` : "") + `</td><td>${escapeHtml(s.mode)}</td>` +
@@ -74,6 +75,7 @@
     if (live.sessions.recent.length) rows.push(`<tr class="group"><td colspan="7">recent (${live.sessions.recent.length})</td></tr>`, ...live.sessions.recent.map(row));
     if (!rows.length) rows.push(`<tr class="group"><td colspan="7">no session yet: they show here as they start</td></tr>`);
     document.querySelector("#live-sessions tbody").innerHTML = rows.join("");
+    $("live-sessions").hidden = false;
   }
 
   document.querySelector("#live-sessions tbody").addEventListener("click", (ev) => {
@@ -156,6 +158,7 @@
       inspector.state.audioDelay = 3000;
       inspector.append(message.model);
       panel.dataset.shown = message.session;
+      document.body.dataset.live = "shown";
       describe(message.facts, message.model.live);
     } else if (message.type === "delta" && message.session === live.shown) {
       inspector.append(message.delta);
@@ -165,6 +168,7 @@
       inspector.reset();
       live.shown = message.session;
       panel.dataset.shown = message.session;
+      document.body.dataset.live = "empty";
       $("live-watch").textContent = `${message.session}: ${message.message}`;
     } else if (message.type === "error") {
       $("live-watch").textContent = message.message;
@@ -174,7 +178,8 @@
 
   function describe(facts, since) {
     if (!facts) return;
-    let text = `${facts.live ? "watching" : "showing"} ${facts.id}` + (facts.live ? " as it happens" : `: ended (${facts.end_reason || ""})`);
+    let text = `${facts.live ? "watching" : "showing"} ${facts.id}` +
+      (facts.live ? " as it happens" : `: ended${facts.end_reason ? " (" + facts.end_reason + ")" : ""}`);
     if (since && since.since !== undefined) text += `; not recorded, so from ${since.since.toFixed(1)} s on (when you opened it)`;
     $("live-watch").textContent = text;
   }
