@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Callable
 
@@ -31,6 +33,18 @@ async def in_thread(function: Callable[..., Any], *args: Any, **kwargs: Any) -> 
 
 def page_url(server: Any, fragment: str = "") -> str:
     return f"http://127.0.0.1:{server.port}/inspector" + (f"#{fragment}" if fragment else "")
+
+
+@asynccontextmanager
+async def live_page(browser: Any, url: str) -> AsyncIterator[None]:
+    """The page open at `url` while the relay runs; left for a blank one before the relay stops,
+    so that its reconnecting does not show in a later test's console (nor an earlier test's here)."""
+    await in_thread(page_errors, browser)
+    await in_thread(browser.get, url)
+    try:
+        yield
+    finally:
+        await in_thread(browser.get, "about:blank")
 
 
 def status_is(state: str) -> str:
@@ -61,10 +75,9 @@ def call_on_page(browser: Any, timeout: float) -> dict[str, Any]:
 async def test_a_new_sessions_tool_call_is_on_the_page_within_a_second(browser: Any, artifacts: Path) -> None:
     async with MockUpstream(script=WEATHER_SCRIPT, api_key=PROVIDER_KEY) as mock, \
             relay_for(mock, tools=[get_weather], inspector=True) as server:
-        await in_thread(browser.get, page_url(server, f"token={RELAY_TOKEN}"))
-        await in_thread(wait_for, browser, status_is("connected"))
-        assert RELAY_TOKEN not in await in_thread(lambda: browser.current_url)   # out of the address bar
-        async with realtime_client(server) as client:
+        async with live_page(browser, page_url(server, f"token={RELAY_TOKEN}")), realtime_client(server) as client:
+            await in_thread(wait_for, browser, status_is("connected"))
+            assert RELAY_TOKEN not in await in_thread(lambda: browser.current_url)   # out of the address bar
             await client.wait_type("session.updated")
             [session_id] = server.sessions
             await in_thread(open_session, browser, session_id)
@@ -77,29 +90,33 @@ async def test_a_new_sessions_tool_call_is_on_the_page_within_a_second(browser: 
             assert shown["callId"] == answered.event["item"]["call_id"]
             assert "get_weather" in shown["title"] and "sunny in Paris" in shown["title"]
             await in_thread(screenshot, browser, artifacts, "live-session")
-        assert await in_thread(page_errors, browser) == []
+            assert await in_thread(page_errors, browser) == []
 
 
 @pytest.mark.parametrize("token", [None, "wrong"], ids=["missing", "wrong"])
 async def test_a_missing_or_wrong_token_gets_401_and_the_page_asks_for_it(
         browser: Any, artifacts: Path, token: str | None) -> None:
-    from selenium.webdriver.common.by import By
-
     async with MockUpstream(script=WEATHER_SCRIPT, api_key=PROVIDER_KEY) as mock, \
             relay_for(mock, tools=[get_weather], inspector=True) as server:
         # (a relay on a port no earlier page had: the tab's sessionStorage there is empty)
-        await in_thread(browser.get, page_url(server, f"token={token}" if token else ""))
-        await in_thread(wait_for, browser, status_is("unauthorized"))
-        status = await in_thread(lambda: browser.find_element(By.ID, "live-status").text)
-        assert status.startswith("401") and ("wrong" in status if token else "needed" in status)
-        assert await in_thread(lambda: browser.find_element(By.ID, "live-login").is_displayed())
-        await in_thread(screenshot, browser, artifacts, f"live-token-{token or 'missing'}")
-        # the right one, typed in the form, opens the list
-        await in_thread(lambda: browser.find_element(By.ID, "live-token").send_keys(RELAY_TOKEN))
-        await in_thread(lambda: browser.find_element(By.CSS_SELECTOR, "#live-login button").click())
-        await in_thread(wait_for, browser, status_is("connected"))
-        errors = await in_thread(page_errors, browser)
-        assert errors and all("/inspector/sessions" in error and "401" in error for error in errors)
+        async with live_page(browser, page_url(server, f"token={token}" if token else "")):
+            await in_thread(typed_token_opens_the_list, browser, artifacts, token)
+
+
+def typed_token_opens_the_list(browser: Any, artifacts: Path, token: str | None) -> None:
+    from selenium.webdriver.common.by import By
+
+    wait_for(browser, status_is("unauthorized"))
+    status = browser.find_element(By.ID, "live-status").text
+    assert status.startswith("401") and ("wrong" in status if token else "needed" in status)
+    assert browser.find_element(By.ID, "live-login").is_displayed()
+    screenshot(browser, artifacts, f"live-token-{token or 'missing'}")
+    # the right one, typed in the form, opens the list
+    browser.find_element(By.ID, "live-token").send_keys(RELAY_TOKEN)
+    browser.find_element(By.CSS_SELECTOR, "#live-login button").click()
+    wait_for(browser, status_is("connected"))
+    errors = page_errors(browser)
+    assert errors and all("/inspector/sessions" in error and "401" in error for error in errors)
 
 
 async def test_the_list_shows_live_and_recent_sessions(browser: Any, artifacts: Path, tmp_path: Path) -> None:
@@ -107,12 +124,11 @@ async def test_the_list_shows_live_and_recent_sessions(browser: Any, artifacts: 
 
     async with MockUpstream(script=WEATHER_SCRIPT, api_key=PROVIDER_KEY) as mock, \
             relay_for(mock, tools=[get_weather], inspector=True, record_dir=tmp_path) as server:
-        await in_thread(browser.get, page_url(server, f"token={RELAY_TOKEN}"))
-        await in_thread(wait_for, browser, status_is("connected"))
         async with realtime_client(server) as ended:
             await weather_turn(ended)
             [ended_id] = server.sessions
-        async with realtime_client(server) as client:
+        async with live_page(browser, page_url(server, f"token={RELAY_TOKEN}")), realtime_client(server) as client:
+            await in_thread(wait_for, browser, status_is("connected"))
             await client.wait_type("session.updated")
             [live_id] = server.sessions
             await in_thread(wait_for, browser, f"return !!document.querySelector({json.dumps(row(live_id))})"
@@ -126,4 +142,4 @@ async def test_the_list_shows_live_and_recent_sessions(browser: Any, artifacts: 
             shown = await in_thread(call_on_page, browser, 10.0)
             assert "sunny in Paris" in shown["title"]
             await in_thread(screenshot, browser, artifacts, "live-list")
-        assert await in_thread(page_errors, browser) == []
+            assert await in_thread(page_errors, browser) == []
