@@ -12,7 +12,12 @@ The upstream peer yields to the event loop every `--burst` frames, as a socket's
 it has handed over what one read brought (websockets queues up to 16 frames per connection), and
 tells, as websockets does, how many frames it still holds before it will wait.
 
-Usage: .venv/bin/python scripts/bench_session.py [--frames N] [--burst N] [--json FILE]
+With `--inspector`, the same loop three ways instead: without the live inspector, with it and
+nobody watching (the loop's recorder is then the inspector's tap, whose `record` is the metrics
+tap's own method), and with one page watching the session (every frame also kept for the model,
+fed in batches in a worker thread, the page's messages dropped).
+
+Usage: .venv/bin/python scripts/bench_session.py [--frames N] [--burst N] [--json FILE] [--inspector]
 """
 
 from __future__ import annotations
@@ -35,13 +40,20 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench_frames import output_delta  # noqa: E402
+from relay.config import ServerConfig  # noqa: E402
+from relay.dialects import OPENAI  # noqa: E402
 from relay.engine import OpenAIEngine, EngineConfig  # noqa: E402
+from relay.inspector.live import FeedConnection, LiveHub  # noqa: E402
 from relay.metrics import Metrics, TrafficTap  # noqa: E402
+from relay.server import RelayServer  # noqa: E402
 from relay.session import SessionLoop  # noqa: E402
 from relay.tools import ToolRegistry  # noqa: E402
 from relay.tools.loading import load_tools  # noqa: E402
 
 REPEATS = 5
+# what the live inspector's hub needs of an edge (tools, redactor, upstream URL); never started
+EDGE = RelayServer(ServerConfig(upstream="ws://127.0.0.1:9/v1/realtime", dialect="openai", api_key="sk-bench",
+                                inspector=True))
 
 
 class FramesReadAhead:
@@ -137,19 +149,62 @@ def counting_client(upstream: FloodingUpstream, frames: int) -> tuple[Connection
     return connection, transport
 
 
-async def relay_pass(tools: ToolRegistry, frames: int, burst: int) -> float:
+STOPPED: list[bool] = []   # per watched pass: whether the view fell behind and stopped
+
+
+async def relay_pass(tools: ToolRegistry, frames: int, burst: int, inspector: str = "off") -> float:
+    """The relay's time for `frames` frames; `inspector`: `off` (relay serve), `on` (--inspector,
+    nobody watching), `watched` (one page watching this session, its feed's messages dropped)."""
     upstream = FloodingUpstream(frames, burst)
     client, transport = counting_client(upstream, frames)
     engine = OpenAIEngine(tools, config=EngineConfig(mode="proxy"))
-    loop = SessionLoop(engine, upstream=upstream, client=client, recorder=TrafficTap(Metrics(), None))
+    recorder = TrafficTap(Metrics(), None)
+    hub = LiveHub()
+    tap = hub.open_session("rs_bench", runtime=EDGE, dialect=OPENAI, mode="proxy", extra_header={},
+                           recording=None, recorder=recorder) if inspector != "off" else recorder
+    loop = SessionLoop(engine, upstream=upstream, client=client, recorder=tap)
+    page = DroppingPage()
     start = time.perf_counter()
     async with asyncio.TaskGroup() as group:
+        if inspector == "watched":
+            group.create_task(FeedConnection(hub, page).run())
+            await page.watching.wait()
+            start = time.perf_counter()
         running = group.create_task(loop.run())
         await upstream.drained.wait()
         elapsed = time.perf_counter() - start
         running.cancel()
+        page.leave.set()
     assert transport.written == transport.expected
+    if inspector == "watched":
+        STOPPED.append(page.view_stopped)
     return elapsed
+
+
+class DroppingPage:
+    """A page's feed connection that watches the bench session and drops what it is sent."""
+
+    def __init__(self) -> None:
+        self.watching = asyncio.Event()
+        self.leave = asyncio.Event()
+        self.view_stopped = False
+        self._asked = False
+
+    async def send(self, text: str) -> None:
+        if text.startswith('{"type": "snapshot"'):
+            self.watching.set()
+        elif text.startswith('{"type": "error"'):
+            self.view_stopped = True   # it fell behind: the rest of the pass ran unwatched
+
+    async def receive(self) -> str | None:
+        if not self._asked:
+            self._asked = True
+            return json.dumps({"type": "watch", "session": "rs_bench"})
+        await self.leave.wait()
+        return None
+
+    async def close(self, code: int, reason: str) -> None:
+        pass
 
 
 async def inline_pass(frames: int, burst: int) -> float:
@@ -178,12 +233,46 @@ def measure(frames: int, burst: int) -> dict[str, float]:
     return asyncio.run(measure_async(frames, burst))
 
 
+async def measure_inspector_async(frames: int, burst: int, repeats: int) -> dict[str, float]:
+    tools = ToolRegistry(load_tools(str(ROOT / "scripts" / "bench_tools.py")))
+    best = {"off": float("inf"), "on": float("inf"), "watched": float("inf")}
+    STOPPED.clear()
+    for _ in range(repeats):   # interleaved, so that a busy spell of the machine hits all three
+        for variant in best:
+            best[variant] = min(best[variant], await relay_pass(tools, frames, burst, variant))
+    figures: dict[str, float] = {"frames": frames, "burst": burst}
+    for variant, seconds in best.items():
+        figures[f"{variant}_us_per_frame"] = seconds / frames * 1e6
+    figures["on_vs_off"] = best["on"] / best["off"]
+    figures["watched_vs_off"] = best["watched"] / best["off"]
+    figures["watched_view_stopped"] = any(STOPPED)
+    return figures
+
+
+def measure_inspector(frames: int, burst: int, repeats: int = REPEATS) -> dict[str, float]:
+    """The relay's time per frame without the live inspector, with it and nobody watching, and
+    with one page watching the session (the model fed in batches in a worker thread): best of
+    `repeats` interleaved runs of each."""
+    return asyncio.run(measure_inspector_async(frames, burst, repeats))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--frames", type=int, default=200_000)
     parser.add_argument("--burst", type=int, default=16, help="frames per wake-up of the upstream reader")
     parser.add_argument("--json", help="write the figures to this file")
+    parser.add_argument("--inspector", action="store_true",
+                        help="the relay without the live inspector, with it, and watched (not inline forwarding)")
     args = parser.parse_args()
+    if args.inspector:
+        figures = measure_inspector(args.frames, args.burst)
+        print(f"relay per frame, without sockets: {figures['off_us_per_frame']:.2f} us without the inspector; "
+              f"with it x{figures['on_vs_off']:.3f} (nobody watching), x{figures['watched_vs_off']:.3f} "
+              f"(one page watching{': its view fell behind and stopped' if figures['watched_view_stopped'] else ''}),"
+              f" bursts of {args.burst}")
+        if args.json:
+            Path(args.json).write_text(json.dumps(figures, indent=2))
+        return 0
     figures = measure(args.frames, args.burst)
     print(f"relay per frame, without sockets: {figures['relay_us_per_frame']:.2f} us "
           f"(inline forwarding {figures['inline_us_per_frame']:.2f} us; the relay adds "
