@@ -72,6 +72,16 @@ def call_on_page(browser: Any, timeout: float) -> dict[str, Any]:
         " return e ? {callId: e.dataset.callId, title: e.title} : false"))
 
 
+def shows_its_arguments(browser: Any, call_id: str) -> str:
+    """Click the call on the timeline; the arguments its detail shows."""
+    from selenium.webdriver.common.by import By
+
+    browser.find_element(By.CSS_SELECTOR, f'.ev[data-call-id="{call_id}"]').click()
+    wait_for(browser, "const e = document.querySelector('#detail .call-name');"
+                      " return !!e && e.textContent === 'get_weather'")
+    return str(browser.find_element(By.CSS_SELECTOR, "#detail pre.arguments").text)
+
+
 async def test_a_new_sessions_tool_call_is_on_the_page_within_a_second(browser: Any, artifacts: Path) -> None:
     async with MockUpstream(script=WEATHER_SCRIPT, api_key=PROVIDER_KEY) as mock, \
             relay_for(mock, tools=[get_weather], inspector=True) as server:
@@ -89,6 +99,8 @@ async def test_a_new_sessions_tool_call_is_on_the_page_within_a_second(browser: 
                 shown = await in_thread(call_on_page, browser, ACCEPTANCE_SECONDS)
             assert shown["callId"] == answered.event["item"]["call_id"]
             assert "get_weather" in shown["title"] and "sunny in Paris" in shown["title"]
+            arguments = await in_thread(shows_its_arguments, browser, shown["callId"])
+            assert json.loads(arguments) == {"city": "Paris"}
             await in_thread(screenshot, browser, artifacts, "live-session")
             assert await in_thread(page_errors, browser) == []
 
