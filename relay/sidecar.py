@@ -245,7 +245,7 @@ class Sidecar:
         self.attached.set()
         end: SessionEnd | None = None
         try:
-            end = await loop.run_closing_upstream(on_end)
+            end = await loop.run(on_end=on_end)
             return end
         finally:
             final = end or SessionEnd("relay", 1011, "interrupted")

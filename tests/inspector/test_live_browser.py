@@ -17,7 +17,7 @@ import anyio
 import pytest
 
 from relay.mock import MockUpstream
-from tests.support.browser import page_errors, screenshot, wait_for
+from tests.support.browser import WAIT, page_errors, screenshot, wait_for
 from tests.support.clients import realtime_client
 from tests.support.keys import PROVIDER_KEY, RELAY_TOKEN
 from tests.support.relays import relay_for, weather_turn
@@ -151,7 +151,7 @@ async def test_the_list_shows_live_and_recent_sessions(browser: Any, artifacts: 
             assert rows[ended_id][0] == "0" and "ended" in rows[ended_id][1]
             # a recent session opens from its recording, its call there
             await in_thread(open_session, browser, ended_id)
-            shown = await in_thread(call_on_page, browser, 10.0)
+            shown = await in_thread(call_on_page, browser, WAIT)
             assert "sunny in Paris" in shown["title"]
             await in_thread(screenshot, browser, artifacts, "live-list")
             assert await in_thread(page_errors, browser) == []

@@ -21,7 +21,7 @@ from relay.inspector.live import LiveHub, asgi_app, serve_inspector
 from relay.inspector.live import hub as hub_module
 from relay.mock import MockUpstream
 from relay.server import RelayServer
-from tests.support.clients import http_get, inspector_feed
+from tests.support.clients import TIMEOUT, http_get, inspector_feed
 from tests.support.frames import said
 from tests.support.keys import PROVIDER_KEY, RELAY_TOKEN
 from tests.support.paths import REPO
@@ -122,7 +122,7 @@ class Asgi:
         self.changed = anyio.Event()
 
     async def wait_for(self, check: Any) -> dict[str, Any]:
-        with anyio.fail_after(5):
+        with anyio.fail_after(TIMEOUT):   # a hang guard
             while True:
                 found = next((m for m in self.sent if check(m)), None)
                 if found is not None:
