@@ -14,7 +14,6 @@ from typing import Any
 import anyio
 import pytest
 
-from relay.cli import main
 from relay.config import ServerConfig
 from relay.dialects import OPENAI
 from relay.inspector.live import LiveHub, asgi_app, serve_inspector
@@ -233,9 +232,7 @@ async def test_relay_attach_inspector_as_a_user_runs_it(tmp_path: Path) -> None:
     assert RELAY_TOKEN not in "".join(log)
 
 
-def test_the_command_line_refuses_what_cannot_work(monkeypatch: pytest.MonkeyPatch,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.delenv("RELAY_AUTH_TOKEN", raising=False)
+async def test_the_command_line_refuses_what_cannot_work(tmp_path: Path) -> None:
     attach = ["attach", "--call-id", "rtc_x", "--tools", str(REPO / "tests" / "fixtures" / "weather_tools.py"),
               "--log-format", "text"]
     for command, says in (
@@ -243,6 +240,9 @@ def test_the_command_line_refuses_what_cannot_work(monkeypatch: pytest.MonkeyPat
         ([*attach, "--inspector", "no-port-here"], "--inspector takes HOST:PORT"),
         ([*attach, "--inspector", "0.0.0.0:8123"], "refusing to serve the inspector on 0.0.0.0 without a token"),
     ):
-        assert main(command) == 2
-        [line] = [line for line in capsys.readouterr().err.splitlines() if " ERROR " in line]
-        assert says in line and "Traceback" not in line
+        async with relay_process(*command, cwd=tmp_path) as process:   # without RELAY_AUTH_TOKEN
+            assert process.stderr is not None
+            log = (await process.stderr.read()).decode()
+            assert await process.wait() == 2
+        [line] = [line for line in log.splitlines() if " ERROR " in line]
+        assert says in line and "Traceback" not in log
