@@ -329,7 +329,8 @@ def _run_attach(args: argparse.Namespace) -> int:
         async with contextlib.AsyncExitStack() as stack:
             try:
                 url = await stack.enter_async_context(
-                    serve_inspector(hub, host, port, token=args.auth_token, dialect=runtime.dialect))
+                    serve_inspector(hub, host, port, token=args.auth_token, dialect=runtime.dialect,
+                                    redactor=runtime.redactor))
             except OSError as exc:
                 log.error("cannot listen on %s:%s for --inspector: %s", host, port, exc.strerror or exc)
                 return 1

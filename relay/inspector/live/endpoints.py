@@ -44,6 +44,7 @@ from relay.inspector.live.feed import ChannelClosed, FeedConnection
 from relay.inspector.live.hub import LiveHub
 from relay.inspector.model import SessionModel
 from relay.inspector.page import PAGE_POLICY, asset, fill_template, script_json
+from relay.logs import WEBSOCKET_LOGGER, RedactingLogger, Redactor
 
 log = logging.getLogger("relay.inspector")
 
@@ -200,10 +201,13 @@ def _response(connection: ServerConnection, answer: Answer) -> Response:
 
 @asynccontextmanager
 async def serve_inspector(hub: LiveHub, host: str, port: int, *, token: str | None,
-                          dialect: Dialect | None = None) -> AsyncIterator[str]:
+                          dialect: Dialect | None = None, redactor: Redactor | None = None) -> AsyncIterator[str]:
     """A server of its own for the inspector (`relay attach --inspector HOST:PORT`); yields the
-    page's URL. `/` leads to the page."""
+    page's URL. `/` leads to the page. websockets' own log lines (handshake headers at debug
+    level, the token subprotocol among them) go through `redactor` (default: one that knows the
+    token)."""
     endpoint = InspectorEndpoint(hub, token=token, dialect=dialect)
+    logger = RedactingLogger(logging.getLogger(f"{WEBSOCKET_LOGGER}.inspector"), redactor or Redactor([token]))
 
     def process_request(connection: ServerConnection, request: Request) -> Response | None:
         path = urlsplit(request.path).path
@@ -218,7 +222,7 @@ async def serve_inspector(hub: LiveHub, host: str, port: int, *, token: str | No
 
     async with serve(endpoint.serve_feed, host, port, process_request=process_request,
                      select_subprotocol=select_subprotocol, compression=None, close_timeout=1.0,
-                     server_header=f"relay/{__version__}") as server:
+                     server_header=f"relay/{__version__}", logger=logger) as server:
         bound_host, bound_port = next(iter(server.sockets)).getsockname()[:2]
         shown = f"[{bound_host}]" if ":" in bound_host else bound_host
         yield f"http://{shown}:{bound_port}{BASE_PATH}"
