@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -250,26 +251,30 @@ def measure(frames: int, burst: int) -> dict[str, float]:
 
 async def measure_inspector_async(frames: int, burst: int, repeats: int) -> dict[str, float]:
     tools = ToolRegistry(load_tools(str(ROOT / "scripts" / "bench_tools.py")))
-    best = {"off": float("inf"), "on": float("inf"), "watched": float("inf")}
+    variants = ["off", "on", "watched"]
+    passes: dict[str, list[float]] = {variant: [] for variant in variants}
     STOPPED.clear()
     await relay_pass(tools, frames, burst)   # warm: the first pass pays for first uses
-    for _ in range(repeats):   # interleaved, so that a busy spell of the machine hits all three
-        for variant in best:
-            best[variant] = min(best[variant], await relay_pass(tools, frames, burst, variant, time.process_time))
-    figures: dict[str, float] = {"frames": frames, "burst": burst}
-    for variant, seconds in best.items():
-        figures[f"{variant}_cpu_us_per_frame"] = seconds / frames * 1e6
-    figures["on_vs_off"] = best["on"] / best["off"]
-    figures["watched_vs_off"] = best["watched"] / best["off"]
+    for repeat in range(repeats):
+        # one pass of each, back to back (a busy spell of the machine hits all three), in turns of
+        # order so that none always runs first
+        for variant in variants[repeat % 3:] + variants[:repeat % 3]:
+            passes[variant].append(await relay_pass(tools, frames, burst, variant, time.process_time))
+    figures: dict[str, float] = {"frames": frames, "burst": burst, "repeats": repeats}
+    for variant, seconds in passes.items():
+        figures[f"{variant}_cpu_us_per_frame"] = statistics.median(seconds) / frames * 1e6
+    # the ratio within each repeat, then their median: steadier than a ratio of two medians
+    for variant in ("on", "watched"):
+        figures[f"{variant}_vs_off"] = statistics.median(a / b for a, b in zip(passes[variant], passes["off"]))
     figures["watched_view_stopped"] = any(STOPPED)
     return figures
 
 
-def measure_inspector(frames: int, burst: int, repeats: int = REPEATS) -> dict[str, float]:
+def measure_inspector(frames: int, burst: int, repeats: int = 3 * REPEATS) -> dict[str, float]:
     """The relay's CPU time per frame (the process's, every thread: other work on the machine
-    does not count, as it does in wall time) without the live inspector, with it and nobody
-    watching, and with one page watching the session (the model fed in batches in a worker
-    thread, its work on the frames included): best of `repeats` interleaved runs of each."""
+    counts less than in wall time) without the live inspector, with it and nobody watching, and
+    with one page watching the session (the model fed in batches in a worker thread, its work on
+    the frames included): medians over `repeats` rounds of one pass each."""
     return asyncio.run(measure_inspector_async(frames, burst, repeats))
 
 

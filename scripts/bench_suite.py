@@ -530,7 +530,8 @@ def inspector_cost(services: dict[str, Service], plan: Plan) -> dict[str, Any]:
            f"CPU on x{step['on_vs_off_cpu']:.2f}, one watcher x{step['watched_vs_off_cpu']:.2f}")
     figures["realtime"] = step
     figures["per_frame"] = {f"burst_{burst}": bench_session.measure_inspector(
-        plan.overhead_frames // 10, burst, repeats=bench_session.REPEATS if plan.rounds > 1 else 1) for burst in (16, 1)}
+        plan.overhead_frames // 20, burst, repeats=3 * bench_session.REPEATS if plan.rounds > 1 else 1)
+        for burst in (16, 1)}
     report("inspector, relay per frame without sockets (flood): " + ", ".join(
         f"nobody watching x{f['on_vs_off']:.3f}, one watcher x{f['watched_vs_off']:.2f}"
         f"{' (its view fell behind and stopped)' if f['watched_view_stopped'] else ''} in bursts of {f['burst']}"
