@@ -31,12 +31,15 @@ from typing import Any, Callable, Literal, get_args
 
 from relay.engine import CallLedger, CallState, Engine, EngineConfig, Owner, new_engine
 from relay.engine.conversation import Conversation, ItemRecord
+from relay.exits import UnusableInput
 from relay.recording import (
     CLIENT_TO_RELAY,
     RELAY_TO_UPSTREAM,
     UPSTREAM_TO_RELAY,
     Frame,
+    Recording,
     RecordingError,
+    load_recording,
     read_recording,
 )
 
@@ -490,7 +493,7 @@ def export_conversation(
     return Export(format, document, notes)
 
 
-def engine_from_recording(path: str | Path) -> tuple[Engine, list[str]]:
+def engine_from_recording(path: str | Path | Recording) -> tuple[Engine, list[str]]:
     """An engine of the recording's dialect fed what the provider saw of a recorded session, and
     the reader's warnings. It has no tools of its own, so every call and answer is taken as it
     was.
@@ -499,13 +502,16 @@ def engine_from_recording(path: str | Path) -> tuple[Engine, list[str]]:
     alone are the conversation. Gemini Live echoes nothing (`Dialect.echoes_conversation`): the
     engine also reads what went up, as a client's frames (the relay's answers and the client's
     turns, as sent; for a plain event log, the client's messages)."""
-    try:
-        recording = read_recording(path)
-    except OSError as exc:
-        raise ExportError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except RecordingError as exc:
-        raise ExportError(str(exc)) from None
-    session_id = str((recording.header or {}).get("session_id") or Path(path).stem)
+    if isinstance(path, Recording):
+        recording = path
+    else:
+        try:
+            recording = read_recording(path)
+        except OSError as exc:
+            raise ExportError(f"cannot read {path}: {exc.strerror or exc}") from None
+        except RecordingError as exc:
+            raise ExportError(str(exc)) from None
+    session_id = str((recording.header or {}).get("session_id") or recording.path.stem)
     dialect = recording.dialect
     sent_up: str | None = None   # the direction of what went up, when the engine reads it too
     config = EngineConfig(mode="replay")
@@ -529,7 +535,7 @@ def _frame_payload(frame: Frame) -> str | bytes:
     return frame.raw if frame.raw is not None else frame.binary or b""
 
 
-def export_recording(path: str | Path, format: str) -> Export:
+def export_recording(path: str | Path | Recording, format: str) -> Export:
     """`export_conversation` on a recorded session (a relay recording or a plain event log).
 
     Calls are seen from the outside here, as in any recording: whether an output is an error is
@@ -545,14 +551,12 @@ def export_recording(path: str | Path, format: str) -> Export:
 # ---- the command -------------------------------------------------------------------------------
 
 
-def run_export(path: str, format: str, *, out: str | None = None) -> int:
+def run_export(path: str, format: str, *, out: str | None = None, allow_incomplete: bool = False) -> int:
     """`relay export`: the document to `out` (default: standard output), the report's notes to
-    standard error; 1 when the recording cannot be exported or the file cannot be written."""
-    try:
-        exported = export_recording(path, format)
-    except ExportError as exc:
-        print(f"relay export: {exc}", file=sys.stderr)
-        return 1
+    standard error. A recording it cannot use (`load_recording`: not a recording, or incomplete
+    unless `allow_incomplete`) or an `out` it cannot write raises (`relay.exits`: status 2)."""
+    _formatter(format)
+    exported = export_recording(load_recording(path, allow_incomplete=allow_incomplete), format)
     for note in exported.report:
         print(f"relay export: {note}", file=sys.stderr)
     text = exported.to_json()
@@ -562,8 +566,7 @@ def run_export(path: str, format: str, *, out: str | None = None) -> int:
     try:
         Path(out).write_text(text, encoding="utf-8")
     except OSError as exc:
-        print(f"relay export: cannot write {out}: {exc.strerror or exc}", file=sys.stderr)
-        return 1
+        raise UnusableInput(f"cannot write {out}: {exc.strerror or exc}") from None
     return 0
 
 
