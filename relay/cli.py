@@ -285,9 +285,17 @@ class Command:
 
 
 def _start(args: argparse.Namespace) -> None:
-    """What every edge command does first (`main` has set up logging as asked): `--tools
-    mymodule` finds a module next to the user, as `python -m` would."""
+    """What every edge command does first (`main` has set up logging as asked): `--record` is
+    checked, and `--tools mymodule` finds a module next to the user, as `python -m` would."""
+    _check_record_dir(args.record)
     _tools_from_working_directory()
+
+
+def _check_record_dir(record: str | None) -> None:
+    """A `--record` that names a file would fail every session's recording: refuse it at once
+    (the library's edges only log such a failure, the session goes on)."""
+    if record is not None and Path(record).exists() and not Path(record).is_dir():
+        raise UnusableInput(f"--record {record} is a file: recordings go into a directory")
 
 
 def _tools_from_working_directory() -> None:
@@ -382,6 +390,8 @@ def _run_export(args: argparse.Namespace) -> int:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
+    if not args.no_record:
+        _check_record_dir(args.record)
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
     return run_demo_command(tools=args.tools, record_dir=None if args.no_record else args.record, color=color)
 

@@ -122,8 +122,6 @@ class EdgeConfig:
             raise ConfigError(f"--record-audio must be keep or drop, not {self.record_audio!r}")
         if self.max_frame_bytes <= 0 or self.max_queue_bytes <= 0 or self.open_timeout <= 0:
             raise ConfigError("frame and queue limits and the open timeout must be positive")
-        if self.record_dir is not None and Path(self.record_dir).exists() and not Path(self.record_dir).is_dir():
-            raise ConfigError(f"--record {self.record_dir} is a file: recordings go into a directory")
         return dialect
 
 
