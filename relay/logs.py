@@ -23,6 +23,8 @@ LOG_FORMATS = ("auto", "json", "text")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 REDACTED = "[redacted]"
 ANOMALY_LOG_LIMIT = 10   # per session; the rest are only counted
+# tool_call notice fields a log line leaves out (`message` is also a name logging reserves)
+_NOT_LOGGED = frozenset({"message", "is_error"})
 # Parent of the loggers the relay gives websockets (`relay.websocket.client`, `.upstream`).
 WEBSOCKET_LOGGER = "relay.websocket"
 
@@ -202,9 +204,11 @@ def log_notice(logger: logging.Logger, notice: Notice, *, anomalies: AnomalyLog 
     (`session_id`, and the sidecar's `realtime_call_id`)."""
     fields = notice.fields
     if notice.kind == "tool_call":
-        # `name` is reserved by logging: the tool's name is logged as `tool`
+        # `name` is reserved by logging: the tool's name is logged as `tool`; what the assistant
+        # is to say is content, like outputs: recordings keep it, logs do not
         logger.info("tool call", extra={**context, **{"tool" if key == "name" else key: value
-                                                      for key, value in fields.items()}})
+                                                      for key, value in fields.items()
+                                                      if key not in _NOT_LOGGED}})
     elif notice.kind == "upstream_error":
         logger.warning("the upstream refused a relay event: %s", fields.get("message"),
                        extra={**context, "what": fields.get("what"), "call_id": fields.get("call_id"),

@@ -45,6 +45,12 @@ DIRECTIONS = (CLIENT_TO_RELAY, RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY, RELAY_TO_CL
 
 AudioPolicy = Literal["keep", "drop"]
 
+# What the relay decided, written as `relay` lines beside the frames: for each kind of engine
+# notice recorded, the fields kept (docs/recording-format.md, "Relay lines").
+NOTE_FIELDS: dict[str, tuple[str, ...]] = {
+    "tool_call": ("call_id", "name", "outcome", "is_error", "message", "output_item_id", "response_id"),
+}
+
 REDACTED = "[redacted]"
 
 _MAX_NAME_SUFFIX = 1000
@@ -360,6 +366,23 @@ class RecordingWriter:
         else:
             self._frames_lost += 1
 
+    def record_notice(self, kind: str, fields: dict[str, Any], *, t: float | None = None) -> None:
+        """Append a `relay` line for an engine notice of a kind the format records (`NOTE_FIELDS`:
+        a tool call's outcome and what the relay decided the assistant says about it); other
+        kinds are not recorded. Not a frame: the end line does not count it. Never raises for I/O."""
+        keys = NOTE_FIELDS.get(kind)
+        if keys is None or self._closed or self.failed:
+            return
+        elapsed = self._clock() - self._start if t is None else t
+        if not math.isfinite(elapsed):
+            raise ValueError(f"note time must be finite, not {elapsed}")
+        note = {"kind": kind, **{key: fields.get(key) for key in keys}}
+        text = self._redactor.text(_dumps(note))
+        if _parse_object(text) is None:   # a redaction cut through the JSON: keep what cannot leak
+            text = _dumps({"kind": kind, "call_id": self._redactor.text(str(fields.get("call_id"))),
+                           "redacted": True})
+        self._write_line('{"t":%.6f,"relay":%s}\n' % (elapsed, text))
+
     def _text_body(self, frame: str) -> str:
         """The payload part of a frame line for a text frame: `"event":...` or `"raw":...`."""
         text = self._redactor.text(frame)
@@ -467,6 +490,17 @@ class Frame:
 
 
 @dataclass
+class Note:
+    """A `relay` line: something the relay decided, recorded beside the frames (`kind`, and the
+    line's other fields)."""
+
+    t: float
+    kind: str
+    fields: dict[str, Any]
+    line_no: int
+
+
+@dataclass
 class Recording:
     header: dict[str, Any] | None  # None for a plain event log (or a recording that lost it)
     frames: list[Frame]
@@ -475,6 +509,14 @@ class Recording:
     kind: Literal["relay", "event-log"]
     end: dict[str, Any] | None = None  # the end line's object, when the writer was closed
     damage: list[str] = field(default_factory=list)  # the warnings that mean frames are missing
+    notes: list[Note] = field(default_factory=list)  # the `relay` lines, in order
+
+    def tool_calls_decided(self) -> dict[str, dict[str, Any]]:
+        """The relay's `tool_call` notes by call id (the last one of a call wins): its outcome,
+        whether its output is an error, what the assistant was to say. Empty for a recording
+        written before the relay recorded them."""
+        return {str(note.fields["call_id"]): note.fields for note in self.notes
+                if note.kind == "tool_call" and isinstance(note.fields.get("call_id"), str)}
 
     @property
     def complete(self) -> bool:
@@ -510,6 +552,7 @@ def read_recording(path: str | Path, *, directions: Iterable[str] | None = None)
         kind=scanner.kind,
         end=scanner.end,
         damage=scanner.damage,
+        notes=scanner.notes,
     )
 
 
@@ -591,6 +634,7 @@ class _Scanner:
         self.path = path
         self.warnings = warnings
         self.damage: list[str] = []   # the warnings that mean frames are missing
+        self.notes: list[Note] = []
         self.kind: Literal["relay", "event-log"] | None = None
         self.header: dict[str, Any] | None = None
         self.end: dict[str, Any] | None = None
@@ -663,6 +707,14 @@ class _Scanner:
         t = obj.get("t")
         if "end" in obj and isinstance(obj["end"], dict):
             self.end = obj["end"]
+            return None
+        if "relay" in obj and "dir" not in obj:
+            note = obj["relay"]
+            if isinstance(note, dict) and isinstance(note.get("kind"), str) and _is_number(t):
+                fields = {key: value for key, value in note.items() if key != "kind"}
+                self.notes.append(Note(float(t), note["kind"], fields, line_no))
+            else:
+                self.warnings.append(f"line {line_no}: relay line without a kind or a time; ignored")
             return None
         direction = obj.get("dir")
         payloads = [key for key in ("event", "raw", "binary") if key in obj]
