@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from relay.cli import main
 from relay.logs import configure_logging, resolved_format
 from tests.support.keys import PROVIDER_KEY
 from tests.support.paths import REPO
@@ -25,16 +26,14 @@ from tests.support.paths import REPO
 TEXT_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ERROR relay\.cli: (.*) command=serve$")
 
 
-def serve_with_broken_tools(tmp_path: Path, *options: str, terminal: bool) -> tuple[int, str]:
-    """`relay serve` with a tools file that does not import: its exit status and its stderr."""
+def serve_at_a_terminal_with_broken_tools(tmp_path: Path) -> tuple[int, str]:
+    """`relay serve`, its stderr a pseudo-terminal, with a tools file that does not import: its
+    exit status and what it wrote to the terminal."""
     tools = tmp_path / "broken_tools.py"
     tools.write_text("def broken(:\n")
     command = [sys.executable, "-m", "relay", "serve", "--port", "0", "--dialect", "openai",
-               "--tools", str(tools), *options]
+               "--tools", str(tools)]
     environment = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "OPENAI_API_KEY": PROVIDER_KEY}
-    if not terminal:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=60, env=environment)
-        return done.returncode, done.stderr
     controller, terminal_end = pty.openpty()
     try:
         process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -60,7 +59,7 @@ def serve_with_broken_tools(tmp_path: Path, *options: str, terminal: bool) -> tu
 
 
 def test_a_startup_error_at_a_terminal_is_a_text_line(tmp_path: Path) -> None:
-    status, stderr = serve_with_broken_tools(tmp_path, terminal=True)
+    status, stderr = serve_at_a_terminal_with_broken_tools(tmp_path)
     assert status == 2
     [line] = stderr.strip().splitlines()
     found = TEXT_LINE.match(line)
@@ -69,25 +68,37 @@ def test_a_startup_error_at_a_terminal_is_a_text_line(tmp_path: Path) -> None:
     assert found.group(1).endswith(": def broken(:")   # as the user wrote it: not escaped, not JSON
 
 
-def test_a_startup_error_into_a_pipe_is_a_json_line(tmp_path: Path) -> None:
-    status, stderr = serve_with_broken_tools(tmp_path, terminal=False)
-    assert status == 2
-    [line] = stderr.strip().splitlines()
+def test_a_startup_error_into_a_pipe_is_a_json_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                    restore_logging: None) -> None:
+    """In-process: stderr is pytest's capture, not a terminal (tests/test_cli_bad_input.py runs
+    `relay serve` with a pipe as stderr and reads the same JSON line)."""
+    tools = tmp_path / "broken_tools.py"
+    tools.write_text("def broken(:\n")
+    assert main(["serve", "--port", "0", "--dialect", "openai", "--tools", str(tools)]) == 2
+    [line] = capsys.readouterr().err.splitlines()
     record = json.loads(line)
     assert (record["level"], record["logger"], record["command"]) == ("error", "relay.cli", "serve")
     assert "SyntaxError: invalid syntax" in record["msg"]
 
 
-def test_the_option_overrides_what_stderr_is(tmp_path: Path) -> None:
-    status, stderr = serve_with_broken_tools(tmp_path, "--log-format", "json", terminal=True)
-    assert status == 2 and json.loads(stderr.strip())["level"] == "error"
-    status, stderr = serve_with_broken_tools(tmp_path, "--log-format", "text", terminal=False)
-    assert status == 2 and TEXT_LINE.match(stderr.strip())
-
-
 class Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True
+
+
+def test_the_option_overrides_what_stderr_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             restore_logging: None) -> None:
+    tools = tmp_path / "broken_tools.py"
+    tools.write_text("def broken(:\n")
+    serve = ["serve", "--port", "0", "--dialect", "openai", "--tools", str(tools)]
+    for stream, log_format in ((Terminal(), "json"), (io.StringIO(), "text")):
+        monkeypatch.setattr(sys, "stderr", stream)
+        assert main([*serve, "--log-format", log_format]) == 2
+        [line] = stream.getvalue().splitlines()
+        if log_format == "json":
+            assert json.loads(line)["command"] == "serve"
+        else:
+            assert TEXT_LINE.match(line), line
 
 
 @pytest.mark.parametrize("stream, expected", [(Terminal(), "text"), (io.StringIO(), "json")])
