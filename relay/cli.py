@@ -257,7 +257,9 @@ EXPORT_OPTIONS = (
            help="export a recording that lost frames (cut short, no end line) instead of refusing it"),
 )
 DEMO_OPTIONS = (
-    option("--tools", default=str(EXAMPLE_TOOLS), help="tools file (default: examples/tools.py)"),
+    option("--tools", default=str(EXAMPLE_TOOLS),
+           help=f"a .py file or module with @tool functions (default: {EXAMPLE_TOOLS}, the example "
+                "tools the package ships; examples/tools.py in a checkout)"),
     RECORD.but(default="recordings", help="where to write the session's recording (default: ./recordings)"),
     option("--no-record", field=None, action="store_true", help="do not record the session"),
     option("--color", field=None, choices=("auto", "always", "never"), default="auto",
