@@ -48,7 +48,10 @@ MAX_PENDING_BYTES = 64 << 20  # frames waiting for the model; past this the view
 
 
 class Recorder(Protocol):
+    """The edge's own recorder (relay.session.Recorder)."""
+
     def record(self, direction: str, frame: str | bytes) -> None: ...
+    def record_notice(self, kind: str, fields: dict[str, Any]) -> None: ...
 
 
 class Watcher(Protocol):
@@ -80,6 +83,12 @@ class LiveTap:
 
     def unwatch(self) -> None:
         self.record = self._inner.record if self._inner is not None else _ignore
+
+    def record_notice(self, kind: str, fields: dict[str, Any]) -> None:
+        """The engine's notices go to the edge's recorder (the recording keeps some); the live
+        view reads the frames only."""
+        if self._inner is not None:
+            self._inner.record_notice(kind, fields)
 
     def _record_watched(self, direction: str, frame: str | bytes) -> None:
         if self._inner is not None:
