@@ -40,6 +40,7 @@ from relay.dialects import DIALECT_CHOICES
 from relay.engine import DEFAULT_HISTORY_LIMIT
 from relay.export import FORMATS, run_export
 from relay.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
+from relay.metrics import MetricsSetupError, metrics_for_workers
 from relay.policy import (
     DEFAULT_DRAIN_SECONDS,
     DEFAULT_MAX_CLIENT_EVENTS_PER_SECOND,
@@ -273,14 +274,19 @@ def _run_serve(args: argparse.Namespace) -> int:
     server = _edge(lambda: RelayServer(ServerConfig(**config_fields(args, SERVE_OPTIONS))), log)
     if server is None:
         return 2
-    if args.workers == 1:
-        return run_server(server)
 
     def run_worker(port: int) -> int:
         server.config = dataclasses.replace(server.config, port=port, reuse_port=True)
         return run_server(server, (signal.SIGTERM,))
 
-    return run_workers(server.config.host, server.config.port, args.workers, run_worker)
+    try:
+        with metrics_for_workers(args.workers) as worker_exited:   # several workers share /metrics
+            if args.workers == 1:
+                return run_server(server)
+            return run_workers(server.config.host, server.config.port, args.workers, run_worker, worker_exited)
+    except MetricsSetupError as exc:
+        log.error("%s", exc)
+        return 2
 
 
 def _run_attach(args: argparse.Namespace) -> int:

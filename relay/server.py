@@ -37,7 +37,7 @@ from relay.dialects import Dialect
 from relay.engine import Engine, Notice, new_engine
 from relay.handshake import Handshake, remote_address, select_subprotocol
 from relay.logs import WEBSOCKET_LOGGER, AnomalyLog, RedactingLogger, configure_logging, log_notice
-from relay.metrics import Metrics, TrafficTap
+from relay.metrics import Metrics
 from relay.policy import SHUTDOWN_CODE, EventBudget
 from relay.process import run_until_signalled
 from relay.recording import RecordingWriter
@@ -103,8 +103,7 @@ class RelayServer(EdgeRuntime):
             declare_tools=True,
             hold_client_creates=True,
         )
-        self._handshake = Handshake(config, self.dialect, self.metrics, health=self.health,
-                                    open_sessions=lambda: len(self._sessions))
+        self._handshake = Handshake(config, self.dialect, self.metrics, health=self.health)
         self._sessions: dict[str, ProxySession] = {}
         self._sessions_changed = asyncio.Event()
         self._ws_server: Server | None = None
@@ -230,7 +229,11 @@ class RelayServer(EdgeRuntime):
 
     # ---- health -----------------------------------------------------------------------
     def health(self) -> dict[str, Any]:
-        return self.health_fields(draining=self.draining, sessions=len(self._sessions))
+        """`/healthz`: open sessions of every worker (`relay serve --workers N`: from the shared
+        metrics), by worker pid, and which worker answered (`pid`)."""
+        by_worker = self.metrics.open_sessions_by_worker()
+        return self.health_fields(draining=self.draining, sessions=sum(by_worker.values())) | {
+            "workers": {str(pid): sessions for pid, sessions in by_worker.items()}}
 
     # ---- sessions ----------------------------------------------------------------------
     async def _serve_client(self, client: ServerConnection) -> None:
@@ -245,7 +248,7 @@ class RelayServer(EdgeRuntime):
             dialect=self.dialect.for_client(request.headers),
         )
         self._sessions[session.id] = session
-        self.metrics.sessions_total += 1
+        self.metrics.session_started()
         log.info("session start", extra={
             "session_id": session.id, "remote": session.remote, "path": session.path,
             "dialect": session.dialect.name, "upstream": self.upstream.host})
@@ -256,7 +259,7 @@ class RelayServer(EdgeRuntime):
             del self._sessions[session.id]
             session._closed.set()
             self._sessions_changed.set()
-            self.metrics.sessions_ended[end.by] += 1
+            self.metrics.session_ended(end.by)
             engine = session.engine
             log.info("session end", extra={
                 "session_id": session.id, "by": end.by, "code": end.code, "reason": end.reason,
@@ -284,7 +287,7 @@ class RelayServer(EdgeRuntime):
                             session_id=session.id, id_prefix=session.id)
         recording = self.recording(session_id=session.id, dialect=session.dialect, mode="proxy",
                                    extra_header=engine.recording_header(), writer=RecordingWriter)
-        tap = TrafficTap(self.metrics, recording)
+        tap = self.metrics.tap(recording)
         loop = SessionLoop(
             engine,
             upstream=upstream,
@@ -312,8 +315,7 @@ class RelayServer(EdgeRuntime):
             else:
                 frame = json.dumps(event)
                 await session.client.send(frame)
-                self.metrics.frames["relay>client"] += 1
-                self.metrics.frame_bytes["relay>client"] += len(frame)
+                self.metrics.count_frame("relay>client", frame)
                 await session.client.close(1011, "upstream unavailable")
         except ConnectionClosed:
             pass
