@@ -42,6 +42,7 @@ from relay.policy import SHUTDOWN_CODE, EventBudget
 from relay.process import run_until_signalled
 from relay.recording import RecordingWriter
 from relay.session import SessionEnd, SessionLoop
+from relay.tracing import TRACE_PARAMS, SessionTrace, Tracing, trace_carrier, tracing_for
 from relay.upstream import UpstreamUnavailable
 
 __all__ = ["ConfigError", "ProxySession", "RelayServer", "ServerConfig", "run_server", "serve"]
@@ -62,6 +63,7 @@ class ProxySession:
     loop: SessionLoop | None = None
     end: SessionEnd | None = None
     anomalies: AnomalyLog = field(default_factory=AnomalyLog)
+    trace: SessionTrace | None = None   # its spans, when tracing is on
     _connect_scope: anyio.CancelScope | None = field(default=None, repr=False)
     _closing: tuple[int, str] | None = field(default=None, repr=False)
     _closed: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
@@ -111,6 +113,7 @@ class RelayServer(EdgeRuntime):
         self._stop_requested = asyncio.Event()
         self._hurry = asyncio.Event()
         self._shutdown_done: asyncio.Event | None = None
+        self._tracing: Tracing | None = None   # decided in start(): in the process that serves
 
     # ---- public surface ----------------------------------------------------------------
     @property
@@ -152,6 +155,7 @@ class RelayServer(EdgeRuntime):
         if self._ws_server is not None:
             return
         config = self.config
+        self._tracing = tracing_for(config.tracer_provider)
         self._ws_server = await websocket_serve(
             self._serve_client,
             config.host,
@@ -220,6 +224,8 @@ class RelayServer(EdgeRuntime):
         self._ws_server.close()
         await self._ws_server.wait_closed()
         log.info("stopped", extra={"sessions_total": self.metrics.sessions_total})
+        if self._tracing is not None:
+            await anyio.to_thread.run_sync(self._tracing.flush)
         self._shutdown_done.set()
 
     def _bound_address(self) -> tuple[str, int]:
@@ -247,13 +253,19 @@ class RelayServer(EdgeRuntime):
             path=target.path,
             dialect=self.dialect.for_client(request.headers),
         )
+        query = parse_qsl(target.query, keep_blank_values=True)
+        if self._tracing is not None:
+            session.trace = self._tracing.session(
+                session_id=session.id, mode="proxy", dialect=session.dialect.name, upstream=self.upstream.host,
+                carrier=trace_carrier(request.headers, query), **{"client.address": session.remote.rpartition(":")[0]})
         self._sessions[session.id] = session
         self.metrics.session_started()
         log.info("session start", extra={
             "session_id": session.id, "remote": session.remote, "path": session.path,
             "dialect": session.dialect.name, "upstream": self.upstream.host})
         try:
-            session.end = await self._run_session(session, parse_qsl(target.query, keep_blank_values=True))
+            session.end = await self._run_session(session, [(name, value) for name, value in query
+                                                            if name not in TRACE_PARAMS])
         finally:
             end = session.end = session.end or SessionEnd("relay", 1011, "internal error")
             del self._sessions[session.id]
@@ -261,6 +273,9 @@ class RelayServer(EdgeRuntime):
             self._sessions_changed.set()
             self.metrics.session_ended(end.by)
             engine = session.engine
+            if session.trace is not None:
+                session.trace.end(by=end.by, code=end.code, reason=end.reason,
+                                  tool_calls=len(engine.calls) if engine is not None else 0)
             log.info("session end", extra={
                 "session_id": session.id, "by": end.by, "code": end.code, "reason": end.reason,
                 "seconds": round(time.time() - session.started_at, 3),
@@ -298,6 +313,7 @@ class RelayServer(EdgeRuntime):
             close_timeout=1.0,
             client_budget=EventBudget.optional(self.config.max_client_events_per_second),
             redact=self.redactor.frame,
+            handler_scope=session.trace.handler_scope if session.trace is not None else None,
         )
         session.loop = loop
         return await loop.run_closing_upstream(tap.close)
@@ -323,6 +339,8 @@ class RelayServer(EdgeRuntime):
 
     def _on_notice(self, session: ProxySession, notice: Notice) -> None:
         self.metrics.count_notice(notice, self.tools)
+        if session.trace is not None:
+            session.trace.notice(notice)
         if self.config.on_notice is not None:
             self.config.on_notice(session.id, notice)
         log_notice(log, notice, anomalies=session.anomalies, session_id=session.id)
