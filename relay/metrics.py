@@ -126,6 +126,11 @@ class Metrics:
             self._made = _Families()
         return self._made
 
+    def ready(self) -> None:
+        """Make the metrics now, in the process that serves (a worker, after the fork), so that
+        it is listed (`relay_worker_sessions_open`, `/healthz`) before its first session."""
+        self._families
+
     # ---- counting ------------------------------------------------------------------------
     def session_started(self) -> None:
         families = self._families

@@ -156,6 +156,7 @@ class RelayServer(EdgeRuntime):
             return
         config = self.config
         self._tracing = tracing_for(config.tracer_provider)
+        self.metrics.ready()
         self._ws_server = await websocket_serve(
             self._serve_client,
             config.host,

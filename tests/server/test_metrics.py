@@ -63,10 +63,11 @@ async def test_every_worker_reports_the_sessions_of_all_workers(weather_mock: Mo
                              env={"OPENAI_API_KEY": PROVIDER_KEY, "TMPDIR": str(tmp_path)}) as relay:
         assert relay.stderr is not None
         first = await next_log_line(relay.stderr, lambda r: r["msg"].startswith("listening on"), log)
-        await next_log_line(relay.stderr, lambda r: r["msg"].startswith("listening on"), log)
+        second = await next_log_line(relay.stderr, lambda r: r["msg"].startswith("listening on"), log)
         port = int(first["url"].rsplit(":", 1)[1].split("/")[0])
         base = f"ws://127.0.0.1:{port}"
         [shared_dir] = tmp_path.glob("relay-metrics-*")   # made by the parent for this run
+        assert (await _health(port))["workers"] == {str(first["pid"]): 0, str(second["pid"]): 0}
         answered_by: set[int] = set()
         async with AsyncExitStack() as clients:
             # the kernel spreads connections over the workers: open sessions until both hold some

@@ -308,3 +308,46 @@ async def test_an_attached_call_is_traced_too(spans_of: tuple[TracerProvider, In
     assert parent_of(call) == response.context.span_id and parent_of(response) == root.context.span_id
     [follow_up] = by_name(spans, "relay.follow_up")
     assert [link.context.span_id for link in follow_up.links] == [call.context.span_id]
+
+
+def test_a_session_trace_from_notices_alone(spans_of: tuple[TracerProvider, InMemorySpanExporter]) -> None:
+    """What the engine may say in odd orders: a create sent again keeps its span, a create never
+    answered and a call still open end with the session, a failed response is an error, a call
+    that never ran (an unknown tool) still gets its span, a handler's exception is recorded."""
+    from relay.engine import Notice
+    from relay.tracing import Tracing
+
+    provider, exporter = spans_of
+    trace = Tracing(provider.get_tracer("test")).session(session_id="rs_1", mode="proxy", dialect="gemini",
+                                                        upstream="example.test:443")
+    for kind, fields in [
+        ("response", {"phase": "created", "response_id": "r1", "creator": "server"}),
+        ("tool_started", {"call_id": "c1", "name": "lookup", "response_id": "r1"}),
+        ("tool_started", {"call_id": "c2", "name": "hangs", "response_id": "r1"}),
+        ("response", {"phase": "done", "response_id": "r1", "status": "failed", "reason": None}),
+        ("tool_call", {"call_id": "c3", "name": "nope", "outcome": "unknown_tool", "response_id": "r1"}),
+    ]:
+        trace.notice(Notice(kind, fields))
+    with pytest.raises(LookupError), trace.handler_scope("c1"):
+        raise LookupError("no such city")
+    trace.notice(Notice("tool_call", {"call_id": "c1", "name": "lookup", "outcome": "error", "status": "completed"}))
+    trace.notice(Notice("follow_up", {"event_id": "e1", "call_ids": "c1,c3"}))
+    trace.notice(Notice("follow_up", {"event_id": "e1", "call_ids": "c1,c3"}))   # refused, sent again
+    trace.end(by="relay", code=1011, reason="upstream unavailable", tool_calls=3)
+    trace.notice(Notice("tool_call", {"call_id": "c2", "name": "hangs", "outcome": "abandoned"}))   # too late
+    spans = {span.name: span for span in exporter.get_finished_spans()}
+    assert sorted(spans) == ["execute_tool hangs", "execute_tool lookup", "execute_tool nope", "relay.follow_up",
+                             "relay.response", "relay.session"]
+    assert spans["relay.session"].status.status_code is StatusCode.ERROR
+    assert spans["relay.session"].attributes["gen_ai.provider.name"] == "gcp.gemini"
+    assert spans["relay.response"].status.status_code is StatusCode.ERROR
+    lookup = spans["execute_tool lookup"]
+    assert [event.name for event in lookup.events] == ["exception"]
+    assert lookup.attributes["error.type"] == "error"
+    assert spans["execute_tool nope"].attributes["relay.tool.outcome"] == "unknown_tool"
+    assert parent_of(spans["execute_tool nope"]) == spans["relay.response"].context.span_id
+    assert spans["execute_tool hangs"].attributes["relay.ended_with_session"] is True
+    follow_up = spans["relay.follow_up"]
+    assert [event.name for event in follow_up.events] == ["relay.create_sent_again"]
+    assert follow_up.attributes["relay.ended_with_session"] is True
+    assert len(follow_up.links) == 2
