@@ -40,6 +40,7 @@ TRACE_PARAMS = ("traceparent", "tracestate")
 does not pass them on to the provider."""
 INSTRUMENTATION = "relay"
 SERVICE_NAME = "realtime-relay"
+FLUSH_MS = 5000
 _REMEMBERED = 128   # ended response and call spans kept as parents and links, per session
 # gen_ai.provider.name by dialect (the GenAI conventions' well-known values)
 PROVIDERS = {"openai": "openai", "openai-beta": "openai", "azure": "azure.ai.openai",
@@ -118,7 +119,9 @@ def _exporters() -> list[Any]:
             if protocol == "grpc":
                 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
             elif protocol == "http/protobuf":
-                from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter  # type: ignore[assignment]
+                from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[assignment]
+                    OTLPSpanExporter,
+                )
             else:
                 log.warning("OTLP protocol %r is not supported; use http/protobuf or grpc", protocol)
                 continue
@@ -157,9 +160,10 @@ class Tracing:
                             upstream=upstream, carrier=carrier or {}, attributes=attributes)
 
     def flush(self) -> None:
-        """Export what is still batched (a worker process ends without atexit handlers)."""
+        """Export what is still batched (a worker process ends without atexit handlers), for at
+        most FLUSH_MS: an unreachable collector must not hold up a stop for long."""
         if self._owned is not None:
-            self._owned.force_flush()
+            self._owned.force_flush(FLUSH_MS)
 
 
 class SessionTrace:
@@ -257,7 +261,9 @@ class SessionTrace:
         call_id = fields.get("call_id")
         if not isinstance(call_id, str):
             return
-        span = self._calls.pop(call_id, None) or self._start_call(call_id, fields.get("name"), fields.get("response_id"))
+        span = self._calls.pop(call_id, None)
+        if span is None:
+            span = self._start_call(call_id, fields.get("name"), fields.get("response_id"))
         outcome = fields.get("outcome")
         span.set_attributes(_clean({
             "relay.tool.outcome": outcome, "relay.tool.status": fields.get("status"),

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from relay.metrics import PUBLISH_EVERY, Metrics
+from relay.mock import MockUpstream
 from tests.support.clients import http_get, parse_exposition, realtime_client
 from tests.support.keys import PROVIDER_KEY
 from tests.support.processes import next_log_line, relay_process
-from relay.mock import MockUpstream
 
 
 def test_a_session_publishes_its_frames_in_batches_at_its_end_and_at_a_scrape() -> None:
