@@ -33,10 +33,17 @@ from relay.recording import DIRECTIONS
 variant, frames, repeats = {variant!r}, {frames}, {repeats}
 frame = '{{"type":"response.output_audio.delta","delta":"' + "A" * 1300 + '"}}'
 if variant == "plain":
-    counts, sizes = dict.fromkeys(DIRECTIONS, 0), dict.fromkeys(DIRECTIONS, 0)
-    def record(direction, frame):
-        counts[direction] += 1
-        sizes[direction] += len(frame)
+    class PlainTap:   # the tap as it was before prometheus-client: the same, without publishing
+        __slots__ = ("frames", "frame_bytes", "writer")
+        def __init__(self):
+            self.frames, self.frame_bytes = dict.fromkeys(DIRECTIONS, 0), dict.fromkeys(DIRECTIONS, 0)
+            self.writer = None
+        def record(self, direction, frame):
+            self.frames[direction] += 1
+            self.frame_bytes[direction] += len(frame)
+            if self.writer is not None:
+                self.writer.record(direction, frame)
+    record = PlainTap().record
 elif variant == "tap":
     record = TrafficTap(Metrics(), None).record
 else:
