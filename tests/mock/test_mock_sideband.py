@@ -87,6 +87,22 @@ async def test_accept_configures_the_call_and_hangup_ends_it(make_mock: MockFact
         await rest.realtime.calls.hangup(call_id)
 
 
+async def test_reject_declines_the_call_and_checks_its_status_code(make_mock: MockFactory) -> None:
+    mock = await make_mock(api_key="sk-key")
+    rest = AsyncOpenAI(api_key="sk-key", base_url=mock.rest_url, max_retries=0)
+    busy, declined = mock.create_call(), mock.create_call()
+    async with raw_connect(mock, f"call_id={busy}", headers={"Authorization": "Bearer sk-key"}) as sidecar:
+        await rest.realtime.calls.reject(busy, status_code=486)
+        with pytest.raises(ConnectionClosedOK):
+            await sidecar.recv()
+    await rest.realtime.calls.reject(declined)   # the provider's default, 603
+    with pytest.raises(openai.BadRequestError):
+        await rest.realtime.calls.reject(mock.create_call(), status_code=200)
+    with pytest.raises(openai.NotFoundError):
+        await rest.realtime.calls.reject(busy)
+    assert mock.find_session(busy).ended and mock.find_session(declined).ended
+
+
 async def test_rest_errors(make_mock: MockFactory) -> None:
     mock = await make_mock(api_key="sk-key")
     call_id = mock.create_call()

@@ -36,6 +36,7 @@ from relay.webhooks import (
 from tests.support.clients import http_request
 from tests.support.frames import outputs_received, said
 from tests.support.keys import PROVIDER_KEY
+from tests.support.paths import REPO
 from tests.support.tools import WEATHER_SCRIPT, WEATHER_TOOL, get_weather
 
 SECRET = "whsec_" + base64.b64encode(b"webhook key of the FastAPI test").decode()
@@ -150,6 +151,26 @@ async def test_an_oversized_delivery_is_refused_before_it_is_read_whole() -> Non
         async with relay.running(), httpx.AsyncClient(transport=transport, base_url="http://relay.test") as client:
             response = await client.post("/webhooks/openai", content=b"x" * (1024 * 1024 + 1))
     assert response.status_code == 413 and response.json()["error"]["code"] == "invalid_body"
+
+
+def test_the_readme_fastapi_app_runs_as_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    readme = (REPO / "README.md").read_text()
+    source = readme.split("```python\n# app.py\n", 1)[1].split("```", 1)[0]
+    monkeypatch.setenv("OPENAI_API_KEY", PROVIDER_KEY)
+    monkeypatch.setenv("OPENAI_WEBHOOK_SECRET", SECRET)
+    namespace: dict[str, Any] = {}
+    exec(compile(source, "README.md app.py", "exec"), namespace)
+
+    async def requests() -> tuple[httpx.Response, ...]:
+        transport = httpx.ASGITransport(app=namespace["app"])
+        async with httpx.AsyncClient(transport=transport, base_url="http://app.test") as client:
+            return (await client.get("/"), await client.get("/relay/healthz"),
+                    await client.post("/relay/webhooks/openai", content=b"{}"))
+
+    own, health, unsigned = anyio.run(requests)
+    assert own.json() == {"service": "weather line"} and health.json()["status"] == "draining"
+    assert (unsigned.status_code, unsigned.json()["error"]["code"]) == (400, "invalid_signature")
+    assert namespace["relay"].session_config()["tools"][0]["name"] == "get_weather"
 
 
 # ---- the REST calls --------------------------------------------------------------------------
