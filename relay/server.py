@@ -297,7 +297,7 @@ class RelayServer(EdgeRuntime):
             redact=self.redactor.frame,
         )
         session.loop = loop
-        return await loop.run_closing_upstream(tap.close)
+        return await loop.run(on_end=tap.close)
 
     async def _upstream_unavailable(self, session: ProxySession, message: str) -> SessionEnd:
         """Tell the client why there is no session, in the protocol's own error event, and close.

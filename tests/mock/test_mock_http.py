@@ -15,10 +15,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from relay.asgi import AppServer, BodyRefused, read_body
+from relay.asgi import READ_TIMEOUT, AppServer, BodyRefused, read_body
 from relay.mock import MockUpstream
+from tests.support.clients import TIMEOUT
 
 HOST = b"Host: 127.0.0.1\r\n"
+SHORT = 0.3   # the deadlines of the server whose deadlines are under test
 
 
 async def _echo(request: Request) -> Response:
@@ -28,7 +30,7 @@ async def _echo(request: Request) -> Response:
         request.app.state.holding.set()
         await anyio.sleep_forever()
     try:
-        body = await read_body(request, limit=64, timeout=0.3)
+        body = await read_body(request, limit=64, timeout=request.app.state.body_timeout)
     except BodyRefused as refused:
         return JSONResponse({"error": str(refused)}, status_code=refused.status)
     seen = {
@@ -41,24 +43,41 @@ async def _echo(request: Request) -> Response:
     return JSONResponse(seen, status_code=201)
 
 
-ECHO = Starlette(routes=[Route("/{path:path}", _echo, methods=["GET", "POST"])])
+def echo_app(body_timeout: float = READ_TIMEOUT) -> Starlette:
+    app = Starlette(routes=[Route("/{path:path}", _echo, methods=["GET", "POST"])])
+    app.state.body_timeout = body_timeout
+    return app
+
+
+ECHO = echo_app()
+
+
+async def _served(server: AppServer) -> AsyncIterator[AppServer]:
+    server.listen()
+    serving = asyncio.get_running_loop().create_task(server.serve())   # as the mock does
+    yield server
+    serving.cancel()
+    await asyncio.gather(serving, return_exceptions=True)
 
 
 @pytest.fixture
 async def server() -> AsyncIterator[AppServer]:
-    served = AppServer(ECHO, "127.0.0.1", 0, max_head_bytes=1024, read_timeout=0.3)
-    served.listen()
-    serving = asyncio.get_running_loop().create_task(served.serve())   # as the mock does
-    yield served
-    serving.cancel()
-    await asyncio.gather(serving, return_exceptions=True)
+    async for served in _served(AppServer(ECHO, "127.0.0.1", 0, max_head_bytes=1024)):
+        yield served
+
+
+@pytest.fixture
+async def hurried() -> AsyncIterator[AppServer]:
+    """A server whose head and body deadlines are SHORT."""
+    async for served in _served(AppServer(echo_app(SHORT), "127.0.0.1", 0, read_timeout=SHORT)):
+        yield served
 
 
 async def _raw(port: int, data: bytes) -> bytes:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(data)
     await writer.drain()
-    reply = await asyncio.wait_for(reader.read(), 3)
+    reply = await asyncio.wait_for(reader.read(), TIMEOUT)
     writer.close()
     await writer.wait_closed()
     return reply
@@ -92,7 +111,6 @@ async def test_round_trip(server: AppServer) -> None:
         (b"POST / HTTP/1.1\r\n" + HOST + b"Transfer-Encoding: chunked\r\n\r\n41\r\n" + b"x" * 65 + b"\r\n0\r\n\r\n",
          b"413"),
         (b"GET / HTTP/1.1\r\n" + HOST + b"X: " + b"x" * 2000, b"400"),   # a head past max_head_bytes
-        (b"POST / HTTP/1.1\r\n" + HOST + b"Content-Length: 10\r\n\r\nabc", b"408"),   # the body never ends
         (b"GET /boom HTTP/1.1\r\n" + HOST + b"\r\n", b"500"),
     ],
 )
@@ -102,9 +120,11 @@ async def test_bad_requests_get_error_statuses(server: AppServer, data: bytes, s
     assert b"connection: close" in reply.lower()
 
 
-async def test_silent_or_slow_clients_are_dropped_without_a_reply(server: AppServer) -> None:
-    assert await _raw(server.port, b"") == b""
-    assert await _raw(server.port, b"GET / HTTP/1.1\r\nHo") == b"", "the head never ended"
+async def test_silent_or_slow_clients_are_cut_at_their_deadline(hurried: AppServer) -> None:
+    assert await _raw(hurried.port, b"") == b"", "nothing sent: dropped without a reply"
+    assert await _raw(hurried.port, b"GET / HTTP/1.1\r\nHo") == b"", "the head never ended"
+    cut = await _raw(hurried.port, b"POST / HTTP/1.1\r\n" + HOST + b"Content-Length: 10\r\n\r\nabc")
+    assert cut.split(b" ")[1] == b"408" and b"did not arrive within 0.3 s" in cut
 
 
 async def test_stop_answers_requests_in_flight_and_cancelling_closes_at_once() -> None:
@@ -126,10 +146,10 @@ async def test_stop_answers_requests_in_flight_and_cancelling_closes_at_once() -
         reader, writer = await asyncio.open_connection("127.0.0.1", held.port)
         writer.write(b"GET /hold HTTP/1.1\r\n" + HOST + b"\r\n")
         await writer.drain()
-        with anyio.fail_after(3):
+        with anyio.fail_after(TIMEOUT):
             await ECHO.state.holding.wait()
         group.cancel_scope.cancel()
-    assert await asyncio.wait_for(reader.read(), 3) == b"", "the held request was cut, not answered"
+    assert await asyncio.wait_for(reader.read(), TIMEOUT) == b"", "the held request was cut, not answered"
     writer.close()
 
 

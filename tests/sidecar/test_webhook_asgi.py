@@ -33,7 +33,7 @@ from relay.webhooks import (
     SidecarServerConfig,
     signed_headers,
 )
-from tests.support.clients import http_request
+from tests.support.clients import TIMEOUT, http_request
 from tests.support.frames import outputs_received, said
 from tests.support.keys import PROVIDER_KEY
 from tests.support.paths import REPO
@@ -70,7 +70,7 @@ async def served_by_uvicorn(app: Any) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{sock.getsockname()[1]}"
     finally:
         server.should_exit = True
-        await asyncio.wait_for(task, 10)
+        await asyncio.wait_for(task, TIMEOUT)
 
 
 async def test_mounted_in_a_fastapi_app_a_signed_call_is_accepted_and_attached() -> None:
@@ -92,7 +92,7 @@ async def test_mounted_in_a_fastapi_app_a_signed_call_is_accepted_and_attached()
             assert session.accepts == [{"type": "realtime", "model": "gpt-realtime",
                                         "instructions": "Answer the weather line.", "tools": [WEATHER_TOOL]}]
             sidecar = relay.calls[call_id]
-            with anyio.fail_after(5):
+            with anyio.fail_after(TIMEOUT):
                 await sidecar.attached.wait()
             await mock.user_turn(session, "What's the weather in Paris?")
             answer = await mock.wait_for_sent(lambda e: e["type"] == "response.done" and "found" in said(e))
@@ -121,7 +121,7 @@ async def test_without_a_socket_through_the_asgi_transport_and_503_outside_runni
             early_health = (await client.get("/healthz")).json()
             async with relay.running():
                 accepted = await client.post("/webhooks/openai", headers=headers, content=body)
-                with anyio.fail_after(5):
+                with anyio.fail_after(TIMEOUT):
                     await relay.calls[call_id].attached.wait()
     assert (early.status_code, early.json()["error"]["code"]) == (503, "unavailable")
     assert early_health["status"] == "draining", "not taking calls yet"
@@ -218,12 +218,12 @@ async def answering(raw_response: bytes | None) -> AsyncIterator[str]:
     (b"HTTP/1.1 500 Oops\r\nContent-Length: 27\r\n\r\n{\"error\": {\"message\": 42}}\n", "HTTP 500 42"),
     (b"garbage\r\n\r\n", "cannot reach 127.0.0.1"),
     (b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort", "cannot reach 127.0.0.1"),
-    (None, "did not answer the accept within 0.2 s"),
+    (None, "did not answer the accept within 0.2 s"),   # the one case bounded by a short timeout
 ])
 async def test_what_the_provider_answers_becomes_a_clear_failure(raw_response: bytes | None,
                                                                   failure: str | None) -> None:
     async with MockUpstream() as mock, answering(raw_response) as rest_base:
-        api = CallsAPI(relay_for(mock).runtime, rest_base, timeout=0.2)
+        api = CallsAPI(relay_for(mock).runtime, rest_base, timeout=0.2 if raw_response is None else TIMEOUT)
         try:
             if failure is None:
                 await api.accept("rtc_1", {"type": "realtime"})
