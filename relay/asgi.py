@@ -139,6 +139,12 @@ class AppServer:
         self._socket = sock
         self._address = sock.getsockname()[:2]
 
+    def close(self) -> None:
+        """Stop as `stop()` does, and give the socket back when `serve()` never ran."""
+        self.stop()
+        if self._server is None and self._socket is not None:
+            self._socket.close()
+
     def stop(self) -> None:
         """Stop accepting; `serve()` returns once the requests in flight are answered."""
         self._stop_wanted = True

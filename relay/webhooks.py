@@ -10,9 +10,9 @@ The endpoint is an ASGI application (Starlette), `SidecarServer.app`: `relay sid
 with uvicorn in its own task group (`run()`), and an application that already receives the
 provider's webhooks mounts it in its own app and runs the attached calls in its lifespan:
 
-    relay = SidecarServer(SidecarServerConfig(tools=["tools.py"]))
-    app = FastAPI(lifespan=relay.lifespan)     # or: async with relay.running(): ... in yours
-    app.mount("/relay", relay.app)             # POST /relay/webhooks/openai, GET /relay/healthz
+    webhooks = SidecarServer(SidecarServerConfig(tools=["tools.py"]))
+    app = FastAPI(lifespan=webhooks.lifespan)     # or: async with webhooks.running(): in yours
+    app.mount("/relay", webhooks.app)             # POST /relay/webhooks/openai, GET /relay/healthz
 
 `SidecarServer(config, routes=[...])` adds routes or mounts to that app (a page beside the
 endpoint). The provider's REST calls (accept, reject, hang up) go through httpx (`CallsAPI`).
@@ -217,13 +217,12 @@ class CallsAPI:
             self._client = httpx.AsyncClient(timeout=self.timeout, headers={"User-Agent": "relay"})
         try:
             with anyio.fail_after(self.timeout):
-                response = await self._client.post(url, headers=headers,
-                                                   json=body if body is not None else None)
+                response = await self._client.post(url, headers=headers, json=body)
         except (TimeoutError, httpx.TimeoutException):
             raise CallRequestFailed(f"{host} did not answer the {verb} within {self.timeout:g} s") from None
         except httpx.HTTPError as exc:
             raise CallRequestFailed(runtime.redactor(
-                f"cannot reach {host}: {exc or type(exc).__name__}")) from None
+                f"cannot reach {host}: {str(exc) or type(exc).__name__}")) from None
         if not response.is_success:
             raise CallRequestFailed(runtime.redactor(
                 f"{host} refused to {verb} call {call_id}: HTTP {response.status_code} {_error_message(response)}"))
@@ -368,7 +367,7 @@ class SidecarServer:
                 self.draining = True
                 listener.stop()   # no new deliveries (the provider retries them elsewhere); those in flight end
         finally:
-            listener.stop()
+            listener.close()
             log.info("stopped")
 
     async def _drain(self, group: anyio.abc.TaskGroup) -> None:

@@ -77,9 +77,9 @@ async def test_mounted_in_a_fastapi_app_a_signed_call_is_accepted_and_attached()
     async with MockUpstream(script=WEATHER_SCRIPT, api_key=PROVIDER_KEY) as mock:
         call_id = mock.create_call()
         session = mock.find_session(call_id)
-        relay = relay_for(mock, instructions="Answer the weather line.")
-        app = FastAPI(lifespan=relay.lifespan)
-        app.mount("/relay", relay.app)
+        webhooks = relay_for(mock, instructions="Answer the weather line.")
+        app = FastAPI(lifespan=webhooks.lifespan)
+        app.mount("/relay", webhooks.app)
 
         @app.get("/")
         def index() -> dict[str, str]:
@@ -91,7 +91,7 @@ async def test_mounted_in_a_fastapi_app_a_signed_call_is_accepted_and_attached()
             assert response.status_code == 200, response.text
             assert session.accepts == [{"type": "realtime", "model": "gpt-realtime",
                                         "instructions": "Answer the weather line.", "tools": [WEATHER_TOOL]}]
-            sidecar = relay.calls[call_id]
+            sidecar = webhooks.calls[call_id]
             with anyio.fail_after(TIMEOUT):
                 await sidecar.attached.wait()
             await mock.user_turn(session, "What's the weather in Paris?")
@@ -106,23 +106,23 @@ async def test_mounted_in_a_fastapi_app_a_signed_call_is_accepted_and_attached()
     assert (health["status"], health["calls"]) == ("ok", 1) and own == {"app": "the user's own"}
     assert refused.status_code == 400 and refused.json()["error"]["code"] == "invalid_signature"
     assert sidecar.end == SessionEnd("relay", 1000, "relay shutting down")
-    assert relay.calls == {} and not session.ended, "the call goes on without the relay"
+    assert webhooks.calls == {} and not session.ended, "the call goes on without the relay"
     assert session.connections[0].auth == "bearer"
 
 
 async def test_without_a_socket_through_the_asgi_transport_and_503_outside_running() -> None:
     async with MockUpstream(script=WEATHER_SCRIPT) as mock:
         call_id = mock.create_call()
-        relay = relay_for(mock)
-        transport = httpx.ASGITransport(app=relay.app)
+        webhooks = relay_for(mock)
+        transport = httpx.ASGITransport(app=webhooks.app)
         async with httpx.AsyncClient(transport=transport, base_url="http://relay.test") as client:
             headers, body = incoming_call(call_id)
             early = await client.post("/webhooks/openai", headers=headers, content=body)
             early_health = (await client.get("/healthz")).json()
-            async with relay.running():
+            async with webhooks.running():
                 accepted = await client.post("/webhooks/openai", headers=headers, content=body)
                 with anyio.fail_after(TIMEOUT):
-                    await relay.calls[call_id].attached.wait()
+                    await webhooks.calls[call_id].attached.wait()
     assert (early.status_code, early.json()["error"]["code"]) == (503, "unavailable")
     assert early_health["status"] == "draining", "not taking calls yet"
     assert accepted.status_code == 200 and len(mock.find_session(call_id).accepts) == 1
@@ -146,9 +146,9 @@ async def test_extra_routes_are_served_beside_the_endpoint() -> None:
 
 async def test_an_oversized_delivery_is_refused_before_it_is_read_whole() -> None:
     async with MockUpstream(script=WEATHER_SCRIPT) as mock:
-        relay = relay_for(mock)
-        transport = httpx.ASGITransport(app=relay.app)
-        async with relay.running(), httpx.AsyncClient(transport=transport, base_url="http://relay.test") as client:
+        webhooks = relay_for(mock)
+        transport = httpx.ASGITransport(app=webhooks.app)
+        async with webhooks.running(), httpx.AsyncClient(transport=transport, base_url="http://relay.test") as client:
             response = await client.post("/webhooks/openai", content=b"x" * (1024 * 1024 + 1))
     assert response.status_code == 413 and response.json()["error"]["code"] == "invalid_body"
 
@@ -170,7 +170,7 @@ def test_the_readme_fastapi_app_runs_as_written(monkeypatch: pytest.MonkeyPatch)
     own, health, unsigned = anyio.run(requests)
     assert own.json() == {"service": "weather line"} and health.json()["status"] == "draining"
     assert (unsigned.status_code, unsigned.json()["error"]["code"]) == (400, "invalid_signature")
-    assert namespace["relay"].session_config()["tools"][0]["name"] == "get_weather"
+    assert namespace["webhooks"].session_config()["tools"][0]["name"] == "get_weather"
 
 
 # ---- the REST calls --------------------------------------------------------------------------

@@ -222,8 +222,10 @@ async def http_get(port: int, path: str) -> tuple[int, dict[str, str], bytes]:
 
 async def http_request(method: str, url: str, headers: dict[str, str] | None = None, body: bytes = b"",
                        timeout: float = TIMEOUT) -> httpx.Response:
-    """One request through httpx on a fresh client (the REST API of the mock, a webhook endpoint)."""
-    async with httpx.AsyncClient(timeout=timeout) as client:
+    """One request through httpx on a fresh client (the REST API of the mock, a webhook endpoint).
+    Plain HTTP on loopback only: the client loads no CA bundle (`verify=False`) and reads no proxy
+    settings, so it costs next to nothing to make."""
+    async with httpx.AsyncClient(timeout=timeout, verify=False, trust_env=False) as client:
         return await client.request(method, url, headers=headers, content=body)
 
 
