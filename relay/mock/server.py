@@ -48,6 +48,15 @@ MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 AZURE_PREVIEW_MODEL = "gpt-4o-realtime-preview-2024-12-17"
 
 
+class RestPortUnavailable(OSError):
+    """The fake REST API's port cannot be listened on (the WebSocket port could): a separate
+    error, so that `relay mock` can name the port and the option that clashed."""
+
+    def __init__(self, errno: int | None, strerror: str, port: int) -> None:
+        super().__init__(errno, strerror)
+        self.port = port
+
+
 class Record(NamedTuple):
     """One event that crossed a mock socket."""
 
@@ -186,6 +195,9 @@ class MockUpstream:
         try:
             rest_server = AppServer(rest_app(self), self.host, rest_port)
             rest_server.listen()
+        except OSError as exc:
+            await self.stop()
+            raise RestPortUnavailable(exc.errno, exc.strerror or str(exc), rest_port) from exc
         except BaseException:
             await self.stop()
             raise
