@@ -36,6 +36,7 @@ from collections import Counter
 from typing import Any, Callable, Container, Iterator
 
 from relay.engine import Notice
+from relay.exits import UnusableInput
 from relay.recording import DIRECTIONS, RecordingWriter
 
 log = logging.getLogger("relay.metrics")
@@ -336,6 +337,15 @@ class TrafficTap:
         self._countdown = PUBLISH_EVERY
         self._metrics.publish_frames(frames, frame_bytes)
 
+    def record_notice(self, kind: str, fields: dict[str, Any]) -> None:
+        """What the engine decided about a tool call, for the recording beside the frames."""
+        if self.writer is not None:
+            try:
+                self.writer.record_notice(kind, fields)
+            except Exception:
+                log.exception("session recording failed; recording stopped")
+                self.writer = None
+
     def close(self, reason: str) -> None:
         self.publish()
         self._metrics._taps.discard(self)
@@ -349,10 +359,6 @@ class TrafficTap:
 
 # ---- several worker processes -------------------------------------------------------------------
 
-class MetricsSetupError(Exception):
-    """The metrics of several workers cannot be shared as configured (the message says why)."""
-
-
 @contextlib.contextmanager
 def metrics_for_workers(workers: int) -> Iterator[Callable[[int], None]]:
     """Prepare this process (before it imports prometheus-client) for `workers` processes that
@@ -365,7 +371,7 @@ def metrics_for_workers(workers: int) -> Iterator[Callable[[int], None]]:
     directory = os.environ.get(MULTIPROC_DIR_ENV) or None
     if directory is not None:
         if not os.path.isdir(directory):
-            raise MetricsSetupError(f"{MULTIPROC_DIR_ENV}={directory} is not a directory")
+            raise UnusableInput(f"{MULTIPROC_DIR_ENV}={directory} is not a directory")
         if glob.glob(os.path.join(directory, "*.db")):
             log.warning("%s (%s) holds metrics of an earlier run: its counters are added to this run's",
                         MULTIPROC_DIR_ENV, directory)
