@@ -33,19 +33,18 @@ class Handshake:
     the others through (None)."""
 
     def __init__(self, config: ServerConfig, dialect: Dialect, metrics: Metrics, *,
-                 health: Callable[[], dict[str, Any]], open_sessions: Callable[[], int]) -> None:
+                 health: Callable[[], dict[str, Any]]) -> None:
         self.config = config
         self.dialect = dialect
         self.metrics = metrics
         self._health = health
-        self._open_sessions = open_sessions
 
     def process_request(self, connection: ServerConnection, request: Request) -> Response | None:
         path = urlsplit(request.path).path.rstrip("/") or "/"
         if path == "/healthz":
             return _json_response(connection, HTTPStatus.OK, self._health())
         if path == "/metrics":
-            response = connection.respond(HTTPStatus.OK, self.metrics.render(open_sessions=self._open_sessions()))
+            response = connection.respond(HTTPStatus.OK, self.metrics.render())
             _set_header(response, "Content-Type", METRICS_CONTENT_TYPE)
             return response
         if path not in self.dialect.client_paths:
@@ -74,7 +73,7 @@ class Handshake:
 
     def _refuse(self, connection: ServerConnection, status: HTTPStatus, message: str, **headers: str) -> Response:
         """A JSON error response (with `headers`), counted and logged."""
-        self.metrics.handshakes_refused[status.value] += 1
+        self.metrics.handshake_refused(status.value)
         log.info("handshake refused: %s", message, extra={
             "status": status.value, "remote": remote_address(connection)})
         response = _json_response(connection, status, {"error": {

@@ -38,11 +38,12 @@ from relay.engine import Engine, Notice, new_engine
 from relay.exits import cannot_listen
 from relay.handshake import Handshake, remote_address, select_subprotocol
 from relay.logs import WEBSOCKET_LOGGER, AnomalyLog, RedactingLogger, configure_logging, log_notice
-from relay.metrics import Metrics, TrafficTap
+from relay.metrics import Metrics
 from relay.policy import SHUTDOWN_CODE, EventBudget
 from relay.process import run_until_signalled
 from relay.recording import RecordingWriter
 from relay.session import SessionEnd, SessionLoop
+from relay.tracing import TRACE_PARAMS, SessionTrace, Tracing, trace_carrier, tracing_for
 from relay.upstream import UpstreamUnavailable
 
 __all__ = ["ConfigError", "ProxySession", "RelayServer", "ServerConfig", "run_server", "serve"]
@@ -63,6 +64,7 @@ class ProxySession:
     loop: SessionLoop | None = None
     end: SessionEnd | None = None
     anomalies: AnomalyLog = field(default_factory=AnomalyLog)
+    trace: SessionTrace | None = None   # its spans, when tracing is on
     _connect_scope: anyio.CancelScope | None = field(default=None, repr=False)
     _closing: tuple[int, str] | None = field(default=None, repr=False)
     _closed: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
@@ -104,8 +106,7 @@ class RelayServer(EdgeRuntime):
             declare_tools=True,
             hold_client_creates=True,
         )
-        self._handshake = Handshake(config, self.dialect, self.metrics, health=self.health,
-                                    open_sessions=lambda: len(self._sessions))
+        self._handshake = Handshake(config, self.dialect, self.metrics, health=self.health)
         self._sessions: dict[str, ProxySession] = {}
         self._sessions_changed = asyncio.Event()
         self._ws_server: Server | None = None
@@ -113,6 +114,7 @@ class RelayServer(EdgeRuntime):
         self._stop_requested = asyncio.Event()
         self._hurry = asyncio.Event()
         self._shutdown_done: asyncio.Event | None = None
+        self._tracing: Tracing | None = None   # decided in start(): in the process that serves
 
     # ---- public surface ----------------------------------------------------------------
     @property
@@ -154,6 +156,8 @@ class RelayServer(EdgeRuntime):
         if self._ws_server is not None:
             return
         config = self.config
+        self._tracing = tracing_for(config.tracer_provider)
+        self.metrics.ready()
         self._ws_server = await websocket_serve(
             self._serve_client,
             config.host,
@@ -222,6 +226,8 @@ class RelayServer(EdgeRuntime):
         self._ws_server.close()
         await self._ws_server.wait_closed()
         log.info("stopped", extra={"sessions_total": self.metrics.sessions_total})
+        if self._tracing is not None:
+            await anyio.to_thread.run_sync(self._tracing.flush)
         self._shutdown_done.set()
 
     def _bound_address(self) -> tuple[str, int]:
@@ -231,7 +237,11 @@ class RelayServer(EdgeRuntime):
 
     # ---- health -----------------------------------------------------------------------
     def health(self) -> dict[str, Any]:
-        return self.health_fields(draining=self.draining, sessions=len(self._sessions))
+        """`/healthz`: open sessions of every worker (`relay serve --workers N`: from the shared
+        metrics), by worker pid, and which worker answered (`pid`)."""
+        by_worker = self.metrics.open_sessions_by_worker()
+        return self.health_fields(draining=self.draining, sessions=sum(by_worker.values())) | {
+            "workers": {str(pid): sessions for pid, sessions in by_worker.items()}}
 
     # ---- sessions ----------------------------------------------------------------------
     async def _serve_client(self, client: ServerConnection) -> None:
@@ -245,20 +255,29 @@ class RelayServer(EdgeRuntime):
             path=target.path,
             dialect=self.dialect.for_client(request.headers),
         )
+        query = parse_qsl(target.query, keep_blank_values=True)
+        if self._tracing is not None:
+            session.trace = self._tracing.session(
+                session_id=session.id, mode="proxy", dialect=session.dialect.name, upstream=self.upstream.host,
+                carrier=trace_carrier(request.headers, query), **{"client.address": session.remote.rpartition(":")[0]})
         self._sessions[session.id] = session
-        self.metrics.sessions_total += 1
+        self.metrics.session_started()
         log.info("session start", extra={
             "session_id": session.id, "remote": session.remote, "path": session.path,
             "dialect": session.dialect.name, "upstream": self.upstream.host})
         try:
-            session.end = await self._run_session(session, parse_qsl(target.query, keep_blank_values=True))
+            session.end = await self._run_session(session, [(name, value) for name, value in query
+                                                            if name not in TRACE_PARAMS])
         finally:
             end = session.end = session.end or SessionEnd("relay", 1011, "internal error")
             del self._sessions[session.id]
             session._closed.set()
             self._sessions_changed.set()
-            self.metrics.sessions_ended[end.by] += 1
+            self.metrics.session_ended(end.by)
             engine = session.engine
+            if session.trace is not None:
+                session.trace.end(by=end.by, code=end.code, reason=end.reason,
+                                  tool_calls=len(engine.calls) if engine is not None else 0)
             log.info("session end", extra={
                 "session_id": session.id, "by": end.by, "code": end.code, "reason": end.reason,
                 "seconds": round(time.time() - session.started_at, 3),
@@ -285,7 +304,7 @@ class RelayServer(EdgeRuntime):
                             session_id=session.id, id_prefix=session.id)
         recording = self.recording(session_id=session.id, dialect=session.dialect, mode="proxy",
                                    extra_header=engine.recording_header(), writer=RecordingWriter)
-        tap = TrafficTap(self.metrics, recording)
+        tap = self.metrics.tap(recording)
         loop = SessionLoop(
             engine,
             upstream=upstream,
@@ -296,6 +315,7 @@ class RelayServer(EdgeRuntime):
             close_timeout=1.0,
             client_budget=EventBudget.optional(self.config.max_client_events_per_second),
             redact=self.redactor.frame,
+            handler_scope=session.trace.handler_scope if session.trace is not None else None,
         )
         session.loop = loop
         return await loop.run(on_end=tap.close)
@@ -313,8 +333,7 @@ class RelayServer(EdgeRuntime):
             else:
                 frame = json.dumps(event)
                 await session.client.send(frame)
-                self.metrics.frames["relay>client"] += 1
-                self.metrics.frame_bytes["relay>client"] += len(frame)
+                self.metrics.count_frame("relay>client", frame)
                 await session.client.close(1011, "upstream unavailable")
         except ConnectionClosed:
             pass
@@ -322,6 +341,8 @@ class RelayServer(EdgeRuntime):
 
     def _on_notice(self, session: ProxySession, notice: Notice) -> None:
         self.metrics.count_notice(notice, self.tools)
+        if session.trace is not None:
+            session.trace.notice(notice)
         if self.config.on_notice is not None:
             self.config.on_notice(session.id, notice)
         log_notice(log, notice, anomalies=session.anomalies, session_id=session.id)

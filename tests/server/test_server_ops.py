@@ -28,9 +28,11 @@ async def test_healthz_reports_open_sessions_and_version(weather_mock: MockUpstr
     async with relay_for(weather_mock) as server:
         status, headers, body = await http_get(server.port, "/healthz")
         assert status == 200 and headers["content-type"] == "application/json"
-        assert json.loads(body) | {"pid": 0} == {"status": "ok", "version": __version__, "sessions": 0,
-                                                  "upstream": f"127.0.0.1:{weather_mock.port}",
-                                                  "dialect": "openai", "pid": 0}
+        health = json.loads(body)
+        assert health | {"pid": 0, "workers": {}} == {"status": "ok", "version": __version__, "sessions": 0,
+                                                       "upstream": f"127.0.0.1:{weather_mock.port}",
+                                                       "dialect": "openai", "pid": 0, "workers": {}}
+        assert health["workers"] == {str(health["pid"]): 0}
         async with realtime_client(server) as client:
             await client.wait_type("session.created")
             _, _, body = await http_get(server.port, "/healthz")
@@ -51,11 +53,11 @@ async def test_metrics_count_sessions_frames_tools_and_errors(weather_mock: Mock
     assert samples['relay_sessions_total'] == 1
     assert samples['relay_sessions_open'] == 0
     assert samples['relay_sessions_ended_total{by="client"}'] == 1
-    assert samples['relay_tool_calls_total{tool="get_weather",outcome="ok"}'] == 1
+    assert samples['relay_tool_calls_total{outcome="ok",tool="get_weather"}'] == 1
     assert samples['relay_tool_call_seconds_count{tool="get_weather"}'] == 1
-    assert samples['relay_tool_call_seconds_bucket{tool="get_weather",le="+Inf"}'] == 1
+    assert samples['relay_tool_call_seconds_bucket{le="+Inf",tool="get_weather"}'] == 1
     assert samples['relay_follow_ups_total'] == 1
-    assert samples['relay_errors_total{source="relay",code="invalid_json"}'] == 1
+    assert samples['relay_errors_total{code="invalid_json",source="relay"}'] == 1
     assert samples['relay_frames_total{direction="client>relay"}'] == 3
     assert samples['relay_frames_total{direction="relay>upstream"}'] == 5   # 2 forwarded + tools, output, follow-up
     assert samples['relay_frames_total{direction="upstream>relay"}'] >= samples['relay_frames_total{direction="relay>client"}']

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import signal
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -16,16 +18,19 @@ from typing import Any
 async def python_process(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
                          stdout: bool = False) -> AsyncIterator[asyncio.subprocess.Process]:
     """`python ARGS` with stderr (and stdout, when asked) piped, in the test's environment without
-    RELAY_AUTH_TOKEN, plus `env`; killed at exit if it still runs."""
+    RELAY_AUTH_TOKEN, plus `env`; killed at exit if it still runs, with any processes it forked
+    (`relay serve --workers`: its own process group)."""
     environment = {key: value for key, value in os.environ.items() if key != "RELAY_AUTH_TOKEN"} | (env or {})
     process = await asyncio.create_subprocess_exec(
         sys.executable, *args, cwd=cwd, env=environment,
-        stdout=asyncio.subprocess.PIPE if stdout else None, stderr=asyncio.subprocess.PIPE)
+        stdout=asyncio.subprocess.PIPE if stdout else None, stderr=asyncio.subprocess.PIPE,
+        start_new_session=True)
     try:
         yield process
     finally:
         if process.returncode is None:
-            process.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
             await process.wait()
 
 
