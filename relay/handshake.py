@@ -179,19 +179,21 @@ def request_version(connection: ServerConnection) -> str:
 class ProbeConnection(ServerConnection):
     """A server connection for load balancers' and orchestrators' probes.
 
-    websockets (before 17) reads only `GET ... HTTP/1.1` without a body and drops anything else
-    with an error-level traceback and no answer; every websockets version logs a connection that
-    closes before its request (a TCP health check) as a failed handshake. Here a request head
-    that is not a plain GET is rewritten, before websockets parses it, into the GET of the same
-    path and headers (without the body's); the real method and version are kept on the
-    connection for `Handshake.process_request`, which answers every such request with a status
-    (never a WebSocket: the body, if any, is not read). A connection that brings no HTTP request
-    at all is logged at debug (nothing came: a TCP probe) or info (something else came), and
-    closed.
+    websockets before 17 reads only `GET ... HTTP/1.1` without a body and drops anything else
+    with no answer and an error-level traceback, as it does with a connection that closes before
+    its request (a TCP health check); websockets 17 reads other methods but still refuses a body.
+    Here a request head that is not a plain GET is rewritten, before websockets parses it, into
+    the GET of the same path and headers (without the body's); the real method and version are
+    kept on the connection for `Handshake.process_request`, which answers every such request with
+    a status (never a WebSocket: the body, if any, is not read). A connection that brings no HTTP
+    request at all is logged at debug (nothing came: a TCP probe) or info (something else came),
+    and closed.
 
-    Only the documented `create_connection` extension point is used: `data_received` (asyncio's
-    Protocol method) sees the bytes first; `handshake` is the coroutine websockets' server awaits
-    before the handler, which closes the connection when it returns without an open WebSocket."""
+    Built on websockets' `create_connection` extension point: `data_received` (asyncio's Protocol
+    method) sees the bytes first; `handshake` is the coroutine websockets' server awaits before
+    the handler, which closes the connection when it returns without an open WebSocket (the
+    failure is read from `protocol.handshake_exc` where websockets 17 keeps it). Checked with
+    websockets 14.2, 15.0.1 and 17.4 (tests/server/test_health_probes.py)."""
 
     request_method = "GET"
     request_version = "HTTP/1.1"
@@ -224,11 +226,17 @@ class ProbeConnection(ServerConnection):
         except InvalidMessage as exc:
             if self.request is not None:
                 raise
-            cause = exc.__cause__
-            if isinstance(cause, EOFError) and self._head == b"":
-                log.debug("connection closed before sending a request", extra={"remote": remote_address(self)})
-            else:
-                log.info("not an HTTP request: %s", cause or exc, extra={"remote": remote_address(self)})
+            failure: BaseException = exc
+        else:   # websockets 17 keeps the failure instead of raising it (and logs it at debug only)
+            handshake_exc = getattr(self.protocol, "handshake_exc", None)
+            if self.request is not None or handshake_exc is None:
+                return
+            failure = handshake_exc
+        cause = failure.__cause__
+        if isinstance(cause, EOFError) and self._head == b"":
+            log.debug("connection closed before sending a request", extra={"remote": remote_address(self)})
+        else:
+            log.info("not an HTTP request: %s", cause or failure, extra={"remote": remote_address(self)})
 
 
 def _rewritten_head(head: bytes) -> tuple[str, str, bytes] | bytes | None:

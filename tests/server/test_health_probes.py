@@ -101,7 +101,8 @@ async def test_no_probe_logs_an_error_or_a_traceback_and_sessions_still_work(wea
             async with realtime_client(server) as client:
                 assert "sunny in Paris" in json.dumps(await weather_turn(client))
     records = [json.loads(line) for line in logs.getvalue().splitlines()]
-    assert [r for r in records if r["level"] in ("error", "critical") or "exc" in r] == []
+    # (websockets 17 adds its own traceback at debug, shown only with --log-level debug)
+    assert [r for r in records if r["level"] in ("error", "critical") or ("exc" in r and r["level"] != "debug")] == []
     assert any(r["msg"].startswith("not an HTTP request") and r["level"] == "info" for r in records)
     assert any(r["msg"] == "connection closed before sending a request" and r["level"] == "debug" for r in records)
 
