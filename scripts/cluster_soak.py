@@ -292,7 +292,7 @@ def check(args: argparse.Namespace, workdir: Path, clients: Clients, exits: dict
 
     # each relay's view
     instances: dict[str, Any] = {}
-    logs_text = [(workdir / "haproxy.log").read_text()]
+    logs_text = [(workdir / name).read_text() for name in ("haproxy.log", "mock.log") if (workdir / name).exists()]
     sessions_per_relay = Counter(relay_of.values())
     calls_per_relay = Counter(relay_of.get(mock_log.call_sessions[call], "?") for call in mock_log.produced)
     for name, relay in relays.items():

@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import random
 import secrets
@@ -390,6 +391,9 @@ def main(argv: list[str]) -> int:
         parser.add_argument("--log", type=Path, required=True)
         parser.add_argument("--api-key", required=True)
         mock_args = parser.parse_args(argv[1:])
+        # the mock's own warnings (a relay killed mid-handshake by scripts/cluster-soak) go beside
+        # its journal, not to the soak's output
+        logging.basicConfig(filename=mock_args.log.with_suffix(".log"), level=logging.WARNING)
         asyncio.run(serve_mock(mock_args.log, mock_args.api_key))
         return 0
     parser = argparse.ArgumentParser(prog="scripts/soak", description=__doc__.split("\n\n")[0])
