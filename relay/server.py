@@ -8,11 +8,13 @@ the session.
 
 The handshake (relay/handshake.py) decides everything cheap first (path, origin, the relay's own
 token) so a refused client never causes an upstream connection; `/healthz` and `/metrics` share
-the port. A stop (SIGTERM) drains: the listener stays open so that a load balancer sees `/healthz`
-turn 503 and new sessions refused with 503 (and sends them elsewhere) while open sessions run to
-their end, up to `drain_seconds`; then the listener closes and what is left is closed with 1001. Frames are moved by `SessionLoop`; this module keeps each session's life: it accepts,
+the port. Frames are moved by `SessionLoop`; this module keeps each session's life: it accepts,
 connects, counts, logs and shuts down. The configuration is relay/config.py's, process control
 relay/process.py's, the command line relay/cli.py's.
+
+A stop (SIGTERM) drains: the listener stays open so that a load balancer sees `/healthz` turn 503
+and new sessions refused with 503 (and sends them elsewhere) while open sessions run to their
+end, up to `drain_seconds`; then the listener closes and what is left is closed with 1001.
 """
 
 from __future__ import annotations
@@ -307,7 +309,7 @@ class RelayServer(EdgeRuntime):
             redact=self.redactor.frame,
         )
         session.loop = loop
-        return await loop.run_closing_upstream(tap.close)
+        return await loop.run(on_end=tap.close)
 
     async def _upstream_unavailable(self, session: ProxySession, message: str) -> SessionEnd:
         """Tell the client why there is no session, in the protocol's own error event, and close.

@@ -181,32 +181,29 @@ class SessionLoop:
         self.ended = anyio.Event()
 
     # ---- lifecycle ---------------------------------------------------------------------
-    async def run(self) -> SessionEnd:
-        async with anyio.create_task_group() as task_group:
-            self._task_group = task_group
-            self._runner = HandlerRunner(task_group, on_finished=self._handler_finished,
-                                         on_yield=self._handler_yielded, thread_limit=self.thread_limit)
-            task_group.start_soon(self._read_upstream, name="upstream reader")
-            task_group.start_soon(self._write, self.to_upstream, "upstream", name="upstream writer")
-            if self.client is not None:
-                task_group.start_soon(self._read_client, name="client reader")
-                task_group.start_soon(self._write, self.to_client, "client", name="client writer")
-            task_group.start_soon(self._timer, name="timer")
-            self.started.set()
+    async def run(self, on_end: Callable[[str], None] | None = None) -> SessionEnd:
+        """Run the session until it ends; how it ended. With `on_end`, the edge's: it is called
+        with the reason however the loop ended, and a loop that failed or was cancelled closes the
+        upstream itself (1011), so that no provider connection is left open."""
+        try:
+            async with anyio.create_task_group() as task_group:
+                self._task_group = task_group
+                self._runner = HandlerRunner(task_group, on_finished=self._handler_finished,
+                                             on_yield=self._handler_yielded, thread_limit=self.thread_limit)
+                task_group.start_soon(self._read_upstream, name="upstream reader")
+                task_group.start_soon(self._write, self.to_upstream, "upstream", name="upstream writer")
+                if self.client is not None:
+                    task_group.start_soon(self._read_client, name="client reader")
+                    task_group.start_soon(self._write, self.to_client, "client", name="client writer")
+                task_group.start_soon(self._timer, name="timer")
+                self.started.set()
+        finally:
+            if on_end is not None:
+                on_end(self.end.reason if self.end is not None else "relay error")
+                if self.end is None:
+                    await close_quietly(self.upstream, 1011, "relay error", self.close_timeout)
         assert self.end is not None
         return self.end
-
-    async def run_closing_upstream(self, on_end: Callable[[str], None]) -> SessionEnd:
-        """`run`, then `on_end(reason)` however it ended. A loop that failed or was cancelled
-        closes the upstream itself (1011), so that no provider connection is left open."""
-        end: SessionEnd | None = None
-        try:
-            end = await self.run()
-            return end
-        finally:
-            on_end(end.reason if end is not None else "relay error")
-            if end is None:
-                await close_quietly(self.upstream, 1011, "relay error", self.close_timeout)
 
     async def finish(self, by: str, code: int, reason: str) -> None:
         """End the session: tell the engine, close both sockets, stop every task."""

@@ -231,7 +231,7 @@ class Sidecar:
         self.attached.set()
         end: SessionEnd | None = None
         try:
-            end = await loop.run_closing_upstream(recording.close if recording is not None else lambda reason: None)
+            end = await loop.run(on_end=recording.close if recording is not None else lambda reason: None)
             return end
         finally:
             final = end or SessionEnd("relay", 1011, "interrupted")

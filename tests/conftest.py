@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+CAPTURED_LOG_LINES = 200
+"""A failing test shows the last this many lines of each captured log section."""
+
 from relay.mock import MockUpstream
 from tests.support.keys import PROVIDER_KEY
 from tests.support.paths import shared_dir
@@ -25,3 +28,21 @@ async def weather_mock() -> AsyncIterator[MockUpstream]:
     to use it)."""
     async with MockUpstream(script=WEATHER_SCRIPT, api_key=PROVIDER_KEY) as mock:
         yield mock
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> object:
+    """Cap the captured logs a failure report shows to their last lines: a flood test once
+    dumped ten thousand lines, burying the assertion that failed."""
+    outcome = yield
+    report = outcome.get_result()
+    if not report.failed:
+        return
+    capped = []
+    for title, content in report.sections:
+        lines = content.splitlines()
+        if title.startswith("Captured log") and len(lines) > CAPTURED_LOG_LINES:
+            kept = lines[-CAPTURED_LOG_LINES:]
+            content = "\n".join([f"[... {len(lines) - len(kept)} earlier lines left out ...]", *kept]) + "\n"
+        capped.append((title, content))
+    report.sections = capped

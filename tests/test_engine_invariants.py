@@ -91,6 +91,12 @@ class Simulation:
         self.lost_item: str | None = None       # an item whose closing events are lost
         self.violations: list[str] = []
         self.mode = mode
+        # order of what reached the mock, for the client-answers-early invariant
+        self.seq = 0
+        self.output_seq: dict[str, int] = {}     # call_id -> when its output reached the mock
+        self.created_seq: list[int] = []         # when each in-conversation response was created
+        self.answered_seq: dict[str, int] = {}   # client call_id -> when the client answered it
+        self.create_seq: list[int] = []          # when the client asked for a response
         self._queue_events(self.mock.connect())
 
     def _queue_events(self, events: list[dict[str, Any]]) -> None:
@@ -119,8 +125,9 @@ class Simulation:
             if isinstance(action, SendUpstream):
                 event = json.loads(action.frame)
                 ours = str(event.get("event_id", "")).startswith("s_")
-                if event["type"] == "response.create" and ours and self.known_active:
-                    self.violations.append(f"create while {self.known_active} active")
+                if event["type"] == "response.create" and self.known_active and (ours or self.mode == "proxy"):
+                    # the relay's own, or (proxy) a client's it forwarded: it holds those while busy
+                    self.violations.append(f"create {event.get('event_id')} while {self.known_active} active")
                 item = event.get("item") or {}
                 if item.get("type") == "function_call_output" and str(item.get("id", "")).startswith("s_"):
                     self.engine_outputs.append(item["call_id"])  # the relay's own, not a forwarded client frame
@@ -147,7 +154,15 @@ class Simulation:
 
     def deliver_to_server(self) -> None:
         if self.to_server:
-            self._queue_events(self.mock.receive(*self.to_server.popleft()))
+            frame, origin = self.to_server.popleft()
+            self.seq += 1
+            item = json.loads(frame).get("item") or {}
+            if item.get("type") == "function_call_output":
+                self.output_seq.setdefault(item["call_id"], self.seq)
+            events = self.mock.receive(frame, origin)
+            self.created_seq += [self.seq for e in events if e["type"] == "response.created"
+                                 and e["response"].get("conversation_id") is not None]
+            self._queue_events(events)
 
     def model_response(self, picks: list[int], finish: bool, unfinished: bool, lost: bool) -> None:
         """The model starts a response; `unfinished` leaves it at the first delta of its last item,
@@ -191,6 +206,8 @@ class Simulation:
                                     "item": {"type": "function_call_output", "call_id": entry.call_id,
                                              "output": "client says ok"}})
                 entry.output = "sent"   # once
+                self.seq += 1
+                self.answered_seq[entry.call_id] = self.seq
                 if self.mode == "proxy":
                     self._act(self.engine.receive_client(frame, self.now))
                 else:
@@ -199,6 +216,8 @@ class Simulation:
     def client_create(self) -> None:
         """The client (proxy) or the other writer (sidecar) asks for a response."""
         frame = json.dumps({"type": "response.create", "event_id": f"client_{len(self.to_server)}"})
+        self.seq += 1
+        self.create_seq.append(self.seq)
         if self.mode == "proxy":
             self._act(self.engine.receive_client(frame, self.now))
         else:
@@ -236,12 +255,19 @@ STEPS = st.one_of(
     st.tuples(st.just("handler"), st.integers(0, 5), st.booleans()),
     st.tuples(st.just("client")),
     st.tuples(st.just("client_create")),
+    st.tuples(st.just("client_early")),   # answers its calls as soon as their items are done, asks at once
     st.tuples(st.just("tick"), st.sampled_from([0.1, 0.5, 1.0, 2.0, 6.0])),
 )
 
 
 def run(mode: str, steps: list[tuple]) -> Simulation:
     sim = Simulation(mode)
+    run_steps(sim, steps)
+    sim.settle()
+    return sim
+
+
+def run_steps(sim: Simulation, steps: list[tuple]) -> None:
     for step in steps:
         kind = step[0]
         if kind == "engine":
@@ -262,10 +288,11 @@ def run(mode: str, steps: list[tuple]) -> Simulation:
             sim.client_answers()
         elif kind == "client_create":
             sim.client_create()
+        elif kind == "client_early":
+            sim.client_answers()
+            sim.client_create()
         else:
             sim.advance(step[1])
-    sim.settle()
-    return sim
 
 
 def check(sim: Simulation) -> None:
@@ -294,6 +321,29 @@ def check(sim: Simulation) -> None:
         if entry.speak and entry.scheduling != "silent" and not client_calls and response.status != "unknown":
             assert entry.follow_up_response_id is not None, f"no follow-up for {entry.call_id}: silence"
     assert sim.mock.active is None
+    if sim.mode == "proxy":
+        check_client_answered_early(sim)
+
+
+def check_client_answered_early(sim: Simulation) -> None:
+    """A response whose calls the client and the relay both answered, after which the client
+    asked for a response: the model spoke again after the last of those outputs (the relay held
+    the client's create until its own outputs were in), never before it alone."""
+    ledger = sim.engine.ledger
+    responses = {e.response_id for e in ledger if e.owner is Owner.CLIENT and e.call_id in sim.answered_seq}
+    for response_id in responses:
+        calls = [e for e in ledger if e.response_id == response_id and e.state is not CallState.SKIPPED]
+        client_calls = [e for e in calls if e.owner is Owner.CLIENT]
+        if any(e.call_id not in sim.answered_seq for e in client_calls):
+            continue
+        if any(e.call_id not in sim.output_seq for e in calls if e.owner is Owner.RELAY):
+            continue
+        last_answer = max(sim.answered_seq[e.call_id] for e in client_calls)
+        if not any(seq > last_answer for seq in sim.create_seq):
+            continue   # the client never asked: it is the client's silence, not the relay's
+        last_output = max(sim.output_seq[e.call_id] for e in calls if e.call_id in sim.output_seq)
+        assert any(seq > last_output for seq in sim.created_seq), \
+            f"the client asked for a response after answering in {response_id}, and none came after its outputs"
 
 
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -306,3 +356,31 @@ def test_proxy_invariants_hold_under_random_interleavings(steps) -> None:
 @given(st.lists(STEPS, max_size=40))
 def test_sidecar_invariants_hold_under_random_interleavings(steps) -> None:
     check(run("sidecar", steps))
+
+
+# The client answers its own call early, in a response that also holds relay calls: the model
+# must speak once more after every output, and no create may meet an active response.
+EARLY_STEPS = st.lists(st.one_of(
+    st.tuples(st.just("engine"), st.integers(1, 8)),
+    st.tuples(st.just("server"), st.integers(1, 3)),
+    st.tuples(st.just("handler"), st.integers(0, 5), st.booleans()),
+    st.tuples(st.just("client_early")),
+    st.tuples(st.just("client_create")),
+    st.tuples(st.just("finish")),
+    st.tuples(st.just("tick"), st.sampled_from([0.5, 2.0, 6.0])),
+), max_size=30)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.permutations([0, 1, 4]), st.integers(1, 3), st.integers(0, 3), EARLY_STEPS)
+def test_a_client_answering_early_is_never_left_silent(relay_calls, count, client_at, steps) -> None:
+    """One response with the client's call among one to three relay calls, held open; then any
+    interleaving of deliveries, handler ends, the client answering early and asking, the response
+    ending, timers; at the end the client answers what is left and asks again."""
+    picks = list(relay_calls[:count])
+    picks.insert(min(client_at, len(picks)), 8)   # CALLS[8] is the client's tool
+    sim = Simulation("proxy")
+    sim.model_response(picks, finish=False, unfinished=False, lost=False)
+    run_steps(sim, [*steps, ("engine", 100), ("client_early",)])
+    sim.settle()
+    check(sim)

@@ -12,8 +12,10 @@ import pytest
 from relay.engine import OpenAIEngine, EngineConfig
 from relay.session import FrameQueue, QueueOverflow, SessionLoop
 from relay.tools import tool
+from tests.support.clients import TIMEOUT
 from tests.support.local_mock import LocalMock, model_call
 from tests.support.peers import MemoryPeer
+
 
 
 @tool(timeout=0.2)
@@ -88,11 +90,11 @@ async def test_client_close_closes_upstream_and_cancels_handlers() -> None:
     async def scenario(mock, upstream, client, loop):
         for event in mock.connect() + mock.respond([model_call("waiting", "")]):
             await upstream.feed(json.dumps(event))
-        with anyio.fail_after(5):
+        with anyio.fail_after(TIMEOUT):
             await waiting_started[-1].wait()
         assert loop._runner.running == 1
         await client.feed(None)
-        with anyio.fail_after(2):
+        with anyio.fail_after(TIMEOUT):
             await loop.ended.wait()
 
     loop, upstream, _ = await run_session([waiting], scenario, mode="proxy")

@@ -16,6 +16,8 @@ from websockets.exceptions import ConnectionClosed
 
 from relay.session import FrameQueue
 from relay.wsfast import socket_writer
+from tests.support.clients import TIMEOUT
+
 
 
 async def test_a_batch_takes_the_oldest_frames_that_fit() -> None:
@@ -52,7 +54,7 @@ async def test_a_waiting_writer_is_idle_until_the_first_frame_wakes_it() -> None
     async def writer() -> None:
         got.append(await queue.get_batch(1000))
 
-    with anyio.fail_after(5):
+    with anyio.fail_after(TIMEOUT):
         async with anyio.create_task_group() as group:
             group.start_soon(writer)
             await anyio.wait_all_tasks_blocked()
@@ -83,7 +85,7 @@ async def _with_echo_server(check) -> list[str | bytes]:  # type: ignore[no-unty
         finally:
             done.set()
 
-    with anyio.fail_after(10):
+    with anyio.fail_after(TIMEOUT):
         async with serve(handler, "127.0.0.1", 0, compression=None) as server:
             port = server.sockets[0].getsockname()[1]
             async with connect(f"ws://127.0.0.1:{port}", compression=None) as client:
@@ -264,7 +266,7 @@ async def test_websockets_tells_whether_a_message_waits_to_be_read() -> None:
         await writer.send(["first", "second", "third"])
         await connection.wait_closed()
 
-    with anyio.fail_after(10):
+    with anyio.fail_after(TIMEOUT):
         async with serve(handler, "127.0.0.1", 0, compression=None) as server:
             port = server.sockets[0].getsockname()[1]
             async with connect(f"ws://127.0.0.1:{port}", compression=None) as client:
@@ -300,7 +302,7 @@ async def test_a_burst_read_in_one_go_is_relayed_in_fewer_writes_than_frames() -
             finally:
                 writes.extend(counted)
 
-    with anyio.fail_after(10):
+    with anyio.fail_after(TIMEOUT):
         async with serve(upstream_handler, "127.0.0.1", 0, compression=None) as upstream_server, \
                 serve(relay_handler, "127.0.0.1", 0, compression=None) as relay_server:
             upstream_port = upstream_server.sockets[0].getsockname()[1]
@@ -333,7 +335,7 @@ async def test_the_session_reads_sockets_in_64_kib_chunks_and_bigger_frames_stil
             read_sizes.update(upstream=upstream.transport.max_size, client=client.transport.max_size)
             await loop.run()
 
-    with anyio.fail_after(10):
+    with anyio.fail_after(TIMEOUT):
         async with serve(upstream_handler, "127.0.0.1", 0, compression=None) as upstream_server, \
                 serve(relay_handler, "127.0.0.1", 0, compression=None, max_size=2**20) as relay_server:
             upstream_port = upstream_server.sockets[0].getsockname()[1]

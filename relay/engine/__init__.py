@@ -36,18 +36,12 @@ Engine = SessionEngine
 """The type of any session's engine, whatever its dialect."""
 
 
-def new_engine(
-    tools: ToolRegistry | Iterable[ToolSpec | Callable[..., Any]] = (),
-    *,
-    dialect: Dialect = OPENAI,
-    config: EngineConfig | None = None,
-    session_id: str = "session",
-    id_prefix: str = "relay",
-) -> Engine:
+def new_engine(tools: ToolRegistry | Iterable[ToolSpec | Callable[..., Any]] = (), *, dialect: Dialect = OPENAI,
+               **options: Any) -> Engine:
     """The engine for a dialect: `GeminiEngine` for Gemini Live, `OpenAIEngine` for the OpenAI
-    family (GA, beta, Azure, Foundry)."""
+    family (GA, beta, Azure, Foundry). `options`: `config`, `session_id`, `id_prefix`."""
     engine_class = GeminiEngine if isinstance(dialect, GeminiDialect) else OpenAIEngine
-    return engine_class(tools, dialect=dialect, config=config, session_id=session_id, id_prefix=id_prefix)
+    return engine_class(tools, dialect=dialect, **options)
 
 
 __all__ = [

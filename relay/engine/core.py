@@ -82,17 +82,20 @@ class Anomaly:
 class SessionEngine:
     """One session's state and the sans-I/O plumbing around its rules."""
 
+    default_dialect: Any = None
+    """The dialect a dialect engine speaks unless told (OPENAI, GEMINI)."""
+
     def __init__(
         self,
-        tools: ToolRegistry | Iterable[ToolSpec | Callable[..., Any]],
+        tools: ToolRegistry | Iterable[ToolSpec | Callable[..., Any]] = (),
         *,
-        dialect: Any,
-        config: EngineConfig | None,
-        session_id: str,
-        id_prefix: str,
+        dialect: Any = None,
+        config: EngineConfig | None = None,
+        session_id: str = "session",
+        id_prefix: str = "relay",
     ) -> None:
         self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
-        self.dialect = dialect
+        self.dialect = dialect if dialect is not None else self.default_dialect
         self.config = config or EngineConfig()
         self.session_id = session_id
         self.anomalies: list[Anomaly] = []

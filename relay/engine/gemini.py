@@ -29,14 +29,14 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from relay.dialects.gemini import GEMINI, GeminiDialect, field, key_of, response_text
 from relay.engine.actions import Close, SendClient, SendUpstream
 from relay.engine.calls import CallEntry, CallState, Owner
 from relay.engine.conversation import ABSENT, ItemRecord, ResponseRecord
-from relay.engine.core import EngineConfig, SessionEngine
-from relay.tools import Scheduling, ToolRegistry
+from relay.engine.core import SessionEngine
+from relay.tools import Scheduling
 from relay.tools.render import RenderedOutput
 from relay.tools.spec import HandlerKind, ToolSpec
 
@@ -109,16 +109,11 @@ def _response_body(rendered: RenderedOutput) -> dict[str, Any]:
 class GeminiEngine(SessionEngine):
     """One Gemini Live session's state and rules."""
 
-    def __init__(
-        self,
-        tools: ToolRegistry | Iterable[ToolSpec | Callable[..., Any]] = (),
-        *,
-        dialect: GeminiDialect = GEMINI,
-        config: EngineConfig | None = None,
-        session_id: str = "session",
-        id_prefix: str = "relay",
-    ) -> None:
-        super().__init__(tools, dialect=dialect, config=config, session_id=session_id, id_prefix=id_prefix)
+    default_dialect: GeminiDialect = GEMINI
+
+    def __init__(self, *args: Any, **options: Any) -> None:
+        """As `SessionEngine`: tools, and the dialect, config, session_id and id_prefix options."""
+        super().__init__(*args, **options)
         self._hiding = self.config.hide_tool_events and self.config.has_client
         self._client_functions: set[str] = set()     # names the client declared in its setup
         self._interim: dict[str, RenderedOutput] = {}   # streaming: the last value sent

@@ -151,6 +151,7 @@ class ClientView:
                                     f"call {entry.call_id} ({entry.name}) belongs to a relay tool; the relay "
                                     "sends its output", event.get("event_id"), param="item.call_id")
                 return None
+        engine.sequencer.client_added_item()
         return SAME
 
     def _refuse_relay_tool_names(self, tools: Any, event: dict[str, Any], where: str) -> bool:

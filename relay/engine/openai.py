@@ -21,13 +21,12 @@ from relay.dialects.base import canonical_type
 from relay.engine.actions import Action, Notice, SendClient, SendUpstream
 from relay.engine.calls import OUTCOME_ERROR, OUTCOME_OK, CallEntry, CallState, Owner
 from relay.engine.conversation import ABSENT, ItemRecord, ResponseRecord
-from relay.engine.core import EngineConfig, SessionEngine
+from relay.engine.core import SessionEngine
 from relay.engine.hiding import SAME as _SAME
 from relay.engine.hiding import ClientView
 from relay.engine.injection import Injector
 from relay.engine.peek import has_single_plain_type, peek_type
 from relay.engine.sequencer import ACTIVE_RESPONSE_CODE, Sequencer, sent_notice
-from relay.tools import ToolRegistry
 from relay.tools.render import RenderedOutput
 from relay.tools.spec import ToolSpec
 
@@ -41,16 +40,11 @@ _CANCEL_STATES = ("cancelled", "failed")
 class OpenAIEngine(SessionEngine):
     """One OpenAI-family session's state and rules (GA, beta, Azure, Foundry)."""
 
-    def __init__(
-        self,
-        tools: ToolRegistry | Iterable[ToolSpec | Callable[..., Any]] = (),
-        *,
-        dialect: Dialect = OPENAI,
-        config: EngineConfig | None = None,
-        session_id: str = "session",
-        id_prefix: str = "relay",
-    ) -> None:
-        super().__init__(tools, dialect=dialect, config=config, session_id=session_id, id_prefix=id_prefix)
+    default_dialect: Dialect = OPENAI
+
+    def __init__(self, *args: Any, **options: Any) -> None:
+        """As `SessionEngine`: tools, and the dialect, config, session_id and id_prefix options."""
+        super().__init__(*args, **options)
         self.sequencer = Sequencer(new_event_id=self._new_event_id, build_create=self.dialect.response_create)
         self.view = ClientView(self)        # what the client sees of the relay's tools
         self.injector = Injector(self)      # where and when outputs go in, and the follow-up
@@ -101,6 +95,15 @@ class OpenAIEngine(SessionEngine):
             return None
         return event
 
+    def _part(self, event: dict[str, Any], key: str, missing: str, *, with_id: bool = False) -> dict[str, Any] | None:
+        """The object an event carries under `key` (with a string `id` if `with_id`), or None with
+        "<type> without <missing>" recorded."""
+        value = event.get(key)
+        if isinstance(value, dict) and (not with_id or isinstance(value.get("id"), str)):
+            return value
+        self._record_anomaly(f"{event['type']} without {missing}", event["type"])
+        return None
+
     def _bad_frame(self, code: str, message: str) -> None:
         if self._source == "client":
             self._client_error(code, message)
@@ -128,9 +131,8 @@ class OpenAIEngine(SessionEngine):
 
     # ---- session ----
     def _on_session(self, event: dict[str, Any]) -> Any:
-        session = event.get("session")
-        if not isinstance(session, dict):
-            self._record_anomaly(f"{event['type']} without a session object", event["type"])
+        session = self._part(event, "session", "a session object")
+        if session is None:
             return _SAME
         self.conversation.session.update(session)
         if self.view.may_declare() and (self.config.mode == "sidecar" or event["type"] == "session.created"):
@@ -140,9 +142,8 @@ class OpenAIEngine(SessionEngine):
     # ---- items ----
     def _item_of(self, event: dict[str, Any]) -> ItemRecord | None:
         """Record the item an item event carries, and who produced it."""
-        data = event.get("item")
-        if not isinstance(data, dict):
-            self._record_anomaly(f"{event['type']} without an item", event["type"])
+        data = self._part(event, "item", "an item")
+        if data is None:
             return None
         record = self.conversation.upsert(data)
         if record is not None:
@@ -203,9 +204,8 @@ class OpenAIEngine(SessionEngine):
 
     # ---- responses ----
     def _on_response_created(self, event: dict[str, Any]) -> Any:
-        data = event.get("response")
-        if not isinstance(data, dict) or not isinstance(data.get("id"), str):
-            self._record_anomaly("response.created without a response id", event["type"])
+        data = self._part(event, "response", "a response id", with_id=True)
+        if data is None:
             return _SAME
         response = self.conversation.response(data["id"])
         assert response is not None
@@ -225,10 +225,9 @@ class OpenAIEngine(SessionEngine):
         return self.view.response_event(event, data)
 
     def _on_output_item(self, event: dict[str, Any]) -> Any:
-        data = event.get("item")
         response = self.conversation.response_of(event)
-        if not isinstance(data, dict):
-            self._record_anomaly(f"{event['type']} without an item", event["type"])
+        data = self._part(event, "item", "an item")
+        if data is None:
             return _SAME
         record = self._output_item(response, data, event.get("output_index"))
         if record is None:
@@ -295,9 +294,8 @@ class OpenAIEngine(SessionEngine):
         return entry
 
     def _on_response_done(self, event: dict[str, Any]) -> Any:
-        data = event.get("response")
-        if not isinstance(data, dict) or not isinstance(data.get("id"), str):
-            self._record_anomaly("response.done without a response id", event["type"])
+        data = self._part(event, "response", "a response id", with_id=True)
+        if data is None:
             return _SAME
         response = self.conversation.response(data["id"])
         assert response is not None
@@ -347,9 +345,8 @@ class OpenAIEngine(SessionEngine):
 
     # ---- errors ----
     def _on_error(self, event: dict[str, Any]) -> Any:
-        error = event.get("error")
-        if not isinstance(error, dict):
-            self._record_anomaly("error event without an error object", event["type"])
+        error = self._part(event, "error", "an error object")
+        if error is None:
             return _SAME
         ours = self.sequencer.error_about(error, self._now)
         if ours is None:
@@ -515,9 +512,10 @@ class OpenAIEngine(SessionEngine):
 
     def relay_at_work(self) -> bool:
         """Whether the relay's own work keeps the conversation busy: its calls are unanswered, its
-        create is on its way or its response active, or an active response holds its calls."""
+        create is on its way or its response active, an active response holds its calls, or the
+        client's create it held back now meets what the client added since (`Sequencer.shift_collides`)."""
         sequencer, ledger = self.sequencer, self.ledger
-        if ledger.unanswered() or sequencer.inflight is not None:
+        if ledger.unanswered() or sequencer.inflight is not None or sequencer.shift_collides():
             return True
         for response_id, creator in sequencer.active.items():
             response = self.conversation.responses.get(response_id)
@@ -534,6 +532,7 @@ class OpenAIEngine(SessionEngine):
         are refused so, exactly as without the relay."""
         sequencer = self.sequencer
         if not sequencer.held_creates:
+            sequencer.settle_shift(self._now)
             return
         if not sequencer.held_for_relay and self.relay_at_work():
             sequencer.held_for_relay = True

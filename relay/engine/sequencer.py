@@ -109,6 +109,10 @@ class Sequencer:
         self.delayed_fillers: dict[str, tuple[float, str]] = {}   # call_id -> (when due, text): on_delay
         self.held_creates: list[tuple[str, str | None]] = []      # client creates waiting (frame, event id)
         self.held_for_relay = False     # while they waited, the relay's work (its calls, its responses) was why
+        # a create the relay held went up later than the client sent it, and its response may still
+        # run; what the client adds to the conversation after it is not in that response
+        self.shifted = False
+        self.added_since_shift = False
         self.retry: SentCreate | None = None      # our create refused as "already active"
         self.uncertain: dict[str, SentCreate] = {}  # in flight when the connection was replaced
         self.retry_waits_for_done = False
@@ -156,10 +160,13 @@ class Sequencer:
         return creator, ours
 
     def _taken_over_by_foreign_response(self) -> None:
-        """A response someone else started after our outputs were in answers them."""
+        """A response someone else started after our outputs were in answers them. A follow-up
+        delegated to a client's create is taken over the same way, not merely because some
+        foreign response started: one the server had begun before that create arrived would
+        otherwise take the follow-up with it, and the create be refused as "already active"
+        (that refusal gives the follow-up back, see `_foreign_refused`)."""
         confirmed = self.confirmed_items
-        self.follow_ups = [f for f in self.follow_ups
-                           if not (f.delegated or f.confirm_item_ids <= confirmed)]
+        self.follow_ups = [f for f in self.follow_ups if not f.confirm_item_ids <= confirmed]
         retry = self.retry
         if retry is not None and retry.purpose == "follow_up" and retry.confirm_item_ids <= confirmed:
             self.retry = None
@@ -338,7 +345,24 @@ class Sequencer:
             return None, [event_id for _frame, event_id in held]
         (frame, event_id), *rest = held
         self.client_create_forwarded(event_id, now, answers_pending=True)
+        self.shifted, self.added_since_shift = True, False
         return frame, [other for _frame, other in rest]
+
+    def client_added_item(self) -> None:
+        """The client added an item (its call's output, a message)."""
+        if self.shifted:
+            self.added_since_shift = True
+
+    def shift_collides(self) -> bool:
+        """Whether a client create now meets the response of the create the relay held back and
+        the client has added to the conversation since: without the relay's holding, that earlier
+        create would have been refused and this one answered, so the relay owes it a response."""
+        return self.shifted and self.added_since_shift
+
+    def settle_shift(self, now: float) -> None:
+        """Nothing is active or on its way: the shifted create's response is over."""
+        if self.shifted and not self.busy(now):
+            self.shifted = self.added_since_shift = False
 
     def pending(self) -> bool:
         return bool(self.follow_ups or self.fillers or self.retry)

@@ -41,6 +41,8 @@ class PlannedCall:
     arguments: str
     call_id: str | None = None
     """The scripted call_id; None draws a random one."""
+    hold_after: bool = False
+    """The response waits after this call's item is done, until released."""
 
 
 Planned = PlannedMessage | PlannedCall
@@ -302,3 +304,5 @@ class ResponseRun:
         self._usage.output_text += _tokens(sent)
         item["arguments"] = sent
         yield from self._close_item(output_index, item)
+        if planned.hold_after:
+            yield from self._wait_for_release()

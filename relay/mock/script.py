@@ -68,6 +68,8 @@ class ToolCall(_Config):
     name: str
     arguments: dict[str, Any] | str = Field(default_factory=dict)
     call_id: str | None = Field(None, min_length=1, max_length=64, description="the call's id; random when unset")
+    hold_after: bool = Field(False, description="the response waits after this call's item is done, until released "
+                                                "(a client answering its call mid-response)")
 
     def arguments_text(self) -> str:
         return self.arguments if isinstance(self.arguments, str) else json.dumps(self.arguments)

@@ -17,6 +17,7 @@ import json
 import logging
 import re
 import weakref
+from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -119,6 +120,16 @@ def _error_body(status: int, message: str, code: str | None, param: str | None =
     return Response.from_json(status, {"error": error})
 
 
+@dataclass(frozen=True)
+class Wait:
+    """One wait of the mock: a fault's `event_delay` or a paced response's `pause`, how long it
+    was to last, and whether it `elapsed` or was `woken` early (a cancel)."""
+
+    kind: str
+    seconds: float
+    ended: str
+
+
 class MockUpstream:
     """A protocol-faithful fake of the realtime API, on 127.0.0.1 by default.
 
@@ -155,6 +166,9 @@ class MockUpstream:
         self._wakers: dict[str, asyncio.Event] = {}
         self._finished: dict[str, asyncio.Event] = {}
         self._ended: dict[str, asyncio.Event] = {}
+        self.waits: deque[Wait] = deque(maxlen=1000)
+        """The waits the mock made, latest last (fault delays, paced audio): what tests check
+        instead of a clock."""
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def __aenter__(self) -> MockUpstream:
@@ -482,6 +496,7 @@ class MockUpstream:
         for _ in range(2 if is_done and faults.duplicate_done else 1):
             if faults.event_delay:
                 await asyncio.sleep(faults.event_delay)
+                self.waits.append(Wait("event_delay", faults.event_delay, "elapsed"))
             ws = self._sockets.get((session.id, connection.index))
             if ws is None or connection.closed:
                 return
@@ -524,12 +539,15 @@ class MockUpstream:
             for step in run.steps():
                 if isinstance(step, Pause):
                     waker = self._wakers[run.id] = asyncio.Event()
+                    ended = "woken"
                     try:
                         await asyncio.wait_for(waker.wait(), step.seconds)
                     except TimeoutError:
-                        pass
+                        ended = "elapsed"
                     finally:
                         self._wakers.pop(run.id, None)
+                    if step.seconds is not None:
+                        self.waits.append(Wait("pause", step.seconds, ended))
                 else:
                     await self._emit(session, step, None)
         finally:

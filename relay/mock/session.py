@@ -518,7 +518,7 @@ class MockSession:
                 log.info("mock: not calling %r: not offered by the session's tools/tool_choice", dropped.name)
             calls = allowed
         plan: list[Planned] = [PlannedMessage(reply.say)] if reply.say else []
-        plan += [PlannedCall(call.name, call.arguments_text(), call.call_id) for call in calls]
+        plan += [PlannedCall(call.name, call.arguments_text(), call.call_id, call.hold_after) for call in calls]
         if not plan and reply.calls and self.script.default.say:
             plan = [PlannedMessage(self.script.default.say)]
         return plan

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from relay.mock import MockUpstream
-from tests.support.clients import realtime_client
+from tests.support.clients import TIMEOUT, realtime_client
 from tests.support.keys import PROVIDER_KEY
 from tests.support.processes import SCRIPTS, python_process, script_module
 from tests.support.relays import weather_turn
@@ -32,10 +32,10 @@ async def test_scripts_cluster_prints_the_url_serves_sessions_and_stops_drained(
         assert described["url"].endswith("/v1/realtime") and sorted(described["relays"]) == ["relay1", "relay2"]
         base = described["url"].removesuffix("/v1/realtime")
         async with realtime_client(base, token=None) as client:   # the demo's script and example tools
-            done = await weather_turn(client, says="Here is what I found", timeout=15)
+            done = await weather_turn(client, says="Here is what I found", timeout=TIMEOUT)
         assert "Paris" in json.dumps(done) and "Rome" in json.dumps(done)
         process.send_signal(signal.SIGINT)
-        assert await asyncio.wait_for(process.wait(), 30) == 0
+        assert await asyncio.wait_for(process.wait(), TIMEOUT) == 0
         assert "each relay drains" in (await process.stderr.read()).decode()
     for name in ("relay1", "relay2"):
         records = [json.loads(line) for line in (tmp_path / f"{name}.log").read_text().splitlines()]

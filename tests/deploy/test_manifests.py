@@ -21,6 +21,7 @@ import yaml
 from relay.cli import build_parser
 from relay.config import DEFAULT_PORT, tool_registry
 from relay.mock import MockUpstream
+from tests.support.clients import TIMEOUT
 from tests.support.paths import REPO
 from tests.support.relays import relay_for
 
@@ -78,7 +79,7 @@ async def test_the_image_health_check_passes_on_a_serving_relay_and_fails_on_a_d
         probe = await asyncio.create_subprocess_exec(
             sys.executable, "-c", command[2].replace(f":{DEFAULT_PORT}/", f":{port}/"),
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
-        return await asyncio.wait_for(probe.wait(), 20)
+        return await asyncio.wait_for(probe.wait(), TIMEOUT)
 
     async with relay_for(weather_mock, drain_seconds=30) as server:
         assert await check(server.port) == 0

@@ -16,7 +16,7 @@ import pytest
 from websockets.exceptions import InvalidStatus
 
 from relay.mock import MockUpstream
-from tests.support.clients import RealtimeClient, http_get, realtime_client
+from tests.support.clients import TIMEOUT, RealtimeClient, http_get, realtime_client
 from tests.support.keys import PROVIDER_KEY
 from tests.support.processes import next_log_line, relay_process
 from tests.support.relays import weather_turn
@@ -69,7 +69,7 @@ async def test_sigterm_turns_healthz_503_at_once_lets_open_sessions_finish_then_
             await first.ws.close()
             assert (await http_get(port, "/healthz"))[0] == 503   # one session still open: still draining
             assert "rainy" in json.dumps(await weather_turn(second, says="found"))
-        assert await asyncio.wait_for(relay.wait(), 10) == 0
+        assert await asyncio.wait_for(relay.wait(), TIMEOUT) == 0
         log += (await relay.stderr.read()).decode().splitlines()
     draining = position(log, lambda r: r["msg"].startswith("SIGTERM: draining"))
     refused = position(log, lambda r: r["msg"].startswith("handshake refused") and r["status"] == 503)
@@ -98,7 +98,7 @@ async def test_at_the_drain_deadline_the_sessions_left_are_closed_with_1001_and_
             done = await weather_turn(client, says="found")   # the open session goes on meanwhile
             assert "rainy" in json.dumps(done)
             assert await client.closed() == (1001, "relay shutting down")
-        assert await asyncio.wait_for(relay.wait(), 5) == 0
+        assert await asyncio.wait_for(relay.wait(), TIMEOUT) == 0
         log += (await relay.stderr.read()).decode().splitlines()
     ends = [json.loads(line) for line in log if '"session end"' in line]
     assert [(end["by"], end["code"]) for end in ends] == [("relay", 1001)]
@@ -115,7 +115,7 @@ async def test_with_workers_every_worker_drains_the_same_way(weather_mock: MockU
         base = listening["url"].removesuffix("/v1/realtime")
         port = int(base.rsplit(":", 1)[1])
         sessions: dict[int, RealtimeClient] = {}   # one open session on each worker, by pid
-        async with asyncio.timeout(30):
+        async with asyncio.timeout(TIMEOUT):
             async with contextlib.AsyncExitStack() as stack:
                 while len(sessions) < 2:   # the kernel picks the worker: connect until both have one
                     client = await stack.enter_async_context(realtime_client(base, token=None))
@@ -132,7 +132,7 @@ async def test_with_workers_every_worker_drains_the_same_way(weather_mock: MockU
                 for client in sessions.values():
                     assert "rainy" in json.dumps(await weather_turn(client, says="found"))
             # every session closed by its client (the extra ones on the way out of the stack)
-        assert await asyncio.wait_for(relay.wait(), 10) == 0
+        assert await asyncio.wait_for(relay.wait(), TIMEOUT) == 0
         log += (await relay.stderr.read()).decode().splitlines()
     ends = [json.loads(line) for line in log if '"session end"' in line]
     assert ends and all((end["by"], end["code"]) == ("client", 1000) for end in ends)

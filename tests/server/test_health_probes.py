@@ -14,7 +14,7 @@ from websockets.exceptions import InvalidStatus
 
 from relay.handshake import MAX_REQUEST_HEAD, _rewritten_head
 from relay.mock import MockUpstream
-from tests.support.clients import http_request, realtime_client
+from tests.support.clients import TIMEOUT, http_request, realtime_client
 from tests.support.relays import captured_logs, relay_for, weather_turn
 from tests.support.tools import get_weather
 
@@ -95,7 +95,7 @@ async def test_no_probe_logs_an_error_or_a_traceback_and_sessions_still_work(wea
                 reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
                 writer.write(payload)
                 writer.write_eof()
-                async with asyncio.timeout(5):
+                async with asyncio.timeout(TIMEOUT):
                     assert await reader.read() == b""
                 writer.close()
             async with realtime_client(server) as client:

@@ -16,10 +16,11 @@ from relay.mock import Faults, MockScript, MockUpstream, Reply, StreamOptions
 from relay.config import ConfigError, ServerConfig
 from relay.server import RelayServer
 from relay.tools import tool
-from tests.support.clients import http_get, realtime_client
+from tests.support.clients import TIMEOUT, http_get, realtime_client
 from tests.support.frames import user_text
 from tests.support.keys import PROVIDER_KEY, RELAY_TOKEN
 from tests.support.relays import relay_for
+
 
 
 async def test_a_wrong_or_missing_token_is_refused_before_any_upstream_connection(weather_mock: MockUpstream) -> None:
@@ -107,7 +108,7 @@ async def test_an_oversize_frame_closes_the_client_with_1009(weather_mock: MockU
         session = next(iter(server.sessions.values()))
         await client.send(json.dumps({"type": "input_audio_buffer.append", "audio": "A" * 100_000}))
         assert (await client.closed())[0] == 1009
-        end = await asyncio.wait_for(session.wait_closed(), 2)
+        end = await asyncio.wait_for(session.wait_closed(), TIMEOUT)
         assert (end.by, end.code) == ("client", 1009)
     assert not any(r.event["type"] == "input_audio_buffer.append" for r in weather_mock.received)
 
@@ -153,7 +154,7 @@ async def test_an_upstream_dropping_mid_response_closes_the_client_with_1011() -
         assert code == 1011   # the upstream vanished without a close frame (1006 is not sendable)
         assert any(e["type"] == "response.output_audio.delta" for e in client.events)
         assert not any(e["type"] == "response.done" for e in client.events)
-        end = await asyncio.wait_for(session.wait_closed(), 1)
+        end = await asyncio.wait_for(session.wait_closed(), TIMEOUT)
         assert (end.by, end.code) == ("upstream", 1011)
 
 
@@ -179,28 +180,28 @@ async def test_an_upstream_close_cancels_handlers_and_passes_its_code_on(weather
     async with relay_for(weather_mock, tools=[slow]) as server, realtime_client(server) as client:
         await client.send(user_text("weather?"))
         await client.send({"type": "response.create"})
-        await asyncio.wait_for(started.wait(), 5)
+        await asyncio.wait_for(started.wait(), TIMEOUT)
         await weather_mock.close_session(weather_mock.sessions[0], 4000, "maintenance")
         assert await client.closed() == (4000, "maintenance")
-        await asyncio.wait_for(cancelled.wait(), 1)
+        await asyncio.wait_for(cancelled.wait(), TIMEOUT)
 
 
-async def test_a_client_leaving_mid_handler_tears_everything_down_within_a_second(weather_mock: MockUpstream) -> None:
+async def test_a_client_leaving_mid_handler_tears_everything_down(weather_mock: MockUpstream) -> None:
     slow, started, cancelled = waiting_tool()
     async with relay_for(weather_mock, tools=[slow]) as server:
         async with realtime_client(server) as client:
             await client.send(user_text("weather?"))
             await client.send({"type": "response.create"})
             await client.wait_type("response.done")
-            await asyncio.wait_for(started.wait(), 5)
+            await asyncio.wait_for(started.wait(), TIMEOUT)
             session = next(iter(server.sessions.values()))
             upstream_session = weather_mock.sessions[0]
-            leaving = asyncio.get_running_loop().time()
-        async with asyncio.timeout(1):
+        # the session ends, the handler is cancelled (it would wait for ever) and the provider
+        # connection closes, each without waiting on anything else
+        async with asyncio.timeout(TIMEOUT):
             end = await session.wait_closed()
             await cancelled.wait()
             await weather_mock.wait_session_ended(upstream_session)
-        assert asyncio.get_running_loop().time() - leaving < 1.0
         assert (end.by, end.code) == ("client", 1000)
         assert server.sessions == {}
 
@@ -218,7 +219,7 @@ async def test_a_client_that_stops_reading_is_closed_with_1008_and_logged(caplog
             await client.send({"type": "response.create"})
             await mock.wait_for(lambda e: e["type"] == "response.create")
             session = next(iter(server.sessions.values()))
-            end = await asyncio.wait_for(session.wait_closed(), 5)
+            end = await asyncio.wait_for(session.wait_closed(), TIMEOUT)
             with pytest.raises(ConnectionClosed):   # a client that does not read misses the close frame
                 while True:
                     await client.ws.recv()

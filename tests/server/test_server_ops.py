@@ -17,11 +17,12 @@ from relay import __version__
 from relay.mock import MockUpstream
 from relay.recording import read_recording
 from relay.upstream import AccessToken
-from tests.support.clients import http_get, parse_exposition, realtime_client
+from tests.support.clients import TIMEOUT, http_get, parse_exposition, realtime_client
 from tests.support.keys import PROVIDER_KEY, RELAY_TOKEN
 from tests.support.processes import next_log_line, python_process, relay_process
 from tests.support.relays import captured_logs, relay_for, weather_turn
 from tests.support.tools import WEATHER_SCRIPT, get_weather
+
 
 
 async def test_healthz_reports_open_sessions_and_version(weather_mock: MockUpstream) -> None:
@@ -146,15 +147,15 @@ async def test_workers_share_one_port(weather_mock: MockUpstream, tmp_path: Path
             await one.wait_type("session.created")
             await other.wait_type("session.created")
         relay.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(relay.wait(), 5) == 0
+        assert await asyncio.wait_for(relay.wait(), TIMEOUT) == 0
 
 
 async def test_relay_serve_runs_the_server_until_sigterm(weather_mock: MockUpstream, tmp_path: Path) -> None:
     code = f"import relay; raise SystemExit(relay.serve(upstream={weather_mock.url!r}, dialect='openai', port=0))"
     async with python_process("-c", code, cwd=tmp_path) as process:
         assert process.stderr is not None
-        async with asyncio.timeout(10):
+        async with asyncio.timeout(TIMEOUT):
             while b"listening on ws://127.0.0.1:" not in await process.stderr.readline():
                 pass
         process.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(process.wait(), 5) == 0
+        assert await asyncio.wait_for(process.wait(), TIMEOUT) == 0

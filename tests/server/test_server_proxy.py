@@ -13,11 +13,12 @@ from pydantic import TypeAdapter
 
 from relay.mock import MockScript, MockUpstream, Rule, ToolCall
 from relay.tools import tool
-from tests.support.clients import realtime_client
+from tests.support.clients import TIMEOUT, realtime_client
 from tests.support.frames import received_types, user_text
 from tests.support.keys import PROVIDER_KEY, RELAY_TOKEN
 from tests.support.relays import relay_for
 from tests.support.tools import WEATHER_SCRIPT
+
 
 SERVER_EVENT = TypeAdapter(RealtimeServerEvent)
 
@@ -54,7 +55,7 @@ async def test_sdk_client_gets_a_consistent_session_without_the_relay_tool(weath
                 "content": [{"type": "input_text", "text": "What's the weather in Paris?"}]})
             await connection.response.create()
             responses_done = 0
-            async with asyncio.timeout(5):
+            async with asyncio.timeout(TIMEOUT):
                 while responses_done < 2:
                     raw = await connection.recv_bytes()
                     raw_frames.append(raw)
@@ -109,7 +110,7 @@ async def test_client_response_create_is_held_until_the_relay_output_is_in() -> 
         done = await client.wait_type("response.done")
         calls = [o for o in done["response"]["output"] if o["type"] == "function_call"]
         assert [c["name"] for c in calls] == ["lookup_order"]
-        await asyncio.wait_for(started.wait(), 5)
+        await asyncio.wait_for(started.wait(), TIMEOUT)
 
         await client.send({"type": "conversation.item.create", "item": {
             "type": "function_call_output", "call_id": calls[0]["call_id"], "output": "shipped"}})

@@ -24,10 +24,12 @@ from relay.session import SessionEnd
 from relay import attach
 from relay.sidecar import CallEnded, Sidecar, SidebandLoop, SidecarConfig
 from relay.upstream import UpstreamUnavailable
+from tests.support.clients import TIMEOUT
 from tests.support.frames import outputs_received, said
 from tests.support.peers import MemoryPeer
 from tests.support.relays import ACTIVE_RESPONSE, SidecarTap, accepted_call, captured_logs, sidecar_on
 from tests.support.tools import WEATHER_SCRIPT, Gate, get_weather
+
 
 
 def log_messages(logs: Any) -> list[dict[str, Any]]:
@@ -183,7 +185,7 @@ async def test_a_hung_up_call_ends_the_session_and_cancels_its_handler() -> None
                 await gate.entered.wait()
                 response = await http_request("POST", f"{mock.rest_url}/realtime/calls/{call_id}/hangup")
                 assert response.status == 200
-                with anyio.fail_after(5):
+                with anyio.fail_after(TIMEOUT):
                     await sidecar.ended.wait()
                 assert sidecar.engine is not None
                 entry = sidecar.engine.calls[0]
@@ -208,7 +210,7 @@ async def test_reconnecting_gives_up_after_the_configured_attempts() -> None:
         async with sidecar_on(mock, call_id, [get_weather], sleep=backoff,
                               reconnect_attempts=3, reconnect_delay=0.5) as (sidecar, _):
             await mock.stop()   # the sideband drops, and nothing answers any more
-            with anyio.fail_after(5):
+            with anyio.fail_after(TIMEOUT):
                 await sidecar.ended.wait()
     finally:
         await mock.stop()
@@ -255,7 +257,7 @@ async def test_stop_while_still_trying_to_attach() -> None:
                                                  dialect="openai"), sleep=backoff)
         async with anyio.create_task_group() as group:
             group.start_soon(sidecar.run)
-            with anyio.fail_after(5):
+            with anyio.fail_after(TIMEOUT):
                 await waiting.wait()
             await sidecar.stop("not needed")
     assert sidecar.end == SessionEnd("relay", 1000, "not needed") and sidecar.loop is None

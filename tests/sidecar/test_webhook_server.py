@@ -19,8 +19,10 @@ from relay.mock import MockUpstream
 from relay.config import ConfigError
 from relay.session import SessionEnd
 from relay.webhooks import SidecarServer, SidecarServerConfig, signed_headers
+from tests.support.clients import TIMEOUT
 from tests.support.frames import outputs_received, said
 from tests.support.tools import WEATHER_SCRIPT, WEATHER_TOOL, get_weather
+
 
 SECRET = "whsec_" + base64.b64encode(b"webhook signing key for tests").decode()
 INSTRUCTIONS = "You answer the phone for a weather service."
@@ -63,12 +65,12 @@ async def test_a_signed_incoming_call_is_accepted_attached_and_served() -> None:
         assert session.accepts == [{"type": "realtime", "model": "gpt-realtime", "instructions": INSTRUCTIONS,
                                     "tools": [WEATHER_TOOL]}], "accepted before the 200"
         sidecar = server.calls[call_id]
-        with anyio.fail_after(5):
+        with anyio.fail_after(TIMEOUT):
             await sidecar.attached.wait()
         await mock.user_turn(session, "What's the weather in Paris?")
         answer = await mock.wait_for_sent(lambda e: e["type"] == "response.done" and "found" in said(e))
         await http_request("POST", f"{mock.rest_url}/realtime/calls/{call_id}/hangup")
-        with anyio.fail_after(5):
+        with anyio.fail_after(TIMEOUT):
             await sidecar.ended.wait()
         assert sidecar.engine is not None
         weather_call = sidecar.engine.calls[0]
@@ -110,7 +112,7 @@ async def test_a_repeated_delivery_is_attached_once() -> None:
         first = await deliver(server, body, webhook_id="wh_same")
         again = await deliver(server, body, webhook_id="wh_same")
         sidecar = server.calls[call_id]
-        with anyio.fail_after(5):
+        with anyio.fail_after(TIMEOUT):
             await sidecar.attached.wait()
         calls = dict(server.calls)
     session = mock.find_session(call_id)
@@ -159,7 +161,7 @@ async def test_stopping_detaches_attached_calls() -> None:
         async with sidecar_server(mock) as server:
             assert (await deliver(server, incoming_call(call_id))).status == 200
             sidecar = server.calls[call_id]
-            with anyio.fail_after(5):
+            with anyio.fail_after(TIMEOUT):
                 await sidecar.attached.wait()
         session = mock.find_session(call_id)
     assert sidecar.end == SessionEnd("relay", 1000, "relay shutting down")

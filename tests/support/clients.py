@@ -28,7 +28,9 @@ from relay.mock import MockUpstream
 from relay.mock.gemini import URL_PATH as GEMINI_PATH
 from tests.support.keys import GEMINI_KEY, RELAY_TOKEN
 
-TIMEOUT = 5.0
+TIMEOUT = 20.0
+"""How long a test waits for an event before it fails: a guard against hangs, not a speed limit
+(a shared 2-core machine under load can take seconds where it usually takes milliseconds)."""
 GEMINI_MODEL = "models/gemini-live-2.5-flash-preview"
 Message = dict[str, Any]
 

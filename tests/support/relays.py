@@ -22,7 +22,7 @@ from relay.logs import JsonFormatter
 from relay.mock import MockSession, MockUpstream
 from relay.server import RelayServer, ServerConfig
 from relay.sidecar import Sidecar, SidecarConfig
-from tests.support.clients import RealtimeClient, realtime_client
+from tests.support.clients import TIMEOUT, RealtimeClient, realtime_client
 from tests.support.frames import user_text
 from tests.support.keys import PROVIDER_KEY, RELAY_TOKEN
 from tests.support.tools import WEATHER_TOOL, get_weather
@@ -49,7 +49,7 @@ async def relay_for(upstream: MockUpstream | str, path: str = "/v1/realtime", **
 
 
 async def weather_turn(client: RealtimeClient, *, says: str = "sunny in Paris",
-                       timeout: float = 5.0) -> dict[str, Any]:
+                       timeout: float = TIMEOUT) -> dict[str, Any]:
     """One user turn that makes the model call `get_weather` (WEATHER_SCRIPT); returns the
     response.done of the follow-up whose output says `says` (by default the tool's output)."""
     await client.send(user_text("What's the weather in Paris?"))
