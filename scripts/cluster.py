@@ -258,7 +258,8 @@ class Cluster:
                 process.kill()
             await process.wait()
             await copier
-            raise RuntimeError(f"{name} did not start; its log: {log.path}") from None
+            said = next((r.get("msg") for r in reversed(log.records) if r.get("level") == "error"), None)
+            raise RuntimeError(f"{name} did not start: {said or f'see {log.path}'}") from None
         relay = self.relays[name] = Relay(name, process, listening["url"], log, copier)
         return relay
 
@@ -443,11 +444,15 @@ def main(argv: list[str]) -> int:
     if haproxy is None:
         print(f"scripts/cluster needs HAProxy, which is not installed: {INSTALL_HAPROXY}", file=sys.stderr)
         return 2
-    if args.logs is not None:
-        args.logs.mkdir(parents=True, exist_ok=True)
-        return asyncio.run(run_cluster(args, haproxy, args.logs.resolve()))
-    with tempfile.TemporaryDirectory(prefix="relay-cluster-") as workdir:
-        return asyncio.run(run_cluster(args, haproxy, Path(workdir)))
+    try:
+        if args.logs is not None:
+            args.logs.mkdir(parents=True, exist_ok=True)
+            return asyncio.run(run_cluster(args, haproxy, args.logs.resolve()))
+        with tempfile.TemporaryDirectory(prefix="relay-cluster-") as workdir:
+            return asyncio.run(run_cluster(args, haproxy, Path(workdir)))
+    except RuntimeError as exc:   # the mock, a relay or HAProxy did not start (its log says why)
+        print(f"scripts/cluster: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
