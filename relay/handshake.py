@@ -198,26 +198,24 @@ class ProbeConnection(ServerConnection):
     request_method = "GET"
     request_version = "HTTP/1.1"
     _head: bytes | None = b""   # the request head being read; None once websockets has it
-    _drop_rest = False           # after a rewritten head: the body and anything after it
 
     def data_received(self, data: bytes) -> None:
-        head = self._head
-        if head is None:
-            if not self._drop_rest:
-                super().data_received(data)
-            return
-        head += data
+        """Reads the request head only: once it is decided, later reads go straight to
+        websockets' own `data_received` (an attribute of the instance, found first), so a
+        session's frames pay nothing for this class."""
+        head = (self._head or b"") + data
         rewritten = _rewritten_head(head)
         if rewritten is None:   # more to come
             self._head = head
             return
         self._head = None
         if rewritten is head:   # a plain GET, or past what a probe sends: websockets decides
+            self.data_received = super().data_received   # type: ignore[method-assign]
             super().data_received(head)
             return
         method, version, plain_get = rewritten
         self.request_method, self.request_version = method, version
-        self._drop_rest = True
+        self.data_received = _ignore   # type: ignore[method-assign]  (the body, and anything after it)
         super().data_received(plain_get)
 
     async def handshake(self, *args: Any, **kwargs: Any) -> None:
@@ -237,6 +235,10 @@ class ProbeConnection(ServerConnection):
             log.debug("connection closed before sending a request", extra={"remote": remote_address(self)})
         else:
             log.info("not an HTTP request: %s", cause or failure, extra={"remote": remote_address(self)})
+
+
+def _ignore(data: bytes) -> None:
+    pass
 
 
 def _rewritten_head(head: bytes) -> tuple[str, str, bytes] | bytes | None:
