@@ -19,6 +19,7 @@ import logging
 import os
 import signal
 import sys
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence, TypeVar
@@ -29,7 +30,6 @@ from relay.config import (
     DEFAULT_PORT,
     DEFAULT_RECONNECT_ATTEMPTS,
     DEFAULT_RECONNECT_DELAY,
-    ConfigError,
     EdgeRuntime,
     ServerConfig,
     SidecarConfig,
@@ -38,6 +38,16 @@ from relay.config import (
 from relay.demo import EXAMPLE_TOOLS, run_demo_command
 from relay.dialects import DIALECT_CHOICES
 from relay.engine import DEFAULT_HISTORY_LIMIT
+from relay.exits import (
+    INTERNAL_ERROR,
+    INTERRUPTED,
+    TRACEBACK_ENV,
+    UNUSABLE,
+    UnusableInput,
+    cannot_listen,
+    one_line,
+    refusal,
+)
 from relay.export import FORMATS, run_export
 from relay.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
 from relay.policy import (
@@ -109,6 +119,17 @@ class Option:
 _OWN_NAME = "<own name>"
 
 
+def port_number(text: str) -> int:
+    """An argparse type: a TCP port, 0 to 65535 (0: the system picks one)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0 to 65535, not {port}")
+    return port
+
+
 def option(*flags: str, field: str | None = _OWN_NAME, to: Callable[[Any], Any] = _same,
            default_from: Callable[[], Any] | None = None, **settings: Any) -> Option:
     """An option that sets the configuration field of its own name (`--max-queue-bytes`:
@@ -127,11 +148,14 @@ DIALECT = option("--dialect", choices=DIALECT_CHOICES,
 RECORD = option("--record", field="record_dir", metavar="DIR", help="write one recording per session into DIR")
 RECORD_AUDIO = option("--record-audio", choices=("keep", "drop"), default="keep",
                       help="keep or drop audio in recordings (default keep)")
-LOG_FORMAT = option("--log-format", field=None, choices=LOG_FORMATS, default="json",
-                    help="stderr log lines as JSON (default) or text")
-LOG_LEVEL = option("--log-level", field=None, choices=LOG_LEVELS, default="info")
+LOG_FORMAT = option("--log-format", field=None, choices=LOG_FORMATS, default="auto",
+                    help="stderr log lines as JSON or text (default auto: text when stderr is a "
+                         "terminal, JSON otherwise)")
+LOG_LEVEL = option("--log-level", field=None, choices=LOG_LEVELS, default="info",
+                   help="the least severe log lines shown (default info; debug adds websockets' "
+                        "connection lines)")
 HOST = option("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-PORT = option("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks one)")
+PORT = option("--port", type=port_number, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks one)")
 DRAIN_SECONDS = option("--drain-seconds", type=float, default=DEFAULT_DRAIN_SECONDS, metavar="S",
                        help="on SIGTERM/SIGINT, how long open sessions may go on (default 10)")
 MAX_FRAME_BYTES = option("--max-frame-bytes", type=int, default=DEFAULT_MAX_FRAME_BYTES, metavar="N",
@@ -219,17 +243,27 @@ REPLAY_OPTIONS = (
     option("--gate-timeout", type=float, default=DEFAULT_GATE_TIMEOUT,
            help="seconds to wait for a handler before calling a recorded send missing"),
     option("--html", metavar="PAGE", help="also write the inspector page, divergences marked"),
+    option("--allow-empty", field=None, action="store_true",
+           help="replay a plain event log (no relay sends recorded: nothing to compare) instead of "
+                "refusing it, to see what the relay would do"),
+    option("--allow-incomplete", field=None, action="store_true",
+           help="replay a recording that lost frames (cut short, no end line) instead of refusing it"),
 )
 EXPORT_OPTIONS = (
     option("recording", field=None, help="a relay recording or a plain event log (JSON lines)"),
     option("--format", required=True, choices=FORMATS, help="the shape of the export"),
     option("--out", metavar="FILE", help="write the JSON here instead of to standard output"),
+    option("--allow-incomplete", field=None, action="store_true",
+           help="export a recording that lost frames (cut short, no end line) instead of refusing it"),
 )
 DEMO_OPTIONS = (
-    option("--tools", default=str(EXAMPLE_TOOLS), help="tools file (default: examples/tools.py)"),
+    option("--tools", default=str(EXAMPLE_TOOLS),
+           help=f"a .py file or module with @tool functions (default: {EXAMPLE_TOOLS}, the example "
+                "tools the package ships; examples/tools.py in a checkout)"),
     RECORD.but(default="recordings", help="where to write the session's recording (default: ./recordings)"),
     option("--no-record", field=None, action="store_true", help="do not record the session"),
-    option("--color", field=None, choices=("auto", "always", "never"), default="auto"),
+    option("--color", field=None, choices=("auto", "always", "never"), default="auto",
+           help="colour the timeline (default auto: when standard output is a terminal)"),
 )
 
 
@@ -253,10 +287,17 @@ class Command:
 
 
 def _start(args: argparse.Namespace) -> None:
-    """What every edge command does first: logging as asked, and `--tools mymodule` finds a
-    module next to the user, as `python -m` would."""
-    configure_logging(args.log_format, level=args.log_level)
+    """What every edge command does first (`main` has set up logging as asked): `--record` is
+    checked, and `--tools mymodule` finds a module next to the user, as `python -m` would."""
+    _check_record_dir(args.record)
     _tools_from_working_directory()
+
+
+def _check_record_dir(record: str | None) -> None:
+    """A `--record` that names a file would fail every session's recording: refuse it at once
+    (the library's edges only log such a failure, the session goes on)."""
+    if record is not None and Path(record).exists() and not Path(record).is_dir():
+        raise UnusableInput(f"--record {record} is a file: recordings go into a directory")
 
 
 def _tools_from_working_directory() -> None:
@@ -268,11 +309,8 @@ def _run_serve(args: argparse.Namespace) -> int:
     log = logging.getLogger("relay.server")
     _start(args)
     if args.workers < 1:
-        log.error("--workers must be at least 1")
-        return 2
+        raise UnusableInput("--workers must be at least 1")
     server = _edge(lambda: RelayServer(ServerConfig(**config_fields(args, SERVE_OPTIONS))), log)
-    if server is None:
-        return 2
     if args.workers == 1:
         return run_server(server)
 
@@ -287,8 +325,6 @@ def _run_attach(args: argparse.Namespace) -> int:
     log = logging.getLogger("relay.sidecar")
     _start(args)
     runtime = _edge(lambda: SidecarRuntime(SidecarConfig(**config_fields(args, ATTACH_OPTIONS))), log)
-    if runtime is None:
-        return 2
     sidecar = Sidecar(args.call_id, runtime)
 
     async def work() -> int:
@@ -309,24 +345,15 @@ def _run_attach(args: argparse.Namespace) -> int:
 def _run_sidecar(args: argparse.Namespace) -> int:
     log = logging.getLogger("relay.webhooks")
     _start(args)
-    instructions = None
-    if args.instructions:
-        try:
-            instructions = Path(args.instructions).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            log.error("cannot read --instructions %s: %s", args.instructions, exc)
-            return 2
+    instructions = read_text_input(args.instructions, "--instructions") if args.instructions else None
     server = _edge(lambda: SidecarServer(SidecarServerConfig(**config_fields(args, SIDECAR_OPTIONS),
                                                              instructions=instructions)), log)
-    if server is None:
-        return 2
 
     async def work() -> int:
         try:
             await server.run()
         except OSError as exc:
-            log.error("cannot listen on %s:%s: %s", args.host, args.port, exc.strerror or exc)
-            return 1
+            raise cannot_listen(args.host, args.port, exc) from None
         return 0
 
     async def drain(signal_name: str, again: bool) -> None:
@@ -341,14 +368,10 @@ def _run_sidecar(args: argparse.Namespace) -> int:
 Edge = TypeVar("Edge", RelayServer, SidecarRuntime, SidecarServer)
 
 
-def _edge(build: Callable[[], Edge], log: logging.Logger) -> Edge | None:
-    """The edge `build` makes from its configuration, or None when the configuration is refused
-    (said in one log line); a missing provider key is worth a warning."""
-    try:
-        edge = build()
-    except ConfigError as exc:
-        log.error("%s", exc)
-        return None
+def _edge(build: Callable[[], Edge], log: logging.Logger) -> Edge:
+    """The edge `build` makes from its configuration (a refused configuration raises
+    ConfigError: `main` says it in one line); a missing provider key is worth a warning."""
+    edge = build()
     runtime: EdgeRuntime = edge.runtime if isinstance(edge, SidecarServer) else edge
     warning = runtime.missing_key()
     if warning is not None:
@@ -358,20 +381,19 @@ def _edge(build: Callable[[], Edge], log: logging.Logger) -> Edge | None:
 
 def _run_replay(args: argparse.Namespace) -> int:
     _tools_from_working_directory()
-    try:
-        tools = tool_registry(args.tools)
-    except ConfigError as exc:
-        print(f"relay replay: {exc}", file=sys.stderr)
-        return 2
+    tools = tool_registry(args.tools)
     return run_replay(args.recording, tools, dialect=args.dialect, as_json=args.json, realtime=args.realtime,
-                      gate_timeout=args.gate_timeout, html=args.html)
+                      gate_timeout=args.gate_timeout, html=args.html, allow_empty=args.allow_empty,
+                      allow_incomplete=args.allow_incomplete)
 
 
 def _run_export(args: argparse.Namespace) -> int:
-    return run_export(args.recording, args.format, out=args.out)
+    return run_export(args.recording, args.format, out=args.out, allow_incomplete=args.allow_incomplete)
 
 
 def _run_demo(args: argparse.Namespace) -> int:
+    if not args.no_record:
+        _check_record_dir(args.record)
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
     return run_demo_command(tools=args.tools, record_dir=None if args.no_record else args.record, color=color)
 
@@ -410,12 +432,57 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; its exit status (`relay.exits`). The one place that turns what a command
+    raises into one line on stderr: a log line for the commands that log (JSON or text, as
+    `--log-format` says), `relay COMMAND: ...` for the others; never a traceback."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
         parser.print_help(sys.stderr)
-        return 2
+        return UNUSABLE
+    logs = hasattr(args, "log_format")
+    if logs:
+        configure_logging(args.log_format, level=args.log_level)
     try:
         return int(args._run(args) or 0)
     except KeyboardInterrupt:
-        return 130
+        return INTERRUPTED
+    except Exception as exc:
+        return _refuse(args.command, exc, logs=logs)
+
+
+def _refuse(command: str, exc: Exception, *, logs: bool) -> int:
+    """Say in one line why `command` stopped; the status: 2 for input it cannot use, 70 for a
+    bug (its traceback only with RELAY_TRACEBACK=1)."""
+    line = refusal(exc)
+    status = UNUSABLE
+    if line is None:
+        status = INTERNAL_ERROR
+        cause: BaseException = exc
+        while isinstance(cause, BaseExceptionGroup) and len(cause.exceptions) == 1:
+            cause = cause.exceptions[0]
+        line = f"internal error, a bug in relay: {type(cause).__name__}: {one_line(str(cause))}"
+        if os.environ.get(TRACEBACK_ENV):
+            traceback.print_exception(exc, file=sys.stderr)
+        else:
+            line += f" ({TRACEBACK_ENV}=1 shows the traceback)"
+    if logs:
+        logging.getLogger("relay.cli").error("%s", line, extra={"command": command})
+    else:
+        print(f"relay {command}: {line}", file=sys.stderr)
+    return status
+
+
+def read_text_input(path: str, option: str) -> str:
+    """The UTF-8 text of a file an option names, or UnusableInput saying why it cannot be had."""
+    source = Path(path)
+    if source.is_dir():
+        raise UnusableInput(f"{option} {path} is a directory, not a file")
+    try:
+        return source.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UnusableInput(f"{option} {path}: no such file") from None
+    except OSError as exc:
+        raise UnusableInput(f"cannot read {option} {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise UnusableInput(f"{option} {path} is not UTF-8 text (byte {exc.start})") from None

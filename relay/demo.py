@@ -72,18 +72,33 @@ WHO_STYLE = {"you": "1;36", "assistant": "1;32", "model": "35", "relay": "33", "
 @dataclass
 class Timeline:
     """Prints one line per thing that happened, with the time since the demo started, and keeps
-    the engine of every session it hears from (for the summary)."""
+    the engine of every session it hears from (for the summary).
+
+    The assistant's words reach the scripted client after the relay has already seen the calls
+    that follow them in the same response, so words that precede a call are printed from the
+    relay's engine when the call starts, and the client prints only words not yet shown: the
+    timeline keeps the order in which the model produced things. Each of the assistant's lines
+    names its response, the id the calls table gives as "answered by"."""
 
     style: Style
     out: Any = sys.stdout
     started: float = field(default_factory=time.perf_counter)
     server: RelayServer | None = None
     engines: dict[str, Any] = field(default_factory=dict)
+    shown_items: set[str] = field(default_factory=set)
 
     def line(self, who: str, text: str) -> None:
         elapsed = time.perf_counter() - self.started
         label = self.style(f"{who:>9}", WHO_STYLE.get(who, "0"))
         print(f"{elapsed:7.3f}s {label}  {text}", file=self.out, flush=True)
+
+    def said(self, item_id: str | None, response_id: str | None, text: str) -> None:
+        """The assistant's words in one item, once (from the engine or from the client)."""
+        if item_id is not None:
+            if item_id in self.shown_items:
+                return
+            self.shown_items.add(item_id)
+        self.line("assistant", f"\u201c{text}\u201d" + (f"  [{response_id}]" if response_id else ""))
 
     def notice(self, session_id: str, notice: Notice) -> None:
         """What the relay's engine reports: calls starting and answered, follow-ups, fillers."""
@@ -91,22 +106,77 @@ class Timeline:
             session = self.server.sessions.get(session_id)
             if session is not None and session.engine is not None:
                 self.engines[session_id] = session.engine
+        engine = self.engines.get(session_id)
         fields = notice.fields
         if notice.kind == "tool_started":
+            if engine is not None:
+                self._words_before(engine, fields["call_id"])
             self.line("model", f"calls {fields['name']}({_compact(fields['arguments'])})  "
-                               f"[{fields['call_id']}, response {fields['response_id']}]")
+                               f"[{fields['call_id']}, {fields['response_id']}]")
         elif notice.kind == "tool_call":
-            outcome = fields.get("outcome")
-            who = "error" if outcome not in ("ok", None) else "tool"
-            self.line(who, f"{fields['name']} {outcome} in {fields.get('handler_ms')} ms -> output "
-                           f"{fields.get('output_item_id')} [{fields.get('status')}] injected after "
-                           f"response {fields.get('response_id')} ({fields.get('ms')} ms after the call was ready)")
+            self._answered(engine, fields)
         elif notice.kind == "follow_up":
-            self.line("relay", f"response.create: the model answers {fields.get('call_ids')}")
+            self.line("relay", f"response.create: the model answers {_ids(fields.get('call_ids'))}")
         elif notice.kind == "filler":
-            self.line("relay", f"out-of-band filler while {fields.get('call_ids')} still runs")
+            self.line("relay", f"out-of-band filler while {_ids(fields.get('call_ids'))} still runs")
         elif notice.kind in ("anomaly", "upstream_error", "client_error"):
             self.line("error", f"{notice.kind}: {fields.get('message')}")
+
+    def _words_before(self, engine: Any, call_id: str) -> None:
+        """The assistant's words that precede the call in its response (a spoken preamble)."""
+        entry = engine.ledger.get(call_id)
+        response = engine.conversation.responses.get(entry.response_id) if entry is not None else None
+        if response is None:
+            return
+        for item_id in response.output_item_ids:
+            if item_id == entry.item_id:
+                return
+            item = engine.conversation.item(item_id)
+            if item is not None and item.type == "message" and item.role == "assistant" and item.text():
+                self.said(item_id, response.id, item.text())
+
+    def _answered(self, engine: Any, fields: dict[str, Any]) -> None:
+        outcome = fields.get("outcome")
+        entry = engine.ledger.get(fields["call_id"]) if engine is not None else None
+        took = f" in {_ms(fields.get('handler_ms'))}" if fields.get("handler_ms") is not None else ""
+        if outcome in ("ok", None):
+            who, what = "tool", f"{fields['name']} ok{took}"
+        else:
+            why = _error_text(entry.output) if entry is not None and entry.output else fields.get("reason")
+            who, what = "error", f"{fields['name']} {outcome}{took}" + (f": {why}" if why else "")
+        if fields.get("output_item_id"):
+            what += f" -> output {fields['output_item_id']} after {fields.get('response_id')}"
+            waited = _waited_ms(fields)
+            if waited is not None:
+                what += f" (held {_ms(waited)} until that response was done)"
+        self.line(who, what)
+
+
+def _ids(call_ids: Any) -> str:
+    return ", ".join(call_ids.split(",")) if isinstance(call_ids, str) else str(call_ids)
+
+
+def _ms(value: float) -> str:
+    return f"{value:.1f} ms"
+
+
+def _waited_ms(fields: dict[str, Any]) -> float | None:
+    """How long a finished output waited for its response to end (ready->injected minus the
+    handler's time), when that is worth saying."""
+    ready_to_out, handler = fields.get("ms"), fields.get("handler_ms")
+    if ready_to_out is None or handler is None or ready_to_out - handler < 1.0:
+        return None
+    return ready_to_out - handler
+
+
+def _error_text(output: str) -> str:
+    """What an error output says: its `error` member, else the output (clipped)."""
+    try:
+        value = json.loads(output)
+    except ValueError:
+        value = None
+    text = value["error"] if isinstance(value, dict) and isinstance(value.get("error"), str) else output
+    return text if len(text) <= 100 else text[:99] + "\u2026"
 
 
 def _compact(arguments: str) -> str:
@@ -138,7 +208,7 @@ async def _until_turn_is_over(ws: Any, timeline: Timeline, server: RelayServer) 
             kind = event["type"]
             if kind in ("response.output_text.done", "response.output_audio_transcript.done"):
                 text = event.get("text") or event.get("transcript") or ""
-                timeline.line("assistant", f"\u201c{text}\u201d")
+                timeline.said(event.get("item_id"), event.get("response_id"), text)
             elif kind == "error":
                 timeline.line("error", f"{event['error'].get('code')}: {event['error'].get('message')}")
             elif kind == "response.done" and _relay_idle(server):
@@ -157,13 +227,18 @@ def _relay_idle(server: RelayServer) -> bool:
 
 
 def summary(server_engine: Any, style: Style) -> str:
-    rows = [("call", "tool", "outcome", "status", "handler ms", "ready->out ms", "answered by")]
+    """One row per call. `held ms`: how long a finished output waited for its response to be done
+    (blank when it went in at once); `answered by`: the response in which the model spoke about
+    it, as the timeline's assistant lines name it."""
+    rows = [("call", "tool", "outcome", "status", "handler ms", "held ms", "answered by")]
     for entry in server_engine.ledger:
-        handler_ms = ("" if entry.started_at is None or entry.finished_at is None
-                      else f"{(entry.finished_at - entry.started_at) * 1000:.1f}")
+        handler = (None if entry.started_at is None or entry.finished_at is None
+                   else (entry.finished_at - entry.started_at) * 1000)
         latency = entry.latency_ms()
+        held = None if latency is None or handler is None or latency - handler < 1.0 else latency - handler
         rows.append((entry.call_id, entry.name, entry.outcome or entry.state.value, entry.output_status or "",
-                     handler_ms, "" if latency is None else f"{latency:.1f}", entry.follow_up_response_id or ""))
+                     "" if handler is None else f"{handler:.1f}", "" if held is None else f"{held:.1f}",
+                     entry.follow_up_response_id or ""))
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
     lines = []
     for index, row in enumerate(rows):

@@ -27,16 +27,19 @@ import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal, get_args
+from typing import Any, Callable, Literal, Mapping, get_args
 
 from relay.engine import CallLedger, CallState, Engine, EngineConfig, Owner, new_engine
 from relay.engine.conversation import Conversation, ItemRecord
+from relay.exits import UnusableInput
 from relay.recording import (
     CLIENT_TO_RELAY,
     RELAY_TO_UPSTREAM,
     UPSTREAM_TO_RELAY,
     Frame,
+    Recording,
     RecordingError,
+    load_recording,
     read_recording,
 )
 
@@ -140,8 +143,10 @@ class _Reader:
     An assistant turn is a run of assistant messages and function calls; when the run ends, the
     outputs of its calls follow it, in call order, wherever they sat in the conversation."""
 
-    def __init__(self, conversation: Conversation, ledger: CallLedger) -> None:
+    def __init__(self, conversation: Conversation, ledger: CallLedger,
+                 decided: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         self.ledger = ledger
+        self.decided = decided or {}
         self.records = conversation.visible_items()
         self.notes: list[ExportNote] = []
         self.steps: list[_Step] = []
@@ -279,7 +284,16 @@ class _Reader:
         entry = self.ledger.get(called.call_id)
         is_error, error = _error_member(output)
         message = None
-        if entry is not None and entry.owner is Owner.RELAY and entry.output_item_id == record.id:
+        decided = self.decided.get(called.call_id)
+        if decided is not None:
+            # a relay call of a recording: its `relay` line says what the relay decided (only
+            # relay calls have one, and the relay refuses a client's output for them)
+            if isinstance(decided.get("is_error"), bool):
+                if decided["is_error"] and not is_error:
+                    error = output
+                is_error = decided["is_error"]
+            message = decided.get("message") if isinstance(decided.get("message"), str) else None
+        elif entry is not None and entry.owner is Owner.RELAY and entry.output_item_id == record.id:
             # the relay's own output: the ledger knows whether it is an error
             if entry.is_error and not is_error:
                 error = output
@@ -306,8 +320,9 @@ class _Reader:
                          None, synthetic=True)
 
 
-def _read_flow(conversation: Conversation, ledger: CallLedger) -> _Flow:
-    reader = _Reader(conversation, ledger)
+def _read_flow(conversation: Conversation, ledger: CallLedger,
+               decided: Mapping[str, Mapping[str, Any]] | None = None) -> _Flow:
+    reader = _Reader(conversation, ledger, decided)
     steps = reader.read()
     instructions = conversation.session.get("instructions")
     return _Flow(instructions if isinstance(instructions, str) and instructions else None,
@@ -479,18 +494,23 @@ def export_conversation(
 ) -> Export:
     """The conversation of `source` (an engine, or its conversation and ledger) in `format`,
     with a report of what the export had to change or could not carry."""
-    formatter = _formatter(format)
     if isinstance(source, tuple):
         conversation, ledger = source
     else:
         conversation, ledger = source.conversation, source.ledger
-    flow = _read_flow(conversation, ledger)
+    return _export(conversation, ledger, format)
+
+
+def _export(conversation: Conversation, ledger: CallLedger, format: str,
+            decided: Mapping[str, Mapping[str, Any]] | None = None) -> Export:
+    formatter = _formatter(format)
+    flow = _read_flow(conversation, ledger, decided)
     notes = list(flow.notes)
     document = formatter(flow, notes)
     return Export(format, document, notes)
 
 
-def engine_from_recording(path: str | Path) -> tuple[Engine, list[str]]:
+def engine_from_recording(path: str | Path | Recording) -> tuple[Engine, list[str]]:
     """An engine of the recording's dialect fed what the provider saw of a recorded session, and
     the reader's warnings. It has no tools of its own, so every call and answer is taken as it
     was.
@@ -499,13 +519,16 @@ def engine_from_recording(path: str | Path) -> tuple[Engine, list[str]]:
     alone are the conversation. Gemini Live echoes nothing (`Dialect.echoes_conversation`): the
     engine also reads what went up, as a client's frames (the relay's answers and the client's
     turns, as sent; for a plain event log, the client's messages)."""
-    try:
-        recording = read_recording(path)
-    except OSError as exc:
-        raise ExportError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except RecordingError as exc:
-        raise ExportError(str(exc)) from None
-    session_id = str((recording.header or {}).get("session_id") or Path(path).stem)
+    if isinstance(path, Recording):
+        recording = path
+    else:
+        try:
+            recording = read_recording(path)
+        except OSError as exc:
+            raise ExportError(f"cannot read {path}: {exc.strerror or exc}") from None
+        except RecordingError as exc:
+            raise ExportError(str(exc)) from None
+    session_id = str((recording.header or {}).get("session_id") or recording.path.stem)
     dialect = recording.dialect
     sent_up: str | None = None   # the direction of what went up, when the engine reads it too
     config = EngineConfig(mode="replay")
@@ -529,15 +552,25 @@ def _frame_payload(frame: Frame) -> str | bytes:
     return frame.raw if frame.raw is not None else frame.binary or b""
 
 
-def export_recording(path: str | Path, format: str) -> Export:
+def export_recording(path: str | Path | Recording, format: str) -> Export:
     """`export_conversation` on a recorded session (a relay recording or a plain event log).
 
-    Calls are seen from the outside here, as in any recording: whether an output is an error is
-    read from the output itself (a JSON object whose only key is `error`), and what the relay
-    meant the assistant to say about a result (Vapi `message`) is not known."""
+    Calls are seen from the outside here, as in any recording, with what the relay recorded
+    beside the frames: for each of its calls, a `relay` line saying whether the output is an
+    error and what the assistant was to say about it (Vapi `message`: `ToolResult(message=...)`,
+    else the tool's `on_complete` / `on_failure`). A recording without those lines (written
+    before the relay kept them, or a plain event log) tells errors by the output itself (a JSON
+    object whose only key is `error`) and has no message."""
     _formatter(format)  # an unknown format fails before the file is read
+    if not isinstance(path, Recording):
+        try:
+            path = read_recording(path)
+        except OSError as exc:
+            raise ExportError(f"cannot read {path}: {exc.strerror or exc}") from None
+        except RecordingError as exc:
+            raise ExportError(str(exc)) from None
     engine, warnings = engine_from_recording(path)
-    exported = export_conversation(engine, format)
+    exported = _export(engine.conversation, engine.ledger, format, path.tool_calls_decided())
     notes = [ExportNote("recording", warning) for warning in warnings] + exported.report
     return Export(exported.format, exported.document, notes)
 
@@ -545,14 +578,12 @@ def export_recording(path: str | Path, format: str) -> Export:
 # ---- the command -------------------------------------------------------------------------------
 
 
-def run_export(path: str, format: str, *, out: str | None = None) -> int:
+def run_export(path: str, format: str, *, out: str | None = None, allow_incomplete: bool = False) -> int:
     """`relay export`: the document to `out` (default: standard output), the report's notes to
-    standard error; 1 when the recording cannot be exported or the file cannot be written."""
-    try:
-        exported = export_recording(path, format)
-    except ExportError as exc:
-        print(f"relay export: {exc}", file=sys.stderr)
-        return 1
+    standard error. A recording it cannot use (`load_recording`: not a recording, or incomplete
+    unless `allow_incomplete`) or an `out` it cannot write raises (`relay.exits`: status 2)."""
+    _formatter(format)
+    exported = export_recording(load_recording(path, allow_incomplete=allow_incomplete), format)
     for note in exported.report:
         print(f"relay export: {note}", file=sys.stderr)
     text = exported.to_json()
@@ -562,8 +593,7 @@ def run_export(path: str, format: str, *, out: str | None = None) -> int:
     try:
         Path(out).write_text(text, encoding="utf-8")
     except OSError as exc:
-        print(f"relay export: cannot write {out}: {exc.strerror or exc}", file=sys.stderr)
-        return 1
+        raise UnusableInput(f"cannot write {out}: {exc.strerror or exc}") from None
     return 0
 
 

@@ -1,5 +1,7 @@
-"""Structured logging: one line per record, JSON (the default, for log pipelines) or text (for
-people), with the fields a record carries in `extra` laid out as keys.
+"""Structured logging: one line per record, JSON (for log pipelines) or text (for people), with
+the fields a record carries in `extra` laid out as keys. The default, `auto`, is text when stderr
+is a terminal and JSON otherwise: a person starting `relay serve` by hand reads a startup error
+as it is, a service manager or a container runtime gets lines it can parse.
 
 The relay logs sessions and tool calls, never frames: nothing here is on the per-frame path.
 `RedactingLogger` is given to websockets, which logs handshake headers (the provider key, the
@@ -17,10 +19,12 @@ from typing import IO, TYPE_CHECKING, Any, Iterable
 if TYPE_CHECKING:
     from relay.engine import Notice
 
-LOG_FORMATS = ("json", "text")
+LOG_FORMATS = ("auto", "json", "text")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 REDACTED = "[redacted]"
 ANOMALY_LOG_LIMIT = 10   # per session; the rest are only counted
+# tool_call notice fields a log line leaves out (`message` is also a name logging reserves)
+_NOT_LOGGED = frozenset({"message", "is_error"})
 # Parent of the loggers the relay gives websockets (`relay.websocket.client`, `.upstream`).
 WEBSOCKET_LOGGER = "relay.websocket"
 
@@ -72,23 +76,36 @@ class TextFormatter(logging.Formatter):
         return line
 
 
+def resolved_format(fmt: str, stream: IO[str]) -> str:
+    """`json` or `text`: `auto` is text when `stream` is a terminal, JSON otherwise."""
+    if fmt != "auto":
+        return fmt
+    try:
+        return "text" if stream.isatty() else "json"
+    except (AttributeError, ValueError):   # no isatty, or a closed stream
+        return "json"
+
+
 def configure_logging(
-    fmt: str = "json", *, level: str = "info", stream: IO[str] | None = None
+    fmt: str = "auto", *, level: str = "info", stream: IO[str] | None = None
 ) -> logging.Handler:
-    """Send every log record to `stream` (stderr) in `fmt`, replacing earlier handlers of the root
-    logger: the CLI owns the process's logging. Returns the handler. websockets' own connection
-    lines are shown only at `debug`."""
+    """Send every log record to `stream` (stderr) in `fmt` (`auto`: see `resolved_format`),
+    replacing earlier handlers of the root logger: the CLI owns the process's logging. Returns
+    the handler. websockets' own connection lines are shown only at `debug`."""
     if fmt not in LOG_FORMATS:
         raise ValueError(f"log format must be one of {', '.join(LOG_FORMATS)}, not {fmt!r}")
-    handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    target = stream or sys.stderr
+    handler = logging.StreamHandler(target)
+    handler.setFormatter(JsonFormatter() if resolved_format(fmt, target) == "json" else TextFormatter())
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())
-    # websockets narrates every connection at INFO; the relay logs its sessions itself.
-    logging.getLogger(WEBSOCKET_LOGGER).setLevel(logging.DEBUG if level == "debug" else logging.WARNING)
+    # websockets narrates every connection (and a server listening) at INFO; the relay logs its
+    # sessions itself. Its own loggers are under "websockets" unless given the relay's.
+    for name in (WEBSOCKET_LOGGER, "websockets"):
+        logging.getLogger(name).setLevel(logging.DEBUG if level == "debug" else logging.WARNING)
     return handler
 
 
@@ -187,9 +204,11 @@ def log_notice(logger: logging.Logger, notice: Notice, *, anomalies: AnomalyLog 
     (`session_id`, and the sidecar's `realtime_call_id`)."""
     fields = notice.fields
     if notice.kind == "tool_call":
-        # `name` is reserved by logging: the tool's name is logged as `tool`
+        # `name` is reserved by logging: the tool's name is logged as `tool`; what the assistant
+        # is to say is content, like outputs: recordings keep it, logs do not
         logger.info("tool call", extra={**context, **{"tool" if key == "name" else key: value
-                                                      for key, value in fields.items()}})
+                                                      for key, value in fields.items()
+                                                      if key not in _NOT_LOGGED}})
     elif notice.kind == "upstream_error":
         logger.warning("the upstream refused a relay event: %s", fields.get("message"),
                        extra={**context, "what": fields.get("what"), "call_id": fields.get("call_id"),

@@ -182,6 +182,15 @@ class TrafficTap:
                 log.exception("session recording failed; recording stopped")
                 self.writer = None
 
+    def record_notice(self, kind: str, fields: dict[str, Any]) -> None:
+        """What the engine decided about a tool call, for the recording beside the frames."""
+        if self.writer is not None:
+            try:
+                self.writer.record_notice(kind, fields)
+            except Exception:
+                log.exception("session recording failed; recording stopped")
+                self.writer = None
+
     def close(self, reason: str) -> None:
         if self.writer is not None:
             try:

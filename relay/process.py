@@ -17,6 +17,8 @@ from typing import Awaitable, Callable, Sequence
 
 import anyio
 
+from relay.exits import cannot_listen
+
 log = logging.getLogger("relay.process")
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -57,20 +59,22 @@ def run_workers(host: str, port: int, workers: int, run_worker: Callable[[int], 
     """Fork `workers` processes that each run `run_worker(port)` and listen on the same port
     (SO_REUSEPORT: the kernel spreads connections over them; port 0 is chosen here, once). A
     worker stops on SIGTERM only; the parent only supervises: SIGTERM or SIGINT is passed on as
-    SIGTERM, so every worker stops as it would alone. Returns 1 when a worker failed or the port
-    cannot be had, 2 when the platform cannot do it."""
+    SIGTERM, so every worker stops as it would alone. Returns 1 when a worker failed, 2 when the
+    platform cannot do it; a port that cannot be had raises UnusableInput (`relay.exits`)."""
     if not hasattr(os, "fork") or not hasattr(socket, "SO_REUSEPORT"):
         log.error("--workers needs fork() and SO_REUSEPORT (Linux, BSD, macOS)")
         return 2
-    family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    try:
+        family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except OSError as exc:   # a host name that does not resolve
+        raise cannot_listen(host, port, exc) from None
     reservation = socket.socket(family, socket.SOCK_STREAM)
     reservation.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         reservation.bind(address)   # holds the port (chosen here when 0) without accepting on it
     except OSError as exc:
-        log.error("cannot listen on %s:%s: %s", host, port, exc.strerror or exc)
         reservation.close()
-        return 1
+        raise cannot_listen(host, port, exc) from None
     port = reservation.getsockname()[1]
     children: list[int] = []
     for _ in range(workers):

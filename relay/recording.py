@@ -22,7 +22,7 @@ import math
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from types import TracebackType
@@ -44,6 +44,12 @@ RELAY_TO_CLIENT = "relay>client"
 DIRECTIONS = (CLIENT_TO_RELAY, RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY, RELAY_TO_CLIENT)
 
 AudioPolicy = Literal["keep", "drop"]
+
+# What the relay decided, written as `relay` lines beside the frames: for each kind of engine
+# notice recorded, the fields kept (docs/recording-format.md, "Relay lines").
+NOTE_FIELDS: dict[str, tuple[str, ...]] = {
+    "tool_call": ("call_id", "name", "outcome", "is_error", "message", "output_item_id", "response_id"),
+}
 
 REDACTED = "[redacted]"
 
@@ -360,6 +366,23 @@ class RecordingWriter:
         else:
             self._frames_lost += 1
 
+    def record_notice(self, kind: str, fields: dict[str, Any], *, t: float | None = None) -> None:
+        """Append a `relay` line for an engine notice of a kind the format records (`NOTE_FIELDS`:
+        a tool call's outcome and what the relay decided the assistant says about it); other
+        kinds are not recorded. Not a frame: the end line does not count it. Never raises for I/O."""
+        keys = NOTE_FIELDS.get(kind)
+        if keys is None or self._closed or self.failed:
+            return
+        elapsed = self._clock() - self._start if t is None else t
+        if not math.isfinite(elapsed):
+            raise ValueError(f"note time must be finite, not {elapsed}")
+        note = {"kind": kind, **{key: fields.get(key) for key in keys}}
+        text = self._redactor.text(_dumps(note))
+        if _parse_object(text) is None:   # a redaction cut through the JSON: keep what cannot leak
+            text = _dumps({"kind": kind, "call_id": self._redactor.text(str(fields.get("call_id"))),
+                           "redacted": True})
+        self._write_line('{"t":%.6f,"relay":%s}\n' % (elapsed, text))
+
     def _text_body(self, frame: str) -> str:
         """The payload part of a frame line for a text frame: `"event":...` or `"raw":...`."""
         text = self._redactor.text(frame)
@@ -467,6 +490,17 @@ class Frame:
 
 
 @dataclass
+class Note:
+    """A `relay` line: something the relay decided, recorded beside the frames (`kind`, and the
+    line's other fields)."""
+
+    t: float
+    kind: str
+    fields: dict[str, Any]
+    line_no: int
+
+
+@dataclass
 class Recording:
     header: dict[str, Any] | None  # None for a plain event log (or a recording that lost it)
     frames: list[Frame]
@@ -474,6 +508,21 @@ class Recording:
     path: Path
     kind: Literal["relay", "event-log"]
     end: dict[str, Any] | None = None  # the end line's object, when the writer was closed
+    damage: list[str] = field(default_factory=list)  # the warnings that mean frames are missing
+    notes: list[Note] = field(default_factory=list)  # the `relay` lines, in order
+
+    def tool_calls_decided(self) -> dict[str, dict[str, Any]]:
+        """The relay's `tool_call` notes by call id (the last one of a call wins): its outcome,
+        whether its output is an error, what the assistant was to say. Empty for a recording
+        written before the relay recorded them."""
+        return {str(note.fields["call_id"]): note.fields for note in self.notes
+                if note.kind == "tool_call" and isinstance(note.fields.get("call_id"), str)}
+
+    @property
+    def complete(self) -> bool:
+        """Nothing is missing: no line was skipped or cut short and, for a relay recording, the
+        writer closed it cleanly (its end line is there and counts the frames read)."""
+        return not self.damage
 
     @property
     def dialect(self) -> Dialect:
@@ -502,7 +551,44 @@ def read_recording(path: str | Path, *, directions: Iterable[str] | None = None)
         path=scanner.path,
         kind=scanner.kind,
         end=scanner.end,
+        damage=scanner.damage,
+        notes=scanner.notes,
     )
+
+
+ALLOW_INCOMPLETE_OPTION = "--allow-incomplete"
+
+
+def load_recording(path: str | Path, *, allow_incomplete: bool = False) -> Recording:
+    """`read_recording` for a command (replay, export, inspect), which must not go on with input
+    it cannot trust: raises RecordingError, its message one line saying why, for a path that is
+    missing, a directory or empty, a file that is not a recording (JSON whose lines are not
+    realtime events), and, unless `allow_incomplete`, a recording that lost frames (cut short,
+    no end line, skipped lines); its warnings then stay on the result."""
+    source = Path(path)
+    if not source.exists():
+        raise RecordingError(f"{source}: no such file")
+    if source.is_dir():
+        raise RecordingError(f"{source} is a directory, not a recording")
+    try:
+        if source.stat().st_size == 0:
+            raise RecordingError(f"{source} is empty, not a recording")
+        recording = read_recording(source)
+    except OSError as exc:
+        raise RecordingError(f"cannot read {source}: {exc.strerror or exc}") from None
+    if recording.kind == "event-log" and not any(_is_realtime_event(f.event) for f in recording.frames):
+        raise RecordingError(f"{source} is JSON but not a recording: no line is a realtime event "
+                             "(an object with a `type`, or a Gemini Live message)")
+    if recording.damage and not allow_incomplete:
+        more = len(recording.damage) - 1
+        also = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
+        raise RecordingError(f"{source} is incomplete: {recording.damage[0]}{also}; "
+                             f"pass {ALLOW_INCOMPLETE_OPTION} to use what it holds")
+    return recording
+
+
+def _is_realtime_event(event: object) -> bool:
+    return isinstance(event, dict) and (isinstance(event.get("type"), str) or is_gemini_message(event))
 
 
 def iter_frames(
@@ -547,6 +633,8 @@ class _Scanner:
     def __init__(self, path: Path, warnings: list[str]) -> None:
         self.path = path
         self.warnings = warnings
+        self.damage: list[str] = []   # the warnings that mean frames are missing
+        self.notes: list[Note] = []
         self.kind: Literal["relay", "event-log"] | None = None
         self.header: dict[str, Any] | None = None
         self.end: dict[str, Any] | None = None
@@ -584,14 +672,14 @@ class _Scanner:
             value = json.loads(line)
         except (ValueError, RecursionError) as exc:
             if complete:
-                self.warnings.append(f"line {line_no}: skipped, not valid JSON ({exc})")
+                self._damaged(f"line {line_no}: skipped, not valid JSON ({exc})")
             else:
-                self.warnings.append(
+                self._damaged(
                     f"line {line_no}: skipped, cut short (the file ends in the middle of it)"
                 )
             return None
         if not isinstance(value, dict):
-            self.warnings.append(f"line {line_no}: skipped, not a JSON object")
+            self._damaged(f"line {line_no}: skipped, not a JSON object")
             return None
         return value
 
@@ -610,7 +698,7 @@ class _Scanner:
             self.kind, self.header = "relay", obj
         elif "dir" in obj and "t" in obj:
             self.kind = "relay"
-            self.warnings.append(f"line {line_no}: a frame before any header line; header missing")
+            self._damaged(f"line {line_no}: a frame before any header line; header missing")
         else:
             self.kind = "event-log"
             self._meta_directions = self._load_meta_directions()
@@ -620,10 +708,18 @@ class _Scanner:
         if "end" in obj and isinstance(obj["end"], dict):
             self.end = obj["end"]
             return None
+        if "relay" in obj and "dir" not in obj:
+            note = obj["relay"]
+            if isinstance(note, dict) and isinstance(note.get("kind"), str) and _is_number(t):
+                fields = {key: value for key, value in note.items() if key != "kind"}
+                self.notes.append(Note(float(t), note["kind"], fields, line_no))
+            else:
+                self.warnings.append(f"line {line_no}: relay line without a kind or a time; ignored")
+            return None
         direction = obj.get("dir")
         payloads = [key for key in ("event", "raw", "binary") if key in obj]
         if not _is_number(t) or direction not in DIRECTIONS or len(payloads) != 1:
-            self.warnings.append(f"line {line_no}: skipped, not a frame line")
+            self._damaged(f"line {line_no}: skipped, not a frame line")
             return None
         payload_key, payload = payloads[0], obj[payloads[0]]
         event: dict[str, Any] | None = None
@@ -637,10 +733,10 @@ class _Scanner:
             try:
                 binary = base64.b64decode(payload, validate=True)
             except binascii.Error:
-                self.warnings.append(f"line {line_no}: skipped, binary is not base64")
+                self._damaged(f"line {line_no}: skipped, binary is not base64")
                 return None
         else:
-            self.warnings.append(f"line {line_no}: skipped, {payload_key} has the wrong type")
+            self._damaged(f"line {line_no}: skipped, {payload_key} has the wrong type")
             return None
         dropped = obj.get("audio_dropped", 0)
         return Frame(
@@ -703,15 +799,19 @@ class _Scanner:
                 )
             return
         if self.end is None:
-            self.warnings.append("no end line: the session did not close cleanly or is still open")
+            self._damaged("no end line: the session did not close cleanly or is still open")
             return
         if self.end.get("failed"):
-            self.warnings.append(
+            self._damaged(
                 f"incomplete: the writer failed ({self.end.get('failure')}); "
                 f"{self.end.get('lost_frames')} frames were lost"
             )
         written = self.end.get("frames")
         if _is_number(written) and written != self._frames_read:
-            self.warnings.append(
+            self._damaged(
                 f"the end line counts {written} frames written, {self._frames_read} were read"
             )
+
+    def _damaged(self, warning: str) -> None:
+        self.warnings.append(warning)
+        self.damage.append(warning)

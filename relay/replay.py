@@ -49,7 +49,8 @@ from relay.engine import (
     StartHandler,
     new_engine,
 )
-from relay.recording import Frame, Recording, RecordingError, read_recording
+from relay.exits import UnusableInput
+from relay.recording import Frame, Recording, load_recording, read_recording
 from relay.runner import HandlerRunner
 from relay.tools import ToolRegistry
 
@@ -423,18 +424,23 @@ def replay(path: str | Path | Recording, tools: Any = (), **options: Any) -> Rep
 
 
 # ---- the command -------------------------------------------------------------------------------
+ALLOW_EMPTY_OPTION = "--allow-empty"
+
+
 def run_replay(path: str, tools: ToolRegistry, *, dialect: str | None = None, as_json: bool = False,
-               realtime: bool = False, gate_timeout: float = DEFAULT_GATE_TIMEOUT, html: str | None = None) -> int:
-    """`relay replay`: print the report (or its JSON); 0 without divergence, 1 with, 2 for a file
-    that cannot be read as a recording."""
-    try:
-        recording = read_recording(path)
-    except OSError as exc:
-        print(f"relay replay: cannot read {path}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
-    except RecordingError as exc:
-        print(f"relay replay: {exc}", file=sys.stderr)
-        return 2
+               realtime: bool = False, gate_timeout: float = DEFAULT_GATE_TIMEOUT, html: str | None = None,
+               allow_empty: bool = False, allow_incomplete: bool = False) -> int:
+    """`relay replay`: print the report (or its JSON); 0 without divergence, 1 with. Input it
+    cannot use raises (`relay.exits`): a file that is not a recording, an incomplete recording
+    (unless `allow_incomplete`), and one with nothing to compare, a plain event log that records
+    no relay sends (unless `allow_empty`: then the report says what the relay would do)."""
+    if gate_timeout < 0:
+        raise UnusableInput("--gate-timeout must be >= 0")
+    recording = load_recording(path, allow_incomplete=allow_incomplete)
+    if not allow_empty and (recording.kind == "event-log" or not recording.frames):
+        what = "a plain event log: it records no relay sends" if recording.frames else "a recording without frames"
+        raise UnusableInput(f"{path} is {what}, so there is nothing to compare; pass {ALLOW_EMPTY_OPTION} "
+                            "to see what the relay would do with it")
     progress = _ProgressBar(len(recording.frames)) if len(recording.frames) > 2000 and sys.stderr.isatty() else None
     result = replay(recording, tools, dialect=dialect, realtime=realtime, gate_timeout=gate_timeout,
                     progress=progress)
@@ -442,7 +448,11 @@ def run_replay(path: str, tools: ToolRegistry, *, dialect: str | None = None, as
         progress.close()
     if html:
         from relay.inspector.replay import write_replay_page
-        print(f"inspector page: {write_replay_page(recording, result, html)}", file=sys.stderr)
+        try:
+            page = write_replay_page(recording, result, html)
+        except OSError as exc:
+            raise UnusableInput(f"cannot write {html}: {exc.strerror or exc}") from None
+        print(f"inspector page: {page}", file=sys.stderr)
     for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if as_json:

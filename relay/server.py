@@ -39,6 +39,7 @@ from relay import __version__
 from relay.config import ConfigError, EdgeRuntime, ServerConfig, ToolSources, is_loopback
 from relay.dialects import Dialect
 from relay.engine import Engine, Notice, new_engine
+from relay.exits import cannot_listen
 from relay.handshake import Handshake, ProbeConnection, remote_address, select_subprotocol
 from relay.logs import WEBSOCKET_LOGGER, AnomalyLog, RedactingLogger, configure_logging, log_notice
 from relay.metrics import Metrics, TrafficTap
@@ -347,12 +348,12 @@ async def _cancel_when_closed(client: ServerConnection, scope: anyio.CancelScope
 # ---- running it ----------------------------------------------------------------------------
 
 async def run_until_stopped(server: RelayServer) -> int:
-    """Listen and serve until `request_stop()`, then drain; the exit status (1: cannot listen)."""
+    """Listen and serve until `request_stop()`, then drain; the exit status. An address that
+    cannot be listened on raises UnusableInput (`relay.exits`)."""
     try:
         await server.start()
     except OSError as exc:
-        log.error("cannot listen on %s:%s: %s", server.config.host, server.config.port, exc.strerror or exc)
-        return 1
+        raise cannot_listen(server.config.host, server.config.port, exc) from None
     await server.serve_forever()
     return 0
 

@@ -49,7 +49,11 @@ class Peer(Protocol):
 
 
 class Recorder(Protocol):
+    """Where the loop puts what crossed its sockets (`record`) and what the engine decided about
+    each tool call (`record_notice`: the notices a recording keeps beside the frames)."""
+
     def record(self, direction: str, frame: str | bytes) -> None: ...
+    def record_notice(self, kind: str, fields: dict[str, Any]) -> None: ...
 
 
 class QueueOverflow(Exception):
@@ -375,6 +379,8 @@ class SessionLoop:
                 if self._runner is not None:
                     self._runner.cancel(action.call_id)
             elif type(action) is Notice:
+                if action.kind == "tool_call" and self.recorder is not None:
+                    self.recorder.record_notice(action.kind, action.fields)
                 if self.on_notice is not None:
                     self.on_notice(action)
             elif type(action) is Close and self._task_group is not None:

@@ -117,6 +117,10 @@ class _Tap:
         self.recording = recording
         self.tap = tap
 
+    def record_notice(self, kind: str, fields: dict[str, Any]) -> None:
+        if self.recording is not None:
+            self.recording.record_notice(kind, fields)
+
     def record(self, direction: str, frame: str | bytes) -> None:
         if self.recording is not None:
             self.recording.record(direction, frame)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import logging
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,19 @@ async def weather_mock() -> AsyncIterator[MockUpstream]:
     to use it)."""
     async with MockUpstream(script=WEATHER_SCRIPT, api_key=PROVIDER_KEY) as mock:
         yield mock
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    """`relay.cli.main` and configure_logging replace the root handlers (pytest's among them) and
+    quiet websockets' loggers: put it all back."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    for name in ("relay.websocket", "websockets"):
+        logging.getLogger(name).setLevel(logging.NOTSET)
 
 
 @pytest.hookimpl(hookwrapper=True)

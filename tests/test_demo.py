@@ -22,6 +22,26 @@ async def test_demo_conversation_timeline_and_recording(tmp_path: Path) -> None:
                      "I found 2 flights from Paris to Rome", "recording:"):
         assert expected in text, expected
     assert text.count("tool  get_weather ok") == 2
+    timeline, table = text.split("\ncalls\n", 1)
+    lines = timeline.splitlines()
+
+    def first(fragment: str) -> int:
+        return next(index for index, line in enumerate(lines) if fragment in line)
+
+    # the error line says what the error was
+    assert "error  lookup_order error in " in timeline and ": LookupError: order Z9 not found -> output" in timeline
+    # a call's time once: the handler's; a second figure only when the output was held
+    for line in lines:
+        if " tool  " in line or " error  lookup_order" in line:
+            assert line.count(" ms") == 1 + ("(held " in line), line
+    # a spoken preamble comes before the calls it precedes
+    assert first("Let me check both cities.") < first("calls get_weather")
+    assert first("Sure, let me search.") < first("calls search_flights")
+    # every response the table says answered a call is named in the timeline, on the words it spoke
+    answered_by = {row.split()[-1] for row in table.splitlines()[1:] if row.startswith("call_")}
+    assert len(answered_by) == 4
+    for response_id in answered_by:
+        assert any("assistant" in line and f"[{response_id}]" in line for line in lines), response_id
     [recording] = tmp_path.glob("*.jsonl")
     assert "demo-provider-key" not in recording.read_text()
     result = await replay_async(recording, [str(EXAMPLE_TOOLS)])

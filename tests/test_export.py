@@ -28,12 +28,15 @@ from relay.export import (
     export_conversation,
     export_recording,
 )
-from relay.mock import MockScript, Reply
-from relay.recording import RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY, RecordingWriter
+from relay.mock import MockScript, MockUpstream, Reply, Rule, ToolCall
+from relay.recording import RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY, RecordingWriter, read_recording
 from relay.tools import ToolResult, tool
+from tests.support.clients import realtime_client
 from tests.support.engine import EngineDriver
+from tests.support.frames import user_text
 from tests.support.local_mock import ENGINE_SCRIPT, LocalMock, model_call
 from tests.support.paths import shared_dir
+from tests.support.relays import relay_for
 from tests.support.tools import get_weather_data
 
 CHAT_MESSAGE = TypeAdapter(ChatCompletionMessageParam)
@@ -559,13 +562,94 @@ def test_cli_writes_the_export_and_reports_on_stderr(tmp_path: Path,
     assert json.loads(captured.out) == export_recording(path, "openai-chat").document
 
 
-def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["export", str(tmp_path / "missing.jsonl"), "--format", "vapi"]) == 1
-    assert "relay export: cannot read" in capsys.readouterr().err
+def test_cli_errors_are_unusable_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["export", str(tmp_path / "missing.jsonl"), "--format", "vapi"]) == 2
+    assert "relay export: " in capsys.readouterr().err
     with pytest.raises(SystemExit) as exited:
         main(["export", str(tmp_path / "missing.jsonl"), "--format", "csv"])
     assert exited.value.code == 2
     path = unanswered_session(tmp_path)
     unwritable = tmp_path / "no" / "dir.json"
-    assert main(["export", str(path), "--format", "vapi", "--out", str(unwritable)]) == 1
+    assert main(["export", str(path), "--format", "vapi", "--out", str(unwritable)]) == 2
     assert "cannot write" in capsys.readouterr().err
+
+
+# ---- what the relay decided to say, recorded beside the frames (issue 20, point 8) ------------
+
+
+@tool
+def book_table(restaurant: str) -> ToolResult:
+    """Book a table."""
+    return ToolResult(result={"booked": True}, message="Your table at Chez Nous is booked.")
+
+
+@tool(on_failure="I could not find that city.")
+def locate_city(name: str) -> dict:
+    """Find a city."""
+    raise LookupError(f"no city called {name}")
+
+
+@tool
+def looks_like_an_error() -> dict:
+    """Returns a result that only looks like an error."""
+    return {"error": "none"}
+
+
+SPOKEN_SCRIPT = MockScript(
+    rules=(Rule(match="book", say="One moment.",
+                calls=(ToolCall(name="book_table", arguments={"restaurant": "Chez Nous"}),
+                       ToolCall(name="locate_city", arguments={"name": "Atlantis"}),
+                       ToolCall(name="looks_like_an_error"))),),
+    after_outputs=Reply(say="Done."),
+)
+SPOKEN_RESULTS = [
+    {"toolCallId": "call_book", "name": "book_table", "result": '{"booked":true}',
+     "message": {"type": "request-complete", "content": "Your table at Chez Nous is booked."}},
+    {"toolCallId": "call_city", "name": "locate_city", "error": "LookupError: no city called Atlantis",
+     "message": {"type": "request-failed", "content": "I could not find that city."}},
+    {"toolCallId": "call_raw", "name": "looks_like_an_error", "result": '{"error":"none"}'},
+]
+
+
+async def recorded_proxy_session(record_dir: Path) -> Path:
+    """A session through `relay serve` and the mock, recorded: three relay calls in one response,
+    one with a ToolResult message, one failing with on_failure, one whose result looks like an
+    error; the relay's follow-up speaks the messages."""
+    script = SPOKEN_SCRIPT.model_copy(update={"rules": (SPOKEN_SCRIPT.rules[0].model_copy(update={"calls": tuple(
+        call.model_copy(update={"call_id": call_id}) for call, call_id in
+        zip(SPOKEN_SCRIPT.rules[0].calls, ("call_book", "call_city", "call_raw")))}),)})
+    async with MockUpstream(script=script) as mock:
+        async with relay_for(mock, tools=[book_table, locate_city, looks_like_an_error], record_dir=record_dir) as server:
+            async with realtime_client(server) as client:
+                await client.send(user_text("book a table, please"))
+                await client.send({"type": "response.create"})
+                await client.wait_for(lambda e: e["type"] == "response.done"
+                                      and (e["response"].get("metadata") or {}).get("relay") == "follow_up")
+    [path] = record_dir.glob("*.jsonl")
+    return path
+
+
+async def test_the_vapi_export_of_a_recording_says_what_the_relay_decided_to_say(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = await recorded_proxy_session(tmp_path / "recordings")
+    assert export_recording(path, "vapi").document["results"] == SPOKEN_RESULTS
+    assert main(["export", str(path), "--format", "vapi"]) == 0
+    assert json.loads(capsys.readouterr().out)["results"] == SPOKEN_RESULTS
+    notes = read_recording(path).tool_calls_decided()
+    assert {call_id: (note["outcome"], note["is_error"]) for call_id, note in notes.items()} == {
+        "call_book": ("ok", False), "call_city": ("error", True), "call_raw": ("ok", False)}
+
+
+async def test_an_older_recording_without_relay_lines_still_reads_and_exports(tmp_path: Path) -> None:
+    path = await recorded_proxy_session(tmp_path / "recordings")
+    old = tmp_path / "old.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    assert sum("relay" in json.loads(line) for line in lines) == 3
+    old.write_text("".join(line for line in lines if "relay" not in json.loads(line)))
+    recording = read_recording(old)
+    assert recording.complete and not recording.notes and not recording.warnings
+    results = export_recording(old, "vapi").document["results"]
+    # without the relay's lines: no messages, and errors are told by the output alone
+    assert results == [{key: value for key, value in result.items() if key != "message"}
+                       for result in SPOKEN_RESULTS[:2]] + [
+        {"toolCallId": "call_raw", "name": "looks_like_an_error", "error": "none"}]

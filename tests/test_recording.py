@@ -774,6 +774,51 @@ def test_lines_that_are_json_but_not_frames_are_skipped(tmp_path: Path) -> None:
     ]
 
 
+def test_damage_is_told_apart_from_other_warnings(tmp_path: Path) -> None:
+    whole = read_recording(_three_frame_recording(tmp_path / "whole", close=True))
+    assert whole.complete and whole.damage == [] and whole.warnings == []
+    open_ended = read_recording(_three_frame_recording(tmp_path / "open", close=False))
+    assert not open_ended.complete and open_ended.damage == open_ended.warnings
+    assert "no end line" in open_ended.damage[0]
+
+
+def test_relay_lines_keep_what_the_relay_decided_beside_the_frames(tmp_path: Path) -> None:
+    clock = FakeClock()
+    writer = make_writer(tmp_path, clock=clock, secrets=[SECRET])
+    writer.record(UPSTREAM_TO_RELAY, '{"type":"response.done"}')
+    clock.now += 0.5
+    decided = {"call_id": "call_1", "name": "book_table", "outcome": "ok", "is_error": False,
+               "message": f"Booked; your code is {SECRET}.", "output_item_id": "rs_1_i2",
+               "response_id": "resp_1", "handler_ms": 3.5, "status": "completed"}
+    writer.record_notice("tool_call", decided)
+    writer.record_notice("follow_up", {"event_id": "rs_1_e3"})   # not a kind the format records
+    writer.record(RELAY_TO_UPSTREAM, '{"type":"response.create"}')
+    writer.close()
+    lines = file_lines(writer.path)
+    assert lines[2] == {"t": 0.5, "relay": {
+        "kind": "tool_call", "call_id": "call_1", "name": "book_table", "outcome": "ok", "is_error": False,
+        "message": "Booked; your code is [redacted].", "output_item_id": "rs_1_i2", "response_id": "resp_1"}}
+    assert len(lines) == 5 and lines[-1]["end"]["frames"] == 2   # a relay line is not a frame
+    recording = read_recording(writer.path)
+    assert recording.complete and len(recording.frames) == 2 and recording.warnings == []
+    [note] = recording.notes
+    assert (note.t, note.kind, note.line_no, note.fields["message"]) == (0.5, "tool_call", 3,
+                                                                        "Booked; your code is [redacted].")
+    assert recording.tool_calls_decided() == {"call_1": note.fields}
+
+
+def test_relay_lines_of_unknown_kinds_are_kept_and_malformed_ones_ignored(tmp_path: Path) -> None:
+    path = _three_frame_recording(tmp_path, close=True)
+    lines = path.read_text().split("\n")
+    lines[1:1] = ['{"t": 0.1, "relay": {"kind": "from_the_future", "x": 1}}', '{"t": 0.1, "relay": "no kind"}']
+    path.write_text("\n".join(lines))
+    recording = read_recording(path)
+    assert len(recording.frames) == 3 and recording.complete
+    assert [(note.kind, note.fields) for note in recording.notes] == [("from_the_future", {"x": 1})]
+    assert recording.tool_calls_decided() == {}
+    assert recording.warnings == ["line 3: relay line without a kind or a time; ignored"]
+
+
 def test_a_newer_format_version_is_a_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "future.jsonl"
     path.write_text(json.dumps({"format": "relay-recording", "version": 2}) + "\n")

@@ -202,7 +202,8 @@ class CallLedger:
 
 
 def tool_call_fields(entry: CallEntry) -> dict[str, Any]:
-    """The fields of a `tool_call` notice for `entry`: who, how it ended, and its timings."""
+    """The fields of a `tool_call` notice for `entry`: who, how it ended, what the relay decided
+    the assistant says about it (`message`, content: recorded, never logged), and its timings."""
     latency = entry.latency_ms()
     handler_ms = None
     if entry.started_at is not None and entry.finished_at is not None:
@@ -212,6 +213,7 @@ def tool_call_fields(entry: CallEntry) -> dict[str, Any]:
         "status": entry.output_status, "response_id": entry.response_id,
         "item_id": entry.item_id, "output_item_id": entry.output_item_id,
         "ms": None if latency is None else round(latency, 3), "handler_ms": handler_ms,
+        "is_error": entry.is_error, "message": entry.message,
     }
 
 

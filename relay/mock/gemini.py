@@ -40,7 +40,7 @@ from relay.dialects.gemini import (
     snake_case,
 )
 from relay.mock.faults import Faults
-from relay.mock.script import MockScript, Reply, ToolCall
+from relay.mock.script import MockScript, Reply, ToolCall, warn_not_offered
 from relay.mock.session import Emit, MockConnection
 from relay.mock.wire import new_id
 
@@ -117,6 +117,7 @@ class GeminiMockSession:
         self.calls: dict[str, MockCall] = {}
         self.ended = False
         self._batch: list[str] = []             # blocking calls of the latest toolCall
+        self._warned_names: set[str] = set()    # scripted calls to functions it lacks, said in the log
 
     def __repr__(self) -> str:
         return f"GeminiMockSession(id={self.id!r}, items={len(self.items)}, calls={len(self.calls)})"
@@ -333,6 +334,9 @@ class GeminiMockSession:
     def _allowed(self, calls: tuple[ToolCall, ...]) -> list[ToolCall]:
         if not self.script.options.strict_tools:
             return list(calls)
+        for call in calls:
+            if call.name not in self.declarations:
+                warn_not_offered(self._warned_names, call.name, self.declarations, self.id)
         return [call for call in calls if call.name in self.declarations]
 
     def _speak(self, text: str) -> list[Any]:

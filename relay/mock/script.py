@@ -28,7 +28,8 @@ names one, for a test that refers to it.
 With `options.strict_tools` (the default) the mock behaves like a model that can only call what it
 was given: a scripted call to a function not among the session's (or the response's) tools, or
 excluded by `tool_choice`, is dropped; a reply left with nothing to say or call falls back to the
-default reply's text.
+default reply's text. The first such call to a name the session does not have at all (a
+misnamed tool, most likely) is a warning in the log, once per name and session.
 
 The JSON file has the same shape as `MockScript`:
 
@@ -49,12 +50,15 @@ no transcript.
 from __future__ import annotations
 
 import json
+import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+log = logging.getLogger("relay.mock")
 
 _SAY_EXACTLY = re.compile(r"say exactly:\s*(.*)\Z", re.IGNORECASE | re.DOTALL)
 _QUOTES = "\"'\u201c\u201d\u2018\u2019"
@@ -190,3 +194,15 @@ def _fill(
     except (KeyError, IndexError, ValueError, AttributeError):
         # A template naming a function that was not called: say it unformatted rather than fail.
         return template
+
+
+def warn_not_offered(warned: set[str], name: str, offered: Collection[str], session_id: str) -> None:
+    """A scripted call to `name`, a function the session does not have, is dropped (strict
+    tools): say so in the log once per name (`warned` holds the names said), since a misnamed
+    tool in a script would otherwise only show as a model that never calls it."""
+    if name in warned:
+        return
+    warned.add(name)
+    log.warning("mock: the script calls %r, which is not among the session's tools (%s): the call "
+                "is dropped (options.strict_tools)", name, ", ".join(sorted(offered)) or "none",
+                extra={"session_id": session_id, "tool": name})

@@ -49,6 +49,15 @@ AZURE_PREVIEW_MODEL = "gpt-4o-realtime-preview-2024-12-17"
 _CALL_PATH = re.compile(r"/v1/realtime/calls/([^/]+)/(accept|hangup)")
 
 
+class RestPortUnavailable(OSError):
+    """The fake REST API's port cannot be listened on (the WebSocket port could): a separate
+    error, so that `relay mock` can name the port and the option that clashed."""
+
+    def __init__(self, errno: int | None, strerror: str, port: int) -> None:
+        super().__init__(errno, strerror)
+        self.port = port
+
+
 class Record(NamedTuple):
     """One event that crossed a mock socket."""
 
@@ -190,6 +199,9 @@ class MockUpstream:
         )
         try:
             self._rest_server = await serve_http(self._serve_rest, self.host, rest_port)
+        except OSError as exc:
+            await self.stop()
+            raise RestPortUnavailable(exc.errno, exc.strerror or str(exc), rest_port) from exc
         except BaseException:
             await self.stop()
             raise

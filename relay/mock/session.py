@@ -26,7 +26,7 @@ from relay.dialects.base import CLIENT_EVENT_TYPES
 from relay.mock.conversation import Conversation, item_not_found
 from relay.mock.faults import Faults
 from relay.mock.responses import Planned, PlannedCall, PlannedMessage, ResponseRun
-from relay.mock.script import MockScript, Reply
+from relay.mock.script import MockScript, Reply, warn_not_offered
 from relay.mock.wire import (
     ProtocolError,
     Wire,
@@ -133,6 +133,7 @@ class MockSession:
         self.responses: list[ResponseRun] = []
         self.connections: list[MockConnection] = []
         self.accepts: list[dict[str, Any]] = []
+        self._warned_names: set[str] = set()   # scripted calls to tools it lacks, said in the log
         self.ended = False
         self._next_transcript = 0
         self._buffered_audio_bytes = 0
@@ -515,7 +516,10 @@ class MockSession:
             forced = choice.get("name") if isinstance(choice, dict) and choice.get("type") == "function" else None
             allowed = [c for c in calls if choice != "none" and c.name in names and forced in (None, c.name)]
             for dropped in (c for c in calls if c not in allowed):
-                log.info("mock: not calling %r: not offered by the session's tools/tool_choice", dropped.name)
+                if dropped.name not in names:
+                    warn_not_offered(self._warned_names, dropped.name, names - {None}, self.id)
+                else:
+                    log.info("mock: not calling %r: excluded by tool_choice", dropped.name)
             calls = allowed
         plan: list[Planned] = [PlannedMessage(reply.say)] if reply.say else []
         plan += [PlannedCall(call.name, call.arguments_text(), call.call_id, call.hold_after) for call in calls]

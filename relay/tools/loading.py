@@ -2,7 +2,8 @@
 
 The one part of `relay.tools` with I/O: it reads and executes the user's code, so whatever that
 code does at import time happens here, and any failure becomes one `ToolLoadError` whose message
-shows the user's own frames.
+is one line naming the error and the innermost line of the user's code that raised it (the
+traceback stays on the exception's `__cause__`).
 """
 
 from __future__ import annotations
@@ -88,12 +89,23 @@ def _import_module(spec: str) -> ModuleType:
 
 
 def _import_failure(spec: str, exc: BaseException) -> str:
-    """A traceback summary limited to the user's code: importlib's and this package's frames
-    say nothing about what went wrong."""
+    """One line: what went wrong and where in the user's code (the innermost of their frames;
+    importlib's and this package's say nothing about it). The full traceback stays on the
+    exception's cause."""
+    if isinstance(exc, SyntaxError):
+        where = f"{exc.filename}, line {exc.lineno}" if exc.filename else ""
+        code = (exc.text or "").strip()
+        return (f"importing {spec!r} failed: SyntaxError: {exc.msg}"
+                + (f" at {where}" if where else "") + (f": {code}" if code else ""))
     frames = [
         frame
         for frame in traceback.extract_tb(exc.__traceback__)
         if not frame.filename.startswith("<frozen ") and Path(frame.filename).parent != _PACKAGE_DIR
     ]
-    lines = traceback.format_list(frames) + traceback.format_exception_only(type(exc), exc)
-    return f"importing {spec!r} failed:\n" + "".join(lines).rstrip()
+    what = " ".join(traceback.format_exception_only(type(exc), exc)[-1].split())
+    what = what.removeprefix(f"{type(exc).__module__}.") if type(exc).__module__ != "builtins" else what
+    if not frames:
+        return f"importing {spec!r} failed: {what}"
+    last = frames[-1]
+    code = f": {last.line}" if last.line else ""
+    return f"importing {spec!r} failed: {what} at {last.filename}, line {last.lineno}, in {last.name}{code}"

@@ -185,13 +185,18 @@ async def test_audio_replies_stream_inline_data_and_their_transcription() -> Non
         server_message(message)
 
 
-async def test_strict_tools_drop_a_call_the_setup_did_not_declare(mock: MockUpstream) -> None:
+async def test_strict_tools_drop_a_call_the_setup_did_not_declare(
+        mock: MockUpstream, caplog: pytest.LogCaptureFixture) -> None:
     async with gemini_client(mock.base_url) as client:
         await client.setup(**TEXT)
         await client.say("weather")
         turn = await client.turn()
+        await client.say("weather")
+        await client.turn()
     assert not any("toolCall" in m for m in turn)
     assert model_words(turn) == "Let me check."
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and r.name == "relay.mock"]
+    assert len(warnings) == 1 and "'get_weather', which is not among the session's tools (none)" in warnings[0]
 
 
 async def test_relay_mock_serves_gemini_from_the_command_line() -> None:

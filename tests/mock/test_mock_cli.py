@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import socket
 from pathlib import Path
+
+import pytest
 
 from websockets.asyncio.client import connect
 
-from relay.cli import build_parser
+from relay.cli import build_parser, main
 from tests.support.paths import REPO
 from tests.support.processes import relay_process
 
@@ -36,13 +39,54 @@ async def test_relay_mock_serves_until_terminated(tmp_path: Path) -> None:
             assert await asyncio.wait_for(process.wait(), 10) == 0
 
 
-async def test_relay_mock_refuses_a_bad_script(tmp_path: Path) -> None:
+async def test_relay_mock_refuses_a_bad_script_in_one_line(tmp_path: Path) -> None:
     script = tmp_path / "bad.json"
     script.write_text('{"rules": [{"say": "no match field"}]}')
     async with relay_process("mock", "--port", "0", "--script", str(script), env={"PYTHONPATH": str(REPO)},
                              stdout=True) as process:
         _, stderr = await asyncio.wait_for(process.communicate(), 10)
-    assert process.returncode == 2 and b"cannot use script" in stderr
+    [line] = stderr.decode().splitlines()
+    assert process.returncode == 2
+    assert json.loads(line)["msg"] == f"cannot use script {script}: rules.0.match: Field required"
+
+
+def _taken_port_after_a_free_one() -> tuple[socket.socket, int]:
+    """A listening socket on some port P + 1 while P itself is free (as far as one can tell)."""
+    for _ in range(20):
+        taken = socket.socket()
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        below = taken.getsockname()[1] - 1
+        try:
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", below))
+            return taken, below
+        except OSError:
+            taken.close()
+    raise AssertionError("no free port below a free port")
+
+
+def test_a_taken_rest_port_is_named_with_the_option_that_moves_it(
+        capsys: pytest.CaptureFixture[str], restore_logging: None) -> None:
+    """`relay mock --port P` while P + 1 is taken: the REST API's port clashed, not P."""
+    for _ in range(3):   # P might be taken by someone else meanwhile: then try another pair
+        taken, port = _taken_port_after_a_free_one()
+        with taken:
+            status = main(["mock", "--port", str(port)])
+        [line] = capsys.readouterr().err.splitlines()
+        message = json.loads(line)["msg"]
+        if "the WebSocket API" not in message:
+            break
+    assert status == 2
+    assert message.startswith(f"cannot listen on 127.0.0.1:{port + 1} for the fake REST API: ")
+    assert "--port + 1" in message and "--rest-port" in message
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        assert main(["mock", "--port", "0", "--rest-port", str(taken.getsockname()[1])]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert json.loads(line)["msg"].endswith("choose another --rest-port")
 
 
 def test_mock_is_a_relay_subcommand() -> None:

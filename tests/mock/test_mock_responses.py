@@ -185,6 +185,30 @@ async def test_strict_tools_only_call_offered_functions(make_mock: MockFactory) 
     assert [o.get("name") for o in only_weather] == [None, "get_weather"]
 
 
+async def test_a_call_to_a_tool_the_session_lacks_is_a_warning_once(
+        make_mock: MockFactory, caplog: pytest.LogCaptureFixture) -> None:
+    """A misnamed tool in a script (the session offers get_time; the script calls get_weather)
+    is dropped as a model would drop it, and said once in the log, not once per response."""
+    mock = await make_mock(script=WEATHER_SCRIPT)
+    only_time = {"type": "session.update", "session": {"type": "realtime", "tools": [TIME_TOOL]}}
+    with caplog.at_level("INFO", logger="relay.mock"):
+        async with raw_connect(mock) as client:
+            await client.ask(only_time, "session.updated")
+            for _ in range(2):
+                await client.ask(user_text("weather"), "conversation.item.done")
+                output = (await client.ask({"type": "response.create"}, "response.done"))[-1]["response"]["output"]
+                assert [o.get("name") for o in output] == [None, "get_time"]
+            forced = {"tool_choice": {"type": "function", "name": "get_time"}}
+            await client.ask({"type": "response.create", "response": {"tools": [WEATHER_TOOL, TIME_TOOL],
+                                                                      **forced}}, "response.done")
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert [r.getMessage() for r in warnings] == [
+        "mock: the script calls 'get_weather', which is not among the session's tools (get_time): "
+        "the call is dropped (options.strict_tools)"]
+    assert warnings[0].session_id == mock.sessions[0].id
+    assert any("excluded by tool_choice" in r.getMessage() for r in caplog.records if r.levelname == "INFO")
+
+
 async def test_calls_alone_that_are_dropped_fall_back_to_the_default_text(make_mock: MockFactory) -> None:
     mock = await make_mock(script=WEATHER_SCRIPT)
     async with raw_connect(mock) as client:

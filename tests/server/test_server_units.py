@@ -115,17 +115,6 @@ def test_the_redacting_logger_removes_secrets_from_websockets_debug_lines() -> N
     assert stream.getvalue() == f"> Authorization: Bearer {REDACTED}\n"
 
 
-@pytest.fixture
-def restore_logging() -> Iterator[None]:
-    """configure_logging replaces the root handlers (pytest's among them): put them back."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-    logging.getLogger("relay.websocket").setLevel(logging.NOTSET)
-
-
 def test_configure_logging_quiets_websockets_connection_lines(restore_logging: None) -> None:
     configure_logging("text", level="info", stream=io.StringIO())
     assert logging.getLogger("relay.websocket.client").getEffectiveLevel() == logging.WARNING
@@ -193,14 +182,14 @@ def test_import_relay_stays_light_and_serve_is_there_on_demand() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=30)
 
 
-def test_a_port_in_use_is_reported_with_exit_status_1(
+def test_a_port_in_use_is_unusable_input_exit_status_2(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, restore_logging: None) -> None:
     monkeypatch.delenv("RELAY_AUTH_TOKEN", raising=False)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        assert main(["serve", "--dialect", "openai", "--port", str(port)]) == 1
+        assert main(["serve", "--dialect", "openai", "--port", str(port)]) == 2
     assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
 
 

@@ -128,7 +128,8 @@ async def test_a_frame_the_dropped_socket_did_not_take_goes_out_on_the_new_one()
 
     engine = OpenAIEngine([get_weather], config=EngineConfig(mode="sidecar", declare_tools=True, strict=True))
     frames = SidecarTap()
-    loop = SidebandLoop(engine, upstream=old, reopen=reopen, context={}, recorder=SimpleNamespace(record=frames))
+    recorder = SimpleNamespace(record=frames, record_notice=lambda kind, fields: None)
+    loop = SidebandLoop(engine, upstream=old, reopen=reopen, context={}, recorder=recorder)
     async with anyio.create_task_group() as group:
         group.start_soon(loop.run)
         await loop.started.wait()
