@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 from urllib.parse import parse_qsl, urlsplit
 
 from websockets.asyncio.server import ServerConnection
-from websockets.exceptions import InvalidMessage
+from websockets.exceptions import ConnectionClosed, InvalidMessage
 from websockets.http11 import Request, Response
 
 from relay.config import ServerConfig
@@ -187,7 +187,7 @@ class ProbeConnection(ServerConnection):
     kept on the connection for `Handshake.process_request`, which answers every such request with
     a status (never a WebSocket: the body, if any, is not read). A connection that brings no HTTP
     request at all is logged at debug (nothing came: a TCP probe) or info (something else came),
-    and closed.
+    and closed; so is one whose peer leaves before the answer goes out (a check that timed out).
 
     Built on websockets' `create_connection` extension point: `data_received` (asyncio's Protocol
     method) sees the bytes first; `handshake` is the coroutine websockets' server awaits before
@@ -221,6 +221,11 @@ class ProbeConnection(ServerConnection):
     async def handshake(self, *args: Any, **kwargs: Any) -> None:
         try:
             await super().handshake(*args, **kwargs)
+        except ConnectionClosed:
+            # the peer left before the answer went out: a balancer's check that timed out while
+            # the relay was busy, a client that gave up
+            log.info("the client left during the handshake", extra={"remote": remote_address(self)})
+            return
         except InvalidMessage as exc:
             if self.request is not None:
                 raise

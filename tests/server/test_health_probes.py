@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import pytest
 from websockets.exceptions import InvalidStatus
 
-from relay.handshake import MAX_REQUEST_HEAD, _rewritten_head
+from relay.handshake import MAX_REQUEST_HEAD, ProbeConnection, _rewritten_head
 from relay.mock import MockUpstream
 from tests.support.clients import TIMEOUT, http_request, realtime_client
 from tests.support.relays import captured_logs, relay_for, weather_turn
@@ -105,6 +106,34 @@ async def test_no_probe_logs_an_error_or_a_traceback_and_sessions_still_work(wea
     assert [r for r in records if r["level"] in ("error", "critical") or ("exc" in r and r["level"] != "debug")] == []
     assert any(r["msg"].startswith("not an HTTP request") and r["level"] == "info" for r in records)
     assert any(r["msg"] == "connection closed before sending a request" and r["level"] == "debug" for r in records)
+
+
+async def test_a_probe_that_stalls_after_the_answer_is_not_an_error(
+        weather_mock: MockUpstream, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checker reads the answer but does not close its side within the relay's close timeout
+    (as HAProxy's checks did when the machine was saturated): the relay gives up the connection
+    quietly."""
+    handshake = ProbeConnection.handshake
+    handshakes_done = asyncio.Event()
+
+    async def observed(self: ProbeConnection, *args: Any, **kwargs: Any) -> None:
+        try:
+            await handshake(self, *args, **kwargs)
+        finally:
+            handshakes_done.set()
+
+    monkeypatch.setattr(ProbeConnection, "handshake", observed)
+    with captured_logs() as logs:
+        async with relay_for(weather_mock) as server:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(request("GET", "/healthz"))
+            async with asyncio.timeout(TIMEOUT):
+                assert (await reader.read()).startswith(b"HTTP/1.1 200 ")   # the answer, then the relay's EOF
+            await asyncio.wait_for(handshakes_done.wait(), TIMEOUT)   # while this side stays open
+            writer.close()
+    records = [json.loads(line) for line in logs.getvalue().splitlines()]
+    assert [r for r in records if r["level"] in ("error", "critical") or ("exc" in r and r["level"] != "debug")] == []
+    assert any(r["msg"] == "the client left during the handshake" and r["level"] == "info" for r in records)
 
 
 async def test_while_draining_healthz_is_503_and_new_sessions_are_refused_with_503(
