@@ -11,6 +11,10 @@ token) so a refused client never causes an upstream connection; `/healthz` and `
 the port. Frames are moved by `SessionLoop`; this module keeps each session's life: it accepts,
 connects, counts, logs and shuts down. The configuration is relay/config.py's, process control
 relay/process.py's, the command line relay/cli.py's.
+
+A stop (SIGTERM) drains: the listener stays open so that a load balancer sees `/healthz` turn 503
+and new sessions refused with 503 (and sends them elsewhere) while open sessions run to their
+end, up to `drain_seconds`; then the listener closes and what is left is closed with 1001.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from relay.config import ConfigError, EdgeRuntime, ServerConfig, ToolSources, is
 from relay.dialects import Dialect
 from relay.engine import Engine, Notice, new_engine
 from relay.exits import cannot_listen
-from relay.handshake import Handshake, remote_address, select_subprotocol
+from relay.handshake import Handshake, ProbeConnection, remote_address, select_subprotocol
 from relay.logs import WEBSOCKET_LOGGER, AnomalyLog, RedactingLogger, configure_logging, log_notice
 from relay.metrics import Metrics
 from relay.policy import SHUTDOWN_CODE, EventBudget
@@ -106,12 +110,14 @@ class RelayServer(EdgeRuntime):
             declare_tools=True,
             hold_client_creates=True,
         )
-        self._handshake = Handshake(config, self.dialect, self.metrics, health=self.health)
+        self._handshake = Handshake(config, self.dialect, self.metrics, health=self.health,
+                                    draining=lambda: self.draining)
         self._sessions: dict[str, ProxySession] = {}
         self._sessions_changed = asyncio.Event()
         self._ws_server: Server | None = None
         self._address: tuple[str, int] | None = None   # kept after shutdown, for messages
         self._stop_requested = asyncio.Event()
+        self._draining = False
         self._hurry = asyncio.Event()
         self._shutdown_done: asyncio.Event | None = None
         self._tracing: Tracing | None = None   # decided in start(): in the process that serves
@@ -143,7 +149,8 @@ class RelayServer(EdgeRuntime):
 
     @property
     def draining(self) -> bool:
-        return self._shutdown_done is not None
+        """Stopping: `/healthz` answers 503 and new sessions are refused; open ones go on."""
+        return self._draining
 
     async def __aenter__(self) -> RelayServer:
         await self.start()
@@ -163,6 +170,7 @@ class RelayServer(EdgeRuntime):
             config.host,
             config.port,
             process_request=self._handshake.process_request,
+            create_connection=ProbeConnection,
             select_subprotocol=select_subprotocol,
             max_size=config.max_frame_bytes,
             compression=None,   # see Upstream.connect: no per-frame deflate on the relay
@@ -196,23 +204,27 @@ class RelayServer(EdgeRuntime):
                 await self.shutdown(None if self._stop_requested.is_set() else 0.0)
 
     def request_stop(self) -> None:
-        """Begin a graceful stop (what SIGTERM does); a second call cuts the drain short."""
+        """Begin a graceful stop (what SIGTERM does): from now on `/healthz` answers 503 and new
+        sessions are refused; a second call cuts the drain short."""
         if self._stop_requested.is_set():
             self._hurry.set()
             self._sessions_changed.set()
+        self._draining = True
         self._stop_requested.set()
 
     async def shutdown(self, drain_seconds: float | None = None) -> None:
-        """Stop accepting, let open sessions run up to `drain_seconds` (default: the config's),
-        then close the rest with 1001 and wait until every connection is gone."""
+        """Refuse new sessions (503, `/healthz` too) while open ones run up to `drain_seconds`
+        (default: the config's), then stop listening, close the rest with 1001 and wait until
+        every connection is gone. The listener stays open during the drain so that a load
+        balancer's health check sees the 503 rather than a refused connection."""
         if self._ws_server is None:
             return
         if self._shutdown_done is not None:
             await self._shutdown_done.wait()
             return
         self._shutdown_done = asyncio.Event()
+        self._draining = True
         drain = self.config.drain_seconds if drain_seconds is None else drain_seconds
-        self._ws_server.server.close()   # no new connections; open ones go on
         if self._sessions and drain > 0:
             log.info("draining %d open sessions for up to %g s", len(self._sessions), drain,
                      extra={"sessions": len(self._sessions), "drain_seconds": drain})
@@ -220,6 +232,7 @@ class RelayServer(EdgeRuntime):
                 while self._sessions and not self._hurry.is_set():
                     self._sessions_changed.clear()
                     await self._sessions_changed.wait()
+        self._ws_server.server.close()   # no new connections at all from here on
         async with anyio.create_task_group() as closers:
             for session in list(self._sessions.values()):
                 closers.start_soon(session.close, SHUTDOWN_CODE, "relay shutting down")
@@ -264,7 +277,7 @@ class RelayServer(EdgeRuntime):
         self.metrics.session_started()
         log.info("session start", extra={
             "session_id": session.id, "remote": session.remote, "path": session.path,
-            "dialect": session.dialect.name, "upstream": self.upstream.host})
+            "dialect": session.dialect.name, "upstream": self.upstream.host, "pid": os.getpid()})
         try:
             session.end = await self._run_session(session, [(name, value) for name, value in query
                                                             if name not in TRACE_PARAMS])
@@ -368,13 +381,13 @@ async def run_until_stopped(server: RelayServer) -> int:
 
 
 async def drain_on_signal(server: RelayServer, name: str, again: bool) -> None:
-    """A stop signal: no new connections, open sessions drain; a second one ends the drain."""
+    """A stop signal: new sessions are refused, open sessions drain; a second one ends the drain."""
+    server.request_stop()
     if again:
         log.info("%s again: closing open sessions now", name)
     else:
-        log.info("%s: no new connections; draining open sessions", name,
-                 extra={"drain_seconds": server.config.drain_seconds})
-    server.request_stop()
+        log.info("%s: draining: /healthz answers 503, new sessions are refused, open ones go on", name,
+                 extra={"drain_seconds": server.config.drain_seconds, "sessions": len(server.sessions)})
 
 
 def run_server(server: RelayServer, signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT)) -> int:

@@ -1,5 +1,6 @@
 """Operating `relay serve`: health and metrics endpoints, recordings, secrets kept out of
-everything, access tokens, and the process: SIGTERM drain and several workers on one port."""
+everything, access tokens, and the process: several workers on one port, `relay.serve` (the drain
+on SIGTERM: test_drain.py)."""
 
 from __future__ import annotations
 
@@ -133,35 +134,6 @@ async def test_an_access_token_provider_is_used_and_reused_while_valid() -> None
 
 
 # ---- the process -------------------------------------------------------------------------
-
-async def test_sigterm_stops_accepting_drains_then_closes_sessions_with_1001(
-        weather_mock: MockUpstream, tmp_path: Path) -> None:
-    (tmp_path / "weather_tools.py").write_text(
-        "from relay.tools import tool\n\n@tool\ndef get_weather(city: str) -> str:\n    return 'rainy'\n")
-    log: list[str] = []
-    async with relay_process("serve", "--port", "0", "--upstream", weather_mock.url, "--dialect", "openai",
-                             "--tools", "weather_tools", "--drain-seconds", "0.5",
-                             cwd=tmp_path, env={"OPENAI_API_KEY": PROVIDER_KEY}) as relay:
-        assert relay.stderr is not None
-        listening = await next_log_line(relay.stderr, lambda r: r["msg"].startswith("listening on"), log)
-        assert listening["tools"] == ["get_weather"]
-        base = listening["url"].removesuffix("/v1/realtime")
-        async with realtime_client(base, token=None) as client:
-            await client.wait_type("session.created")
-            relay.send_signal(signal.SIGTERM)
-            await next_log_line(relay.stderr, lambda r: r["msg"].startswith("draining"), log)
-            with pytest.raises(OSError):   # no new connections during the drain
-                async with realtime_client(base, token=None):
-                    pass
-            done = await weather_turn(client, says="found")   # the open session goes on meanwhile
-            assert "rainy" in json.dumps(done)
-            assert await client.closed() == (1001, "relay shutting down")
-        assert await asyncio.wait_for(relay.wait(), TIMEOUT) == 0
-        log += (await relay.stderr.read()).decode().splitlines()
-    ends = [json.loads(line) for line in log if '"session end"' in line]
-    assert [(end["by"], end["code"]) for end in ends] == [("relay", 1001)]
-    assert PROVIDER_KEY not in "".join(log)
-
 
 async def test_workers_share_one_port(weather_mock: MockUpstream, tmp_path: Path) -> None:
     log: list[str] = []

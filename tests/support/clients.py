@@ -205,9 +205,17 @@ async def sdk_until(connection: AsyncRealtimeConnection, event_type: str) -> lis
 
 async def http_get(port: int, path: str) -> tuple[int, dict[str, str], bytes]:
     """GET over a fresh connection (the relay closes it after the response)."""
+    return await raw_http(port, f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+
+
+async def raw_http(port: int, *chunks: bytes) -> tuple[int, dict[str, str], bytes]:
+    """A raw HTTP request, written in `chunks` (each flushed before the next is written),
+    over a fresh connection; the status, headers (lower-case names) and body of the response,
+    read until the server closes the connection."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
-    await writer.drain()
+    for chunk in chunks:
+        writer.write(chunk)
+        await writer.drain()
     async with asyncio.timeout(TIMEOUT):
         raw = await reader.read()
     writer.close()

@@ -1,9 +1,11 @@
-"""The `relay` command as a user runs it: a subprocess whose stderr is its JSON log."""
+"""The `relay` command as a user runs it: a subprocess whose stderr is its JSON log; and the
+scripts in scripts/ as modules."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import json
 import os
 import signal
@@ -11,7 +13,12 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
+from types import ModuleType
 from typing import Any
+
+from tests.support.paths import REPO
+
+SCRIPTS = REPO / "scripts"
 
 
 @asynccontextmanager
@@ -53,3 +60,11 @@ async def next_log_line(stream: asyncio.StreamReader, predicate: Callable[[dict[
             record = json.loads(line)
             if predicate(record):
                 return record
+
+
+def script_module(name: str) -> ModuleType:
+    """scripts/NAME.py imported as a module, with scripts/ on sys.path as the scripts have it
+    themselves (they import each other: cluster_soak.py uses soak.py and cluster.py)."""
+    if str(SCRIPTS) not in sys.path:
+        sys.path.insert(0, str(SCRIPTS))
+    return importlib.import_module(name)
