@@ -53,6 +53,7 @@ from relay.exits import (
 from relay.export import FORMATS, run_export
 from relay.inspector.live import LiveHub, serve_inspector
 from relay.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
+from relay.metrics import metrics_for_workers
 from relay.policy import (
     DEFAULT_DRAIN_SECONDS,
     DEFAULT_MAX_CLIENT_EVENTS_PER_SECOND,
@@ -326,14 +327,15 @@ def _run_serve(args: argparse.Namespace) -> int:
     if args.inspector and args.workers > 1:
         raise UnusableInput("--inspector shows the sessions of one process: it cannot be used with --workers")
     server = _edge(lambda: RelayServer(ServerConfig(**config_fields(args, SERVE_OPTIONS))), log)
-    if args.workers == 1:
-        return run_server(server)
 
     def run_worker(port: int) -> int:
         server.config = dataclasses.replace(server.config, port=port, reuse_port=True)
         return run_server(server, (signal.SIGTERM,))
 
-    return run_workers(server.config.host, server.config.port, args.workers, run_worker)
+    with metrics_for_workers(args.workers) as worker_exited:   # several workers share /metrics
+        if args.workers == 1:
+            return run_server(server)
+        return run_workers(server.config.host, server.config.port, args.workers, run_worker, worker_exited)
 
 
 def _run_attach(args: argparse.Namespace) -> int:

@@ -110,6 +110,9 @@ class EdgeConfig:
     # Python API: called with (session id, notice) for every engine notice (tool calls started
     # and answered, follow-ups, fillers, anomalies, errors): for dashboards, tests and the demo.
     on_notice: Callable[[str, Notice], None] | None = None
+    # Python API: an OpenTelemetry TracerProvider for the sessions' spans (relay/tracing.py);
+    # None: the application's global provider if it set one, else the OTEL_* variables, else none.
+    tracer_provider: Any = None
 
     def __post_init__(self) -> None:
         if not self.upstream:

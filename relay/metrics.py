@@ -1,63 +1,152 @@
-"""Process-wide counters for `relay serve`, rendered in the Prometheus text format (version 0.0.4).
+"""`relay serve`'s Prometheus metrics, kept with prometheus-client.
 
-Frame counting is on the per-frame path, so it is two dictionary integer adds per frame
-(`TrafficTap`); everything else is counted per session or per tool call. One `Metrics` object
-belongs to one server; it holds totals only, never session state.
+One process: the metrics live in a registry of the server's own. Several (`relay serve --workers
+N`): prometheus-client's multiprocess mode. Every worker writes its values to files in one
+directory (`PROMETHEUS_MULTIPROC_DIR`: the user's, or one the parent makes for the run and removes
+after it, see `metrics_for_workers`), and the worker that answers a scrape reads them all:
+
+- counters and histograms are summed over the workers (a worker that has exited still counts);
+- `relay_sessions_open` is summed over the live workers (`livesum`: an exited worker holds no
+  session), which is what "sessions open on this port" means;
+- `relay_worker_sessions_open{pid}` gives the same per live worker (`liveall`), because the sum
+  hides how the kernel spread the sessions, and a max or min would say nothing true. `/healthz`
+  reads it too (`open_sessions_by_worker`).
+
+Frames are on the per-frame path: the session's `TrafficTap` counts them as plain integer adds
+and publishes them in batches (every `PUBLISH_EVERY` frames of a session, when it ends, and before
+this worker answers a scrape), since one prometheus-client increment costs more than the rest of
+the relay's own work on a frame (see the README's Benchmarks). Everything else is counted as it
+happens (per session, handshake, tool call, response.create).
+
+prometheus-client is imported when a `Metrics` first counts or renders, never at import:
+the library chooses between one process and several when it is imported, so `relay serve
+--workers` sets the directory first.
 """
 
 from __future__ import annotations
 
-import bisect
+import contextlib
+import glob
 import logging
+import os
+import shutil
+import tempfile
+import weakref
 from collections import Counter
-from dataclasses import dataclass, field
-from typing import Any, Container
+from typing import Any, Callable, Container, Iterator
 
 from relay.engine import Notice
+from relay.exits import UnusableInput
 from relay.recording import DIRECTIONS, RecordingWriter
 
 log = logging.getLogger("relay.metrics")
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+MULTIPROC_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
 # Tool latency buckets, in seconds: from a fast lookup to a slow API call.
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+# A session's frame counts go to the shared counters after this many frames (and at its end).
+PUBLISH_EVERY = 256
 _MAX_LABEL_CHARS = 64
 UNKNOWN_TOOL_LABEL = "(unknown)"
+WORKER_SESSIONS = "relay_worker_sessions_open"
 
 
-@dataclass
-class Histogram:
-    """Cumulative-bucket histogram: `counts[i]` observations <= `bounds[i]`, kept non-cumulative
-    and summed when rendered."""
+class _Families:
+    """The prometheus-client metric objects of one `Metrics`, made in the process that counts."""
 
-    bounds: tuple[float, ...] = LATENCY_BUCKETS
-    counts: list[int] = field(default_factory=list)
-    total: float = 0.0
-    count: int = 0
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, values
+        from prometheus_client import Counter as PromCounter
+        from prometheus_client import Gauge, Histogram
 
-    def __post_init__(self) -> None:
-        if not self.counts:
-            self.counts = [0] * (len(self.bounds) + 1)
+        directory = os.environ.get(MULTIPROC_DIR_ENV)
+        self.multiprocess = bool(directory) and values.ValueClass is not values.MutexValue
+        if directory and not self.multiprocess:
+            log.warning("prometheus_client was imported before %s was set: /metrics shows this process "
+                        "only", MULTIPROC_DIR_ENV)
+        self.directory = directory if self.multiprocess else None
+        # one process: the metrics register here; several: they write files, and the registry
+        # that renders reads every worker's
+        self.registry = CollectorRegistry(auto_describe=True)
+        own = None if self.multiprocess else self.registry
+        if self.multiprocess:
+            from prometheus_client.multiprocess import MultiProcessCollector
 
-    def observe(self, value: float) -> None:
-        self.counts[bisect.bisect_left(self.bounds, value)] += 1
-        self.total += value
-        self.count += 1
+            MultiProcessCollector(self.registry, path=directory)
+
+        self.sessions_open = Gauge("relay_sessions_open", "Client sessions open now (all workers).",
+                                   registry=own, multiprocess_mode="livesum")
+        if self.multiprocess:   # the collector adds the pid label
+            self.worker_sessions_open = Gauge(WORKER_SESSIONS, "Client sessions open now, per worker process.",
+                                              registry=None, multiprocess_mode="liveall")
+        else:
+            self.worker_sessions_open = Gauge(WORKER_SESSIONS, "Client sessions open now, per worker process.",
+                                              ["pid"], registry=own).labels(pid=str(os.getpid()))
+        self.sessions = PromCounter("relay_sessions", "Client sessions accepted.", registry=own)
+        self.sessions_ended = PromCounter("relay_sessions_ended", "Sessions ended, by the side that ended them.",
+                                          ["by"], registry=own)
+        self.handshakes_refused = PromCounter("relay_handshakes_refused",
+                                              "WebSocket handshakes refused, by HTTP status.", ["status"],
+                                              registry=own)
+        frames = PromCounter("relay_frames", "WebSocket frames, by direction.", ["direction"], registry=own)
+        frame_bytes = PromCounter("relay_frame_bytes",
+                                  "Frame payload sizes, by direction (characters of text frames: bytes "
+                                  "for ASCII JSON).", ["direction"], registry=own)
+        self.frames_family, self.frame_bytes_family = frames, frame_bytes
+        self.frames = {direction: frames.labels(direction=direction) for direction in DIRECTIONS}
+        self.frame_bytes = {direction: frame_bytes.labels(direction=direction) for direction in DIRECTIONS}
+        self.tool_calls = PromCounter("relay_tool_calls", "Relay tool calls answered or settled, by tool and "
+                                      "outcome.", ["tool", "outcome"], registry=own)
+        self.tool_seconds = Histogram("relay_tool_call_seconds",
+                                      "From a call being ready to its output being sent upstream.", ["tool"],
+                                      buckets=LATENCY_BUCKETS, registry=own)
+        self.follow_ups = PromCounter("relay_follow_ups", "response.create events the relay sent after "
+                                      "tool outputs.", registry=own)
+        self.fillers = PromCounter("relay_fillers", "Spoken filler responses the relay requested while "
+                                   "tools ran.", registry=own)
+        self.errors = PromCounter("relay_errors", "Errors by code: sent to clients by the relay "
+                                  "(source=relay) or aimed at the relay by the upstream (source=upstream).",
+                                  ["source", "code"], registry=own)
+        self.anomalies = PromCounter("relay_anomalies", "Protocol anomalies the engine recorded, by source.",
+                                     ["source"], registry=own)
 
 
-@dataclass
 class Metrics:
-    sessions_total: int = 0
-    sessions_ended: Counter[str] = field(default_factory=Counter)           # by who closed
-    handshakes_refused: Counter[int] = field(default_factory=Counter)       # by HTTP status
-    frames: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DIRECTIONS, 0))
-    frame_bytes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DIRECTIONS, 0))
-    tool_calls: Counter[tuple[str, str]] = field(default_factory=Counter)   # (tool, outcome)
-    tool_latency: dict[str, Histogram] = field(default_factory=dict)
-    follow_ups: int = 0
-    fillers: int = 0
-    errors: Counter[tuple[str, str]] = field(default_factory=Counter)       # (source, code)
-    anomalies: Counter[str] = field(default_factory=Counter)                # by source
+    """One server's metrics. Counting methods for the edges; `render` for `/metrics`;
+    `open_sessions_by_worker` for `/healthz`; and read-only views of what this process counted
+    (`sessions_total`, `tool_calls`, ...), as plain numbers and Counters, for logs and tests."""
+
+    def __init__(self) -> None:
+        self._made: _Families | None = None
+        self._taps: weakref.WeakSet[TrafficTap] = weakref.WeakSet()
+
+    @property
+    def _families(self) -> _Families:
+        if self._made is None:
+            self._made = _Families()
+        return self._made
+
+    def ready(self) -> None:
+        """Make the metrics now, in the process that serves (a worker, after the fork), so that
+        it is listed (`relay_worker_sessions_open`, `/healthz`) before its first session."""
+        self._families
+
+    # ---- counting ------------------------------------------------------------------------
+    def session_started(self) -> None:
+        families = self._families
+        families.sessions.inc()
+        families.sessions_open.inc()
+        families.worker_sessions_open.inc()
+
+    def session_ended(self, by: str) -> None:
+        families = self._families
+        families.sessions_ended.labels(by=by).inc()
+        families.sessions_open.dec()
+        families.worker_sessions_open.dec()
+
+    def handshake_refused(self, status: int) -> None:
+        self._families.handshakes_refused.labels(status=str(status)).inc()
 
     def count_notice(self, notice: Notice, tool_names: Container[str]) -> None:
         """Count what an engine notice reports. `tool_names` are the relay's tools: any other
@@ -67,120 +156,186 @@ class Metrics:
         if kind == "tool_call":
             tool = fields.get("name")
             tool = tool if tool in tool_names else UNKNOWN_TOOL_LABEL
-            self.tool_calls[(tool, str(fields.get("outcome")))] += 1
+            families = self._families
+            families.tool_calls.labels(tool=tool, outcome=str(fields.get("outcome"))).inc()
             if fields.get("ms") is not None:
-                self.tool_latency.setdefault(tool, Histogram()).observe(fields["ms"] / 1000.0)
+                families.tool_seconds.labels(tool=tool).observe(fields["ms"] / 1000.0)
         elif kind == "follow_up":
-            self.follow_ups += 1
+            self._families.follow_ups.inc()
         elif kind == "filler":
-            self.fillers += 1
+            self._families.fillers.inc()
         elif kind == "client_error":
             self.count_error("relay", fields.get("code"))
         elif kind == "upstream_error":
             self.count_error("upstream", fields.get("code"))
         elif kind == "anomaly":
-            self.anomalies[str(fields.get("source"))] += 1
+            self._families.anomalies.labels(source=str(fields.get("source"))).inc()
 
     def count_error(self, source: str, code: Any) -> None:
-        self.errors[(source, str(code or "unknown")[:_MAX_LABEL_CHARS])] += 1
+        self._families.errors.labels(source=source, code=str(code or "unknown")[:_MAX_LABEL_CHARS]).inc()
 
-    def render(self, *, open_sessions: int) -> str:
-        """The exposition text."""
-        out = _Exposition()
-        out.family("relay_sessions_open", "gauge", "Client sessions open now.")
-        out.sample("relay_sessions_open", {}, open_sessions)
-        out.family("relay_sessions_total", "counter", "Client sessions accepted.")
-        out.sample("relay_sessions_total", {}, self.sessions_total)
-        out.family("relay_sessions_ended_total", "counter", "Sessions ended, by the side that ended them.")
-        for by, count in sorted(self.sessions_ended.items()):
-            out.sample("relay_sessions_ended_total", {"by": by}, count)
-        out.family("relay_handshakes_refused_total", "counter", "WebSocket handshakes refused, by HTTP status.")
-        for status, count in sorted(self.handshakes_refused.items()):
-            out.sample("relay_handshakes_refused_total", {"status": str(status)}, count)
-        out.family("relay_frames_total", "counter", "WebSocket frames, by direction.")
-        for direction, count in self.frames.items():
-            out.sample("relay_frames_total", {"direction": direction}, count)
-        out.family("relay_frame_bytes_total", "counter",
-                   "Frame payload sizes, by direction (characters of text frames: bytes for ASCII JSON).")
-        for direction, count in self.frame_bytes.items():
-            out.sample("relay_frame_bytes_total", {"direction": direction}, count)
-        out.family("relay_tool_calls_total", "counter", "Relay tool calls answered or settled, by tool and outcome.")
-        for (tool, outcome), count in sorted(self.tool_calls.items()):
-            out.sample("relay_tool_calls_total", {"tool": tool, "outcome": outcome}, count)
-        out.family("relay_tool_call_seconds", "histogram",
-                   "From a call being ready to its output being sent upstream.")
-        for tool, histogram in sorted(self.tool_latency.items()):
-            cumulative = 0
-            for bound, count in zip((*histogram.bounds, float("inf")), histogram.counts):
-                cumulative += count
-                out.sample("relay_tool_call_seconds_bucket", {"tool": tool, "le": _number(bound)}, cumulative)
-            out.sample("relay_tool_call_seconds_sum", {"tool": tool}, histogram.total)
-            out.sample("relay_tool_call_seconds_count", {"tool": tool}, histogram.count)
-        out.family("relay_follow_ups_total", "counter", "response.create events the relay sent after tool outputs.")
-        out.sample("relay_follow_ups_total", {}, self.follow_ups)
-        out.family("relay_fillers_total", "counter", "Spoken filler responses the relay requested while tools ran.")
-        out.sample("relay_fillers_total", {}, self.fillers)
-        out.family("relay_errors_total", "counter",
-                   "Errors by code: sent to clients by the relay (source=relay) or aimed at the relay "
-                   "by the upstream (source=upstream).")
-        for (source, code), count in sorted(self.errors.items()):
-            out.sample("relay_errors_total", {"source": source, "code": code}, count)
-        out.family("relay_anomalies_total", "counter", "Protocol anomalies the engine recorded, by source.")
-        for source, count in sorted(self.anomalies.items()):
-            out.sample("relay_anomalies_total", {"source": source}, count)
-        return out.text()
+    def count_frame(self, direction: str, frame: str | bytes) -> None:
+        """A frame sent outside a session loop (the error before a session could start)."""
+        families = self._families
+        families.frames[direction].inc()
+        families.frame_bytes[direction].inc(len(frame))
+
+    def tap(self, writer: RecordingWriter | None) -> TrafficTap:
+        """A session's frame counter (and recorder): see `TrafficTap`."""
+        return TrafficTap(self, writer)
+
+    def publish_frames(self, frames: dict[str, int], frame_bytes: dict[str, int]) -> None:
+        families = self._families
+        for direction, count in frames.items():
+            if count:
+                families.frames[direction].inc(count)
+                families.frame_bytes[direction].inc(frame_bytes[direction])
+
+    def publish_open_taps(self) -> None:
+        """What the open sessions of this process counted since they last published."""
+        for tap in list(self._taps):
+            tap.publish()
+
+    # ---- reading -------------------------------------------------------------------------
+    def render(self) -> str:
+        """The exposition text: this process's metrics, or with several workers every worker's
+        (this one's frames published first)."""
+        from prometheus_client import generate_latest
+
+        self.publish_open_taps()
+        return generate_latest(_WithoutCreated(self._families.registry)).decode("utf-8")
+
+    def open_sessions_by_worker(self) -> dict[int, int]:
+        """Open sessions by worker pid: every live worker's with several, else this process's."""
+        families = self._families
+        if not families.multiprocess:
+            return {os.getpid(): int(_value(families.sessions_open, "relay_sessions_open"))}
+        from prometheus_client.multiprocess import MultiProcessCollector
+
+        assert families.directory is not None
+        files = glob.glob(os.path.join(families.directory, "gauge_liveall_*.db"))
+        by_worker: dict[int, int] = {}
+        for metric in MultiProcessCollector.merge(files, accumulate=False):
+            if metric.name == WORKER_SESSIONS:
+                for sample in metric.samples:
+                    by_worker[int(sample.labels["pid"])] = int(sample.value)
+        by_worker.setdefault(os.getpid(), 0)
+        return dict(sorted(by_worker.items()))
+
+    def _own(self, family: str, *keys: str) -> Counter[Any]:
+        """This process's non-zero samples of a labelled counter, keyed by label values."""
+        counts: Counter[Any] = Counter()
+        for metric in getattr(self._families, family).collect():
+            for sample in metric.samples:
+                if sample.name.endswith("_total") and sample.value:
+                    key = tuple(sample.labels[k] for k in keys)
+                    counts[key[0] if len(keys) == 1 else key] += int(sample.value)
+        return counts
+
+    @property
+    def sessions_total(self) -> int:
+        return int(_value(self._families.sessions, "relay_sessions_total"))
+
+    @property
+    def follow_ups(self) -> int:
+        return int(_value(self._families.follow_ups, "relay_follow_ups_total"))
+
+    @property
+    def fillers(self) -> int:
+        return int(_value(self._families.fillers, "relay_fillers_total"))
+
+    @property
+    def sessions_ended(self) -> Counter[str]:
+        return self._own("sessions_ended", "by")
+
+    @property
+    def handshakes_refused(self) -> Counter[int]:
+        return Counter({int(status): count for status, count in self._own("handshakes_refused", "status").items()})
+
+    @property
+    def tool_calls(self) -> Counter[tuple[str, str]]:
+        return self._own("tool_calls", "tool", "outcome")
+
+    @property
+    def errors(self) -> Counter[tuple[str, str]]:
+        return self._own("errors", "source", "code")
+
+    @property
+    def anomalies(self) -> Counter[str]:
+        return self._own("anomalies", "source")
+
+    @property
+    def frames(self) -> dict[str, int]:
+        self.publish_open_taps()
+        counted = self._own("frames_family", "direction")
+        return {direction: counted[direction] for direction in DIRECTIONS}
+
+    @property
+    def frame_bytes(self) -> dict[str, int]:
+        self.publish_open_taps()
+        counted = self._own("frame_bytes_family", "direction")
+        return {direction: counted[direction] for direction in DIRECTIONS}
 
 
-class _Exposition:
-    def __init__(self) -> None:
-        self._lines: list[str] = []
+class _WithoutCreated:
+    """A registry's metrics without the `_created` samples prometheus-client adds to counters and
+    histograms in one process (several workers have none): the same names either way, those the
+    README lists, without a process-wide switch in a library."""
 
-    def family(self, name: str, kind: str, help_text: str) -> None:
-        self._lines.append(f"# HELP {name} {help_text}")
-        self._lines.append(f"# TYPE {name} {kind}")
+    def __init__(self, registry: Any) -> None:
+        self.registry = registry
 
-    def sample(self, name: str, labels: dict[str, str], value: float) -> None:
-        if labels:
-            body = ",".join(f'{key}="{_escape(value)}"' for key, value in labels.items())
-            name = f"{name}{{{body}}}"
-        self._lines.append(f"{name} {_number(value)}")
-
-    def text(self) -> str:
-        return "\n".join(self._lines) + "\n"
+    def collect(self) -> Iterator[Any]:
+        for metric in self.registry.collect():
+            metric.samples = [sample for sample in metric.samples if not sample.name.endswith("_created")]
+            yield metric
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _number(value: float) -> str:
-    if value == float("inf"):
-        return "+Inf"
-    if isinstance(value, int) or float(value).is_integer():
-        return str(int(value))
-    return repr(float(value))
+def _value(metric: Any, sample_name: str) -> float:
+    """The value of an unlabelled metric's sample, as this process counted it."""
+    for family in metric.collect():
+        for sample in family.samples:
+            if sample.name == sample_name:
+                return float(sample.value)
+    return 0.0
 
 
 class TrafficTap:
-    """The session loop's recorder: counts each frame into the server's metrics and passes it to
-    the session's recording, if any. A recording that fails is dropped, never the session."""
+    """The session loop's recorder: counts each frame (two integer adds and a countdown, no
+    lock, no file), publishes the counts to the server's metrics every `PUBLISH_EVERY` frames and
+    at the end, and passes each frame to the session's recording, if any. A recording that fails
+    is dropped, never the session."""
 
-    __slots__ = ("frames", "frame_bytes", "writer")
+    __slots__ = ("frames", "frame_bytes", "writer", "_metrics", "_countdown", "__weakref__")
 
     def __init__(self, metrics: Metrics, writer: RecordingWriter | None) -> None:
-        self.frames = metrics.frames
-        self.frame_bytes = metrics.frame_bytes
+        self.frames = dict.fromkeys(DIRECTIONS, 0)        # counted, not yet published
+        self.frame_bytes = dict.fromkeys(DIRECTIONS, 0)
         self.writer = writer
+        self._metrics = metrics
+        self._countdown = PUBLISH_EVERY
+        metrics._taps.add(self)
 
     def record(self, direction: str, frame: str | bytes) -> None:
         self.frames[direction] += 1
         self.frame_bytes[direction] += len(frame)
+        self._countdown -= 1
+        if not self._countdown:
+            self.publish()
         if self.writer is not None:
             try:
                 self.writer.record(direction, frame)
             except Exception:
                 log.exception("session recording failed; recording stopped")
                 self.writer = None
+
+    def publish(self) -> None:
+        """Hand the counts so far to the server's metrics (shared with the other workers)."""
+        frames, frame_bytes = self.frames, self.frame_bytes
+        self.frames = dict.fromkeys(DIRECTIONS, 0)
+        self.frame_bytes = dict.fromkeys(DIRECTIONS, 0)
+        self._countdown = PUBLISH_EVERY
+        self._metrics.publish_frames(frames, frame_bytes)
 
     def record_notice(self, kind: str, fields: dict[str, Any]) -> None:
         """What the engine decided about a tool call, for the recording beside the frames."""
@@ -192,9 +347,48 @@ class TrafficTap:
                 self.writer = None
 
     def close(self, reason: str) -> None:
+        self.publish()
+        self._metrics._taps.discard(self)
         if self.writer is not None:
             try:
                 self.writer.close(reason)
             except Exception:
                 log.exception("closing the session recording failed")
             self.writer = None
+
+
+# ---- several worker processes -------------------------------------------------------------------
+
+@contextlib.contextmanager
+def metrics_for_workers(workers: int) -> Iterator[Callable[[int], None]]:
+    """Prepare this process (before it imports prometheus-client) for `workers` processes that
+    share their metrics, and yield what to call with the pid of a worker that exited.
+
+    The metrics go to `PROMETHEUS_MULTIPROC_DIR` when the user set it (left as it is: wipe it
+    between runs), else, with more than one worker, to a new temporary directory removed at the
+    end; one worker and no directory: the server's own registry."""
+    made: str | None = None
+    directory = os.environ.get(MULTIPROC_DIR_ENV) or None
+    if directory is not None:
+        if not os.path.isdir(directory):
+            raise UnusableInput(f"{MULTIPROC_DIR_ENV}={directory} is not a directory")
+        if glob.glob(os.path.join(directory, "*.db")):
+            log.warning("%s (%s) holds metrics of an earlier run: its counters are added to this run's",
+                        MULTIPROC_DIR_ENV, directory)
+    elif workers > 1:
+        made = directory = tempfile.mkdtemp(prefix="relay-metrics-")
+        os.environ[MULTIPROC_DIR_ENV] = directory
+
+    def worker_exited(pid: int) -> None:
+        if directory is not None:
+            from prometheus_client import multiprocess
+
+            multiprocess.mark_process_dead(pid, directory)
+
+    try:
+        yield worker_exited
+    finally:
+        if made is not None:
+            shutil.rmtree(made, ignore_errors=True)
+            if os.environ.get(MULTIPROC_DIR_ENV) == made:
+                del os.environ[MULTIPROC_DIR_ENV]

@@ -55,12 +55,14 @@ def run_until_signalled(work: Callable[[], Awaitable[int]], on_signal: OnSignal,
     return asyncio.run(main())
 
 
-def run_workers(host: str, port: int, workers: int, run_worker: Callable[[int], int]) -> int:
+def run_workers(host: str, port: int, workers: int, run_worker: Callable[[int], int],
+                on_worker_exit: Callable[[int], None] | None = None) -> int:
     """Fork `workers` processes that each run `run_worker(port)` and listen on the same port
     (SO_REUSEPORT: the kernel spreads connections over them; port 0 is chosen here, once). A
     worker stops on SIGTERM only; the parent only supervises: SIGTERM or SIGINT is passed on as
-    SIGTERM, so every worker stops as it would alone. Returns 1 when a worker failed, 2 when the
-    platform cannot do it; a port that cannot be had raises UnusableInput (`relay.exits`)."""
+    SIGTERM, so every worker stops as it would alone, and `on_worker_exit(pid)` hears of each
+    worker that exited. Returns 1 when a worker failed, 2 when the platform cannot do it; a port
+    that cannot be had raises UnusableInput (`relay.exits`)."""
     if not hasattr(os, "fork") or not hasattr(socket, "SO_REUSEPORT"):
         log.error("--workers needs fork() and SO_REUSEPORT (Linux, BSD, macOS)")
         return 2
@@ -103,6 +105,8 @@ def run_workers(host: str, port: int, workers: int, run_worker: Callable[[int], 
         pid, wait_status = os.waitpid(-1, 0)
         if pid in children:
             children.remove(pid)
+            if on_worker_exit is not None:
+                on_worker_exit(pid)
             code = os.waitstatus_to_exitcode(wait_status)
             if code != 0:
                 log.error("worker %d exited with status %d", pid, code)

@@ -4,13 +4,15 @@ Each handler is its own task in the session's task group, never on a socket's re
 slow tool cannot stall audio. Sync handlers run in worker threads (a per-session limiter, so a
 session whose handlers block cannot starve the others); async generators are streaming tools
 whose every value is reported as it comes. Timeouts are the engine's decision (it has the fake
-clock in tests); the runner only obeys `CancelHandler`.
+clock in tests); the runner only obeys `CancelHandler`. With tracing on, each handler runs inside
+`handler_scope(call_id)` (its call's span made current), in its own task or thread.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+from contextlib import AbstractContextManager
 from typing import Any, Awaitable, Callable
 
 import anyio
@@ -23,6 +25,7 @@ log = logging.getLogger("relay.runner")
 
 Report = Callable[[str, Outcome], None]
 YieldReport = Callable[[str, Any], None]
+HandlerScope = Callable[[str], AbstractContextManager[Any]]
 
 
 class HandlerRunner:
@@ -33,10 +36,12 @@ class HandlerRunner:
         on_finished: Report,
         on_yield: YieldReport,
         thread_limit: int = 8,
+        handler_scope: HandlerScope | None = None,
     ) -> None:
         self._task_group = task_group
         self._on_finished = on_finished
         self._on_yield = on_yield
+        self._handler_scope = handler_scope
         self._limiter = anyio.CapacityLimiter(thread_limit)
         self._scopes: dict[str, anyio.CancelScope] = {}
 
@@ -62,7 +67,11 @@ class HandlerRunner:
         outcome: Outcome | None = None
         with scope:
             try:
-                outcome = await self._call(action)
+                if self._handler_scope is None:
+                    outcome = await self._call(action)
+                else:
+                    with self._handler_scope(action.call_id):
+                        outcome = await self._call(action)
             except Exception as exc:  # a handler's failure is an output, not a crash
                 outcome = Outcome.raised(exc)
         if self._scopes.get(action.call_id) is scope:

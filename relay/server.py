@@ -11,6 +11,10 @@ token) so a refused client never causes an upstream connection; `/healthz` and `
 the port. Frames are moved by `SessionLoop`; this module keeps each session's life: it accepts,
 connects, counts, logs and shuts down. The configuration is relay/config.py's, process control
 relay/process.py's, the command line relay/cli.py's.
+
+A stop (SIGTERM) drains: the listener stays open so that a load balancer sees `/healthz` turn 503
+and new sessions refused with 503 (and sends them elsewhere) while open sessions run to their
+end, up to `drain_seconds`; then the listener closes and what is left is closed with 1001.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from relay.config import ConfigError, EdgeRuntime, ServerConfig, ToolSources, is
 from relay.dialects import Dialect
 from relay.engine import Engine, Notice, new_engine
 from relay.exits import cannot_listen
-from relay.handshake import Handshake, remote_address, select_subprotocol
+from relay.handshake import Handshake, ProbeConnection, remote_address, select_subprotocol
 from relay.inspector.live import InspectorEndpoint, LiveHub, LiveTap
 from relay.logs import WEBSOCKET_LOGGER, AnomalyLog, RedactingLogger, configure_logging, log_notice
 from relay.metrics import Metrics, TrafficTap
@@ -44,6 +48,7 @@ from relay.policy import SHUTDOWN_CODE, EventBudget
 from relay.process import run_until_signalled
 from relay.recording import RecordingWriter
 from relay.session import SessionEnd, SessionLoop
+from relay.tracing import TRACE_PARAMS, SessionTrace, Tracing, trace_carrier, tracing_for
 from relay.upstream import UpstreamUnavailable
 
 __all__ = ["ConfigError", "ProxySession", "RelayServer", "ServerConfig", "run_server", "serve"]
@@ -64,6 +69,7 @@ class ProxySession:
     loop: SessionLoop | None = None
     end: SessionEnd | None = None
     anomalies: AnomalyLog = field(default_factory=AnomalyLog)
+    trace: SessionTrace | None = None   # its spans, when tracing is on
     _connect_scope: anyio.CancelScope | None = field(default=None, repr=False)
     _closing: tuple[int, str] | None = field(default=None, repr=False)
     _closed: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
@@ -110,14 +116,16 @@ class RelayServer(EdgeRuntime):
         self._inspector = (InspectorEndpoint(self.live, token=config.auth_token, dialect=self.dialect,
                                              allow_origins=config.allow_origins) if self.live is not None else None)
         self._handshake = Handshake(config, self.dialect, self.metrics, health=self.health,
-                                    open_sessions=lambda: len(self._sessions), inspector=self._inspector)
+                                    draining=lambda: self.draining, inspector=self._inspector)
         self._sessions: dict[str, ProxySession] = {}
         self._sessions_changed = asyncio.Event()
         self._ws_server: Server | None = None
         self._address: tuple[str, int] | None = None   # kept after shutdown, for messages
         self._stop_requested = asyncio.Event()
+        self._draining = False
         self._hurry = asyncio.Event()
         self._shutdown_done: asyncio.Event | None = None
+        self._tracing: Tracing | None = None   # decided in start(): in the process that serves
 
     # ---- public surface ----------------------------------------------------------------
     @property
@@ -146,7 +154,8 @@ class RelayServer(EdgeRuntime):
 
     @property
     def draining(self) -> bool:
-        return self._shutdown_done is not None
+        """Stopping: `/healthz` answers 503 and new sessions are refused; open ones go on."""
+        return self._draining
 
     async def __aenter__(self) -> RelayServer:
         await self.start()
@@ -159,11 +168,14 @@ class RelayServer(EdgeRuntime):
         if self._ws_server is not None:
             return
         config = self.config
+        self._tracing = tracing_for(config.tracer_provider)
+        self.metrics.ready()
         self._ws_server = await websocket_serve(
             self._serve_client,
             config.host,
             config.port,
             process_request=self._handshake.process_request,
+            create_connection=ProbeConnection,
             select_subprotocol=select_subprotocol,
             max_size=config.max_frame_bytes,
             compression=None,   # see Upstream.connect: no per-frame deflate on the relay
@@ -200,23 +212,27 @@ class RelayServer(EdgeRuntime):
                 await self.shutdown(None if self._stop_requested.is_set() else 0.0)
 
     def request_stop(self) -> None:
-        """Begin a graceful stop (what SIGTERM does); a second call cuts the drain short."""
+        """Begin a graceful stop (what SIGTERM does): from now on `/healthz` answers 503 and new
+        sessions are refused; a second call cuts the drain short."""
         if self._stop_requested.is_set():
             self._hurry.set()
             self._sessions_changed.set()
+        self._draining = True
         self._stop_requested.set()
 
     async def shutdown(self, drain_seconds: float | None = None) -> None:
-        """Stop accepting, let open sessions run up to `drain_seconds` (default: the config's),
-        then close the rest with 1001 and wait until every connection is gone."""
+        """Refuse new sessions (503, `/healthz` too) while open ones run up to `drain_seconds`
+        (default: the config's), then stop listening, close the rest with 1001 and wait until
+        every connection is gone. The listener stays open during the drain so that a load
+        balancer's health check sees the 503 rather than a refused connection."""
         if self._ws_server is None:
             return
         if self._shutdown_done is not None:
             await self._shutdown_done.wait()
             return
         self._shutdown_done = asyncio.Event()
+        self._draining = True
         drain = self.config.drain_seconds if drain_seconds is None else drain_seconds
-        self._ws_server.server.close()   # no new connections; open ones go on
         if self._sessions and drain > 0:
             log.info("draining %d open sessions for up to %g s", len(self._sessions), drain,
                      extra={"sessions": len(self._sessions), "drain_seconds": drain})
@@ -224,12 +240,15 @@ class RelayServer(EdgeRuntime):
                 while self._sessions and not self._hurry.is_set():
                     self._sessions_changed.clear()
                     await self._sessions_changed.wait()
+        self._ws_server.server.close()   # no new connections at all from here on
         async with anyio.create_task_group() as closers:
             for session in list(self._sessions.values()):
                 closers.start_soon(session.close, SHUTDOWN_CODE, "relay shutting down")
         self._ws_server.close()
         await self._ws_server.wait_closed()
         log.info("stopped", extra={"sessions_total": self.metrics.sessions_total})
+        if self._tracing is not None:
+            await anyio.to_thread.run_sync(self._tracing.flush)
         self._shutdown_done.set()
 
     def _bound_address(self) -> tuple[str, int]:
@@ -239,7 +258,11 @@ class RelayServer(EdgeRuntime):
 
     # ---- health -----------------------------------------------------------------------
     def health(self) -> dict[str, Any]:
-        return self.health_fields(draining=self.draining, sessions=len(self._sessions))
+        """`/healthz`: open sessions of every worker (`relay serve --workers N`: from the shared
+        metrics), by worker pid, and which worker answered (`pid`)."""
+        by_worker = self.metrics.open_sessions_by_worker()
+        return self.health_fields(draining=self.draining, sessions=sum(by_worker.values())) | {
+            "workers": {str(pid): sessions for pid, sessions in by_worker.items()}}
 
     # ---- sessions ----------------------------------------------------------------------
     async def _serve_client(self, client: ServerConnection) -> None:
@@ -256,20 +279,29 @@ class RelayServer(EdgeRuntime):
             path=target.path,
             dialect=self.dialect.for_client(request.headers),
         )
+        query = parse_qsl(target.query, keep_blank_values=True)
+        if self._tracing is not None:
+            session.trace = self._tracing.session(
+                session_id=session.id, mode="proxy", dialect=session.dialect.name, upstream=self.upstream.host,
+                carrier=trace_carrier(request.headers, query), **{"client.address": session.remote.rpartition(":")[0]})
         self._sessions[session.id] = session
-        self.metrics.sessions_total += 1
+        self.metrics.session_started()
         log.info("session start", extra={
             "session_id": session.id, "remote": session.remote, "path": session.path,
-            "dialect": session.dialect.name, "upstream": self.upstream.host})
+            "dialect": session.dialect.name, "upstream": self.upstream.host, "pid": os.getpid()})
         try:
-            session.end = await self._run_session(session, parse_qsl(target.query, keep_blank_values=True))
+            session.end = await self._run_session(session, [(name, value) for name, value in query
+                                                            if name not in TRACE_PARAMS])
         finally:
             end = session.end = session.end or SessionEnd("relay", 1011, "internal error")
             del self._sessions[session.id]
             session._closed.set()
             self._sessions_changed.set()
-            self.metrics.sessions_ended[end.by] += 1
+            self.metrics.session_ended(end.by)
             engine = session.engine
+            if session.trace is not None:
+                session.trace.end(by=end.by, code=end.code, reason=end.reason,
+                                  tool_calls=len(engine.calls) if engine is not None else 0)
             log.info("session end", extra={
                 "session_id": session.id, "by": end.by, "code": end.code, "reason": end.reason,
                 "seconds": round(time.time() - session.started_at, 3),
@@ -296,7 +328,7 @@ class RelayServer(EdgeRuntime):
                             session_id=session.id, id_prefix=session.id)
         recording = self.recording(session_id=session.id, dialect=session.dialect, mode="proxy",
                                    extra_header=engine.recording_header(), writer=RecordingWriter)
-        tap = TrafficTap(self.metrics, recording)
+        tap = self.metrics.tap(recording)
         recorder: TrafficTap | LiveTap = tap
         if self.live is not None:
             recorder = self.live.open_session(session.id, runtime=self, dialect=session.dialect, mode="proxy",
@@ -312,6 +344,7 @@ class RelayServer(EdgeRuntime):
             close_timeout=1.0,
             client_budget=EventBudget.optional(self.config.max_client_events_per_second),
             redact=self.redactor.frame,
+            handler_scope=session.trace.handler_scope if session.trace is not None else None,
         )
         session.loop = loop
         return await loop.run(on_end=recorder.close)
@@ -329,8 +362,7 @@ class RelayServer(EdgeRuntime):
             else:
                 frame = json.dumps(event)
                 await session.client.send(frame)
-                self.metrics.frames["relay>client"] += 1
-                self.metrics.frame_bytes["relay>client"] += len(frame)
+                self.metrics.count_frame("relay>client", frame)
                 await session.client.close(1011, "upstream unavailable")
         except ConnectionClosed:
             pass
@@ -338,6 +370,8 @@ class RelayServer(EdgeRuntime):
 
     def _on_notice(self, session: ProxySession, notice: Notice) -> None:
         self.metrics.count_notice(notice, self.tools)
+        if session.trace is not None:
+            session.trace.notice(notice)
         if self.config.on_notice is not None:
             self.config.on_notice(session.id, notice)
         log_notice(log, notice, anomalies=session.anomalies, session_id=session.id)
@@ -363,13 +397,13 @@ async def run_until_stopped(server: RelayServer) -> int:
 
 
 async def drain_on_signal(server: RelayServer, name: str, again: bool) -> None:
-    """A stop signal: no new connections, open sessions drain; a second one ends the drain."""
+    """A stop signal: new sessions are refused, open sessions drain; a second one ends the drain."""
+    server.request_stop()
     if again:
         log.info("%s again: closing open sessions now", name)
     else:
-        log.info("%s: no new connections; draining open sessions", name,
-                 extra={"drain_seconds": server.config.drain_seconds})
-    server.request_stop()
+        log.info("%s: draining: /healthz answers 503, new sessions are refused, open ones go on", name,
+                 extra={"drain_seconds": server.config.drain_seconds, "sessions": len(server.sessions)})
 
 
 def run_server(server: RelayServer, signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT)) -> int:

@@ -35,7 +35,7 @@ from relay.policy import (
     sendable_close_code,
     short_close_reason,
 )
-from relay.runner import HandlerRunner
+from relay.runner import HandlerRunner, HandlerScope
 from relay.wsfast import BATCH_BYTES, abort, has_buffered_message, read_in_smaller_chunks, socket_writer
 
 log = logging.getLogger("relay.session")
@@ -156,6 +156,7 @@ class SessionLoop:
         thread_limit: int = 8,
         client_budget: EventBudget | None = None,
         redact: Callable[[str | bytes], str | bytes] | None = None,
+        handler_scope: HandlerScope | None = None,
     ) -> None:
         self.engine = engine
         self.upstream = upstream
@@ -174,6 +175,7 @@ class SessionLoop:
         self._held: list[str] = []      # sides whose frames wait for the reader to finish its frame
         self.client_budget = client_budget   # None: the client may send as fast as it likes
         self.redact = redact   # applied to every frame for the client: the provider may echo a secret
+        self.handler_scope = handler_scope   # what each handler runs in (its tracing span)
         self.end: SessionEnd | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
         self._runner: HandlerRunner | None = None
@@ -193,7 +195,8 @@ class SessionLoop:
             async with anyio.create_task_group() as task_group:
                 self._task_group = task_group
                 self._runner = HandlerRunner(task_group, on_finished=self._handler_finished,
-                                             on_yield=self._handler_yielded, thread_limit=self.thread_limit)
+                                             on_yield=self._handler_yielded, thread_limit=self.thread_limit,
+                                             handler_scope=self.handler_scope)
                 task_group.start_soon(self._read_upstream, name="upstream reader")
                 task_group.start_soon(self._write, self.to_upstream, "upstream", name="upstream writer")
                 if self.client is not None:

@@ -35,6 +35,7 @@ from relay.logs import log_notice
 from relay.policy import close_info
 from relay.recording import RecordingWriter
 from relay.session import Peer, SessionEnd, SessionLoop, close_quietly
+from relay.tracing import SessionTrace, Tracing, tracing_for
 from relay.upstream import UpstreamUnavailable
 
 __all__ = ["CallEnded", "Sidecar", "SidecarConfig", "SidecarRuntime", "SidebandLoop", "attach"]
@@ -67,6 +68,14 @@ class SidecarRuntime(EdgeRuntime):
             declare_tools=config.declare_tools,
             hold_client_creates=False,
         )
+        self._tracing: Tracing | None | bool = False   # decided at the first call (False: not yet)
+
+    @property
+    def tracing(self) -> Tracing | None:
+        """The calls' tracing (relay/tracing.py), decided once, in the process that attaches."""
+        if self._tracing is False:
+            self._tracing = tracing_for(self.config.tracer_provider)
+        return self._tracing or None
 
 
 def _may_pass(failure: UpstreamUnavailable) -> bool:
@@ -157,6 +166,7 @@ class Sidecar:
         self.tap = tap
         self.live = live
         self.loop: SidebandLoop | None = None
+        self.trace: SessionTrace | None = None   # its spans, when tracing is on
         self.end: SessionEnd | None = None
         self.attached_at: float | None = None
         self.reconnects = 0
@@ -224,6 +234,10 @@ class Sidecar:
         engine = OpenAIEngine(runtime.tools, dialect=runtime.dialect, config=runtime.engine_config,
                         session_id=self.id, id_prefix=self.id)
         recording = self._recording(engine)
+        tracing = runtime.tracing
+        self.trace = None if tracing is None else tracing.session(
+            session_id=self.id, mode="sidecar", dialect=runtime.dialect.name, upstream=runtime.upstream.host,
+            **{"relay.call.id": self.call_id})
         recorder: _Tap | LiveTap | None = None
         if recording is not None or self.tap is not None:
             recorder = _Tap(recording, self.tap)
@@ -242,6 +256,7 @@ class Sidecar:
             recorder=recorder,
             on_notice=self._on_notice,
             max_queue_bytes=runtime.config.max_queue_bytes,
+            handler_scope=self.trace.handler_scope if self.trace is not None else None,
         )
         self.attached_at = time.time()
         log.info("session start", extra={**self.context, "mode": "sidecar", "upstream": runtime.upstream.host,
@@ -253,6 +268,8 @@ class Sidecar:
             return end
         finally:
             final = end or SessionEnd("relay", 1011, "interrupted")
+            if self.trace is not None:
+                self.trace.end(by=final.by, code=final.code, reason=final.reason, tool_calls=len(engine.calls))
             log.info("session end", extra={
                 **self.context, "by": final.by, "code": final.code, "reason": final.reason,
                 "seconds": round(time.time() - self.attached_at, 3), "reconnects": self.reconnects,
@@ -292,6 +309,8 @@ class Sidecar:
                                       extra_header={**engine.recording_header(), "call_id": self.call_id})
 
     def _on_notice(self, notice: Notice) -> None:
+        if self.trace is not None:
+            self.trace.notice(notice)
         on_notice = self.runtime.config.on_notice
         if on_notice is not None:
             on_notice(self.id, notice)

@@ -10,6 +10,10 @@
 `replay` runs the recorded session against the given tools (decorated functions, ToolSpecs or
 `--tools` SPEC strings) and returns the calls (name, arguments, output, status, response ids),
 every frame the relay sent, and the divergences from the recording.
+
+Under pytest, the plugin that comes with the package (`relay.pytest_plugin`) does the same without
+a loop: `pytest --relay-recordings recordings/ --relay-tools my_app/tools.py` makes each recording
+a test item, and the `relay_replay` fixture replays one and fails the test with the report.
 """
 
 from relay.replay import Divergence, ReplayCall, ReplayResult, replay, replay_async

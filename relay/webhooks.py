@@ -6,12 +6,27 @@ tools through the provider's REST API, answers 200, and attaches a sidecar to th
                        ^                                     |
                        +------ws ?call_id=... (one Sidecar per call, in the server's task group)
 
+The endpoint is an ASGI application (Starlette), `SidecarServer.app`: `relay sidecar` serves it
+with uvicorn in its own task group (`run()`), and an application that already receives the
+provider's webhooks mounts it in its own app and runs the attached calls in its lifespan:
+
+    webhooks = SidecarServer(SidecarServerConfig(tools=["tools.py"]))
+    app = FastAPI(lifespan=webhooks.lifespan)     # or: async with webhooks.running(): in yours
+    app.mount("/relay", webhooks.app)             # POST /relay/webhooks/openai, GET /relay/healthz
+
+`SidecarServer(config, routes=[...])` adds routes or mounts to that app (a page beside the
+endpoint). The provider's REST calls (accept, reject, hang up) go through httpx (`CallsAPI`).
+
 Signatures follow Standard Webhooks as OpenAI applies them: headers `webhook-id`,
 `webhook-timestamp` (Unix seconds) and `webhook-signature` (space-separated `v1,<base64>`
 entries), each entry an HMAC-SHA256 of `{id}.{timestamp}.{body}`. The key is the secret from
 `OPENAI_WEBHOOK_SECRET`: base64-decoded after a `whsec_` prefix, else its UTF-8 bytes (as in the
 `openai` package). A delivery more than five minutes old (or ahead) is refused, and a delivery
-repeated with the same `webhook-id` is answered 200 and otherwise ignored.
+repeated with the same `webhook-id` is answered 200 and otherwise ignored. The check is written
+here (checked against the `openai` package's verifier in the tests) rather than taken from the
+`standardwebhooks` package, which reads the wall clock itself, has a fixed tolerance, raises
+ValueError or UnicodeDecodeError on a malformed signature header or a non-UTF-8 body, and takes a
+plain secret for base64.
 """
 
 from __future__ import annotations
@@ -25,15 +40,21 @@ import logging
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Callable
 from urllib.parse import quote, urlsplit
 
 import anyio
 import anyio.abc
+import httpx
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
 
-from relay.http import HTTPError, Request, Response, http_request, serve_http
+from relay.asgi import AppServer, BodyRefused, read_body
 from relay.config import ConfigError, SidecarConfig
 from relay.policy import DEFAULT_DRAIN_SECONDS
 from relay.sidecar import Sidecar, SidecarRuntime
@@ -137,11 +158,87 @@ class RecentIds:
         self._ids.pop(item, None)
 
 
+# ---- the provider's REST API for calls ---------------------------------------------------------
+
+class CallRequestFailed(Exception):
+    """The provider did not do what a REST call asked; the message says why (safe to log)."""
+
+
+class AcceptFailed(CallRequestFailed):
+    """The provider did not accept the call."""
+
+
+_VERBS = {"accept": "accept", "reject": "reject", "hangup": "hang up"}
+
+
+class CallsAPI:
+    """The provider's REST API for SIP calls, `{rest_base}/realtime/calls/{call_id}/accept`,
+    `/reject` and `/hangup`, through one httpx client (opened on first use, closed by `aclose`).
+    The provider key comes from the runtime's upstream credentials and never appears in an error.
+    Each call is bounded by `timeout` seconds in all."""
+
+    def __init__(self, runtime: SidecarRuntime, rest_base: str, timeout: float) -> None:
+        self.runtime = runtime
+        self.rest_base = rest_base.rstrip("/")
+        self.host = display_host(rest_base)
+        self.timeout = timeout
+        self._client: httpx.AsyncClient | None = None
+
+    async def accept(self, call_id: str, session: dict[str, Any]) -> None:
+        """Accept the call with `session` (a GA session config); raises `AcceptFailed`."""
+        try:
+            await self._post(call_id, "accept", session)
+        except CallRequestFailed as exc:
+            raise AcceptFailed(str(exc)) from None
+
+    async def reject(self, call_id: str, status_code: int | None = None) -> None:
+        """Decline the call (the provider's default SIP status is 603, or `status_code`)."""
+        await self._post(call_id, "reject", {} if status_code is None else {"status_code": status_code})
+
+    async def hangup(self, call_id: str) -> None:
+        """End the call."""
+        await self._post(call_id, "hangup", None)
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.aclose()
+
+    async def _post(self, call_id: str, operation: str, body: dict[str, Any] | None) -> None:
+        runtime, host, verb = self.runtime, self.host, _VERBS[operation]
+        url = f"{self.rest_base}/realtime/calls/{quote(call_id, safe='')}/{operation}"
+        try:
+            credentials = await runtime.upstream.headers(runtime.dialect)
+        except Exception as exc:
+            raise CallRequestFailed(runtime.redactor(
+                f"could not get an access token: {type(exc).__name__}: {exc}")) from None
+        headers = {name: value for name, value in credentials.items() if name in CREDENTIAL_HEADERS}
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=self.timeout, headers={"User-Agent": "relay"})
+        try:
+            with anyio.fail_after(self.timeout):
+                response = await self._client.post(url, headers=headers, json=body)
+        except (TimeoutError, httpx.TimeoutException):
+            raise CallRequestFailed(f"{host} did not answer the {verb} within {self.timeout:g} s") from None
+        except httpx.HTTPError as exc:
+            raise CallRequestFailed(runtime.redactor(
+                f"cannot reach {host}: {str(exc) or type(exc).__name__}")) from None
+        if not response.is_success:
+            raise CallRequestFailed(runtime.redactor(
+                f"{host} refused to {verb} call {call_id}: HTTP {response.status_code} {_error_message(response)}"))
+
+
+def _error_message(response: httpx.Response) -> str:
+    """The provider's error message from an error response, shortened."""
+    try:
+        message = response.json()["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        message = response.content.decode("utf-8", "replace")
+    message = " ".join(str(message).split())
+    return message if len(message) <= 200 else message[:197] + "..."
+
+
 # ---- the server --------------------------------------------------------------------------------
-
-class AcceptFailed(Exception):
-    """The provider did not accept the call; the message says why (safe to log)."""
-
 
 @dataclass
 class SidecarServerConfig(SidecarConfig):
@@ -161,12 +258,16 @@ class SidecarServerConfig(SidecarConfig):
 
 
 class SidecarServer:
-    """Serves `POST /webhooks/openai` and `GET /healthz`. `await server.run()` serves until
-    `request_stop()`; `await task_group.start(server.run)` returns the server once it listens.
-    Every attached call is a task of the server's task group; on stop, calls go on for up to
-    `drain_seconds`, then the rest are detached."""
+    """The webhook endpoint, `app` (ASGI): `POST /webhooks/openai` and `GET /healthz`, plus the
+    `routes` given. Attached calls are tasks of a task group that `running()` opens (and
+    `lifespan` for an app's lifespan); when it closes, calls go on for up to `drain_seconds`, then
+    the rest are detached. Without it, webhooks are answered 503.
 
-    def __init__(self, config: SidecarServerConfig, *, clock: Callable[[], float] = time.time) -> None:
+    Standalone (`relay sidecar`): `await server.run()` serves `app` with uvicorn until
+    `request_stop()`; `await task_group.start(server.run)` returns the server once it listens."""
+
+    def __init__(self, config: SidecarServerConfig, *, clock: Callable[[], float] = time.time,
+                 routes: Sequence[BaseRoute] = ()) -> None:
         self.config = config
         self.runtime = SidecarRuntime(config)
         secret = config.webhook_secret if config.webhook_secret is not None else os.environ.get(WEBHOOK_SECRET_ENV, "")
@@ -179,6 +280,7 @@ class SidecarServer:
         self.runtime.redactor.add(secret.strip())
         if urlsplit(config.rest_base).scheme not in ("http", "https"):
             raise ConfigError(f"--rest-base must be an http:// or https:// URL, not {config.rest_base!r}")
+        self.calls_api = CallsAPI(self.runtime, config.rest_base, config.accept_timeout)
         self.calls: dict[str, Sidecar] = {}
         self._accepting: set[str] = set()
         self._deliveries = RecentIds(REMEMBERED_DELIVERIES)
@@ -189,6 +291,11 @@ class SidecarServer:
         self._stop_wanted = False
         self._calls_changed: anyio.Event | None = None
         self.draining = False
+        self.app = Starlette(
+            routes=[Route("/healthz", self._healthz, methods=["GET"]),
+                    Route(WEBHOOK_PATH, self._webhook, methods=["POST"]),
+                    *routes],
+            exception_handlers={404: _not_found, 405: _method_not_allowed})
 
     # ---- public surface ----------------------------------------------------------------
     @property
@@ -206,7 +313,8 @@ class SidecarServer:
         return f"http://{f'[{host}]' if ':' in host else host}:{self.port}{WEBHOOK_PATH}"
 
     def health(self) -> dict[str, Any]:
-        return self.runtime.health_fields(draining=self.draining, calls=len(self.calls))
+        serving = self._task_group is not None and not self.draining
+        return self.runtime.health_fields(draining=not serving, calls=len(self.calls))
 
     def request_stop(self) -> None:
         """Stop taking webhooks and let attached calls drain (what SIGTERM does)."""
@@ -214,31 +322,52 @@ class SidecarServer:
         if self._stop_event is not None:
             self._stop_event.set()
 
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Take calls while inside: the task group attached calls run in. On a normal exit the
+        calls drain (up to `drain_seconds`) and the rest are detached; cancelled, their sidebands
+        are closed at once."""
+        if self._task_group is not None:
+            raise RuntimeError("the webhook server is already running")
+        self.draining = False
+        try:
+            async with anyio.create_task_group() as group:
+                self._task_group = group
+                yield
+                self.draining = True
+                await self._drain(group)
+        finally:
+            self._task_group = None
+            self.draining = True
+            with anyio.CancelScope(shield=True):
+                await self.calls_api.aclose()
+
+    def lifespan(self, app: object = None) -> AbstractAsyncContextManager[None]:
+        """`running()` as an ASGI app's lifespan: `FastAPI(lifespan=server.lifespan)`."""
+        return self.running()
+
     async def run(self, *, task_status: anyio.abc.TaskStatus[SidecarServer] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Listen and serve until `request_stop()` (then drain) or cancellation (then the calls'
-        sidebands are closed at once). Raises OSError when it cannot listen."""
+        """Listen and serve `app` until `request_stop()` (then drain) or cancellation (then the
+        calls' sidebands are closed at once). Raises OSError when it cannot listen."""
         config = self.config
         self._stop_event = anyio.Event()
         if self._stop_wanted:
             self._stop_event.set()
-        http_server = await serve_http(self._handle, config.host, config.port)
-        self._address = http_server.sockets[0].getsockname()[:2]
+        listener = AppServer(self.app, config.host, config.port)
+        listener.listen()
+        self._address = listener.address
         try:
-            async with anyio.create_task_group() as group:
-                self._task_group = group
+            async with self.running(), anyio.create_task_group() as http:
+                http.start_soon(listener.serve)
                 log.info("listening on %s", self.url, extra={
                     "url": self.url, "upstream": self.runtime.upstream.host, "rest": display_host(config.rest_base),
                     "dialect": self.runtime.dialect.name, "tools": self.runtime.tools.names, "pid": os.getpid()})
                 task_status.started(self)
                 await self._stop_event.wait()
                 self.draining = True
-                http_server.close()   # no new deliveries; the provider retries them elsewhere
-                await self._drain(group)
+                listener.stop()   # no new deliveries (the provider retries them elsewhere); those in flight end
         finally:
-            self._task_group = None
-            http_server.close()
-            with anyio.CancelScope(shield=True):
-                await http_server.wait_closed()
+            listener.close()
             log.info("stopped")
 
     async def _drain(self, group: anyio.abc.TaskGroup) -> None:
@@ -253,26 +382,21 @@ class SidecarServer:
             group.start_soon(sidecar.stop, "relay shutting down")
 
     # ---- HTTP --------------------------------------------------------------------------
-    async def _handle(self, request: Request) -> Response:
-        if request.path == "/healthz":
-            if request.method not in ("GET", "HEAD"):
-                return _error(405, f"{request.method} not allowed on /healthz; use GET", "method_not_allowed")
-            return Response.from_json(200, self.health())
-        if request.path != WEBHOOK_PATH:
-            return _error(404, f"no endpoint at {request.path}; webhooks go to {WEBHOOK_PATH}", "not_found")
-        if request.method != "POST":
-            return _error(405, f"{request.method} not allowed; webhooks are POSTed", "method_not_allowed")
-        return await self._webhook(request)
+    async def _healthz(self, request: Request) -> Response:
+        return JSONResponse(self.health())
 
     async def _webhook(self, request: Request) -> Response:
         try:
-            delivery = verify(self._key, request.headers, request.body, now=self._clock(),
-                              tolerance=self.config.tolerance)
+            body = await read_body(request)
+        except BodyRefused as refused:
+            return _error(refused.status, str(refused), "invalid_body")
+        try:
+            delivery = verify(self._key, request.headers, body, now=self._clock(), tolerance=self.config.tolerance)
         except InvalidSignature as exc:
             log.warning("webhook refused: %s", exc, extra={"webhook_id": request.headers.get("webhook-id")})
             return _error(400, f"invalid webhook signature: {exc}", "invalid_signature")
         try:
-            event = request.json()
+            event = json.loads(body)
         except ValueError:
             event = None
         if not isinstance(event, dict):
@@ -280,11 +404,11 @@ class SidecarServer:
         fields = {"webhook_id": delivery, "event_type": event.get("type")}
         if delivery in self._deliveries:
             log.info("webhook delivered again; ignored", extra=fields)
-            return Response(200)
+            return Response(status_code=200)
         if event.get("type") != INCOMING_CALL:
             self._deliveries.add(delivery)
             log.info("webhook ignored: not an incoming call", extra=fields)
-            return Response(200)
+            return Response(status_code=200)
         data = event.get("data")
         call_id = data.get("call_id") if isinstance(data, dict) else None
         if not isinstance(call_id, str) or not call_id:
@@ -295,7 +419,7 @@ class SidecarServer:
         if call_id in self.calls or call_id in self._accepting:
             self._deliveries.add(delivery)
             log.info("webhook for a call already attached; ignored", extra=fields)
-            return Response(200)
+            return Response(status_code=200)
         self._deliveries.add(delivery)
         self._accepting.add(call_id)
         try:
@@ -311,7 +435,7 @@ class SidecarServer:
             return _error(503, "not serving calls now", "unavailable")
         log.info("call accepted", extra=fields)
         self._attach(call_id)
-        return Response(200)
+        return Response(status_code=200)
 
     # ---- calls -------------------------------------------------------------------------
     def session_config(self) -> dict[str, Any]:
@@ -326,25 +450,7 @@ class SidecarServer:
     async def accept(self, call_id: str) -> None:
         """Accept the call through the provider's REST API (`POST .../realtime/calls/{id}/accept`)
         with the provider key; raises `AcceptFailed`."""
-        runtime = self.runtime
-        url = f"{self.config.rest_base.rstrip('/')}/realtime/calls/{quote(call_id, safe='')}/accept"
-        host = display_host(self.config.rest_base)
-        try:
-            credentials = await runtime.upstream.headers(runtime.dialect)
-        except Exception as exc:
-            raise AcceptFailed(runtime.redactor(f"could not get an access token: {type(exc).__name__}: {exc}")) from None
-        headers = {name: value for name, value in credentials.items() if name in CREDENTIAL_HEADERS}
-        headers["Content-Type"] = "application/json"
-        body = json.dumps(self.session_config()).encode()
-        try:
-            response = await http_request("POST", url, headers, body, timeout=self.config.accept_timeout)
-        except TimeoutError:
-            raise AcceptFailed(f"{host} did not answer the accept within {self.config.accept_timeout:g} s") from None
-        except (OSError, HTTPError) as exc:
-            raise AcceptFailed(runtime.redactor(f"cannot reach {host}: {exc}")) from None
-        if not 200 <= response.status < 300:
-            raise AcceptFailed(runtime.redactor(
-                f"{host} refused to accept call {call_id}: HTTP {response.status} {_error_message(response)}"))
+        await self.calls_api.accept(call_id, self.session_config())
 
     def _attach(self, call_id: str) -> None:
         assert self._task_group is not None, "checked by the caller"
@@ -363,15 +469,16 @@ class SidecarServer:
                 self._calls_changed.set()
 
 
-def _error(status: int, message: str, code: str) -> Response:
-    return Response.from_json(status, {"error": {"type": "invalid_request_error", "code": code, "message": message}})
+def _error(status: int, message: str, code: str) -> JSONResponse:
+    return JSONResponse({"error": {"type": "invalid_request_error", "code": code, "message": message}},
+                        status_code=status)
 
 
-def _error_message(response: Response) -> str:
-    """The provider's error message from an error response, shortened."""
-    try:
-        message = response.json()["error"]["message"]
-    except (ValueError, KeyError, TypeError):
-        message = response.body.decode("utf-8", "replace")
-    message = " ".join(str(message).split())
-    return message if len(message) <= 200 else message[:197] + "..."
+async def _not_found(request: Request, exc: Exception) -> Response:
+    return _error(404, f"no endpoint at {request.url.path}; webhooks go to {WEBHOOK_PATH}", "not_found")
+
+
+async def _method_not_allowed(request: Request, exc: Exception) -> Response:
+    if request.url.path.endswith("/healthz"):
+        return _error(405, f"{request.method} not allowed on /healthz; use GET", "method_not_allowed")
+    return _error(405, f"{request.method} not allowed; webhooks are POSTed", "method_not_allowed")

@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import random
 import secrets
@@ -90,7 +91,7 @@ def mock_script() -> Any:
 
 def journal_lines(records: list[Any], sent: bool) -> list[dict[str, Any]]:
     """The mock's log lines for its journal records: calls its model produced, outputs it was
-    given, errors it sent."""
+    given, errors it sent. (A session's first line gives its query: `{"session", "query"}`.)"""
     lines = []
     for record in records:
         event = record.event
@@ -105,15 +106,19 @@ def journal_lines(records: list[Any], sent: bool) -> list[dict[str, Any]]:
     return lines
 
 
-def flush_journal(mock: Any, log: TextIO) -> None:
+def flush_journal(mock: Any, log: TextIO, sessions_logged: int = 0) -> int:
     """Move the mock's journal into its log file: the journal would otherwise hold every event of
-    the whole run in memory."""
+    the whole run in memory. New sessions are logged first with their query (the soak through
+    several relays tags each relay's upstream URL); returns how many sessions are logged now."""
+    for session in mock.sessions[sessions_logged:]:
+        log.write(json.dumps({"session": session.id, "query": session.query}) + "\n")
     for records, sent in ((mock.sent, True), (mock.received, False)):
         count = len(records)
         for line in journal_lines(records[:count], sent):
             log.write(json.dumps(line) + "\n")
         del records[:count]
     log.flush()
+    return len(mock.sessions)
 
 
 async def serve_mock(log_path: Path, api_key: str) -> None:
@@ -126,10 +131,11 @@ async def serve_mock(log_path: Path, api_key: str) -> None:
     with log_path.open("w") as log:
         async with MockUpstream(script=mock_script(), api_key=api_key) as mock:
             print(mock.url, flush=True)
+            sessions_logged = 0
             while not stop.is_set():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), JOURNAL_FLUSH_SECONDS)
-                flush_journal(mock, log)
+                sessions_logged = flush_journal(mock, log, sessions_logged)
 
 
 # ---- the clients -------------------------------------------------------------------------------
@@ -239,27 +245,52 @@ class Report:
             self.failures.append(failure)
 
 
-def check_mock_log(path: Path, report: Report) -> None:
-    produced: Counter[str] = Counter()
-    answered: Counter[str] = Counter()
-    errors = []
-    for line in path.read_text().splitlines():
-        entry = json.loads(line)
-        if "call" in entry:
-            produced[entry["call"]] += 1
-        elif "output" in entry:
-            answered[entry["output"]] += 1
-        else:
-            errors.append(entry)
+@dataclass
+class MockLog:
+    """What the mock's log says: each call its model produced (and in which session), each output
+    it was given, the errors it sent, and each session's query."""
+
+    produced: Counter[str] = field(default_factory=Counter)
+    answered: Counter[str] = field(default_factory=Counter)
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    call_sessions: dict[str, str] = field(default_factory=dict)
+    queries: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, path: Path) -> MockLog:
+        mock_log = cls()
+        for line in path.read_text().splitlines():
+            entry = json.loads(line)
+            if "call" in entry:
+                mock_log.produced[entry["call"]] += 1
+                mock_log.call_sessions[entry["call"]] = entry["session"]
+            elif "output" in entry:
+                mock_log.answered[entry["output"]] += 1
+            elif "query" in entry:
+                mock_log.queries[entry["session"]] = entry["query"]
+            else:
+                mock_log.errors.append(entry)
+        return mock_log
+
+
+def check_mock_log(path: Path, report: Report, lost_sessions: frozenset[str] = frozenset()) -> MockLog:
+    """Every call answered exactly once, nothing else answered, no error sent; a call in one of
+    `lost_sessions` (its relay was killed) may have no answer, never two."""
+    mock_log = MockLog.read(path)
+    produced, answered, errors = mock_log.produced, mock_log.answered, mock_log.errors
     report.numbers.update(calls=sum(produced.values()), outputs=sum(answered.values()), mock_errors=len(errors))
     report.check(all(count == 1 for count in produced.values()), "the mock produced a call_id twice")
-    unanswered = [call for call in produced if answered[call] == 0]
+    lost = [call for call in produced if answered[call] == 0 and mock_log.call_sessions[call] in lost_sessions]
+    if lost_sessions:
+        report.numbers["calls_lost_with_their_relay"] = len(lost)
+    unanswered = [call for call in produced if answered[call] == 0 and mock_log.call_sessions[call] not in lost_sessions]
     twice = [call for call, count in answered.items() if count > 1]
     strays = [call for call in answered if call not in produced]
     report.check(not unanswered, f"{len(unanswered)} calls never answered, e.g. {unanswered[:3]}")
     report.check(not twice, f"{len(twice)} calls answered more than once, e.g. {twice[:3]}")
     report.check(not strays, f"{len(strays)} outputs for calls the model never made, e.g. {strays[:3]}")
     report.check(not errors, f"the mock sent {len(errors)} errors, e.g. {errors[:2]}")
+    return mock_log
 
 
 def check_relay_log(path: Path, provider_key: str, calls: int, report: Report) -> None:
@@ -360,6 +391,9 @@ def main(argv: list[str]) -> int:
         parser.add_argument("--log", type=Path, required=True)
         parser.add_argument("--api-key", required=True)
         mock_args = parser.parse_args(argv[1:])
+        # the mock's own warnings (a relay killed mid-handshake by scripts/cluster-soak) go beside
+        # its journal, not to the soak's output
+        logging.basicConfig(filename=mock_args.log.with_suffix(".log"), level=logging.WARNING)
         asyncio.run(serve_mock(mock_args.log, mock_args.api_key))
         return 0
     parser = argparse.ArgumentParser(prog="scripts/soak", description=__doc__.split("\n\n")[0])

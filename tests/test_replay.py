@@ -11,14 +11,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from relay.engine import OpenAIEngine, EngineConfig
-from relay.recording import RecordingWriter
 from relay.testing import replay
-from relay.session import SessionLoop
 from relay.tools import ToolResult, tool
-from tests.support.local_mock import LocalMock, model_call
 from tests.support.paths import REPO, shared_dir
-from tests.support.peers import MockPeer
+from tests.support.peers import record_session
 from tests.support.tools import get_weather_data
 
 
@@ -27,28 +23,6 @@ def lookup_order(order_id: str) -> dict:
     if order_id == "missing":
         raise LookupError("no such order")
     return {"order_id": order_id, "status": "shipped"}
-
-
-async def record_session(directory: Path, tools, *, mode: str = "sidecar", creates: int = 1) -> Path:
-    """A session through SessionLoop: parallel calls and a handler error, recorded."""
-    mock = LocalMock()
-    peer = MockPeer(mock)
-    engine = OpenAIEngine(tools, config=EngineConfig(mode=mode, declare_tools=False), id_prefix="rec1")
-    writer = RecordingWriter(directory, session_id="sess_test", dialect="openai", upstream="ws://127.0.0.1:1/v1",
-                             tools=[t.__relay_tool__.name for t in tools], mode=mode,
-                             extra_header=engine.recording_header())
-    loop = SessionLoop(engine, upstream=peer, recorder=writer)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(loop.run)
-        peer.emit(mock.connect() + mock.user_turn("weather in Paris and Rome, and my order?") +
-                  mock.respond([model_call("get_weather", '{"city":"Paris"}'),
-                                model_call("get_weather", '{"city":"Rome"}'),
-                                model_call("lookup_order", '{"order_id":"missing"}')]))
-        await peer.wait_until(lambda p: mock.active is None and not engine.ledger.unanswered() and sum(
-            1 for f in p.frames if f["type"] == "response.create") == creates and len(mock.responses) == 1 + creates)
-        peer.hang_up()
-    writer.close("test done")
-    return writer.path
 
 
 @pytest.fixture

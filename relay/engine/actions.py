@@ -53,10 +53,11 @@ class Close:
 
 @dataclass(frozen=True, slots=True)
 class Notice:
-    """Something worth a log line or a metric: `tool_started` (a handler starts), `tool_call` (a
-    call answered, or skipped/abandoned), `follow_up` / `filler` (a response.create sent),
-    `anomaly`, `client_error` (an error event sent to the client), `upstream_error` (an error the
-    upstream aimed at the relay)."""
+    """Something worth a log line, a metric or a span: `tool_started` (a handler starts),
+    `tool_call` (a call answered, or skipped/abandoned), `follow_up` / `filler` (a response.create
+    sent), `response` (a response created or done: `phase`, `response_id`, `creator`, and the
+    relay's `event_id`/`purpose` or the final `status`/`reason`), `anomaly`, `client_error` (an
+    error event sent to the client), `upstream_error` (an error the upstream aimed at the relay)."""
 
     kind: str
     fields: dict[str, Any] = field(default_factory=dict)

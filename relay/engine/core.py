@@ -34,7 +34,7 @@ from relay.engine.calls import (
     seconds_text,
     tool_call_fields,
 )
-from relay.engine.conversation import ABSENT, Conversation
+from relay.engine.conversation import ABSENT, Conversation, ResponseRecord
 from relay.tools import Interruption, Scheduling, ToolRegistry
 from relay.tools.errors import ArgumentsError
 from relay.tools.render import RenderedOutput, render_error, render_exception, render_value
@@ -196,6 +196,19 @@ class SessionEngine:
         self.anomalies.append(Anomaly(self._now, message, event_type, self._source))
         self._out.append(Notice("anomaly", {"message": message, "event_type": event_type,
                                             "source": self._source}))
+
+    def _response_notice(self, response: ResponseRecord, phase: Literal["created", "done"],
+                         made_by: Any = None) -> None:
+        """A `response` notice: a response began or ended (what traces hang tool calls on).
+        `made_by`: the relay's create that made it (its `event_id` and `purpose`)."""
+        fields: dict[str, Any] = {"phase": phase, "response_id": response.id, "creator": response.creator}
+        if made_by is not None:
+            fields["event_id"] = made_by.event_id
+            fields["purpose"] = made_by.purpose
+        if phase == "done":
+            fields["status"] = response.status
+            fields["reason"] = response.reason
+        self._out.append(Notice("response", fields))
 
     def _forget_old(self) -> None:
         """Bounded history (EngineConfig.history_limit): called at the end of each turn."""

@@ -244,6 +244,7 @@ class GeminiEngine(SessionEngine):
             turn.created_at = self._now
             turn.creator = "server"
             self._turn = turn
+            self._response_notice(turn, "created")
         return self._turn
 
     def _end_turn(self, status: str) -> None:
@@ -253,6 +254,7 @@ class GeminiEngine(SessionEngine):
             turn.done_at = self._now
             if status == "cancelled":
                 turn.status_details = {"type": "cancelled", "reason": "turn_detected"}
+            self._response_notice(turn, "done")
             record = self.conversation.item(self._model_item)
             if record is not None:
                 record.status = "completed" if status == "completed" else "incomplete"

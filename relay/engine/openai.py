@@ -221,6 +221,7 @@ class OpenAIEngine(SessionEngine):
         response.creator = creator
         if creator == "relay":
             response.metadata = None   # ours: the creator says it all, and long sessions make many
+        self._response_notice(response, "created", ours)
         self.injector.response_started(response, ours)
         return self.view.response_event(event, data)
 
@@ -311,6 +312,7 @@ class OpenAIEngine(SessionEngine):
         details = data.get("status_details")
         response.status_details = details if isinstance(details, dict) else None
         response.done_at = self._now
+        self._response_notice(response, "done")
         output = data.get("output")
         for index, item in enumerate(output if isinstance(output, list) else []):
             if isinstance(item, dict):
@@ -481,6 +483,7 @@ class OpenAIEngine(SessionEngine):
                 # its end was lost with the connection: the calls that completed still count
                 response.status = "unknown"
                 response.done_at = self._now
+                self._response_notice(response, "done")
                 self._settle_calls(response)
         for response_id in list(self.conversation.response_order):
             self.injector.inject_ready(self.conversation.responses[response_id])

@@ -4,8 +4,8 @@ It serves the realtime WebSocket paths (`/v1/realtime`, `/openai/v1/realtime`, a
 preview `/openai/realtime`; in `gemini` mode the BidiGenerateContent paths), checks auth and
 routes handshakes, feeds client frames to the session
 state machines, carries out their actions (sending events with the configured faults, running
-response streams, waking them), and serves the fake REST API for calls. Every task it starts
-belongs to it and is cancelled and awaited when it stops.
+response streams, waking them), and serves the fake REST API for calls (relay/mock/rest.py, on
+uvicorn). Every task it starts belongs to it and is cancelled and awaited when it stops.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import copy
 import hmac
 import json
 import logging
-import re
 import weakref
 from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
@@ -30,12 +29,13 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request as WsRequest
 from websockets.http11 import Response as WsResponse
 
-from relay.http import Request, Response, serve_http
+from relay.asgi import AppServer
 from relay.mock.faults import Faults
 from relay.mock.gemini import GEMINI, GeminiMockSession, Hangup
 from relay.mock.gemini import PATHS as GEMINI_PATHS
 from relay.mock.gemini import URL_PATH as GEMINI_URL_PATH
 from relay.mock.responses import Pause, ResponseRun
+from relay.mock.rest import rest_app
 from relay.mock.script import MockScript, Reply
 from relay.mock.session import Action, Emit, MockConnection, MockSession, Stream, Wake
 from relay.mock.wire import DEFAULT_MODEL, DIALECTS, Dialect, ProtocolError, Wire
@@ -46,7 +46,6 @@ PATHS = ("/v1/realtime", "/openai/v1/realtime", "/openai/realtime")
 PREVIEW_PATH = "/openai/realtime"
 MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 AZURE_PREVIEW_MODEL = "gpt-4o-realtime-preview-2024-12-17"
-_CALL_PATH = re.compile(r"/v1/realtime/calls/([^/]+)/(accept|hangup)")
 
 
 class RestPortUnavailable(OSError):
@@ -124,11 +123,6 @@ def _netloc(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def _error_body(status: int, message: str, code: str | None, param: str | None = None) -> Response:
-    error = {"message": message, "type": "invalid_request_error", "param": param, "code": code}
-    return Response.from_json(status, {"error": error})
-
-
 @dataclass(frozen=True)
 class Wait:
     """One wait of the mock: a fault's `event_delay` or a paced response's `pause`, how long it
@@ -167,7 +161,8 @@ class MockUpstream:
         self._received = _Journal()
         self._sent = _Journal()
         self._ws_server: Server | None = None
-        self._rest_server: asyncio.Server | None = None
+        self._rest_server: AppServer | None = None
+        self._rest_task: asyncio.Task[None] | None = None
         self._routes: weakref.WeakKeyDictionary[ServerConnection, _Route] = weakref.WeakKeyDictionary()
         self._sockets: dict[tuple[str, int], ServerConnection] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -198,21 +193,24 @@ class MockUpstream:
             max_size=MAX_MESSAGE_BYTES,
         )
         try:
-            self._rest_server = await serve_http(self._serve_rest, self.host, rest_port)
+            rest_server = AppServer(rest_app(self), self.host, rest_port)
+            rest_server.listen()
         except OSError as exc:
             await self.stop()
             raise RestPortUnavailable(exc.errno, exc.strerror or str(exc), rest_port) from exc
         except BaseException:
             await self.stop()
             raise
+        self._rest_server = rest_server
+        self._rest_task = asyncio.get_running_loop().create_task(rest_server.serve())
 
     async def stop(self) -> None:
         if self._ws_server is not None:
             self._ws_server.close()
             await self._ws_server.wait_closed()
-        if self._rest_server is not None:
-            self._rest_server.close()
-            await self._rest_server.wait_closed()
+        if self._rest_task is not None:
+            self._rest_task.cancel()   # at once: what is in flight is cancelled, as for the sockets
+            await asyncio.gather(self._rest_task, return_exceptions=True)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -227,7 +225,7 @@ class MockUpstream:
     def rest_port(self) -> int:
         if self._rest_server is None:
             raise RuntimeError("the mock upstream is not started")
-        return self._rest_server.sockets[0].getsockname()[1]
+        return self._rest_server.port
 
     @property
     def base_url(self) -> str:
@@ -571,43 +569,11 @@ class MockUpstream:
         for task in self._session_tasks.pop(session.id, set()):
             task.cancel()
 
-    # -- REST ----------------------------------------------------------------------------------
-    def _rest_authorized(self, request: Request) -> bool:
-        if self.api_key is None:
-            return True
-        authorization = request.headers.get("authorization", "")
-        given = (
-            authorization[7:].strip()
-            if authorization.lower().startswith("bearer ")
-            else request.headers.get("api-key", "")
-        )
-        return hmac.compare_digest(given.encode(), self.api_key.encode())
-
-    async def _serve_rest(self, request: Request) -> Response:
-        route = _CALL_PATH.fullmatch(request.path)
-        if route is None:
-            return _error_body(404, f"Unknown endpoint {request.method} {request.path}.", "not_found")
-        if request.method != "POST":
-            return _error_body(405, f"Method {request.method} not allowed; use POST.", "method_not_allowed")
-        if not self._rest_authorized(request):
-            return _error_body(401, "Incorrect API key provided.", "invalid_api_key")
-        call_id, operation = route.groups()
-        session = self.find_session(call_id)
-        if session is None or session.ended:
-            return _error_body(404, f"Call '{call_id}' not found.", "call_not_found")
-        if operation == "hangup":
-            await self.close_session(session, 1000, "call ended")
-            return Response(200)
-        try:
-            config = request.json()
-        except ValueError:
-            return _error_body(400, "The body is not valid JSON.", "invalid_json")
-        try:
-            actions = session.accept(config)
-        except ProtocolError as error:
-            return _error_body(400, error.message, error.code, error.param)
-        await self._run(session, actions)
-        return Response(200)
+    # -- REST (relay/mock/rest.py) --------------------------------------------------------------
+    async def accept_call(self, session: MockSession, config: Any) -> None:
+        """A REST accept: apply `config` (a GA session config) to the call and send what follows;
+        raises ProtocolError for an invalid config."""
+        await self._run(session, session.accept(config))
 
 
 def _headers(headers: Headers) -> dict[str, str]:

@@ -1,50 +1,94 @@
-"""relay/http.py: the small HTTP/1.1 server and client (used by the mock's REST API)."""
+"""relay/asgi.py: how the relay serves its ASGI apps (the mock's REST API, the webhook endpoint)
+on uvicorn: one request per connection, bounded heads and bodies, a deadline for each, a status
+for anything malformed instead of an exception, and a stop that waits for nothing."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 
+import anyio
+import httpx
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
-from relay.http import HTTPError, Request, Response, http_request, serve_http
+from relay.asgi import READ_TIMEOUT, AppServer, BodyRefused, read_body
+from relay.mock import MockUpstream
+from tests.support.clients import TIMEOUT
+
+HOST = b"Host: 127.0.0.1\r\n"
+SHORT = 0.3   # the deadlines of the server whose deadlines are under test
 
 
 async def _echo(request: Request) -> Response:
-    if request.path == "/boom":
+    if request.url.path == "/boom":
         raise RuntimeError("handler bug")
-    body = {
+    if request.url.path == "/hold":
+        request.app.state.holding.set()
+        await anyio.sleep_forever()
+    try:
+        body = await read_body(request, limit=64, timeout=request.app.state.body_timeout)
+    except BodyRefused as refused:
+        return JSONResponse({"error": str(refused)}, status_code=refused.status)
+    seen = {
         "method": request.method,
-        "path": request.path,
-        "query": request.query,
-        "headers": request.headers,
-        "body": request.body.decode(),
+        "path": request.url.path,
+        "query": dict(request.query_params),
+        "headers": dict(request.headers),
+        "body": body.decode(),
     }
-    return Response.from_json(201, body)
+    return JSONResponse(seen, status_code=201)
+
+
+def echo_app(body_timeout: float = READ_TIMEOUT) -> Starlette:
+    app = Starlette(routes=[Route("/{path:path}", _echo, methods=["GET", "POST"])])
+    app.state.body_timeout = body_timeout
+    return app
+
+
+ECHO = echo_app()
+
+
+async def _served(server: AppServer) -> AsyncIterator[AppServer]:
+    server.listen()
+    serving = asyncio.get_running_loop().create_task(server.serve())   # as the mock does
+    yield server
+    serving.cancel()
+    await asyncio.gather(serving, return_exceptions=True)
 
 
 @pytest.fixture
-async def base_url() -> AsyncIterator[str]:
-    server = await serve_http(_echo, "127.0.0.1", 0, max_header_bytes=1024, max_body_bytes=64, read_timeout=0.3)
-    async with server:
-        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+async def server() -> AsyncIterator[AppServer]:
+    async for served in _served(AppServer(ECHO, "127.0.0.1", 0, max_head_bytes=1024)):
+        yield served
 
 
-async def _raw(base_url: str, data: bytes) -> bytes:
-    host, port = base_url.removeprefix("http://").split(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
+@pytest.fixture
+async def hurried() -> AsyncIterator[AppServer]:
+    """A server whose head and body deadlines are SHORT."""
+    async for served in _served(AppServer(echo_app(SHORT), "127.0.0.1", 0, read_timeout=SHORT)):
+        yield served
+
+
+async def _raw(port: int, data: bytes) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(data)
     await writer.drain()
-    reply = await asyncio.wait_for(reader.read(), 3)
+    reply = await asyncio.wait_for(reader.read(), TIMEOUT)
     writer.close()
     await writer.wait_closed()
     return reply
 
 
-async def test_round_trip(base_url: str) -> None:
-    response = await http_request("POST", f"{base_url}/hooks/call?x=1&y=two", {"X-Token": "t"}, b'{"a": 1}')
-    assert response.status == 201 and response.header("content-type") == "application/json"
+async def test_round_trip(server: AppServer) -> None:
+    async with httpx.AsyncClient() as client:
+        response = await client.post(f"{server.base_url}/hooks/call?x=1&y=two", headers={"X-Token": "t"},
+                                     content=b'{"a": 1}')
+    assert response.status_code == 201 and response.headers["content-type"] == "application/json"
+    assert response.headers["connection"] == "close"
     seen = response.json()
     assert (seen["method"], seen["path"], seen["query"], seen["body"]) == (
         "POST",
@@ -53,89 +97,80 @@ async def test_round_trip(base_url: str) -> None:
         '{"a": 1}',
     )
     assert seen["headers"]["x-token"] == "t" and seen["headers"]["content-length"] == "8"
-    assert Request("POST", "/", {}, {}, b'{"a": 1}').json() == {"a": 1}
 
 
 @pytest.mark.parametrize(
     ("data", "status"),
     [
         (b"NONSENSE\r\n\r\n", b"400"),
-        (b"GET nowhere HTTP/1.1\r\n\r\n", b"400"),
-        (b"GET / HTTP/2.0\r\n\r\n", b"400"),
-        (b"GET / HTTP/1.1\r\nBad Header\r\n\r\n", b"400"),
-        (b"GET / HTTP/1.1\r\nX: a\r\n folded\r\n\r\n", b"400"),
-        (b"POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n", b"400"),
-        (b"POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab", b"400"),
-        (b"POST / HTTP/1.1\r\nContent-Length: 65\r\n\r\n" + b"x" * 65, b"413"),
-        (b"GET / HTTP/1.1\r\nX: " + b"x" * 2000 + b"\r\n\r\n", b"431"),
-        (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", b"501"),
-        (b"GET /boom HTTP/1.1\r\n\r\n", b"500"),
+        (b"GET / HTTP/1.1\r\n\r\n", b"400"),                      # HTTP/1.1 without Host
+        (b"GET / HTTP/1.1\r\n" + HOST + b"Bad Header\r\n\r\n", b"400"),
+        (b"POST / HTTP/1.1\r\n" + HOST + b"Content-Length: -1\r\n\r\n", b"400"),
+        (b"POST / HTTP/1.1\r\n" + HOST + b"Content-Length: 1\r\nContent-Length: 2\r\n\r\nab", b"400"),
+        (b"POST / HTTP/1.1\r\n" + HOST + b"Content-Length: 65\r\n\r\n" + b"x" * 65, b"413"),
+        (b"POST / HTTP/1.1\r\n" + HOST + b"Transfer-Encoding: chunked\r\n\r\n41\r\n" + b"x" * 65 + b"\r\n0\r\n\r\n",
+         b"413"),
+        (b"GET / HTTP/1.1\r\n" + HOST + b"X: " + b"x" * 2000, b"400"),   # a head past max_head_bytes
+        (b"GET /boom HTTP/1.1\r\n" + HOST + b"\r\n", b"500"),
     ],
 )
-async def test_bad_requests_get_error_statuses(base_url: str, data: bytes, status: bytes) -> None:
-    reply = await _raw(base_url, data)
+async def test_bad_requests_get_error_statuses(server: AppServer, data: bytes, status: bytes) -> None:
+    reply = await _raw(server.port, data)
     assert reply.split(b" ")[1] == status
-    assert b"Connection: close" in reply
+    assert b"connection: close" in reply.lower()
 
 
-async def test_silent_or_truncated_clients_are_dropped_without_a_reply(base_url: str) -> None:
-    assert await _raw(base_url, b"") == b""
-    assert (
-        await _raw(base_url, b"POST / HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc") == b""
-    ), "timed out waiting for the body"
+async def test_silent_or_slow_clients_are_cut_at_their_deadline(hurried: AppServer) -> None:
+    assert await _raw(hurried.port, b"") == b"", "nothing sent: dropped without a reply"
+    assert await _raw(hurried.port, b"GET / HTTP/1.1\r\nHo") == b"", "the head never ended"
+    cut = await _raw(hurried.port, b"POST / HTTP/1.1\r\n" + HOST + b"Content-Length: 10\r\n\r\nabc")
+    assert cut.split(b" ")[1] == b"408" and b"did not arrive within 0.3 s" in cut
 
 
-async def _reply_with(raw_response: bytes) -> tuple[asyncio.Server, str]:
-    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        writer.write(raw_response)
+async def test_stop_answers_requests_in_flight_and_cancelling_closes_at_once() -> None:
+    served = AppServer(ECHO, "127.0.0.1", 0)
+    served.listen()
+    async with anyio.create_task_group() as group, httpx.AsyncClient() as client:
+        group.start_soon(served.serve)
+        assert (await client.get(f"{served.base_url}/a")).status_code == 201
+        served.stop()
+    with pytest.raises(httpx.ConnectError):   # stopped: the port no longer listens
+        async with httpx.AsyncClient() as client:
+            await client.get(f"{served.base_url}/a")
+
+    held = AppServer(ECHO, "127.0.0.1", 0)
+    held.listen()
+    ECHO.state.holding = anyio.Event()
+    async with anyio.create_task_group() as group:
+        group.start_soon(held.serve)
+        reader, writer = await asyncio.open_connection("127.0.0.1", held.port)
+        writer.write(b"GET /hold HTTP/1.1\r\n" + HOST + b"\r\n")
         await writer.drain()
-        writer.close()
-
-    server = await asyncio.start_server(answer, "127.0.0.1", 0)
-    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/"
-
-
-@pytest.mark.parametrize(
-    ("raw_response", "body"),
-    [
-        (
-            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\nTrailer: x\r\n\r\n",
-            b"hello world",
-        ),
-        (b"HTTP/1.1 200 OK\r\n\r\nuntil the end", b"until the end"),
-        (b"HTTP/1.1 204 No Content\r\n\r\n", b""),
-    ],
-)
-async def test_client_reads_every_body_framing(raw_response: bytes, body: bytes) -> None:
-    server, url = await _reply_with(raw_response)
-    async with server:
-        assert (await http_request("GET", url)).body == body
+        with anyio.fail_after(TIMEOUT):
+            await ECHO.state.holding.wait()
+        group.cancel_scope.cancel()
+    assert await asyncio.wait_for(reader.read(), TIMEOUT) == b"", "the held request was cut, not answered"
+    writer.close()
 
 
-@pytest.mark.parametrize(
-    "raw_response",
-    [
-        b"garbage\r\n\r\n",
-        b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort",
-        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
-    ],
-)
-async def test_client_rejects_malformed_responses(raw_response: bytes) -> None:
-    server, url = await _reply_with(raw_response)
-    async with server:
-        with pytest.raises(HTTPError):
-            await http_request("GET", url)
+async def test_the_address_is_taken_when_listen_returns() -> None:
+    first = AppServer(ECHO, "127.0.0.1", 0)
+    first.listen()
+    with pytest.raises(OSError):
+        AppServer(ECHO, "127.0.0.1", first.port).listen()
+    with pytest.raises(RuntimeError):
+        AppServer(ECHO).port   # noqa: B018 - not listening yet
+    async with anyio.create_task_group() as group:
+        group.start_soon(first.serve)
+        first.stop()
 
 
-async def test_client_refuses_other_schemes() -> None:
-    with pytest.raises(ValueError):
-        await http_request("GET", "ftp://example.com/")
-
-
-async def test_json_helpers() -> None:
-    response = Response.from_json(200, {"ok": True})
-    assert (
-        json.loads(response.body) == response.json() == {"ok": True}
-        and response.header("Content-Type") == "application/json"
-    )
+async def test_the_mock_rest_api_is_served_the_same_way() -> None:
+    async with MockUpstream() as mock:
+        reply = await _raw(mock.rest_port, b"GET /v1/realtime/calls/x/accept HTTP/1.1\r\n" + HOST + b"\r\n")
+        assert reply.split(b" ")[1] == b"405" and b"connection: close" in reply.lower()
+        too_big = b"x" * (1024 * 1024 + 1)
+        call_id = mock.create_call()
+        async with httpx.AsyncClient() as client:
+            response = await client.post(f"{mock.rest_url}/realtime/calls/{call_id}/accept", content=too_big)
+        assert response.status_code == 413 and mock.find_session(call_id).accepts == []

@@ -11,8 +11,7 @@ from openai import AsyncOpenAI
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosedOK, InvalidStatus
 
-from relay.http import http_request
-from tests.support.clients import MockFactory, raw_connect, sdk_connect, sdk_until
+from tests.support.clients import MockFactory, http_request, raw_connect, sdk_connect, sdk_until
 from tests.support.frames import types_of, user_text
 from tests.support.tools import WEATHER_TOOL
 
@@ -88,6 +87,22 @@ async def test_accept_configures_the_call_and_hangup_ends_it(make_mock: MockFact
         await rest.realtime.calls.hangup(call_id)
 
 
+async def test_reject_declines_the_call_and_checks_its_status_code(make_mock: MockFactory) -> None:
+    mock = await make_mock(api_key="sk-key")
+    rest = AsyncOpenAI(api_key="sk-key", base_url=mock.rest_url, max_retries=0)
+    busy, declined = mock.create_call(), mock.create_call()
+    async with raw_connect(mock, f"call_id={busy}", headers={"Authorization": "Bearer sk-key"}) as sidecar:
+        await rest.realtime.calls.reject(busy, status_code=486)
+        with pytest.raises(ConnectionClosedOK):
+            await sidecar.recv()
+    await rest.realtime.calls.reject(declined)   # the provider's default, 603
+    with pytest.raises(openai.BadRequestError):
+        await rest.realtime.calls.reject(mock.create_call(), status_code=200)
+    with pytest.raises(openai.NotFoundError):
+        await rest.realtime.calls.reject(busy)
+    assert mock.find_session(busy).ended and mock.find_session(declined).ended
+
+
 async def test_rest_errors(make_mock: MockFactory) -> None:
     mock = await make_mock(api_key="sk-key")
     call_id = mock.create_call()
@@ -102,10 +117,10 @@ async def test_rest_errors(make_mock: MockFactory) -> None:
     invalid = await http_request("POST", accept, auth, json.dumps({"instructions": "no type"}).encode())
     wrong_method = await http_request("GET", accept, auth)
     unknown = await http_request("POST", f"{mock.rest_url}/realtime/calls/{call_id}/refer", auth, b"{}")
-    assert (missing.status, missing.json()["error"]["code"]) == (404, "call_not_found")
-    assert (not_json.status, not_json.json()["error"]["code"]) == (400, "invalid_json")
-    assert (invalid.status, invalid.json()["error"]["param"]) == (400, "session.type")
-    assert (wrong_method.status, unknown.status) == (405, 404)
+    assert (missing.status_code, missing.json()["error"]["code"]) == (404, "call_not_found")
+    assert (not_json.status_code, not_json.json()["error"]["code"]) == (400, "invalid_json")
+    assert (invalid.status_code, invalid.json()["error"]["param"]) == (400, "session.type")
+    assert (wrong_method.status_code, unknown.status_code) == (405, 404)
     assert mock.find_session(call_id).accepts == []
 
 
@@ -119,7 +134,7 @@ async def test_accept_reaches_every_connection_of_the_call(make_mock: MockFactor
             {},
             json.dumps({"type": "realtime", "instructions": "hi"}).encode(),
         )
-        assert response.status == 200 and response.body == b""
+        assert response.status_code == 200 and response.content == b""
         assert [(await c.recv())["type"] for c in (first, second)] == ["session.updated", "session.updated"]
 
 

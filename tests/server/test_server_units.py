@@ -18,7 +18,7 @@ from relay.cli import main
 from relay.dialects import AZURE, FOUNDRY, OPENAI, OPENAI_BETA
 from relay.engine import Notice
 from relay.logs import REDACTED, JsonFormatter, RedactingLogger, Redactor, TextFormatter, configure_logging
-from relay.metrics import Histogram, Metrics, TrafficTap
+from relay.metrics import Metrics, TrafficTap
 from relay.upstream import AccessToken, TokenCache, Upstream, display_host, key_from_environment, merged_url
 
 
@@ -122,26 +122,20 @@ def test_configure_logging_quiets_websockets_connection_lines(restore_logging: N
     assert logging.getLogger("relay.websocket.client").getEffectiveLevel() == logging.DEBUG
 
 
-def test_histogram_buckets_hold_values_up_to_their_bound() -> None:
-    histogram = Histogram(bounds=(0.1, 1.0))
-    for value in (0.1, 0.5, 1.0, 7.0):
-        histogram.observe(value)
-    assert histogram.counts == [1, 2, 1]
-    assert (histogram.count, histogram.total) == (4, 8.6)
-
-
 def test_the_exposition_escapes_labels_and_bounds_tool_names() -> None:
     metrics = Metrics()
     metrics.count_notice(Notice("tool_call", {"name": "get_weather", "outcome": "ok", "ms": 20.0}), {"get_weather"})
     metrics.count_notice(Notice("tool_call", {"name": 'made"up\ntool', "outcome": "unknown_tool", "ms": None}),
                          {"get_weather"})
     metrics.count_notice(Notice("upstream_error", {"code": 'bad "code"'}), ())
-    text = metrics.render(open_sessions=2)
-    assert 'relay_tool_calls_total{tool="(unknown)",outcome="unknown_tool"} 1' in text
-    assert 'relay_tool_call_seconds_bucket{tool="get_weather",le="0.025"} 1' in text
-    assert 'relay_tool_call_seconds_bucket{tool="get_weather",le="0.01"} 0' in text
-    assert 'relay_errors_total{source="upstream",code="bad \\"code\\""} 1' in text
-    assert "relay_sessions_open 2" in text
+    metrics.session_started()
+    metrics.session_started()
+    text = metrics.render()
+    assert 'relay_tool_calls_total{outcome="unknown_tool",tool="(unknown)"} 1.0' in text
+    assert 'relay_tool_call_seconds_bucket{le="0.025",tool="get_weather"} 1.0' in text
+    assert 'relay_tool_call_seconds_bucket{le="0.01",tool="get_weather"} 0.0' in text
+    assert 'relay_errors_total{code="bad \\"code\\"",source="upstream"} 1.0' in text
+    assert "relay_sessions_open 2.0" in text
     assert all(line.startswith("#") or " " in line for line in text.splitlines())
 
 

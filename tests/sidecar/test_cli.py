@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from relay.cli import build_parser
-from relay.http import http_request
 from relay.mock import MockUpstream
 from relay.webhooks import signed_headers
+from tests.support.clients import http_request
 from tests.support.frames import outputs_received, said
 from tests.support.keys import PROVIDER_KEY
 from tests.support.paths import REPO
@@ -28,7 +28,7 @@ TOOLS = REPO / "tests" / "fixtures" / "weather_tools.py"
 async def rest(mock: MockUpstream, call_id: str, operation: str, body: dict[str, Any] | None = None) -> None:
     response = await http_request("POST", f"{mock.rest_url}/realtime/calls/{call_id}/{operation}",
                                   {"Authorization": f"Bearer {PROVIDER_KEY}"}, json.dumps(body or {}).encode())
-    assert response.status == 200, response.body
+    assert response.status_code == 200, response.text
 
 
 async def finish(process: asyncio.subprocess.Process, log: list[str]) -> list[dict[str, Any]]:
@@ -114,7 +114,7 @@ async def test_relay_sidecar_accepts_a_signed_call_and_attaches(tmp_path: Path) 
             answer = await mock.wait_for_sent(lambda e: e["type"] == "response.done" and "found" in said(e))
             process.send_signal(signal.SIGTERM)
             lines = await finish(process, log)
-    assert response.status == 200 and process.returncode == 0
+    assert response.status_code == 200 and process.returncode == 0
     assert session.accepts == [{"type": "realtime", "model": "gpt-realtime",
                                 "instructions": "Answer the weather line.", "tools": [WEATHER_TOOL]}]
     assert "cloudy in Paris" in said(answer.event)

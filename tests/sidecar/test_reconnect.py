@@ -18,13 +18,12 @@ import pytest
 from websockets.exceptions import ConnectionClosedError
 
 from relay.engine import CallState, OpenAIEngine, EngineConfig
-from relay.http import http_request
 from relay.mock import Faults, MockUpstream, Reply
 from relay.session import SessionEnd
 from relay import attach
 from relay.sidecar import CallEnded, Sidecar, SidebandLoop, SidecarConfig
 from relay.upstream import UpstreamUnavailable
-from tests.support.clients import TIMEOUT
+from tests.support.clients import TIMEOUT, http_request
 from tests.support.frames import outputs_received, said
 from tests.support.peers import MemoryPeer
 from tests.support.relays import ACTIVE_RESPONSE, SidecarTap, accepted_call, captured_logs, sidecar_on
@@ -185,7 +184,7 @@ async def test_a_hung_up_call_ends_the_session_and_cancels_its_handler() -> None
                 await mock.user_turn(session, "What's the weather in Paris?")
                 await gate.entered.wait()
                 response = await http_request("POST", f"{mock.rest_url}/realtime/calls/{call_id}/hangup")
-                assert response.status == 200
+                assert response.status_code == 200
                 with anyio.fail_after(TIMEOUT):
                     await sidecar.ended.wait()
                 assert sidecar.engine is not None

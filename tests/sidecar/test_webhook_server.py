@@ -11,15 +11,15 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 
 from relay import __version__
-from relay.http import Response, http_request
 from relay.mock import MockUpstream
 from relay.config import ConfigError
 from relay.session import SessionEnd
 from relay.webhooks import SidecarServer, SidecarServerConfig, signed_headers
-from tests.support.clients import TIMEOUT
+from tests.support.clients import TIMEOUT, http_request
 from tests.support.frames import outputs_received, said
 from tests.support.tools import WEATHER_SCRIPT, WEATHER_TOOL, get_weather
 
@@ -50,7 +50,7 @@ def incoming_call(call_id: str, event_id: str = "evt_1") -> bytes:
 
 
 async def deliver(server: SidecarServer, body: bytes, *, webhook_id: str = "wh_1", secret: str = SECRET,
-                  timestamp: int | None = None) -> Response:
+                  timestamp: int | None = None) -> httpx.Response:
     headers = signed_headers(secret, body, webhook_id=webhook_id,
                              timestamp=int(time.time()) if timestamp is None else timestamp)
     return await http_request("POST", server.url, {**headers, "Content-Type": "application/json"}, body)
@@ -61,7 +61,7 @@ async def test_a_signed_incoming_call_is_accepted_attached_and_served() -> None:
         call_id = mock.create_call()
         session = mock.find_session(call_id)
         response = await deliver(server, incoming_call(call_id))
-        assert response.status == 200
+        assert response.status_code == 200
         assert session.accepts == [{"type": "realtime", "model": "gpt-realtime", "instructions": INSTRUCTIONS,
                                     "tools": [WEATHER_TOOL]}], "accepted before the 200"
         sidecar = server.calls[call_id]
@@ -91,8 +91,8 @@ async def test_a_delivery_that_does_not_verify_gets_400_and_nothing_happens(forg
             response = await deliver(server, body, secret="whsec_" + base64.b64encode(b"guess").decode())
         elif forgery == "stale":
             response = await deliver(server, body, timestamp=now - 301)
-        elif forgery == "from the future":
-            response = await deliver(server, body, timestamp=now + 301)
+        elif forgery == "from the future":   # 302: `now` is rounded down, the server's clock is not
+            response = await deliver(server, body, timestamp=now + 302)
         elif forgery == "tampered":
             headers = signed_headers(SECRET, body, webhook_id="wh_1", timestamp=now)
             response = await http_request("POST", server.url, headers, incoming_call("rtc_other"))
@@ -100,8 +100,8 @@ async def test_a_delivery_that_does_not_verify_gets_400_and_nothing_happens(forg
             response = await http_request("POST", server.url, {"Content-Type": "application/json"}, body)
         # the same delivery, correctly signed, still gets through: a refused id is not remembered
         retried = await deliver(server, body)
-    assert response.status == 400 and response.json()["error"]["code"] == "invalid_signature"
-    assert retried.status == 200
+    assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_signature"
+    assert retried.status_code == 200
     assert len(mock.find_session(call_id).accepts) == 1
 
 
@@ -116,7 +116,7 @@ async def test_a_repeated_delivery_is_attached_once() -> None:
             await sidecar.attached.wait()
         calls = dict(server.calls)
     session = mock.find_session(call_id)
-    assert (first.status, again.status) == (200, 200)
+    assert (first.status_code, again.status_code) == (200, 200)
     assert len(session.accepts) == 1 and list(calls) == [call_id]
     assert len(session.connections) == 1
 
@@ -127,7 +127,7 @@ async def test_a_failed_accept_answers_502_and_a_retry_tries_again() -> None:
         again = await deliver(server, incoming_call("rtc_gone"), webhook_id="wh_gone")
         calls = dict(server.calls)
     for response in (first, again):
-        assert response.status == 502
+        assert response.status_code == 502
         assert "HTTP 404" in response.json()["error"]["message"] and "rtc_gone" in response.json()["error"]["message"]
     assert calls == {} and [request.event for request in mock.received] == []
 
@@ -145,13 +145,13 @@ async def test_other_events_paths_and_methods() -> None:
         elsewhere = await http_request("POST", f"{base}/webhooks/other")
         wrong_method = await http_request("GET", server.url)
         upstream = f"127.0.0.1:{mock.port}"
-    assert ignored.status == 200 and server.calls == {}
-    assert (no_call_id.status, no_call_id.json()["error"]["code"]) == (400, "invalid_event")
-    assert (not_json.status, not_json.json()["error"]["code"]) == (400, "invalid_json")
-    assert health.status == 200 and health.json() | {"pid": 0} == {
+    assert ignored.status_code == 200 and server.calls == {}
+    assert (no_call_id.status_code, no_call_id.json()["error"]["code"]) == (400, "invalid_event")
+    assert (not_json.status_code, not_json.json()["error"]["code"]) == (400, "invalid_json")
+    assert health.status_code == 200 and health.json() | {"pid": 0} == {
         "status": "ok", "version": __version__, "calls": 0, "upstream": upstream,
         "dialect": "openai", "pid": 0}
-    assert (elsewhere.status, wrong_method.status) == (404, 405)
+    assert (elsewhere.status_code, wrong_method.status_code) == (404, 405)
     assert mock.sessions == []
 
 
@@ -159,7 +159,7 @@ async def test_stopping_detaches_attached_calls() -> None:
     async with MockUpstream(script=WEATHER_SCRIPT) as mock:
         call_id = mock.create_call()
         async with sidecar_server(mock) as server:
-            assert (await deliver(server, incoming_call(call_id))).status == 200
+            assert (await deliver(server, incoming_call(call_id))).status_code == 200
             sidecar = server.calls[call_id]
             with anyio.fail_after(TIMEOUT):
                 await sidecar.attached.wait()

@@ -1,6 +1,6 @@
 """Clients on real sockets (everything on 127.0.0.1): raw realtime and Gemini Live clients that keep
-what they received, the official OpenAI SDK connected to the mock, a one-shot HTTP GET, and the
-self-signed certificate a TLS client trusts."""
+what they received, the official OpenAI SDK connected to the mock, a one-shot HTTP GET, one HTTP
+request through httpx, and the self-signed certificate a TLS client trusts."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -263,10 +264,18 @@ async def sdk_until(connection: AsyncRealtimeConnection, event_type: str) -> lis
 
 async def http_get(port: int, path: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
     """GET over a fresh connection (the relay closes it after the response)."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
     lines = "".join(f"{name}: {value}\r\n" for name, value in {"Host": f"127.0.0.1:{port}", **(headers or {})}.items())
-    writer.write(f"GET {path} HTTP/1.1\r\n{lines}\r\n".encode())
-    await writer.drain()
+    return await raw_http(port, f"GET {path} HTTP/1.1\r\n{lines}\r\n".encode())
+
+
+async def raw_http(port: int, *chunks: bytes) -> tuple[int, dict[str, str], bytes]:
+    """A raw HTTP request, written in `chunks` (each flushed before the next is written),
+    over a fresh connection; the status, headers (lower-case names) and body of the response,
+    read until the server closes the connection."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    for chunk in chunks:
+        writer.write(chunk)
+        await writer.drain()
     async with asyncio.timeout(TIMEOUT):
         raw = await reader.read()
     writer.close()
@@ -277,6 +286,15 @@ async def http_get(port: int, path: str, headers: dict[str, str] | None = None) 
         name, _, value = line.partition(":")
         headers[name.strip().lower()] = value.strip()
     return int(status_line.split()[1]), headers, body
+
+
+async def http_request(method: str, url: str, headers: dict[str, str] | None = None, body: bytes = b"",
+                       timeout: float = TIMEOUT) -> httpx.Response:
+    """One request through httpx on a fresh client (the REST API of the mock, a webhook endpoint).
+    Plain HTTP on loopback only: the client loads no CA bundle (`verify=False`) and reads no proxy
+    settings, so it costs next to nothing to make."""
+    async with httpx.AsyncClient(timeout=timeout, verify=False, trust_env=False) as client:
+        return await client.request(method, url, headers=headers, content=body)
 
 
 def parse_exposition(text: str) -> dict[str, float]:

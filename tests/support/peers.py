@@ -1,17 +1,22 @@
 """In-memory sockets for the async edge (`relay.session.SessionLoop` and what builds on it): the
-`Peer` interface (`recv`, `send`, `close`) without a network."""
+`Peer` interface (`recv`, `send`, `close`) without a network; and a relay recording made through
+them (`record_session`)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
 from websockets.exceptions import ConnectionClosedOK
 from websockets.frames import Close
 
-from tests.support.local_mock import LocalMock
+from relay.engine import EngineConfig, OpenAIEngine
+from relay.recording import RecordingWriter
+from relay.session import SessionLoop
+from tests.support.local_mock import LocalMock, model_call
 
 
 class MemoryPeer:
@@ -103,3 +108,25 @@ class MockPeer:
         with anyio.fail_after(timeout):
             while not predicate(self):
                 await self._changed.wait()
+
+
+async def record_session(directory: Path, tools, *, mode: str = "sidecar", creates: int = 1) -> Path:
+    """A session through SessionLoop: parallel calls and a handler error, recorded."""
+    mock = LocalMock()
+    peer = MockPeer(mock)
+    engine = OpenAIEngine(tools, config=EngineConfig(mode=mode, declare_tools=False), id_prefix="rec1")
+    writer = RecordingWriter(directory, session_id="sess_test", dialect="openai", upstream="ws://127.0.0.1:1/v1",
+                             tools=[t.__relay_tool__.name for t in tools], mode=mode,
+                             extra_header=engine.recording_header())
+    loop = SessionLoop(engine, upstream=peer, recorder=writer)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(loop.run)
+        peer.emit(mock.connect() + mock.user_turn("weather in Paris and Rome, and my order?") +
+                  mock.respond([model_call("get_weather", '{"city":"Paris"}'),
+                                model_call("get_weather", '{"city":"Rome"}'),
+                                model_call("lookup_order", '{"order_id":"missing"}')]))
+        await peer.wait_until(lambda p: mock.active is None and not engine.ledger.unanswered() and sum(
+            1 for f in p.frames if f["type"] == "response.create") == creates and len(mock.responses) == 1 + creates)
+        peer.hang_up()
+    writer.close("test done")
+    return writer.path

@@ -1,31 +1,43 @@
-"""The `relay` command as a user runs it: a subprocess whose stderr is its JSON log."""
+"""The `relay` command as a user runs it: a subprocess whose stderr is its JSON log; and the
+scripts in scripts/ as modules."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import importlib
 import json
 import os
+import signal
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
+from types import ModuleType
 from typing import Any
+
+from tests.support.paths import REPO
+
+SCRIPTS = REPO / "scripts"
 
 
 @asynccontextmanager
 async def python_process(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
                          stdout: bool = False) -> AsyncIterator[asyncio.subprocess.Process]:
     """`python ARGS` with stderr (and stdout, when asked) piped, in the test's environment without
-    RELAY_AUTH_TOKEN, plus `env`; killed at exit if it still runs."""
+    RELAY_AUTH_TOKEN, plus `env`; killed at exit if it still runs, with any processes it forked
+    (`relay serve --workers`: its own process group)."""
     environment = {key: value for key, value in os.environ.items() if key != "RELAY_AUTH_TOKEN"} | (env or {})
     process = await asyncio.create_subprocess_exec(
         sys.executable, *args, cwd=cwd, env=environment,
-        stdout=asyncio.subprocess.PIPE if stdout else None, stderr=asyncio.subprocess.PIPE)
+        stdout=asyncio.subprocess.PIPE if stdout else None, stderr=asyncio.subprocess.PIPE,
+        start_new_session=True)
     try:
         yield process
     finally:
         if process.returncode is None:
-            process.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
             await process.wait()
 
 
@@ -48,3 +60,11 @@ async def next_log_line(stream: asyncio.StreamReader, predicate: Callable[[dict[
             record = json.loads(line)
             if predicate(record):
                 return record
+
+
+def script_module(name: str) -> ModuleType:
+    """scripts/NAME.py imported as a module, with scripts/ on sys.path as the scripts have it
+    themselves (they import each other: cluster_soak.py uses soak.py and cluster.py)."""
+    if str(SCRIPTS) not in sys.path:
+        sys.path.insert(0, str(SCRIPTS))
+    return importlib.import_module(name)

@@ -17,12 +17,11 @@ import anyio
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import InvalidStatus
 
-from relay.http import http_request
 from relay.logs import JsonFormatter
 from relay.mock import MockSession, MockUpstream
 from relay.server import RelayServer, ServerConfig
 from relay.sidecar import Sidecar, SidecarConfig
-from tests.support.clients import TIMEOUT, RealtimeClient, realtime_client
+from tests.support.clients import TIMEOUT, RealtimeClient, http_request, realtime_client
 from tests.support.frames import user_text
 from tests.support.keys import PROVIDER_KEY, RELAY_TOKEN
 from tests.support.tools import WEATHER_TOOL, get_weather
@@ -204,7 +203,7 @@ async def accepted_call(mock: MockUpstream) -> tuple[str, MockSession]:
     call_id = mock.create_call()
     response = await http_request("POST", f"{mock.rest_url}/realtime/calls/{call_id}/accept", {},
                                   json.dumps({"type": "realtime", "tools": [WEATHER_TOOL]}).encode())
-    assert response.status == 200
+    assert response.status_code == 200
     session = mock.find_session(call_id)
     assert session is not None
     return call_id, session

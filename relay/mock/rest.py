@@ -1,0 +1,90 @@
+"""The mock's fake REST API for calls, as an ASGI app (Starlette) that `MockUpstream` serves with
+uvicorn on its `rest_url`:
+
+    POST /v1/realtime/calls/{call_id}/accept   a GA session config; checked like a session.update
+    POST /v1/realtime/calls/{call_id}/reject   optional {"status_code": <SIP code>}; ends the call
+    POST /v1/realtime/calls/{call_id}/hangup   ends the call, its sockets closed with 1000
+
+Each needs the key when the mock has one (401), answers 404 for an unknown or ended call or an
+unknown endpoint, 405 for another method, 400 for a bad body, and 200 with an empty body when
+done; errors have the provider's shape (`{"error": {"message", "type", "param", "code"}}`).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from typing import TYPE_CHECKING, Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from relay.asgi import BodyRefused, read_body
+from relay.mock.wire import ProtocolError
+
+if TYPE_CHECKING:
+    from relay.mock.server import MockUpstream
+
+CALLS = "/v1/realtime/calls/{call_id}"
+SIP_STATUS_RANGE = range(400, 700)
+
+
+def error_body(status: int, message: str, code: str | None, param: str | None = None) -> JSONResponse:
+    error = {"message": message, "type": "invalid_request_error", "param": param, "code": code}
+    return JSONResponse({"error": error}, status_code=status)
+
+
+def rest_app(mock: MockUpstream) -> Starlette:
+    """The REST API of `mock`'s calls."""
+
+    def authorized(request: Request) -> bool:
+        if mock.api_key is None:
+            return True
+        authorization = request.headers.get("authorization", "")
+        given = (authorization[7:].strip() if authorization.lower().startswith("bearer ")
+                 else request.headers.get("api-key", ""))
+        return hmac.compare_digest(given.encode(), mock.api_key.encode())
+
+    async def call_operation(request: Request) -> Response:
+        if not authorized(request):
+            return error_body(401, "Incorrect API key provided.", "invalid_api_key")
+        call_id = request.path_params["call_id"]
+        operation = request.url.path.rsplit("/", 1)[1]
+        session = mock.find_session(call_id)
+        if session is None or session.ended:
+            return error_body(404, f"Call '{call_id}' not found.", "call_not_found")
+        try:
+            body = await read_body(request)
+        except BodyRefused as refused:
+            return error_body(refused.status, str(refused), "invalid_body")
+        if operation == "hangup":
+            await mock.close_session(session, 1000, "call ended")
+            return Response(status_code=200)
+        try:
+            config: Any = json.loads(body) if body or operation == "accept" else {}
+        except ValueError:
+            return error_body(400, "The body is not valid JSON.", "invalid_json")
+        if operation == "reject":
+            status = config.get("status_code", 603) if isinstance(config, dict) else None
+            if type(status) is not int or status not in SIP_STATUS_RANGE:
+                return error_body(400, "Invalid 'status_code': expected a SIP status from 400 to 699.",
+                                  "invalid_value", "status_code")
+            await mock.close_session(session, 1000, "call rejected")
+            return Response(status_code=200)
+        try:
+            await mock.accept_call(session, config)
+        except ProtocolError as error:
+            return error_body(400, error.message, error.code, error.param)
+        return Response(status_code=200)
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return error_body(404, f"Unknown endpoint {request.method} {request.url.path}.", "not_found")
+
+    async def method_not_allowed(request: Request, exc: Exception) -> Response:
+        return error_body(405, f"Method {request.method} not allowed; use POST.", "method_not_allowed")
+
+    routes = [Route(f"{CALLS}/{operation}", call_operation, methods=["POST"])
+              for operation in ("accept", "reject", "hangup")]
+    return Starlette(routes=routes, exception_handlers={404: not_found, 405: method_not_allowed})

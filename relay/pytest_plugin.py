@@ -1,0 +1,212 @@
+"""relay's pytest plugin, registered through the `pytest11` entry point: installing realtime-relay
+is enough. Recorded sessions become tests of your tools.
+
+Every recording in a folder, one test item each (named after the file), failing with the
+divergence report when the tools now answer differently:
+
+    pytest --relay-recordings recordings/ --relay-tools my_app/tools.py
+
+One recording in a test of your own, with the `relay_replay` fixture:
+
+    def test_the_refund_call_still_answers(relay_replay):
+        result = relay_replay("recordings/refund.jsonl", tools=["my_app/tools.py"])
+        relay_replay.check(result)                      # fails the test with the report
+        assert result.calls[0].outcome == "ok"
+
+What passes: a relay recording (written by `relay serve --record`) passes when the relay under
+test sends what was recorded: no divergence. A plain event log (server events only, like the
+shared real sessions) has no relay sends to compare with, so it passes when every call the tools
+ran on the recorded arguments ended without a failure (no handler error, bad arguments or
+timeout); calls the tools do not own are left to the client as always. Either kind fails when
+the engine met an internal error.
+
+This module is imported by every pytest run in an environment where the package is installed:
+it imports nothing of the relay until a replay is asked for.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from relay.replay import ReplayResult
+    from relay.tools import ToolRegistry
+
+RECORDINGS_OPTION = "--relay-recordings"
+TOOLS_OPTION = "--relay-tools"
+FAILED_OUTCOMES = ("error", "bad_arguments", "timeout")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("relay", "relay: recorded realtime sessions as tests")
+    group.addoption(RECORDINGS_OPTION, action="append", default=[], metavar="DIR",
+                    help="replay every recording (*.jsonl) under DIR as its own test item (repeatable)")
+    group.addoption(TOOLS_OPTION, action="append", default=[], metavar="SPEC",
+                    help="the tools replays run: a .py file or a module, as `relay --tools` (repeatable)")
+    group.addoption("--relay-gate-timeout", type=float, default=None, metavar="SECONDS",
+                    help="seconds a replay waits for a handler before calling a recorded send missing")
+
+
+# ---- judging a replay ------------------------------------------------------------------------
+
+def problems_of(result: ReplayResult) -> list[str]:
+    """Why `result` does not pass (see the module's docstring); empty when it does."""
+    problems = [f"engine {anomaly}" for anomaly in result.anomalies if anomaly.startswith("internal error")]
+    if result.kind == "relay":
+        return problems + [divergence.describe() for divergence in result.divergences]
+    for call in result.calls:
+        if call.outcome in FAILED_OUTCOMES and not call.skipped:
+            problems.append(f"{call.name} {call.call_id} failed ({call.outcome}) on the recorded arguments "
+                            f"{call.arguments}: {call.output}")
+    return problems
+
+
+def failure_report(result: ReplayResult, problems: Sequence[str], tool_specs: Sequence[str] = ()) -> str:
+    """What a failing item says: the problems, what the tools answered, and the command that
+    shows the whole replay (with `tool_specs`, the `--relay-tools` given)."""
+    what = "divergence(s) from the recording" if result.kind == "relay" else "failed call(s)"
+    lines = [f"replay of {result.path.name} ({result.kind}): {len(problems)} {what}"]
+    for problem in problems:
+        lines += ["  " + line for line in problem.splitlines()]
+    if result.calls:
+        lines.append("calls the tools answered:")
+        for call in result.calls:
+            output = call.output if call.output is None or len(call.output) <= 120 else call.output[:117] + "..."
+            lines.append(f"  {call.name} {call.call_id}: {call.outcome} -> {output}")
+    tools = " ".join(f"--tools {spec}" for spec in tool_specs) or "--tools ..."
+    lines.append(f"the whole report: relay replay {result.path} {tools}")
+    return "\n".join(lines)
+
+
+class ReplayFailed(Exception):
+    """A recording that does not pass; the message is the report."""
+
+
+# ---- the fixture -----------------------------------------------------------------------------
+
+class RelayReplay:
+    """The `relay_replay` fixture: `relay_replay(path, tools=...)` replays one recording and
+    returns the `ReplayResult`; `check(result)` fails the test with the report when it does not
+    pass. `tools` defaults to the `--relay-tools` given to pytest."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self._config = config
+
+    def __call__(self, recording: str | Path, tools: Any = None, **options: Any) -> ReplayResult:
+        from relay.replay import replay
+
+        return replay(recording, self._tools(tools), **self._options(options))
+
+    async def replay_async(self, recording: str | Path, tools: Any = None, **options: Any) -> ReplayResult:
+        """The same, from an async test."""
+        from relay.replay import replay_async
+
+        return await replay_async(recording, self._tools(tools), **self._options(options))
+
+    def check(self, result: ReplayResult) -> ReplayResult:
+        problems = problems_of(result)
+        if problems:
+            pytest.fail(failure_report(result, problems, self._config.getoption(TOOLS_OPTION)), pytrace=False)
+        return result
+
+    def _tools(self, tools: Any) -> Any:
+        return tool_registry_for(self._config) if tools is None else tools
+
+    def _options(self, options: dict[str, Any]) -> dict[str, Any]:
+        gate_timeout = self._config.getoption("--relay-gate-timeout")
+        if gate_timeout is not None:
+            options.setdefault("gate_timeout", gate_timeout)
+        return options
+
+
+@pytest.fixture
+def relay_replay(pytestconfig: pytest.Config) -> RelayReplay:
+    """Replay recorded sessions against tools; see `relay.pytest_plugin`."""
+    return RelayReplay(pytestconfig)
+
+
+# ---- one item per recording ------------------------------------------------------------------
+
+_REGISTRY = pytest.StashKey["ToolRegistry"]()
+
+
+def tool_registry_for(config: pytest.Config) -> ToolRegistry:
+    """The `--relay-tools` registry, loaded once per run (module names are looked up from the
+    directory pytest was started in too, as the relay command does)."""
+    registry = config.stash.get(_REGISTRY, None)
+    if registry is None:
+        from relay.config import ConfigError, tool_registry
+
+        started_in = str(config.invocation_params.dir)
+        if started_in not in sys.path:
+            sys.path.append(started_in)
+        try:
+            registry = tool_registry(config.getoption(TOOLS_OPTION))
+        except ConfigError as exc:
+            raise pytest.UsageError(f"{TOOLS_OPTION}: {exc}") from None
+        config.stash[_REGISTRY] = registry
+    return registry
+
+
+_DIRECTORIES = pytest.StashKey[list[Path]]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Each `--relay-recordings DIR` is collected like a path given on the command line (beside
+    the tests pytest collects anyway), and the tools are loaded now: a bad one is a usage error."""
+    directories = []
+    for directory in config.getoption(RECORDINGS_OPTION):
+        resolved = (config.invocation_params.dir / directory).resolve()
+        if not resolved.is_dir():
+            raise pytest.UsageError(f"{RECORDINGS_OPTION} {directory}: not a directory")
+        directories.append(resolved)
+        if directory not in config.args:
+            config.args.append(directory)
+    config.stash[_DIRECTORIES] = directories
+    if directories:
+        tool_registry_for(config)
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    if file_path.suffix == ".jsonl" and any(file_path.is_relative_to(d) for d in parent.config.stash.get(_DIRECTORIES, ())):
+        return RecordingFile.from_parent(parent, path=file_path)
+    return None
+
+
+class RecordingFile(pytest.File):
+    """A recording under a `--relay-recordings` directory: one item, its replay."""
+
+    def collect(self) -> Iterator[RecordingItem]:
+        yield RecordingItem.from_parent(self, name="replay")
+
+
+class RecordingItem(pytest.Item):
+    """One recording replayed against the `--relay-tools`; fails with the report (see the module
+    docstring for what passes)."""
+
+    def runtest(self) -> None:
+        from relay.recording import RecordingError
+        from relay.replay import replay
+
+        gate_timeout = self.config.getoption("--relay-gate-timeout")
+        options = {} if gate_timeout is None else {"gate_timeout": gate_timeout}
+        try:
+            result = replay(self.path, tool_registry_for(self.config), **options)
+        except (OSError, RecordingError) as exc:
+            raise ReplayFailed(f"cannot replay {self.path}: {exc}") from None
+        problems = problems_of(result)
+        if problems:
+            raise ReplayFailed(failure_report(result, problems, self.config.getoption(TOOLS_OPTION)))
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        if isinstance(excinfo.value, ReplayFailed):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, f"replay of {self.path.name}"
