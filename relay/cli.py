@@ -246,6 +246,11 @@ SIDECAR_OPTIONS = (
     option("--rest-base", default=DEFAULT_REST_BASE, metavar="URL",
            help=f"provider REST API that accepts calls (default {DEFAULT_REST_BASE})"),
     DRAIN_SECONDS.but(help="on SIGTERM/SIGINT, how long attached calls keep their tools (default 10)"),
+    option("--inspector", field=None, action="store_true",
+           help="serve the live inspector of the attached calls at /inspector on this port, behind "
+                "--auth-token (required beyond loopback)"),
+    dataclasses.replace(AUTH_TOKEN.but(help=f"token the --inspector page asks for (default ${AUTH_TOKEN_ENV})"),
+                        field=None),
 )
 # replay, export and demo read their arguments themselves: no configuration object
 REPLAY_OPTIONS = (
@@ -394,8 +399,13 @@ def _run_sidecar(args: argparse.Namespace) -> int:
     log = logging.getLogger("relay.webhooks")
     _start(args)
     instructions = read_text_input(args.instructions, "--instructions") if args.instructions else None
+    if args.inspector and not args.auth_token and not is_loopback(args.host):
+        raise UnusableInput(f"refusing to serve the inspector on {args.host} without a token: set --auth-token "
+                            f"(or {AUTH_TOKEN_ENV}), or listen on loopback")
+    hub = LiveHub() if args.inspector else None
     server = _edge(lambda: SidecarServer(SidecarServerConfig(**config_fields(args, SIDECAR_OPTIONS),
-                                                             instructions=instructions)), log)
+                                                             instructions=instructions),
+                                         live=hub, inspector_token=args.auth_token), log)
 
     async def work() -> int:
         try:

@@ -242,6 +242,9 @@ async def test_the_command_line_refuses_what_cannot_work(tmp_path: Path) -> None
         (["serve", "--inspector", "--workers", "2", "--port", "0", "--log-format", "text"], "cannot be used with --workers"),
         ([*attach, "--inspector", "no-port-here"], "--inspector takes HOST:PORT"),
         ([*attach, "--inspector", "0.0.0.0:8123"], "refusing to serve the inspector on 0.0.0.0 without a token"),
+        (["sidecar", "--tools", str(REPO / "tests" / "fixtures" / "weather_tools.py"), "--host", "0.0.0.0",
+          "--port", "0", "--inspector", "--log-format", "text"],
+         "refusing to serve the inspector on 0.0.0.0 without a token"),
     ):
         async with relay_process(*command, cwd=tmp_path) as process:   # without RELAY_AUTH_TOKEN
             assert process.stderr is not None
