@@ -203,6 +203,10 @@ AUTH_TOKEN = option("--auth-token", default_from=lambda: os.environ.get(AUTH_TOK
                     help=f"token clients must present (default ${AUTH_TOKEN_ENV}; prefer the variable: "
                          "arguments are visible to other users)")
 
+INSPECTOR_TOKEN = dataclasses.replace(
+    AUTH_TOKEN.but(help=f"token the --inspector page asks for (default ${AUTH_TOKEN_ENV})"), field=None)
+"""attach's and sidecar's: their sessions take no client token, their inspector does."""
+
 SERVE_OPTIONS = (
     UPSTREAM, DIALECT, TOOLS, HOST, PORT,
     AUTH_TOKEN,
@@ -234,8 +238,7 @@ ATTACH_OPTIONS = (
     option("--inspector", field=None, metavar="HOST:PORT",
            help="serve the live inspector of this call at http://HOST:PORT/inspector (a token is "
                 "needed beyond loopback: --auth-token)"),
-    dataclasses.replace(AUTH_TOKEN.but(help=f"token the --inspector page asks for (default ${AUTH_TOKEN_ENV})"),
-                        field=None),
+    INSPECTOR_TOKEN,
 )
 SIDECAR_OPTIONS = (
     HOST,
@@ -249,8 +252,7 @@ SIDECAR_OPTIONS = (
     option("--inspector", field=None, action="store_true",
            help="serve the live inspector of the attached calls at /inspector on this port, behind "
                 "--auth-token (required beyond loopback)"),
-    dataclasses.replace(AUTH_TOKEN.but(help=f"token the --inspector page asks for (default ${AUTH_TOKEN_ENV})"),
-                        field=None),
+    INSPECTOR_TOKEN,
 )
 # replay, export and demo read their arguments themselves: no configuration object
 REPLAY_OPTIONS = (
