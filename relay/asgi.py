@@ -7,10 +7,12 @@ fake REST API run on uvicorn inside their owner's task group, instead of a serve
 
 uvicorn is used the way an embedding program must use it: its signal handling is off (the
 relay's process code owns SIGTERM and SIGINT), its logging is left to the relay's (only its
-warnings show), no lifespan, no WebSocket protocol. Every connection serves one request (the
-response says `Connection: close`), so the limits below hold per connection: a request head must
-be whole within `read_timeout` seconds of connecting and fit in `max_head_bytes`; `read_body`
-bounds a body's size and the time it takes to arrive.
+warnings show), no lifespan. Every connection serves one request (the response says
+`Connection: close`), so the limits below hold per connection: a request head must be whole
+within `read_timeout` seconds of connecting and fit in `max_head_bytes`; `read_body` bounds a
+body's size and the time it takes to arrive. A WebSocket (the live inspector's feed under
+`relay sidecar --inspector`) is served by uvicorn's sans-I/O protocol on the `websockets`
+package; once upgraded, it is no longer bound by the head's deadline.
 """
 
 from __future__ import annotations
@@ -19,13 +21,16 @@ import asyncio
 import contextlib
 import socket
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import uvicorn
 from starlette.requests import ClientDisconnect, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+if TYPE_CHECKING:
+    import h11
 
 MAX_HEAD_BYTES = 16 * 1024
 MAX_BODY_BYTES = 1024 * 1024
@@ -88,6 +93,13 @@ class _HeadDeadline(H11Protocol):
         if self._deadline is not None:
             self._deadline.cancel()
         super().connection_lost(exc)
+
+    def handle_websocket_upgrade(self, event: h11.Request) -> None:
+        # the head came whole and the connection is the WebSocket protocol's from now on (the live
+        # inspector's feed): the deadline is for heads, not for how long a feed stays open
+        if self._deadline is not None:
+            self._deadline.cancel()
+        super().handle_websocket_upgrade(event)
 
 
 class AppServer:
@@ -156,7 +168,7 @@ class AppServer:
             raise RuntimeError("listen() first")
         protocol = type("HeadDeadline", (_HeadDeadline,), {"head_timeout": self.read_timeout})
         config = uvicorn.Config(
-            self._one_request_per_connection, interface="asgi3", http=protocol, ws="none", lifespan="off",
+            self._one_request_per_connection, interface="asgi3", http=protocol, ws="websockets-sansio", lifespan="off",
             log_config=None, log_level="warning", access_log=False, server_header=False,
             proxy_headers=False, h11_max_incomplete_event_size=self.max_head_bytes)
         server = self._server = _InProcessServer(config)

@@ -13,6 +13,7 @@ two, as the `Command`s below.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib
 import logging
@@ -33,6 +34,7 @@ from relay.config import (
     EdgeRuntime,
     ServerConfig,
     SidecarConfig,
+    is_loopback,
     tool_registry,
 )
 from relay.demo import EXAMPLE_TOOLS, run_demo_command
@@ -49,6 +51,7 @@ from relay.exits import (
     refusal,
 )
 from relay.export import FORMATS, run_export
+from relay.inspector.live import LiveHub, serve_inspector
 from relay.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
 from relay.metrics import metrics_for_workers
 from relay.policy import (
@@ -196,11 +199,17 @@ SIDEBAND = (
 )
 """What `relay attach` and `relay sidecar` share: tools, upstream, recording, reconnecting, logging."""
 
+AUTH_TOKEN = option("--auth-token", default_from=lambda: os.environ.get(AUTH_TOKEN_ENV) or None, metavar="TOKEN",
+                    help=f"token clients must present (default ${AUTH_TOKEN_ENV}; prefer the variable: "
+                         "arguments are visible to other users)")
+
+INSPECTOR_TOKEN = dataclasses.replace(
+    AUTH_TOKEN.but(help=f"token the --inspector page asks for (default ${AUTH_TOKEN_ENV})"), field=None)
+"""attach's and sidecar's: their sessions take no client token, their inspector does."""
+
 SERVE_OPTIONS = (
     UPSTREAM, DIALECT, TOOLS, HOST, PORT,
-    option("--auth-token", default_from=lambda: os.environ.get(AUTH_TOKEN_ENV) or None, metavar="TOKEN",
-           help=f"token clients must present (default ${AUTH_TOKEN_ENV}; prefer the variable: "
-                "arguments are visible to other users)"),
+    AUTH_TOKEN,
     option("--insecure-no-auth", action="store_true",
            help="allow listening beyond loopback without a client token"),
     option("--allow-origin", field="allow_origins", action="append", default=[], metavar="ORIGIN",
@@ -213,6 +222,9 @@ SERVE_OPTIONS = (
            help="processes sharing the port with SO_REUSEPORT (default 1)"),
     option("--tls-cert", metavar="PEM", help="serve wss:// with this certificate chain"),
     option("--tls-key", metavar="PEM", help="the private key of --tls-cert"),
+    option("--inspector", action="store_true",
+           help="serve the live session inspector at /inspector on this port, behind the client token "
+                "(open http://HOST:PORT/inspector#token=TOKEN)"),
     *RECORDING,
     *LOGGING,
 )
@@ -223,6 +235,10 @@ ATTACH_OPTIONS = (
     option("--declare-tools", action="store_true",
            help="add the tools to the session (keeping the other party's) instead of "
                 "assuming they were declared when the call was accepted"),
+    option("--inspector", field=None, metavar="HOST:PORT",
+           help="serve the live inspector of this call at http://HOST:PORT/inspector (a token is "
+                "needed beyond loopback: --auth-token)"),
+    INSPECTOR_TOKEN,
 )
 SIDECAR_OPTIONS = (
     HOST,
@@ -233,6 +249,10 @@ SIDECAR_OPTIONS = (
     option("--rest-base", default=DEFAULT_REST_BASE, metavar="URL",
            help=f"provider REST API that accepts calls (default {DEFAULT_REST_BASE})"),
     DRAIN_SECONDS.but(help="on SIGTERM/SIGINT, how long attached calls keep their tools (default 10)"),
+    option("--inspector", field=None, action="store_true",
+           help="serve the live inspector of the attached calls at /inspector on this port, behind "
+                "--auth-token (required beyond loopback)"),
+    INSPECTOR_TOKEN,
 )
 # replay, export and demo read their arguments themselves: no configuration object
 REPLAY_OPTIONS = (
@@ -311,6 +331,8 @@ def _run_serve(args: argparse.Namespace) -> int:
     _start(args)
     if args.workers < 1:
         raise UnusableInput("--workers must be at least 1")
+    if args.inspector and args.workers > 1:
+        raise UnusableInput("--inspector shows the sessions of one process: it cannot be used with --workers")
     server = _edge(lambda: RelayServer(ServerConfig(**config_fields(args, SERVE_OPTIONS))), log)
 
     def run_worker(port: int) -> int:
@@ -327,14 +349,32 @@ def _run_attach(args: argparse.Namespace) -> int:
     log = logging.getLogger("relay.sidecar")
     _start(args)
     runtime = _edge(lambda: SidecarRuntime(SidecarConfig(**config_fields(args, ATTACH_OPTIONS))), log)
-    sidecar = Sidecar(args.call_id, runtime)
+    listen = _inspector_address(args.inspector, args.auth_token) if args.inspector else None
+    if listen is not None:
+        runtime.redactor.add(args.auth_token)
+    hub = LiveHub() if listen is not None else None
+    sidecar = Sidecar(args.call_id, runtime, live=hub)
 
-    async def work() -> int:
+    async def attached() -> int:
         try:
             end = await sidecar.run()
         except UpstreamUnavailable:
             return 1   # logged by run()
         return 1 if end.code not in (1000, 1001) else 0
+
+    async def work() -> int:
+        if hub is None or listen is None:
+            return await attached()
+        host, port = listen
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                url = await stack.enter_async_context(
+                    serve_inspector(hub, host, port, token=args.auth_token, dialect=runtime.dialect,
+                                    redactor=runtime.redactor))
+            except OSError as exc:
+                raise cannot_listen(host, port, exc, what="--inspector") from None
+            log.info("live inspector at %s", url, extra={"inspector": url, **sidecar.context})
+            return await attached()
 
     async def detach(signal_name: str, again: bool) -> None:
         if not again:
@@ -344,12 +384,30 @@ def _run_attach(args: argparse.Namespace) -> int:
     return run_until_signalled(work, detach)
 
 
+def _inspector_address(value: str, token: str | None) -> tuple[str, int]:
+    """`HOST:PORT` of `relay attach --inspector` (`[::1]:PORT` for IPv6); UnusableInput says why
+    it cannot be used."""
+    host, _, port = value.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise UnusableInput(f"--inspector takes HOST:PORT (e.g. 127.0.0.1:8123), not {value!r}")
+    if not token and not is_loopback(host):
+        raise UnusableInput(f"refusing to serve the inspector on {host} without a token: set --auth-token "
+                            f"(or {AUTH_TOKEN_ENV}), or listen on loopback")
+    return host, int(port)
+
+
 def _run_sidecar(args: argparse.Namespace) -> int:
     log = logging.getLogger("relay.webhooks")
     _start(args)
     instructions = read_text_input(args.instructions, "--instructions") if args.instructions else None
+    if args.inspector and not args.auth_token and not is_loopback(args.host):
+        raise UnusableInput(f"refusing to serve the inspector on {args.host} without a token: set --auth-token "
+                            f"(or {AUTH_TOKEN_ENV}), or listen on loopback")
+    hub = LiveHub() if args.inspector else None
     server = _edge(lambda: SidecarServer(SidecarServerConfig(**config_fields(args, SIDECAR_OPTIONS),
-                                                             instructions=instructions)), log)
+                                                             instructions=instructions),
+                                         live=hub, inspector_token=args.auth_token), log)
 
     async def work() -> int:
         try:

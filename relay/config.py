@@ -146,6 +146,8 @@ class ServerConfig(EdgeConfig):
     # connects with wss://, so a Gemini client reaches the relay only over TLS (here, or in front).
     tls_cert: str | Path | None = None
     tls_key: str | Path | None = None
+    # Serve the live session inspector at /inspector on the same port, behind the same token.
+    inspector: bool = False
 
     def check(self) -> Dialect:
         """Refuse a configuration that cannot work or would be unsafe; returns the dialect."""

@@ -519,15 +519,7 @@ def engine_from_recording(path: str | Path | Recording) -> tuple[Engine, list[st
     alone are the conversation. Gemini Live echoes nothing (`Dialect.echoes_conversation`): the
     engine also reads what went up, as a client's frames (the relay's answers and the client's
     turns, as sent; for a plain event log, the client's messages)."""
-    if isinstance(path, Recording):
-        recording = path
-    else:
-        try:
-            recording = read_recording(path)
-        except OSError as exc:
-            raise ExportError(f"cannot read {path}: {exc.strerror or exc}") from None
-        except RecordingError as exc:
-            raise ExportError(str(exc)) from None
+    recording = _recording(path)
     session_id = str((recording.header or {}).get("session_id") or recording.path.stem)
     dialect = recording.dialect
     sent_up: str | None = None   # the direction of what went up, when the engine reads it too
@@ -543,6 +535,18 @@ def engine_from_recording(path: str | Path | Recording) -> tuple[Engine, list[st
         elif frame.direction == sent_up:
             engine.receive_client(_frame_payload(frame), frame.t)
     return engine, recording.warnings
+
+
+def _recording(path: str | Path | Recording) -> Recording:
+    """The recording at `path` (or `path` itself); ExportError says why it cannot be read."""
+    if isinstance(path, Recording):
+        return path
+    try:
+        return read_recording(path)
+    except OSError as exc:
+        raise ExportError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except RecordingError as exc:
+        raise ExportError(str(exc)) from None
 
 
 def _frame_payload(frame: Frame) -> str | bytes:
@@ -562,13 +566,7 @@ def export_recording(path: str | Path | Recording, format: str) -> Export:
     before the relay kept them, or a plain event log) tells errors by the output itself (a JSON
     object whose only key is `error`) and has no message."""
     _formatter(format)  # an unknown format fails before the file is read
-    if not isinstance(path, Recording):
-        try:
-            path = read_recording(path)
-        except OSError as exc:
-            raise ExportError(f"cannot read {path}: {exc.strerror or exc}") from None
-        except RecordingError as exc:
-            raise ExportError(str(exc)) from None
+    path = _recording(path)
     engine, warnings = engine_from_recording(path)
     exported = _export(engine.conversation, engine.ledger, format, path.tool_calls_decided())
     notes = [ExportNote("recording", warning) for warning in warnings] + exported.report

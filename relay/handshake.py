@@ -1,8 +1,9 @@
 """What `relay serve` answers before a session exists: the HTTP endpoints that share its port
-(`/healthz`, `/metrics`: GET and HEAD, 405 otherwise; `/healthz` is 503 while the relay drains)
-and the checks that refuse a WebSocket client before any upstream work (the dialect's paths, a
-draining relay, the Upgrade header, the browser Origin, the relay's own token in any form a
-client of the dialect sends it, a `call_id` that would join a live call).
+(`/healthz`, `/metrics`: GET and HEAD, 405 otherwise; `/healthz` is 503 while the relay drains;
+the live inspector's routes when it is on) and the checks that refuse a WebSocket client before
+any upstream work (the dialect's paths, a draining relay, the Upgrade header, the browser Origin,
+the relay's own token in any form a client of the dialect sends it, a `call_id` that would join
+a live call).
 
 Everything cheap is decided here, so a refused client never causes an upstream connection.
 `ProbeConnection` lets the requests websockets' own parser cannot read (HEAD and other methods,
@@ -17,7 +18,7 @@ import hmac
 import json
 import logging
 from http import HTTPStatus
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Protocol, Sequence
 from urllib.parse import parse_qsl, urlsplit
 
 from websockets.asyncio.server import ServerConnection
@@ -32,7 +33,17 @@ from relay.metrics import Metrics
 
 log = logging.getLogger("relay.server")
 
+INSPECTOR_SUBPROTOCOL = "relay-inspector"
+"""The subprotocol a page offers (beside the token subprotocol) to open the live inspector's feed."""
+
 ENDPOINT_METHODS = "GET, HEAD"
+
+
+class Routes(Protocol):
+    """More routes on the port (the live inspector's, relay/inspector/live/endpoints.py)."""
+
+    def owns(self, path: str) -> bool: ...
+    def process_request(self, connection: ServerConnection, request: Request) -> Response | None: ...
 
 
 class Handshake:
@@ -41,12 +52,14 @@ class Handshake:
     the others through (None)."""
 
     def __init__(self, config: ServerConfig, dialect: Dialect, metrics: Metrics, *,
-                 health: Callable[[], dict[str, Any]], draining: Callable[[], bool] = lambda: False) -> None:
+                 health: Callable[[], dict[str, Any]], draining: Callable[[], bool] = lambda: False,
+                 inspector: Routes | None = None) -> None:
         self.config = config
         self.dialect = dialect
         self.metrics = metrics
         self._health = health
         self._draining = draining
+        self._inspector = inspector
 
     def process_request(self, connection: ServerConnection, request: Request) -> Response | None:
         path = urlsplit(request.path).path.rstrip("/") or "/"
@@ -58,6 +71,8 @@ class Handshake:
             response = self._endpoint(connection, path)
             # HEAD: the same status and headers (Content-Length included), no body
             return dataclasses.replace(response, body=b"") if method == "HEAD" else response
+        if self._inspector is not None and self._inspector.owns(path):
+            return self._inspector.process_request(connection, request)
         if path not in self.dialect.client_paths:
             return self._refuse(connection, HTTPStatus.NOT_FOUND,
                                 f"no realtime endpoint at {path}; connect to {self.dialect.client_path}")
@@ -116,28 +131,39 @@ class Handshake:
         return response
 
     def _authorized(self, request: Request) -> bool:
-        """The relay token in any form a client of this dialect can send it: a Bearer token, the
-        dialect's key headers and query parameters, the token subprotocol."""
         assert self.config.auth_token is not None
-        headers, dialect = request.headers, self.dialect
-        expected = self.config.auth_token.encode("utf-8", "surrogatepass")
-        presented = [v[7:].strip() for v in headers.get_all("Authorization") if v[:7].lower() == "bearer "]
-        for name in dialect.client_key_headers:
-            presented += headers.get_all(name)
-        if dialect.client_key_params:
-            presented += [value for name, value in parse_qsl(urlsplit(request.path).query)
-                          if name in dialect.client_key_params]
-        presented += [
-            p.strip()[len(TOKEN_SUBPROTOCOL):]
-            for value in headers.get_all("Sec-WebSocket-Protocol") for p in value.split(",")
-            if p.strip().startswith(TOKEN_SUBPROTOCOL)
-        ]
-        return any(hmac.compare_digest(p.encode("utf-8", "surrogatepass"), expected) for p in presented)
+        return presents_token(request.headers.raw_items(), request.path, self.config.auth_token, self.dialect)
+
+
+def presents_token(headers: Iterable[tuple[str, str]], target: str, token: str, dialect: Dialect | None) -> bool:
+    """Whether a request (its headers, and its path with the query) carries the relay token in a
+    form a realtime client of `dialect` may send it: a Bearer token, the token subprotocol, the
+    dialect's key headers and query parameters. The one check of the relay's token (the realtime
+    endpoint's and the inspector's)."""
+    expected = token.encode("utf-8", "surrogatepass")
+    key_headers = {name.lower() for name in dialect.client_key_headers} if dialect is not None else set()
+    presented = []
+    for name, value in headers:
+        name = name.lower()
+        if name == "authorization" and value[:7].lower() == "bearer ":
+            presented.append(value[7:].strip())
+        elif name in key_headers:
+            presented.append(value)
+        elif name == "sec-websocket-protocol":
+            presented += [p.strip()[len(TOKEN_SUBPROTOCOL):] for p in value.split(",")
+                          if p.strip().startswith(TOKEN_SUBPROTOCOL)]
+    if dialect is not None and dialect.client_key_params:
+        presented += [value for name, value in parse_qsl(urlsplit(target).query) if name in dialect.client_key_params]
+    return any(hmac.compare_digest(p.encode("utf-8", "surrogatepass"), expected) for p in presented)
 
 
 def select_subprotocol(connection: ServerConnection, offered: Sequence[str]) -> str | None:
-    """`realtime` when offered; the token subprotocol is never echoed back."""
-    return "realtime" if "realtime" in offered else None
+    """`realtime` when offered (the inspector's feed: its own); the token subprotocol is never
+    echoed back."""
+    for name in ("realtime", INSPECTOR_SUBPROTOCOL):
+        if name in offered:
+            return name
+    return None
 
 
 def remote_address(connection: ServerConnection) -> str:

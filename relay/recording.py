@@ -340,6 +340,10 @@ class RecordingWriter:
     ) -> None:
         self.close("closed" if exc_type is None else f"error: {exc_type.__name__}")
 
+    def elapsed(self) -> float:
+        """Seconds since the writer was created: the `t` a frame recorded now gets."""
+        return self._clock() - self._start
+
     def record(self, direction: str, frame: str | bytes, *, t: float | None = None) -> None:
         """Append one frame; `t` defaults to seconds since the writer was created.
 

@@ -41,8 +41,9 @@ from relay.dialects import Dialect
 from relay.engine import Engine, Notice, new_engine
 from relay.exits import cannot_listen
 from relay.handshake import Handshake, ProbeConnection, remote_address, select_subprotocol
+from relay.inspector.live import InspectorEndpoint, LiveHub, LiveTap
 from relay.logs import WEBSOCKET_LOGGER, AnomalyLog, RedactingLogger, configure_logging, log_notice
-from relay.metrics import Metrics
+from relay.metrics import Metrics, TrafficTap
 from relay.policy import SHUTDOWN_CODE, EventBudget
 from relay.process import run_until_signalled
 from relay.recording import RecordingWriter
@@ -110,8 +111,12 @@ class RelayServer(EdgeRuntime):
             declare_tools=True,
             hold_client_creates=True,
         )
+        # the live inspector (relay/inspector/live/): off unless asked for
+        self.live: LiveHub | None = LiveHub() if config.inspector else None
+        self._inspector = (InspectorEndpoint(self.live, token=config.auth_token, dialect=self.dialect,
+                                             allow_origins=config.allow_origins) if self.live is not None else None)
         self._handshake = Handshake(config, self.dialect, self.metrics, health=self.health,
-                                    draining=lambda: self.draining)
+                                    draining=lambda: self.draining, inspector=self._inspector)
         self._sessions: dict[str, ProxySession] = {}
         self._sessions_changed = asyncio.Event()
         self._ws_server: Server | None = None
@@ -188,6 +193,9 @@ class RelayServer(EdgeRuntime):
         elif not config.auth_token:
             log.warning("no client token configured (--insecure-no-auth): whoever reaches %s uses "
                         "the provider key", config.host, extra={"auth": "none"})
+        if self._inspector is not None:
+            log.info("live inspector at %s%s", self.base_url.replace("ws", "http", 1), self._inspector.base,
+                     extra={"inspector": self.base_url.replace("ws", "http", 1) + self._inspector.base})
         log.info("listening on %s", self.url, extra={
             "url": self.url, "upstream": self.upstream.host, "dialect": self.dialect.name,
             "tools": self.tools.names, "auth": "token" if config.auth_token else "none",
@@ -260,6 +268,9 @@ class RelayServer(EdgeRuntime):
     async def _serve_client(self, client: ServerConnection) -> None:
         request = client.request
         assert request is not None
+        if self._inspector is not None and self._inspector.is_feed(request.path):
+            await self._inspector.serve_feed(client)
+            return
         target = urlsplit(request.path)
         session = ProxySession(
             id="rs_" + secrets.token_hex(6),
@@ -318,11 +329,16 @@ class RelayServer(EdgeRuntime):
         recording = self.recording(session_id=session.id, dialect=session.dialect, mode="proxy",
                                    extra_header=engine.recording_header(), writer=RecordingWriter)
         tap = self.metrics.tap(recording)
+        recorder: TrafficTap | LiveTap = tap
+        if self.live is not None:
+            recorder = self.live.open_session(session.id, runtime=self, dialect=session.dialect, mode="proxy",
+                                              extra_header=engine.recording_header(), recording=recording,
+                                              recorder=tap, on_close=tap.close)
         loop = SessionLoop(
             engine,
             upstream=upstream,
             client=session.client,
-            recorder=tap,
+            recorder=recorder,
             on_notice=lambda notice: self._on_notice(session, notice),
             max_queue_bytes=self.config.max_queue_bytes,
             close_timeout=1.0,
@@ -331,7 +347,7 @@ class RelayServer(EdgeRuntime):
             handler_scope=session.trace.handler_scope if session.trace is not None else None,
         )
         session.loop = loop
-        return await loop.run(on_end=tap.close)
+        return await loop.run(on_end=recorder.close)
 
     async def _upstream_unavailable(self, session: ProxySession, message: str) -> SessionEnd:
         """Tell the client why there is no session, in the protocol's own error event, and close.

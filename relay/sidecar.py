@@ -30,6 +30,7 @@ from websockets.exceptions import ConnectionClosed
 
 from relay.config import EdgeRuntime, SidecarConfig, ToolSources
 from relay.engine import Engine, Notice, OpenAIEngine
+from relay.inspector.live import LiveHub, LiveTap
 from relay.logs import log_notice
 from relay.policy import close_info
 from relay.recording import RecordingWriter
@@ -147,7 +148,8 @@ class Sidecar:
     `attached` and `ended` are events to wait for.
 
     `tap(direction, frame)` sees every frame on the sideband (`upstream>relay`,
-    `relay>upstream`), e.g. for transcripts; `sleep` waits between reconnect attempts."""
+    `relay>upstream`), e.g. for transcripts; `sleep` waits between reconnect attempts; `live`
+    lists the session in a live inspector's hub (`relay attach --inspector`)."""
 
     def __init__(
         self,
@@ -156,11 +158,13 @@ class Sidecar:
         *,
         tap: Tap | None = None,
         sleep: Sleep = anyio.sleep,
+        live: LiveHub | None = None,
     ) -> None:
         self.call_id = call_id
         self.runtime = setup if isinstance(setup, SidecarRuntime) else SidecarRuntime(setup)
         self.id = "sc_" + secrets.token_hex(6)
         self.tap = tap
+        self.live = live
         self.loop: SidebandLoop | None = None
         self.trace: SessionTrace | None = None   # its spans, when tracing is on
         self.end: SessionEnd | None = None
@@ -234,12 +238,22 @@ class Sidecar:
         self.trace = None if tracing is None else tracing.session(
             session_id=self.id, mode="sidecar", dialect=runtime.dialect.name, upstream=runtime.upstream.host,
             **{"relay.call.id": self.call_id})
+        recorder: _Tap | LiveTap | None = None
+        if recording is not None or self.tap is not None:
+            recorder = _Tap(recording, self.tap)
+        on_end: Callable[[str], None] = recording.close if recording is not None else lambda reason: None
+        if self.live is not None:   # the live inspector (relay attach --inspector)
+            recorder = self.live.open_session(self.id, runtime=runtime, dialect=runtime.dialect, mode="sidecar",
+                                              extra_header={**engine.recording_header(), "call_id": self.call_id},
+                                              recording=recording, recorder=recorder, on_close=on_end,
+                                              call_id=self.call_id)
+            on_end = recorder.close
         loop = self.loop = SidebandLoop(
             engine,
             reopen=self._reopen,
             context=self.context,
             upstream=upstream,
-            recorder=_Tap(recording, self.tap) if recording is not None or self.tap is not None else None,
+            recorder=recorder,
             on_notice=self._on_notice,
             max_queue_bytes=runtime.config.max_queue_bytes,
             handler_scope=self.trace.handler_scope if self.trace is not None else None,
@@ -250,7 +264,7 @@ class Sidecar:
         self.attached.set()
         end: SessionEnd | None = None
         try:
-            end = await loop.run(on_end=recording.close if recording is not None else lambda reason: None)
+            end = await loop.run(on_end=on_end)
             return end
         finally:
             final = end or SessionEnd("relay", 1011, "interrupted")

@@ -15,7 +15,8 @@ provider's webhooks mounts it in its own app and runs the attached calls in its 
     app.mount("/relay", webhooks.app)             # POST /relay/webhooks/openai, GET /relay/healthz
 
 `SidecarServer(config, routes=[...])` adds routes or mounts to that app (a page beside the
-endpoint). The provider's REST calls (accept, reject, hang up) go through httpx (`CallsAPI`).
+endpoint); `live=LiveHub()` mounts the live inspector of the attached calls at `/inspector`
+(`relay sidecar --inspector`), behind `inspector_token`. The provider's REST calls (accept, reject, hang up) go through httpx (`CallsAPI`).
 
 Signatures follow Standard Webhooks as OpenAI applies them: headers `webhook-id`,
 `webhook-timestamp` (Unix seconds) and `webhook-signature` (space-separated `v1,<base64>`
@@ -52,10 +53,12 @@ import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute, Mount, Route
 
 from relay.asgi import AppServer, BodyRefused, read_body
 from relay.config import ConfigError, SidecarConfig
+from relay.inspector.live import BASE_PATH as INSPECTOR_PATH
+from relay.inspector.live import LiveHub, asgi_app
 from relay.policy import DEFAULT_DRAIN_SECONDS
 from relay.sidecar import Sidecar, SidecarRuntime
 from relay.upstream import UpstreamUnavailable, display_host
@@ -267,9 +270,11 @@ class SidecarServer:
     `request_stop()`; `await task_group.start(server.run)` returns the server once it listens."""
 
     def __init__(self, config: SidecarServerConfig, *, clock: Callable[[], float] = time.time,
-                 routes: Sequence[BaseRoute] = ()) -> None:
+                 routes: Sequence[BaseRoute] = (), live: LiveHub | None = None,
+                 inspector_token: str | None = None) -> None:
         self.config = config
         self.runtime = SidecarRuntime(config)
+        self.live = live
         secret = config.webhook_secret if config.webhook_secret is not None else os.environ.get(WEBHOOK_SECRET_ENV, "")
         if not secret.strip():
             raise ConfigError(f"no webhook secret: set {WEBHOOK_SECRET_ENV} to the secret of the webhook endpoint")
@@ -291,6 +296,11 @@ class SidecarServer:
         self._stop_wanted = False
         self._calls_changed: anyio.Event | None = None
         self.draining = False
+        if live is not None:   # the live inspector of the attached calls (`relay sidecar --inspector`)
+            if inspector_token:
+                self.runtime.redactor.add(inspector_token)
+            routes = [*routes, Mount(INSPECTOR_PATH, app=asgi_app(live, token=inspector_token,
+                                                                  dialect=self.runtime.dialect))]
         self.app = Starlette(
             routes=[Route("/healthz", self._healthz, methods=["GET"]),
                     Route(WEBHOOK_PATH, self._webhook, methods=["POST"]),
@@ -454,7 +464,7 @@ class SidecarServer:
 
     def _attach(self, call_id: str) -> None:
         assert self._task_group is not None, "checked by the caller"
-        sidecar = Sidecar(call_id, self.runtime)
+        sidecar = Sidecar(call_id, self.runtime, live=self.live)
         self.calls[call_id] = sidecar
         self._task_group.start_soon(self._serve_call, sidecar, name=f"call {call_id}")
 

@@ -12,6 +12,10 @@ the upstream directly, at the raw pass-through proxy or at the relay (the URL sa
         one session through the relay while the upstream makes K calls of NAME; the turnarounds.
     idle --url U --sessions N --expect-frames F
         N sessions that wait for F frames each, print `ready`, and close on a line on stdin.
+    watch --url U
+        a page of the live inspector (U: the relay's /inspector/feed): prints `connected` once it has
+        the session list, watches the first session that starts after that (`watching`), counts
+        what it is sent, and stops on a line on stdin.
 
 Progress lines and the result are JSON lines on stdout: `{"event": "measuring"}` and
 `{"event": "measured"}` bracket the window the orchestrator samples CPU and memory over, then
@@ -186,6 +190,39 @@ async def idle(args: argparse.Namespace) -> dict[str, Any]:
     return {"sessions": args.sessions}
 
 
+async def watch(args: argparse.Namespace) -> dict[str, Any]:
+    counts: dict[str, Any] = {"snapshots": 0, "deltas": 0, "bytes": 0, "errors": []}
+    async with connect(args.url, subprotocols=["relay-inspector"], compression=None,  # type: ignore[list-item]
+                       max_size=None, close_timeout=CLOSE_TIMEOUT) as feed:
+        known = {s["id"] for s in json.loads(await feed.recv())["live"]}
+        emit("connected")
+        watching = None
+
+        async def read() -> None:
+            nonlocal watching
+            async for message in feed:
+                counts["bytes"] += len(message)
+                if message.startswith('{"type": "delta"'):
+                    counts["deltas"] += 1
+                    continue
+                parsed = json.loads(message)
+                if parsed["type"] == "sessions" and watching is None:
+                    started = [s["id"] for s in parsed["live"] if s["id"] not in known]
+                    if started:
+                        watching = started[-1]
+                        await feed.send(json.dumps({"type": "watch", "session": watching}))
+                elif parsed["type"] == "snapshot":
+                    counts["snapshots"] += 1
+                    emit("watching", session=parsed["session"])
+                elif parsed["type"] == "error":
+                    counts["errors"].append(parsed["message"])
+
+        reader = asyncio.create_task(read())
+        await asyncio.to_thread(sys.stdin.readline)
+        reader.cancel()
+    return counts
+
+
 async def control(url: str, trial: str, since_ns: int = 0, until_ns: int = 2**63) -> dict[str, Any]:
     async with connect(url, compression=None, max_size=MAX_FRAME_BYTES) as connection:
         await connection.send(json.dumps({"op": "report", "trial": trial, "since_ns": since_ns, "until_ns": until_ns}))
@@ -194,7 +231,7 @@ async def control(url: str, trial: str, since_ns: int = 0, until_ns: int = 2**63
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=("throughput", "realtime", "tool", "idle"))
+    parser.add_argument("mode", choices=("throughput", "realtime", "tool", "idle", "watch"))
     parser.add_argument("--url", required=True)
     parser.add_argument("--control", help="the upstream's /control URL")
     parser.add_argument("--sessions", type=int, default=1)
@@ -204,7 +241,7 @@ def main() -> None:
     parser.add_argument("--tool", default="instant")
     parser.add_argument("--expect-frames", type=int, default=1)
     args = parser.parse_args()
-    runner = {"throughput": throughput, "realtime": realtime, "tool": tool, "idle": idle}[args.mode]
+    runner = {"throughput": throughput, "realtime": realtime, "tool": tool, "idle": idle, "watch": watch}[args.mode]
     emit("result", **asyncio.run(runner(args)))
 
 

@@ -12,7 +12,12 @@ The upstream peer yields to the event loop every `--burst` frames, as a socket's
 it has handed over what one read brought (websockets queues up to 16 frames per connection), and
 tells, as websockets does, how many frames it still holds before it will wait.
 
-Usage: .venv/bin/python scripts/bench_session.py [--frames N] [--burst N] [--json FILE]
+With `--inspector`, the same loop three ways instead: without the live inspector, with it and
+nobody watching (the loop's recorder is then the inspector's tap, whose `record` is the metrics
+tap's own method), and with one page watching the session (every frame also kept for the model,
+fed in batches in a worker thread, the page's messages dropped).
+
+Usage: .venv/bin/python scripts/bench_session.py [--frames N] [--burst N] [--json FILE] [--inspector]
 """
 
 from __future__ import annotations
@@ -20,10 +25,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Callable
 
 from websockets.asyncio.connection import Connection
 from websockets.exceptions import ConnectionClosedOK
@@ -35,13 +42,20 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench_frames import output_delta  # noqa: E402
+from relay.config import ServerConfig  # noqa: E402
+from relay.dialects import OPENAI  # noqa: E402
 from relay.engine import OpenAIEngine, EngineConfig  # noqa: E402
+from relay.inspector.live import FeedConnection, LiveHub, LiveSession  # noqa: E402
 from relay.metrics import Metrics, TrafficTap  # noqa: E402
+from relay.server import RelayServer  # noqa: E402
 from relay.session import SessionLoop  # noqa: E402
 from relay.tools import ToolRegistry  # noqa: E402
 from relay.tools.loading import load_tools  # noqa: E402
 
 REPEATS = 5
+# what the live inspector's hub needs of an edge (tools, redactor, upstream URL); never started
+EDGE = RelayServer(ServerConfig(upstream="ws://127.0.0.1:9/v1/realtime", dialect="openai", api_key="sk-bench",
+                                inspector=True))
 
 
 class FramesReadAhead:
@@ -137,19 +151,76 @@ def counting_client(upstream: FloodingUpstream, frames: int) -> tuple[Connection
     return connection, transport
 
 
-async def relay_pass(tools: ToolRegistry, frames: int, burst: int) -> float:
+STOPPED: list[bool] = []   # per watched pass: whether the view fell behind and stopped
+
+
+async def relay_pass(tools: ToolRegistry, frames: int, burst: int, inspector: str = "off",
+                     clock: Callable[[], float] = time.perf_counter) -> float:
+    """The relay's time for `frames` frames (by `clock`); `inspector`: `off` (relay serve), `on`
+    (--inspector, nobody watching), `watched` (one page watching this session, its feed's
+    messages dropped)."""
     upstream = FloodingUpstream(frames, burst)
     client, transport = counting_client(upstream, frames)
     engine = OpenAIEngine(tools, config=EngineConfig(mode="proxy"))
-    loop = SessionLoop(engine, upstream=upstream, client=client, recorder=TrafficTap(Metrics(), None))
-    start = time.perf_counter()
+    recorder = TrafficTap(Metrics(), None)
+    hub = LiveHub()
+    tap = hub.open_session("rs_bench", runtime=EDGE, dialect=OPENAI, mode="proxy", extra_header={},
+                           recording=None, recorder=recorder) if inspector != "off" else recorder
+    loop = SessionLoop(engine, upstream=upstream, client=client, recorder=tap)
+    page = DroppingPage()
+    page.session = hub.find("rs_bench")
+    start = clock()
     async with asyncio.TaskGroup() as group:
+        if inspector == "watched":
+            group.create_task(FeedConnection(hub, page).run())
+            await page.watching.wait()
+            start = clock()
         running = group.create_task(loop.run())
         await upstream.drained.wait()
-        elapsed = time.perf_counter() - start
+        if inspector == "watched":
+            await page.caught_up()   # the model's work on these frames counts too
+        elapsed = clock() - start
         running.cancel()
+        page.leave.set()
     assert transport.written == transport.expected
+    if inspector == "watched":
+        STOPPED.append(page.view_stopped)
     return elapsed
+
+
+class DroppingPage:
+    """A page's feed connection that watches the bench session and drops what it is sent."""
+
+    def __init__(self) -> None:
+        self.watching = asyncio.Event()
+        self.leave = asyncio.Event()
+        self.view_stopped = False
+        self.session: LiveSession | None = None
+        self._asked = False
+        self._sent = asyncio.Event()
+
+    async def send(self, text: str) -> None:
+        if text.startswith('{"type": "snapshot"'):
+            self.watching.set()
+        elif text.startswith('{"type": "error"'):
+            self.view_stopped = True   # it fell behind: the rest of the pass ran unwatched
+        self._sent.set()
+
+    async def caught_up(self) -> None:
+        """Wait until the session's frames have all gone to the model (or the view stopped)."""
+        while not self.view_stopped and self.session is not None and self.session.has_news:
+            self._sent = asyncio.Event()
+            await self._sent.wait()
+
+    async def receive(self) -> str | None:
+        if not self._asked:
+            self._asked = True
+            return json.dumps({"type": "watch", "session": "rs_bench"})
+        await self.leave.wait()
+        return None
+
+    async def close(self, code: int, reason: str) -> None:
+        pass
 
 
 async def inline_pass(frames: int, burst: int) -> float:
@@ -178,12 +249,52 @@ def measure(frames: int, burst: int) -> dict[str, float]:
     return asyncio.run(measure_async(frames, burst))
 
 
+async def measure_inspector_async(frames: int, burst: int, repeats: int) -> dict[str, float]:
+    tools = ToolRegistry(load_tools(str(ROOT / "scripts" / "bench_tools.py")))
+    variants = ["off", "on", "watched"]
+    passes: dict[str, list[float]] = {variant: [] for variant in variants}
+    STOPPED.clear()
+    await relay_pass(tools, frames, burst)   # warm: the first pass pays for first uses
+    for repeat in range(repeats):
+        # one pass of each, back to back (a busy spell of the machine hits all three), in turns of
+        # order so that none always runs first
+        for variant in variants[repeat % 3:] + variants[:repeat % 3]:
+            passes[variant].append(await relay_pass(tools, frames, burst, variant, time.process_time))
+    figures: dict[str, float] = {"frames": frames, "burst": burst, "repeats": repeats}
+    for variant, seconds in passes.items():
+        figures[f"{variant}_cpu_us_per_frame"] = statistics.median(seconds) / frames * 1e6
+    # the ratio within each repeat, then their median: steadier than a ratio of two medians
+    for variant in ("on", "watched"):
+        figures[f"{variant}_vs_off"] = statistics.median(a / b for a, b in zip(passes[variant], passes["off"]))
+    figures["watched_view_stopped"] = any(STOPPED)
+    return figures
+
+
+def measure_inspector(frames: int, burst: int, repeats: int = 3 * REPEATS) -> dict[str, float]:
+    """The relay's CPU time per frame (the process's, every thread: other work on the machine
+    counts less than in wall time) without the live inspector, with it and nobody watching, and
+    with one page watching the session (the model fed in batches in a worker thread, its work on
+    the frames included): medians over `repeats` rounds of one pass each."""
+    return asyncio.run(measure_inspector_async(frames, burst, repeats))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--frames", type=int, default=200_000)
     parser.add_argument("--burst", type=int, default=16, help="frames per wake-up of the upstream reader")
     parser.add_argument("--json", help="write the figures to this file")
+    parser.add_argument("--inspector", action="store_true",
+                        help="the relay without the live inspector, with it, and watched (not inline forwarding)")
     args = parser.parse_args()
+    if args.inspector:
+        figures = measure_inspector(args.frames, args.burst)
+        print(f"relay CPU per frame, without sockets: {figures['off_cpu_us_per_frame']:.2f} us without the inspector; "
+              f"with it x{figures['on_vs_off']:.3f} (nobody watching), x{figures['watched_vs_off']:.3f} "
+              f"(one page watching{': its view fell behind and stopped' if figures['watched_view_stopped'] else ''}),"
+              f" bursts of {args.burst}")
+        if args.json:
+            Path(args.json).write_text(json.dumps(figures, indent=2))
+        return 0
     figures = measure(args.frames, args.burst)
     print(f"relay per frame, without sockets: {figures['relay_us_per_frame']:.2f} us "
           f"(inline forwarding {figures['inline_us_per_frame']:.2f} us; the relay adds "

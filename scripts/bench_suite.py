@@ -20,7 +20,13 @@ this process only starts them, reads their results and samples the proxies' CPU 
    (scripts/bench_session.py), to explain the others
 Each of the first four scenarios starts with freshly started proxies (see fresh_proxies).
 
-Usage: scripts/bench [--quick] [--json FILE]
+`--inspector` runs one other scenario instead: what the live inspector costs. The relay off (no
+--inspector), on with nobody watching, and on with one page watching one of the sessions (a
+client of /inspector/feed, scripts/bench_clients.py watch), round after round: throughput and CPU
+per event, and the added latency of realtime audio; each as a ratio to (or difference from) the
+relay without the inspector, in the same round.
+
+Usage: scripts/bench [--quick] [--json FILE] [--inspector]
 """
 
 from __future__ import annotations
@@ -76,6 +82,8 @@ class Plan:
     replay_turns: int
     overhead_frames: int
     rounds: int                       # trials per path and session count; figures are their medians
+    inspector_throughput_sessions: tuple[int, ...] = (1, 10)
+    inspector_realtime_sessions: int = 50
 
 
 FULL = Plan(throughput_sessions=(1, 10, 100), throughput_warmup=1.0, throughput_seconds=3.0,
@@ -84,7 +92,8 @@ FULL = Plan(throughput_sessions=(1, 10, 100), throughput_warmup=1.0, throughput_
             overhead_frames=200_000, rounds=3)
 QUICK = Plan(throughput_sessions=(1, 10, 100), throughput_warmup=0.3, throughput_seconds=1.0,
              realtime_ladder=(10, 25), realtime_warmup=0.5, realtime_seconds=1.5, realtime_budget_s=20.0,
-             tool_calls=200, idle_sessions=100, replay_turns=20, overhead_frames=20_000, rounds=1)
+             tool_calls=200, idle_sessions=100, replay_turns=20, overhead_frames=20_000, rounds=1,
+             inspector_throughput_sessions=(1,), inspector_realtime_sessions=10)
 
 
 # ---- processes ----------------------------------------------------------------------------
@@ -187,6 +196,20 @@ def fresh_proxies(services: dict[str, Service]) -> None:
     for path, frames in IDLE_FRAMES.items():
         run_clients("idle", services[path].url, services, sessions=1, expect_frames=frames)
         services[path].idle_rss_mb = services[path].rss_bytes() / 2**20
+
+
+def start_relay(services: dict[str, Service], name: str, *extra: str) -> None:
+    """(Re)start a relay as `services[name]` (with `extra` options), and take its idle RSS after
+    one session has come and gone, as fresh_proxies does."""
+    if name in services:
+        services.pop(name).stop()
+    upstream = services["upstream"].url
+    services[name] = start_service(name, [PYTHON, "-m", "relay", "serve", "--upstream", upstream, "--dialect", "openai",
+                                          "--tools", str(SCRIPTS / "bench_tools.py"), "--port", "0",
+                                          "--drain-seconds", "0", "--log-format", "json", *extra],
+                                   _relay_url, from_stderr=True)
+    run_clients("idle", services[name].url, services, sessions=1, expect_frames=IDLE_FRAMES["relay"])
+    services[name].idle_rss_mb = services[name].rss_bytes() / 2**20
 
 
 def run_clients(mode: str, url: str, services: dict[str, Service], *, on_event: Callable[[str], None] | None = None,
@@ -399,6 +422,130 @@ def relay_overhead(plan: Plan) -> dict[str, Any]:
     return figures
 
 
+class Watcher:
+    """A page of the live inspector in a process of its own (bench_clients.py watch), watching the
+    first session that starts after it connected."""
+
+    def __init__(self, feed_url: str) -> None:
+        self.process = subprocess.Popen([PYTHON, str(SCRIPTS / "bench_clients.py"), "watch", "--url", feed_url],
+                                        cwd=ROOT, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        preexec_fn=_die_with_parent)
+        self.watching = threading.Event()
+        self.result: dict[str, Any] = {}
+        connected = threading.Event()
+        threading.Thread(target=self._read, args=(connected,), daemon=True).start()
+        if not connected.wait(30):
+            self.process.kill()
+            raise RuntimeError("the inspector's watcher did not connect")
+
+    def _read(self, connected: threading.Event) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            message = json.loads(line)
+            if message["event"] == "connected":
+                connected.set()
+            elif message["event"] == "watching":
+                self.watching.set()
+            elif message["event"] == "result":
+                self.result = message
+
+    def finish(self) -> dict[str, Any]:
+        assert self.process.stdin is not None
+        self.process.stdin.write("close\n")
+        self.process.stdin.close()
+        self.process.wait(30)
+        return self.result
+
+
+def inspector_cost(services: dict[str, Service], plan: Plan) -> dict[str, Any]:
+    """The relay without the inspector, with it and nobody watching, and with one page watching
+    one session: throughput (events/s, CPU per event) and realtime latency, ratios per round."""
+    start_relay(services, "relay")
+    start_relay(services, "relay_inspector", "--inspector")
+    feed_url = services["relay_inspector"].url.replace("/v1/realtime", "/inspector/feed")
+    variants = ("off", "on", "watched")
+    figures: dict[str, Any] = {"throughput": [], "realtime": {}}
+
+    def trial(mode: str, variant: str, **options: Any) -> dict[str, Any]:
+        service = services["relay" if variant == "off" else "relay_inspector"]
+        sampler = Sampler(service)
+        late: list[bool] = []
+        watcher = Watcher(feed_url) if variant == "watched" else None
+
+        def on_event(event: str) -> None:
+            if event == "measuring" and watcher is not None:
+                late.append(not watcher.watching.wait(10))   # the page watches before the window opens
+            sampler(event)
+
+        try:
+            result = run_clients(mode, service.url, services, on_event=on_event, **options)
+        finally:
+            seen = watcher.finish() if watcher is not None else None
+        del result["sessions"]
+        result.update(sampler.figures)
+        if seen is not None:
+            result["watcher"] = {"late": any(late), "deltas": seen.get("deltas", 0), "bytes": seen.get("bytes", 0),
+                                 "errors": seen.get("errors", [])}
+        return result
+
+    for sessions in plan.inspector_throughput_sessions:
+        rounds = []
+        for _ in range(plan.rounds):
+            results = {variant: trial("throughput", variant, sessions=sessions, warmup=plan.throughput_warmup,
+                                      seconds=plan.throughput_seconds) for variant in variants}
+            for variant in variants:
+                results[variant]["cpu_us_per_event"] = (results[variant]["cpu_percent"] * 1e4
+                                                        / results[variant]["events_per_s"])
+            for variant in ("on", "watched"):
+                results[f"{variant}_vs_off_events_per_s"] = results[variant]["events_per_s"] / results["off"]["events_per_s"]
+                results[f"{variant}_vs_off_cpu_per_event"] = (results[variant]["cpu_us_per_event"]
+                                                             / results["off"]["cpu_us_per_event"])
+            rounds.append(results)
+        step = {"sessions": sessions, **median_figures(rounds), "rounds": rounds}
+        report(f"inspector, throughput {sessions:>3} sessions: off {step['off']['events_per_s']:,.0f} events/s; "
+               f"on, nobody watching x{step['on_vs_off_events_per_s']:.2f} (CPU per event "
+               f"x{step['on_vs_off_cpu_per_event']:.2f}); one watcher x{step['watched_vs_off_events_per_s']:.2f} "
+               f"(CPU per event x{step['watched_vs_off_cpu_per_event']:.2f})")
+        figures["throughput"].append(step)
+
+    sessions = plan.inspector_realtime_sessions
+    rounds = []
+    for _ in range(plan.rounds):
+        direct = run_clients("realtime", services["upstream"].url, services, sessions=sessions,
+                             warmup=plan.realtime_warmup, seconds=plan.realtime_seconds)
+        results: dict[str, Any] = {"direct": direct}
+        for variant in variants:
+            result = trial("realtime", variant, sessions=sessions, warmup=plan.realtime_warmup,
+                           seconds=plan.realtime_seconds)
+            result["added_p50_ms"] = result["latency"]["p50_ms"] - direct["latency"]["p50_ms"]
+            result["added_p99_ms"] = result["latency"]["p99_ms"] - direct["latency"]["p99_ms"]
+            results[variant] = result
+        for variant in ("on", "watched"):
+            results[f"{variant}_minus_off_added_p99_ms"] = results[variant]["added_p99_ms"] - results["off"]["added_p99_ms"]
+            results[f"{variant}_vs_off_cpu"] = results[variant]["cpu_percent"] / results["off"]["cpu_percent"]
+        rounds.append(results)
+    step = {"sessions": sessions, **median_figures(rounds), "rounds": rounds}
+    report(f"inspector, realtime {sessions} sessions: added p99 off {step['off']['added_p99_ms']:.2f} ms, "
+           f"on {step['on']['added_p99_ms']:.2f} ms, one watcher {step['watched']['added_p99_ms']:.2f} ms; "
+           f"CPU on x{step['on_vs_off_cpu']:.2f}, one watcher x{step['watched_vs_off_cpu']:.2f}")
+    figures["realtime"] = step
+    figures["per_frame"] = {f"burst_{burst}": bench_session.measure_inspector(
+        plan.overhead_frames // 20, burst, repeats=3 * bench_session.REPEATS if plan.rounds > 1 else 1)
+        for burst in (16, 1)}
+    report("inspector, relay per frame without sockets (flood): " + ", ".join(
+        f"nobody watching x{f['on_vs_off']:.3f}, one watcher x{f['watched_vs_off']:.2f}"
+        f"{' (its view fell behind and stopped)' if f['watched_view_stopped'] else ''} in bursts of {f['burst']}"
+        for f in figures["per_frame"].values()))
+    watched = [r["watched"]["watcher"] for step in figures["throughput"] for r in step["rounds"]]
+    watched += [r["watched"]["watcher"] for r in figures["realtime"]["rounds"]]
+    figures["watcher_followed_every_trial"] = all(not w["late"] and w["deltas"] > 0 and not w["errors"]
+                                                  for w in watched)
+    if not figures["watcher_followed_every_trial"]:
+        report("inspector: in some trial the page was late, got no delta, or its view stopped: " +
+               json.dumps(watched))
+    return figures
+
+
 def targets(figures: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The issue's targets beside this run's figures (reported, never enforced)."""
     at_100 = next((s for s in figures["realtime"]["steps"] if s["sessions"] == 100), None)
@@ -427,6 +574,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a smoke run in under a minute (CI)")
     parser.add_argument("--json", metavar="FILE", help="write every figure to FILE")
+    parser.add_argument("--inspector", action="store_true",
+                        help="only what the live inspector costs: relay serve without it, with it, and watched")
     args = parser.parse_args()
     plan = QUICK if args.quick else FULL
     started = time.monotonic()
@@ -435,6 +584,19 @@ def main() -> int:
         "load_average_before": os.getloadavg()}}
     report(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
     services: dict[str, Service] = {}
+    if args.inspector:
+        try:
+            start_upstream(services)
+            figures["inspector"] = inspector_cost(services, plan)
+        finally:
+            for service in reversed(services.values()):
+                service.stop()
+        figures["machine"]["load_average_after"] = os.getloadavg()
+        figures["seconds"] = time.monotonic() - started
+        report(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {figures['seconds']:.0f} s")
+        if args.json:
+            Path(args.json).write_text(json.dumps(figures, indent=2))
+        return 0
     try:
         start_upstream(services)
         fresh_proxies(services)

@@ -79,3 +79,31 @@ def test_quick_benchmark_reports_every_figure(tmp_path: Path) -> None:
         assert target["met"] in (True, False, None), name
         if target["value"] is not None:
             figure(target, "value")
+
+
+@pytest.mark.timeout(240)
+def test_quick_inspector_benchmark_reports_every_figure(tmp_path: Path) -> None:
+    output = tmp_path / "bench.json"
+    run = subprocess.run([str(ROOT / "scripts" / "bench"), "--inspector", "--quick", "--json", str(output)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stdout + run.stderr
+    inspector = json.loads(output.read_text())["inspector"]
+    variants = ("off", "on", "watched")
+    for step in inspector["throughput"]:
+        for variant in variants:
+            assert figure(step, variant, "events_per_s") > 0
+            assert figure(step, variant, "cpu_us_per_event") > 0
+        for ratio in ("on_vs_off_events_per_s", "watched_vs_off_events_per_s", "on_vs_off_cpu_per_event",
+                      "watched_vs_off_cpu_per_event"):
+            assert figure(step, ratio) > 0
+    realtime = inspector["realtime"]
+    for variant in variants:
+        assert figure(realtime, variant, "latency", "count") > 0
+        figure(realtime, variant, "added_p99_ms")
+    figure(realtime, "on_minus_off_added_p99_ms")
+    figure(realtime, "watched_minus_off_added_p99_ms")
+    for burst in ("burst_16", "burst_1"):
+        assert figure(inspector, "per_frame", burst, "on_vs_off") > 0
+        assert figure(inspector, "per_frame", burst, "watched_vs_off") > 0
+    # the page watched a session of every watched trial (else "watched" measured nobody watching)
+    assert inspector["watcher_followed_every_trial"] is True, run.stdout

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from relay.engine.calls import CallEntry, Owner
 from relay.engine.conversation import ItemRecord
-from relay.engine.sequencer import META_CALLS, META_KIND
+from relay.engine.actions import SendUpstream
+from relay.engine.sequencer import ACTIVE_RESPONSE_CODE, META_CALLS, META_KIND
 
 if TYPE_CHECKING:
     from relay.engine.openai import OpenAIEngine
@@ -116,8 +117,8 @@ class ClientView:
         It waits (held by the sequencer) while a response is active or on its way, or relay
         calls are still to be answered: forwarded then, it would meet an active response (the
         relay's calls make responses last longer than the client expects), or the model would
-        answer without the relay's results. `OpenAIEngine._release_held_creates` decides what
-        becomes of it."""
+        answer without the relay's results. `release_held_creates` decides what becomes of
+        it."""
         engine = self.engine
         options = event.get("response")
         rewritten = SAME
@@ -128,10 +129,48 @@ class ClientView:
         event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
         if engine.config.hold_client_creates and (engine.ledger.unanswered() or engine.sequencer.busy(engine._now)):
             engine.sequencer.hold_client_create(json.dumps(event, ensure_ascii=False, separators=(",", ":")),
-                                                event_id, for_relay=engine.relay_at_work())
+                                                event_id, for_relay=self.relay_at_work())
             return None
         engine.sequencer.client_create_forwarded(event_id, engine._now, answers_pending=False)
         return rewritten
+
+    def relay_at_work(self) -> bool:
+        """Whether the relay's own work keeps the conversation busy: its calls are unanswered, its
+        create is on its way or its response active, an active response holds its calls, or the
+        client's create it held back now meets what the client added since (`Sequencer.shift_collides`)."""
+        engine = self.engine
+        sequencer, ledger = engine.sequencer, engine.ledger
+        if ledger.unanswered() or sequencer.inflight is not None or sequencer.shift_collides():
+            return True
+        for response_id, creator in sequencer.active.items():
+            response = engine.conversation.responses.get(response_id)
+            if creator == "relay" or (response is not None and any(
+                    e is not None and e.owner is Owner.RELAY for e in map(ledger.by_item, response.output_item_ids))):
+                return True
+        return False
+
+    def release_held_creates(self) -> None:
+        """Held client creates once no response is active or on its way and every relay output
+        is in: when the relay's work held them, the first goes up (before the sequencer's own
+        follow-up, which it then answers for) and the rest are refused as the provider refuses a
+        create that meets an active response; when only someone else's response held them, all
+        are refused so, exactly as without the relay."""
+        engine = self.engine
+        sequencer = engine.sequencer
+        if not sequencer.held_creates:
+            sequencer.settle_shift(engine._now)
+            return
+        if not sequencer.held_for_relay and self.relay_at_work():
+            sequencer.held_for_relay = True
+        if not engine.upstream_connected or engine.ledger.unanswered() or sequencer.busy(engine._now):
+            return
+        frame, refused = sequencer.release_held_creates(engine._now)
+        if frame is not None:
+            engine._out.append(SendUpstream(frame))
+        for event_id in refused:
+            engine._client_error(ACTIVE_RESPONSE_CODE, "Conversation already has an active response in progress: "
+                               "this response.create was not sent (the relay held it while a response was "
+                               "active and forwarded the first one held with it, if any)", event_id)
 
     def item_create(self, event: dict[str, Any]) -> Any:
         """A client's `conversation.item.create`: its item is the client's; an output for a

@@ -26,7 +26,7 @@ from relay.engine.hiding import SAME as _SAME
 from relay.engine.hiding import ClientView
 from relay.engine.injection import Injector
 from relay.engine.peek import has_single_plain_type, peek_type
-from relay.engine.sequencer import ACTIVE_RESPONSE_CODE, Sequencer, sent_notice
+from relay.engine.sequencer import Sequencer, sent_notice
 from relay.tools.render import RenderedOutput
 from relay.tools.spec import ToolSpec
 
@@ -68,7 +68,7 @@ class OpenAIEngine(SessionEngine):
 
     # ==== plumbing ======================================================================
     def _after_input(self) -> None:
-        self._release_held_creates()
+        self.view.release_held_creates()
         self._pump()
 
     def _new_event_id(self) -> str:
@@ -512,42 +512,6 @@ class OpenAIEngine(SessionEngine):
             self._out.append(SendUpstream(frame))
         else:
             self._send_upstream(result)
-
-    def relay_at_work(self) -> bool:
-        """Whether the relay's own work keeps the conversation busy: its calls are unanswered, its
-        create is on its way or its response active, an active response holds its calls, or the
-        client's create it held back now meets what the client added since (`Sequencer.shift_collides`)."""
-        sequencer, ledger = self.sequencer, self.ledger
-        if ledger.unanswered() or sequencer.inflight is not None or sequencer.shift_collides():
-            return True
-        for response_id, creator in sequencer.active.items():
-            response = self.conversation.responses.get(response_id)
-            if creator == "relay" or (response is not None and any(
-                    e is not None and e.owner is Owner.RELAY for e in map(ledger.by_item, response.output_item_ids))):
-                return True
-        return False
-
-    def _release_held_creates(self) -> None:
-        """Held client creates once no response is active or on its way and every relay output
-        is in: when the relay's work held them, the first goes up (before the sequencer's own
-        follow-up, which it then answers for) and the rest are refused as the provider refuses a
-        create that meets an active response; when only someone else's response held them, all
-        are refused so, exactly as without the relay."""
-        sequencer = self.sequencer
-        if not sequencer.held_creates:
-            sequencer.settle_shift(self._now)
-            return
-        if not sequencer.held_for_relay and self.relay_at_work():
-            sequencer.held_for_relay = True
-        if not self.upstream_connected or self.ledger.unanswered() or sequencer.busy(self._now):
-            return
-        frame, refused = sequencer.release_held_creates(self._now)
-        if frame is not None:
-            self._out.append(SendUpstream(frame))
-        for event_id in refused:
-            self._client_error(ACTIVE_RESPONSE_CODE, "Conversation already has an active response in progress: "
-                               "this response.create was not sent (the relay held it while a response was "
-                               "active and forwarded the first one held with it, if any)", event_id)
 
     # ==== sequencing ====================================================================
     def _pump(self) -> None:

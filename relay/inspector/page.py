@@ -17,12 +17,16 @@ from typing import Any
 
 from relay.inspector.model import SessionModel
 
+PAGE_POLICY = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; media-src blob:; "
+               "img-src data: blob:")
+"""A page file may load nothing and connect nowhere: everything it shows is inside it."""
 
-def _asset(name: str) -> str:
+
+def asset(name: str) -> str:
     return resources.files("relay.inspector").joinpath("assets", name).read_text(encoding="utf-8")
 
 
-def _script_json(value: Any) -> str:
+def script_json(value: Any) -> str:
     """JSON that cannot end its `<script>` element early."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     return text.replace("</", "<\\/").replace("<!--", "<\\!--")
@@ -33,18 +37,23 @@ def render_page(model: SessionModel, *, title: str | None = None) -> str:
     snapshot = model.snapshot(audio_data=False)
     audio = {side: base64.b64encode(model.audio_bytes(side)).decode("ascii") if model.embed_audio else ""
              for side in ("caller", "assistant")}
-    page = _asset("inspector.html")
-    replacements = {
+    return fill_template({
         "__TITLE__": html.escape(title or f"relay inspector: {snapshot['source']['name']}"),
-        "__CSS__": _asset("inspector.css"),
-        "__MODEL__": _script_json(snapshot),
+        "__CSP__": PAGE_POLICY,
+        "__CSS__": asset("inspector.css"),
+        "__MODEL__": script_json(snapshot),
         "__AUDIO_CALLER__": audio["caller"],
         "__AUDIO_ASSISTANT__": audio["assistant"],
-        "__JS__": _asset("inspector.js"),
-    }
-    # one pass, so nothing inserted is read again as a placeholder
+        "__JS__": asset("inspector.js"),
+        "__LIVE__": "",
+    })
+
+
+def fill_template(replacements: dict[str, str]) -> str:
+    """The page's template with each placeholder replaced, in one pass, so nothing inserted is
+    read again as a placeholder."""
     pieces = []
-    rest = page
+    rest = asset("inspector.html")
     while True:
         positions = [(rest.find(key), key) for key in replacements if rest.find(key) >= 0]
         if not positions:

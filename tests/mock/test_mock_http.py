@@ -14,6 +14,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+from websockets.asyncio.client import connect
 
 from relay.asgi import READ_TIMEOUT, AppServer, BodyRefused, read_body
 from relay.mock import MockUpstream
@@ -71,6 +73,23 @@ async def hurried() -> AsyncIterator[AppServer]:
     """A server whose head and body deadlines are SHORT."""
     async for served in _served(AppServer(echo_app(SHORT), "127.0.0.1", 0, read_timeout=SHORT)):
         yield served
+
+
+async def _echo_later(scope: Scope, receive: Receive, send: Send) -> None:
+    """A WebSocket that answers each message after the head deadline (SHORT) has passed twice."""
+    assert scope["type"] == "websocket"
+    assert (await receive())["type"] == "websocket.connect"
+    await send({"type": "websocket.accept"})
+    while (message := await receive())["type"] == "websocket.receive":
+        await anyio.sleep(2 * SHORT)   # time passing is what is under test
+        await send({"type": "websocket.send", "text": message["text"]})
+
+
+async def test_a_websocket_outlives_the_head_deadline() -> None:
+    async for served in _served(AppServer(_echo_later, "127.0.0.1", 0, read_timeout=SHORT)):
+        async with connect(f"ws://127.0.0.1:{served.port}/feed", open_timeout=TIMEOUT) as ws:
+            await ws.send("still open?")
+            assert await asyncio.wait_for(ws.recv(), TIMEOUT) == "still open?"
 
 
 async def _raw(port: int, data: bytes) -> bytes:

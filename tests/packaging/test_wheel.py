@@ -110,7 +110,7 @@ def test_the_wheel_holds_the_package_and_its_data_but_no_tests_or_docs(built: Bu
     requirements = metadata.get_all("Requires-Dist")
     assert [r for r in requirements if "extra ==" not in r] == ["websockets<18,>=14", "pydantic<3,>=2.6",
                                                                 "anyio<5,>=4.4", "starlette<2,>=0.40",
-                                                                "uvicorn<1,>=0.30", "httpx<1,>=0.27",
+                                                                "uvicorn<1,>=0.35", "httpx<1,>=0.27",
                                                                 "prometheus-client<1,>=0.20"]
     assert {r.split(";")[0] for r in requirements if 'extra == "otel"' in r} == {
         "opentelemetry-api<2,>=1.27", "opentelemetry-sdk<2,>=1.27", "opentelemetry-exporter-otlp-proto-http<2,>=1.27"}

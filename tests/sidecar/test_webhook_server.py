@@ -15,11 +15,13 @@ import httpx
 import pytest
 
 from relay import __version__
+from relay.inspector.live import LiveHub
 from relay.mock import MockUpstream
 from relay.config import ConfigError
 from relay.session import SessionEnd
 from relay.webhooks import SidecarServer, SidecarServerConfig, signed_headers
-from tests.support.clients import TIMEOUT, http_request
+from tests.support.clients import TIMEOUT, http_request, inspector_feed
+from tests.support.keys import RELAY_TOKEN
 from tests.support.frames import outputs_received, said
 from tests.support.tools import WEATHER_SCRIPT, WEATHER_TOOL, get_weather
 
@@ -29,14 +31,15 @@ INSTRUCTIONS = "You answer the phone for a weather service."
 
 
 @asynccontextmanager
-async def sidecar_server(mock: MockUpstream, **options: Any) -> AsyncIterator[SidecarServer]:
+async def sidecar_server(mock: MockUpstream, *, live: LiveHub | None = None, inspector_token: str | None = None,
+                         **options: Any) -> AsyncIterator[SidecarServer]:
     settings: dict[str, Any] = {
         "tools": [get_weather], "upstream": mock.url, "dialect": "openai", "api_key": "sk-test",
         "port": 0, "rest_base": mock.rest_url, "webhook_secret": SECRET, "instructions": INSTRUCTIONS,
         "drain_seconds": 0.0,
     }
     settings.update(options)
-    server = SidecarServer(SidecarServerConfig(**settings))
+    server = SidecarServer(SidecarServerConfig(**settings), live=live, inspector_token=inspector_token)
     async with anyio.create_task_group() as group:
         await group.start(server.run)
         yield server
@@ -79,6 +82,33 @@ async def test_a_signed_incoming_call_is_accepted_attached_and_served() -> None:
     assert outputs_received(mock) == [(0, weather_call.call_id)]
     assert sidecar.end == SessionEnd("upstream", 1000, "call ended")
     assert call_id not in server.calls
+
+
+async def test_relay_sidecar_inspector_shows_each_attached_call_behind_its_token() -> None:
+    async with MockUpstream(script=WEATHER_SCRIPT) as mock, \
+            sidecar_server(mock, live=LiveHub(), inspector_token=RELAY_TOKEN) as server:
+        base = server.url.removesuffix("/webhooks/openai")
+        redirect = await http_request("GET", f"{base}/inspector")   # Starlette's mount: to the page's own path
+        assert redirect.status_code == 307 and redirect.headers["location"] == f"{base}/inspector/"
+        page = await http_request("GET", f"{base}/inspector/")
+        assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+        assert (await http_request("GET", f"{base}/inspector/sessions")).status_code == 401
+        listed = await http_request("GET", f"{base}/inspector/sessions", {"Authorization": f"Bearer {RELAY_TOKEN}"})
+        assert listed.status_code == 200 and listed.json()["live"] == []
+        call_id = mock.create_call()
+        session = mock.find_session(call_id)
+        assert (await deliver(server, incoming_call(call_id))).status_code == 200
+        sidecar = server.calls[call_id]
+        async with inspector_feed(base.replace("http", "ws", 1)) as feed:
+            await feed.until(lambda f: [s["id"] for s in f.sessions["live"]] == [sidecar.id])
+            [shown] = feed.sessions["live"]
+            assert (shown["mode"], shown["call_id"]) == ("sidecar", call_id)
+            await feed.watch(sidecar.id)
+            await mock.user_turn(session, "What's the weather in Paris?")
+            await feed.until(lambda f: [c["output"] for c in f.calls().values()] == ["sunny in Paris"])
+        await http_request("POST", f"{mock.rest_url}/realtime/calls/{call_id}/hangup")
+        with anyio.fail_after(TIMEOUT):
+            await sidecar.ended.wait()
 
 
 @pytest.mark.parametrize("forgery", ["wrong secret", "stale", "from the future", "tampered", "unsigned"])

@@ -25,6 +25,7 @@ from openai.resources.realtime.realtime import AsyncRealtimeConnection
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
+from relay.dialects.base import TOKEN_SUBPROTOCOL
 from relay.mock import MockUpstream
 from relay.mock.gemini import URL_PATH as GEMINI_PATH
 from tests.support.keys import GEMINI_KEY, RELAY_TOKEN
@@ -146,6 +147,64 @@ MockFactory = Callable[..., Awaitable[MockUpstream]]
 """What the mock tests' `make_mock` fixture gives: start a mock with these MockUpstream arguments."""
 
 
+class InspectorFeed(_Client):
+    """A page's connection to the live inspector's feed, holding what the page would: the session
+    list, and the watched session's events and frames (its snapshot, then its deltas applied)."""
+
+    def __init__(self, ws: ClientConnection) -> None:
+        super().__init__(ws)
+        self.sessions: Message = {"live": [], "recent": []}
+        self.shown: str | None = None
+        self.snapshot: Message | None = None
+        self.events: dict[str, Message] = {}
+        self.model_frames: list[Any] = []
+
+    async def receive(self) -> Message:
+        message = await super().receive()
+        kind = message.get("type")
+        if kind == "sessions":
+            self.sessions = {"live": message["live"], "recent": message["recent"]}
+        elif kind == "snapshot":
+            self.shown, self.snapshot = message["session"], message["model"]
+            self.events = {event["id"]: event for event in message["model"]["events"]}
+            self.model_frames = list(message["model"]["frames"])
+        elif kind == "delta" and message["session"] == self.shown:
+            delta = message["delta"]
+            del self.model_frames[delta["frames_from"]:]
+            self.model_frames += delta["frames"]
+            self.events.update((event["id"], event) for event in delta["events"])
+        return message
+
+    async def watch(self, session_id: str) -> Message:
+        """Open a session; its snapshot (or why there is none)."""
+        await self.send({"type": "watch", "session": session_id})
+        return await self.wait_for(lambda m: m.get("session") == session_id
+                                   and m["type"] in ("snapshot", "unavailable", "error"))
+
+    def calls(self) -> dict[str, Message]:
+        """The watched session's tool calls by call id."""
+        return {e["call_id"]: e for e in self.events.values() if e["kind"] == "call"}
+
+    async def until(self, check: Callable[[InspectorFeed], bool], timeout: float = TIMEOUT) -> None:
+        """Read until what the feed holds satisfies `check`."""
+        if not check(self):
+            await self.wait_for(lambda _: check(self), timeout)
+
+
+@asynccontextmanager
+async def inspector_feed(server: Any, *, token: str | None = RELAY_TOKEN, path: str = "/inspector/feed",
+                         origin: str | None = None) -> AsyncIterator[InspectorFeed]:
+    """The live inspector's feed of a relay (anything with a `port`) or of a `ws://host:port`,
+    opened as the page opens it (the token as a subprotocol), once the session list has come."""
+    base = server if isinstance(server, str) else f"ws://127.0.0.1:{server.port}"
+    protocols = ["relay-inspector", *([f"{TOKEN_SUBPROTOCOL}{token}"] if token is not None else [])]
+    async with connect(base + path, subprotocols=protocols,  # type: ignore[arg-type]
+                       origin=origin, open_timeout=TIMEOUT, close_timeout=1, max_size=None, max_queue=None) as ws:
+        feed = InspectorFeed(ws)
+        await feed.wait_for(lambda m: m["type"] == "sessions")
+        yield feed
+
+
 class RawClient:
     """A plain WebSocket client of the mock, for what the SDK cannot express; events are dicts."""
 
@@ -203,9 +262,10 @@ async def sdk_until(connection: AsyncRealtimeConnection, event_type: str) -> lis
             return events
 
 
-async def http_get(port: int, path: str) -> tuple[int, dict[str, str], bytes]:
+async def http_get(port: int, path: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
     """GET over a fresh connection (the relay closes it after the response)."""
-    return await raw_http(port, f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+    lines = "".join(f"{name}: {value}\r\n" for name, value in {"Host": f"127.0.0.1:{port}", **(headers or {})}.items())
+    return await raw_http(port, f"GET {path} HTTP/1.1\r\n{lines}\r\n".encode())
 
 
 async def raw_http(port: int, *chunks: bytes) -> tuple[int, dict[str, str], bytes]:

@@ -184,11 +184,12 @@ def _matches(predicate: Callable[[dict[str, Any]], bool], event: dict[str, Any])
 async def sidecar_on(mock: MockUpstream, call_id: str, tools: list[Any], **options: Any
                      ) -> AsyncIterator[tuple[Sidecar, SidecarTap]]:
     """A sidecar on `call_id` of `mock`, running in a task group, once it has seen the session.
-    It detaches on exit. `options` are SidecarConfig fields (`sleep` and `tap` go to Sidecar)."""
+    It detaches on exit. `options` are SidecarConfig fields (`sleep` and `live` go to Sidecar)."""
     tap = SidecarTap()
     sleep = options.pop("sleep", anyio.sleep)
+    live = options.pop("live", None)
     config = SidecarConfig(tools=tools, upstream=mock.url, dialect="openai", api_key="sk-test", **options)
-    sidecar = Sidecar(call_id, config, tap=tap, sleep=sleep)
+    sidecar = Sidecar(call_id, config, tap=tap, sleep=sleep, live=live)
     async with anyio.create_task_group() as group:
         group.start_soon(sidecar.run)
         await tap.wait_for("upstream>relay", lambda e: e["type"] == "session.created")

@@ -1,6 +1,7 @@
 // The relay's session inspector. Renders from one model (embedded as JSON in the page) and takes
-// more of it through `inspector.append(delta)`, which is how a live view will feed it. Only what
-// is in view is put in the DOM, so sessions of an hour stay smooth.
+// more of it through `inspector.append(delta)`, which is how the live view (live.js) feeds it, and
+// `inspector.reset()` when it shows another session. Only what is in view is put in the DOM, so
+// sessions of an hour stay smooth.
 "use strict";
 (function () {
   const LANE_H = 22, ROW_H = 19, MAX_ROWS = 4, MIN_EVENT_PX = 4, POINT_PX = 8, AXIS_H = 22;
@@ -10,6 +11,8 @@
     audio: { caller: emptySide(), assistant: emptySide() }, audioNote: null, warnings: [],
     replay: null, selected: null, pxPerSec: 0, fitted: false, rows: new Map(), laneRows: new Map(),
     timings: { renders: [] }, renderQueued: false, audioDirty: { caller: true, assistant: true },
+    // how long audio that grows (a live view) waits before its player is rebuilt; never while it plays
+    audioDelay: 50, audioTimers: {},
   };
   const $ = (id) => document.getElementById(id);
   const timeline = $("timeline"), inner = $("timeline-inner"), lanesBox = $("lanes"), axis = $("axis");
@@ -52,6 +55,24 @@
       if (part.data) { track.pending.push(part.data); state.audioDirty[side] = true; }
     }
     state.laneRows.clear();
+    scheduleRender(true);
+  }
+
+  function reset() {
+    // another session: forget this one (a build of its audio in progress stops at its next slice)
+    for (const side of ["caller", "assistant"]) {
+      const track = state.audio[side], player = $("player-" + side);
+      track.build = (track.build || 0) + 1;
+      if (track.url) URL.revokeObjectURL(track.url);
+      clearTimeout(state.audioTimers[side]); state.audioTimers[side] = null;
+      player.pause(); player.removeAttribute("src"); player.parentElement.hidden = true;
+      state.audio[side] = emptySide(); state.audioDirty[side] = true;
+    }
+    Object.assign(state, { source: {}, duration: 0, frames: [], events: new Map(), order: [], summary: {},
+                           audioNote: null, warnings: [], replay: null, selected: null, fitted: false, labelsHtml: null });
+    state.laneRows.clear();
+    $("detail").innerHTML = '<p class="hint">Click an event on the timeline to see its frames.</p>';
+    $("selection-line").hidden = true;
     scheduleRender(true);
   }
 
@@ -372,10 +393,18 @@
     for (const side of ["caller", "assistant"]) {
       const track = state.audio[side];
       if (!track.playable) $("player-" + side).parentElement.hidden = true;
-      else if (state.audioDirty[side] && (track.pending.length || track.chunks.length)) {
-        setTimeout(() => { if (state.audioDirty[side]) buildAudio(side); }, 50);
-      }
+      else if (state.audioDirty[side] && (track.pending.length || track.chunks.length)) scheduleAudio(side);
     }
+  }
+
+  function scheduleAudio(side) {
+    if (state.audioTimers[side]) return;
+    state.audioTimers[side] = setTimeout(() => {
+      state.audioTimers[side] = null;
+      if (!state.audioDirty[side]) return;
+      if (!$("player-" + side).paused) { scheduleAudio(side); return; }   // not under the listener's feet
+      buildAudio(side);
+    }, state.audioDelay);
   }
 
   function renderTranscript() {
@@ -580,7 +609,7 @@
 
   // ---- start ----------------------------------------------------------------------------------
   window.inspector = {
-    append, select, seek, zoom, fit: () => { fit(); scheduleRender(false); }, state,
+    append, reset, select, seek, zoom, fit: () => { fit(); scheduleRender(false); }, state,
     timings: state.timings,
     sessionTimeOf, audioPositionOf,
   };

@@ -1,0 +1,412 @@
+"""The live inspector's hub: the sessions an edge runs, and the model of each one someone watches.
+
+An edge with the inspector on registers every session here (`LiveHub.open_session`) and gives
+its session loop the `LiveTap` it gets back as recorder. While nobody watches a session, the
+tap's `record` *is* the edge's own recorder's method (the metrics tap, the recording): the audio
+path pays nothing, not even a call through a wrapper, and no model exists. When a page opens the
+session, the tap starts keeping the frames it sees, and a model is built:
+
+- a recorded session is seen from its start: the recording so far is read (in a worker thread,
+  up to the size it had at that instant) and the frames kept since are fed after it;
+- a session without a recording is seen from that moment on (what came before was not kept).
+
+The frames are fed to the model in batches by the watchers' connections (relay/inspector/live/
+feed.py), in a worker thread, as the recording would hold them: secrets redacted, audio left out
+when the edge records with `--record-audio drop`. When the last watcher leaves a live session the
+tap goes back to the edge's recorder and the model is dropped. Ended sessions stay listed (the
+last `recent` of them); one that was recorded reopens from its recording, one that was not from
+the view its watchers had (the last few are kept), else only its facts remain.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import anyio
+
+from relay import __version__
+from relay.inspector.model import SessionModel, build_model
+from relay.recording import FORMAT_NAME, FORMAT_VERSION, Frame, drop_audio, iter_frames, read_recording, upstream_host
+
+if TYPE_CHECKING:
+    from relay.config import EdgeRuntime
+    from relay.dialects import Dialect
+    from relay.recording import RecordingWriter
+
+log = logging.getLogger("relay.inspector")
+
+RECENT_SESSIONS = 20          # ended sessions the list keeps
+KEPT_VIEWS = 4                # models of ended, unrecorded sessions kept for a later look
+MAX_PENDING_BYTES = 64 << 20  # frames waiting for the model; past this the view stops (see `keep`)
+
+
+class Recorder(Protocol):
+    """The edge's own recorder (relay.session.Recorder)."""
+
+    def record(self, direction: str, frame: str | bytes) -> None: ...
+    def record_notice(self, kind: str, fields: dict[str, Any]) -> None: ...
+
+
+class Watcher(Protocol):
+    """A page's connection, as the hub sees it (relay/inspector/live/feed.py)."""
+
+    def post(self, message: str) -> None: ...
+    def wake(self) -> None: ...
+    def sessions_changed(self) -> None: ...
+
+
+def _ignore(direction: str, frame: str | bytes) -> None:
+    """The recorder of a session that has none (a sidecar without a recording)."""
+
+
+class LiveTap:
+    """The session loop's recorder when the inspector is on. `record` is an attribute, swapped:
+    the edge's recorder's own method while nobody watches, `_record_watched` while someone
+    does. `close(reason)` is what the loop calls when the session ends."""
+
+    def __init__(self, session: LiveSession, inner: Recorder | None,
+                 on_close: Callable[[str], None] | None) -> None:
+        self._session = session
+        self._inner = inner
+        self._on_close = on_close
+        self.record: Callable[[str, str | bytes], None] = inner.record if inner is not None else _ignore
+
+    def watch(self) -> None:
+        self.record = self._record_watched
+
+    def unwatch(self) -> None:
+        self.record = self._inner.record if self._inner is not None else _ignore
+
+    def record_notice(self, kind: str, fields: dict[str, Any]) -> None:
+        """The engine's notices go to the edge's recorder (the recording keeps some); the live
+        view reads the frames only."""
+        if self._inner is not None:
+            self._inner.record_notice(kind, fields)
+
+    def _record_watched(self, direction: str, frame: str | bytes) -> None:
+        if self._inner is not None:
+            self._inner.record(direction, frame)
+        self._session.keep(direction, frame)
+
+    def close(self, reason: str) -> None:
+        try:
+            if self._on_close is not None:
+                self._on_close(reason)
+        finally:
+            self.unwatch()
+            self._session.end(reason)
+
+
+class LiveSession:
+    """One session of the edge, as the inspector lists and shows it."""
+
+    def __init__(self, hub: LiveHub, session_id: str, *, header: dict[str, Any],
+                 recording: RecordingWriter | None, redact: Callable[[str | bytes], str | bytes],
+                 drop_audio: bool, facts: dict[str, Any]) -> None:
+        self.hub = hub
+        self.id = session_id
+        self.header = header
+        self.recording = recording
+        self.redact = redact
+        self.drop_audio = drop_audio
+        self.facts = facts
+        self.tap: LiveTap | None = None
+        self.model: SessionModel | None = None
+        self.watchers: set[Watcher] = set()
+        self.ended: dict[str, Any] | None = None
+        self.lock = anyio.Lock()
+        # frames are timed as the recording times them, so that its frames and the tap's line up
+        self._elapsed: Callable[[], float] = recording.elapsed if recording is not None else _since(time.monotonic())
+        self._pending: list[tuple[float, str, str | bytes]] = []
+        self._pending_bytes = 0
+        self._woken = False
+        self._finished = False   # the model has been told the session ended
+        self._fell_behind = False
+
+    # ---- what the list says ------------------------------------------------------------
+    def describe(self) -> dict[str, Any]:
+        return {**self.facts, "live": self.ended is None, "watchers": len(self.watchers),
+                "recorded": self._recording_path() is not None,
+                **({"ended_at": self.ended["ended_at"], "end_reason": self.ended["reason"]} if self.ended else {})}
+
+    def _recording_path(self) -> Path | None:
+        recording = self.recording
+        if recording is None or recording.failed or not recording.path.exists():
+            return None
+        return recording.path
+
+    # ---- frames (the loop's side; synchronous, cheap) ------------------------------------
+    def keep(self, direction: str, frame: str | bytes) -> None:
+        """A frame while someone watches: kept for the next batch, and the watchers woken once
+        per batch. A view that cannot keep up (more than MAX_PENDING_BYTES waiting) stops
+        rather than hold the session's memory."""
+        self._pending.append((self._elapsed(), direction, frame))
+        self._pending_bytes += len(frame)
+        if self._pending_bytes > MAX_PENDING_BYTES:
+            self._stop_view("the view fell behind the session (too many frames to follow); open it again")
+            return
+        if not self._woken:
+            self._woken = True
+            for watcher in self.watchers:
+                watcher.wake()
+
+    def end(self, reason: str) -> None:
+        if self.ended is not None:
+            return
+        self.ended = {"reason": reason, "ended_at": _now_iso()}
+        self.hub._ended(self)
+        for watcher in self.watchers:
+            watcher.wake()
+
+    def _stop_view(self, why: str) -> None:
+        log.warning("inspector: %s", why, extra={"session_id": self.id})
+        if self.tap is not None:
+            self.tap.unwatch()
+        self._pending, self._pending_bytes, self._woken = [], 0, False
+        self.model = None
+        self._fell_behind = True
+        message = json.dumps({"type": "error", "session": self.id, "message": why})
+        for watcher in list(self.watchers):
+            watcher.post(message)
+        self.watchers.clear()
+
+    @property
+    def has_news(self) -> bool:
+        """Frames wait for the model, or the model has not been told the session ended."""
+        return bool(self._pending) or (self.ended is not None and self.model is not None and not self._finished)
+
+    # ---- the view (the watchers' side) --------------------------------------------------
+    async def open(self, watcher: Watcher) -> str:
+        """Add a watcher; the message that shows it the session as it is now (a snapshot, or
+        why there is nothing to show)."""
+        async with self.lock:
+            if self.model is None:
+                self._fell_behind = False
+                since: float | None = None
+                path = self._recording_path()
+                if self.ended is None:
+                    if self.tap is not None:
+                        self.tap.watch()
+                    size = path.stat().st_size if path is not None else 0
+                    if path is None:
+                        since = self._elapsed()
+                        self.model = self._new_model()
+                    else:
+                        self.model = await anyio.to_thread.run_sync(_model_of_prefix, path, size, self.header)
+                elif path is not None:
+                    self.model = await anyio.to_thread.run_sync(_model_of_recording, path)
+                    self._finished = True
+                else:
+                    return json.dumps({"type": "unavailable", "session": self.id, "facts": self.describe(),
+                                       "message": "this session was not recorded and nobody watched it: "
+                                                  "nothing of it was kept"})
+                if since is not None:
+                    self.model.set_extra("live", {"since": round(since, 6)})
+            await self._flush_locked()
+            self.watchers.add(watcher)
+            self.hub._kept(self)
+            model = self.model
+            assert model is not None
+            return await anyio.to_thread.run_sync(self._snapshot_message, model)
+
+    def _snapshot_message(self, model: SessionModel) -> str:
+        return json.dumps({"type": "snapshot", "session": self.id, "facts": self.describe(),
+                           "model": model.snapshot()}, ensure_ascii=False)
+
+    def leave(self, watcher: Watcher) -> None:
+        """A watcher left; with the last one, a live session stops being followed."""
+        self.watchers.discard(watcher)
+        if self.watchers:
+            return
+        if self.ended is None:
+            if self.tap is not None:
+                self.tap.unwatch()
+            self._pending, self._pending_bytes, self._woken = [], 0, False
+            self.model = None
+        elif self._recording_path() is not None:
+            self.model = None     # its recording has it all
+        else:
+            self.hub._kept(self)
+
+    async def flush(self) -> None:
+        """Feed the frames kept since the last batch to the model (in a worker thread) and post
+        what changed to every watcher."""
+        async with self.lock:
+            await self._flush_locked()
+
+    async def _flush_locked(self) -> None:
+        model = self.model
+        if model is None or not self.has_news:
+            return
+        batch, self._pending, self._pending_bytes, self._woken = self._pending, [], 0, False
+        end = None
+        if self.ended is not None and not self._finished:
+            self._finished = True
+            end = {"reason": self.ended["reason"]}
+        message = await anyio.to_thread.run_sync(self._feed_batch, model, batch, end)
+        if self.model is not model:
+            return   # stopped meanwhile
+        for watcher in self.watchers:
+            watcher.post(message)
+
+    def _feed_batch(self, model: SessionModel, batch: list[tuple[float, str, str | bytes]],
+                    end: dict[str, Any] | None) -> str:
+        for t, direction, frame in batch:
+            model.feed(self._as_recorded(t, direction, frame))
+        if end is not None:
+            model.finish(end)
+        message: dict[str, Any] = {"type": "delta", "session": self.id, "delta": model.delta()}
+        if end is not None:
+            message["ended"] = self.describe()
+        return json.dumps(message, ensure_ascii=False)
+
+    def _as_recorded(self, t: float, direction: str, frame: str | bytes) -> Frame:
+        """The frame as the session's recording would read it back: secrets redacted, and its
+        audio left out when the edge records with --record-audio drop."""
+        redacted = self.redact(frame)
+        if isinstance(redacted, str):
+            event = _object(redacted)
+            if event is None:
+                return Frame(t, direction, None, redacted, None, 0)
+            dropped = drop_audio(event) if self.drop_audio else 0
+            return Frame(t, direction, event, None, None, 0, dropped)
+        data = bytes(redacted)
+        dropped = 0
+        if self.drop_audio:
+            event = _object(data)
+            if event is not None:
+                dropped = drop_audio(event)
+                if dropped:
+                    data = json.dumps(event, ensure_ascii=False).encode()
+        return Frame(t, direction, None, None, data, 0, dropped)
+
+    def _new_model(self) -> SessionModel:
+        return SessionModel(name=f"{self.id} (live)", header=self.header, kind="relay")
+
+
+class LiveHub:
+    """The live and recently ended sessions of one edge (one process), and the pages' connections
+    that want to hear when the list changes."""
+
+    def __init__(self, *, recent: int = RECENT_SESSIONS, kept_views: int = KEPT_VIEWS) -> None:
+        self.live: dict[str, LiveSession] = {}
+        self.recent: deque[LiveSession] = deque(maxlen=recent)
+        self.kept_views = kept_views
+        self.listeners: set[Watcher] = set()
+        self._views: deque[LiveSession] = deque()   # ended, unrecorded sessions whose model is kept
+
+    def open_session(self, session_id: str, *, runtime: EdgeRuntime, dialect: Dialect, mode: str,
+                     extra_header: dict[str, Any], recording: RecordingWriter | None,
+                     recorder: Recorder | None, on_close: Callable[[str], None] | None = None,
+                     **facts: Any) -> LiveTap:
+        """Register a session that starts now; its loop's recorder is the tap returned (`recorder`
+        is the edge's own; `on_close(reason)` runs when the tap is closed). `facts` are shown in
+        the list (a sidecar's `call_id`)."""
+        config = runtime.config
+        started = _now_iso()
+        header = {
+            "format": FORMAT_NAME, "version": FORMAT_VERSION, "session_id": session_id, "dialect": dialect.name,
+            "upstream": upstream_host(runtime.upstream.url), "started_at": started, "relay_version": __version__,
+            "tools": list(runtime.tools.names), "mode": mode, "record_audio": config.record_audio, **extra_header,
+        }
+        session = LiveSession(
+            self, session_id, header=header, recording=recording, redact=runtime.redactor.frame,
+            drop_audio=config.record_audio == "drop",
+            facts={"id": session_id, "mode": mode, "dialect": dialect.name, "started_at": started,
+                   "tools": list(runtime.tools.names), **facts})
+        session.tap = LiveTap(session, recorder, on_close)
+        self.live[session_id] = session
+        self._list_changed()
+        return session.tap
+
+    def find(self, session_id: str) -> LiveSession | None:
+        session = self.live.get(session_id)
+        if session is None:
+            session = next((s for s in self.recent if s.id == session_id), None)
+        return session
+
+    def sessions(self) -> dict[str, Any]:
+        """What the list shows: live sessions, then recent ones, newest first."""
+        return {"live": [s.describe() for s in reversed(self.live.values())],
+                "recent": [s.describe() for s in reversed(self.recent)]}
+
+    def _ended(self, session: LiveSession) -> None:
+        self.live.pop(session.id, None)
+        if self.recent.maxlen is not None and len(self.recent) == self.recent.maxlen:
+            dropped = self.recent[0]
+            if dropped in self._views:
+                self._views.remove(dropped)
+            dropped.model = None
+        self.recent.append(session)
+        self._kept(session)
+        self._list_changed()
+
+    def _kept(self, session: LiveSession) -> None:
+        """Bound the models kept for ended sessions without a recording."""
+        if session.ended is None or session.model is None or session._recording_path() is not None:
+            return
+        if session not in self._views:
+            self._views.append(session)
+        while len(self._views) > self.kept_views:
+            oldest = self._views.popleft()
+            if not oldest.watchers:
+                oldest.model = None
+
+    def _list_changed(self) -> None:
+        for listener in self.listeners:
+            listener.sessions_changed()
+
+
+# ---- reading a recording for the view -------------------------------------------------------
+def _model_of_prefix(path: Path, size: int, header: dict[str, Any]) -> SessionModel:
+    """The model of a recording being written, as far as its first `size` bytes hold complete
+    lines (frames written after that instant reach the model from the tap)."""
+    complete_lines = 0
+    with open(path, "rb") as file:
+        remaining = size
+        while remaining > 0:
+            chunk = file.read(min(remaining, 1 << 20))
+            if not chunk:
+                break
+            complete_lines += chunk.count(b"\n")
+            remaining -= len(chunk)
+    try:
+        with open(path, "rb") as file:
+            recorded_header = json.loads(file.readline())
+    except (OSError, ValueError):
+        recorded_header = None
+    if not isinstance(recorded_header, dict):
+        recorded_header = header
+    model = SessionModel(name=path.name, header=recorded_header, kind="relay")
+    for frame in iter_frames(path):
+        if frame.line_no > complete_lines:
+            break
+        model.feed(frame)
+    return model
+
+
+def _model_of_recording(path: Path) -> SessionModel:
+    return build_model(read_recording(path), release=True)
+
+
+def _object(text: str | bytes) -> dict[str, Any] | None:
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _since(start: float) -> Callable[[], float]:
+    return lambda: time.monotonic() - start
+
+
+def _now_iso() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

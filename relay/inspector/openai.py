@@ -1,0 +1,515 @@
+"""The inspector's reading of the OpenAI family's wire (GA, beta, Azure, Foundry): each frame of a
+recording into the shared model (relay/inspector/model.py): words, responses, calls and their
+outputs, the relay's own requests (follow-ups, fillers, a client's create it held), errors.
+
+Who asked for a response is read from its `metadata` (the relay's `follow_up` or `filler`, and
+the event id of its request) or from the client's `response.create` it forwarded; the relay's own
+frames carry event ids with the recording's `id_prefix`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from relay.dialects.base import canonical_type
+from relay.engine.sequencer import META_CALLS, META_EVENT, META_KIND
+from relay.inspector.audio import PCM16_24K, AudioFormat, openai_format
+from relay.inspector.model import (
+    CLIENT_IN,
+    CLIENT_OUT,
+    ELIDED_AUDIO,
+    UPSTREAM_IN,
+    UPSTREAM_OUT,
+    SessionModel,
+    TrackedResponse,
+    as_dict,
+)
+from relay.recording import Frame
+
+_AUDIO_IN_TYPES = frozenset({"input_audio_buffer.append"})
+_AUDIO_OUT_TYPES = frozenset({"response.output_audio.delta"})
+_OUTPUT_DELTAS = frozenset({"response.output_audio.delta", "response.output_text.delta",
+                            "response.output_audio_transcript.delta"})
+_ASSISTANT_TEXT = {
+    "response.output_text.delta": "delta", "response.output_audio_transcript.delta": "delta",
+    "response.output_text.done": "text", "response.output_audio_transcript.done": "transcript",
+}
+
+
+class OpenAIParser:
+    """Reads an OpenAI-family session into `model`, frame by frame, keeping what only this wire
+    needs: items' words, the session's audio formats, the relay's requests and the client's
+    held creates."""
+
+    def __init__(self, model: SessionModel) -> None:
+        self.model = model
+        self._formats: dict[str, AudioFormat | None] = {"input": None, "output": None}
+        self._formats_confirmed = False
+        self._items_text: dict[str, dict[str, Any]] = {}      # item id -> words event
+        self._relay_creates: dict[str, dict[str, Any]] = {}   # relay event id -> relay-lane event
+        self._relay_frames: dict[str, str] = {}               # relay event id -> event it belongs to
+        self._client_creates: list[dict[str, Any]] = []       # client creates not yet forwarded
+        self._user_turn: dict[str, Any] | None = None         # VAD turn awaiting its item
+
+    def _ours(self, event: dict[str, Any]) -> bool:
+        event_id = event.get("event_id")
+        prefix = self.model.id_prefix
+        return bool(prefix) and isinstance(event_id, str) and event_id.startswith(f"{prefix}_e")
+
+    def feed(self, frame: Frame, event: dict[str, Any], binary: bool) -> None:
+        t = frame.t
+        direction = frame.direction
+        raw_type = event.get("type")
+        event_type = canonical_type(raw_type) if isinstance(raw_type, str) else ""
+        if direction == UPSTREAM_IN and self._client_creates:
+            for pending in self._client_creates:
+                if pending["forwarded"] is None:
+                    pending["upstream_since"] += 1
+        if event_type in _AUDIO_IN_TYPES:
+            self.model.audio_frames += 1
+            if self.model.caller_direction is None and direction in (CLIENT_IN, UPSTREAM_OUT):
+                self.model.caller_direction = direction
+            if direction == self.model.caller_direction:
+                self.model.add_audio("caller", t, self._format("input", PCM16_24K), event.get("audio"), frame.audio_dropped)
+            return
+        if event_type in _AUDIO_OUT_TYPES:
+            self.model.audio_frames += 1
+            if direction == UPSTREAM_IN:
+                self.model.add_audio("assistant", t, self._format("output", PCM16_24K), event.get("delta"),
+                                     frame.audio_dropped)
+                response = self.model.responses.get(str(event.get("response_id")))
+                if response is not None and response.first_output is None:
+                    response.first_output = t
+            return
+        index = self.model.store(frame, event, elided=_elide_openai(event))
+        handler = {
+            UPSTREAM_IN: self._upstream, UPSTREAM_OUT: self._relay_sent,
+            CLIENT_IN: self._client, CLIENT_OUT: self._to_client,
+        }.get(direction)
+        if handler is not None:
+            handler(t, event_type, event, index)
+
+    def _format(self, side: str, default: AudioFormat) -> AudioFormat:
+        return self._formats[side] or default
+
+    def _session_formats(self, session: Any, confirmed: bool) -> None:
+        if confirmed:
+            self._formats_confirmed = True
+        elif self._formats_confirmed:
+            return
+        for side in ("input", "output"):
+            found = openai_format(session, side)  # type: ignore[arg-type]
+            if found is not None:
+                self._formats[side] = found
+
+    # -- upstream -> relay
+    def _upstream(self, t: float, event_type: str, event: dict[str, Any], index: int) -> None:
+        if event_type in ("session.created", "session.updated"):
+            self._session_formats(event.get("session"), confirmed=True)
+            return
+        if event_type == "input_audio_buffer.speech_started":
+            self.model.audio["assistant"].restart()
+            turn = self.model.add_event(self.model.new_id("user"), "user_words", "words", t, "(speech, no transcript)",
+                                        role="user", text="", item_id=event.get("item_id"))
+            self.model.touch(turn, index)
+            self._user_turn = turn
+            if isinstance(event.get("item_id"), str):
+                self._items_text[event["item_id"]] = turn
+            return
+        if event_type in ("input_audio_buffer.speech_stopped", "input_audio_buffer.committed"):
+            turn = self._items_text.get(str(event.get("item_id"))) or self._user_turn
+            if turn is not None:
+                if turn["t1"] is None or event_type == "input_audio_buffer.speech_stopped":
+                    turn["t1"] = round(t, 6)
+                if isinstance(event.get("item_id"), str):
+                    turn["item_id"] = event["item_id"]
+                    self._items_text[event["item_id"]] = turn
+                self.model.touch(turn, index)
+            return
+        if event_type in ("conversation.item.added", "conversation.item.done", "conversation.item.retrieved"):
+            self._item(t, event.get("item"), index, event.get("response_id"))
+            return
+        if event_type.startswith("conversation.item.input_audio_transcription."):
+            turn = self._user_words(t, event.get("item_id"), index)
+            if event_type.endswith(".delta") and isinstance(event.get("delta"), str):
+                turn["text"] += event["delta"]
+            elif event_type.endswith(".completed") and isinstance(event.get("transcript"), str):
+                turn["text"] = event["transcript"]
+            elif event_type.endswith(".failed"):
+                turn["text"] = turn["text"] or "(transcription failed)"
+            turn["label"] = turn["text"] or turn["label"]
+            return
+        if event_type == "conversation.item.truncated":
+            self.model.audio["assistant"].restart()
+            words = self._items_text.get(str(event.get("item_id")))
+            if words is not None:
+                words["truncated_ms"] = event.get("audio_end_ms")
+                self.model.touch(words, index)
+            return
+        if event_type == "response.created":
+            self._response_created(t, event.get("response"), index)
+            return
+        if event_type == "response.done":
+            self._response_done(t, event.get("response"), index)
+            return
+        if event_type in ("response.output_item.added", "response.output_item.done"):
+            item = event.get("item")
+            self._item(t, item, index, event.get("response_id"))
+            if (event_type == "response.output_item.done" and isinstance(item, dict)
+                    and item.get("type") == "function_call"):
+                self.model.call_ready(t, item.get("call_id"), item.get("arguments"), index)
+            self._link_response(event.get("response_id"), index)
+            return
+        if event_type in ("response.function_call_arguments.delta", "response.function_call_arguments.done"):
+            call = self.model.track_call(t, event.get("call_id"), event.get("name"), event.get("response_id"), index)
+            if call is not None and event_type.endswith(".done"):
+                self.model.call_ready(t, event.get("call_id"), event.get("arguments"), index)
+            elif call is not None and isinstance(event.get("delta"), str) and call.ready is None:
+                call.event["arguments"] += event["delta"]
+            self._link_response(event.get("response_id"), index)
+            return
+        if event_type in _ASSISTANT_TEXT:
+            self._assistant_words(t, event, _ASSISTANT_TEXT[event_type], index)
+            response = self.model.responses.get(str(event.get("response_id")))
+            if response is not None and response.first_output is None and event_type in _OUTPUT_DELTAS:
+                response.first_output = t
+            self._link_response(event.get("response_id"), index)
+            return
+        if event_type == "error":
+            self._upstream_error(t, event, index)
+            return
+        if isinstance(event.get("response_id"), str):
+            self._link_response(event["response_id"], index)
+
+    def _item(self, t: float, item: Any, index: int, response_id: Any) -> None:
+        if not isinstance(item, dict):
+            return
+        item_type = item.get("type")
+        if item_type == "function_call":
+            call = self.model.track_call(t, item.get("call_id"), item.get("name"),
+                                         response_id or item.get("response_id"), index)
+            if call is not None and item.get("status") == "completed" and isinstance(item.get("arguments"), str):
+                if call.ready is None and item.get("arguments"):
+                    call.event["arguments"] = item["arguments"]
+        elif item_type == "function_call_output":
+            call = self.model.calls.get(str(item.get("call_id")))
+            if call is not None:
+                if call.event["output"] is None and isinstance(item.get("output"), str):
+                    # an event log shows outputs only as the server's echo of them
+                    self.model.call_output(call, t, item.get("output"), item.get("status"), item.get("id"), index)
+                else:
+                    self.model.touch(call.event, index)
+        elif item_type == "message":
+            role = item.get("role")
+            item_id = item.get("id")
+            text = _item_text(item)
+            if role == "user":
+                words = self._user_words(t, item_id, index, text)
+                if text and not words["text"]:
+                    words["text"] = text
+                    words["label"] = text
+                    if words["t1"] is None:
+                        words["t1"] = words["t0"]
+            elif role == "assistant" and isinstance(item_id, str):
+                words = self._items_text.get(item_id)
+                if words is not None:
+                    if text and not words["text"]:
+                        words["text"] = words["label"] = text
+                    self.model.touch(words, index)
+            elif role == "system" and isinstance(item_id, str) and item_id in self._relay_frames:
+                self.model.touch(self.model.events[self._relay_frames[item_id]], index)
+
+    def _user_words(self, t: float, item_id: Any, index: int, text: str = "") -> dict[str, Any]:
+        words = self._items_text.get(str(item_id)) if item_id is not None else None
+        if words is None:
+            pending = self._user_turn
+            if pending is not None and pending.get("item_id") in (None, item_id) \
+                    and (not pending["text"] or pending["text"] == text):
+                words = self._user_turn
+            else:
+                words = self.model.add_event(self.model.new_id("user"), "user_words", "words", t, "(no transcript)",
+                                             role="user", text="")
+            words["item_id"] = item_id
+            if isinstance(item_id, str):
+                self._items_text[item_id] = words
+        self._user_turn = None if words is self._user_turn else self._user_turn
+        self.model.touch(words, index)
+        return words
+
+    def _assistant_words(self, t: float, event: dict[str, Any], key: str, index: int) -> None:
+        item_id = event.get("item_id")
+        words = self._items_text.get(str(item_id))
+        if words is None:
+            words = self.model.add_event(self.model.new_id("said"), "assistant_words", "words", t, "", role="assistant",
+                                         text="", item_id=item_id, response_id=event.get("response_id"))
+            if isinstance(item_id, str):
+                self._items_text[item_id] = words
+        value = event.get(key)
+        if isinstance(value, str):
+            words["text"] = words["text"] + value if key == "delta" else value
+            words["label"] = words["text"]
+        words["t1"] = round(t, 6)
+        self.model.touch(words, index)
+
+    # -- responses
+    def _response_created(self, t: float, data: Any, index: int) -> None:
+        if not isinstance(data, dict) or not isinstance(data.get("id"), str):
+            return
+        response_id = data["id"]
+        existing = self.model.responses.get(response_id)
+        if existing is not None:
+            self.model.touch(existing.event, index)
+            return
+        metadata = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
+        kind = metadata.get(META_KIND)
+        relay_event = self._relay_creates.get(str(metadata.get(META_EVENT)))
+        if kind in ("follow_up", "filler") or relay_event is not None:
+            creator = f"relay {str(kind).replace('_', '-')}"
+        elif any(c["forwarded"] is not None or self.model.kind != "relay" for c in self._client_creates):
+            creator = "client"
+            request = next(c for c in self._client_creates if c["forwarded"] is not None or self.model.kind != "relay")
+            self._client_creates.remove(request)
+        else:
+            creator = "server"
+        out_of_band = "conversation_id" in data and data.get("conversation_id") is None or kind == "filler"
+        event = self.model.add_event(f"response:{response_id}", "responses", "response", t, f"{response_id} (in progress)",
+                                     response_id=response_id, status="in_progress", creator=creator,
+                                     out_of_band=out_of_band, status_details=None)
+        self.model.touch(event, index)
+        if creator == "client":
+            for asked in (request["index"], request["forwarded"]):
+                if asked is not None:
+                    self.model.touch(event, asked)
+        response = TrackedResponse(event)
+        self.model.responses[response_id] = response
+        if relay_event is not None:
+            for asked in relay_event["frames"]:
+                self.model.touch(event, asked)
+            relay_event["response_id"] = response_id
+            relay_event["t1"] = event["t0"]
+            self.model.touch(relay_event, index)
+            event["requested_by"] = relay_event["id"]
+        if not out_of_band:
+            self.model.outputs_answered_by(response_id)
+
+    def _response_done(self, t: float, data: Any, index: int) -> None:
+        if not isinstance(data, dict) or not isinstance(data.get("id"), str):
+            return
+        response = self.model.responses.get(data["id"])
+        if response is None:
+            self._response_created(t, data, index)
+            response = self.model.responses[data["id"]]
+        event = response.event
+        status = str(data.get("status") or "completed")
+        details = data.get("status_details") if isinstance(data.get("status_details"), dict) else None
+        event["status"] = status
+        event["status_details"] = details
+        event["t1"] = round(t, 6)
+        reason = as_dict(details).get("reason") or as_dict(as_dict(details).get("error")).get("code")
+        event["label"] = f"{status}" + (f" ({reason})" if reason else "")
+        if isinstance(data.get("usage"), dict):
+            event["usage"] = data["usage"]
+        self.model.touch(event, index)
+        for item in data.get("output") if isinstance(data.get("output"), list) else []:
+            if isinstance(item, dict) and item.get("type") == "function_call":
+                call = self.model.track_call(t, item.get("call_id"), item.get("name"), data["id"], index)
+                if call is not None and call.ready is None and status == "completed":
+                    self.model.call_ready(t, item.get("call_id"), item.get("arguments"), index)
+        if status in ("cancelled", "failed", "incomplete"):
+            self.model.audio["assistant"].restart()
+            for call_id in response.call_ids:
+                call = self.model.calls[call_id]
+                if call.ready is None and call.event["outcome"] == "pending":
+                    call.event["outcome"] = "skipped"
+                    call.event["skip_reason"] = f"response {status}"
+                    self.model.touch(call.event)
+        if status == "failed":
+            error = as_dict(as_dict(details).get("error"))
+            self.model.anomaly(t, f"response {data['id']} failed: {error.get('code') or error.get('type') or ''} "
+                               f"{error.get('message') or ''}".strip(), source="upstream", frames=[index],
+                               related=event["id"])
+
+    def _link_response(self, response_id: Any, index: int) -> None:
+        response = self.model.responses.get(str(response_id)) if response_id is not None else None
+        if response is not None:
+            self.model.touch(response.event, index)
+
+    # -- relay -> upstream: the relay's own frames, and what it forwarded
+    def _relay_sent(self, t: float, event_type: str, event: dict[str, Any], index: int) -> None:
+        ours = self._ours(event)
+        if event_type == "session.update":
+            self._session_formats(event.get("session"), confirmed=False)
+            if ours:
+                names = [d.get("name") for d in as_dict(event.get("session")).get("tools") or ()
+                         if isinstance(d, dict) and d.get("name") in self.model.relay_tools]
+                marker = self.model.relay_marker(t, "declare", f"declares {', '.join(names) or 'its tools'}", index)
+                marker["tools"] = names
+            return
+        if event_type == "conversation.item.create":
+            item = event.get("item") if isinstance(event.get("item"), dict) else {}
+            if item.get("type") == "function_call_output":
+                call = self.model.calls.get(str(item.get("call_id")))
+                if call is None:
+                    call = self.model.track_call(t, item.get("call_id"), item.get("name"), None, index)
+                if call is not None:
+                    if ours:
+                        call.event["owner"] = "relay"
+                    self.model.call_output(call, t, item.get("output"), item.get("status"), item.get("id"), index)
+                    if isinstance(event.get("event_id"), str):
+                        self._relay_frames[event["event_id"]] = call.event["id"]
+                return
+            if ours and item.get("type") == "message":
+                text = _item_text(item)
+                marker = self.model.relay_marker(t, "update", f"streaming update: {text}", index)
+                if isinstance(item.get("id"), str):
+                    self._relay_frames[item["id"]] = marker["id"]
+                return
+            return
+        if event_type == "response.create":
+            response = event.get("response") if isinstance(event.get("response"), dict) else {}
+            metadata = response.get("metadata") if isinstance(response.get("metadata"), dict) else {}
+            kind = metadata.get(META_KIND)
+            if kind in ("follow_up", "filler") or ours:
+                call_ids = [c for c in str(metadata.get(META_CALLS) or "").split(",") if c]
+                names = [self.model.calls[c].event["name"] for c in call_ids if c in self.model.calls]
+                what = "follow-up" if kind == "follow_up" else f"filler ({metadata.get('filler') or 'message'})"
+                label = f"{what} for {', '.join(names) or 'no call'}"
+                marker = self.model.relay_marker(t, "follow_up" if kind == "follow_up" else "filler", label, index)
+                marker["call_ids"] = call_ids
+                marker["instructions"] = response.get("instructions")
+                marker["response_id"] = None
+                marker["t1"] = None
+                event_id = metadata.get(META_EVENT) or event.get("event_id")
+                if isinstance(event_id, str):
+                    self._relay_creates[event_id] = marker
+                    self._relay_frames[event_id] = marker["id"]
+                for call_id in call_ids:
+                    call = self.model.calls.get(call_id)
+                    if call is not None:
+                        call.event["follow_up"] = marker["id"]
+                        self.model.touch(call.event, index)
+                return
+            self._client_create_forwarded(t, index)
+            return
+        if event_type == "response.cancel" and ours:
+            marker = self.model.relay_marker(t, "cancel", f"cancels {event.get('response_id') or 'the active response'}",
+                                             index)
+            if isinstance(event.get("event_id"), str):
+                self._relay_frames[event["event_id"]] = marker["id"]
+
+
+    def _client_create_forwarded(self, t: float, index: int) -> None:
+        pending = next((c for c in self._client_creates if c.get("forwarded") is None), None)
+        if pending is None:
+            return
+        pending["forwarded"] = index
+        if pending["upstream_since"]:
+            marker = self.model.add_event(self.model.new_id("held"), "relay", "held",
+                                          pending["t"], "held the client's response.create until the outputs were in")
+            marker["t1"] = round(t, 6)
+            marker["frames"] = [pending["index"], index]
+
+    # -- client -> relay
+    def _client(self, t: float, event_type: str, event: dict[str, Any], index: int) -> None:
+        if event_type == "session.update":
+            self._session_formats(event.get("session"), confirmed=False)
+        elif event_type == "response.create":
+            self._client_creates.append({"t": round(t, 6), "index": index, "upstream_since": 0, "forwarded": None})
+            if len(self._client_creates) > 64:
+                del self._client_creates[0]
+        elif event_type == "conversation.item.create":
+            item = event.get("item") if isinstance(event.get("item"), dict) else {}
+            if item.get("type") == "function_call_output":
+                call = self.model.calls.get(str(item.get("call_id")))
+                if call is not None:
+                    if call.event["owner"] == "relay":
+                        self.model.touch(call.event, index)   # the relay refuses it (see its error)
+                    else:
+                        self.model.call_output(call, t, item.get("output"), item.get("status"), item.get("id"), index)
+            elif item.get("type") == "message" and item.get("role") == "user":
+                text = _item_text(item)
+                words = self.model.add_event(self.model.new_id("user"), "user_words", "words", t, text or "(user message)",
+                                             role="user", text=text, item_id=item.get("id"))
+                words["t1"] = words["t0"]
+                self.model.touch(words, index)
+                self._user_turn = words if not isinstance(item.get("id"), str) else None
+                if isinstance(item.get("id"), str):
+                    self._items_text[item["id"]] = words
+        elif event_type in ("conversation.item.truncate", "output_audio_buffer.clear"):
+            self.model.audio["assistant"].restart()
+
+    # -- relay -> client
+    def _to_client(self, t: float, event_type: str, event: dict[str, Any], index: int) -> None:
+        for call_id in _call_ids_in(event):
+            call = self.model.calls.get(call_id)
+            if call is not None:
+                call.seen_by_client = True
+                self.model.touch(call.event, index)
+        response_id = event.get("response_id") or as_dict(event.get("response")).get("id")
+        if isinstance(response_id, str):
+            self._link_response(response_id, index)
+        item_id = event.get("item_id") or as_dict(event.get("item")).get("id")
+        words = self._items_text.get(item_id) if isinstance(item_id, str) else None
+        if words is not None:
+            self.model.touch(words, index)
+        if event_type == "error":
+            error = event.get("error") if isinstance(event.get("error"), dict) else {}
+            if self._ours(event) or not self.model.id_prefix:
+                code = error.get("code") or error.get("type") or "error"
+                self.model.anomaly(t, f"the relay refused a client frame: {code}: {error.get('message')}",
+                                   source="relay", frames=[index])
+
+    def _upstream_error(self, t: float, event: dict[str, Any], index: int) -> None:
+        error = event.get("error") if isinstance(event.get("error"), dict) else {}
+        code = error.get("code") or error.get("type") or "error"
+        target = error.get("event_id")
+        related = self._relay_frames.get(target) if isinstance(target, str) else None
+        if related is not None:
+            owner = self.model.events[related]
+            message = f"the upstream refused the relay's {owner['kind'].replace('_', '-')}: {code}: {error.get('message')}"
+            if owner["lane"] == "relay" and owner["t1"] is None:
+                owner["t1"] = round(t, 6)
+                owner["refused"] = code
+            self.model.touch(owner, index)
+        else:
+            message = f"upstream error {code}: {error.get('message')}"
+        self.model.anomaly(t, message, source="upstream", frames=[index], related=related)
+
+
+def _item_text(item: dict[str, Any]) -> str:
+    parts = []
+    for part in item.get("content") or ():
+        if isinstance(part, dict):
+            text = part.get("text") if isinstance(part.get("text"), str) else part.get("transcript")
+            if isinstance(text, str) and text:
+                parts.append(text)
+    return " ".join(parts)
+
+
+def _call_ids_in(event: dict[str, Any]) -> list[str]:
+    found = []
+    if isinstance(event.get("call_id"), str):
+        found.append(event["call_id"])
+    item = event.get("item")
+    if isinstance(item, dict) and isinstance(item.get("call_id"), str):
+        found.append(item["call_id"])
+    response = event.get("response")
+    if isinstance(response, dict):
+        for output in response.get("output") or ():
+            if isinstance(output, dict) and isinstance(output.get("call_id"), str):
+                found.append(output["call_id"])
+    return found
+
+
+def _elide_openai(event: dict[str, Any]) -> dict[str, Any] | None:
+    """The event with its audio payloads replaced by a note (None: it holds none)."""
+    event_type = event.get("type")
+    if isinstance(event_type, str) and event_type.startswith("conversation.item."):
+        item = event.get("item")
+        content = item.get("content") if isinstance(item, dict) else None
+        if isinstance(content, list) and any(isinstance(p, dict) and p.get("audio") for p in content):
+            parts = [{**p, "audio": ELIDED_AUDIO.format(len(p["audio"]) * 3 // 4)}
+                     if isinstance(p, dict) and isinstance(p.get("audio"), str) and p["audio"] else p
+                     for p in content]
+            return {**event, "item": {**item, "content": parts}}
+    return None
