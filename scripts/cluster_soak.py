@@ -356,7 +356,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--relays", type=soak.bounded(int, 2, 16), default=3,
                         help="relays at the start (default 3; relay1 is drained, relay2 killed, one more starts)")
     parser.add_argument("--sessions", type=soak.bounded(int, 1, soak.MAX_SESSIONS), default=200,
-                        help=f"concurrent clients, each with one session open at a time (default 200)")
+                        help="concurrent clients, each with one session open at a time (default 200)")
     parser.add_argument("--seconds", type=soak.bounded(float, 2, soak.MAX_SECONDS), default=60.0,
                         help="how long the clients make calls (default 60)")
     parser.add_argument("--period", type=soak.bounded(float, 0.1, 60), default=3.0,

@@ -38,7 +38,7 @@ from relay.mock.responses import Pause, ResponseRun
 from relay.mock.rest import rest_app
 from relay.mock.script import MockScript, Reply
 from relay.mock.session import Action, Emit, MockConnection, MockSession, Stream, Wake
-from relay.mock.wire import DEFAULT_MODEL, DIALECTS, Dialect, ProtocolError, Wire
+from relay.mock.wire import DEFAULT_MODEL, DIALECTS, Dialect, Wire
 
 log = logging.getLogger(__name__)
 

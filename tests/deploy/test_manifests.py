@@ -12,7 +12,6 @@ import json
 import re
 import shlex
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest

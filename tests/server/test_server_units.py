@@ -9,7 +9,6 @@ import logging
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from urllib.parse import parse_qsl, urlsplit
 
 import pytest
