@@ -8,7 +8,9 @@ define them again. `ClientView` keeps the rules of both directions in one place:
   client that defines one of them, or answers one of their calls, gets an error event instead;
 - toward the client: `session.created/updated` lose the relay's tools; the relay's items and the
   items of relay calls are hidden; `previous_item_id` skips hidden items; `response.*` events
-  lose hidden output items and the call ids of the relay's metadata.
+  lose hidden output items and the call ids of the relay's metadata;
+- the client's own `response.create`: held while the relay works (`relay_at_work`), then the
+  first goes up and the rest are refused as the provider would (`release_held_creates`).
 Rewriting methods answer `SAME` (forward the frame as it came), None (hide it) or a new event.
 """
 
@@ -17,9 +19,9 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from relay.engine.actions import SendUpstream
 from relay.engine.calls import CallEntry, Owner
 from relay.engine.conversation import ItemRecord
-from relay.engine.actions import SendUpstream
 from relay.engine.sequencer import ACTIVE_RESPONSE_CODE, META_CALLS, META_KIND
 
 if TYPE_CHECKING:
@@ -169,8 +171,8 @@ class ClientView:
             engine._out.append(SendUpstream(frame))
         for event_id in refused:
             engine._client_error(ACTIVE_RESPONSE_CODE, "Conversation already has an active response in progress: "
-                               "this response.create was not sent (the relay held it while a response was "
-                               "active and forwarded the first one held with it, if any)", event_id)
+                                 "this response.create was not sent (the relay held it while a response was "
+                                 "active and forwarded the first one held with it, if any)", event_id)
 
     def item_create(self, event: dict[str, Any]) -> Any:
         """A client's `conversation.item.create`: its item is the client's; an output for a
