@@ -244,6 +244,30 @@ def _open_exclusive(path: Path) -> BinaryIO:
     return open(path, "xb", buffering=0)
 
 
+def session_header(*, session_id: str, dialect: str, upstream: str, started_at: str, tools: Iterable[str],
+                   mode: str, record_audio: AudioPolicy, relay_version: str = __version__,
+                   extra_header: dict[str, Any] | None = None,
+                   clean: Callable[[str], str] = lambda text: text) -> dict[str, Any]:
+    """A recording's header line (the live inspector's model of a session starts from the same);
+    `clean` is applied to the names that come from configuration (a writer's secrets filter)."""
+    header: dict[str, Any] = {
+        "format": FORMAT_NAME,
+        "version": FORMAT_VERSION,
+        "session_id": session_id,
+        "dialect": clean(dialect),
+        "upstream": clean(upstream_host(upstream)),
+        "started_at": started_at,
+        "relay_version": relay_version,
+        "tools": [clean(name) for name in tools],
+        "mode": clean(mode),
+        "record_audio": record_audio,
+    }
+    # what replay needs to rebuild the session (e.g. the engine's id prefix); never overrides
+    for key, value in (extra_header or {}).items():
+        header.setdefault(key, value)
+    return header
+
+
 class RecordingWriter:
     """Writes one session's frames to `<directory>/<UTC start>_<session id>.jsonl` as they pass.
 
@@ -293,21 +317,10 @@ class RecordingWriter:
         directory = Path(directory)
         stem = f"{started:%Y%m%dT%H%M%SZ}_{_session_file_stem(session_id)}"
         self.path = directory / f"{stem}.jsonl"
-        header = {
-            "format": FORMAT_NAME,
-            "version": FORMAT_VERSION,
-            "session_id": session_id,
-            "dialect": self._redactor.text(dialect),
-            "upstream": self._redactor.text(upstream_host(upstream)),
-            "started_at": f"{started:%Y-%m-%dT%H:%M:%S.%fZ}",
-            "relay_version": relay_version,
-            "tools": [self._redactor.text(name) for name in tools],
-            "mode": self._redactor.text(mode),
-            "record_audio": record_audio,
-        }
-        # what replay needs to rebuild the session (e.g. the engine's id prefix); never overrides
-        for key, value in (extra_header or {}).items():
-            header.setdefault(key, value)
+        header = session_header(
+            session_id=session_id, dialect=dialect, upstream=upstream, started_at=f"{started:%Y-%m-%dT%H:%M:%S.%fZ}",
+            tools=tools, mode=mode, record_audio=record_audio, relay_version=relay_version,
+            extra_header=extra_header, clean=self._redactor.text)
         try:
             directory.mkdir(parents=True, exist_ok=True)
             self._file, self.path = self._create(directory, stem, opener)

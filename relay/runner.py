@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Awaitable, Callable
 
 import anyio
@@ -67,11 +67,8 @@ class HandlerRunner:
         outcome: Outcome | None = None
         with scope:
             try:
-                if self._handler_scope is None:
+                with self._handler_scope(action.call_id) if self._handler_scope else nullcontext():
                     outcome = await self._call(action)
-                else:
-                    with self._handler_scope(action.call_id):
-                        outcome = await self._call(action)
             except Exception as exc:  # a handler's failure is an output, not a crash
                 outcome = Outcome.raised(exc)
         if self._scopes.get(action.call_id) is scope:

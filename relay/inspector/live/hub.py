@@ -31,9 +31,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
-from relay import __version__
 from relay.inspector.model import SessionModel, build_model
-from relay.recording import FORMAT_NAME, FORMAT_VERSION, Frame, drop_audio, iter_frames, read_recording, upstream_host
+from relay.recording import Frame, drop_audio, iter_frames, read_recording, session_header
 
 if TYPE_CHECKING:
     from relay.config import EdgeRuntime
@@ -311,11 +310,9 @@ class LiveHub:
         the list (a sidecar's `call_id`)."""
         config = runtime.config
         started = _now_iso()
-        header = {
-            "format": FORMAT_NAME, "version": FORMAT_VERSION, "session_id": session_id, "dialect": dialect.name,
-            "upstream": upstream_host(runtime.upstream.url), "started_at": started, "relay_version": __version__,
-            "tools": list(runtime.tools.names), "mode": mode, "record_audio": config.record_audio, **extra_header,
-        }
+        header = session_header(session_id=session_id, dialect=dialect.name, upstream=runtime.upstream.url,
+                                started_at=started, tools=runtime.tools.names, mode=mode,
+                                record_audio=config.record_audio, extra_header=extra_header)
         session = LiveSession(
             self, session_id, header=header, recording=recording, redact=runtime.redactor.frame,
             drop_audio=config.record_audio == "drop",
