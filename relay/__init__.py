@@ -16,12 +16,12 @@ _EXPORTS = {
     "GeminiEngine": "relay.engine",
     "OpenAIEngine": "relay.engine",
     "new_engine": "relay.engine",
-    "serve": "relay.server",
-    "RelayServer": "relay.server",
-    "ServerConfig": "relay.server",
-    "attach": "relay.sidecar",
-    "Sidecar": "relay.sidecar",
-    "SidecarConfig": "relay.sidecar",
+    "serve": "relay.edges.serve",
+    "RelayServer": "relay.edges.serve",
+    "ServerConfig": "relay.edges.serve",
+    "attach": "relay.edges.attach",
+    "Sidecar": "relay.edges.attach",
+    "SidecarConfig": "relay.edges.attach",
 }
 
 

@@ -11,11 +11,11 @@
 `--tools` SPEC strings) and returns the calls (name, arguments, output, status, response ids),
 every frame the relay sent, and the divergences from the recording.
 
-Under pytest, the plugin that comes with the package (`relay.pytest_plugin`) does the same without
+Under pytest, the plugin that comes with the package (`relay.offline.pytest_plugin`) does the same without
 a loop: `pytest --relay-recordings recordings/ --relay-tools my_app/tools.py` makes each recording
 a test item, and the `relay_replay` fixture replays one and fails the test with the report.
 """
 
-from relay.replay import Divergence, ReplayCall, ReplayResult, replay, replay_async
+from relay.offline.replay import Divergence, ReplayCall, ReplayResult, replay, replay_async
 
 __all__ = ["Divergence", "ReplayCall", "ReplayResult", "replay", "replay_async"]

@@ -27,7 +27,8 @@ sys.path.insert(0, str(ROOT))
 
 from relay.inspector import build_model, write_page  # noqa: E402
 from relay.inspector.browser import chromium, missing_reason  # noqa: E402
-from relay.recording import RecordingWriter, read_recording  # noqa: E402
+from relay.recording.writer import RecordingWriter
+from relay.recording.reader import read_recording  # noqa: E402
 
 PREFIX = "bench"
 

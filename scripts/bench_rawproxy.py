@@ -23,8 +23,13 @@ from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
 from bench_frames import CLOSE_TIMEOUT, MAX_FRAME_BYTES, serve_announcing
-from relay.session import FrameQueue
-from relay.wsfast import BATCH_BYTES, has_buffered_message, read_in_smaller_chunks, socket_writer
+from relay.session.loop import FrameQueue
+from relay.transports.websockets import (
+    BATCH_BYTES,
+    has_buffered_message,
+    read_in_smaller_chunks,
+    socket_writer,
+)
 
 
 async def pipe(source: ServerConnection | ClientConnection, destination: ServerConnection | ClientConnection) -> None:

@@ -24,8 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from relay.engine import OpenAIEngine, EngineConfig  # noqa: E402
-from relay.recording import RecordingWriter, read_recording  # noqa: E402
-from relay.replay import replay  # noqa: E402
+from relay.recording.writer import RecordingWriter
+from relay.recording.reader import read_recording  # noqa: E402
+from relay.offline.replay import replay  # noqa: E402
 from relay.tools import tool  # noqa: E402
 from tests.support.local_mock import LocalMock, model_call  # noqa: E402
 

@@ -42,13 +42,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench_frames import output_delta  # noqa: E402
-from relay.config import ServerConfig  # noqa: E402
+from relay.edges.config import ServerConfig  # noqa: E402
 from relay.dialects import OPENAI  # noqa: E402
 from relay.engine import OpenAIEngine, EngineConfig  # noqa: E402
 from relay.inspector.live import FeedConnection, LiveHub, LiveSession  # noqa: E402
-from relay.metrics import Metrics, TrafficTap  # noqa: E402
-from relay.server import RelayServer  # noqa: E402
-from relay.session import SessionLoop  # noqa: E402
+from relay.observe.metrics import Metrics, TrafficTap  # noqa: E402
+from relay.edges.serve import RelayServer  # noqa: E402
+from relay.session.loop import SessionLoop  # noqa: E402
 from relay.tools import ToolRegistry  # noqa: E402
 from relay.tools.loading import load_tools  # noqa: E402
 

@@ -371,7 +371,7 @@ async def _copy_and_close(copying: Any, log: TextIO) -> None:
 async def run_cluster(args: argparse.Namespace, haproxy: str, workdir: Path) -> int:
     script = args.mock_script
     if script is None:
-        from relay.demo import demo_script
+        from relay.cli.demo import demo_script
         script = workdir / "mock-script.json"
         script.write_text(demo_script().model_dump_json(indent=2))
     with (workdir / "mock.log").open("w") as mock_log:

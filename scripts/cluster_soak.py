@@ -331,7 +331,7 @@ def check_recordings(directory: Path, relays: dict[str, Relay], roles: dict[str,
                      report: soak.Report) -> None:
     """The relays shared one recording directory: one file per session each relay started (the
     file name ends with the session id), complete, unless its relay was killed; no key in any."""
-    from relay.recording import read_recording
+    from relay.recording.reader import read_recording
 
     files = {path.stem.split("_", 1)[1]: path for path in directory.glob("*.jsonl")}
     started = {record["session_id"]: name for name, relay in relays.items()

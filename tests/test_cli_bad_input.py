@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from relay.cli import main
-from relay.exits import INTERNAL_ERROR
-from relay.recording import RecordingWriter
+from relay.cli.exits import INTERNAL_ERROR
+from relay.recording.writer import RecordingWriter
 from tests.support.keys import PROVIDER_KEY
 from tests.support.paths import REPO
 from tests.support.tools import WEATHER_TOOL
@@ -297,12 +297,12 @@ def test_demo_refuses_a_recording_place_that_is_a_file(bad: dict[str, Path], cap
 
 def test_a_bug_is_one_line_with_its_own_status(monkeypatch: pytest.MonkeyPatch, bad: dict[str, Path],
                                                capsys: pytest.CaptureFixture[str]) -> None:
-    import relay.cli
+    import relay.cli.export
 
     def broken(*args: object, **kwargs: object) -> int:
         raise KeyError("oops")
 
-    monkeypatch.setattr(relay.cli, "run_export", broken)
+    monkeypatch.setattr(relay.cli.export, "run_export", broken)
     assert main(["export", str(bad["recording"]), "--format", "vapi"]) == INTERNAL_ERROR
     assert said_line(capsys.readouterr().err) == ("relay export: internal error, a bug in relay: KeyError: 'oops' "
                                                   "(RELAY_TRACEBACK=1 shows the traceback)")

@@ -7,7 +7,7 @@ import io
 import subprocess
 from pathlib import Path
 
-from relay.demo import EXAMPLE_TOOLS, run_demo
+from relay.cli.demo import EXAMPLE_TOOLS, run_demo
 from relay.testing import replay_async
 from tests.support.paths import REPO
 

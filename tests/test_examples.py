@@ -10,7 +10,7 @@ import anyio
 
 from relay.engine import OpenAIEngine, EngineConfig
 from relay.mock import ToolCall
-from relay.session import SessionLoop
+from relay.session.loop import SessionLoop
 from relay.tools import ToolRegistry
 from tests.support.local_mock import LocalMock, model_call
 from tests.support.peers import MockPeer

@@ -20,7 +20,7 @@ from pydantic import TypeAdapter
 
 from relay.cli import main
 from relay.engine import OpenAIEngine
-from relay.export import (
+from relay.offline.export import (
     AUDIO_WITHOUT_TRANSCRIPT,
     FORMATS,
     Export,
@@ -29,7 +29,9 @@ from relay.export import (
     export_recording,
 )
 from relay.mock import MockScript, MockUpstream, Reply, Rule, ToolCall
-from relay.recording import RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY, RecordingWriter, read_recording
+from relay.recording.format import RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY
+from relay.recording.writer import RecordingWriter
+from relay.recording.reader import read_recording
 from relay.tools import ToolResult, tool
 from tests.support.clients import realtime_client
 from tests.support.engine import EngineDriver

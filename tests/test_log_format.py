@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from relay.cli import main
-from relay.logs import configure_logging, resolved_format
+from relay.observe.logs import configure_logging, resolved_format
 from tests.support.keys import PROVIDER_KEY
 from tests.support.paths import REPO
 

@@ -32,7 +32,7 @@ from openai.types.realtime import (
 from pydantic import TypeAdapter
 
 from relay import __version__
-from relay.recording import (
+from relay.recording.format import (
     CLIENT_TO_RELAY,
     DIRECTIONS,
     RELAY_TO_CLIENT,
@@ -40,11 +40,10 @@ from relay.recording import (
     UPSTREAM_TO_RELAY,
     Frame,
     RecordingError,
-    RecordingWriter,
-    iter_frames,
-    read_recording,
     upstream_host,
 )
+from relay.recording.writer import RecordingWriter
+from relay.recording.reader import iter_frames, read_recording
 
 SECRET = "sk-proj-Zq9XvB2mT7wLkP4sR8nY"
 RELAY_TOKEN = "rt_5f1c9a7e3b2d4068"

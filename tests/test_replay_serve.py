@@ -12,7 +12,7 @@ from pathlib import Path
 from websockets.asyncio.client import connect
 
 from relay.mock import MockScript, MockUpstream, Reply, Rule, ToolCall
-from relay.server import RelayServer, ServerConfig
+from relay.edges.serve import RelayServer, ServerConfig
 from tests.support.paths import REPO
 
 TOOLS = '''

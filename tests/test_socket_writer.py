@@ -14,8 +14,8 @@ from websockets.asyncio.client import connect
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
-from relay.session import FrameQueue
-from relay.wsfast import socket_writer
+from relay.session.loop import FrameQueue
+from relay.transports.websockets import socket_writer
 from tests.support.clients import TIMEOUT
 
 
@@ -207,7 +207,7 @@ async def test_frames_stay_in_order_through_a_session_whose_client_falls_behind(
     everything: the first frames are written by the callback, then the socket pauses and the
     writer task sends the rest as the client reads. The client gets every frame, once, in order."""
     from relay.engine import OpenAIEngine, EngineConfig
-    from relay.session import SessionLoop
+    from relay.session.loop import SessionLoop
 
     count, padding = 600, "A" * 8_000
     all_sent = anyio.Event()
@@ -249,7 +249,7 @@ async def test_frames_stay_in_order_through_a_session_whose_client_falls_behind(
 
 
 async def test_websockets_tells_whether_a_message_waits_to_be_read() -> None:
-    from relay.wsfast import has_buffered_message
+    from relay.transports.websockets import has_buffered_message
 
     async def check(client) -> None:  # type: ignore[no-untyped-def]
         await client.send("go")
@@ -278,7 +278,7 @@ async def test_a_burst_read_in_one_go_is_relayed_in_fewer_writes_than_frames() -
     """The upstream's frames arrive in one TCP write; the relay's reader takes them one by one
     without waiting and writes to the client once it has read the last of them."""
     from relay.engine import OpenAIEngine, EngineConfig
-    from relay.session import SessionLoop
+    from relay.session.loop import SessionLoop
 
     count = 40
     frames = [json.dumps({"type": "response.output_audio.delta", "item_id": f"item_{index}", "delta": "AAAA"})
@@ -317,8 +317,8 @@ async def test_a_burst_read_in_one_go_is_relayed_in_fewer_writes_than_frames() -
 
 async def test_the_session_reads_sockets_in_64_kib_chunks_and_bigger_frames_still_arrive_whole() -> None:
     from relay.engine import OpenAIEngine, EngineConfig
-    from relay.session import SessionLoop
-    from relay.wsfast import READ_BYTES
+    from relay.session.loop import SessionLoop
+    from relay.transports.websockets import READ_BYTES
 
     big = json.dumps({"type": "response.output_audio.delta", "item_id": "item_big", "delta": "B" * 300_000})
     read_sizes: dict[str, int] = {}

@@ -13,6 +13,7 @@ from relay.dialects.base import Dialect
 from relay.dialects.foundry import AZURE, AZURE_PREVIEW, FOUNDRY
 from relay.dialects.gemini import GEMINI, GEMINI_HOST, GeminiDialect
 from relay.dialects.openai import OPENAI, OPENAI_BETA
+from relay.errors import UnusableInput
 
 DIALECTS: dict[str, Dialect] = {
     d.name: d for d in (OPENAI, OPENAI_BETA, AZURE, AZURE_PREVIEW, FOUNDRY, GEMINI)
@@ -21,8 +22,8 @@ DIALECTS: dict[str, Dialect] = {
 DIALECT_CHOICES = ("openai", "openai-beta", "azure", "foundry", "gemini")
 
 
-class DialectError(ValueError):
-    pass
+class DialectError(UnusableInput, ValueError):
+    """A dialect that does not exist, or one an upstream URL does not imply."""
 
 
 def get_dialect(name: str) -> Dialect:

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
-
-if TYPE_CHECKING:
-    from relay.dialects.replaying import ReplaySends
+from typing import Any, Literal, Protocol
 
 # Beta (and Azure preview) event names and their GA equivalents. GA servers still type
 # `conversation.item.created`; it means the same as `added`.
@@ -74,8 +71,7 @@ class Dialect:
     a client asking for the beta protocol gets (`beta`), and whether a server can open a second
     connection to a live call (`call_sideband`, what `relay attach` needs). An export asks
     whether the upstream echoes every item created, so that its frames alone are the
-    conversation (`echoes_conversation`); a replay, how a recording of this wire is read back
-    (`replay_sends`)."""
+    conversation (`echoes_conversation`)."""
 
     name: str
     wire: Literal["ga", "beta", "gemini"]
@@ -100,12 +96,6 @@ class Dialect:
             return self.beta
         return self
 
-    def replay_sends(self, id_prefix: str | None) -> ReplaySends:
-        """What replay compares of the frames sent to this wire's upstream, for a relay whose own
-        event ids start with `id_prefix` (see relay.dialects.replaying)."""
-        from relay.dialects.replaying import OpenAISends   # it reads the engine's names; see there
-
-        return OpenAISends(id_prefix)
 
     def upstream_url(self, url: str, client_path: str | None) -> str:
         """The upstream URL for a client that connected to `client_path`: the configured one."""

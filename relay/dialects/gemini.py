@@ -13,15 +13,12 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from relay.dialects.base import Dialect
 from relay.tools import Scheduling
 from relay.tools.spec import ToolSpec
-
-if TYPE_CHECKING:
-    from relay.dialects.replaying import ReplaySends
 
 GEMINI_HOST = "generativelanguage.googleapis.com"
 API_VERSIONS = ("v1beta", "v1alpha", "v1")
@@ -125,11 +122,6 @@ class GeminiDialect(Dialect):
         """None: Gemini Live has no error message; the close reason carries it."""
         return None
 
-    def replay_sends(self, id_prefix: str | None) -> ReplaySends:
-        """Setups and answers, numbered per call (see relay.dialects.replaying)."""
-        from relay.dialects.replaying import GeminiSends   # it reads the engine's names
-
-        return GeminiSends()
 
     def upstream_url(self, url: str, client_path: str | None) -> str:
         """`url` with the API version of the client's path (`v1alpha` features need a v1alpha

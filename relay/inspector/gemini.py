@@ -21,7 +21,7 @@ from relay.inspector.model import (
     SessionModel,
     TrackedResponse,
 )
-from relay.recording import Frame
+from relay.recording.format import Frame
 
 
 class GeminiParser:

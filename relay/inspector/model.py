@@ -40,7 +40,7 @@ from typing import Any, Iterable, Protocol
 
 from relay.dialects.gemini import is_gemini_message
 from relay.inspector.audio import DEFAULT_MAX_RATE, AudioFormat, SideAudio
-from relay.recording import Frame, Recording
+from relay.recording.format import Frame, Recording
 
 MODEL_VERSION = 1
 

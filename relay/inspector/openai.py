@@ -24,7 +24,7 @@ from relay.inspector.model import (
     TrackedResponse,
     as_dict,
 )
-from relay.recording import Frame
+from relay.recording.format import Frame
 
 _AUDIO_IN_TYPES = frozenset({"input_audio_buffer.append"})
 _AUDIO_OUT_TYPES = frozenset({"response.output_audio.delta"})

@@ -9,7 +9,7 @@ from typing import Any
 
 from relay.inspector.model import SessionModel, build_model
 from relay.inspector.page import write_page
-from relay.recording import Recording
+from relay.recording.format import Recording
 
 _IDS = re.compile(r"[A-Za-z0-9_\-.]+")
 

@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from relay.asgi import BodyRefused, read_body
+from relay.transports.asgi import BodyRefused, read_body
 from relay.mock.wire import ProtocolError
 
 if TYPE_CHECKING:

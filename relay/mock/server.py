@@ -29,7 +29,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request as WsRequest
 from websockets.http11 import Response as WsResponse
 
-from relay.asgi import AppServer
+from relay.transports.asgi import AppServer
 from relay.mock.faults import Faults
 from relay.mock.gemini import GEMINI, GeminiMockSession, Hangup
 from relay.mock.gemini import PATHS as GEMINI_PATHS

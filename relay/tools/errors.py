@@ -6,19 +6,21 @@ parameter type is found while the schema is built, a duplicate name while the re
 
 from __future__ import annotations
 
+from relay.errors import RelayError, UnusableInput
 
-class ToolDefinitionError(ValueError):
+
+class ToolDefinitionError(UnusableInput, ValueError):
     """A tool cannot be defined as written: bad name, unsupported parameter, duplicate name..."""
 
     __module__ = "relay.tools"  # tracebacks name it where users import it from
 
 
-class ToolLoadError(Exception):
+class ToolLoadError(UnusableInput):
     """Tools could not be loaded from a file or module given on the command line."""
 
     __module__ = "relay.tools"
 
 
-class ArgumentsError(ValueError):
+class ArgumentsError(RelayError, ValueError):
     """The model's arguments for a call do not fit the tool; the message is written for the
     model, so it can correct itself and call again."""

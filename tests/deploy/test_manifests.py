@@ -18,7 +18,8 @@ import pytest
 import yaml
 
 from relay.cli import build_parser
-from relay.config import DEFAULT_PORT, tool_registry
+from relay.edges.config import DEFAULT_PORT
+from relay.tools.sources import tool_registry
 from relay.mock import MockUpstream
 from tests.support.clients import TIMEOUT
 from tests.support.paths import REPO

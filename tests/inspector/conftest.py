@@ -16,7 +16,7 @@ from tests.support.paths import REPO
 
 @pytest.fixture(scope="session")
 def demo_recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from relay.demo import EXAMPLE_TOOLS, run_demo
+    from relay.cli.demo import EXAMPLE_TOOLS, run_demo
 
     directory = tmp_path_factory.mktemp("demo")
     out = io.StringIO()

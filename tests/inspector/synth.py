@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from relay.inspector.audio import mulaw_encode
-from relay.recording import RecordingWriter
+from relay.recording.writer import RecordingWriter
 
 PREFIX = "rs_test"
 

@@ -18,9 +18,9 @@ import pytest
 from websockets.exceptions import InvalidStatus
 
 from relay.inspector import build_model
-from relay.metrics import TrafficTap
+from relay.observe.metrics import TrafficTap
 from relay.mock import MockUpstream
-from relay.recording import read_recording
+from relay.recording.reader import read_recording
 from tests.support.clients import http_get, inspector_feed, realtime_client
 from tests.support.keys import PROVIDER_KEY, RELAY_TOKEN
 from tests.support.relays import relay_for, weather_turn

@@ -14,12 +14,12 @@ from typing import Any
 import anyio
 import pytest
 
-from relay.config import ServerConfig
+from relay.edges.config import ServerConfig
 from relay.dialects import OPENAI
 from relay.inspector.live import LiveHub, asgi_app, serve_inspector
 from relay.inspector.live import hub as hub_module
 from relay.mock import MockUpstream
-from relay.server import RelayServer
+from relay.edges.serve import RelayServer
 from tests.support.clients import TIMEOUT, http_get, inspector_feed
 from tests.support.frames import said
 from tests.support.keys import PROVIDER_KEY, RELAY_TOKEN

@@ -22,7 +22,8 @@ from relay.inspector.audio import (
     openai_format,
     page_rate,
 )
-from relay.recording import Frame, read_recording
+from relay.recording.format import Frame
+from relay.recording.reader import read_recording
 from tests.support.paths import shared_dir
 from tests.inspector import synth
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from relay.inspector import build_model
-from relay.recording import read_recording
+from relay.recording.reader import read_recording
 from relay.tools import tool
 from tests.inspector import synth
 from tests.support.browser import make_page, open_page, page_errors, screenshot, wait_for

@@ -17,7 +17,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 from websockets.asyncio.client import connect
 
-from relay.asgi import READ_TIMEOUT, AppServer, BodyRefused, read_body
+from relay.transports.asgi import READ_TIMEOUT, AppServer, BodyRefused, read_body
 from relay.mock import MockUpstream
 from tests.support.clients import TIMEOUT
 

@@ -34,7 +34,7 @@ def test_examples_are_the_files_the_package_ships() -> None:
 
 
 def test_the_demo_uses_the_packaged_tools_by_module_name() -> None:
-    from relay.demo import EXAMPLE_TOOLS
+    from relay.cli.demo import EXAMPLE_TOOLS
     from relay.tools import ToolRegistry
 
     assert EXAMPLE_TOOLS == "relay.examples.tools"

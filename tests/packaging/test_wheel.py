@@ -116,7 +116,7 @@ def test_the_wheel_holds_the_package_and_its_data_but_no_tests_or_docs(built: Bu
         "opentelemetry-api<2,>=1.27", "opentelemetry-sdk<2,>=1.27", "opentelemetry-exporter-otlp-proto-http<2,>=1.27"}
     entry_points = zipfile.ZipFile(built.wheel).read(f"{dist_info}/entry_points.txt").decode()
     assert "relay = relay.cli:main" in entry_points
-    assert "[pytest11]\nrelay = relay.pytest_plugin" in entry_points
+    assert "[pytest11]\nrelay = relay.offline.pytest_plugin" in entry_points
 
 
 def test_the_sdist_holds_the_tests_docs_examples_and_scripts(built: Built) -> None:

@@ -12,9 +12,9 @@ import pytest
 from websockets.exceptions import InvalidStatus
 
 from relay.dialects import OPENAI
-from relay.logs import Redactor
+from relay.observe.logs import Redactor
 from relay.mock import MockScript, MockUpstream, Reply, Rule, ToolCall
-from relay.upstream import AccessToken, Upstream
+from relay.edges.upstream import AccessToken, Upstream
 from tests.support.clients import gemini_client
 from tests.support.frames import function_call_outputs, model_call_ids, user_text
 from tests.support.keys import PROVIDER_KEY, RELAY_TOKEN

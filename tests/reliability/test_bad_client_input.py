@@ -12,7 +12,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 
 from relay.mock import MockUpstream
-from relay.policy import EventBudget
+from relay.session.policy import EventBudget
 from tests.support.clients import gemini_client
 from tests.support.frames import frame_of_size, user_text
 from tests.support.keys import PROVIDER_KEY, RELAY_TOKEN

@@ -13,7 +13,7 @@ from websockets.asyncio.server import ServerConnection
 
 from relay.mock import Faults, MockScript, MockUpstream, Reply, Rule, ToolCall
 from relay.engine import Notice
-from relay.server import ProxySession, RelayServer, ServerConfig
+from relay.edges.serve import ProxySession, RelayServer, ServerConfig
 from tests.support.clients import http_get, parse_exposition
 from tests.support.frames import frame_of_size, function_call_outputs, model_call_ids, session_created, user_text
 from tests.support.keys import PROVIDER_KEY

@@ -21,9 +21,9 @@ import anyio
 import pytest
 from websockets.asyncio.server import ServerConnection
 
-import relay.server
+import relay.edges.serve
 from relay.mock import Faults, MockScript, MockUpstream, Reply, Rule, StreamOptions, ToolCall
-from relay.recording import RecordingWriter
+from relay.recording.writer import RecordingWriter
 from relay.tools import tool
 from tests.support.clients import TIMEOUT, RealtimeClient
 from tests.support.frames import function_call_outputs, model_call_ids, session_created, user_text
@@ -309,7 +309,7 @@ class FillingDisk:
 async def test_a_disk_that_fills_up_mid_session_stops_the_recording_not_the_session(
         guard: LeakGuard, mock: MockUpstream, monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:
-    monkeypatch.setattr(relay.server, "RecordingWriter",
+    monkeypatch.setattr(relay.edges.serve, "RecordingWriter",
                         functools.partial(RecordingWriter, opener=lambda path: FillingDisk(path, 3000)))
     async with guard.relay(mock) as server, guard.client(server) as client:
         for _ in range(2):

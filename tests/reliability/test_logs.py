@@ -7,7 +7,7 @@ import logging
 import pytest
 from websockets.frames import Frame, Opcode
 
-from relay.logs import REDACTED, RedactingLogger, Redactor
+from relay.observe.logs import REDACTED, RedactingLogger, Redactor
 from tests.support.keys import PROVIDER_KEY
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from relay.metrics import PUBLISH_EVERY, Metrics
+from relay.observe.metrics import PUBLISH_EVERY, Metrics
 from relay.mock import MockUpstream
 from tests.support.clients import http_get, parse_exposition, realtime_client
 from tests.support.keys import PROVIDER_KEY

@@ -13,8 +13,9 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from relay.mock import Faults, MockScript, MockUpstream, Reply, StreamOptions
-from relay.config import ConfigError, ServerConfig
-from relay.server import RelayServer
+from relay.errors import ConfigError
+from relay.edges.config import ServerConfig
+from relay.edges.serve import RelayServer
 from relay.tools import tool
 from tests.support.clients import TIMEOUT, http_get, realtime_client
 from tests.support.frames import user_text

@@ -15,8 +15,8 @@ import pytest
 
 from relay import __version__
 from relay.mock import MockUpstream
-from relay.recording import read_recording
-from relay.upstream import AccessToken
+from relay.recording.reader import read_recording
+from relay.edges.upstream import AccessToken
 from tests.support.clients import TIMEOUT, http_get, parse_exposition, realtime_client
 from tests.support.keys import PROVIDER_KEY, RELAY_TOKEN
 from tests.support.processes import next_log_line, python_process, relay_process

@@ -16,9 +16,23 @@ import pytest
 from relay.cli import main
 from relay.dialects import AZURE, FOUNDRY, OPENAI, OPENAI_BETA
 from relay.engine import Notice
-from relay.logs import REDACTED, JsonFormatter, RedactingLogger, Redactor, TextFormatter, configure_logging
-from relay.metrics import Metrics, TrafficTap
-from relay.upstream import AccessToken, TokenCache, Upstream, display_host, key_from_environment, merged_url
+from relay.observe.logs import (
+    REDACTED,
+    JsonFormatter,
+    RedactingLogger,
+    Redactor,
+    TextFormatter,
+    configure_logging,
+)
+from relay.observe.metrics import Metrics, TrafficTap
+from relay.edges.upstream import (
+    AccessToken,
+    TokenCache,
+    Upstream,
+    display_host,
+    key_from_environment,
+    merged_url,
+)
 
 
 def test_the_client_query_is_passed_on_without_credentials() -> None:
@@ -170,8 +184,8 @@ def test_the_command_line_refuses_a_config_that_cannot_work(
 
 
 def test_import_relay_stays_light_and_serve_is_there_on_demand() -> None:
-    code = ("import relay, sys; assert 'websockets' not in sys.modules and 'relay.server' not in sys.modules; "
-            "assert callable(relay.serve) and 'relay.server' in sys.modules")
+    code = ("import relay, sys; assert 'websockets' not in sys.modules and 'relay.edges.serve' not in sys.modules; "
+            "assert callable(relay.serve) and 'relay.edges.serve' in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=30)
 
 
@@ -193,7 +207,7 @@ async def test_a_client_cannot_join_a_live_call_through_the_proxy() -> None:
     from websockets.exceptions import InvalidStatus
 
     from relay.mock import MockUpstream
-    from relay.server import RelayServer, ServerConfig
+    from relay.edges.serve import RelayServer, ServerConfig
 
     async with MockUpstream() as mock:
         call_id = mock.create_call()

@@ -237,7 +237,7 @@ def test_the_relay_runs_unchanged_without_opentelemetry(tmp_path: Any) -> None:
     environment = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", "PATH": "/usr/bin:/bin"}
     subprocess.run([sys.executable, "-c", code, TRACEPARENT], check=True, timeout=60, cwd=REPO,
                    env=environment)
-    startup = ("import sys, relay.cli, relay.server, relay.session, relay.runner, relay.tracing; "
+    startup = ("import sys, relay.cli, relay.edges.serve, relay.session.loop, relay.session.runner, relay.observe.tracing; "
                "assert not [m for m in sys.modules if m.startswith('opentelemetry')], 'imported at startup'")
     subprocess.run([sys.executable, "-c", startup], check=True, timeout=60, cwd=REPO, env={"PATH": "/usr/bin:/bin"})
 
@@ -317,7 +317,7 @@ def test_a_session_trace_from_notices_alone(spans_of: tuple[TracerProvider, InMe
     answered and a call still open end with the session, a failed response is an error, a call
     that never ran (an unknown tool) still gets its span, a handler's exception is recorded."""
     from relay.engine import Notice
-    from relay.tracing import Tracing
+    from relay.observe.tracing import Tracing
 
     provider, exporter = spans_of
     trace = Tracing(provider.get_tracer("test")).session(session_id="rs_1", mode="proxy", dialect="gemini",

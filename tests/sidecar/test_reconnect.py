@@ -19,10 +19,10 @@ from websockets.exceptions import ConnectionClosedError
 
 from relay.engine import CallState, OpenAIEngine, EngineConfig
 from relay.mock import Faults, MockUpstream, Reply
-from relay.session import SessionEnd
+from relay.session.loop import SessionEnd
 from relay import attach
-from relay.sidecar import CallEnded, Sidecar, SidebandLoop, SidecarConfig
-from relay.upstream import UpstreamUnavailable
+from relay.edges.attach import CallEnded, Sidecar, SidebandLoop, SidecarConfig
+from relay.edges.upstream import UpstreamUnavailable
 from tests.support.clients import TIMEOUT, http_request
 from tests.support.frames import outputs_received, said
 from tests.support.peers import MemoryPeer

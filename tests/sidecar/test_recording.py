@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from relay.mock import MockUpstream
-from relay.replay import replay_async
+from relay.offline.replay import replay_async
 from tests.support.frames import said
 from tests.support.relays import accepted_call, sidecar_on
 from tests.support.tools import WEATHER_SCRIPT, get_weather

@@ -24,8 +24,8 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from relay.mock import MockUpstream
-from relay.session import SessionEnd
-from relay.webhooks import (
+from relay.session.loop import SessionEnd
+from relay.edges.sidecar import (
     AcceptFailed,
     CallRequestFailed,
     CallsAPI,

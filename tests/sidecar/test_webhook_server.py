@@ -17,9 +17,9 @@ import pytest
 from relay import __version__
 from relay.inspector.live import LiveHub
 from relay.mock import MockUpstream
-from relay.config import ConfigError
-from relay.session import SessionEnd
-from relay.webhooks import SidecarServer, SidecarServerConfig, signed_headers
+from relay.errors import ConfigError
+from relay.session.loop import SessionEnd
+from relay.edges.sidecar import SidecarServer, SidecarServerConfig, signed_headers
 from tests.support.clients import TIMEOUT, http_request, inspector_feed
 from tests.support.keys import RELAY_TOKEN
 from tests.support.frames import outputs_received, said

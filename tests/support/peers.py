@@ -14,8 +14,8 @@ from websockets.exceptions import ConnectionClosedOK
 from websockets.frames import Close
 
 from relay.engine import EngineConfig, OpenAIEngine
-from relay.recording import RecordingWriter
-from relay.session import SessionLoop
+from relay.recording.writer import RecordingWriter
+from relay.session.loop import SessionLoop
 from tests.support.local_mock import LocalMock, model_call
 
 

@@ -39,12 +39,12 @@ from websockets.http11 import Request, Response
 from relay import __version__
 from relay.dialects import Dialect
 from relay.dialects.base import TOKEN_SUBPROTOCOL
-from relay.handshake import INSPECTOR_SUBPROTOCOL, presents_token, select_subprotocol
+from relay.edges.handshake import INSPECTOR_SUBPROTOCOL, presents_token, select_subprotocol
 from relay.inspector.live.feed import ChannelClosed, FeedConnection
 from relay.inspector.live.hub import LiveHub
 from relay.inspector.model import SessionModel
 from relay.inspector.page import PAGE_POLICY, asset, fill_template, script_json
-from relay.logs import WEBSOCKET_LOGGER, RedactingLogger, Redactor
+from relay.observe.logs import WEBSOCKET_LOGGER, RedactingLogger, Redactor
 
 log = logging.getLogger("relay.inspector")
 

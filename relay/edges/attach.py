@@ -28,15 +28,16 @@ import anyio
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
-from relay.config import EdgeRuntime, SidecarConfig, ToolSources
+from relay.edges.config import EdgeRuntime, SidecarConfig
+from relay.tools.sources import ToolSources
 from relay.engine import Engine, Notice, OpenAIEngine
 from relay.inspector.live import LiveHub, LiveTap
-from relay.logs import log_notice
-from relay.policy import close_info
-from relay.recording import RecordingWriter
-from relay.session import Peer, SessionEnd, SessionLoop, close_quietly
-from relay.tracing import SessionTrace, Tracing, tracing_for
-from relay.upstream import UpstreamUnavailable
+from relay.observe.logs import log_notice
+from relay.session.policy import close_info
+from relay.recording.writer import RecordingWriter
+from relay.session.loop import Peer, SessionEnd, SessionLoop, close_quietly
+from relay.observe.tracing import SessionTrace, Tracing, tracing_for
+from relay.edges.upstream import UpstreamUnavailable
 
 __all__ = ["CallEnded", "Sidecar", "SidecarConfig", "SidecarRuntime", "SidebandLoop", "attach"]
 

@@ -36,8 +36,9 @@ from collections import Counter
 from typing import Any, Callable, Container, Iterator
 
 from relay.engine import Notice
-from relay.exits import UnusableInput
-from relay.recording import DIRECTIONS, RecordingWriter
+from relay.errors import UnusableInput
+from relay.recording.format import DIRECTIONS
+from relay.recording.writer import RecordingWriter
 
 log = logging.getLogger("relay.metrics")
 

@@ -11,6 +11,7 @@ written so it can be replayed with `relay replay`.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -22,9 +23,15 @@ from typing import Any
 import anyio
 from websockets.asyncio.client import connect
 
+from relay.cli.options import (
+    RECORD,
+    Command,
+    check_record_dir,
+    option,
+)
+from relay.edges.serve import RelayServer, ServerConfig
 from relay.engine import Notice
 from relay.mock import MockScript, MockUpstream, Reply, Rule, ToolCall
-from relay.server import RelayServer, ServerConfig
 
 # A module name, not a path: it loads from the installed package, whatever the working directory.
 EXAMPLE_TOOLS = "relay.examples.tools"
@@ -275,7 +282,7 @@ async def run_demo(*, tools: str, record_dir: str | None, color: bool, out: Any 
 def write_inspector_page(recording: Path) -> Path:
     """The session's inspector page, beside its recording."""
     from relay.inspector import build_model, write_page
-    from relay.recording import read_recording
+    from relay.recording.reader import read_recording
 
     return write_page(build_model(read_recording(recording)), recording.with_suffix(".html"))
 
@@ -283,3 +290,28 @@ def write_inspector_page(recording: Path) -> Path:
 def run_demo_command(*, tools: str, record_dir: str | None, color: bool) -> int:
     """`relay demo`: the whole demo, in a new event loop."""
     return anyio.run(lambda: run_demo(tools=tools, record_dir=record_dir, color=color))
+
+
+# ---- the command ---------------------------------------------------------------------------
+
+DEMO_OPTIONS = (
+    option("--tools", default=str(EXAMPLE_TOOLS),
+           help=f"a .py file or module with @tool functions (default: {EXAMPLE_TOOLS}, the example "
+                "tools the package ships; examples/tools.py in a checkout)"),
+    RECORD.but(default="recordings", help="where to write the session's recording (default: ./recordings)"),
+    option("--no-record", field=None, action="store_true", help="do not record the session"),
+    option("--color", field=None, choices=("auto", "always", "never"), default="auto",
+           help="colour the timeline (default auto: when standard output is a terminal)"),
+)
+
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.no_record:
+        check_record_dir(args.record)
+    color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
+    return run_demo_command(tools=args.tools, record_dir=None if args.no_record else args.record, color=color)
+
+
+
+COMMAND = Command(DEMO_OPTIONS, run)

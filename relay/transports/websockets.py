@@ -32,7 +32,7 @@ from websockets.asyncio.connection import Connection as WebSocketConnection
 from websockets.protocol import State as WebSocketState
 
 if TYPE_CHECKING:
-    from relay.session import FrameQueue
+    from relay.session.loop import FrameQueue
 
 # the most asyncio reads from a socket at once: its default (256 KiB) is over glibc's mmap
 # threshold, so each read could map and unmap a fresh buffer (see read_in_smaller_chunks)

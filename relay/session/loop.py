@@ -26,7 +26,7 @@ from websockets.exceptions import ConnectionClosed
 
 from relay.engine import Action, CancelHandler, Close, Engine, Notice, Outcome, SendClient, SendUpstream
 from relay.engine import StartHandler
-from relay.policy import (
+from relay.session.policy import (
     BAD_GATEWAY,
     DEFAULT_QUEUE_BYTES,
     EventBudget,
@@ -35,8 +35,14 @@ from relay.policy import (
     sendable_close_code,
     short_close_reason,
 )
-from relay.runner import HandlerRunner, HandlerScope
-from relay.wsfast import BATCH_BYTES, abort, has_buffered_message, read_in_smaller_chunks, socket_writer
+from relay.session.runner import HandlerRunner, HandlerScope
+from relay.transports.websockets import (
+    BATCH_BYTES,
+    abort,
+    has_buffered_message,
+    read_in_smaller_chunks,
+    socket_writer,
+)
 
 log = logging.getLogger("relay.session")
 

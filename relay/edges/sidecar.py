@@ -55,13 +55,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
-from relay.asgi import AppServer, BodyRefused, read_body
-from relay.config import ConfigError, SidecarConfig
+from relay.transports.asgi import AppServer, BodyRefused, read_body
+from relay.errors import ConfigError
+from relay.edges.config import SidecarConfig
 from relay.inspector.live import BASE_PATH as INSPECTOR_PATH
 from relay.inspector.live import LiveHub, asgi_app
-from relay.policy import DEFAULT_DRAIN_SECONDS
-from relay.sidecar import Sidecar, SidecarRuntime
-from relay.upstream import UpstreamUnavailable, display_host
+from relay.session.policy import DEFAULT_DRAIN_SECONDS
+from relay.edges.attach import Sidecar, SidecarRuntime
+from relay.edges.upstream import UpstreamUnavailable, display_host
 
 log = logging.getLogger("relay.webhooks")
 

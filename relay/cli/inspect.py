@@ -12,11 +12,11 @@ import sys
 import webbrowser
 from pathlib import Path
 
-from relay.exits import UnusableInput
+from relay.errors import UnusableInput
 from relay.inspector.audio import DEFAULT_MAX_RATE
 from relay.inspector.model import build_model
 from relay.inspector.page import write_page
-from relay.recording import load_recording
+from relay.recording.reader import load_recording
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

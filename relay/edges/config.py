@@ -20,53 +20,25 @@ from urllib.parse import urlsplit
 
 from relay import __version__
 from relay.dialects import Dialect, DialectError, resolve_dialect
+from relay.edges.upstream import TokenProvider, Upstream, default_upstream
 from relay.engine import DEFAULT_HISTORY_LIMIT, EngineConfig, Notice
-from relay.logs import Redactor
-from relay.policy import (
+from relay.errors import ConfigError
+from relay.observe.logs import Redactor
+from relay.recording.writer import RecordingWriter
+from relay.session.policy import (
     DEFAULT_DRAIN_SECONDS,
     DEFAULT_MAX_CLIENT_EVENTS_PER_SECOND,
     DEFAULT_MAX_FRAME_BYTES,
     DEFAULT_OPEN_TIMEOUT,
     DEFAULT_QUEUE_BYTES,
 )
-from relay.recording import RecordingWriter
-from relay.tools import ToolDefinitionError, ToolLoadError, ToolRegistry
-from relay.tools.loading import load_tools
 from relay.tools.render import DEFAULT_OUTPUT_LIMIT
-from relay.tools.spec import ToolSpec
-from relay.upstream import TokenProvider, Upstream, default_upstream
+from relay.tools.sources import ToolSources, tool_registry
 
 DEFAULT_PORT = 8000
 AUTH_TOKEN_ENV = "RELAY_AUTH_TOKEN"
 DEFAULT_RECONNECT_ATTEMPTS = 6
 DEFAULT_RECONNECT_DELAY = 0.2
-
-ToolSources = Sequence[str | ToolSpec | Callable[..., Any]] | ToolRegistry
-"""What a configuration lists as its tools: files or modules by name (`--tools`), decorated or
-plain functions, specs; or a ready registry."""
-
-
-class ConfigError(ValueError):
-    """The edge cannot start with this configuration; the message says what to change."""
-
-
-def tool_registry(tools: ToolSources) -> ToolRegistry:
-    """One registry from what a configuration lists (see `ToolSources`); a registry is used as it
-    is. A tool that cannot be loaded or defined is a ConfigError."""
-    if isinstance(tools, ToolRegistry):
-        return tools
-    registry = ToolRegistry()
-    try:
-        for source in tools:
-            if isinstance(source, str):
-                for spec in load_tools(source):
-                    registry.add(spec)
-            else:
-                registry.add(source)
-    except (ToolLoadError, ToolDefinitionError) as exc:
-        raise ConfigError(str(exc)) from None
-    return registry
-
 
 def upstream_dialect(upstream: str, dialect: str | None) -> Dialect:
     """The dialect to speak to a ws:// or wss:// upstream: `dialect` if given, else inferred from

@@ -31,17 +31,16 @@ from typing import Any, Callable, Literal, Mapping, get_args
 
 from relay.engine import CallLedger, CallState, Engine, EngineConfig, Owner, new_engine
 from relay.engine.conversation import Conversation, ItemRecord
-from relay.exits import UnusableInput
-from relay.recording import (
+from relay.errors import UnusableInput
+from relay.recording.format import (
     CLIENT_TO_RELAY,
     RELAY_TO_UPSTREAM,
     UPSTREAM_TO_RELAY,
     Frame,
     Recording,
     RecordingError,
-    load_recording,
-    read_recording,
 )
+from relay.recording.reader import load_recording, read_recording
 
 Format = Literal["openai-chat", "anthropic", "gemini", "vapi"]
 FORMATS: tuple[str, ...] = get_args(Format)
@@ -55,7 +54,7 @@ _SPOKEN_OR_WRITTEN = frozenset(
 )
 
 
-class ExportError(ValueError):
+class ExportError(UnusableInput, ValueError):
     """The source cannot be exported at all (unknown format, unreadable or foreign recording)."""
 
 

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from relay.replay import ReplayResult
+    from relay.offline.replay import ReplayResult
     from relay.tools import ToolRegistry
 
 RECORDINGS_OPTION = "--relay-recordings"
@@ -98,13 +98,13 @@ class RelayReplay:
         self._config = config
 
     def __call__(self, recording: str | Path, tools: Any = None, **options: Any) -> ReplayResult:
-        from relay.replay import replay
+        from relay.offline.replay import replay
 
         return replay(recording, self._tools(tools), **self._options(options))
 
     async def replay_async(self, recording: str | Path, tools: Any = None, **options: Any) -> ReplayResult:
         """The same, from an async test."""
-        from relay.replay import replay_async
+        from relay.offline.replay import replay_async
 
         return await replay_async(recording, self._tools(tools), **self._options(options))
 
@@ -140,7 +140,8 @@ def tool_registry_for(config: pytest.Config) -> ToolRegistry:
     directory pytest was started in too, as the relay command does)."""
     registry = config.stash.get(_REGISTRY, None)
     if registry is None:
-        from relay.config import ConfigError, tool_registry
+        from relay.errors import ConfigError
+        from relay.tools.sources import tool_registry
 
         started_in = str(config.invocation_params.dir)
         if started_in not in sys.path:
@@ -190,8 +191,8 @@ class RecordingItem(pytest.Item):
     docstring for what passes)."""
 
     def runtest(self) -> None:
-        from relay.recording import RecordingError
-        from relay.replay import replay
+        from relay.offline.replay import replay
+        from relay.recording.format import RecordingError
 
         gate_timeout = self.config.getoption("--relay-gate-timeout")
         options = {} if gate_timeout is None else {"gate_timeout": gate_timeout}

@@ -15,7 +15,7 @@ and are not compared. Plain event logs (server events only, like ../shared/recor
 without gating and report what the relay would have done.
 
 The recording says its dialect (`Recording.dialect`), and the dialect says how its frames are
-read back (`Dialect.replay_sends`, relay/dialects/replaying.py): which are fed to the engine, which
+read back (`replay_sends` in relay/offline/replaying.py): which are fed to the engine, which
 sends are compared and by what key. Gemini Live recordings replay on a `GeminiEngine`, with the
 server's binary frames as they were; there the relay's sends are its answers, one
 `FunctionResponse` at a time, matched by call id and by their order for that call, and the setup
@@ -36,9 +36,7 @@ from typing import Any, Callable
 
 import anyio
 
-from relay.config import ToolSources, tool_registry
 from relay.dialects import Dialect, get_dialect
-from relay.dialects.replaying import Key, ReplaySends, clip, json_object
 from relay.engine import (
     Action,
     CancelHandler,
@@ -49,10 +47,13 @@ from relay.engine import (
     StartHandler,
     new_engine,
 )
-from relay.exits import UnusableInput
-from relay.recording import Frame, Recording, load_recording, read_recording
-from relay.runner import HandlerRunner
+from relay.errors import UnusableInput
+from relay.offline.replaying import Key, ReplaySends, clip, json_object, replay_sends
+from relay.recording.format import Frame, Recording
+from relay.recording.reader import load_recording, read_recording
+from relay.session.runner import HandlerRunner
 from relay.tools import ToolRegistry
+from relay.tools.sources import ToolSources, tool_registry
 
 log = logging.getLogger("relay.replay")
 
@@ -197,8 +198,8 @@ class _Replayer:
         self.engine = new_engine(registry, dialect=dialect, config=config,
                                  session_id=str(header.get("session_id", recording.path.stem)),
                                  id_prefix=self.id_prefix or "replay")
-        self._produced_sends = dialect.replay_sends(self.engine.id_prefix)
-        self._recorded_sends = dialect.replay_sends(self.id_prefix)
+        self._produced_sends = replay_sends(dialect, self.engine.id_prefix)
+        self._recorded_sends = replay_sends(dialect, self.id_prefix)
         self.base_time = _epoch(header.get("started_at"))
         self.now = self.base_time
         self.realtime = realtime

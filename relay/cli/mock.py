@@ -13,7 +13,9 @@ import signal
 
 from pydantic import ValidationError
 
-from relay.exits import UnusableInput, cannot_listen, validation_line
+from relay.cli.exits import validation_line
+from relay.cli.options import LOGGING, port_number, read_text_input
+from relay.errors import UnusableInput, cannot_listen
 from relay.mock.gemini import GEMINI
 from relay.mock.script import MockScript
 from relay.mock.server import MockUpstream, RestPortUnavailable
@@ -23,8 +25,6 @@ DEFAULT_PORT = 8765
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from relay.cli import LOGGING, port_number   # the options every command shares, defined once there
-
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     parser.add_argument("--port", type=port_number, default=DEFAULT_PORT,
                         help=f"WebSocket port, 0 for any free port (default: {DEFAULT_PORT})")
@@ -47,8 +47,6 @@ def rest_port_of(args: argparse.Namespace) -> int:
 
 def load_script(path: str) -> MockScript:
     """The script in `path`, or UnusableInput saying in one line why it cannot be used."""
-    from relay.cli import read_text_input
-
     text = read_text_input(path, "--script")
     try:
         return MockScript.model_validate_json(text)

@@ -17,7 +17,7 @@ from typing import Awaitable, Callable, Sequence
 
 import anyio
 
-from relay.exits import cannot_listen
+from relay.errors import cannot_listen
 
 log = logging.getLogger("relay.process")
 

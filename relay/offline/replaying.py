@@ -1,9 +1,7 @@
 """How a recorded session of each wire is read back for replay: which frames the engine under
 test is fed, which of the relay's sends are compared and by what key (free of the ids the relay
 chose), what part of each must match, and what the timeline shows of the upstream's frames.
-`relay.replay` runs the comparison; `Dialect.replay_sends` gives a side of it its reader here.
-
-Imported on demand: it reads names the engine defines, and the engine imports the dialects.
+`relay.offline.replay` runs the comparison; `replay_sends` gives a side of it its reader here.
 """
 
 from __future__ import annotations
@@ -17,7 +15,8 @@ from relay.engine.openai import CLIENT_PASSTHROUGH, UPSTREAM_PASSTHROUGH
 from relay.engine.sequencer import META_CALLS, META_EVENT, META_KIND
 
 if TYPE_CHECKING:
-    from relay.recording import Frame
+    from relay.dialects import Dialect
+    from relay.recording.format import Frame
 
 Key = tuple[str, ...]
 Sent = tuple[Key, dict[str, Any]]   # what a send is (its key), and the part compared
@@ -227,3 +226,10 @@ class GeminiSends(ReplaySends):
         if isinstance(ids, list):
             lines.append(f"recv  cancellation of {', '.join(map(str, ids))}")
         return lines
+
+
+def replay_sends(dialect: Dialect, id_prefix: str | None) -> ReplaySends:
+    """What replay compares of the frames sent to `dialect`'s upstream, for a relay whose own
+    event ids start with `id_prefix`: Gemini's setups and answers numbered per call, or the
+    OpenAI family's events keyed free of the relay's ids."""
+    return GeminiSends() if dialect.wire == "gemini" else OpenAISends(id_prefix)

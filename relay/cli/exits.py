@@ -17,8 +17,8 @@ broken input (2) from a regression (1).
 from __future__ import annotations
 
 import json
-import os
-import socket
+
+from relay.errors import UnusableInput
 
 OK = 0
 FINDING = 1
@@ -29,20 +29,6 @@ INTERRUPTED = 130
 TRACEBACK_ENV = "RELAY_TRACEBACK"
 
 
-class UnusableInput(Exception):
-    """Input or usage a command cannot work with; the message is the one line the user sees."""
-
-
-def cannot_listen(host: str, port: int, exc: OSError, *, what: str = "", hint: str = "") -> UnusableInput:
-    """The error for an address that cannot be listened on (`what` says which of a command's
-    listeners, `hint` which option changes it)."""
-    reason = exc.strerror or str(exc)
-    if isinstance(exc.errno, int) and exc.errno > 0 and not isinstance(exc, socket.gaierror):
-        reason = os.strerror(exc.errno)   # asyncio's own text repeats the address
-    where = f" for {what}" if what else ""
-    return UnusableInput(f"cannot listen on {host}:{port}{where}: {reason}{'; ' + hint if hint else ''}")
-
-
 def one_line(text: str) -> str:
     """`text` on one line: line breaks (and the indentation after them) become single spaces."""
     return " ".join(part.strip() for part in text.splitlines() if part.strip())
@@ -50,20 +36,18 @@ def one_line(text: str) -> str:
 
 def refusal(exc: BaseException) -> str | None:
     """The one line for an error that means a command's input cannot be used, or None when the
-    error is not one of those (a bug). Exception groups of one such error count as that error."""
-    # imported here: the modules are loaded by the commands that raise their errors anyway
-    from pydantic import ValidationError
-
-    from relay.config import ConfigError
-    from relay.export import ExportError
-    from relay.recording import RecordingError
-    from relay.tools import ToolDefinitionError, ToolLoadError
+    error is not one of those (a bug). Every input error the relay raises derives from
+    `UnusableInput` (`relay.errors`); besides those, a pydantic ValidationError (a file that does
+    not fit its model) and an OSError naming a file. Exception groups of one such error count as
+    that error."""
+    from pydantic import (
+        ValidationError,  # here: only a failing command pays for importing it
+    )
 
     if isinstance(exc, BaseExceptionGroup):
         lines = [refusal(inner) for inner in exc.exceptions]
         return lines[0] if len(lines) == 1 else None
-    if isinstance(exc, (UnusableInput, ConfigError, RecordingError, ExportError, ToolLoadError,
-                        ToolDefinitionError)):
+    if isinstance(exc, UnusableInput):
         return one_line(str(exc))
     if isinstance(exc, ValidationError):
         return validation_line(exc)

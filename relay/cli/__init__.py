@@ -1,0 +1,124 @@
+"""The `relay` command line: one subcommand per job, each in a module of its own here.
+
+COMMANDS maps each subcommand to its module (which provides `COMMAND`: `configure(parser)` and
+`run(args) -> int`, or the two as module functions) and its one-line help. Only the module of the
+command being run is imported: `relay --help` and `relay --version` import none of them, so the
+command starts at once, and a command imports only what it uses. The options the commands share
+are defined once in `relay.cli.options`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+import traceback
+from typing import Any, Sequence
+
+from relay import __version__
+from relay.cli.exits import (
+    INTERNAL_ERROR,
+    INTERRUPTED,
+    TRACEBACK_ENV,
+    UNUSABLE,
+    one_line,
+    refusal,
+)
+
+# subcommand -> (where it is defined, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("relay.cli.demo", "see the relay at work on the embedded mock upstream (no key needed)"),
+    "mock": ("relay.cli.mock", "run the mock realtime upstream (no key, no network)"),
+    "replay": ("relay.cli.replay",
+               "replay a recorded session against your tools and report what changed"),
+    "inspect": ("relay.cli.inspect",
+                "write a recorded session as one HTML page: a timeline to look at and listen to"),
+    "export": ("relay.cli.export",
+               "export a recorded conversation as OpenAI chat, Anthropic, Gemini or Vapi JSON"),
+    "serve": ("relay.cli.serve",
+              "proxy realtime clients to OpenAI, Azure, Foundry or Gemini Live and run tools in their sessions"),
+    "attach": ("relay.cli.attach",
+               "attach to a live WebRTC or SIP call by call_id and run tools beside it"),
+    "sidecar": ("relay.cli.sidecar",
+                "accept incoming SIP calls from signed webhooks and attach to each with tools"),
+}
+
+
+def _command(module_name: str) -> Any:
+    """What configures and runs a subcommand: its module's `COMMAND`, or the module itself."""
+    module = importlib.import_module(module_name)
+    return getattr(module, "COMMAND", module)
+
+
+def _chosen(argv: Sequence[str]) -> str | None:
+    """The subcommand `argv` names (the first argument that is not an option), if any."""
+    return next((arg for arg in argv if not arg.startswith("-")), None)
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or one where only the command `only` names (none, for "")
+    has its options and the others carry their help line alone: what `main` builds, so that only
+    the command being run is imported."""
+    parser = argparse.ArgumentParser(
+        prog="relay",
+        description="Run an application's tools server-side in realtime speech-to-speech sessions.",
+    )
+    parser.add_argument("--version", action="version", version=f"relay {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module_name, help_text) in COMMANDS.items():
+        command_parser = sub.add_parser(name, help=help_text, description=help_text)
+        if only is None or name == only:
+            command = _command(module_name)
+            command.configure(command_parser)
+            command_parser.set_defaults(_run=command.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; its exit status (`relay.cli.exits`). The one place that turns what a command
+    raises into one line on stderr: a log line for the commands that log (JSON or text, as
+    `--log-format` says), `relay COMMAND: ...` for the others; never a traceback."""
+    argv = sys.argv[1:] if argv is None else argv
+    chosen = _chosen(argv)
+    parser = build_parser(only=chosen if chosen in COMMANDS else "")   # "": none configured
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help(sys.stderr)
+        return UNUSABLE
+    logs = hasattr(args, "log_format")
+    if logs:
+        from relay.observe.logs import configure_logging
+
+        configure_logging(args.log_format, level=args.log_level)
+    try:
+        return int(args._run(args) or 0)
+    except KeyboardInterrupt:
+        return INTERRUPTED
+    except Exception as exc:
+        return _refuse(args.command, exc, logs=logs)
+
+
+def _refuse(command: str, exc: Exception, *, logs: bool) -> int:
+    """Say in one line why `command` stopped; the status: 2 for input it cannot use, 70 for a
+    bug (its traceback only with RELAY_TRACEBACK=1)."""
+    line = refusal(exc)
+    status = UNUSABLE
+    if line is None:
+        status = INTERNAL_ERROR
+        cause: BaseException = exc
+        while isinstance(cause, BaseExceptionGroup) and len(cause.exceptions) == 1:
+            cause = cause.exceptions[0]
+        line = f"internal error, a bug in relay: {type(cause).__name__}: {one_line(str(cause))}"
+        if os.environ.get(TRACEBACK_ENV):
+            traceback.print_exception(exc, file=sys.stderr)
+        else:
+            line += f" ({TRACEBACK_ENV}=1 shows the traceback)"
+    if logs:
+        logging.getLogger("relay.cli").error("%s", line, extra={"command": command})
+    else:
+        print(f"relay {command}: {line}", file=sys.stderr)
+    return status
+
+

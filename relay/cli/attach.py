@@ -1,0 +1,93 @@
+"""`relay attach`: attach to a live WebRTC or SIP call by its call_id and run tools beside it
+(relay/edges/attach.py); with `--inspector`, the call's live inspector on a port of its own."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+
+from relay.cli.options import (
+    INSPECTOR_TOKEN,
+    SIDEBAND,
+    Command,
+    config_fields,
+    option,
+    start,
+    warn_if_no_key,
+)
+from relay.edges.attach import Sidecar, SidecarRuntime
+from relay.edges.config import AUTH_TOKEN_ENV, SidecarConfig, is_loopback
+from relay.edges.process import run_until_signalled
+from relay.edges.upstream import UpstreamUnavailable
+from relay.errors import UnusableInput, cannot_listen
+from relay.inspector.live import LiveHub, serve_inspector
+
+ATTACH_OPTIONS = (
+    option("--call-id", field=None, required=True, metavar="ID",
+           help="the call to attach to (rtc_...: from the WebRTC answer or the SIP webhook)"),
+    *SIDEBAND,
+    option("--declare-tools", action="store_true",
+           help="add the tools to the session (keeping the other party's) instead of "
+                "assuming they were declared when the call was accepted"),
+    option("--inspector", field=None, metavar="HOST:PORT",
+           help="serve the live inspector of this call at http://HOST:PORT/inspector (a token is "
+                "needed beyond loopback: --auth-token)"),
+    INSPECTOR_TOKEN,
+)
+
+def run(args: argparse.Namespace) -> int:
+    log = logging.getLogger("relay.sidecar")
+    start(args)
+    runtime = SidecarRuntime(SidecarConfig(**config_fields(args, ATTACH_OPTIONS)))
+    warn_if_no_key(runtime, log)
+    listen = _inspector_address(args.inspector, args.auth_token) if args.inspector else None
+    if listen is not None:
+        runtime.redactor.add(args.auth_token)
+    hub = LiveHub() if listen is not None else None
+    sidecar = Sidecar(args.call_id, runtime, live=hub)
+
+    async def attached() -> int:
+        try:
+            end = await sidecar.run()
+        except UpstreamUnavailable:
+            return 1   # logged by run()
+        return 1 if end.code not in (1000, 1001) else 0
+
+    async def work() -> int:
+        if hub is None or listen is None:
+            return await attached()
+        host, port = listen
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                url = await stack.enter_async_context(
+                    serve_inspector(hub, host, port, token=args.auth_token, dialect=runtime.dialect,
+                                    redactor=runtime.redactor))
+            except OSError as exc:
+                raise cannot_listen(host, port, exc, what="--inspector") from None
+            log.info("live inspector at %s", url, extra={"inspector": url, **sidecar.context})
+            return await attached()
+
+    async def detach(signal_name: str, again: bool) -> None:
+        if not again:
+            log.info("%s: detaching from the call", signal_name, extra=sidecar.context)
+            await sidecar.stop(f"{signal_name}: detached")
+
+    return run_until_signalled(work, detach)
+
+
+def _inspector_address(value: str, token: str | None) -> tuple[str, int]:
+    """`HOST:PORT` of `relay attach --inspector` (`[::1]:PORT` for IPv6); UnusableInput says why
+    it cannot be used."""
+    host, _, port = value.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise UnusableInput(f"--inspector takes HOST:PORT (e.g. 127.0.0.1:8123), not {value!r}")
+    if not token and not is_loopback(host):
+        raise UnusableInput(f"refusing to serve the inspector on {host} without a token: set --auth-token "
+                            f"(or {AUTH_TOKEN_ENV}), or listen on loopback")
+    return host, int(port)
+
+
+
+COMMAND = Command(ATTACH_OPTIONS, run)

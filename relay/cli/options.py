@@ -1,0 +1,214 @@
+"""The options the `relay` commands share, each defined once with the configuration field it
+sets, and grouped; a command lists the groups and options it takes, and `config_fields` turns
+parsed arguments into configuration fields. Adding an option means defining it here (or in its
+command's module, if only one command takes it) and naming it in a group or command.
+
+Also what every edge command does first (`start`), and the helpers the commands share.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from relay.dialects import DIALECT_CHOICES
+from relay.edges.config import (
+    AUTH_TOKEN_ENV,
+    DEFAULT_PORT,
+    DEFAULT_RECONNECT_ATTEMPTS,
+    DEFAULT_RECONNECT_DELAY,
+    EdgeRuntime,
+)
+from relay.edges.upstream import DEFAULT_UPSTREAM
+from relay.engine import DEFAULT_HISTORY_LIMIT
+from relay.errors import UnusableInput
+from relay.observe.logs import LOG_FORMATS, LOG_LEVELS
+from relay.session.policy import (
+    DEFAULT_DRAIN_SECONDS,
+    DEFAULT_MAX_CLIENT_EVENTS_PER_SECOND,
+    DEFAULT_MAX_FRAME_BYTES,
+    DEFAULT_QUEUE_BYTES,
+)
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+@dataclass(frozen=True)
+class Option:
+    """One command-line option: its flags and argparse settings, and the configuration field it
+    sets (`to` converts the parsed value; None: an option the command reads itself).
+    `default_from` computes the default when the parser is built (from the environment)."""
+
+    flags: tuple[str, ...]
+    settings: dict[str, Any]
+    field: str | None
+    to: Callable[[Any], Any] = _same
+    default_from: Callable[[], Any] | None = None
+
+    def but(self, **settings: Any) -> Option:
+        """The same option with some settings changed (another default or help for one command)."""
+        return dataclasses.replace(self, settings={**self.settings, **settings})
+
+    @property
+    def dest(self) -> str:
+        return self.flags[0].lstrip("-").replace("-", "_")
+
+    def add_to(self, parser: argparse.ArgumentParser) -> None:
+        settings = self.settings
+        if self.default_from is not None:
+            settings = {**settings, "default": self.default_from()}
+        parser.add_argument(*self.flags, **settings)
+
+
+_OWN_NAME = "<own name>"
+
+
+def port_number(text: str) -> int:
+    """An argparse type: a TCP port, 0 to 65535 (0: the system picks one)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0 to 65535, not {port}")
+    return port
+
+
+def option(*flags: str, field: str | None = _OWN_NAME, to: Callable[[Any], Any] = _same,
+           default_from: Callable[[], Any] | None = None, **settings: Any) -> Option:
+    """An option that sets the configuration field of its own name (`--max-queue-bytes`:
+    `max_queue_bytes`), or `field` (None: none)."""
+    name = flags[0].lstrip("-").replace("-", "_")
+    return Option(flags, settings, name if field == _OWN_NAME else field, to, default_from)
+
+
+TOOLS = option("--tools", action="append", default=[], metavar="SPEC",
+               help="a .py file or module with @tool functions (repeatable)")
+UPSTREAM = option("--upstream", default=None, metavar="URL", to=lambda url: url or "",
+                  help=f"provider realtime URL (default {DEFAULT_UPSTREAM}; with --dialect gemini, "
+                       "Gemini Live's BidiGenerateContent endpoint)")
+DIALECT = option("--dialect", choices=DIALECT_CHOICES,
+                 help="wire dialect of the upstream (default: inferred from the URL)")
+RECORD = option("--record", field="record_dir", metavar="DIR", help="write one recording per session into DIR")
+RECORD_AUDIO = option("--record-audio", choices=("keep", "drop"), default="keep",
+                      help="keep or drop audio in recordings (default keep)")
+LOG_FORMAT = option("--log-format", field=None, choices=LOG_FORMATS, default="auto",
+                    help="stderr log lines as JSON or text (default auto: text when stderr is a "
+                         "terminal, JSON otherwise)")
+LOG_LEVEL = option("--log-level", field=None, choices=LOG_LEVELS, default="info",
+                   help="the least severe log lines shown (default info; debug adds websockets' "
+                        "connection lines)")
+HOST = option("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+PORT = option("--port", type=port_number, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks one)")
+DRAIN_SECONDS = option("--drain-seconds", type=float, default=DEFAULT_DRAIN_SECONDS, metavar="S",
+                       help="on SIGTERM/SIGINT, how long open sessions may go on (default 10)")
+MAX_FRAME_BYTES = option("--max-frame-bytes", type=int, default=DEFAULT_MAX_FRAME_BYTES, metavar="N",
+                         help="largest WebSocket message accepted from either side (default 16 MiB)")
+MAX_QUEUE_BYTES = option("--max-queue-bytes", type=int, default=DEFAULT_QUEUE_BYTES, metavar="N",
+                         help="bytes queued toward a peer that is not reading before it is closed "
+                              "(default 32 MiB)")
+MAX_CLIENT_EVENTS = option(
+    "--max-client-events-per-second", type=float, default=DEFAULT_MAX_CLIENT_EVENTS_PER_SECOND, metavar="N",
+    help="a client sending more events than this (bursts: twice as many) gets an "
+         "error event and is closed with 1008 (default 1000; 0: no limit)")
+HISTORY_ITEMS = option("--history-items", field="history_limit", to=lambda items: items or None,
+                       type=int, default=DEFAULT_HISTORY_LIMIT, metavar="N",
+                       help="recent items, responses and finished calls each session keeps in memory "
+                            f"(default {DEFAULT_HISTORY_LIMIT}; 0: all; the recording keeps everything)")
+RECONNECT_ATTEMPTS = option(
+    "--reconnect-attempts", type=int, default=DEFAULT_RECONNECT_ATTEMPTS, metavar="N",
+    help=f"reopen a dropped sideband up to N times (default {DEFAULT_RECONNECT_ATTEMPTS})")
+RECONNECT_DELAY = option(
+    "--reconnect-delay", type=float, default=DEFAULT_RECONNECT_DELAY, metavar="S",
+    help=f"wait before the first reconnect attempt, doubled for each next (default {DEFAULT_RECONNECT_DELAY})")
+
+# groups, in the order the commands list them
+LOGGING = (LOG_FORMAT, LOG_LEVEL)
+RECORDING = (RECORD, RECORD_AUDIO)
+LIMITS = (MAX_FRAME_BYTES, MAX_QUEUE_BYTES, MAX_CLIENT_EVENTS, HISTORY_ITEMS)
+SIDEBAND = (
+    TOOLS.but(required=True, default=None),
+    UPSTREAM.but(default=DEFAULT_UPSTREAM,
+                 help=f"provider realtime URL; the call_id is added to it (default {DEFAULT_UPSTREAM})"),
+    DIALECT,
+    RECORD.but(help="write one recording per attached call into DIR"),
+    RECORD_AUDIO,
+    RECONNECT_ATTEMPTS,
+    RECONNECT_DELAY,
+    *LOGGING,
+)
+"""What `relay attach` and `relay sidecar` share: tools, upstream, recording, reconnecting, logging."""
+
+AUTH_TOKEN = option("--auth-token", default_from=lambda: os.environ.get(AUTH_TOKEN_ENV) or None, metavar="TOKEN",
+                    help=f"token clients must present (default ${AUTH_TOKEN_ENV}; prefer the variable: "
+                         "arguments are visible to other users)")
+
+INSPECTOR_TOKEN = dataclasses.replace(
+    AUTH_TOKEN.but(help=f"token the --inspector page asks for (default ${AUTH_TOKEN_ENV})"), field=None)
+"""attach's and sidecar's: their sessions take no client token, their inspector does."""
+def config_fields(args: argparse.Namespace, options: Sequence[Option]) -> dict[str, Any]:
+    """The configuration fields the parsed `args` set, from the options that name one."""
+    return {opt.field: opt.to(getattr(args, opt.dest)) for opt in options if opt.field is not None}
+
+
+
+@dataclass(frozen=True)
+class Command:
+    """A subcommand whose options are defined in its module: `configure` adds them, `run` does
+    the job."""
+
+    options: tuple[Option, ...]
+    run: Callable[[argparse.Namespace], int]
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        for opt in self.options:
+            opt.add_to(parser)
+
+
+def start(args: argparse.Namespace) -> None:
+    """What every edge command does first (`main` has set up logging as asked): `--record` is
+    checked, and `--tools mymodule` finds a module next to the user, as `python -m` would."""
+    check_record_dir(args.record)
+    tools_from_working_directory()
+
+
+def check_record_dir(record: str | None) -> None:
+    """A `--record` that names a file would fail every session's recording: refuse it at once
+    (the library's edges only log such a failure, the session goes on)."""
+    if record is not None and Path(record).exists() and not Path(record).is_dir():
+        raise UnusableInput(f"--record {record} is a file: recordings go into a directory")
+
+
+def tools_from_working_directory() -> None:
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+
+
+def warn_if_no_key(runtime: EdgeRuntime, log: logging.Logger) -> None:
+    """A missing provider key is worth a warning."""
+    warning = runtime.missing_key()
+    if warning is not None:
+        log.warning("%s", warning)
+
+
+def read_text_input(path: str, option: str) -> str:
+    """The UTF-8 text of a file an option names, or UnusableInput saying why it cannot be had."""
+    source = Path(path)
+    if source.is_dir():
+        raise UnusableInput(f"{option} {path} is a directory, not a file")
+    try:
+        return source.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UnusableInput(f"{option} {path}: no such file") from None
+    except OSError as exc:
+        raise UnusableInput(f"cannot read {option} {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise UnusableInput(f"{option} {path} is not UTF-8 text (byte {exc.start})") from None

@@ -1,0 +1,78 @@
+"""`relay serve`: the proxy. Clients connect to the relay instead of the provider; the relay holds
+the provider key, adds its tools and relays everything else (relay/edges/serve.py)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import signal
+
+from relay.cli.options import (
+    AUTH_TOKEN,
+    DIALECT,
+    DRAIN_SECONDS,
+    HOST,
+    LIMITS,
+    LOGGING,
+    PORT,
+    RECORDING,
+    TOOLS,
+    UPSTREAM,
+    Command,
+    config_fields,
+    option,
+    start,
+    warn_if_no_key,
+)
+from relay.edges.config import ServerConfig
+from relay.edges.process import run_workers
+from relay.edges.serve import RelayServer, run_server
+from relay.errors import UnusableInput
+from relay.observe.metrics import metrics_for_workers
+
+SERVE_OPTIONS = (
+    UPSTREAM, DIALECT, TOOLS, HOST, PORT,
+    AUTH_TOKEN,
+    option("--insecure-no-auth", action="store_true",
+           help="allow listening beyond loopback without a client token"),
+    option("--allow-origin", field="allow_origins", action="append", default=[], metavar="ORIGIN",
+           help="browser Origin allowed to connect (repeatable; default: any)"),
+    option("--expose-tool-events", action="store_true",
+           help="let clients see the relay's tools, calls and outputs"),
+    *LIMITS,
+    DRAIN_SECONDS,
+    option("--workers", field=None, type=int, default=1, metavar="N",
+           help="processes sharing the port with SO_REUSEPORT (default 1)"),
+    option("--tls-cert", metavar="PEM", help="serve wss:// with this certificate chain"),
+    option("--tls-key", metavar="PEM", help="the private key of --tls-cert"),
+    option("--inspector", action="store_true",
+           help="serve the live session inspector at /inspector on this port, behind the client token "
+                "(open http://HOST:PORT/inspector#token=TOKEN)"),
+    *RECORDING,
+    *LOGGING,
+)
+
+def run(args: argparse.Namespace) -> int:
+    log = logging.getLogger("relay.server")
+    start(args)
+    if args.workers < 1:
+        raise UnusableInput("--workers must be at least 1")
+    if args.inspector and args.workers > 1:
+        raise UnusableInput("--inspector shows the sessions of one process: it cannot be used with --workers")
+    server = RelayServer(ServerConfig(**config_fields(args, SERVE_OPTIONS)))
+    warn_if_no_key(server, log)
+
+    def run_worker(port: int) -> int:
+        server.config = dataclasses.replace(server.config, port=port, reuse_port=True)
+        return run_server(server, (signal.SIGTERM,))
+
+    with metrics_for_workers(args.workers) as worker_exited:   # several workers share /metrics
+        if args.workers == 1:
+            return run_server(server)
+        return run_workers(server.config.host, server.config.port, args.workers, run_worker, worker_exited)
+
+
+
+COMMAND = Command(SERVE_OPTIONS, run)
+configure = COMMAND.configure   # `relay serve`'s options on another parser (a program embedding it)

@@ -1,0 +1,275 @@
+"""Writing a session's recording as it happens: one unbuffered line per frame, never taking
+the session down (see `RecordingWriter`).
+
+The writer sits on the hot path of every frame, so it avoids work: a text frame that is already a
+JSON object is written as the same text inside its line (parsed once to be sure it is valid, never
+re-serialised unless it must change), and the audio policy looks at the event type, not at every
+field. I/O failures are logged once and later frames are dropped, but `record` does not raise
+because of them."""
+
+from __future__ import annotations
+
+import base64
+import errno
+import logging
+import math
+import re
+import time
+from collections.abc import Callable, Iterable
+from datetime import datetime, timezone
+from pathlib import Path
+from types import TracebackType
+from typing import Any, BinaryIO
+
+from relay import __version__
+from relay.recording.audio import _AUDIO_MARKERS, drop_audio
+from relay.recording.format import (
+    DIRECTIONS,
+    NOTE_FIELDS,
+    AudioPolicy,
+    dumps,
+    parse_object,
+    session_header,
+)
+from relay.recording.redact import _Redactor
+
+log = logging.getLogger("relay.recording")
+_MAX_NAME_SUFFIX = 1000
+_SESSION_ID_MAX_CHARS = 80
+_UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def _session_file_stem(session_id: str) -> str:
+    """A session id reduced to characters that are safe in a file name on every platform."""
+    stem = _UNSAFE_NAME_CHARS.sub("_", session_id)[:_SESSION_ID_MAX_CHARS].lstrip(".")
+    return stem or "session"
+
+
+
+def _open_exclusive(path: Path) -> BinaryIO:
+    """A new file, unbuffered so that each `write` goes straight to the OS; fails if it exists."""
+    return open(path, "xb", buffering=0)
+
+
+
+class RecordingWriter:
+    """Writes one session's frames to `<directory>/<UTC start>_<session id>.jsonl` as they pass.
+
+    Every line goes out in one `write` of the complete line, unbuffered, so a crash loses at most
+    the line being written. I/O failures (at construction too) never raise: the writer marks
+    itself `failed`, logs one error and ignores later frames. Not thread-safe: one session, one
+    task.
+
+    `opener` creates the file (exclusively, binary, unbuffered); tests give one that fails like a
+    full disk."""
+
+    def __init__(
+        self,
+        directory: str | Path,
+        *,
+        session_id: str,
+        dialect: str,
+        upstream: str,
+        tools: Iterable[str],
+        mode: str = "proxy",
+        record_audio: AudioPolicy = "keep",
+        secrets: Iterable[str] = (),
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        relay_version: str = __version__,
+        logger: logging.Logger | None = None,
+        opener: Callable[[Path], BinaryIO] = _open_exclusive,
+        extra_header: dict[str, Any] | None = None,
+    ) -> None:
+        if record_audio not in ("keep", "drop"):
+            raise ValueError(f"record_audio must be 'keep' or 'drop', not {record_audio!r}")
+        self._clock = clock
+        self._logger = logger or log
+        self._drop_audio = record_audio == "drop"
+        self._redactor = _Redactor(secrets)
+        self._file: BinaryIO | None = None
+        self._closed = False
+        self._partial_line = False
+        self._frames_written = 0
+        self._frames_lost = 0
+        self.failed = False
+        self.failure: str | None = None
+
+        started = datetime.fromtimestamp(wall_clock(), tz=timezone.utc)
+        self._start = clock()
+        session_id = self._redactor.text(session_id)
+        directory = Path(directory)
+        stem = f"{started:%Y%m%dT%H%M%SZ}_{_session_file_stem(session_id)}"
+        self.path = directory / f"{stem}.jsonl"
+        header = session_header(
+            session_id=session_id, dialect=dialect, upstream=upstream, started_at=f"{started:%Y-%m-%dT%H:%M:%S.%fZ}",
+            tools=tools, mode=mode, record_audio=record_audio, relay_version=relay_version,
+            extra_header=extra_header, clean=self._redactor.text)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            self._file, self.path = self._create(directory, stem, opener)
+        except OSError as exc:
+            self._fail(f"cannot create a recording in {directory}: {exc}")
+            return
+        self._write_line(dumps(header) + "\n")
+
+    @staticmethod
+    def _create(
+        directory: Path, stem: str, opener: Callable[[Path], BinaryIO]
+    ) -> tuple[BinaryIO, Path]:
+        """Open a file that did not exist before, adding `_2`, `_3`, ... to the name if needed."""
+        for number in range(1, _MAX_NAME_SUFFIX + 1):
+            path = directory / (f"{stem}.jsonl" if number == 1 else f"{stem}_{number}.jsonl")
+            try:
+                return opener(path), path
+            except FileExistsError:
+                continue
+        raise OSError(errno.EEXIST, f"{_MAX_NAME_SUFFIX} recordings named {stem}* already exist")
+
+    def __enter__(self) -> RecordingWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close("closed" if exc_type is None else f"error: {exc_type.__name__}")
+
+    def elapsed(self) -> float:
+        """Seconds since the writer was created: the `t` a frame recorded now gets."""
+        return self._clock() - self._start
+
+    def record(self, direction: str, frame: str | bytes, *, t: float | None = None) -> None:
+        """Append one frame; `t` defaults to seconds since the writer was created.
+
+        A wrong direction or frame type is a bug in the caller and raises; a failed write does
+        not."""
+        if direction not in DIRECTIONS:
+            raise ValueError(f"unknown direction {direction!r}; expected one of {DIRECTIONS}")
+        if not isinstance(frame, (str, bytes, bytearray, memoryview)):
+            raise TypeError(f"a frame is str or bytes, not {type(frame).__name__}")
+        elapsed = self._clock() - self._start if t is None else t
+        if not math.isfinite(elapsed):
+            raise ValueError(f"frame time must be finite, not {elapsed}")
+        if self._closed:
+            return
+        if self.failed:
+            self._frames_lost += 1
+            return
+        if isinstance(frame, str):
+            body = self._text_body(frame)
+        else:
+            body = self._binary_body(bytes(frame))
+        if self._write_line('{"t":%.6f,"dir":"%s",%s}\n' % (elapsed, direction, body)):
+            self._frames_written += 1
+        else:
+            self._frames_lost += 1
+
+    def record_notice(self, kind: str, fields: dict[str, Any], *, t: float | None = None) -> None:
+        """Append a `relay` line for an engine notice of a kind the format records (`NOTE_FIELDS`:
+        a tool call's outcome and what the relay decided the assistant says about it); other
+        kinds are not recorded. Not a frame: the end line does not count it. Never raises for I/O."""
+        keys = NOTE_FIELDS.get(kind)
+        if keys is None or self._closed or self.failed:
+            return
+        elapsed = self._clock() - self._start if t is None else t
+        if not math.isfinite(elapsed):
+            raise ValueError(f"note time must be finite, not {elapsed}")
+        note = {"kind": kind, **{key: fields.get(key) for key in keys}}
+        text = self._redactor.text(dumps(note))
+        if parse_object(text) is None:   # a redaction cut through the JSON: keep what cannot leak
+            text = dumps({"kind": kind, "call_id": self._redactor.text(str(fields.get("call_id"))),
+                           "redacted": True})
+        self._write_line('{"t":%.6f,"relay":%s}\n' % (elapsed, text))
+
+    def _text_body(self, frame: str) -> str:
+        """The payload part of a frame line for a text frame: `"event":...` or `"raw":...`."""
+        text = self._redactor.text(frame)
+        event = parse_object(text)
+        if event is None:
+            return '"raw":' + dumps(text)
+        dropped = drop_audio(event) if self._drop_audio else 0
+        if dropped or "\n" in text or "\r" in text:
+            # Must be re-serialised (audio removed, or a line break would split the line). Decoding
+            # may have turned an escaped spelling of a secret into a literal one: redact again,
+            # and keep the result only if the redaction did not cut through the JSON syntax.
+            serialised = dumps(event)
+            text = self._redactor.text(serialised)
+            if text != serialised and parse_object(text) is None:
+                return '"raw":' + dumps(text) + _dropped_suffix(dropped)
+        return '"event":' + text + _dropped_suffix(dropped)
+
+    def _binary_body(self, frame: bytes) -> str:
+        """`"binary":<base64>`; with the drop policy, JSON carried in binary frames (Gemini's
+        server sends its events that way) loses its audio too."""
+        data = self._redactor.data(frame)
+        dropped = 0
+        if self._drop_audio and any(marker in data for marker in _AUDIO_MARKERS):
+            event = parse_object(data)
+            if event is not None:
+                dropped = drop_audio(event)
+                if dropped:
+                    data = self._redactor.data(dumps(event).encode())
+        encoded = base64.b64encode(data).decode("ascii")
+        return '"binary":"' + encoded + '"' + _dropped_suffix(dropped)
+
+    def _write_line(self, line: str) -> bool:
+        """Write a complete line; on an OS error, mark the writer failed. True if written."""
+        assert self._file is not None
+        # A lone surrogate cannot be encoded as UTF-8; as `\\udXXX` it is the JSON escape for the
+        # same character, and it can only occur inside a JSON string, so the line stays valid.
+        data = line.encode("utf-8", "backslashreplace")
+        remaining = memoryview(data)
+        try:
+            while remaining:
+                remaining = remaining[self._file.write(remaining) :]
+        except OSError as exc:
+            self._partial_line = len(remaining) < len(data)
+            self._fail(f"cannot write to {self.path}: {exc}")
+            return False
+        return True
+
+    def _fail(self, failure: str) -> None:
+        self.failed = True
+        self.failure = failure
+        self._logger.error("session recording stopped, later frames are dropped: %s", failure)
+
+    def close(self, reason: str = "closed") -> None:
+        """Write the end line and close the file. Idempotent; never raises on I/O errors.
+
+        After a failure the end line (saying so) is still attempted once, in case the disk had
+        room again; it starts with a newline when the failure cut a line short."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._file is None:
+            return
+        end: dict[str, Any] = {
+            "reason": self._redactor.text(reason),
+            "failed": self.failed,
+            "frames": self._frames_written,
+        }
+        if self.failed:
+            end["failure"] = self.failure
+            end["lost_frames"] = self._frames_lost
+        line = '{"t":%.6f,"end":%s}\n' % (self._clock() - self._start, dumps(end))
+        if not self.failed:
+            self._write_line(line)
+        else:
+            try:
+                self._file.write((("\n" if self._partial_line else "") + line).encode())
+            except OSError:
+                pass  # already failed and logged once; the reader reports the missing end line
+        try:
+            self._file.close()
+        except OSError as exc:
+            if not self.failed:
+                self._fail(f"cannot close {self.path}: {exc}")
+        self._file = None
+
+
+def _dropped_suffix(dropped: int) -> str:
+    return ',"audio_dropped":%d' % dropped if dropped else ""
+
