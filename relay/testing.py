@@ -16,6 +16,12 @@ a loop: `pytest --relay-recordings recordings/ --relay-tools my_app/tools.py` ma
 a test item, and the `relay_replay` fixture replays one and fails the test with the report.
 """
 
-from relay.offline.replay import Divergence, ReplayCall, ReplayResult, replay, replay_async
+from relay.offline.replay import (
+    Divergence,
+    ReplayCall,
+    ReplayResult,
+    replay,
+    replay_async,
+)
 
 __all__ = ["Divergence", "ReplayCall", "ReplayResult", "replay", "replay_async"]

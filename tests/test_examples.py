@@ -15,7 +15,7 @@ from relay.tools import ToolRegistry
 from tests.support.local_mock import LocalMock, model_call
 from tests.support.peers import MockPeer
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[1] / "relay" / "examples"
 
 
 def outputs(peer: MockPeer) -> dict[str, str]:

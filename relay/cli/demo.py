@@ -1,8 +1,7 @@
 """`relay demo`: the product at work in a few seconds, offline, with no provider key.
 
 The mock upstream and `relay serve` start in this process with the example tools
-(`relay.examples.tools`, shipped in the package; `examples/tools.py` in a checkout is the same
-file: a weather table, an order database, a slow flight search with a delay message). A scripted
+(`relay.examples.tools`, shipped in the package; `relay/examples/tools.py` in a checkout: a weather table, an order database, a slow flight search with a delay message). A scripted
 client, connected to the relay exactly as an application would be, holds a short conversation
 of text turns: parallel calls, a lookup, a tool error, a slow tool. The terminal shows a live
 timeline of who did what, then a summary of every call, and where the session's recording was
@@ -297,7 +296,7 @@ def run_demo_command(*, tools: str, record_dir: str | None, color: bool) -> int:
 DEMO_OPTIONS = (
     option("--tools", default=str(EXAMPLE_TOOLS),
            help=f"a .py file or module with @tool functions (default: {EXAMPLE_TOOLS}, the example "
-                "tools the package ships; examples/tools.py in a checkout)"),
+                "tools the package ships; relay/examples/tools.py in a checkout)"),
     RECORD.but(default="recordings", help="where to write the session's recording (default: ./recordings)"),
     option("--no-record", field=None, action="store_true", help="do not record the session"),
     option("--color", field=None, choices=("auto", "always", "never"), default="auto",

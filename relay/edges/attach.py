@@ -29,15 +29,15 @@ from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
 from relay.edges.config import EdgeRuntime, SidecarConfig
-from relay.tools.sources import ToolSources
+from relay.edges.upstream import UpstreamUnavailable
 from relay.engine import Engine, Notice, OpenAIEngine
 from relay.inspector.live import LiveHub, LiveTap
 from relay.observe.logs import log_notice
-from relay.session.policy import close_info
+from relay.observe.tracing import SessionTrace, Tracing, tracing_for
 from relay.recording.writer import RecordingWriter
 from relay.session.loop import Peer, SessionEnd, SessionLoop, close_quietly
-from relay.observe.tracing import SessionTrace, Tracing, tracing_for
-from relay.edges.upstream import UpstreamUnavailable
+from relay.session.policy import close_info
+from relay.tools.sources import ToolSources
 
 __all__ = ["CallEnded", "Sidecar", "SidecarConfig", "SidecarRuntime", "SidebandLoop", "attach"]
 

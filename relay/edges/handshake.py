@@ -25,9 +25,9 @@ from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed, InvalidMessage
 from websockets.http11 import Request, Response
 
-from relay.edges.config import ServerConfig
 from relay.dialects import Dialect
 from relay.dialects.base import TOKEN_SUBPROTOCOL
+from relay.edges.config import ServerConfig
 from relay.observe.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from relay.observe.metrics import Metrics
 

@@ -36,22 +36,38 @@ from websockets.asyncio.server import serve as websocket_serve
 from websockets.exceptions import ConnectionClosed
 
 from relay import __version__
-from relay.errors import ConfigError
-from relay.edges.config import EdgeRuntime, ServerConfig, is_loopback
-from relay.tools.sources import ToolSources
 from relay.dialects import Dialect
-from relay.engine import Engine, Notice, new_engine
-from relay.errors import cannot_listen
-from relay.edges.handshake import Handshake, ProbeConnection, remote_address, select_subprotocol
-from relay.inspector.live import InspectorEndpoint, LiveHub, LiveTap
-from relay.observe.logs import WEBSOCKET_LOGGER, AnomalyLog, RedactingLogger, configure_logging, log_notice
-from relay.observe.metrics import Metrics, TrafficTap
-from relay.session.policy import SHUTDOWN_CODE, EventBudget
+from relay.edges.config import EdgeRuntime, ServerConfig, is_loopback
+from relay.edges.handshake import (
+    Handshake,
+    ProbeConnection,
+    remote_address,
+    select_subprotocol,
+)
 from relay.edges.process import run_until_signalled
+from relay.edges.upstream import UpstreamUnavailable
+from relay.engine import Engine, Notice, new_engine
+from relay.errors import ConfigError, cannot_listen
+from relay.inspector.live import InspectorEndpoint, LiveHub, LiveTap
+from relay.observe.logs import (
+    WEBSOCKET_LOGGER,
+    AnomalyLog,
+    RedactingLogger,
+    configure_logging,
+    log_notice,
+)
+from relay.observe.metrics import Metrics, TrafficTap
+from relay.observe.tracing import (
+    TRACE_PARAMS,
+    SessionTrace,
+    Tracing,
+    trace_carrier,
+    tracing_for,
+)
 from relay.recording.writer import RecordingWriter
 from relay.session.loop import SessionEnd, SessionLoop
-from relay.observe.tracing import TRACE_PARAMS, SessionTrace, Tracing, trace_carrier, tracing_for
-from relay.edges.upstream import UpstreamUnavailable
+from relay.session.policy import SHUTDOWN_CODE, EventBudget
+from relay.tools.sources import ToolSources
 
 __all__ = ["ConfigError", "ProxySession", "RelayServer", "ServerConfig", "run_server", "serve"]
 

@@ -55,14 +55,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
-from relay.transports.asgi import AppServer, BodyRefused, read_body
-from relay.errors import ConfigError
+from relay.edges.attach import Sidecar, SidecarRuntime
 from relay.edges.config import SidecarConfig
+from relay.edges.upstream import UpstreamUnavailable, display_host
+from relay.errors import ConfigError, RelayError
 from relay.inspector.live import BASE_PATH as INSPECTOR_PATH
 from relay.inspector.live import LiveHub, asgi_app
 from relay.session.policy import DEFAULT_DRAIN_SECONDS
-from relay.edges.attach import Sidecar, SidecarRuntime
-from relay.edges.upstream import UpstreamUnavailable, display_host
+from relay.transports.asgi import AppServer, BodyRefused, read_body
 
 log = logging.getLogger("relay.webhooks")
 
@@ -80,7 +80,7 @@ CREDENTIAL_HEADERS = ("Authorization", "api-key")
 
 # ---- Standard Webhooks signatures ------------------------------------------------------------
 
-class InvalidSignature(Exception):
+class InvalidSignature(RelayError):
     """The delivery is not signed with the secret, or is too old or too far ahead; the message
     says which."""
 
@@ -164,7 +164,7 @@ class RecentIds:
 
 # ---- the provider's REST API for calls ---------------------------------------------------------
 
-class CallRequestFailed(Exception):
+class CallRequestFailed(RelayError):
     """The provider did not do what a REST call asked; the message says why (safe to log)."""
 
 

@@ -22,6 +22,7 @@ from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
 
 from relay import __version__
 from relay.dialects import GEMINI, Dialect
+from relay.errors import RelayError
 from relay.observe.logs import WEBSOCKET_LOGGER, RedactingLogger, Redactor
 from relay.recording.format import upstream_host
 
@@ -36,7 +37,7 @@ KEPT_TOKENS = 2   # access tokens redacted: the current one and the one before
 log = logging.getLogger("relay.upstream")
 
 
-class UpstreamUnavailable(Exception):
+class UpstreamUnavailable(RelayError):
     """The provider could not be reached or refused the relay; `str()` is safe to show a client.
     `status` is the HTTP status of a refused handshake (None when there was no answer): the
     sidecar reads a 404 as "the call has ended" and retries only what may pass (5xx, 429)."""

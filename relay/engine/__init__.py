@@ -26,7 +26,12 @@ from relay.engine.actions import (
     StartHandler,
 )
 from relay.engine.calls import CallEntry, CallLedger, CallState, Owner
-from relay.engine.core import DEFAULT_HISTORY_LIMIT, Anomaly, EngineConfig, SessionEngine
+from relay.engine.core import (
+    DEFAULT_HISTORY_LIMIT,
+    Anomaly,
+    EngineConfig,
+    SessionEngine,
+)
 from relay.engine.gemini import GeminiEngine
 from relay.engine.openai import OpenAIEngine
 from relay.tools import ToolRegistry

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Callable, Iterator
 
+from relay.errors import RelayError
+
 
 class CallState(str, Enum):
     ANNOUNCED = "announced"      # the model started the call item
@@ -64,7 +66,7 @@ UNANSWERED = frozenset({_S.READY, _S.RUNNING, _S.FINISHED})
 _DONE = frozenset({_S.ANSWERED, _S.SKIPPED, _S.ABANDONED})
 
 
-class IllegalTransition(RuntimeError):
+class IllegalTransition(RelayError, RuntimeError):
     """A step the call's lifecycle does not allow: a bug in the engine, never in the input."""
 
 
@@ -192,9 +194,6 @@ class CallLedger:
             del self._entries[entry.call_id]
             if entry.item_id is not None:
                 self._by_item.pop(entry.item_id, None)
-
-    def relay_calls(self) -> list[CallEntry]:
-        return [e for e in self._entries.values() if e.owner is Owner.RELAY]
 
     def unanswered(self) -> list[CallEntry]:
         """Relay-owned calls that became ready but whose output has not been injected."""

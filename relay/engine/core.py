@@ -18,7 +18,14 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Literal
 
-from relay.engine.actions import Action, CancelHandler, Notice, Outcome, SendClient, StartHandler
+from relay.engine.actions import (
+    Action,
+    CancelHandler,
+    Notice,
+    Outcome,
+    SendClient,
+    StartHandler,
+)
 from relay.engine.calls import (
     OUTCOME_ABANDONED,
     OUTCOME_BAD_ARGUMENTS,
@@ -37,7 +44,12 @@ from relay.engine.calls import (
 from relay.engine.conversation import ABSENT, Conversation, ResponseRecord
 from relay.tools import Interruption, Scheduling, ToolRegistry
 from relay.tools.errors import ArgumentsError
-from relay.tools.render import RenderedOutput, render_error, render_exception, render_value
+from relay.tools.render import (
+    RenderedOutput,
+    render_error,
+    render_exception,
+    render_value,
+)
 from relay.tools.spec import ToolSpec
 
 Mode = Literal["proxy", "sidecar", "replay"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from relay.engine.conversation import ItemRecord
     from relay.engine import Engine
+    from relay.engine.conversation import ItemRecord
 
 
 def _clip(text: str, width: int = 100) -> str:

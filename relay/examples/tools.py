@@ -1,6 +1,6 @@
 """Example tools for the demo: realistic, offline, with bundled data.
 
-Run them with `relay serve --tools examples/tools.py` from a checkout, or `--tools
+Run them with `relay serve --tools relay/examples/tools.py` from a checkout, or `--tools
 relay.examples.tools` wherever relay is installed (the package ships this file; see `relay demo`).
 Each tool is a plain function with type hints; `@tool` turns the hints into the JSON Schema the
 model sees.

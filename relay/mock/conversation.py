@@ -111,9 +111,6 @@ class Conversation:
             return None
         return self._items[index - 1].get("id")
 
-    def last_id(self) -> str | None:
-        return self._items[-1].get("id") if self._items else None
-
     def function_call(self, call_id: str) -> dict[str, Any] | None:
         return next((i for i in self._items if i.get("type") == "function_call" and i.get("call_id") == call_id), None)
 

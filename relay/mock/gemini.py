@@ -27,7 +27,8 @@ import base64
 import copy
 import random
 import re
-from dataclasses import dataclass, field as dataclass_field
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Any
 
 from relay.dialects.gemini import (
@@ -39,6 +40,7 @@ from relay.dialects.gemini import (
     response_text,
     snake_case,
 )
+from relay.errors import RelayError
 from relay.mock.faults import Faults
 from relay.mock.script import MockScript, Reply, ToolCall, warn_not_offered
 from relay.mock.session import Emit, MockConnection
@@ -65,7 +67,7 @@ class Hangup:
     reason: str
 
 
-class GeminiProtocolError(Exception):
+class GeminiProtocolError(RelayError):
     """A client message the service refuses: it closes the socket with `code` and `reason`."""
 
     def __init__(self, reason: str, code: int = INVALID_ARGUMENT) -> None:

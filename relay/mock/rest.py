@@ -21,8 +21,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from relay.transports.asgi import BodyRefused, read_body
 from relay.mock.wire import ProtocolError
+from relay.transports.asgi import BodyRefused, read_body
 
 if TYPE_CHECKING:
     from relay.mock.server import MockUpstream

@@ -29,7 +29,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request as WsRequest
 from websockets.http11 import Response as WsResponse
 
-from relay.transports.asgi import AppServer
+from relay.errors import RelayError
 from relay.mock.faults import Faults
 from relay.mock.gemini import GEMINI, GeminiMockSession, Hangup
 from relay.mock.gemini import PATHS as GEMINI_PATHS
@@ -39,6 +39,7 @@ from relay.mock.rest import rest_app
 from relay.mock.script import MockScript, Reply
 from relay.mock.session import Action, Emit, MockConnection, MockSession, Stream, Wake
 from relay.mock.wire import DEFAULT_MODEL, DIALECTS, Dialect, Wire
+from relay.transports.asgi import AppServer
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 AZURE_PREVIEW_MODEL = "gpt-4o-realtime-preview-2024-12-17"
 
 
-class RestPortUnavailable(OSError):
+class RestPortUnavailable(RelayError, OSError):
     """The fake REST API's port cannot be listened on (the WebSocket port could): a separate
     error, so that `relay mock` can name the port and the option that clashed."""
 

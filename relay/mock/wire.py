@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from relay.errors import RelayError
+
 Dialect = Literal["openai", "openai-beta", "azure", "foundry"]
 DIALECTS: tuple[Dialect, ...] = ("openai", "openai-beta", "azure", "foundry")
 
@@ -54,7 +56,7 @@ def obfuscation() -> str:
     return "".join(_ids.choices(_ID_ALPHABET, k=_ids.randint(4, 16)))
 
 
-class ProtocolError(Exception):
+class ProtocolError(RelayError):
     """A client event the server refuses; becomes an `error` event, the session stays open."""
 
     def __init__(

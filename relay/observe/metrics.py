@@ -57,9 +57,8 @@ class _Families:
     """The prometheus-client metric objects of one `Metrics`, made in the process that counts."""
 
     def __init__(self) -> None:
-        from prometheus_client import CollectorRegistry, values
+        from prometheus_client import CollectorRegistry, Gauge, Histogram, values
         from prometheus_client import Counter as PromCounter
-        from prometheus_client import Gauge, Histogram
 
         directory = os.environ.get(MULTIPROC_DIR_ENV)
         self.multiprocess = bool(directory) and values.ValueClass is not values.MutexValue

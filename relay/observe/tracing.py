@@ -117,7 +117,9 @@ def _exporters() -> list[Any]:
             protocol = (os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
                         or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf").strip()
             if protocol == "grpc":
-                from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+                from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+                    OTLPSpanExporter,
+                )
             elif protocol == "http/protobuf":
                 from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[assignment]
                     OTLPSpanExporter,

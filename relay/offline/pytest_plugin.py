@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from relay.errors import RelayError
+
 if TYPE_CHECKING:
     from relay.offline.replay import ReplayResult
     from relay.tools import ToolRegistry
@@ -83,7 +85,7 @@ def failure_report(result: ReplayResult, problems: Sequence[str], tool_specs: Se
     return "\n".join(lines)
 
 
-class ReplayFailed(Exception):
+class ReplayFailed(RelayError):
     """A recording that does not pass; the message is the report."""
 
 

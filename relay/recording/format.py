@@ -13,9 +13,9 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from relay import __version__
-from relay.errors import UnusableInput
 from relay.dialects import DIALECTS, GEMINI, OPENAI, Dialect
 from relay.dialects.gemini import is_gemini_message
+from relay.errors import UnusableInput
 
 FORMAT_NAME = "relay-recording"
 FORMAT_VERSION = 1

@@ -24,8 +24,18 @@ import anyio
 import anyio.abc
 from websockets.exceptions import ConnectionClosed
 
-from relay.engine import Action, CancelHandler, Close, Engine, Notice, Outcome, SendClient, SendUpstream
-from relay.engine import StartHandler
+from relay.engine import (
+    Action,
+    CancelHandler,
+    Close,
+    Engine,
+    Notice,
+    Outcome,
+    SendClient,
+    SendUpstream,
+    StartHandler,
+)
+from relay.errors import RelayError
 from relay.session.policy import (
     BAD_GATEWAY,
     DEFAULT_QUEUE_BYTES,
@@ -62,7 +72,7 @@ class Recorder(Protocol):
     def record_notice(self, kind: str, fields: dict[str, Any]) -> None: ...
 
 
-class QueueOverflow(Exception):
+class QueueOverflow(RelayError):
     pass
 
 

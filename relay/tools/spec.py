@@ -20,7 +20,12 @@ from pydantic import BaseModel
 
 from relay.tools.errors import ToolDefinitionError
 from relay.tools.result import Interruption, Scheduling, coerce_choice
-from relay.tools.schema import arguments_model, decode_arguments, flat_schema, validated_arguments
+from relay.tools.schema import (
+    arguments_model,
+    decode_arguments,
+    flat_schema,
+    validated_arguments,
+)
 
 TOOL_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 

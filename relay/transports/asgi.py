@@ -29,6 +29,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from relay.errors import RelayError
+
 if TYPE_CHECKING:
     import h11
 
@@ -37,7 +39,7 @@ MAX_BODY_BYTES = 1024 * 1024
 READ_TIMEOUT = 10.0
 
 
-class BodyRefused(Exception):
+class BodyRefused(RelayError):
     """A request body that is too large, too slow or cut off; `status` is what to answer."""
 
     def __init__(self, status: int, message: str) -> None:

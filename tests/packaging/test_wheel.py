@@ -119,14 +119,14 @@ def test_the_wheel_holds_the_package_and_its_data_but_no_tests_or_docs(built: Bu
     assert "[pytest11]\nrelay = relay.offline.pytest_plugin" in entry_points
 
 
-def test_the_sdist_holds_the_tests_docs_examples_and_scripts(built: Built) -> None:
+def test_the_sdist_holds_the_tests_docs_and_scripts(built: Built) -> None:
     top = f"{DIST}-{__version__}"
     names = {name.removeprefix(f"{top}/") for name in tarfile.open(built.sdist).getnames()}
     for expected in ("pyproject.toml", "README.md", "CHANGELOG.md", "LICENSE", "PKG-INFO",
                      "relay/examples/data/orders.sql"):
         assert expected in names, expected
     carried = [name for name in built.source_files
-               if name.split("/")[0] in ("relay", "tests", "docs", "examples", "scripts")]
+               if name.split("/")[0] in ("relay", "tests", "docs", "scripts")]
     assert sorted(set(carried) - names) == []
     assert not [name for name in names if "__pycache__" in name or name.endswith(".pyc")]
 

@@ -12,7 +12,13 @@ costs (nothing while nobody watches) and what a watcher sees, feed.py what the p
 say to each other, endpoints.py how the page authenticates.
 """
 
-from relay.inspector.live.endpoints import BASE_PATH, InspectorEndpoint, asgi_app, render_live_page, serve_inspector
+from relay.inspector.live.endpoints import (
+           BASE_PATH,
+           InspectorEndpoint,
+           asgi_app,
+           render_live_page,
+           serve_inspector,
+)
 from relay.inspector.live.feed import FeedConnection
 from relay.inspector.live.hub import LiveHub, LiveSession, LiveTap
 

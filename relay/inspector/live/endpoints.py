@@ -39,7 +39,11 @@ from websockets.http11 import Request, Response
 from relay import __version__
 from relay.dialects import Dialect
 from relay.dialects.base import TOKEN_SUBPROTOCOL
-from relay.edges.handshake import INSPECTOR_SUBPROTOCOL, presents_token, select_subprotocol
+from relay.edges.handshake import (
+    INSPECTOR_SUBPROTOCOL,
+    presents_token,
+    select_subprotocol,
+)
 from relay.inspector.live.feed import ChannelClosed, FeedConnection
 from relay.inspector.live.hub import LiveHub
 from relay.inspector.model import SessionModel

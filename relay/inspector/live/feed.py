@@ -25,6 +25,7 @@ from typing import Protocol
 
 import anyio
 
+from relay.errors import RelayError
 from relay.inspector.live.hub import LiveHub, LiveSession
 
 log = logging.getLogger("relay.inspector")
@@ -33,7 +34,7 @@ FLUSH_INTERVAL = 0.05          # frames gather this long before a batch goes to 
 MAX_OUTBOX_BYTES = 32 << 20    # messages waiting for a page (a single snapshot may be larger)
 
 
-class ChannelClosed(Exception):
+class ChannelClosed(RelayError):
     """The page's connection is gone."""
 
 

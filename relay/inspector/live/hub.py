@@ -32,13 +32,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 import anyio
 
 from relay.inspector.model import SessionModel, build_model
-from relay.recording.format import Frame, session_header
 from relay.recording.audio import drop_audio
+from relay.recording.format import Frame, session_header
 from relay.recording.reader import iter_frames, read_recording
 
 if TYPE_CHECKING:
-    from relay.edges.config import EdgeRuntime
     from relay.dialects import Dialect
+    from relay.edges.config import EdgeRuntime
     from relay.recording.writer import RecordingWriter
 
 log = logging.getLogger("relay.inspector")
