@@ -19,13 +19,13 @@ from relay.dialects.gemini import GEMINI, GeminiDialect
 from relay.dialects.openai import OPENAI, OPENAI_BETA, OpenAIFamily
 from relay.errors import UnusableInput
 
-# The registry. Order matters to `infer_dialect` only: the first dialect that recognises an
-# upstream URL is the URL's (Foundry's paths before Azure's hosts, Azure GA before preview).
+# The registry: every dialect by its name (what recordings and `--dialect` say).
 DIALECTS: dict[str, Dialect] = {
-    d.name: d for d in (FOUNDRY, OPENAI, OPENAI_BETA, AZURE, AZURE_PREVIEW, GEMINI)
+    d.name: d for d in (OPENAI, OPENAI_BETA, AZURE, AZURE_PREVIEW, FOUNDRY, GEMINI)
 }
-# What users may type: `azure` picks GA or preview from the upstream URL (see `resolve_dialect`).
-DIALECT_CHOICES = ("openai", "openai-beta", "azure", "foundry", "gemini")
+# What users may type: all of them, but `azure` picks GA or preview from the upstream URL (see
+# `resolve_dialect`), so the preview is not named.
+DIALECT_CHOICES = tuple(name for name in DIALECTS if name != AZURE_PREVIEW.name)
 
 AUDIO_MARKERS: tuple[bytes, ...] = (*openai.AUDIO_MARKERS, *gemini.AUDIO_MARKERS)
 """Substrings one of which every audio-bearing frame of any family contains."""
@@ -45,11 +45,18 @@ def get_dialect(name: str) -> Dialect:
 
 
 def infer_dialect(url: str) -> Dialect | None:
-    """The dialect an upstream URL implies, or None when the URL does not say."""
+    """The dialect an upstream URL implies, or None when the URL does not say: the one that
+    matches it most specifically (`Dialect.url_match`: Foundry's path marks on any Azure host,
+    Azure GA's path before the preview's host alone), the first registered on a tie."""
     parts = urlsplit(url)
     host = (parts.hostname or "").lower()
     path = parts.path.rstrip("/")
-    return next((d for d in DIALECTS.values() if d.recognises(host, path)), None)
+    best, best_score = None, 0
+    for dialect in DIALECTS.values():
+        score = dialect.url_match(host, path)
+        if score > best_score:
+            best, best_score = dialect, score
+    return best
 
 
 def resolve_dialect(name: str | None, url: str) -> Dialect:

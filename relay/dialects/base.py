@@ -43,7 +43,7 @@ class Dialect(ABC):
     first variable of `key_env` that is set and goes in `auth_header` (`bearer`: `Authorization:
     Bearer`, else the name of the header that carries it), beside `extra_headers`. `default_url`
     is the endpoint used when none is configured (None: every user has their own, as Azure's
-    resources). An upstream URL implies this dialect (`recognises`) when its host is one of
+    resources). An upstream URL implies this dialect (`url_match`) when its host is one of
     `upstream_hosts` (a leading dot: any host ending so) and, if `upstream_paths` is set, its
     path ends with one of them; or when its path holds one of `upstream_path_marks`.
 
@@ -87,13 +87,16 @@ class Dialect(ABC):
             return {"Authorization": f"Bearer {key}"}
         return {self.auth_header: key}
 
-    def recognises(self, host: str, path: str) -> bool:
-        """Whether an upstream URL with this (lower-case) host and path implies this dialect."""
+    def url_match(self, host: str, path: str) -> int:
+        """How specifically an upstream URL with this (lower-case) host and path implies this
+        dialect: 3 a path mark, 2 a host and a path, 1 a host alone, 0 not at all."""
         if any(mark in path for mark in self.upstream_path_marks):
-            return True
-        host_matches = any(host.endswith(known) if known.startswith(".") else host == known
-                           for known in self.upstream_hosts)
-        return host_matches and (not self.upstream_paths or path.endswith(self.upstream_paths))
+            return 3
+        if not any(host.endswith(known) if known.startswith(".") else host == known for known in self.upstream_hosts):
+            return 0
+        if not self.upstream_paths:
+            return 1
+        return 2 if path.endswith(self.upstream_paths) else 0
 
     @abstractmethod
     def client_error_event(
