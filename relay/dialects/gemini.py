@@ -148,6 +148,19 @@ def audio_slots(message: dict[str, Any]) -> list[AudioSlot]:
     return slots
 
 
+def only_media(message: dict[str, Any]) -> bool:
+    """Whether a message carries nothing but media: a `realtimeInput` of audio or media chunks
+    only, or a `serverContent` whose model turn is inline blobs only."""
+    realtime = field(message, "realtimeInput")
+    if isinstance(realtime, dict):
+        return set(realtime) <= {"audio", "mediaChunks", "media_chunks"}
+    content = field(message, "serverContent")
+    if not isinstance(content, dict) or not set(content) <= {"modelTurn", "model_turn"}:
+        return False
+    parts = field(field(content, "modelTurn"), "parts") or []
+    return all(isinstance(part, dict) and field(part, "inlineData") is not None for part in parts)
+
+
 # ---- answers -------------------------------------------------------------------------------------
 def response_body(rendered: RenderedOutput) -> dict[str, Any]:
     """A relay tool's output as `FunctionResponse.response`: `{"output": value}` (the JSON value

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from relay.dialects.gemini import audio_slots, is_error_response, response_text
+from relay.dialects.gemini import audio_slots, is_error_response, only_media, response_text
 from relay.dialects.gemini import field as gemini_field
 from relay.inspector.audio import GEMINI_INPUT, GEMINI_OUTPUT, elided, mime_format
 from relay.inspector.model import (
@@ -50,7 +50,7 @@ class GeminiParser:
                         fmt = mime_format(slot.mime, GEMINI_INPUT)
                         self.model.add_audio("caller", t, fmt, slot.holder.get(slot.key),
                                              frame.audio_dropped // len(caller))
-                if set(realtime) <= {"audio", "mediaChunks", "media_chunks"}:
+                if only_media(event):
                     return
         content = gemini_field(event, "serverContent")
         audio_only = False
@@ -64,9 +64,7 @@ class GeminiParser:
                     fmt = mime_format(slot.mime, GEMINI_OUTPUT)
                     self.model.add_audio("assistant", t, fmt, slot.holder.get(slot.key),
                                          frame.audio_dropped // len(model_audio))
-                parts = gemini_field(gemini_field(content, "modelTurn"), "parts") or []
-                audio_only = set(content) <= {"modelTurn", "model_turn"} and all(
-                    isinstance(p, dict) and gemini_field(p, "inlineData") is not None for p in parts)
+                audio_only = only_media(event)
         elif isinstance(content, dict) and direction == CLIENT_OUT:
             if model_audio:
                 return     # the client's copy of the audio

@@ -28,8 +28,7 @@ from relay.inspector.model import (
 )
 from relay.recording.format import Frame
 
-_OUTPUT_DELTAS = frozenset({"response.output_audio.delta", "response.output_text.delta",
-                            "response.output_audio_transcript.delta"})
+_OUTPUT_DELTAS = frozenset({"response.output_text.delta", "response.output_audio_transcript.delta"})
 _ASSISTANT_TEXT = {
     "response.output_text.delta": "delta", "response.output_audio_transcript.delta": "delta",
     "response.output_text.done": "text", "response.output_audio_transcript.done": "transcript",
