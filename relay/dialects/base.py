@@ -99,16 +99,7 @@ class Dialect(ABC):
         return 2 if path.endswith(self.upstream_paths) else 0
 
     @abstractmethod
-    def client_error_event(
-        self,
-        event_id: str,
-        code: str,
-        message: str,
-        *,
-        error_type: str = "invalid_request_error",
-        param: str | None = None,
-        client_event_id: Any = None,
-    ) -> dict[str, Any] | None:
-        """The frame that tells a client what the relay refused (`event_id` is the relay's,
-        `client_event_id` the client event it answers, if any); None for a protocol without
-        one, whose clients learn it from the close reason."""
+    def client_error_event(self, event_id: str, code: str, message: str, **details: Any) -> dict[str, Any] | None:
+        """The frame that tells a client what the relay refused (`event_id` is the relay's;
+        `details`: `error_type`, `param`, and `client_event_id`, the client event it answers);
+        None for a protocol without one, whose clients learn it from the close reason."""
