@@ -126,6 +126,11 @@ def is_audio_blob(blob: Any) -> bool:
     return not isinstance(mime, str) or mime.startswith("audio/")
 
 
+def inline_blob(part: Any) -> Any:
+    """The inline `Blob` of a content `Part` (how the model's speech comes), or None."""
+    return field(part, "inlineData")
+
+
 def audio_slots(message: dict[str, Any]) -> list[AudioSlot]:
     """Every base64 audio payload of a decoded message: the caller's in `realtimeInput` (its
     `audio` blob, and the audio ones among its `mediaChunks`), the model's in the inline blobs of
@@ -142,7 +147,7 @@ def audio_slots(message: dict[str, Any]) -> list[AudioSlot]:
                 slots.append(AudioSlot(chunk, "data", "input", field(chunk, "mimeType")))
     parts = field(field(field(message, "serverContent"), "modelTurn"), "parts")
     for part in parts if isinstance(parts, list) else ():
-        blob = field(part, "inlineData")
+        blob = inline_blob(part)
         if is_audio_blob(blob):
             slots.append(AudioSlot(blob, "data", "output", field(blob, "mimeType")))
     return slots
@@ -158,7 +163,7 @@ def only_media(message: dict[str, Any]) -> bool:
     if not isinstance(content, dict) or not set(content) <= {"modelTurn", "model_turn"}:
         return False
     parts = field(field(content, "modelTurn"), "parts") or []
-    return all(isinstance(part, dict) and field(part, "inlineData") is not None for part in parts)
+    return all(isinstance(part, dict) and inline_blob(part) is not None for part in parts)
 
 
 # ---- answers -------------------------------------------------------------------------------------

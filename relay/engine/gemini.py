@@ -29,7 +29,16 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
-from relay.dialects.gemini import GEMINI, GeminiDialect, field, key_of, media_frame, response_body, response_text
+from relay.dialects.gemini import (
+    GEMINI,
+    GeminiDialect,
+    field,
+    inline_blob,
+    key_of,
+    media_frame,
+    response_body,
+    response_text,
+)
 from relay.engine.actions import Close, SendClient, SendUpstream
 from relay.engine.calls import CallEntry, CallState, Owner
 from relay.engine.conversation import ABSENT, ItemRecord, ResponseRecord
@@ -128,7 +137,7 @@ class GeminiEngine(SessionEngine):
                 continue   # the model's reasoning is not part of what it said
             if isinstance(part.get("text"), str):
                 self._model_words(part["text"], "output_text")
-            elif key_of(part, "inlineData") is not None:
+            elif inline_blob(part) is not None:
                 self._model_audio()
         transcription = field(content, "outputTranscription")
         if isinstance(transcription, dict) and isinstance(transcription.get("text"), str):
