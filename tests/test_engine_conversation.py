@@ -7,9 +7,11 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from relay.dialects.base import BETA_TO_GA, canonical_type
+from relay.dialects.openai import OPENAI, READ_AS_GA
+from relay.dialects.peek import peek_type
 from relay.engine import OpenAIEngine, EngineConfig, SendClient
-from relay.engine.peek import peek_type
+
+canonical_type = OPENAI.canonical_type
 
 
 def engine(mode: str = "replay") -> OpenAIEngine:
@@ -159,7 +161,7 @@ def test_beta_names_map_onto_ga_and_frames_stay_as_received() -> None:
     assert canonical_type("response.audio_transcript.delta") == "response.output_audio_transcript.delta"
     assert canonical_type("output_audio_buffer.audio_started") == "output_audio_buffer.started"
     assert canonical_type("response.output_text.delta") == "response.output_text.delta"
-    assert all(canonical_type(ga) == ga for ga in BETA_TO_GA.values())
+    assert all(canonical_type(ga) == ga for ga in READ_AS_GA.values())
     e = engine(mode="proxy")
     created = json.dumps({"type": "conversation.item.created", "event_id": "e", "previous_item_id": None,
                           "item": item("b1")})

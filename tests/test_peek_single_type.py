@@ -9,7 +9,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from relay.engine.peek import has_single_plain_type, peek_type
+from relay.dialects.peek import has_single_plain_type, peek_type
 
 KEYS = st.sampled_from(["type", "event_id", "delta", "audio", "item"])
 VALUES = st.one_of(

@@ -31,6 +31,7 @@ from relay.cli.options import (
 from relay.edges.serve import RelayServer, ServerConfig
 from relay.engine import Notice
 from relay.mock import MockScript, MockUpstream, Reply, Rule, ToolCall
+from relay.tools.render import error_in_output
 
 # A module name, not a path: it loads from the installed package, whatever the working directory.
 EXAMPLE_TOOLS = "relay.examples.tools"
@@ -176,12 +177,9 @@ def _waited_ms(fields: dict[str, Any]) -> float | None:
 
 
 def _error_text(output: str) -> str:
-    """What an error output says: its `error` member, else the output (clipped)."""
-    try:
-        value = json.loads(output)
-    except ValueError:
-        value = None
-    text = value["error"] if isinstance(value, dict) and isinstance(value.get("error"), str) else output
+    """What an error output says: its `error` text, else the output (clipped)."""
+    is_error, error = error_in_output(output)
+    text = error if is_error and isinstance(error, str) else output
     return text if len(text) <= 100 else text[:99] + "\u2026"
 
 

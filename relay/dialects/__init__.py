@@ -1,25 +1,34 @@
-"""Wire dialects. OpenAI GA is the engine's vocabulary; each module here adapts one family.
+"""Wire dialects: every fact about a provider's wire, one module per family, and their registry.
 
-A dialect answers three questions for the engine: how an incoming event's type maps onto the GA
-name (`canonical_type`), what the events the relay itself emits look like on this wire
-(`function_call_output` fields, `session.update` shape, `response.create` options), and how the
-upstream is reached (default URL, credentials header)."""
+`base.Dialect` is what every family shares (how a provider is reached, what its clients send the
+relay). `openai` holds the OpenAI Realtime family, OpenAI GA being the engine's vocabulary, with
+Azure and Foundry as variants in `foundry`; `gemini` holds Gemini Live. `peek` reads a typed
+frame's event type without parsing it. The registry below lists every dialect a user may name;
+docs/adding-a-provider.md says how a provider joins it.
+"""
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import urlsplit
 
-from relay.dialects.base import Dialect
-from relay.dialects.foundry import AZURE, AZURE_PREVIEW, FOUNDRY
-from relay.dialects.gemini import GEMINI, GEMINI_HOST, GeminiDialect
-from relay.dialects.openai import OPENAI, OPENAI_BETA
+from relay.dialects import gemini, openai
+from relay.dialects.base import AudioSlot, Dialect
+from relay.dialects.foundry import AZURE, AZURE_PREVIEW, FOUNDRY, azure_variant
+from relay.dialects.gemini import GEMINI, GeminiDialect
+from relay.dialects.openai import OPENAI, OPENAI_BETA, OpenAIFamily
 from relay.errors import UnusableInput
 
+# The registry: every dialect by its name (what recordings and `--dialect` say).
 DIALECTS: dict[str, Dialect] = {
     d.name: d for d in (OPENAI, OPENAI_BETA, AZURE, AZURE_PREVIEW, FOUNDRY, GEMINI)
 }
-# What users may type: `azure` picks GA or preview from the upstream URL (see `resolve_dialect`).
-DIALECT_CHOICES = ("openai", "openai-beta", "azure", "foundry", "gemini")
+# What users may type: all of them, but `azure` picks GA or preview from the upstream URL (see
+# `resolve_dialect`), so the preview is not named.
+DIALECT_CHOICES = tuple(name for name in DIALECTS if name != AZURE_PREVIEW.name)
+
+AUDIO_MARKERS: tuple[bytes, ...] = (*openai.AUDIO_MARKERS, *gemini.AUDIO_MARKERS)
+"""Substrings one of which every audio-bearing frame of any family contains."""
 
 
 class DialectError(UnusableInput, ValueError):
@@ -36,19 +45,18 @@ def get_dialect(name: str) -> Dialect:
 
 
 def infer_dialect(url: str) -> Dialect | None:
-    """The dialect an upstream URL implies, or None when the URL does not say."""
+    """The dialect an upstream URL implies, or None when the URL does not say: the one that
+    matches it most specifically (`Dialect.url_match`: Foundry's path marks on any Azure host,
+    Azure GA's path before the preview's host alone), the first registered on a tie."""
     parts = urlsplit(url)
     host = (parts.hostname or "").lower()
     path = parts.path.rstrip("/")
-    if host.endswith(".services.ai.azure.com") or "/voice-agent" in path or "/voice-live" in path:
-        return FOUNDRY
-    if host == "api.openai.com":
-        return OPENAI
-    if host == GEMINI_HOST:
-        return GEMINI
-    if host.endswith(".openai.azure.com") or host.endswith(".cognitiveservices.azure.com"):
-        return AZURE if path.endswith("/openai/v1/realtime") else AZURE_PREVIEW
-    return None
+    best, best_score = None, 0
+    for dialect in DIALECTS.values():
+        score = dialect.url_match(host, path)
+        if score > best_score:
+            best, best_score = dialect, score
+    return best
 
 
 def resolve_dialect(name: str | None, url: str) -> Dialect:
@@ -56,7 +64,7 @@ def resolve_dialect(name: str | None, url: str) -> Dialect:
     it is inferred from the URL; an ambiguous URL without a name is an error that says so."""
     if name:
         if name == "azure":
-            return AZURE_PREVIEW if "api-version=" in url and "/openai/v1/" not in url else AZURE
+            return azure_variant(url)
         return get_dialect(name)
     inferred = infer_dialect(url)
     if inferred is None:
@@ -67,8 +75,16 @@ def resolve_dialect(name: str | None, url: str) -> Dialect:
     return inferred
 
 
+def audio_slots(event: dict[str, Any]) -> list[AudioSlot]:
+    """Every base64 audio payload of a decoded frame of either family (a typed event is the
+    OpenAI family's, anything else is read as Gemini Live's)."""
+    if isinstance(event.get("type"), str):
+        return openai.audio_slots(event)
+    return gemini.audio_slots(event)
+
+
 __all__ = [
-    "DIALECTS", "DIALECT_CHOICES", "Dialect", "DialectError", "get_dialect", "infer_dialect",
-    "resolve_dialect", "OPENAI", "OPENAI_BETA", "AZURE", "AZURE_PREVIEW", "FOUNDRY", "GEMINI",
-    "GeminiDialect",
+    "AUDIO_MARKERS", "AudioSlot", "DIALECTS", "DIALECT_CHOICES", "Dialect", "DialectError", "OpenAIFamily",
+    "GeminiDialect", "audio_slots", "get_dialect", "infer_dialect", "resolve_dialect", "OPENAI", "OPENAI_BETA",
+    "AZURE", "AZURE_PREVIEW", "FOUNDRY", "GEMINI",
 ]

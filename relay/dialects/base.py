@@ -1,46 +1,21 @@
-"""The dialect contract shared by the OpenAI-family adapters."""
+"""What every provider family's dialect holds, whatever its wire: `Dialect`, the shared base of
+`relay.dialects.openai.OpenAIFamily` and `relay.dialects.gemini.GeminiDialect`.
+
+The shared part is how a provider is reached and how its clients reach the relay: its name, the
+key and where it goes, its default endpoint, the URLs that imply it, the paths and key forms of
+its clients, whether a call has a sideband, and the error frame a client gets. Everything about
+the frames themselves (event names, where audio sits, what passes unparsed, how answers are
+shaped) belongs to the family's module.
+"""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
-# Beta (and Azure preview) event names and their GA equivalents. GA servers still type
-# `conversation.item.created`; it means the same as `added`.
-BETA_TO_GA: dict[str, str] = {
-    "conversation.item.created": "conversation.item.added",
-    "response.text.delta": "response.output_text.delta",
-    "response.text.done": "response.output_text.done",
-    "response.audio.delta": "response.output_audio.delta",
-    "response.audio.done": "response.output_audio.done",
-    "response.audio_transcript.delta": "response.output_audio_transcript.delta",
-    "response.audio_transcript.done": "response.output_audio_transcript.done",
-    "output_audio_buffer.audio_started": "output_audio_buffer.started",
-    "output_audio_buffer.audio_stopped": "output_audio_buffer.stopped",
-    "output_audio_buffer.audio_cleared": "output_audio_buffer.cleared",
-}
-
-
-# The client events of the OpenAI Realtime API (GA; beta uses the same names), in the order of
-# the API reference.
-CLIENT_EVENT_TYPES: tuple[str, ...] = (
-    "session.update",
-    "input_audio_buffer.append",
-    "input_audio_buffer.commit",
-    "input_audio_buffer.clear",
-    "output_audio_buffer.clear",
-    "conversation.item.create",
-    "conversation.item.retrieve",
-    "conversation.item.truncate",
-    "conversation.item.delete",
-    "response.create",
-    "response.cancel",
-)
-
-
-# Where OpenAI-family clients connect: OpenAI's path, Azure's GA and preview paths.
-REALTIME_PATHS = frozenset({"/v1/realtime", "/openai/v1/realtime", "/openai/realtime"})
-# Browsers cannot set headers on a WebSocket: OpenAI's SDKs send the key as this subprotocol.
+# Browsers cannot set headers on a WebSocket: OpenAI's SDKs send the key as this subprotocol, and
+# the relay accepts its own token that way from the clients of every dialect.
 TOKEN_SUBPROTOCOL = "openai-insecure-api-key."
 
 
@@ -50,113 +25,81 @@ class HeaderLookup(Protocol):
     def get_all(self, key: str) -> list[str]: ...
 
 
-def canonical_type(event_type: str) -> str:
-    """The GA name of an event type; names that are already GA (or unknown) map to themselves."""
-    return BETA_TO_GA.get(event_type, event_type)
+class AudioSlot(NamedTuple):
+    """One base64 audio payload in a decoded frame: `holder[key]`, spoken by `side` (`input`: the
+    caller, `output`: the model), in the `mime` type the frame names (None: the session's format)."""
+
+    holder: dict[str, Any]
+    key: str
+    side: Literal["input", "output"]
+    mime: str | None = None
 
 
-@dataclass(frozen=True)
-class Dialect:
-    """How one upstream family speaks.
+@dataclass(frozen=True, kw_only=True)
+class Dialect(ABC):
+    """How one provider is reached, and what its clients send the relay.
 
-    `wire` is the event vocabulary the upstream expects from the relay; incoming events are
-    always accepted in both OpenAI vocabularies (`gemini` is another protocol altogether: see
-    `relay.dialects.gemini`). `foundry_fields` adds Foundry's item extensions
-    (`name`, `response_id`, `created_at` on `function_call_output`).
+    `wire` names the event vocabulary (`ga`, `beta`, `gemini`). The upstream's key comes from the
+    first variable of `key_env` that is set and goes in `auth_header` (`bearer`: `Authorization:
+    Bearer`, else the name of the header that carries it), beside `extra_headers`. `default_url`
+    is the endpoint used when none is configured (None: every user has their own, as Azure's
+    resources). An upstream URL implies this dialect (`url_match`) when its host is one of
+    `upstream_hosts` (a leading dot: any host ending so) and, if `upstream_paths` is set, its
+    path ends with one of them; or when its path holds one of `upstream_path_marks`.
 
     The edges ask the dialect what its clients do: the paths they connect to (`client_paths`,
     `client_path` the one the relay advertises), where they put their key besides
     `Authorization: Bearer` and the token subprotocol (`client_key_headers`,
-    `client_key_params`, described for an error message in `client_auth_forms`), which dialect
-    a client asking for the beta protocol gets (`beta`), and whether a server can open a second
-    connection to a live call (`call_sideband`, what `relay attach` needs). An export asks
-    whether the upstream echoes every item created, so that its frames alone are the
-    conversation (`echoes_conversation`)."""
+    `client_key_params`, described for an error message in `client_auth_forms`), and whether a
+    server can open a second connection to a live call (`call_sideband`, what `relay attach`
+    needs). An export asks whether the upstream echoes every item created, so that its frames
+    alone are the conversation (`echoes_conversation`)."""
 
     name: str
-    wire: Literal["ga", "beta", "gemini"]
-    foundry_fields: bool = False
-    auth_header: Literal["bearer", "api-key", "x-goog-api-key"] = "bearer"
-    key_env: tuple[str, ...] = ("OPENAI_API_KEY",)
-    default_url: str = "wss://api.openai.com/v1/realtime"
+    wire: str
+    key_env: tuple[str, ...]
+    auth_header: str = "bearer"
     extra_headers: dict[str, str] = field(default_factory=dict)
-    client_paths: frozenset[str] = REALTIME_PATHS
-    client_path: str = "/v1/realtime"
+    default_url: str | None
+    upstream_hosts: tuple[str, ...] = ()
+    upstream_paths: tuple[str, ...] = ()
+    upstream_path_marks: tuple[str, ...] = ()
+    client_paths: frozenset[str]
+    client_path: str
     client_key_headers: tuple[str, ...] = ("api-key",)
     client_key_params: tuple[str, ...] = ()
-    client_auth_forms: str = f"Authorization: Bearer, api-key, or the {TOKEN_SUBPROTOCOL}<token> subprotocol"
-    beta: Dialect | None = None
-    call_sideband: bool = True
+    client_auth_forms: str
+    call_sideband: bool = False
     echoes_conversation: bool = True
 
     def for_client(self, headers: HeaderLookup) -> Dialect:
-        """The dialect of one client's session: a client asking for the beta protocol
-        (`OpenAI-Beta: realtime=v1`) of an upstream that speaks both gets the beta wire."""
-        if self.beta is not None and any("realtime=v1" in value for value in headers.get_all("OpenAI-Beta")):
-            return self.beta
+        """The dialect of one client's session, given its handshake headers: this one, unless a
+        family offers its clients another vocabulary (see `OpenAIFamily.for_client`)."""
         return self
-
 
     def upstream_url(self, url: str, client_path: str | None) -> str:
         """The upstream URL for a client that connected to `client_path`: the configured one."""
         return url
 
-    def client_error_event(
-        self,
-        event_id: str,
-        code: str,
-        message: str,
-        *,
-        error_type: str = "invalid_request_error",
-        param: str | None = None,
-        client_event_id: Any = None,
-    ) -> dict[str, Any] | None:
-        """The realtime `error` event that tells a client what went wrong (`event_id` is the
-        relay's, `client_event_id` the client event it answers, if any); None for a protocol
-        without one, whose clients learn it from the close reason."""
-        return {
-            "type": "error",
-            "event_id": event_id,
-            "error": {"type": error_type, "code": code, "message": message, "param": param,
-                      "event_id": client_event_id},
-        }
+    def key_headers(self, key: str) -> dict[str, str]:
+        """The handshake header that carries the provider key."""
+        if self.auth_header == "bearer":
+            return {"Authorization": f"Bearer {key}"}
+        return {self.auth_header: key}
 
-    def function_call_output_item(
-        self,
-        *,
-        item_id: str,
-        call_id: str,
-        output: str,
-        status: str,
-        name: str,
-        response_id: str | None,
-        created_at: int,
-    ) -> dict[str, Any]:
-        """The `function_call_output` item the relay injects, with exactly this wire's fields."""
-        item: dict[str, Any] = {
-            "type": "function_call_output",
-            "id": item_id,
-            "call_id": call_id,
-            "output": output,
-            "status": status,
-        }
-        if self.foundry_fields:
-            item["name"] = name
-            if response_id is not None:
-                item["response_id"] = response_id
-            item["created_at"] = created_at
-        return item
+    def url_match(self, host: str, path: str) -> int:
+        """How specifically an upstream URL with this (lower-case) host and path implies this
+        dialect: 3 a path mark, 2 a host and a path, 1 a host alone, 0 not at all."""
+        if any(mark in path for mark in self.upstream_path_marks):
+            return 3
+        if not any(host.endswith(known) if known.startswith(".") else host == known for known in self.upstream_hosts):
+            return 0
+        if not self.upstream_paths:
+            return 1
+        return 2 if path.endswith(self.upstream_paths) else 0
 
-    def session_update(self, session_fields: dict[str, Any], event_id: str) -> dict[str, Any]:
-        """A `session.update` carrying only `session_fields` (GA requires `type: realtime`)."""
-        session = dict(session_fields)
-        if self.wire == "ga":
-            session.setdefault("type", "realtime")
-        return {"type": "session.update", "event_id": event_id, "session": session}
-
-    def response_create(self, response: dict[str, Any], event_id: str) -> dict[str, Any]:
-        """A `response.create` with these options, renamed for the wire where names differ."""
-        options = dict(response)
-        if self.wire == "beta" and "output_modalities" in options:
-            options["modalities"] = options.pop("output_modalities")
-        return {"type": "response.create", "event_id": event_id, "response": options}
+    @abstractmethod
+    def client_error_event(self, event_id: str, code: str, message: str, **details: Any) -> dict[str, Any] | None:
+        """The frame that tells a client what the relay refused (`event_id` is the relay's;
+        `details`: `error_type`, `param`, and `client_event_id`, the client event it answers);
+        None for a protocol without one, whose clients learn it from the close reason."""

@@ -1,31 +1,44 @@
 """Azure OpenAI (GA at /openai/v1/realtime, preview = beta wire at /openai/realtime) and
-Azure AI Foundry, whose items carry `created_at`, `response_id` and, on outputs, `name`."""
+Azure AI Foundry, whose items carry `created_at`, `response_id` and, on outputs, `name`: variants
+of the OpenAI family that differ in data only. Each Azure resource has its own endpoint
+(`wss://<resource>.openai.azure.com/openai/v1/realtime`, `wss://<resource>.services.ai.azure.com/
+voice-live/realtime`), so none has a default URL."""
 
 from __future__ import annotations
 
-from relay.dialects.base import Dialect
+from relay.dialects.openai import OpenAIFamily
 
 _AZURE_KEYS = ("AZURE_OPENAI_API_KEY",)
+_AZURE_HOSTS = (".openai.azure.com", ".cognitiveservices.azure.com")
 
-AZURE = Dialect(
+AZURE = OpenAIFamily(
     name="azure",
-    wire="ga",
     auth_header="api-key",
     key_env=_AZURE_KEYS,
-    default_url="wss://YOUR-RESOURCE.openai.azure.com/openai/v1/realtime",
+    default_url=None,
+    upstream_hosts=_AZURE_HOSTS,
+    upstream_paths=("/openai/v1/realtime",),
 )
-AZURE_PREVIEW = Dialect(
+AZURE_PREVIEW = OpenAIFamily(
     name="azure-preview",
     wire="beta",
     auth_header="api-key",
     key_env=_AZURE_KEYS,
-    default_url="wss://YOUR-RESOURCE.openai.azure.com/openai/realtime",
+    default_url=None,
+    upstream_hosts=_AZURE_HOSTS,
 )
-FOUNDRY = Dialect(
+FOUNDRY = OpenAIFamily(
     name="foundry",
-    wire="ga",
     foundry_fields=True,
     auth_header="api-key",
     key_env=_AZURE_KEYS,
-    default_url="wss://YOUR-RESOURCE.services.ai.azure.com/voice-live/realtime",
+    default_url=None,
+    upstream_hosts=(".services.ai.azure.com",),
+    upstream_path_marks=("/voice-agent", "/voice-live"),
 )
+
+
+def azure_variant(url: str) -> OpenAIFamily:
+    """What `--dialect azure` means for this upstream URL: the preview (beta) wire when the URL
+    carries an `api-version` outside the v1 path, else GA."""
+    return AZURE_PREVIEW if "api-version=" in url and "/openai/v1/" not in url else AZURE

@@ -1,9 +1,14 @@
-"""Google Gemini Live (BidiGenerateContent): a wire unlike OpenAI's in everything.
+"""Google Gemini Live (BidiGenerateContent): a wire unlike OpenAI's in everything, and all its facts.
 
 Frames have no `type`: each carries one top-level key (`setup`, `clientContent`, `toolCall`, ...).
 The server accepts camelCase and snake_case field names (the `google-genai` SDK itself sends
 `tool_response` around camelCase contents), so readers here accept both spellings and everything
 the relay writes is camelCase. The server sends its JSON in binary WebSocket frames.
+
+Here: the paths and messages, the cheap look at a frame that lets audio pass unparsed
+(`first_key`, `media_frame`), where audio sits (`audio_slots`), how a relay tool is declared and
+answered (`FunctionResponse.response` is `{"output": ...}` or `{"error": ...}`: `response_body`)
+and how an answer reads back as the text of a `function_call_output` item (`response_text`).
 """
 
 from __future__ import annotations
@@ -13,11 +18,12 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from relay.dialects.base import Dialect
+from relay.dialects.base import AudioSlot, Dialect
 from relay.tools import Scheduling
+from relay.tools.render import RenderedOutput, error_in_output
 from relay.tools.spec import ToolSpec
 
 GEMINI_HOST = "generativelanguage.googleapis.com"
@@ -66,23 +72,140 @@ def is_gemini_message(event: Any) -> bool:
     return any(key_of(event, key) is not None for key in (*CLIENT_MESSAGE_KEYS, *SERVER_MESSAGE_KEYS))
 
 
+# ---- the cheap look: media frames pass unparsed ---------------------------------------------------
+_FIRST_KEY = re.compile(r'\s*\{\s*"([A-Za-z_]+)"\s*:')
+_FIRST_KEY_BYTES = re.compile(rb'\s*\{\s*"([A-Za-z_]+)"\s*:')
+_MEDIA_KEYS = {"upstream": frozenset({"serverContent", "server_content"}),
+               "client": frozenset({"realtimeInput", "realtime_input"})}
+# A media frame holding one of these is parsed: the words, turn ends and messages the engine
+# follows. Base64 never contains a `"`, so audio data cannot fake a quoted key; a key spelled with
+# `\u` escapes would be missed, which costs only its words in the conversation record.
+_STATE_MARKERS = {
+    "upstream": ('"text"', 'Transcription"', 'transcription"', '"turnComplete"', '"turn_complete"',
+                 '"interrupted"', '"toolCall', '"tool_call', '"setupComplete"', '"setup_complete"'),
+    "client": ('"text"', '"toolResponse"', '"tool_response"', '"setup"', '"clientContent"',
+               '"client_content"'),
+}
+_STATE_MARKER_BYTES = {side: tuple(m.encode() for m in markers) for side, markers in _STATE_MARKERS.items()}
+_AUDIO_BLOB_MARKERS: dict[type, tuple[Any, ...]] = {str: ('"inlineData"', '"inline_data"'),
+                                                    bytes: (b'"inlineData"', b'"inline_data"')}
+
+
+def first_key(frame: str | bytes) -> str | None:
+    """The first top-level key of a JSON object frame, read without parsing it (None: unsure)."""
+    match = (_FIRST_KEY if isinstance(frame, str) else _FIRST_KEY_BYTES).match(frame)
+    if match is None:
+        return None
+    key = match.group(1)
+    return key if isinstance(key, str) else key.decode("ascii")
+
+
+def media_frame(frame: str | bytes, side: Literal["upstream", "client"]) -> Literal["audio", "media"] | None:
+    """Whether a frame from `side` may be forwarded unparsed: an audio or video carrier
+    (`serverContent` / `realtimeInput`) holding none of the state markers. `"audio"` when it
+    carries an inline blob (the model's speech, in a `serverContent`), `"media"` for any other
+    such frame, None when it must be parsed."""
+    if first_key(frame) not in _MEDIA_KEYS[side]:
+        return None
+    markers = _STATE_MARKERS[side] if isinstance(frame, str) else _STATE_MARKER_BYTES[side]
+    if any(marker in frame for marker in markers):  # type: ignore[operator]
+        return None
+    return "audio" if any(marker in frame for marker in _AUDIO_BLOB_MARKERS[type(frame)]) else "media"  # type: ignore[operator]
+
+
+# ---- where audio sits ----------------------------------------------------------------------------
+AUDIO_MARKERS: tuple[bytes, ...] = (b"realtimeInput", b"realtime_input", b"inlineData", b"inline_data")
+"""Substrings one of which every audio-bearing message contains."""
+
+
+def is_audio_blob(blob: Any) -> bool:
+    """Whether a `Blob` holds audio: its mime type says so, or it names none."""
+    if not isinstance(blob, dict):
+        return False
+    mime = field(blob, "mimeType")
+    return not isinstance(mime, str) or mime.startswith("audio/")
+
+
+def inline_blob(part: Any) -> Any:
+    """The inline `Blob` of a content `Part` (how the model's speech comes), or None."""
+    return field(part, "inlineData")
+
+
+def audio_slots(message: dict[str, Any]) -> list[AudioSlot]:
+    """Every base64 audio payload of a decoded message: the caller's in `realtimeInput` (its
+    `audio` blob, and the audio ones among its `mediaChunks`), the model's in the inline blobs of
+    `serverContent.modelTurn.parts`."""
+    slots: list[AudioSlot] = []
+    realtime = field(message, "realtimeInput")
+    if isinstance(realtime, dict):
+        audio = realtime.get("audio")
+        if isinstance(audio, dict):
+            slots.append(AudioSlot(audio, "data", "input", field(audio, "mimeType")))
+        chunks = field(realtime, "mediaChunks")
+        for chunk in chunks if isinstance(chunks, list) else ():
+            if is_audio_blob(chunk):
+                slots.append(AudioSlot(chunk, "data", "input", field(chunk, "mimeType")))
+    parts = field(field(field(message, "serverContent"), "modelTurn"), "parts")
+    for part in parts if isinstance(parts, list) else ():
+        blob = inline_blob(part)
+        if is_audio_blob(blob):
+            slots.append(AudioSlot(blob, "data", "output", field(blob, "mimeType")))
+    return slots
+
+
+def only_media(message: dict[str, Any]) -> bool:
+    """Whether a message carries nothing but media: a `realtimeInput` of audio or media chunks
+    only, or a `serverContent` whose model turn is inline blobs only."""
+    realtime = field(message, "realtimeInput")
+    if isinstance(realtime, dict):
+        return set(realtime) <= {"audio", "mediaChunks", "media_chunks"}
+    content = field(message, "serverContent")
+    if not isinstance(content, dict) or not set(content) <= {"modelTurn", "model_turn"}:
+        return False
+    parts = field(field(content, "modelTurn"), "parts") or []
+    return all(isinstance(part, dict) and inline_blob(part) is not None for part in parts)
+
+
+# ---- answers -------------------------------------------------------------------------------------
+def response_body(rendered: RenderedOutput) -> dict[str, Any]:
+    """A relay tool's output as `FunctionResponse.response`: `{"output": value}` (the JSON value
+    the tool returned, or its text) or `{"error": ...}` (the error the output carries)."""
+    if rendered.is_error:
+        found, error = error_in_output(rendered.output)
+        return {"error": error if found else rendered.output}
+    if rendered.verbatim:
+        return {"output": rendered.output}
+    try:
+        return {"output": json.loads(rendered.output)}
+    except ValueError:   # cut by the output limit: no longer JSON
+        return {"output": rendered.output}
+
+
+def is_error_response(response: Any) -> bool:
+    """Whether a `FunctionResponse.response` reports an error."""
+    return isinstance(response, Mapping) and "error" in response
+
+
 def response_text(response: Any) -> str:
     """A `FunctionResponse.response` as the text of a `function_call_output` item (what exports
     and scripts read): the output itself when it is text, else JSON, errors as `{"error": ...}`."""
     if isinstance(response, Mapping):
         if set(response) == {"output"} and isinstance(response["output"], str):
             return response["output"]
-        if "error" in response:
+        if is_error_response(response):
             return json.dumps({"error": response["error"]}, ensure_ascii=False)
         if "output" in response:
             return json.dumps(response["output"], ensure_ascii=False)
     return json.dumps(response, ensure_ascii=False)
 
 
-@dataclass(frozen=True)
+# ---- the dialect ---------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
 class GeminiDialect(Dialect):
-    """How the relay writes to a Gemini Live upstream. The OpenAI-family helpers it inherits do
-    not apply: the Gemini engine uses only the methods defined here."""
+    """How the relay reaches a Gemini Live upstream and writes to it: its tools as function
+    declarations, its answers as `toolResponse` messages."""
+
+    wire: Literal["gemini"] = "gemini"
 
     def function_declaration(self, spec: ToolSpec) -> dict[str, Any]:
         """A relay tool as a `FunctionDeclaration`: the JSON Schema goes in `parametersJsonSchema`
@@ -122,7 +245,6 @@ class GeminiDialect(Dialect):
         """None: Gemini Live has no error message; the close reason carries it."""
         return None
 
-
     def upstream_url(self, url: str, client_path: str | None) -> str:
         """`url` with the API version of the client's path (`v1alpha` features need a v1alpha
         upstream), when both follow the BidiGenerateContent pattern; else `url` unchanged."""
@@ -137,10 +259,10 @@ class GeminiDialect(Dialect):
 
 GEMINI = GeminiDialect(
     name="gemini",
-    wire="gemini",
     auth_header="x-goog-api-key",
     key_env=("GEMINI_API_KEY",),
     default_url=DEFAULT_URL,
+    upstream_hosts=(GEMINI_HOST,),
     client_paths=CLIENT_PATHS,
     client_path=DEFAULT_PATH,
     # the google-genai SDK sends its key as `x-goog-api-key`, browsers as `?key=`

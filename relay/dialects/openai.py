@@ -1,12 +1,222 @@
-"""OpenAI Realtime: GA (the engine's own vocabulary) and the beta wire (`OpenAI-Beta: realtime=v1`)."""
+"""The OpenAI Realtime family: every wire fact of OpenAI GA (the engine's own vocabulary) and beta
+(`OpenAI-Beta: realtime=v1`), and the class whose instances are the family's variants (OpenAI
+here, Azure and Foundry in `relay.dialects.foundry`).
+
+The facts: the event names of both vocabularies (`EVENT_NAMES`, the one table the engine reads
+and the mock writes by), the client events, where audio sits in an event (`AUDIO_EVENTS`,
+`audio_slots`), the frames forwarded without being parsed, and the shapes of what the relay
+writes (the `function_call_output` item, `session.update`, `response.create`, the client's
+`error` event). A variant differs in data: its names and endpoints, its key, Foundry's item
+fields, events of its own that pass through or that it names its own way.
+"""
 
 from __future__ import annotations
 
-from relay.dialects.base import Dialect
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal, NamedTuple
 
-OPENAI_BETA = Dialect(
+from relay.dialects.base import TOKEN_SUBPROTOCOL, AudioSlot, Dialect, HeaderLookup
+
+# ---- event names ---------------------------------------------------------------------------------
+# Every event the two vocabularies name differently: (GA name, beta name, older names still read).
+# Incoming events are accepted in either vocabulary; the engine reads them by their GA name. GA
+# servers still type `conversation.item.created`, meaning `added`; early WebRTC logs show the
+# output buffer's events as `audio_started`, `audio_stopped`, `audio_cleared`.
+EVENT_NAMES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("conversation.item.added", "conversation.item.created", ()),
+    ("response.output_text.delta", "response.text.delta", ()),
+    ("response.output_text.done", "response.text.done", ()),
+    ("response.output_audio.delta", "response.audio.delta", ()),
+    ("response.output_audio.done", "response.audio.done", ()),
+    ("response.output_audio_transcript.delta", "response.audio_transcript.delta", ()),
+    ("response.output_audio_transcript.done", "response.audio_transcript.done", ()),
+    ("output_audio_buffer.started", "output_audio_buffer.started", ("output_audio_buffer.audio_started",)),
+    ("output_audio_buffer.stopped", "output_audio_buffer.stopped", ("output_audio_buffer.audio_stopped",)),
+    ("output_audio_buffer.cleared", "output_audio_buffer.cleared", ("output_audio_buffer.audio_cleared",)),
+)
+BETA_NAMES: Mapping[str, str] = MappingProxyType({ga: beta for ga, beta, _ in EVENT_NAMES if beta != ga})
+"""GA name -> the beta wire's name, where they differ (what a beta server sends)."""
+READ_AS_GA: Mapping[str, str] = MappingProxyType(
+    {other: ga for ga, beta, older in EVENT_NAMES for other in (beta, *older) if other != ga})
+"""Every other name an event arrives by -> its GA name."""
+NOT_IN_BETA = frozenset({"conversation.item.done"})
+"""GA server events the beta wire does not have."""
+
+# The client events of the OpenAI Realtime API (GA; beta uses the same names), in the order of
+# the API reference.
+CLIENT_EVENT_TYPES: tuple[str, ...] = (
+    "session.update",
+    "input_audio_buffer.append",
+    "input_audio_buffer.commit",
+    "input_audio_buffer.clear",
+    "output_audio_buffer.clear",
+    "conversation.item.create",
+    "conversation.item.retrieve",
+    "conversation.item.truncate",
+    "conversation.item.delete",
+    "response.create",
+    "response.cancel",
+)
+
+
+# ---- audio ---------------------------------------------------------------------------------------
+class AudioField(NamedTuple):
+    """Where an audio event carries its base64 audio: the field, and who speaks (`input`: the
+    caller, `output`: the model)."""
+
+    key: str
+    side: Literal["input", "output"]
+
+
+AUDIO_EVENTS: Mapping[str, AudioField] = MappingProxyType({
+    "input_audio_buffer.append": AudioField("audio", "input"),
+    "response.output_audio.delta": AudioField("delta", "output"),
+    "response.audio.delta": AudioField("delta", "output"),               # the beta name
+    "session.input_audio_buffer.append": AudioField("audio", "input"),   # translation sessions
+    "session.output_audio.delta": AudioField("delta", "output"),
+})
+"""Event type (as it arrives, either vocabulary) -> where the audio is, for the events whose
+whole point is audio. Besides these, items carry audio in their content parts (`audio`)."""
+_ITEM_EVENTS = "conversation.item."
+AUDIO_MARKERS: tuple[bytes, ...] = (*(name.encode() for name in AUDIO_EVENTS), _ITEM_EVENTS.encode())
+"""Substrings one of which every audio-bearing event contains: a frame without any holds no audio."""
+
+# The frames forwarded as the same text without being parsed: the audio the engine only forwards.
+UPSTREAM_PASSTHROUGH = frozenset({"response.output_audio.delta", "response.audio.delta"})
+CLIENT_PASSTHROUGH = frozenset({"input_audio_buffer.append"})
+
+
+def audio_slots(event: dict[str, Any]) -> list[AudioSlot]:
+    """Every base64 audio payload of a decoded event, found from its type alone: the event is
+    never walked as a whole."""
+    event_type = event.get("type")
+    where = AUDIO_EVENTS.get(event_type) if isinstance(event_type, str) else None
+    if where is not None:
+        return [AudioSlot(event, where.key, where.side)]
+    if not isinstance(event_type, str) or not event_type.startswith(_ITEM_EVENTS):
+        return []
+    item = event.get("item")
+    content = item.get("content") if isinstance(item, dict) else None
+    if not isinstance(content, list):
+        return []
+    side: Literal["input", "output"] = "input" if item.get("role") == "user" else "output"
+    return [AudioSlot(part, "audio", side) for part in content if isinstance(part, dict) and "audio" in part]
+
+
+# ---- the family ----------------------------------------------------------------------------------
+# Where OpenAI-family clients connect: OpenAI's path, Azure's GA and preview paths.
+REALTIME_PATHS = frozenset({"/v1/realtime", "/openai/v1/realtime", "/openai/realtime"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class OpenAIFamily(Dialect):
+    """One variant of the OpenAI Realtime wire (OpenAI GA or beta, Azure GA or preview, Foundry).
+
+    `wire` is the vocabulary the variant's server writes (`ga` or `beta`); what arrives is read in
+    both. `foundry_fields` adds Foundry's item extensions (`name`, `response_id`, `created_at` on
+    `function_call_output`). `beta` is the variant a client asking for the beta protocol gets.
+    A variant with events of its own lists them: `renamed_events` (its name -> the GA name it
+    stands for) and the pass-through sets (`upstream_passthrough`, `client_passthrough`: event
+    types forwarded as the same text, never parsed; they default to the audio events)."""
+
+    wire: Literal["ga", "beta"] = "ga"
+    key_env: tuple[str, ...] = ("OPENAI_API_KEY",)
+    default_url: str | None = "wss://api.openai.com/v1/realtime"
+    client_paths: frozenset[str] = REALTIME_PATHS
+    client_path: str = "/v1/realtime"
+    client_auth_forms: str = f"Authorization: Bearer, api-key, or the {TOKEN_SUBPROTOCOL}<token> subprotocol"
+    call_sideband: bool = True
+    foundry_fields: bool = False
+    beta: OpenAIFamily | None = None
+    renamed_events: Mapping[str, str] = field(default_factory=dict)
+    upstream_passthrough: frozenset[str] = UPSTREAM_PASSTHROUGH
+    client_passthrough: frozenset[str] = CLIENT_PASSTHROUGH
+    ga_names: Mapping[str, str] = field(init=False, repr=False, compare=False)
+    """Every name an event of this variant may arrive by -> its GA name (the engine's lookup)."""
+    server_names: Mapping[str, str] = field(init=False, repr=False, compare=False)
+    """GA name -> the name this variant's server writes, where they differ (the mock's)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ga_names", MappingProxyType({**READ_AS_GA, **self.renamed_events}))
+        written = dict(BETA_NAMES) if self.wire == "beta" else {}
+        written.update({ga: own for own, ga in self.renamed_events.items()})
+        object.__setattr__(self, "server_names", MappingProxyType(written))
+
+    def canonical_type(self, event_type: str) -> str:
+        """The GA name of an event type; names that are already GA (or unknown) map to themselves."""
+        return self.ga_names.get(event_type, event_type)
+
+    def for_client(self, headers: HeaderLookup) -> Dialect:
+        """A client asking for the beta protocol (`OpenAI-Beta: realtime=v1`) of an upstream that
+        speaks both gets the beta wire."""
+        if self.beta is not None and any("realtime=v1" in value for value in headers.get_all("OpenAI-Beta")):
+            return self.beta
+        return self
+
+    def client_error_event(
+        self,
+        event_id: str,
+        code: str,
+        message: str,
+        *,
+        error_type: str = "invalid_request_error",
+        param: str | None = None,
+        client_event_id: Any = None,
+    ) -> dict[str, Any]:
+        """The realtime `error` event."""
+        return {
+            "type": "error",
+            "event_id": event_id,
+            "error": {"type": error_type, "code": code, "message": message, "param": param,
+                      "event_id": client_event_id},
+        }
+
+    def function_call_output_item(
+        self,
+        *,
+        item_id: str,
+        call_id: str,
+        output: str,
+        status: str,
+        name: str,
+        response_id: str | None,
+        created_at: int,
+    ) -> dict[str, Any]:
+        """The `function_call_output` item the relay injects, with exactly this wire's fields."""
+        item: dict[str, Any] = {
+            "type": "function_call_output",
+            "id": item_id,
+            "call_id": call_id,
+            "output": output,
+            "status": status,
+        }
+        if self.foundry_fields:
+            item["name"] = name
+            if response_id is not None:
+                item["response_id"] = response_id
+            item["created_at"] = created_at
+        return item
+
+    def session_update(self, session_fields: dict[str, Any], event_id: str) -> dict[str, Any]:
+        """A `session.update` carrying only `session_fields` (GA requires `type: realtime`)."""
+        session = dict(session_fields)
+        if self.wire == "ga":
+            session.setdefault("type", "realtime")
+        return {"type": "session.update", "event_id": event_id, "session": session}
+
+    def response_create(self, response: dict[str, Any], event_id: str) -> dict[str, Any]:
+        """A `response.create` with these options, renamed for the wire where names differ."""
+        options = dict(response)
+        if self.wire == "beta" and "output_modalities" in options:
+            options["modalities"] = options.pop("output_modalities")
+        return {"type": "response.create", "event_id": event_id, "response": options}
+
+
+OPENAI_BETA = OpenAIFamily(
     name="openai-beta",
     wire="beta",
     extra_headers={"OpenAI-Beta": "realtime=v1"},
 )
-OPENAI = Dialect(name="openai", wire="ga", beta=OPENAI_BETA)
+OPENAI = OpenAIFamily(name="openai", upstream_hosts=("api.openai.com",), beta=OPENAI_BETA)

@@ -21,7 +21,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
 
 from relay import __version__
-from relay.dialects import GEMINI, Dialect
+from relay.dialects import DIALECTS, Dialect
 from relay.errors import RelayError
 from relay.observe.logs import WEBSOCKET_LOGGER, RedactingLogger, Redactor
 from relay.recording.format import upstream_host
@@ -107,9 +107,10 @@ def _as_access_token(value: Any) -> AccessToken:
 
 
 def default_upstream(dialect: str | None) -> str:
-    """The provider endpoint a dialect name implies when no URL is given: Gemini Live's for
-    `gemini`, OpenAI's otherwise."""
-    return GEMINI.default_url if dialect == GEMINI.name else DEFAULT_UPSTREAM
+    """The provider endpoint a dialect name implies when no URL is given: the dialect's own
+    (Gemini Live's for `gemini`), else OpenAI's (Azure's resources have no default)."""
+    known = DIALECTS.get(dialect) if dialect else None
+    return known.default_url if known is not None and known.default_url else DEFAULT_UPSTREAM
 
 
 def key_from_environment(dialect: Dialect, environ: dict[str, str] | None = None) -> str | None:
@@ -216,12 +217,7 @@ class Upstream:
         if self.tokens is not None:
             headers["Authorization"] = f"Bearer {await self.tokens.token()}"
         elif self.api_key:
-            if dialect.auth_header == "api-key":
-                headers["api-key"] = self.api_key
-            elif dialect.auth_header == "x-goog-api-key":
-                headers["x-goog-api-key"] = self.api_key
-            else:
-                headers["Authorization"] = f"Bearer {self.api_key}"
+            headers.update(dialect.key_headers(self.api_key))
         return headers
 
     async def connect(self, dialect: Dialect, client_query: Iterable[tuple[str, str]], *,

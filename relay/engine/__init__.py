@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
-from relay.dialects import OPENAI, Dialect, GeminiDialect
+from relay.dialects import OPENAI, Dialect, GeminiDialect, OpenAIFamily
 from relay.engine.actions import (
     Action,
     CancelHandler,
@@ -43,10 +43,13 @@ Engine = SessionEngine
 
 def new_engine(tools: ToolRegistry | Iterable[ToolSpec | Callable[..., Any]] = (), *, dialect: Dialect = OPENAI,
                **options: Any) -> Engine:
-    """The engine for a dialect: `GeminiEngine` for Gemini Live, `OpenAIEngine` for the OpenAI
-    family (GA, beta, Azure, Foundry). `options`: `config`, `session_id`, `id_prefix`."""
-    engine_class = GeminiEngine if isinstance(dialect, GeminiDialect) else OpenAIEngine
-    return engine_class(tools, dialect=dialect, **options)
+    """The engine for a dialect: `OpenAIEngine` for the OpenAI family (GA, beta, Azure, Foundry),
+    `GeminiEngine` for Gemini Live. `options`: `config`, `session_id`, `id_prefix`."""
+    if isinstance(dialect, OpenAIFamily):
+        return OpenAIEngine(tools, dialect=dialect, **options)
+    if isinstance(dialect, GeminiDialect):
+        return GeminiEngine(tools, dialect=dialect, **options)
+    raise TypeError(f"no engine speaks the {dialect.name} dialect's family ({type(dialect).__name__})")
 
 
 __all__ = [

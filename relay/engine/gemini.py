@@ -20,18 +20,25 @@ replay, metrics and dumps read both engines alike.
 
 Fast path: most bytes are audio. A client `realtimeInput` frame, and a `serverContent` frame in
 which none of the keys the engine follows appears (`"text"`, a transcription, `turnComplete`,
-`interrupted`, or another top-level message such as `toolCall`), is forwarded unparsed. Base64
-never contains a `"`, so a quoted key cannot be faked by audio data; a frame spelling a key with
-`\\u` escapes would be missed, which costs only its words in the conversation record.
+`interrupted`, or another top-level message such as `toolCall`), is forwarded unparsed: the
+dialect tells them (`relay.dialects.gemini.media_frame`).
 """
 
 from __future__ import annotations
 
 import json
-import re
 from typing import Any, Callable
 
-from relay.dialects.gemini import GEMINI, GeminiDialect, field, key_of, response_text
+from relay.dialects.gemini import (
+    GEMINI,
+    GeminiDialect,
+    field,
+    inline_blob,
+    key_of,
+    media_frame,
+    response_body,
+    response_text,
+)
 from relay.engine.actions import Close, SendClient, SendUpstream
 from relay.engine.calls import CallEntry, CallState, Owner
 from relay.engine.conversation import ABSENT, ItemRecord, ResponseRecord
@@ -44,41 +51,9 @@ CANCELLATION = "cancelled by the server (toolCallCancellation)"
 CANCELLED_BY_SERVER = f"{CANCELLATION}: no answer is sent"   # a relay call's skip reason
 POLICY_VIOLATION = 1008
 
-_FIRST_KEY = re.compile(r'\s*\{\s*"([A-Za-z_]+)"\s*:')
-_FIRST_KEY_BYTES = re.compile(rb'\s*\{\s*"([A-Za-z_]+)"\s*:')
-_MEDIA_KEYS = {"upstream": frozenset({"serverContent", "server_content"}),
-               "client": frozenset({"realtimeInput", "realtime_input"})}
-# A media frame holding one of these is parsed: they are what the engine follows in it.
-_STATE_MARKERS = {
-    "upstream": ('"text"', 'Transcription"', 'transcription"', '"turnComplete"', '"turn_complete"',
-                 '"interrupted"', '"toolCall', '"tool_call', '"setupComplete"', '"setup_complete"'),
-    "client": ('"text"', '"toolResponse"', '"tool_response"', '"setup"', '"clientContent"',
-               '"client_content"'),
-}
-_STATE_MARKER_BYTES = {side: tuple(m.encode() for m in markers) for side, markers in _STATE_MARKERS.items()}
-_AUDIO_MARKERS: dict[type, tuple[Any, ...]] = {str: ('"inlineData"', '"inline_data"'),
-                                               bytes: (b'"inlineData"', b'"inline_data"')}
-
 _SAME: Any = object()   # a message part the engine leaves as it came
 _DROP: Any = object()   # a message part the other side must not see
 _STOP: Any = object()   # nothing of this message goes anywhere
-
-def first_key(frame: str | bytes) -> str | None:
-    """The first top-level key of a JSON object frame, read without parsing it (None: unsure)."""
-    match = (_FIRST_KEY if isinstance(frame, str) else _FIRST_KEY_BYTES).match(frame)
-    if match is None:
-        return None
-    key = match.group(1)
-    return key if isinstance(key, str) else key.decode("ascii")
-
-
-def is_media_frame(frame: str | bytes, side: str) -> bool:
-    """Whether a frame from `side` ("upstream" or "client") may be forwarded unparsed: an audio
-    or video carrier (`serverContent` / `realtimeInput`) holding none of the state markers."""
-    if first_key(frame) not in _MEDIA_KEYS[side]:
-        return False
-    markers = _STATE_MARKERS[side] if isinstance(frame, str) else _STATE_MARKER_BYTES[side]
-    return not any(marker in frame for marker in markers)  # type: ignore[operator]
 
 
 def _encode(message: dict[str, Any], like: str | bytes) -> str | bytes:
@@ -87,33 +62,17 @@ def _encode(message: dict[str, Any], like: str | bytes) -> str | bytes:
     return text if isinstance(like, str) else text.encode("utf-8")
 
 
-def _response_body(rendered: RenderedOutput) -> dict[str, Any]:
-    """`FunctionResponse.response`: `{"output": value}` (the JSON value the tool returned, or its
-    text) or `{"error": ...}` (the relay renders errors as `{"error": ...}` JSON)."""
-    if rendered.is_error:
-        try:
-            value = json.loads(rendered.output)
-        except ValueError:
-            value = None
-        if isinstance(value, dict) and set(value) == {"error"}:
-            return value
-        return {"error": rendered.output}
-    if rendered.verbatim:
-        return {"output": rendered.output}
-    try:
-        return {"output": json.loads(rendered.output)}
-    except ValueError:   # cut by the output limit: no longer JSON
-        return {"output": rendered.output}
-
-
 class GeminiEngine(SessionEngine):
     """One Gemini Live session's state and rules."""
 
     default_dialect: GeminiDialect = GEMINI
+    dialect: GeminiDialect
 
     def __init__(self, *args: Any, **options: Any) -> None:
         """As `SessionEngine`: tools, and the dialect, config, session_id and id_prefix options."""
         super().__init__(*args, **options)
+        if not isinstance(self.dialect, GeminiDialect):
+            raise TypeError(f"GeminiEngine speaks Gemini Live, not {self.dialect.name}")
         self._hiding = self.config.hide_tool_events and self.config.has_client
         self._client_functions: set[str] = set()     # names the client declared in its setup
         self._interim: dict[str, RenderedOutput] = {}   # streaming: the last value sent
@@ -150,8 +109,9 @@ class GeminiEngine(SessionEngine):
     # ==== upstream ======================================================================
     def _upstream_frame(self, frame: str | bytes) -> None:
         self.frames_in["upstream"] += 1
-        if is_media_frame(frame, "upstream"):
-            if any(marker in frame for marker in _AUDIO_MARKERS[type(frame)]):  # type: ignore[operator]
+        media = media_frame(frame, "upstream")
+        if media is not None:
+            if media == "audio":
                 self._model_audio()
             self._to_client(frame)
             return
@@ -177,7 +137,7 @@ class GeminiEngine(SessionEngine):
                 continue   # the model's reasoning is not part of what it said
             if isinstance(part.get("text"), str):
                 self._model_words(part["text"], "output_text")
-            elif key_of(part, "inlineData") is not None:
+            elif inline_blob(part) is not None:
                 self._model_audio()
         transcription = field(content, "outputTranscription")
         if isinstance(transcription, dict) and isinstance(transcription.get("text"), str):
@@ -391,7 +351,7 @@ class GeminiEngine(SessionEngine):
         self._interim[entry.call_id] = rendered
         entry.updates += (rendered.output,)
         if entry.state is CallState.RUNNING:
-            self._answer(entry, _response_body(rendered), self._scheduling_of(tool, rendered), final=False)
+            self._answer(entry, response_body(rendered), self._scheduling_of(tool, rendered), final=False)
 
     def _stream_final(self, entry: CallEntry) -> tuple[RenderedOutput, Scheduling | None]:
         interim = self._interim.get(entry.call_id)
@@ -412,7 +372,7 @@ class GeminiEngine(SessionEngine):
     def _deliver(self, entry: CallEntry, rendered: RenderedOutput) -> None:
         """Gemini answers as soon as the answer is known: the model continues by itself."""
         scheduling = Scheduling(entry.scheduling) if entry.scheduling else None
-        self._answer(entry, _response_body(rendered), scheduling, final=True)
+        self._answer(entry, response_body(rendered), scheduling, final=True)
 
     def _answer(self, entry: CallEntry, body: dict[str, Any], scheduling: Scheduling | None,
                 *, final: bool) -> None:
@@ -451,7 +411,7 @@ class GeminiEngine(SessionEngine):
         self.frames_in["client"] += 1
         if self._refused:
             return   # the session is closing: nothing more of this client goes up
-        if is_media_frame(frame, "client"):
+        if media_frame(frame, "client") is not None:
             self._out.append(SendUpstream(frame))
             return
         message = self._decode(frame)
@@ -560,4 +520,4 @@ def _declarations(tools: Any) -> list[Any]:
     return found
 
 
-__all__ = ["CANCELLED_BY_SERVER", "GeminiEngine", "first_key", "is_media_frame"]
+__all__ = ["CANCELLED_BY_SERVER", "GeminiEngine"]

@@ -7,7 +7,8 @@ response is cancelled; `response.done` lets outputs in (`injection.Injector`), a
 `turn_detected` response or `speech_started` is a barge-in. What the core decides (`core`) comes
 back as frames through the dialect's shapes (Foundry's `name`, beta's `modalities`). What the
 client may see of the relay's tools is `hiding.ClientView`'s; when `response.create` goes up
-is the sequencer's. Audio frames pass without being parsed (`receive_upstream`/`receive_client`).
+is the sequencer's. The frames the dialect passes through (audio) are forwarded without being
+parsed (`receive_upstream`/`receive_client`); every other event is read by its GA name.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ import json
 import sys
 from typing import Any, Callable, Iterable
 
-from relay.dialects import OPENAI, Dialect
-from relay.dialects.base import canonical_type
+from relay.dialects.openai import OPENAI, OpenAIFamily
+from relay.dialects.peek import passes_unparsed
 from relay.engine.actions import Action, Notice, SendClient, SendUpstream
 from relay.engine.calls import OUTCOME_ERROR, OUTCOME_OK, CallEntry, CallState, Owner
 from relay.engine.conversation import ABSENT, ItemRecord, ResponseRecord
@@ -25,14 +26,9 @@ from relay.engine.core import SessionEngine
 from relay.engine.hiding import SAME as _SAME
 from relay.engine.hiding import ClientView
 from relay.engine.injection import Injector
-from relay.engine.peek import has_single_plain_type, peek_type
 from relay.engine.sequencer import Sequencer, sent_notice
 from relay.tools.render import RenderedOutput
 from relay.tools.spec import ToolSpec
-
-# Frames forwarded as the same text without being parsed.
-UPSTREAM_PASSTHROUGH = frozenset({"response.output_audio.delta", "response.audio.delta"})
-CLIENT_PASSTHROUGH = frozenset({"input_audio_buffer.append"})
 
 _CANCEL_STATES = ("cancelled", "failed")
 
@@ -40,24 +36,30 @@ _CANCEL_STATES = ("cancelled", "failed")
 class OpenAIEngine(SessionEngine):
     """One OpenAI-family session's state and rules (GA, beta, Azure, Foundry)."""
 
-    default_dialect: Dialect = OPENAI
+    default_dialect: OpenAIFamily = OPENAI
+    dialect: OpenAIFamily
 
     def __init__(self, *args: Any, **options: Any) -> None:
         """As `SessionEngine`: tools, and the dialect, config, session_id and id_prefix options."""
         super().__init__(*args, **options)
+        if not isinstance(self.dialect, OpenAIFamily):
+            raise TypeError(f"OpenAIEngine speaks the OpenAI family, not {self.dialect.name}")
+        self._upstream_passthrough = self.dialect.upstream_passthrough
+        self._client_passthrough = self.dialect.client_passthrough
+        self._ga_names = self.dialect.ga_names
         self.sequencer = Sequencer(new_event_id=self._new_event_id, build_create=self.dialect.response_create)
         self.view = ClientView(self)        # what the client sees of the relay's tools
         self.injector = Injector(self)      # where and when outputs go in, and the follow-up
 
     # ---- the audio fast path: frames the engine only forwards skip its bookkeeping ----
     def receive_upstream(self, frame: str | bytes, now: float) -> list[Action]:
-        if type(frame) is str and peek_type(frame) in UPSTREAM_PASSTHROUGH and has_single_plain_type(frame):
+        if type(frame) is str and passes_unparsed(frame, self._upstream_passthrough):
             self.frames_in["upstream"] += 1
             return [SendClient(frame)] if self.config.has_client else []
         return super().receive_upstream(frame, now)
 
     def receive_client(self, frame: str | bytes, now: float) -> list[Action]:
-        if type(frame) is str and peek_type(frame) in CLIENT_PASSTHROUGH and has_single_plain_type(frame):
+        if type(frame) is str and passes_unparsed(frame, self._client_passthrough):
             self.frames_in["client"] += 1
             return [SendUpstream(frame)]
         return super().receive_client(frame, now)
@@ -120,7 +122,7 @@ class OpenAIEngine(SessionEngine):
         if event is None:
             return
         event_type = event["type"]
-        handler = self._UPSTREAM_HANDLERS.get(canonical_type(event_type))
+        handler = self._UPSTREAM_HANDLERS.get(self._ga_names.get(event_type, event_type))
         result = _SAME if handler is None else handler(self, event)
         if not self.config.has_client or result is None:
             return
@@ -175,11 +177,11 @@ class OpenAIEngine(SessionEngine):
         return self.view.item_event(event, record)
 
     def _on_item_edit(self, event: dict[str, Any]) -> Any:
-        record = self.conversation.apply_edit(canonical_type(event["type"]), event)
+        record = self.conversation.apply_edit(self.dialect.canonical_type(event["type"]), event)
         return None if record is not None and record.hidden else _SAME
 
     def _on_words(self, event: dict[str, Any]) -> Any:
-        self.conversation.apply_words(canonical_type(event["type"]), event)
+        self.conversation.apply_words(self.dialect.canonical_type(event["type"]), event)
         return _SAME
 
     def _on_committed(self, event: dict[str, Any]) -> Any:
@@ -529,4 +531,4 @@ def _str_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-__all__ = ["CLIENT_PASSTHROUGH", "OpenAIEngine", "UPSTREAM_PASSTHROUGH"]
+__all__ = ["OpenAIEngine"]

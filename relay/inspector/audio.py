@@ -14,16 +14,20 @@ Nothing here decodes audio on the relay's path: this runs when a page is made.
 
 from __future__ import annotations
 
+import copy
 import functools
 import operator
 import re
 import sys
 from array import array
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Callable, Literal
+
+from relay.dialects import AudioSlot
 
 Encoding = Literal["pcm16", "mulaw", "alaw"]
 
+ELIDED_AUDIO = "<{} bytes of audio elided>"
 DEFAULT_MAX_RATE = 16_000
 LEVEL_WINDOW_SECONDS = 0.05          # one level (0-255) per 50 ms of a side's audio
 _MULAW_BIAS = 0x84
@@ -277,3 +281,16 @@ class SideAudio:
     @property
     def seconds(self) -> float:
         return self.samples / self.rate if self.rate else 0.0
+
+
+def elided(event: dict[str, Any], audio_slots: Callable[[dict[str, Any]], list[AudioSlot]]) -> dict[str, Any] | None:
+    """`event` as the page shows it: a copy whose audio payloads (found by the dialect's
+    `audio_slots`) are replaced by a note of their size; None when it holds no audio."""
+    if not any(isinstance(slot.holder.get(slot.key), str) and slot.holder[slot.key] for slot in audio_slots(event)):
+        return None
+    shown = copy.deepcopy(event)
+    for holder, key, _side, _mime in audio_slots(shown):
+        data = holder.get(key)
+        if isinstance(data, str) and data:
+            holder[key] = ELIDED_AUDIO.format(len(data) * 3 // 4)
+    return shown

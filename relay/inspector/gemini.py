@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from relay.dialects.gemini import audio_slots, is_error_response, only_media, response_text
 from relay.dialects.gemini import field as gemini_field
-from relay.inspector.audio import GEMINI_INPUT, GEMINI_OUTPUT, mime_format
+from relay.inspector.audio import GEMINI_INPUT, GEMINI_OUTPUT, elided, mime_format
 from relay.inspector.model import (
     CLIENT_IN,
     CLIENT_OUT,
-    ELIDED_AUDIO,
     UPSTREAM_IN,
     UPSTREAM_OUT,
     SessionModel,
@@ -36,40 +36,41 @@ class GeminiParser:
     def feed(self, frame: Frame, event: dict[str, Any], binary: bool) -> None:
         t = frame.t
         direction = frame.direction
+        slots = audio_slots(event)
+        caller = [slot for slot in slots if slot.side == "input"]
+        model_audio = [slot for slot in slots if slot.side == "output"]
         realtime = gemini_field(event, "realtimeInput")
         if isinstance(realtime, dict) and direction in (CLIENT_IN, UPSTREAM_OUT):
             if self.model.caller_direction is None:
                 self.model.caller_direction = direction
-            blobs = _gemini_input_audio(realtime)
-            if blobs:
+            if caller:
                 self.model.audio_frames += 1
                 if direction == self.model.caller_direction:
-                    for blob in blobs:
-                        fmt = mime_format(gemini_field(blob, "mimeType"), GEMINI_INPUT)
-                        self.model.add_audio("caller", t, fmt, blob.get("data"), frame.audio_dropped // len(blobs))
-                if set(realtime) <= {"audio", "mediaChunks", "media_chunks"}:
+                    for slot in caller:
+                        fmt = mime_format(slot.mime, GEMINI_INPUT)
+                        self.model.add_audio("caller", t, fmt, slot.holder.get(slot.key),
+                                             frame.audio_dropped // len(caller))
+                if only_media(event):
                     return
         content = gemini_field(event, "serverContent")
         audio_only = False
         if isinstance(content, dict) and direction == UPSTREAM_IN:
-            blobs = _gemini_output_audio(content)
-            if blobs:
+            if model_audio:
                 self.model.audio_frames += 1
                 turn = self._turn_of(t)
                 if turn.first_output is None:
                     turn.first_output = t
-                for blob in blobs:
-                    fmt = mime_format(gemini_field(blob, "mimeType"), GEMINI_OUTPUT)
-                    self.model.add_audio("assistant", t, fmt, blob.get("data"), frame.audio_dropped // len(blobs))
-                parts = gemini_field(gemini_field(content, "modelTurn"), "parts") or []
-                audio_only = set(content) <= {"modelTurn", "model_turn"} and all(
-                    isinstance(p, dict) and gemini_field(p, "inlineData") is not None for p in parts)
+                for slot in model_audio:
+                    fmt = mime_format(slot.mime, GEMINI_OUTPUT)
+                    self.model.add_audio("assistant", t, fmt, slot.holder.get(slot.key),
+                                         frame.audio_dropped // len(model_audio))
+                audio_only = only_media(event)
         elif isinstance(content, dict) and direction == CLIENT_OUT:
-            if _gemini_output_audio(content):
+            if model_audio:
                 return     # the client's copy of the audio
         if audio_only:
             return
-        index = self.model.store(frame, event, elided=_elide_gemini(event))
+        index = self.model.store(frame, event, elided=elided(event, audio_slots))
         if direction == UPSTREAM_IN:
             self._upstream(t, event, index)
         elif direction in (UPSTREAM_OUT, CLIENT_IN):
@@ -208,91 +209,17 @@ class GeminiParser:
                         self.model.touch(call.event, index)
                         continue   # its forward (relay>upstream) is the answer that counted
                 body = answer.get("response")
-                text = _gemini_answer_text(body)
+                text = response_text(body)
                 status = "incomplete" if gemini_field(answer, "willContinue") else "completed"
                 self.model.call_output(call, t, text, status, None, index)
                 call.event["answers"][-1]["will_continue"] = bool(gemini_field(answer, "willContinue"))
                 scheduling = gemini_field(answer, "scheduling")
                 if scheduling is not None:
                     call.event["answers"][-1]["scheduling"] = scheduling
-                if call.event["outcome"] not in ("error",) and isinstance(body, dict) and "error" in body:
+                if call.event["outcome"] not in ("error",) and is_error_response(body):
                     call.event["outcome"] = "error"
 
 
 def _gemini_call_ids(event: dict[str, Any]) -> list[str]:
     calls = gemini_field(gemini_field(event, "toolCall"), "functionCalls") or []
     return [c["id"] for c in calls if isinstance(c, dict) and isinstance(c.get("id"), str)]
-
-
-def _gemini_answer_text(body: Any) -> str:
-    if isinstance(body, dict):
-        if set(body) == {"output"} and isinstance(body["output"], str):
-            return body["output"]
-        if "error" in body:
-            return json.dumps({"error": body["error"]}, ensure_ascii=False)
-        if "output" in body:
-            return json.dumps(body["output"], ensure_ascii=False)
-    return json.dumps(body, ensure_ascii=False)
-
-
-def _is_audio_blob(blob: Any) -> bool:
-    if not isinstance(blob, dict):
-        return False
-    mime = gemini_field(blob, "mimeType")
-    return not isinstance(mime, str) or mime.startswith("audio/")
-
-
-def _gemini_input_audio(realtime: dict[str, Any]) -> list[dict[str, Any]]:
-    blobs = []
-    audio = realtime.get("audio")
-    if isinstance(audio, dict):
-        blobs.append(audio)
-    chunks = gemini_field(realtime, "mediaChunks")
-    if isinstance(chunks, list):
-        blobs.extend(chunk for chunk in chunks if _is_audio_blob(chunk))
-    return blobs
-
-
-def _gemini_output_audio(content: dict[str, Any]) -> list[dict[str, Any]]:
-    parts = gemini_field(gemini_field(content, "modelTurn"), "parts")
-    blobs = []
-    for part in parts if isinstance(parts, list) else []:
-        blob = gemini_field(part, "inlineData")
-        if _is_audio_blob(blob):
-            blobs.append(blob)
-    return blobs
-
-
-def _elided_blob(blob: dict[str, Any]) -> dict[str, Any]:
-    data = blob.get("data")
-    if isinstance(data, str) and data:
-        return {**blob, "data": ELIDED_AUDIO.format(len(data) * 3 // 4)}
-    return blob
-
-
-def _elide_gemini(event: dict[str, Any]) -> dict[str, Any] | None:
-    realtime_key = "realtimeInput" if "realtimeInput" in event else "realtime_input" if "realtime_input" in event else None
-    if realtime_key is not None and isinstance(event[realtime_key], dict):
-        realtime = dict(event[realtime_key])
-        if isinstance(realtime.get("audio"), dict):
-            realtime["audio"] = _elided_blob(realtime["audio"])
-        for key in ("mediaChunks", "media_chunks"):
-            if isinstance(realtime.get(key), list):
-                realtime[key] = [_elided_blob(c) if _is_audio_blob(c) else c for c in realtime[key]]
-        return {**event, realtime_key: realtime}
-    content_key = "serverContent" if "serverContent" in event else "server_content" if "server_content" in event else None
-    if content_key is not None and isinstance(event[content_key], dict):
-        content = dict(event[content_key])
-        for turn_key in ("modelTurn", "model_turn"):
-            turn = content.get(turn_key)
-            if isinstance(turn, dict) and isinstance(turn.get("parts"), list):
-                parts = []
-                for part in turn["parts"]:
-                    if isinstance(part, dict):
-                        for blob_key in ("inlineData", "inline_data"):
-                            if _is_audio_blob(part.get(blob_key)):
-                                part = {**part, blob_key: _elided_blob(part[blob_key])}
-                    parts.append(part)
-                content[turn_key] = {**turn, "parts": parts}
-        return {**event, content_key: content}
-    return None

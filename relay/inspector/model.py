@@ -41,6 +41,7 @@ from typing import Any, Iterable, Protocol
 from relay.dialects.gemini import is_gemini_message
 from relay.inspector.audio import DEFAULT_MAX_RATE, AudioFormat, SideAudio
 from relay.recording.format import Frame, Recording
+from relay.tools.render import error_in_output
 
 MODEL_VERSION = 1
 
@@ -61,9 +62,6 @@ LANES = (
     ("anomalies", "anomalies"),
     ("divergences", "divergences"),
 )
-
-ELIDED_AUDIO = "<{} bytes of audio elided>"
-
 
 def recording_dialect(header: dict[str, Any] | None, first_event: Any) -> str:
     """The recording's dialect: its header's, else `gemini` when its first event is a Gemini
@@ -594,12 +592,9 @@ def _count(values: Iterable[str]) -> dict[str, int]:
 
 
 def _outcome(output: str, status: Any) -> str:
-    try:
-        value = json.loads(output)
-    except ValueError:
-        value = None
-    if isinstance(value, dict) and set(value) == {"error"}:
-        message = str(value["error"])
+    is_error, error = error_in_output(output)
+    if is_error:
+        message = str(error)
         if message.startswith("timed out"):
             return "timeout"
         if message.startswith("cancelled"):

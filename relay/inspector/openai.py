@@ -4,20 +4,22 @@ outputs, the relay's own requests (follow-ups, fillers, a client's create it hel
 
 Who asked for a response is read from its `metadata` (the relay's `follow_up` or `filler`, and
 the event id of its request) or from the client's `response.create` it forwarded; the relay's own
-frames carry event ids with the recording's `id_prefix`.
+frames carry event ids with the recording's `id_prefix`. `RelayRequests` keeps that lane: the
+relay's own requests and the client's creates it held; `OpenAIParser` reads the conversation.
+The wire's facts (event names, where audio sits) are the recording's dialect's.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from relay.dialects.base import canonical_type
+from relay.dialects import DIALECTS, OPENAI, OpenAIFamily
+from relay.dialects.openai import AUDIO_EVENTS, audio_slots
 from relay.engine.sequencer import META_CALLS, META_EVENT, META_KIND
-from relay.inspector.audio import PCM16_24K, AudioFormat, openai_format
+from relay.inspector.audio import PCM16_24K, AudioFormat, elided, openai_format
 from relay.inspector.model import (
     CLIENT_IN,
     CLIENT_OUT,
-    ELIDED_AUDIO,
     UPSTREAM_IN,
     UPSTREAM_OUT,
     SessionModel,
@@ -26,68 +28,193 @@ from relay.inspector.model import (
 )
 from relay.recording.format import Frame
 
-_AUDIO_IN_TYPES = frozenset({"input_audio_buffer.append"})
-_AUDIO_OUT_TYPES = frozenset({"response.output_audio.delta"})
-_OUTPUT_DELTAS = frozenset({"response.output_audio.delta", "response.output_text.delta",
-                            "response.output_audio_transcript.delta"})
+_OUTPUT_DELTAS = frozenset({"response.output_text.delta", "response.output_audio_transcript.delta"})
 _ASSISTANT_TEXT = {
     "response.output_text.delta": "delta", "response.output_audio_transcript.delta": "delta",
     "response.output_text.done": "text", "response.output_audio_transcript.done": "transcript",
 }
 
 
-class OpenAIParser:
-    """Reads an OpenAI-family session into `model`, frame by frame, keeping what only this wire
-    needs: items' words, the session's audio formats, the relay's requests and the client's
-    held creates."""
+class RelayRequests:
+    """The relay's lane of an OpenAI-family session: what the relay asked for itself (follow-ups,
+    fillers, streaming updates, cancels, its outputs), which frames belong to which of its
+    requests (so that a refusal or a response finds its request), and the client's
+    `response.create`s, which the relay may hold until the outputs are in."""
 
     def __init__(self, model: SessionModel) -> None:
         self.model = model
-        self._formats: dict[str, AudioFormat | None] = {"input": None, "output": None}
-        self._formats_confirmed = False
-        self._items_text: dict[str, dict[str, Any]] = {}      # item id -> words event
-        self._relay_creates: dict[str, dict[str, Any]] = {}   # relay event id -> relay-lane event
-        self._relay_frames: dict[str, str] = {}               # relay event id -> event it belongs to
+        self._creates: dict[str, dict[str, Any]] = {}         # relay event id -> relay-lane event
+        self._frames: dict[str, str] = {}                     # relay event or item id -> event it belongs to
         self._client_creates: list[dict[str, Any]] = []       # client creates not yet forwarded
-        self._user_turn: dict[str, Any] | None = None         # VAD turn awaiting its item
 
-    def _ours(self, event: dict[str, Any]) -> bool:
+    def ours(self, event: dict[str, Any]) -> bool:
+        """Whether the relay wrote this frame (its event id carries the recording's prefix)."""
         event_id = event.get("event_id")
         prefix = self.model.id_prefix
         return bool(prefix) and isinstance(event_id, str) and event_id.startswith(f"{prefix}_e")
+
+    def owner_of(self, frame_id: Any) -> dict[str, Any] | None:
+        """The event a relay frame or item (by its id) belongs to, if any."""
+        event_id = self._frames.get(frame_id) if isinstance(frame_id, str) else None
+        return self.model.events[event_id] if event_id is not None else None
+
+    # -- the client's creates
+    def upstream_frame(self) -> None:
+        """An upstream frame went by: the client's creates not yet forwarded waited through it."""
+        for pending in self._client_creates:
+            if pending["forwarded"] is None:
+                pending["upstream_since"] += 1
+
+    def client_create(self, t: float, index: int) -> None:
+        self._client_creates.append({"t": round(t, 6), "index": index, "upstream_since": 0, "forwarded": None})
+        if len(self._client_creates) > 64:
+            del self._client_creates[0]
+
+    def _client_create_forwarded(self, t: float, index: int) -> None:
+        pending = next((c for c in self._client_creates if c.get("forwarded") is None), None)
+        if pending is None:
+            return
+        pending["forwarded"] = index
+        if pending["upstream_since"]:
+            marker = self.model.add_event(self.model.new_id("held"), "relay", "held",
+                                          pending["t"], "held the client's response.create until the outputs were in")
+            marker["t1"] = round(t, 6)
+            marker["frames"] = [pending["index"], index]
+
+    # -- who asked for a response
+    def claim(self, metadata: dict[str, Any]) -> tuple[str, list[int], dict[str, Any] | None]:
+        """Who asked for a response with this `metadata`: its creator's name, the frames of the
+        request, and the relay's request marker when the relay asked."""
+        kind = metadata.get(META_KIND)
+        marker = self._creates.get(str(metadata.get(META_EVENT)))
+        if kind in ("follow_up", "filler") or marker is not None:
+            return f"relay {str(kind).replace('_', '-')}", list(marker["frames"]) if marker else [], marker
+        request = next((c for c in self._client_creates
+                        if c["forwarded"] is not None or self.model.kind != "relay"), None)
+        if request is not None:
+            self._client_creates.remove(request)
+            return "client", [i for i in (request["index"], request["forwarded"]) if i is not None], None
+        return "server", [], None
+
+    # -- relay -> upstream
+    def sent(self, t: float, event_type: str, event: dict[str, Any], index: int) -> None:
+        """A frame the relay sent upstream: its own requests, or what it forwarded."""
+        ours = self.ours(event)
+        if event_type == "session.update":
+            if ours:
+                names = [d.get("name") for d in as_dict(event.get("session")).get("tools") or ()
+                         if isinstance(d, dict) and d.get("name") in self.model.relay_tools]
+                marker = self.model.relay_marker(t, "declare", f"declares {', '.join(names) or 'its tools'}", index)
+                marker["tools"] = names
+        elif event_type == "conversation.item.create":
+            self._item_sent(t, event, index, ours)
+        elif event_type == "response.create":
+            self._create_sent(t, event, index, ours)
+        elif event_type == "response.cancel" and ours:
+            marker = self.model.relay_marker(t, "cancel", f"cancels {event.get('response_id') or 'the active response'}",
+                                             index)
+            if isinstance(event.get("event_id"), str):
+                self._frames[event["event_id"]] = marker["id"]
+
+    def _item_sent(self, t: float, event: dict[str, Any], index: int, ours: bool) -> None:
+        item = event.get("item") if isinstance(event.get("item"), dict) else {}
+        if item.get("type") == "function_call_output":
+            call = self.model.calls.get(str(item.get("call_id")))
+            if call is None:
+                call = self.model.track_call(t, item.get("call_id"), item.get("name"), None, index)
+            if call is not None:
+                if ours:
+                    call.event["owner"] = "relay"
+                self.model.call_output(call, t, item.get("output"), item.get("status"), item.get("id"), index)
+                if isinstance(event.get("event_id"), str):
+                    self._frames[event["event_id"]] = call.event["id"]
+        elif ours and item.get("type") == "message":
+            text = _item_text(item)
+            marker = self.model.relay_marker(t, "update", f"streaming update: {text}", index)
+            if isinstance(item.get("id"), str):
+                self._frames[item["id"]] = marker["id"]
+
+    def _create_sent(self, t: float, event: dict[str, Any], index: int, ours: bool) -> None:
+        response = event.get("response") if isinstance(event.get("response"), dict) else {}
+        metadata = response.get("metadata") if isinstance(response.get("metadata"), dict) else {}
+        kind = metadata.get(META_KIND)
+        if kind not in ("follow_up", "filler") and not ours:
+            self._client_create_forwarded(t, index)
+            return
+        call_ids = [c for c in str(metadata.get(META_CALLS) or "").split(",") if c]
+        names = [self.model.calls[c].event["name"] for c in call_ids if c in self.model.calls]
+        what = "follow-up" if kind == "follow_up" else f"filler ({metadata.get('filler') or 'message'})"
+        label = f"{what} for {', '.join(names) or 'no call'}"
+        marker = self.model.relay_marker(t, "follow_up" if kind == "follow_up" else "filler", label, index)
+        marker["call_ids"] = call_ids
+        marker["instructions"] = response.get("instructions")
+        marker["response_id"] = None
+        marker["t1"] = None
+        event_id = metadata.get(META_EVENT) or event.get("event_id")
+        if isinstance(event_id, str):
+            self._creates[event_id] = marker
+            self._frames[event_id] = marker["id"]
+        for call_id in call_ids:
+            call = self.model.calls.get(call_id)
+            if call is not None:
+                call.event["follow_up"] = marker["id"]
+                self.model.touch(call.event, index)
+
+
+class OpenAIParser:
+    """Reads an OpenAI-family session into `model`, frame by frame, keeping what only this wire
+    needs: items' words, the session's audio formats and its responses; the relay's own lane is
+    `RelayRequests`'. Events are read by their GA names, in the recording's dialect."""
+
+    def __init__(self, model: SessionModel) -> None:
+        self.model = model
+        dialect = DIALECTS.get(model.dialect or "")
+        self.dialect = dialect if isinstance(dialect, OpenAIFamily) else OPENAI
+        self.requests = RelayRequests(model)
+        self._formats: dict[str, AudioFormat | None] = {"input": None, "output": None}
+        self._formats_confirmed = False
+        self._items_text: dict[str, dict[str, Any]] = {}      # item id -> words event
+        self._user_turn: dict[str, Any] | None = None         # VAD turn awaiting its item
 
     def feed(self, frame: Frame, event: dict[str, Any], binary: bool) -> None:
         t = frame.t
         direction = frame.direction
         raw_type = event.get("type")
-        event_type = canonical_type(raw_type) if isinstance(raw_type, str) else ""
-        if direction == UPSTREAM_IN and self._client_creates:
-            for pending in self._client_creates:
-                if pending["forwarded"] is None:
-                    pending["upstream_since"] += 1
-        if event_type in _AUDIO_IN_TYPES:
-            self.model.audio_frames += 1
-            if self.model.caller_direction is None and direction in (CLIENT_IN, UPSTREAM_OUT):
-                self.model.caller_direction = direction
-            if direction == self.model.caller_direction:
-                self.model.add_audio("caller", t, self._format("input", PCM16_24K), event.get("audio"), frame.audio_dropped)
+        event_type = self.dialect.canonical_type(raw_type) if isinstance(raw_type, str) else ""
+        if direction == UPSTREAM_IN:
+            self.requests.upstream_frame()
+        audio = AUDIO_EVENTS.get(event_type)
+        if audio is not None:
+            self._audio(frame, event.get(audio.key), audio.side, event.get("response_id"))
             return
-        if event_type in _AUDIO_OUT_TYPES:
-            self.model.audio_frames += 1
-            if direction == UPSTREAM_IN:
-                self.model.add_audio("assistant", t, self._format("output", PCM16_24K), event.get("delta"),
-                                     frame.audio_dropped)
-                response = self.model.responses.get(str(event.get("response_id")))
-                if response is not None and response.first_output is None:
-                    response.first_output = t
-            return
-        index = self.model.store(frame, event, elided=_elide_openai(event))
-        handler = {
-            UPSTREAM_IN: self._upstream, UPSTREAM_OUT: self._relay_sent,
-            CLIENT_IN: self._client, CLIENT_OUT: self._to_client,
-        }.get(direction)
-        if handler is not None:
-            handler(t, event_type, event, index)
+        index = self.model.store(frame, event, elided=elided(event, audio_slots))
+        if direction == UPSTREAM_IN:
+            self._upstream(t, event_type, event, index)
+        elif direction == UPSTREAM_OUT:
+            if event_type == "session.update":
+                self._session_formats(event.get("session"), confirmed=False)
+            self.requests.sent(t, event_type, event, index)
+        elif direction == CLIENT_IN:
+            self._client(t, event_type, event, index)
+        elif direction == CLIENT_OUT:
+            self._to_client(t, event_type, event, index)
+
+    # -- audio
+    def _audio(self, frame: Frame, data: Any, side: str, response_id: Any) -> None:
+        """An audio event: the caller's (as the relay received it, or forwarded it when the
+        recording has no client side) or the model's, as the relay received it."""
+        model, t, direction = self.model, frame.t, frame.direction
+        model.audio_frames += 1
+        if side == "input":
+            if model.caller_direction is None and direction in (CLIENT_IN, UPSTREAM_OUT):
+                model.caller_direction = direction
+            if direction == model.caller_direction:
+                model.add_audio("caller", t, self._format("input", PCM16_24K), data, frame.audio_dropped)
+        elif direction == UPSTREAM_IN:
+            model.add_audio("assistant", t, self._format("output", PCM16_24K), data, frame.audio_dropped)
+            response = model.responses.get(str(response_id))
+            if response is not None and response.first_output is None:
+                response.first_output = t
 
     def _format(self, side: str, default: AudioFormat) -> AudioFormat:
         return self._formats[side] or default
@@ -216,8 +343,10 @@ class OpenAIParser:
                     if text and not words["text"]:
                         words["text"] = words["label"] = text
                     self.model.touch(words, index)
-            elif role == "system" and isinstance(item_id, str) and item_id in self._relay_frames:
-                self.model.touch(self.model.events[self._relay_frames[item_id]], index)
+            elif role == "system":
+                owner = self.requests.owner_of(item_id)
+                if owner is not None:
+                    self.model.touch(owner, index)
 
     def _user_words(self, t: float, item_id: Any, index: int, text: str = "") -> dict[str, Any]:
         words = self._items_text.get(str(item_id)) if item_id is not None else None
@@ -261,34 +390,21 @@ class OpenAIParser:
             self.model.touch(existing.event, index)
             return
         metadata = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
-        kind = metadata.get(META_KIND)
-        relay_event = self._relay_creates.get(str(metadata.get(META_EVENT)))
-        if kind in ("follow_up", "filler") or relay_event is not None:
-            creator = f"relay {str(kind).replace('_', '-')}"
-        elif any(c["forwarded"] is not None or self.model.kind != "relay" for c in self._client_creates):
-            creator = "client"
-            request = next(c for c in self._client_creates if c["forwarded"] is not None or self.model.kind != "relay")
-            self._client_creates.remove(request)
-        else:
-            creator = "server"
-        out_of_band = "conversation_id" in data and data.get("conversation_id") is None or kind == "filler"
+        creator, asked, request = self.requests.claim(metadata)
+        out_of_band = "conversation_id" in data and data.get("conversation_id") is None \
+            or metadata.get(META_KIND) == "filler"
         event = self.model.add_event(f"response:{response_id}", "responses", "response", t, f"{response_id} (in progress)",
                                      response_id=response_id, status="in_progress", creator=creator,
                                      out_of_band=out_of_band, status_details=None)
         self.model.touch(event, index)
-        if creator == "client":
-            for asked in (request["index"], request["forwarded"]):
-                if asked is not None:
-                    self.model.touch(event, asked)
-        response = TrackedResponse(event)
-        self.model.responses[response_id] = response
-        if relay_event is not None:
-            for asked in relay_event["frames"]:
-                self.model.touch(event, asked)
-            relay_event["response_id"] = response_id
-            relay_event["t1"] = event["t0"]
-            self.model.touch(relay_event, index)
-            event["requested_by"] = relay_event["id"]
+        for frame_index in asked:
+            self.model.touch(event, frame_index)
+        self.model.responses[response_id] = TrackedResponse(event)
+        if request is not None:
+            request["response_id"] = response_id
+            request["t1"] = event["t0"]
+            self.model.touch(request, index)
+            event["requested_by"] = request["id"]
         if not out_of_band:
             self.model.outputs_answered_by(response_id)
 
@@ -334,89 +450,12 @@ class OpenAIParser:
         if response is not None:
             self.model.touch(response.event, index)
 
-    # -- relay -> upstream: the relay's own frames, and what it forwarded
-    def _relay_sent(self, t: float, event_type: str, event: dict[str, Any], index: int) -> None:
-        ours = self._ours(event)
-        if event_type == "session.update":
-            self._session_formats(event.get("session"), confirmed=False)
-            if ours:
-                names = [d.get("name") for d in as_dict(event.get("session")).get("tools") or ()
-                         if isinstance(d, dict) and d.get("name") in self.model.relay_tools]
-                marker = self.model.relay_marker(t, "declare", f"declares {', '.join(names) or 'its tools'}", index)
-                marker["tools"] = names
-            return
-        if event_type == "conversation.item.create":
-            item = event.get("item") if isinstance(event.get("item"), dict) else {}
-            if item.get("type") == "function_call_output":
-                call = self.model.calls.get(str(item.get("call_id")))
-                if call is None:
-                    call = self.model.track_call(t, item.get("call_id"), item.get("name"), None, index)
-                if call is not None:
-                    if ours:
-                        call.event["owner"] = "relay"
-                    self.model.call_output(call, t, item.get("output"), item.get("status"), item.get("id"), index)
-                    if isinstance(event.get("event_id"), str):
-                        self._relay_frames[event["event_id"]] = call.event["id"]
-                return
-            if ours and item.get("type") == "message":
-                text = _item_text(item)
-                marker = self.model.relay_marker(t, "update", f"streaming update: {text}", index)
-                if isinstance(item.get("id"), str):
-                    self._relay_frames[item["id"]] = marker["id"]
-                return
-            return
-        if event_type == "response.create":
-            response = event.get("response") if isinstance(event.get("response"), dict) else {}
-            metadata = response.get("metadata") if isinstance(response.get("metadata"), dict) else {}
-            kind = metadata.get(META_KIND)
-            if kind in ("follow_up", "filler") or ours:
-                call_ids = [c for c in str(metadata.get(META_CALLS) or "").split(",") if c]
-                names = [self.model.calls[c].event["name"] for c in call_ids if c in self.model.calls]
-                what = "follow-up" if kind == "follow_up" else f"filler ({metadata.get('filler') or 'message'})"
-                label = f"{what} for {', '.join(names) or 'no call'}"
-                marker = self.model.relay_marker(t, "follow_up" if kind == "follow_up" else "filler", label, index)
-                marker["call_ids"] = call_ids
-                marker["instructions"] = response.get("instructions")
-                marker["response_id"] = None
-                marker["t1"] = None
-                event_id = metadata.get(META_EVENT) or event.get("event_id")
-                if isinstance(event_id, str):
-                    self._relay_creates[event_id] = marker
-                    self._relay_frames[event_id] = marker["id"]
-                for call_id in call_ids:
-                    call = self.model.calls.get(call_id)
-                    if call is not None:
-                        call.event["follow_up"] = marker["id"]
-                        self.model.touch(call.event, index)
-                return
-            self._client_create_forwarded(t, index)
-            return
-        if event_type == "response.cancel" and ours:
-            marker = self.model.relay_marker(t, "cancel", f"cancels {event.get('response_id') or 'the active response'}",
-                                             index)
-            if isinstance(event.get("event_id"), str):
-                self._relay_frames[event["event_id"]] = marker["id"]
-
-
-    def _client_create_forwarded(self, t: float, index: int) -> None:
-        pending = next((c for c in self._client_creates if c.get("forwarded") is None), None)
-        if pending is None:
-            return
-        pending["forwarded"] = index
-        if pending["upstream_since"]:
-            marker = self.model.add_event(self.model.new_id("held"), "relay", "held",
-                                          pending["t"], "held the client's response.create until the outputs were in")
-            marker["t1"] = round(t, 6)
-            marker["frames"] = [pending["index"], index]
-
     # -- client -> relay
     def _client(self, t: float, event_type: str, event: dict[str, Any], index: int) -> None:
         if event_type == "session.update":
             self._session_formats(event.get("session"), confirmed=False)
         elif event_type == "response.create":
-            self._client_creates.append({"t": round(t, 6), "index": index, "upstream_since": 0, "forwarded": None})
-            if len(self._client_creates) > 64:
-                del self._client_creates[0]
+            self.requests.client_create(t, index)
         elif event_type == "conversation.item.create":
             item = event.get("item") if isinstance(event.get("item"), dict) else {}
             if item.get("type") == "function_call_output":
@@ -454,7 +493,7 @@ class OpenAIParser:
             self.model.touch(words, index)
         if event_type == "error":
             error = event.get("error") if isinstance(event.get("error"), dict) else {}
-            if self._ours(event) or not self.model.id_prefix:
+            if self.requests.ours(event) or not self.model.id_prefix:
                 code = error.get("code") or error.get("type") or "error"
                 self.model.anomaly(t, f"the relay refused a client frame: {code}: {error.get('message')}",
                                    source="relay", frames=[index])
@@ -462,10 +501,9 @@ class OpenAIParser:
     def _upstream_error(self, t: float, event: dict[str, Any], index: int) -> None:
         error = event.get("error") if isinstance(event.get("error"), dict) else {}
         code = error.get("code") or error.get("type") or "error"
-        target = error.get("event_id")
-        related = self._relay_frames.get(target) if isinstance(target, str) else None
-        if related is not None:
-            owner = self.model.events[related]
+        owner = self.requests.owner_of(error.get("event_id"))
+        related = owner["id"] if owner is not None else None
+        if owner is not None:
             message = f"the upstream refused the relay's {owner['kind'].replace('_', '-')}: {code}: {error.get('message')}"
             if owner["lane"] == "relay" and owner["t1"] is None:
                 owner["t1"] = round(t, 6)
@@ -499,17 +537,3 @@ def _call_ids_in(event: dict[str, Any]) -> list[str]:
             if isinstance(output, dict) and isinstance(output.get("call_id"), str):
                 found.append(output["call_id"])
     return found
-
-
-def _elide_openai(event: dict[str, Any]) -> dict[str, Any] | None:
-    """The event with its audio payloads replaced by a note (None: it holds none)."""
-    event_type = event.get("type")
-    if isinstance(event_type, str) and event_type.startswith("conversation.item."):
-        item = event.get("item")
-        content = item.get("content") if isinstance(item, dict) else None
-        if isinstance(content, list) and any(isinstance(p, dict) and p.get("audio") for p in content):
-            parts = [{**p, "audio": ELIDED_AUDIO.format(len(p["audio"]) * 3 // 4)}
-                     if isinstance(p, dict) and isinstance(p.get("audio"), str) and p["audio"] else p
-                     for p in content]
-            return {**event, "item": {**item, "content": parts}}
-    return None

@@ -29,6 +29,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request as WsRequest
 from websockets.http11 import Response as WsResponse
 
+from relay.dialects.base import TOKEN_SUBPROTOCOL
 from relay.errors import RelayError
 from relay.mock.faults import Faults
 from relay.mock.gemini import GEMINI, GeminiMockSession, Hangup
@@ -353,8 +354,7 @@ class MockUpstream:
             presented.append(("api-key", headers["api-key"]))
         if self.dialect in ("azure", "foundry") and "api-key" in query:
             presented.append(("api-key-query", query["api-key"]))
-        prefix = "openai-insecure-api-key."
-        presented += [("subprotocol", p[len(prefix) :]) for p in offered if p.startswith(prefix)]
+        presented += [("subprotocol", p[len(TOKEN_SUBPROTOCOL) :]) for p in offered if p.startswith(TOKEN_SUBPROTOCOL)]
         if self.api_key is None:
             return True, presented[0][0] if presented else None
         for form, value in presented:

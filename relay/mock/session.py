@@ -22,7 +22,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from relay.dialects.base import CLIENT_EVENT_TYPES
+from relay.dialects.openai import CLIENT_EVENT_TYPES
 from relay.mock.conversation import Conversation, item_not_found
 from relay.mock.faults import Faults
 from relay.mock.responses import Planned, PlannedCall, PlannedMessage, ResponseRun

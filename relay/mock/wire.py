@@ -3,19 +3,23 @@
 The mock keeps its state in GA terms and translates only here, at the point an event or object is
 built, the same way the relay keeps one canonical vocabulary and adapts at its edges. A `Wire` says
 which flavour a session speaks: GA or beta event names and session shapes, and whether items carry
-the Azure AI Foundry extensions (`response_id`, `created_at`, and `name` on outputs).
+the Azure AI Foundry extensions (`response_id`, `created_at`, and `name` on outputs). The event
+names are the relay's dialect's (`relay.dialects.openai`): one table for the relay and its mock.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import random
 import secrets
 import string
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from relay.dialects.openai import BETA_NAMES, NOT_IN_BETA, OpenAIFamily
 from relay.errors import RelayError
 
 Dialect = Literal["openai", "openai-beta", "azure", "foundry"]
@@ -68,19 +72,6 @@ class ProtocolError(RelayError):
         self.param = param
         self.type = type
 
-
-# GA event name -> beta event name, where they differ.
-_BETA_NAMES = {
-    "conversation.item.added": "conversation.item.created",
-    "response.output_text.delta": "response.text.delta",
-    "response.output_text.done": "response.text.done",
-    "response.output_audio.delta": "response.audio.delta",
-    "response.output_audio.done": "response.audio.done",
-    "response.output_audio_transcript.delta": "response.audio_transcript.delta",
-    "response.output_audio_transcript.done": "response.audio_transcript.done",
-}
-# GA events that beta does not have.
-_NOT_IN_BETA = frozenset({"conversation.item.done"})
 
 # Bytes of audio per millisecond for each output/input format (PCM16 24 kHz mono, G.711 8 kHz).
 _BYTES_PER_MS = {"audio/pcm": 48, "pcm16": 48, "audio/pcmu": 8, "audio/pcma": 8, "g711_ulaw": 8, "g711_alaw": 8}
@@ -177,19 +168,29 @@ def merge_config(target: dict[str, Any], update: dict[str, Any]) -> None:
 
 @dataclass(frozen=True)
 class Wire:
-    """One session's protocol flavour."""
+    """One session's protocol flavour; `renamed` lists the events a provider names its own way
+    (GA name -> its name), beyond the beta names."""
 
     beta: bool = False
     foundry: bool = False
+    renamed: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, dialect: OpenAIFamily) -> Wire:
+        """The flavour a variant of the OpenAI family speaks."""
+        return cls(beta=dialect.wire == "beta", foundry=dialect.foundry_fields, renamed=dialect.server_names)
+
+    @functools.cached_property
+    def _names(self) -> dict[str, str]:
+        return {**(BETA_NAMES if self.beta else {}), **self.renamed}
 
     # -- events --------------------------------------------------------------------------------
     def has_event(self, ga_type: str) -> bool:
-        return not (self.beta and ga_type in _NOT_IN_BETA)
+        return not (self.beta and ga_type in NOT_IN_BETA)
 
     def event(self, ga_type: str, **fields: Any) -> dict[str, Any]:
         """A server event named for this wire, with a fresh server `event_id`."""
-        name = _BETA_NAMES.get(ga_type, ga_type) if self.beta else ga_type
-        return {"type": name, "event_id": new_id("event"), **fields}
+        return {"type": self._names.get(ga_type, ga_type), "event_id": new_id("event"), **fields}
 
     def error(self, error: ProtocolError, client_event_id: str | None) -> dict[str, Any]:
         return self.event(

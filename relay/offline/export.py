@@ -41,6 +41,7 @@ from relay.recording.format import (
     RecordingError,
 )
 from relay.recording.reader import load_recording, read_recording
+from relay.tools.render import error_in_output
 
 Format = Literal["openai-chat", "anthropic", "gemini", "vapi"]
 FORMATS: tuple[str, ...] = get_args(Format)
@@ -122,18 +123,6 @@ class _Flow:
     instructions: str | None
     steps: list[_Step]
     notes: list[ExportNote]
-
-
-def _error_member(output: str) -> tuple[bool, Any]:
-    """(True, value) when `output` is a JSON object whose only key is `error`: the convention for
-    error outputs that carry no other flag (clients' outputs, and how the relay renders its own)."""
-    try:
-        value = json.loads(output)
-    except (ValueError, RecursionError):
-        return False, None
-    if isinstance(value, dict) and len(value) == 1 and "error" in value:
-        return True, value["error"]
-    return False, None
 
 
 class _Reader:
@@ -281,7 +270,7 @@ class _Reader:
         output = record.data.get("output")
         output = output if isinstance(output, str) else json.dumps(output)
         entry = self.ledger.get(called.call_id)
-        is_error, error = _error_member(output)
+        is_error, error = error_in_output(output)
         message = None
         decided = self.decided.get(called.call_id)
         if decided is not None:

@@ -9,13 +9,11 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from relay.dialects.gemini import field, key_of, response_text
-from relay.engine.gemini import first_key, is_media_frame
-from relay.engine.openai import CLIENT_PASSTHROUGH, UPSTREAM_PASSTHROUGH
+from relay.dialects import Dialect, OpenAIFamily
+from relay.dialects.gemini import field, first_key, key_of, media_frame, response_text
 from relay.engine.sequencer import META_CALLS, META_EVENT, META_KIND
 
 if TYPE_CHECKING:
-    from relay.dialects import Dialect
     from relay.recording.format import Frame
 
 Key = tuple[str, ...]
@@ -23,7 +21,6 @@ Sent = tuple[Key, dict[str, Any]]   # what a send is (its key), and the part com
 Answer = tuple[str, str, str]       # the call answered, the output's text, its status or kind
 
 CLIENT = "client>relay"
-_AUDIO_TYPES = UPSTREAM_PASSTHROUGH | CLIENT_PASSTHROUGH
 
 
 def clip(text: Any, width: int = 70) -> str:
@@ -96,8 +93,9 @@ class OpenAISends(ReplaySends):
     forwarded from the client are the client's and are not compared (`id_prefix` None: a plain
     event log, in which the relay sent nothing)."""
 
-    def __init__(self, id_prefix: str | None) -> None:
+    def __init__(self, dialect: OpenAIFamily, id_prefix: str | None) -> None:
         self.id_prefix = id_prefix
+        self._forwarded_only = dialect.upstream_passthrough | dialect.client_passthrough
 
     def __call__(self, event: dict[str, Any]) -> list[Sent]:
         key = self.key(event)
@@ -145,9 +143,9 @@ class OpenAISends(ReplaySends):
         return ReplaySends.compared(event)
 
     def payload(self, frame: Frame) -> str | bytes | None:
-        """Text frames, but audio the engine would only forward (replay has nobody to forward it
-        to); binary frames are not part of this wire."""
-        if frame.event is not None and frame.event.get("type") in _AUDIO_TYPES:
+        """Text frames, but those the engine would only forward, audio (replay has nobody to
+        forward them to); binary frames are not part of this wire."""
+        if frame.event is not None and frame.event.get("type") in self._forwarded_only:
             return None
         return frame_text(frame)
 
@@ -206,7 +204,7 @@ class GeminiSends(ReplaySends):
 
     def payload(self, frame: Frame) -> str | bytes | None:
         payload = frame.binary if frame.binary is not None else frame_text(frame)
-        if payload is None or (frame.direction == CLIENT and is_media_frame(payload, "client")):
+        if payload is None or (frame.direction == CLIENT and media_frame(payload, "client") is not None):
             return None   # the client's audio: the engine would only forward it
         return payload
 
@@ -232,4 +230,6 @@ def replay_sends(dialect: Dialect, id_prefix: str | None) -> ReplaySends:
     """What replay compares of the frames sent to `dialect`'s upstream, for a relay whose own
     event ids start with `id_prefix`: Gemini's setups and answers numbered per call, or the
     OpenAI family's events keyed free of the relay's ids."""
-    return GeminiSends() if dialect.wire == "gemini" else OpenAISends(id_prefix)
+    if isinstance(dialect, OpenAIFamily):
+        return OpenAISends(dialect, id_prefix)
+    return GeminiSends()

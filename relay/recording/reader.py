@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal, TypeGuard
 
-from relay.dialects.base import CLIENT_EVENT_TYPES
+from relay.dialects.openai import CLIENT_EVENT_TYPES
 from relay.dialects.gemini import is_gemini_message
 from relay.recording.format import (
     CLIENT_TO_RELAY,

@@ -4,6 +4,10 @@ The engine hands over whatever came back (a value, a `ToolResult`, an exception,
 gets a `RenderedOutput`: the text, cut to the output limit with a visible marker, and how to
 follow up. Rendering never raises for a bad value: every call needs an output, so a value with
 no JSON form becomes an error output that says why.
+
+An error output is a JSON object whose only key is `error` (`error_output`); whatever reads an
+output back asks `error_in_output` whether it is one. The convention is the relay's, for every
+wire: Gemini Live's answers carry the same `error` member (`relay.dialects.gemini`).
 """
 
 from __future__ import annotations
@@ -65,7 +69,23 @@ def render_error(
 ) -> RenderedOutput:
     """`{"error": text}`: for what the engine reports itself (timeouts, cancellations, bad
     arguments, unknown tools)."""
-    return _rendered(_dumps({"error": text}), limit=limit, is_error=True, status=status)
+    return _rendered(error_output(text), limit=limit, is_error=True, status=status)
+
+
+def error_output(error: Any) -> str:
+    """The output text of an error: `{"error": <error>}`, compact (`error` must be JSON-able)."""
+    return _dumps({"error": error})
+
+
+def error_in_output(output: str) -> tuple[bool, Any]:
+    """An output read back: (True, its error) for an error output, (False, None) for any other."""
+    try:
+        value = json.loads(output)
+    except (ValueError, RecursionError):
+        return False, None
+    if isinstance(value, dict) and len(value) == 1 and "error" in value:
+        return True, value["error"]
+    return False, None
 
 
 def render_exception(exc: BaseException, *, limit: int = DEFAULT_OUTPUT_LIMIT) -> RenderedOutput:
@@ -139,7 +159,7 @@ def _value_text(value: Any) -> tuple[str, bool]:
     try:
         return _json_text(value), False
     except Exception as exc:  # also a model's own serializer failing: the call still needs an output
-        return _dumps({"error": exception_text(exc)}), True
+        return error_output(exception_text(exc)), True
 
 
 def _error_json(error: Any) -> str:
@@ -148,9 +168,9 @@ def _error_json(error: Any) -> str:
     if isinstance(error, BaseException):
         error = exception_text(error)
     try:
-        return _dumps({"error": to_jsonable(error)})
+        return error_output(to_jsonable(error))
     except Exception:  # a detail without JSON form is still worth its text
-        return _dumps({"error": _safe_str(error)})
+        return error_output(_safe_str(error))
 
 
 def _json_text(value: Any) -> str:

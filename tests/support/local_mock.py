@@ -18,7 +18,7 @@ import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from relay.dialects import OPENAI, Dialect
+from relay.dialects import OPENAI, OpenAIFamily
 from relay.mock import Faults, MockConnection, MockScript, MockSession, Reply, ResponseRun, StreamOptions, ToolCall
 from relay.mock.responses import Pause
 from relay.mock.session import Action, Emit, Stream, Wake
@@ -41,11 +41,11 @@ Event = dict[str, Any]
 class LocalMock:
     """One mock session driven in-process; every method returns the events the relay receives."""
 
-    def __init__(self, dialect: Dialect = OPENAI, script: MockScript = ENGINE_SCRIPT, *,
+    def __init__(self, dialect: OpenAIFamily = OPENAI, script: MockScript = ENGINE_SCRIPT, *,
                  seed: int | None = 0) -> None:
         if seed is not None:   # None: several live sessions share the generator (a benchmark's upstream)
             seed_ids(seed)
-        wire = Wire(beta=dialect.wire == "beta", foundry=dialect.foundry_fields)
+        wire = Wire.of(dialect)
         self.session = MockSession(wire, script, Faults(), DEFAULT_MODEL, {"model": DEFAULT_MODEL})
         self.errors: list[Event] = []
         """Every `error` event the mock sent, to any connection."""

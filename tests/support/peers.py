@@ -13,6 +13,7 @@ import anyio
 from websockets.exceptions import ConnectionClosedOK
 from websockets.frames import Close
 
+from relay.dialects import OPENAI, OpenAIFamily
 from relay.engine import EngineConfig, OpenAIEngine
 from relay.recording.writer import RecordingWriter
 from relay.session.loop import SessionLoop
@@ -110,12 +111,14 @@ class MockPeer:
                 await self._changed.wait()
 
 
-async def record_session(directory: Path, tools, *, mode: str = "sidecar", creates: int = 1) -> Path:
-    """A session through SessionLoop: parallel calls and a handler error, recorded."""
-    mock = LocalMock()
+async def record_session(directory: Path, tools, *, mode: str = "sidecar", creates: int = 1,
+                         dialect: OpenAIFamily = OPENAI) -> Path:
+    """A session through SessionLoop, on an upstream of `dialect`: parallel calls and a handler
+    error, recorded."""
+    mock = LocalMock(dialect)
     peer = MockPeer(mock)
-    engine = OpenAIEngine(tools, config=EngineConfig(mode=mode, declare_tools=False), id_prefix="rec1")
-    writer = RecordingWriter(directory, session_id="sess_test", dialect="openai", upstream="ws://127.0.0.1:1/v1",
+    engine = OpenAIEngine(tools, dialect=dialect, config=EngineConfig(mode=mode, declare_tools=False), id_prefix="rec1")
+    writer = RecordingWriter(directory, session_id="sess_test", dialect=dialect.name, upstream="ws://127.0.0.1:1/v1",
                              tools=[t.__relay_tool__.name for t in tools], mode=mode,
                              extra_header=engine.recording_header())
     loop = SessionLoop(engine, upstream=peer, recorder=writer)

@@ -1,10 +1,12 @@
-"""Cheap look at a frame's event type without parsing the whole frame.
+"""Cheap look at a typed frame's event type without parsing the whole frame (the OpenAI family's
+frames; Gemini Live's have no `type` and are peeked in `relay.dialects.gemini`).
 
 Most of a session's bytes are audio (`input_audio_buffer.append`, `response.output_audio.delta`):
 the relay forwards those untouched, so decoding their base64-heavy JSON would be pure waste. Real
 servers and SDKs put `type` first; when they do not, a small scanner walks the top-level keys,
 skipping scalar values, until it finds `type`. Anything it cannot skip cheaply (a nested object or
 array before `type`, an escaped key) returns None, and the caller parses the frame in full.
+`passes_unparsed` is the whole test a frame passes to be forwarded as the same text.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import re
 
 _COMPACT_TYPE_FIRST = '{"type":"'
+_COMPACT_TYPE_START = len(_COMPACT_TYPE_FIRST)
 _TYPE_FIRST = re.compile(r'\s*\{\s*"type"\s*:\s*"([^"\\]*)"')
 _WHITESPACE = " \t\r\n"
 
@@ -21,15 +24,27 @@ def peek_type(frame: str) -> str | None:
     # Compact JSON with `type` first (what the servers send): plain string scans, half the
     # regular expression's cost, on every audio frame.
     if frame.startswith(_COMPACT_TYPE_FIRST):
-        end = frame.find('"', len(_COMPACT_TYPE_FIRST))
+        end = frame.find('"', _COMPACT_TYPE_START)
         if end >= 0:
-            value = frame[len(_COMPACT_TYPE_FIRST):end]
+            value = frame[_COMPACT_TYPE_START:end]
             if "\\" not in value:
                 return value
     match = _TYPE_FIRST.match(frame)
     if match is not None:
         return match.group(1)
     return _scan_for_type(frame)
+
+
+def passes_unparsed(frame: str, kinds: frozenset[str]) -> bool:
+    """Whether a text frame is of one of the event types `kinds` and may be forwarded as the same
+    text without being parsed: its `type` is read cheaply and no second `type` can hide in it.
+    Called on every audio frame: the compact `type`-first case costs two string scans here and
+    the check of `has_single_plain_type`, nothing more."""
+    if frame.startswith(_COMPACT_TYPE_FIRST):
+        end = frame.find('"', _COMPACT_TYPE_START)
+        # a backslash in the type is refused by has_single_plain_type, as peek_type refuses it
+        return end >= 0 and frame[_COMPACT_TYPE_START:end] in kinds and has_single_plain_type(frame)
+    return peek_type(frame) in kinds and has_single_plain_type(frame)
 
 
 def _skip_ws(frame: str, pos: int) -> int:
