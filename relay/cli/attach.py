@@ -22,6 +22,7 @@ from relay.edges.process import run_until_signalled
 from relay.edges.upstream import UpstreamUnavailable
 from relay.errors import UnusableInput, cannot_listen
 from relay.inspector.live import LiveHub, serve_inspector
+from relay.session.policy import CLEAN_CLOSE_CODES
 
 ATTACH_OPTIONS = (
     option("--call-id", field=None, required=True, metavar="ID",
@@ -52,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
             end = await sidecar.run()
         except UpstreamUnavailable:
             return 1   # logged by run()
-        return 1 if end.code not in (1000, 1001) else 0
+        return 0 if end.code in CLEAN_CLOSE_CODES else 1
 
     async def work() -> int:
         if hub is None or listen is None:

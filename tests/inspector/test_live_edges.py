@@ -41,6 +41,15 @@ def runtime() -> RelayServer:
                                     tools=[get_weather], inspector=True))
 
 
+def open_live(hub: LiveHub, edge: RelayServer | None = None, *, recorder: Any = None,
+              extra_header: dict[str, Any] | None = None) -> Any:
+    """Session `rs_x` of `edge` (a runtime() by default) opened in `hub` as the proxy opens one."""
+    edge = edge or runtime()
+    return hub.open_session("rs_x", header=edge.session_header(session_id="rs_x", dialect=OPENAI, mode="proxy",
+                                                               extra_header=extra_header or {}),
+                            redact=edge.redactor.frame, recording=None, recorder=recorder)
+
+
 class Page:
     """A watcher as the hub sees one: what it was posted."""
 
@@ -69,8 +78,7 @@ async def test_the_hub_feeds_a_watched_session_in_batches_and_forgets_it_when_th
             recorded.append((direction, frame))
 
     inner = Recorder()
-    tap = hub.open_session("rs_x", runtime=edge, dialect=OPENAI, mode="proxy", extra_header={"id_prefix": "rs_x"},
-                           recording=None, recorder=inner)
+    tap = open_live(hub, edge, recorder=inner, extra_header={"id_prefix": "rs_x"})
     session = hub.live["rs_x"]
     assert tap.record == inner.record                     # nobody watches: the edge's own recorder
     tap.record("upstream>relay", json.dumps({"type": "session.created"}))
@@ -94,8 +102,7 @@ async def test_the_hub_feeds_a_watched_session_in_batches_and_forgets_it_when_th
 async def test_a_view_that_falls_behind_stops_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(hub_module, "MAX_PENDING_BYTES", 1000)
     hub = LiveHub()
-    tap = hub.open_session("rs_x", runtime=runtime(), dialect=OPENAI, mode="proxy", extra_header={},
-                           recording=None, recorder=None)
+    tap = open_live(hub)
     session = hub.live["rs_x"]
     page = Page()
     await session.open(page)
@@ -157,8 +164,7 @@ async def http(app: Any, path: str, headers: dict[str, str] | None = None) -> tu
 
 async def test_the_asgi_app_serves_the_page_the_list_and_the_feed_where_it_is_mounted() -> None:
     hub = LiveHub()
-    tap = hub.open_session("rs_x", runtime=runtime(), dialect=OPENAI, mode="proxy", extra_header={},
-                           recording=None, recorder=None)
+    tap = open_live(hub)
     app = asgi_app(hub, token=RELAY_TOKEN)
     status, headers, body = await http(app, "/inspector")
     assert status == 200 and headers["content-type"].startswith("text/html")
