@@ -9,6 +9,7 @@ import logging
 
 from relay.cli.options import (
     INSPECTOR_TOKEN,
+    LOOP,
     SIDEBAND,
     Command,
     config_fields,
@@ -35,6 +36,7 @@ ATTACH_OPTIONS = (
            help="serve the live inspector of this call at http://HOST:PORT/inspector (a token is "
                 "needed beyond loopback: --auth-token)"),
     INSPECTOR_TOKEN,
+    LOOP,
 )
 
 def run(args: argparse.Namespace) -> int:
@@ -74,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
             log.info("%s: detaching from the call", signal_name, extra=sidecar.context)
             await sidecar.stop(f"{signal_name}: detached")
 
-    return run_until_signalled(work, detach)
+    return run_until_signalled(work, detach, loop=args.loop)
 
 
 def _inspector_address(value: str, token: str | None) -> tuple[str, int]:

@@ -422,11 +422,12 @@ async def drain_on_signal(server: RelayServer, name: str, again: bool) -> None:
                  extra={"drain_seconds": server.config.drain_seconds, "sessions": len(server.sessions)})
 
 
-def run_server(server: RelayServer, signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT)) -> int:
-    """Run the server in a new event loop until one of `signals` (then drain; a second signal
-    ends the drain). Returns the exit status."""
+def run_server(server: RelayServer, signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT), *,
+               loop: str = "auto") -> int:
+    """Run the server in a new event loop (`loop`: relay.edges.process.LOOPS) until one of
+    `signals` (then drain; a second signal ends the drain). Returns the exit status."""
     return run_until_signalled(lambda: run_until_stopped(server),
-                               lambda name, again: drain_on_signal(server, name, again), signals)
+                               lambda name, again: drain_on_signal(server, name, again), signals, loop=loop)
 
 
 def serve(tools: ToolSources = (), **options: Any) -> int:

@@ -4,8 +4,8 @@ handshake's probes), and `WebsocketsTransport`, the session's fast read and writ
 connection. This is the one place that reaches into websockets' and asyncio's internals, so that
 the dependency pin (`websockets>=14,<18` in pyproject.toml) guards this file alone.
 
-Checked with CPython 3.11's asyncio against websockets 14.0, 14.1, 14.2, 15.0.1, 16.0, 16.1.1,
-17.0 and 17.4: tests/test_socket_writer.py and tests/test_session_loop.py
+Checked with CPython 3.11's asyncio and uvloop 0.21-0.23 against websockets 14.0, 14.1, 14.2,
+15.0.1, 16.0, 16.1.1, 17.0 and 17.4: tests/test_socket_writer.py and tests/test_session_loop.py
 on each, the whole suite on 14.2, 15.0.1, 16.1.1 and 17.4. What it touches, beyond websockets'
 documented API:
 
@@ -15,7 +15,7 @@ documented API:
   `handshake_exc` (websockets 17 keeps a failed handshake there instead of raising it).
 - `Connection.transport`: its `write`, `is_closing` and `abort` (asyncio's transport API), and
   `max_size`, an attribute of asyncio's selector socket transport (how much one read takes;
-  TLS transports have none and are left alone).
+  uvloop's and TLS transports have none and are left alone).
 - `Connection.paused`: websockets' flow-control flag (the transport asked it to stop writing).
 - `Connection.send_context()`: the async context manager websockets' own `send` writes inside
   (state checks, flow control, close handling).
@@ -172,7 +172,7 @@ def read_in_smaller_chunks(connection: Connection) -> None:
     each read maps fresh pages and unmaps them (page faults, TLB flushes). Under real-time audio
     load, with a frame or two per read, that kernel work took a quarter of `relay serve`'s CPU
     (perf, 150 sessions); 64 KiB buffers come from the heap. A message over 64 KiB takes several
-    reads, as it would anyway. Transports without that setting (TLS) are left alone."""
+    reads, as it would anyway. Transports without that setting (TLS, uvloop's) are left alone."""
     transport = connection.transport
     if isinstance(getattr(transport, "max_size", None), int):
         transport.max_size = READ_BYTES   # type: ignore[attr-defined]
@@ -245,11 +245,18 @@ class ProbeConnection(ServerConnection):
     request_version = "HTTP/1.1"
     relay_request: Request | None = None   # the request as the rules saw it (set by `serve`'s process_request)
     _head: bytes | None = b""   # the request head being read; None once decided
+    _after_head: Callable[[bytes], None] | None = None   # where the bytes go once it is decided
 
     def data_received(self, data: bytes) -> None:
         """Reads the request head only: once it is decided, later reads go straight to
         websockets' own `data_received` (an attribute of the instance, found first), so a
-        session's frames pay nothing for this class."""
+        session's frames pay nothing for this class. An event loop that looked the method up once
+        when the connection was made (uvloop does) still calls this one: it hands the bytes on
+        where the decision sent them, never back into the head."""
+        after_head = self._after_head
+        if after_head is not None:
+            after_head(data)
+            return
         head = (self._head or b"") + data
         rewritten = _rewritten_head(head)
         if rewritten is None:   # more to come
@@ -257,12 +264,12 @@ class ProbeConnection(ServerConnection):
             return
         self._head = None
         if rewritten is head:   # a plain GET, or past what a probe sends: websockets decides
-            self.data_received = super().data_received   # type: ignore[method-assign]
+            self._after_head = self.data_received = super().data_received   # type: ignore[method-assign]
             super().data_received(head)
             return
         method, version, plain_get = rewritten
         self.request_method, self.request_version = method, version
-        self.data_received = _ignore   # type: ignore[method-assign]  (the body, and after)
+        self._after_head = self.data_received = _ignore   # type: ignore[method-assign]  (the body, and after)
         super().data_received(plain_get)
 
     async def handshake(self, *args: Any, **kwargs: Any) -> None:
