@@ -20,7 +20,7 @@ from relay.inspector.live import LiveHub, asgi_app, serve_inspector
 from relay.inspector.live import hub as hub_module
 from relay.mock import MockUpstream
 from relay.edges.serve import RelayServer
-from tests.support.clients import TIMEOUT, http_get, inspector_feed
+from tests.support.clients import TIMEOUT, http_get, inspector_feed, raw_http
 from tests.support.frames import said
 from tests.support.keys import PROVIDER_KEY, RELAY_TOKEN
 from tests.support.paths import REPO
@@ -206,6 +206,13 @@ async def test_an_attached_call_is_shown_by_its_own_inspector() -> None:
         async with serve_inspector(hub, "127.0.0.1", 0, token=RELAY_TOKEN) as url:
             port = int(url.rsplit(":", 1)[1].split("/")[0])
             assert (await http_get(port, "/inspector/sessions"))[0] == 401
+            page_status, page_headers, page = await http_get(port, "/inspector")
+            status, headers, body = await raw_http(port, b"HEAD /inspector HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert (status, body) == (page_status, b"") == (200, b"")   # HEAD: the page's answer, no body
+            assert headers["content-length"] == page_headers["content-length"] == str(len(page))
+            status, headers, _ = await raw_http(port, b"POST /inspector/sessions HTTP/1.1\r\nHost: x\r\n"
+                                                      b"Content-Length: 2\r\n\r\n{}")
+            assert (status, headers["allow"]) == (405, "GET, HEAD")
             async with sidecar_on(mock, call_id, [get_weather], live=hub) as (sidecar, _), \
                     inspector_feed(f"ws://127.0.0.1:{port}") as feed:
                 await feed.until(lambda f: [s["id"] for s in f.sessions["live"]] == [sidecar.id])
