@@ -4,10 +4,11 @@ handshake's probes), and `WebsocketsTransport`, the session's fast read and writ
 connection. This is the one place that reaches into websockets' and asyncio's internals, so that
 the dependency pin (`websockets>=14,<18` in pyproject.toml) guards this file alone.
 
-Checked with CPython 3.11's asyncio and uvloop 0.21-0.23 against websockets 14.0, 14.1, 14.2,
-15.0.1, 16.0, 16.1.1, 17.0 and 17.4: tests/test_socket_writer.py and tests/test_session_loop.py
-on each, the whole suite on 14.2, 15.0.1, 16.1.1 and 17.4. What it touches, beyond websockets'
-documented API:
+Checked with CPython 3.11 against websockets 14.0, 14.1, 14.2, 15.0.1, 16.0, 16.1.1, 17.0 and
+17.4 (the write path: tests/test_socket_writer.py and tests/test_session_loop.py on each, the
+whole suite on 14.2, 15.0.1, 16.1.1 and 17.4), and as this module, on asyncio's loop and on
+uvloop 0.23, against 14.2, 15.0.1 and 17.4 (the transport's, the loop's, tests/server's and the
+faults' tests). What it touches, beyond websockets' documented API:
 
 - `Connection.protocol`: the connection's sans-I/O protocol object; its `send_text`,
   `send_binary`, `data_to_send` and `state` (documented for the sans-I/O layer, not for reaching
