@@ -4,8 +4,8 @@ stack (websockets' asyncio API, no compression, the same frame limit and close t
 forwards every frame as it came, without looking at it. Each client connection gets its own
 upstream connection to `--upstream` with the client's path and query.
 
-With `--coalesce` it is that floor given the relay's own way of writing (relay.session's
-FrameQueue, relay.wsfast's SocketWriter and 64 KiB reads): the reader writes each frame itself
+With `--coalesce` it is that floor given the relay's own way of writing (the session's FrameQueue,
+relay/transports/websockets.py's transport and 64 KiB reads): the reader writes each frame itself
 when no other waits to be read, a burst in one socket write after its last frame, and a writer
 task takes over while the socket is paused. The relay's cost over *that* is what its own logic costs.
 
@@ -23,13 +23,8 @@ from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
 from bench_frames import CLOSE_TIMEOUT, MAX_FRAME_BYTES, serve_announcing
-from relay.session.loop import FrameQueue
-from relay.transports.websockets import (
-    BATCH_BYTES,
-    has_buffered_message,
-    read_in_smaller_chunks,
-    socket_writer,
-)
+from relay.session.transport import BATCH_BYTES, FrameQueue, TransportClosed
+from relay.transports.websockets import WebsocketsTransport
 
 
 async def pipe(source: ServerConnection | ClientConnection, destination: ServerConnection | ClientConnection) -> None:
@@ -47,29 +42,30 @@ async def coalescing_pipe(source: ServerConnection | ClientConnection,
                           destination: ServerConnection | ClientConnection) -> None:
     """`pipe` with the relay's way of writing."""
     queue = FrameQueue(2**62)
-    read_in_smaller_chunks(source)
-    writer = socket_writer(destination)
-    assert writer is not None
+    reader = WebsocketsTransport(source)   # reads 64 KiB at a time
+    writer = WebsocketsTransport(destination)
 
     async def write() -> None:
         try:
             while True:
                 await writer.send(await queue.get_batch(BATCH_BYTES))
-        except ConnectionClosed:
+        except TransportClosed:
             pass   # `source`'s loop ends too, when the other pipe closes it
+
+    def forward(message: str | bytes) -> None:
+        if queue.writer_idle:
+            queue.put(message, wake=False)
+            if reader.more_buffered():
+                writer.flush_soon(queue)   # one write after the burst's last frame
+            else:
+                writer.flush(queue)
+        else:
+            queue.put(message)
 
     writing = asyncio.create_task(write())
     try:
-        async for message in source:
-            if queue.writer_idle:
-                queue.put(message, wake=False)
-                if has_buffered_message(source):
-                    writer.flush_soon(queue)   # one write after the burst's last frame
-                else:
-                    writer.flush(queue)
-            else:
-                queue.put(message)
-    except ConnectionClosed:
+        await reader.receive(forward)
+    except TransportClosed:
         pass
     finally:
         writing.cancel()

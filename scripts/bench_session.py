@@ -2,11 +2,11 @@
 """The relay's own cost per forwarded audio frame, without sockets: output-audio deltas pushed
 through a real SessionLoop and Engine (with the server's metrics tap) from an in-memory upstream
 to a client that is a real websockets connection over an in-memory transport (so the frames are
-framed and written as on a socket, by the session's SocketWriter), beside the same peers
+framed and written as on a socket, by relay/transports/websockets.py), beside the same peers
 forwarding inline (`await client.send(await upstream.recv())`, what a pass-through does). The
 difference is what the relay adds to every frame on top of websockets' own work; it is the figure
-to watch when changing the per-frame path (relay/session.py, relay/wsfast.py, relay/engine/), steadier than
-socket benchmarks on a shared machine.
+to watch when changing the per-frame path (relay/session/, relay/transports/, relay/engine/),
+steadier than socket benchmarks on a shared machine.
 
 The upstream peer yields to the event loop every `--burst` frames, as a socket's reader does when
 it has handed over what one read brought (websockets queues up to 16 frames per connection), and
@@ -29,12 +29,9 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Callable
+from typing import Callable, Sequence
 
 from websockets.asyncio.connection import Connection
-from websockets.exceptions import ConnectionClosedOK
-from websockets.frames import Close
 from websockets.protocol import OPEN
 from websockets.server import ServerProtocol
 
@@ -49,8 +46,10 @@ from relay.inspector.live import FeedConnection, LiveHub, LiveSession  # noqa: E
 from relay.observe.metrics import Metrics, TrafficTap  # noqa: E402
 from relay.edges.serve import RelayServer  # noqa: E402
 from relay.session.loop import SessionLoop  # noqa: E402
+from relay.session.transport import Frame, FrameQueue, TransportClosed  # noqa: E402
 from relay.tools import ToolRegistry  # noqa: E402
 from relay.tools.loading import load_tools  # noqa: E402
+from relay.transports.websockets import WebsocketsTransport  # noqa: E402
 
 REPEATS = 5
 # what the live inspector's hub needs of an edge (tools, redactor, upstream URL); never started
@@ -58,27 +57,16 @@ EDGE = RelayServer(ServerConfig(upstream="ws://127.0.0.1:9/v1/realtime", dialect
                                 inspector=True))
 
 
-class FramesReadAhead:
-    """What websockets' `connection.recv_messages.frames` tells the session: how many frames the
-    next `recv` calls hand out without waiting (the rest of the current burst)."""
-
-    def __init__(self, upstream: FloodingUpstream) -> None:
-        self.upstream = upstream
-
-    def __len__(self) -> int:
-        remaining = self.upstream.remaining
-        return (remaining - 1) % self.upstream.burst if remaining > 0 else 0
-
-
 class FloodingUpstream:
-    """Hands out `frames` audio deltas, then closes once the client has had them all."""
+    """A transport that hands out `frames` audio deltas, then closes once the client has had them
+    all; it tells, as websockets does, whether the next frame comes without waiting (the rest of
+    the current burst)."""
 
     def __init__(self, frames: int, burst: int) -> None:
         self.remaining = frames
         self.burst = burst
         self.frame = output_delta(time.monotonic_ns())
         self.drained = asyncio.Event()
-        self.recv_messages = SimpleNamespace(frames=FramesReadAhead(self))
 
     async def recv(self) -> str:
         self.remaining -= 1
@@ -86,14 +74,35 @@ class FloodingUpstream:
             await asyncio.sleep(0)
         if self.remaining < 0:
             await self.drained.wait()
-            raise ConnectionClosedOK(Close(1000, ""), None)
+            raise TransportClosed(1000, "", received=True, initiated_here=False)
         return self.frame
 
-    async def send(self, message: str | bytes) -> None:
+    async def receive(self, deliver: Callable[[Frame], None]) -> None:
+        recv = self.recv
+        while True:
+            deliver(await recv())
+
+    def more_buffered(self) -> bool:
+        remaining = self.remaining
+        return remaining > 0 and (remaining - 1) % self.burst > 0
+
+    async def send(self, frames: Sequence[Frame]) -> None:
         pass
 
-    async def close(self, code: int = 1000, reason: str = "") -> None:
+    def flush(self, queue: FrameQueue) -> None:
+        queue.wake()   # the writer task sends it (it sends nothing: the session forwards audio only)
+
+    def flush_soon(self, queue: FrameQueue) -> None:
+        queue.wake()
+
+    async def close(self, code: int, reason: str) -> None:
         pass
+
+    def abort(self) -> None:
+        pass
+
+    async def wait_closed(self) -> None:
+        await self.drained.wait()
 
 
 class CountingTransport(asyncio.Transport):
@@ -164,9 +173,10 @@ async def relay_pass(tools: ToolRegistry, frames: int, burst: int, inspector: st
     engine = OpenAIEngine(tools, config=EngineConfig(mode="proxy"))
     recorder = TrafficTap(Metrics(), None)
     hub = LiveHub()
-    tap = hub.open_session("rs_bench", runtime=EDGE, dialect=OPENAI, mode="proxy", extra_header={},
-                           recording=None, recorder=recorder) if inspector != "off" else recorder
-    loop = SessionLoop(engine, upstream=upstream, client=client, recorder=tap)
+    header = EDGE.session_header(session_id="rs_bench", dialect=OPENAI, mode="proxy", extra_header={})
+    tap = hub.open_session("rs_bench", header=header, redact=EDGE.redactor.frame, recording=None,
+                           recorder=recorder) if inspector != "off" else recorder
+    loop = SessionLoop(engine, upstream=upstream, client=WebsocketsTransport(client), recorder=tap)
     page = DroppingPage()
     page.session = hub.find("rs_bench")
     start = clock()
@@ -230,7 +240,7 @@ async def inline_pass(frames: int, burst: int) -> float:
     try:
         while True:
             await client.send(await upstream.recv())
-    except ConnectionClosedOK:
+    except TransportClosed:
         pass
     assert transport.written == transport.expected
     return time.perf_counter() - start

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,19 @@ CAPTURED_LOG_LINES = 200
 from relay.mock import MockUpstream
 from tests.support.keys import PROVIDER_KEY
 from tests.support.paths import shared_dir
+from tests.support.processes import TEST_LOOP
 from tests.support.tools import WEATHER_SCRIPT
+
+if TEST_LOOP == "uvloop":
+    import uvloop
+
+    @pytest.hookimpl
+    def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Any]:
+        """RELAY_TEST_LOOP=uvloop: every async test and fixture runs on uvloop's event loop (the
+        relays the tests start as commands take `--loop uvloop`: tests/support/processes.py)."""
+        return {"uvloop": uvloop.new_event_loop}
+elif TEST_LOOP != "asyncio":
+    raise pytest.UsageError(f"RELAY_TEST_LOOP is asyncio or uvloop, not {TEST_LOOP!r}")
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,8 @@ import anyio
 import pytest
 
 from relay.engine import OpenAIEngine, EngineConfig
-from relay.session.loop import FrameQueue, QueueOverflow, SessionLoop
+from relay.session.loop import SessionLoop
+from relay.session.transport import FrameQueue, QueueOverflow
 from relay.tools import tool
 from tests.support.clients import TIMEOUT
 from tests.support.local_mock import LocalMock, model_call

@@ -9,6 +9,7 @@ import logging
 
 from relay.cli.options import (
     INSPECTOR_TOKEN,
+    LOOP,
     SIDEBAND,
     Command,
     config_fields,
@@ -22,6 +23,7 @@ from relay.edges.process import run_until_signalled
 from relay.edges.upstream import UpstreamUnavailable
 from relay.errors import UnusableInput, cannot_listen
 from relay.inspector.live import LiveHub, serve_inspector
+from relay.session.policy import CLEAN_CLOSE_CODES
 
 ATTACH_OPTIONS = (
     option("--call-id", field=None, required=True, metavar="ID",
@@ -34,6 +36,7 @@ ATTACH_OPTIONS = (
            help="serve the live inspector of this call at http://HOST:PORT/inspector (a token is "
                 "needed beyond loopback: --auth-token)"),
     INSPECTOR_TOKEN,
+    LOOP,
 )
 
 def run(args: argparse.Namespace) -> int:
@@ -52,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
             end = await sidecar.run()
         except UpstreamUnavailable:
             return 1   # logged by run()
-        return 1 if end.code not in (1000, 1001) else 0
+        return 0 if end.code in CLEAN_CLOSE_CODES else 1
 
     async def work() -> int:
         if hub is None or listen is None:
@@ -73,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
             log.info("%s: detaching from the call", signal_name, extra=sidecar.context)
             await sidecar.stop(f"{signal_name}: detached")
 
-    return run_until_signalled(work, detach)
+    return run_until_signalled(work, detach, loop=args.loop)
 
 
 def _inspector_address(value: str, token: str | None) -> tuple[str, int]:

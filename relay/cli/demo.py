@@ -23,11 +23,13 @@ import anyio
 from websockets.asyncio.client import connect
 
 from relay.cli.options import (
+    LOOP,
     RECORD,
     Command,
     check_record_dir,
     option,
 )
+from relay.edges.process import run_in_loop
 from relay.edges.serve import RelayServer, ServerConfig
 from relay.engine import Notice
 from relay.mock import MockScript, MockUpstream, Reply, Rule, ToolCall
@@ -284,9 +286,9 @@ def write_inspector_page(recording: Path) -> Path:
     return write_page(build_model(read_recording(recording)), recording.with_suffix(".html"))
 
 
-def run_demo_command(*, tools: str, record_dir: str | None, color: bool) -> int:
-    """`relay demo`: the whole demo, in a new event loop."""
-    return anyio.run(lambda: run_demo(tools=tools, record_dir=record_dir, color=color))
+def run_demo_command(*, tools: str, record_dir: str | None, color: bool, loop: str = "auto") -> int:
+    """`relay demo`: the whole demo, in a new event loop (`loop`: relay.edges.process.LOOPS)."""
+    return run_in_loop(lambda: run_demo(tools=tools, record_dir=record_dir, color=color), loop)
 
 
 # ---- the command ---------------------------------------------------------------------------
@@ -299,6 +301,7 @@ DEMO_OPTIONS = (
     option("--no-record", field=None, action="store_true", help="do not record the session"),
     option("--color", field=None, choices=("auto", "always", "never"), default="auto",
            help="colour the timeline (default auto: when standard output is a terminal)"),
+    LOOP,
 )
 
 
@@ -307,7 +310,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_record:
         check_record_dir(args.record)
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
-    return run_demo_command(tools=args.tools, record_dir=None if args.no_record else args.record, color=color)
+    return run_demo_command(tools=args.tools, record_dir=None if args.no_record else args.record, color=color,
+                            loop=args.loop)
 
 
 

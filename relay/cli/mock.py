@@ -14,7 +14,8 @@ import signal
 from pydantic import ValidationError
 
 from relay.cli.exits import validation_line
-from relay.cli.options import LOGGING, port_number, read_text_input
+from relay.cli.options import LOGGING, LOOP, port_number, read_text_input
+from relay.edges.process import run_in_loop
 from relay.errors import UnusableInput, cannot_listen
 from relay.mock.gemini import GEMINI
 from relay.mock.script import MockScript
@@ -34,7 +35,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dialect", choices=(*DIALECTS, GEMINI), default="openai",
                         help="protocol flavour (default: openai; gemini serves Gemini Live)")
     parser.add_argument("--api-key", default=None, help="require this key from clients (default: accept any)")
-    for opt in LOGGING:
+    for opt in (*LOGGING, LOOP):
         opt.add_to(parser)
 
 
@@ -82,5 +83,5 @@ async def _serve(args: argparse.Namespace, script: MockScript) -> None:
 
 def run(args: argparse.Namespace) -> int:
     script = load_script(args.script) if args.script else MockScript()
-    asyncio.run(_serve(args, script))
+    run_in_loop(lambda: _serve(args, script), args.loop)
     return 0

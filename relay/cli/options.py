@@ -25,6 +25,7 @@ from relay.edges.config import (
     DEFAULT_RECONNECT_DELAY,
     EdgeRuntime,
 )
+from relay.edges.process import LOOPS
 from relay.edges.upstream import DEFAULT_UPSTREAM
 from relay.engine import DEFAULT_HISTORY_LIMIT
 from relay.errors import UnusableInput
@@ -106,6 +107,9 @@ LOG_FORMAT = option("--log-format", field=None, choices=LOG_FORMATS, default="au
 LOG_LEVEL = option("--log-level", field=None, choices=LOG_LEVELS, default="info",
                    help="the least severe log lines shown (default info; debug adds websockets' "
                         "connection lines)")
+LOOP = option("--loop", field=None, choices=LOOPS, default="auto",
+              help="the event loop: uvloop's or asyncio's own (default auto: uvloop when it is installed, "
+                   "as with pip install 'realtime-relay[fast]')")
 HOST = option("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
 PORT = option("--port", type=port_number, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks one)")
 DRAIN_SECONDS = option("--drain-seconds", type=float, default=DEFAULT_DRAIN_SECONDS, metavar="S",

@@ -15,6 +15,7 @@ from relay.cli.options import (
     HOST,
     LIMITS,
     LOGGING,
+    LOOP,
     PORT,
     RECORDING,
     TOOLS,
@@ -51,6 +52,7 @@ SERVE_OPTIONS = (
                 "(open http://HOST:PORT/inspector#token=TOKEN)"),
     *RECORDING,
     *LOGGING,
+    LOOP,
 )
 
 def run(args: argparse.Namespace) -> int:
@@ -65,11 +67,11 @@ def run(args: argparse.Namespace) -> int:
 
     def run_worker(port: int) -> int:
         server.config = dataclasses.replace(server.config, port=port, reuse_port=True)
-        return run_server(server, (signal.SIGTERM,))
+        return run_server(server, (signal.SIGTERM,), loop=args.loop)
 
     with metrics_for_workers(args.workers) as worker_exited:   # several workers share /metrics
         if args.workers == 1:
-            return run_server(server)
+            return run_server(server, loop=args.loop)
         return run_workers(server.config.host, server.config.port, args.workers, run_worker, worker_exited)
 
 

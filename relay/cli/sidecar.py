@@ -10,6 +10,7 @@ from relay.cli.options import (
     DRAIN_SECONDS,
     HOST,
     INSPECTOR_TOKEN,
+    LOOP,
     PORT,
     SIDEBAND,
     Command,
@@ -44,6 +45,7 @@ SIDECAR_OPTIONS = (
            help="serve the live inspector of the attached calls at /inspector on this port, behind "
                 "--auth-token (required beyond loopback)"),
     INSPECTOR_TOKEN,
+    LOOP,
 )
 
 def run(args: argparse.Namespace) -> int:
@@ -72,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
                      extra={"drain_seconds": args.drain_seconds})
             server.request_stop()
 
-    return run_until_signalled(work, drain)
+    return run_until_signalled(work, drain, loop=args.loop)
 
 
 

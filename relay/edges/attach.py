@@ -25,8 +25,6 @@ import time
 from typing import Any, Awaitable, Callable
 
 import anyio
-from websockets.asyncio.client import ClientConnection
-from websockets.exceptions import ConnectionClosed
 
 from relay.edges.config import EdgeRuntime, SidecarConfig
 from relay.edges.upstream import UpstreamUnavailable
@@ -35,15 +33,14 @@ from relay.inspector.live import LiveHub, LiveTap
 from relay.observe.logs import log_notice
 from relay.observe.tracing import SessionTrace, Tracing, tracing_for
 from relay.recording.writer import RecordingWriter
-from relay.session.loop import Peer, SessionEnd, SessionLoop, close_quietly
-from relay.session.policy import close_info
+from relay.session.loop import SessionEnd, SessionLoop, close_quietly
+from relay.session.policy import DETACHED_CODE, INTERNAL_ERROR, NORMAL_CLOSURE, ended_in_failure
+from relay.session.transport import Transport, TransportClosed
 from relay.tools.sources import ToolSources
 
 __all__ = ["CallEnded", "Sidecar", "SidecarConfig", "SidecarRuntime", "SidebandLoop", "attach"]
 
 log = logging.getLogger("relay.sidecar")
-
-DETACHED_CODE = 1000
 
 Sleep = Callable[[float], Awaitable[None]]
 Tap = Callable[[str, str | bytes], None]
@@ -90,27 +87,27 @@ class SidebandLoop(SessionLoop):
     told (outputs decided meanwhile wait), the socket is reopened, and the loop carries on over
     the new one with what was queued for the old."""
 
-    def __init__(self, engine: Engine, *, reopen: Callable[[], Awaitable[Peer]],
+    def __init__(self, engine: Engine, *, reopen: Callable[[], Awaitable[Transport]],
                  context: dict[str, Any], **options: Any) -> None:
         super().__init__(engine, **options)
         self._reopen = reopen
         self._context = context
 
-    async def upstream_lost(self, closed: ConnectionClosed) -> None:
+    async def upstream_lost(self, closed: TransportClosed) -> None:
         if self.end is not None:
             return   # the session closed the socket itself
-        code, reason = close_info(closed)
-        log.warning("sideband lost; reconnecting", extra={**self._context, "code": code, "reason": reason})
+        log.warning("sideband lost; reconnecting", extra={**self._context, "code": closed.code,
+                                                            "reason": closed.reason})
         self._apply(self.engine.upstream_disconnected(self.clock()))
         try:
             upstream = await self._reopen()
         except CallEnded:
             log.info("call ended", extra=self._context)
-            await self.finish("upstream", 1000, "call ended")
+            await self.finish("upstream", NORMAL_CLOSURE, "call ended")
             return
         except UpstreamUnavailable as exc:
             log.error("sideband lost for good: %s", exc, extra=self._context)
-            await self.finish("relay", 1011, "sideband lost")
+            await self.finish("relay", INTERNAL_ERROR, "sideband lost")
             return
         if self.end is not None:   # stopped while reconnecting
             await close_quietly(upstream, DETACHED_CODE, self.end.reason)
@@ -201,10 +198,10 @@ class Sidecar:
                 self.end = await self._serve(upstream)
         except UpstreamUnavailable as exc:
             log.error("cannot attach to the call: %s", exc, extra=self.context)
-            self.end = SessionEnd("relay", 1011, str(exc))
+            self.end = SessionEnd("relay", INTERNAL_ERROR, str(exc))
             raise
         finally:
-            self.end = self.end or SessionEnd("relay", 1011, "interrupted")
+            self.end = self.end or SessionEnd("relay", INTERNAL_ERROR, "interrupted")
             self.ended.set()
         return self.end
 
@@ -218,9 +215,9 @@ class Sidecar:
         elif self._connect_scope is not None:
             self._connect_scope.cancel()
 
-    async def _attach(self) -> ClientConnection | None:
+    async def _attach(self) -> Transport | None:
         """The sideband, or None when `stop()` came first."""
-        upstream: ClientConnection | None = None
+        upstream: Transport | None = None
         with anyio.CancelScope() as self._connect_scope:
             if self._stopping is None:
                 upstream = await self._open(reconnecting=False)
@@ -230,7 +227,7 @@ class Sidecar:
             return None
         return upstream
 
-    async def _serve(self, upstream: ClientConnection) -> SessionEnd:
+    async def _serve(self, upstream: Transport) -> SessionEnd:
         runtime = self.runtime
         engine = OpenAIEngine(runtime.tools, dialect=runtime.dialect, config=runtime.engine_config,
                         session_id=self.id, id_prefix=self.id)
@@ -244,8 +241,9 @@ class Sidecar:
             recorder = _Tap(recording, self.tap)
         on_end: Callable[[str], None] = recording.close if recording is not None else lambda reason: None
         if self.live is not None:   # the live inspector (relay attach --inspector)
-            recorder = self.live.open_session(self.id, runtime=runtime, dialect=runtime.dialect, mode="sidecar",
-                                              extra_header={**engine.recording_header(), "call_id": self.call_id},
+            header = runtime.session_header(session_id=self.id, dialect=runtime.dialect, mode="sidecar",
+                                            extra_header={**engine.recording_header(), "call_id": self.call_id})
+            recorder = self.live.open_session(self.id, header=header, redact=runtime.redactor.frame,
                                               recording=recording, recorder=recorder, on_close=on_end,
                                               call_id=self.call_id)
             on_end = recorder.close
@@ -268,19 +266,20 @@ class Sidecar:
             end = await loop.run(on_end=on_end)
             return end
         finally:
-            final = end or SessionEnd("relay", 1011, "interrupted")
+            final = end or SessionEnd("relay", INTERNAL_ERROR, "interrupted")
             if self.trace is not None:
-                self.trace.end(by=final.by, code=final.code, reason=final.reason, tool_calls=len(engine.calls))
+                self.trace.end(by=final.by, code=final.code, reason=final.reason,
+                               failed=ended_in_failure(final.by, final.code), tool_calls=len(engine.calls))
             log.info("session end", extra={
                 **self.context, "by": final.by, "code": final.code, "reason": final.reason,
                 "seconds": round(time.time() - self.attached_at, 3), "reconnects": self.reconnects,
                 "tool_calls": len(engine.calls)})
 
-    async def _reopen(self) -> Peer:
+    async def _reopen(self) -> Transport:
         self.reconnects += 1
         return await self._open(reconnecting=True)
 
-    async def _open(self, *, reconnecting: bool) -> ClientConnection:
+    async def _open(self, *, reconnecting: bool) -> Transport:
         """Connect to the call, again while the failure may pass. The first attach tries at
         once, then backs off; a reconnect backs off before every attempt. Raises `CallEnded` on a
         404, `UpstreamUnavailable` when the failure is final or the attempts run out."""

@@ -14,6 +14,7 @@ import ipaddress
 import os
 import ssl
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Literal, Sequence
 from urllib.parse import urlsplit
@@ -24,6 +25,7 @@ from relay.edges.upstream import TokenProvider, Upstream, default_upstream
 from relay.engine import DEFAULT_HISTORY_LIMIT, EngineConfig, Notice
 from relay.errors import ConfigError
 from relay.observe.logs import Redactor
+from relay.recording.format import session_header
 from relay.recording.writer import RecordingWriter
 from relay.session.policy import (
     DEFAULT_DRAIN_SECONDS,
@@ -32,8 +34,10 @@ from relay.session.policy import (
     DEFAULT_OPEN_TIMEOUT,
     DEFAULT_QUEUE_BYTES,
 )
+from relay.session.transport import Backend
 from relay.tools.render import DEFAULT_OUTPUT_LIMIT
 from relay.tools.sources import ToolSources, tool_registry
+from relay.transports.websockets import BACKEND as WEBSOCKETS
 
 DEFAULT_PORT = 8000
 AUTH_TOKEN_ENV = "RELAY_AUTH_TOKEN"
@@ -178,15 +182,17 @@ class SidecarConfig(EdgeConfig):
 
 class EdgeRuntime:
     """What the sessions of one configuration share: the checked configuration, its dialect, the
-    tool registry, the provider connection (URL, credentials, limits) and the secrets kept out of
-    logs and recordings. Raises ConfigError for a configuration that cannot work."""
+    tool registry, the transport backend its sockets use (relay/transports/), the provider
+    connection (URL, credentials, limits) and the secrets kept out of logs and recordings. Raises
+    ConfigError for a configuration that cannot work."""
 
     def __init__(self, config: EdgeConfig, *, secrets: Sequence[str | None] = ()) -> None:
         self.dialect = config.check()
         self.tools = tool_registry(config.tools)
         self.config = config
         self.redactor = Redactor(secrets)
-        self.upstream = Upstream.configured(config, self.dialect, self.redactor)
+        self.backend: Backend = WEBSOCKETS
+        self.upstream = Upstream.configured(config, self.dialect, self.redactor, self.backend)
 
     def engine_settings(self, **settings: Any) -> EngineConfig:
         """The engine settings of this edge's sessions: `settings` and the configured limits."""
@@ -200,17 +206,21 @@ class EdgeRuntime:
         config = self.config
         if config.record_dir is None:
             return None
-        return writer(
-            config.record_dir,
-            session_id=session_id,
-            dialect=dialect.name,
-            upstream=self.upstream.url,
-            tools=self.tools.names,
-            mode=mode,
-            record_audio=config.record_audio,
-            secrets=self.redactor.secrets,
-            extra_header=extra_header,
-        )
+        return writer(config.record_dir, **self._header_fields(session_id, dialect, mode, extra_header),
+                      secrets=self.redactor.secrets)
+
+    def session_header(self, *, session_id: str, dialect: Dialect, mode: str,
+                       extra_header: dict[str, Any]) -> dict[str, Any]:
+        """The header a recording of a session starting now begins with, whether or not it is
+        recorded: what the live inspector's model of the session starts from."""
+        return session_header(**self._header_fields(session_id, dialect, mode, extra_header),
+                              started_at=f"{datetime.now(timezone.utc):%Y-%m-%dT%H:%M:%S.%fZ}")
+
+    def _header_fields(self, session_id: str, dialect: Dialect, mode: str,
+                       extra_header: dict[str, Any]) -> dict[str, Any]:
+        return {"session_id": session_id, "dialect": dialect.name, "upstream": self.upstream.url,
+                "tools": self.tools.names, "mode": mode, "record_audio": self.config.record_audio,
+                "extra_header": extra_header}
 
     def health_fields(self, *, draining: bool, **open_now: int) -> dict[str, Any]:
         """What `/healthz` says: `ok` or `draining`, what is open now (`sessions=3`), and which

@@ -1,6 +1,7 @@
 """Process control for the long-running commands: run one piece of work in a fresh event loop
-until it ends, turning SIGTERM and SIGINT into a graceful stop (`run_until_signalled`), and
-`--workers`: several processes sharing one port with SO_REUSEPORT (`run_workers`).
+(`run_in_loop`: asyncio's own or uvloop's, as `--loop` says) until it ends, turning SIGTERM and
+SIGINT into a graceful stop (`run_until_signalled`), and `--workers`: several processes sharing
+one port with SO_REUSEPORT (`run_workers`).
 
 What a signal means (drain the sessions, detach from the call) is the caller's: this module
 only delivers it.
@@ -13,25 +14,55 @@ import logging
 import os
 import signal
 import socket
-from typing import Awaitable, Callable, Sequence
+from typing import Awaitable, Callable, Sequence, TypeVar
 
 import anyio
 
-from relay.errors import cannot_listen
+from relay.errors import UnusableInput, cannot_listen
 
 log = logging.getLogger("relay.process")
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+LOOPS = ("auto", "asyncio", "uvloop")
+"""`--loop`: uvloop's event loop (`auto` when it is installed: the `fast` extra), or asyncio's own."""
+
+T = TypeVar("T")
+
+
+def event_loop_factory(loop: str = "auto") -> Callable[[], asyncio.AbstractEventLoop]:
+    """What makes the event loop `loop` names (one of LOOPS), as uvicorn's `--loop` does:
+    `asyncio` is asyncio's own loop whatever policy is installed; `auto` is uvloop's when it is
+    installed, else the installed policy's (asyncio's own unless the application set another).
+    UnusableInput for `uvloop` when it is not installed."""
+    if loop not in LOOPS:
+        raise UnusableInput(f"--loop takes {', '.join(LOOPS)}, not {loop!r}")
+    if loop == "asyncio":
+        return asyncio.SelectorEventLoop
+    try:
+        import uvloop
+    except ImportError:
+        if loop == "uvloop":
+            raise UnusableInput("--loop uvloop: uvloop is not installed (pip install 'realtime-relay[fast]')") from None
+        return asyncio.new_event_loop
+    return uvloop.new_event_loop
+
+
+def run_in_loop(main: Callable[[], Awaitable[T]], loop: str = "auto") -> T:
+    """`main()` run to its end in a new event loop of the kind `loop` names (see
+    event_loop_factory), closed afterwards."""
+    with asyncio.Runner(loop_factory=event_loop_factory(loop)) as runner:
+        return runner.run(main())   # type: ignore[arg-type]
 
 OnSignal = Callable[[str, bool], Awaitable[None]]
 """Called with the signal's name (`SIGTERM`) and whether a stop signal came before."""
 
 
 def run_until_signalled(work: Callable[[], Awaitable[int]], on_signal: OnSignal,
-                        signals: Sequence[int] = STOP_SIGNALS) -> int:
-    """Run `work` in a new event loop and return its exit status. Each of `signals` calls
-    `on_signal`, after which `work` is expected to finish. The handlers are in place before
-    `work` starts, so a signal that comes as soon as a server listens already stops it."""
+                        signals: Sequence[int] = STOP_SIGNALS, *, loop: str = "auto") -> int:
+    """Run `work` in a new event loop (of the kind `loop` names, see event_loop_factory) and
+    return its exit status. Each of `signals` calls `on_signal`, after which `work` is expected
+    to finish. The handlers are in place before `work` starts, so a signal that comes as soon as
+    a server listens already stops it."""
 
     async def main() -> int:
         received: asyncio.Queue[str] = asyncio.Queue()
@@ -52,7 +83,7 @@ def run_until_signalled(work: Callable[[], Awaitable[int]], on_signal: OnSignal,
             group.cancel_scope.cancel()
         return status
 
-    return asyncio.run(main())
+    return run_in_loop(main, loop)
 
 
 def run_workers(host: str, port: int, workers: int, run_worker: Callable[[int], int],

@@ -6,15 +6,18 @@ the session.
                         |
                  Engine (GeminiEngine for Gemini) + SessionLoop (one per client)
 
-The handshake (relay/handshake.py) decides everything cheap first (path, origin, the relay's own
-token) so a refused client never causes an upstream connection; `/healthz` and `/metrics` share
-the port. Frames are moved by `SessionLoop`; this module keeps each session's life: it accepts,
-connects, counts, logs and shuts down. The configuration is relay/config.py's, process control
-relay/process.py's, the command line relay/cli.py's.
+The handshake (relay/edges/handshake.py) decides everything cheap first (path, origin, the
+relay's own token) so a refused client never causes an upstream connection; `/healthz` and
+`/metrics` share the port. The sockets are the transport backend's (relay/transports/: it
+listens, and opens the upstream connections); frames are moved by `SessionLoop`; this module
+keeps each session's life: it accepts, connects, counts, logs and shuts down. The configuration
+is relay/edges/config.py's, process control relay/edges/process.py's, the command line
+relay/cli/'s.
 
 A stop (SIGTERM) drains: the listener stays open so that a load balancer sees `/healthz` turn 503
 and new sessions refused with 503 (and sends them elsewhere) while open sessions run to their
-end, up to `drain_seconds`; then the listener closes and what is left is closed with 1001.
+end, up to `drain_seconds`; then the listener closes and what is left is closed with 1001
+(policy.SHUTDOWN_CODE).
 """
 
 from __future__ import annotations
@@ -28,22 +31,13 @@ import signal
 import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
-from urllib.parse import parse_qsl, urlsplit
 
 import anyio
-from websockets.asyncio.server import Server, ServerConnection
-from websockets.asyncio.server import serve as websocket_serve
-from websockets.exceptions import ConnectionClosed
 
 from relay import __version__
 from relay.dialects import Dialect
 from relay.edges.config import EdgeRuntime, ServerConfig, is_loopback
-from relay.edges.handshake import (
-    Handshake,
-    ProbeConnection,
-    remote_address,
-    select_subprotocol,
-)
+from relay.edges.handshake import Handshake
 from relay.edges.process import run_until_signalled
 from relay.edges.upstream import UpstreamUnavailable
 from relay.engine import Engine, Notice, new_engine
@@ -65,8 +59,18 @@ from relay.observe.tracing import (
     tracing_for,
 )
 from relay.recording.writer import RecordingWriter
+from relay.session.access import select_subprotocol
+from relay.session.http import Request
 from relay.session.loop import SessionEnd, SessionLoop
-from relay.session.policy import SHUTDOWN_CODE, EventBudget
+from relay.session.policy import (
+    INTERNAL_ERROR,
+    NORMAL_CLOSURE,
+    SHUTDOWN_CODE,
+    EventBudget,
+    ended_in_failure,
+    short_close_reason,
+)
+from relay.session.transport import Listener, Transport, TransportClosed
 from relay.tools.sources import ToolSources
 
 __all__ = ["ConfigError", "ProxySession", "RelayServer", "ServerConfig", "run_server", "serve"]
@@ -79,7 +83,7 @@ class ProxySession:
     """One client connection and, once connected, its upstream and engine."""
 
     id: str
-    client: ServerConnection
+    client: Transport
     remote: str
     path: str
     dialect: Dialect
@@ -137,7 +141,7 @@ class RelayServer(EdgeRuntime):
                                     draining=lambda: self.draining, inspector=self._inspector)
         self._sessions: dict[str, ProxySession] = {}
         self._sessions_changed = asyncio.Event()
-        self._ws_server: Server | None = None
+        self._listener: Listener | None = None
         self._address: tuple[str, int] | None = None   # kept after shutdown, for messages
         self._stop_requested = asyncio.Event()
         self._draining = False
@@ -183,28 +187,24 @@ class RelayServer(EdgeRuntime):
         await self.shutdown()
 
     async def start(self) -> None:
-        if self._ws_server is not None:
+        if self._listener is not None:
             return
         config = self.config
         self._tracing = tracing_for(config.tracer_provider)
         self.metrics.ready()
-        self._ws_server = await websocket_serve(
+        self._listener = await self.backend.serve(
             self._serve_client,
             config.host,
             config.port,
-            process_request=self._handshake.process_request,
-            create_connection=ProbeConnection,
-            select_subprotocol=select_subprotocol,
-            max_size=config.max_frame_bytes,
-            compression=None,   # see Upstream.connect: no per-frame deflate on the relay
-            close_timeout=1.0,
+            decide=self._handshake.decide,
+            subprotocol=select_subprotocol,
+            max_frame_bytes=config.max_frame_bytes,
             server_header=f"relay/{__version__}",
-            ssl=self._tls,
             logger=RedactingLogger(logging.getLogger(f"{WEBSOCKET_LOGGER}.client"), self.redactor),
-            reuse_port=config.reuse_port or None,
+            tls=self._tls,
+            reuse_port=config.reuse_port,
         )
-        host, port = next(iter(self._ws_server.sockets)).getsockname()[:2]
-        self._address = (host, port)
+        self._address = self._listener.address
         if not config.auth_token and is_loopback(config.host):
             log.warning("no client token configured: listening on loopback (%s) only", config.host,
                         extra={"auth": "none"})
@@ -243,7 +243,7 @@ class RelayServer(EdgeRuntime):
         (default: the config's), then stop listening, close the rest with 1001 and wait until
         every connection is gone. The listener stays open during the drain so that a load
         balancer's health check sees the 503 rather than a refused connection."""
-        if self._ws_server is None:
+        if self._listener is None:
             return
         if self._shutdown_done is not None:
             await self._shutdown_done.wait()
@@ -258,12 +258,12 @@ class RelayServer(EdgeRuntime):
                 while self._sessions and not self._hurry.is_set():
                     self._sessions_changed.clear()
                     await self._sessions_changed.wait()
-        self._ws_server.server.close()   # no new connections at all from here on
+        self._listener.stop_accepting()   # no new connections at all from here on
         async with anyio.create_task_group() as closers:
             for session in list(self._sessions.values()):
                 closers.start_soon(session.close, SHUTDOWN_CODE, "relay shutting down")
-        self._ws_server.close()
-        await self._ws_server.wait_closed()
+        self._listener.close()
+        await self._listener.wait_closed()
         log.info("stopped", extra={"sessions_total": self.metrics.sessions_total})
         if self._tracing is not None:
             await anyio.to_thread.run_sync(self._tracing.flush)
@@ -283,21 +283,18 @@ class RelayServer(EdgeRuntime):
             "workers": {str(pid): sessions for pid, sessions in by_worker.items()}}
 
     # ---- sessions ----------------------------------------------------------------------
-    async def _serve_client(self, client: ServerConnection) -> None:
-        request = client.request
-        assert request is not None
-        if self._inspector is not None and self._inspector.is_feed(request.path):
+    async def _serve_client(self, client: Transport, request: Request) -> None:
+        if self._inspector is not None and self._inspector.is_feed(request.target):
             await self._inspector.serve_feed(client)
             return
-        target = urlsplit(request.path)
         session = ProxySession(
             id="rs_" + secrets.token_hex(6),
             client=client,
-            remote=remote_address(client),
-            path=target.path,
+            remote=request.remote,
+            path=request.path,
             dialect=self.dialect.for_client(request.headers),
         )
-        query = parse_qsl(target.query, keep_blank_values=True)
+        query = request.query
         if self._tracing is not None:
             session.trace = self._tracing.session(
                 session_id=session.id, mode="proxy", dialect=session.dialect.name, upstream=self.upstream.host,
@@ -311,14 +308,14 @@ class RelayServer(EdgeRuntime):
             session.end = await self._run_session(session, [(name, value) for name, value in query
                                                             if name not in TRACE_PARAMS])
         finally:
-            end = session.end = session.end or SessionEnd("relay", 1011, "internal error")
+            end = session.end = session.end or SessionEnd("relay", INTERNAL_ERROR, "internal error")
             del self._sessions[session.id]
             session._closed.set()
             self._sessions_changed.set()
             self.metrics.session_ended(end.by)
             engine = session.engine
             if session.trace is not None:
-                session.trace.end(by=end.by, code=end.code, reason=end.reason,
+                session.trace.end(by=end.by, code=end.code, reason=end.reason, failed=ended_in_failure(end.by, end.code),
                                   tool_calls=len(engine.calls) if engine is not None else 0)
             log.info("session end", extra={
                 "session_id": session.id, "by": end.by, "code": end.code, "reason": end.reason,
@@ -339,7 +336,7 @@ class RelayServer(EdgeRuntime):
         if failure is not None:
             return await self._upstream_unavailable(session, failure)
         if upstream is None:   # the client left, or the server is closing, while we connected
-            code, reason = session._closing or (1000, "client left before the upstream connected")
+            code, reason = session._closing or (NORMAL_CLOSURE, "client left before the upstream connected")
             await session.client.close(code, reason)
             return SessionEnd("client" if session._closing is None else "relay", code, reason)
         engine = new_engine(self.tools, dialect=session.dialect, config=self._engine_config,
@@ -349,9 +346,10 @@ class RelayServer(EdgeRuntime):
         tap = self.metrics.tap(recording)
         recorder: TrafficTap | LiveTap = tap
         if self.live is not None:
-            recorder = self.live.open_session(session.id, runtime=self, dialect=session.dialect, mode="proxy",
-                                              extra_header=engine.recording_header(), recording=recording,
-                                              recorder=tap, on_close=tap.close)
+            header = self.session_header(session_id=session.id, dialect=session.dialect, mode="proxy",
+                                         extra_header=engine.recording_header())
+            recorder = self.live.open_session(session.id, header=header, redact=self.redactor.frame,
+                                              recording=recording, recorder=tap, on_close=tap.close)
         loop = SessionLoop(
             engine,
             upstream=upstream,
@@ -376,15 +374,15 @@ class RelayServer(EdgeRuntime):
                                                    error_type="server_error")
         try:
             if event is None:
-                await session.client.close(1011, f"upstream unavailable: {message}"[:120])
+                await session.client.close(INTERNAL_ERROR, short_close_reason(f"upstream unavailable: {message}"))
             else:
                 frame = json.dumps(event)
-                await session.client.send(frame)
+                await session.client.send([frame])
                 self.metrics.count_frame("relay>client", frame)
-                await session.client.close(1011, "upstream unavailable")
-        except ConnectionClosed:
+                await session.client.close(INTERNAL_ERROR, "upstream unavailable")
+        except TransportClosed:
             pass
-        return SessionEnd("relay", 1011, "upstream unavailable")
+        return SessionEnd("relay", INTERNAL_ERROR, "upstream unavailable")
 
     def _on_notice(self, session: ProxySession, notice: Notice) -> None:
         self.metrics.count_notice(notice, self.tools)
@@ -395,7 +393,7 @@ class RelayServer(EdgeRuntime):
         log_notice(log, notice, anomalies=session.anomalies, session_id=session.id)
 
 
-async def _cancel_when_closed(client: ServerConnection, scope: anyio.CancelScope) -> None:
+async def _cancel_when_closed(client: Transport, scope: anyio.CancelScope) -> None:
     await client.wait_closed()
     scope.cancel()
 
@@ -424,11 +422,12 @@ async def drain_on_signal(server: RelayServer, name: str, again: bool) -> None:
                  extra={"drain_seconds": server.config.drain_seconds, "sessions": len(server.sessions)})
 
 
-def run_server(server: RelayServer, signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT)) -> int:
-    """Run the server in a new event loop until one of `signals` (then drain; a second signal
-    ends the drain). Returns the exit status."""
+def run_server(server: RelayServer, signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT), *,
+               loop: str = "auto") -> int:
+    """Run the server in a new event loop (`loop`: relay.edges.process.LOOPS) until one of
+    `signals` (then drain; a second signal ends the drain). Returns the exit status."""
     return run_until_signalled(lambda: run_until_stopped(server),
-                               lambda name, again: drain_on_signal(server, name, again), signals)
+                               lambda name, again: drain_on_signal(server, name, again), signals, loop=loop)
 
 
 def serve(tools: ToolSources = (), **options: Any) -> int:

@@ -3,7 +3,8 @@ credentials go with it, and an error a client can read when the provider cannot 
 
 Credentials come from the relay's side only (its environment, an explicit key, or an access-token
 provider); nothing the client sent for authentication is passed on. The key never appears in an
-error message, and websockets' handshake debug lines are redacted.
+error message, and the WebSocket library's handshake debug lines are redacted. The connection is
+opened by the transport backend (relay/transports/).
 """
 
 from __future__ import annotations
@@ -17,14 +18,13 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Iterable, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
-
 from relay import __version__
 from relay.dialects import DIALECTS, Dialect
 from relay.errors import RelayError
 from relay.observe.logs import WEBSOCKET_LOGGER, RedactingLogger, Redactor
 from relay.recording.format import upstream_host
+from relay.session.transport import Backend, HandshakeFailed, InvalidURL, Transport
+from relay.transports.websockets import BACKEND as WEBSOCKETS
 
 DEFAULT_UPSTREAM = "wss://api.openai.com/v1/realtime"
 # Query parameters that carry a client's credentials (Azure accepts `api-key` in the query).
@@ -164,7 +164,8 @@ class UpstreamSettings(Protocol):
 
 
 class Upstream:
-    """How to reach the provider: the URL, the credentials and the connection limits."""
+    """How to reach the provider: the URL, the credentials, the connection limits and the
+    transport backend that connects."""
 
     def __init__(
         self,
@@ -175,6 +176,7 @@ class Upstream:
         max_frame_bytes: int,
         open_timeout: float = 10.0,
         redactor: Redactor,
+        backend: Backend = WEBSOCKETS,
     ) -> None:
         self.url = url
         self.host = display_host(url)
@@ -185,10 +187,12 @@ class Upstream:
         self.tokens = TokenCache(token_provider, on_token=self._new_token) if token_provider else None
         self.max_frame_bytes = max_frame_bytes
         self.open_timeout = open_timeout
+        self.backend = backend
         self._ws_logger = RedactingLogger(logging.getLogger(f"{WEBSOCKET_LOGGER}.upstream"), redactor)
 
     @classmethod
-    def configured(cls, settings: UpstreamSettings, dialect: Dialect, redactor: Redactor) -> Upstream:
+    def configured(cls, settings: UpstreamSettings, dialect: Dialect, redactor: Redactor,
+                   backend: Backend = WEBSOCKETS) -> Upstream:
         """The upstream a configuration describes; without an explicit key, the dialect's key
         from the environment."""
         return cls(
@@ -198,6 +202,7 @@ class Upstream:
             max_frame_bytes=settings.max_frame_bytes,
             open_timeout=settings.open_timeout,
             redactor=redactor,
+            backend=backend,
         )
 
     def _new_token(self, token: str) -> None:
@@ -221,17 +226,17 @@ class Upstream:
         return headers
 
     async def connect(self, dialect: Dialect, client_query: Iterable[tuple[str, str]], *,
-                      client_path: str | None = None) -> ClientConnection:
+                      client_path: str | None = None) -> Transport:
         """Open the provider connection for one session; `UpstreamUnavailable` says why not. A
         Gemini client's API version (from its path) carries over to the upstream URL."""
         return await self._open(merged_url(dialect.upstream_url(self.url, client_path), client_query), dialect)
 
-    async def connect_call(self, dialect: Dialect, call_id: str) -> ClientConnection:
+    async def connect_call(self, dialect: Dialect, call_id: str) -> Transport:
         """Open a sideband connection to a live call (`?call_id=`): it sees the session's events
         and may send client events beside the call's own connection."""
         return await self._open(call_url(self.url, call_id), dialect)
 
-    async def _open(self, url: str, dialect: Dialect) -> ClientConnection:
+    async def _open(self, url: str, dialect: Dialect) -> Transport:
         try:
             headers = await self.headers(dialect)
         except Exception as exc:
@@ -239,31 +244,20 @@ class Upstream:
                 f"could not get an access token for the upstream {self.host}: {type(exc).__name__}: {exc}"
             )) from None
         try:
-            return await connect(
-                url,
-                additional_headers=headers,
-                max_size=self.max_frame_bytes,
-                open_timeout=self.open_timeout,
-                close_timeout=1.0,
-                # Deflate would inflate and re-deflate every audio frame the relay only forwards.
-                compression=None,
-                user_agent_header=f"relay/{__version__}",
-                logger=self._ws_logger,
-            )
-        except InvalidStatus as exc:
-            response = exc.response
-            message = f"the upstream {self.host} refused the connection: HTTP {response.status_code}"
-            if response.reason_phrase:
-                message += f" {response.reason_phrase}"
-            raise UpstreamUnavailable(self.redactor(message), response.status_code) from None
+            return await self.backend.connect(url, headers=headers, max_frame_bytes=self.max_frame_bytes,
+                                              open_timeout=self.open_timeout, user_agent=f"relay/{__version__}",
+                                              logger=self._ws_logger)
+        except HandshakeFailed as exc:
+            if exc.status is not None:
+                message = f"the upstream {self.host} refused the connection: HTTP {exc.status}"
+                if exc.phrase:
+                    message += f" {exc.phrase}"
+                raise UpstreamUnavailable(self.redactor(message), exc.status) from None
+            message = f"the upstream {self.host} failed the WebSocket handshake: {exc}"
         except TimeoutError:
             message = f"the upstream {self.host} did not complete the handshake within {self.open_timeout:g} s"
-        except InvalidURI:
+        except InvalidURL:
             message = f"the upstream URL for {self.host} is not a valid WebSocket URL"
-        except InvalidHandshake as exc:
-            message = f"the upstream {self.host} failed the WebSocket handshake: {exc}"
-        except EOFError:   # websockets before 14.2 does not wrap it in InvalidHandshake
-            message = f"the upstream {self.host} failed the WebSocket handshake: it closed the connection"
         except OSError as exc:
             message = f"cannot reach the upstream {self.host}: {exc.strerror or exc}"
         raise UpstreamUnavailable(self.redactor(message))

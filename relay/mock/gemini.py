@@ -45,12 +45,12 @@ from relay.mock.faults import Faults
 from relay.mock.script import MockScript, Reply, ToolCall, warn_not_offered
 from relay.mock.session import Emit, MockConnection
 from relay.mock.wire import new_id
+from relay.session.policy import INTERNAL_ERROR
 
 GEMINI = "gemini"
 PATHS = tuple(sorted(CLIENT_PATHS))
 URL_PATH = DEFAULT_PATH
-INVALID_ARGUMENT = 1007
-INTERNAL_ERROR = 1011
+INVALID_ARGUMENT = 1007   # Gemini Live closes with it for a bad request (what it says of its own)
 OUTPUT_AUDIO_MIME = "audio/pcm;rate=24000"
 _FUNCTION_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$")
 _BEHAVIORS = ("BLOCKING", "NON_BLOCKING", "UNSPECIFIED")

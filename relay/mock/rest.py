@@ -3,7 +3,7 @@ uvicorn on its `rest_url`:
 
     POST /v1/realtime/calls/{call_id}/accept   a GA session config; checked like a session.update
     POST /v1/realtime/calls/{call_id}/reject   optional {"status_code": <SIP code>}; ends the call
-    POST /v1/realtime/calls/{call_id}/hangup   ends the call, its sockets closed with 1000
+    POST /v1/realtime/calls/{call_id}/hangup   ends the call, its sockets closed normally
 
 Each needs the key when the mock has one (401), answers 404 for an unknown or ended call or an
 unknown endpoint, 405 for another method, 400 for a bad body, and 200 with an empty body when
@@ -22,6 +22,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from relay.mock.wire import ProtocolError
+from relay.session.policy import NORMAL_CLOSURE
 from relay.transports.asgi import BodyRefused, read_body
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ def rest_app(mock: MockUpstream) -> Starlette:
         except BodyRefused as refused:
             return error_body(refused.status, str(refused), "invalid_body")
         if operation == "hangup":
-            await mock.close_session(session, 1000, "call ended")
+            await mock.close_session(session, NORMAL_CLOSURE, "call ended")
             return Response(status_code=200)
         try:
             config: Any = json.loads(body) if body or operation == "accept" else {}
@@ -71,7 +72,7 @@ def rest_app(mock: MockUpstream) -> Starlette:
             if type(status) is not int or status not in SIP_STATUS_RANGE:
                 return error_body(400, "Invalid 'status_code': expected a SIP status from 400 to 699.",
                                   "invalid_value", "status_code")
-            await mock.close_session(session, 1000, "call rejected")
+            await mock.close_session(session, NORMAL_CLOSURE, "call rejected")
             return Response(status_code=200)
         try:
             await mock.accept_call(session, config)

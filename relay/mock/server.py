@@ -40,7 +40,9 @@ from relay.mock.rest import rest_app
 from relay.mock.script import MockScript, Reply
 from relay.mock.session import Action, Emit, MockConnection, MockSession, Stream, Wake
 from relay.mock.wire import DEFAULT_MODEL, DIALECTS, Dialect, Wire
+from relay.session.policy import NORMAL_CLOSURE
 from relay.transports.asgi import AppServer
+from relay.transports.websockets import abort
 
 log = logging.getLogger(__name__)
 
@@ -331,7 +333,7 @@ class MockUpstream:
         """Gemini: warn that the connection will close soon (`goAway`)."""
         await self._run(session, session.go_away(time_left))
 
-    async def close_session(self, session: MockSession | GeminiMockSession, code: int = 1000,
+    async def close_session(self, session: MockSession | GeminiMockSession, code: int = NORMAL_CLOSURE,
                             reason: str = "") -> None:
         """End a session and close its sockets with `code` (a call hung up, an upstream ending)."""
         self._end(session)
@@ -431,7 +433,7 @@ class MockUpstream:
             model = route.query.get("model") or route.query.get("deployment") or DEFAULT_MODEL
             session = self._new_session(self._wire(beta=route.beta), model, route.query, is_call=False)
         elif session.ended:
-            await ws.close(1000, "call ended")
+            await ws.close(NORMAL_CLOSURE, "call ended")
             return
         connection = MockConnection(
             index=len(session.connections),
@@ -521,7 +523,7 @@ class MockUpstream:
             if faults.drop_after_events is not None and connection.events_sent >= faults.drop_after_events:
                 connection.closed = True
                 if faults.drop_close_code is None:
-                    ws.transport.abort()
+                    abort(ws)
                 else:
                     await ws.close(faults.drop_close_code, "dropped by fault injection")
                 return

@@ -313,8 +313,9 @@ class SessionTrace:
             self._context.detach(token)
 
     # ---- the end ------------------------------------------------------------------------------
-    def end(self, *, by: str, code: int, reason: str, tool_calls: int | None = None) -> None:
-        """The session is over: what is still open ends with it, then the session's span."""
+    def end(self, *, by: str, code: int, reason: str, failed: bool, tool_calls: int | None = None) -> None:
+        """The session is over: what is still open ends with it, then the session's span (an
+        error when the session `failed`: the edge asks relay.session.policy)."""
         if self.ended:
             return
         self.ended = True
@@ -326,7 +327,7 @@ class SessionTrace:
         self._responses.clear()
         self.span.set_attributes(_clean({"relay.session.ended_by": by, "relay.session.close_code": code,
                                          "relay.session.close_reason": reason, "relay.tool_calls": tool_calls}))
-        if by in ("relay", "upstream") and code not in (1000, 1001):
+        if failed:
             self.span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, f"{by} closed: {code} {reason}"))
         self.span.end()
 

@@ -4,25 +4,23 @@ One task group per session (anyio): a reader per socket, a writer per socket fed
 queue, a timer that calls `engine.tick` when the engine's next deadline comes, and one task per
 running handler (via HandlerRunner). Every decision is the engine's; this module only carries
 out its actions. Cancellation flows down the tree; nothing is spawned without an owner. (While a
-writer task sleeps, its queue is written by an event-loop callback instead, see
-`relay.wsfast.SocketWriter`: a synchronous step, not a task, that only ever writes to the socket
-or wakes the writer.) What the loop tolerates and which close codes it sends are
-`relay.policy`'s; the error event a client gets is its dialect's.
+writer task sleeps, its queue is written by the reader's step or an event-loop callback instead,
+see `Transport.flush`: a synchronous step, not a task, that only ever writes to the socket or
+wakes the writer.) The sockets are `Transport`s (relay/session/transport.py), whichever library
+holds them: the edges open them and hand them over. What the loop tolerates and which close
+codes it sends are `relay.session.policy`'s; the error event a client gets is its dialect's.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
-from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Protocol
 
 import anyio
 import anyio.abc
-from websockets.exceptions import ConnectionClosed
 
 from relay.engine import (
     Action,
@@ -35,34 +33,21 @@ from relay.engine import (
     SendUpstream,
     StartHandler,
 )
-from relay.errors import RelayError
 from relay.session.policy import (
     BAD_GATEWAY,
     DEFAULT_QUEUE_BYTES,
+    INTERNAL_ERROR,
+    NORMAL_CLOSURE,
+    POLICY_VIOLATION,
     EventBudget,
-    close_info,
     closed_for_peer_fault,
     sendable_close_code,
     short_close_reason,
 )
 from relay.session.runner import HandlerRunner, HandlerScope
-from relay.transports.websockets import (
-    BATCH_BYTES,
-    abort,
-    has_buffered_message,
-    read_in_smaller_chunks,
-    socket_writer,
-)
+from relay.session.transport import BATCH_BYTES, Frame, FrameQueue, QueueOverflow, Transport, TransportClosed
 
 log = logging.getLogger("relay.session")
-
-class Peer(Protocol):
-    """What the loop needs of a socket (websockets' asyncio connections have it)."""
-
-    async def recv(self) -> str | bytes: ...
-    async def send(self, message: str | bytes) -> None: ...
-    async def close(self, code: int = 1000, reason: str = "") -> None: ...
-
 
 class Recorder(Protocol):
     """Where the loop puts what crossed its sockets (`record`) and what the engine decided about
@@ -70,80 +55,6 @@ class Recorder(Protocol):
 
     def record(self, direction: str, frame: str | bytes) -> None: ...
     def record_notice(self, kind: str, fields: dict[str, Any]) -> None: ...
-
-
-class QueueOverflow(RelayError):
-    pass
-
-
-class FrameQueue:
-    """A queue bounded by the bytes it holds: a peer that stops reading is cut off, not buffered
-    without end.
-
-    Under audio load the writer empties the queue after nearly every frame, so the wake-up is on
-    the per-frame path: it is a bare asyncio future (the relay's sockets are asyncio's), not a new
-    `anyio.Event` each time (whose backend lookup costs more than the rest of the hand-off)."""
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self._frames: deque[str | bytes] = deque()
-        self.size = 0
-        self._waiter: asyncio.Future[None] | None = None
-
-    def __len__(self) -> int:
-        return len(self._frames)
-
-    def put(self, frame: str | bytes, *, wake: bool = True) -> None:
-        """Queue `frame`; `wake=False` leaves the writer asleep (whoever put it sends it, or calls
-        `wake`)."""
-        size = len(frame)
-        if self.size + size > self.max_bytes:
-            raise QueueOverflow(f"{self.size + size} bytes queued, over the limit of {self.max_bytes}")
-        self._frames.append(frame)
-        self.size += size
-        if wake:
-            self.wake()
-
-    def wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None:
-            self._waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
-
-    @property
-    def writer_idle(self) -> bool:
-        """The writer sleeps until it is woken: it holds no frame on its way to the socket."""
-        return self._waiter is not None
-
-    def push_back_front(self, frames: Sequence[str | bytes]) -> None:
-        """Put back, in their order, frames a writer took but could not send."""
-        self._frames.extendleft(reversed(frames))
-        self.size += sum(len(frame) for frame in frames)
-        if frames:
-            self.wake()
-
-    def take_batch(self, max_bytes: int) -> list[str | bytes]:
-        """The frames waiting, oldest first, as many as fit in `max_bytes` (at least one, if any):
-        what has piled up goes to the socket in one write."""
-        frames = self._frames
-        if not frames:
-            return []
-        batch = [frames.popleft()]
-        taken = len(batch[0])
-        while frames and taken + len(frames[0]) <= max_bytes:
-            frame = frames.popleft()
-            batch.append(frame)
-            taken += len(frame)
-        self.size -= taken
-        return batch
-
-    async def get_batch(self, max_bytes: int) -> list[str | bytes]:
-        """`take_batch`, once there is something to take (the writer task's wait)."""
-        while not self._frames:
-            self._waiter = asyncio.get_running_loop().create_future()
-            await self._waiter
-        return self.take_batch(max_bytes)
 
 
 @dataclass
@@ -162,8 +73,8 @@ class SessionLoop:
         self,
         engine: Engine,
         *,
-        upstream: Peer,
-        client: Peer | None = None,
+        upstream: Transport,
+        client: Transport | None = None,
         clock: Callable[[], float] = time.time,
         recorder: Recorder | None = None,
         on_notice: Callable[[Notice], None] | None = None,
@@ -184,9 +95,6 @@ class SessionLoop:
         self.thread_limit = thread_limit
         self.to_upstream = FrameQueue(max_queue_bytes)
         self.to_client = FrameQueue(max_queue_bytes)
-        self._writers = {"upstream": socket_writer(upstream), "client": socket_writer(client)}
-        read_in_smaller_chunks(upstream)
-        read_in_smaller_chunks(client)
         self._reading = False           # a reader is handing its frame to the engine
         self._held: list[str] = []      # sides whose frames wait for the reader to finish its frame
         self.client_budget = client_budget   # None: the client may send as fast as it likes
@@ -206,7 +114,7 @@ class SessionLoop:
     async def run(self, on_end: Callable[[str], None] | None = None) -> SessionEnd:
         """Run the session until it ends; how it ended. With `on_end`, the edge's: it is called
         with the reason however the loop ended, and a loop that failed or was cancelled closes the
-        upstream itself (1011), so that no provider connection is left open."""
+        upstream itself (INTERNAL_ERROR), so that no provider connection is left open."""
         try:
             async with anyio.create_task_group() as task_group:
                 self._task_group = task_group
@@ -224,7 +132,7 @@ class SessionLoop:
             if on_end is not None:
                 on_end(self.end.reason if self.end is not None else "relay error")
                 if self.end is None:
-                    await close_quietly(self.upstream, 1011, "relay error", self.close_timeout)
+                    await close_quietly(self.upstream, INTERNAL_ERROR, "relay error", self.close_timeout)
         assert self.end is not None
         return self.end
 
@@ -240,7 +148,7 @@ class SessionLoop:
         with anyio.CancelScope(shield=True):   # each close is bounded by close_timeout
             async with anyio.create_task_group() as closers:
                 if by != "upstream":
-                    closers.start_soon(close_quietly, self.upstream, 1000 if by == "client" else code, reason,
+                    closers.start_soon(close_quietly, self.upstream, NORMAL_CLOSURE if by == "client" else code, reason,
                                        self.close_timeout)
                 if self.client is not None and by != "client":
                     closers.start_soon(close_quietly, self.client, code, reason, self.close_timeout)
@@ -249,23 +157,25 @@ class SessionLoop:
 
     # ---- readers -----------------------------------------------------------------------
     async def _read_upstream(self) -> None:
-        record, feed, receive = self.recorder, self._feed, self.engine.receive_upstream
+        recorder, feed, receive = self.recorder, self._feed, self.engine.receive_upstream
         upstream = self.upstream
+
+        def deliver(frame: Frame) -> None:
+            if recorder is not None:
+                recorder.record("upstream>relay", frame)
+            feed(receive, frame, upstream)
+
         try:
-            while True:
-                frame = await upstream.recv()
-                if record is not None:
-                    record.record("upstream>relay", frame)
-                feed(receive, frame, upstream)
-        except ConnectionClosed as closed:
+            await upstream.receive(deliver)
+        except TransportClosed as closed:
             await self.upstream_lost(closed)
 
-    async def upstream_lost(self, closed: ConnectionClosed) -> None:
+    async def upstream_lost(self, closed: TransportClosed) -> None:
         """The upstream socket closed. The proxy ends the session and passes the code on; the
         sidecar overrides this to reconnect (and then calls `replace_upstream`)."""
-        code, reason = close_info(closed)
+        code, reason = closed.code, closed.reason
         if self.end is None and closed_for_peer_fault(closed):
-            # websockets closed the upstream for what it sent: passed on as is, the code would
+            # the transport closed the upstream for what it sent: passed on as is, the code would
             # tell the client that *its* data was bad
             log.warning("the upstream sent an invalid frame; closing the session", extra={
                 "session_id": self.engine.session_id, "code": code, "reason": reason})
@@ -278,26 +188,28 @@ class SessionLoop:
 
     async def _read_client(self) -> None:
         assert self.client is not None
-        record, feed, receive = self.recorder, self._feed, self.engine.receive_client
+        recorder, feed, receive = self.recorder, self._feed, self.engine.receive_client
         budget = self.client_budget
         client = self.client
         cut_off = False
+
+        def deliver(frame: Frame) -> None:
+            nonlocal cut_off
+            if recorder is not None:
+                recorder.record("client>relay", frame)
+            if cut_off:
+                return   # read on, so that the client's answer to the close is seen
+            if budget is not None and not budget.take():
+                cut_off = True
+                assert self._task_group is not None
+                self._task_group.start_soon(self._client_too_fast, budget)
+                return
+            feed(receive, frame, client)
+
         try:
-            while True:
-                frame = await client.recv()
-                if record is not None:
-                    record.record("client>relay", frame)
-                if cut_off:
-                    continue   # read on, so that the client's answer to the close is seen
-                if budget is not None and not budget.take():
-                    cut_off = True
-                    assert self._task_group is not None
-                    self._task_group.start_soon(self._client_too_fast, budget)
-                    continue
-                feed(receive, frame, client)
-        except ConnectionClosed as closed:
-            code, reason = close_info(closed)
-            await self.finish("client", code, reason)
+            await client.receive(deliver)
+        except TransportClosed as closed:
+            await self.finish("client", closed.code, closed.reason)
 
     async def _client_too_fast(self, budget: EventBudget) -> None:
         """Tell the client why it is closed (an `error` event where its protocol has one; the
@@ -315,48 +227,36 @@ class SessionLoop:
                 self.recorder.record("relay>client", frame)
             with anyio.move_on_after(self.close_timeout):
                 try:
-                    await self.client.send(frame)
-                except ConnectionClosed:
+                    await self.client.send([frame])
+                except TransportClosed:
                     pass
         await self.finish("relay", *budget.close)
 
     # ---- writers -----------------------------------------------------------------------
     async def _write(self, queue: FrameQueue, side: str) -> None:
-        peer = self.upstream if side == "upstream" else self.client
-        assert peer is not None
-        writer = self._writers[side]
         while True:
             frames = await queue.get_batch(BATCH_BYTES)
-            sent = 0
+            peer = self.upstream if side == "upstream" else self.client
+            assert peer is not None
             try:
-                if writer is not None:
-                    await writer.send(frames)
-                else:
-                    for frame in frames:
-                        await peer.send(frame)
-                        sent += 1
-            except ConnectionClosed:
-                queue.push_back_front(frames[sent:])  # the reader sees the close and decides what follows
+                await peer.send(frames)
+            except TransportClosed:
+                queue.push_back_front(frames)  # the reader sees the close and decides what follows
                 await self.wait_for_peer(side, peer)
-                peer = self.upstream if side == "upstream" else self.client
-                assert peer is not None
-                writer = self._writers[side]
 
-    async def wait_for_peer(self, side: str, failed: Peer) -> None:
+    async def wait_for_peer(self, side: str, failed: Transport) -> None:
         """A send on `failed` failed because the socket closed: wait until `replace_upstream`
         puts another socket on that side. In the proxy that never happens: the session ends
         and cancels this wait."""
         while (self.upstream if side == "upstream" else self.client) is failed:
             await self._peer_replaced.wait()
 
-    def replace_upstream(self, upstream: Peer) -> None:
+    def replace_upstream(self, upstream: Transport) -> None:
         """Carry on over a new upstream socket (the sidecar's reconnect). A new reader starts;
         the writer resends the frame the old socket failed to take, then the rest of its queue,
         so nothing queued for the old socket is lost."""
         assert self._task_group is not None, "the loop is not running"
         self.upstream = upstream
-        self._writers["upstream"] = socket_writer(upstream)
-        read_in_smaller_chunks(upstream)
         replaced, self._peer_replaced = self._peer_replaced, anyio.Event()
         replaced.set()
         self._task_group.start_soon(self._read_upstream, name="upstream reader")
@@ -407,23 +307,25 @@ class SessionLoop:
         if self.engine.next_deadline() != self._armed_deadline:
             self._timer_wake.set()
 
-    def _enqueue(self, queue: FrameQueue, side: str, frame: str | bytes) -> None:
+    def _enqueue(self, queue: FrameQueue, side: str, frame: Frame) -> None:
         if side == "client":
-            if self.client is None:
+            peer = self.client
+            if peer is None:
                 return
             if self.redact is not None:
                 frame = self.redact(frame)
+        else:
+            peer = self.upstream
         if self.recorder is not None:
             self.recorder.record("relay>client" if side == "client" else "relay>upstream", frame)
-        writer = self._writers[side]
         try:
-            if writer is not None and queue.writer_idle:
+            if queue.writer_idle:
                 queue.put(frame, wake=False)
                 if self._reading:   # the reader writes it when it is done with its frame
                     if side not in self._held:
                         self._held.append(side)
                 else:
-                    writer.flush_soon(queue)
+                    peer.flush_soon(queue)
             else:
                 queue.put(frame)
         except QueueOverflow as overflow:
@@ -434,8 +336,8 @@ class SessionLoop:
                             extra={"session_id": self.engine.session_id})
                 self._task_group.start_soon(self._overflowed, side)
 
-    def _feed(self, receive: Callable[[str | bytes, float], list[Action]], frame: str | bytes,
-              source: Peer) -> None:
+    def _feed(self, receive: Callable[[Frame, float], list[Action]], frame: Frame,
+              source: Transport) -> None:
         """A reader's frame into the engine; what it produces for the sockets is written once the
         frame is done (see `_release_held`)."""
         self._reading = True
@@ -446,29 +348,32 @@ class SessionLoop:
         if self._held:
             self._release_held(source)
 
-    def _release_held(self, source: Peer) -> None:
+    def _release_held(self, source: Transport) -> None:
         """After the reader's frame: write what it queued now, unless more frames wait to be read
         at once from `source` (a burst), in which case one write after the last of them covers
-        them all (the callback stays as a safety net, should the next `recv` wait after all)."""
-        more_to_read = has_buffered_message(source)
+        them all (the callback stays as a safety net, should the next frame wait after all)."""
+        more_to_read = source.more_buffered()
         for side in self._held:
-            writer = self._writers[side]
-            assert writer is not None
-            queue = self.to_client if side == "client" else self.to_upstream
-            if more_to_read:
-                writer.flush_soon(queue)
+            if side == "client":
+                peer, queue = self.client, self.to_client
             else:
-                writer.flush(queue)
+                peer, queue = self.upstream, self.to_upstream
+            assert peer is not None
+            if more_to_read:
+                peer.flush_soon(queue)
+            else:
+                peer.flush(queue)
         self._held.clear()
 
     async def _overflowed(self, side: str) -> None:
         peer = self.client if side == "client" else self.upstream
         if peer is not None:
-            await close_quietly(peer, 1008, f"{side} is not reading its frames", self.close_timeout)
-        await self.finish("relay", 1008 if side == "client" else 1011, f"{side} is not reading its frames")
+            await close_quietly(peer, POLICY_VIOLATION, f"{side} is not reading its frames", self.close_timeout)
+        await self.finish("relay", POLICY_VIOLATION if side == "client" else INTERNAL_ERROR,
+                          f"{side} is not reading its frames")
 
 
-async def close_quietly(peer: Peer, code: int, reason: str, timeout: float = 1.0) -> None:
+async def close_quietly(peer: Transport, code: int, reason: str, timeout: float = 1.0) -> None:
     """Close with the closing handshake when the peer answers within `timeout`; otherwise drop the
     TCP connection, so that a peer that never answers (or cannot: it stopped reading) does not keep
     a socket, and a provider session, open."""
@@ -479,4 +384,4 @@ async def close_quietly(peer: Peer, code: int, reason: str, timeout: float = 1.0
             return
         except Exception as exc:  # closing an already broken socket is not worth a crash
             log.debug("close failed: %r", exc)
-    abort(peer)
+    peer.abort()

@@ -1,8 +1,9 @@
 """What a session tolerates and what its peers are told when it stops: the limits and their
 defaults, the client's event budget, and which close code each side gets.
 
-The session loop (relay/session.py) carries these out; the edges' configurations
-(relay/config.py) take their defaults from here, so each number and each rule is written once.
+The session loop (relay/session/loop.py) carries these out; the edges' configurations
+(relay/edges/config.py) take their defaults from here, and every close code the relay sends is
+named here, so each number and each rule is written once.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from websockets.exceptions import ConnectionClosed
+from relay.session.transport import TransportClosed
 
 # ---- limits ----------------------------------------------------------------------------------
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
@@ -21,35 +22,42 @@ DEFAULT_OPEN_TIMEOUT = 10.0
 DEFAULT_DRAIN_SECONDS = 10.0
 
 # ---- close codes -----------------------------------------------------------------------------
-# Codes that may not be sent in a close frame: they are replaced by 1011 toward the peer.
-RESERVED_CLOSE_CODES = frozenset({1005, 1006, 1015})
-# Codes websockets closes with when the peer broke the protocol, sent bad UTF-8, or too big a message.
+# RFC 6455's codes, by name
+NORMAL_CLOSURE = 1000
+GOING_AWAY = 1001
+NO_CLOSE_FRAME = 1006      # never sent: says that the connection ended without a close frame
+POLICY_VIOLATION = 1008
+INTERNAL_ERROR = 1011
+BAD_GATEWAY = 1014         # to the client: the upstream, not the client, sent something invalid
+
+# Codes that may not be sent in a close frame: they are replaced by INTERNAL_ERROR toward the peer.
+RESERVED_CLOSE_CODES = frozenset({1005, NO_CLOSE_FRAME, 1015})
+# Codes a WebSocket library closes with when the peer broke the protocol, sent bad UTF-8, or too big a message.
 PEER_FAULT_CLOSE_CODES = frozenset({1002, 1007, 1009})
-BAD_GATEWAY = 1014   # to the client: the upstream, not the client, sent something invalid
-SHUTDOWN_CODE = 1001
+CLEAN_CLOSE_CODES = frozenset({NORMAL_CLOSURE, GOING_AWAY})   # a session that ended so did not fail
+
+SHUTDOWN_CODE = GOING_AWAY       # the relay stops (after its drain)
+DETACHED_CODE = NORMAL_CLOSURE   # a sidecar leaves a call that goes on without it
 RATE_LIMIT_CODE = "rate_limit_exceeded"
-RATE_LIMIT_CLOSE = (1008, "client sends events too fast")
-
-
-def close_info(closed: ConnectionClosed) -> tuple[int, str]:
-    """The close code and reason of a closed connection (1006 when no close frame came)."""
-    frame = closed.rcvd or closed.sent
-    if frame is None:
-        return 1006, "connection lost"
-    return frame.code, frame.reason
+RATE_LIMIT_CLOSE = (POLICY_VIOLATION, "client sends events too fast")
 
 
 def sendable_close_code(code: int) -> int:
     """`code` as it may go out in a close frame: the reserved codes (which only say that no
-    close frame came) become 1011."""
-    return 1011 if code in RESERVED_CLOSE_CODES else code
+    close frame came) become INTERNAL_ERROR."""
+    return INTERNAL_ERROR if code in RESERVED_CLOSE_CODES else code
 
 
-def closed_for_peer_fault(closed: ConnectionClosed) -> bool:
-    """websockets itself closed this connection because of what the peer sent (a protocol
+def closed_for_peer_fault(closed: TransportClosed) -> bool:
+    """The transport itself closed this connection because of what the peer sent (a protocol
     error, bad UTF-8, too big a message), rather than the peer closing it."""
-    code, _ = close_info(closed)
-    return closed.sent is not None and not closed.rcvd_then_sent and code in PEER_FAULT_CLOSE_CODES
+    return closed.initiated_here and closed.code in PEER_FAULT_CLOSE_CODES
+
+
+def ended_in_failure(by: str, code: int) -> bool:
+    """A session the relay or the upstream ended with another code than a clean one failed (a
+    client may leave as it likes)."""
+    return by in ("relay", "upstream") and code not in CLEAN_CLOSE_CODES
 
 
 def short_close_reason(reason: str) -> str:

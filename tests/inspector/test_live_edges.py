@@ -20,7 +20,7 @@ from relay.inspector.live import LiveHub, asgi_app, serve_inspector
 from relay.inspector.live import hub as hub_module
 from relay.mock import MockUpstream
 from relay.edges.serve import RelayServer
-from tests.support.clients import TIMEOUT, http_get, inspector_feed
+from tests.support.clients import TIMEOUT, http_get, inspector_feed, raw_http
 from tests.support.frames import said
 from tests.support.keys import PROVIDER_KEY, RELAY_TOKEN
 from tests.support.paths import REPO
@@ -39,6 +39,15 @@ def runtime() -> RelayServer:
     """An edge's runtime (tools, redactor, upstream), never started."""
     return RelayServer(ServerConfig(upstream="ws://127.0.0.1:9/v1/realtime", dialect="openai", api_key=PROVIDER_KEY,
                                     tools=[get_weather], inspector=True))
+
+
+def open_live(hub: LiveHub, edge: RelayServer | None = None, *, recorder: Any = None,
+              extra_header: dict[str, Any] | None = None) -> Any:
+    """Session `rs_x` of `edge` (a runtime() by default) opened in `hub` as the proxy opens one."""
+    edge = edge or runtime()
+    return hub.open_session("rs_x", header=edge.session_header(session_id="rs_x", dialect=OPENAI, mode="proxy",
+                                                               extra_header=extra_header or {}),
+                            redact=edge.redactor.frame, recording=None, recorder=recorder)
 
 
 class Page:
@@ -69,8 +78,7 @@ async def test_the_hub_feeds_a_watched_session_in_batches_and_forgets_it_when_th
             recorded.append((direction, frame))
 
     inner = Recorder()
-    tap = hub.open_session("rs_x", runtime=edge, dialect=OPENAI, mode="proxy", extra_header={"id_prefix": "rs_x"},
-                           recording=None, recorder=inner)
+    tap = open_live(hub, edge, recorder=inner, extra_header={"id_prefix": "rs_x"})
     session = hub.live["rs_x"]
     assert tap.record == inner.record                     # nobody watches: the edge's own recorder
     tap.record("upstream>relay", json.dumps({"type": "session.created"}))
@@ -94,8 +102,7 @@ async def test_the_hub_feeds_a_watched_session_in_batches_and_forgets_it_when_th
 async def test_a_view_that_falls_behind_stops_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(hub_module, "MAX_PENDING_BYTES", 1000)
     hub = LiveHub()
-    tap = hub.open_session("rs_x", runtime=runtime(), dialect=OPENAI, mode="proxy", extra_header={},
-                           recording=None, recorder=None)
+    tap = open_live(hub)
     session = hub.live["rs_x"]
     page = Page()
     await session.open(page)
@@ -157,8 +164,7 @@ async def http(app: Any, path: str, headers: dict[str, str] | None = None) -> tu
 
 async def test_the_asgi_app_serves_the_page_the_list_and_the_feed_where_it_is_mounted() -> None:
     hub = LiveHub()
-    tap = hub.open_session("rs_x", runtime=runtime(), dialect=OPENAI, mode="proxy", extra_header={},
-                           recording=None, recorder=None)
+    tap = open_live(hub)
     app = asgi_app(hub, token=RELAY_TOKEN)
     status, headers, body = await http(app, "/inspector")
     assert status == 200 and headers["content-type"].startswith("text/html")
@@ -200,6 +206,13 @@ async def test_an_attached_call_is_shown_by_its_own_inspector() -> None:
         async with serve_inspector(hub, "127.0.0.1", 0, token=RELAY_TOKEN) as url:
             port = int(url.rsplit(":", 1)[1].split("/")[0])
             assert (await http_get(port, "/inspector/sessions"))[0] == 401
+            page_status, page_headers, page = await http_get(port, "/inspector")
+            status, headers, body = await raw_http(port, b"HEAD /inspector HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert (status, body) == (page_status, b"") == (200, b"")   # HEAD: the page's answer, no body
+            assert headers["content-length"] == page_headers["content-length"] == str(len(page))
+            status, headers, _ = await raw_http(port, b"POST /inspector/sessions HTTP/1.1\r\nHost: x\r\n"
+                                                      b"Content-Length: 2\r\n\r\n{}")
+            assert (status, headers["allow"]) == (405, "GET, HEAD")
             async with sidecar_on(mock, call_id, [get_weather], live=hub) as (sidecar, _), \
                     inspector_feed(f"ws://127.0.0.1:{port}") as feed:
                 await feed.until(lambda f: [s["id"] for s in f.sessions["live"]] == [sidecar.id])

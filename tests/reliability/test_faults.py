@@ -241,7 +241,7 @@ async def test_a_client_that_stops_reading_is_bounded_by_the_queue_limit_then_dr
             await mock.wait_for(lambda e: e["type"] == "session.update")   # the session loop runs
             [session] = server.sessions.values()
             assert session.loop is not None
-            queue, transport = session.loop.to_client, session.client.transport
+            queue, transport = session.loop.to_client, session.client.connection.transport   # websockets' own
             peaks = {"queue": 0, "socket buffer": 0}
             put = queue.put
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from websockets.exceptions import InvalidStatus
 
-from relay.edges.handshake import MAX_REQUEST_HEAD, ProbeConnection, _rewritten_head
 from relay.mock import MockUpstream
+from relay.transports.websockets import MAX_REQUEST_HEAD, ProbeConnection, _rewritten_head
 from tests.support.clients import TIMEOUT, raw_http, realtime_client
 from tests.support.relays import captured_logs, relay_for, weather_turn
 from tests.support.tools import get_weather

@@ -318,6 +318,7 @@ def test_a_session_trace_from_notices_alone(spans_of: tuple[TracerProvider, InMe
     that never ran (an unknown tool) still gets its span, a handler's exception is recorded."""
     from relay.engine import Notice
     from relay.observe.tracing import Tracing
+    from relay.session.policy import ended_in_failure
 
     provider, exporter = spans_of
     trace = Tracing(provider.get_tracer("test")).session(session_id="rs_1", mode="proxy", dialect="gemini",
@@ -335,7 +336,8 @@ def test_a_session_trace_from_notices_alone(spans_of: tuple[TracerProvider, InMe
     trace.notice(Notice("tool_call", {"call_id": "c1", "name": "lookup", "outcome": "error", "status": "completed"}))
     trace.notice(Notice("follow_up", {"event_id": "e1", "call_ids": "c1,c3"}))
     trace.notice(Notice("follow_up", {"event_id": "e1", "call_ids": "c1,c3"}))   # refused, sent again
-    trace.end(by="relay", code=1011, reason="upstream unavailable", tool_calls=3)
+    trace.end(by="relay", code=1011, reason="upstream unavailable", failed=ended_in_failure("relay", 1011),
+              tool_calls=3)
     trace.notice(Notice("tool_call", {"call_id": "c2", "name": "hangs", "outcome": "abandoned"}))   # too late
     spans = {span.name: span for span in exporter.get_finished_spans()}
     assert sorted(spans) == ["execute_tool hangs", "execute_tool lookup", "execute_tool nope", "relay.follow_up",

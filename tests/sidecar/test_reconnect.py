@@ -11,15 +11,15 @@ from __future__ import annotations
 import asyncio
 import json
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Sequence
 
 import anyio
 import pytest
-from websockets.exceptions import ConnectionClosedError
 
 from relay.engine import CallState, OpenAIEngine, EngineConfig
 from relay.mock import Faults, MockUpstream, Reply
 from relay.session.loop import SessionEnd
+from relay.session.transport import TransportClosed
 from relay import attach
 from relay.edges.attach import CallEnded, Sidecar, SidebandLoop, SidecarConfig
 from relay.edges.upstream import UpstreamUnavailable
@@ -110,15 +110,15 @@ async def test_a_follow_up_refused_by_a_response_it_never_saw_start_is_retried_a
 
 async def test_a_frame_the_dropped_socket_did_not_take_goes_out_on_the_new_one() -> None:
     class DroppedPeer(MemoryPeer):
-        """A socket that has dropped: a send fails the way websockets' does."""
+        """A socket that has dropped: a send fails the way a transport's does."""
 
         def __init__(self) -> None:
             super().__init__()
             self.send_failed = anyio.Event()
 
-        async def send(self, message: str | bytes) -> None:
+        async def send(self, frames: Sequence[str | bytes]) -> None:
             self.send_failed.set()
-            raise ConnectionClosedError(None, None)
+            raise TransportClosed(1006, "connection lost", received=False, initiated_here=False)
 
     old, new = DroppedPeer(), MemoryPeer()
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import socket
 import time
 from collections.abc import AsyncIterator
@@ -198,7 +199,10 @@ async def answering(raw_response: bytes | None) -> AsyncIterator[str]:
     """A REST base whose server answers every request with `raw_response` (None: never)."""
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = re.search(rb"(?i)\r\ncontent-length: *(\d+)", head)
+        if length is not None:   # read the body too: a socket closed on unread data resets the connection
+            await reader.readexactly(int(length.group(1)))
         if raw_response is None:
             await reader.read()   # until the client gives up
         else:

@@ -1,26 +1,64 @@
-"""In-memory sockets for the async edge (`relay.session.SessionLoop` and what builds on it): the
-`Peer` interface (`recv`, `send`, `close`) without a network; and a relay recording made through
-them (`record_session`)."""
+"""In-memory sockets for the async edge (`relay.session.loop.SessionLoop` and what builds on it):
+the `Transport` interface (relay/session/transport.py) without a network; and a relay recording
+made through them (`record_session`)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import anyio
-from websockets.exceptions import ConnectionClosedOK
-from websockets.frames import Close
 
 from relay.dialects import OPENAI, OpenAIFamily
 from relay.engine import EngineConfig, OpenAIEngine
 from relay.recording.writer import RecordingWriter
 from relay.session.loop import SessionLoop
+from relay.session.transport import Frame, FrameQueue, TransportClosed
 from tests.support.local_mock import LocalMock, model_call
 
 
-class MemoryPeer:
+def closed_by_peer(code: int = 1000, reason: str = "") -> TransportClosed:
+    """What a transport raises when its peer closed the connection."""
+    return TransportClosed(code, reason, received=True, initiated_here=False)
+
+
+class InMemoryTransport:
+    """What a socket without a network does like any other: messages come from `recv` (which
+    the subclass defines), each frame sent goes to `send_one`, and the frames queued for it are
+    left to the loop's writer task (no synchronous write)."""
+
+    aborted = False
+
+    async def recv(self) -> Frame:
+        raise NotImplementedError
+
+    async def send_one(self, message: Frame) -> None:
+        raise NotImplementedError
+
+    async def receive(self, deliver: Callable[[Frame], None]) -> None:
+        while True:
+            deliver(await self.recv())
+
+    def more_buffered(self) -> bool:
+        return False
+
+    async def send(self, frames: Sequence[Frame]) -> None:
+        for frame in frames:
+            await self.send_one(frame)
+
+    def flush(self, queue: FrameQueue) -> None:
+        queue.wake()
+
+    def flush_soon(self, queue: FrameQueue) -> None:
+        queue.wake()
+
+    def abort(self) -> None:
+        self.aborted = True
+
+
+class MemoryPeer(InMemoryTransport):
     """One side of a socket: what the loop sends lands in `sent`; `feed` makes frames arrive."""
 
     def __init__(self) -> None:
@@ -43,10 +81,10 @@ class MemoryPeer:
         frame = await self._receive.receive()
         if frame is None:
             self._receive.close()
-            raise ConnectionClosedOK(Close(1000, "bye"), None)
+            raise closed_by_peer(1000, "bye")
         return frame
 
-    async def send(self, message: str | bytes) -> None:
+    async def send_one(self, message: str | bytes) -> None:
         self.sent.append(message)
         self.got_frame.set()
         self.got_frame = anyio.Event()
@@ -65,8 +103,8 @@ class MemoryPeer:
                 await self.got_frame.wait()
 
 
-class MockPeer:
-    """The in-process mock upstream behind the `Peer` interface: what the relay sends is answered
+class MockPeer(InMemoryTransport):
+    """The in-process mock upstream behind the `Transport` interface: what the relay sends is answered
     at once, and the test makes the server speak with `emit` (e.g. `emit(mock.respond(...))`)."""
 
     def __init__(self, mock: LocalMock) -> None:
@@ -92,10 +130,10 @@ class MockPeer:
         frame = await self._receive.receive()
         if frame is None:
             self._receive.close()
-            raise ConnectionClosedOK(Close(1000, "done"), None)
+            raise closed_by_peer(1000, "done")
         return frame
 
-    async def send(self, message: str | bytes) -> None:
+    async def send_one(self, message: str | bytes) -> None:
         self.frames.append(json.loads(message))
         self.emit(self.mock.receive(message))
         self._changed.set()

@@ -1,5 +1,8 @@
 """The `relay` command as a user runs it: a subprocess whose stderr is its JSON log; and the
-scripts in scripts/ as modules."""
+scripts in scripts/ as modules.
+
+The commands that run an event loop run the one the test run is for: asyncio's own, or uvloop's
+with RELAY_TEST_LOOP=uvloop (`TEST_LOOP`, which tests/conftest.py gives the in-process tests)."""
 
 from __future__ import annotations
 
@@ -19,6 +22,9 @@ from typing import Any
 from tests.support.paths import REPO
 
 SCRIPTS = REPO / "scripts"
+TEST_LOOP = os.environ.get("RELAY_TEST_LOOP", "asyncio")
+"""The event loop the tests run on (`--loop` of the commands: asyncio or uvloop)."""
+LOOP_COMMANDS = frozenset({"serve", "attach", "sidecar", "mock", "demo"})
 
 
 @asynccontextmanager
@@ -43,7 +49,9 @@ async def python_process(*args: str, cwd: Path | None = None, env: dict[str, str
 
 def relay_process(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
                   stdout: bool = False) -> AbstractAsyncContextManager[asyncio.subprocess.Process]:
-    """`python -m relay ARGS`, as `python_process` runs it."""
+    """`python -m relay ARGS`, as `python_process` runs it, on the test run's event loop."""
+    if args and args[0] in LOOP_COMMANDS and "--loop" not in args:
+        args = (args[0], "--loop", TEST_LOOP, *args[1:])
     return python_process("-m", "relay", *args, cwd=cwd, env=env, stdout=stdout)
 
 

@@ -1,10 +1,10 @@
 """The live inspector: the sessions an edge runs, shown as they happen in the inspector's page.
 
     hub = LiveHub()                                     # one per edge (process)
-    tap = hub.open_session(session_id, runtime=..., dialect=..., mode="proxy", extra_header=...,
+    tap = hub.open_session(session_id, header=runtime.session_header(...), redact=redactor.frame,
                            recording=writer, recorder=traffic_tap, on_close=traffic_tap.close)
     SessionLoop(..., recorder=tap)                      # and `tap.close(reason)` when it ends
-    InspectorEndpoint(hub, token=...)                   # /inspector on a websockets server
+    InspectorEndpoint(hub, token=...)                   # /inspector on a transport's server
     asgi_app(hub, token=...)                            # or mounted in an ASGI app
 
 `relay serve --inspector` and `relay attach --inspector HOST:PORT` use it; hub.py says what it

@@ -6,7 +6,7 @@ serve`'s port and on `relay attach --inspector`'s own; wherever an ASGI app moun
     WS  {base}/feed       the live feed (relay/inspector/live/feed.py)                token needed
 
 The token is the relay's client token, checked by the realtime endpoint's own check
-(`relay.handshake.presents_token`): a Bearer header (what the page sends to `/sessions`), the
+(`relay.session.access.presents_token`): a Bearer header (what the page sends to `/sessions`), the
 token subprotocol (what the page offers when it opens the feed, beside `relay-inspector`: a
 browser cannot set headers on a WebSocket), or the dialect's key forms. The page reads the token
 from the fragment of its address (`/inspector#token=...`, which a browser never sends to a server,
@@ -15,44 +15,43 @@ out of the address bar. Without a configured token (a relay on loopback) no toke
 Whatever the token, a browser page from another origin is refused (`Origin` must be the page's
 own host, or one of `--allow-origin`): a site a user visits cannot read a loopback relay's feed.
 
-`InspectorEndpoint` serves the routes on a websockets server (`process_request` answers the HTTP
-routes and refuses feeds; `serve_feed` runs an accepted one); `asgi_app` is the same for an ASGI
-server (mount it in a Starlette or FastAPI app); `serve_inspector` runs a server of its own.
+`InspectorEndpoint` serves the routes on a transport's server (relay/session/transport.py:
+`decide` answers the HTTP routes and refuses feeds; `serve_feed` runs an accepted one);
+`asgi_app` is the same for an ASGI server (mount it in a Starlette or FastAPI app);
+`serve_inspector` runs a server of its own.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import logging
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any, Awaitable, Callable
 from urllib.parse import urlsplit
 
-from websockets.asyncio.server import ServerConnection, serve
-from websockets.exceptions import ConnectionClosed
-from websockets.http11 import Request, Response
+import anyio
 
 from relay import __version__
 from relay.dialects import Dialect
 from relay.dialects.base import TOKEN_SUBPROTOCOL
-from relay.edges.handshake import (
-    INSPECTOR_SUBPROTOCOL,
-    presents_token,
-    select_subprotocol,
-)
 from relay.inspector.live.feed import ChannelClosed, FeedConnection
 from relay.inspector.live.hub import LiveHub
 from relay.inspector.model import SessionModel
 from relay.inspector.page import PAGE_POLICY, asset, fill_template, script_json
 from relay.observe.logs import WEBSOCKET_LOGGER, RedactingLogger, Redactor
+from relay.session.access import INSPECTOR_SUBPROTOCOL, own_origin, presents_token, select_subprotocol
+from relay.session.http import Answer, Request
+from relay.session.policy import POLICY_VIOLATION
+from relay.session.transport import Backend, Frame, Transport, TransportClosed
+from relay.transports.websockets import BACKEND as WEBSOCKETS
 
 log = logging.getLogger("relay.inspector")
 
 BASE_PATH = "/inspector"
+FEED_MAX_MESSAGE_BYTES = 1024 * 1024   # what a page sends on its feed is a few words of JSON
+FEED_MAX_WAITING = 64                  # its messages not read yet: more and it is cut off
 LIVE_PAGE_POLICY = PAGE_POLICY + "; connect-src 'self'"
 """The live page also talks to where it came from (the session list and the feed), and only there."""
 _PAGE_HEADERS = (
@@ -86,15 +85,6 @@ def render_live_page(base: str) -> str:
     })
 
 
-@dataclass
-class Answer:
-    """An HTTP answer, whichever server sends it."""
-
-    status: int
-    headers: tuple[tuple[str, str], ...]
-    body: bytes
-
-
 class InspectorRoutes:
     """The routes and their checks, independent of the server (see the module docstring).
     `token` None: nothing is asked (the edge allows that on loopback only)."""
@@ -115,33 +105,29 @@ class InspectorRoutes:
             refusal = self.refusal(headers, target)
             if refusal is not None:
                 return refusal
-            return _json(200, self.hub.sessions())
+            return Answer.json(200, self.hub.sessions())
         if route == "/feed":
-            return _error(HTTPStatus.UPGRADE_REQUIRED, "the live feed is a WebSocket", Upgrade="websocket")
-        return _error(HTTPStatus.NOT_FOUND, f"nothing at {base}{route}; the inspector is at {base}")
+            return Answer.error(HTTPStatus.UPGRADE_REQUIRED, "the live feed is a WebSocket", Upgrade="websocket")
+        return Answer.error(HTTPStatus.NOT_FOUND, f"nothing at {base}{route}; the inspector is at {base}")
 
     def refusal(self, headers: Headers, target: str) -> Answer | None:
         """Why a request for the sessions or the feed is refused (None: it is not)."""
         headers = list(headers)
-        origins = [value for name, value in headers if name.lower() == "origin"]
-        if origins:
-            hosts = [value for name, value in headers if name.lower() == "host"]
-            for origin in origins:
-                allowed = origin in self.allow_origins if self.allow_origins else (
-                    bool(hosts) and urlsplit(origin).netloc == hosts[0])
-                if not allowed:
-                    log.info("inspector refused a page from another origin", extra={"origin": origin})
-                    return _error(HTTPStatus.FORBIDDEN, "this origin is not allowed")
+        origin = own_origin(headers, self.allow_origins)
+        if origin is not None:
+            log.info("inspector refused a page from another origin", extra={"origin": origin})
+            return Answer.error(HTTPStatus.FORBIDDEN, "this origin is not allowed")
         if self.token is not None and not presents_token(headers, target, self.token, self.dialect):
             log.info("inspector refused a request without the relay token", extra={"status": 401})
-            return _error(HTTPStatus.UNAUTHORIZED, "missing or wrong relay token (Authorization: Bearer, or the "
-                          f"{TOKEN_SUBPROTOCOL}<token> subprotocol)", **{"WWW-Authenticate": 'Bearer realm="relay"'})
+            return Answer.error(HTTPStatus.UNAUTHORIZED, "missing or wrong relay token (Authorization: Bearer, or the "
+                                f"{TOKEN_SUBPROTOCOL}<token> subprotocol)",
+                                **{"WWW-Authenticate": 'Bearer realm="relay"'})
         return None
 
 
-# ---- websockets -----------------------------------------------------------------------------
+# ---- a transport's server ---------------------------------------------------------------------
 class InspectorEndpoint:
-    """The routes on a websockets server, under `base` (`relay serve` hands it the requests
+    """The routes on a transport's server, under `base` (`relay serve` hands it the requests
     under /inspector; `serve_inspector` all of them)."""
 
     def __init__(self, hub: LiveHub, *, token: str | None, dialect: Dialect | None = None,
@@ -155,81 +141,97 @@ class InspectorEndpoint:
     def is_feed(self, target: str) -> bool:
         return urlsplit(target).path.rstrip("/") == self.base + "/feed"
 
-    def process_request(self, connection: ServerConnection, request: Request) -> Response | None:
-        """The answer to a request under the base; None lets an accepted feed open."""
-        path = urlsplit(request.path).path
-        headers = list(request.headers.raw_items())
-        route = path[len(self.base):]
-        if route.rstrip("/") == "/feed" and any("websocket" in v.lower() for v in request.headers.get_all("Upgrade")):
-            refusal = self.routes.refusal(headers, request.path)
-            return None if refusal is None else _response(connection, refusal)
-        return _response(connection, self.routes.http(route, headers, request.path, self.base))
+    def decide(self, request: Request) -> Answer | None:
+        """The answer to a request under the base (GET and HEAD); None lets an accepted feed open."""
+        route = request.path[len(self.base):]
+        headers = list(request.headers)
+        if request.method not in ("GET", "HEAD"):
+            return Answer.error(HTTPStatus.METHOD_NOT_ALLOWED, "the inspector answers GET only", Allow="GET, HEAD")
+        if route.rstrip("/") == "/feed" and request.upgrade and request.method == "GET":
+            return self.routes.refusal(headers, request.target)
+        answer = self.routes.http(route, headers, request.target, self.base)
+        return answer.for_head() if request.method == "HEAD" else answer
 
-    async def serve_feed(self, connection: ServerConnection) -> None:
-        await FeedConnection(self.routes.hub, _WebsocketsChannel(connection)).run()
+    async def serve_feed(self, transport: Transport) -> None:
+        """Run an accepted feed until the page leaves."""
+        channel = TransportChannel(transport)
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(channel.pump)
+            await FeedConnection(self.routes.hub, channel).run()
+            tasks.cancel_scope.cancel()
 
 
-class _WebsocketsChannel:
-    def __init__(self, connection: ServerConnection) -> None:
-        self.connection = connection
+class TransportChannel:
+    """The feed's `Channel` over a `Transport`: the page's text messages, as the transport
+    delivers them, wait here for the feed's reader (`pump` is the task that receives)."""
+
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
+        self._incoming, self._received = anyio.create_memory_object_stream[str](FEED_MAX_WAITING)
+
+    async def pump(self) -> None:
+        try:
+            await self.transport.receive(self._deliver)
+        except TransportClosed:
+            pass
+        except anyio.WouldBlock:   # a page that floods its feed with messages is not worth reading
+            self.transport.abort()
+        finally:
+            self._incoming.close()
+
+    def _deliver(self, message: Frame) -> None:
+        if isinstance(message, str):
+            self._incoming.send_nowait(message)
 
     async def send(self, text: str) -> None:
         try:
-            await self.connection.send(text)
-        except ConnectionClosed:
+            await self.transport.send([text])
+        except TransportClosed:
             raise ChannelClosed from None
 
     async def receive(self) -> str | None:
-        while True:
-            try:
-                message = await self.connection.recv()
-            except ConnectionClosed:
-                return None
-            if isinstance(message, str):
-                return message
+        try:
+            return await self._received.receive()
+        except anyio.EndOfStream:
+            return None
 
     async def close(self, code: int, reason: str) -> None:
-        await self.connection.close(code, reason)
-
-
-def _response(connection: ServerConnection, answer: Answer) -> Response:
-    response = connection.respond(answer.status, "")
-    response.body = answer.body
-    del response.headers["Content-Type"]
-    del response.headers["Content-Length"]
-    for name, value in answer.headers:
-        response.headers[name] = value
-    response.headers["Content-Length"] = str(len(answer.body))
-    return response
+        await self.transport.close(code, reason)
 
 
 @asynccontextmanager
 async def serve_inspector(hub: LiveHub, host: str, port: int, *, token: str | None,
-                          dialect: Dialect | None = None, redactor: Redactor | None = None) -> AsyncIterator[str]:
-    """A server of its own for the inspector (`relay attach --inspector HOST:PORT`); yields the
-    page's URL. `/` leads to the page. websockets' own log lines (handshake headers at debug
-    level, the token subprotocol among them) go through `redactor` (default: one that knows the
-    token)."""
+                          dialect: Dialect | None = None, redactor: Redactor | None = None,
+                          backend: Backend = WEBSOCKETS) -> AsyncIterator[str]:
+    """A server of its own for the inspector (`relay attach --inspector HOST:PORT`), on
+    `backend`'s transport; yields the page's URL. `/` leads to the page. The library's own log
+    lines (handshake headers at debug level, the token subprotocol among them) go through
+    `redactor` (default: one that knows the token)."""
     endpoint = InspectorEndpoint(hub, token=token, dialect=dialect)
     logger = RedactingLogger(logging.getLogger(f"{WEBSOCKET_LOGGER}.inspector"), redactor or Redactor([token]))
 
-    def process_request(connection: ServerConnection, request: Request) -> Response | None:
-        path = urlsplit(request.path).path
+    def decide(request: Request) -> Answer | None:
+        path = request.path
         if path == "/":
-            response = connection.respond(HTTPStatus.FOUND, "")
-            response.headers["Location"] = BASE_PATH
-            return response
+            return Answer(HTTPStatus.FOUND.value, (("Location", BASE_PATH),))
         if not endpoint.owns(path):
-            return _response(connection, _error(HTTPStatus.NOT_FOUND, f"nothing at {path}; the inspector is at "
-                                                                      f"{BASE_PATH}"))
-        return endpoint.process_request(connection, request)
+            return Answer.error(HTTPStatus.NOT_FOUND, f"nothing at {path}; the inspector is at {BASE_PATH}")
+        return endpoint.decide(request)
 
-    async with serve(endpoint.serve_feed, host, port, process_request=process_request,
-                     select_subprotocol=select_subprotocol, compression=None, close_timeout=1.0,
-                     server_header=f"relay/{__version__}", logger=logger) as server:
-        bound_host, bound_port = next(iter(server.sockets)).getsockname()[:2]
+    async def serve_feed(transport: Transport, request: Request) -> None:
+        await endpoint.serve_feed(transport)
+
+    listener = await backend.serve(serve_feed, host, port, decide=decide, subprotocol=select_subprotocol,
+                                   max_frame_bytes=FEED_MAX_MESSAGE_BYTES, server_header=f"relay/{__version__}",
+                                   logger=logger)
+    try:
+        bound_host, bound_port = listener.address
         shown = f"[{bound_host}]" if ":" in bound_host else bound_host
         yield f"http://{shown}:{bound_port}{BASE_PATH}"
+    finally:
+        listener.close()
+        with anyio.CancelScope(shield=True):
+            await listener.wait_closed()
 
 
 # ---- ASGI -----------------------------------------------------------------------------------
@@ -256,7 +258,7 @@ def asgi_app(hub: LiveHub, *, token: str | None, dialect: Dialect | None = None,
                                           if scope.get("query_string") else "")
         if scope["type"] == "http":
             answer = routes.http(route, headers, target, base) if scope.get("method") in ("GET", "HEAD") else \
-                _error(HTTPStatus.METHOD_NOT_ALLOWED, "the inspector answers GET only")
+                Answer.error(HTTPStatus.METHOD_NOT_ALLOWED, "the inspector answers GET only")
             await send({"type": "http.response.start", "status": answer.status,
                         "headers": [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in answer.headers]})
             await send({"type": "http.response.body", "body": answer.body if scope.get("method") != "HEAD" else b""})
@@ -264,7 +266,7 @@ def asgi_app(hub: LiveHub, *, token: str | None, dialect: Dialect | None = None,
         if scope["type"] != "websocket":
             return
         refusal = (routes.refusal(headers, target) if route.rstrip("/") == "/feed"
-                   else _error(HTTPStatus.NOT_FOUND, f"no WebSocket at {base}{route}; the feed is {base}/feed"))
+                   else Answer.error(HTTPStatus.NOT_FOUND, f"no WebSocket at {base}{route}; the feed is {base}/feed"))
         if refusal is not None:
             await _deny(scope, receive, send, refusal)
             return
@@ -292,7 +294,7 @@ async def _deny(scope: Scope, receive: Receive, send: Send, answer: Answer) -> N
                     "headers": [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in answer.headers]})
         await send({"type": "websocket.http.response.body", "body": answer.body})
     else:
-        await send({"type": "websocket.close", "code": 1008})
+        await send({"type": "websocket.close", "code": POLICY_VIOLATION})
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:
@@ -336,12 +338,3 @@ class _AsgiChannel:
 
 
 # ---- answers --------------------------------------------------------------------------------
-def _json(status: int, body: Any, *headers: tuple[str, str]) -> Answer:
-    return Answer(status, (("Content-Type", "application/json"), ("Cache-Control", "no-store"), *headers),
-                  (json.dumps(body) + "\n").encode())
-
-
-def _error(status: HTTPStatus, message: str, **headers: str) -> Answer:
-    return _json(status.value, {"error": {"type": "invalid_request_error",
-                                          "code": status.phrase.lower().replace(" ", "_"), "message": message}},
-                 *headers.items())

@@ -1,4 +1,4 @@
-"""The live feed: one page's connection to the hub, over a WebSocket (websockets' or an ASGI
+"""The live feed: one page's connection to the hub, over a WebSocket (a transport's or an ASGI
 server's: `Channel` is all it needs of one).
 
 Messages are JSON text. The page sends `{"type": "watch", "session": ID}` (and `{"type":
@@ -13,7 +13,8 @@ Messages are JSON text. The page sends `{"type": "watch", "session": ID}` (and `
 A connection has two tasks in one task group: the reader (what the page asks) and the writer,
 which wakes when there is something to send, lets frames gather for FLUSH_INTERVAL, has the
 watched session feed them to its model, and sends what is due in order. A page that does not read
-its feed is closed (1008) rather than buffered without end; the session is never slowed by it.
+its feed is closed (POLICY_VIOLATION) rather than buffered without end; the session is never
+slowed by it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import anyio
 
 from relay.errors import RelayError
 from relay.inspector.live.hub import LiveHub, LiveSession
+from relay.session.policy import POLICY_VIOLATION
 
 log = logging.getLogger("relay.inspector")
 
@@ -142,7 +144,7 @@ class FeedConnection:
                 self._wake = anyio.Event()
                 if self._too_slow:
                     log.warning("inspector: a page is not reading its live feed; closing it")
-                    await channel.close(1008, "the page is not reading its feed")
+                    await channel.close(POLICY_VIOLATION, "the page is not reading its feed")
                     return
                 session = self.session
                 if session is not None and session.has_news:

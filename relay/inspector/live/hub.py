@@ -33,12 +33,10 @@ import anyio
 
 from relay.inspector.model import SessionModel, build_model
 from relay.recording.audio import drop_audio
-from relay.recording.format import Frame, session_header
+from relay.recording.format import Frame
 from relay.recording.reader import iter_frames, read_recording
 
 if TYPE_CHECKING:
-    from relay.dialects import Dialect
-    from relay.edges.config import EdgeRuntime
     from relay.recording.writer import RecordingWriter
 
 log = logging.getLogger("relay.inspector")
@@ -303,23 +301,20 @@ class LiveHub:
         self.listeners: set[Watcher] = set()
         self._views: deque[LiveSession] = deque()   # ended, unrecorded sessions whose model is kept
 
-    def open_session(self, session_id: str, *, runtime: EdgeRuntime, dialect: Dialect, mode: str,
-                     extra_header: dict[str, Any], recording: RecordingWriter | None,
+    def open_session(self, session_id: str, *, header: dict[str, Any],
+                     redact: Callable[[str | bytes], str | bytes], recording: RecordingWriter | None,
                      recorder: Recorder | None, on_close: Callable[[str], None] | None = None,
                      **facts: Any) -> LiveTap:
         """Register a session that starts now; its loop's recorder is the tap returned (`recorder`
-        is the edge's own; `on_close(reason)` runs when the tap is closed). `facts` are shown in
-        the list (a sidecar's `call_id`)."""
-        config = runtime.config
-        started = _now_iso()
-        header = session_header(session_id=session_id, dialect=dialect.name, upstream=runtime.upstream.url,
-                                started_at=started, tools=runtime.tools.names, mode=mode,
-                                record_audio=config.record_audio, extra_header=extra_header)
+        is the edge's own; `on_close(reason)` runs when the tap is closed). `header` is the
+        session's recording header (relay.recording.format.session_header: what a recording of it
+        starts with, whether or not it is recorded), `redact` the edge's secrets filter. `facts`
+        are shown in the list (a sidecar's `call_id`)."""
         session = LiveSession(
-            self, session_id, header=header, recording=recording, redact=runtime.redactor.frame,
-            drop_audio=config.record_audio == "drop",
-            facts={"id": session_id, "mode": mode, "dialect": dialect.name, "started_at": started,
-                   "tools": list(runtime.tools.names), **facts})
+            self, session_id, header=header, recording=recording, redact=redact,
+            drop_audio=header.get("record_audio") == "drop",
+            facts={"id": session_id, "mode": header.get("mode"), "dialect": header.get("dialect"),
+                   "started_at": header.get("started_at"), "tools": list(header.get("tools", ())), **facts})
         session.tap = LiveTap(session, recorder, on_close)
         self.live[session_id] = session
         self._list_changed()

@@ -1,0 +1,230 @@
+"""The transport seam: what the session loop and the edges need of a WebSocket library, so that
+everything above it (the loop, the handshake's rules, the edges, the live inspector) is written
+once whichever library carries the frames. One module per library implements it in
+relay/transports/ (websockets.py): the relay's own sockets (its sessions, its port's handshakes,
+the live inspector's feed) reach a WebSocket library only through it.
+
+    Backend.connect(url, ...)   -> Transport         the relay's connection to the provider
+    Backend.serve(handler, ...) -> Listener          clients in: `decide(Request)` answers or
+                                                     refuses each handshake (an `Answer`), or
+                                                     lets it open and calls `handler(transport,
+                                                     request)`
+
+A `Transport` is one open WebSocket: messages are handed to a callback as they arrive (a library
+that reads with `await recv()` loops over it; one that calls listeners delivers from them), and
+frames go out in batches, from the loop's writer task (`send`) or straight from a reader's step
+(`flush`, `flush_soon`), out of a `FrameQueue`. What closes it comes back as `TransportClosed`:
+the close code and reason, whether the peer sent a close frame, and which side began the close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections import deque
+from typing import Awaitable, Callable, Protocol, Sequence
+
+from relay.errors import RelayError
+from relay.session.http import Answer, Request
+
+Frame = str | bytes
+
+# what a writer takes from its queue at once and hands to the socket in one write (a frame bigger
+# than this goes alone): asyncio's default high-water mark, so a batch adds no more to the socket
+# buffer than flow control already allows
+BATCH_BYTES = 64 * 1024
+
+
+class TransportClosed(RelayError):
+    """The connection is closed (raised by `Transport.receive` and `Transport.send`).
+
+    `code` and `reason` are the close frame's: the peer's when it sent one, else the one this
+    side sent, else 1006 (no close frame at all: the connection was lost). `received`: the peer
+    sent a close frame. `initiated_here`: this side (the relay, or its library on its behalf, e.g.
+    for a protocol error of the peer's) sent the first close frame."""
+
+    def __init__(self, code: int, reason: str, *, received: bool, initiated_here: bool) -> None:
+        super().__init__(f"connection closed: {code} {reason}".rstrip())
+        self.code = code
+        self.reason = reason
+        self.received = received
+        self.initiated_here = initiated_here
+
+
+class QueueOverflow(RelayError):
+    pass
+
+
+class FrameQueue:
+    """Frames on their way to one socket, bounded by the bytes it holds: a peer that stops
+    reading is cut off, not buffered without end. The loop's writer task waits on it
+    (`get_batch`); a transport's `flush` empties it while that task sleeps.
+
+    Under audio load the writer empties the queue after nearly every frame, so the wake-up is on
+    the per-frame path: it is a bare asyncio future (every backend runs on an asyncio loop), not a
+    new `anyio.Event` each time (whose backend lookup costs more than the rest of the hand-off)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._frames: deque[Frame] = deque()
+        self.size = 0
+        self._waiter: asyncio.Future[None] | None = None
+
+    def __len__(self) -> int:
+        return len(self._frames)
+
+    def put(self, frame: Frame, *, wake: bool = True) -> None:
+        """Queue `frame`; `wake=False` leaves the writer asleep (whoever put it sends it, or calls
+        `wake`)."""
+        size = len(frame)
+        if self.size + size > self.max_bytes:
+            raise QueueOverflow(f"{self.size + size} bytes queued, over the limit of {self.max_bytes}")
+        self._frames.append(frame)
+        self.size += size
+        if wake:
+            self.wake()
+
+    def wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    @property
+    def writer_idle(self) -> bool:
+        """The writer sleeps until it is woken: it holds no frame on its way to the socket."""
+        return self._waiter is not None
+
+    def push_back_front(self, frames: Sequence[Frame]) -> None:
+        """Put back, in their order, frames a writer took but could not send."""
+        self._frames.extendleft(reversed(frames))
+        self.size += sum(len(frame) for frame in frames)
+        if frames:
+            self.wake()
+
+    def take_batch(self, max_bytes: int = BATCH_BYTES) -> list[Frame]:
+        """The frames waiting, oldest first, as many as fit in `max_bytes` (at least one, if any):
+        what has piled up goes to the socket in one write."""
+        frames = self._frames
+        if not frames:
+            return []
+        batch = [frames.popleft()]
+        taken = len(batch[0])
+        while frames and taken + len(frames[0]) <= max_bytes:
+            frame = frames.popleft()
+            batch.append(frame)
+            taken += len(frame)
+        self.size -= taken
+        return batch
+
+    async def get_batch(self, max_bytes: int = BATCH_BYTES) -> list[Frame]:
+        """`take_batch`, once there is something to take (the writer task's wait)."""
+        while not self._frames:
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+        return self.take_batch(max_bytes)
+
+
+class Transport(Protocol):
+    """One open WebSocket, whichever library holds it: what the session loop, the edges and the
+    live inspector's feed do with a connection."""
+
+    async def receive(self, deliver: Callable[[Frame], None]) -> None:
+        """Hand every message (text as str, binary as bytes) to `deliver`, in order, as it
+        arrives, until the connection closes; then raise TransportClosed (it never returns). What
+        `deliver` raises ends `receive` with it. `deliver` is synchronous: it runs on the per-frame
+        path and may be called from the library's own callbacks."""
+
+    def more_buffered(self) -> bool:
+        """Another message has been read already and is delivered without waiting for the socket
+        (a burst): the reader's step can leave its writes to one `flush` after the last of them."""
+
+    async def send(self, frames: Sequence[Frame]) -> None:
+        """Send `frames` in order, in one write when the library allows, once the socket takes
+        data (waiting while flow control holds it). TransportClosed: the connection is closed and
+        none of `frames` went out."""
+
+    def flush(self, queue: FrameQueue) -> None:
+        """Now, synchronously: write what `queue` holds while its writer task sleeps
+        (`queue.writer_idle`) and the socket takes data; what cannot be written now is left to
+        the writer task, woken (`queue.wake()`). A transport that cannot write synchronously
+        just wakes it."""
+
+    def flush_soon(self, queue: FrameQueue) -> None:
+        """`flush` once the code running now yields to the event loop (one per queue pending)."""
+
+    async def close(self, code: int, reason: str) -> None:
+        """The closing handshake with `code` and `reason` (what policy.sendable_close_code and
+        short_close_reason allow); returns once the connection is closed."""
+
+    def abort(self) -> None:
+        """Drop the TCP connection at once, without a closing handshake."""
+
+    async def wait_closed(self) -> None:
+        """Return once the connection is closed (by either side), whether or not anyone reads."""
+
+
+# ---- opening and serving connections ----------------------------------------------------------
+
+class HandshakeFailed(RelayError):
+    """Opening a connection failed in its WebSocket handshake: `status` is the HTTP status of a
+    refusal (with its `phrase`), None when the server answered with something else or nothing."""
+
+    def __init__(self, message: str, *, status: int | None = None, phrase: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.phrase = phrase
+
+
+class InvalidURL(RelayError):
+    """The URL to connect to is not a WebSocket URL the library can use."""
+
+
+Handler = Callable[[Transport, Request], Awaitable[None]]
+"""Serves one accepted connection; the connection is closed when it returns."""
+
+Decide = Callable[[Request], Answer | None]
+"""A handshake's verdict: an HTTP answer (a refusal, or an endpoint's reply), or None to open
+the WebSocket."""
+
+ChooseSubprotocol = Callable[[Sequence[str]], str | None]
+"""The subprotocol to answer from those a client offers (None: none)."""
+
+
+class Listener(Protocol):
+    """A listening server (what `Backend.serve` returns)."""
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """The host and port it listens on (the port chosen when 0 was asked)."""
+
+    def stop_accepting(self) -> None:
+        """Close the listening socket; open connections go on."""
+
+    def close(self) -> None:
+        """Stop accepting and close every open connection (1001)."""
+
+    async def wait_closed(self) -> None:
+        """Return once `close` has closed everything and the handlers have returned."""
+
+
+class Backend(Protocol):
+    """One WebSocket library behind the seam (relay/transports/)."""
+
+    name: str
+
+    async def connect(self, url: str, *, headers: dict[str, str], max_frame_bytes: int, open_timeout: float,
+                      user_agent: str, logger: logging.Logger | logging.LoggerAdapter) -> Transport:
+        """Open a client connection. Raises HandshakeFailed (refused, or no WebSocket answer),
+        InvalidURL, TimeoutError (no handshake within `open_timeout`), OSError (unreachable)."""
+
+    async def serve(self, handler: Handler, host: str, port: int, *, decide: Decide,
+                    subprotocol: ChooseSubprotocol, max_frame_bytes: int, server_header: str,
+                    logger: logging.Logger | logging.LoggerAdapter, tls: ssl.SSLContext | None = None,
+                    reuse_port: bool = False) -> Listener:
+        """Listen on `host`:`port`. Every request is shown to `decide` as a `Request` (whatever
+        its method or HTTP version: health checks and probes get their answers too); an Answer
+        is sent as the reply, None opens the WebSocket, with `subprotocol`'s choice, and runs
+        `handler`. Raises OSError when the address cannot be had."""
