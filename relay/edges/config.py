@@ -23,7 +23,7 @@ from relay.dialects import Dialect, DialectError, resolve_dialect
 from relay.edges.upstream import TokenProvider, Upstream, default_upstream
 from relay.engine import DEFAULT_HISTORY_LIMIT, EngineConfig, Notice
 from relay.errors import ConfigError
-from relay.observe.logs import Redactor
+from relay.recording.redact import Redactor
 from relay.recording.writer import RecordingWriter
 from relay.session.policy import (
     DEFAULT_DRAIN_SECONDS,
@@ -208,7 +208,7 @@ class EdgeRuntime:
             tools=self.tools.names,
             mode=mode,
             record_audio=config.record_audio,
-            secrets=self.redactor.secrets,
+            secrets=self.redactor,
             extra_header=extra_header,
         )
 

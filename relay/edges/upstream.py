@@ -23,8 +23,9 @@ from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
 from relay import __version__
 from relay.dialects import GEMINI, Dialect
 from relay.errors import RelayError
-from relay.observe.logs import WEBSOCKET_LOGGER, RedactingLogger, Redactor
+from relay.observe.logs import WEBSOCKET_LOGGER, RedactingLogger
 from relay.recording.format import upstream_host
+from relay.recording.redact import Redactor
 
 DEFAULT_UPSTREAM = "wss://api.openai.com/v1/realtime"
 # Query parameters that carry a client's credentials (Azure accepts `api-key` in the query).

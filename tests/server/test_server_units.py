@@ -17,14 +17,14 @@ from relay.cli import main
 from relay.dialects import AZURE, FOUNDRY, OPENAI, OPENAI_BETA
 from relay.engine import Notice
 from relay.observe.logs import (
-    REDACTED,
     JsonFormatter,
     RedactingLogger,
-    Redactor,
     TextFormatter,
     configure_logging,
 )
 from relay.observe.metrics import Metrics, TrafficTap
+from relay.recording.format import REDACTED
+from relay.recording.redact import Redactor
 from relay.edges.upstream import (
     AccessToken,
     TokenCache,
