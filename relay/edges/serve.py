@@ -64,6 +64,7 @@ from relay.observe.tracing import (
     trace_carrier,
     tracing_for,
 )
+from relay.recording.format import RELAY_TO_CLIENT
 from relay.recording.writer import RecordingWriter
 from relay.session.loop import SessionEnd, SessionLoop
 from relay.session.policy import SHUTDOWN_CODE, EventBudget
@@ -380,7 +381,7 @@ class RelayServer(EdgeRuntime):
             else:
                 frame = json.dumps(event)
                 await session.client.send(frame)
-                self.metrics.count_frame("relay>client", frame)
+                self.metrics.count_frame(RELAY_TO_CLIENT, frame)
                 await session.client.close(1011, "upstream unavailable")
         except ConnectionClosed:
             pass

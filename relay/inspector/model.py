@@ -40,14 +40,21 @@ from typing import Any, Iterable, Protocol
 
 from relay.dialects.gemini import is_gemini_message
 from relay.inspector.audio import DEFAULT_MAX_RATE, AudioFormat, SideAudio
-from relay.recording.format import Frame, Recording
+from relay.recording.format import (
+    CLIENT_TO_RELAY,
+    RELAY_TO_CLIENT,
+    RELAY_TO_UPSTREAM,
+    UPSTREAM_TO_RELAY,
+    Frame,
+    Recording,
+)
 
 MODEL_VERSION = 1
 
-CLIENT_IN = "client>relay"
-UPSTREAM_OUT = "relay>upstream"
-UPSTREAM_IN = "upstream>relay"
-CLIENT_OUT = "relay>client"
+# The format's directions under the names the wire parsers (relay.inspector.openai, .gemini)
+# import them by: the one definition is relay.recording.format's.
+CLIENT_IN, UPSTREAM_OUT = CLIENT_TO_RELAY, RELAY_TO_UPSTREAM
+UPSTREAM_IN, CLIENT_OUT = UPSTREAM_TO_RELAY, RELAY_TO_CLIENT
 
 LANES = (
     ("caller", "caller audio"),

@@ -9,7 +9,7 @@ from typing import Any
 
 from relay.inspector.model import SessionModel, build_model
 from relay.inspector.page import write_page
-from relay.recording.format import Recording
+from relay.recording.format import RELAY_TO_UPSTREAM, Recording
 
 _IDS = re.compile(r"[A-Za-z0-9_\-.]+")
 
@@ -48,7 +48,7 @@ def _recorded_times(recording: Recording) -> dict[int, float]:
     event (OpenAI) or the part of it compared (a Gemini answer or setup)."""
     times: dict[int, float] = {}
     for frame in recording.frames:
-        if frame is None or frame.direction != "relay>upstream" or frame.event is None:
+        if frame is None or frame.direction != RELAY_TO_UPSTREAM or frame.event is None:
             continue
         times[id(frame.event)] = frame.t
         for value in frame.event.values():

@@ -49,7 +49,7 @@ from relay.engine import (
 )
 from relay.errors import UnusableInput
 from relay.offline.replaying import Key, ReplaySends, clip, json_object, replay_sends
-from relay.recording.format import Frame, Recording
+from relay.recording.format import CLIENT_TO_RELAY, RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY, Frame, Recording
 from relay.recording.reader import load_recording, read_recording
 from relay.session.runner import HandlerRunner
 from relay.tools import ToolRegistry
@@ -57,9 +57,6 @@ from relay.tools.sources import ToolSources, tool_registry
 
 log = logging.getLogger("relay.replay")
 
-RELAY_SENT = "relay>upstream"
-UPSTREAM = "upstream>relay"
-CLIENT = "client>relay"
 DEFAULT_GATE_TIMEOUT = 10.0
 
 
@@ -340,7 +337,7 @@ class _Replayer:
 
     async def _play(self, frame: Frame) -> None:
         sends = self._recorded_sends
-        if frame.direction == RELAY_SENT:
+        if frame.direction == RELAY_TO_UPSTREAM:
             sent = sends.sent_event(frame)
             if self.relay_recording and sent is not None:
                 await self._gate(sent)
@@ -348,12 +345,12 @@ class _Replayer:
         payload = sends.payload(frame)
         if payload is None:
             return
-        if frame.direction == UPSTREAM:
+        if frame.direction == UPSTREAM_TO_RELAY:
             if frame.event is not None and self.ids.mapping:
                 payload = json.dumps(self.ids.rewrite(frame.event), ensure_ascii=False)
             self._apply(self.engine.receive_upstream(payload, self.now))
             self.timeline += [f"{self._t():9.3f}  {line}" for line in sends.timeline(frame)]
-        elif frame.direction == CLIENT and self.engine.config.has_client:
+        elif frame.direction == CLIENT_TO_RELAY and self.engine.config.has_client:
             self._apply(self.engine.receive_client(payload, self.now))
 
     async def _drain(self) -> None:

@@ -13,16 +13,15 @@ from relay.dialects.gemini import field, key_of, response_text
 from relay.engine.gemini import first_key, is_media_frame
 from relay.engine.openai import CLIENT_PASSTHROUGH, UPSTREAM_PASSTHROUGH
 from relay.engine.sequencer import META_CALLS, META_EVENT, META_KIND
+from relay.recording.format import CLIENT_TO_RELAY, Frame
 
 if TYPE_CHECKING:
     from relay.dialects import Dialect
-    from relay.recording.format import Frame
 
 Key = tuple[str, ...]
 Sent = tuple[Key, dict[str, Any]]   # what a send is (its key), and the part compared
 Answer = tuple[str, str, str]       # the call answered, the output's text, its status or kind
 
-CLIENT = "client>relay"
 _AUDIO_TYPES = UPSTREAM_PASSTHROUGH | CLIENT_PASSTHROUGH
 
 
@@ -206,7 +205,7 @@ class GeminiSends(ReplaySends):
 
     def payload(self, frame: Frame) -> str | bytes | None:
         payload = frame.binary if frame.binary is not None else frame_text(frame)
-        if payload is None or (frame.direction == CLIENT and is_media_frame(payload, "client")):
+        if payload is None or (frame.direction == CLIENT_TO_RELAY and is_media_frame(payload, "client")):
             return None   # the client's audio: the engine would only forward it
         return payload
 

@@ -36,6 +36,7 @@ from relay.engine import (
     StartHandler,
 )
 from relay.errors import RelayError
+from relay.recording.format import CLIENT_TO_RELAY, RELAY_TO_CLIENT, RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY
 from relay.session.policy import (
     BAD_GATEWAY,
     DEFAULT_QUEUE_BYTES,
@@ -255,7 +256,7 @@ class SessionLoop:
             while True:
                 frame = await upstream.recv()
                 if record is not None:
-                    record.record("upstream>relay", frame)
+                    record.record(UPSTREAM_TO_RELAY, frame)
                 feed(receive, frame, upstream)
         except ConnectionClosed as closed:
             await self.upstream_lost(closed)
@@ -286,7 +287,7 @@ class SessionLoop:
             while True:
                 frame = await client.recv()
                 if record is not None:
-                    record.record("client>relay", frame)
+                    record.record(CLIENT_TO_RELAY, frame)
                 if cut_off:
                     continue   # read on, so that the client's answer to the close is seen
                 if budget is not None and not budget.take():
@@ -312,7 +313,7 @@ class SessionLoop:
         if event is not None:
             frame = json.dumps(event)
             if self.recorder is not None:
-                self.recorder.record("relay>client", frame)
+                self.recorder.record(RELAY_TO_CLIENT, frame)
             with anyio.move_on_after(self.close_timeout):
                 try:
                     await self.client.send(frame)
@@ -414,7 +415,7 @@ class SessionLoop:
             if self.redact is not None:
                 frame = self.redact(frame)
         if self.recorder is not None:
-            self.recorder.record("relay>client" if side == "client" else "relay>upstream", frame)
+            self.recorder.record(RELAY_TO_CLIENT if side == "client" else RELAY_TO_UPSTREAM, frame)
         writer = self._writers[side]
         try:
             if writer is not None and queue.writer_idle:
