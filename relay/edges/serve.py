@@ -56,7 +56,7 @@ from relay.observe.logs import (
     configure_logging,
     log_notice,
 )
-from relay.observe.metrics import Metrics, TrafficTap
+from relay.observe.metrics import Metrics
 from relay.observe.tracing import (
     TRACE_PARAMS,
     SessionTrace,
@@ -65,6 +65,7 @@ from relay.observe.tracing import (
     tracing_for,
 )
 from relay.recording.format import RELAY_TO_CLIENT
+from relay.recording.taps import Taps
 from relay.recording.writer import RecordingWriter
 from relay.session.loop import SessionEnd, SessionLoop
 from relay.session.policy import SHUTDOWN_CODE, EventBudget
@@ -347,12 +348,12 @@ class RelayServer(EdgeRuntime):
                             session_id=session.id, id_prefix=session.id)
         recording = self.recording(session_id=session.id, dialect=session.dialect, mode="proxy",
                                    extra_header=engine.recording_header(), writer=RecordingWriter)
-        tap = self.metrics.tap(recording)
-        recorder: TrafficTap | LiveTap = tap
+        taps = Taps(self.metrics.tap(), recording)
+        recorder: Taps | LiveTap = taps
         if self.live is not None:
             recorder = self.live.open_session(session.id, runtime=self, dialect=session.dialect, mode="proxy",
                                               extra_header=engine.recording_header(), recording=recording,
-                                              recorder=tap, on_close=tap.close)
+                                              taps=taps)
         loop = SessionLoop(
             engine,
             upstream=upstream,

@@ -37,6 +37,7 @@ from relay.engine import (
 )
 from relay.errors import RelayError
 from relay.recording.format import CLIENT_TO_RELAY, RELAY_TO_CLIENT, RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY
+from relay.recording.taps import Recorder
 from relay.session.policy import (
     BAD_GATEWAY,
     DEFAULT_QUEUE_BYTES,
@@ -63,14 +64,6 @@ class Peer(Protocol):
     async def recv(self) -> str | bytes: ...
     async def send(self, message: str | bytes) -> None: ...
     async def close(self, code: int = 1000, reason: str = "") -> None: ...
-
-
-class Recorder(Protocol):
-    """Where the loop puts what crossed its sockets (`record`) and what the engine decided about
-    each tool call (`record_notice`: the notices a recording keeps beside the frames)."""
-
-    def record(self, direction: str, frame: str | bytes) -> None: ...
-    def record_notice(self, kind: str, fields: dict[str, Any]) -> None: ...
 
 
 class QueueOverflow(RelayError):

@@ -5,6 +5,7 @@ it), and the command-line refusals."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -18,7 +19,11 @@ from relay.edges.config import ServerConfig
 from relay.dialects import OPENAI
 from relay.inspector.live import LiveHub, asgi_app, serve_inspector
 from relay.inspector.live import hub as hub_module
+from relay.inspector.model import build_model
 from relay.mock import MockUpstream
+from relay.recording.reader import read_recording
+from relay.recording.taps import Taps
+from relay.recording.writer import RecordingWriter
 from relay.edges.serve import RelayServer
 from tests.support.clients import TIMEOUT, http_get, inspector_feed
 from tests.support.frames import said
@@ -35,10 +40,10 @@ OUTPUT = {"type": "conversation.item.create", "event_id": "rs_x_e1", "item": {
     "type": "function_call_output", "call_id": "call_1", "output": "sunny in Paris"}}
 
 
-def runtime() -> RelayServer:
+def runtime(**config: Any) -> RelayServer:
     """An edge's runtime (tools, redactor, upstream), never started."""
     return RelayServer(ServerConfig(upstream="ws://127.0.0.1:9/v1/realtime", dialect="openai", api_key=PROVIDER_KEY,
-                                    tools=[get_weather], inspector=True))
+                                    tools=[get_weather], inspector=True, **config))
 
 
 class Page:
@@ -68,11 +73,17 @@ async def test_the_hub_feeds_a_watched_session_in_batches_and_forgets_it_when_th
         def record(self, direction: str, frame: str | bytes) -> None:
             recorded.append((direction, frame))
 
+        def record_notice(self, kind: str, fields: dict[str, Any]) -> None:
+            pass
+
+        def close(self, reason: str) -> None:
+            pass
+
     inner = Recorder()
     tap = hub.open_session("rs_x", runtime=edge, dialect=OPENAI, mode="proxy", extra_header={"id_prefix": "rs_x"},
-                           recording=None, recorder=inner)
+                           recording=None, taps=Taps(inner))
     session = hub.live["rs_x"]
-    assert tap.record == inner.record                     # nobody watches: the edge's own recorder
+    assert tap.taps.members == (inner,)                   # nobody watches: the edge's own recorder only
     tap.record("upstream>relay", json.dumps({"type": "session.created"}))
     page = Page()
     snapshot = json.loads(await session.open(page))
@@ -86,7 +97,7 @@ async def test_the_hub_feeds_a_watched_session_in_batches_and_forgets_it_when_th
     assert (call["name"], call["output"], call["outcome"]) == ("get_weather", "sunny in Paris", "ok")
     assert len(recorded) == 3                             # the edge's recorder saw every frame all along
     session.leave(page)
-    assert tap.record == inner.record and session.model is None
+    assert tap.taps.members == (inner,) and session.model is None
     tap.close("client left")
     assert hub.sessions()["live"] == [] and [s["id"] for s in hub.sessions()["recent"]] == ["rs_x"]
 
@@ -95,7 +106,7 @@ async def test_a_view_that_falls_behind_stops_and_says_so(monkeypatch: pytest.Mo
     monkeypatch.setattr(hub_module, "MAX_PENDING_BYTES", 1000)
     hub = LiveHub()
     tap = hub.open_session("rs_x", runtime=runtime(), dialect=OPENAI, mode="proxy", extra_header={},
-                           recording=None, recorder=None)
+                           recording=None, taps=Taps())
     session = hub.live["rs_x"]
     page = Page()
     await session.open(page)
@@ -103,7 +114,56 @@ async def test_a_view_that_falls_behind_stops_and_says_so(monkeypatch: pytest.Mo
         tap.record("upstream>relay", json.dumps(CALL))
     assert [m["type"] for m in page.posted] == ["error"] and "fell behind" in page.posted[0]["message"]
     assert session.model is None and not session.watchers
-    assert tap.record.__name__ == "_ignore"               # back to nothing per frame
+    assert tap.taps.members == ()                         # back to nothing per frame
+
+
+async def test_the_live_view_of_a_recorded_session_is_what_its_recording_holds(tmp_path: Path) -> None:
+    """Secrets (one the edge learnt mid-session, spelt as JSON escapes it) and audio
+    (`--record-audio drop`, text and binary frames): the live model, built from the frames the
+    tap saw, equals the model of the file the writer wrote."""
+    edge = runtime(record_dir=tmp_path, record_audio="drop")
+    header = {"id_prefix": "rs_x"}
+    # one instant: the frames the tap saw and those of the file have the same times
+    writer = edge.recording(session_id="rs_x", dialect=OPENAI, mode="proxy", extra_header=header,
+                            writer=functools.partial(RecordingWriter, clock=lambda: 1000.0))
+    assert writer is not None
+    hub = LiveHub()
+    tap = hub.open_session("rs_x", runtime=edge, dialect=OPENAI, mode="proxy", extra_header=header,
+                           recording=writer, taps=Taps(writer))
+    session = hub.live["rs_x"]
+    page = Page()
+    await session.open(page)
+    token = "tok/en-5f1c9a7e3b2d"
+    edge.redactor.add(token)                              # a refreshed access token
+    audio = "QUJD" * 300
+    for direction, frame in [
+        ("upstream>relay", json.dumps({"type": "session.created", "session": {"id": "sess_1"}})),
+        ("client>relay", json.dumps({"type": "input_audio_buffer.append", "audio": audio})),
+        ("relay>upstream", json.dumps({"type": "input_audio_buffer.append", "audio": audio})),
+        ("upstream>relay", json.dumps({"type": "response.output_audio.delta", "response_id": "resp_1",
+                                       "item_id": "item_0", "delta": audio})),
+        ("relay>client", json.dumps({"type": "response.output_audio.delta", "response_id": "resp_1",
+                                     "item_id": "item_0", "delta": audio}).encode()),
+        ("upstream>relay", '{"type":"error","error":{"message":"bad token %s"}}' % token.replace("/", "\\/")),
+        ("upstream>relay", '{\n"type":"error","error":{"message":"key \\u0073%s"}}' % PROVIDER_KEY[1:]),
+        ("client>relay", f"not JSON, with {PROVIDER_KEY}"),
+        ("upstream>relay", json.dumps(CALL)),
+        ("relay>upstream", json.dumps(OUTPUT)),
+    ]:
+        tap.record(direction, frame)
+    await session.flush()
+    tap.close("client left")
+    await session.flush()
+    assert session.model is not None
+    live = session.model.snapshot()
+    recorded = build_model(read_recording(writer.path)).snapshot()
+    text = json.dumps(live)
+    assert PROVIDER_KEY not in text and token not in text and token.replace("/", "\\/") not in text
+    assert live["audio_note"] is not None and "--record-audio drop" in live["audio_note"]
+    assert len(live["frames"]) == 6 and live["summary"]["calls"] == 1   # pure audio frames are not listed
+    for model in (live, recorded):
+        del model["source"]["end"]                        # the file's end line counts the frames
+    assert live == recorded
 
 
 # ---- the ASGI app ----------------------------------------------------------------------------
@@ -158,7 +218,7 @@ async def http(app: Any, path: str, headers: dict[str, str] | None = None) -> tu
 async def test_the_asgi_app_serves_the_page_the_list_and_the_feed_where_it_is_mounted() -> None:
     hub = LiveHub()
     tap = hub.open_session("rs_x", runtime=runtime(), dialect=OPENAI, mode="proxy", extra_header={},
-                           recording=None, recorder=None)
+                           recording=None, taps=Taps())
     app = asgi_app(hub, token=RELAY_TOKEN)
     status, headers, body = await http(app, "/inspector")
     assert status == 200 and headers["content-type"].startswith("text/html")

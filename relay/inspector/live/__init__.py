@@ -1,8 +1,9 @@
 """The live inspector: the sessions an edge runs, shown as they happen in the inspector's page.
 
     hub = LiveHub()                                     # one per edge (process)
+    taps = Taps(metrics.tap(), writer)                  # the edge's own recorders
     tap = hub.open_session(session_id, runtime=..., dialect=..., mode="proxy", extra_header=...,
-                           recording=writer, recorder=traffic_tap, on_close=traffic_tap.close)
+                           recording=writer, taps=taps)
     SessionLoop(..., recorder=tap)                      # and `tap.close(reason)` when it ends
     InspectorEndpoint(hub, token=...)                   # /inspector on a websockets server
     asgi_app(hub, token=...)                            # or mounted in an ASGI app
