@@ -47,6 +47,7 @@ from relay.engine import (
     StartHandler,
     new_engine,
 )
+from relay.engine.calls import CallOutcome
 from relay.errors import UnusableInput
 from relay.offline.replaying import Key, ReplaySends, clip, json_object, replay_sends
 from relay.recording.format import CLIENT_TO_RELAY, RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY, Frame, Recording
@@ -80,7 +81,7 @@ class ReplayCall:
     arguments: str
     output: str | None
     status: str | None
-    outcome: str | None
+    outcome: CallOutcome | None
     response_id: str | None
     follow_up_response_id: str | None
     recorded_output: str | None = None
@@ -469,7 +470,7 @@ def render_report(result: ReplayResult) -> str:
         lines.append("  none: no call in this session belongs to the given tools")
     for call in result.calls:
         if call.skipped:
-            what = "cancelled" if call.outcome == "cancelled" else "not executed"   # Gemini cancels running calls
+            what = "cancelled" if call.outcome is CallOutcome.CANCELLED else "not executed"   # Gemini cancels running calls
             lines.append(f"  {call.name} {call.call_id}: {what} ({call.skipped})")
             continue
         lines.append(f"  {call.name} {call.call_id}: {call.outcome} [{call.status}] -> {clip(call.output or '')}")

@@ -16,6 +16,7 @@ import anyio
 import pytest
 
 from relay.edges.config import ServerConfig
+from relay.engine.calls import CallOutcome
 from relay.dialects import OPENAI
 from relay.inspector.live import LiveHub, asgi_app, serve_inspector
 from relay.inspector.live import hub as hub_module
@@ -38,6 +39,9 @@ CALL = {"type": "response.output_item.done", "response_id": "resp_1", "item": {
     "arguments": '{"city": "Paris"}', "status": "completed"}}
 OUTPUT = {"type": "conversation.item.create", "event_id": "rs_x_e1", "item": {
     "type": "function_call_output", "call_id": "call_1", "output": "sunny in Paris"}}
+TIMED_OUT = {"type": "conversation.item.create", "event_id": "rs_x_e1", "item": {
+    "type": "function_call_output", "call_id": "call_1", "output": json.dumps({"error": "timed out after 5 s"}),
+    "status": "incomplete"}}
 
 
 def runtime(**config: Any) -> RelayServer:
@@ -148,9 +152,12 @@ async def test_the_live_view_of_a_recorded_session_is_what_its_recording_holds(t
         ("upstream>relay", '{\n"type":"error","error":{"message":"key \\u0073%s"}}' % PROVIDER_KEY[1:]),
         ("client>relay", f"not JSON, with {PROVIDER_KEY}"),
         ("upstream>relay", json.dumps(CALL)),
-        ("relay>upstream", json.dumps(OUTPUT)),
+        ("relay>upstream", json.dumps(TIMED_OUT)),
     ]:
         tap.record(direction, frame)
+    tap.record_notice("tool_call", {"call_id": "call_1", "name": "get_weather", "outcome": CallOutcome.TIMEOUT,
+                                    "is_error": True, "message": f"say the key {PROVIDER_KEY} is wrong"})
+    tap.record_notice("tool_started", {"call_id": "call_1"})           # not a kind recordings keep
     await session.flush()
     tap.close("client left")
     await session.flush()
@@ -161,6 +168,8 @@ async def test_the_live_view_of_a_recorded_session_is_what_its_recording_holds(t
     assert PROVIDER_KEY not in text and token not in text and token.replace("/", "\\/") not in text
     assert live["audio_note"] is not None and "--record-audio drop" in live["audio_note"]
     assert len(live["frames"]) == 6 and live["summary"]["calls"] == 1   # pure audio frames are not listed
+    [call] = [e for e in live["events"] if e["kind"] == "call"]
+    assert call["outcome"] == "timeout"                  # the relay's decision, not the output's words
     for model in (live, recorded):
         del model["source"]["end"]                        # the file's end line counts the frames
     assert live == recorded

@@ -154,8 +154,11 @@ def test_deltas_fed_frame_by_frame_add_up_to_the_snapshot(tmp_path: Path) -> Non
     recording = read_recording(synth.openai_session(tmp_path).path)
     live = SessionModel(name=recording.path.name, header=recording.header, strict=True)
     state: dict[str, Any] = {}
-    for frame in recording.frames:
-        live.feed(frame)
+    for line in sorted([*recording.frames, *recording.notes], key=lambda line: line.line_no):
+        if isinstance(line, Frame):   # the live view gets the frames and, beside them, the relay's notes
+            live.feed(line)
+        else:
+            live.note(line)
         apply(state, live.delta())
     live.finish(recording.end)
     apply(state, live.delta())

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import anyio
 
 from relay.inspector.model import SessionModel, build_model
-from relay.recording.format import session_header
+from relay.recording.format import NOTE_FIELDS, Note, session_header
 from relay.recording.reader import iter_frames, read_recording
 from relay.recording.taps import Taps
 from relay.recording.writer import RecordingFilter
@@ -50,6 +50,9 @@ log = logging.getLogger("relay.inspector")
 RECENT_SESSIONS = 20          # ended sessions the list keeps
 KEPT_VIEWS = 4                # models of ended, unrecorded sessions kept for a later look
 MAX_PENDING_BYTES = 64 << 20  # frames waiting for the model; past this the view stops (see `record`)
+
+# What waits for the model: (t, direction, frame), or (t, None, (kind, fields)) for a notice.
+Pending = tuple[float, str | None, Any]
 
 
 class Watcher(Protocol):
@@ -104,7 +107,7 @@ class LiveSession:
         self.lock = anyio.Lock()
         # frames are timed as the recording times them, so that its frames and the tap's line up
         self._elapsed: Callable[[], float] = recording.elapsed if recording is not None else _since(time.monotonic())
-        self._pending: list[tuple[float, str, str | bytes]] = []
+        self._pending: list[Pending] = []
         self._pending_bytes = 0
         self._woken = False
         self._finished = False   # the model has been told the session ended
@@ -127,8 +130,17 @@ class LiveSession:
         """A frame while someone watches: kept for the next batch, and the watchers woken once
         per batch. A view that cannot keep up (more than MAX_PENDING_BYTES waiting) stops
         rather than hold the session's memory."""
-        self._pending.append((self._elapsed(), direction, frame))
-        self._pending_bytes += len(frame)
+        self._keep((self._elapsed(), direction, frame), len(frame))
+
+    def record_notice(self, kind: str, fields: dict[str, Any]) -> None:
+        """An engine notice while someone watches: kept beside the frames, for the model to
+        read as the recording holds it (what the relay decided about a tool call)."""
+        if kind in NOTE_FIELDS:
+            self._keep((self._elapsed(), None, (kind, dict(fields))), 0)
+
+    def _keep(self, pending: Pending, size: int) -> None:
+        self._pending.append(pending)
+        self._pending_bytes += size
         if self._pending_bytes > MAX_PENDING_BYTES:
             self._stop_view("the view fell behind the session (too many frames to follow); open it again")
             return
@@ -136,9 +148,6 @@ class LiveSession:
             self._woken = True
             for watcher in self.watchers:
                 watcher.wake()
-
-    def record_notice(self, kind: str, fields: dict[str, Any]) -> None:
-        """The live view reads the frames only."""
 
     def close(self, reason: str) -> None:
         self.end(reason)
@@ -242,10 +251,15 @@ class LiveSession:
         for watcher in self.watchers:
             watcher.post(message)
 
-    def _feed_batch(self, model: SessionModel, batch: list[tuple[float, str, str | bytes]],
+    def _feed_batch(self, model: SessionModel, batch: list[Pending],
                     end: dict[str, Any] | None) -> str:
-        for t, direction, frame in batch:
-            model.feed(self.as_recorded.as_frame(t, direction, frame))
+        for t, direction, payload in batch:
+            if direction is not None:
+                model.feed(self.as_recorded.as_frame(t, direction, payload))
+                continue
+            note = self.as_recorded.as_note(t, *payload)
+            if note is not None:
+                model.note(note)
         if end is not None:
             model.finish(end)
         message: dict[str, Any] = {"type": "delta", "session": self.id, "delta": model.delta()}
@@ -349,10 +363,14 @@ def _model_of_prefix(path: Path, size: int, header: dict[str, Any]) -> SessionMo
     if not isinstance(recorded_header, dict):
         recorded_header = header
     model = SessionModel(name=path.name, header=recorded_header, kind="relay")
-    for frame in iter_frames(path):
+    notes: list[Note] = []
+    for frame in iter_frames(path, notes=notes):
         if frame.line_no > complete_lines:
             break
         model.feed(frame)
+    for note in notes:
+        if note.line_no <= complete_lines:
+            model.note(note)
     return model
 
 
