@@ -67,6 +67,17 @@ class ReplaySends:
         return key[0]
 
     @staticmethod
+    def call_of(key: Key) -> str | None:
+        """The call a send concerns: the one an output or an answer is for, the first of those a
+        follow-up or a filler response is about; None for a send about no call."""
+        if key[0] in ("output", "answer"):
+            return key[1]
+        if key[0] == "response.create":
+            first = key[2].split(",")[0]
+            return first if first not in ("", "None") else None
+        return None
+
+    @staticmethod
     def answer(key: Key, part: dict[str, Any]) -> Answer | None:
         """For a send that answers a call: the call, the answer's text, its status; else None."""
         return None
