@@ -34,7 +34,7 @@ class Redactor:
         if not secret or secret in self._secrets:
             return
         if any(ch in secret for ch in '"\\') or any(ord(ch) < 0x20 for ch in secret):
-            raise ConfigError("secrets may not hold quotes, backslashes or control characters: "
+            raise ConfigError("secrets (keys, tokens) may not hold quotes, backslashes or control characters: "
                               "escaped in JSON, they could not be kept out of frames")
         self._secrets = [*self._secrets, secret]
         self._spell()

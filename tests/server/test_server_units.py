@@ -181,6 +181,7 @@ def test_the_traffic_tap_counts_frames_and_survives_a_broken_recording(caplog: p
     (["--upstream", "ws://127.0.0.1:1/v1/realtime"], "cannot infer the dialect"),
     (["--host", "0.0.0.0", "--dialect", "openai"], "--auth-token"),
     (["--tools", "no_such_tools_module_here"], "no module named"),
+    (["--auth-token", 'tok"en'], "may not hold quotes"),
 ])
 def test_the_command_line_refuses_a_config_that_cannot_work(
         argv: list[str], message: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
