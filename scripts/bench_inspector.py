@@ -27,7 +27,8 @@ sys.path.insert(0, str(ROOT))
 
 from relay.inspector import build_model, write_page  # noqa: E402
 from relay.inspector.browser import chromium, missing_reason  # noqa: E402
-from relay.recording.writer import RecordingWriter
+from relay.recording.format import CLIENT_TO_RELAY, RELAY_TO_CLIENT, RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY  # noqa: E402
+from relay.recording.writer import RecordingWriter  # noqa: E402
 from relay.recording.reader import read_recording  # noqa: E402
 
 PREFIX = "bench"
@@ -49,9 +50,9 @@ def synthesise(directory: Path, minutes: float) -> Path:
         writer.record(direction, json.dumps(event, separators=(",", ":")), t=t)
 
     def upstream(t: float, event: dict[str, Any], *, hidden: bool = False) -> None:
-        send(t, "upstream>relay", event)
+        send(t, UPSTREAM_TO_RELAY, event)
         if not hidden:
-            send(t, "relay>client", event)
+            send(t, RELAY_TO_CLIENT, event)
 
     fmt = {"type": "audio/pcm", "rate": rate}
     upstream(0.0, {"type": "session.created", "session": {"audio": {"input": {"format": fmt}, "output": {"format": fmt}}}})
@@ -60,8 +61,8 @@ def synthesise(directory: Path, minutes: float) -> Path:
     next_turn = 5.0
     t = 0.1
     while t < seconds:
-        send(t, "client>relay", {"type": "input_audio_buffer.append", "audio": mic})
-        send(t, "relay>upstream", {"type": "input_audio_buffer.append", "audio": mic})
+        send(t, CLIENT_TO_RELAY, {"type": "input_audio_buffer.append", "audio": mic})
+        send(t, RELAY_TO_UPSTREAM, {"type": "input_audio_buffer.append", "audio": mic})
         if t >= next_turn:
             turn += 1
             next_turn += 30.0
@@ -85,10 +86,10 @@ def synthesise(directory: Path, minutes: float) -> Path:
                          hidden=True)
                 upstream(start + 0.1, {"type": "response.done", "response": {"id": f"{response}c", "status": "completed",
                                                                              "output": [item]}})
-                send(start + 0.5, "relay>upstream", {"type": "conversation.item.create", "event_id": f"{PREFIX}_e{turn}o",
+                send(start + 0.5, RELAY_TO_UPSTREAM, {"type": "conversation.item.create", "event_id": f"{PREFIX}_e{turn}o",
                                                      "item": {"type": "function_call_output", "call_id": item["call_id"],
                                                               "output": json.dumps({"value": turn}), "status": "completed"}})
-                send(start + 0.5, "relay>upstream", {"type": "response.create", "event_id": f"{PREFIX}_e{turn}f",
+                send(start + 0.5, RELAY_TO_UPSTREAM, {"type": "response.create", "event_id": f"{PREFIX}_e{turn}f",
                                                      "response": {"metadata": {"relay": "follow_up",
                                                                                "relay_event": f"{PREFIX}_e{turn}f",
                                                                                "call_ids": item["call_id"]}}})

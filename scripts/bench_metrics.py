@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""What counting a frame costs (`relay/metrics.py`): the session's `TrafficTap` (integer adds,
-published in batches) beside plain dictionary adds (what the tap did before prometheus-client)
+"""What counting a frame costs (`relay/observe/metrics.py`): the session's `TrafficTap` (integer
+adds, published in batches), alone and as the loop records into it (inside the session's guarded
+`Taps`, relay/recording/taps.py), beside plain dictionary adds (what the tap did before prometheus-client)
 and beside incrementing prometheus-client's counters on every frame, in one process and in its
 multiprocess mode (`relay serve --workers N`). Each variant runs in its own interpreter (the
 multiprocess mode is chosen when prometheus-client is imported); figures are the best of
@@ -21,14 +22,16 @@ ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = {
     "dict adds (before)": "plain",
     "TrafficTap, batched": "tap",
+    "TrafficTap, batched, in Taps": "taps",
     "prometheus-client per frame": "single",
     "prometheus-client per frame, multiprocess": "multi",
 }
 MEASURE = r"""
 import os, sys, timeit
 sys.path.insert(0, {root!r})
-from relay.metrics import Metrics, TrafficTap
-from relay.recording import DIRECTIONS
+from relay.observe.metrics import Metrics, TrafficTap
+from relay.recording.format import DIRECTIONS
+from relay.recording.taps import Taps
 
 variant, frames, repeats = {variant!r}, {frames}, {repeats}
 frame = '{{"type":"response.output_audio.delta","delta":"' + "A" * 1300 + '"}}'
@@ -45,7 +48,9 @@ if variant == "plain":
                 self.writer.record(direction, frame)
     record = PlainTap().record
 elif variant == "tap":
-    record = TrafficTap(Metrics(), None).record
+    record = TrafficTap(Metrics()).record
+elif variant == "taps":
+    record = Taps(TrafficTap(Metrics())).record
 else:
     metrics = Metrics()
     metrics.ready()
@@ -53,7 +58,7 @@ else:
     def record(direction, frame):
         counters[direction].inc()
         sizes[direction].inc(len(frame))
-best = min(timeit.repeat(lambda: record("upstream>relay", frame), number=frames, repeat=repeats))
+best = min(timeit.repeat(lambda: record(DIRECTIONS[2], frame), number=frames, repeat=repeats))
 print(best / frames * 1e9)
 """
 

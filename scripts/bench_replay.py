@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from relay.engine import OpenAIEngine, EngineConfig  # noqa: E402
-from relay.recording.writer import RecordingWriter
+from relay.recording.format import RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY  # noqa: E402
+from relay.recording.writer import RecordingWriter  # noqa: E402
 from relay.recording.reader import read_recording  # noqa: E402
 from relay.offline.replay import replay  # noqa: E402
 from relay.tools import tool  # noqa: E402
@@ -56,10 +57,10 @@ def synthesise(directory: Path, turns: int, audio_per_turn: int) -> Path:
                 pending += [dict(event, delta=audio) for _ in range(audio_per_turn)]
         while pending:
             frame = json.dumps(pending.pop(0), separators=(",", ":"))
-            writer.record("upstream>relay", frame, t=now)
+            writer.record(UPSTREAM_TO_RELAY, frame, t=now)
             for action in engine.receive_upstream(frame, now):
                 if isinstance(action, SendUpstream):
-                    writer.record("relay>upstream", action.frame, t=now)
+                    writer.record(RELAY_TO_UPSTREAM, action.frame, t=now)
                     pending += mock.receive(action.frame)
                 elif type(action).__name__ == "StartHandler":
                     from relay.engine import Outcome
@@ -67,7 +68,7 @@ def synthesise(directory: Path, turns: int, audio_per_turn: int) -> Path:
                     for finished in engine.handler_finished(action.call_id, Outcome.returned(
                             action.tool.handler(**action.arguments)), now):
                         if isinstance(finished, SendUpstream):
-                            writer.record("relay>upstream", finished.frame, t=now)
+                            writer.record(RELAY_TO_UPSTREAM, finished.frame, t=now)
                             pending += mock.receive(finished.frame)
             now += 0.001
     writer.close("bench")

@@ -13,8 +13,8 @@ it has handed over what one read brought (websockets queues up to 16 frames per 
 tells, as websockets does, how many frames it still holds before it will wait.
 
 With `--inspector`, the same loop three ways instead: without the live inspector, with it and
-nobody watching (the loop's recorder is then the inspector's tap, whose `record` is the metrics
-tap's own method), and with one page watching the session (every frame also kept for the model,
+nobody watching (the loop's recorder is then the inspector's tap, whose `record` is the session's
+recorders' own, the metrics tap alone in them), and with one page watching the session (every frame also kept for the model,
 fed in batches in a worker thread, the page's messages dropped).
 
 Usage: .venv/bin/python scripts/bench_session.py [--frames N] [--burst N] [--json FILE] [--inspector]
@@ -39,12 +39,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench_frames import output_delta  # noqa: E402
-from relay.edges.config import ServerConfig  # noqa: E402
+
 from relay.dialects import OPENAI  # noqa: E402
-from relay.engine import OpenAIEngine, EngineConfig  # noqa: E402
+from relay.edges.config import ServerConfig  # noqa: E402
+from relay.edges.serve import RelayServer  # noqa: E402
+from relay.engine import EngineConfig, OpenAIEngine  # noqa: E402
 from relay.inspector.live import FeedConnection, LiveHub, LiveSession  # noqa: E402
 from relay.observe.metrics import Metrics, TrafficTap  # noqa: E402
-from relay.edges.serve import RelayServer  # noqa: E402
+from relay.recording.taps import Taps  # noqa: E402
 from relay.session.loop import SessionLoop  # noqa: E402
 from relay.session.transport import Frame, FrameQueue, TransportClosed  # noqa: E402
 from relay.tools import ToolRegistry  # noqa: E402
@@ -171,11 +173,11 @@ async def relay_pass(tools: ToolRegistry, frames: int, burst: int, inspector: st
     upstream = FloodingUpstream(frames, burst)
     client, transport = counting_client(upstream, frames)
     engine = OpenAIEngine(tools, config=EngineConfig(mode="proxy"))
-    recorder = TrafficTap(Metrics(), None)
+    recorders = Taps(TrafficTap(Metrics()))   # as `relay serve` builds them, without a recording
     hub = LiveHub()
     header = EDGE.session_header(session_id="rs_bench", dialect=OPENAI, mode="proxy", extra_header={})
-    tap = hub.open_session("rs_bench", header=header, redact=EDGE.redactor.frame, recording=None,
-                           recorder=recorder) if inspector != "off" else recorder
+    tap = hub.open_session("rs_bench", header=header, as_recorded=EDGE.recording_filter(None), recording=None,
+                           taps=recorders) if inspector != "off" else recorders
     loop = SessionLoop(engine, upstream=upstream, client=WebsocketsTransport(client), recorder=tap)
     page = DroppingPage()
     page.session = hub.find("rs_bench")

@@ -11,6 +11,9 @@ from pathlib import Path
 import anyio
 import pytest
 
+from relay.inspector.replay import replay_model
+from relay.recording.format import RELAY_TO_UPSTREAM
+from relay.recording.reader import read_recording
 from relay.testing import replay
 from relay.tools import ToolResult, tool
 from tests.support.paths import REPO, shared_dir
@@ -51,6 +54,36 @@ def test_a_changed_tool_output_is_reported_with_a_diff(recorded: Path) -> None:
     changed = [d for d in result.divergences if d.kind == "changed"]
     assert len(changed) == 2 and all(d.what.startswith("output of call_") for d in changed)
     assert '-      "temp_c": 21' in changed[0].diff and '+      "temp_c": 25' in changed[0].diff
+
+
+def test_a_divergence_carries_its_call_and_when_it_happened_and_the_page_marks_it_there(recorded: Path) -> None:
+    @tool(name="get_weather")
+    def warmer(city: str) -> dict:
+        return {"city": city, "temp_c": 25}
+
+    recording = read_recording(recorded)
+    output_sent_at = {frame.event["item"]["call_id"]: frame.t for frame in recording.frames
+                      if frame.direction == RELAY_TO_UPSTREAM and frame.event is not None
+                      and frame.event.get("type") == "conversation.item.create"
+                      and frame.event["item"]["type"] == "function_call_output"}
+    result = replay(recording, [warmer, lookup_order])
+    changed = [d for d in result.divergences if d.kind == "changed"]
+    assert [(d.call_id, d.t) for d in changed] == [(call_id, output_sent_at[call_id]) for call_id in
+                                                   (d.what.removeprefix("output of ") for d in changed)]
+    marks = [e for e in replay_model(recording, result).snapshot()["events"] if e["kind"] == "divergence"]
+    assert [(m["related"], m["t0"]) for m in marks] == [(f"call:{d.call_id}", round(d.t, 6)) for d in changed]
+
+
+def test_a_missing_follow_up_and_an_extra_output_name_their_call(tmp_path: Path, recorded: Path) -> None:
+    missing = replay(recorded, [get_weather_data])
+    [follow_up] = [d for d in missing.divergences if d.kind == "missing" and "follow-up" in d.what]
+    assert follow_up.call_id == follow_up.what.split(" for ")[1].split(",")[0] and follow_up.t is not None
+    path = anyio.run(lambda: record_session(tmp_path, [get_weather_data], creates=0))
+    extra = replay(path, [get_weather_data, lookup_order])
+    outputs = [d for d in extra.divergences if d.kind == "extra" and "output" in d.what]
+    assert outputs and all(d.what == f"output of {d.call_id}" for d in outputs)
+    last = read_recording(path).frames[-1].t
+    assert all(d.t is not None and 0 <= d.t <= last for d in outputs)
 
 
 def test_a_missing_tool_is_reported_as_missing_sends(recorded: Path) -> None:

@@ -32,6 +32,7 @@ from relay.cli.options import (
 from relay.edges.process import run_in_loop
 from relay.edges.serve import RelayServer, ServerConfig
 from relay.engine import Notice
+from relay.engine.calls import CallOutcome
 from relay.mock import MockScript, MockUpstream, Reply, Rule, ToolCall
 from relay.tools.render import error_in_output
 
@@ -148,11 +149,12 @@ class Timeline:
         outcome = fields.get("outcome")
         entry = engine.ledger.get(fields["call_id"]) if engine is not None else None
         took = f" in {_ms(fields.get('handler_ms'))}" if fields.get("handler_ms") is not None else ""
-        if outcome in ("ok", None):
+        if outcome in (CallOutcome.OK, None):
             who, what = "tool", f"{fields['name']} ok{took}"
-        else:
+        else:   # a failure is an error line; a call interrupted or withdrawn is a tool line
             why = _error_text(entry.output) if entry is not None and entry.output else fields.get("reason")
-            who, what = "error", f"{fields['name']} {outcome}{took}" + (f": {why}" if why else "")
+            who = "error" if CallOutcome.means_failure(outcome) else "tool"
+            what = f"{fields['name']} {outcome}{took}" + (f": {why}" if why else "")
         if fields.get("output_item_id"):
             what += f" -> output {fields['output_item_id']} after {fields.get('response_id')}"
             waited = _waited_ms(fields)

@@ -32,9 +32,15 @@ from relay.engine import Engine, Notice, OpenAIEngine
 from relay.inspector.live import LiveHub, LiveTap
 from relay.observe.logs import log_notice
 from relay.observe.tracing import SessionTrace, Tracing, tracing_for
+from relay.recording.taps import FrameTap, Taps
 from relay.recording.writer import RecordingWriter
 from relay.session.loop import SessionEnd, SessionLoop, close_quietly
-from relay.session.policy import DETACHED_CODE, INTERNAL_ERROR, NORMAL_CLOSURE, ended_in_failure
+from relay.session.policy import (
+    DETACHED_CODE,
+    INTERNAL_ERROR,
+    NORMAL_CLOSURE,
+    ended_in_failure,
+)
 from relay.session.transport import Transport, TransportClosed
 from relay.tools.sources import ToolSources
 
@@ -117,36 +123,14 @@ class SidebandLoop(SessionLoop):
         self._apply(self.engine.upstream_reconnected(self.clock()))
 
 
-class _Tap:
-    """The loop's recorder: the session's recording, if any, and the caller's tap. A tap that
-    raises is dropped, never the session."""
-
-    def __init__(self, recording: RecordingWriter | None, tap: Tap | None) -> None:
-        self.recording = recording
-        self.tap = tap
-
-    def record_notice(self, kind: str, fields: dict[str, Any]) -> None:
-        if self.recording is not None:
-            self.recording.record_notice(kind, fields)
-
-    def record(self, direction: str, frame: str | bytes) -> None:
-        if self.recording is not None:
-            self.recording.record(direction, frame)
-        if self.tap is not None:
-            try:
-                self.tap(direction, frame)
-            except Exception:
-                log.exception("the frame tap failed; it is dropped")
-                self.tap = None
-
-
 class Sidecar:
     """One attached call. `end = await Sidecar(call_id, config).run()` attaches, runs the tools
     until the call ends, and says how it ended; `await sidecar.stop()` detaches earlier.
     `attached` and `ended` are events to wait for.
 
     `tap(direction, frame)` sees every frame on the sideband (`upstream>relay`,
-    `relay>upstream`), e.g. for transcripts; `sleep` waits between reconnect attempts; `live`
+    `relay>upstream`), e.g. for transcripts (one that raises is dropped, never the session);
+    `sleep` waits between reconnect attempts; `live`
     lists the session in a live inspector's hub (`relay attach --inspector`)."""
 
     def __init__(
@@ -236,17 +220,14 @@ class Sidecar:
         self.trace = None if tracing is None else tracing.session(
             session_id=self.id, mode="sidecar", dialect=runtime.dialect.name, upstream=runtime.upstream.host,
             **{"relay.call.id": self.call_id})
-        recorder: _Tap | LiveTap | None = None
-        if recording is not None or self.tap is not None:
-            recorder = _Tap(recording, self.tap)
-        on_end: Callable[[str], None] = recording.close if recording is not None else lambda reason: None
+        taps = Taps(recording, FrameTap(self.tap) if self.tap is not None else None)
+        recorder: Taps | LiveTap | None = taps if taps else None
         if self.live is not None:   # the live inspector (relay attach --inspector)
             header = runtime.session_header(session_id=self.id, dialect=runtime.dialect, mode="sidecar",
                                             extra_header={**engine.recording_header(), "call_id": self.call_id})
-            recorder = self.live.open_session(self.id, header=header, redact=runtime.redactor.frame,
-                                              recording=recording, recorder=recorder, on_close=on_end,
-                                              call_id=self.call_id)
-            on_end = recorder.close
+            recorder = self.live.open_session(self.id, header=header, as_recorded=runtime.recording_filter(recording),
+                                              recording=recording, taps=taps, call_id=self.call_id)
+        on_end: Callable[[str], None] = recorder.close if recorder is not None else lambda reason: None
         loop = self.loop = SidebandLoop(
             engine,
             reopen=self._reopen,

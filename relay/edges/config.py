@@ -24,9 +24,9 @@ from relay.dialects import Dialect, DialectError, resolve_dialect
 from relay.edges.upstream import TokenProvider, Upstream, default_upstream
 from relay.engine import DEFAULT_HISTORY_LIMIT, EngineConfig, Notice
 from relay.errors import ConfigError
-from relay.observe.logs import Redactor
 from relay.recording.format import session_header
-from relay.recording.writer import RecordingWriter
+from relay.recording.redact import Redactor
+from relay.recording.writer import RecordingFilter, RecordingWriter
 from relay.session.policy import (
     DEFAULT_DRAIN_SECONDS,
     DEFAULT_MAX_CLIENT_EVENTS_PER_SECOND,
@@ -207,7 +207,7 @@ class EdgeRuntime:
         if config.record_dir is None:
             return None
         return writer(config.record_dir, **self._header_fields(session_id, dialect, mode, extra_header),
-                      secrets=self.redactor.secrets)
+                      secrets=self.redactor)
 
     def session_header(self, *, session_id: str, dialect: Dialect, mode: str,
                        extra_header: dict[str, Any]) -> dict[str, Any]:
@@ -215,6 +215,13 @@ class EdgeRuntime:
         recorded: what the live inspector's model of the session starts from."""
         return session_header(**self._header_fields(session_id, dialect, mode, extra_header),
                               started_at=f"{datetime.now(timezone.utc):%Y-%m-%dT%H:%M:%S.%fZ}")
+
+    def recording_filter(self, recording: RecordingWriter | None) -> RecordingFilter:
+        """What the recording of a session holds of its frames (`recording`'s own filter), or, for
+        a session not recorded, a filter with the same rules: what the live inspector shows."""
+        if recording is not None:
+            return recording.filter
+        return RecordingFilter(self.redactor, self.config.record_audio)
 
     def _header_fields(self, session_id: str, dialect: Dialect, mode: str,
                        extra_header: dict[str, Any]) -> dict[str, Any]:

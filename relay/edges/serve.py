@@ -50,7 +50,7 @@ from relay.observe.logs import (
     configure_logging,
     log_notice,
 )
-from relay.observe.metrics import Metrics, TrafficTap
+from relay.observe.metrics import Metrics
 from relay.observe.tracing import (
     TRACE_PARAMS,
     SessionTrace,
@@ -58,6 +58,8 @@ from relay.observe.tracing import (
     trace_carrier,
     tracing_for,
 )
+from relay.recording.format import RELAY_TO_CLIENT
+from relay.recording.taps import Taps
 from relay.recording.writer import RecordingWriter
 from relay.session.access import select_subprotocol
 from relay.session.http import Request
@@ -343,13 +345,13 @@ class RelayServer(EdgeRuntime):
                             session_id=session.id, id_prefix=session.id)
         recording = self.recording(session_id=session.id, dialect=session.dialect, mode="proxy",
                                    extra_header=engine.recording_header(), writer=RecordingWriter)
-        tap = self.metrics.tap(recording)
-        recorder: TrafficTap | LiveTap = tap
+        taps = Taps(self.metrics.tap(), recording)
+        recorder: Taps | LiveTap = taps
         if self.live is not None:
             header = self.session_header(session_id=session.id, dialect=session.dialect, mode="proxy",
                                          extra_header=engine.recording_header())
-            recorder = self.live.open_session(session.id, header=header, redact=self.redactor.frame,
-                                              recording=recording, recorder=tap, on_close=tap.close)
+            recorder = self.live.open_session(session.id, header=header, as_recorded=self.recording_filter(recording),
+                                              recording=recording, taps=taps)
         loop = SessionLoop(
             engine,
             upstream=upstream,
@@ -378,7 +380,7 @@ class RelayServer(EdgeRuntime):
             else:
                 frame = json.dumps(event)
                 await session.client.send([frame])
-                self.metrics.count_frame("relay>client", frame)
+                self.metrics.count_frame(RELAY_TO_CLIENT, frame)
                 await session.client.close(INTERNAL_ERROR, "upstream unavailable")
         except TransportClosed:
             pass

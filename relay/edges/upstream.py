@@ -21,8 +21,9 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from relay import __version__
 from relay.dialects import DIALECTS, Dialect
 from relay.errors import RelayError
-from relay.observe.logs import WEBSOCKET_LOGGER, RedactingLogger, Redactor
+from relay.observe.logs import WEBSOCKET_LOGGER, RedactingLogger
 from relay.recording.format import upstream_host
+from relay.recording.redact import Redactor
 from relay.session.transport import Backend, HandshakeFailed, InvalidURL, Transport
 from relay.transports.websockets import BACKEND as WEBSOCKETS
 

@@ -12,7 +12,7 @@ The ledger is also what replay, export, metrics and users' tests read.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import Enum, StrEnum
 from typing import Any, Callable, Iterator
 
 from relay.errors import RelayError
@@ -70,14 +70,38 @@ class IllegalTransition(RelayError, RuntimeError):
     """A step the call's lifecycle does not allow: a bug in the engine, never in the input."""
 
 
-# Outcomes of relay-owned calls, as counted in metrics and logs.
-OUTCOME_OK = "ok"
-OUTCOME_ERROR = "error"              # the handler raised or returned ToolResult(error=...)
-OUTCOME_BAD_ARGUMENTS = "bad_arguments"
-OUTCOME_TIMEOUT = "timeout"
-OUTCOME_CANCELLED = "cancelled"      # interrupted by the user, policy `cancel`
-OUTCOME_UNKNOWN_TOOL = "unknown_tool"
-OUTCOME_ABANDONED = "abandoned"      # the session ended before the output could be sent
+class CallOutcome(StrEnum):
+    """How a relay-owned call ended: set when its output is decided (or when it is withdrawn or
+    abandoned), and what its `tool_call` notice, the metrics, logs, traces, replays and the
+    inspector say. Recordings keep the string value (docs/recording-format.md), and a member
+    equals its value, so code that reads a recording compares with either."""
+
+    OK = "ok"
+    ERROR = "error"                  # the handler raised or returned ToolResult(error=...)
+    BAD_ARGUMENTS = "bad_arguments"  # the arguments did not fit the tool's schema
+    TIMEOUT = "timeout"
+    CANCELLED = "cancelled"          # interrupted by the user (policy `cancel`), or withdrawn by the server
+    UNKNOWN_TOOL = "unknown_tool"
+    SKIPPED = "skipped"              # never run: its response was cancelled or failed, its item incomplete
+    ABANDONED = "abandoned"          # the session ended before the output could be sent
+
+    @property
+    def failed(self) -> bool:
+        """Something went wrong with the call: its handler failed or refused the arguments, it
+        timed out, its tool was missing, or the session ended before it was answered. A call
+        that ended `ok`, `cancelled` (the user interrupted it, the server withdrew it) or
+        `skipped` (the model dropped it) did not fail."""
+        return self in _FAILED
+
+    @staticmethod
+    def means_failure(value: object) -> bool:
+        """Whether `value` (an outcome, or its value as a recording or a notice carries it) is a
+        failed outcome; False for anything else (None, a state such as `pending`)."""
+        return isinstance(value, str) and value in _FAILED
+
+
+_FAILED = frozenset({CallOutcome.ERROR, CallOutcome.BAD_ARGUMENTS, CallOutcome.TIMEOUT, CallOutcome.UNKNOWN_TOOL,
+                     CallOutcome.ABANDONED})
 
 
 @dataclass(slots=True)
@@ -97,7 +121,7 @@ class CallEntry:
     output_item_id: str | None = None
     output_event_id: str | None = None
     is_error: bool = False
-    outcome: str | None = None
+    outcome: CallOutcome | None = None
     message: str | None = None          # what the assistant is to say about the result
     scheduling: str | None = None       # when_idle | interrupt | silent, as decided
     speak: bool = True                  # whether a follow-up response is wanted for it

@@ -27,15 +27,9 @@ from relay.engine.actions import (
     StartHandler,
 )
 from relay.engine.calls import (
-    OUTCOME_ABANDONED,
-    OUTCOME_BAD_ARGUMENTS,
-    OUTCOME_CANCELLED,
-    OUTCOME_ERROR,
-    OUTCOME_OK,
-    OUTCOME_TIMEOUT,
-    OUTCOME_UNKNOWN_TOOL,
     CallEntry,
     CallLedger,
+    CallOutcome,
     CallState,
     Owner,
     seconds_text,
@@ -283,7 +277,7 @@ class SessionEngine:
         tool = self.tools.get(entry.name)
         limit = self.config.output_limit
         if tool is None:
-            self._decide(entry, render_error(f"unknown tool {entry.name!r}", limit=limit), OUTCOME_UNKNOWN_TOOL)
+            self._decide(entry, render_error(f"unknown tool {entry.name!r}", limit=limit), CallOutcome.UNKNOWN_TOOL)
             return
         try:
             if arguments is ABSENT:
@@ -291,7 +285,7 @@ class SessionEngine:
             else:
                 parsed = tool.validate_arguments({} if arguments is None else arguments)
         except ArgumentsError as exc:
-            self._decide(entry, render_error(str(exc), limit=limit), OUTCOME_BAD_ARGUMENTS, tool)
+            self._decide(entry, render_error(str(exc), limit=limit), CallOutcome.BAD_ARGUMENTS, tool)
             return
         self.ledger.move(entry, _S.RUNNING, self._now)
         self._handlers_active.add(entry.call_id)
@@ -308,8 +302,8 @@ class SessionEngine:
         self.ledger.move(entry, _S.SKIPPED, self._now)
         entry.skip_reason = reason
         if entry.owner is Owner.RELAY:
-            self._out.append(Notice("tool_call", tool_call_fields(entry) | {"outcome": "skipped",
-                                                                               "reason": reason}))
+            self._out.append(Notice("tool_call", tool_call_fields(entry) | {"outcome": CallOutcome.SKIPPED,
+                                                                           "reason": reason}))
 
     def _active_call(self, call_id: str) -> CallEntry | None:
         """The call whose handler reports, unless its output was decided without it (cancelled,
@@ -343,10 +337,10 @@ class SessionEngine:
             rendered, scheduling = self._stream_final(entry)
         else:
             rendered = render_value(outcome.value, limit=limit)
-        self._decide(entry, rendered, OUTCOME_ERROR if rendered.is_error else OUTCOME_OK,
+        self._decide(entry, rendered, CallOutcome.ERROR if rendered.is_error else CallOutcome.OK,
                      self.tools.get(entry.name), scheduling=scheduling)
 
-    def _decide(self, entry: CallEntry, rendered: RenderedOutput, outcome: str, tool: ToolSpec | None = None,
+    def _decide(self, entry: CallEntry, rendered: RenderedOutput, outcome: CallOutcome, tool: ToolSpec | None = None,
                 *, handler_done: bool = True, speak: bool | None = None,
                 scheduling: Scheduling | None = None) -> None:
         """The call's output is known (`handler_done=False`: a streaming tool's first value, its
@@ -406,7 +400,7 @@ class SessionEngine:
             if entry.state is _S.RUNNING:
                 self._decide(entry, render_error("cancelled: the user interrupted", status="incomplete",
                                                  limit=self.config.output_limit),
-                             OUTCOME_CANCELLED, None, speak=False)
+                             CallOutcome.CANCELLED, None, speak=False)
             else:
                 self._stop_handler(entry.call_id)
         elif policy is Interruption.FINISH_SILENTLY:
@@ -427,12 +421,12 @@ class SessionEngine:
         if entry.call_id in self._handlers_active and policy is Interruption.CANCEL:
             self._out.append(CancelHandler(entry.call_id, cause))
             self._stop_handler(entry.call_id)
-            entry.outcome = OUTCOME_CANCELLED
+            entry.outcome = CallOutcome.CANCELLED
             entry.finished_at = self._now
         reason = f"{cause}: no answer is sent"
         self.ledger.move(entry, _S.SKIPPED, self._now)
         entry.skip_reason = reason
-        self._out.append(Notice("tool_call", tool_call_fields(entry) | {"outcome": OUTCOME_CANCELLED,
+        self._out.append(Notice("tool_call", tool_call_fields(entry) | {"outcome": CallOutcome.CANCELLED,
                                                                            "reason": reason}))
 
     # ---- timers ----
@@ -451,7 +445,7 @@ class SessionEngine:
         self._out.append(CancelHandler(call_id, f"timed out after {seconds} s"))
         if entry.state in (_S.RUNNING, _S.SKIPPED):
             self._decide(entry, render_error(f"timed out after {seconds} s", status="incomplete",
-                                             limit=self.config.output_limit), OUTCOME_TIMEOUT, tool)
+                                             limit=self.config.output_limit), CallOutcome.TIMEOUT, tool)
         else:
             self._stop_handler(call_id)
             self._after_output(entry, f"update from {entry.name}: stopped after {seconds} s (timeout)")
@@ -472,10 +466,10 @@ class SessionEngine:
             self._stop_handler(call_id)
         for entry in self.ledger.unanswered():
             if entry.outcome is None:
-                entry.outcome = OUTCOME_ABANDONED
+                entry.outcome = CallOutcome.ABANDONED
             self.ledger.move(entry, _S.ABANDONED, self._now)
             self._out.append(Notice("tool_call", tool_call_fields(entry) | {
-                "outcome": OUTCOME_ABANDONED, "reason": reason}))
+                "outcome": CallOutcome.ABANDONED, "reason": reason}))
         self._on_close()
         self.closed = True
 

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable
 from relay.dialects.openai import OPENAI, OpenAIFamily
 from relay.dialects.peek import passes_unparsed
 from relay.engine.actions import Action, Notice, SendClient, SendUpstream
-from relay.engine.calls import OUTCOME_ERROR, OUTCOME_OK, CallEntry, CallState, Owner
+from relay.engine.calls import CallEntry, CallOutcome, CallState, Owner
 from relay.engine.conversation import ABSENT, ItemRecord, ResponseRecord
 from relay.engine.core import SessionEngine
 from relay.engine.hiding import SAME as _SAME
@@ -447,7 +447,7 @@ class OpenAIEngine(SessionEngine):
     def _streamed(self, entry: CallEntry, value: Any, rendered: RenderedOutput) -> None:
         """A streaming tool's first value is its output; later values are updates."""
         if entry.state is CallState.RUNNING:
-            self._decide(entry, rendered, OUTCOME_ERROR if rendered.is_error else OUTCOME_OK,
+            self._decide(entry, rendered, CallOutcome.ERROR if rendered.is_error else CallOutcome.OK,
                          self.tools.get(entry.name), handler_done=False)
         else:
             self.injector.add_update(entry, f"update from {entry.name}: {rendered.output}")

@@ -10,18 +10,25 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from relay.dialects.gemini import audio_slots, is_error_response, only_media, response_text
+from relay.dialects.gemini import (
+    audio_slots,
+    is_error_response,
+    only_media,
+    response_text,
+)
 from relay.dialects.gemini import field as gemini_field
 from relay.inspector.audio import GEMINI_INPUT, GEMINI_OUTPUT, elided, mime_format
 from relay.inspector.model import (
-    CLIENT_IN,
-    CLIENT_OUT,
-    UPSTREAM_IN,
-    UPSTREAM_OUT,
     SessionModel,
     TrackedResponse,
 )
-from relay.recording.format import Frame
+from relay.recording.format import (
+    CLIENT_TO_RELAY,
+    RELAY_TO_CLIENT,
+    RELAY_TO_UPSTREAM,
+    UPSTREAM_TO_RELAY,
+    Frame,
+)
 
 
 class GeminiParser:
@@ -40,7 +47,7 @@ class GeminiParser:
         caller = [slot for slot in slots if slot.side == "input"]
         model_audio = [slot for slot in slots if slot.side == "output"]
         realtime = gemini_field(event, "realtimeInput")
-        if isinstance(realtime, dict) and direction in (CLIENT_IN, UPSTREAM_OUT):
+        if isinstance(realtime, dict) and direction in (CLIENT_TO_RELAY, RELAY_TO_UPSTREAM):
             if self.model.caller_direction is None:
                 self.model.caller_direction = direction
             if caller:
@@ -54,7 +61,7 @@ class GeminiParser:
                     return
         content = gemini_field(event, "serverContent")
         audio_only = False
-        if isinstance(content, dict) and direction == UPSTREAM_IN:
+        if isinstance(content, dict) and direction == UPSTREAM_TO_RELAY:
             if model_audio:
                 self.model.audio_frames += 1
                 turn = self._turn_of(t)
@@ -65,17 +72,17 @@ class GeminiParser:
                     self.model.add_audio("assistant", t, fmt, slot.holder.get(slot.key),
                                          frame.audio_dropped // len(model_audio))
                 audio_only = only_media(event)
-        elif isinstance(content, dict) and direction == CLIENT_OUT:
+        elif isinstance(content, dict) and direction == RELAY_TO_CLIENT:
             if model_audio:
                 return     # the client's copy of the audio
         if audio_only:
             return
         index = self.model.store(frame, event, elided=elided(event, audio_slots))
-        if direction == UPSTREAM_IN:
+        if direction == UPSTREAM_TO_RELAY:
             self._upstream(t, event, index)
-        elif direction in (UPSTREAM_OUT, CLIENT_IN):
-            self._sent(t, event, index, relay=direction == UPSTREAM_OUT)
-        elif direction == CLIENT_OUT:
+        elif direction in (RELAY_TO_UPSTREAM, CLIENT_TO_RELAY):
+            self._sent(t, event, index, relay=direction == RELAY_TO_UPSTREAM)
+        elif direction == RELAY_TO_CLIENT:
             for call_id in _gemini_call_ids(event):
                 call = self.model.calls.get(call_id)
                 if call is not None and not call.seen_by_client:

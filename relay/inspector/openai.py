@@ -18,15 +18,17 @@ from relay.dialects.openai import AUDIO_EVENTS, audio_slots
 from relay.engine.sequencer import META_CALLS, META_EVENT, META_KIND
 from relay.inspector.audio import PCM16_24K, AudioFormat, elided, openai_format
 from relay.inspector.model import (
-    CLIENT_IN,
-    CLIENT_OUT,
-    UPSTREAM_IN,
-    UPSTREAM_OUT,
     SessionModel,
     TrackedResponse,
     as_dict,
 )
-from relay.recording.format import Frame
+from relay.recording.format import (
+    CLIENT_TO_RELAY,
+    RELAY_TO_CLIENT,
+    RELAY_TO_UPSTREAM,
+    UPSTREAM_TO_RELAY,
+    Frame,
+)
 
 _OUTPUT_DELTAS = frozenset({"response.output_text.delta", "response.output_audio_transcript.delta"})
 _ASSISTANT_TEXT = {
@@ -181,22 +183,22 @@ class OpenAIParser:
         direction = frame.direction
         raw_type = event.get("type")
         event_type = self.dialect.canonical_type(raw_type) if isinstance(raw_type, str) else ""
-        if direction == UPSTREAM_IN:
+        if direction == UPSTREAM_TO_RELAY:
             self.requests.upstream_frame()
         audio = AUDIO_EVENTS.get(event_type)
         if audio is not None:
             self._audio(frame, event.get(audio.key), audio.side, event.get("response_id"))
             return
         index = self.model.store(frame, event, elided=elided(event, audio_slots))
-        if direction == UPSTREAM_IN:
+        if direction == UPSTREAM_TO_RELAY:
             self._upstream(t, event_type, event, index)
-        elif direction == UPSTREAM_OUT:
+        elif direction == RELAY_TO_UPSTREAM:
             if event_type == "session.update":
                 self._session_formats(event.get("session"), confirmed=False)
             self.requests.sent(t, event_type, event, index)
-        elif direction == CLIENT_IN:
+        elif direction == CLIENT_TO_RELAY:
             self._client(t, event_type, event, index)
-        elif direction == CLIENT_OUT:
+        elif direction == RELAY_TO_CLIENT:
             self._to_client(t, event_type, event, index)
 
     # -- audio
@@ -206,11 +208,11 @@ class OpenAIParser:
         model, t, direction = self.model, frame.t, frame.direction
         model.audio_frames += 1
         if side == "input":
-            if model.caller_direction is None and direction in (CLIENT_IN, UPSTREAM_OUT):
+            if model.caller_direction is None and direction in (CLIENT_TO_RELAY, RELAY_TO_UPSTREAM):
                 model.caller_direction = direction
             if direction == model.caller_direction:
                 model.add_audio("caller", t, self._format("input", PCM16_24K), data, frame.audio_dropped)
-        elif direction == UPSTREAM_IN:
+        elif direction == UPSTREAM_TO_RELAY:
             model.add_audio("assistant", t, self._format("output", PCM16_24K), data, frame.audio_dropped)
             response = model.responses.get(str(response_id))
             if response is not None and response.first_output is None:

@@ -1,9 +1,9 @@
 """`relay replay --html PAGE`: the inspector page of the recording, with every divergence the
-replay found marked on the timeline (at the recorded frame it concerns) and its diff shown."""
+replay found marked on the timeline (when the recorded send went up or, for an extra one, when the
+relay under test sent it; tied to the call it concerns) and its diff shown."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -11,22 +11,14 @@ from relay.inspector.model import SessionModel, build_model
 from relay.inspector.page import write_page
 from relay.recording.format import Recording
 
-_IDS = re.compile(r"[A-Za-z0-9_\-.]+")
-
 
 def replay_model(recording: Recording, result: Any) -> SessionModel:
     """The recording's model with the replay's verdict and divergences (`result` is a
-    `relay.replay.ReplayResult`)."""
+    `relay.offline.replay.ReplayResult`)."""
     model = build_model(recording)
-    where = _recorded_times(recording)
     for divergence in result.divergences:
-        related = None
-        for token in _IDS.findall(divergence.what):
-            call = model.call_event(token)
-            if call is not None:
-                related = call
-                break
-        t = where.get(id(divergence.recorded)) if divergence.recorded is not None else None
+        related = model.call_event(divergence.call_id) if divergence.call_id is not None else None
+        t = divergence.t
         if t is None:
             t = related["t1"] if related is not None and related["t1"] is not None else (
                 related["t0"] if related is not None else model.snapshot_duration())
@@ -41,21 +33,3 @@ def replay_model(recording: Recording, result: Any) -> SessionModel:
 def write_replay_page(recording: Recording, result: Any, path: str | Path) -> Path:
     return write_page(replay_model(recording, result), path,
                       title=f"relay replay: {recording.path.name}")
-
-
-def _recorded_times(recording: Recording) -> dict[int, float]:
-    """The time of every object the relay sent, by identity: a divergence holds the recorded
-    event (OpenAI) or the part of it compared (a Gemini answer or setup)."""
-    times: dict[int, float] = {}
-    for frame in recording.frames:
-        if frame is None or frame.direction != "relay>upstream" or frame.event is None:
-            continue
-        times[id(frame.event)] = frame.t
-        for value in frame.event.values():
-            if isinstance(value, dict):
-                times[id(value)] = frame.t
-                for inner in value.values():
-                    if isinstance(inner, list):
-                        for element in inner:
-                            times[id(element)] = frame.t
-    return times

@@ -14,14 +14,15 @@ import json
 import logging
 import sys
 from datetime import datetime, timezone
-from typing import IO, TYPE_CHECKING, Any, Iterable
+from typing import IO, TYPE_CHECKING, Any
+
+from relay.recording.redact import Redactor
 
 if TYPE_CHECKING:
     from relay.engine import Notice
 
 LOG_FORMATS = ("auto", "json", "text")
 LOG_LEVELS = ("debug", "info", "warning", "error")
-REDACTED = "[redacted]"
 ANOMALY_LOG_LIMIT = 10   # per session; the rest are only counted
 # tool_call notice fields a log line leaves out (`message` is also a name logging reserves)
 _NOT_LOGGED = frozenset({"message", "is_error"})
@@ -107,47 +108,6 @@ def configure_logging(
     for name in (WEBSOCKET_LOGGER, "websockets"):
         logging.getLogger(name).setLevel(logging.DEBUG if level == "debug" else logging.WARNING)
     return handler
-
-
-class Redactor:
-    """Replaces known secrets in text. Secrets can be added later (a refreshed access token)."""
-
-    def __init__(self, secrets: Iterable[str | None] = ()) -> None:
-        self._secrets: list[str] = []   # longest first: a secret containing another goes whole
-        self._encoded: list[bytes] = []
-        for secret in secrets:
-            self.add(secret)
-
-    def add(self, secret: str | None) -> None:
-        if secret and secret not in self._secrets:
-            self._secrets = sorted([*self._secrets, secret], key=len, reverse=True)
-            self._encoded = [known.encode() for known in self._secrets]
-
-    def discard(self, secret: str) -> None:
-        if secret in self._secrets:
-            self._secrets = [known for known in self._secrets if known != secret]
-            self._encoded = [known.encode() for known in self._secrets]
-
-    @property
-    def secrets(self) -> list[str]:
-        return list(self._secrets)
-
-    def __call__(self, text: str) -> str:
-        """`text` without the secrets; cheap when there are none in it (it runs on every frame
-        sent to a client): one substring search per secret."""
-        for secret in self._secrets:
-            if secret in text:
-                text = text.replace(secret, REDACTED)
-        return text
-
-    def frame(self, frame: str | bytes) -> str | bytes:
-        """A text or binary frame (Gemini sends JSON in binary frames) without the secrets."""
-        if isinstance(frame, str):
-            return self(frame)
-        for secret in self._encoded:
-            if secret in frame:
-                frame = frame.replace(secret, REDACTED.encode())
-        return frame
 
 
 class RedactingLogger(logging.LoggerAdapter):  # type: ignore[type-arg]

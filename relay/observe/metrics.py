@@ -38,7 +38,6 @@ from typing import Any, Callable, Container, Iterator
 from relay.engine import Notice
 from relay.errors import UnusableInput
 from relay.recording.format import DIRECTIONS
-from relay.recording.writer import RecordingWriter
 
 log = logging.getLogger("relay.metrics")
 
@@ -180,9 +179,9 @@ class Metrics:
         families.frames[direction].inc()
         families.frame_bytes[direction].inc(len(frame))
 
-    def tap(self, writer: RecordingWriter | None) -> TrafficTap:
-        """A session's frame counter (and recorder): see `TrafficTap`."""
-        return TrafficTap(self, writer)
+    def tap(self) -> TrafficTap:
+        """A session's frame counter: see `TrafficTap`."""
+        return TrafficTap(self)
 
     def publish_frames(self, frames: dict[str, int], frame_bytes: dict[str, int]) -> None:
         families = self._families
@@ -301,17 +300,15 @@ def _value(metric: Any, sample_name: str) -> float:
 
 
 class TrafficTap:
-    """The session loop's recorder: counts each frame (two integer adds and a countdown, no
-    lock, no file), publishes the counts to the server's metrics every `PUBLISH_EVERY` frames and
-    at the end, and passes each frame to the session's recording, if any. A recording that fails
-    is dropped, never the session."""
+    """A session's frame counter, a member of its loop's recorders (relay.recording.taps.Taps):
+    counts each frame (two integer adds and a countdown, no lock, no file) and publishes the
+    counts to the server's metrics every `PUBLISH_EVERY` frames and at the end."""
 
-    __slots__ = ("frames", "frame_bytes", "writer", "_metrics", "_countdown", "__weakref__")
+    __slots__ = ("frames", "frame_bytes", "_metrics", "_countdown", "__weakref__")
 
-    def __init__(self, metrics: Metrics, writer: RecordingWriter | None) -> None:
+    def __init__(self, metrics: Metrics) -> None:
         self.frames = dict.fromkeys(DIRECTIONS, 0)        # counted, not yet published
         self.frame_bytes = dict.fromkeys(DIRECTIONS, 0)
-        self.writer = writer
         self._metrics = metrics
         self._countdown = PUBLISH_EVERY
         metrics._taps.add(self)
@@ -322,12 +319,6 @@ class TrafficTap:
         self._countdown -= 1
         if not self._countdown:
             self.publish()
-        if self.writer is not None:
-            try:
-                self.writer.record(direction, frame)
-            except Exception:
-                log.exception("session recording failed; recording stopped")
-                self.writer = None
 
     def publish(self) -> None:
         """Hand the counts so far to the server's metrics (shared with the other workers)."""
@@ -338,23 +329,11 @@ class TrafficTap:
         self._metrics.publish_frames(frames, frame_bytes)
 
     def record_notice(self, kind: str, fields: dict[str, Any]) -> None:
-        """What the engine decided about a tool call, for the recording beside the frames."""
-        if self.writer is not None:
-            try:
-                self.writer.record_notice(kind, fields)
-            except Exception:
-                log.exception("session recording failed; recording stopped")
-                self.writer = None
+        """Notices are counted by `Metrics.count_notice`, from the edge's notice handler."""
 
     def close(self, reason: str) -> None:
         self.publish()
         self._metrics._taps.discard(self)
-        if self.writer is not None:
-            try:
-                self.writer.close(reason)
-            except Exception:
-                log.exception("closing the session recording failed")
-            self.writer = None
 
 
 # ---- several worker processes -------------------------------------------------------------------

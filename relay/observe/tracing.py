@@ -32,6 +32,7 @@ from typing import Any, Iterator, Mapping
 
 from relay import __version__
 from relay.engine import Notice
+from relay.engine.calls import CallOutcome
 
 log = logging.getLogger("relay.tracing")
 
@@ -45,8 +46,6 @@ _REMEMBERED = 128   # ended response and call spans kept as parents and links, p
 # gen_ai.provider.name by dialect (the GenAI conventions' well-known values)
 PROVIDERS = {"openai": "openai", "openai-beta": "openai", "azure": "azure.ai.openai",
              "azure-preview": "azure.ai.openai", "foundry": "azure.ai.openai", "gemini": "gcp.gemini"}
-# tool call outcomes that are errors of the call (the others: answered, or dropped by the model)
-ERROR_OUTCOMES = frozenset({"error", "timeout", "bad_arguments", "unknown_tool", "abandoned"})
 
 _provider_from_environment: Any = None   # made once per process (a forked worker makes its own)
 
@@ -268,11 +267,11 @@ class SessionTrace:
             span = self._start_call(call_id, fields.get("name"), fields.get("response_id"))
         outcome = fields.get("outcome")
         span.set_attributes(_clean({
-            "relay.tool.outcome": outcome, "relay.tool.status": fields.get("status"),
+            "relay.tool.outcome": None if outcome is None else str(outcome), "relay.tool.status": fields.get("status"),
             "relay.tool.output_item_id": fields.get("output_item_id"),
             "relay.tool.handler_ms": fields.get("handler_ms"), "relay.tool.latency_ms": fields.get("ms"),
             "relay.tool.reason": fields.get("reason")}))
-        if outcome in ERROR_OUTCOMES:
+        if CallOutcome.means_failure(outcome):
             span.set_attribute("error.type", str(outcome))
             span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, str(outcome)))
         span.end()

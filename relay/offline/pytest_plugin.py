@@ -15,9 +15,10 @@ One recording in a test of your own, with the `relay_replay` fixture:
 
 What passes: a relay recording (written by `relay serve --record`) passes when the relay under
 test sends what was recorded: no divergence. A plain event log (server events only, like the
-shared real sessions) has no relay sends to compare with, so it passes when every call the tools
-ran on the recorded arguments ended without a failure (no handler error, bad arguments or
-timeout); calls the tools do not own are left to the client as always. Either kind fails when
+shared real sessions) has no relay sends to compare with, so it passes when no call the tools
+ran on the recorded arguments failed (`CallOutcome.failed`: a handler error, bad arguments, a
+timeout, an unknown tool, or a call still unanswered when the replay ended); calls the tools do
+not own are left to the client as always. Either kind fails when
 the engine met an internal error.
 
 This module is imported by every pytest run in an environment where the package is installed:
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
 
 RECORDINGS_OPTION = "--relay-recordings"
 TOOLS_OPTION = "--relay-tools"
-FAILED_OUTCOMES = ("error", "bad_arguments", "timeout")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -58,11 +58,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def problems_of(result: ReplayResult) -> list[str]:
     """Why `result` does not pass (see the module's docstring); empty when it does."""
+    from relay.engine.calls import CallOutcome
+
     problems = [f"engine {anomaly}" for anomaly in result.anomalies if anomaly.startswith("internal error")]
     if result.kind == "relay":
         return problems + [divergence.describe() for divergence in result.divergences]
     for call in result.calls:
-        if call.outcome in FAILED_OUTCOMES and not call.skipped:
+        if CallOutcome.means_failure(call.outcome) and not call.skipped:
             problems.append(f"{call.name} {call.call_id} failed ({call.outcome}) on the recorded arguments "
                             f"{call.arguments}: {call.output}")
     return problems

@@ -47,9 +47,16 @@ from relay.engine import (
     StartHandler,
     new_engine,
 )
+from relay.engine.calls import CallOutcome
 from relay.errors import UnusableInput
 from relay.offline.replaying import Key, ReplaySends, clip, json_object, replay_sends
-from relay.recording.format import Frame, Recording
+from relay.recording.format import (
+    CLIENT_TO_RELAY,
+    RELAY_TO_UPSTREAM,
+    UPSTREAM_TO_RELAY,
+    Frame,
+    Recording,
+)
 from relay.recording.reader import load_recording, read_recording
 from relay.session.runner import HandlerRunner
 from relay.tools import ToolRegistry
@@ -57,9 +64,6 @@ from relay.tools.sources import ToolSources, tool_registry
 
 log = logging.getLogger("relay.replay")
 
-RELAY_SENT = "relay>upstream"
-UPSTREAM = "upstream>relay"
-CLIENT = "client>relay"
 DEFAULT_GATE_TIMEOUT = 10.0
 
 
@@ -70,6 +74,9 @@ class Divergence:
     recorded: dict[str, Any] | None
     produced: dict[str, Any] | None
     diff: str = ""
+    call_id: str | None = None      # the call the send concerns (of a follow-up, its first), if any
+    t: float | None = None          # seconds into the recording: when the recorded send went up, or
+                                    # (extra) when the relay under test sent it
 
     def describe(self) -> str:
         head = f"{self.kind}: {self.what}"
@@ -83,7 +90,7 @@ class ReplayCall:
     arguments: str
     output: str | None
     status: str | None
-    outcome: str | None
+    outcome: CallOutcome | None
     response_id: str | None
     follow_up_response_id: str | None
     recorded_output: str | None = None
@@ -207,7 +214,7 @@ class _Replayer:
         self.progress = progress
         self.ids = _IdMap(self.id_prefix)
         self.produced: list[dict[str, Any]] = []          # every SendUpstream, in order
-        self.unmatched: list[tuple[Key, dict[str, Any]]] = []
+        self.unmatched: list[tuple[Key, dict[str, Any], float]] = []   # with when it was sent
         self.divergences: list[Divergence] = []
         self.timeline: list[str] = []
         self.recorded_outputs: dict[str, str] = {}
@@ -223,7 +230,7 @@ class _Replayer:
                     continue
                 self.produced.append(event)
                 for key, part in self._produced_sends(event):
-                    self.unmatched.append((key, part))
+                    self.unmatched.append((key, part, round(self._t(), 6)))
                     self._note_send(part, key)
                 self._progress.set()
             elif isinstance(action, StartHandler):
@@ -274,17 +281,17 @@ class _Replayer:
 
     # -- gating --
     def _take(self, key: Key) -> dict[str, Any] | None:
-        for index, (candidate, event) in enumerate(self.unmatched):
+        for index, (candidate, event, _) in enumerate(self.unmatched):
             if candidate == key:
                 del self.unmatched[index]
                 return event
         return None
 
-    async def _gate(self, recorded_frame: dict[str, Any]) -> None:
+    async def _gate(self, recorded_frame: dict[str, Any], t: float) -> None:
         for key, recorded in self._recorded_sends(recorded_frame):
-            await self._gate_one(key, recorded)
+            await self._gate_one(key, recorded, t)
 
-    async def _gate_one(self, key: Key, recorded: dict[str, Any]) -> None:
+    async def _gate_one(self, key: Key, recorded: dict[str, Any], t: float) -> None:
         sends = self._recorded_sends
         answer = sends.answer(key, recorded)
         if answer is not None:
@@ -306,15 +313,15 @@ class _Replayer:
             with anyio.move_on_after(remaining):
                 await self._progress.wait()
             produced = self._take(key)
-        what = sends.describe(key)
+        what, call_id = sends.describe(key), sends.call_of(key)
         if produced is None:
-            self.divergences.append(Divergence("missing", what, recorded, None))
+            self.divergences.append(Divergence("missing", what, recorded, None, call_id=call_id, t=t))
             self.timeline.append(f"{self._t():9.3f}  MISSING {what}")
             return
         self.ids.learn(recorded, produced)
         if sends.compared(recorded) != sends.compared(produced):
             self.divergences.append(Divergence("changed", what, recorded, produced,
-                                               diff_of(recorded, produced, sends)))
+                                               diff_of(recorded, produced, sends), call_id=call_id, t=t))
             self.timeline.append(f"{self._t():9.3f}  CHANGED {what}")
 
     # -- the run --
@@ -335,25 +342,27 @@ class _Replayer:
             await self._drain()
             self._apply(self.engine.close(self.now, "replay finished"))
             task_group.cancel_scope.cancel()
-        for key, event in self.unmatched:
-            self.divergences.append(Divergence("extra", self._produced_sends.describe(key), None, event))
+        sends = self._produced_sends
+        for key, event, t in self.unmatched:
+            self.divergences.append(Divergence("extra", sends.describe(key), None, event, call_id=sends.call_of(key),
+                                               t=t))
 
     async def _play(self, frame: Frame) -> None:
         sends = self._recorded_sends
-        if frame.direction == RELAY_SENT:
+        if frame.direction == RELAY_TO_UPSTREAM:
             sent = sends.sent_event(frame)
             if self.relay_recording and sent is not None:
-                await self._gate(sent)
+                await self._gate(sent, frame.t)
             return
         payload = sends.payload(frame)
         if payload is None:
             return
-        if frame.direction == UPSTREAM:
+        if frame.direction == UPSTREAM_TO_RELAY:
             if frame.event is not None and self.ids.mapping:
                 payload = json.dumps(self.ids.rewrite(frame.event), ensure_ascii=False)
             self._apply(self.engine.receive_upstream(payload, self.now))
             self.timeline += [f"{self._t():9.3f}  {line}" for line in sends.timeline(frame)]
-        elif frame.direction == CLIENT and self.engine.config.has_client:
+        elif frame.direction == CLIENT_TO_RELAY and self.engine.config.has_client:
             self._apply(self.engine.receive_client(payload, self.now))
 
     async def _drain(self) -> None:
@@ -472,7 +481,7 @@ def render_report(result: ReplayResult) -> str:
         lines.append("  none: no call in this session belongs to the given tools")
     for call in result.calls:
         if call.skipped:
-            what = "cancelled" if call.outcome == "cancelled" else "not executed"   # Gemini cancels running calls
+            what = "cancelled" if call.outcome is CallOutcome.CANCELLED else "not executed"   # Gemini cancels running calls
             lines.append(f"  {call.name} {call.call_id}: {what} ({call.skipped})")
             continue
         lines.append(f"  {call.name} {call.call_id}: {call.outcome} [{call.status}] -> {clip(call.output or '')}")

@@ -7,20 +7,17 @@ chose), what part of each must match, and what the timeline shows of the upstrea
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from relay.dialects import Dialect, OpenAIFamily
 from relay.dialects.gemini import field, first_key, key_of, media_frame, response_text
 from relay.engine.sequencer import META_CALLS, META_EVENT, META_KIND
-
-if TYPE_CHECKING:
-    from relay.recording.format import Frame
+from relay.recording.format import CLIENT_TO_RELAY, Frame
 
 Key = tuple[str, ...]
 Sent = tuple[Key, dict[str, Any]]   # what a send is (its key), and the part compared
 Answer = tuple[str, str, str]       # the call answered, the output's text, its status or kind
 
-CLIENT = "client>relay"
 
 
 def clip(text: Any, width: int = 70) -> str:
@@ -63,6 +60,17 @@ class ReplaySends:
         if key[0] == "response.create":
             return f"{key[1].replace('_', '-')} response for {key[2] or 'no call'}"
         return key[0]
+
+    @staticmethod
+    def call_of(key: Key) -> str | None:
+        """The call a send concerns: the one an output or an answer is for, the first of those a
+        follow-up or a filler response is about; None for a send about no call."""
+        if key[0] in ("output", "answer"):
+            return key[1]
+        if key[0] == "response.create":
+            first = key[2].split(",")[0]
+            return first if first not in ("", "None") else None
+        return None
 
     @staticmethod
     def answer(key: Key, part: dict[str, Any]) -> Answer | None:
@@ -204,7 +212,7 @@ class GeminiSends(ReplaySends):
 
     def payload(self, frame: Frame) -> str | bytes | None:
         payload = frame.binary if frame.binary is not None else frame_text(frame)
-        if payload is None or (frame.direction == CLIENT and media_frame(payload, "client") is not None):
+        if payload is None or (frame.direction == CLIENT_TO_RELAY and media_frame(payload, "client") is not None):
             return None   # the client's audio: the engine would only forward it
         return payload
 

@@ -105,10 +105,13 @@ def iter_frames(
     *,
     directions: Iterable[str] | None = None,
     warnings: list[str] | None = None,
+    notes: list[Note] | None = None,
 ) -> Iterator[Frame]:
     """Stream the frames of a recording without holding them all; warnings are appended to
-    `warnings` (when given) as the damaged lines are met."""
+    `warnings` and the `relay` lines to `notes` (when given) as they are met."""
     scanner = _Scanner(Path(path), warnings if warnings is not None else [])
+    if notes is not None:
+        scanner.notes = notes
     yield from _filtered(scanner.frames(), directions)
 
 

@@ -27,11 +27,13 @@ from relay.recording.format import (
     DIRECTIONS,
     NOTE_FIELDS,
     AudioPolicy,
+    Frame,
+    Note,
     dumps,
     parse_object,
     session_header,
 )
-from relay.recording.redact import _Redactor
+from relay.recording.redact import Redactor
 
 log = logging.getLogger("relay.recording")
 _MAX_NAME_SUFFIX = 1000
@@ -52,6 +54,82 @@ def _open_exclusive(path: Path) -> BinaryIO:
 
 
 
+class RecordingFilter:
+    """What a recording holds of a frame or an engine notice: its secrets redacted and, with the
+    `drop` audio policy, its audio left out; of notices, the kinds and fields the format records.
+    The writer writes what this gives; the live inspector shows the same (`as_frame`, `as_note`),
+    so a live view never differs from the file it stands for. Pure: safe in a worker thread."""
+
+    def __init__(self, redactor: Redactor, record_audio: AudioPolicy = "keep") -> None:
+        if record_audio not in ("keep", "drop"):
+            raise ValueError(f"record_audio must be 'keep' or 'drop', not {record_audio!r}")
+        self.redactor = redactor
+        self.drop_audio = record_audio == "drop"
+
+    def text(self, frame: str) -> tuple[dict[str, Any] | None, str, int]:
+        """A text frame as recorded: `(event, its JSON text, audio characters dropped)` when it
+        is a JSON object, else `(None, the raw text, dropped)`. An event is kept as the very text
+        it came in (parsed once to be sure it is valid), re-serialised only when it must change."""
+        redact = self.redactor.text
+        text = redact(frame)
+        event = parse_object(text)
+        if event is None:
+            return None, text, 0
+        dropped = drop_audio(event) if self.drop_audio else 0
+        if dropped or "\n" in text or "\r" in text:
+            # Must be re-serialised (audio removed, or a line break would split the line). Decoding
+            # may have turned an escaped spelling of a secret into a literal one: redact again,
+            # and keep the result only if the redaction did not cut through the JSON syntax.
+            serialised = dumps(event)
+            text = redact(serialised)
+            if text != serialised:
+                event = parse_object(text)
+        return event, text, dropped
+
+    def binary(self, frame: bytes) -> tuple[bytes, int]:
+        """A binary frame as recorded: `(its bytes, audio characters dropped)`; with the drop
+        policy, JSON carried in binary frames (Gemini's server sends its events that way) loses
+        its audio too."""
+        data = self.redactor.data(frame)
+        dropped = 0
+        if self.drop_audio and any(marker in data for marker in _AUDIO_MARKERS):
+            event = parse_object(data)
+            if event is not None:
+                dropped = drop_audio(event)
+                if dropped:
+                    data = self.redactor.data(dumps(event).encode())
+        return data, dropped
+
+    def note(self, kind: str, fields: dict[str, Any]) -> tuple[dict[str, Any], str] | None:
+        """A notice as its `relay` line holds it, `(object, JSON text)`; None for a kind the
+        format does not record (`NOTE_FIELDS`)."""
+        keys = NOTE_FIELDS.get(kind)
+        if keys is None:
+            return None
+        text = self.redactor.text(dumps({"kind": kind, **{key: fields.get(key) for key in keys}}))
+        note = parse_object(text)
+        if note is None:   # a redaction cut through the JSON: keep what cannot leak
+            note = {"kind": kind, "call_id": self.redactor.text(str(fields.get("call_id"))), "redacted": True}
+            text = dumps(note)
+        return note, text
+
+    def as_frame(self, t: float, direction: str, frame: str | bytes) -> Frame:
+        """The frame as the recording's reader gives it back."""
+        if isinstance(frame, str):
+            event, text, dropped = self.text(frame)
+            return Frame(t, direction, event, None if event is not None else text, None, 0, dropped)
+        data, dropped = self.binary(bytes(frame))
+        return Frame(t, direction, None, None, data, 0, dropped)
+
+    def as_note(self, t: float, kind: str, fields: dict[str, Any]) -> Note | None:
+        """The notice as the recording's reader gives it back; None when it is not recorded."""
+        recorded = self.note(kind, fields)
+        if recorded is None:
+            return None
+        note = recorded[0]
+        return Note(t, kind, {key: value for key, value in note.items() if key != "kind"}, 0)
+
+
 class RecordingWriter:
     """Writes one session's frames to `<directory>/<UTC start>_<session id>.jsonl` as they pass.
 
@@ -60,7 +138,9 @@ class RecordingWriter:
     itself `failed`, logs one error and ignores later frames. Not thread-safe: one session, one
     task.
 
-    `opener` creates the file (exclusively, binary, unbuffered); tests give one that fails like a
+    What a line holds of a frame or a notice is `filter`'s (`RecordingFilter`). `secrets` are kept
+    out of the file: the edge's `Redactor` itself (so a token refreshed during the session is kept
+    out too) or a list of them. `opener` creates the file (exclusively, binary, unbuffered); tests give one that fails like a
     full disk."""
 
     def __init__(
@@ -73,7 +153,7 @@ class RecordingWriter:
         tools: Iterable[str],
         mode: str = "proxy",
         record_audio: AudioPolicy = "keep",
-        secrets: Iterable[str] = (),
+        secrets: Redactor | Iterable[str] = (),
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         relay_version: str = __version__,
@@ -81,12 +161,10 @@ class RecordingWriter:
         opener: Callable[[Path], BinaryIO] = _open_exclusive,
         extra_header: dict[str, Any] | None = None,
     ) -> None:
-        if record_audio not in ("keep", "drop"):
-            raise ValueError(f"record_audio must be 'keep' or 'drop', not {record_audio!r}")
+        redactor = secrets if isinstance(secrets, Redactor) else Redactor(secrets)
+        self.filter = RecordingFilter(redactor, record_audio)
         self._clock = clock
         self._logger = logger or log
-        self._drop_audio = record_audio == "drop"
-        self._redactor = _Redactor(secrets)
         self._file: BinaryIO | None = None
         self._closed = False
         self._partial_line = False
@@ -97,14 +175,14 @@ class RecordingWriter:
 
         started = datetime.fromtimestamp(wall_clock(), tz=timezone.utc)
         self._start = clock()
-        session_id = self._redactor.text(session_id)
+        session_id = redactor.text(session_id)
         directory = Path(directory)
         stem = f"{started:%Y%m%dT%H%M%SZ}_{_session_file_stem(session_id)}"
         self.path = directory / f"{stem}.jsonl"
         header = session_header(
             session_id=session_id, dialect=dialect, upstream=upstream, started_at=f"{started:%Y-%m-%dT%H:%M:%S.%fZ}",
             tools=tools, mode=mode, record_audio=record_audio, relay_version=relay_version,
-            extra_header=extra_header, clean=self._redactor.text)
+            extra_header=extra_header, clean=redactor.text)
         try:
             directory.mkdir(parents=True, exist_ok=True)
             self._file, self.path = self._create(directory, stem, opener)
@@ -159,9 +237,11 @@ class RecordingWriter:
             self._frames_lost += 1
             return
         if isinstance(frame, str):
-            body = self._text_body(frame)
+            event, text, dropped = self.filter.text(frame)
+            body = ('"event":' + text if event is not None else '"raw":' + dumps(text)) + _dropped_suffix(dropped)
         else:
-            body = self._binary_body(bytes(frame))
+            data, dropped = self.filter.binary(bytes(frame))
+            body = '"binary":"' + base64.b64encode(data).decode("ascii") + '"' + _dropped_suffix(dropped)
         if self._write_line('{"t":%.6f,"dir":"%s",%s}\n' % (elapsed, direction, body)):
             self._frames_written += 1
         else:
@@ -171,49 +251,14 @@ class RecordingWriter:
         """Append a `relay` line for an engine notice of a kind the format records (`NOTE_FIELDS`:
         a tool call's outcome and what the relay decided the assistant says about it); other
         kinds are not recorded. Not a frame: the end line does not count it. Never raises for I/O."""
-        keys = NOTE_FIELDS.get(kind)
-        if keys is None or self._closed or self.failed:
+        if kind not in NOTE_FIELDS or self._closed or self.failed:
             return
         elapsed = self._clock() - self._start if t is None else t
         if not math.isfinite(elapsed):
             raise ValueError(f"note time must be finite, not {elapsed}")
-        note = {"kind": kind, **{key: fields.get(key) for key in keys}}
-        text = self._redactor.text(dumps(note))
-        if parse_object(text) is None:   # a redaction cut through the JSON: keep what cannot leak
-            text = dumps({"kind": kind, "call_id": self._redactor.text(str(fields.get("call_id"))),
-                           "redacted": True})
-        self._write_line('{"t":%.6f,"relay":%s}\n' % (elapsed, text))
-
-    def _text_body(self, frame: str) -> str:
-        """The payload part of a frame line for a text frame: `"event":...` or `"raw":...`."""
-        text = self._redactor.text(frame)
-        event = parse_object(text)
-        if event is None:
-            return '"raw":' + dumps(text)
-        dropped = drop_audio(event) if self._drop_audio else 0
-        if dropped or "\n" in text or "\r" in text:
-            # Must be re-serialised (audio removed, or a line break would split the line). Decoding
-            # may have turned an escaped spelling of a secret into a literal one: redact again,
-            # and keep the result only if the redaction did not cut through the JSON syntax.
-            serialised = dumps(event)
-            text = self._redactor.text(serialised)
-            if text != serialised and parse_object(text) is None:
-                return '"raw":' + dumps(text) + _dropped_suffix(dropped)
-        return '"event":' + text + _dropped_suffix(dropped)
-
-    def _binary_body(self, frame: bytes) -> str:
-        """`"binary":<base64>`; with the drop policy, JSON carried in binary frames (Gemini's
-        server sends its events that way) loses its audio too."""
-        data = self._redactor.data(frame)
-        dropped = 0
-        if self._drop_audio and any(marker in data for marker in _AUDIO_MARKERS):
-            event = parse_object(data)
-            if event is not None:
-                dropped = drop_audio(event)
-                if dropped:
-                    data = self._redactor.data(dumps(event).encode())
-        encoded = base64.b64encode(data).decode("ascii")
-        return '"binary":"' + encoded + '"' + _dropped_suffix(dropped)
+        recorded = self.filter.note(kind, fields)
+        assert recorded is not None
+        self._write_line('{"t":%.6f,"relay":%s}\n' % (elapsed, recorded[1]))
 
     def _write_line(self, line: str) -> bool:
         """Write a complete line; on an OS error, mark the writer failed. True if written."""
@@ -247,7 +292,7 @@ class RecordingWriter:
         if self._file is None:
             return
         end: dict[str, Any] = {
-            "reason": self._redactor.text(reason),
+            "reason": self.filter.redactor.text(reason),
             "failed": self.failed,
             "frames": self._frames_written,
         }

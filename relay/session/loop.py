@@ -17,7 +17,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 import anyio
 import anyio.abc
@@ -33,6 +33,13 @@ from relay.engine import (
     SendUpstream,
     StartHandler,
 )
+from relay.recording.format import (
+    CLIENT_TO_RELAY,
+    RELAY_TO_CLIENT,
+    RELAY_TO_UPSTREAM,
+    UPSTREAM_TO_RELAY,
+)
+from relay.recording.taps import Recorder
 from relay.session.policy import (
     BAD_GATEWAY,
     DEFAULT_QUEUE_BYTES,
@@ -45,16 +52,17 @@ from relay.session.policy import (
     short_close_reason,
 )
 from relay.session.runner import HandlerRunner, HandlerScope
-from relay.session.transport import BATCH_BYTES, Frame, FrameQueue, QueueOverflow, Transport, TransportClosed
+from relay.session.transport import (
+    BATCH_BYTES,
+    Frame,
+    FrameQueue,
+    QueueOverflow,
+    Transport,
+    TransportClosed,
+)
 
 log = logging.getLogger("relay.session")
 
-class Recorder(Protocol):
-    """Where the loop puts what crossed its sockets (`record`) and what the engine decided about
-    each tool call (`record_notice`: the notices a recording keeps beside the frames)."""
-
-    def record(self, direction: str, frame: str | bytes) -> None: ...
-    def record_notice(self, kind: str, fields: dict[str, Any]) -> None: ...
 
 
 @dataclass
@@ -162,7 +170,7 @@ class SessionLoop:
 
         def deliver(frame: Frame) -> None:
             if recorder is not None:
-                recorder.record("upstream>relay", frame)
+                recorder.record(UPSTREAM_TO_RELAY, frame)
             feed(receive, frame, upstream)
 
         try:
@@ -196,7 +204,7 @@ class SessionLoop:
         def deliver(frame: Frame) -> None:
             nonlocal cut_off
             if recorder is not None:
-                recorder.record("client>relay", frame)
+                recorder.record(CLIENT_TO_RELAY, frame)
             if cut_off:
                 return   # read on, so that the client's answer to the close is seen
             if budget is not None and not budget.take():
@@ -224,7 +232,7 @@ class SessionLoop:
         if event is not None:
             frame = json.dumps(event)
             if self.recorder is not None:
-                self.recorder.record("relay>client", frame)
+                self.recorder.record(RELAY_TO_CLIENT, frame)
             with anyio.move_on_after(self.close_timeout):
                 try:
                     await self.client.send([frame])
@@ -317,7 +325,7 @@ class SessionLoop:
         else:
             peer = self.upstream
         if self.recorder is not None:
-            self.recorder.record("relay>client" if side == "client" else "relay>upstream", frame)
+            self.recorder.record(RELAY_TO_CLIENT if side == "client" else RELAY_TO_UPSTREAM, frame)
         try:
             if queue.writer_idle:
                 queue.put(frame, wake=False)

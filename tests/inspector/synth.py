@@ -76,6 +76,11 @@ class Writer:
         if forward:
             self.send("relay>upstream", event)
 
+    def decided(self, call_id: str, name: str, outcome: str, *, is_error: bool = False) -> None:
+        """The relay's `tool_call` note for one of its calls, as the session loop records it."""
+        self.writer.record_notice("tool_call", {"call_id": call_id, "name": name, "outcome": outcome,
+                                                "is_error": is_error}, t=self.t)
+
     def close(self) -> Path:
         self.writer.close("client closed")
         return self.writer.path
@@ -127,6 +132,7 @@ def openai_session(directory: Path, *, record_audio: str = "keep") -> Facts:
     w.at(2.0).send("relay>upstream", {"type": "conversation.item.create", "event_id": f"{PREFIX}_e2", "previous_item_id": "item_c1",
                                       "item": {"type": "function_call_output", "id": f"{PREFIX}_i1", "call_id": "call_1",
                                                "output": weather, "status": "completed"}})
+    w.decided("call_1", "get_weather", "ok")
     w.send("relay>upstream", {"type": "response.create", "event_id": f"{PREFIX}_e3", "response": {"metadata": {
         "relay": "follow_up", "relay_event": f"{PREFIX}_e3", "call_ids": "call_1"}}})
     w.at(2.05).upstream({"type": "response.created", "event_id": "event_14", "response": {
@@ -165,6 +171,7 @@ def openai_session(directory: Path, *, record_audio: str = "keep") -> Facts:
     w.at(7.7).send("relay>upstream", {"type": "conversation.item.create", "event_id": f"{PREFIX}_e6",
                                       "item": {"type": "function_call_output", "id": f"{PREFIX}_i2", "call_id": "call_2",
                                                "output": timeout, "status": "incomplete"}})
+    w.decided("call_2", "slow_lookup", "timeout", is_error=True)
     w.at(8.0)
     path = w.close()
     return Facts(path, caller_seconds=3.0, assistant_seconds=1.5, calls={
@@ -210,7 +217,9 @@ def gemini_session(directory: Path, *, record_audio: str = "keep") -> Facts:
                        binary=True, forward=False)
     w.at(2.45).send("relay>upstream", {"toolResponse": {"functionResponses": [
         {"id": "fc_1", "name": "get_weather", "response": {"output": {"temp_c": 24}}}]}})
+    w.decided("fc_1", "get_weather", "ok")
     w.at(2.5).upstream({"toolCallCancellation": {"ids": ["fc_2"]}}, binary=True, forward=False)
+    w.decided("fc_2", "get_weather", "cancelled")
     w.at(2.6).upstream({"serverContent": {"turnComplete": True}}, binary=True)
     path = w.close()
     return Facts(path, caller_seconds=2.0, assistant_seconds=0.8, calls={

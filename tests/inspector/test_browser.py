@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from tests.support.paths import shared_dir
 from relay.cli import main
 from tests.inspector import synth
 from tests.support.browser import (
@@ -25,6 +24,8 @@ from tests.support.browser import (
     screenshot,
     wait_for,
 )
+from tests.support.paths import shared_dir
+
 
 def test_the_demo_page_shows_lanes_and_every_call_with_its_output_and_arguments(
         browser: Any, demo_recording: Path, tmp_path: Path, artifacts: Path) -> None:

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from relay.cli import main
-from tests.support.paths import REPO
 from tests.inspector import synth
+from tests.support.paths import REPO
 
 
 def test_inspect_writes_one_self_contained_page(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -5,6 +5,7 @@ it), and the command-line refusals."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -14,12 +15,17 @@ from typing import Any
 import anyio
 import pytest
 
-from relay.edges.config import ServerConfig
 from relay.dialects import OPENAI
+from relay.edges.config import ServerConfig
+from relay.edges.serve import RelayServer
+from relay.engine.calls import CallOutcome
 from relay.inspector.live import LiveHub, asgi_app, serve_inspector
 from relay.inspector.live import hub as hub_module
+from relay.inspector.model import build_model
 from relay.mock import MockUpstream
-from relay.edges.serve import RelayServer
+from relay.recording.reader import read_recording
+from relay.recording.taps import Taps
+from relay.recording.writer import RecordingWriter
 from tests.support.clients import TIMEOUT, http_get, inspector_feed, raw_http
 from tests.support.frames import said
 from tests.support.keys import PROVIDER_KEY, RELAY_TOKEN
@@ -33,21 +39,25 @@ CALL = {"type": "response.output_item.done", "response_id": "resp_1", "item": {
     "arguments": '{"city": "Paris"}', "status": "completed"}}
 OUTPUT = {"type": "conversation.item.create", "event_id": "rs_x_e1", "item": {
     "type": "function_call_output", "call_id": "call_1", "output": "sunny in Paris"}}
+TIMED_OUT = {"type": "conversation.item.create", "event_id": "rs_x_e1", "item": {
+    "type": "function_call_output", "call_id": "call_1", "output": json.dumps({"error": "timed out after 5 s"}),
+    "status": "incomplete"}}
 
 
-def runtime() -> RelayServer:
+def runtime(**config: Any) -> RelayServer:
     """An edge's runtime (tools, redactor, upstream), never started."""
     return RelayServer(ServerConfig(upstream="ws://127.0.0.1:9/v1/realtime", dialect="openai", api_key=PROVIDER_KEY,
-                                    tools=[get_weather], inspector=True))
+                                    tools=[get_weather], inspector=True, **config))
 
 
-def open_live(hub: LiveHub, edge: RelayServer | None = None, *, recorder: Any = None,
-              extra_header: dict[str, Any] | None = None) -> Any:
+def open_live(hub: LiveHub, edge: RelayServer | None = None, *, taps: Taps | None = None,
+              recording: Any = None, extra_header: dict[str, Any] | None = None) -> Any:
     """Session `rs_x` of `edge` (a runtime() by default) opened in `hub` as the proxy opens one."""
     edge = edge or runtime()
     return hub.open_session("rs_x", header=edge.session_header(session_id="rs_x", dialect=OPENAI, mode="proxy",
                                                                extra_header=extra_header or {}),
-                            redact=edge.redactor.frame, recording=None, recorder=recorder)
+                            as_recorded=edge.recording_filter(recording), recording=recording,
+                            taps=taps if taps is not None else Taps())
 
 
 class Page:
@@ -77,10 +87,16 @@ async def test_the_hub_feeds_a_watched_session_in_batches_and_forgets_it_when_th
         def record(self, direction: str, frame: str | bytes) -> None:
             recorded.append((direction, frame))
 
+        def record_notice(self, kind: str, fields: dict[str, Any]) -> None:
+            pass
+
+        def close(self, reason: str) -> None:
+            pass
+
     inner = Recorder()
-    tap = open_live(hub, edge, recorder=inner, extra_header={"id_prefix": "rs_x"})
+    tap = open_live(hub, edge, taps=Taps(inner), extra_header={"id_prefix": "rs_x"})
     session = hub.live["rs_x"]
-    assert tap.record == inner.record                     # nobody watches: the edge's own recorder
+    assert tap.taps.members == (inner,)                   # nobody watches: the edge's own recorder only
     tap.record("upstream>relay", json.dumps({"type": "session.created"}))
     page = Page()
     snapshot = json.loads(await session.open(page))
@@ -94,7 +110,7 @@ async def test_the_hub_feeds_a_watched_session_in_batches_and_forgets_it_when_th
     assert (call["name"], call["output"], call["outcome"]) == ("get_weather", "sunny in Paris", "ok")
     assert len(recorded) == 3                             # the edge's recorder saw every frame all along
     session.leave(page)
-    assert tap.record == inner.record and session.model is None
+    assert tap.taps.members == (inner,) and session.model is None
     tap.close("client left")
     assert hub.sessions()["live"] == [] and [s["id"] for s in hub.sessions()["recent"]] == ["rs_x"]
 
@@ -110,7 +126,60 @@ async def test_a_view_that_falls_behind_stops_and_says_so(monkeypatch: pytest.Mo
         tap.record("upstream>relay", json.dumps(CALL))
     assert [m["type"] for m in page.posted] == ["error"] and "fell behind" in page.posted[0]["message"]
     assert session.model is None and not session.watchers
-    assert tap.record.__name__ == "_ignore"               # back to nothing per frame
+    assert tap.taps.members == ()                         # back to nothing per frame
+
+
+async def test_the_live_view_of_a_recorded_session_is_what_its_recording_holds(tmp_path: Path) -> None:
+    """Secrets (one the edge learnt mid-session, spelt as JSON escapes it) and audio
+    (`--record-audio drop`, text and binary frames): the live model, built from the frames the
+    tap saw, equals the model of the file the writer wrote."""
+    edge = runtime(record_dir=tmp_path, record_audio="drop")
+    header = {"id_prefix": "rs_x"}
+    # one instant: the frames the tap saw and those of the file have the same times
+    writer = edge.recording(session_id="rs_x", dialect=OPENAI, mode="proxy", extra_header=header,
+                            writer=functools.partial(RecordingWriter, clock=lambda: 1000.0))
+    assert writer is not None
+    hub = LiveHub()
+    tap = open_live(hub, edge, taps=Taps(writer), recording=writer, extra_header=header)
+    session = hub.live["rs_x"]
+    page = Page()
+    await session.open(page)
+    token = "tok/en-5f1c9a7e3b2d"
+    edge.redactor.add(token)                              # a refreshed access token
+    audio = "QUJD" * 300
+    for direction, frame in [
+        ("upstream>relay", json.dumps({"type": "session.created", "session": {"id": "sess_1"}})),
+        ("client>relay", json.dumps({"type": "input_audio_buffer.append", "audio": audio})),
+        ("relay>upstream", json.dumps({"type": "input_audio_buffer.append", "audio": audio})),
+        ("upstream>relay", json.dumps({"type": "response.output_audio.delta", "response_id": "resp_1",
+                                       "item_id": "item_0", "delta": audio})),
+        ("relay>client", json.dumps({"type": "response.output_audio.delta", "response_id": "resp_1",
+                                     "item_id": "item_0", "delta": audio}).encode()),
+        ("upstream>relay", '{"type":"error","error":{"message":"bad token %s"}}' % token.replace("/", "\\/")),
+        ("upstream>relay", '{\n"type":"error","error":{"message":"key \\u0073%s"}}' % PROVIDER_KEY[1:]),
+        ("client>relay", f"not JSON, with {PROVIDER_KEY}"),
+        ("upstream>relay", json.dumps(CALL)),
+        ("relay>upstream", json.dumps(TIMED_OUT)),
+    ]:
+        tap.record(direction, frame)
+    tap.record_notice("tool_call", {"call_id": "call_1", "name": "get_weather", "outcome": CallOutcome.TIMEOUT,
+                                    "is_error": True, "message": f"say the key {PROVIDER_KEY} is wrong"})
+    tap.record_notice("tool_started", {"call_id": "call_1"})           # not a kind recordings keep
+    await session.flush()
+    tap.close("client left")
+    await session.flush()
+    assert session.model is not None
+    live = session.model.snapshot()
+    recorded = build_model(read_recording(writer.path)).snapshot()
+    text = json.dumps(live)
+    assert PROVIDER_KEY not in text and token not in text and token.replace("/", "\\/") not in text
+    assert live["audio_note"] is not None and "--record-audio drop" in live["audio_note"]
+    assert len(live["frames"]) == 6 and live["summary"]["calls"] == 1   # pure audio frames are not listed
+    [call] = [e for e in live["events"] if e["kind"] == "call"]
+    assert call["outcome"] == "timeout"                  # the relay's decision, not the output's words
+    for model in (live, recorded):
+        del model["source"]["end"]                        # the file's end line counts the frames
+    assert live == recorded
 
 
 # ---- the ASGI app ----------------------------------------------------------------------------

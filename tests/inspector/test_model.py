@@ -11,7 +11,13 @@ from typing import Any
 
 import pytest
 
-from relay.inspector import LANES, SessionModel, build_model, recording_dialect, render_page
+from relay.inspector import (
+    LANES,
+    SessionModel,
+    build_model,
+    recording_dialect,
+    render_page,
+)
 from relay.inspector.audio import (
     ALAW_TO_LINEAR,
     ULAW_TO_LINEAR,
@@ -24,8 +30,8 @@ from relay.inspector.audio import (
 )
 from relay.recording.format import Frame
 from relay.recording.reader import read_recording
-from tests.support.paths import shared_dir
 from tests.inspector import synth
+from tests.support.paths import shared_dir
 
 
 def events_of(snapshot: dict[str, Any], kind: str) -> list[dict[str, Any]]:
@@ -154,8 +160,11 @@ def test_deltas_fed_frame_by_frame_add_up_to_the_snapshot(tmp_path: Path) -> Non
     recording = read_recording(synth.openai_session(tmp_path).path)
     live = SessionModel(name=recording.path.name, header=recording.header, strict=True)
     state: dict[str, Any] = {}
-    for frame in recording.frames:
-        live.feed(frame)
+    for line in sorted([*recording.frames, *recording.notes], key=lambda line: line.line_no):
+        if isinstance(line, Frame):   # the live view gets the frames and, beside them, the relay's notes
+            live.feed(line)
+        else:
+            live.note(line)
         apply(state, live.delta())
     live.finish(recording.end)
     apply(state, live.delta())

@@ -15,7 +15,13 @@ from relay.inspector import build_model
 from relay.recording.reader import read_recording
 from relay.tools import tool
 from tests.inspector import synth
-from tests.support.browser import make_page, open_page, page_errors, screenshot, wait_for
+from tests.support.browser import (
+    make_page,
+    open_page,
+    page_errors,
+    screenshot,
+    wait_for,
+)
 from tests.support.clients import realtime_client
 from tests.support.keys import PROVIDER_KEY
 from tests.support.relays import relay_for

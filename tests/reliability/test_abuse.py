@@ -12,7 +12,7 @@ import pytest
 from websockets.exceptions import InvalidStatus
 
 from relay.dialects import OPENAI
-from relay.observe.logs import Redactor
+from relay.recording.redact import Redactor
 from relay.mock import MockScript, MockUpstream, Reply, Rule, ToolCall
 from relay.edges.upstream import AccessToken, Upstream
 from tests.support.clients import gemini_client

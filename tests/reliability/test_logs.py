@@ -7,7 +7,9 @@ import logging
 import pytest
 from websockets.frames import Frame, Opcode
 
-from relay.observe.logs import REDACTED, RedactingLogger, Redactor
+from relay.observe.logs import RedactingLogger
+from relay.recording.format import REDACTED
+from relay.recording.redact import Redactor
 from tests.support.keys import PROVIDER_KEY
 
 

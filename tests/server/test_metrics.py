@@ -22,7 +22,7 @@ from tests.support.processes import next_log_line, relay_process
 
 def test_a_session_publishes_its_frames_in_batches_at_its_end_and_at_a_scrape() -> None:
     metrics = Metrics()
-    tap = metrics.tap(None)
+    tap = metrics.tap()
     for _ in range(PUBLISH_EVERY - 1):
         tap.record("upstream>relay", "{}")
     assert metrics._families.frames["upstream>relay"]._value.get() == 0   # not yet published

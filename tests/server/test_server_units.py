@@ -9,6 +9,7 @@ import logging
 import socket
 import subprocess
 import sys
+from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 import pytest
@@ -17,14 +18,15 @@ from relay.cli import main
 from relay.dialects import AZURE, FOUNDRY, OPENAI, OPENAI_BETA
 from relay.engine import Notice
 from relay.observe.logs import (
-    REDACTED,
     JsonFormatter,
     RedactingLogger,
-    Redactor,
     TextFormatter,
     configure_logging,
 )
 from relay.observe.metrics import Metrics, TrafficTap
+from relay.recording.format import REDACTED
+from relay.recording.redact import Redactor
+from relay.recording.taps import Taps
 from relay.edges.upstream import (
     AccessToken,
     TokenCache,
@@ -157,16 +159,21 @@ def test_the_traffic_tap_counts_frames_and_survives_a_broken_recording(caplog: p
         def record(self, direction: str, frame: str | bytes) -> None:
             raise RuntimeError("disk on fire")
 
+        def record_notice(self, kind: str, fields: dict[str, Any]) -> None:
+            raise AssertionError("a dropped writer hears no more")
+
         def close(self, reason: str) -> None:
             raise AssertionError("a dropped writer is not closed")
 
     metrics = Metrics()
-    tap = TrafficTap(metrics, BrokenWriter())  # type: ignore[arg-type]
-    tap.record("client>relay", '{"type":"x"}')
-    tap.record("client>relay", "{}")
-    tap.close("done")
+    taps = Taps(TrafficTap(metrics), BrokenWriter())
+    taps.record("client>relay", '{"type":"x"}')
+    taps.record("client>relay", "{}")
+    taps.record_notice("tool_call", {})
+    taps.close("done")
     assert metrics.frames["client>relay"] == 2 and metrics.frame_bytes["client>relay"] == 14
-    assert [r.getMessage() for r in caplog.records] == ["session recording failed; recording stopped"]
+    assert [r.getMessage() for r in caplog.records] == [
+        "a session recorder (BrokenWriter) failed recording a frame; it is dropped, the session goes on"]
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -174,6 +181,7 @@ def test_the_traffic_tap_counts_frames_and_survives_a_broken_recording(caplog: p
     (["--upstream", "ws://127.0.0.1:1/v1/realtime"], "cannot infer the dialect"),
     (["--host", "0.0.0.0", "--dialect", "openai"], "--auth-token"),
     (["--tools", "no_such_tools_module_here"], "no module named"),
+    (["--auth-token", 'tok"en'], "may not hold quotes"),
 ])
 def test_the_command_line_refuses_a_config_that_cannot_work(
         argv: list[str], message: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,

@@ -1,8 +1,9 @@
 """The live inspector: the sessions an edge runs, shown as they happen in the inspector's page.
 
     hub = LiveHub()                                     # one per edge (process)
-    tap = hub.open_session(session_id, header=runtime.session_header(...), redact=redactor.frame,
-                           recording=writer, recorder=traffic_tap, on_close=traffic_tap.close)
+    taps = Taps(metrics.tap(), writer)                  # the edge's own recorders
+    tap = hub.open_session(session_id, header=runtime.session_header(...),
+                           as_recorded=runtime.recording_filter(writer), recording=writer, taps=taps)
     SessionLoop(..., recorder=tap)                      # and `tap.close(reason)` when it ends
     InspectorEndpoint(hub, token=...)                   # /inspector on a transport's server
     asgi_app(hub, token=...)                            # or mounted in an ASGI app

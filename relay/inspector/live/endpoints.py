@@ -41,7 +41,12 @@ from relay.inspector.live.hub import LiveHub
 from relay.inspector.model import SessionModel
 from relay.inspector.page import PAGE_POLICY, asset, fill_template, script_json
 from relay.observe.logs import WEBSOCKET_LOGGER, RedactingLogger, Redactor
-from relay.session.access import INSPECTOR_SUBPROTOCOL, own_origin, presents_token, select_subprotocol
+from relay.session.access import (
+    INSPECTOR_SUBPROTOCOL,
+    own_origin,
+    presents_token,
+    select_subprotocol,
+)
 from relay.session.http import Answer, Request
 from relay.session.policy import POLICY_VIOLATION
 from relay.session.transport import Backend, Frame, Transport, TransportClosed

@@ -1,21 +1,24 @@
 """The live inspector's hub: the sessions an edge runs, and the model of each one someone watches.
 
-An edge with the inspector on registers every session here (`LiveHub.open_session`) and gives
-its session loop the `LiveTap` it gets back as recorder. While nobody watches a session, the
-tap's `record` *is* the edge's own recorder's method (the metrics tap, the recording): the audio
-path pays nothing, not even a call through a wrapper, and no model exists. When a page opens the
-session, the tap starts keeping the frames it sees, and a model is built:
+An edge with the inspector on registers every session here (`LiveHub.open_session`) with its own
+recorders (relay.recording.taps.Taps: the traffic counter, the recording) and gives its session
+loop the `LiveTap` it gets back as recorder. While nobody watches a session, the tap's `record`
+goes to the edge's recorders only: the audio path pays nothing for the inspector, and no model
+exists. When a page opens the session, the session joins its taps, keeps the frames it sees, and
+a model is built:
 
 - a recorded session is seen from its start: the recording so far is read (in a worker thread,
   up to the size it had at that instant) and the frames kept since are fed after it;
 - a session without a recording is seen from that moment on (what came before was not kept).
 
 The frames are fed to the model in batches by the watchers' connections (relay/inspector/live/
-feed.py), in a worker thread, as the recording would hold them: secrets redacted, audio left out
-when the edge records with `--record-audio drop`. When the last watcher leaves a live session the
-tap goes back to the edge's recorder and the model is dropped. Ended sessions stay listed (the
-last `recent` of them); one that was recorded reopens from its recording, one that was not from
-the view its watchers had (the last few are kept), else only its facts remain.
+feed.py), in a worker thread, as the recording holds them: through the recording's own
+`RecordingFilter` (secrets redacted, audio left out with `--record-audio drop`), or one with the
+same rules when the session is not recorded, so the live view never differs from the file. When
+the last watcher leaves a live session the session leaves the taps and the model is dropped.
+Ended sessions stay listed (the last `recent` of them); one that was recorded reopens from its
+recording, one that was not from the view its watchers had (the last few are kept), else only its
+facts remain.
 """
 
 from __future__ import annotations
@@ -32,9 +35,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 import anyio
 
 from relay.inspector.model import SessionModel, build_model
-from relay.recording.audio import drop_audio
-from relay.recording.format import Frame
+from relay.recording.format import NOTE_FIELDS, Note
 from relay.recording.reader import iter_frames, read_recording
+from relay.recording.taps import Taps
+from relay.recording.writer import RecordingFilter
 
 if TYPE_CHECKING:
     from relay.recording.writer import RecordingWriter
@@ -43,14 +47,10 @@ log = logging.getLogger("relay.inspector")
 
 RECENT_SESSIONS = 20          # ended sessions the list keeps
 KEPT_VIEWS = 4                # models of ended, unrecorded sessions kept for a later look
-MAX_PENDING_BYTES = 64 << 20  # frames waiting for the model; past this the view stops (see `keep`)
+MAX_PENDING_BYTES = 64 << 20  # frames waiting for the model; past this the view stops (see `record`)
 
-
-class Recorder(Protocol):
-    """The edge's own recorder (relay.session.Recorder)."""
-
-    def record(self, direction: str, frame: str | bytes) -> None: ...
-    def record_notice(self, kind: str, fields: dict[str, Any]) -> None: ...
+# What waits for the model: (t, direction, frame), or (t, None, (kind, fields)) for a notice.
+Pending = tuple[float, str | None, Any]
 
 
 class Watcher(Protocol):
@@ -61,60 +61,42 @@ class Watcher(Protocol):
     def sessions_changed(self) -> None: ...
 
 
-def _ignore(direction: str, frame: str | bytes) -> None:
-    """The recorder of a session that has none (a sidecar without a recording)."""
-
-
 class LiveTap:
-    """The session loop's recorder when the inspector is on. `record` is an attribute, swapped:
-    the edge's recorder's own method while nobody watches, `_record_watched` while someone
-    does. `close(reason)` is what the loop calls when the session ends."""
+    """The session loop's recorder when the inspector is on: the edge's own recorders (`taps`:
+    the traffic counter, the recording...), which the session's live view joins while someone
+    watches it. `record` and `record_notice` are the chain's own methods: nobody watching, the
+    view costs the frames nothing. `close(reason)`, what the edge calls when the session ends,
+    closes the chain and ends the session in the hub's list."""
 
-    def __init__(self, session: LiveSession, inner: Recorder | None,
-                 on_close: Callable[[str], None] | None) -> None:
-        self._session = session
-        self._inner = inner
-        self._on_close = on_close
-        self.record: Callable[[str, str | bytes], None] = inner.record if inner is not None else _ignore
+    def __init__(self, session: LiveSession, taps: Taps) -> None:
+        self.session = session
+        self.taps = taps
+        self.record = taps.record
+        self.record_notice = taps.record_notice
 
     def watch(self) -> None:
-        self.record = self._record_watched
+        self.taps.add(self.session)
 
     def unwatch(self) -> None:
-        self.record = self._inner.record if self._inner is not None else _ignore
-
-    def record_notice(self, kind: str, fields: dict[str, Any]) -> None:
-        """The engine's notices go to the edge's recorder (the recording keeps some); the live
-        view reads the frames only."""
-        if self._inner is not None:
-            self._inner.record_notice(kind, fields)
-
-    def _record_watched(self, direction: str, frame: str | bytes) -> None:
-        if self._inner is not None:
-            self._inner.record(direction, frame)
-        self._session.keep(direction, frame)
+        self.taps.remove(self.session)
 
     def close(self, reason: str) -> None:
         try:
-            if self._on_close is not None:
-                self._on_close(reason)
+            self.taps.close(reason)
         finally:
-            self.unwatch()
-            self._session.end(reason)
+            self.session.end(reason)
 
 
 class LiveSession:
     """One session of the edge, as the inspector lists and shows it."""
 
     def __init__(self, hub: LiveHub, session_id: str, *, header: dict[str, Any],
-                 recording: RecordingWriter | None, redact: Callable[[str | bytes], str | bytes],
-                 drop_audio: bool, facts: dict[str, Any]) -> None:
+                 recording: RecordingWriter | None, as_recorded: RecordingFilter, facts: dict[str, Any]) -> None:
         self.hub = hub
         self.id = session_id
         self.header = header
         self.recording = recording
-        self.redact = redact
-        self.drop_audio = drop_audio
+        self.as_recorded = as_recorded   # the recording's own filter, or one with the same rules
         self.facts = facts
         self.tap: LiveTap | None = None
         self.model: SessionModel | None = None
@@ -123,7 +105,7 @@ class LiveSession:
         self.lock = anyio.Lock()
         # frames are timed as the recording times them, so that its frames and the tap's line up
         self._elapsed: Callable[[], float] = recording.elapsed if recording is not None else _since(time.monotonic())
-        self._pending: list[tuple[float, str, str | bytes]] = []
+        self._pending: list[Pending] = []
         self._pending_bytes = 0
         self._woken = False
         self._finished = False   # the model has been told the session ended
@@ -141,13 +123,22 @@ class LiveSession:
             return None
         return recording.path
 
-    # ---- frames (the loop's side; synchronous, cheap) ------------------------------------
-    def keep(self, direction: str, frame: str | bytes) -> None:
+    # ---- frames (the loop's side, as a member of its taps while watched; synchronous, cheap) --
+    def record(self, direction: str, frame: str | bytes) -> None:
         """A frame while someone watches: kept for the next batch, and the watchers woken once
         per batch. A view that cannot keep up (more than MAX_PENDING_BYTES waiting) stops
         rather than hold the session's memory."""
-        self._pending.append((self._elapsed(), direction, frame))
-        self._pending_bytes += len(frame)
+        self._keep((self._elapsed(), direction, frame), len(frame))
+
+    def record_notice(self, kind: str, fields: dict[str, Any]) -> None:
+        """An engine notice while someone watches: kept beside the frames, for the model to
+        read as the recording holds it (what the relay decided about a tool call)."""
+        if kind in NOTE_FIELDS:
+            self._keep((self._elapsed(), None, (kind, dict(fields))), 0)
+
+    def _keep(self, pending: Pending, size: int) -> None:
+        self._pending.append(pending)
+        self._pending_bytes += size
         if self._pending_bytes > MAX_PENDING_BYTES:
             self._stop_view("the view fell behind the session (too many frames to follow); open it again")
             return
@@ -155,6 +146,9 @@ class LiveSession:
             self._woken = True
             for watcher in self.watchers:
                 watcher.wake()
+
+    def close(self, reason: str) -> None:
+        self.end(reason)
 
     def end(self, reason: str) -> None:
         if self.ended is not None:
@@ -255,36 +249,21 @@ class LiveSession:
         for watcher in self.watchers:
             watcher.post(message)
 
-    def _feed_batch(self, model: SessionModel, batch: list[tuple[float, str, str | bytes]],
+    def _feed_batch(self, model: SessionModel, batch: list[Pending],
                     end: dict[str, Any] | None) -> str:
-        for t, direction, frame in batch:
-            model.feed(self._as_recorded(t, direction, frame))
+        for t, direction, payload in batch:
+            if direction is not None:
+                model.feed(self.as_recorded.as_frame(t, direction, payload))
+                continue
+            note = self.as_recorded.as_note(t, *payload)
+            if note is not None:
+                model.note(note)
         if end is not None:
             model.finish(end)
         message: dict[str, Any] = {"type": "delta", "session": self.id, "delta": model.delta()}
         if end is not None:
             message["ended"] = self.describe()
         return json.dumps(message, ensure_ascii=False)
-
-    def _as_recorded(self, t: float, direction: str, frame: str | bytes) -> Frame:
-        """The frame as the session's recording would read it back: secrets redacted, and its
-        audio left out when the edge records with --record-audio drop."""
-        redacted = self.redact(frame)
-        if isinstance(redacted, str):
-            event = _object(redacted)
-            if event is None:
-                return Frame(t, direction, None, redacted, None, 0)
-            dropped = drop_audio(event) if self.drop_audio else 0
-            return Frame(t, direction, event, None, None, 0, dropped)
-        data = bytes(redacted)
-        dropped = 0
-        if self.drop_audio:
-            event = _object(data)
-            if event is not None:
-                dropped = drop_audio(event)
-                if dropped:
-                    data = json.dumps(event, ensure_ascii=False).encode()
-        return Frame(t, direction, None, None, data, 0, dropped)
 
     def _new_model(self) -> SessionModel:
         return SessionModel(name=f"{self.id} (live)", header=self.header, kind="relay")
@@ -301,21 +280,19 @@ class LiveHub:
         self.listeners: set[Watcher] = set()
         self._views: deque[LiveSession] = deque()   # ended, unrecorded sessions whose model is kept
 
-    def open_session(self, session_id: str, *, header: dict[str, Any],
-                     redact: Callable[[str | bytes], str | bytes], recording: RecordingWriter | None,
-                     recorder: Recorder | None, on_close: Callable[[str], None] | None = None,
-                     **facts: Any) -> LiveTap:
-        """Register a session that starts now; its loop's recorder is the tap returned (`recorder`
-        is the edge's own; `on_close(reason)` runs when the tap is closed). `header` is the
+    def open_session(self, session_id: str, *, header: dict[str, Any], as_recorded: RecordingFilter,
+                     recording: RecordingWriter | None, taps: Taps, **facts: Any) -> LiveTap:
+        """Register a session that starts now; its loop's recorder is the tap returned, made of
+        `taps`, the edge's own recorders (`recording` among them, if any). `header` is the
         session's recording header (relay.recording.format.session_header: what a recording of it
-        starts with, whether or not it is recorded), `redact` the edge's secrets filter. `facts`
-        are shown in the list (a sidecar's `call_id`)."""
+        starts with, whether or not it is recorded); `as_recorded` shows a frame as the recording
+        holds it (the recording's own filter, or one with the same rules when it is not
+        recorded). `facts` are shown in the list (a sidecar's `call_id`)."""
         session = LiveSession(
-            self, session_id, header=header, recording=recording, redact=redact,
-            drop_audio=header.get("record_audio") == "drop",
+            self, session_id, header=header, recording=recording, as_recorded=as_recorded,
             facts={"id": session_id, "mode": header.get("mode"), "dialect": header.get("dialect"),
                    "started_at": header.get("started_at"), "tools": list(header.get("tools", ())), **facts})
-        session.tap = LiveTap(session, recorder, on_close)
+        session.tap = LiveTap(session, taps)
         self.live[session_id] = session
         self._list_changed()
         return session.tap
@@ -379,23 +356,19 @@ def _model_of_prefix(path: Path, size: int, header: dict[str, Any]) -> SessionMo
     if not isinstance(recorded_header, dict):
         recorded_header = header
     model = SessionModel(name=path.name, header=recorded_header, kind="relay")
-    for frame in iter_frames(path):
+    notes: list[Note] = []
+    for frame in iter_frames(path, notes=notes):
         if frame.line_no > complete_lines:
             break
         model.feed(frame)
+    for note in notes:
+        if note.line_no <= complete_lines:
+            model.note(note)
     return model
 
 
 def _model_of_recording(path: Path) -> SessionModel:
     return build_model(read_recording(path), release=True)
-
-
-def _object(text: str | bytes) -> dict[str, Any] | None:
-    try:
-        value = json.loads(text)
-    except (ValueError, RecursionError):
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def _since(start: float) -> Callable[[], float]:

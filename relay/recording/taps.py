@@ -1,0 +1,91 @@
+"""Where a session's traffic goes besides its sockets: the `Recorder` protocol the session loop
+records into, and `Taps`, the guarded chain the edges build it from (the traffic counter, the
+session's recording, a caller's frame tap, the live inspector's view while someone watches).
+
+One rule, kept here once: a failing recorder is dropped, never the session."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, Protocol
+
+log = logging.getLogger("relay.recording")
+
+
+class Recorder(Protocol):
+    """What crossed a session's sockets (`record`: the direction, one of
+    relay.recording.format.DIRECTIONS, and the frame as it crossed), what the engine decided
+    (`record_notice`: its notices, of which a recording keeps some), and the session's end
+    (`close`, with the reason)."""
+
+    def record(self, direction: str, frame: str | bytes) -> None: ...
+    def record_notice(self, kind: str, fields: dict[str, Any]) -> None: ...
+    def close(self, reason: str) -> None: ...
+
+
+class FrameTap:
+    """A function that sees every frame (`relay attach`'s `tap`, e.g. for transcripts), as a
+    recorder: notices and the end are not its business."""
+
+    def __init__(self, function: Callable[[str, str | bytes], None]) -> None:
+        self.record = function
+
+    def record_notice(self, kind: str, fields: dict[str, Any]) -> None:
+        pass
+
+    def close(self, reason: str) -> None:
+        pass
+
+
+class Taps:
+    """One session's recorders as the one its loop records into: every frame, notice and the
+    close go to each member in order. A member that raises is dropped (logged once, with its
+    traceback) and the session goes on; a dropped member is not closed either.
+
+    Members may join and leave while the session runs (the live inspector's view, while someone
+    watches it): one that is not a member costs the frames nothing. The members are a tuple,
+    replaced on every change, so a change during a call reaches the next frame."""
+
+    __slots__ = ("members",)
+
+    def __init__(self, *members: Recorder | None) -> None:
+        self.members: tuple[Recorder, ...] = tuple(member for member in members if member is not None)
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def add(self, member: Recorder) -> None:
+        if member not in self.members:
+            self.members = (*self.members, member)
+
+    def remove(self, member: Recorder) -> None:
+        self.members = tuple(known for known in self.members if known is not member)
+
+    def record(self, direction: str, frame: str | bytes) -> None:
+        for member in self.members:
+            try:
+                member.record(direction, frame)
+            except Exception:
+                self._drop(member, "recording a frame")
+
+    def record_notice(self, kind: str, fields: dict[str, Any]) -> None:
+        for member in self.members:
+            try:
+                member.record_notice(kind, fields)
+            except Exception:
+                self._drop(member, "recording a notice")
+
+    def close(self, reason: str) -> None:
+        """Close every member, in order; one that fails to close does not keep the next open."""
+        members, self.members = self.members, ()
+        for member in members:
+            try:
+                member.close(reason)
+            except Exception:
+                log.exception("a session recorder (%s) failed to close", type(member).__name__)
+
+    def _drop(self, member: Recorder, doing: str) -> None:
+        self.remove(member)
+        log.exception("a session recorder (%s) failed %s; it is dropped, the session goes on",
+                      type(member).__name__, doing)
