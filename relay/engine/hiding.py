@@ -10,7 +10,8 @@ define them again. `ClientView` keeps the rules of both directions in one place:
   items of relay calls are hidden; `previous_item_id` skips hidden items; `response.*` events
   lose hidden output items and the call ids of the relay's metadata;
 - the client's own `response.create`: held while the relay works (`relay_at_work`), then the
-  first goes up and the rest are refused as the provider would (`release_held_creates`).
+  first goes up and the rest are refused as the provider would (`release_held_creates`; the
+  held creates and their states are `holding.HeldCreates`).
 Rewriting methods answer `SAME` (forward the frame as it came), None (hide it) or a new event.
 """
 
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from relay.engine.actions import SendUpstream
 from relay.engine.calls import CallEntry, Owner
 from relay.engine.conversation import ItemRecord
+from relay.engine.holding import HeldCreates
 from relay.engine.sequencer import ACTIVE_RESPONSE_CODE, META_CALLS, META_KIND
 
 if TYPE_CHECKING:
@@ -43,6 +45,7 @@ class ClientView:
         self.relay_items: set[str] = set()
         self.client_items: set[str] = set()
         self.client_calls: set[str] = set()   # call ids of function_call items the client created
+        self.held = HeldCreates(strict=config.strict, on_refused=engine._refused_step)   # client creates held back
 
     # ==== whose items ===================================================================
     def classify(self, record: ItemRecord) -> None:
@@ -130,8 +133,8 @@ class ClientView:
             event = rewritten = {**event, "response": {**options, "tools": options["tools"] + engine.tools.definitions()}}
         event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
         if engine.config.hold_client_creates and (engine.ledger.unanswered() or engine.sequencer.busy(engine._now)):
-            engine.sequencer.hold_client_create(json.dumps(event, ensure_ascii=False, separators=(",", ":")),
-                                                event_id, for_relay=self.relay_at_work())
+            self.held.hold(json.dumps(event, ensure_ascii=False, separators=(",", ":")), event_id,
+                           for_relay=self.relay_at_work())
             return None
         engine.sequencer.client_create_forwarded(event_id, engine._now, answers_pending=False)
         return rewritten
@@ -139,12 +142,12 @@ class ClientView:
     def relay_at_work(self) -> bool:
         """Whether the relay's own work keeps the conversation busy: its calls are unanswered, its
         create is on its way or its response active, an active response holds its calls, or the
-        client's create it held back now meets what the client added since (`Sequencer.shift_collides`)."""
+        client's create it held back now meets what the client added since (`HeldCreates.collides`)."""
         engine = self.engine
         sequencer, ledger = engine.sequencer, engine.ledger
-        if ledger.unanswered() or sequencer.inflight is not None or sequencer.shift_collides():
+        if ledger.unanswered() or sequencer.in_flight() or self.held.collides():
             return True
-        for response_id, creator in sequencer.active.items():
+        for response_id, creator in sequencer.active_creators():
             response = engine.conversation.responses.get(response_id)
             if creator == "relay" or (response is not None and any(
                     e is not None and e.owner is Owner.RELAY for e in map(ledger.by_item, response.output_item_ids))):
@@ -157,17 +160,21 @@ class ClientView:
         follow-up, which it then answers for) and the rest are refused as the provider refuses a
         create that meets an active response; when only someone else's response held them, all
         are refused so, exactly as without the relay."""
-        engine = self.engine
+        engine, held = self.engine, self.held
         sequencer = engine.sequencer
-        if not sequencer.held_creates:
-            sequencer.settle_shift(engine._now)
+        if not held.waiting():
+            if held.shifted() and not sequencer.busy(engine._now):
+                held.settle()
             return
-        if not sequencer.held_for_relay and self.relay_at_work():
-            sequencer.held_for_relay = True
+        if held.behind_others() and self.relay_at_work():
+            held.held_for_relay()
         if not engine.upstream_connected or engine.ledger.unanswered() or sequencer.busy(engine._now):
             return
-        frame, refused = sequencer.release_held_creates(engine._now)
-        if frame is not None:
+        first, refused = held.release()
+        if first is not None:
+            frame, event_id = first
+            # it answers the outputs just injected: the follow-ups waiting are delegated to it
+            sequencer.client_create_forwarded(event_id, engine._now, answers_pending=True)
             engine._out.append(SendUpstream(frame))
         for event_id in refused:
             engine._client_error(ACTIVE_RESPONSE_CODE, "Conversation already has an active response in progress: "
@@ -192,7 +199,7 @@ class ClientView:
                                     f"call {entry.call_id} ({entry.name}) belongs to a relay tool; the relay "
                                     "sends its output", event.get("event_id"), param="item.call_id")
                 return None
-        engine.sequencer.client_added_item()
+        self.held.client_added_item()
         return SAME
 
     def _refuse_relay_tool_names(self, tools: Any, event: dict[str, Any], where: str) -> bool:

@@ -140,10 +140,9 @@ class Injector:
 
     def _link_follow_ups(self, response_id: str) -> None:
         engine = self.engine
-        confirmed = engine.sequencer.confirmed_items
         for call_id in list(self.unlinked_outputs):
             entry = engine.ledger.get(call_id)
-            if entry is None or entry.output_item_id in confirmed:
+            if entry is None or engine.sequencer.is_confirmed(entry.output_item_id):
                 self.unlinked_outputs.discard(call_id)
                 if entry is not None:
                     entry.follow_up_response_id = response_id

@@ -45,7 +45,8 @@ class OpenAIEngine(SessionEngine):
     def __init__(self, *args: Any, **options: Any) -> None:
         """As `SessionEngine`: tools, and the dialect, config, session_id and id_prefix options."""
         super().__init__(*args, **options)
-        self.sequencer = Sequencer(new_event_id=self._new_event_id, build_create=self.dialect.response_create)
+        self.sequencer = Sequencer(new_event_id=self._new_event_id, build_create=self.dialect.response_create,
+                                   strict=self.config.strict, on_refused=self._refused_step)
         self.view = ClientView(self)        # what the client sees of the relay's tools
         self.injector = Injector(self)      # where and when outputs go in, and the follow-up
 
@@ -490,7 +491,7 @@ class OpenAIEngine(SessionEngine):
         self.injector.send_pending_updates()
 
     def _on_close(self) -> None:
-        self.sequencer.held_creates.clear()
+        self.view.held.drop()
 
     # ==== client ========================================================================
     def _client_frame(self, frame: str | bytes) -> None:
