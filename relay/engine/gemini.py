@@ -125,7 +125,7 @@ class GeminiEngine(SessionEngine):
 
     def _to_client(self, frame: str | bytes) -> None:
         if self.config.has_client:
-            self._out.append(SendClient(frame))
+            self.ctx.emit(SendClient(frame))
 
     def _apply_handlers(self, message: dict[str, Any], handlers: dict[str, Callable[..., Any]]) -> Any:
         """Run the handler of each top-level key; the message to forward, `_SAME`, or `_STOP`."""
@@ -155,7 +155,7 @@ class GeminiEngine(SessionEngine):
                 self._model_audio()
             self._to_client(frame)
             return
-        message = self._decode(frame)
+        message = self.ctx.decode(frame)
         if message is None:
             return   # it cannot be told apart from a relay call the client must not see
         result = self._apply_handlers(message, self._UPSTREAM_HANDLERS)
@@ -166,7 +166,7 @@ class GeminiEngine(SessionEngine):
 
     def _on_server_content(self, content: Any) -> Any:
         if not isinstance(content, dict):
-            self._record_anomaly("serverContent is not an object", "serverContent")
+            self.ctx.anomaly("serverContent is not an object", "serverContent")
             return _SAME
         transcription = field(content, "inputTranscription")
         if isinstance(transcription, dict) and isinstance(transcription.get("text"), str):
@@ -192,7 +192,7 @@ class GeminiEngine(SessionEngine):
         key = key_of(tool_call, "functionCalls")
         calls = tool_call[key] if key is not None else None
         if not isinstance(calls, list):
-            self._record_anomaly("toolCall without a functionCalls list", "toolCall")
+            self.ctx.anomaly("toolCall without a functionCalls list", "toolCall")
             return _SAME
         turn = self._model_turn()
         visible: list[Any] = []
@@ -210,13 +210,13 @@ class GeminiEngine(SessionEngine):
     def _on_cancellation(self, cancellation: Any) -> Any:
         ids = field(cancellation, "ids")
         if not isinstance(ids, list):
-            self._record_anomaly("toolCallCancellation without an ids list", "toolCallCancellation")
+            self.ctx.anomaly("toolCallCancellation without an ids list", "toolCallCancellation")
             return _SAME
         visible = []
         for call_id in ids:
             entry = self.ledger.get(call_id)
             if entry is None:
-                self._record_anomaly(f"toolCallCancellation of unknown call {call_id}", "toolCallCancellation")
+                self.ctx.anomaly(f"toolCallCancellation of unknown call {call_id}", "toolCallCancellation")
             else:
                 if entry.state not in (CallState.ANSWERED, CallState.SKIPPED):
                     self._unsent = [u for u in self._unsent if u[0] != entry.call_id]
@@ -238,30 +238,30 @@ class GeminiEngine(SessionEngine):
     def _model_turn(self) -> ResponseRecord:
         """The model turn in progress, opened by its first output."""
         if self._turn is None:
-            turn = self.conversation.response(self._new_id("r"))
+            turn = self.conversation.response(self.ctx.new_id("r"))
             assert turn is not None
             turn.seen_created = True
-            turn.created_at = self._now
+            turn.created_at = self.ctx.now
             turn.creator = "server"
             self._turn = turn
-            self._response_notice(turn, "created")
+            self.ctx.response_notice(turn, "created")
         return self._turn
 
     def _end_turn(self, status: str) -> None:
         turn = self._turn
         if turn is not None:
             turn.status = status
-            turn.done_at = self._now
+            turn.done_at = self.ctx.now
             if status == "cancelled":
                 turn.status_details = {"type": "cancelled", "reason": "turn_detected"}
-            self._response_notice(turn, "done")
+            self.ctx.response_notice(turn, "done")
             record = self.conversation.item(self._model_item)
             if record is not None:
                 record.status = "completed" if status == "completed" else "incomplete"
         self._turn = None
         self._model_item = None
         self._user_item = None
-        self._forget_old()
+        self.ctx.forget_old()
 
     def _add_item(self, data: dict[str, Any], origin: str, *, previous: Any = ABSENT,
                   turn: ResponseRecord | None = None, hidden: bool = False) -> ItemRecord:
@@ -294,7 +294,7 @@ class GeminiEngine(SessionEngine):
             turn = self._model_turn()
             part: dict[str, Any] = {"type": part_type}
             part["text" if part_type == "output_text" else "transcript"] = None
-            record = self._add_item({"type": "message", "id": self._new_id("i"), "role": "assistant",
+            record = self._add_item({"type": "message", "id": self.ctx.new_id("i"), "role": "assistant",
                                      "status": "in_progress", "content": [part]}, "model", turn=turn)
             self._model_item = record.id
         return record
@@ -311,7 +311,7 @@ class GeminiEngine(SessionEngine):
                 order = self.conversation.order
                 position = order.index(first) if first in order else len(order)
                 previous = order[position - 1] if position > 0 else None
-            record = self._add_item({"type": "message", "id": self._new_id("i"), "role": "user",
+            record = self._add_item({"type": "message", "id": self.ctx.new_id("i"), "role": "user",
                                      "status": "completed",
                                      "content": [{"type": "input_audio", "transcript": None}]},
                                     "user_audio", previous=previous)
@@ -329,7 +329,7 @@ class GeminiEngine(SessionEngine):
                 continue
             role = "assistant" if turn.get("role") == "model" else "user"
             part_type = "output_text" if role == "assistant" else "input_text"
-            self._add_item({"type": "message", "id": self._new_id("i"), "role": role, "status": "completed",
+            self._add_item({"type": "message", "id": self.ctx.new_id("i"), "role": role, "status": "completed",
                             "content": [{"type": part_type, "text": text} for text in texts]}, "client")
         self._user_item = None
 
@@ -340,7 +340,7 @@ class GeminiEngine(SessionEngine):
         text = response_text(response)
         record = self.conversation.item(entry.output_item_id)
         if record is None:
-            record = self._add_item({"type": "function_call_output", "id": self._new_id("i"),
+            record = self._add_item({"type": "function_call_output", "id": self.ctx.new_id("i"),
                                      "call_id": entry.call_id, "output": text, "status": status}, origin,
                                     hidden=self._hiding and entry.owner is Owner.RELAY)
             entry.output_item_id = record.id
@@ -357,25 +357,25 @@ class GeminiEngine(SessionEngine):
     def _announce(self, call: Any, turn: ResponseRecord) -> tuple[CallEntry | None, bool]:
         """Record a call of a toolCall; (its ledger entry, whether it is new)."""
         if not isinstance(call, dict):
-            self._record_anomaly("a functionCalls entry is not an object", "toolCall")
+            self.ctx.anomaly("a functionCalls entry is not an object", "toolCall")
             return None, False
         call_id, name = call.get("id"), call.get("name")
         if not isinstance(call_id, str) or not call_id:
-            self._record_anomaly(f"function call {name!r} without an id: left to the client", "toolCall")
+            self.ctx.anomaly(f"function call {name!r} without an id: left to the client", "toolCall")
             return None, False
         existing = self.ledger.get(call_id)
         if existing is not None:
-            self._record_anomaly(f"call {call_id} delivered again; run once", "toolCall")
+            self.ctx.anomaly(f"call {call_id} delivered again; run once", "toolCall")
             return existing, False
         name = name if isinstance(name, str) else ""
         args = call.get("args")
         arguments = "" if args is None else json.dumps(args, ensure_ascii=False)
         owner = self._owner_of(name)
-        record = self._add_item({"type": "function_call", "id": self._new_id("i"), "call_id": call_id,
+        record = self._add_item({"type": "function_call", "id": self.ctx.new_id("i"), "call_id": call_id,
                                  "name": name, "arguments": arguments, "status": "completed"},
                                 "model", turn=turn, hidden=self._hiding and owner is Owner.RELAY)
         entry = self.ledger.add(CallEntry(call_id, name, record.id, turn.id, owner, arguments=arguments,
-                                          arguments_from_done=arguments, announced_at=self._now))
+                                          arguments_from_done=arguments, announced_at=self.ctx.now))
         return entry, True
 
     def _client_declares(self, name: str) -> bool:
@@ -386,7 +386,7 @@ class GeminiEngine(SessionEngine):
         repeated, silently, as the final answer when the stream ends."""
         tool = self.tools.get(entry.name)
         if tool is None or tool.kind is not HandlerKind.STREAM:
-            self._record_anomaly(f"{entry.name} is not a streaming tool; its yielded value is ignored", None)
+            self.ctx.anomaly(f"{entry.name} is not a streaming tool; its yielded value is ignored", None)
             return
         self._interim[entry.call_id] = rendered
         entry.updates += (rendered.output,)
@@ -421,13 +421,13 @@ class GeminiEngine(SessionEngine):
         answer = self.dialect.function_response(
             call_id=entry.call_id, name=entry.name, response=body, scheduling=scheduling,
             will_continue=(not final) if streaming else None)
-        if not self.upstream_connected:
+        if not self.ctx.upstream_connected:
             self._unsent.append((entry.call_id, answer, final))
             return
         self._send_answer(entry, answer, final)
 
     def _send_answer(self, entry: CallEntry, answer: dict[str, Any], final: bool) -> None:
-        self._out.append(SendUpstream(json.dumps(self.dialect.tool_response([answer]), ensure_ascii=False,
+        self.ctx.emit(SendUpstream(json.dumps(self.dialect.tool_response([answer]), ensure_ascii=False,
                                                  separators=(",", ":"))))
         self._record_output(entry, answer["response"], "relay", final=final,
                             status=(entry.output_status or "completed") if final else "completed")
@@ -452,17 +452,17 @@ class GeminiEngine(SessionEngine):
         if self._refused:
             return   # the session is closing: nothing more of this client goes up
         if is_media_frame(frame, "client"):
-            self._out.append(SendUpstream(frame))
+            self.ctx.emit(SendUpstream(frame))
             return
-        message = self._decode(frame)
+        message = self.ctx.decode(frame)
         if message is None:
-            self._out.append(SendUpstream(frame))   # the provider answers malformed input itself
+            self.ctx.emit(SendUpstream(frame))   # the provider answers malformed input itself
             return
         result = self._apply_handlers(message, self._CLIENT_HANDLERS)
         if result is _SAME:
-            self._out.append(SendUpstream(frame))
+            self.ctx.emit(SendUpstream(frame))
         elif result is not _STOP:
-            self._out.append(SendUpstream(_encode(result, frame)))
+            self.ctx.emit(SendUpstream(_encode(result, frame)))
 
     def _client_setup(self, setup: Any) -> Any:
         if not isinstance(setup, dict):
@@ -483,8 +483,8 @@ class GeminiEngine(SessionEngine):
         if clashes:
             names = ", ".join(clashes)
             message = f"setup declares {names}, which the relay provides; remove it from your tools"
-            self._client_error("relay_tool_redefined", message)
-            self._out.append(Close("client", POLICY_VIOLATION, f"relay tool redefined: {names}"))
+            self.ctx.client_error("relay_tool_redefined", message)
+            self.ctx.emit(Close("client", POLICY_VIOLATION, f"relay tool redefined: {names}"))
             self._refused = True
             return _STOP
         ours = [self.dialect.function_declaration(spec) for spec in self.tools]
@@ -522,7 +522,7 @@ class GeminiEngine(SessionEngine):
         for response in responses:
             entry = self.ledger.get(response.get("id")) if isinstance(response, dict) else None
             if entry is not None and entry.owner is Owner.RELAY:
-                self._client_error("relay_owned_call", f"call {entry.call_id} ({entry.name}) belongs to a relay "
+                self.ctx.client_error("relay_owned_call", f"call {entry.call_id} ({entry.name}) belongs to a relay "
                                    "tool; its answer from the client was not forwarded")
                 continue
             kept.append(response)

@@ -7,12 +7,12 @@ response is cancelled; `response.done` lets outputs in (`injection.Injector`), a
 `turn_detected` response or `speech_started` is a barge-in. What the core decides (`core`) comes
 back as frames through the dialect's shapes (Foundry's `name`, beta's `modalities`). What the
 client may see of the relay's tools is `hiding.ClientView`'s; when `response.create` goes up
-is the sequencer's. Audio frames pass without being parsed (`receive_upstream`/`receive_client`).
+is the sequencer's. The helpers act through the session's context (`context.OpenAIContext`)
+only. Audio frames pass without being parsed (`receive_upstream`/`receive_client`).
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any, Callable, Iterable
 
@@ -20,13 +20,14 @@ from relay.dialects import OPENAI, Dialect
 from relay.dialects.base import canonical_type
 from relay.engine.actions import Action, Notice, SendClient, SendUpstream
 from relay.engine.calls import OUTCOME_ERROR, OUTCOME_OK, CallEntry, CallState, Owner
+from relay.engine.context import OpenAIContext
 from relay.engine.conversation import ABSENT, ItemRecord, ResponseRecord
 from relay.engine.core import SessionEngine
 from relay.engine.hiding import SAME as _SAME
 from relay.engine.hiding import ClientView
 from relay.engine.injection import Injector
 from relay.engine.peek import has_single_plain_type, peek_type
-from relay.engine.sequencer import Sequencer, sent_notice
+from relay.engine.sequencer import sent_notice
 from relay.tools.render import RenderedOutput
 from relay.tools.spec import ToolSpec
 
@@ -41,14 +42,15 @@ class OpenAIEngine(SessionEngine):
     """One OpenAI-family session's state and rules (GA, beta, Azure, Foundry)."""
 
     default_dialect: Dialect = OPENAI
+    context_class = OpenAIContext
+    ctx: OpenAIContext
 
     def __init__(self, *args: Any, **options: Any) -> None:
         """As `SessionEngine`: tools, and the dialect, config, session_id and id_prefix options."""
         super().__init__(*args, **options)
-        self.sequencer = Sequencer(new_event_id=self._new_event_id, build_create=self.dialect.response_create,
-                                   strict=self.config.strict, on_refused=self._refused_step)
-        self.view = ClientView(self)        # what the client sees of the relay's tools
-        self.injector = Injector(self)      # where and when outputs go in, and the follow-up
+        self.sequencer = self.ctx.sequencer     # when response.create (or response.cancel) goes up
+        self.view = ClientView(self.ctx)        # what the client sees of the relay's tools
+        self.injector = Injector(self.ctx)      # where and when outputs go in, and the follow-up
 
     # ---- the audio fast path: frames the engine only forwards skip its bookkeeping ----
     def receive_upstream(self, frame: str | bytes, now: float) -> list[Action]:
@@ -72,27 +74,11 @@ class OpenAIEngine(SessionEngine):
         self.view.release_held_creates()
         self._pump()
 
-    def _new_event_id(self) -> str:
-        return self._new_id("e")
-
-    def _new_item_id(self) -> str:
-        return self._new_id("i")
-
-    def _remember_event(self, event_id: str, what: str, call_id: str | None) -> None:
-        self.sequencer.remember(event_id, what, call_id)
-
-    def _send_upstream(self, event: dict[str, Any]) -> None:
-        self._out.append(SendUpstream(json.dumps(event, ensure_ascii=False, separators=(",", ":"))))
-
-    def _send_client(self, event: dict[str, Any]) -> None:
-        if self.config.has_client:
-            self._out.append(SendClient(json.dumps(event, ensure_ascii=False, separators=(",", ":"))))
-
     def _parse(self, frame: str) -> dict[str, Any] | None:
         """The frame as an event dict, or None with the reason recorded."""
-        event = self._decode(frame)
+        event = self.ctx.decode(frame)
         if event is not None and not isinstance(event.get("type"), str):
-            self._bad_frame("missing_type", "event has no string `type` field")
+            self.ctx.bad_frame("missing_type", "event has no string `type` field")
             return None
         return event
 
@@ -102,20 +88,14 @@ class OpenAIEngine(SessionEngine):
         value = event.get(key)
         if isinstance(value, dict) and (not with_id or isinstance(value.get("id"), str)):
             return value
-        self._record_anomaly(f"{event['type']} without {missing}", event["type"])
+        self.ctx.anomaly(f"{event['type']} without {missing}", event["type"])
         return None
-
-    def _bad_frame(self, code: str, message: str) -> None:
-        if self._source == "client":
-            self._client_error(code, message)
-        else:
-            self._record_anomaly(message, None)
 
     # ==== upstream ======================================================================
     def _upstream_frame(self, frame: str | bytes) -> None:
         self.frames_in["upstream"] += 1
         if not isinstance(frame, str):
-            self._record_anomaly("binary frame from upstream dropped", None)
+            self.ctx.anomaly("binary frame from upstream dropped", None)
             return
         event = self._parse(frame)
         if event is None:
@@ -126,9 +106,9 @@ class OpenAIEngine(SessionEngine):
         if not self.config.has_client or result is None:
             return
         if result is _SAME:
-            self._out.append(SendClient(frame))
+            self.ctx.emit(SendClient(frame))
         else:
-            self._send_client(result)
+            self.ctx.send_client(result)
 
     # ---- session ----
     def _on_session(self, event: dict[str, Any]) -> Any:
@@ -158,7 +138,7 @@ class OpenAIEngine(SessionEngine):
         self.conversation.insert(record.id, event.get("previous_item_id", ABSENT), event["type"])
         if record.origin == "relay":
             self.sequencer.item_confirmed(record.id)
-        self.view.placed(record)
+        self.ctx.origins.placed(record)
         self._track_item_calls(record)
         return self.view.item_event(event, record)
 
@@ -192,7 +172,7 @@ class OpenAIEngine(SessionEngine):
         elif record.type == "function_call_output":
             entry = self.ledger.get(record.call_id)
             if entry is None:
-                self._record_anomaly(f"output for unknown call {record.call_id}", "function_call_output")
+                self.ctx.anomaly(f"output for unknown call {record.call_id}", "function_call_output")
                 return
             if entry.owner is Owner.CLIENT or record.origin == "client":
                 entry.output = record.output
@@ -211,18 +191,18 @@ class OpenAIEngine(SessionEngine):
         response = self.conversation.response(data["id"])
         assert response is not None
         if response.seen_created or response.done:
-            self._record_anomaly(f"response.created for {response.id}, which was already "
-                                 f"{'done' if response.done else 'created'}", event["type"])
+            self.ctx.anomaly(f"response.created for {response.id}, which was already "
+                             f"{'done' if response.done else 'created'}", event["type"])
             return _SAME
         response.seen_created = True
-        response.created_at = self._now
+        response.created_at = self.ctx.now
         response.metadata = data.get("metadata")
         response.out_of_band = "conversation_id" in data and data.get("conversation_id") is None
-        creator, ours = self.sequencer.response_created(response.id, response.metadata, self._now)
+        creator, ours = self.sequencer.response_created(response.id, response.metadata, self.ctx.now)
         response.creator = creator
         if creator == "relay":
             response.metadata = None   # ours: the creator says it all, and long sessions make many
-        self._response_notice(response, "created", ours)
+        self.ctx.response_notice(response, "created", ours)
         self.injector.response_started(response, ours)
         return self.view.response_event(event, data)
 
@@ -264,7 +244,7 @@ class OpenAIEngine(SessionEngine):
             entry.arguments += delta
             entry.delta_count += 1
         if entry.state is CallState.ANNOUNCED:
-            self.ledger.move(entry, CallState.STREAMING, self._now)
+            self.ledger.move(entry, CallState.STREAMING, self.ctx.now)
         return None if self.view.hides_call(entry) else _SAME
 
     def _on_arguments_done(self, event: dict[str, Any]) -> Any:
@@ -274,7 +254,7 @@ class OpenAIEngine(SessionEngine):
         final = event.get("arguments")
         if isinstance(final, str):
             if entry.delta_count and entry.arguments != final:
-                self._record_anomaly(
+                self.ctx.anomaly(
                     f"arguments of call {entry.call_id} assembled from {entry.delta_count} deltas "
                     f"differ from response.function_call_arguments.done", event["type"])
             entry.arguments_from_done = final
@@ -284,7 +264,7 @@ class OpenAIEngine(SessionEngine):
     def _call_of_event(self, event: dict[str, Any]) -> CallEntry | None:
         entry = self.ledger.by_item(event.get("item_id")) or self.ledger.get(event.get("call_id"))
         if entry is None:
-            self._record_anomaly(
+            self.ctx.anomaly(
                 f"{event['type']} for unknown call {event.get('call_id') or event.get('item_id')}",
                 event["type"])
             call_id, item_id = event.get("call_id"), event.get("item_id")
@@ -292,7 +272,7 @@ class OpenAIEngine(SessionEngine):
                 # a log that elided the item's announcement: keep the arguments, own nothing
                 entry = self.ledger.add(CallEntry(call_id, str(event.get("name") or ""), item_id,
                                                   _str_or_none(event.get("response_id")),
-                                                  Owner.CLIENT, announced_at=self._now))
+                                                  Owner.CLIENT, announced_at=self.ctx.now))
         return entry
 
     def _on_response_done(self, event: dict[str, Any]) -> Any:
@@ -302,18 +282,17 @@ class OpenAIEngine(SessionEngine):
         response = self.conversation.response(data["id"])
         assert response is not None
         if response.done:
-            self._record_anomaly(f"duplicate response.done for {response.id}", event["type"])
+            self.ctx.anomaly(f"duplicate response.done for {response.id}", event["type"])
             return self.view.response_event(event, data)
         if not response.seen_created:
-            self._record_anomaly(f"response.done without response.created for {response.id}",
-                                 event["type"])
+            self.ctx.anomaly(f"response.done without response.created for {response.id}", event["type"])
             if response.metadata is None:
                 response.metadata = data.get("metadata")
         response.status = sys.intern(str(data.get("status") or "completed"))
         details = data.get("status_details")
         response.status_details = details if isinstance(details, dict) else None
-        response.done_at = self._now
-        self._response_notice(response, "done")
+        response.done_at = self.ctx.now
+        self.ctx.response_notice(response, "done")
         output = data.get("output")
         for index, item in enumerate(output if isinstance(output, list) else []):
             if isinstance(item, dict):
@@ -326,7 +305,7 @@ class OpenAIEngine(SessionEngine):
         elif response.status in _CANCEL_STATES:
             self._interrupt_running_of(response)
         self.injector.inject_ready(response)
-        self._forget_old()
+        self.ctx.forget_old()
         return self.view.response_event(event, data)
 
     def _settle_calls(self, response: ResponseRecord) -> None:
@@ -351,14 +330,13 @@ class OpenAIEngine(SessionEngine):
         error = self._part(event, "error", "an error object")
         if error is None:
             return _SAME
-        ours = self.sequencer.error_about(error, self._now)
+        ours = self.sequencer.error_about(error, self.ctx.now)
         if ours is None:
             return _SAME
         what, call_id = ours
         message = f"{error.get('code') or error.get('type')}: {error.get('message')}"
-        self._out.append(Notice("upstream_error", {"what": what, "call_id": call_id,
-                                                   "code": error.get("code"),
-                                                   "message": error.get("message")}))
+        self.ctx.emit(Notice("upstream_error", {"what": what, "call_id": call_id, "code": error.get("code"),
+                                                "message": error.get("message")}))
         entry = self.ledger.get(call_id)
         if entry is not None:
             entry.upstream_errors += (message,)
@@ -404,20 +382,20 @@ class OpenAIEngine(SessionEngine):
     def _announce_call(self, record: ItemRecord) -> None:
         call_id = record.call_id
         if not isinstance(call_id, str) or not call_id:
-            self._record_anomaly(f"function_call item {record.id} without call_id", "function_call")
+            self.ctx.anomaly(f"function_call item {record.id} without call_id", "function_call")
             return
         entry = self.ledger.get(call_id)
         name = record.name or ""
         if entry is None:
-            owner = self._owner_of(name, client_made=record.origin == "client" or call_id in self.view.client_calls)
+            owner = self._owner_of(name, client_made=record.origin == "client" or self.ctx.origins.client_made_call(call_id))
             entry = self.ledger.add(CallEntry(call_id, name, record.id, record.response_id, owner,
-                                              announced_at=self._now))
+                                              announced_at=self.ctx.now))
         elif entry.item_id != record.id:
             if entry.item_id is None:
                 entry.item_id = record.id
                 self.ledger.add(entry)
             else:
-                self._record_anomaly(f"call {call_id} announced again with another item {record.id}",
+                self.ctx.anomaly(f"call {call_id} announced again with another item {record.id}",
                                      "function_call")
                 return
         if entry.response_id is None and record.response_id is not None:
@@ -441,7 +419,7 @@ class OpenAIEngine(SessionEngine):
         self._call_complete(entry)
 
     def _handler_started(self, entry: CallEntry, tool: ToolSpec) -> None:
-        self.sequencer.tool_started(entry.call_id, tool.on_start, tool.on_delay, self._now)
+        self.sequencer.tool_started(entry.call_id, tool.on_start, tool.on_delay, self.ctx.now)
 
     def _streamed(self, entry: CallEntry, value: Any, rendered: RenderedOutput) -> None:
         """A streaming tool's first value is its output; later values are updates."""
@@ -466,13 +444,13 @@ class OpenAIEngine(SessionEngine):
     # ---- interruption ----
     def _interrupt_running_of(self, response: ResponseRecord) -> None:
         for entry in self.injector.response_calls(response):
-            if entry.call_id in self._handlers_active and not entry.interrupted:
+            if entry.call_id in self.running and not entry.interrupted:
                 self._interrupt(entry, f"response {response.status}")
 
     # ==== timers ========================================================================
     def _tick(self) -> None:
         super()._tick()
-        self.sequencer.promote_due_fillers(self._now)
+        self.sequencer.promote_due_fillers(self.ctx.now)
 
     # ==== connection lifecycle ==========================================================
     def _on_reconnect(self) -> None:
@@ -483,8 +461,8 @@ class OpenAIEngine(SessionEngine):
             if not response.done:
                 # its end was lost with the connection: the calls that completed still count
                 response.status = "unknown"
-                response.done_at = self._now
-                self._response_notice(response, "done")
+                response.done_at = self.ctx.now
+                self.ctx.response_notice(response, "done")
                 self._settle_calls(response)
         for response_id in list(self.conversation.response_order):
             self.injector.inject_ready(self.conversation.responses[response_id])
@@ -497,8 +475,8 @@ class OpenAIEngine(SessionEngine):
     def _client_frame(self, frame: str | bytes) -> None:
         self.frames_in["client"] += 1
         if not isinstance(frame, str):
-            self._client_error("binary_frame_not_supported",
-                               "binary frames are not part of the realtime protocol; send JSON text")
+            self.ctx.client_error("binary_frame_not_supported",
+                                  "binary frames are not part of the realtime protocol; send JSON text")
             return
         event = self._parse(frame)
         if event is None:
@@ -510,20 +488,21 @@ class OpenAIEngine(SessionEngine):
         if result is None:
             return
         if result is _SAME:
-            self._out.append(SendUpstream(frame))
+            self.ctx.emit(SendUpstream(frame))
         else:
-            self._send_upstream(result)
+            self.ctx.send_upstream(result)
 
     # ==== sequencing ====================================================================
     def _pump(self) -> None:
         """Let the sequencer send what is due now."""
-        if not self.upstream_connected:
+        if not self.ctx.upstream_connected:
             return
-        for frame in self.sequencer.poll(self._now):
-            self._send_upstream(frame)
+        ctx = self.ctx
+        for frame in self.sequencer.poll(ctx.now):
+            ctx.send_upstream(frame)
             notice = sent_notice(frame)
             if notice is not None:
-                self._out.append(notice)
+                ctx.emit(notice)
 
 
 def _str_or_none(value: Any) -> str | None:
