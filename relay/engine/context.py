@@ -1,7 +1,7 @@
 """What one session's engine and its helpers share, and the only way the helpers act.
 
 The engine builds one context per session and sets `now` and `source` at each input. A helper
-(`hiding.ClientView`, `injection.Injector`) is given the
+(`hiding.ClientView`, `injection.Injector`, `watching.CallWatcher`, `turns.Turns`) is given the
 context and uses nothing else of the engine. What it may do: make ids, send a frame upstream or
 to the client, emit a notice, record an anomaly, tell the client what the relay refused, and
 report a call's facts to the core's rules (`CallRules`). What it may know: the time of the input,

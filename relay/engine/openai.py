@@ -6,9 +6,10 @@ say what happens to calls: announced by their item, complete when it is done, sk
 response is cancelled; `response.done` lets outputs in (`injection.Injector`), a cancelled
 `turn_detected` response or `speech_started` is a barge-in. What the core decides (`core`) comes
 back as frames through the dialect's shapes (Foundry's `name`, beta's `modalities`). What the
-client may see of the relay's tools is `hiding.ClientView`'s; when `response.create` goes up
-is the sequencer's. The helpers act through the session's context (`context.OpenAIContext`)
-only. Audio frames pass without being parsed (`receive_upstream`/`receive_client`).
+items and events say of calls is `watching.CallWatcher`'s; what the client may see of the relay's
+tools is `hiding.ClientView`'s; when `response.create` goes up is the sequencer's. The helpers act
+through the session's context (`context.OpenAIContext`) only. Audio frames pass without being
+parsed (`receive_upstream`/`receive_client`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any, Callable, Iterable
 from relay.dialects import OPENAI, Dialect
 from relay.dialects.base import canonical_type
 from relay.engine.actions import Action, Notice, SendClient, SendUpstream
-from relay.engine.calls import OUTCOME_ERROR, OUTCOME_OK, CallEntry, CallState, Owner
+from relay.engine.calls import OUTCOME_ERROR, OUTCOME_OK, CallEntry, CallState
 from relay.engine.context import OpenAIContext
 from relay.engine.conversation import ABSENT, ItemRecord, ResponseRecord
 from relay.engine.core import SessionEngine
@@ -28,14 +29,13 @@ from relay.engine.hiding import ClientView
 from relay.engine.injection import Injector
 from relay.engine.peek import has_single_plain_type, peek_type
 from relay.engine.sequencer import sent_notice
+from relay.engine.watching import CANCEL_STATES, CallWatcher
 from relay.tools.render import RenderedOutput
 from relay.tools.spec import ToolSpec
 
 # Frames forwarded as the same text without being parsed.
 UPSTREAM_PASSTHROUGH = frozenset({"response.output_audio.delta", "response.audio.delta"})
 CLIENT_PASSTHROUGH = frozenset({"input_audio_buffer.append"})
-
-_CANCEL_STATES = ("cancelled", "failed")
 
 
 class OpenAIEngine(SessionEngine):
@@ -49,6 +49,7 @@ class OpenAIEngine(SessionEngine):
         """As `SessionEngine`: tools, and the dialect, config, session_id and id_prefix options."""
         super().__init__(*args, **options)
         self.sequencer = self.ctx.sequencer     # when response.create (or response.cancel) goes up
+        self.watcher = CallWatcher(self.ctx)    # what items and events say of calls
         self.view = ClientView(self.ctx)        # what the client sees of the relay's tools
         self.injector = Injector(self.ctx)      # where and when outputs go in, and the follow-up
 
@@ -139,7 +140,7 @@ class OpenAIEngine(SessionEngine):
         if record.origin == "relay":
             self.sequencer.item_confirmed(record.id)
         self.ctx.origins.placed(record)
-        self._track_item_calls(record)
+        self.watcher.track(record)
         return self.view.item_event(event, record)
 
     def _on_item_done(self, event: dict[str, Any]) -> Any:
@@ -148,11 +149,11 @@ class OpenAIEngine(SessionEngine):
             return _SAME
         if not record.in_conversation and record.origin != "model":
             self.conversation.insert(record.id, event.get("previous_item_id", ABSENT), event["type"])
-        self._track_item_calls(record)
+        self.watcher.track(record)
         if record.type == "function_call" and record.status == "completed" and record.response_id:
             entry = self.ledger.by_item(record.id)
             if entry is not None:
-                self._call_item_complete(entry)
+                self.watcher.item_complete(entry)
         return self.view.item_event(event, record)
 
     def _on_item_edit(self, event: dict[str, Any]) -> Any:
@@ -165,23 +166,6 @@ class OpenAIEngine(SessionEngine):
 
     def _on_committed(self, event: dict[str, Any]) -> Any:
         return self.view.with_visible_predecessor(event)
-
-    def _track_item_calls(self, record: ItemRecord) -> None:
-        if record.type == "function_call":
-            self._announce_call(record)
-        elif record.type == "function_call_output":
-            entry = self.ledger.get(record.call_id)
-            if entry is None:
-                self.ctx.anomaly(f"output for unknown call {record.call_id}", "function_call_output")
-                return
-            if entry.owner is Owner.CLIENT or record.origin == "client":
-                entry.output = record.output
-                entry.output_item_id = record.id
-                entry.output_status = record.status
-                if entry.owner is Owner.CLIENT:
-                    self._client_answered(entry)
-            elif record.output == entry.output:
-                record.output = entry.output   # the echo of ours: keep one copy of the text
 
     # ---- responses ----
     def _on_response_created(self, event: dict[str, Any]) -> Any:
@@ -220,7 +204,7 @@ class OpenAIEngine(SessionEngine):
                 and record.status == "completed"):
             entry = self.ledger.by_item(record.id)
             if entry is not None:
-                self._call_item_complete(entry)
+                self.watcher.item_complete(entry)
         return None if record.hidden else _SAME
 
     def _output_item(self, response: ResponseRecord | None, data: dict[str, Any], index: Any) -> ItemRecord | None:
@@ -232,48 +216,16 @@ class OpenAIEngine(SessionEngine):
             record.response_id = response.id
             self.conversation.link_output(response, record.id, index)
         self.view.classify(record)
-        self._track_item_calls(record)
+        self.watcher.track(record)
         return record
 
     def _on_arguments_delta(self, event: dict[str, Any]) -> Any:
-        entry = self._call_of_event(event)
-        if entry is None:
-            return _SAME
-        delta = event.get("delta")
-        if isinstance(delta, str):
-            entry.arguments += delta
-            entry.delta_count += 1
-        if entry.state is CallState.ANNOUNCED:
-            self.ledger.move(entry, CallState.STREAMING, self.ctx.now)
-        return None if self.view.hides_call(entry) else _SAME
+        entry = self.watcher.arguments_delta(event)
+        return None if entry is not None and self.view.hides_call(entry) else _SAME
 
     def _on_arguments_done(self, event: dict[str, Any]) -> Any:
-        entry = self._call_of_event(event)
-        if entry is None:
-            return _SAME
-        final = event.get("arguments")
-        if isinstance(final, str):
-            if entry.delta_count and entry.arguments != final:
-                self.ctx.anomaly(
-                    f"arguments of call {entry.call_id} assembled from {entry.delta_count} deltas "
-                    f"differ from response.function_call_arguments.done", event["type"])
-            entry.arguments_from_done = final
-            entry.arguments = final
-        return None if self.view.hides_call(entry) else _SAME
-
-    def _call_of_event(self, event: dict[str, Any]) -> CallEntry | None:
-        entry = self.ledger.by_item(event.get("item_id")) or self.ledger.get(event.get("call_id"))
-        if entry is None:
-            self.ctx.anomaly(
-                f"{event['type']} for unknown call {event.get('call_id') or event.get('item_id')}",
-                event["type"])
-            call_id, item_id = event.get("call_id"), event.get("item_id")
-            if isinstance(call_id, str) and isinstance(item_id, str):
-                # a log that elided the item's announcement: keep the arguments, own nothing
-                entry = self.ledger.add(CallEntry(call_id, str(event.get("name") or ""), item_id,
-                                                  _str_or_none(event.get("response_id")),
-                                                  Owner.CLIENT, announced_at=self.ctx.now))
-        return entry
+        entry = self.watcher.arguments_done(event)
+        return None if entry is not None and self.view.hides_call(entry) else _SAME
 
     def _on_response_done(self, event: dict[str, Any]) -> Any:
         data = self._part(event, "response", "a response id", with_id=True)
@@ -297,33 +249,16 @@ class OpenAIEngine(SessionEngine):
         for index, item in enumerate(output if isinstance(output, list) else []):
             if isinstance(item, dict):
                 self._output_item(response, item, index)
-        self._settle_calls(response)
+        self.watcher.settle(response)
         self.sequencer.response_done(response.id)
         self.sequencer.forget_confirmed(self.injector.unlinked_item_ids())
         if response.status == "cancelled" and response.reason == "turn_detected":
             self._barge_in(f"response {response.id} cancelled (turn_detected)")
-        elif response.status in _CANCEL_STATES:
+        elif response.status in CANCEL_STATES:
             self._interrupt_running_of(response)
         self.injector.inject_ready(response)
         self.ctx.forget_old()
         return self.view.response_event(event, data)
-
-    def _settle_calls(self, response: ResponseRecord) -> None:
-        """At `response.done`, every call of the response is either ready or skipped."""
-        failed = response.status in _CANCEL_STATES
-        for item_id in response.output_item_ids:
-            entry = self.ledger.by_item(item_id)
-            if entry is None or entry.state not in (CallState.ANNOUNCED, CallState.STREAMING):
-                continue
-            record = self.conversation.item(item_id)
-            item_status = record.status if record is not None else None
-            if failed:
-                reason = f"response {response.status}" + (f" ({response.reason})" if response.reason else "")
-                self._skip(entry, reason)
-            elif item_status not in (None, "completed"):
-                self._skip(entry, f"item {item_status}")
-            else:
-                self._call_item_complete(entry)
 
     # ---- errors ----
     def _on_error(self, event: dict[str, Any]) -> Any:
@@ -379,45 +314,6 @@ class OpenAIEngine(SessionEngine):
     }
 
     # ==== calls =========================================================================
-    def _announce_call(self, record: ItemRecord) -> None:
-        call_id = record.call_id
-        if not isinstance(call_id, str) or not call_id:
-            self.ctx.anomaly(f"function_call item {record.id} without call_id", "function_call")
-            return
-        entry = self.ledger.get(call_id)
-        name = record.name or ""
-        if entry is None:
-            owner = self._owner_of(name, client_made=record.origin == "client" or self.ctx.origins.client_made_call(call_id))
-            entry = self.ledger.add(CallEntry(call_id, name, record.id, record.response_id, owner,
-                                              announced_at=self.ctx.now))
-        elif entry.item_id != record.id:
-            if entry.item_id is None:
-                entry.item_id = record.id
-                self.ledger.add(entry)
-            else:
-                self.ctx.anomaly(f"call {call_id} announced again with another item {record.id}",
-                                     "function_call")
-                return
-        if entry.response_id is None and record.response_id is not None:
-            entry.response_id = record.response_id
-        if not entry.name and name:
-            entry.name = name
-        if record.arguments and record.status == "completed":
-            entry.arguments = record.arguments
-
-    def _call_item_complete(self, entry: CallEntry) -> None:
-        """The model finished the call's item: it may run unless it is a repeat, not a
-        response's output, or its response already ended cancelled or failed."""
-        if entry.state not in (CallState.ANNOUNCED, CallState.STREAMING):
-            return  # duplicate delivery: a call is started once
-        if entry.response_id is None:
-            return  # not a response output: never executed
-        response = self.conversation.response(entry.response_id, create=False)
-        if response is not None and response.done and response.status in _CANCEL_STATES:
-            self._skip(entry, f"response {response.status}")
-            return
-        self._call_complete(entry)
-
     def _handler_started(self, entry: CallEntry, tool: ToolSpec) -> None:
         self.sequencer.tool_started(entry.call_id, tool.on_start, tool.on_delay, self.ctx.now)
 
@@ -463,7 +359,7 @@ class OpenAIEngine(SessionEngine):
                 response.status = "unknown"
                 response.done_at = self.ctx.now
                 self.ctx.response_notice(response, "done")
-                self._settle_calls(response)
+                self.watcher.settle(response)
         for response_id in list(self.conversation.response_order):
             self.injector.inject_ready(self.conversation.responses[response_id])
         self.injector.send_pending_updates()
@@ -503,10 +399,6 @@ class OpenAIEngine(SessionEngine):
             notice = sent_notice(frame)
             if notice is not None:
                 ctx.emit(notice)
-
-
-def _str_or_none(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 __all__ = ["CLIENT_PASSTHROUGH", "OpenAIEngine", "UPSTREAM_PASSTHROUGH"]
