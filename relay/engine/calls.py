@@ -67,7 +67,17 @@ _DONE = frozenset({_S.ANSWERED, _S.SKIPPED, _S.ABANDONED})
 
 
 class IllegalTransition(RelayError, RuntimeError):
-    """A step the call's lifecycle does not allow: a bug in the engine, never in the input."""
+    """A step a lifecycle table does not allow: a bug in the engine, never in the input."""
+
+
+def refuse_step(message: str, *, strict: bool, on_refused: Callable[[str], None] | None) -> bool:
+    """A step its table does not allow: raised as `IllegalTransition` in strict mode (the tests),
+    otherwise told to `on_refused` (the engine records an anomaly). False: nothing moved."""
+    if strict:
+        raise IllegalTransition(message)
+    if on_refused is not None:
+        on_refused(message)
+    return False
 
 
 # Outcomes of relay-owned calls, as counted in metrics and logs.
@@ -173,11 +183,7 @@ class CallLedger:
         if to not in LIFECYCLE[entry.owner].get(entry.state, ()):
             message = (f"call {entry.call_id} ({entry.owner.value}-owned {entry.name or '?'}): "
                        f"{entry.state.value} -> {to.value} is not a step of its lifecycle")
-            if self.strict:
-                raise IllegalTransition(message)
-            if self._on_refused is not None:
-                self._on_refused(message)
-            return False
+            return refuse_step(message, strict=self.strict, on_refused=self._on_refused)
         entry.state = to
         stamp = _STAMPS.get(to)
         if stamp is not None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any, Callable, ClassVar
 
-from relay.engine.calls import IllegalTransition
+from relay.engine.calls import refuse_step
 
 Steps = dict[type[Enum], dict[Any, frozenset[Any]]]
 
@@ -41,8 +41,4 @@ class Machines:
             return True
         message = (f"{type(self).__name__} {machine.__name__}: {current.value} -> {to.value} "
                    f"is not a step of its table")
-        if self.strict:
-            raise IllegalTransition(message)
-        if self._on_refused is not None:
-            self._on_refused(message)
-        return False
+        return refuse_step(message, strict=self.strict, on_refused=self._on_refused)
