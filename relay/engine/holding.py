@@ -53,8 +53,8 @@ STEPS: Steps = {
 
 
 # the members by module names: read from its class, a member costs a descriptor call
-_NOT_HELD, _HELD, _FOR_RELAY = HeldState
-_NO_SHIFT, _SHIFTED, _ADDED = ShiftState
+_NOT_HELD, _HELD, _FOR_RELAY = _H.NONE, _H.HELD, _H.FOR_RELAY
+_NO_SHIFT, _SHIFTED, _ADDED = _T.NONE, _T.SHIFTED, _T.ADDED
 
 
 class HeldCreates(Machines):

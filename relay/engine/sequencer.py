@@ -87,10 +87,10 @@ STEPS: Steps = {
 }
 # the members by module names: read from its class, a member costs a descriptor call, and these
 # are read after every input
-_IDLE, _SENT, _RETRY, _RETRY_AFTER_DONE = CreateState
-_NO_CANCEL, _CANCEL_SENT = CancelState
-_BUSY = frozenset({_C.SENT, _C.RETRY_AFTER_DONE})
-_RETRYING = frozenset({_C.RETRY, _C.RETRY_AFTER_DONE})
+_IDLE, _SENT, _RETRY, _RETRY_AFTER_DONE = _C.IDLE, _C.SENT, _C.RETRY, _C.RETRY_AFTER_DONE
+_NO_CANCEL, _CANCEL_SENT = _X.NONE, _X.SENT
+_BUSY = frozenset({_SENT, _RETRY_AFTER_DONE})
+_RETRYING = frozenset({_RETRY, _RETRY_AFTER_DONE})
 
 
 @dataclass(slots=True)
@@ -175,7 +175,7 @@ class Sequencer(Machines):
         # what the states are about
         self._own: SentCreate | None = None        # the create of `create_state` (None when idle)
         self._retry_deadline = 0.0                  # RETRY_AFTER_DONE: when to stop waiting for a done
-        self._cancel_target: str | None = None      # _CANCEL_SENT: the response cancelled
+        self._cancel_target: str | None = None      # CancelState.SENT: the response cancelled
         # data
         self._active: dict[str, str] = {}           # response id -> creator
         self._ours: dict[str, SentCreate] = {}      # response id -> our create that made it
