@@ -21,12 +21,11 @@ from relay.engine import EngineConfig, OpenAIEngine
 from relay.engine.calls import IllegalTransition
 from relay.engine.holding import STEPS as HOLDING_STEPS
 from relay.engine.holding import HeldCreates, HeldState, ShiftState
-from relay.engine.sequencer import ACTIVE_RESPONSE_CODE, META_EVENT
 from relay.engine.sequencer import STEPS as SEQUENCER_STEPS
 from relay.engine.sequencer import CancelState, CreateState, Sequencer
 from relay.engine.states import Machines
 
-ACTIVE = {"type": "invalid_request_error", "code": ACTIVE_RESPONSE_CODE,
+ACTIVE = {"type": "invalid_request_error", "code": "conversation_already_has_active_response",
           "message": "Conversation already has an active response in progress: resp_x."}
 
 
@@ -196,7 +195,7 @@ def test_a_create_in_flight_when_the_connection_is_replaced_is_not_sent_again_ye
     frame = follow_up(sequencer)
     sequencer.reset_connection()
     assert sequencer.create_state is CreateState.IDLE and sequencer.poll(1.0) == []
-    creator, ours = sequencer.response_created("resp_1", {META_EVENT: frame["event_id"]}, 2.0)
+    creator, ours = sequencer.response_created("resp_1", frame["response"]["metadata"], 2.0)
     assert creator == "relay" and ours is not None
 
 
