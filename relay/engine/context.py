@@ -43,8 +43,9 @@ class CallRules:
     output_sent: Callable[[CallEntry], None]     # a relay call's output went upstream: answered
 
 
-def _compact(event: dict[str, Any]) -> str:
-    return json.dumps(event, ensure_ascii=False, separators=(",", ":"))
+# what json.dumps(event, ensure_ascii=False, separators=(",", ":")) writes, without building an
+# encoder for every frame
+_compact = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 def _short(exc: BaseException) -> str:

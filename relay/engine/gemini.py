@@ -124,7 +124,7 @@ class GeminiEngine(SessionEngine):
 
     def _to_client(self, frame: str | bytes) -> None:
         if self.config.has_client:
-            self.ctx.emit(SendClient(frame))
+            self.ctx.out.append(SendClient(frame))   # the engine's own outbox: no call on the way
 
     def _apply_handlers(self, message: dict[str, Any], handlers: dict[str, Callable[..., Any]]) -> Any:
         """Run the handler of each top-level key; the message to forward, `_SAME`, or `_STOP`."""

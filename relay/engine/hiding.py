@@ -138,10 +138,13 @@ class ClientView:
         follow-up, which it then answers for) and the rest are refused as the provider refuses a
         create that meets an active response; when only someone else's response held them, all
         are refused so, exactly as without the relay."""
-        ctx, held = self.ctx, self.held
+        held = self.held
+        if held.idle():
+            return
+        ctx = self.ctx
         sequencer = ctx.sequencer
-        if not held.waiting():
-            if held.shifted() and not sequencer.busy(ctx.now):
+        if not held.waiting():   # only a late create's response to see out
+            if not sequencer.busy(ctx.now):
                 held.settle()
             return
         if held.behind_others() and self.relay_at_work():
@@ -156,8 +159,8 @@ class ClientView:
             ctx.emit(SendUpstream(frame))
         for event_id in refused:
             ctx.client_error(ACTIVE_RESPONSE_CODE, "Conversation already has an active response in progress: "
-                                 "this response.create was not sent (the relay held it while a response was "
-                                 "active and forwarded the first one held with it, if any)", event_id)
+                             "this response.create was not sent (the relay held it while a response was "
+                             "active and forwarded the first one held with it, if any)", event_id)
 
     def item_create(self, event: dict[str, Any]) -> Any:
         """A client's `conversation.item.create`: its item is the client's; an output for a

@@ -95,6 +95,10 @@ class HeldCreates(Machines):
             self.move(_SHIFTED)
         return first, [event_id for _frame, event_id in rest]
 
+    def idle(self) -> bool:
+        """Nothing held, and no create went up late (asked after every input)."""
+        return self.held_state is _NOT_HELD and self.shift_state is _NO_SHIFT
+
     def waiting(self) -> bool:
         """Whether client creates are held."""
         return self.held_state is not _NOT_HELD
@@ -102,10 +106,6 @@ class HeldCreates(Machines):
     def behind_others(self) -> bool:
         """Whether they wait only behind someone else's response (so far)."""
         return self.held_state is _HELD
-
-    def shifted(self) -> bool:
-        """Whether a held create went up late and its response may still run."""
-        return self.shift_state is not _NO_SHIFT
 
     def drop(self) -> None:
         """The session is over: nobody is left to send them to."""

@@ -107,7 +107,7 @@ class OpenAIEngine(SessionEngine):
         if not self.config.has_client or result is None:
             return
         if result is _SAME:
-            self.ctx.emit(SendClient(frame))
+            self.ctx.out.append(SendClient(frame))   # the engine's own outbox: no call on the way
         else:
             self.ctx.send_client(result)
 
@@ -384,7 +384,7 @@ class OpenAIEngine(SessionEngine):
         if result is None:
             return
         if result is _SAME:
-            self.ctx.emit(SendUpstream(frame))
+            self.ctx.out.append(SendUpstream(frame))
         else:
             self.ctx.send_upstream(result)
 
