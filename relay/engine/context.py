@@ -5,9 +5,11 @@ The engine builds one context per session and sets `now` and `source` at each in
 context and uses nothing else of the engine. What it may do: make ids, send a frame upstream or
 to the client, emit a notice, record an anomaly, tell the client what the relay refused, and
 report a call's facts to the core's rules (`CallRules`). What it may know: the time of the input,
-the session's configuration, tools and dialect, the conversation, the call book, whether the
-upstream is connected and the session closed; for the OpenAI family (`OpenAIContext`) also the
-sequencer (its questions and requests) and whose each item is (`ItemOrigins`).
+the session's configuration, tools and dialect, the conversation and the call book (which the
+helpers that translate the wire write: `Turns` its records, `CallWatcher` new calls, their
+arguments and their one step of their own, to `streaming`), whether the upstream is connected
+and the session closed; for the OpenAI family (`OpenAIContext`) also the sequencer (its questions
+and requests) and whose each item is (`ItemOrigins`).
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ class Anomaly:
 
 @dataclass(frozen=True, slots=True)
 class CallRules:
-    """The core's rules of a call's life, as a helper reports to them what the wire said. Each
-    makes its step through the call book; a helper never moves a call itself."""
+    """The core's rules of a call's life, as a helper reports to them what the wire said; each
+    makes its step through the call book (`CallLedger.move`)."""
 
     owner_of: Callable[..., Owner]               # who answers a new call of a name
     complete: Callable[..., None]                # the model finished the call: ready (and run) or complete
