@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum, StrEnum
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from relay.errors import RelayError
 
@@ -67,7 +67,17 @@ _DONE = frozenset({_S.ANSWERED, _S.SKIPPED, _S.ABANDONED})
 
 
 class IllegalTransition(RelayError, RuntimeError):
-    """A step the call's lifecycle does not allow: a bug in the engine, never in the input."""
+    """A step a lifecycle table does not allow: a bug in the engine, never in the input."""
+
+
+def refuse_step(message: str, *, strict: bool, on_refused: Callable[[str], None] | None) -> bool:
+    """A step its table does not allow: raised as `IllegalTransition` in strict mode (the tests),
+    otherwise told to `on_refused` (the engine records an anomaly). False: nothing moved."""
+    if strict:
+        raise IllegalTransition(message)
+    if on_refused is not None:
+        on_refused(message)
+    return False
 
 
 class CallOutcome(StrEnum):
@@ -197,11 +207,7 @@ class CallLedger:
         if to not in LIFECYCLE[entry.owner].get(entry.state, ()):
             message = (f"call {entry.call_id} ({entry.owner.value}-owned {entry.name or '?'}): "
                        f"{entry.state.value} -> {to.value} is not a step of its lifecycle")
-            if self.strict:
-                raise IllegalTransition(message)
-            if self._on_refused is not None:
-                self._on_refused(message)
-            return False
+            return refuse_step(message, strict=self.strict, on_refused=self._on_refused)
         entry.state = to
         stamp = _STAMPS.get(to)
         if stamp is not None:
@@ -222,6 +228,42 @@ class CallLedger:
     def unanswered(self) -> list[CallEntry]:
         """Relay-owned calls that became ready but whose output has not been injected."""
         return [e for e in self._entries.values() if e.owner is Owner.RELAY and e.state in UNANSWERED]
+
+
+class RunningHandlers:
+    """The calls whose handler runs, and when each handler times out (its timer may stop before
+    the handler: a streaming tool's first value decides the output, and the handler goes on)."""
+
+    __slots__ = ("_calls", "_deadlines")
+
+    def __init__(self) -> None:
+        self._calls: set[str] = set()
+        self._deadlines: dict[str, float] = {}   # call_id -> when its handler times out
+
+    def __contains__(self, call_id: object) -> bool:
+        return call_id in self._calls
+
+    def call_ids(self) -> list[str]:
+        return list(self._calls)
+
+    def start(self, call_id: str, deadline: float) -> None:
+        self._calls.add(call_id)
+        self._deadlines[call_id] = deadline
+
+    def stop(self, call_id: str) -> None:
+        """The handler is over (finished, cancelled, timed out)."""
+        self._calls.discard(call_id)
+        self._deadlines.pop(call_id, None)
+
+    def stop_timer(self, call_id: str) -> None:
+        self._deadlines.pop(call_id, None)
+
+    def due(self, now: float) -> list[str]:
+        """The calls whose handler's time is up."""
+        return [call_id for call_id, deadline in self._deadlines.items() if deadline <= now]
+
+    def deadlines(self) -> Iterable[float]:
+        return self._deadlines.values()
 
 
 def tool_call_fields(entry: CallEntry) -> dict[str, Any]:

@@ -162,6 +162,53 @@ class ResponseRecord:
         return details.get("reason") if isinstance(details, dict) else None
 
 
+class ItemOrigins:
+    """Who produced each item of an OpenAI-family conversation (`ItemRecord.origin`): the relay,
+    the client, the model (a response's output) or the user's speech. The ids of the items the
+    relay and the client create are kept until those items come back into the conversation."""
+
+    __slots__ = ("_relay_items", "_client_items", "_client_calls")
+
+    def __init__(self) -> None:
+        self._relay_items: set[str] = set()
+        self._client_items: set[str] = set()
+        self._client_calls: set[str] = set()   # call ids of function_call items the client created
+
+    def relay_sent(self, item_id: str) -> None:
+        """The relay sent an item with this id (an output, an update)."""
+        self._relay_items.add(item_id)
+
+    def client_sent(self, item: dict[str, Any]) -> None:
+        """The client sent an item (`conversation.item.create`)."""
+        if isinstance(item.get("id"), str):
+            self._client_items.add(item["id"])
+        if item.get("type") == "function_call" and isinstance(item.get("call_id"), str):
+            self._client_calls.add(item["call_id"])
+
+    def client_made_call(self, call_id: str) -> bool:
+        return call_id in self._client_calls
+
+    def classify(self, record: ItemRecord) -> None:
+        """Decide who produced an item."""
+        if record.id in self._relay_items:
+            record.origin = "relay"
+        elif record.response_id is not None:
+            record.origin = "model"
+        elif record.origin == "unknown":
+            if record.id in self._client_items or (record.type == "function_call"
+                                                   and record.call_id in self._client_calls):
+                record.origin = "client"
+            elif record.type == "message" and record.role == "user" and "input_audio" in (record.part_types or ()):
+                record.origin = "user_audio"
+
+    def placed(self, record: ItemRecord) -> None:
+        """An item entered the conversation: its origin is on the record now."""
+        if record.origin == "relay":
+            self._relay_items.discard(record.id)
+        elif record.origin == "client":
+            self._client_items.discard(record.id)
+
+
 class Conversation:
     """Items and responses of one session. Pure state; never raises on odd input, it reports
     anomalies through the `anomaly` callback it was given."""

@@ -1,7 +1,9 @@
 """The core every session engine shares, whatever the wire: the entry points, the plumbing that
 turns each input into a list of actions, and the rules of a relay call's life.
 
-A dialect's engine (`openai.OpenAIEngine`, `gemini.GeminiEngine`) translates its wire into facts
+The session's clock, ids, outbox, conversation and call book are its context (`context`), built
+here once and given to the dialect's helpers, which report call facts through `CallRules`. A
+dialect's engine (`openai.OpenAIEngine`, `gemini.GeminiEngine`) translates its wire into facts
 about calls ("the model finished call X", "the caller barged in", "the server withdrew call Y")
 and calls the methods here, which decide: a call becomes ready in `_call_complete` only, starts
 in `_start`, gets its output decided in `_decide` (result, error, bad arguments, unknown tool,
@@ -14,28 +16,26 @@ is already out), `_scheduling_of`, `_stream_final`, `_handler_started`, `_drop_f
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Literal
 
 from relay.engine.actions import (
     Action,
     CancelHandler,
-    Notice,
     Outcome,
-    SendClient,
     StartHandler,
 )
 from relay.engine.calls import (
     CallEntry,
-    CallLedger,
     CallOutcome,
     CallState,
     Owner,
+    RunningHandlers,
     seconds_text,
     tool_call_fields,
 )
-from relay.engine.conversation import ABSENT, Conversation, ResponseRecord
+from relay.engine.context import Anomaly, CallRules, SessionContext
+from relay.engine.conversation import ABSENT
 from relay.tools import Interruption, Scheduling, ToolRegistry
 from relay.tools.errors import ArgumentsError
 from relay.tools.render import (
@@ -77,19 +77,13 @@ class EngineConfig:
         return self.mode == "proxy"
 
 
-@dataclass(frozen=True, slots=True)
-class Anomaly:
-    at: float
-    message: str
-    event_type: str | None = None
-    source: str = "upstream"
-
-
 class SessionEngine:
     """One session's state and the sans-I/O plumbing around its rules."""
 
     default_dialect: Any = None
     """The dialect a dialect engine speaks unless told (OPENAI, GEMINI)."""
+    context_class: type[SessionContext] = SessionContext
+    """What the dialect's helpers are given (see `context`)."""
 
     def __init__(
         self,
@@ -104,19 +98,15 @@ class SessionEngine:
         self.dialect = dialect if dialect is not None else self.default_dialect
         self.config = config or EngineConfig()
         self.session_id = session_id
-        self.anomalies: list[Anomaly] = []
-        self.conversation = Conversation(self._record_anomaly)
-        self.ledger = CallLedger(strict=self.config.strict, on_refused=self._refused_step)
-        self.upstream_connected = True
-        self.closed = False
+        rules = CallRules(owner_of=self._owner_of, complete=self._call_complete, skip=self._skip,
+                          client_answered=self._client_answered, output_sent=self._injected)
+        self.ctx = self.context_class(config=self.config, tools=self.tools, dialect=self.dialect,
+                                      id_prefix=id_prefix, rules=rules)
+        self.conversation = self.ctx.conversation
+        self.ledger = self.ctx.ledger
+        self.anomalies: list[Anomaly] = self.ctx.anomalies
         self.frames_in = {"upstream": 0, "client": 0}
-        self._id_prefix = id_prefix[:16]
-        self._counter = 0
-        self._now = 0.0
-        self._out: list[Action] = []
-        self._source = "upstream"
-        self._handlers_active: set[str] = set()        # call ids whose handler runs
-        self._deadlines: dict[str, float] = {}         # call_id -> handler timeout
+        self.running = RunningHandlers()               # the calls whose handler runs
         self._deadline: Any = _UNKNOWN                 # next_deadline(), until the state changes
 
     # ==== public entry points ===========================================================
@@ -152,7 +142,7 @@ class SessionEngine:
         """When `tick` must be called next (None: no timer pending). Asked after every frame by
         the edge, so it is computed once per change of state (every input but a forwarded one)."""
         if self._deadline is _UNKNOWN:
-            self._deadline = min((*self._deadlines.values(), *self._other_deadlines()), default=None)
+            self._deadline = min((*self.running.deadlines(), *self._other_deadlines()), default=None)
         return self._deadline
 
     @property
@@ -161,12 +151,20 @@ class SessionEngine:
 
     @property
     def id_prefix(self) -> str:
-        return self._id_prefix
+        return self.ctx.id_prefix
+
+    @property
+    def upstream_connected(self) -> bool:
+        return self.ctx.upstream_connected
+
+    @property
+    def closed(self) -> bool:
+        return self.ctx.closed
 
     def recording_header(self) -> dict[str, Any]:
         """What a replay needs to rebuild this engine: recorded in the recording's header."""
         return {
-            "id_prefix": self._id_prefix,
+            "id_prefix": self.ctx.id_prefix,
             "hide_tool_events": self.config.hide_tool_events,
             "declare_tools": self.config.declare_tools,
             "unknown_tools": self.config.unknown_tools,
@@ -179,78 +177,21 @@ class SessionEngine:
 
     # ==== plumbing ======================================================================
     def _run(self, now: float, source: str, fn: Callable[..., None], *args: Any) -> list[Action]:
-        self._now = now
-        self._source = source
+        ctx = self.ctx
+        ctx.now = now
+        ctx.source = source
         self._deadline = _UNKNOWN
-        out = self._out = []
+        out = ctx.out = []
         try:
             fn(*args)
-            if not self.closed:
+            if not ctx.closed:
                 self._after_input()
         except Exception as exc:  # the engine must never take a session down
             if self.config.strict:
                 raise
-            self._record_anomaly(f"internal error: {type(exc).__name__}: {exc}", None)
-        self._out = []
+            ctx.anomaly(f"internal error: {type(exc).__name__}: {exc}", None)
+        ctx.out = []
         return out
-
-    def _new_id(self, kind: str) -> str:
-        self._counter += 1
-        return f"{self._id_prefix}_{kind}{self._counter}"
-
-    def _record_anomaly(self, message: str, event_type: str | None) -> None:
-        self.anomalies.append(Anomaly(self._now, message, event_type, self._source))
-        self._out.append(Notice("anomaly", {"message": message, "event_type": event_type,
-                                            "source": self._source}))
-
-    def _response_notice(self, response: ResponseRecord, phase: Literal["created", "done"],
-                         made_by: Any = None) -> None:
-        """A `response` notice: a response began or ended (what traces hang tool calls on).
-        `made_by`: the relay's create that made it (its `event_id` and `purpose`)."""
-        fields: dict[str, Any] = {"phase": phase, "response_id": response.id, "creator": response.creator}
-        if made_by is not None:
-            fields["event_id"] = made_by.event_id
-            fields["purpose"] = made_by.purpose
-        if phase == "done":
-            fields["status"] = response.status
-            fields["reason"] = response.reason
-        self._out.append(Notice("response", fields))
-
-    def _forget_old(self) -> None:
-        """Bounded history (EngineConfig.history_limit): called at the end of each turn."""
-        if self.config.history_limit is not None:
-            self.conversation.forget_old(self.config.history_limit)
-            self.ledger.forget_old(self.config.history_limit)
-
-    def _refused_step(self, message: str) -> None:
-        self._record_anomaly(message, None)
-
-    def _decode(self, frame: str | bytes) -> dict[str, Any] | None:
-        """The frame as a JSON object, or None with the reason told to `_bad_frame`."""
-        try:
-            message = json.loads(frame)
-        except (ValueError, RecursionError) as exc:   # bad UTF-8 in a binary frame is a ValueError
-            self._bad_frame("invalid_json", f"frame is not valid JSON: {_short(exc)}")
-            return None
-        if not isinstance(message, dict):
-            self._bad_frame("invalid_event", f"frame is a JSON {type(message).__name__}, not an object")
-            return None
-        return message
-
-    def _client_error(self, code: str, message: str, client_event_id: Any = None,
-                      param: str | None = None) -> None:
-        """Tell the client what the relay refused: the dialect's `error` event where its protocol
-        has one (Gemini Live has none: the edge closes with a reason instead), and a notice."""
-        if self.config.has_client:
-            event = self.dialect.client_error_event("", code, message, param=param, client_event_id=client_event_id)
-            if event is not None:
-                event["event_id"] = self._new_id("e")
-                self._out.append(SendClient(json.dumps(event, ensure_ascii=False, separators=(",", ":"))))
-        self._out.append(Notice("client_error", {"code": code, "message": message}))
-
-    def _bad_frame(self, code: str, message: str) -> None:
-        """A frame the engine cannot read: an anomaly (OpenAI tells a client with an error)."""
-        self._record_anomaly(message, None)
 
     # ==== a call's life ==================================================================
     def _owner_of(self, name: str, *, client_made: bool = False) -> Owner:
@@ -267,8 +208,8 @@ class SessionEngine:
         """The model finished the call (the dialect checked it may run): a client's call waits
         for the client; a relay call becomes ready and starts. The one place a call is ready."""
         if entry.owner is Owner.CLIENT:
-            self.ledger.move(entry, _S.COMPLETE, self._now)
-        elif self.ledger.move(entry, _S.READY, self._now):
+            self.ledger.move(entry, _S.COMPLETE, self.ctx.now)
+        elif self.ledger.move(entry, _S.READY, self.ctx.now):
             self._start(entry, arguments)
 
     def _start(self, entry: CallEntry, arguments: Any = ABSENT) -> None:
@@ -287,28 +228,25 @@ class SessionEngine:
         except ArgumentsError as exc:
             self._decide(entry, render_error(str(exc), limit=limit), CallOutcome.BAD_ARGUMENTS, tool)
             return
-        self.ledger.move(entry, _S.RUNNING, self._now)
-        self._handlers_active.add(entry.call_id)
-        self._deadlines[entry.call_id] = self._now + tool.timeout
-        self._out.append(StartHandler(entry.call_id, tool, parsed))
-        self._out.append(Notice("tool_started", {"call_id": entry.call_id, "name": entry.name,
-                                                 "arguments": entry.arguments,
-                                                 "response_id": entry.response_id}))
+        self.ledger.move(entry, _S.RUNNING, self.ctx.now)
+        self.running.start(entry.call_id, self.ctx.now + tool.timeout)
+        self.ctx.emit(StartHandler(entry.call_id, tool, parsed))
+        self.ctx.notice("tool_started", {"call_id": entry.call_id, "name": entry.name,
+                                         "arguments": entry.arguments, "response_id": entry.response_id})
         self._handler_started(entry, tool)
 
     def _skip(self, entry: CallEntry, reason: str) -> None:
         """The call will never be answered: its response was cancelled or failed, its item is
         incomplete, or the server withdrew it."""
-        self.ledger.move(entry, _S.SKIPPED, self._now)
+        self.ledger.move(entry, _S.SKIPPED, self.ctx.now)
         entry.skip_reason = reason
         if entry.owner is Owner.RELAY:
-            self._out.append(Notice("tool_call", tool_call_fields(entry) | {"outcome": CallOutcome.SKIPPED,
-                                                                           "reason": reason}))
+            self.ctx.notice("tool_call", tool_call_fields(entry) | {"outcome": CallOutcome.SKIPPED, "reason": reason})
 
     def _active_call(self, call_id: str) -> CallEntry | None:
         """The call whose handler reports, unless its output was decided without it (cancelled,
         timed out): then the report is late and ignored."""
-        return self.ledger.get(call_id) if call_id in self._handlers_active else None
+        return self.ledger.get(call_id) if call_id in self.running else None
 
     def _handler_yielded(self, call_id: str, value: Any) -> None:
         entry = self._active_call(call_id)
@@ -354,7 +292,7 @@ class SessionEngine:
         entry.output_status = rendered.status
         entry.is_error = rendered.is_error
         entry.outcome = outcome
-        entry.finished_at = self._now
+        entry.finished_at = self.ctx.now
         message = rendered.message
         if tool is not None and message is None:
             message = tool.on_failure if rendered.is_error else tool.on_complete
@@ -366,24 +304,24 @@ class SessionEngine:
         entry.scheduling = chosen.value if chosen is not None else None
         if speak is not None:
             entry.speak = speak
-        if self.ledger.move(entry, _S.FINISHED, self._now):
+        if self.ledger.move(entry, _S.FINISHED, self.ctx.now):
             self._deliver(entry, rendered)
 
     def _injected(self, entry: CallEntry) -> None:
         """The call's output went upstream: the one place a relay call counts as answered."""
-        if self.ledger.move(entry, _S.ANSWERED, self._now):
-            self._out.append(Notice("tool_call", tool_call_fields(entry)))
+        if self.ledger.move(entry, _S.ANSWERED, self.ctx.now):
+            self.ctx.notice("tool_call", tool_call_fields(entry))
 
     def _client_answered(self, entry: CallEntry) -> None:
         """The client's own answer to its call was seen (repeats change nothing)."""
         if entry.state is not _S.ANSWERED:
-            self.ledger.move(entry, _S.ANSWERED, self._now)
+            self.ledger.move(entry, _S.ANSWERED, self.ctx.now)
 
     def _barge_in(self, cause: str) -> None:
         """The user spoke over the assistant: apply each running tool's interruption policy."""
-        for call_id in list(self._handlers_active):
+        for call_id in self.running.call_ids():
             entry = self.ledger.get(call_id)
-            if entry is None or entry.interrupted or (entry.started_at or 0) > self._now:
+            if entry is None or entry.interrupted or (entry.started_at or 0) > self.ctx.now:
                 continue
             self._interrupt(entry, cause)
 
@@ -395,7 +333,7 @@ class SessionEngine:
         tool = self.tools.get(entry.name)
         policy = tool.interruption if tool is not None else Interruption.FINISH_SILENTLY
         if policy is Interruption.CANCEL:
-            self._out.append(CancelHandler(entry.call_id, f"interrupted: {cause}"))
+            self.ctx.emit(CancelHandler(entry.call_id, f"interrupted: {cause}"))
             entry.speak = False
             if entry.state is _S.RUNNING:
                 self._decide(entry, render_error("cancelled: the user interrupted", status="incomplete",
@@ -418,31 +356,29 @@ class SessionEngine:
         entry.interrupted = True
         tool = self.tools.get(entry.name)
         policy = tool.interruption if tool is not None else Interruption.CANCEL
-        if entry.call_id in self._handlers_active and policy is Interruption.CANCEL:
-            self._out.append(CancelHandler(entry.call_id, cause))
+        if entry.call_id in self.running and policy is Interruption.CANCEL:
+            self.ctx.emit(CancelHandler(entry.call_id, cause))
             self._stop_handler(entry.call_id)
             entry.outcome = CallOutcome.CANCELLED
-            entry.finished_at = self._now
+            entry.finished_at = self.ctx.now
         reason = f"{cause}: no answer is sent"
-        self.ledger.move(entry, _S.SKIPPED, self._now)
+        self.ledger.move(entry, _S.SKIPPED, self.ctx.now)
         entry.skip_reason = reason
-        self._out.append(Notice("tool_call", tool_call_fields(entry) | {"outcome": CallOutcome.CANCELLED,
-                                                                           "reason": reason}))
+        self.ctx.notice("tool_call", tool_call_fields(entry) | {"outcome": CallOutcome.CANCELLED, "reason": reason})
 
     # ---- timers ----
     def _tick(self) -> None:
-        for call_id, deadline in list(self._deadlines.items()):
-            if deadline <= self._now:
-                self._timed_out(call_id)
+        for call_id in self.running.due(self.ctx.now):
+            self._timed_out(call_id)
 
     def _timed_out(self, call_id: str) -> None:
         entry = self.ledger.get(call_id)
-        self._deadlines.pop(call_id, None)
+        self.running.stop_timer(call_id)
         if entry is None:
             return
         tool = self.tools.get(entry.name)
         seconds = seconds_text(tool.timeout if tool else 0)
-        self._out.append(CancelHandler(call_id, f"timed out after {seconds} s"))
+        self.ctx.emit(CancelHandler(call_id, f"timed out after {seconds} s"))
         if entry.state in (_S.RUNNING, _S.SKIPPED):
             self._decide(entry, render_error(f"timed out after {seconds} s", status="incomplete",
                                              limit=self.config.output_limit), CallOutcome.TIMEOUT, tool)
@@ -452,26 +388,25 @@ class SessionEngine:
 
     def _stop_handler(self, call_id: str) -> None:
         """The call's handler is over (finished, cancelled, timed out): forget its timers."""
-        self._handlers_active.discard(call_id)
-        self._stop_timers(call_id)
+        self.running.stop(call_id)
+        self._drop_fillers(call_id)
 
     def _stop_timers(self, call_id: str) -> None:
         """The handler's timeout, and its fillers still to come."""
-        self._deadlines.pop(call_id, None)
+        self.running.stop_timer(call_id)
         self._drop_fillers(call_id)
 
     def _close(self, reason: str) -> None:
-        for call_id in list(self._handlers_active):
-            self._out.append(CancelHandler(call_id, reason))
+        for call_id in self.running.call_ids():
+            self.ctx.emit(CancelHandler(call_id, reason))
             self._stop_handler(call_id)
         for entry in self.ledger.unanswered():
             if entry.outcome is None:
                 entry.outcome = CallOutcome.ABANDONED
-            self.ledger.move(entry, _S.ABANDONED, self._now)
-            self._out.append(Notice("tool_call", tool_call_fields(entry) | {
-                "outcome": CallOutcome.ABANDONED, "reason": reason}))
+            self.ledger.move(entry, _S.ABANDONED, self.ctx.now)
+            self.ctx.notice("tool_call", tool_call_fields(entry) | {"outcome": CallOutcome.ABANDONED, "reason": reason})
         self._on_close()
-        self.closed = True
+        self.ctx.closed = True
 
     # ==== what each dialect supplies ====================================================
     def _upstream_frame(self, frame: str | bytes) -> None:
@@ -517,15 +452,11 @@ class SessionEngine:
         return ()
 
     def _on_disconnect(self) -> None:
-        self.upstream_connected = False
+        self.ctx.upstream_connected = False
 
     def _on_reconnect(self) -> None:
-        self.upstream_connected = True
+        self.ctx.upstream_connected = True
 
     def _on_close(self) -> None:
         """Drop what waits to be sent: there is nobody to send it to any more."""
 
-
-def _short(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return text if len(text) <= 120 else text[:117] + "..."

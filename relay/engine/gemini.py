@@ -16,7 +16,7 @@ Frames are JSON objects with one top-level key, in text or binary WebSocket fram
 engine forwards keeps the kind it arrived in, and what it writes itself goes up as text (as the
 `google-genai` SDK sends). Conversation state is kept in the same `Conversation` and `CallLedger`
 as the OpenAI engine, with OpenAI-shaped items (a model turn is a synthetic response), so export,
-replay, metrics and dumps read both engines alike.
+replay, metrics and dumps read both engines alike: `turns.Turns` makes those records.
 
 Fast path: most bytes are audio. A client `realtimeInput` frame, and a `serverContent` frame in
 which none of the keys the engine follows appears (`"text"`, a transcription, `turnComplete`,
@@ -37,12 +37,12 @@ from relay.dialects.gemini import (
     key_of,
     media_frame,
     response_body,
-    response_text,
 )
 from relay.engine.actions import Close, SendClient, SendUpstream
 from relay.engine.calls import CallEntry, CallState, Owner
-from relay.engine.conversation import ABSENT, ItemRecord, ResponseRecord
+from relay.engine.conversation import ResponseRecord
 from relay.engine.core import SessionEngine
+from relay.engine.turns import Turns
 from relay.tools import Scheduling
 from relay.tools.render import RenderedOutput
 from relay.tools.spec import HandlerKind, ToolSpec
@@ -77,14 +77,12 @@ class GeminiEngine(SessionEngine):
         self._client_functions: set[str] = set()     # names the client declared in its setup
         self._interim: dict[str, RenderedOutput] = {}   # streaming: the last value sent
         self._unsent: list[tuple[str, dict[str, Any], bool]] = []    # (call_id, answer, final)
-        self._turn: ResponseRecord | None = None      # the model turn in progress
-        self._model_item: str | None = None           # its message item taking words
-        self._user_item: str | None = None            # the user's spoken turn being transcribed
         self._refused = False                         # the client's setup was refused
+        self.turns = Turns(self.ctx, hiding=self._hiding)   # the conversation record
 
     def _to_client(self, frame: str | bytes) -> None:
         if self.config.has_client:
-            self._out.append(SendClient(frame))
+            self.ctx.out.append(SendClient(frame))   # the engine's own outbox: no call on the way
 
     def _apply_handlers(self, message: dict[str, Any], handlers: dict[str, Callable[..., Any]]) -> Any:
         """Run the handler of each top-level key; the message to forward, `_SAME`, or `_STOP`."""
@@ -112,10 +110,10 @@ class GeminiEngine(SessionEngine):
         media = media_frame(frame, "upstream")
         if media is not None:
             if media == "audio":
-                self._model_audio()
+                self.turns.model_audio()
             self._to_client(frame)
             return
-        message = self._decode(frame)
+        message = self.ctx.decode(frame)
         if message is None:
             return   # it cannot be told apart from a relay call the client must not see
         result = self._apply_handlers(message, self._UPSTREAM_HANDLERS)
@@ -126,35 +124,35 @@ class GeminiEngine(SessionEngine):
 
     def _on_server_content(self, content: Any) -> Any:
         if not isinstance(content, dict):
-            self._record_anomaly("serverContent is not an object", "serverContent")
+            self.ctx.anomaly("serverContent is not an object", "serverContent")
             return _SAME
         transcription = field(content, "inputTranscription")
         if isinstance(transcription, dict) and isinstance(transcription.get("text"), str):
-            self._user_words(transcription["text"])
+            self.turns.user_words(transcription["text"])
         parts = field(field(content, "modelTurn"), "parts")
         for part in parts if isinstance(parts, list) else []:
             if not isinstance(part, dict) or part.get("thought"):
                 continue   # the model's reasoning is not part of what it said
             if isinstance(part.get("text"), str):
-                self._model_words(part["text"], "output_text")
+                self.turns.model_words(part["text"], "output_text")
             elif inline_blob(part) is not None:
-                self._model_audio()
+                self.turns.model_audio()
         transcription = field(content, "outputTranscription")
         if isinstance(transcription, dict) and isinstance(transcription.get("text"), str):
-            self._model_words(transcription["text"], "output_audio")
+            self.turns.model_words(transcription["text"], "output_audio")
         if field(content, "interrupted") is True:
-            self._end_turn("cancelled")
+            self.turns.end_turn("cancelled")
         if field(content, "turnComplete") is True:
-            self._end_turn("completed")
+            self.turns.end_turn("completed")
         return _SAME
 
     def _on_tool_call(self, tool_call: Any) -> Any:
         key = key_of(tool_call, "functionCalls")
         calls = tool_call[key] if key is not None else None
         if not isinstance(calls, list):
-            self._record_anomaly("toolCall without a functionCalls list", "toolCall")
+            self.ctx.anomaly("toolCall without a functionCalls list", "toolCall")
             return _SAME
-        turn = self._model_turn()
+        turn = self.turns.model_turn()
         visible: list[Any] = []
         announced: list[tuple[CallEntry, Any]] = []
         for call in calls:
@@ -170,13 +168,13 @@ class GeminiEngine(SessionEngine):
     def _on_cancellation(self, cancellation: Any) -> Any:
         ids = field(cancellation, "ids")
         if not isinstance(ids, list):
-            self._record_anomaly("toolCallCancellation without an ids list", "toolCallCancellation")
+            self.ctx.anomaly("toolCallCancellation without an ids list", "toolCallCancellation")
             return _SAME
         visible = []
         for call_id in ids:
             entry = self.ledger.get(call_id)
             if entry is None:
-                self._record_anomaly(f"toolCallCancellation of unknown call {call_id}", "toolCallCancellation")
+                self.ctx.anomaly(f"toolCallCancellation of unknown call {call_id}", "toolCallCancellation")
             else:
                 if entry.state not in (CallState.ANSWERED, CallState.SKIPPED):
                     self._unsent = [u for u in self._unsent if u[0] != entry.call_id]
@@ -194,148 +192,29 @@ class GeminiEngine(SessionEngine):
         "tool_call_cancellation": _on_cancellation,
     }
 
-    # ==== conversation ==================================================================
-    def _model_turn(self) -> ResponseRecord:
-        """The model turn in progress, opened by its first output."""
-        if self._turn is None:
-            turn = self.conversation.response(self._new_id("r"))
-            assert turn is not None
-            turn.seen_created = True
-            turn.created_at = self._now
-            turn.creator = "server"
-            self._turn = turn
-            self._response_notice(turn, "created")
-        return self._turn
-
-    def _end_turn(self, status: str) -> None:
-        turn = self._turn
-        if turn is not None:
-            turn.status = status
-            turn.done_at = self._now
-            if status == "cancelled":
-                turn.status_details = {"type": "cancelled", "reason": "turn_detected"}
-            self._response_notice(turn, "done")
-            record = self.conversation.item(self._model_item)
-            if record is not None:
-                record.status = "completed" if status == "completed" else "incomplete"
-        self._turn = None
-        self._model_item = None
-        self._user_item = None
-        self._forget_old()
-
-    def _add_item(self, data: dict[str, Any], origin: str, *, previous: Any = ABSENT,
-                  turn: ResponseRecord | None = None, hidden: bool = False) -> ItemRecord:
-        """Put an item in the conversation. Anything but transcribed user speech (which lags
-        behind and is placed before the model's answer) ends the model message taking words."""
-        record = self.conversation.upsert(data)
-        assert record is not None   # data always carries an id
-        record.origin = origin
-        record.hidden = hidden
-        if turn is not None:
-            record.response_id = turn.id
-            self.conversation.link_output(turn, record.id, None)
-        self.conversation.insert(record.id, previous, "gemini")
-        if origin != "user_audio":
-            self._model_item = None
-        return record
-
-    def _model_words(self, text: str, part_type: str) -> None:
-        record = self._open_model_item(part_type)
-        self.conversation.add_text(record.id, 0, text)
-
-    def _model_audio(self) -> None:
-        """The model spoke (audio seen, maybe unparsed): its turn has a message, even if no
-        transcript of it ever comes."""
-        self._open_model_item("output_audio")
-
-    def _open_model_item(self, part_type: str) -> ItemRecord:
-        record = self.conversation.item(self._model_item)
-        if record is None:
-            turn = self._model_turn()
-            part: dict[str, Any] = {"type": part_type}
-            part["text" if part_type == "output_text" else "transcript"] = None
-            record = self._add_item({"type": "message", "id": self._new_id("i"), "role": "assistant",
-                                     "status": "in_progress", "content": [part]}, "model", turn=turn)
-            self._model_item = record.id
-        return record
-
-    def _user_words(self, text: str) -> None:
-        """Transcribed user speech. Transcripts lag: words that arrive once the model has begun
-        answering belong before its answer."""
-        record = self.conversation.item(self._user_item)
-        if record is None:
-            previous: Any = ABSENT
-            turn = self._turn
-            if turn is not None and turn.output_item_ids:
-                first = turn.output_item_ids[0]
-                order = self.conversation.order
-                position = order.index(first) if first in order else len(order)
-                previous = order[position - 1] if position > 0 else None
-            record = self._add_item({"type": "message", "id": self._new_id("i"), "role": "user",
-                                     "status": "completed",
-                                     "content": [{"type": "input_audio", "transcript": None}]},
-                                    "user_audio", previous=previous)
-            self._user_item = record.id
-        self.conversation.add_text(record.id, 0, text)
-
-    def _client_turns(self, turns: Any) -> None:
-        for turn in turns if isinstance(turns, list) else [turns]:
-            if not isinstance(turn, dict):
-                continue
-            parts = turn.get("parts")
-            texts = [p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)] \
-                if isinstance(parts, list) else []
-            if not texts:
-                continue
-            role = "assistant" if turn.get("role") == "model" else "user"
-            part_type = "output_text" if role == "assistant" else "input_text"
-            self._add_item({"type": "message", "id": self._new_id("i"), "role": role, "status": "completed",
-                            "content": [{"type": part_type, "text": text} for text in texts]}, "client")
-        self._user_item = None
-
-    def _record_output(self, entry: CallEntry, response: Any, origin: str, *, final: bool,
-                       status: str = "completed") -> None:
-        """The call's `function_call_output` item: created by its first answer, holding the
-        latest (interim answers of a streaming tool are replaced by the final one)."""
-        text = response_text(response)
-        record = self.conversation.item(entry.output_item_id)
-        if record is None:
-            record = self._add_item({"type": "function_call_output", "id": self._new_id("i"),
-                                     "call_id": entry.call_id, "output": text, "status": status}, origin,
-                                    hidden=self._hiding and entry.owner is Owner.RELAY)
-            entry.output_item_id = record.id
-        else:
-            record.output = text
-            record.status = status
-        if entry.owner is Owner.CLIENT:
-            entry.output = text
-            entry.output_status = status
-            if final:
-                self._client_answered(entry)
-
     # ==== calls =========================================================================
     def _announce(self, call: Any, turn: ResponseRecord) -> tuple[CallEntry | None, bool]:
         """Record a call of a toolCall; (its ledger entry, whether it is new)."""
         if not isinstance(call, dict):
-            self._record_anomaly("a functionCalls entry is not an object", "toolCall")
+            self.ctx.anomaly("a functionCalls entry is not an object", "toolCall")
             return None, False
         call_id, name = call.get("id"), call.get("name")
         if not isinstance(call_id, str) or not call_id:
-            self._record_anomaly(f"function call {name!r} without an id: left to the client", "toolCall")
+            self.ctx.anomaly(f"function call {name!r} without an id: left to the client", "toolCall")
             return None, False
         existing = self.ledger.get(call_id)
         if existing is not None:
-            self._record_anomaly(f"call {call_id} delivered again; run once", "toolCall")
+            self.ctx.anomaly(f"call {call_id} delivered again; run once", "toolCall")
             return existing, False
         name = name if isinstance(name, str) else ""
         args = call.get("args")
         arguments = "" if args is None else json.dumps(args, ensure_ascii=False)
         owner = self._owner_of(name)
-        record = self._add_item({"type": "function_call", "id": self._new_id("i"), "call_id": call_id,
-                                 "name": name, "arguments": arguments, "status": "completed"},
-                                "model", turn=turn, hidden=self._hiding and owner is Owner.RELAY)
+        record = self.turns.add_item({"type": "function_call", "id": self.ctx.new_id("i"), "call_id": call_id,
+                                      "name": name, "arguments": arguments, "status": "completed"},
+                                     "model", turn=turn, hidden=self._hiding and owner is Owner.RELAY)
         entry = self.ledger.add(CallEntry(call_id, name, record.id, turn.id, owner, arguments=arguments,
-                                          arguments_from_done=arguments, announced_at=self._now))
+                                          arguments_from_done=arguments, announced_at=self.ctx.now))
         return entry, True
 
     def _client_declares(self, name: str) -> bool:
@@ -346,7 +225,7 @@ class GeminiEngine(SessionEngine):
         repeated, silently, as the final answer when the stream ends."""
         tool = self.tools.get(entry.name)
         if tool is None or tool.kind is not HandlerKind.STREAM:
-            self._record_anomaly(f"{entry.name} is not a streaming tool; its yielded value is ignored", None)
+            self.ctx.anomaly(f"{entry.name} is not a streaming tool; its yielded value is ignored", None)
             return
         self._interim[entry.call_id] = rendered
         entry.updates += (rendered.output,)
@@ -381,16 +260,16 @@ class GeminiEngine(SessionEngine):
         answer = self.dialect.function_response(
             call_id=entry.call_id, name=entry.name, response=body, scheduling=scheduling,
             will_continue=(not final) if streaming else None)
-        if not self.upstream_connected:
+        if not self.ctx.upstream_connected:
             self._unsent.append((entry.call_id, answer, final))
             return
         self._send_answer(entry, answer, final)
 
     def _send_answer(self, entry: CallEntry, answer: dict[str, Any], final: bool) -> None:
-        self._out.append(SendUpstream(json.dumps(self.dialect.tool_response([answer]), ensure_ascii=False,
+        self.ctx.emit(SendUpstream(json.dumps(self.dialect.tool_response([answer]), ensure_ascii=False,
                                                  separators=(",", ":"))))
-        self._record_output(entry, answer["response"], "relay", final=final,
-                            status=(entry.output_status or "completed") if final else "completed")
+        self.turns.record_output(entry, answer["response"], "relay", final=final,
+                                 status=(entry.output_status or "completed") if final else "completed")
         if final:
             self._injected(entry)
 
@@ -412,17 +291,17 @@ class GeminiEngine(SessionEngine):
         if self._refused:
             return   # the session is closing: nothing more of this client goes up
         if media_frame(frame, "client") is not None:
-            self._out.append(SendUpstream(frame))
+            self.ctx.emit(SendUpstream(frame))
             return
-        message = self._decode(frame)
+        message = self.ctx.decode(frame)
         if message is None:
-            self._out.append(SendUpstream(frame))   # the provider answers malformed input itself
+            self.ctx.emit(SendUpstream(frame))   # the provider answers malformed input itself
             return
         result = self._apply_handlers(message, self._CLIENT_HANDLERS)
         if result is _SAME:
-            self._out.append(SendUpstream(frame))
+            self.ctx.emit(SendUpstream(frame))
         elif result is not _STOP:
-            self._out.append(SendUpstream(_encode(result, frame)))
+            self.ctx.emit(SendUpstream(_encode(result, frame)))
 
     def _client_setup(self, setup: Any) -> Any:
         if not isinstance(setup, dict):
@@ -443,8 +322,8 @@ class GeminiEngine(SessionEngine):
         if clashes:
             names = ", ".join(clashes)
             message = f"setup declares {names}, which the relay provides; remove it from your tools"
-            self._client_error("relay_tool_redefined", message)
-            self._out.append(Close("client", POLICY_VIOLATION, f"relay tool redefined: {names}"))
+            self.ctx.client_error("relay_tool_redefined", message)
+            self.ctx.emit(Close("client", POLICY_VIOLATION, f"relay tool redefined: {names}"))
             self._refused = True
             return _STOP
         ours = [self.dialect.function_declaration(spec) for spec in self.tools]
@@ -464,13 +343,13 @@ class GeminiEngine(SessionEngine):
 
     def _client_content(self, content: Any) -> Any:
         if isinstance(content, dict):
-            self._client_turns(field(content, "turns"))
+            self.turns.client_turns(field(content, "turns"))
         return _SAME
 
     def _client_realtime_input(self, realtime_input: Any) -> Any:
         text = field(realtime_input, "text")
         if isinstance(text, str) and text:
-            self._client_turns([{"role": "user", "parts": [{"text": text}]}])
+            self.turns.client_turns([{"role": "user", "parts": [{"text": text}]}])
         return _SAME
 
     def _client_tool_response(self, tool_response: Any) -> Any:
@@ -482,13 +361,13 @@ class GeminiEngine(SessionEngine):
         for response in responses:
             entry = self.ledger.get(response.get("id")) if isinstance(response, dict) else None
             if entry is not None and entry.owner is Owner.RELAY:
-                self._client_error("relay_owned_call", f"call {entry.call_id} ({entry.name}) belongs to a relay "
+                self.ctx.client_error("relay_owned_call", f"call {entry.call_id} ({entry.name}) belongs to a relay "
                                    "tool; its answer from the client was not forwarded")
                 continue
             kept.append(response)
             if entry is not None and entry.state is not CallState.SKIPPED:
-                self._record_output(entry, response.get("response"), "client",
-                                    final=field(response, "willContinue") is not True)
+                self.turns.record_output(entry, response.get("response"), "client",
+                                         final=field(response, "willContinue") is not True)
         return _narrowed(tool_response, key, kept, len(responses))
 
     _CLIENT_HANDLERS: dict[str, Callable[["GeminiEngine", Any], Any]] = {

@@ -1,5 +1,5 @@
-"""Whose each item is, and what a proxied client sees of the relay's tools (OpenAI family): their
-definitions join the session the client sets up, and nothing of them comes back.
+"""What a proxied client sees of the relay's tools (OpenAI family): their definitions join the
+session the client sets up, and nothing of them comes back.
 
 The relay's tools are the relay's business: a client that saw them could answer their calls or
 define them again. `ClientView` keeps the rules of both directions in one place:
@@ -10,78 +10,59 @@ define them again. `ClientView` keeps the rules of both directions in one place:
   items of relay calls are hidden; `previous_item_id` skips hidden items; `response.*` events
   lose hidden output items and the call ids of the relay's metadata;
 - the client's own `response.create`: held while the relay works (`relay_at_work`), then the
-  first goes up and the rest are refused as the provider would (`release_held_creates`).
+  first goes up and the rest are refused as the provider would (`release_held_creates`; the
+  held creates and their states are `holding.HeldCreates`).
 Rewriting methods answer `SAME` (forward the frame as it came), None (hide it) or a new event.
+The view acts through the session's context only (`context.OpenAIContext`); whose each item is
+is the context's `origins` (`conversation.ItemOrigins`).
 """
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from relay.engine.actions import SendUpstream
 from relay.engine.calls import CallEntry, Owner
+from relay.engine.context import OpenAIContext
 from relay.engine.conversation import ItemRecord
+from relay.engine.holding import HeldCreates
 from relay.engine.sequencer import ACTIVE_RESPONSE_CODE, META_CALLS, META_KIND
-
-if TYPE_CHECKING:
-    from relay.engine.openai import OpenAIEngine
 
 SAME: Any = object()
 
 
 class ClientView:
-    """The relay's tools as one OpenAI-family session's client may see them, and the origin of
-    each item (the relay's, the client's, the model's, the user's speech)."""
+    """The relay's tools as one OpenAI-family session's client may see them."""
 
-    def __init__(self, engine: OpenAIEngine) -> None:
-        self.engine = engine
-        config = engine.config
+    def __init__(self, ctx: OpenAIContext) -> None:
+        self.ctx = ctx
+        config = ctx.config
         self.hiding = config.hide_tool_events and config.has_client   # there is someone to hide from
         self.tools_declared = False
-        # ids sent but not yet seen back, until their items carry their origin
-        self.relay_items: set[str] = set()
-        self.client_items: set[str] = set()
-        self.client_calls: set[str] = set()   # call ids of function_call items the client created
+        self.held = HeldCreates(strict=config.strict, on_refused=ctx.refused_step)   # client creates held back
 
-    # ==== whose items ===================================================================
     def classify(self, record: ItemRecord) -> None:
         """Decide who produced an item and whether the client may see it."""
-        if record.id in self.relay_items:
-            record.origin = "relay"
-        elif record.response_id is not None:
-            record.origin = "model"
-        elif record.origin == "unknown":
-            if record.id in self.client_items or (record.type == "function_call" and record.call_id in self.client_calls):
-                record.origin = "client"
-            elif record.type == "message" and record.role == "user" and "input_audio" in (record.part_types or ()):
-                record.origin = "user_audio"
+        self.ctx.origins.classify(record)
         if self.hiding:
             record.hidden = record.origin == "relay" or self._is_relay_call_item(record)
 
-    def placed(self, record: ItemRecord) -> None:
-        """An item entered the conversation: its origin is on the record now."""
-        if record.origin == "relay":
-            self.relay_items.discard(record.id)
-        elif record.origin == "client":
-            self.client_items.discard(record.id)
-
     def is_relay_tool(self, definition: Any) -> bool:
-        return isinstance(definition, dict) and definition.get("name") in self.engine.tools
+        return isinstance(definition, dict) and definition.get("name") in self.ctx.tools
 
     # ==== declaring the relay's tools ===================================================
     def may_declare(self) -> bool:
-        engine = self.engine
-        return not self.tools_declared and engine.config.declare_tools and len(engine.tools) > 0
+        ctx = self.ctx
+        return not self.tools_declared and ctx.config.declare_tools and len(ctx.tools) > 0
 
     def declare(self, current_tools: Any) -> None:
         """Add the relay's tools to the session with one `session.update`, keeping the tools
         another party declared (only ours are replaced)."""
-        engine = self.engine
+        ctx = self.ctx
         others = [t for t in current_tools or [] if not self.is_relay_tool(t)]
-        event_id = engine._new_event_id()
-        engine._remember_event(event_id, "session.update", None)
-        engine._send_upstream(engine.dialect.session_update({"tools": others + engine.tools.definitions()}, event_id))
+        event = ctx.dialect.session_update({"tools": others + ctx.tools.definitions()}, ctx.new_event_id())
+        ctx.send_tagged(event, "session.update")
         self.tools_declared = True
 
     def client_event(self, event: dict[str, Any]) -> Any:
@@ -98,9 +79,9 @@ class ClientView:
     def session_update(self, event: dict[str, Any]) -> Any:
         """A client's `session.update`: refused if it defines a relay tool; the relay's tools are
         added to the tools it sets (and to its first update, if none were declared yet)."""
-        engine = self.engine
+        ctx = self.ctx
         session = event.get("session")
-        if not isinstance(session, dict) or not engine.config.declare_tools or not len(engine.tools):
+        if not isinstance(session, dict) or not ctx.config.declare_tools or not len(ctx.tools):
             return SAME
         tools = session.get("tools")
         if self._refuse_relay_tool_names(tools, event, "session"):
@@ -112,7 +93,7 @@ class ClientView:
         elif not isinstance(tools, list):
             return SAME
         self.tools_declared = True
-        return {**event, "session": {**session, "tools": list(tools) + engine.tools.definitions()}}
+        return {**event, "session": {**session, "tools": list(tools) + ctx.tools.definitions()}}
 
     def response_create(self, event: dict[str, Any]) -> Any:
         """A client's `response.create`: tools it lists for this response get the relay's too.
@@ -121,31 +102,31 @@ class ClientView:
         relay's calls make responses last longer than the client expects), or the model would
         answer without the relay's results. `release_held_creates` decides what becomes of
         it."""
-        engine = self.engine
+        ctx = self.ctx
         options = event.get("response")
         rewritten = SAME
-        if isinstance(options, dict) and isinstance(options.get("tools"), list) and len(engine.tools):
+        if isinstance(options, dict) and isinstance(options.get("tools"), list) and len(ctx.tools):
             if self._refuse_relay_tool_names(options["tools"], event, "response"):
                 return None
-            event = rewritten = {**event, "response": {**options, "tools": options["tools"] + engine.tools.definitions()}}
+            event = rewritten = {**event, "response": {**options, "tools": options["tools"] + ctx.tools.definitions()}}
         event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
-        if engine.config.hold_client_creates and (engine.ledger.unanswered() or engine.sequencer.busy(engine._now)):
-            engine.sequencer.hold_client_create(json.dumps(event, ensure_ascii=False, separators=(",", ":")),
-                                                event_id, for_relay=self.relay_at_work())
+        if ctx.config.hold_client_creates and (ctx.ledger.unanswered() or ctx.sequencer.busy(ctx.now)):
+            self.held.hold(json.dumps(event, ensure_ascii=False, separators=(",", ":")), event_id,
+                           for_relay=self.relay_at_work())
             return None
-        engine.sequencer.client_create_forwarded(event_id, engine._now, answers_pending=False)
+        ctx.sequencer.client_create_forwarded(event_id, ctx.now, answers_pending=False)
         return rewritten
 
     def relay_at_work(self) -> bool:
         """Whether the relay's own work keeps the conversation busy: its calls are unanswered, its
         create is on its way or its response active, an active response holds its calls, or the
-        client's create it held back now meets what the client added since (`Sequencer.shift_collides`)."""
-        engine = self.engine
-        sequencer, ledger = engine.sequencer, engine.ledger
-        if ledger.unanswered() or sequencer.inflight is not None or sequencer.shift_collides():
+        client's create it held back now meets what the client added since (`HeldCreates.collides`)."""
+        ctx = self.ctx
+        sequencer, ledger = ctx.sequencer, ctx.ledger
+        if ledger.unanswered() or sequencer.in_flight() or self.held.collides():
             return True
-        for response_id, creator in sequencer.active.items():
-            response = engine.conversation.responses.get(response_id)
+        for response_id, creator in sequencer.active_creators():
+            response = ctx.conversation.responses.get(response_id)
             if creator == "relay" or (response is not None and any(
                     e is not None and e.owner is Owner.RELAY for e in map(ledger.by_item, response.output_item_ids))):
                 return True
@@ -157,42 +138,46 @@ class ClientView:
         follow-up, which it then answers for) and the rest are refused as the provider refuses a
         create that meets an active response; when only someone else's response held them, all
         are refused so, exactly as without the relay."""
-        engine = self.engine
-        sequencer = engine.sequencer
-        if not sequencer.held_creates:
-            sequencer.settle_shift(engine._now)
+        held = self.held
+        if held.idle():
             return
-        if not sequencer.held_for_relay and self.relay_at_work():
-            sequencer.held_for_relay = True
-        if not engine.upstream_connected or engine.ledger.unanswered() or sequencer.busy(engine._now):
+        ctx = self.ctx
+        sequencer = ctx.sequencer
+        if not held.waiting():   # only a late create's response to see out
+            if not sequencer.busy(ctx.now):
+                held.settle()
             return
-        frame, refused = sequencer.release_held_creates(engine._now)
-        if frame is not None:
-            engine._out.append(SendUpstream(frame))
+        if held.behind_others() and self.relay_at_work():
+            held.held_for_relay()
+        if not ctx.upstream_connected or ctx.ledger.unanswered() or sequencer.busy(ctx.now):
+            return
+        first, refused = held.release()
+        if first is not None:
+            frame, event_id = first
+            # it answers the outputs just injected: the follow-ups waiting are delegated to it
+            sequencer.client_create_forwarded(event_id, ctx.now, answers_pending=True)
+            ctx.emit(SendUpstream(frame))
         for event_id in refused:
-            engine._client_error(ACTIVE_RESPONSE_CODE, "Conversation already has an active response in progress: "
-                                 "this response.create was not sent (the relay held it while a response was "
-                                 "active and forwarded the first one held with it, if any)", event_id)
+            ctx.client_error(ACTIVE_RESPONSE_CODE, "Conversation already has an active response in progress: "
+                             "this response.create was not sent (the relay held it while a response was "
+                             "active and forwarded the first one held with it, if any)", event_id)
 
     def item_create(self, event: dict[str, Any]) -> Any:
         """A client's `conversation.item.create`: its item is the client's; an output for a
         relay call is refused."""
-        engine = self.engine
+        ctx = self.ctx
         item = event.get("item")
         if not isinstance(item, dict):
             return SAME
-        if isinstance(item.get("id"), str):
-            self.client_items.add(item["id"])
-        if item.get("type") == "function_call" and isinstance(item.get("call_id"), str):
-            self.client_calls.add(item["call_id"])
+        ctx.origins.client_sent(item)
         if item.get("type") == "function_call_output":
-            entry = engine.ledger.get(item.get("call_id"))
+            entry = ctx.ledger.get(item.get("call_id"))
             if entry is not None and entry.owner is Owner.RELAY:
-                engine._client_error("relay_owned_call",
-                                    f"call {entry.call_id} ({entry.name}) belongs to a relay tool; the relay "
-                                    "sends its output", event.get("event_id"), param="item.call_id")
+                ctx.client_error("relay_owned_call",
+                                 f"call {entry.call_id} ({entry.name}) belongs to a relay tool; the relay "
+                                 "sends its output", event.get("event_id"), param="item.call_id")
                 return None
-        engine.sequencer.client_added_item()
+        self.held.client_added_item()
         return SAME
 
     def _refuse_relay_tool_names(self, tools: Any, event: dict[str, Any], where: str) -> bool:
@@ -202,16 +187,16 @@ class ClientView:
         if not clashes:
             return False
         names = ", ".join(repr(n) for n in clashes)
-        self.engine._client_error("relay_tool_redefined",
-                                 f"{where} defines {names}, which the relay provides; remove "
-                                 f"{'it' if len(clashes) == 1 else 'them'} from your tools",
-                                 event.get("event_id"), param=f"{where}.tools")
+        self.ctx.client_error("relay_tool_redefined",
+                              f"{where} defines {names}, which the relay provides; remove "
+                              f"{'it' if len(clashes) == 1 else 'them'} from your tools",
+                              event.get("event_id"), param=f"{where}.tools")
         return True
 
     # ==== what the client sees ==========================================================
     def session_event(self, event: dict[str, Any], session: dict[str, Any]) -> Any:
         """`session.created/updated` without the relay's tools."""
-        if not self.engine.config.hide_tool_events:
+        if not self.ctx.config.hide_tool_events:
             return SAME
         tools = session.get("tools")
         if not isinstance(tools, list) or not any(self.is_relay_tool(t) for t in tools):
@@ -220,12 +205,12 @@ class ClientView:
         return {**event, "session": {**session, "tools": visible}}
 
     def _is_relay_call_item(self, record: ItemRecord) -> bool:
-        ledger = self.engine.ledger
+        ledger = self.ctx.ledger
         if record.type == "function_call":
             entry = ledger.get(record.call_id)
             if entry is not None:
                 return entry.owner is Owner.RELAY
-            return record.origin != "client" and record.name in self.engine.tools
+            return record.origin != "client" and record.name in self.ctx.tools
         if record.type == "function_call_output":
             entry = ledger.get(record.call_id)
             return entry is not None and entry.owner is Owner.RELAY and record.origin != "client"
@@ -243,7 +228,7 @@ class ClientView:
         """Rewrite `previous_item_id` when it names an item the client never saw."""
         if not self.hiding:
             return SAME
-        conversation = self.engine.conversation
+        conversation = self.ctx.conversation
         previous = conversation.item(event.get("previous_item_id"))
         if previous is None or not previous.hidden:
             return SAME
@@ -271,5 +256,5 @@ class ClientView:
     def _hidden_item(self, item: Any) -> bool:
         if not isinstance(item, dict):
             return False
-        record = self.engine.conversation.item(item.get("id"))
+        record = self.ctx.conversation.item(item.get("id"))
         return record is not None and record.hidden

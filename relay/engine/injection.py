@@ -7,20 +7,19 @@ every relay call of the response is answered, one `response.create` is requested
 sequencer — none when the response also holds calls the client answers (the client then asks
 for the response itself), or when every output is silent or interrupted. A streaming tool's later
 values go in as system messages, each spoken about once its batch has been. `Injector` does this
-for the engine; the sequencer decides when a requested create may go.
+for the engine, through the session's context only (`context.OpenAIContext`); the sequencer
+decides when a requested create may go.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from relay.engine.calls import CallEntry, CallState, Owner
+from relay.engine.context import OpenAIContext
 from relay.engine.conversation import ResponseRecord
 from relay.engine.sequencer import SentCreate
 from relay.tools import Scheduling
-
-if TYPE_CHECKING:
-    from relay.engine.openai import OpenAIEngine
 
 _SILENT = Scheduling.SILENT.value
 _INTERRUPT = Scheduling.INTERRUPT.value
@@ -29,8 +28,8 @@ _INTERRUPT = Scheduling.INTERRUPT.value
 class Injector:
     """The outputs of one session's relay calls on their way into the conversation."""
 
-    def __init__(self, engine: OpenAIEngine) -> None:
-        self.engine = engine
+    def __init__(self, ctx: OpenAIContext) -> None:
+        self.ctx = ctx
         self.pending_updates: dict[str, list[str]] = {}   # call_id -> updates waiting for its output
         self.unlinked_outputs: set[str] = set()           # call ids injected, not yet answered by a response
 
@@ -39,15 +38,15 @@ class Injector:
         """The relay calls of a response, in call order (output index)."""
         calls = []
         for item_id in response.output_item_ids:
-            entry = self.engine.ledger.by_item(item_id)
+            entry = self.ctx.ledger.by_item(item_id)
             if entry is not None and entry.owner is Owner.RELAY:
                 calls.append(entry)
         return calls
 
     def inject_ready(self, response: ResponseRecord) -> None:
         """Send the decided outputs of a done response, then settle its follow-up."""
-        engine = self.engine
-        if not response.done or not engine.upstream_connected or engine.closed:
+        ctx = self.ctx
+        if not response.done or not ctx.upstream_connected or ctx.closed:
             return
         calls = self.response_calls(response)
         for entry in calls:
@@ -60,7 +59,7 @@ class Injector:
         output of the nearest earlier call already injected, else after the response's last item."""
         if response.out_of_band:
             return None
-        conversation = self.engine.conversation
+        conversation = self.ctx.conversation
         for earlier in reversed(calls[: calls.index(entry)]):
             if earlier.output_item_id and earlier.state is CallState.ANSWERED:
                 record = conversation.item(earlier.output_item_id)
@@ -70,23 +69,22 @@ class Injector:
 
     def send_output(self, entry: CallEntry, *, previous_item_id: Any) -> None:
         """The call's `function_call_output`, with this wire's fields (Foundry's `name`...)."""
-        engine = self.engine
-        item_id = entry.output_item_id or engine._new_item_id()
-        event_id = engine._new_event_id()
+        ctx = self.ctx
+        item_id = entry.output_item_id or ctx.new_id("i")
+        event_id = ctx.new_event_id()
         entry.output_item_id = item_id
         entry.output_event_id = event_id
-        engine.view.relay_items.add(item_id)
-        engine._remember_event(event_id, "output", entry.call_id)
+        ctx.origins.relay_sent(item_id)
         event: dict[str, Any] = {"type": "conversation.item.create", "event_id": event_id}
         if previous_item_id is not None:
             event["previous_item_id"] = previous_item_id
-        event["item"] = engine.dialect.function_call_output_item(
+        event["item"] = ctx.dialect.function_call_output_item(
             item_id=item_id, call_id=entry.call_id, output=entry.output or "",
             status=entry.output_status or "completed", name=entry.name,
-            response_id=entry.response_id, created_at=int(engine._now))
-        engine._send_upstream(event)
+            response_id=entry.response_id, created_at=int(ctx.now))
+        ctx.send_tagged(event, "output", entry.call_id)
         if entry.state is not CallState.ANSWERED:
-            engine._injected(entry)
+            ctx.rules.output_sent(entry)
             self.unlinked_outputs.add(entry.call_id)
             for text in self.pending_updates.pop(entry.call_id, []):
                 self._send_update(entry, text)
@@ -111,52 +109,49 @@ class Injector:
         speakers = [c for c in live if c.speak and c.scheduling != _SILENT]
         if not speakers:
             return
-        engine = self.engine
-        engine.sequencer.request_follow_up(
+        self.ctx.sequencer.request_follow_up(
             [c.call_id for c in live],
             interrupt=any(c.scheduling == _INTERRUPT for c in speakers),
             messages=[c.message for c in speakers if c.message],
             confirm={c.output_item_id for c in live if c.output_item_id},
-            now=engine._now,
+            now=self.ctx.now,
         )
 
     def has_client_calls(self, response: ResponseRecord | None) -> bool:
         return response is not None and any(
             e is not None and e.owner is Owner.CLIENT and e.state is not CallState.SKIPPED
-            for e in map(self.engine.ledger.by_item, response.output_item_ids))
+            for e in map(self.ctx.ledger.by_item, response.output_item_ids))
 
     def response_started(self, response: ResponseRecord, ours: SentCreate | None) -> None:
         """Link the calls a response answers: the calls of our follow-up; and, for the first
         in-conversation response that starts after a call's output landed, the call (the model
         answers it there, whoever asked for that response)."""
-        engine = self.engine
         if ours is not None and ours.purpose == "follow_up":
             for call_id in ours.call_ids:
-                entry = engine.ledger.get(call_id)
+                entry = self.ctx.ledger.get(call_id)
                 if entry is not None:
                     entry.follow_up_event_id = ours.event_id
         if not response.out_of_band:
             self._link_follow_ups(response.id)
 
     def _link_follow_ups(self, response_id: str) -> None:
-        engine = self.engine
-        confirmed = engine.sequencer.confirmed_items
+        ledger, sequencer = self.ctx.ledger, self.ctx.sequencer
         for call_id in list(self.unlinked_outputs):
-            entry = engine.ledger.get(call_id)
-            if entry is None or entry.output_item_id in confirmed:
+            entry = ledger.get(call_id)
+            if entry is None or sequencer.is_confirmed(entry.output_item_id):
                 self.unlinked_outputs.discard(call_id)
                 if entry is not None:
                     entry.follow_up_response_id = response_id
 
     def unlinked_item_ids(self) -> set[str]:
         """The output items whose answering response has not started yet."""
-        ledger = self.engine.ledger
+        ledger = self.ctx.ledger
         return {e.output_item_id for e in map(ledger.get, self.unlinked_outputs) if e is not None and e.output_item_id}
 
     # ==== streaming updates =============================================================
     def add_update(self, entry: CallEntry, text: str) -> None:
         entry.updates += (text,)
-        if entry.state is CallState.ANSWERED and self.engine.upstream_connected:
+        if entry.state is CallState.ANSWERED and self.ctx.upstream_connected:
             self._send_update(entry, text)
         else:
             self.pending_updates.setdefault(entry.call_id, []).append(text)
@@ -164,27 +159,26 @@ class Injector:
     def send_pending_updates(self) -> None:
         """After a reconnect: the updates of answered calls that waited for the connection."""
         for call_id in list(self.pending_updates):
-            entry = self.engine.ledger.get(call_id)
+            entry = self.ctx.ledger.get(call_id)
             if entry is not None and entry.state is CallState.ANSWERED:
                 for text in self.pending_updates.pop(call_id):
                     self._send_update(entry, text)
 
     def _send_update(self, entry: CallEntry, text: str) -> None:
         """A streaming tool's later value: a system message the model can speak about."""
-        engine = self.engine
-        item_id = engine._new_item_id()
-        event_id = engine._new_event_id()
-        engine.view.relay_items.add(item_id)
-        engine._remember_event(event_id, "update", entry.call_id)
-        engine._send_upstream({
+        ctx = self.ctx
+        item_id = ctx.new_id("i")
+        event_id = ctx.new_event_id()
+        ctx.origins.relay_sent(item_id)
+        ctx.send_tagged({
             "type": "conversation.item.create", "event_id": event_id,
             "item": {"type": "message", "role": "system", "id": item_id,
                      "content": [{"type": "input_text", "text": text}]},
-        })
-        response = engine.conversation.response(entry.response_id or "", create=False)
+        }, "update", entry.call_id)
+        response = ctx.conversation.response(entry.response_id or "", create=False)
         if response is None or not response.batch_handled:
             return  # the batch's own follow-up, still to come, covers what this update says
         if entry.speak and entry.scheduling != _SILENT and not self.has_client_calls(response):
-            engine.sequencer.request_follow_up(
+            ctx.sequencer.request_follow_up(
                 [entry.call_id], interrupt=entry.scheduling == _INTERRUPT,
-                messages=[], confirm={item_id}, now=engine._now)
+                messages=[], confirm={item_id}, now=ctx.now)

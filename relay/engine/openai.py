@@ -6,31 +6,32 @@ say what happens to calls: announced by their item, complete when it is done, sk
 response is cancelled; `response.done` lets outputs in (`injection.Injector`), a cancelled
 `turn_detected` response or `speech_started` is a barge-in. What the core decides (`core`) comes
 back as frames through the dialect's shapes (Foundry's `name`, beta's `modalities`). What the
-client may see of the relay's tools is `hiding.ClientView`'s; when `response.create` goes up
-is the sequencer's. The frames the dialect passes through (audio) are forwarded without being
-parsed (`receive_upstream`/`receive_client`); every other event is read by its GA name.
+items and events say of calls is `watching.CallWatcher`'s; what the client may see of the relay's
+tools is `hiding.ClientView`'s; when `response.create` goes up is the sequencer's. The helpers act
+through the session's context (`context.OpenAIContext`) only. The frames the dialect passes
+through (audio) are forwarded without being parsed (`receive_upstream`/`receive_client`); every
+other event is read by its GA name.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any, Callable, Iterable
 
 from relay.dialects.openai import OPENAI, OpenAIFamily
 from relay.dialects.peek import passes_unparsed
 from relay.engine.actions import Action, Notice, SendClient, SendUpstream
-from relay.engine.calls import CallEntry, CallOutcome, CallState, Owner
+from relay.engine.calls import CallEntry, CallOutcome, CallState
+from relay.engine.context import OpenAIContext
 from relay.engine.conversation import ABSENT, ItemRecord, ResponseRecord
 from relay.engine.core import SessionEngine
 from relay.engine.hiding import SAME as _SAME
 from relay.engine.hiding import ClientView
 from relay.engine.injection import Injector
-from relay.engine.sequencer import Sequencer, sent_notice
+from relay.engine.sequencer import sent_notice
+from relay.engine.watching import CANCEL_STATES, CallWatcher
 from relay.tools.render import RenderedOutput
 from relay.tools.spec import ToolSpec
-
-_CANCEL_STATES = ("cancelled", "failed")
 
 
 class OpenAIEngine(SessionEngine):
@@ -38,6 +39,8 @@ class OpenAIEngine(SessionEngine):
 
     default_dialect: OpenAIFamily = OPENAI
     dialect: OpenAIFamily
+    context_class = OpenAIContext
+    ctx: OpenAIContext
 
     def __init__(self, *args: Any, **options: Any) -> None:
         """As `SessionEngine`: tools, and the dialect, config, session_id and id_prefix options."""
@@ -47,9 +50,10 @@ class OpenAIEngine(SessionEngine):
         self._upstream_passthrough = self.dialect.upstream_passthrough
         self._client_passthrough = self.dialect.client_passthrough
         self._ga_names = self.dialect.ga_names
-        self.sequencer = Sequencer(new_event_id=self._new_event_id, build_create=self.dialect.response_create)
-        self.view = ClientView(self)        # what the client sees of the relay's tools
-        self.injector = Injector(self)      # where and when outputs go in, and the follow-up
+        self.sequencer = self.ctx.sequencer     # when response.create (or response.cancel) goes up
+        self.watcher = CallWatcher(self.ctx)    # what items and events say of calls
+        self.view = ClientView(self.ctx)        # what the client sees of the relay's tools
+        self.injector = Injector(self.ctx)      # where and when outputs go in, and the follow-up
 
     # ---- the audio fast path: frames the engine only forwards skip its bookkeeping ----
     def receive_upstream(self, frame: str | bytes, now: float) -> list[Action]:
@@ -73,27 +77,11 @@ class OpenAIEngine(SessionEngine):
         self.view.release_held_creates()
         self._pump()
 
-    def _new_event_id(self) -> str:
-        return self._new_id("e")
-
-    def _new_item_id(self) -> str:
-        return self._new_id("i")
-
-    def _remember_event(self, event_id: str, what: str, call_id: str | None) -> None:
-        self.sequencer.remember(event_id, what, call_id)
-
-    def _send_upstream(self, event: dict[str, Any]) -> None:
-        self._out.append(SendUpstream(json.dumps(event, ensure_ascii=False, separators=(",", ":"))))
-
-    def _send_client(self, event: dict[str, Any]) -> None:
-        if self.config.has_client:
-            self._out.append(SendClient(json.dumps(event, ensure_ascii=False, separators=(",", ":"))))
-
     def _parse(self, frame: str) -> dict[str, Any] | None:
         """The frame as an event dict, or None with the reason recorded."""
-        event = self._decode(frame)
+        event = self.ctx.decode(frame)
         if event is not None and not isinstance(event.get("type"), str):
-            self._bad_frame("missing_type", "event has no string `type` field")
+            self.ctx.bad_frame("missing_type", "event has no string `type` field")
             return None
         return event
 
@@ -103,20 +91,14 @@ class OpenAIEngine(SessionEngine):
         value = event.get(key)
         if isinstance(value, dict) and (not with_id or isinstance(value.get("id"), str)):
             return value
-        self._record_anomaly(f"{event['type']} without {missing}", event["type"])
+        self.ctx.anomaly(f"{event['type']} without {missing}", event["type"])
         return None
-
-    def _bad_frame(self, code: str, message: str) -> None:
-        if self._source == "client":
-            self._client_error(code, message)
-        else:
-            self._record_anomaly(message, None)
 
     # ==== upstream ======================================================================
     def _upstream_frame(self, frame: str | bytes) -> None:
         self.frames_in["upstream"] += 1
         if not isinstance(frame, str):
-            self._record_anomaly("binary frame from upstream dropped", None)
+            self.ctx.anomaly("binary frame from upstream dropped", None)
             return
         event = self._parse(frame)
         if event is None:
@@ -127,9 +109,9 @@ class OpenAIEngine(SessionEngine):
         if not self.config.has_client or result is None:
             return
         if result is _SAME:
-            self._out.append(SendClient(frame))
+            self.ctx.out.append(SendClient(frame))   # the engine's own outbox: no call on the way
         else:
-            self._send_client(result)
+            self.ctx.send_client(result)
 
     # ---- session ----
     def _on_session(self, event: dict[str, Any]) -> Any:
@@ -159,8 +141,8 @@ class OpenAIEngine(SessionEngine):
         self.conversation.insert(record.id, event.get("previous_item_id", ABSENT), event["type"])
         if record.origin == "relay":
             self.sequencer.item_confirmed(record.id)
-        self.view.placed(record)
-        self._track_item_calls(record)
+        self.ctx.origins.placed(record)
+        self.watcher.track(record)
         return self.view.item_event(event, record)
 
     def _on_item_done(self, event: dict[str, Any]) -> Any:
@@ -169,11 +151,11 @@ class OpenAIEngine(SessionEngine):
             return _SAME
         if not record.in_conversation and record.origin != "model":
             self.conversation.insert(record.id, event.get("previous_item_id", ABSENT), event["type"])
-        self._track_item_calls(record)
+        self.watcher.track(record)
         if record.type == "function_call" and record.status == "completed" and record.response_id:
             entry = self.ledger.by_item(record.id)
             if entry is not None:
-                self._call_item_complete(entry)
+                self.watcher.item_complete(entry)
         return self.view.item_event(event, record)
 
     def _on_item_edit(self, event: dict[str, Any]) -> Any:
@@ -187,23 +169,6 @@ class OpenAIEngine(SessionEngine):
     def _on_committed(self, event: dict[str, Any]) -> Any:
         return self.view.with_visible_predecessor(event)
 
-    def _track_item_calls(self, record: ItemRecord) -> None:
-        if record.type == "function_call":
-            self._announce_call(record)
-        elif record.type == "function_call_output":
-            entry = self.ledger.get(record.call_id)
-            if entry is None:
-                self._record_anomaly(f"output for unknown call {record.call_id}", "function_call_output")
-                return
-            if entry.owner is Owner.CLIENT or record.origin == "client":
-                entry.output = record.output
-                entry.output_item_id = record.id
-                entry.output_status = record.status
-                if entry.owner is Owner.CLIENT:
-                    self._client_answered(entry)
-            elif record.output == entry.output:
-                record.output = entry.output   # the echo of ours: keep one copy of the text
-
     # ---- responses ----
     def _on_response_created(self, event: dict[str, Any]) -> Any:
         data = self._part(event, "response", "a response id", with_id=True)
@@ -212,18 +177,18 @@ class OpenAIEngine(SessionEngine):
         response = self.conversation.response(data["id"])
         assert response is not None
         if response.seen_created or response.done:
-            self._record_anomaly(f"response.created for {response.id}, which was already "
-                                 f"{'done' if response.done else 'created'}", event["type"])
+            self.ctx.anomaly(f"response.created for {response.id}, which was already "
+                             f"{'done' if response.done else 'created'}", event["type"])
             return _SAME
         response.seen_created = True
-        response.created_at = self._now
+        response.created_at = self.ctx.now
         response.metadata = data.get("metadata")
         response.out_of_band = "conversation_id" in data and data.get("conversation_id") is None
-        creator, ours = self.sequencer.response_created(response.id, response.metadata, self._now)
+        creator, ours = self.sequencer.response_created(response.id, response.metadata, self.ctx.now)
         response.creator = creator
         if creator == "relay":
             response.metadata = None   # ours: the creator says it all, and long sessions make many
-        self._response_notice(response, "created", ours)
+        self.ctx.response_notice(response, "created", ours)
         self.injector.response_started(response, ours)
         return self.view.response_event(event, data)
 
@@ -241,7 +206,7 @@ class OpenAIEngine(SessionEngine):
                 and record.status == "completed"):
             entry = self.ledger.by_item(record.id)
             if entry is not None:
-                self._call_item_complete(entry)
+                self.watcher.item_complete(entry)
         return None if record.hidden else _SAME
 
     def _output_item(self, response: ResponseRecord | None, data: dict[str, Any], index: Any) -> ItemRecord | None:
@@ -253,48 +218,16 @@ class OpenAIEngine(SessionEngine):
             record.response_id = response.id
             self.conversation.link_output(response, record.id, index)
         self.view.classify(record)
-        self._track_item_calls(record)
+        self.watcher.track(record)
         return record
 
     def _on_arguments_delta(self, event: dict[str, Any]) -> Any:
-        entry = self._call_of_event(event)
-        if entry is None:
-            return _SAME
-        delta = event.get("delta")
-        if isinstance(delta, str):
-            entry.arguments += delta
-            entry.delta_count += 1
-        if entry.state is CallState.ANNOUNCED:
-            self.ledger.move(entry, CallState.STREAMING, self._now)
-        return None if self.view.hides_call(entry) else _SAME
+        entry = self.watcher.arguments_delta(event)
+        return None if entry is not None and self.view.hides_call(entry) else _SAME
 
     def _on_arguments_done(self, event: dict[str, Any]) -> Any:
-        entry = self._call_of_event(event)
-        if entry is None:
-            return _SAME
-        final = event.get("arguments")
-        if isinstance(final, str):
-            if entry.delta_count and entry.arguments != final:
-                self._record_anomaly(
-                    f"arguments of call {entry.call_id} assembled from {entry.delta_count} deltas "
-                    f"differ from response.function_call_arguments.done", event["type"])
-            entry.arguments_from_done = final
-            entry.arguments = final
-        return None if self.view.hides_call(entry) else _SAME
-
-    def _call_of_event(self, event: dict[str, Any]) -> CallEntry | None:
-        entry = self.ledger.by_item(event.get("item_id")) or self.ledger.get(event.get("call_id"))
-        if entry is None:
-            self._record_anomaly(
-                f"{event['type']} for unknown call {event.get('call_id') or event.get('item_id')}",
-                event["type"])
-            call_id, item_id = event.get("call_id"), event.get("item_id")
-            if isinstance(call_id, str) and isinstance(item_id, str):
-                # a log that elided the item's announcement: keep the arguments, own nothing
-                entry = self.ledger.add(CallEntry(call_id, str(event.get("name") or ""), item_id,
-                                                  _str_or_none(event.get("response_id")),
-                                                  Owner.CLIENT, announced_at=self._now))
-        return entry
+        entry = self.watcher.arguments_done(event)
+        return None if entry is not None and self.view.hides_call(entry) else _SAME
 
     def _on_response_done(self, event: dict[str, Any]) -> Any:
         data = self._part(event, "response", "a response id", with_id=True)
@@ -303,63 +236,44 @@ class OpenAIEngine(SessionEngine):
         response = self.conversation.response(data["id"])
         assert response is not None
         if response.done:
-            self._record_anomaly(f"duplicate response.done for {response.id}", event["type"])
+            self.ctx.anomaly(f"duplicate response.done for {response.id}", event["type"])
             return self.view.response_event(event, data)
         if not response.seen_created:
-            self._record_anomaly(f"response.done without response.created for {response.id}",
-                                 event["type"])
+            self.ctx.anomaly(f"response.done without response.created for {response.id}", event["type"])
             if response.metadata is None:
                 response.metadata = data.get("metadata")
         response.status = sys.intern(str(data.get("status") or "completed"))
         details = data.get("status_details")
         response.status_details = details if isinstance(details, dict) else None
-        response.done_at = self._now
-        self._response_notice(response, "done")
+        response.done_at = self.ctx.now
+        self.ctx.response_notice(response, "done")
         output = data.get("output")
         for index, item in enumerate(output if isinstance(output, list) else []):
             if isinstance(item, dict):
                 self._output_item(response, item, index)
-        self._settle_calls(response)
+        self.watcher.settle(response)
         self.sequencer.response_done(response.id)
         self.sequencer.forget_confirmed(self.injector.unlinked_item_ids())
         if response.status == "cancelled" and response.reason == "turn_detected":
             self._barge_in(f"response {response.id} cancelled (turn_detected)")
-        elif response.status in _CANCEL_STATES:
+        elif response.status in CANCEL_STATES:
             self._interrupt_running_of(response)
         self.injector.inject_ready(response)
-        self._forget_old()
+        self.ctx.forget_old()
         return self.view.response_event(event, data)
-
-    def _settle_calls(self, response: ResponseRecord) -> None:
-        """At `response.done`, every call of the response is either ready or skipped."""
-        failed = response.status in _CANCEL_STATES
-        for item_id in response.output_item_ids:
-            entry = self.ledger.by_item(item_id)
-            if entry is None or entry.state not in (CallState.ANNOUNCED, CallState.STREAMING):
-                continue
-            record = self.conversation.item(item_id)
-            item_status = record.status if record is not None else None
-            if failed:
-                reason = f"response {response.status}" + (f" ({response.reason})" if response.reason else "")
-                self._skip(entry, reason)
-            elif item_status not in (None, "completed"):
-                self._skip(entry, f"item {item_status}")
-            else:
-                self._call_item_complete(entry)
 
     # ---- errors ----
     def _on_error(self, event: dict[str, Any]) -> Any:
         error = self._part(event, "error", "an error object")
         if error is None:
             return _SAME
-        ours = self.sequencer.error_about(error, self._now)
+        ours = self.sequencer.error_about(error, self.ctx.now)
         if ours is None:
             return _SAME
         what, call_id = ours
         message = f"{error.get('code') or error.get('type')}: {error.get('message')}"
-        self._out.append(Notice("upstream_error", {"what": what, "call_id": call_id,
-                                                   "code": error.get("code"),
-                                                   "message": error.get("message")}))
+        self.ctx.emit(Notice("upstream_error", {"what": what, "call_id": call_id, "code": error.get("code"),
+                                                "message": error.get("message")}))
         entry = self.ledger.get(call_id)
         if entry is not None:
             entry.upstream_errors += (message,)
@@ -402,47 +316,8 @@ class OpenAIEngine(SessionEngine):
     }
 
     # ==== calls =========================================================================
-    def _announce_call(self, record: ItemRecord) -> None:
-        call_id = record.call_id
-        if not isinstance(call_id, str) or not call_id:
-            self._record_anomaly(f"function_call item {record.id} without call_id", "function_call")
-            return
-        entry = self.ledger.get(call_id)
-        name = record.name or ""
-        if entry is None:
-            owner = self._owner_of(name, client_made=record.origin == "client" or call_id in self.view.client_calls)
-            entry = self.ledger.add(CallEntry(call_id, name, record.id, record.response_id, owner,
-                                              announced_at=self._now))
-        elif entry.item_id != record.id:
-            if entry.item_id is None:
-                entry.item_id = record.id
-                self.ledger.add(entry)
-            else:
-                self._record_anomaly(f"call {call_id} announced again with another item {record.id}",
-                                     "function_call")
-                return
-        if entry.response_id is None and record.response_id is not None:
-            entry.response_id = record.response_id
-        if not entry.name and name:
-            entry.name = name
-        if record.arguments and record.status == "completed":
-            entry.arguments = record.arguments
-
-    def _call_item_complete(self, entry: CallEntry) -> None:
-        """The model finished the call's item: it may run unless it is a repeat, not a
-        response's output, or its response already ended cancelled or failed."""
-        if entry.state not in (CallState.ANNOUNCED, CallState.STREAMING):
-            return  # duplicate delivery: a call is started once
-        if entry.response_id is None:
-            return  # not a response output: never executed
-        response = self.conversation.response(entry.response_id, create=False)
-        if response is not None and response.done and response.status in _CANCEL_STATES:
-            self._skip(entry, f"response {response.status}")
-            return
-        self._call_complete(entry)
-
     def _handler_started(self, entry: CallEntry, tool: ToolSpec) -> None:
-        self.sequencer.tool_started(entry.call_id, tool.on_start, tool.on_delay, self._now)
+        self.sequencer.tool_started(entry.call_id, tool.on_start, tool.on_delay, self.ctx.now)
 
     def _streamed(self, entry: CallEntry, value: Any, rendered: RenderedOutput) -> None:
         """A streaming tool's first value is its output; later values are updates."""
@@ -467,13 +342,13 @@ class OpenAIEngine(SessionEngine):
     # ---- interruption ----
     def _interrupt_running_of(self, response: ResponseRecord) -> None:
         for entry in self.injector.response_calls(response):
-            if entry.call_id in self._handlers_active and not entry.interrupted:
+            if entry.call_id in self.running and not entry.interrupted:
                 self._interrupt(entry, f"response {response.status}")
 
     # ==== timers ========================================================================
     def _tick(self) -> None:
         super()._tick()
-        self.sequencer.promote_due_fillers(self._now)
+        self.sequencer.promote_due_fillers(self.ctx.now)
 
     # ==== connection lifecycle ==========================================================
     def _on_reconnect(self) -> None:
@@ -484,22 +359,22 @@ class OpenAIEngine(SessionEngine):
             if not response.done:
                 # its end was lost with the connection: the calls that completed still count
                 response.status = "unknown"
-                response.done_at = self._now
-                self._response_notice(response, "done")
-                self._settle_calls(response)
+                response.done_at = self.ctx.now
+                self.ctx.response_notice(response, "done")
+                self.watcher.settle(response)
         for response_id in list(self.conversation.response_order):
             self.injector.inject_ready(self.conversation.responses[response_id])
         self.injector.send_pending_updates()
 
     def _on_close(self) -> None:
-        self.sequencer.held_creates.clear()
+        self.view.held.drop()
 
     # ==== client ========================================================================
     def _client_frame(self, frame: str | bytes) -> None:
         self.frames_in["client"] += 1
         if not isinstance(frame, str):
-            self._client_error("binary_frame_not_supported",
-                               "binary frames are not part of the realtime protocol; send JSON text")
+            self.ctx.client_error("binary_frame_not_supported",
+                                  "binary frames are not part of the realtime protocol; send JSON text")
             return
         event = self._parse(frame)
         if event is None:
@@ -511,24 +386,21 @@ class OpenAIEngine(SessionEngine):
         if result is None:
             return
         if result is _SAME:
-            self._out.append(SendUpstream(frame))
+            self.ctx.out.append(SendUpstream(frame))
         else:
-            self._send_upstream(result)
+            self.ctx.send_upstream(result)
 
     # ==== sequencing ====================================================================
     def _pump(self) -> None:
         """Let the sequencer send what is due now."""
-        if not self.upstream_connected:
+        if not self.ctx.upstream_connected:
             return
-        for frame in self.sequencer.poll(self._now):
-            self._send_upstream(frame)
+        ctx = self.ctx
+        for frame in self.sequencer.poll(ctx.now):
+            ctx.send_upstream(frame)
             notice = sent_notice(frame)
             if notice is not None:
-                self._out.append(notice)
-
-
-def _str_or_none(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
+                ctx.emit(notice)
 
 
 __all__ = ["OpenAIEngine"]

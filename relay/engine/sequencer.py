@@ -5,14 +5,26 @@ coalesces the follow-ups of several calls into one create, waits for `response.d
 it sends with an `event_id` and `metadata`, and recognises the errors aimed at it. Fillers
 (`on_start`, `on_delay`) and spoken messages go through it too, so there are never two active
 responses and never a filler after the result it was covering for.
+
+Its state is a table, as a call's is (`calls.LIFECYCLE`): two small machines side by side, each
+with its own steps (`STEPS`), as h11 keeps a connection's several machines:
+- `CreateState`: the relay's own `response.create`, one at a time: idle, sent (its
+  response.created awaited), to be sent again once nothing is active, or after the next
+  response.done (when no response was known to be active: a second writer's);
+- `CancelState`: the relay's `response.cancel` for an `interrupt` follow-up: none, or sent.
+Every change goes through `move` (`states.Machines`), which refuses a step the table does not
+allow: it raises `IllegalTransition` in strict mode (the tests) and records an anomaly otherwise.
+The client's creates a proxy holds back have their own table (`holding.HeldCreates`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from enum import Enum
+from typing import Any, Callable, Iterable
 
 from relay.engine.actions import Notice
+from relay.engine.states import Machines, Steps
 
 # Metadata keys the relay puts on its own responses (values must be strings, <= 512 chars).
 META_KIND = "relay"
@@ -40,6 +52,47 @@ def say_instructions(text: str) -> str:
     )
 
 
+class CreateState(str, Enum):
+    """The relay's own `response.create`: one at a time."""
+
+    IDLE = "idle"                    # none in flight, none to send again
+    SENT = "sent"                    # sent: its response.created (or its refusal) is awaited
+    RETRY = "retry"                  # refused as "already active", or never acknowledged: it goes
+                                     # again once nothing is active
+    RETRY_AFTER_DONE = "retry_after_done"   # refused while no response was known to be active (a
+                                     # second writer's): waits for the next response.done, or `retry_wait`
+
+
+class CancelState(str, Enum):
+    """The relay's `response.cancel`, sent when an `interrupt` follow-up waits behind a response."""
+
+    NONE = "none"
+    SENT = "sent"                    # sent for `_cancel_target`, until that response is done
+
+
+_C, _X = CreateState, CancelState
+STEPS: Steps = {
+    _C: {
+        _C.IDLE: frozenset({_C.SENT}),
+        # idle: acknowledged, refused for good, or in flight when the connection was replaced
+        _C.SENT: frozenset({_C.IDLE, _C.RETRY, _C.RETRY_AFTER_DONE}),
+        # idle: its response came after all, or a foreign response answers its follow-up
+        _C.RETRY: frozenset({_C.SENT, _C.IDLE}),
+        _C.RETRY_AFTER_DONE: frozenset({_C.RETRY, _C.IDLE}),
+    },
+    _X: {
+        _X.NONE: frozenset({_X.SENT}),
+        _X.SENT: frozenset({_X.NONE}),      # its response is done, or the connection was replaced
+    },
+}
+# the members by module names: read from its class, a member costs a descriptor call, and these
+# are read after every input
+_IDLE, _SENT, _RETRY, _RETRY_AFTER_DONE = _C.IDLE, _C.SENT, _C.RETRY, _C.RETRY_AFTER_DONE
+_NO_CANCEL, _CANCEL_SENT = _X.NONE, _X.SENT
+_BUSY = frozenset({_SENT, _RETRY_AFTER_DONE})
+_RETRYING = frozenset({_RETRY, _RETRY_AFTER_DONE})
+
+
 @dataclass(slots=True)
 class FollowUp:
     """Outputs (or streaming updates) injected and waiting for the model to speak about them."""
@@ -49,7 +102,6 @@ class FollowUp:
     messages: list[str]
     confirm_item_ids: set[str]      # relay items that must exist upstream before a foreign
     requested_at: float             # response can count as answering this follow-up
-    delegated: bool = False         # a released client response.create will answer it
 
 
 @dataclass(slots=True)
@@ -62,6 +114,8 @@ class Filler:
 
 @dataclass(slots=True)
 class SentCreate:
+    """One `response.create` of the relay's, as sent (and sent again)."""
+
     event_id: str
     purpose: str                 # follow_up | filler
     call_ids: list[str]
@@ -71,7 +125,9 @@ class SentCreate:
     interrupt: bool = False
     attempts: int = 1
     confirm_item_ids: set[str] = field(default_factory=set)
-    taken_over: bool = False     # a foreign response already answers it: never retry it
+    # a foreign response already answers its follow-up: a refusal is not retried. A fact about
+    # this request that stays with it, not a state of the sequencer.
+    taken_over: bool = False
 
 
 @dataclass(slots=True)
@@ -80,55 +136,93 @@ class ForeignCreate:
     expires_at: float
 
 
-class Sequencer:
+class Sequencer(Machines):
     """Response-level state for one session. The engine feeds it upstream facts and asks it,
-    after every input, which frames to send now (`poll`)."""
+    after every input, which frames to send now (`poll`).
+
+    Its state is two machines (`create_state`, `cancel_state`), changed only by `move`. The rest
+    is data, none of it a flag: the create, cancel target and deadline those states are about;
+    queues (follow-ups waiting for the relay's create or delegated to a client's, fillers); the
+    active responses and who made them; the client creates forwarded; the relay's creates in
+    flight when the connection was replaced; the relay items confirmed upstream; the frames the
+    relay sent lately; and the settings (timeouts, attempts)."""
+
+    steps = STEPS
+    attributes = {CreateState: "create_state", CancelState: "cancel_state"}
 
     def __init__(
         self,
         *,
         new_event_id: Callable[[], str],
         build_create: Callable[[dict[str, Any], str], dict[str, Any]],
+        strict: bool = True,
+        on_refused: Callable[[str], None] | None = None,
         ack_timeout: float = 15.0,
         foreign_timeout: float = 10.0,
         max_attempts: int = 4,
         retry_wait: float = 5.0,
     ) -> None:
+        super().__init__(strict=strict, on_refused=on_refused)
         self._new_event_id = new_event_id
         self._build_create = build_create
         self.ack_timeout = ack_timeout
         self.foreign_timeout = foreign_timeout
         self.max_attempts = max_attempts
         self.retry_wait = retry_wait
-        self.active: dict[str, str] = {}          # response id -> creator
-        self.inflight: SentCreate | None = None   # our create, not yet acknowledged
-        self.ours: dict[str, SentCreate] = {}     # response id -> our create that made it
-        self.foreign: list[ForeignCreate] = []    # client creates forwarded, not yet resolved
-        self.follow_ups: list[FollowUp] = []
-        self.fillers: list[Filler] = []
-        self.delayed_fillers: dict[str, tuple[float, str]] = {}   # call_id -> (when due, text): on_delay
-        self.held_creates: list[tuple[str, str | None]] = []      # client creates waiting (frame, event id)
-        self.held_for_relay = False     # while they waited, the relay's work (its calls, its responses) was why
-        # a create the relay held went up later than the client sent it, and its response may still
-        # run; what the client adds to the conversation after it is not in that response
-        self.shifted = False
-        self.added_since_shift = False
-        self.retry: SentCreate | None = None      # our create refused as "already active"
-        self.uncertain: dict[str, SentCreate] = {}  # in flight when the connection was replaced
-        self.retry_waits_for_done = False
-        self.retry_deadline = 0.0
-        self.cancel_requested_for: str | None = None
-        self.creates_sent = 0
-        self.confirmed_items: set[str] = set()
+        # the state: changed by `move` only
+        self.create_state = _IDLE
+        self.cancel_state = _NO_CANCEL
+        # what the states are about
+        self._own: SentCreate | None = None        # the create of `create_state` (None when idle)
+        self._retry_deadline = 0.0                  # RETRY_AFTER_DONE: when to stop waiting for a done
+        self._cancel_target: str | None = None      # CancelState.SENT: the response cancelled
+        # data
+        self._active: dict[str, str] = {}           # response id -> creator
+        self._ours: dict[str, SentCreate] = {}      # response id -> our create that made it
+        self._foreign: list[ForeignCreate] = []     # client creates forwarded, not yet resolved
+        self._follow_ups: list[FollowUp] = []       # waiting for the relay's own create
+        self._delegated: list[FollowUp] = []        # a forwarded client create is to answer them
+        self._fillers: list[Filler] = []
+        self._delayed_fillers: dict[str, tuple[float, str]] = {}   # call_id -> (when due, text): on_delay
+        self._uncertain: dict[str, SentCreate] = {}   # in flight when the connection was replaced
+        self._confirmed: set[str] = set()           # relay items seen upstream
         self._sent: dict[str, tuple[str, str | None]] = {}   # event id of a relay frame -> (what, call_id)
 
-    # ---- facts from upstream -------------------------------------------------------------
+    # ---- questions -----------------------------------------------------------------------
     def busy(self, now: float) -> bool:
+        """Whether a response is active or on its way (a create must not go up now)."""
         self._expire(now)
-        return bool(self.active or self.inflight or self.foreign or self.retry_waits_for_done)
+        return bool(self._active or self._foreign) or self.create_state in _BUSY
 
+    def pending(self) -> bool:
+        """Whether the relay still means to send a create (a follow-up, a filler, a retry)."""
+        return bool(self._follow_ups or self._delegated or self._fillers) or self.create_state in _RETRYING
+
+    def in_flight(self) -> bool:
+        """Whether the relay's create is on its way (sent, not yet acknowledged)."""
+        return self.create_state is _SENT
+
+    def active_creators(self) -> Iterable[tuple[str, str]]:
+        """The active responses, as (response id, creator)."""
+        return self._active.items()
+
+    def is_confirmed(self, item_id: Any) -> bool:
+        """Whether the relay's item `item_id` was seen upstream."""
+        return item_id in self._confirmed
+
+    def next_deadline(self) -> float | None:
+        deadlines = [f.expires_at for f in self._foreign]
+        deadlines.extend(due for due, _text in self._delayed_fillers.values())
+        own = self._own
+        if self.create_state is _SENT and own is not None:
+            deadlines.append(own.sent_at + self.ack_timeout)
+        elif self.create_state is _RETRY_AFTER_DONE:
+            deadlines.append(self._retry_deadline)
+        return min(deadlines) if deadlines else None
+
+    # ---- facts from upstream -------------------------------------------------------------
     def item_confirmed(self, item_id: str) -> None:
-        self.confirmed_items.add(item_id)
+        self._confirmed.add(item_id)
 
     def response_created(self, response_id: str, metadata: Any, now: float) -> tuple[str, SentCreate | None]:
         """Classify a new response and mark it active. Returns its creator and our create that
@@ -136,27 +230,26 @@ class Sequencer:
         ours: SentCreate | None = None
         if isinstance(metadata, dict):
             event_id = metadata.get(META_EVENT)
-            if event_id and self.inflight and self.inflight.event_id == event_id:
-                ours = self.inflight
-                self.inflight = None
-            elif event_id and self.retry and self.retry.event_id == event_id:
-                ours = self.retry
-                self.retry = None
-                self.retry_waits_for_done = False
-            elif event_id in self.uncertain:
-                ours = self.uncertain.pop(event_id)
+            own = self._own
+            if event_id and own is not None and own.event_id == event_id:
+                # sent, or refused and waiting to go again: its response came after all
+                ours = own
+                self._own = None
+                self.move(_IDLE)
+            elif event_id in self._uncertain:
+                ours = self._uncertain.pop(event_id)
         if ours is not None:
             creator = "relay"
-            self.ours[response_id] = ours
+            self._ours[response_id] = ours
         else:
             self._expire(now)
-            if self.foreign:
-                self.foreign.pop(0)
+            if self._foreign:
+                self._foreign.pop(0)
                 creator = "client"
             else:
                 creator = "server"
             self._taken_over_by_foreign_response()
-        self.active[response_id] = creator
+        self._active[response_id] = creator
         return creator, ours
 
     def _taken_over_by_foreign_response(self) -> None:
@@ -165,30 +258,33 @@ class Sequencer:
         foreign response started: one the server had begun before that create arrived would
         otherwise take the follow-up with it, and the create be refused as "already active"
         (that refusal gives the follow-up back, see `_foreign_refused`)."""
-        confirmed = self.confirmed_items
-        self.follow_ups = [f for f in self.follow_ups if not f.confirm_item_ids <= confirmed]
-        retry = self.retry
-        if retry is not None and retry.purpose == "follow_up" and retry.confirm_item_ids <= confirmed:
-            self.retry = None
-            self.retry_waits_for_done = False
-        inflight = self.inflight
-        if inflight is not None and inflight.purpose == "follow_up" and inflight.confirm_item_ids <= confirmed:
+        confirmed = self._confirmed
+        self._follow_ups = [f for f in self._follow_ups if not f.confirm_item_ids <= confirmed]
+        self._delegated = [f for f in self._delegated if not f.confirm_item_ids <= confirmed]
+        own = self._own
+        if own is None or own.purpose != "follow_up" or not own.confirm_item_ids <= confirmed:
+            return
+        if self.create_state is _SENT:
             # our create is on its way and will be refused as "already active": never retry it
-            inflight.taken_over = True
+            own.taken_over = True
+        else:
+            self._own = None
+            self.move(_IDLE)
 
     def response_done(self, response_id: str) -> SentCreate | None:
-        self.active.pop(response_id, None)
-        if self.cancel_requested_for == response_id:
-            self.cancel_requested_for = None
-        if self.retry_waits_for_done:
-            self.retry_waits_for_done = False
-        return self.ours.pop(response_id, None)
+        self._active.pop(response_id, None)
+        if self.cancel_state is _CANCEL_SENT and self._cancel_target == response_id:
+            self._cancel_target = None
+            self.move(_NO_CANCEL)
+        if self.create_state is _RETRY_AFTER_DONE:
+            self.move(_RETRY)
+        return self._ours.pop(response_id, None)
 
     def forget_confirmed(self, keep: set[str]) -> None:
         """Drop confirmations nothing waits for any more (a long session makes thousands)."""
-        if self.follow_ups or self.retry or self.inflight or self.uncertain:
+        if self._follow_ups or self._delegated or self.create_state is not _IDLE or self._uncertain:
             return
-        self.confirmed_items &= keep
+        self._confirmed &= keep
 
     def remember(self, event_id: str, what: str, call_id: str | None) -> None:
         """A frame the relay sent (an output, an update, a session.update, a create...), so an
@@ -204,104 +300,109 @@ class Sequencer:
         event_id = error.get("event_id")
         ours = self._sent.get(event_id) if isinstance(event_id, str) else None
         if ours is None:
-            if self.upstream_error(event_id, error, now) is None:
+            if self._create_refused(event_id, error, now) is None:
                 return None
             return ("response.create", None)
         if ours[0] == "response.create":
-            self.upstream_error(event_id, error, now)
+            self._create_refused(event_id, error, now)
         return ours
 
-    def upstream_error(self, event_id: Any, error: dict[str, Any], now: float) -> SentCreate | None:
-        """An error event; returns our create it refers to (None if not ours)."""
+    def _create_refused(self, event_id: Any, error: dict[str, Any], now: float) -> SentCreate | None:
+        """An error event; returns our create in flight it refuses (None if not ours)."""
         ours: SentCreate | None = None
-        if event_id and self.inflight and self.inflight.event_id == event_id:
-            ours = self.inflight
-        elif not event_id and self.inflight and is_active_response_error(error):
-            self._expire(now)
-            if self.foreign:
-                self._foreign_refused(None)
-                return None
-            ours = self.inflight
+        if self.create_state is _SENT:
+            if event_id and self._own is not None and self._own.event_id == event_id:
+                ours = self._own
+            elif not event_id and is_active_response_error(error):
+                self._expire(now)
+                if self._foreign:
+                    self._foreign_refused(None)
+                    return None
+                ours = self._own if self.create_state is _SENT else None
         if ours is None:
             if is_active_response_error(error) or (event_id and self._is_foreign(event_id)):
                 self._foreign_refused(event_id)
             return None
-        self.inflight = None
-        if ours.taken_over:
-            return ours
-        if is_active_response_error(error) and ours.attempts < self.max_attempts:
+        if not ours.taken_over and is_active_response_error(error) and ours.attempts < self.max_attempts:
             ours.attempts += 1
-            self.retry = ours
-            # Retry after the active response's done. If none is known (a second writer's
-            # response we have not seen start), wait for the next done, but not forever.
-            self.retry_waits_for_done = not self.active
-            self.retry_deadline = now + self.retry_wait
+            if self._active:
+                self.move(_RETRY)   # after the active response's done
+            else:
+                # a second writer's response we have not seen start: the next done, not forever
+                self._retry_deadline = now + self.retry_wait
+                self.move(_RETRY_AFTER_DONE)
+            return ours
+        self._own = None
+        self.move(_IDLE)
         return ours
 
     def _is_foreign(self, event_id: Any) -> bool:
-        return any(f.event_id == event_id for f in self.foreign)
+        return any(f.event_id == event_id for f in self._foreign)
 
     def _foreign_refused(self, event_id: Any) -> None:
-        for index, foreign in enumerate(self.foreign):
+        for index, foreign in enumerate(self._foreign):
             if event_id is None or foreign.event_id == event_id:
-                del self.foreign[index]
+                del self._foreign[index]
                 break
-        for follow_up in self.follow_ups:
-            follow_up.delegated = False
+        self._undelegate()
+
+    def _undelegate(self) -> None:
+        """No forwarded client create will answer the delegated follow-ups: they wait for ours
+        again, ahead of those requested since (they came first)."""
+        if self._delegated:
+            self._follow_ups = self._delegated + self._follow_ups
+            self._delegated = []
 
     def client_create_forwarded(self, event_id: str | None, now: float, *, answers_pending: bool) -> None:
-        self.foreign.append(ForeignCreate(event_id, now + self.foreign_timeout))
-        if answers_pending:
-            for follow_up in self.follow_ups:
-                follow_up.delegated = True
+        self._foreign.append(ForeignCreate(event_id, now + self.foreign_timeout))
+        if answers_pending and self._follow_ups:
+            self._delegated.extend(self._follow_ups)
+            self._follow_ups = []
 
     def reset_connection(self) -> None:
         """The upstream connection was replaced. A create in flight is not sent again: the edge
         resends what its old socket never took, and what it took has reached the server (whose
         response may have run while we were away); sending it again would answer twice. Its
         response.created, if it comes on the new connection, is still recognised as ours."""
-        self.active.clear()
-        self.foreign.clear()
-        self.cancel_requested_for = None
-        self.retry_waits_for_done = False
-        if self.inflight is not None:
-            self.uncertain[self.inflight.event_id] = self.inflight
-            self.inflight = None
+        self._active.clear()
+        self._foreign.clear()
+        if self.cancel_state is _CANCEL_SENT:
+            self._cancel_target = None
+            self.move(_NO_CANCEL)
+        own = self._own
+        if self.create_state is _RETRY_AFTER_DONE:
+            self.move(_RETRY)
+        elif self.create_state is _SENT and own is not None:
+            self._uncertain[own.event_id] = own
+            self._own = None
+            self.move(_IDLE)
 
     def _expire(self, now: float) -> None:
-        if self.retry_waits_for_done and self.retry_deadline <= now:
-            self.retry_waits_for_done = False
-        if self.foreign and self.foreign[0].expires_at <= now:
-            self.foreign = [f for f in self.foreign if f.expires_at > now]
-            if not self.foreign:
-                for follow_up in self.follow_ups:
-                    follow_up.delegated = False
-        if self.inflight is not None and self.inflight.sent_at + self.ack_timeout <= now:
+        if self.create_state is _RETRY_AFTER_DONE and self._retry_deadline <= now:
+            self.move(_RETRY)
+        if self._foreign and self._foreign[0].expires_at <= now:
+            self._foreign = [f for f in self._foreign if f.expires_at > now]
+            if not self._foreign:
+                self._undelegate()
+        own = self._own
+        if self.create_state is _SENT and own is not None and own.sent_at + self.ack_timeout <= now:
             # never acknowledged (a lost frame, a server that does not echo metadata): give up
             # waiting so the session cannot wedge; the request goes back to the queue once.
-            stale = self.inflight
-            self.inflight = None
-            if stale.attempts < self.max_attempts:
-                stale.attempts += 1
-                self.retry = stale
-
-    def next_deadline(self) -> float | None:
-        deadlines = [f.expires_at for f in self.foreign]
-        deadlines.extend(due for due, _text in self.delayed_fillers.values())
-        if self.inflight is not None:
-            deadlines.append(self.inflight.sent_at + self.ack_timeout)
-        if self.retry_waits_for_done:
-            deadlines.append(self.retry_deadline)
-        return min(deadlines) if deadlines else None
+            if own.attempts < self.max_attempts:
+                own.attempts += 1
+                self.move(_RETRY)
+            else:
+                self._own = None
+                self.move(_IDLE)
 
     # ---- requests from the engine ----------------------------------------------------------
     def request_follow_up(
         self, call_ids: list[str], *, interrupt: bool, messages: list[str], confirm: set[str], now: float
     ) -> None:
-        self.follow_ups.append(FollowUp(list(call_ids), interrupt, list(messages), set(confirm), now))
+        self._follow_ups.append(FollowUp(list(call_ids), interrupt, list(messages), set(confirm), now))
 
     def request_filler(self, call_id: str, kind: str, text: str, now: float) -> None:
-        self.fillers.append(Filler(call_id, kind, text, now))
+        self._fillers.append(Filler(call_id, kind, text, now))
 
     def tool_started(self, call_id: str, on_start: str | None, on_delay: tuple[float, str] | None,
                      now: float) -> None:
@@ -311,61 +412,19 @@ class Sequencer:
             self.request_filler(call_id, "on_start", on_start, now)
         if on_delay:
             delay_ms, text = on_delay
-            self.delayed_fillers[call_id] = (now + delay_ms / 1000.0, text)
+            self._delayed_fillers[call_id] = (now + delay_ms / 1000.0, text)
 
     def promote_due_fillers(self, now: float) -> None:
-        for call_id, (due, text) in list(self.delayed_fillers.items()):
+        for call_id, (due, text) in list(self._delayed_fillers.items()):
             if due <= now:
-                del self.delayed_fillers[call_id]
+                del self._delayed_fillers[call_id]
                 self.request_filler(call_id, "on_delay", text, now)
 
     def drop_fillers(self, call_id: str) -> None:
         """The result is in (or the handler is over): a filler for it would now come after (or
         over) the answer."""
-        self.fillers = [f for f in self.fillers if f.call_id != call_id]
-        self.delayed_fillers.pop(call_id, None)
-
-    # ---- client creates ------------------------------------------------------------------
-    def hold_client_create(self, frame: str, event_id: str | None, *, for_relay: bool) -> None:
-        """A client's `response.create` that must wait: a response is active or on its way, or
-        the relay's outputs are still to come. `for_relay`: the relay's work is why."""
-        self.held_creates.append((frame, event_id))
-        self.held_for_relay = self.held_for_relay or for_relay
-
-    def release_held_creates(self, now: float) -> tuple[str | None, list[str | None]]:
-        """What becomes of the held creates once nothing is active and the relay's outputs are
-        in: the first goes up if the relay's work held it (it answers the outputs just injected;
-        the follow-ups waiting are delegated to it); the others, and all of them when only
-        someone else's response held them, are refused as the provider would have refused them
-        (they met an active response). Returns the frame to send (or None) and the event ids of
-        the refused creates."""
-        held, for_relay = self.held_creates, self.held_for_relay
-        self.held_creates, self.held_for_relay = [], False
-        if not for_relay:
-            return None, [event_id for _frame, event_id in held]
-        (frame, event_id), *rest = held
-        self.client_create_forwarded(event_id, now, answers_pending=True)
-        self.shifted, self.added_since_shift = True, False
-        return frame, [other for _frame, other in rest]
-
-    def client_added_item(self) -> None:
-        """The client added an item (its call's output, a message)."""
-        if self.shifted:
-            self.added_since_shift = True
-
-    def shift_collides(self) -> bool:
-        """Whether a client create now meets the response of the create the relay held back and
-        the client has added to the conversation since: without the relay's holding, that earlier
-        create would have been refused and this one answered, so the relay owes it a response."""
-        return self.shifted and self.added_since_shift
-
-    def settle_shift(self, now: float) -> None:
-        """Nothing is active or on its way: the shifted create's response is over."""
-        if self.shifted and not self.busy(now):
-            self.shifted = self.added_since_shift = False
-
-    def pending(self) -> bool:
-        return bool(self.follow_ups or self.fillers or self.retry)
+        self._fillers = [f for f in self._fillers if f.call_id != call_id]
+        self._delayed_fillers.pop(call_id, None)
 
     # ---- decisions ----------------------------------------------------------------------
     def poll(self, now: float) -> list[dict[str, Any]]:
@@ -373,31 +432,29 @@ class Sequencer:
         `interrupt` follow-up waits behind someone else's response."""
         if self.busy(now):
             return self._maybe_interrupt()
-        if self.retry is not None:
-            sent = self.retry
-            self.retry = None
-            sent.sent_at = now
-            self.inflight = sent
-            self.creates_sent += 1
-            return [sent.frame]
-        eligible = [f for f in self.follow_ups if not f.delegated]
-        if eligible:
-            self.follow_ups = [f for f in self.follow_ups if f.delegated]
+        own = self._own
+        if self.create_state is _RETRY and own is not None:
+            own.sent_at = now
+            self.move(_SENT)
+            return [own.frame]
+        if self._follow_ups:
+            eligible, self._follow_ups = self._follow_ups, []
             return [self._send_follow_up(eligible, now)]
-        if self.fillers:
-            filler = self.fillers.pop(0)
+        if self._fillers:
+            filler = self._fillers.pop(0)
             return [self._send_filler(filler, now)]
         return []
 
     def _maybe_interrupt(self) -> list[dict[str, Any]]:
-        if self.cancel_requested_for is not None or self.inflight is not None:
+        if self.cancel_state is _CANCEL_SENT or self.create_state is _SENT:
             return []
-        if not any(f.interrupt and not f.delegated for f in self.follow_ups):
+        if not any(f.interrupt for f in self._follow_ups):
             return []
-        target = next(iter(self.active), None)
+        target = next(iter(self._active), None)
         if target is None:
             return []
-        self.cancel_requested_for = target
+        self._cancel_target = target
+        self.move(_CANCEL_SENT)
         event_id = self._new_event_id()
         self.remember(event_id, "response.cancel", None)
         return [{"type": "response.cancel", "event_id": event_id, "response_id": target}]
@@ -405,6 +462,11 @@ class Sequencer:
     def _create(self, options: dict[str, Any], event_id: str) -> dict[str, Any]:
         self.remember(event_id, "response.create", None)
         return self._build_create(options, event_id)
+
+    def _send(self, sent: SentCreate) -> dict[str, Any]:
+        self._own = sent
+        self.move(_SENT)
+        return sent.frame
 
     def _send_follow_up(self, follow_ups: list[FollowUp], now: float) -> dict[str, Any]:
         call_ids: list[str] = []
@@ -419,11 +481,8 @@ class Sequencer:
         if messages:
             options["instructions"] = say_instructions(" ".join(messages))
         frame = self._create(options, event_id)
-        sent = SentCreate(event_id, "follow_up", call_ids, frame, now, messages,
-                          any(f.interrupt for f in follow_ups), confirm_item_ids=confirm)
-        self.inflight = sent
-        self.creates_sent += 1
-        return frame
+        return self._send(SentCreate(event_id, "follow_up", call_ids, frame, now, messages,
+                                     any(f.interrupt for f in follow_ups), confirm_item_ids=confirm))
 
     def _send_filler(self, filler: Filler, now: float) -> dict[str, Any]:
         event_id = self._new_event_id()
@@ -436,9 +495,7 @@ class Sequencer:
             "metadata": metadata,
         }
         frame = self._create(options, event_id)
-        self.inflight = SentCreate(event_id, "filler", [filler.call_id], frame, now, [filler.text])
-        self.creates_sent += 1
-        return frame
+        return self._send(SentCreate(event_id, "filler", [filler.call_id], frame, now, [filler.text]))
 
 
 def sent_notice(frame: dict[str, Any]) -> Notice | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from relay.engine import CallState, Owner
+from relay.engine.sequencer import CreateState
 from relay.mock import Faults, MockUpstream, Reply
 from tests.support.clients import RealtimeClient, realtime_client
 from tests.support.frames import outputs_received, said, session_tools, user_text
@@ -128,7 +129,7 @@ async def test_creates_from_both_writers_at_the_same_moment_run_one_response() -
             await barrier(primary, frames)
             assert sidecar.engine is not None
             sequencer = sidecar.engine.sequencer
-            assert not sequencer.pending() and sequencer.inflight is None
+            assert not sequencer.pending() and not sequencer.in_flight()
             entry = sidecar.engine.calls[0]
     refusals = [r for r in mock.sent if r.event["type"] == "error" and r.event["error"]["code"] == ACTIVE_RESPONSE]
     assert len(refusals) == 1
@@ -158,7 +159,8 @@ async def test_a_follow_up_refused_before_the_winning_response_shows_up_is_not_r
             await barrier(primary, frames)
             assert sidecar.engine is not None
             sequencer = sidecar.engine.sequencer
-            assert not sequencer.pending() and sequencer.inflight is None and not sequencer.retry_waits_for_done
+            assert (not sequencer.pending() and not sequencer.in_flight()
+                    and sequencer.create_state is not CreateState.RETRY_AFTER_DONE)
             entry = sidecar.engine.calls[0]
     creates = frames.sent("response.create")
     assert refusal.connection == 1 and refusal.event["error"]["event_id"] == creates[0]["event_id"]

@@ -1,0 +1,175 @@
+"""What one session's engine and its helpers share, and the only way the helpers act.
+
+The engine builds one context per session and sets `now` and `source` at each input. A helper
+(`hiding.ClientView`, `injection.Injector`, `watching.CallWatcher`, `turns.Turns`) is given the
+context and uses nothing else of the engine. What it may do: make ids, send a frame upstream or
+to the client, emit a notice, record an anomaly, tell the client what the relay refused, and
+report a call's facts to the core's rules (`CallRules`). What it may know: the time of the input,
+the session's configuration, tools and dialect, the conversation and the call book (which the
+helpers that translate the wire write: `Turns` its records, `CallWatcher` new calls, their
+arguments and their one step of their own, to `streaming`), whether the upstream is connected
+and the session closed; for the OpenAI family (`OpenAIContext`) also the sequencer (its questions
+and requests) and whose each item is (`ItemOrigins`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Callable, Literal
+
+from relay.engine.actions import Action, Notice, SendClient, SendUpstream
+from relay.engine.calls import CallEntry, CallLedger, Owner
+from relay.engine.conversation import Conversation, ItemOrigins, ResponseRecord
+from relay.engine.sequencer import Sequencer
+from relay.tools import ToolRegistry
+
+
+@dataclass(frozen=True, slots=True)
+class Anomaly:
+    at: float
+    message: str
+    event_type: str | None = None
+    source: str = "upstream"
+
+
+@dataclass(frozen=True, slots=True)
+class CallRules:
+    """The core's rules of a call's life, as a helper reports to them what the wire said; each
+    makes its step through the call book (`CallLedger.move`)."""
+
+    owner_of: Callable[..., Owner]               # who answers a new call of a name
+    complete: Callable[..., None]                # the model finished the call: ready (and run) or complete
+    skip: Callable[[CallEntry, str], None]       # it will never be answered (and why)
+    client_answered: Callable[[CallEntry], None]  # the client's answer to its own call was seen
+    output_sent: Callable[[CallEntry], None]     # a relay call's output went upstream: answered
+
+
+# what json.dumps(event, ensure_ascii=False, separators=(",", ":")) writes, without building an
+# encoder for every frame
+_compact = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+class SessionContext:
+    """One session's clock, ids and outbox, and the state its rules read."""
+
+    def __init__(self, *, config: Any, tools: ToolRegistry, dialect: Any, id_prefix: str, rules: CallRules) -> None:
+        self.config = config
+        self.tools = tools
+        self.dialect = dialect
+        self.rules = rules
+        self.anomalies: list[Anomaly] = []
+        self.conversation = Conversation(self.anomaly)
+        self.ledger = CallLedger(strict=config.strict, on_refused=self.refused_step)
+        self.now = 0.0                     # the time of the input being handled
+        self.source = "upstream"           # where it came from: upstream, client, handler, timer
+        self.out: list[Action] = []        # what the engine answers to it, in order
+        self.upstream_connected = True
+        self.closed = False
+        self.id_prefix = id_prefix[:16]
+        self._counter = 0
+
+    def new_id(self, kind: str) -> str:
+        """A new id for something the relay makes: `e` an event, `i` an item, `r` a response."""
+        self._counter += 1
+        return f"{self.id_prefix}_{kind}{self._counter}"
+
+    def new_event_id(self) -> str:
+        return self.new_id("e")
+
+    def emit(self, action: Action) -> None:
+        self.out.append(action)
+
+    def send_upstream(self, event: dict[str, Any]) -> None:
+        self.out.append(SendUpstream(_compact(event)))
+
+    def send_client(self, event: dict[str, Any]) -> None:
+        """To the client, when there is one (proxy mode)."""
+        if self.config.has_client:
+            self.out.append(SendClient(_compact(event)))
+
+    def notice(self, kind: str, fields: dict[str, Any]) -> None:
+        self.out.append(Notice(kind, fields))
+
+    def anomaly(self, message: str, event_type: str | None) -> None:
+        """Something odd in the input (or a refused step): kept, and told as a notice."""
+        self.anomalies.append(Anomaly(self.now, message, event_type, self.source))
+        self.out.append(Notice("anomaly", {"message": message, "event_type": event_type, "source": self.source}))
+
+    def refused_step(self, message: str) -> None:
+        """A step a lifecycle table refused (outside strict mode): an anomaly."""
+        self.anomaly(message, None)
+
+    def client_error(self, code: str, message: str, client_event_id: Any = None, param: str | None = None) -> None:
+        """Tell the client what the relay refused: the dialect's `error` event where its protocol
+        has one (Gemini Live has none: the edge closes with a reason instead), and a notice."""
+        if self.config.has_client:
+            event = self.dialect.client_error_event("", code, message, param=param, client_event_id=client_event_id)
+            if event is not None:
+                event["event_id"] = self.new_id("e")
+                self.out.append(SendClient(_compact(event)))
+        self.out.append(Notice("client_error", {"code": code, "message": message}))
+
+    def response_notice(self, response: ResponseRecord, phase: Literal["created", "done"], made_by: Any = None) -> None:
+        """A `response` notice: a response began or ended (what traces hang tool calls on).
+        `made_by`: the relay's create that made it (its `event_id` and `purpose`)."""
+        fields: dict[str, Any] = {"phase": phase, "response_id": response.id, "creator": response.creator}
+        if made_by is not None:
+            fields["event_id"] = made_by.event_id
+            fields["purpose"] = made_by.purpose
+        if phase == "done":
+            fields["status"] = response.status
+            fields["reason"] = response.reason
+        self.out.append(Notice("response", fields))
+
+    def decode(self, frame: str | bytes) -> dict[str, Any] | None:
+        """The frame as a JSON object, or None with the reason told (`bad_frame`)."""
+        try:
+            message = json.loads(frame)
+        except (ValueError, RecursionError) as exc:   # bad UTF-8 in a binary frame is a ValueError
+            self.bad_frame("invalid_json", f"frame is not valid JSON: {_short(exc)}")
+            return None
+        if not isinstance(message, dict):
+            self.bad_frame("invalid_event", f"frame is a JSON {type(message).__name__}, not an object")
+            return None
+        return message
+
+    def bad_frame(self, code: str, message: str) -> None:
+        """A frame the engine cannot read: an anomaly."""
+        self.anomaly(message, None)
+
+    def forget_old(self) -> None:
+        """Bounded history (EngineConfig.history_limit): called at the end of each turn."""
+        limit = self.config.history_limit
+        if limit is not None:
+            self.conversation.forget_old(limit)
+            self.ledger.forget_old(limit)
+
+
+class OpenAIContext(SessionContext):
+    """An OpenAI-family session's context: with the sequencer, which decides when a
+    `response.create` goes up, and whose each item is."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.sequencer = Sequencer(new_event_id=self.new_event_id, build_create=self.dialect.response_create,
+                                   strict=self.config.strict, on_refused=self.refused_step)
+        self.origins = ItemOrigins()
+
+    def bad_frame(self, code: str, message: str) -> None:
+        """A frame the engine cannot read: the client is told of its own (an `error` event)."""
+        if self.source == "client":
+            self.client_error(code, message)
+        else:
+            self.anomaly(message, None)
+
+    def send_tagged(self, event: dict[str, Any], what: str, call_id: str | None = None) -> None:
+        """Send one of the relay's own frames upstream, remembered (as `what`, about `call_id`)
+        so that an error the upstream aims at it is known for the relay's."""
+        self.sequencer.remember(event["event_id"], what, call_id)
+        self.send_upstream(event)
