@@ -122,6 +122,7 @@ class FaultPlan:
         self._per_tool: dict[str, int] = {}
         self._started = 0
         self._model_calls: list[str] = []
+        self._repeated: set[str] = set()
         self._scheduled = 0
 
     def pending(self) -> bool:
@@ -190,7 +191,7 @@ class FaultPlan:
         if kind in _CALL_DONE:
             call_id = event.get("call_id") or item.get("call_id")
             if item.get("type", "function_call") == "function_call" and self._number(call_id) in wanted:
-                self.session.mark("fault", f"{kind} of call {call_id} delivered twice", ahead=1)
+                self._duplicated(str(call_id))
                 return [frame, frame]
         return [frame]
 
@@ -206,9 +207,15 @@ class FaultPlan:
                     again.append(call)
         if not again:
             return [frame]
-        self.session.mark("fault", f"call {', '.join(str(c.get('id')) for c in again)} delivered twice", ahead=1)
+        for repeated in again:
+            self._duplicated(str(repeated.get("id")))
         repeat = json.dumps({"toolCall": {"functionCalls": again}})
         return [frame, repeat.encode() if isinstance(frame, bytes) else repeat]
+
+    def _duplicated(self, call_id: str) -> None:
+        if call_id not in self._repeated:
+            self._repeated.add(call_id)
+            self.session.mark("fault", f"the upstream delivers call {call_id} twice", ahead=1)
 
     def _seen(self, call_id: Any) -> None:
         if isinstance(call_id, str) and call_id not in self._model_calls:

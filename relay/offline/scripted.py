@@ -19,8 +19,10 @@ The model is the project's mock upstream (`relay.mock`), run in-process: its scr
 (`MockScript.turns`), one per response the model gives, in order, except the responses in which
 the relay asks it to say something exactly (fillers, tool messages), which it says. A turn says
 text, calls tools (several: parallel calls) and ends: `done`, `held` (the response stays open until
-`session.end_response()`), `cancelled` (the server withdraws it after its output: OpenAI ends it
-`cancelled`, Gemini sends `toolCallCancellation`) or `interrupted` (the caller speaks over it).
+`session.end_response()`), `cancelled` (the server cancels it while its calls stream: on OpenAI the
+first call's item ends `incomplete` and the response `cancelled`, on Gemini `toolCallCancellation`
+withdraws its calls: either way they must never be answered) or `interrupted` (the caller speaks
+over it after its output, before it ends).
 
 The caller is scripted too: `session.user(text)` is a spoken turn (on OpenAI, server VAD's
 events; on Gemini, text input), `session.barge_in()` speaks over the assistant, and the caller's own
@@ -340,12 +342,19 @@ class _OpenAIModel(_Model):
             return "done"
         return self.session.script.turns[self.picks.count("turn") - 1].ends
 
+    def _cuts(self, event: dict[str, Any]) -> bool:
+        """Where a `cancelled` turn is cut: at its first call's first argument delta, so that the
+        call's item ends incomplete (and must never run)."""
+        return event.get("type") == "response.function_call_arguments.delta"
+
     def _step(self, run: ResponseRun, stream: Iterator[Any]) -> list[str | bytes]:
         """Run a response's events until it ends or holds; a hold ends as its turn says."""
         frames: list[str | bytes] = []
         for step in stream:
             if not isinstance(step, Pause):
                 frames.append(json.dumps(step))
+                if self._endings.get(run.id) == "cancelled" and self._cuts(step):
+                    run.cancel("client_cancelled")
                 continue
             if step.seconds is not None:
                 continue   # paced audio: no clock here

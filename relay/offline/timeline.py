@@ -61,7 +61,6 @@ BOOKKEEPING = frozenset({RESPONSE, RESPONSE_DONE, CREATE, CLOSED})
 """Kinds the expectations walk over: every session has them, and they say nothing by themselves."""
 
 _SAY_EXACTLY = "say exactly:"
-_CANCEL_STATES = ("cancelled", "failed", "incomplete")
 
 
 def is_error_output(text: str | None) -> bool:
@@ -331,6 +330,7 @@ class _OpenAIReader(_Reader):
         self.active: dict[str, str] = {}            # response id -> who made it
         self.response_calls: dict[str, list[str]] = {}
         self.client_creates = 0                     # client creates gone up, not yet answered
+        self.incomplete: set[str] = set()           # calls whose item ended incomplete: never to run
 
     def dispatch(self, direction: str, event: dict[str, Any]) -> None:
         raw_type = event.get("type")
@@ -397,10 +397,9 @@ class _OpenAIReader(_Reader):
             self.response_created(_dict(event.get("response")))
         elif kind in ("response.output_item.done", "conversation.item.done"):
             item = _dict(event.get("item"))
-            if item.get("type") == "function_call" and item.get("status") == "completed":
+            if item.get("type") == "function_call" and item.get("status") in ("completed", "incomplete"):
                 response_id = event.get("response_id") or item.get("response_id")
-                self.call(item.get("call_id"), item.get("name"), _arguments(item.get("arguments")), response_id)
-                self.link(response_id, item.get("call_id"))
+                self.item_call(item, response_id)
         elif kind in ("response.output_audio_transcript.done", "response.output_text.done"):
             text = event.get("transcript") if kind.endswith("transcript.done") else event.get("text")
             self.add(SPOKEN, text=str(text or ""), response_id=event.get("response_id"), by="model")
@@ -410,6 +409,14 @@ class _OpenAIReader(_Reader):
             error = _dict(event.get("error"))
             self.add(ERROR, status=str(error.get("code") or error.get("type") or "error"),
                      text=str(error.get("message") or ""), by="upstream")
+
+    def item_call(self, item: dict[str, Any], response_id: Any) -> None:
+        """A function_call item is done: a call, which may never run if the item is incomplete."""
+        call_id = item.get("call_id")
+        self.call(call_id, item.get("name"), _arguments(item.get("arguments")), response_id)
+        self.link(response_id, call_id)
+        if item.get("status") != "completed" and isinstance(call_id, str):
+            self.incomplete.add(call_id)
 
     def link(self, response_id: Any, call_id: Any) -> None:
         if isinstance(response_id, str) and isinstance(call_id, str):
@@ -440,20 +447,20 @@ class _OpenAIReader(_Reader):
             return
         for item in data.get("output") if isinstance(data.get("output"), list) else []:
             if isinstance(item, dict) and item.get("type") == "function_call":
-                if item.get("status") == "completed":
-                    self.call(item.get("call_id"), item.get("name"), _arguments(item.get("arguments")), response_id)
-                self.link(response_id, item.get("call_id"))
+                self.item_call(item, response_id)
         status = str(data.get("status") or "completed")
         by = self.active.pop(response_id, None)
         self.add(RESPONSE_DONE, response_id=response_id, by=by, status=status)
-        if status in _CANCEL_STATES:
-            withdrawn = tuple(c for c in self.response_calls.get(response_id, ()) if c in self.open_calls)
-            if withdrawn:
-                details = _dict(data.get("status_details"))
-                reason = details.get("reason") or _dict(details.get("error")).get("code")
-                self.add(CANCELLED, call_ids=withdrawn, response_id=response_id,
-                         text=f"response {status}" + (f" ({reason})" if reason else ""), by="upstream")
-                self.open_calls.difference_update(withdrawn)
+        # a call whose item did not complete never runs; one that did is owed its answer, even
+        # when its response ended cancelled afterwards (the relay's interruption policy applies)
+        withdrawn = tuple(c for c in self.response_calls.get(response_id, ())
+                          if c in self.open_calls and c in self.incomplete)
+        if withdrawn:
+            details = _dict(data.get("status_details"))
+            reason = details.get("reason") or _dict(details.get("error")).get("code")
+            self.add(CANCELLED, call_ids=withdrawn, response_id=response_id,
+                     text=f"response {status}" + (f" ({reason})" if reason else ""), by="upstream")
+            self.open_calls.difference_update(withdrawn)
 
 
 class _GeminiReader(_Reader):

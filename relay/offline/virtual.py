@@ -113,9 +113,13 @@ class VirtualLoop(asyncio.SelectorEventLoop):
                 value = func()
             except BaseException as exc:  # handed to the awaiting task, whatever it is
                 error = exc
-                self.call_soon_threadsafe(report, lambda: future.set_exception(error))
+                outcome = lambda: future.set_exception(error)  # noqa: E731
             else:
-                self.call_soon_threadsafe(report, lambda: future.set_result(value))
+                outcome = lambda: future.set_result(value)  # noqa: E731
+            try:
+                self.call_soon_threadsafe(report, outcome)
+            except RuntimeError:
+                pass   # the loop was closed meanwhile: nobody waits for this thread any more
 
         self._threads.add(future)
         future.add_done_callback(self._threads.discard)
