@@ -336,11 +336,25 @@ def _one_response_at_a_time(timeline: Timeline) -> list[Violation]:
 
 
 def _no_create_while_active(timeline: Timeline) -> list[Violation]:
+    """A relay request (filler, follow-up) while a response is active, or while an earlier request
+    of the relay's is not yet answered (the upstream would start two responses)."""
+    waiting: list[Event] = []      # relay requests sent, not yet answered by a response or an error
+
     def overlap(event: Event, active: dict[str, Event]) -> Violation | None:
-        if event.kind in (FILLER, FOLLOW_UP) and active:
+        if event.kind in (FILLER, FOLLOW_UP):
             what = "a filler" if event.kind == FILLER else "a follow-up"
-            return Violation(event.index, f"the relay asked for {what} while response {', '.join(active)} "
-                                          "was active")
+            found = None
+            if active:
+                found = Violation(event.index, f"the relay asked for {what} while response {', '.join(active)} "
+                                               "was active")
+            elif waiting:
+                found = Violation(event.index, f"the relay asked for {what} while its request at "
+                                               f"{waiting[0].t:.3f} s was not yet answered")
+            waiting.append(event)
+            return found
+        if waiting and ((event.kind == RESPONSE and str(event.by).startswith("relay"))
+                        or (event.kind == ERROR and event.status == ACTIVE_RESPONSE_CODE)):
+            waiting.pop(0)
         return None
 
     return _responses(timeline, overlap)

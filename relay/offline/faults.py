@@ -246,16 +246,24 @@ class RecordedSession(HarnessSession):
         super().__init__(tools, dialect=chosen, config=config, faults=faults, strict=False,
                          name=f"{self.recording.path.name} with {', '.join(f.describe() for f in faults) or 'no fault'}",
                          **options)
-        self._sends = replay_sends(self.dialect, None)
+        sends = replay_sends(self.dialect, None)
+        moments: dict[float, list[tuple[str, str | bytes]]] = {}   # frames of one time stay in order
         for frame in self.recording.frames:
-            payload = self._sends.payload(frame)
+            payload = sends.payload(frame)
             if payload is None:
                 continue
-            if frame.direction == UPSTREAM_TO_RELAY:
-                self.loop.call_at(frame.t, self.from_upstream, [payload])
-            elif frame.direction == CLIENT_TO_RELAY and self.config.has_client:
-                self.loop.call_at(frame.t, self.from_caller, [payload])
+            if frame.direction == UPSTREAM_TO_RELAY or (frame.direction == CLIENT_TO_RELAY and self.config.has_client):
+                moments.setdefault(frame.t, []).append((frame.direction, payload))
+        for t, frames in moments.items():
+            self.loop.call_at(t, self._play, frames)
         self.last_frame_t = max((frame.t for frame in self.recording.frames), default=0.0)
+
+    def _play(self, frames: list[tuple[str, str | bytes]]) -> None:
+        for direction, payload in frames:
+            if direction == UPSTREAM_TO_RELAY:
+                self.from_upstream([payload])
+            else:
+                self.from_caller([payload])
 
     def play(self, *, limit: float = 120.0) -> RecordedSession:
         """Play every frame, then let the tools and timers finish (at most `limit` more seconds)."""

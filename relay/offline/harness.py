@@ -324,7 +324,7 @@ class HarnessSession:
         from relay.recording.writer import RecordingWriter
 
         target = Path(directory) if directory is not None else Path(tempfile.gettempdir()) / SESSIONS_DIR_NAME
-        writer = RecordingWriter(target, session_id=self.name.replace(" ", "_"), dialect=self.dialect.name,
+        writer = RecordingWriter(target, session_id=f"{self.kind}-{self.dialect.name}", dialect=self.dialect.name,
                                  upstream="harness", tools=[spec.name for spec in self.tools], mode="proxy",
                                  clock=lambda: 0.0, extra_header=self.engine.recording_header())
         with writer:
