@@ -99,6 +99,26 @@ def _shown(wanted: Any) -> str:
     return json.dumps(wanted, ensure_ascii=False)
 
 
+def _call_check(name: str | None, arguments: Any, by: str | None) -> tuple[str, Callable[[Event], str | None]]:
+    """What a call step looks for, said and checked."""
+    parts = [f"a call to {name}" if name else "a call"]
+    if arguments is not None:
+        parts.append(f"with arguments matching {_shown(arguments)}")
+    if by:
+        parts.append(f"answered by the {by}")
+
+    def check(event: Event) -> str | None:
+        if name is not None and event.name != name:
+            return f"it calls {event.name}, not {name}"
+        if arguments is not None and not arguments_match(event.arguments, arguments):
+            return f"its arguments do not match {_shown(arguments)}"
+        if by is not None and event.by != by:
+            return f"it is answered by the {event.by}"
+        return None
+
+    return " ".join(parts), check
+
+
 class Expect:
     """A cursor walking one timeline (see the module docstring). Every step returns the cursor,
     so steps chain; `last` is the event the latest step matched."""
@@ -120,22 +140,14 @@ class Expect:
     def next_call(self, name: str | None = None, *, arguments: Any = None, by: str | None = None) -> Expect:
         """The model's next call: to `name`, with `arguments` (a dict matches as a subset), answered
         by `by` (`relay` or `client`)."""
-        parts = [f"a call to {name}" if name else "a call"]
-        if arguments is not None:
-            parts.append(f"with arguments matching {_shown(arguments)}")
-        if by:
-            parts.append(f"answered by the {by}")
+        wanted, check = _call_check(name, arguments, by)
+        return self._take(CALL, wanted, check)
 
-        def check(event: Event) -> str | None:
-            if name is not None and event.name != name:
-                return f"it calls {event.name}, not {name}"
-            if arguments is not None and not arguments_match(event.arguments, arguments):
-                return f"its arguments do not match {_shown(arguments)}"
-            if by is not None and event.by != by:
-                return f"it is answered by the {event.by}"
-            return None
-
-        return self._take(CALL, " ".join(parts), check)
+    def skip_to_call(self, name: str | None = None, *, arguments: Any = None, by: str | None = None) -> Expect:
+        """The next call that matches, walking over those that do not (`next_call` stops at the
+        first call): to start in the middle of a session."""
+        wanted, check = _call_check(name, arguments, by)
+        return self._take(CALL, wanted, lambda event: None, skip=lambda event: check(event) is not None)
 
     def output(self, contains: Text | None = None, *, equals: str | None = None, error: bool | None = None,
                status: str | None = None, call: str | None = None, by: str | None = None,

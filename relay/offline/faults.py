@@ -168,6 +168,7 @@ class FaultPlan:
         if session.closed:
             return
         if fault.kind == "barge_in":
+            session.mark("fault", "the caller barges in")
             session.barge_in_now(fault.text)
         else:
             session.mark("fault", "the upstream connection dropped")

@@ -37,7 +37,7 @@ from relay.engine import (
     new_engine,
 )
 from relay.offline.expect import Expect, check_invariants, failure
-from relay.offline.timeline import CLOSED, Timeline
+from relay.offline.timeline import CLOSED, Timeline, not_owed_speech
 from relay.offline.virtual import DEFAULT_THREAD_LIMIT, VirtualLoop
 from relay.recording.format import (
     CLIENT_TO_RELAY,
@@ -291,7 +291,7 @@ class HarnessSession:
     def timeline(self) -> Timeline:
         """What happened so far, as events (`relay.offline.timeline`)."""
         outcomes = {entry.call_id: entry.outcome for entry in self.engine.ledger if entry.outcome}
-        silent = frozenset(e.call_id for e in self.engine.ledger if e.relay_owned and not e.speak)
+        silent = not_owed_speech(self.engine.ledger)
         timeline = Timeline.from_frames(self.frames, dialect=self.dialect, source=self.name,
                                         relay_tools=[spec.name for spec in self.tools], outcomes=outcomes,
                                         silent_calls=silent, inspect=self._inspect_command)

@@ -234,11 +234,18 @@ class Timeline(Sequence[Event]):
         relay under test was given and what it sent, at the replay's times."""
         engine = result.engine
         outcomes = {entry.call_id: entry.outcome for entry in engine.ledger if entry.outcome}
-        silent = frozenset(entry.call_id for entry in engine.ledger if entry.relay_owned and not entry.speak)
+        silent = not_owed_speech(engine.ledger)
         path = result.path
         return cls.from_frames(result.frames, dialect=engine.dialect, source=f"replay of {path}",
                                relay_tools=[spec.name for spec in engine.tools], outcomes=outcomes,
                                silent_calls=silent, inspect=lambda: f"relay inspect {path}")
+
+
+def not_owed_speech(ledger: Iterable[Any]) -> frozenset[str]:
+    """The relay calls an engine decided not to have spoken about: scheduled `silent`, or
+    interrupted by the caller (their interruption policy said so)."""
+    return frozenset(entry.call_id for entry in ledger
+                     if entry.relay_owned and (not entry.speak or entry.scheduling == "silent"))
 
 
 def _decoded(frame: Frame) -> dict[str, Any] | None:
