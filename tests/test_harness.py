@@ -108,6 +108,14 @@ def test_a_sync_tool_blocking_past_the_real_time_limit_stops_the_run_with_a_clea
     session.close()
 
 
+async def test_an_async_test_drives_a_session_the_same_way() -> None:
+    with ORDER.start([slow_lookup], dialect="gemini") as session:
+        session.user("Where is order 42?")
+        session.advance(4)
+    session.expect().next_call("slow_lookup").output(contains="shipped").spoken("Order 42")
+    await asyncio.sleep(0)   # the test's own loop is untouched
+
+
 # ---- strict scripts --------------------------------------------------------------------------------
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_strict_mode_fails_at_a_response_the_script_has_no_turn_for(dialect: str) -> None:

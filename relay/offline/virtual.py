@@ -19,6 +19,9 @@ virtual time at all), for at most `thread_limit` real seconds: a sync tool block
 limit stops the run with `VirtualTimeError`. Threads the loop is not told about (anyio's worker
 threads) are not waited for: their results arrive whenever real time brings them.
 
+Called from an async test (inside the test's own loop), the loop runs in a thread of its own for
+each step, the test's loop waiting: the harness's API is synchronous either way.
+
 Why not the `looptime` package: it fast-forwards a whole test's loop whenever it idles and moves
 its clock in steps of real time while executor work is pending, so a sync tool's real duration
 leaks into virtual time; the harness needs a clock stepped to an exact target by the test, with
@@ -131,7 +134,26 @@ class VirtualLoop(asyncio.SelectorEventLoop):
         if self.is_running():
             raise VirtualTimeError("the harness was called from inside its own loop (from a tool?)")
         self._horizon = max(moment, self._now)
-        self.run_forever()
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            self.run_forever()
+            return
+        # called from an async test, inside its loop: this loop runs in a thread of its own
+        # meanwhile (one thread at a time runs it), the test's loop waiting
+        failures: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                self.run_forever()
+            except BaseException as exc:  # raised in the caller's thread below
+                failures.append(exc)
+
+        runner = threading.Thread(target=run, name="relay-harness-loop")
+        runner.start()
+        runner.join()
+        if failures:
+            raise failures[0]
 
     def _idle(self, timeout: float | None) -> list[Any]:
         """The loop has nothing ready and would wait `timeout` (None: no timer at all)."""
