@@ -204,10 +204,10 @@ class Expect:
             wanted += f" saying {_shown(text)}"
 
         def check(event: Event) -> str | None:
-            covered = [self._call(call_id) for call_id in event.call_ids]
-            calls = [c for c in covered if c is not None]
-            if call is not None and not any(call in (c.call_id, c.name) for c in calls):
-                return f"it is for {', '.join(event.call_ids) or 'no call'}"
+            calls = [c for c in (self._call(call_id) for call_id in event.call_ids) if c is not None]
+            problem = self._not_covering(event, call, "it is for")
+            if problem is not None:
+                return problem
             if text is not None and not text_matches(event.text, text):
                 return f"it does not say {_shown(text)}"
             if after is not None:
@@ -222,13 +222,8 @@ class Expect:
 
     def follow_up(self, call: str | None = None) -> Expect:
         """The relay's next request that the model speak about outputs (for `call`)."""
-        def check(event: Event) -> str | None:
-            calls = [self._call(call_id) for call_id in event.call_ids]
-            if call is not None and not any(c is not None and call in (c.call_id, c.name) for c in calls):
-                return f"it is for {', '.join(event.call_ids) or 'no call'}"
-            return None
-
-        return self._take(FOLLOW_UP, "a follow-up" + (f" for {call}" if call else ""), check)
+        return self._take(FOLLOW_UP, "a follow-up" + (f" for {call}" if call else ""),
+                          lambda event: self._not_covering(event, call, "it is for"))
 
     def user(self, text: Text | None = None) -> Expect:
         """The caller's next words."""
@@ -241,13 +236,8 @@ class Expect:
 
     def cancelled(self, call: str | None = None) -> Expect:
         """The server withdrawing calls (`call`: one of them, a name or call id)."""
-        def check(event: Event) -> str | None:
-            calls = [self._call(call_id) for call_id in event.call_ids]
-            if call is not None and not any(c is not None and call in (c.call_id, c.name) for c in calls):
-                return f"it withdraws {', '.join(event.call_ids)}"
-            return None
-
-        return self._take(CANCELLED, "calls withdrawn" + (f" ({call})" if call else ""), check)
+        return self._take(CANCELLED, "calls withdrawn" + (f" ({call})" if call else ""),
+                          lambda event: self._not_covering(event, call, "it withdraws"))
 
     def error(self, code: str | None = None) -> Expect:
         """An error (from the upstream, or the relay refusing a client frame) with `code`."""
@@ -264,6 +254,15 @@ class Expect:
     # ---- walking ---------------------------------------------------------------------------
     def _call(self, call_id: str) -> Event | None:
         return next((e for e in self.timeline.of(CALL) if e.call_id == call_id), None)
+
+    def _not_covering(self, event: Event, call: str | None, saying: str) -> str | None:
+        """Why `event` (naming calls) is not about `call` (a name or call id), or None when it is."""
+        if call is None:
+            return None
+        calls = [self._call(call_id) for call_id in event.call_ids]
+        if any(c is not None and call in (c.call_id, c.name) for c in calls):
+            return None
+        return f"{saying} {', '.join(event.call_ids) or 'no call'}"
 
     def _take(self, kind: str | None, wanted: str, check: Callable[[Event], str | None],
               skip: Callable[[Event], bool] = lambda event: False) -> Expect:

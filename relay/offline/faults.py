@@ -37,7 +37,8 @@ from relay.dialects import Dialect, get_dialect
 from relay.dialects.base import canonical_type
 from relay.dialects.gemini import field as gemini_field
 from relay.engine import EngineConfig, Outcome, StartHandler
-from relay.offline.harness import HarnessSession, decode
+from relay.offline.harness import HarnessSession
+from relay.offline.replaying import json_object as decode
 from relay.offline.replaying import replay_sends
 from relay.recording.format import CLIENT_TO_RELAY, UPSTREAM_TO_RELAY, Recording
 from relay.recording.reader import load_recording

@@ -16,7 +16,6 @@ which the loop waits for with its clock standing still: see `relay.offline.virtu
 from __future__ import annotations
 
 import asyncio
-import json
 import tempfile
 from collections import deque
 from pathlib import Path
@@ -371,12 +370,3 @@ def _with_marks(events: list[Any], marks: list[tuple[int, float, str, str]]) -> 
 def _clip(text: str | None, limit: int = 100) -> str:
     text = (text or "").replace("\n", " ")
     return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
-def decode(frame: str | bytes) -> dict[str, Any] | None:
-    """A frame's JSON object, or None."""
-    try:
-        value = json.loads(frame)
-    except (ValueError, RecursionError):
-        return None
-    return value if isinstance(value, dict) else None

@@ -47,7 +47,8 @@ from relay.mock.responses import Pause
 from relay.mock.session import Emit, Stream, Wake
 from relay.mock.wire import DEFAULT_MODEL, Wire, seed_ids
 from relay.offline.expect import ExpectationFailed, failure
-from relay.offline.harness import HarnessSession, decode
+from relay.offline.harness import HarnessSession
+from relay.offline.replaying import json_object as decode
 from relay.tools import ToolRegistry
 from relay.tools.sources import ToolSources
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from relay.errors import UnusableInput
+from relay.offline.replaying import json_object as _json_object
 from relay.recording.audio import drop_audio
 from relay.recording.format import dumps
 
@@ -414,14 +415,6 @@ class _Audio:
     """An audio payload kept as it is (the walk leaves it alone)."""
 
     text: str
-
-
-def _json_object(data: str | bytes) -> dict[str, Any] | None:
-    try:
-        value = json.loads(data)
-    except (ValueError, RecursionError):
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def redact_file(source: str | Path, target: str | Path, *, patterns: list[UserPattern] = (),  # type: ignore[assignment]

@@ -43,6 +43,7 @@ from relay.dialects.base import canonical_type
 from relay.dialects.gemini import field as gemini_field
 from relay.dialects.gemini import response_text
 from relay.engine.sequencer import META_CALLS, META_KIND
+from relay.offline.replaying import json_object
 from relay.recording.format import (
     CLIENT_TO_RELAY,
     RELAY_TO_CLIENT,
@@ -252,13 +253,7 @@ def _decoded(frame: Frame) -> dict[str, Any] | None:
     if frame.event is not None:
         return frame.event
     data = frame.raw if frame.raw is not None else frame.binary
-    if data is None:
-        return None
-    try:
-        value = json.loads(data)
-    except (ValueError, RecursionError):
-        return None
-    return value if isinstance(value, dict) else None
+    return None if data is None else json_object(data)
 
 
 def _upstream_bound(frames: list[Frame]) -> str:
