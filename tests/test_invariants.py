@@ -159,7 +159,8 @@ def test_a_relay_asking_again_after_the_answer_was_spoken_breaks_one_follow_up()
         message = json.loads(frame) if isinstance(frame, str) else {}
         metadata = (message.get("response") or {}).get("metadata") or {}
         if message.get("type") == "response.done" and metadata.get("relay") == "follow_up" and len(asked) == 1:
-            return [*actions, again(asked[0], "_again")]
+            asked.append(again(asked[0], "_again"))   # once
+            return [*actions, asked[-1]]
         return actions
 
     message = broken_invariant(run("openai", broken(ask_again)), "one_follow_up")

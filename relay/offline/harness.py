@@ -36,7 +36,7 @@ from relay.engine import (
     new_engine,
 )
 from relay.offline.expect import Expect, check_invariants, failure
-from relay.offline.timeline import CLOSED, Timeline, not_owed_speech
+from relay.offline.timeline import CLOSED, Timeline, decided_outcomes, not_owed_speech
 from relay.offline.virtual import DEFAULT_THREAD_LIMIT, VirtualLoop
 from relay.recording.format import (
     CLIENT_TO_RELAY,
@@ -54,6 +54,9 @@ EngineFactory = Callable[..., Engine]
 session_id=, id_prefix=): a test double can wrap the real one to break a rule on purpose."""
 
 SESSIONS_DIR_NAME = "relay-sessions"
+MAX_FRAMES_AT_ONCE = 10_000
+"""Frames one step may pass between the relay and its peers before the harness calls it a loop
+(a relay and an upstream answering each other forever, as a broken rule can make them)."""
 
 
 class SessionOver(RuntimeError):
@@ -163,8 +166,15 @@ class HarnessSession:
         if self._pumping:
             return
         self._pumping = True
+        passed = 0
         try:
             while self._inbox and not self.closed:
+                passed += 1
+                if passed > MAX_FRAMES_AT_ONCE:
+                    self._inbox.clear()
+                    raise SessionOver(f"the session does not settle: more than {MAX_FRAMES_AT_ONCE} frames passed at "
+                                      f"{self.now:.3f} s without a pause (the relay and its peers answer each other "
+                                      "in a loop?)")
                 side, frame = self._inbox.popleft()
                 if side == "upstream":
                     self._log(UPSTREAM_TO_RELAY, frame)
@@ -289,7 +299,7 @@ class HarnessSession:
     @property
     def timeline(self) -> Timeline:
         """What happened so far, as events (`relay.offline.timeline`)."""
-        outcomes = {entry.call_id: entry.outcome for entry in self.engine.ledger if entry.outcome}
+        outcomes = decided_outcomes(self.engine.ledger)
         silent = not_owed_speech(self.engine.ledger)
         timeline = Timeline.from_frames(self.frames, dialect=self.dialect, source=self.name,
                                         relay_tools=[spec.name for spec in self.tools], outcomes=outcomes,
@@ -310,8 +320,9 @@ class HarnessSession:
         """The session as a replay report shows one: its timeline and how each relay call ended."""
         lines = [f"{self.name}: {self.now:.3f} s", "", "timeline:", self.timeline.render(), "", "calls the relay ran:"]
         relay_calls = [entry for entry in self.engine.ledger if entry.relay_owned]
+        outcomes = decided_outcomes(relay_calls)
         for entry in relay_calls:
-            lines.append(f"  {entry.name} {entry.call_id}: {entry.outcome or entry.state.value} "
+            lines.append(f"  {entry.name} {entry.call_id}: {outcomes.get(entry.call_id) or entry.state.value} "
                          f"[{entry.output_status}] -> {_clip(entry.output)}")
         if not relay_calls:
             lines.append("  none")

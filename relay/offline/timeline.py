@@ -234,12 +234,20 @@ class Timeline(Sequence[Event]):
         """A replay's session (`relay.testing.replay`'s result): the recorded upstream frames the
         relay under test was given and what it sent, at the replay's times."""
         engine = result.engine
-        outcomes = {entry.call_id: entry.outcome for entry in engine.ledger if entry.outcome}
+        outcomes = decided_outcomes(engine.ledger)
         silent = not_owed_speech(engine.ledger)
         path = result.path
         return cls.from_frames(result.frames, dialect=engine.dialect, source=f"replay of {path}",
                                relay_tools=[spec.name for spec in engine.tools], outcomes=outcomes,
                                silent_calls=silent, inspect=lambda: f"relay inspect {path}")
+
+
+def decided_outcomes(ledger: Iterable[Any]) -> dict[str, str]:
+    """How the engine decided each call ended, by call id, as the outcome's name (`timeout`,
+    `cancelled`...). The one place the harness reads the engine's outcomes: today strings
+    (relay.engine.calls.OUTCOME_*), an enum's value when they become one."""
+    return {entry.call_id: str(getattr(entry.outcome, "value", entry.outcome))
+            for entry in ledger if entry.outcome is not None}
 
 
 def not_owed_speech(ledger: Iterable[Any]) -> frozenset[str]:
