@@ -53,7 +53,8 @@ from relay.offline.replay import (
     replay_async,
 )
 from relay.offline.scripted import Call, Script, ScriptedSession, ScriptError, Turn, call
-from relay.offline.timeline import Event, Timeline
+from relay.offline.events import Event
+from relay.offline.timeline import Timeline
 from relay.offline.virtual import VirtualTimeError
 from relay.recording.format import Recording
 

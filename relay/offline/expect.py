@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-from relay.offline.timeline import (
+from relay.offline.events import (
     BARGE_IN,
     BOOKKEEPING,
     CALL,
@@ -43,8 +43,8 @@ from relay.offline.timeline import (
     UPDATE,
     USER,
     Event,
-    Timeline,
 )
+from relay.offline.timeline import Timeline
 
 DEFAULT_WITHIN = 0.05
 """Seconds a timed expectation (`filler(after=...)`) may be off: none in a scripted session, the

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 from collections import deque
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -36,7 +37,8 @@ from relay.engine import (
     new_engine,
 )
 from relay.offline.expect import Expect, check_invariants, failure
-from relay.offline.timeline import CLOSED, Timeline, decided_outcomes, not_owed_speech
+from relay.offline.events import CLOSED, Event
+from relay.offline.timeline import Timeline, decided_outcomes, not_owed_speech
 from relay.offline.virtual import DEFAULT_THREAD_LIMIT, VirtualLoop
 from relay.recording.format import (
     CLIENT_TO_RELAY,
@@ -366,10 +368,6 @@ class HarnessSession:
 def _with_marks(events: list[Any], marks: list[tuple[int, float, str, str]]) -> list[Any]:
     """The events with the session's marks put where they happened (after the events read from
     the frames before them), renumbered."""
-    from dataclasses import replace
-
-    from relay.offline.timeline import Event
-
     placed: list[tuple[tuple[int, int], Any]] = [((index, 1), event) for index, event in enumerate(events)]
     for count, t, kind, text in marks:
         after = sum(1 for event in events if event.line is not None and event.line <= count + 1)
