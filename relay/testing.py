@@ -1,21 +1,50 @@
-"""Helpers for users' own tests.
+"""Helpers for users' own tests: scripted conversations on virtual time, expectations over any
+session, faults on demand, and replays of recordings.
 
-    from relay.testing import replay
+    from relay.testing import Script, Turn, call, expect, faults, replay
+
+    BOOKING = Script(Turn(calls=[call("book_table", restaurant="Luigi", people=2)]),
+                     Turn(say="Your table is booked."))
+
+    def test_the_caller_hears_a_filler_then_one_answer():
+        with BOOKING.start([book_table], dialect="openai") as session:   # or "gemini"
+            session.user("A table for two at Luigi's")
+            session.advance(3.5)                                        # virtual seconds
+        (session.expect().next_call("book_table", arguments={"people": 2})
+                .filler(after=0.8).output(contains="booked").follow_up().spoken("booked")
+                .no_more_events())
+        session.check_invariants()
 
     def test_my_tools_still_answer_like_before():
         result = replay("recordings/20260101T000000Z_rs_ab12.jsonl", tools=["my_app/tools.py"])
         assert result.ok, "\\n".join(d.describe() for d in result.divergences)
-        assert [c.outcome for c in result.calls] == ["ok", "ok"]
+        expect(result).next_call("lookup_order").output(error=False)
 
-`replay` runs the recorded session against the given tools (decorated functions, ToolSpecs or
-`--tools` SPEC strings) and returns the calls (name, arguments, output, status, response ids),
-every frame the relay sent, and the divergences from the recording.
+- `Script` / `Turn` / `call`: what the model does, turn by turn; `Script.start(tools, dialect=...)`
+  gives a `ScriptedSession` (`user`, `barge_in`, `advance`, `end_response`, `run_until_quiet`,
+  `expect`, `check_invariants`, `report`, `save`).
+- `expect(x)`: expectations walking the events of a scripted session, a replay's result, a
+  recording (path or `Recording`) or a `Timeline`; `check_invariants(x)` the session-wide rules.
+- `faults`: `timeout`, `raises`, `slow`, `error_result`, `barge_in`, `drop_upstream`,
+  `duplicate_delivery`, for `Script.start(..., faults=[...])` or `replay_with_faults(recording, ...)`.
+- `replay` runs a recorded session against the given tools (decorated functions, ToolSpecs or
+  `--tools` SPEC strings) and returns the calls, every frame the relay sent, and the divergences.
 
-Under pytest, the plugin that comes with the package (`relay.offline.pytest_plugin`) does the same without
-a loop: `pytest --relay-recordings recordings/ --relay-tools my_app/tools.py` makes each recording
-a test item, and the `relay_replay` fixture replays one and fails the test with the report.
+Under pytest, the plugin that comes with the package (`relay.offline.pytest_plugin`) replays every
+recording of a folder as its own test item (`pytest --relay-recordings recordings/ --relay-tools
+my_app/tools.py`), applies an expectations file beside a recording (`NAME.expect.yaml`), and marks
+recordings by promotion level (`-m blocking`). docs/testing.md is the guide.
 """
 
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from relay.offline import faults
+from relay.offline.expect import INVARIANTS, Expect, ExpectationFailed
+from relay.offline.faults import Fault, RecordedSession, replay_with_faults
+from relay.offline.harness import HarnessSession
 from relay.offline.replay import (
     Divergence,
     ReplayCall,
@@ -23,5 +52,41 @@ from relay.offline.replay import (
     replay,
     replay_async,
 )
+from relay.offline.scripted import Call, Script, ScriptedSession, ScriptError, Turn, call
+from relay.offline.events import Event
+from relay.offline.timeline import Timeline
+from relay.offline.virtual import VirtualTimeError
+from relay.recording.format import Recording
 
-__all__ = ["Divergence", "ReplayCall", "ReplayResult", "replay", "replay_async"]
+
+def timeline_of(session: Any) -> Timeline:
+    """The events of any session: a scripted (or fault-played) session, a replay's result, a
+    recording (a path or a `Recording`), or a `Timeline` as it is."""
+    if isinstance(session, Timeline):
+        return session
+    if isinstance(session, HarnessSession):
+        return session.timeline
+    if isinstance(session, ReplayResult):
+        return Timeline.from_replay(session)
+    if isinstance(session, (str, Path, Recording)):
+        return Timeline.from_recording(session)
+    raise TypeError(f"not a session: {session!r} (a ScriptedSession, a ReplayResult, a recording or a Timeline)")
+
+
+def expect(session: Any) -> Expect:
+    """Expectations walking the events of `session` from its start (see `timeline_of`)."""
+    return Expect(timeline_of(session))
+
+
+def check_invariants(session: Any, *names: str, silent: Any = ()) -> None:
+    """Fail (`ExpectationFailed`) when a session-wide invariant does not hold in `session`: all of
+    `INVARIANTS` unless named; `silent` names relay calls (ids or tools) not owed speech."""
+    timeline_of(session).check_invariants(*names, silent=silent)
+
+
+__all__ = [
+    "INVARIANTS", "Call", "Divergence", "Event", "Expect", "ExpectationFailed", "Fault", "RecordedSession",
+    "ReplayCall", "ReplayResult", "Script", "ScriptError", "ScriptedSession", "Timeline", "Turn",
+    "VirtualTimeError", "call", "check_invariants", "expect", "faults", "replay", "replay_async",
+    "replay_with_faults", "timeline_of",
+]

@@ -37,6 +37,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                 "write a recorded session as one HTML page: a timeline to look at and listen to"),
     "export": ("relay.cli.export",
                "export a recorded conversation as OpenAI chat, Anthropic, Gemini or Vapi JSON"),
+    "redact": ("relay.cli.redact",
+               "make a recording safe to keep: phone numbers, e-mails, cards and your patterns replaced"),
     "serve": ("relay.cli.serve",
               "proxy realtime clients to OpenAI, Azure, Foundry or Gemini Live and run tools in their sessions"),
     "attach": ("relay.cli.attach",

@@ -13,7 +13,9 @@ What it plays, from the same `MockScript` as the OpenAI modes:
   a NON_BLOCKING function is spoken about right away unless its `scheduling` is `SILENT`;
 - a user turn arriving while calls are unanswered is a barge-in: `serverContent.interrupted`, then
   `toolCallCancellation` for those calls; `MockUpstream.interrupt()` plays the same from a test;
-- `MockUpstream.go_away()` sends `goAway`.
+- `MockUpstream.go_away()` sends `goAway`;
+- a reply with `hold_before_done` leaves its turn open (no `turnComplete`) until `release()`;
+  `withdraw()` cancels the open calls (`toolCallCancellation`) without an interruption.
 
 Like the real service it has no error events: a message it cannot accept closes the socket
 (1007 with the reason), including an answer for an unknown, cancelled or already answered call,
@@ -25,7 +27,6 @@ from __future__ import annotations
 
 import base64
 import copy
-import random
 import re
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
@@ -44,7 +45,7 @@ from relay.errors import RelayError
 from relay.mock.faults import Faults
 from relay.mock.script import MockScript, Reply, ToolCall, warn_not_offered
 from relay.mock.session import Emit, MockConnection
-from relay.mock.wire import new_id
+from relay.mock.wire import new_digits, new_id
 from relay.session.policy import INTERNAL_ERROR
 
 GEMINI = "gemini"
@@ -93,8 +94,8 @@ class MockCall:
 
 
 def new_function_call_id() -> str:
-    """Shaped like the service's: `function-call-` and 19 digits."""
-    return "function-call-" + "".join(random.choices("0123456789", k=19))
+    """Shaped like the service's: `function-call-` and 19 digits (seeded with the ids: `seed_ids`)."""
+    return "function-call-" + new_digits(19)
 
 
 def _unknown_name(name: str) -> GeminiProtocolError:
@@ -119,6 +120,8 @@ class GeminiMockSession:
         self.calls: dict[str, MockCall] = {}
         self.ended = False
         self._batch: list[str] = []             # blocking calls of the latest toolCall
+        self.held = False                       # a turn waits for `release()` before turnComplete
+        self.picks: list[str] = []              # where each reply came from (`MockScript.pick`)
         self._warned_names: set[str] = set()    # scripted calls to functions it lacks, said in the log
 
     def __repr__(self) -> str:
@@ -161,14 +164,26 @@ class GeminiMockSession:
 
     def interrupt(self) -> list[Any]:
         """The user barged in: the model stops, and its unanswered calls are cancelled."""
-        actions: list[Any] = [Emit({"serverContent": {"interrupted": True}})]
+        self.held = False
+        return [Emit({"serverContent": {"interrupted": True}}), *self.withdraw()]
+
+    def withdraw(self) -> list[Any]:
+        """The model withdraws its unanswered calls (`toolCallCancellation`); no answer may follow."""
         cancelled = self.open_calls
         for call in cancelled:
             call.state = "cancelled"
         self._batch = []
-        if cancelled:
-            actions.append(Emit({"toolCallCancellation": {"ids": [call.id for call in cancelled]}}))
-        return actions
+        return [Emit({"toolCallCancellation": {"ids": [call.id for call in cancelled]}})] if cancelled else []
+
+    def release(self) -> list[Any]:
+        """A held turn ends (`turnComplete`); nothing when none is held."""
+        if not self.held:
+            return []
+        self.held = False
+        return self._complete()
+
+    def _complete(self) -> list[Any]:
+        return [Emit({"serverContent": {"generationComplete": True}}), Emit({"serverContent": {"turnComplete": True}})]
 
     def go_away(self, time_left: str) -> list[Any]:
         return [Emit({"goAway": {"timeLeft": time_left}})]
@@ -258,7 +273,7 @@ class GeminiMockSession:
         return self._user_turn_complete()
 
     def _user_turn_complete(self) -> list[Any]:
-        actions = self.interrupt() if self.open_calls else []
+        actions = self.interrupt() if self.open_calls or self.held else []
         return actions + self._model_turn(self._reply())
 
     def _tool_response(self, tool_response: dict[str, Any]) -> list[Any]:
@@ -307,7 +322,9 @@ class GeminiMockSession:
     # -- the model -----------------------------------------------------------------------------
     def _reply(self) -> Reply:
         call_names = {call.id: call.name for call in self.calls.values()}
-        return self.script.reply_for(self.items, None, call_names)
+        reply, source = self.script.pick(self.items, None, call_names, self.picks.count("turn"))
+        self.picks.append(source)
+        return reply
 
     def _model_turn(self, reply: Reply) -> list[Any]:
         calls = self._allowed(reply.calls)
@@ -316,7 +333,8 @@ class GeminiMockSession:
             say = self.script.default.say
         actions = self._speak(say) if say else []
         if calls:
-            made = [MockCall(new_function_call_id(), c.name, c.arguments, self._blocking(c.name)) for c in calls]
+            made = [MockCall(c.call_id or new_function_call_id(), c.name, c.arguments, self._blocking(c.name))
+                    for c in calls]
             for call in made:
                 self.calls[call.id] = call
                 self.items.append({"type": "function_call", "call_id": call.id, "name": call.name,
@@ -326,8 +344,10 @@ class GeminiMockSession:
                 {"id": call.id, "name": call.name, "args": copy.deepcopy(call.args)} for call in made]}}))
             if self._batch:
                 return actions   # the model waits for the blocking answers
-        actions.append(Emit({"serverContent": {"generationComplete": True}}))
-        actions.append(Emit({"serverContent": {"turnComplete": True}}))
+        if reply.hold_before_done:
+            self.held = True
+            return actions
+        actions += self._complete()
         return actions
 
     def _blocking(self, name: str) -> bool:

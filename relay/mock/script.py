@@ -1,19 +1,24 @@
 """What the mock model says and which tools it calls: scripts, as Python objects or a JSON file.
 
-A script is a list of rules plus three fallbacks. For each response the mock picks one reply:
+A script is a list of rules plus three fallbacks, and optionally `turns`. For each response the
+mock picks one reply:
 
 1. The response's `instructions` contain `Say exactly: <text>` (how the relay asks for a spoken
    tool message): the mock says that text (up to the end of the instructions, surrounding quotes
    stripped) and nothing else.
-2. The conversation ends in one or more `function_call_output` items (nothing else since them):
+2. The next of the script's `turns` not yet used: turns are replies given in order, one per
+   response (other than the `Say exactly:` ones), whatever the conversation holds; their `say` is
+   filled like `after_outputs`' when the conversation ends in outputs. When they run out, the
+   rules below apply. (The test harness, `relay.testing`, scripts its model this way.)
+3. The conversation ends in one or more `function_call_output` items (nothing else since them):
    the `after_outputs` reply, whose `say` is a `str.format` template with the fields
    `output` (the last output), `outputs` (all trailing outputs, in order), `joined` (them all,
    separated by "; "), `by_name` (output by
    the called function's name: `{by_name[get_weather]}`) and `user` (the latest user text).
-3. The first rule whose `match` is found in the latest user message text (input text parts and
+4. The first rule whose `match` is found in the latest user message text (input text parts and
    audio transcripts): a case-insensitive substring, or with `regex: true` a case-insensitive
    `re.search`.
-4. The `default` reply.
+5. The `default` reply.
 
 A reply has `say` (spoken as audio with a transcript, or written as text, per the response's output
 modalities), `calls` (function calls made after `say`, which is then a spoken preamble; several
@@ -54,7 +59,7 @@ import logging
 import re
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -117,8 +122,17 @@ class StreamOptions(_Config):
     hold_before_done: bool = Field(False, description="every response waits before its response.done until released")
 
 
+class Pick(NamedTuple):
+    """The reply chosen for a response, and which step of the script chose it: `say_exactly`,
+    `turn`, `after_outputs`, `rule` or `default`."""
+
+    reply: Reply
+    source: str
+
+
 class MockScript(_Config):
     rules: tuple[Rule, ...] = ()
+    turns: tuple[Reply, ...] = ()
     after_outputs: Reply = Reply(say="Here is what I found: {output}")
     default: Reply = Reply(say="Hello! This is the mock realtime model speaking.")
     transcripts: tuple[str, ...] = ()
@@ -133,22 +147,33 @@ class MockScript(_Config):
         self, items: Sequence[Mapping[str, Any]], instructions: str | None, call_names: Mapping[str, str]
     ) -> Reply:
         """The reply for a response over `items` (the conversation, or a response's `input`);
-        `call_names` maps call ids to function names for the `by_name` template field."""
+        `call_names` maps call ids to function names for the `by_name` template field. The
+        script's `turns` are not used: `pick` tells which one is next."""
+        return self.pick(items, instructions, call_names).reply
+
+    def pick(self, items: Sequence[Mapping[str, Any]], instructions: str | None, call_names: Mapping[str, str],
+             turn: int | None = None) -> Pick:
+        """The reply for a response and where it came from; `turn` is the index of the next
+        unused turn (None: turns are not used). A session counts the picks whose source is `turn`."""
         said = _say_exactly(instructions)
         if said is not None:
-            return Reply(say=said)
+            return Pick(Reply(say=said), "say_exactly")
         user = latest_user_text(items)
         outputs = _trailing_outputs(items)
+        if turn is not None and turn < len(self.turns):
+            scripted = self.turns[turn]
+            if outputs:
+                scripted = scripted.model_copy(update={"say": _fill(scripted.say, outputs, call_names, user)})
+            return Pick(scripted, "turn")
         if outputs:
-            return self.after_outputs.model_copy(
-                update={"say": _fill(self.after_outputs.say, outputs, call_names, user)}
-            )
+            return Pick(self.after_outputs.model_copy(
+                update={"say": _fill(self.after_outputs.say, outputs, call_names, user)}), "after_outputs")
         if user is not None:
             for rule in self.rules:
                 if rule.matches(user):
-                    return Reply(say=rule.say, calls=rule.calls, hold=rule.hold,
-                                 hold_before_done=rule.hold_before_done)
-        return self.default
+                    return Pick(Reply(say=rule.say, calls=rule.calls, hold=rule.hold,
+                                      hold_before_done=rule.hold_before_done), "rule")
+        return Pick(self.default, "default")
 
 
 def _say_exactly(instructions: str | None) -> str | None:

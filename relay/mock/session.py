@@ -136,6 +136,8 @@ class MockSession:
         self._warned_names: set[str] = set()   # scripted calls to tools it lacks, said in the log
         self.ended = False
         self._next_transcript = 0
+        self.picks: list[str] = []
+        """Where each response's reply came from (`MockScript.pick`'s sources), in order."""
         self._buffered_audio_bytes = 0
         self._input_audio_ms = 0
         self._rejected = 0
@@ -474,7 +476,7 @@ class MockSession:
         """Start a response (the request is already validated). `origin` is "client" or "server"."""
         items = self._input_items(request["input"]) if "input" in request else self.conversation.items
         if reply is None:
-            reply = self.script.reply_for(items, request.get("instructions"), self.conversation.call_names())
+            reply = self._pick(items, request.get("instructions"))
         beta = self.wire.beta
         modalities = request.get("modalities" if beta else "output_modalities") or self.wire.modalities(self.config)
         requested_audio = (request.get("audio") or {}).get("output") or {}
@@ -506,6 +508,13 @@ class MockSession:
         )
         self.responses.append(run)
         return run, [Stream(run)]
+
+    def _pick(self, items: list[dict[str, Any]], instructions: str | None) -> Reply:
+        """The script's reply for a response (the next of its `turns` first), noted in `picks`."""
+        turn = self.picks.count("turn")
+        reply, source = self.script.pick(items, instructions, self.conversation.call_names(), turn)
+        self.picks.append(source)
+        return reply
 
     def _plan(self, reply: Reply, request: dict[str, Any]) -> list[Planned]:
         calls = list(reply.calls)

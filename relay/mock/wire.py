@@ -39,6 +39,11 @@ def new_id(prefix: str, length: int = 21) -> str:
     return f"{prefix}_" + "".join(_ids.choices(_ID_ALPHABET, k=length))
 
 
+def new_digits(count: int) -> str:
+    """`count` random digits, from the same seeded generator as the ids."""
+    return "".join(_ids.choices(string.digits, k=count))
+
+
 def seed_ids(seed: int | str) -> None:
     """Make the ids (and `obfuscation` paddings) drawn from now on the same on every run for a
     seed, for reproducible tests (a property test replaying an example must see the same ids)."""

@@ -13,6 +13,13 @@ One recording in a test of your own, with the `relay_replay` fixture:
         relay_replay.check(result)                      # fails the test with the report
         assert result.calls[0].outcome == "ok"
 
+An expectations file beside a recording (`refund.expect.yaml`, `.toml` or `.json`: see
+`relay.offline.expectfile`) is applied to its replay: steps walked over the replayed session and
+the invariants it asks for; its `promotion` (blocking, nightly, manual) marks the item, so that
+`pytest -m blocking` runs the recordings CI must never break. A Python test next to the recordings
+does the same in code: `relay.testing.expect(relay_replay("recordings/refund.jsonl"))`. A failing
+item ends with the command that shows the session: `relay inspect ...`.
+
 What passes: a relay recording (written by `relay serve --record`) passes when the relay under
 test sends what was recorded: no divergence. A plain event log (server events only, like the
 shared real sessions) has no relay sends to compare with, so it passes when no call the tools
@@ -84,6 +91,7 @@ def failure_report(result: ReplayResult, problems: Sequence[str], tool_specs: Se
             lines.append(f"  {call.name} {call.call_id}: {call.outcome} -> {output}")
     tools = " ".join(f"--tools {spec}" for spec in tool_specs) or "--tools ..."
     lines.append(f"the whole report: relay replay {result.path} {tools}")
+    lines.append(f"look at the session: relay inspect {result.path}")
     return "\n".join(lines)
 
 
@@ -161,9 +169,19 @@ def tool_registry_for(config: pytest.Config) -> ToolRegistry:
 _DIRECTORIES = pytest.StashKey[list[Path]]()
 
 
+PROMOTION_MARKERS = {
+    "blocking": "a recording whose replay must pass before a change lands (relay expectations file)",
+    "nightly": "a recording replayed in the nightly run (relay expectations file)",
+    "manual": "a recording replayed on demand (relay expectations file)",
+}
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Each `--relay-recordings DIR` is collected like a path given on the command line (beside
-    the tests pytest collects anyway), and the tools are loaded now: a bad one is a usage error."""
+    the tests pytest collects anyway), and the tools are loaded now: a bad one is a usage error.
+    The promotion levels are markers (`-m blocking`)."""
+    for level, meaning in PROMOTION_MARKERS.items():
+        config.addinivalue_line("markers", f"{level}: {meaning}")
     directories = []
     for directory in config.getoption(RECORDINGS_OPTION):
         resolved = (config.invocation_params.dir / directory).resolve()
@@ -184,20 +202,40 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 
 
 class RecordingFile(pytest.File):
-    """A recording under a `--relay-recordings` directory: one item, its replay."""
+    """A recording under a `--relay-recordings` directory: one item, its replay (with the
+    expectations file beside it, if any, and the marker of its promotion level)."""
 
     def collect(self) -> Iterator[RecordingItem]:
-        yield RecordingItem.from_parent(self, name="replay")
+        from relay.offline.expectfile import ExpectationsFileError, find_expectations, load_expectations
+
+        item = RecordingItem.from_parent(self, name="replay")
+        found = find_expectations(self.path)
+        if found is not None:
+            try:
+                item.expectations = load_expectations(found)
+            except ExpectationsFileError as exc:
+                item.unusable = str(exc)
+            else:
+                if item.expectations.promotion:
+                    item.add_marker(item.expectations.promotion)
+        yield item
 
 
 class RecordingItem(pytest.Item):
     """One recording replayed against the `--relay-tools`; fails with the report (see the module
     docstring for what passes)."""
 
+    expectations: Any = None
+    unusable: str | None = None
+
     def runtest(self) -> None:
+        from relay.offline.expect import ExpectationFailed
         from relay.offline.replay import replay
+        from relay.offline.timeline import Timeline
         from relay.recording.format import RecordingError
 
+        if self.unusable is not None:
+            raise ReplayFailed(self.unusable)
         gate_timeout = self.config.getoption("--relay-gate-timeout")
         options = {} if gate_timeout is None else {"gate_timeout": gate_timeout}
         try:
@@ -207,6 +245,12 @@ class RecordingItem(pytest.Item):
         problems = problems_of(result)
         if problems:
             raise ReplayFailed(failure_report(result, problems, self.config.getoption(TOOLS_OPTION)))
+        if self.expectations is not None:
+            try:
+                self.expectations.apply(Timeline.from_replay(result))
+            except ExpectationFailed as failed:
+                raise ReplayFailed(f"replay of {self.path.name} against {self.expectations.path.name}:\n"
+                                   f"{failed}") from None
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if isinstance(excinfo.value, ReplayFailed):

@@ -108,6 +108,9 @@ class ReplayResult:
     warnings: list[str]
     anomalies: list[str]
     engine: Engine = dataclass_field(repr=False)
+    frames: list[Frame] = dataclass_field(default_factory=list, repr=False)
+    """The session as replayed: the frames the engine was given and those it sent upstream, at
+    the replay's times (what `relay.testing.Timeline.from_replay` reads)."""
 
     @property
     def ok(self) -> bool:
@@ -218,6 +221,7 @@ class _Replayer:
         self.divergences: list[Divergence] = []
         self.timeline: list[str] = []
         self.recorded_outputs: dict[str, str] = {}
+        self.frames: list[Frame] = []                     # the session as replayed
         self._progress = anyio.Event()
         self._runner: HandlerRunner | None = None
 
@@ -228,6 +232,7 @@ class _Replayer:
                 event = json_object(action.frame)   # Gemini forwards a client's malformed frame as it is
                 if event is None:
                     continue
+                self._keep(RELAY_TO_UPSTREAM, action.frame)
                 self.produced.append(event)
                 for key, part in self._produced_sends(event):
                     self.unmatched.append((key, part, round(self._t(), 6)))
@@ -242,6 +247,10 @@ class _Replayer:
                 if self._runner is not None:
                     self._runner.cancel(action.call_id)
                 self.timeline.append(f"{self._t():9.3f}  cancel {action.call_id}: {action.reason}")
+
+    def _keep(self, direction: str, frame: str | bytes) -> None:
+        text, data = (frame, None) if isinstance(frame, str) else (None, frame)
+        self.frames.append(Frame(self._t(), direction, None, text, data, 0))
 
     def _note_send(self, event: dict[str, Any], key: Key) -> None:
         answer = self._produced_sends.answer(key, event)
@@ -360,9 +369,11 @@ class _Replayer:
         if frame.direction == UPSTREAM_TO_RELAY:
             if frame.event is not None and self.ids.mapping:
                 payload = json.dumps(self.ids.rewrite(frame.event), ensure_ascii=False)
+            self._keep(UPSTREAM_TO_RELAY, payload)
             self._apply(self.engine.receive_upstream(payload, self.now))
             self.timeline += [f"{self._t():9.3f}  {line}" for line in sends.timeline(frame)]
         elif frame.direction == CLIENT_TO_RELAY and self.engine.config.has_client:
+            self._keep(CLIENT_TO_RELAY, payload)
             self._apply(self.engine.receive_client(payload, self.now))
 
     async def _drain(self) -> None:
@@ -391,7 +402,7 @@ class _Replayer:
         return ReplayResult(
             path=self.recording.path, kind=self.recording.kind, calls=calls, sent=self.produced,
             divergences=self.divergences, timeline=self.timeline, warnings=list(self.recording.warnings),
-            anomalies=[a.message for a in self.engine.anomalies], engine=self.engine)
+            anomalies=[a.message for a in self.engine.anomalies], engine=self.engine, frames=self.frames)
 
 
 def _epoch(started_at: Any) -> float:

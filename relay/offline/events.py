@@ -1,0 +1,462 @@
+"""Reading a session's frames into events: what `relay.offline.timeline.Timeline` holds, one
+reader per wire (the OpenAI family; Gemini Live), and the event kinds (see the timeline's
+docstring). The frames are read with the dialects' vocabulary (beta names as GA, Gemini's
+spellings); the relay's own requests are told by the metadata it puts on them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from relay.dialects.base import canonical_type
+from relay.dialects.gemini import field as gemini_field
+from relay.dialects.gemini import response_text
+from relay.engine.sequencer import META_CALLS, META_KIND
+from relay.offline.replaying import json_object
+from relay.recording.format import (
+    CLIENT_TO_RELAY,
+    RELAY_TO_CLIENT,
+    RELAY_TO_UPSTREAM,
+    UPSTREAM_TO_RELAY,
+    Frame,
+)
+
+USER, BARGE_IN, CALL, OUTPUT = "user", "barge_in", "call", "output"
+FILLER, FOLLOW_UP, SPOKEN = "filler", "follow_up", "spoken"
+CANCELLED, CANCEL, ERROR, UPDATE = "cancelled", "cancel", "error", "update"
+RESPONSE, RESPONSE_DONE, CREATE, CLOSED = "response", "response_done", "create", "closed"
+BOOKKEEPING = frozenset({RESPONSE, RESPONSE_DONE, CREATE, CLOSED})
+"""Kinds the expectations walk over: every session has them, and they say nothing by themselves."""
+
+_SAY_EXACTLY = "say exactly:"
+
+
+def is_error_output(text: str | None) -> bool:
+    """Whether an output's text is the relay's error shape, `{"error": ...}`."""
+    if not text or not text.startswith("{"):
+        return False
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(value, dict) and set(value) == {"error"}
+
+
+@dataclass(frozen=True)
+class Event:
+    """One thing that happened in a session (see the module docstring for the kinds)."""
+
+    index: int
+    t: float
+    kind: str
+    call_id: str | None = None
+    name: str | None = None
+    text: str | None = None
+    arguments: Any = None
+    status: str | None = None
+    by: str | None = None
+    response_id: str | None = None
+    call_ids: tuple[str, ...] = ()
+    final: bool = True
+    outcome: str | None = None
+    line: int | None = None
+    """The frame's line in the recording it was read from (None when there is no file)."""
+
+    @property
+    def is_error(self) -> bool:
+        """An output that is an error (`{"error": ...}`), or an error event."""
+        return self.kind == ERROR or (self.kind == OUTPUT and is_error_output(self.text))
+
+    def describe(self) -> str:
+        """One line, as the timelines in reports show it."""
+        head = f"{self.t:9.3f}  {self.kind:<14}"
+        return head + self._what()
+
+    def _what(self) -> str:
+        kind = self.kind
+        if kind == CALL:
+            return f"{self.name} {_clip(_json(self.arguments), 70)} ({self.call_id}, answered by the {self.by})"
+        if kind == OUTPUT:
+            interim = "" if self.final else " (interim)"
+            outcome = f" {self.outcome}" if self.outcome else ""
+            return (f"{self.call_id} ({self.name}) by the {self.by}{interim} [{self.status}]{outcome}: "
+                    f"{_clip(self.text or '', 70)}")
+        if kind in (FILLER, FOLLOW_UP):
+            said = f': "{_clip(self.text, 60)}"' if self.text else ""
+            return f"for {', '.join(self.call_ids) or 'no call'}{said}"
+        if kind in (SPOKEN, USER):
+            return f'"{_clip(self.text or "", 80)}"'
+        if kind == CANCELLED:
+            return f"{', '.join(self.call_ids)}: {self.text}"
+        if kind == ERROR:
+            return f"{self.status}: {_clip(self.text or '', 80)}"
+        if kind in (RESPONSE, RESPONSE_DONE):
+            status = f" [{self.status}]" if self.status else ""
+            return f"{self.response_id or ''} by {self.by or '?'}{status}"
+        return _clip(self.text or "", 80)
+
+
+def _json(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _clip(text: str | None, limit: int) -> str:
+    text = (text or "").replace("\n", " ")
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def decoded(frame: Frame) -> dict[str, Any] | None:
+    if frame.event is not None:
+        return frame.event
+    data = frame.raw if frame.raw is not None else frame.binary
+    return None if data is None else json_object(data)
+
+
+def upstream_bound(frames: list[Frame]) -> str:
+    """Which direction carried what went to the upstream: the relay's sends, or, in a plain event
+    log (no relay), the client's own."""
+    return RELAY_TO_UPSTREAM if any(f.direction == RELAY_TO_UPSTREAM for f in frames) else CLIENT_TO_RELAY
+
+
+class _Reader:
+    """What both wires' readers share: the events made so far, who owns which call, and which
+    client answers the relay only forwarded."""
+
+    def __init__(self, relay_tools: frozenset[str], outcomes: dict[str, str], upstream_bound: str) -> None:
+        self.relay_tools = relay_tools
+        self.outcomes = outcomes
+        self.upstream_bound = upstream_bound
+        self.events: list[Event] = []
+        self.calls: dict[str, Event] = {}
+        self.client_answers: Counter[tuple[str, str]] = Counter()
+        self.open_calls: set[str] = set()          # announced, not answered nor withdrawn
+        self.silent: set[str] = set()              # calls answered without a wish to be spoken about
+        self.t = 0.0
+        self.line: int | None = None
+
+    def add(self, kind: str, **fields: Any) -> Event:
+        event = Event(len(self.events), round(self.t, 6), kind, line=self.line, **fields)
+        self.events.append(event)
+        return event
+
+    def read(self, frame: Frame, event: dict[str, Any]) -> None:
+        self.t = frame.t
+        self.line = frame.line_no if frame.line_no > 0 else None
+        self.dispatch(frame.direction, event)
+
+    def dispatch(self, direction: str, event: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        """The frames are over."""
+
+    def call(self, call_id: Any, name: Any, arguments: Any, response_id: Any = None) -> None:
+        if not isinstance(call_id, str) or call_id in self.calls:
+            return   # a repeated delivery of the same call is one call
+        name = name if isinstance(name, str) else ""
+        owner = "relay" if name in self.relay_tools else "client"
+        self.calls[call_id] = self.add(CALL, call_id=call_id, name=name, arguments=arguments, by=owner,
+                                       response_id=response_id if isinstance(response_id, str) else None)
+        self.open_calls.add(call_id)
+
+    def output(self, direction: str, call_id: Any, text: str, status: str | None, *, final: bool = True) -> None:
+        """An answer seen on its way: the client's (remembered, so that the relay forwarding it is
+        not taken for the relay's own), or one that went to the upstream."""
+        if not isinstance(call_id, str):
+            return
+        if direction == CLIENT_TO_RELAY and self.upstream_bound == RELAY_TO_UPSTREAM:
+            self.client_answers[(call_id, text)] += 1
+            return
+        if direction != self.upstream_bound:
+            return
+        if direction == CLIENT_TO_RELAY or self.client_answers[(call_id, text)]:
+            by = "client"
+            if self.client_answers[(call_id, text)]:
+                self.client_answers[(call_id, text)] -= 1
+        else:
+            by = "relay"
+        call = self.calls.get(call_id)
+        self.add(OUTPUT, call_id=call_id, name=call.name if call else None, text=text, status=status, by=by,
+                 final=final, outcome=self.outcomes.get(call_id) if by == "relay" else None)
+        if final:
+            self.open_calls.discard(call_id)
+
+
+class _OpenAIReader(_Reader):
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.active: dict[str, str] = {}            # response id -> who made it
+        self.response_calls: dict[str, list[str]] = {}
+        self.client_creates = 0                     # client creates gone up, not yet answered
+        self.incomplete: set[str] = set()           # calls whose item ended incomplete: never to run
+
+    def dispatch(self, direction: str, event: dict[str, Any]) -> None:
+        raw_type = event.get("type")
+        if not isinstance(raw_type, str):
+            return
+        kind = canonical_type(raw_type)
+        if direction == UPSTREAM_TO_RELAY:
+            self.upstream(kind, event)
+        elif direction in (RELAY_TO_UPSTREAM, CLIENT_TO_RELAY):
+            self.sent(direction, kind, event)
+        elif direction == RELAY_TO_CLIENT and kind == "error":
+            error = _dict(event.get("error"))
+            self.add(ERROR, status=str(error.get("code") or "error"), text=str(error.get("message") or ""),
+                     by="relay")
+
+    # -- what went to the upstream
+    def sent(self, direction: str, kind: str, event: dict[str, Any]) -> None:
+        if kind == "conversation.item.create":
+            item = _dict(event.get("item"))
+            if item.get("type") == "function_call_output":
+                self.output(direction, item.get("call_id"), str(item.get("output") or ""), item.get("status"))
+            elif item.get("type") == "message":
+                self.message(direction, item)
+            return
+        if direction != self.upstream_bound:
+            return
+        if kind == "response.create":
+            response = _dict(event.get("response"))
+            metadata = _dict(response.get("metadata"))
+            purpose = metadata.get(META_KIND)
+            call_ids = tuple(c for c in str(metadata.get(META_CALLS) or "").split(",") if c)
+            if purpose == "filler":
+                self.add(FILLER, call_ids=call_ids, text=_said(response.get("instructions")), by="relay")
+            elif purpose == "follow_up":
+                self.add(FOLLOW_UP, call_ids=call_ids, text=_said(response.get("instructions")), by="relay")
+            else:
+                self.client_creates += 1
+                self.add(CREATE, by="client")
+        elif kind == "response.cancel":
+            self.add(CANCEL, response_id=event.get("response_id"),
+                     by="relay" if direction == RELAY_TO_UPSTREAM else "client")
+
+    def message(self, direction: str, item: dict[str, Any]) -> None:
+        """A message item put into the conversation: the caller's words, or (one the client did not
+        send) the relay's news from a streaming tool."""
+        text = _item_text(item)
+        if direction == CLIENT_TO_RELAY:
+            if item.get("role") == "user":
+                self.add(USER, text=text, by="caller")
+            self.client_answers[("message", text)] += 1
+        elif self.client_answers[("message", text)]:
+            self.client_answers[("message", text)] -= 1
+        else:
+            self.add(UPDATE, text=text, by="relay")
+
+    # -- what the upstream said
+    def upstream(self, kind: str, event: dict[str, Any]) -> None:
+        if kind == "input_audio_buffer.speech_started":
+            if self.active or self.open_calls:
+                self.add(BARGE_IN, by="caller")
+        elif kind == "conversation.item.input_audio_transcription.completed":
+            self.add(USER, text=str(event.get("transcript") or ""), by="caller")
+        elif kind == "response.created":
+            self.response_created(_dict(event.get("response")))
+        elif kind in ("response.output_item.done", "conversation.item.done"):
+            item = _dict(event.get("item"))
+            if item.get("type") == "function_call" and item.get("status") in ("completed", "incomplete"):
+                response_id = event.get("response_id") or item.get("response_id")
+                self.item_call(item, response_id)
+        elif kind in ("response.output_audio_transcript.done", "response.output_text.done"):
+            text = event.get("transcript") if kind.endswith("transcript.done") else event.get("text")
+            self.add(SPOKEN, text=str(text or ""), response_id=event.get("response_id"), by="model")
+        elif kind == "response.done":
+            self.response_done(_dict(event.get("response")))
+        elif kind == "error":
+            error = _dict(event.get("error"))
+            self.add(ERROR, status=str(error.get("code") or error.get("type") or "error"),
+                     text=str(error.get("message") or ""), by="upstream")
+
+    def item_call(self, item: dict[str, Any], response_id: Any) -> None:
+        """A function_call item is done: a call, which may never run if the item is incomplete."""
+        call_id = item.get("call_id")
+        self.call(call_id, item.get("name"), _arguments(item.get("arguments")), response_id)
+        self.link(response_id, call_id)
+        if item.get("status") != "completed" and isinstance(call_id, str):
+            self.incomplete.add(call_id)
+
+    def link(self, response_id: Any, call_id: Any) -> None:
+        if isinstance(response_id, str) and isinstance(call_id, str):
+            calls = self.response_calls.setdefault(response_id, [])
+            if call_id not in calls:
+                calls.append(call_id)
+
+    def response_created(self, data: dict[str, Any]) -> None:
+        response_id = data.get("id")
+        if not isinstance(response_id, str) or response_id in self.active:
+            return
+        metadata = _dict(data.get("metadata"))
+        purpose = metadata.get(META_KIND)
+        call_ids = tuple(c for c in str(metadata.get(META_CALLS) or "").split(",") if c)
+        if purpose in ("filler", "follow_up"):
+            by = f"relay {purpose.replace('_', '-')}"
+        elif self.client_creates:
+            self.client_creates -= 1
+            by = "client"
+        else:
+            by = "server"
+        self.active[response_id] = by
+        self.add(RESPONSE, response_id=response_id, by=by, status="in_progress", call_ids=call_ids)
+
+    def response_done(self, data: dict[str, Any]) -> None:
+        response_id = data.get("id")
+        if not isinstance(response_id, str):
+            return
+        for item in data.get("output") if isinstance(data.get("output"), list) else []:
+            if isinstance(item, dict) and item.get("type") == "function_call":
+                self.item_call(item, response_id)
+        status = str(data.get("status") or "completed")
+        by = self.active.pop(response_id, None)
+        self.add(RESPONSE_DONE, response_id=response_id, by=by, status=status)
+        # a call whose item did not complete never runs; one that did is owed its answer, even
+        # when its response ended cancelled afterwards (the relay's interruption policy applies)
+        withdrawn = tuple(c for c in self.response_calls.get(response_id, ())
+                          if c in self.open_calls and c in self.incomplete)
+        if withdrawn:
+            details = _dict(data.get("status_details"))
+            reason = details.get("reason") or _dict(details.get("error")).get("code")
+            self.add(CANCELLED, call_ids=withdrawn, response_id=response_id,
+                     text=f"response {status}" + (f" ({reason})" if reason else ""), by="upstream")
+            self.open_calls.difference_update(withdrawn)
+
+
+class _GeminiReader(_Reader):
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.turn_open = False
+        self.turns = 0
+        self.said: list[str] = []        # the model's words of the turn so far
+        self.heard: list[str] = []       # the caller's transcribed words not yet told
+
+    def dispatch(self, direction: str, event: dict[str, Any]) -> None:
+        if direction == UPSTREAM_TO_RELAY:
+            self.upstream(event)
+        elif direction in (RELAY_TO_UPSTREAM, CLIENT_TO_RELAY):
+            self.sent(direction, event)
+
+    def sent(self, direction: str, event: dict[str, Any]) -> None:
+        tool_response = gemini_field(event, "toolResponse")
+        if isinstance(tool_response, dict):
+            for answer in gemini_field(tool_response, "functionResponses") or ():
+                if isinstance(answer, dict):
+                    final = gemini_field(answer, "willContinue") is not True
+                    if gemini_field(answer, "scheduling") == "SILENT" and isinstance(answer.get("id"), str):
+                        self.silent.add(answer["id"])
+                    self.output(direction, answer.get("id"), response_text(answer.get("response")),
+                                "completed" if final else "interim", final=final)
+            return
+        if direction != CLIENT_TO_RELAY:
+            return
+        realtime = gemini_field(event, "realtimeInput")
+        if isinstance(realtime, dict) and isinstance(realtime.get("text"), str) and realtime["text"]:
+            self.add(USER, text=realtime["text"], by="caller")
+        content = gemini_field(event, "clientContent")
+        if isinstance(content, dict):
+            for turn in gemini_field(content, "turns") or ():
+                if isinstance(turn, dict) and turn.get("role", "user") == "user":
+                    words = " ".join(p["text"] for p in turn.get("parts") or ()
+                                     if isinstance(p, dict) and isinstance(p.get("text"), str))
+                    if words:
+                        self.add(USER, text=words, by="caller")
+
+    def upstream(self, event: dict[str, Any]) -> None:
+        tool_call = gemini_field(event, "toolCall")
+        if isinstance(tool_call, dict):
+            self.model_output()
+            self.flush_words()
+            for call in gemini_field(tool_call, "functionCalls") or ():
+                if isinstance(call, dict):
+                    self.call(call.get("id"), call.get("name"), call.get("args"), self.turn_id())
+        cancellation = gemini_field(event, "toolCallCancellation")
+        if isinstance(cancellation, dict):
+            ids = tuple(i for i in cancellation.get("ids") or () if isinstance(i, str) and i in self.open_calls)
+            if ids:
+                self.add(CANCELLED, call_ids=ids, text="toolCallCancellation", by="upstream")
+                self.open_calls.difference_update(ids)
+        content = gemini_field(event, "serverContent")
+        if not isinstance(content, dict):
+            return
+        heard = gemini_field(content, "inputTranscription")
+        if isinstance(heard, dict) and isinstance(heard.get("text"), str):
+            self.heard.append(heard["text"])
+        parts = gemini_field(gemini_field(content, "modelTurn"), "parts")
+        for part in parts if isinstance(parts, list) else []:
+            if isinstance(part, dict) and not part.get("thought"):
+                self.model_output()
+                if isinstance(part.get("text"), str):
+                    self.said.append(part["text"])
+        transcription = gemini_field(content, "outputTranscription")
+        if isinstance(transcription, dict) and isinstance(transcription.get("text"), str):
+            self.model_output()
+            self.said.append(transcription["text"])
+        if gemini_field(content, "interrupted") is True:
+            self.flush_words()
+            self.add(BARGE_IN, by="caller")
+            self.end_turn("cancelled")
+        if gemini_field(content, "generationComplete") is True:
+            self.flush_words()
+        if gemini_field(content, "turnComplete") is True:
+            self.flush_words()
+            self.end_turn("completed")
+
+    def turn_id(self) -> str:
+        return f"turn_{self.turns}"
+
+    def model_output(self) -> None:
+        """The model says or does something: a turn begins unless one is open."""
+        if self.heard:
+            self.add(USER, text="".join(self.heard).strip(), by="caller")
+            self.heard = []
+        if not self.turn_open:
+            self.turns += 1
+            self.turn_open = True
+            self.add(RESPONSE, response_id=self.turn_id(), by="server", status="in_progress")
+
+    def flush_words(self) -> None:
+        if self.said:
+            self.add(SPOKEN, text="".join(self.said), response_id=self.turn_id(), by="model")
+            self.said = []
+
+    def end_turn(self, status: str) -> None:
+        if self.turn_open:
+            self.turn_open = False
+            self.add(RESPONSE_DONE, response_id=self.turn_id(), by="server", status=status)
+
+    def finish(self) -> None:
+        self.flush_words()
+
+
+# ---- wire details --------------------------------------------------------------------------------
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _arguments(text: Any) -> Any:
+    """A call's arguments as an object where they are JSON, else the text as it came."""
+    if isinstance(text, str):
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+    return text
+
+
+def _item_text(item: dict[str, Any]) -> str:
+    parts = [p.get("text") or p.get("transcript") for p in item.get("content") or () if isinstance(p, dict)]
+    return " ".join(p for p in parts if isinstance(p, str) and p)
+
+
+def _said(instructions: Any) -> str | None:
+    """What a relay request asks the model to say (`Say exactly: ...`), if anything."""
+    if not isinstance(instructions, str):
+        return None
+    at = instructions.lower().rfind(_SAY_EXACTLY)
+    return instructions[at + len(_SAY_EXACTLY):].strip() if at >= 0 else None
+
+
+
+READERS = {"openai": _OpenAIReader, "gemini": _GeminiReader}

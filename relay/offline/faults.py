@@ -1,0 +1,294 @@
+"""Faults on demand: run a scripted conversation or a recording with something going wrong, and see
+what the relay answers.
+
+    from relay.testing import faults, replay_with_faults
+
+    with script.start([book_table], faults=[faults.timeout("book_table")]) as session: ...
+    run = replay_with_faults("recordings/refund.jsonl", ["tools.py"], [faults.barge_in(call=1, after=0.5)])
+    print(run.report())
+
+| fault | what happens |
+|---|---|
+| `timeout(tool)` | the handler never returns: the relay's timeout answers for it |
+| `raises(tool, error)` | the handler raises `error` instead of running |
+| `slow(tool, seconds)` | the handler starts `seconds` late (virtual seconds), then runs |
+| `error_result(tool, message)` | the handler returns `ToolResult(error=message)` instead of running |
+| `barge_in(call, after, text)` | the caller speaks over the assistant `after` seconds into the Nth relay call |
+| `drop_upstream(call, after)` | the upstream connection drops `after` seconds into the Nth relay call |
+| `duplicate_delivery(call)` | the upstream delivers the Nth call of the model twice |
+
+`call` counts from 1: the Nth call of `tool` for the tool faults (every call when None), the Nth
+call the relay runs (barge-in, drop) or the model makes (duplicate delivery) for the others. A
+recording is played to the engine at its recorded times on virtual time (no causal gating: once a
+fault changes what the relay does, the recorded upstream cannot answer the new course anyway), the
+tools run for real on that clock, and the result is a session like a scripted one: its timeline,
+expectations, invariants, report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from relay.dialects import Dialect, get_dialect
+from relay.dialects.base import canonical_type
+from relay.dialects.gemini import field as gemini_field
+from relay.engine import EngineConfig, Outcome, StartHandler
+from relay.offline.harness import HarnessSession
+from relay.offline.replaying import json_object as decode
+from relay.offline.replaying import replay_sends
+from relay.recording.format import CLIENT_TO_RELAY, UPSTREAM_TO_RELAY, Recording
+from relay.recording.reader import load_recording
+from relay.tools import ToolResult
+from relay.tools.sources import ToolSources
+
+TOOL_FAULTS = ("timeout", "raises", "slow", "error_result")
+SESSION_FAULTS = ("barge_in", "drop_upstream")
+_CALL_DONE = frozenset({"response.output_item.done", "conversation.item.done",
+                        "response.function_call_arguments.done"})
+
+
+class InjectedFault(RuntimeError):
+    """What a `raises` fault raises unless given another error."""
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault (build them with the functions of this module)."""
+
+    kind: str
+    tool: str | None = None
+    call: int | None = None
+    seconds: float = 0.0
+    error: BaseException | None = None
+    message: str = ""
+    text: str | None = None
+
+    def describe(self) -> str:
+        which = f"call {self.call}" if self.call else "every call"
+        target = f"{self.tool} ({which})" if self.tool else which
+        extra = {"slow": f" by {self.seconds:g} s", "error_result": f": {self.message}",
+                 "raises": f": {self.error!r}"}.get(self.kind, f" after {self.seconds:g} s" if self.seconds else "")
+        return f"{self.kind} at {target}{extra}"
+
+
+def timeout(tool: str | None = None, *, call: int | None = None) -> Fault:
+    """The tool's handler never returns, so the relay's timeout decides its answer."""
+    return Fault("timeout", tool, call)
+
+
+def raises(tool: str | None = None, error: BaseException | None = None, *, call: int | None = None) -> Fault:
+    """The tool's handler raises `error` (an `InjectedFault` by default) instead of running."""
+    return Fault("raises", tool, call, error=error or InjectedFault("injected by the harness"))
+
+
+def slow(tool: str | None = None, seconds: float = 1.0, *, call: int | None = None) -> Fault:
+    """The tool's handler starts `seconds` (virtual) late."""
+    return Fault("slow", tool, call, seconds=seconds)
+
+
+def error_result(tool: str | None = None, message: str = "injected error", *, call: int | None = None) -> Fault:
+    """The tool returns `ToolResult(error=message)` instead of running."""
+    return Fault("error_result", tool, call, message=message)
+
+
+def barge_in(call: int = 1, *, after: float = 0.0, text: str | None = None) -> Fault:
+    """The caller speaks over the assistant `after` seconds into the Nth call the relay runs (with
+    `text`: a whole turn the model answers)."""
+    return Fault("barge_in", None, call, seconds=after, text=text)
+
+
+def drop_upstream(call: int = 1, *, after: float = 0.0) -> Fault:
+    """The upstream connection drops `after` seconds into the Nth call the relay runs."""
+    return Fault("drop_upstream", None, call, seconds=after)
+
+
+def duplicate_delivery(call: int = 1) -> Fault:
+    """The frames that complete the model's Nth call arrive twice."""
+    return Fault("duplicate_delivery", None, call)
+
+
+class FaultPlan:
+    """The faults of one session, applied as it runs (`HarnessSession` asks it)."""
+
+    def __init__(self, faults: Iterable[Fault], session: HarnessSession) -> None:
+        self.faults = list(faults)
+        for fault in self.faults:
+            if not isinstance(fault, Fault):
+                raise TypeError(f"not a fault: {fault!r} (build faults with relay.testing.faults)")
+        self.session = session
+        self._per_tool: dict[str, int] = {}
+        self._started = 0
+        self._model_calls: list[str] = []
+        self._repeated: set[str] = set()
+        self._scheduled = 0
+
+    def pending(self) -> bool:
+        """A fault is scheduled and has not happened yet."""
+        return self._scheduled > 0
+
+    def _matches(self, fault: Fault, number: int, tool: str | None = None) -> bool:
+        return (fault.tool is None or fault.tool == tool) and (fault.call is None or fault.call == number)
+
+    def handler(self, action: StartHandler) -> Callable[[], Any] | None:
+        """A stand-in for the handler of this call, when a tool fault hits it."""
+        name = action.tool.name
+        self._per_tool[name] = number = self._per_tool.get(name, 0) + 1
+        fault = next((f for f in self.faults if f.kind in TOOL_FAULTS and self._matches(f, number, name)), None)
+        if fault is None:
+            return None
+        original = self.session._handler(action)
+        self.session.mark("fault", f"{fault.describe()}: {action.call_id}")
+
+        async def faulty() -> Any:
+            if fault.kind == "timeout":
+                await asyncio.Event().wait()
+            if fault.kind == "raises":
+                raise fault.error   # type: ignore[misc]
+            if fault.kind == "error_result":
+                return Outcome.returned(ToolResult(error=fault.message))
+            await asyncio.sleep(fault.seconds)
+            return await original()
+
+        return faulty
+
+    def started(self, action: StartHandler) -> None:
+        """The relay started a handler: a session fault may be due some time into it."""
+        self._started += 1
+        for fault in self.faults:
+            if fault.kind in SESSION_FAULTS and fault.call == self._started:
+                self._scheduled += 1
+                self.session.loop.call_later(fault.seconds, self._happen, fault)
+
+    def _happen(self, fault: Fault) -> None:
+        self._scheduled -= 1
+        session = self.session
+        if session.closed:
+            return
+        if fault.kind == "barge_in":
+            session.mark("fault", "the caller barges in")
+            session.barge_in_now(fault.text)
+        else:
+            session.mark("fault", "the upstream connection dropped")
+            session.end("upstream closed the session")
+
+    def deliveries(self, frame: str | bytes) -> list[str | bytes]:
+        """The frames delivered for one the upstream sent: twice when it completes a call a
+        `duplicate_delivery` fault names."""
+        wanted = [f.call for f in self.faults if f.kind == "duplicate_delivery"]
+        if not wanted:
+            return [frame]
+        event = decode(frame)
+        if event is None:
+            return [frame]
+        if self.session.gemini:
+            return self._gemini_deliveries(frame, event, wanted)
+        kind = canonical_type(str(event.get("type")))
+        item = event.get("item") if isinstance(event.get("item"), dict) else {}
+        if kind == "response.output_item.added" and item.get("type") == "function_call":
+            self._seen(item.get("call_id"))
+        if kind in _CALL_DONE:
+            call_id = event.get("call_id") or item.get("call_id")
+            if item.get("type", "function_call") == "function_call" and self._number(call_id) in wanted:
+                self._duplicated(str(call_id))
+                return [frame, frame]
+        return [frame]
+
+    def _gemini_deliveries(self, frame: str | bytes, event: dict[str, Any], wanted: list[int | None]) -> list[str | bytes]:
+        calls = gemini_field(gemini_field(event, "toolCall"), "functionCalls")
+        if not isinstance(calls, list):
+            return [frame]
+        again = []
+        for call in calls:
+            if isinstance(call, dict):
+                self._seen(call.get("id"))
+                if self._number(call.get("id")) in wanted:
+                    again.append(call)
+        if not again:
+            return [frame]
+        for repeated in again:
+            self._duplicated(str(repeated.get("id")))
+        repeat = json.dumps({"toolCall": {"functionCalls": again}})
+        return [frame, repeat.encode() if isinstance(frame, bytes) else repeat]
+
+    def _duplicated(self, call_id: str) -> None:
+        if call_id not in self._repeated:
+            self._repeated.add(call_id)
+            self.session.mark("fault", f"the upstream delivers call {call_id} twice", ahead=1)
+
+    def _seen(self, call_id: Any) -> None:
+        if isinstance(call_id, str) and call_id not in self._model_calls:
+            self._model_calls.append(call_id)
+
+    def _number(self, call_id: Any) -> int | None:
+        return self._model_calls.index(call_id) + 1 if call_id in self._model_calls else None
+
+
+# ---- a recording, played with faults ------------------------------------------------------------
+class RecordedSession(HarnessSession):
+    """A recording's upstream (and client) frames played to the relay under test at their recorded
+    times, on virtual time, with faults. What the relay sent then is its answer to them."""
+
+    kind = "recording"
+
+    def __init__(self, recording: str | Path | Recording, tools: ToolSources, faults: Iterable[Fault] = (), *,
+                 dialect: str | Dialect | None = None, **options: Any) -> None:
+        self.recording = recording if isinstance(recording, Recording) else load_recording(recording,
+                                                                                          allow_incomplete=True)
+        header = self.recording.header or {}
+        mode = header.get("mode", "proxy") if self.recording.kind == "relay" else "replay"
+        mode = mode if mode in ("proxy", "sidecar") else "replay"
+        config = EngineConfig(mode=mode, hide_tool_events=bool(header.get("hide_tool_events", True)),
+                              declare_tools=bool(header.get("declare_tools", mode == "proxy")),
+                              unknown_tools=header.get("unknown_tools", "client"))
+        chosen = get_dialect(dialect) if isinstance(dialect, str) else dialect or self.recording.dialect
+        super().__init__(tools, dialect=chosen, config=config, faults=faults, strict=False,
+                         name=f"{self.recording.path.name} with {', '.join(f.describe() for f in faults) or 'no fault'}",
+                         **options)
+        sends = replay_sends(self.dialect, None)
+        moments: dict[float, list[tuple[str, str | bytes]]] = {}   # frames of one time stay in order
+        for frame in self.recording.frames:
+            payload = sends.payload(frame)
+            if payload is None:
+                continue
+            if frame.direction == UPSTREAM_TO_RELAY or (frame.direction == CLIENT_TO_RELAY and self.config.has_client):
+                moments.setdefault(frame.t, []).append((frame.direction, payload))
+        for t, frames in moments.items():
+            self.loop.call_at(t, self._play, frames)
+        self.last_frame_t = max((frame.t for frame in self.recording.frames), default=0.0)
+
+    def _play(self, frames: list[tuple[str, str | bytes]]) -> None:
+        for direction, payload in frames:
+            if direction == UPSTREAM_TO_RELAY:
+                self.from_upstream([payload])
+            else:
+                self.from_caller([payload])
+
+    def play(self, *, limit: float = 120.0) -> RecordedSession:
+        """Play every frame, then let the tools and timers finish (at most `limit` more seconds)."""
+        self._run(self.last_frame_t)
+        self.run_until_quiet(limit)
+        return self
+
+    def barge_in_now(self, text: str | None = None) -> None:
+        """The caller speaks over the assistant: what the upstream would say of it."""
+        if self.gemini:
+            message: dict[str, Any] = {"serverContent": {"interrupted": True}}
+            self.from_upstream([json.dumps(message).encode()])
+        else:
+            self.from_upstream([json.dumps({"type": "input_audio_buffer.speech_started", "event_id": "harness_barge_in",
+                                            "audio_start_ms": int(self.now * 1000), "item_id": "harness_item"})])
+
+    def _upstream_receive(self, frame: str | bytes) -> list[str | bytes]:
+        return []   # a recording cannot answer what the relay under test sends now
+
+
+def replay_with_faults(recording: str | Path | Recording, tools: ToolSources = (), faults: Iterable[Fault] = (),
+                       **options: Any) -> RecordedSession:
+    """Play `recording` to the relay under test with `tools` and `faults` (see the module
+    docstring); the session it gives has the relay's answer: `timeline`, `expect()`,
+    `check_invariants()`, `report()`."""
+    return RecordedSession(recording, tools, list(faults), **options).play()

@@ -1,0 +1,381 @@
+"""The relay under test on virtual time: its real engine, the user's real tools, an upstream and a
+caller, every frame kept. What a scripted conversation (`relay.offline.scripted`) and a recording
+played with faults (`relay.offline.faults`) share; they differ in where the upstream's frames come
+from.
+
+Everything happens on one `VirtualLoop`: the engine is given each frame at the loop's time, its
+actions are carried out at once (frames to the upstream and the caller, handlers started as tasks,
+cancelled, the session closed), its timers are loop timers, and the tools' own `asyncio.sleep`s are
+too. So `advance(3)` runs three virtual seconds of the session, in order, in no real time.
+
+How handlers run mirrors the relay's runner (relay/session/runner.py): async functions as tasks,
+async generators as streaming tools, sync functions in a thread (here: their own daemon thread,
+which the loop waits for with its clock standing still: see `relay.offline.virtual`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections import deque
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable
+
+from relay.dialects import Dialect, GeminiDialect, get_dialect
+from relay.engine import (
+    Action,
+    CancelHandler,
+    Close,
+    Engine,
+    EngineConfig,
+    Notice,
+    Outcome,
+    SendClient,
+    SendUpstream,
+    StartHandler,
+    new_engine,
+)
+from relay.offline.expect import Expect, check_invariants, failure
+from relay.offline.events import CLOSED, Event
+from relay.offline.timeline import Timeline, decided_outcomes, not_owed_speech
+from relay.offline.virtual import DEFAULT_THREAD_LIMIT, VirtualLoop
+from relay.recording.format import (
+    CLIENT_TO_RELAY,
+    RELAY_TO_CLIENT,
+    RELAY_TO_UPSTREAM,
+    UPSTREAM_TO_RELAY,
+    Frame,
+)
+from relay.tools import ToolRegistry
+from relay.tools.sources import ToolSources, tool_registry
+from relay.tools.spec import HandlerKind
+
+EngineFactory = Callable[..., Engine]
+"""Builds the engine under test, as `relay.engine.new_engine` (tools, dialect=, config=,
+session_id=, id_prefix=): a test double can wrap the real one to break a rule on purpose."""
+
+SESSIONS_DIR_NAME = "relay-sessions"
+MAX_FRAMES_AT_ONCE = 10_000
+"""Frames one step may pass between the relay and its peers before the harness calls it a loop
+(a relay and an upstream answering each other forever, as a broken rule can make them)."""
+
+
+class SessionOver(RuntimeError):
+    """A step was asked of a session that has ended (closed, or its upstream dropped)."""
+
+
+class HarnessSession:
+    """One session of the relay under test on virtual time (see the module docstring). Subclasses
+    say what the upstream is (`_upstream_receive`) and what the caller does with what it gets
+    (`_caller_receive`)."""
+
+    kind = "session"
+
+    def __init__(self, tools: ToolSources, *, dialect: str | Dialect = "openai", config: EngineConfig | None = None,
+                 engine: EngineFactory | None = None, faults: Any = (), strict: bool = True,
+                 thread_limit: float = DEFAULT_THREAD_LIMIT, name: str | None = None) -> None:
+        from relay.offline.faults import FaultPlan
+
+        self.dialect = get_dialect(dialect) if isinstance(dialect, str) else dialect
+        self.gemini = isinstance(self.dialect, GeminiDialect)
+        self.tools: ToolRegistry = tool_registry(tools)
+        self.strict = strict
+        self.name = name or f"{self.kind} ({self.dialect.name})"
+        self.loop = VirtualLoop(thread_limit=thread_limit)
+        self.config = config or EngineConfig(mode="proxy", strict=strict)
+        self.engine: Engine = (engine or new_engine)(self.tools, dialect=self.dialect, config=self.config,
+                                                     session_id="harness", id_prefix="relay")
+        self.frames: list[Frame] = []
+        self.notices: list[Notice] = []
+        self.marks: list[tuple[int, float, str, str]] = []   # (frames before it, t, kind, text)
+        self.closed = False
+        self.saved: Path | None = None
+        self.faults = FaultPlan(faults, self)
+        self._inbox: deque[tuple[str, str | bytes]] = deque()
+        self._pumping = False
+        self._handlers: dict[str, asyncio.Task[Any]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+        self._problems: list[BaseException] = []
+
+    # ---- time --------------------------------------------------------------------------------
+    @property
+    def now(self) -> float:
+        """Virtual seconds since the session began."""
+        return self.loop.time()
+
+    def advance(self, seconds: float) -> None:
+        """Let `seconds` of virtual time pass: tools run, timers fire, the upstream answers."""
+        if seconds < 0:
+            raise ValueError("time only moves forward")
+        self._run(self.now + seconds)
+
+    def run_until_quiet(self, limit: float = 120.0) -> float:
+        """Advance until nothing is left to happen (no handler running, no timer pending), at most
+        `limit` virtual seconds; returns the seconds that passed."""
+        start = self.now
+        while self.now - start < limit and not self.closed:
+            deadline = self.engine.next_deadline()
+            if not self._handlers and deadline is None and not self.faults.pending():
+                break
+            self._run(min(start + limit, deadline if deadline is not None and not self._handlers
+                          else self.now + 1.0))
+        return self.now - start
+
+    def _run(self, moment: float) -> None:
+        if self.closed and moment > self.now:
+            raise SessionOver(f"the session ended at {self.now:.3f} s")
+        self.loop.run_until(moment)
+        self._raise_problems()
+
+    def _raise_problems(self) -> None:
+        if self._problems:
+            problem = self._problems.pop(0)
+            self._problems.clear()
+            raise problem
+
+    def fail(self, expected: str, came: str) -> None:
+        """Strict mode: stop the step with a failure pointing at the latest event."""
+        timeline = self.timeline
+        self._problems.append(failure(timeline, expected, came, len(timeline) - 1 if len(timeline) else None))
+
+    # ---- frames between the engine and its peers ------------------------------------------------
+    def _log(self, direction: str, frame: str | bytes) -> None:
+        text, data = (frame, None) if isinstance(frame, str) else (None, frame)
+        # numbered as the lines of the recording `save` writes (its header is line 1)
+        self.frames.append(Frame(self.now, direction, None, text, data, len(self.frames) + 2))
+
+    def mark(self, kind: str, text: str, *, ahead: int = 0) -> None:
+        """Something the timeline should show that is no frame (the session closing, a fault), after
+        the frames kept so far and `ahead` more (a fault on a frame not kept yet)."""
+        self.marks.append((len(self.frames) + ahead, self.now, kind, text))
+
+    def from_upstream(self, frames: list[str | bytes]) -> None:
+        self._queue_upstream(frames)
+        self._pump()
+
+    def _queue_upstream(self, frames: list[str | bytes]) -> None:
+        for frame in frames:
+            self._inbox.extend(("upstream", delivered) for delivered in self.faults.deliveries(frame))
+
+    def from_caller(self, frames: list[str | bytes]) -> None:
+        self._inbox.extend(("client", frame) for frame in frames)
+        self._pump()
+
+    def _pump(self) -> None:
+        """Give the engine what arrived, in order; what it causes arrives after (never nested)."""
+        if self._pumping:
+            return
+        self._pumping = True
+        passed = 0
+        try:
+            while self._inbox and not self.closed:
+                passed += 1
+                if passed > MAX_FRAMES_AT_ONCE:
+                    self._inbox.clear()
+                    raise SessionOver(f"the session does not settle: more than {MAX_FRAMES_AT_ONCE} frames passed at "
+                                      f"{self.now:.3f} s without a pause (the relay and its peers answer each other "
+                                      "in a loop?)")
+                side, frame = self._inbox.popleft()
+                if side == "upstream":
+                    self._log(UPSTREAM_TO_RELAY, frame)
+                    self._act(self.engine.receive_upstream(frame, self.now))
+                else:
+                    self._log(CLIENT_TO_RELAY, frame)
+                    self._act(self.engine.receive_client(frame, self.now))
+        finally:
+            self._pumping = False
+
+    def _act(self, actions: list[Action]) -> None:
+        for action in actions:
+            if isinstance(action, SendUpstream):
+                self._log(RELAY_TO_UPSTREAM, action.frame)
+                self._queue_upstream(self._upstream_receive(action.frame))
+            elif isinstance(action, SendClient):
+                self._log(RELAY_TO_CLIENT, action.frame)
+                self._inbox.extend(("client", frame) for frame in self._caller_receive(action.frame))
+            elif isinstance(action, StartHandler):
+                self._start(action)
+            elif isinstance(action, CancelHandler):
+                task = self._handlers.pop(action.call_id, None)
+                if task is not None:
+                    task.cancel()
+            elif isinstance(action, Notice):
+                self.notices.append(action)
+            elif isinstance(action, Close):
+                self.mark(CLOSED, f"the relay closed the {action.target} ({action.code}: {action.reason})")
+        self._schedule_tick()
+
+    def _schedule_tick(self) -> None:
+        deadline = None if self.closed else self.engine.next_deadline()
+        if deadline == self._timer_at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = deadline
+        self._timer = None if deadline is None else self.loop.call_at(deadline, self._tick)
+
+    def _tick(self) -> None:
+        self._timer = self._timer_at = None
+        if not self.closed:
+            self._act(self.engine.tick(self.now))
+            self._pump()
+
+    # ---- handlers -----------------------------------------------------------------------------
+    def _start(self, action: StartHandler) -> None:
+        run = self.faults.handler(action) or self._handler(action)
+        self._handlers[action.call_id] = self.loop.create_task(self._report(action.call_id, run))
+        self.faults.started(action)
+
+    def _handler(self, action: StartHandler) -> Callable[[], Any]:
+        """The tool's own handler, run as the relay's runner runs it."""
+        tool = action.tool
+
+        async def run() -> Outcome:
+            if tool.kind is HandlerKind.SYNC:
+                return Outcome.returned(await self.loop.run_in_thread(lambda: tool.handler(**action.arguments)))
+            if tool.kind is HandlerKind.ASYNC:
+                return Outcome.returned(await tool.handler(**action.arguments))
+            stream = tool.handler(**action.arguments)
+            try:
+                async for value in stream:
+                    self._engine_input(lambda: self.engine.handler_yielded(action.call_id, value, self.now))
+            finally:
+                await stream.aclose()
+            return Outcome.ended()
+
+        return run
+
+    async def _report(self, call_id: str, run: Callable[[], Any]) -> None:
+        try:
+            outcome = await run()
+        except asyncio.CancelledError:
+            return   # the engine decided this call's output when it asked for the cancel
+        except Exception as exc:  # a handler's failure is an output, as in the relay
+            outcome = Outcome.raised(exc)
+        if self._handlers.get(call_id) is not None:
+            del self._handlers[call_id]
+            self._engine_input(lambda: self.engine.handler_finished(call_id, outcome, self.now))
+
+    def _engine_input(self, give: Callable[[], list[Action]]) -> None:
+        if not self.closed:
+            self._act(give())
+            self._pump()
+
+    # ---- ending -------------------------------------------------------------------------------
+    def end(self, reason: str) -> None:
+        """The session is over (the relay closes it): running handlers are cancelled, unanswered
+        calls abandoned."""
+        if self.closed:
+            return
+        self._act(self.engine.close(self.now, reason))
+        self.mark(CLOSED, reason)
+        self.closed = True
+        for task in self._handlers.values():
+            task.cancel()
+        self._handlers.clear()
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def close(self) -> None:
+        """End the session (if it has not ended) and free its loop."""
+        if self.loop.is_closed():
+            return
+        self.end("session closed")
+        self.loop.run_until(self.now)   # let the cancelled handlers finish
+        self.loop.close()
+
+    def __enter__(self) -> HarnessSession:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    # ---- looking ------------------------------------------------------------------------------
+    @property
+    def ledger(self) -> Any:
+        """The engine's call book: every call, its state, output and outcome."""
+        return self.engine.ledger
+
+    @property
+    def timeline(self) -> Timeline:
+        """What happened so far, as events (`relay.offline.timeline`)."""
+        outcomes = decided_outcomes(self.engine.ledger)
+        silent = not_owed_speech(self.engine.ledger)
+        timeline = Timeline.from_frames(self.frames, dialect=self.dialect, source=self.name,
+                                        relay_tools=[spec.name for spec in self.tools], outcomes=outcomes,
+                                        silent_calls=silent, inspect=self._inspect_command)
+        if self.marks:
+            timeline.events = _with_marks(timeline.events, self.marks)
+        return timeline
+
+    def expect(self) -> Expect:
+        """Expectations walking this session's events from the start."""
+        return self.timeline.expect()
+
+    def check_invariants(self, *names: str, silent: Any = ()) -> None:
+        """Fail when a session-wide invariant does not hold (all of them unless named)."""
+        check_invariants(self.timeline, *names, silent=silent)
+
+    def report(self) -> str:
+        """The session as a replay report shows one: its timeline and how each relay call ended."""
+        lines = [f"{self.name}: {self.now:.3f} s", "", "timeline:", self.timeline.render(), "", "calls the relay ran:"]
+        relay_calls = [entry for entry in self.engine.ledger if entry.relay_owned]
+        outcomes = decided_outcomes(relay_calls)
+        for entry in relay_calls:
+            lines.append(f"  {entry.name} {entry.call_id}: {outcomes.get(entry.call_id) or entry.state.value} "
+                         f"[{entry.output_status}] -> {_clip(entry.output)}")
+        if not relay_calls:
+            lines.append("  none")
+        return "\n".join(lines)
+
+    def save(self, directory: str | Path | None = None) -> Path:
+        """Write the session as a relay recording (for `relay inspect`, `relay replay`); into
+        `directory`, else the temporary directory's `relay-sessions/`."""
+        from relay.recording.writer import RecordingWriter
+
+        target = Path(directory) if directory is not None else Path(tempfile.gettempdir()) / SESSIONS_DIR_NAME
+        writer = RecordingWriter(target, session_id=f"{self.kind}-{self.dialect.name}", dialect=self.dialect.name,
+                                 upstream="harness", tools=[spec.name for spec in self.tools], mode="proxy",
+                                 clock=lambda: 0.0, extra_header=self.engine.recording_header())
+        with writer:
+            for frame in self.frames:
+                writer.record(frame.direction, frame.raw if frame.raw is not None else frame.binary or b"", t=frame.t)
+            for notice in self.notices:
+                if notice.kind == "tool_call":
+                    writer.record_notice(notice.kind, notice.fields, t=self.now)
+        self.saved = writer.path
+        return writer.path
+
+    def _inspect_command(self) -> str | None:
+        try:
+            path = self.saved or self.save()
+        except OSError:
+            return None
+        return f"relay inspect {path}"
+
+    # ---- what a subclass supplies ------------------------------------------------------------------
+    def _upstream_receive(self, frame: str | bytes) -> list[str | bytes]:
+        """A frame the relay sent upstream arrives; what the upstream sends back at once."""
+        raise NotImplementedError
+
+    def _caller_receive(self, frame: str | bytes) -> list[str | bytes]:
+        """A frame the relay sent the caller arrives; what the caller sends back at once."""
+        return []
+
+
+def _with_marks(events: list[Any], marks: list[tuple[int, float, str, str]]) -> list[Any]:
+    """The events with the session's marks put where they happened (after the events read from
+    the frames before them), renumbered."""
+    placed: list[tuple[tuple[int, int], Any]] = [((index, 1), event) for index, event in enumerate(events)]
+    for count, t, kind, text in marks:
+        after = sum(1 for event in events if event.line is not None and event.line <= count + 1)
+        placed.append(((after, 0), Event(0, round(t, 6), kind, text=text, by="relay")))
+    ordered = [event for _, event in sorted(placed, key=lambda pair: pair[0])]
+    return [replace(event, index=index) for index, event in enumerate(ordered)]
+
+
+def _clip(text: str | None, limit: int = 100) -> str:
+    text = (text or "").replace("\n", " ")
+    return text if len(text) <= limit else text[:limit - 3] + "..."

@@ -1,0 +1,451 @@
+"""`relay redact`: a production recording made safe to keep as a test fixture.
+
+Phone numbers, e-mail addresses, card numbers (Luhn-checked) and the user's own patterns are
+replaced wherever they are said or passed: every JSON string of every frame, the arguments and
+outputs that are JSON inside JSON (their text is searched as it is, so their formatting stays),
+transcripts and text streamed in pieces (the pieces of one stream are searched together, so a
+number split across two deltas is found, and the pieces still add up to the redacted whole),
+Gemini's `args` objects, the relay's own notes. Identifiers (`id`, `*_id`, `ids`) and audio
+payloads are not text and are left alone.
+
+One value always becomes the same placeholder, everywhere in the file, so that a call's arguments,
+the tool's output and what the model said about it stay consistent and the redacted recording
+replays as the original did. Placeholders look like their kind: `user1@example.com` (a reserved
+domain), a phone number of the same layout ending in the fictional 555-01xx range, a card number of
+the same length that passes the Luhn check (a 4000 0000... test number), `name-1` for a pattern's
+matches (its label, `name` for a plain word). Audio is dropped unless kept (`--keep-audio`): a
+caller's voice is personal data too.
+
+A patterns file has one pattern a line (`#` starts a comment): a plain line is a name or a word,
+matched whole and in any case; `/.../` is a regular expression; either may start with `label:` to
+name its kind in the report and the placeholders (`order: /ORD-\\d{6}/`).
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from relay.errors import UnusableInput
+from relay.offline.replaying import json_object as _json_object
+from relay.recording.audio import drop_audio
+from relay.recording.format import dumps
+
+PHONE, EMAIL, CARD = "phone", "email", "card"
+BUILT_IN = (CARD, EMAIL, PHONE)   # the order in which overlapping matches are preferred
+
+_EMAIL = re.compile(r"(?<![\w.+-])[A-Za-z0-9][A-Za-z0-9._%+-]*@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}(?![\w-])")
+# digits in groups, with one separator (space, dot, dash) between groups, a `+` country code or an
+# area code in brackets; which of these are phone numbers is decided in `_is_phone`
+_PHONE = re.compile(r"(?<![\w+@/.-])(?:\+\d{1,3}[ .-]?)?(?:\(\d{1,5}\)[ .-]?)?\d+(?:[ .-]\d+)*(?![\w@-]|\.\d)")
+_CARD = re.compile(r"(?<![\w.-])\d(?:[ -]?\d){12,18}(?![\w-])")
+_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_PATTERN_LINE = re.compile(r"^(?:(?P<label>[a-z][a-z0-9_]*):\s*)?(?P<body>.+)$")
+_AUDIO_DELTAS = frozenset({"response.output_audio.delta", "response.audio.delta"})
+_GEMINI_TEXT_KEYS = ("outputTranscription", "output_transcription", "inputTranscription", "input_transcription")
+
+
+def luhn_ok(digits: str) -> bool:
+    total = 0
+    for position, digit in enumerate(reversed(digits)):
+        value = int(digit)
+        if position % 2:
+            value *= 2
+            value -= 9 if value > 9 else 0
+        total += value
+    return total % 10 == 0
+
+
+def _digits(text: str) -> str:
+    return "".join(ch for ch in text if ch.isdigit())
+
+
+def _is_phone(text: str) -> bool:
+    """Whether a digit run found by `_PHONE` reads as a phone number rather than a date, an amount,
+    a timestamp or an id."""
+    digits = _digits(text)
+    if not 7 <= len(digits) <= 15 or _ISO_DATE.fullmatch(text):
+        return False
+    if text.startswith("+") or "(" in text:
+        return True
+    separators = [ch for ch in text if not ch.isdigit()]
+    if not separators:   # one run: a national number (2-9 then 9 digits, or 0/1 then 10), not a timestamp
+        return (len(digits) == 10 and digits[0] in "23456789") or (len(digits) == 11 and digits[0] in "01")
+    if set(separators) == {"."} and len(separators) == 1:
+        return False     # a decimal number
+    groups = re.split(r"[ .-]", text)
+    return all(1 <= len(group) <= 5 for group in groups) and len(groups[-1]) >= 2
+
+
+@dataclass(frozen=True)
+class UserPattern:
+    label: str
+    regex: re.Pattern[str]
+
+
+def load_patterns(path: str | Path) -> list[UserPattern]:
+    """A patterns file (see the module docstring); a bad one raises UnusableInput naming the line."""
+    source = Path(path)
+    try:
+        lines = source.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise UnusableInput(f"--patterns {path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UnusableInput(f"cannot read --patterns {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    patterns = []
+    for number, line in enumerate(lines, start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        found = _PATTERN_LINE.match(line)
+        assert found is not None
+        body = found.group("body").strip()
+        if len(body) > 2 and body.startswith("/") and body.endswith("/"):
+            try:
+                regex = re.compile(body[1:-1])
+            except re.error as exc:
+                raise UnusableInput(f"--patterns {path} line {number}: not a regular expression: {exc}") from None
+            if regex.search(""):
+                raise UnusableInput(f"--patterns {path} line {number}: the expression matches empty text")
+            patterns.append(UserPattern(found.group("label") or "pattern", regex))
+        else:
+            regex = re.compile(r"(?<!\w)" + re.escape(body) + r"(?!\w)", re.IGNORECASE)
+            patterns.append(UserPattern(found.group("label") or "name", regex))
+    return patterns
+
+
+@dataclass
+class Scrubber:
+    """Finds what to hide in text and remembers the placeholder each value got."""
+
+    patterns: list[UserPattern] = field(default_factory=list)
+    placeholders: dict[tuple[str, str], str] = field(default_factory=dict)
+    counts: Counter[str] = field(default_factory=Counter)
+    """Occurrences replaced, by kind."""
+
+    def spans(self, text: str) -> list[tuple[int, int, str, str]]:
+        """(start, end, kind, placeholder) of everything to hide in `text`, in order, not overlapping."""
+        found: list[tuple[int, int, int, str]] = []    # start, end, preference, kind
+        for rank, pattern in enumerate(self.patterns):
+            found += [(m.start(), m.end(), rank, pattern.label) for m in pattern.regex.finditer(text) if m.end() > m.start()]
+        base = len(self.patterns)
+        if "@" in text:
+            found += [(m.start(), m.end(), base, EMAIL) for m in _EMAIL.finditer(text)]
+        if sum(ch.isdigit() for ch in text) >= 7:
+            found += [(m.start(), m.end(), base + 1, CARD) for m in _CARD.finditer(text)
+                      if luhn_ok(_digits(m.group())) and len(set(_digits(m.group()))) > 1]
+            found += [(m.start(), m.end(), base + 2, PHONE) for m in _PHONE.finditer(text) if _is_phone(m.group())]
+        chosen: list[tuple[int, int, str, str]] = []
+        end = 0
+        for start, stop, _, kind in sorted(found, key=lambda f: (f[0], f[2], -f[1])):
+            if start >= end:
+                chosen.append((start, stop, kind, self._placeholder(kind, text[start:stop])))
+                end = stop
+        return chosen
+
+    def text(self, text: str) -> str:
+        spans = self.spans(text)
+        for start, stop, kind, placeholder in reversed(spans):
+            text = text[:start] + placeholder + text[stop:]
+            self.counts[kind] += 1
+        return text
+
+    def _placeholder(self, kind: str, value: str) -> str:
+        key = (kind, _normal(kind, value))
+        placeholder = self.placeholders.get(key)
+        if placeholder is None:
+            number = 1 + sum(1 for known in self.placeholders if known[0] == kind)
+            placeholder = _fake(kind, value, number)
+            self.placeholders[key] = placeholder
+        return placeholder
+
+
+def _normal(kind: str, value: str) -> str:
+    if kind in (PHONE, CARD):
+        return _digits(value)
+    return value.casefold()
+
+
+def _fake(kind: str, value: str, number: int) -> str:
+    if kind == EMAIL:
+        return f"user{number}@example.com"
+    if kind == PHONE:
+        digits = _digits(value)
+        above = str(number // 100) if number >= 100 else ""   # past a hundred numbers, the prefix tells them apart
+        fake = (above.rjust(max(len(digits) - 7, 0), "5") + f"55501{number % 100:02d}")[-len(digits):]
+        return _same_layout(value, fake)
+    if kind == CARD:
+        digits = _digits(value)
+        body = ("4000" + str(number).rjust(len(digits) - 5, "0"))[:len(digits) - 1]
+        check = next(str(d) for d in range(10) if luhn_ok(body + str(d)))
+        return _same_layout(value, body + check)
+    return f"{kind}-{number}"
+
+
+def _same_layout(original: str, digits: str) -> str:
+    """`digits` written with the original's separators and brackets."""
+    out, feed = [], iter(digits)
+    for ch in original:
+        out.append(next(feed) if ch.isdigit() else ch)
+    return "".join(out)
+
+
+# ---- a recording, line by line --------------------------------------------------------------------
+def _is_identifier(key: Any) -> bool:
+    return isinstance(key, str) and (key in ("id", "ids", "type", "object") or key.endswith(("_id", "Id", "_ids")))
+
+
+@dataclass
+class _Piece:
+    """One string of a stream of text pieces (a delta), where it sits, and its redacted text."""
+
+    container: Any
+    key: Any
+    text: str
+
+
+@dataclass
+class RedactionReport:
+    counts: Counter[str]
+    distinct: Counter[str]
+    audio_frames: int
+    audio: str
+    lines: int
+
+    def render(self, source: Path, target: Path) -> str:
+        kinds = sorted(set(self.counts) | set(BUILT_IN))
+        found = ", ".join(f"{kind}: {self.counts[kind]} ({self.distinct[kind]} distinct)" for kind in kinds)
+        audio = (f"audio: {self.audio_frames} frame(s) {'dropped' if self.audio == 'drop' else 'kept'}"
+                 if self.audio_frames else "audio: none")
+        return f"redacted {source} -> {target} ({self.lines} lines)\n  replaced: {found}\n  {audio}"
+
+
+class RecordingRedactor:
+    """Redacts one recording or event log (see the module docstring)."""
+
+    def __init__(self, scrubber: Scrubber, *, keep_audio: bool = False) -> None:
+        self.scrubber = scrubber
+        self.keep_audio = keep_audio
+        self.audio_frames = 0
+        self._streams: dict[tuple[Any, ...], list[_Piece]] = {}
+        self._piece_holders: set[int] = set()   # ids of the dicts holding a stream's piece
+
+    def redact_lines(self, lines: list[str]) -> list[str]:
+        """The file's lines, redacted (line breaks kept; a line that is not JSON is redacted as text)."""
+        objects: list[Any] = []
+        for line in lines:
+            try:
+                objects.append(json.loads(line))
+            except ValueError:
+                objects.append(None)
+        kinds = self._kinds(objects)
+        payloads: list[tuple[int, dict[str, Any], str]] = []   # line, event, how it is stored
+        for index, (obj, kind) in enumerate(zip(objects, kinds)):
+            for event, stored in self._events(obj, kind):
+                payloads.append((index, event, stored))
+                self._audio(event, obj if kind == "frame" else None)
+                self._collect_streams(event)
+                self._walk(event, in_stream=True)
+            if kind == "note" and isinstance(obj.get("relay"), dict):
+                self._walk(obj["relay"])
+        for pieces in self._streams.values():
+            self._redact_stream(pieces)
+        out = []
+        for index, (line, obj, kind) in enumerate(zip(lines, objects, kinds)):
+            if obj is None:
+                out.append(self.scrubber.text(line.rstrip("\n")) + "\n" if line.strip() else line)
+            elif kind in ("header", "end"):
+                out.append(line if line.endswith("\n") else line + "\n")
+            else:
+                for line_index, event, stored in payloads:
+                    if line_index == index and stored != "inline":
+                        obj[stored] = self._stored(event, stored)
+                out.append(dumps(obj) + "\n")
+        return out
+
+    # -- what each line holds
+    @staticmethod
+    def _kinds(objects: list[Any]) -> list[str]:
+        first = next((obj for obj in objects if isinstance(obj, dict)), None)
+        relay = isinstance(first, dict) and "format" in first and "type" not in first
+        kinds = []
+        for obj in objects:
+            if not isinstance(obj, dict):
+                kinds.append("text")
+            elif not relay:
+                kinds.append("event")
+            elif obj is first:
+                kinds.append("header")
+            elif "end" in obj and "dir" not in obj:
+                kinds.append("end")
+            elif "relay" in obj and "dir" not in obj:
+                kinds.append("note")
+            else:
+                kinds.append("frame")
+        return kinds
+
+    def _events(self, obj: Any, kind: str) -> Iterator[tuple[dict[str, Any], str]]:
+        """The realtime events a line carries, and where: `inline` (the line is the event, or its
+        `event` field), `raw` (JSON text) or `binary` (base64 of JSON bytes)."""
+        if kind == "event":
+            yield obj, "inline"
+        elif kind == "frame":
+            if isinstance(obj.get("event"), dict):
+                yield obj["event"], "inline"
+            elif isinstance(obj.get("raw"), str):
+                decoded = _json_object(obj["raw"])
+                if decoded is None:
+                    obj["raw"] = self.scrubber.text(obj["raw"])
+                else:
+                    yield decoded, "raw"
+            elif isinstance(obj.get("binary"), str):
+                try:
+                    decoded = _json_object(base64.b64decode(obj["binary"], validate=True))
+                except ValueError:
+                    decoded = None
+                if decoded is not None:
+                    yield decoded, "binary"
+
+    @staticmethod
+    def _stored(event: dict[str, Any], stored: str) -> str:
+        text = dumps(event)
+        return text if stored == "raw" else base64.b64encode(text.encode()).decode("ascii")
+
+    # -- audio
+    def _audio(self, event: dict[str, Any], line: dict[str, Any] | None) -> None:
+        probe = copy.deepcopy(event)
+        if not drop_audio(probe):
+            return
+        self.audio_frames += 1
+        if self.keep_audio:
+            self._mark_audio(event, probe)
+            return
+        dropped = drop_audio(event)
+        if line is not None:
+            line["audio_dropped"] = int(line.get("audio_dropped") or 0) + dropped
+
+    def _mark_audio(self, event: Any, probe: Any) -> None:
+        """Replace each audio string of `event` (blank in `probe`) by a holder the walk skips."""
+        pairs = event.items() if isinstance(event, dict) else enumerate(event) if isinstance(event, list) else ()
+        for key, value in list(pairs):
+            blank = probe[key]
+            if isinstance(value, str) and value and blank == "":
+                event[key] = _Audio(value)
+            elif isinstance(value, (dict, list)):
+                self._mark_audio(value, blank)
+
+    # -- streams of pieces
+    def _collect_streams(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        if isinstance(kind, str):
+            if kind.endswith(".delta") and kind not in _AUDIO_DELTAS and isinstance(event.get("delta"), str):
+                key = (kind, event.get("item_id"), event.get("content_index"), event.get("call_id"))
+                self._piece(key, event, "delta")
+            return
+        content = event.get("serverContent") or event.get("server_content")
+        if not isinstance(content, dict):
+            return
+        for name in _GEMINI_TEXT_KEYS:
+            words = content.get(name)
+            if isinstance(words, dict) and isinstance(words.get("text"), str):
+                self._piece(("gemini", name.lower().replace("_", "")), words, "text")
+        turn = content.get("modelTurn") or content.get("model_turn")
+        for part in (turn or {}).get("parts") or () if isinstance(turn, dict) else ():
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                self._piece(("gemini", "text"), part, "text")
+        if content.get("turnComplete") is True or content.get("interrupted") is True:
+            for key in [key for key in self._streams if key[0] == "gemini"]:
+                self._streams[("gemini-done", len(self._streams), *key)] = self._streams.pop(key)
+
+    def _piece(self, stream: tuple[Any, ...], container: dict[str, Any], key: str) -> None:
+        self._streams.setdefault(stream, []).append(_Piece(container, key, container[key]))
+        self._piece_holders.add(id(container))
+
+    def _redact_stream(self, pieces: list[_Piece]) -> None:
+        """Search the pieces' text as one; give each piece its share of the redacted text."""
+        whole = "".join(piece.text for piece in pieces)
+        spans = self.scrubber.spans(whole)
+        if not spans:
+            return
+        start = 0
+        for piece in pieces:
+            stop = start + len(piece.text)
+            out, at = [], start
+            for begin, end, kind, placeholder in spans:
+                if end <= at or begin >= stop:
+                    continue
+                if begin >= at:
+                    out.append(whole[at:begin])
+                    out.append(placeholder)
+                    self.scrubber.counts[kind] += 1
+                at = max(at, min(end, stop))
+            out.append(whole[at:stop])
+            piece.container[piece.key] = "".join(out)
+            start = stop
+
+    # -- every other string
+    def _walk(self, value: Any, key: Any = None, in_stream: bool = False) -> Any:
+        if isinstance(value, dict):
+            for name, inner in value.items():
+                if _is_identifier(name) or isinstance(inner, _Audio):
+                    if isinstance(inner, _Audio):
+                        value[name] = inner.text
+                    continue
+                if in_stream and name in ("delta", "text") and id(value) in self._piece_holders:
+                    continue   # a piece of a stream: redacted with its stream
+                value[name] = self._walk(inner, name, in_stream)
+            return value
+        if isinstance(value, list):
+            for position, inner in enumerate(value):
+                value[position] = inner.text if isinstance(inner, _Audio) else self._walk(inner, key, in_stream)
+            return value
+        if isinstance(value, str):
+            return self.scrubber.text(value)
+        return value
+
+
+@dataclass(frozen=True)
+class _Audio:
+    """An audio payload kept as it is (the walk leaves it alone)."""
+
+    text: str
+
+
+def redact_file(source: str | Path, target: str | Path, *, patterns: list[UserPattern] = (),  # type: ignore[assignment]
+                keep_audio: bool = False) -> RedactionReport:
+    """Redact `source` into `target` (and its `.meta.json`, for a plain event log that has one)."""
+    source, target = Path(source), Path(target)
+    if not source.is_file():
+        raise UnusableInput(f"{source}: no such file" if not source.exists() else f"{source} is not a file")
+    if target.resolve() == source.resolve():
+        raise UnusableInput(f"--out {target} is the recording itself: write the redacted copy elsewhere")
+    try:
+        lines = source.read_text(encoding="utf-8").splitlines(keepends=True)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UnusableInput(f"cannot read {source}: {getattr(exc, 'strerror', None) or exc}") from None
+    if not any(_json_object(line) is not None for line in lines):
+        raise UnusableInput(f"{source} is not a recording: no line holds a JSON object")
+    scrubber = Scrubber(list(patterns))
+    redactor = RecordingRedactor(scrubber, keep_audio=keep_audio)
+    redacted = redactor.redact_lines(lines)
+    meta = source.with_name(source.stem + ".meta.json")
+    try:
+        target.write_text("".join(redacted), encoding="utf-8")
+        if meta.is_file():
+            meta_object = _json_object(meta.read_text(encoding="utf-8"))
+            if meta_object is not None:
+                redactor._walk(meta_object)
+                target.with_name(target.stem + ".meta.json").write_text(json.dumps(meta_object, indent=1,
+                                                                                  ensure_ascii=False) + "\n",
+                                                                       encoding="utf-8")
+    except OSError as exc:
+        raise UnusableInput(f"cannot write {target}: {exc.strerror or exc}") from None
+    distinct = Counter(kind for kind, _ in scrubber.placeholders)
+    return RedactionReport(scrubber.counts, distinct, redactor.audio_frames, "keep" if keep_audio else "drop",
+                           len(lines))

@@ -1,0 +1,181 @@
+"""Virtual time for the test harness: an asyncio event loop whose clock moves only when the test
+moves it, so that a 3-second tool and a 0.8-second filler take no real time and always happen in
+the same order.
+
+    loop = VirtualLoop()
+    loop.run_until(loop.time() + 0.8)    # every timer due by then fires, in order; then it stops
+
+The loop is asyncio's own selector loop with two public seams used: `time()` reads the virtual
+clock, and the selector it is given (`SelectorEventLoop(selector=...)`) never sleeps. When the
+loop has nothing ready and would wait for its next timer, the clock jumps to that timer instead,
+up to the horizon `run_until` set; at the horizon, with nothing ready, the loop stops. I/O that is
+ready (a thread handing back its result) is served first, at the current virtual time.
+
+What cannot be virtual is work done outside the loop: a sync tool runs in a worker thread (as the
+relay runs it) and a tool may hand work to `asyncio.to_thread` / `loop.run_in_executor`. While such
+work is pending the clock stands still and the loop waits for it in real time (it takes no
+virtual time at all), for at most `thread_limit` real seconds: a sync tool blocking in
+`time.sleep(3)` costs three real seconds and no virtual one, and one that blocks for longer than the
+limit stops the run with `VirtualTimeError`. Threads the loop is not told about (anyio's worker
+threads) are not waited for: their results arrive whenever real time brings them.
+
+Called from an async test (inside the test's own loop), the loop runs in a thread of its own for
+each step, the test's loop waiting: the harness's API is synchronous either way.
+
+Why not the `looptime` package: it fast-forwards a whole test's loop whenever it idles and moves
+its clock in steps of real time while executor work is pending, so a sync tool's real duration
+leaks into virtual time; the harness needs a clock stepped to an exact target by the test, with
+threads at a frozen instant, and no extra dependency for `relay.testing` users.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import selectors
+import threading
+import time
+from typing import Any, Callable
+
+from relay.errors import RelayError
+
+DEFAULT_THREAD_LIMIT = 10.0
+
+
+class VirtualTimeError(RelayError, RuntimeError):
+    """The harness cannot keep virtual time: work outside the loop (a sync tool, a thread) did not
+    end within the real-time limit."""
+
+
+class _NeverSleeps(selectors.BaseSelector):
+    """The real selector, polled without waiting; the waiting is turned into a jump of the
+    virtual clock (`VirtualLoop._idle`)."""
+
+    def __init__(self) -> None:
+        self.real = selectors.DefaultSelector()
+        self.on_idle: Callable[[float | None], list[Any]] = lambda timeout: []
+
+    def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+        return self.real.register(fileobj, events, data)
+
+    def unregister(self, fileobj: Any) -> selectors.SelectorKey:
+        return self.real.unregister(fileobj)
+
+    def modify(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+        return self.real.modify(fileobj, events, data)
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        ready = self.real.select(0)
+        if ready or timeout == 0:
+            return ready
+        return self.on_idle(timeout)
+
+    def get_map(self) -> Any:
+        return self.real.get_map()
+
+    def close(self) -> None:
+        self.real.close()
+
+
+class VirtualLoop(asyncio.SelectorEventLoop):
+    """An asyncio loop on a virtual clock (see the module docstring). Not for production: it
+    never waits for sockets."""
+
+    def __init__(self, *, start: float = 0.0, thread_limit: float = DEFAULT_THREAD_LIMIT) -> None:
+        selector = _NeverSleeps()
+        super().__init__(selector)
+        selector.on_idle = self._idle
+        self._never_sleeps = selector
+        self._now = start
+        self._horizon = start
+        self.thread_limit = thread_limit
+        self._threads: set[asyncio.Future[Any]] = set()
+
+    def time(self) -> float:
+        return self._now
+
+    def run_in_executor(self, executor: concurrent.futures.Executor | None, func: Callable[..., Any],
+                        *args: Any) -> asyncio.Future[Any]:
+        """As asyncio's, and the loop waits for the work (in real time, its clock standing still)."""
+        future = super().run_in_executor(executor, func, *args)
+        self._threads.add(future)
+        future.add_done_callback(self._threads.discard)
+        return future
+
+    def run_in_thread(self, func: Callable[[], Any]) -> asyncio.Future[Any]:
+        """Run `func` in a daemon thread of its own (a sync tool: one that never returns must not
+        keep the test process alive); the loop waits for it as for executor work."""
+        future: asyncio.Future[Any] = self.create_future()
+
+        def report(outcome: Callable[[], None]) -> None:
+            if not future.done():
+                outcome()
+
+        def work() -> None:
+            try:
+                value = func()
+            except BaseException as exc:  # handed to the awaiting task, whatever it is
+                error = exc
+                outcome = lambda: future.set_exception(error)  # noqa: E731
+            else:
+                outcome = lambda: future.set_result(value)  # noqa: E731
+            try:
+                self.call_soon_threadsafe(report, outcome)
+            except RuntimeError:
+                pass   # the loop was closed meanwhile: nobody waits for this thread any more
+
+        self._threads.add(future)
+        future.add_done_callback(self._threads.discard)
+        threading.Thread(target=work, name="relay-harness-tool", daemon=True).start()
+        return future
+
+    def run_until(self, moment: float) -> None:
+        """Run everything due up to `moment` (the clock ends there), and what that causes at once."""
+        if self.is_running():
+            raise VirtualTimeError("the harness was called from inside its own loop (from a tool?)")
+        self._horizon = max(moment, self._now)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            self.run_forever()
+            return
+        # called from an async test, inside its loop: this loop runs in a thread of its own
+        # meanwhile (one thread at a time runs it), the test's loop waiting
+        failures: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                self.run_forever()
+            except BaseException as exc:  # raised in the caller's thread below
+                failures.append(exc)
+
+        runner = threading.Thread(target=run, name="relay-harness-loop")
+        runner.start()
+        runner.join()
+        if failures:
+            raise failures[0]
+
+    def _idle(self, timeout: float | None) -> list[Any]:
+        """The loop has nothing ready and would wait `timeout` (None: no timer at all)."""
+        if self._threads:
+            return self._wait_for_threads()
+        if self._now >= self._horizon:
+            self.stop()
+        elif timeout is None or self._now + timeout > self._horizon:
+            self._now = self._horizon
+        else:
+            self._now += timeout
+        return []
+
+    def _wait_for_threads(self) -> list[Any]:
+        deadline = time.monotonic() + self.thread_limit
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise VirtualTimeError(
+                    f"work outside the loop (a sync tool, or what a tool handed to a thread) ran for more "
+                    f"than {self.thread_limit:g} s of real time; virtual time cannot pass inside a thread: "
+                    "make the tool async (await asyncio.sleep) or use a `slow` fault to make it take time")
+            ready = self._never_sleeps.real.select(remaining)
+            if ready:
+                return ready
