@@ -106,7 +106,7 @@ def test_a_trace_marks_a_failed_call_as_an_error() -> None:
     for outcome in CallOutcome:
         trace.notice(Notice("tool_call", {"call_id": f"call_{outcome.value}", "name": outcome.value,
                                           "outcome": outcome}))
-    trace.end(by="client", code=1000, reason="done", tool_calls=len(CallOutcome))
+    trace.end(by="client", code=1000, reason="done", tool_calls=len(CallOutcome), failed=False)
     provider.shutdown()
     errors = {span.name.removeprefix("execute_tool ") for span in exporter.get_finished_spans()
               if span.name.startswith("execute_tool") and span.status.status_code is StatusCode.ERROR}
