@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from relay.dialects.base import canonical_type
+from relay.dialects.openai import OPENAI
 from relay.dialects.gemini import field as gemini_field
 from relay.dialects.gemini import response_text
 from relay.engine.sequencer import META_CALLS, META_KIND
@@ -197,7 +197,7 @@ class _OpenAIReader(_Reader):
         raw_type = event.get("type")
         if not isinstance(raw_type, str):
             return
-        kind = canonical_type(raw_type)
+        kind = OPENAI.canonical_type(raw_type)   # the family's one table of beta and GA names
         if direction == UPSTREAM_TO_RELAY:
             self.upstream(kind, event)
         elif direction in (RELAY_TO_UPSTREAM, CLIENT_TO_RELAY):

@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from relay.dialects import Dialect, get_dialect
-from relay.dialects.base import canonical_type
 from relay.dialects.gemini import field as gemini_field
 from relay.engine import EngineConfig, Outcome, StartHandler
 from relay.offline.harness import HarnessSession
@@ -186,7 +185,7 @@ class FaultPlan:
             return [frame]
         if self.session.gemini:
             return self._gemini_deliveries(frame, event, wanted)
-        kind = canonical_type(str(event.get("type")))
+        kind = self.session.dialect.canonical_type(str(event.get("type")))
         item = event.get("item") if isinstance(event.get("item"), dict) else {}
         if kind == "response.output_item.added" and item.get("type") == "function_call":
             self._seen(item.get("call_id"))
