@@ -43,8 +43,9 @@ from relay.dialects.gemini import (
 )
 from relay.errors import RelayError
 from relay.mock.faults import Faults
+from relay.mock.requests import Emit
 from relay.mock.script import MockScript, Reply, ToolCall, warn_not_offered
-from relay.mock.session import Emit, MockConnection
+from relay.mock.session import MockConnection
 from relay.mock.wire import new_digits, new_id
 from relay.session.policy import INTERNAL_ERROR
 

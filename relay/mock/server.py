@@ -12,16 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import hmac
 import json
 import logging
 import weakref
 from collections import deque
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from http import HTTPStatus
 from typing import Any, Literal, NamedTuple
-from urllib.parse import parse_qsl, urlsplit
 
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.datastructures import Headers
@@ -29,16 +26,16 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request as WsRequest
 from websockets.http11 import Response as WsResponse
 
-from relay.dialects.base import TOKEN_SUBPROTOCOL
 from relay.errors import RelayError
 from relay.mock.faults import Faults
 from relay.mock.gemini import GEMINI, GeminiMockSession, Hangup
-from relay.mock.gemini import PATHS as GEMINI_PATHS
 from relay.mock.gemini import URL_PATH as GEMINI_URL_PATH
+from relay.mock.handshake import Refusal, Route, route_handshake
+from relay.mock.requests import Action, Emit, Stream, Wake
 from relay.mock.responses import Pause, ResponseRun
 from relay.mock.rest import rest_app
 from relay.mock.script import MockScript, Reply
-from relay.mock.session import Action, Emit, MockConnection, MockSession, Stream, Wake
+from relay.mock.session import MockConnection, MockSession
 from relay.mock.wire import DEFAULT_MODEL, DIALECTS, Dialect, Wire
 from relay.session.policy import NORMAL_CLOSURE
 from relay.transports.asgi import AppServer
@@ -46,8 +43,6 @@ from relay.transports.websockets import abort
 
 log = logging.getLogger(__name__)
 
-PATHS = ("/v1/realtime", "/openai/v1/realtime", "/openai/realtime")
-PREVIEW_PATH = "/openai/realtime"
 MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 AZURE_PREVIEW_MODEL = "gpt-4o-realtime-preview-2024-12-17"
 
@@ -111,18 +106,6 @@ class _Journal:
                 self._waiters.remove(waiter)
 
 
-@dataclass(frozen=True)
-class _Route:
-    """What the handshake decided, handed from `process_request` to the connection handler."""
-
-    path: str
-    query: dict[str, str]
-    headers: dict[str, str]
-    auth: str | None
-    session: MockSession | None
-    beta: bool
-
-
 def _netloc(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
@@ -167,7 +150,7 @@ class MockUpstream:
         self._ws_server: Server | None = None
         self._rest_server: AppServer | None = None
         self._rest_task: asyncio.Task[None] | None = None
-        self._routes: weakref.WeakKeyDictionary[ServerConnection, _Route] = weakref.WeakKeyDictionary()
+        self._routes: weakref.WeakKeyDictionary[ServerConnection, Route] = weakref.WeakKeyDictionary()
         self._sockets: dict[tuple[str, int], ServerConnection] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._session_tasks: dict[str, set[asyncio.Task[None]]] = {}
@@ -340,75 +323,17 @@ class MockUpstream:
         sockets = [self._sockets.get((session.id, conn.index)) for conn in session.connections]
         await asyncio.gather(*(ws.close(code, reason) for ws in sockets if ws is not None))
 
-    # -- handshake -----------------------------------------------------------------------------
+    # -- handshake (the rules are relay/mock/handshake.py's) -------------------------------------
     def _wire(self, *, beta: bool) -> Wire:
         return Wire(beta=beta or self.dialect == "openai-beta", foundry=self.dialect == "foundry")
 
-    def _authenticate(
-        self, headers: dict[str, str], query: dict[str, str], offered: Sequence[str]
-    ) -> tuple[bool, str | None]:
-        """Whether the handshake may proceed, and which credential form the client used."""
-        presented: list[tuple[str, str]] = []
-        authorization = headers.get("authorization", "")
-        if authorization.lower().startswith("bearer "):
-            presented.append(("bearer", authorization[7:].strip()))
-        if "api-key" in headers:
-            presented.append(("api-key", headers["api-key"]))
-        if self.dialect in ("azure", "foundry") and "api-key" in query:
-            presented.append(("api-key-query", query["api-key"]))
-        presented += [("subprotocol", p[len(TOKEN_SUBPROTOCOL) :]) for p in offered if p.startswith(TOKEN_SUBPROTOCOL)]
-        if self.api_key is None:
-            return True, presented[0][0] if presented else None
-        for form, value in presented:
-            if hmac.compare_digest(value.encode(), self.api_key.encode()):
-                return True, form
-        return False, None
-
     def _process_request(self, connection: ServerConnection, request: WsRequest) -> WsResponse | None:
-        target = urlsplit(request.path)
-        path = target.path.rstrip("/")
-        query = dict(parse_qsl(target.query, keep_blank_values=True))
-        if self.dialect == GEMINI:
-            return self._gemini_handshake(connection, request, path, query)
-        if path not in PATHS:
-            return connection.respond(HTTPStatus.NOT_FOUND, f"No realtime endpoint at {path or '/'}.\n")
-        headers = _headers(request.headers)
         offered = [p.strip() for value in request.headers.get_all("Sec-WebSocket-Protocol") for p in value.split(",")]
-        allowed, auth = self._authenticate(headers, query, offered)
-        if not allowed:
-            return connection.respond(HTTPStatus.UNAUTHORIZED, "Incorrect or missing API key.\n")
-        if path == PREVIEW_PATH and not query.get("api-version"):
-            return connection.respond(HTTPStatus.BAD_REQUEST, "Missing required query parameter 'api-version'.\n")
-        if path == "/openai/v1/realtime" and "api-version" in query:
-            return connection.respond(HTTPStatus.BAD_REQUEST, "The v1 API does not take an 'api-version' parameter.\n")
-        session = None
-        if query.get("call_id"):
-            session = self.find_session(query["call_id"])
-            if session is None or session.ended:
-                return connection.respond(HTTPStatus.NOT_FOUND, f"No call with id '{query['call_id']}'.\n")
-        elif not (query.get("model") or query.get("deployment")):
-            return connection.respond(HTTPStatus.BAD_REQUEST, "Missing required query parameter 'model'.\n")
-        beta = path == PREVIEW_PATH or "realtime=v1" in headers.get("openai-beta", "")
-        self._routes[connection] = _Route(path, query, headers, auth, session, beta)
-        return None
-
-    def _gemini_handshake(
-        self, connection: ServerConnection, request: WsRequest, path: str, query: dict[str, str]
-    ) -> WsResponse | None:
-        """Gemini Live: the BidiGenerateContent paths, the key as `x-goog-api-key` or `?key=`; the
-        model comes later, in the setup message."""
-        if path not in GEMINI_PATHS:
-            return connection.respond(HTTPStatus.NOT_FOUND, f"No BidiGenerateContent endpoint at {path or '/'}.\n")
-        headers = _headers(request.headers)
-        presented = [(form, value) for form, value in (("x-goog-api-key", headers.get("x-goog-api-key")),
-                                                       ("key-query", query.get("key"))) if value is not None]
-        auth = presented[0][0] if presented else None
-        if self.api_key is not None:
-            matching = [form for form, value in presented if hmac.compare_digest(value.encode(), self.api_key.encode())]
-            if not matching:
-                return connection.respond(HTTPStatus.FORBIDDEN, "API key not valid. Please pass a valid API key.\n")
-            auth = matching[0]
-        self._routes[connection] = _Route(path, query, headers, auth, None, False)
+        decided = route_handshake(self.dialect, self.api_key, request.path, _headers(request.headers), offered,
+                                  self.find_session)
+        if isinstance(decided, Refusal):
+            return connection.respond(decided.status, decided.body)
+        self._routes[connection] = decided
         return None
 
     # -- sockets -------------------------------------------------------------------------------

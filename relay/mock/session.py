@@ -17,7 +17,6 @@ Decisions worth knowing:
 from __future__ import annotations
 
 import copy
-import json
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -25,15 +24,12 @@ from typing import Any
 from relay.dialects.openai import CLIENT_EVENT_TYPES
 from relay.mock.conversation import Conversation, item_not_found
 from relay.mock.faults import Faults
-from relay.mock.responses import Planned, PlannedCall, PlannedMessage, ResponseRun
-from relay.mock.script import MockScript, Reply, warn_not_offered
+from relay.mock.requests import Action, Emit, ResponseRequests, Wake
+from relay.mock.responses import ResponseRun
+from relay.mock.script import MockScript
 from relay.mock.wire import (
     ProtocolError,
     Wire,
-    check_metadata,
-    check_modalities,
-    check_tool_choice,
-    check_tools,
     merge_config,
     new_id,
     new_session_call_id,
@@ -62,29 +58,6 @@ class MockConnection:
     closed: bool = False
 
 
-@dataclass(frozen=True)
-class Emit:
-    """Send a server event (or, from `inject`, a raw frame) to one connection or all (`to=None`)."""
-
-    event: dict[str, Any] | str | bytes
-    to: int | None = None
-
-
-@dataclass(frozen=True)
-class Stream:
-    """Run a response's event stream."""
-
-    run: ResponseRun
-
-
-@dataclass(frozen=True)
-class Wake:
-    """A response's course changed (cancelled, released): end any pause it is in."""
-
-    run: ResponseRun
-
-
-Action = Emit | Stream | Wake
 
 
 def _require(event: dict[str, Any], key: str, kind: type, param: str | None = None) -> Any:
@@ -98,12 +71,9 @@ def _require(event: dict[str, Any], key: str, kind: type, param: str | None = No
     return value
 
 
-def _text_tokens(value: Any) -> int:
-    return len(json.dumps(value, ensure_ascii=False)) // 4
-
-
-class MockSession:
-    """A session's state: its configuration, conversation, responses and connections."""
+class MockSession(ResponseRequests):
+    """A session's state: its configuration, conversation, responses and connections (what its
+    response requests do is `ResponseRequests`', relay/mock/requests.py)."""
 
     def __init__(
         self,
@@ -157,17 +127,9 @@ class MockSession:
         return copy.deepcopy(self.config.get("tools") or [])
 
     @property
-    def instructions(self) -> str | None:
-        return self.config.get("instructions")
-
-    @property
     def auth(self) -> str | None:
         """How the first connection authenticated."""
         return self.connections[0].auth if self.connections else None
-
-    @property
-    def active_response(self) -> ResponseRun | None:
-        return next((run for run in reversed(self.responses) if run.active), None)
 
     # -- entry points --------------------------------------------------------------------------
     def connected(self, connection: MockConnection) -> list[Action]:
@@ -405,141 +367,3 @@ class MockSession:
             "conversation.item.truncated", item_id=item["id"], content_index=content_index, audio_end_ms=audio_end_ms
         )
         return [Emit(truncated)]
-
-    # -- responses -----------------------------------------------------------------------------
-    def _response_create(self, event: dict[str, Any]) -> list[Action]:
-        if self._rejected < self.faults.reject_response_create:
-            self._rejected += 1
-            error = self.faults.reject_error
-            raise ProtocolError(
-                error.get("code"),
-                error.get("message", "rejected"),
-                error.get("param"),
-                error.get("type", "server_error"),
-            )
-        request = event.get("response")
-        if request is None:
-            request = {}
-        if not isinstance(request, dict):
-            raise ProtocolError("invalid_type", "Invalid type for 'response': expected an object.", "response")
-        active = self.active_response
-        if active is not None:
-            raise ProtocolError(
-                "conversation_already_has_active_response",
-                f"Conversation already has an active response in progress: {active.id}. Wait until the response "
-                "is finished before creating a new one.",
-                None,
-            )
-        self._check_response_request(request)
-        return self.start_response(request, origin="client")[1]
-
-    def _check_response_request(self, request: dict[str, Any]) -> None:
-        for key in request:
-            if key not in self.wire.response_fields():
-                raise ProtocolError("unknown_parameter", f"Unknown parameter: 'response.{key}'.", f"response.{key}")
-        check_metadata(request.get("metadata"), "response.metadata")
-        if "tools" in request:
-            check_tools(request["tools"], "response.tools")
-        if "tool_choice" in request:
-            check_tool_choice(request["tool_choice"], "response.tool_choice")
-        modalities_key = "modalities" if self.wire.beta else "output_modalities"
-        if modalities_key in request:
-            check_modalities(request[modalities_key], f"response.{modalities_key}", beta=self.wire.beta)
-        if "input" in request:
-            self._input_items(request["input"])
-
-    def _input_items(self, entries: Any) -> list[dict[str, Any]]:
-        """A response's `input`: items, or references to conversation items by id."""
-        if not isinstance(entries, list):
-            raise ProtocolError(
-                "invalid_type", "Invalid type for 'response.input': expected an array.", "response.input"
-            )
-        items = []
-        for index, entry in enumerate(entries):
-            if not isinstance(entry, dict):
-                raise ProtocolError(
-                    "invalid_type",
-                    f"Invalid type for 'response.input[{index}]': expected an object.",
-                    f"response.input[{index}]",
-                )
-            if entry.get("type") == "item_reference":
-                referenced = self.conversation.get(entry.get("id", ""))
-                if referenced is None:
-                    raise item_not_found(entry.get("id"), f"response.input[{index}].id")
-                entry = referenced
-            items.append(entry)
-        return items
-
-    def start_response(
-        self, request: dict[str, Any], *, origin: str, reply: Reply | None = None
-    ) -> tuple[ResponseRun, list[Action]]:
-        """Start a response (the request is already validated). `origin` is "client" or "server"."""
-        items = self._input_items(request["input"]) if "input" in request else self.conversation.items
-        if reply is None:
-            reply = self._pick(items, request.get("instructions"))
-        beta = self.wire.beta
-        modalities = request.get("modalities" if beta else "output_modalities") or self.wire.modalities(self.config)
-        requested_audio = (request.get("audio") or {}).get("output") or {}
-        voice = request.get("voice") if beta else requested_audio.get("voice")
-        output_format = request.get("output_audio_format") if beta else requested_audio.get("format")
-        max_tokens = request.get("max_response_output_tokens" if beta else "max_output_tokens")
-        instructions = request.get("instructions") or self.instructions or ""
-        run = ResponseRun(
-            wire=self.wire,
-            plan=self._plan(reply, request),
-            options=self.script.options,
-            conversation=None if request.get("conversation") == "none" else self.conversation,
-            conversation_id=None if request.get("conversation") == "none" else self.conversation_id,
-            modality="audio" if "audio" in modalities else "text",
-            voice=voice or self.wire.voice(self.config),
-            output_format=output_format or self.wire.output_format(self.config),
-            output_bytes_per_ms=self.wire.output_bytes_per_ms(self.config),
-            max_output_tokens=max_tokens or self.wire.max_output_tokens(self.config),
-            metadata=copy.deepcopy(request.get("metadata")),
-            input_tokens=(
-                _text_tokens(items) + _text_tokens(instructions) + _text_tokens(self.config.get("tools")),
-                self._input_audio_ms // 50,
-            ),
-            request=copy.deepcopy(request),
-            origin=origin,
-            hold=reply.hold,
-            hold_before_done=reply.hold_before_done or self.script.options.hold_before_done,
-            pace_audio=self.faults.pace_audio,
-        )
-        self.responses.append(run)
-        return run, [Stream(run)]
-
-    def _pick(self, items: list[dict[str, Any]], instructions: str | None) -> Reply:
-        """The script's reply for a response (the next of its `turns` first), noted in `picks`."""
-        turn = self.picks.count("turn")
-        reply, source = self.script.pick(items, instructions, self.conversation.call_names(), turn)
-        self.picks.append(source)
-        return reply
-
-    def _plan(self, reply: Reply, request: dict[str, Any]) -> list[Planned]:
-        calls = list(reply.calls)
-        if self.script.options.strict_tools:
-            tools = request.get("tools", self.config.get("tools") or [])
-            choice = request.get("tool_choice", self.config.get("tool_choice", "auto"))
-            names = {tool.get("name") for tool in tools if tool.get("type") == "function"}
-            forced = choice.get("name") if isinstance(choice, dict) and choice.get("type") == "function" else None
-            allowed = [c for c in calls if choice != "none" and c.name in names and forced in (None, c.name)]
-            for dropped in (c for c in calls if c not in allowed):
-                if dropped.name not in names:
-                    warn_not_offered(self._warned_names, dropped.name, names - {None}, self.id)
-                else:
-                    log.info("mock: not calling %r: excluded by tool_choice", dropped.name)
-            calls = allowed
-        plan: list[Planned] = [PlannedMessage(reply.say)] if reply.say else []
-        plan += [PlannedCall(call.name, call.arguments_text(), call.call_id, call.hold_after) for call in calls]
-        if not plan and reply.calls and self.script.default.say:
-            plan = [PlannedMessage(self.script.default.say)]
-        return plan
-
-    def _response_cancel(self, event: dict[str, Any]) -> list[Action]:
-        active = self.active_response
-        requested = event.get("response_id")
-        if active is None or (requested is not None and requested != active.id):
-            raise ProtocolError("response_cancel_not_active", "Cancellation failed: no active response found.", None)
-        active.cancel("client_cancelled")
-        return [Wake(active)]

@@ -41,10 +41,19 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from relay.mock import Faults, MockConnection, MockScript, MockSession, Reply, ResponseRun, StreamOptions, ToolCall
+from relay.mock import (
+    Faults,
+    MockConnection,
+    MockScript,
+    MockSession,
+    Reply,
+    ResponseRun,
+    StreamOptions,
+    ToolCall,
+)
 from relay.mock.gemini import GeminiMockSession, Hangup
+from relay.mock.requests import Emit, Stream, Wake
 from relay.mock.responses import Pause
-from relay.mock.session import Emit, Stream, Wake
 from relay.mock.wire import DEFAULT_MODEL, Wire, seed_ids
 from relay.offline.expect import ExpectationFailed, failure
 from relay.offline.harness import HarnessSession

@@ -8,8 +8,9 @@ from collections.abc import Iterator
 import pytest
 
 from relay.mock import Faults, MockScript, Rule, ToolCall
+from relay.mock.requests import Emit, Stream, Wake
 from relay.mock.responses import Pause, ResponseRun
-from relay.mock.session import Emit, MockSession, Stream, Wake
+from relay.mock.session import MockSession
 from relay.mock.wire import Wire, seed_ids
 from tests.support.sdk import check_event
 from tests.support.tools import TIME_TOOL, WEATHER_TOOL

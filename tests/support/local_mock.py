@@ -19,9 +19,18 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from relay.dialects import OPENAI, OpenAIFamily
-from relay.mock import Faults, MockConnection, MockScript, MockSession, Reply, ResponseRun, StreamOptions, ToolCall
+from relay.mock import (
+    Faults,
+    MockConnection,
+    MockScript,
+    MockSession,
+    Reply,
+    ResponseRun,
+    StreamOptions,
+    ToolCall,
+)
+from relay.mock.requests import Action, Emit, Stream, Wake
 from relay.mock.responses import Pause
-from relay.mock.session import Action, Emit, Stream, Wake
 from relay.mock.wire import DEFAULT_MODEL, Wire, seed_ids
 
 RELAY, OTHER = 0, 1
