@@ -42,9 +42,12 @@ from pathlib import Path
 from typing import Any
 
 from relay.offline import faults
+from relay.offline.events import Event
 from relay.offline.expect import INVARIANTS, Expect, ExpectationFailed
-from relay.offline.faults import Fault, RecordedSession, replay_with_faults
+from relay.offline.expect import check_invariants as _check_invariants
+from relay.offline.faults import Fault
 from relay.offline.harness import HarnessSession
+from relay.offline.recorded import RecordedSession, replay_with_faults
 from relay.offline.replay import (
     Divergence,
     ReplayCall,
@@ -52,8 +55,14 @@ from relay.offline.replay import (
     replay,
     replay_async,
 )
-from relay.offline.scripted import Call, Script, ScriptedSession, ScriptError, Turn, call
-from relay.offline.events import Event
+from relay.offline.scripted import (
+    Call,
+    Script,
+    ScriptedSession,
+    ScriptError,
+    Turn,
+    call,
+)
 from relay.offline.timeline import Timeline
 from relay.offline.virtual import VirtualTimeError
 from relay.recording.format import Recording
@@ -81,7 +90,7 @@ def expect(session: Any) -> Expect:
 def check_invariants(session: Any, *names: str, silent: Any = ()) -> None:
     """Fail (`ExpectationFailed`) when a session-wide invariant does not hold in `session`: all of
     `INVARIANTS` unless named; `silent` names relay calls (ids or tools) not owed speech."""
-    timeline_of(session).check_invariants(*names, silent=silent)
+    _check_invariants(timeline_of(session), *names, silent=silent)
 
 
 __all__ = [

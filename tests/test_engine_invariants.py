@@ -299,7 +299,7 @@ def check(sim: Simulation) -> None:
     assert not sim.violations, sim.violations
     engine = sim.engine
     assert not engine.anomalies or all(
-        not a.message.startswith("internal error") for a in engine.anomalies), engine.anomalies
+        not a.internal for a in engine.anomalies), engine.anomalies
     relay_outputs = [i for i in sim.mock.items if i["type"] == "function_call_output" and i["id"].startswith("s_")]
     for entry in engine.ledger:
         sent = sim.engine_outputs.count(entry.call_id)

@@ -234,5 +234,5 @@ def test_the_same_expectations_walk_a_replay_and_a_recording(tmp_path) -> None:
 
 def test_a_plain_event_log_reads_into_the_same_events(recordings_dir) -> None:
     log = timeline_of(recordings_dir / "realtime-notes-idx1781683788_beta_fc.jsonl")
-    log.expect().next_call("search", arguments={"text": "Hamrah Aval (MCI) energy consumption"})
+    expect(log).next_call("search", arguments={"text": "Hamrah Aval (MCI) energy consumption"})
     assert REPO.exists() and shared_dir().exists()

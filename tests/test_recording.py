@@ -221,6 +221,7 @@ def test_context_manager_records_why_the_session_ended(tmp_path: Path) -> None:
         "reason": "error: KeyError",
         "failed": False,
         "frames": 0,
+        "error": "KeyError",
     }
 
 
@@ -998,3 +999,23 @@ def test_any_frames_round_trip_exactly(frames: list[tuple[str, float, str | byte
             assert (read.event, read.raw, read.binary) == (event, None, None)
         else:
             assert (read.raw, read.event, read.binary) == (frame, None, None)
+
+
+def test_an_error_that_ends_the_session_is_a_field_of_the_end_line_the_inspector_reads(tmp_path: Path) -> None:
+    """The end line names the error (`"error"`), so a reader learns it from a field, never from
+    the reason's words; the inspector shows it as an anomaly of the session."""
+    from relay.inspector.model import build_model
+
+    with pytest.raises(KeyError):
+        with make_writer(tmp_path) as writer:
+            writer.record(UPSTREAM_TO_RELAY, json.dumps({"type": "session.created", "event_id": "e1"}))
+            raise KeyError("x")
+    end = file_lines(writer.path)[-1]["end"]
+    assert (end["error"], end["reason"]) == ("KeyError", "error: KeyError")
+    model = build_model(read_recording(writer.path))
+    assert [e["label"] for e in model.events.values() if e["kind"] == "anomaly"] == [
+        "the session ended with an error: KeyError (error: KeyError)"]
+
+    with make_writer(tmp_path / "clean") as clean:
+        pass
+    assert "error" not in file_lines(clean.path)[-1]["end"]

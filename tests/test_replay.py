@@ -136,7 +136,7 @@ RECORDINGS = sorted((shared_dir() / "recordings").glob("*.jsonl"))
 def test_every_shared_recording_replays(path: Path) -> None:
     result = replay(path)
     assert result.kind == "event-log" and result.ok
-    assert not [a for a in result.anomalies if a.startswith("internal error")]
+    assert not result.internal_errors
 
 
 def test_banyan_transfer_runs_only_with_a_tool_of_that_name() -> None:

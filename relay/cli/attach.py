@@ -1,5 +1,5 @@
 """`relay attach`: attach to a live WebRTC or SIP call by its call_id and run tools beside it
-(relay/edges/attach.py); with `--inspector`, the call's live inspector on a port of its own."""
+(relay/edges/sideband.py); with `--inspector`, the call's live inspector on a port of its own."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from relay.cli.options import (
     start,
     warn_if_no_key,
 )
-from relay.edges.attach import Sidecar, SidecarRuntime
 from relay.edges.config import AUTH_TOKEN_ENV, SidecarConfig, is_loopback
 from relay.edges.process import run_until_signalled
+from relay.edges.sideband import Sidecar, SidecarRuntime
 from relay.edges.upstream import UpstreamUnavailable
 from relay.errors import UnusableInput, cannot_listen
 from relay.inspector.live import LiveHub, serve_inspector

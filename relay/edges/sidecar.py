@@ -55,8 +55,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
-from relay.edges.attach import Sidecar, SidecarRuntime
 from relay.edges.config import SidecarConfig
+from relay.edges.sideband import Sidecar, SidecarRuntime
 from relay.edges.upstream import UpstreamUnavailable, display_host
 from relay.errors import ConfigError, RelayError
 from relay.inspector.live import BASE_PATH as INSPECTOR_PATH

@@ -31,6 +31,7 @@ class Anomaly:
     message: str
     event_type: str | None = None
     source: str = "upstream"
+    internal: bool = False   # the engine's own failure (a bug), not something odd in the input
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,10 +97,12 @@ class SessionContext:
     def notice(self, kind: str, fields: dict[str, Any]) -> None:
         self.out.append(Notice(kind, fields))
 
-    def anomaly(self, message: str, event_type: str | None) -> None:
-        """Something odd in the input (or a refused step): kept, and told as a notice."""
-        self.anomalies.append(Anomaly(self.now, message, event_type, self.source))
-        self.out.append(Notice("anomaly", {"message": message, "event_type": event_type, "source": self.source}))
+    def anomaly(self, message: str, event_type: str | None, *, internal: bool = False) -> None:
+        """Something odd in the input (or a refused step; `internal`: the engine's own failure):
+        kept, and told as a notice."""
+        self.anomalies.append(Anomaly(self.now, message, event_type, self.source, internal))
+        self.out.append(Notice("anomaly", {"message": message, "event_type": event_type, "source": self.source,
+                                           "internal": internal}))
 
     def refused_step(self, message: str) -> None:
         """A step a lifecycle table refused (outside strict mode): an anomaly."""

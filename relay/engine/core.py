@@ -189,7 +189,7 @@ class SessionEngine:
         except Exception as exc:  # the engine must never take a session down
             if self.config.strict:
                 raise
-            ctx.anomaly(f"internal error: {type(exc).__name__}: {exc}", None)
+            ctx.anomaly(f"internal error: {type(exc).__name__}: {exc}", None, internal=True)
         ctx.out = []
         return out
 

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from relay.engine import Engine
-    from relay.engine.conversation import ItemRecord
+from relay.engine.calls import CallLedger
+from relay.engine.conversation import Conversation, ItemRecord
+
+
+class EngineState(Protocol):
+    """What a dump reads of an engine (any dialect's: `SessionEngine` has it)."""
+
+    session_id: str
+    dialect: Any
+    config: Any
+    conversation: Conversation
+    ledger: CallLedger
+    anomalies: list[Any]
 
 
 def _clip(text: str, width: int = 100) -> str:
@@ -14,7 +24,7 @@ def _clip(text: str, width: int = 100) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def describe_item(record: "ItemRecord") -> str:
+def describe_item(record: ItemRecord) -> str:
     """One line for an item: what it is, who produced it, and its words or call."""
     data = record.data
     origin = record.origin + (f" {record.response_id}" if record.response_id else "")
@@ -39,7 +49,7 @@ def describe_item(record: "ItemRecord") -> str:
     return line
 
 
-def dump_engine(engine: "Engine") -> str:
+def dump_engine(engine: EngineState) -> str:
     conversation = engine.conversation
     lines = [f"session {engine.session_id}  dialect={engine.dialect.name}  mode={engine.config.mode}"]
     lines.append(f"items in conversation order ({len(conversation.order)}):")

@@ -18,10 +18,8 @@ from relay.dialects.gemini import (
 )
 from relay.dialects.gemini import field as gemini_field
 from relay.inspector.audio import GEMINI_INPUT, GEMINI_OUTPUT, elided, mime_format
-from relay.inspector.model import (
-    SessionModel,
-    TrackedResponse,
-)
+from relay.inspector.building import ModelBuilding
+from relay.inspector.callbook import TrackedResponse
 from relay.recording.format import (
     CLIENT_TO_RELAY,
     RELAY_TO_CLIENT,
@@ -35,7 +33,7 @@ class GeminiParser:
     """Reads a Gemini Live session into `model`, frame by frame, keeping what only this wire
     needs: the model turn in progress and the words still being transcribed."""
 
-    def __init__(self, model: SessionModel) -> None:
+    def __init__(self, model: ModelBuilding) -> None:
         self.model = model
         self._turn: TrackedResponse | None = None
         self._open_words: dict[str, dict[str, Any] | None] = {"user": None, "assistant": None}

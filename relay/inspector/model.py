@@ -27,18 +27,20 @@ This module holds what every dialect shares: the frames and events, the audio tr
 the call book (relay/inspector/callbook.py) and the views (snapshot, delta, summary:
 relay/inspector/views.py) are parts of the model in modules of their own. Reading each wire is its
 parser's job: `relay.inspector.openai` (the OpenAI family) and `relay.inspector.gemini` (Gemini
-Live), which build through the methods in "building" below.
+Live), which build through `relay.inspector.building.ModelBuilding`'s methods (the part of the
+model they see: they do not import this module, which chooses between them).
 """
 
 from __future__ import annotations
 
-import base64
-import bisect
 import json
-from typing import Any, Iterable, Protocol
+from typing import Any, Iterable
 
-from relay.inspector.audio import DEFAULT_MAX_RATE, AudioFormat, SideAudio
-from relay.inspector.callbook import CallBook, TrackedCall, TrackedResponse
+from relay.inspector.audio import DEFAULT_MAX_RATE, SideAudio
+from relay.inspector.building import ModelBuilding, WireParser, as_dict
+from relay.inspector.callbook import TrackedCall, TrackedResponse
+from relay.inspector.gemini import GeminiParser
+from relay.inspector.openai import OpenAIParser
 from relay.inspector.views import LANES, MODEL_VERSION, ModelViews, recording_dialect
 from relay.recording.format import (
     CLIENT_TO_RELAY,
@@ -56,13 +58,7 @@ __all__ = ["LANES", "MODEL_VERSION",
 
 
 
-class WireParser(Protocol):
-    """Reads one dialect's frames into the model (see relay.inspector.openai and .gemini)."""
-
-    def feed(self, frame: Frame, event: dict[str, Any], binary: bool) -> None: ...
-
-
-class SessionModel(CallBook, ModelViews):
+class SessionModel(ModelBuilding, ModelViews):
     """Builds the inspector's model from frames fed in order (and the relay's notes beside
     them). See the module docstring; the call book and the views are parts of their own
     (relay.inspector.callbook, relay.inspector.views)."""
@@ -148,14 +144,7 @@ class SessionModel(CallBook, ModelViews):
         """The parser of the session's dialect, made on the first frame that is an event (the
         dialect is known by then)."""
         if self._parser is None:
-            if self.gemini:
-                from relay.inspector.gemini import GeminiParser
-
-                self._parser = GeminiParser(self)
-            else:
-                from relay.inspector.openai import OpenAIParser
-
-                self._parser = OpenAIParser(self)
+            self._parser = GeminiParser(self) if self.gemini else OpenAIParser(self)
         return self._parser
 
     def finish(self, end: dict[str, Any] | None, warnings: Iterable[str] = ()) -> None:
@@ -166,9 +155,9 @@ class SessionModel(CallBook, ModelViews):
             if end.get("failed"):
                 self.anomaly(self.duration, f"the recording failed: {end.get('failure')} "
                              f"({end.get('lost_frames')} frames lost)", source="recording")
-            reason = str(end.get("reason") or "")
-            if reason.startswith("error"):
-                self.anomaly(self.duration, f"the session ended with {reason}", source="relay")
+            if end.get("error"):
+                self.anomaly(self.duration, f"the session ended with an error: {end['error']} "
+                             f"({end.get('reason')})", source="relay")
         self._calls_finished()
 
     def note(self, note: Note) -> None:
@@ -186,70 +175,6 @@ class SessionModel(CallBook, ModelViews):
         return event
 
     # ==== building (what the wire parsers call) =========================================
-    def store(self, frame: Frame, event: dict[str, Any] | None, *, elided: dict[str, Any] | None = None) -> int:
-        """Keep a frame for the page (`elided`: the event with its audio left out); its index."""
-        if event is not None:
-            text = json.dumps(elided if elided is not None else event, ensure_ascii=False, separators=(",", ":"))
-        elif frame.raw is not None:
-            text = frame.raw
-        elif frame.binary is not None:
-            text = f"<binary frame, {len(frame.binary)} bytes, not JSON>"
-        else:
-            text = ""
-        self.frames.append([round(frame.t, 6), frame.direction, text, 1 if frame.binary is not None else 0])
-        return len(self.frames) - 1
-
-    def new_id(self, prefix: str) -> str:
-        number = self._counters.get(prefix, 0) + 1
-        self._counters[prefix] = number
-        return f"{prefix}:{number}"
-
-    def add_event(self, event_id: str, lane: str, kind: str, t0: float, label: str, **fields: Any) -> dict[str, Any]:
-        event = {"id": event_id, "lane": lane, "kind": kind, "t0": round(t0, 6), "t1": None,
-                 "label": label, "frames": [], **fields}
-        self.events[event_id] = event
-        self._dirty.add(event_id)
-        return event
-
-    def touch(self, event: dict[str, Any], frame_index: int | None = None) -> None:
-        """`event` changed (and, with `frame_index`, that frame is one of its own)."""
-        frames = event["frames"]
-        if frame_index is not None:
-            if not frames or frames[-1] < frame_index:
-                frames.append(frame_index)
-            elif frame_index not in frames:
-                bisect.insort(frames, frame_index)
-        self._dirty.add(event["id"])
-
-    def anomaly(self, t: float, message: str, *, source: str, frames: list[int] = (),  # type: ignore[assignment]
-                related: str | None = None, error: bool = True) -> dict[str, Any]:
-        """Something off in the session; `error` when it is an error (an error event, a refusal,
-        a failed response or recording), which the summary counts."""
-        event = self.add_event(self.new_id("anomaly"), "anomalies", "anomaly", t, message,
-                               source=source, related=related, error=error)
-        event["t1"] = event["t0"]
-        event["frames"] = list(frames)
-        return event
-
-    def relay_marker(self, t: float, kind: str, label: str, index: int) -> dict[str, Any]:
-        """A moment on the relay's lane (a declaration, a follow-up, a filler...)."""
-        event = self.add_event(self.new_id(kind), "relay", kind, t, label)
-        event["t1"] = event["t0"]
-        self.touch(event, index)
-        return event
-
-    def add_audio(self, side: str, t: float, fmt: AudioFormat, payload: Any, dropped_chars: int) -> None:
-        """A side's base64 audio at `t` (or, when the recording dropped it, how much there was)."""
-        data: bytes | None = None
-        if isinstance(payload, str) and payload:
-            try:
-                data = base64.b64decode(payload)
-            except ValueError:
-                data = None
-        if data:
-            self.audio[side].add(t, fmt, data)
-        elif dropped_chars:
-            self.audio[side].add(t, fmt, None, dropped_chars * 3 // 4)
 
 
 # ==== building from a recording =========================================================
@@ -271,11 +196,6 @@ def build_model(recording: Recording, *, max_audio_rate: int = DEFAULT_MAX_RATE,
 
 
 # ==== helpers ===========================================================================
-def as_dict(value: Any) -> dict[str, Any]:
-    """`value` when it is a dict, else an empty one (to read optional wire fields)."""
-    return value if isinstance(value, dict) else {}
-
-
 def _json_object(data: bytes) -> dict[str, Any] | None:
     try:
         value = json.loads(data)

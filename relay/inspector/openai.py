@@ -17,11 +17,8 @@ from relay.dialects import DIALECTS, OPENAI, OpenAIFamily
 from relay.dialects.openai import AUDIO_EVENTS, audio_slots
 from relay.engine.sequencer import META_CALLS, META_EVENT, META_KIND
 from relay.inspector.audio import PCM16_24K, AudioFormat, elided, openai_format
-from relay.inspector.model import (
-    SessionModel,
-    TrackedResponse,
-    as_dict,
-)
+from relay.inspector.building import ModelBuilding, as_dict
+from relay.inspector.callbook import TrackedResponse
 from relay.recording.format import (
     CLIENT_TO_RELAY,
     RELAY_TO_CLIENT,
@@ -43,7 +40,7 @@ class RelayRequests:
     requests (so that a refusal or a response finds its request), and the client's
     `response.create`s, which the relay may hold until the outputs are in."""
 
-    def __init__(self, model: SessionModel) -> None:
+    def __init__(self, model: ModelBuilding) -> None:
         self.model = model
         self._creates: dict[str, dict[str, Any]] = {}         # relay event id -> relay-lane event
         self._frames: dict[str, str] = {}                     # relay event or item id -> event it belongs to
@@ -168,7 +165,7 @@ class OpenAIParser:
     needs: items' words, the session's audio formats and its responses; the relay's own lane is
     `RelayRequests`'. Events are read by their GA names, in the recording's dialect."""
 
-    def __init__(self, model: SessionModel) -> None:
+    def __init__(self, model: ModelBuilding) -> None:
         self.model = model
         dialect = DIALECTS.get(model.dialect or "")
         self.dialect = dialect if isinstance(dialect, OpenAIFamily) else OPENAI

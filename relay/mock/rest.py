@@ -14,19 +14,28 @@ from __future__ import annotations
 
 import hmac
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from relay.mock.session import MockSession
 from relay.mock.wire import ProtocolError
 from relay.session.policy import NORMAL_CLOSURE
 from relay.transports.asgi import BodyRefused, read_body
 
-if TYPE_CHECKING:
-    from relay.mock.server import MockUpstream
+
+
+class CallControl(Protocol):
+    """What the REST API drives (`MockUpstream` has it): the calls of the mock and their end."""
+
+    api_key: str | None
+
+    def find_session(self, call_id: str) -> MockSession | None: ...
+    async def close_session(self, session: MockSession, code: int = ..., reason: str = "") -> None: ...
+    async def accept_call(self, session: MockSession, config: Any) -> None: ...
 
 CALLS = "/v1/realtime/calls/{call_id}"
 SIP_STATUS_RANGE = range(400, 700)
@@ -37,7 +46,7 @@ def error_body(status: int, message: str, code: str | None, param: str | None = 
     return JSONResponse({"error": error}, status_code=status)
 
 
-def rest_app(mock: MockUpstream) -> Starlette:
+def rest_app(mock: CallControl) -> Starlette:
     """The REST API of `mock`'s calls."""
 
     def authorized(request: Request) -> bool:

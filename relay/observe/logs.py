@@ -149,7 +149,7 @@ class AnomalyLog:
         if self.logged > self.limit:
             logger.warning("%s anomalies: more in this session are counted in relay_anomalies_total, not logged",
                            source, extra=extra)
-        elif str(fields.get("message")).startswith("internal error"):   # the engine's own failure
+        elif fields.get("internal"):   # the engine's own failure
             logger.error("%s", fields.get("message"), extra=extra)
         else:
             logger.warning("%s anomaly: %s", source, fields.get("message"), extra=extra)

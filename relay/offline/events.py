@@ -11,9 +11,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from relay.dialects.openai import OPENAI
 from relay.dialects.gemini import field as gemini_field
 from relay.dialects.gemini import response_text
+from relay.dialects.openai import OPENAI
 from relay.engine.sequencer import META_CALLS, META_KIND
 from relay.offline.replaying import json_object
 from relay.recording.format import (

@@ -1,6 +1,6 @@
 """Fluent expectations over a session's timeline, and the invariants every session must keep.
 
-    expect = timeline.expect()          # or session.expect() for a scripted session
+    expect = Expect(timeline)           # or session.expect() for a scripted session
     (expect.next_call("book_table", arguments={"people": 2})   # a dict matches as a subset
            .filler(after=0.8)           # the relay's filler, 0.8 s after the call
            .output(contains="booked")   # the next answer that went upstream

@@ -30,19 +30,13 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Protocol
 
-from relay.dialects import Dialect, get_dialect
+from relay.dialects import Dialect
 from relay.dialects.gemini import field as gemini_field
-from relay.engine import EngineConfig, Outcome, StartHandler
-from relay.offline.harness import HarnessSession
+from relay.engine import Outcome, StartHandler
 from relay.offline.replaying import json_object as decode
-from relay.offline.replaying import replay_sends
-from relay.recording.format import CLIENT_TO_RELAY, UPSTREAM_TO_RELAY, Recording
-from relay.recording.reader import load_recording
 from relay.tools import ToolResult
-from relay.tools.sources import ToolSources
 
 TOOL_FAULTS = ("timeout", "raises", "slow", "error_result")
 SESSION_FAULTS = ("barge_in", "drop_upstream")
@@ -110,10 +104,24 @@ def duplicate_delivery(call: int = 1) -> Fault:
     return Fault("duplicate_delivery", None, call)
 
 
+class FaultTarget(Protocol):
+    """What a fault plan acts on: a harness session (relay.offline.harness.HarnessSession)."""
+
+    dialect: Dialect
+    gemini: bool
+    loop: asyncio.AbstractEventLoop
+    closed: bool
+
+    def mark(self, kind: str, label: str) -> None: ...
+    def _handler(self, action: StartHandler) -> Callable[[], Any]: ...
+    def barge_in_now(self, text: str | None = None) -> None: ...
+    def end(self, reason: str) -> None: ...
+
+
 class FaultPlan:
     """The faults of one session, applied as it runs (`HarnessSession` asks it)."""
 
-    def __init__(self, faults: Iterable[Fault], session: HarnessSession) -> None:
+    def __init__(self, faults: Iterable[Fault], session: FaultTarget) -> None:
         self.faults = list(faults)
         for fault in self.faults:
             if not isinstance(fault, Fault):
@@ -227,67 +235,3 @@ class FaultPlan:
 
 
 # ---- a recording, played with faults ------------------------------------------------------------
-class RecordedSession(HarnessSession):
-    """A recording's upstream (and client) frames played to the relay under test at their recorded
-    times, on virtual time, with faults. What the relay sent then is its answer to them."""
-
-    kind = "recording"
-
-    def __init__(self, recording: str | Path | Recording, tools: ToolSources, faults: Iterable[Fault] = (), *,
-                 dialect: str | Dialect | None = None, **options: Any) -> None:
-        self.recording = recording if isinstance(recording, Recording) else load_recording(recording,
-                                                                                          allow_incomplete=True)
-        header = self.recording.header or {}
-        mode = header.get("mode", "proxy") if self.recording.kind == "relay" else "replay"
-        mode = mode if mode in ("proxy", "sidecar") else "replay"
-        config = EngineConfig(mode=mode, hide_tool_events=bool(header.get("hide_tool_events", True)),
-                              declare_tools=bool(header.get("declare_tools", mode == "proxy")),
-                              unknown_tools=header.get("unknown_tools", "client"))
-        chosen = get_dialect(dialect) if isinstance(dialect, str) else dialect or self.recording.dialect
-        super().__init__(tools, dialect=chosen, config=config, faults=faults, strict=False,
-                         name=f"{self.recording.path.name} with {', '.join(f.describe() for f in faults) or 'no fault'}",
-                         **options)
-        sends = replay_sends(self.dialect, None)
-        moments: dict[float, list[tuple[str, str | bytes]]] = {}   # frames of one time stay in order
-        for frame in self.recording.frames:
-            payload = sends.payload(frame)
-            if payload is None:
-                continue
-            if frame.direction == UPSTREAM_TO_RELAY or (frame.direction == CLIENT_TO_RELAY and self.config.has_client):
-                moments.setdefault(frame.t, []).append((frame.direction, payload))
-        for t, frames in moments.items():
-            self.loop.call_at(t, self._play, frames)
-        self.last_frame_t = max((frame.t for frame in self.recording.frames), default=0.0)
-
-    def _play(self, frames: list[tuple[str, str | bytes]]) -> None:
-        for direction, payload in frames:
-            if direction == UPSTREAM_TO_RELAY:
-                self.from_upstream([payload])
-            else:
-                self.from_caller([payload])
-
-    def play(self, *, limit: float = 120.0) -> RecordedSession:
-        """Play every frame, then let the tools and timers finish (at most `limit` more seconds)."""
-        self._run(self.last_frame_t)
-        self.run_until_quiet(limit)
-        return self
-
-    def barge_in_now(self, text: str | None = None) -> None:
-        """The caller speaks over the assistant: what the upstream would say of it."""
-        if self.gemini:
-            message: dict[str, Any] = {"serverContent": {"interrupted": True}}
-            self.from_upstream([json.dumps(message).encode()])
-        else:
-            self.from_upstream([json.dumps({"type": "input_audio_buffer.speech_started", "event_id": "harness_barge_in",
-                                            "audio_start_ms": int(self.now * 1000), "item_id": "harness_item"})])
-
-    def _upstream_receive(self, frame: str | bytes) -> list[str | bytes]:
-        return []   # a recording cannot answer what the relay under test sends now
-
-
-def replay_with_faults(recording: str | Path | Recording, tools: ToolSources = (), faults: Iterable[Fault] = (),
-                       **options: Any) -> RecordedSession:
-    """Play `recording` to the relay under test with `tools` and `faults` (see the module
-    docstring); the session it gives has the relay's answer: `timeline`, `expect()`,
-    `check_invariants()`, `report()`."""
-    return RecordedSession(recording, tools, list(faults), **options).play()

@@ -36,8 +36,8 @@ from relay.engine import (
     StartHandler,
     new_engine,
 )
-from relay.offline.expect import Expect, check_invariants, failure
 from relay.offline.events import CLOSED, Event
+from relay.offline.expect import Expect, check_invariants, failure
 from relay.offline.timeline import Timeline, decided_outcomes, not_owed_speech
 from relay.offline.virtual import DEFAULT_THREAD_LIMIT, VirtualLoop
 from relay.recording.format import (
@@ -312,7 +312,7 @@ class HarnessSession:
 
     def expect(self) -> Expect:
         """Expectations walking this session's events from the start."""
-        return self.timeline.expect()
+        return Expect(self.timeline)
 
     def check_invariants(self, *names: str, silent: Any = ()) -> None:
         """Fail when a session-wide invariant does not hold (all of them unless named)."""

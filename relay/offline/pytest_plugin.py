@@ -67,7 +67,7 @@ def problems_of(result: ReplayResult) -> list[str]:
     """Why `result` does not pass (see the module's docstring); empty when it does."""
     from relay.engine.calls import CallOutcome
 
-    problems = [f"engine {anomaly}" for anomaly in result.anomalies if anomaly.startswith("internal error")]
+    problems = [f"engine {error}" for error in result.internal_errors]
     if result.kind == "relay":
         return problems + [divergence.describe() for divergence in result.divergences]
     for call in result.calls:
@@ -206,7 +206,11 @@ class RecordingFile(pytest.File):
     expectations file beside it, if any, and the marker of its promotion level)."""
 
     def collect(self) -> Iterator[RecordingItem]:
-        from relay.offline.expectfile import ExpectationsFileError, find_expectations, load_expectations
+        from relay.offline.expectfile import (
+            ExpectationsFileError,
+            find_expectations,
+            load_expectations,
+        )
 
         item = RecordingItem.from_parent(self, name="replay")
         found = find_expectations(self.path)

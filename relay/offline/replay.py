@@ -109,6 +109,8 @@ class ReplayResult:
     anomalies: list[str]
     engine: Engine = dataclass_field(repr=False)
     frames: list[Frame] = dataclass_field(default_factory=list, repr=False)
+    internal_errors: list[str] = dataclass_field(default_factory=list)
+    """The engine's own failures during the replay (a bug in the relay, not a divergence)."""
     """The session as replayed: the frames the engine was given and those it sent upstream, at
     the replay's times (what `relay.testing.Timeline.from_replay` reads)."""
 
@@ -402,7 +404,8 @@ class _Replayer:
         return ReplayResult(
             path=self.recording.path, kind=self.recording.kind, calls=calls, sent=self.produced,
             divergences=self.divergences, timeline=self.timeline, warnings=list(self.recording.warnings),
-            anomalies=[a.message for a in self.engine.anomalies], engine=self.engine, frames=self.frames)
+            anomalies=[a.message for a in self.engine.anomalies], engine=self.engine, frames=self.frames,
+            internal_errors=[a.message for a in self.engine.anomalies if a.internal])
 
 
 def _epoch(started_at: Any) -> float:

@@ -86,19 +86,6 @@ class Timeline(Sequence[Event]):
             lines.append("  >> (end of the session)")
         return "\n".join(lines) or "     (nothing happened)"
 
-    def expect(self) -> Any:
-        """A cursor that walks this timeline with expectations (`relay.offline.expect.Expect`)."""
-        from relay.offline.expect import Expect
-
-        return Expect(self)
-
-    def check_invariants(self, *names: str, silent: Iterable[str] = ()) -> None:
-        """Fail (`ExpectationFailed`) when a session-wide invariant does not hold; all of them
-        unless named (`relay.offline.expect.INVARIANTS`)."""
-        from relay.offline.expect import check_invariants
-
-        check_invariants(self, *names, silent=silent)
-
     # ---- building --------------------------------------------------------------------------
     @classmethod
     def from_frames(cls, frames: Iterable[Frame], *, dialect: Dialect | str, source: str,

@@ -213,7 +213,10 @@ class RecordingWriter:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        self.close("closed" if exc_type is None else f"error: {exc_type.__name__}")
+        if exc_type is None:
+            self.close("closed")
+        else:
+            self.close(f"error: {exc_type.__name__}", error=exc_type.__name__)
 
     def elapsed(self) -> float:
         """Seconds since the writer was created: the `t` a frame recorded now gets."""
@@ -281,8 +284,10 @@ class RecordingWriter:
         self.failure = failure
         self._logger.error("session recording stopped, later frames are dropped: %s", failure)
 
-    def close(self, reason: str = "closed") -> None:
+    def close(self, reason: str = "closed", *, error: str | None = None) -> None:
         """Write the end line and close the file. Idempotent; never raises on I/O errors.
+        `error` names what made the session end, when an error did (the end line's `error`: a
+        reader learns it from there, not from the reason's words).
 
         After a failure the end line (saying so) is still attempted once, in case the disk had
         room again; it starts with a newline when the failure cut a line short."""
@@ -296,6 +301,8 @@ class RecordingWriter:
             "failed": self.failed,
             "frames": self._frames_written,
         }
+        if error is not None:
+            end["error"] = error
         if self.failed:
             end["failure"] = self.failure
             end["lost_frames"] = self._frames_lost

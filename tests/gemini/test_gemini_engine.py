@@ -16,7 +16,14 @@ from relay.dialects import GEMINI
 from relay.engine import CallState, EngineConfig, Owner
 from relay.tools import ToolResult, tool
 from tests.support.engine import EngineDriver
-from tests.support.frames import TURN_COMPLETE, cancellation, function_call, gemini_user_text, model_text, tool_call
+from tests.support.frames import (
+    TURN_COMPLETE,
+    cancellation,
+    function_call,
+    gemini_user_text,
+    model_text,
+    tool_call,
+)
 from tests.support.tools import get_weather_data
 
 

@@ -14,7 +14,14 @@ from hypothesis import strategies as st
 from relay.engine import EngineConfig, Outcome, SendClient, SendUpstream, StartHandler
 from relay.engine.gemini import CANCELLED_BY_SERVER, GeminiEngine
 from relay.tools import tool
-from tests.support.frames import TURN_COMPLETE, cancellation, function_call, gemini_user_text, model_text, tool_call
+from tests.support.frames import (
+    TURN_COMPLETE,
+    cancellation,
+    function_call,
+    gemini_user_text,
+    model_text,
+    tool_call,
+)
 
 
 @tool(interruption="cancel")

@@ -13,11 +13,11 @@ import pytest
 from google.genai import types as genai_types
 
 from relay.cli import build_parser
-from relay.offline.replaying import GeminiSends
-from relay.offline.export import export_recording
-from relay.mock import MockUpstream
-from relay.offline.replay import render_report, replay_async
 from relay.edges.serve import RelayServer, ServerConfig
+from relay.mock import MockUpstream
+from relay.offline.export import export_recording
+from relay.offline.replay import render_report, replay_async
+from relay.offline.replaying import GeminiSends
 from relay.tools import tool
 from tests.support.clients import gemini_client
 from tests.support.frames import model_words

@@ -16,9 +16,9 @@ import anyio
 from google import genai
 from google.genai import types as genai_types
 
+from relay.edges.serve import RelayServer, ServerConfig
 from relay.mock import MockUpstream
 from relay.recording.reader import read_recording
-from relay.edges.serve import RelayServer, ServerConfig
 from relay.tools import tool
 from relay.tools.spec import build_spec
 from tests.support.clients import TIMEOUT, Certificate

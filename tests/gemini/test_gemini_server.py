@@ -12,14 +12,14 @@ import pytest
 from websockets.exceptions import InvalidStatus
 
 from relay.cli.serve import configure
-from relay.errors import ConfigError
-from relay.edges.config import ServerConfig
 from relay.dialects import GEMINI, infer_dialect
 from relay.dialects.gemini import DEFAULT_URL
-from relay.observe.logs import Redactor
-from relay.mock import MockUpstream
+from relay.edges.config import ServerConfig
 from relay.edges.serve import RelayServer
 from relay.edges.upstream import Upstream, key_from_environment
+from relay.errors import ConfigError
+from relay.mock import MockUpstream
+from relay.observe.logs import Redactor
 from tests.support.clients import Certificate, gemini_client
 from tests.support.frames import model_words
 from tests.support.keys import GEMINI_KEY, RELAY_TOKEN
@@ -145,7 +145,7 @@ def test_serve_takes_the_gemini_dialect_and_tls_files() -> None:
 
 def test_attach_refuses_gemini_which_has_no_call_sideband() -> None:
     from relay.edges.config import SidecarConfig
-    from relay.edges.attach import SidecarRuntime
+    from relay.edges.sideband import SidecarRuntime
 
     with pytest.raises(ConfigError, match="no call sideband"):
         SidecarRuntime(SidecarConfig(dialect="gemini", upstream=DEFAULT_URL))

@@ -144,7 +144,7 @@ def test_an_internal_error_the_engine_recorded_is_logged_as_an_error(
     session = ProxySession(id="rs_x", client=None,  # type: ignore[arg-type]
                            remote="", path="/v1/realtime", dialect=server.dialect)
     server._on_notice(session, Notice("anomaly", {"message": "internal error: KeyError: 'x'",
-                                                  "event_type": None, "source": "upstream"}))
+                                                  "event_type": None, "source": "upstream", "internal": True}))
     [record] = [r for r in caplog.records if r.name == "relay.server"]
     assert record.levelname == "ERROR" and record.session_id == "rs_x"
 

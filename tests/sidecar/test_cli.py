@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from relay.cli import build_parser
-from relay.mock import MockUpstream
 from relay.edges.sidecar import signed_headers
+from relay.mock import MockUpstream
 from tests.support.clients import http_request
 from tests.support.frames import outputs_received, said
 from tests.support.keys import PROVIDER_KEY

@@ -16,19 +16,24 @@ from typing import Any, Sequence
 import anyio
 import pytest
 
-from relay.engine import CallState, OpenAIEngine, EngineConfig
+from relay import attach
+from relay.edges.sideband import CallEnded, SidebandLoop, Sidecar, SidecarConfig
+from relay.edges.upstream import UpstreamUnavailable
+from relay.engine import CallState, EngineConfig, OpenAIEngine
 from relay.mock import Faults, MockUpstream, Reply
 from relay.session.loop import SessionEnd
 from relay.session.transport import TransportClosed
-from relay import attach
-from relay.edges.attach import CallEnded, Sidecar, SidebandLoop, SidecarConfig
-from relay.edges.upstream import UpstreamUnavailable
 from tests.support.clients import TIMEOUT, http_request
 from tests.support.frames import outputs_received, said
 from tests.support.peers import MemoryPeer
-from tests.support.relays import ACTIVE_RESPONSE, SidecarTap, accepted_call, captured_logs, sidecar_on
+from tests.support.relays import (
+    ACTIVE_RESPONSE,
+    SidecarTap,
+    accepted_call,
+    captured_logs,
+    sidecar_on,
+)
 from tests.support.tools import WEATHER_SCRIPT, Gate, get_weather
-
 
 
 def log_messages(logs: Any) -> list[dict[str, Any]]:

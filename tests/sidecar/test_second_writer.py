@@ -13,7 +13,13 @@ from relay.mock import Faults, MockUpstream, Reply
 from tests.support.clients import RealtimeClient, realtime_client
 from tests.support.frames import outputs_received, said, session_tools, user_text
 from tests.support.relays import ACTIVE_RESPONSE, SidecarTap, sidecar_on
-from tests.support.tools import ORDER_TOOL, WEATHER_SCRIPT, WEATHER_TOOL, Gate, get_weather
+from tests.support.tools import (
+    ORDER_TOOL,
+    WEATHER_SCRIPT,
+    WEATHER_TOOL,
+    Gate,
+    get_weather,
+)
 
 # The model's answer to the tool output stays active until the test releases it.
 HELD_ANSWER = WEATHER_SCRIPT.model_copy(

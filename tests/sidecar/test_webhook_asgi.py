@@ -24,8 +24,6 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from relay.mock import MockUpstream
-from relay.session.loop import SessionEnd
 from relay.edges.sidecar import (
     AcceptFailed,
     CallRequestFailed,
@@ -34,6 +32,8 @@ from relay.edges.sidecar import (
     SidecarServerConfig,
     signed_headers,
 )
+from relay.mock import MockUpstream
+from relay.session.loop import SessionEnd
 from tests.support.clients import TIMEOUT, http_request
 from tests.support.frames import outputs_received, said
 from tests.support.keys import PROVIDER_KEY

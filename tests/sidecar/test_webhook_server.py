@@ -15,16 +15,15 @@ import httpx
 import pytest
 
 from relay import __version__
+from relay.edges.sidecar import SidecarServer, SidecarServerConfig, signed_headers
+from relay.errors import ConfigError
 from relay.inspector.live import LiveHub
 from relay.mock import MockUpstream
-from relay.errors import ConfigError
 from relay.session.loop import SessionEnd
-from relay.edges.sidecar import SidecarServer, SidecarServerConfig, signed_headers
 from tests.support.clients import TIMEOUT, http_request, inspector_feed
-from tests.support.keys import RELAY_TOKEN
 from tests.support.frames import outputs_received, said
+from tests.support.keys import RELAY_TOKEN
 from tests.support.tools import WEATHER_SCRIPT, WEATHER_TOOL, get_weather
-
 
 SECRET = "whsec_" + base64.b64encode(b"webhook signing key for tests").decode()
 INSTRUCTIONS = "You answer the phone for a weather service."

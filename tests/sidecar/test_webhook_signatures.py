@@ -9,7 +9,14 @@ import time
 import pytest
 from openai import InvalidWebhookSignatureError, OpenAI
 
-from relay.edges.sidecar import InvalidSignature, RecentIds, signature, signed_headers, signing_key, verify
+from relay.edges.sidecar import (
+    InvalidSignature,
+    RecentIds,
+    signature,
+    signed_headers,
+    signing_key,
+    verify,
+)
 
 SECRET = "whsec_" + base64.b64encode(b"0123456789abcdef0123456789abcdef").decode()
 BODY = b'{"id":"evt_1","object":"event","type":"realtime.call.incoming","created_at":1,"data":{"call_id":"rtc_1"}}'

@@ -17,10 +17,10 @@ import anyio
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import InvalidStatus
 
-from relay.observe.logs import JsonFormatter
-from relay.mock import MockSession, MockUpstream
 from relay.edges.serve import RelayServer, ServerConfig
-from relay.edges.attach import Sidecar, SidecarConfig
+from relay.edges.sideband import Sidecar, SidecarConfig
+from relay.mock import MockSession, MockUpstream
+from relay.observe.logs import JsonFormatter
 from tests.support.clients import TIMEOUT, RealtimeClient, http_request, realtime_client
 from tests.support.frames import user_text
 from tests.support.keys import PROVIDER_KEY, RELAY_TOKEN

@@ -1,0 +1,300 @@
+"""One attached call: the relay's tools beside a live call, on its sideband (what `relay attach`
+and `relay sidecar` both run: relay/edges/attach.py, relay/edges/sidecar.py).
+
+Many voice agents carry their audio over WebRTC (browser to provider) or SIP (phone to provider):
+no audio passes through a server. OpenAI (and Azure, GA) let a server open a second WebSocket on
+the same session with `?call_id=<id>`, the sideband: it receives every server event and may send
+client events. The sidecar attaches there, so tools run on the server, next to the application's
+secrets and databases, while the call flows elsewhere.
+
+    browser / phone <==audio==> provider <==ws ?call_id==> Sidecar (Engine + SidebandLoop)
+
+The call has another writer (the browser or the SIP gateway) whose events the sidecar never sees.
+The engine (mode `sidecar`) copes with that: it answers only the calls of its own tools, never
+sends `response.create` while a response is active, and retries one refused as "already active"
+after the next `response.done`. This module only connects, reconnects when the sideband drops
+while the call lives, logs and records. `relay attach` attaches to one call given by its id;
+`relay sidecar` to every incoming SIP call its webhooks announce. The configuration
+(`SidecarConfig`) is relay/edges/config.py's, the command lines relay/cli/attach.py's and
+relay/cli/sidecar.py's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from typing import Any, Awaitable, Callable
+
+import anyio
+
+from relay.edges.config import EdgeRuntime, SidecarConfig
+from relay.edges.upstream import UpstreamUnavailable
+from relay.engine import Engine, Notice, OpenAIEngine
+from relay.inspector.live import LiveHub, LiveTap
+from relay.observe.logs import log_notice
+from relay.observe.tracing import SessionTrace, Tracing, tracing_for
+from relay.recording.taps import FrameTap, Taps
+from relay.recording.writer import RecordingWriter
+from relay.session.loop import SessionEnd, SessionLoop, close_quietly
+from relay.session.policy import (
+    DETACHED_CODE,
+    INTERNAL_ERROR,
+    NORMAL_CLOSURE,
+    ended_in_failure,
+)
+from relay.session.transport import Transport, TransportClosed
+
+__all__ = ["CallEnded", "Sidecar", "SidecarConfig", "SidecarRuntime", "SidebandLoop"]
+
+log = logging.getLogger("relay.sidecar")
+
+Sleep = Callable[[float], Awaitable[None]]
+Tap = Callable[[str, str | bytes], None]
+
+
+class CallEnded(UpstreamUnavailable):
+    """The provider does not know the call (the sideband handshake got HTTP 404): it has ended,
+    or it never existed."""
+
+
+class SidecarRuntime(EdgeRuntime):
+    """What the sidecars of one configuration share (see EdgeRuntime), and their engine settings.
+    A webhook server builds it once and attaches every incoming call with it; each call still
+    gets its own engine. Raises ConfigError for a configuration that cannot work."""
+
+    config: SidecarConfig
+
+    def __init__(self, config: SidecarConfig) -> None:
+        super().__init__(config)
+        self.engine_config = self.engine_settings(
+            mode="sidecar",
+            hide_tool_events=False,      # there is no client to hide anything from
+            declare_tools=config.declare_tools,
+            hold_client_creates=False,
+        )
+        self._tracing: Tracing | None | bool = False   # decided at the first call (False: not yet)
+
+    @property
+    def tracing(self) -> Tracing | None:
+        """The calls' tracing (relay/tracing.py), decided once, in the process that attaches."""
+        if self._tracing is False:
+            self._tracing = tracing_for(self.config.tracer_provider)
+        return self._tracing or None
+
+
+def _may_pass(failure: UpstreamUnavailable) -> bool:
+    """Worth another attempt: no answer at all, a server error or rate limiting. A refusal
+    (401, 403, 400) stays a refusal."""
+    return failure.status is None or failure.status == 429 or failure.status >= 500
+
+
+class SidebandLoop(SessionLoop):
+    """The session loop of a sideband: when the socket drops while the call lives, the engine is
+    told (outputs decided meanwhile wait), the socket is reopened, and the loop carries on over
+    the new one with what was queued for the old."""
+
+    def __init__(self, engine: Engine, *, reopen: Callable[[], Awaitable[Transport]],
+                 context: dict[str, Any], **options: Any) -> None:
+        super().__init__(engine, **options)
+        self._reopen = reopen
+        self._context = context
+
+    async def upstream_lost(self, closed: TransportClosed) -> None:
+        if self.end is not None:
+            return   # the session closed the socket itself
+        log.warning("sideband lost; reconnecting", extra={**self._context, "code": closed.code,
+                                                            "reason": closed.reason})
+        self._apply(self.engine.upstream_disconnected(self.clock()))
+        try:
+            upstream = await self._reopen()
+        except CallEnded:
+            log.info("call ended", extra=self._context)
+            await self.finish("upstream", NORMAL_CLOSURE, "call ended")
+            return
+        except UpstreamUnavailable as exc:
+            log.error("sideband lost for good: %s", exc, extra=self._context)
+            await self.finish("relay", INTERNAL_ERROR, "sideband lost")
+            return
+        if self.end is not None:   # stopped while reconnecting
+            await close_quietly(upstream, DETACHED_CODE, self.end.reason)
+            return
+        self.replace_upstream(upstream)
+        log.info("sideband reconnected", extra=self._context)
+        self._apply(self.engine.upstream_reconnected(self.clock()))
+
+
+class Sidecar:
+    """One attached call. `end = await Sidecar(call_id, config).run()` attaches, runs the tools
+    until the call ends, and says how it ended; `await sidecar.stop()` detaches earlier.
+    `attached` and `ended` are events to wait for.
+
+    `tap(direction, frame)` sees every frame on the sideband (`upstream>relay`,
+    `relay>upstream`), e.g. for transcripts (one that raises is dropped, never the session);
+    `sleep` waits between reconnect attempts; `live`
+    lists the session in a live inspector's hub (`relay attach --inspector`)."""
+
+    def __init__(
+        self,
+        call_id: str,
+        setup: SidecarConfig | SidecarRuntime,
+        *,
+        tap: Tap | None = None,
+        sleep: Sleep = anyio.sleep,
+        live: LiveHub | None = None,
+    ) -> None:
+        self.call_id = call_id
+        self.runtime = setup if isinstance(setup, SidecarRuntime) else SidecarRuntime(setup)
+        self.id = "sc_" + secrets.token_hex(6)
+        self.tap = tap
+        self.live = live
+        self.loop: SidebandLoop | None = None
+        self.trace: SessionTrace | None = None   # its spans, when tracing is on
+        self.end: SessionEnd | None = None
+        self.attached_at: float | None = None
+        self.reconnects = 0
+        self.attached = asyncio.Event()
+        self.ended = asyncio.Event()
+        self._sleep = sleep
+        self._running = False
+        self._stopping: str | None = None
+        self._connect_scope: anyio.CancelScope | None = None
+
+    @property
+    def engine(self) -> Engine | None:
+        return self.loop.engine if self.loop is not None else None
+
+    @property
+    def context(self) -> dict[str, str]:
+        """The fields that name this session in its log lines."""
+        return {"session_id": self.id, "realtime_call_id": self.call_id}
+
+    async def run(self) -> SessionEnd:
+        """Attach and serve the call until it ends or `stop()`; returns how the session ended.
+        Raises `UpstreamUnavailable` (`CallEnded` for an unknown call) when it cannot attach."""
+        if self._running:
+            raise RuntimeError("a Sidecar runs once; make a new one")
+        self._running = True
+        try:
+            upstream = await self._attach()
+            if upstream is None:
+                self.end = SessionEnd("relay", DETACHED_CODE, self._stopping or "stopped")
+            else:
+                self.end = await self._serve(upstream)
+        except UpstreamUnavailable as exc:
+            log.error("cannot attach to the call: %s", exc, extra=self.context)
+            self.end = SessionEnd("relay", INTERNAL_ERROR, str(exc))
+            raise
+        finally:
+            self.end = self.end or SessionEnd("relay", INTERNAL_ERROR, "interrupted")
+            self.ended.set()
+        return self.end
+
+    async def stop(self, reason: str = "detached") -> None:
+        """Detach: close the sideband (the call goes on, without the relay's tools); calls not
+        yet answered are abandoned. `run()` returns."""
+        self._stopping = reason
+        if self.loop is not None:
+            await self.loop.started.wait()
+            await self.loop.finish("relay", DETACHED_CODE, reason)
+        elif self._connect_scope is not None:
+            self._connect_scope.cancel()
+
+    async def _attach(self) -> Transport | None:
+        """The sideband, or None when `stop()` came first."""
+        upstream: Transport | None = None
+        with anyio.CancelScope() as self._connect_scope:
+            if self._stopping is None:
+                upstream = await self._open(reconnecting=False)
+        self._connect_scope = None
+        if upstream is not None and self._stopping is not None:
+            await close_quietly(upstream, DETACHED_CODE, self._stopping)
+            return None
+        return upstream
+
+    async def _serve(self, upstream: Transport) -> SessionEnd:
+        runtime = self.runtime
+        engine = OpenAIEngine(runtime.tools, dialect=runtime.dialect, config=runtime.engine_config,
+                        session_id=self.id, id_prefix=self.id)
+        recording = self._recording(engine)
+        tracing = runtime.tracing
+        self.trace = None if tracing is None else tracing.session(
+            session_id=self.id, mode="sidecar", dialect=runtime.dialect.name, upstream=runtime.upstream.host,
+            **{"relay.call.id": self.call_id})
+        taps = Taps(recording, FrameTap(self.tap) if self.tap is not None else None)
+        recorder: Taps | LiveTap | None = taps if taps else None
+        if self.live is not None:   # the live inspector (relay attach --inspector)
+            header = runtime.session_header(session_id=self.id, dialect=runtime.dialect, mode="sidecar",
+                                            extra_header={**engine.recording_header(), "call_id": self.call_id})
+            recorder = self.live.open_session(self.id, header=header, as_recorded=runtime.recording_filter(recording),
+                                              recording=recording, taps=taps, call_id=self.call_id)
+        on_end: Callable[[str], None] = recorder.close if recorder is not None else lambda reason: None
+        loop = self.loop = SidebandLoop(
+            engine,
+            reopen=self._reopen,
+            context=self.context,
+            upstream=upstream,
+            recorder=recorder,
+            on_notice=self._on_notice,
+            max_queue_bytes=runtime.config.max_queue_bytes,
+            handler_scope=self.trace.handler_scope if self.trace is not None else None,
+        )
+        self.attached_at = time.time()
+        log.info("session start", extra={**self.context, "mode": "sidecar", "upstream": runtime.upstream.host,
+                                         "dialect": runtime.dialect.name, "tools": runtime.tools.names})
+        self.attached.set()
+        end: SessionEnd | None = None
+        try:
+            end = await loop.run(on_end=on_end)
+            return end
+        finally:
+            final = end or SessionEnd("relay", INTERNAL_ERROR, "interrupted")
+            if self.trace is not None:
+                self.trace.end(by=final.by, code=final.code, reason=final.reason,
+                               failed=ended_in_failure(final.by, final.code), tool_calls=len(engine.calls))
+            log.info("session end", extra={
+                **self.context, "by": final.by, "code": final.code, "reason": final.reason,
+                "seconds": round(time.time() - self.attached_at, 3), "reconnects": self.reconnects,
+                "tool_calls": len(engine.calls)})
+
+    async def _reopen(self) -> Transport:
+        self.reconnects += 1
+        return await self._open(reconnecting=True)
+
+    async def _open(self, *, reconnecting: bool) -> Transport:
+        """Connect to the call, again while the failure may pass. The first attach tries at
+        once, then backs off; a reconnect backs off before every attempt. Raises `CallEnded` on a
+        404, `UpstreamUnavailable` when the failure is final or the attempts run out."""
+        runtime = self.runtime
+        waits: list[float | None] = list(runtime.config.reconnect_waits())
+        if not reconnecting:
+            waits.insert(0, None)
+        failure = UpstreamUnavailable("reconnecting is turned off (--reconnect-attempts 0)")
+        for attempt, wait in enumerate(waits, 1):
+            if wait is not None:
+                await self._sleep(wait)
+            try:
+                return await runtime.upstream.connect_call(runtime.dialect, self.call_id)
+            except UpstreamUnavailable as exc:
+                if exc.status == 404:
+                    raise CallEnded(f"the upstream {runtime.upstream.host} has no live call {self.call_id} "
+                                    "(HTTP 404): it ended or never existed", 404) from None
+                if not _may_pass(exc):
+                    raise
+                failure = exc
+                log.warning("sideband connection failed: %s", exc,
+                            extra={**self.context, "attempt": attempt, "attempts": len(waits)})
+        raise failure
+
+    def _recording(self, engine: Engine) -> RecordingWriter | None:
+        return self.runtime.recording(session_id=self.id, dialect=self.runtime.dialect, mode="sidecar",
+                                      extra_header={**engine.recording_header(), "call_id": self.call_id})
+
+    def _on_notice(self, notice: Notice) -> None:
+        if self.trace is not None:
+            self.trace.notice(notice)
+        on_notice = self.runtime.config.on_notice
+        if on_notice is not None:
+            on_notice(self.id, notice)
+        log_notice(log, notice, **self.context)
