@@ -1,0 +1,1 @@
+"""The edges: one module per command that runs sessions (serve, attach, sidecar) and what they share (docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""Recordings: the format, the writer, the reader, the one redactor, and the recorders the edges chain."""
