@@ -6,11 +6,13 @@ Each case runs the real engine and real tools against the mock model in no real 
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
 from relay.offline.timeline import decided_outcomes
-from relay.testing import Script, Turn, call, faults
+from relay.recording.format import RELAY_TO_CLIENT
+from relay.testing import Quirks, Script, Turn, call, faults
 from relay.tools import tool
 
 DIALECTS = ["openai", "gemini"]
@@ -150,4 +152,32 @@ def test_a_call_delivered_twice_runs_and_is_answered_once(dialect: str) -> None:
     (session.expect().next_call("get_weather").output(contains="Rome").spoken("Rome").no_more_events())
     assert len(session.timeline.outputs()) == 1
     assert [n.fields["name"] for n in session.notices if n.kind == "tool_started"] == ["get_weather"]
+    session.check_invariants()
+
+
+GEMINI_DOUBLE_DELIVERY = Script(Turn(say="Let me look.", calls=[call("get_weather", city="Rome"),
+                                                              call("lookup_customer", phone="+39 06 555")]),
+                                Turn(say="Rome: {by_name[get_weather]}"))
+
+
+def test_gemini_calls_delivered_as_parts_and_tool_calls_are_run_once_and_hidden_from_the_caller() -> None:
+    """Gemini Live's double delivery (`Quirks.call_parts`): each call comes as a `functionCall`
+    part of the model's turn (beside its speech) and again in the `toolCall`."""
+    with GEMINI_DOUBLE_DELIVERY.start([get_weather], dialect="gemini", client_tools=[lookup_customer],
+                                      quirks=Quirks(call_parts=True)) as session:
+        session.user("Weather in Rome? It's Bo.")
+        session.advance(1)
+    (session.expect().next_call("get_weather", by="relay")
+     .next_call("lookup_customer", by="client").output(call="lookup_customer", by="client")
+     .output(call="get_weather", contains="Rome").spoken("Rome:").no_more_events())
+    assert [n.fields["name"] for n in session.notices if n.kind == "tool_started"] == ["get_weather"]
+    assert len(session.timeline.outputs()) == 2 and session.timeline.of("spoken")[0].text == "Let me look."
+    seen = [json.loads(f.raw or f.binary) for f in session.frames if f.direction == RELAY_TO_CLIENT]
+    turns = [((m.get("serverContent") or {}).get("modelTurn") or {}).get("parts", []) for m in seen]
+    calls = [p["functionCall"]["name"] for parts in turns for p in parts if "functionCall" in p]
+    calls += [c["name"] for m in seen for c in (m.get("toolCall") or {}).get("functionCalls", [])]
+    assert calls == ["lookup_customer", "lookup_customer"]   # the client's call, both times; never ours
+    beside = next(parts for parts in turns if any("functionCall" in p for p in parts))
+    assert any("inlineData" in p for p in beside)              # the speech beside it stayed
+    assert session.engine.anomalies == []
     session.check_invariants()

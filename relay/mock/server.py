@@ -31,6 +31,7 @@ from relay.mock.faults import Faults
 from relay.mock.gemini import GEMINI, GeminiMockSession, Hangup
 from relay.mock.gemini import URL_PATH as GEMINI_URL_PATH
 from relay.mock.handshake import Refusal, Route, route_handshake
+from relay.mock.quirks import Quirks, quirks_of
 from relay.mock.requests import Action, Emit, Stream, Wake
 from relay.mock.responses import Pause, ResponseRun
 from relay.mock.rest import rest_app
@@ -135,6 +136,7 @@ class MockUpstream:
         host: str = "127.0.0.1",
         port: int = 0,
         rest_port: int = 0,
+        quirks: Quirks | None = None,
     ) -> None:
         if dialect not in DIALECTS and dialect != GEMINI:
             raise ValueError(f"unknown dialect {dialect!r}; expected one of {', '.join((*DIALECTS, GEMINI))}")
@@ -142,6 +144,9 @@ class MockUpstream:
         self.dialect = dialect
         self.api_key = api_key
         self.faults = faults or Faults()
+        self.quirks = quirks or quirks_of(dialect)
+        """What the provider's server does differently (relay/mock/quirks.py): its documented
+        behaviour unless given."""
         self.host = host
         self.sessions: list[MockSession | GeminiMockSession] = []
         self._requested_ports = (port, rest_port)
@@ -351,7 +356,7 @@ class MockUpstream:
         route = self._routes.pop(ws)
         session: MockSession | GeminiMockSession | None = route.session
         if self.dialect == GEMINI:
-            session = GeminiMockSession(self.script, copy.deepcopy(self.faults), route.query)
+            session = GeminiMockSession(self.script, copy.deepcopy(self.faults), route.query, self.quirks)
             self.sessions.append(session)
             self._ended[session.id] = asyncio.Event()
         elif session is None:

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from relay.dialects.openai import BETA_NAMES, NOT_IN_BETA, OpenAIFamily
 from relay.errors import RelayError
+from relay.mock.quirks import Quirks, quirks_of
 
 Dialect = Literal["openai", "openai-beta", "azure", "foundry"]
 DIALECTS: tuple[Dialect, ...] = ("openai", "openai-beta", "azure", "foundry")
@@ -174,16 +175,20 @@ def merge_config(target: dict[str, Any], update: dict[str, Any]) -> None:
 @dataclass(frozen=True)
 class Wire:
     """One session's protocol flavour; `renamed` lists the events a provider names its own way
-    (GA name -> its name), beyond the beta names."""
+    (GA name -> its name), beyond the beta names; `quirks` what its server does differently
+    (relay/mock/quirks.py)."""
 
     beta: bool = False
     foundry: bool = False
     renamed: Mapping[str, str] = field(default_factory=dict)
+    quirks: Quirks = field(default_factory=Quirks)
 
     @classmethod
-    def of(cls, dialect: OpenAIFamily) -> Wire:
-        """The flavour a variant of the OpenAI family speaks."""
-        return cls(beta=dialect.wire == "beta", foundry=dialect.foundry_fields, renamed=dialect.server_names)
+    def of(cls, dialect: OpenAIFamily, quirks: Quirks | None = None) -> Wire:
+        """The flavour a variant of the OpenAI family speaks, with its provider's quirks unless
+        others are given."""
+        return cls(beta=dialect.wire == "beta", foundry=dialect.foundry_fields, renamed=dialect.server_names,
+                   quirks=quirks_of(dialect.name) if quirks is None else quirks)
 
     @functools.cached_property
     def _names(self) -> dict[str, str]:
