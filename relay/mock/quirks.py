@@ -41,7 +41,9 @@ class Quirks:
     - `session_fields`: the session fields the provider accepts, when not OpenAI's (nested dicts
       list the keys below them, None is a leaf); `session_defaults` what its `session.created`
       adds; `session_type`: whether a GA `session.update` must say `type: realtime`;
-    - `response_fields`: `response.create` options beyond OpenAI's."""
+    - `response_fields`: `response.create` options beyond OpenAI's;
+    - `missing_events`: OpenAI events the provider never sends (xAI: `conversation.item.done`,
+      `rate_limits.updated`)."""
 
     opening: tuple[str, ...] = ("session.created",)
     pings: bool = False
@@ -55,9 +57,60 @@ class Quirks:
     session_defaults: Mapping[str, Any] = field(default_factory=dict)
     session_type: bool = True
     response_fields: frozenset[str] = frozenset()
+    missing_events: frozenset[str] = frozenset()
 
 
-PRESETS: Mapping[str, Quirks] = MappingProxyType({})
+_AUDIO_FORMAT = {"format": None, "transport": None}
+XAI = Quirks(
+    opening=("session.created", "conversation.created"),
+    pings=True,
+    call_added_twice=True,
+    calls_join_at_done=True,
+    call_not_found=("invalid_tool_call_id", "Tool call ID '{call_id}' not found in conversation."),
+    # the documented flat session; GA's nested shape is accepted too (a live probe's finding)
+    session_fields=MappingProxyType({
+        "type": None, "model": None, "instructions": None, "voice": None, "turn_detection": None,
+        "tools": None, "tool_choice": None, "output_modalities": None, "reasoning": None, "resumption": None,
+        "replace": None,
+        "audio": {"input": {**_AUDIO_FORMAT, "transcription": None, "turn_detection": None, "noise_reduction": None},
+                  "output": {**_AUDIO_FORMAT, "speed": None, "voice": None}},
+    }),
+    session_defaults=MappingProxyType({
+        "voice": "eve",
+        "turn_detection": {"type": "server_vad", "threshold": 0.85, "silence_duration_ms": 500,
+                           "prefix_padding_ms": 333, "idle_timeout_ms": None},
+        "reasoning": {"effort": "high"},
+        "resumption": {"enabled": False},
+    }),
+    session_type=False,
+    missing_events=frozenset({"conversation.item.done", "rate_limits.updated"}),
+)
+
+VOICE_LIVE = Quirks(
+    cancel_previous=True,
+    session_fields=MappingProxyType(dict.fromkeys((
+        "model", "modalities", "instructions", "voice", "input_audio_format", "input_audio_sampling_rate",
+        "output_audio_format", "turn_detection", "input_audio_noise_reduction", "input_audio_echo_cancellation",
+        "input_audio_transcription", "output_audio_timestamp_types", "animation", "avatar", "tools", "tool_choice",
+        "parallel_tool_calls", "temperature", "max_response_output_tokens", "reasoning_effort", "interim_response",
+        "include", "metadata",
+    ))),
+    session_defaults=MappingProxyType({
+        "voice": {"type": "azure-standard", "name": "en-US-Ava:DragonHDLatestNeural"},
+        "input_audio_sampling_rate": 24000,
+        "turn_detection": {"type": "azure_semantic_vad", "threshold": 0.5, "prefix_padding_ms": 420,
+                           "silence_duration_ms": 500, "remove_filler_words": False,
+                           "create_response": True, "interrupt_response": True},
+        "input_audio_noise_reduction": None,
+        "input_audio_echo_cancellation": None,
+        "agent": None,
+    }),
+    response_fields=frozenset({"cancel_previous", "commit", "append_input_items", "input_items",
+                               "pre_generated_assistant_message", "interim_response", "reasoning_effort",
+                               "max_output_tokens"}),
+)
+
+PRESETS: Mapping[str, Quirks] = MappingProxyType({"xai": XAI, "voicelive": VOICE_LIVE})
 
 
 def quirks_of(dialect: str) -> Quirks:
@@ -65,4 +118,4 @@ def quirks_of(dialect: str) -> Quirks:
     return PRESETS.get(dialect, Quirks())
 
 
-__all__ = ["PRESETS", "Quirks", "quirks_of", "replace"]
+__all__ = ["PRESETS", "Quirks", "VOICE_LIVE", "XAI", "quirks_of", "replace"]

@@ -30,7 +30,7 @@ from relay.errors import RelayError
 from relay.mock.faults import Faults
 from relay.mock.gemini import GEMINI, GeminiMockSession, Hangup
 from relay.mock.gemini import URL_PATH as GEMINI_URL_PATH
-from relay.mock.handshake import Refusal, Route, route_handshake
+from relay.mock.handshake import VOICE_LIVE_PATH, Refusal, Route, route_handshake
 from relay.mock.quirks import Quirks, quirks_of
 from relay.mock.requests import Action, Emit, Stream, Wake
 from relay.mock.responses import Pause, ResponseRun
@@ -45,6 +45,8 @@ from relay.transports.websockets import abort
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 32 * 1024 * 1024
+VOICE_LIVE_API_VERSION = "2026-07-15"
+_URL_PATHS = {GEMINI: GEMINI_URL_PATH, "voicelive": f"{VOICE_LIVE_PATH}?api-version={VOICE_LIVE_API_VERSION}"}
 AZURE_PREVIEW_MODEL = "gpt-4o-realtime-preview-2024-12-17"
 
 
@@ -225,7 +227,7 @@ class MockUpstream:
 
     @property
     def url(self) -> str:
-        return f"{self.base_url}{GEMINI_URL_PATH if self.dialect == GEMINI else '/v1/realtime'}"
+        return f"{self.base_url}{_URL_PATHS.get(self.dialect, '/v1/realtime')}"
 
     @property
     def rest_url(self) -> str:
@@ -330,7 +332,7 @@ class MockUpstream:
 
     # -- handshake (the rules are relay/mock/handshake.py's) -------------------------------------
     def _wire(self, *, beta: bool) -> Wire:
-        return Wire(beta=beta or self.dialect == "openai-beta", foundry=self.dialect == "foundry")
+        return Wire(beta=beta or self.dialect == "openai-beta", foundry=self.dialect == "foundry", quirks=self.quirks)
 
     def _process_request(self, connection: ServerConnection, request: WsRequest) -> WsResponse | None:
         offered = [p.strip() for value in request.headers.get_all("Sec-WebSocket-Protocol") for p in value.split(",")]

@@ -208,8 +208,8 @@ class ScriptedSession(HarnessSession):
             return [json.dumps({"setup": setup})]
         if not len(self.client_tools):
             return []
-        return [json.dumps({"type": "session.update", "event_id": "caller_e1",
-                            "session": {"type": "realtime", "tools": [s.definition() for s in self.client_tools]}})]
+        session = self.dialect.session_update({"tools": [s.definition() for s in self.client_tools]}, "caller_e1")
+        return [json.dumps(session)]
 
     def _caller_receive(self, frame: str | bytes) -> list[str | bytes]:
         """The caller answers its own tools' calls, as a client application does."""

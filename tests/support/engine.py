@@ -29,6 +29,7 @@ from relay.engine import (
     new_engine,
 )
 from relay.mock import MockScript
+from relay.mock.quirks import Quirks
 from tests.support.local_mock import ENGINE_SCRIPT, LocalMock
 
 Message = dict[str, Any]
@@ -37,12 +38,12 @@ GEMINI_MODEL = "models/gemini-live-2.5-flash-preview"
 
 class EngineDriver:
     def __init__(self, tools: Iterable[Any] = (), *, dialect: Dialect = OPENAI, config: EngineConfig | None = None,
-                 script: MockScript = ENGINE_SCRIPT, deliver: bool = True) -> None:
+                 script: MockScript = ENGINE_SCRIPT, deliver: bool = True, quirks: Quirks | None = None) -> None:
         self.dialect = dialect
         self.gemini = isinstance(dialect, GeminiDialect)
         self.engine = new_engine(tools, dialect=dialect, config=config or EngineConfig(strict=True),
                                  session_id="test", id_prefix="t")
-        self._mock = None if self.gemini else LocalMock(dialect, script)
+        self._mock = None if self.gemini else LocalMock(dialect, script, quirks=quirks)
         self.now = 1000.0
         self.deliver = deliver
         """Send the engine's upstream frames to the mock at once; when off they wait in `undelivered`."""
