@@ -91,9 +91,7 @@ def test_xai_the_relays_session_update_waits_for_both_opening_events(opening: tu
 
 def test_xai_pings_reach_the_client_unparsed_and_a_call_is_answered_after_its_response_ends() -> None:
     h = EngineDriver([get_weather_data], dialect=XAI)
-    decoded: list[str | bytes] = []
-    decode = h.engine.ctx.decode
-    h.engine.ctx.decode = lambda frame: decoded.append(frame) or decode(frame)   # type: ignore[method-assign]
+    decoded = h.spy_decoded()
     h.connect()
     pings = [f for f in h.client_frames if '"type": "ping"' in f]
     assert len(pings) == 1 and not set(pings) & set(decoded)

@@ -27,6 +27,10 @@ from tests.support.keys import GEMINI_KEY, RELAY_TOKEN
 from tests.support.tools import GEMINI_DOOR, GEMINI_SCRIPT, track
 
 MODEL = "gemini-live-2.5-flash-preview"
+TEXT_WITH_DOOR = {"response_modalities": ["TEXT"], "tools": [{"function_declarations": [
+    {"name": GEMINI_DOOR["name"], "description": GEMINI_DOOR["description"],
+     "parameters_json_schema": GEMINI_DOOR["parametersJsonSchema"]}]}]}
+"""The client's config: text answers, and its own tool (`open_door`)."""
 
 
 @tool
@@ -97,10 +101,7 @@ async def test_sdk_client_through_the_relay(loopback_certificate: Certificate, t
     ship = build_spec(shipping.ship, name="ship", timeout=30, interruption="cancel")
     async with relay_and_mock(loopback_certificate, tmp_path, get_weather, ship, track) as (server, mock):
         client = sdk_client(server, loopback_certificate)
-        config = {"response_modalities": ["TEXT"], "tools": [{"function_declarations": [
-            {"name": GEMINI_DOOR["name"], "description": GEMINI_DOOR["description"],
-             "parameters_json_schema": GEMINI_DOOR["parametersJsonSchema"]}]}]}
-        async with client.aio.live.connect(model=MODEL, config=config) as session:
+        async with client.aio.live.connect(model=MODEL, config=TEXT_WITH_DOOR) as session:
             # a relay call: answered by the relay, never seen by the client
             await session.send_client_content(turns={"role": "user", "parts": [{"text": "What's the weather?"}]})
             words, messages = await model_turn(session)
@@ -178,10 +179,7 @@ async def test_sdk_client_with_calls_delivered_twice(loopback_certificate: Certi
     async with relay_and_mock(loopback_certificate, tmp_path, get_weather, quirks=Quirks(call_parts=True)) as (
             server, mock):
         client = sdk_client(server, loopback_certificate)
-        config = {"response_modalities": ["TEXT"], "tools": [{"function_declarations": [
-            {"name": GEMINI_DOOR["name"], "description": GEMINI_DOOR["description"],
-             "parameters_json_schema": GEMINI_DOOR["parametersJsonSchema"]}]}]}
-        async with client.aio.live.connect(model=MODEL, config=config) as session:
+        async with client.aio.live.connect(model=MODEL, config=TEXT_WITH_DOOR) as session:
             await session.send_client_content(turns={"role": "user", "parts": [{"text": "What's the weather?"}]})
             words, messages = await model_turn(session)
             assert words.startswith("Let me check.Here is what I found: ") and "sunny" in words

@@ -191,6 +191,14 @@ class EngineDriver:
             elif isinstance(action, Close):
                 self.closes.append(action)
 
+    def spy_decoded(self) -> list[str | bytes]:
+        """From now on, every frame the engine parses (decodes as JSON), in order: what a test
+        shows was forwarded without being parsed is not among them."""
+        decoded: list[str | bytes] = []
+        decode = self.engine.ctx.decode
+        self.engine.ctx.decode = lambda frame: decoded.append(frame) or decode(frame)   # type: ignore[method-assign]
+        return decoded
+
     # ---- looking -----------------------------------------------------------------------------
     @property
     def sent(self) -> list[Message]:
