@@ -10,6 +10,7 @@ import functools
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -19,6 +20,7 @@ from relay.dialects import FOUNDRY, VOICE_LIVE, XAI, infer_dialect, resolve_dial
 from relay.edges.upstream import default_upstream, key_from_environment
 from relay.inspector.model import build_model
 from relay.mock import MockUpstream
+from relay.mock.handshake import Refusal, route_handshake
 from relay.mock.quirks import quirks_of
 from relay.offline.export import export_recording
 from relay.recording.reader import read_recording
@@ -71,6 +73,18 @@ def test_an_xai_browser_client_may_present_the_relay_token_as_its_client_secret_
     assert presents_token(offered, "/v1/realtime", RELAY_TOKEN, XAI)
     assert not presents_token(offered, "/v1/realtime", RELAY_TOKEN, VOICE_LIVE)
     assert presents_token([], f"/voice-live/realtime?api-key={RELAY_TOKEN}", RELAY_TOKEN, VOICE_LIVE)
+
+
+def test_the_mock_answers_their_handshakes_as_they_do() -> None:
+    def route(dialect: str, target: str, offered: tuple[str, ...] = (), **headers: str) -> Any:
+        return route_handshake(dialect, "the-key", target, headers, offered, lambda call_id: None)
+
+    assert route("xai", "/v1/realtime?model=grok-voice-latest", ("xai-client-secret.the-key",)).auth == "subprotocol"
+    assert isinstance(route("xai", "/v1/realtime?model=m", ("xai-client-secret.wrong",)), Refusal)
+    live = route("voicelive", "/voice-live/realtime?api-version=2026-07-15&model=m&api-key=the-key")
+    assert (live.auth, live.beta) == ("api-key-query", True)
+    assert route("voicelive", "/voice-live/realtime?model=m", **{"api-key": "the-key"}).status == 400
+    assert route("voicelive", "/v1/realtime?model=m", **{"api-key": "the-key"}).status == 404
 
 
 # ---- xAI's quirks ---------------------------------------------------------------------------------

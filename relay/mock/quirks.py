@@ -6,14 +6,14 @@ where a call is delivered, when a call joins the conversation, what a `response.
 the response already running. Each difference is a field of `Quirks`, on or off per session, so a
 test plays the provider as documented (`quirks_of(dialect)`, the default of `MockUpstream`,
 `LocalMock` and the scripted harness) or switches one on that the documentation leaves open
-(`replace(quirks_of("xai"), calls="in_done")`). docs/providers.md says which of them are verified
+(`dataclasses.replace(quirks_of("xai"), calls="in_done")`). docs/providers.md says which of them are verified
 against the provider's documentation and which are inferred from other clients.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
@@ -118,4 +118,4 @@ def quirks_of(dialect: str) -> Quirks:
     return PRESETS.get(dialect, Quirks())
 
 
-__all__ = ["PRESETS", "Quirks", "VOICE_LIVE", "XAI", "quirks_of", "replace"]
+__all__ = ["PRESETS", "Quirks", "VOICE_LIVE", "XAI", "quirks_of"]
