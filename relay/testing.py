@@ -27,6 +27,10 @@ session, faults on demand, and replays of recordings.
   recording (path or `Recording`) or a `Timeline`; `check_invariants(x)` the session-wide rules.
 - `faults`: `timeout`, `raises`, `slow`, `error_result`, `barge_in`, `drop_upstream`,
   `duplicate_delivery`, for `Script.start(..., faults=[...])` or `replay_with_faults(recording, ...)`.
+- `Quirks` / `quirks_of(dialect)`: what a provider's server does differently from OpenAI's (xAI's
+  calls joining the conversation at `response.done`, Voice Live's `cancel_previous`, Gemini's
+  calls delivered twice...), played by the mock model: `Script.start(..., quirks=...)`, by default
+  the dialect's provider as documented.
 - `replay` runs a recorded session against the given tools (decorated functions, ToolSpecs or
   `--tools` SPEC strings) and returns the calls, every frame the relay sent, and the divergences.
 
@@ -41,6 +45,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from relay.mock.quirks import Quirks, quirks_of
 from relay.offline import faults
 from relay.offline.events import Event
 from relay.offline.expect import INVARIANTS, Expect, ExpectationFailed
@@ -95,7 +100,7 @@ def check_invariants(session: Any, *names: str, silent: Any = ()) -> None:
 
 __all__ = [
     "INVARIANTS", "Call", "Divergence", "Event", "Expect", "ExpectationFailed", "Fault", "RecordedSession",
-    "ReplayCall", "ReplayResult", "Script", "ScriptError", "ScriptedSession", "Timeline", "Turn",
+    "Quirks", "ReplayCall", "ReplayResult", "Script", "ScriptError", "ScriptedSession", "Timeline", "Turn",
     "VirtualTimeError", "call", "check_invariants", "expect", "faults", "replay", "replay_async",
-    "replay_with_faults", "timeline_of",
+    "quirks_of", "replay_with_faults", "timeline_of",
 ]

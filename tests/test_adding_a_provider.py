@@ -68,9 +68,7 @@ def test_it_is_found_by_name_and_by_url_and_reached_with_its_own_key() -> None:
 
 def test_a_session_runs_a_tool_call_on_its_wire_and_passes_its_own_event_untouched() -> None:
     h = EngineDriver([get_weather_data], dialect=TOY)
-    decoded: list[str | bytes] = []
-    decode = h.engine.ctx.decode
-    h.engine.ctx.decode = lambda frame: decoded.append(frame) or decode(frame)   # type: ignore[method-assign]
+    decoded = h.spy_decoded()
     h.connect()
     h.upstream(HEARTBEAT)
     assert h.client_frames[-1] is HEARTBEAT and HEARTBEAT not in decoded   # forwarded, never parsed

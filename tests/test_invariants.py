@@ -90,7 +90,7 @@ def broken_invariant(session: Any, name: str) -> str:
     return str(failed.value)
 
 
-@pytest.mark.parametrize("dialect", ["openai", "gemini"])
+@pytest.mark.parametrize("dialect", ["openai", "gemini", "xai", "voicelive"])
 def test_the_relay_as_it_is_keeps_every_invariant(dialect: str) -> None:
     check_invariants(run(dialect))
 

@@ -6,14 +6,16 @@ Each case runs the real engine and real tools against the mock model in no real 
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
 from relay.offline.timeline import decided_outcomes
-from relay.testing import Script, Turn, call, faults
+from relay.recording.format import RELAY_TO_CLIENT
+from relay.testing import Quirks, Script, Turn, call, faults
 from relay.tools import tool
 
-DIALECTS = ["openai", "gemini"]
+DIALECTS = ["openai", "gemini", "xai", "voicelive"]
 
 
 @tool(on_delay=(800, "One moment, I'm checking the book."), timeout=2)
@@ -60,10 +62,10 @@ def test_a_tool_outliving_its_timeout_gets_a_filler_then_exactly_one_answer(dial
         session.user("A table for two at Luigi's, please")
         session.advance(6)
     expect = session.expect().user("table for two").next_call("book_table", arguments={"people": 2}, by="relay")
-    if dialect == "openai":   # Gemini Live has no response the relay could ask for a filler in
+    if dialect != "gemini":   # Gemini Live has no response the relay could ask for a filler in
         expect.filler(after=0.8, text="checking the book")
     expect.output(error=True, contains="timed out after 2 s", outcome="timeout")
-    if dialect == "openai":
+    if dialect != "gemini":
         expect.follow_up("book_table")
     expect.spoken("booking system is slow").no_more_events()
     session.check_invariants()
@@ -84,7 +86,7 @@ def test_a_caller_barging_in_stops_a_tool_whose_policy_is_cancel(dialect: str) -
         session.advance(3)               # the handler would have finished by now: it was cancelled
         session.user("Never mind that")
     expect = session.expect().next_call("search_flights").barge_in()
-    if dialect == "openai":   # the relay answers for the call: cancelled, not to be spoken about
+    if dialect != "gemini":   # the relay answers for the call: cancelled, not to be spoken about
         expect.output(error=True, contains="cancelled", status="incomplete", outcome="cancelled")
     else:                     # the server withdrew the call: no answer may follow
         expect.cancelled("search_flights")
@@ -106,11 +108,11 @@ def test_parallel_calls_get_one_answer_each_and_one_response_about_both(dialect:
         session.advance(1)
     expect = (session.expect().next_call("get_weather").next_call("get_time")
               .output(call="get_time", equals="12:00 in Paris").output(call="get_weather", contains="21"))
-    if dialect == "openai":   # one response about both, asked for once both are in
+    if dialect != "gemini":   # one response about both, asked for once both are in
         expect.follow_up("get_time")   # one request covers both calls
         assert set(expect.last.call_ids) == {c.call_id for c in session.timeline.calls()}
     expect.spoken("12:00 in Paris").no_more_events()
-    assert len(session.timeline.of("follow_up")) == (1 if dialect == "openai" else 0)
+    assert len(session.timeline.of("follow_up")) == (1 if dialect != "gemini" else 0)
     session.check_invariants()
 
 
@@ -150,4 +152,32 @@ def test_a_call_delivered_twice_runs_and_is_answered_once(dialect: str) -> None:
     (session.expect().next_call("get_weather").output(contains="Rome").spoken("Rome").no_more_events())
     assert len(session.timeline.outputs()) == 1
     assert [n.fields["name"] for n in session.notices if n.kind == "tool_started"] == ["get_weather"]
+    session.check_invariants()
+
+
+GEMINI_DOUBLE_DELIVERY = Script(Turn(say="Let me look.", calls=[call("get_weather", city="Rome"),
+                                                              call("lookup_customer", phone="+39 06 555")]),
+                                Turn(say="Rome: {by_name[get_weather]}"))
+
+
+def test_gemini_calls_delivered_as_parts_and_tool_calls_are_run_once_and_hidden_from_the_caller() -> None:
+    """Gemini Live's double delivery (`Quirks.call_parts`): each call comes as a `functionCall`
+    part of the model's turn (beside its speech) and again in the `toolCall`."""
+    with GEMINI_DOUBLE_DELIVERY.start([get_weather], dialect="gemini", client_tools=[lookup_customer],
+                                      quirks=Quirks(call_parts=True)) as session:
+        session.user("Weather in Rome? It's Bo.")
+        session.advance(1)
+    (session.expect().next_call("get_weather", by="relay")
+     .next_call("lookup_customer", by="client").output(call="lookup_customer", by="client")
+     .output(call="get_weather", contains="Rome").spoken("Rome:").no_more_events())
+    assert [n.fields["name"] for n in session.notices if n.kind == "tool_started"] == ["get_weather"]
+    assert len(session.timeline.outputs()) == 2 and session.timeline.of("spoken")[0].text == "Let me look."
+    seen = [json.loads(f.raw or f.binary) for f in session.frames if f.direction == RELAY_TO_CLIENT]
+    turns = [((m.get("serverContent") or {}).get("modelTurn") or {}).get("parts", []) for m in seen]
+    calls = [p["functionCall"]["name"] for parts in turns for p in parts if "functionCall" in p]
+    calls += [c["name"] for m in seen for c in (m.get("toolCall") or {}).get("functionCalls", [])]
+    assert calls == ["lookup_customer", "lookup_customer"]   # the client's call, both times; never ours
+    beside = next(parts for parts in turns if any("functionCall" in p for p in parts))
+    assert any("inlineData" in p for p in beside)              # the speech beside it stayed
+    assert session.engine.anomalies == []
     session.check_invariants()

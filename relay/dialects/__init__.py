@@ -2,7 +2,8 @@
 
 `base.Dialect` is what every family shares (how a provider is reached, what its clients send the
 relay). `openai` holds the OpenAI Realtime family, OpenAI GA being the engine's vocabulary, with
-Azure and Foundry as variants in `foundry`; `gemini` holds Gemini Live. `peek` reads a typed
+Azure and Foundry as variants in `foundry`, xAI's Grok Voice Agent in `xai`, Azure's Voice Live in
+`voicelive`; `gemini` holds Gemini Live. `peek` reads a typed
 frame's event type without parsing it. The registry below lists every dialect a user may name;
 docs/adding-a-provider.md says how a provider joins it.
 """
@@ -17,11 +18,13 @@ from relay.dialects.base import AudioSlot, Dialect
 from relay.dialects.foundry import AZURE, AZURE_PREVIEW, FOUNDRY, azure_variant
 from relay.dialects.gemini import GEMINI, GeminiDialect
 from relay.dialects.openai import OPENAI, OPENAI_BETA, OpenAIFamily
+from relay.dialects.voicelive import VOICE_LIVE
+from relay.dialects.xai import XAI
 from relay.errors import UnusableInput
 
 # The registry: every dialect by its name (what recordings and `--dialect` say).
 DIALECTS: dict[str, Dialect] = {
-    d.name: d for d in (OPENAI, OPENAI_BETA, AZURE, AZURE_PREVIEW, FOUNDRY, GEMINI)
+    d.name: d for d in (OPENAI, OPENAI_BETA, AZURE, AZURE_PREVIEW, FOUNDRY, GEMINI, XAI, VOICE_LIVE)
 }
 # What users may type: all of them, but `azure` picks GA or preview from the upstream URL (see
 # `resolve_dialect`), so the preview is not named.
@@ -86,5 +89,5 @@ def audio_slots(event: dict[str, Any]) -> list[AudioSlot]:
 __all__ = [
     "AUDIO_MARKERS", "AudioSlot", "DIALECTS", "DIALECT_CHOICES", "Dialect", "DialectError", "OpenAIFamily",
     "GeminiDialect", "audio_slots", "get_dialect", "infer_dialect", "resolve_dialect", "OPENAI", "OPENAI_BETA",
-    "AZURE", "AZURE_PREVIEW", "FOUNDRY", "GEMINI",
+    "AZURE", "AZURE_PREVIEW", "FOUNDRY", "GEMINI", "XAI", "VOICE_LIVE",
 ]

@@ -50,7 +50,8 @@ class Dialect(ABC):
     The edges ask the dialect what its clients do: the paths they connect to (`client_paths`,
     `client_path` the one the relay advertises), where they put their key besides
     `Authorization: Bearer` and the token subprotocol (`client_key_headers`,
-    `client_key_params`, described for an error message in `client_auth_forms`), and whether a
+    `client_key_params`, browsers in a subprotocol that starts with one of
+    `client_token_subprotocols`, described for an error message in `client_auth_forms`), and whether a
     server can open a second connection to a live call (`call_sideband`, what `relay attach`
     needs). An export asks whether the upstream echoes every item created, so that its frames
     alone are the conversation (`echoes_conversation`)."""
@@ -68,6 +69,7 @@ class Dialect(ABC):
     client_path: str
     client_key_headers: tuple[str, ...] = ("api-key",)
     client_key_params: tuple[str, ...] = ()
+    client_token_subprotocols: tuple[str, ...] = (TOKEN_SUBPROTOCOL,)
     client_auth_forms: str
     call_sideband: bool = False
     echoes_conversation: bool = True

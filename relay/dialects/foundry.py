@@ -1,8 +1,8 @@
 """Azure OpenAI (GA at /openai/v1/realtime, preview = beta wire at /openai/realtime) and
 Azure AI Foundry, whose items carry `created_at`, `response_id` and, on outputs, `name`: variants
 of the OpenAI family that differ in data only. Each Azure resource has its own endpoint
-(`wss://<resource>.openai.azure.com/openai/v1/realtime`, `wss://<resource>.services.ai.azure.com/
-voice-live/realtime`), so none has a default URL."""
+(`wss://<resource>.openai.azure.com/openai/v1/realtime`), so none has a default URL. Azure's Voice
+Live, on the same resources, is a dialect of its own (`relay.dialects.voicelive`)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ FOUNDRY = OpenAIFamily(
     key_env=_AZURE_KEYS,
     default_url=None,
     upstream_hosts=(".services.ai.azure.com",),
-    upstream_path_marks=("/voice-agent", "/voice-live"),
+    upstream_path_marks=("/voice-agent",),   # /voice-live/ is Voice Live's (relay.dialects.voicelive)
 )
 
 

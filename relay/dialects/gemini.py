@@ -77,12 +77,16 @@ _FIRST_KEY = re.compile(r'\s*\{\s*"([A-Za-z_]+)"\s*:')
 _FIRST_KEY_BYTES = re.compile(rb'\s*\{\s*"([A-Za-z_]+)"\s*:')
 _MEDIA_KEYS = {"upstream": frozenset({"serverContent", "server_content"}),
                "client": frozenset({"realtimeInput", "realtime_input"})}
-# A media frame holding one of these is parsed: the words, turn ends and messages the engine
-# follows. Base64 never contains a `"`, so audio data cannot fake a quoted key; a key spelled with
-# `\u` escapes would be missed, which costs only its words in the conversation record.
+# A media frame holding one of these is parsed: the words, turn ends, calls (a `functionCall`
+# part, Gemini's second delivery of a `toolCall`'s call) and messages the engine follows
+# (`ranscription"` is either spelling of both transcriptions: one scan, not two). Base64 never
+# contains a `"`, so audio data cannot fake a quoted key; a key spelled with `\u` escapes would be
+# missed, which costs only its words in the conversation record (or, for a relay call's part, the
+# hiding of a part its toolCall delivers too).
 _STATE_MARKERS = {
-    "upstream": ('"text"', 'Transcription"', 'transcription"', '"turnComplete"', '"turn_complete"',
-                 '"interrupted"', '"toolCall', '"tool_call', '"setupComplete"', '"setup_complete"'),
+    "upstream": ('"text"', 'ranscription"', '"turnComplete"', '"turn_complete"',
+                 '"interrupted"', '"toolCall', '"tool_call', '"setupComplete"', '"setup_complete"',
+                 '"function'),
     "client": ('"text"', '"toolResponse"', '"tool_response"', '"setup"', '"clientContent"',
                '"client_content"'),
 }

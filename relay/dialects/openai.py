@@ -119,7 +119,15 @@ class OpenAIFamily(Dialect):
     `function_call_output`). `beta` is the variant a client asking for the beta protocol gets.
     A variant with events of its own lists them: `renamed_events` (its name -> the GA name it
     stands for) and the pass-through sets (`upstream_passthrough`, `client_passthrough`: event
-    types forwarded as the same text, never parsed; they default to the audio events)."""
+    types forwarded as the same text, never parsed; they default to the audio events).
+
+    How its server opens a session and takes the relay's own frames: `opening_events`, the events
+    a new session opens with, all of which the relay waits for before its own `session.update`
+    (xAI ignores an update before `session.created`, and its `conversation.created` may come
+    first); `typed_session`, whether a GA `session.update` says `type: realtime` (xAI's flat
+    session has no type); `response_defaults`, options every `response.create` of the relay's
+    carries (Voice Live's `cancel_previous: false`: its create would otherwise cancel the response
+    in progress)."""
 
     wire: Literal["ga", "beta"] = "ga"
     key_env: tuple[str, ...] = ("OPENAI_API_KEY",)
@@ -133,6 +141,9 @@ class OpenAIFamily(Dialect):
     renamed_events: Mapping[str, str] = field(default_factory=dict)
     upstream_passthrough: frozenset[str] = UPSTREAM_PASSTHROUGH
     client_passthrough: frozenset[str] = CLIENT_PASSTHROUGH
+    opening_events: tuple[str, ...] = ("session.created",)
+    typed_session: bool = True
+    response_defaults: Mapping[str, Any] = field(default_factory=dict)
     ga_names: Mapping[str, str] = field(init=False, repr=False, compare=False)
     """Every name an event of this variant may arrive by -> its GA name (the engine's lookup)."""
     server_names: Mapping[str, str] = field(init=False, repr=False, compare=False)
@@ -147,6 +158,12 @@ class OpenAIFamily(Dialect):
     def canonical_type(self, event_type: str) -> str:
         """The GA name of an event type; names that are already GA (or unknown) map to themselves."""
         return self.ga_names.get(event_type, event_type)
+
+    @property
+    def updates_before_opening(self) -> bool:
+        """Whether the server takes a `session.update` sent before its opening is over: OpenAI's
+        does; a server that opens with more than `session.created` (xAI) is waited for."""
+        return self.opening_events == ("session.created",)
 
     def for_client(self, headers: HeaderLookup) -> Dialect:
         """A client asking for the beta protocol (`OpenAI-Beta: realtime=v1`) of an upstream that
@@ -202,13 +219,14 @@ class OpenAIFamily(Dialect):
     def session_update(self, session_fields: dict[str, Any], event_id: str) -> dict[str, Any]:
         """A `session.update` carrying only `session_fields` (GA requires `type: realtime`)."""
         session = dict(session_fields)
-        if self.wire == "ga":
+        if self.wire == "ga" and self.typed_session:
             session.setdefault("type", "realtime")
         return {"type": "session.update", "event_id": event_id, "session": session}
 
     def response_create(self, response: dict[str, Any], event_id: str) -> dict[str, Any]:
-        """A `response.create` with these options, renamed for the wire where names differ."""
-        options = dict(response)
+        """A `response.create` with these options (and the wire's `response_defaults`), renamed
+        for the wire where names differ."""
+        options = {**self.response_defaults, **response}
         if self.wire == "beta" and "output_modalities" in options:
             options["modalities"] = options.pop("output_modalities")
         return {"type": "response.create", "event_id": event_id, "response": options}

@@ -142,6 +142,7 @@ class CallEntry:
     upstream_errors: tuple[str, ...] = ()   # errors the upstream aimed at our frames for this call
     updates: tuple[str, ...] = ()           # streaming tools: the values after the first
     output_retried: bool = False            # the output was sent again (its predecessor vanished)
+    delivered_as: tuple[str, ...] = ()      # the shapes the call arrived in (Gemini: toolCall, a model-turn part)
     announced_at: float | None = None
     ready_at: float | None = None
     started_at: float | None = None

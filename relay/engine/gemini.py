@@ -20,8 +20,13 @@ replay, metrics and dumps read both engines alike: `turns.Turns` makes those rec
 
 Fast path: most bytes are audio. A client `realtimeInput` frame, and a `serverContent` frame in
 which none of the keys the engine follows appears (`"text"`, a transcription, `turnComplete`,
-`interrupted`, or another top-level message such as `toolCall`), is forwarded unparsed: the
-dialect tells them (`relay.dialects.gemini.media_frame`).
+`interrupted`, a `functionCall` part, or another top-level message such as `toolCall`), is
+forwarded unparsed: the dialect tells them (`relay.dialects.gemini.media_frame`).
+
+Double delivery: Gemini Live may deliver one call twice, as a `functionCall` part of the model's
+turn and in a `toolCall`. Whichever comes first records and runs it; the other is the same call
+(counted once). A relay call is hidden from the client in both shapes (a part beside text leaves
+the text); a client's call reaches the client as the provider sent it, both times.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ from relay.tools.render import RenderedOutput
 from relay.tools.spec import HandlerKind, ToolSpec
 
 CANCELLATION = "cancelled by the server (toolCallCancellation)"
+TOOL_CALL, PART = "toolCall", "modelTurn part"   # the shapes a call arrives in
 CANCELLED_BY_SERVER = f"{CANCELLATION}: no answer is sent"   # a relay call's skip reason
 POLICY_VIOLATION = 1008
 
@@ -129,14 +135,18 @@ class GeminiEngine(SessionEngine):
         transcription = field(content, "inputTranscription")
         if isinstance(transcription, dict) and isinstance(transcription.get("text"), str):
             self.turns.user_words(transcription["text"])
-        parts = field(field(content, "modelTurn"), "parts")
-        for part in parts if isinstance(parts, list) else []:
+        turn = field(content, "modelTurn")
+        parts = field(turn, "parts")
+        hidden: list[int] = []
+        for index, part in enumerate(parts if isinstance(parts, list) else []):
             if not isinstance(part, dict) or part.get("thought"):
                 continue   # the model's reasoning is not part of what it said
             if isinstance(part.get("text"), str):
                 self.turns.model_words(part["text"], "output_text")
             elif inline_blob(part) is not None:
                 self.turns.model_audio()
+            elif isinstance(field(part, "functionCall"), dict) and self._call_part(field(part, "functionCall")):
+                hidden.append(index)
         transcription = field(content, "outputTranscription")
         if isinstance(transcription, dict) and isinstance(transcription.get("text"), str):
             self.turns.model_words(transcription["text"], "output_audio")
@@ -144,7 +154,21 @@ class GeminiEngine(SessionEngine):
             self.turns.end_turn("cancelled")
         if field(content, "turnComplete") is True:
             self.turns.end_turn("completed")
-        return _SAME
+        if not hidden:
+            return _SAME
+        return _without_parts(content, turn, hidden)
+
+    def _call_part(self, call: dict[str, Any]) -> bool:
+        """A `functionCall` part of the model's turn: the same call as a `toolCall` delivers (before
+        or after it), so it is recorded once whichever shape comes first, and run then. Whether
+        the client must not see it: a relay call's, or an id-less one naming a relay tool (its
+        `toolCall` will carry the id)."""
+        if not isinstance(call.get("id"), str) or not call["id"]:
+            return self._hiding and call.get("name") in self.tools
+        entry, new = self._announce(call, self.turns.model_turn(), PART)
+        if new and entry is not None:
+            self._call_complete(entry, call.get("args"))
+        return self._hiding and entry is not None and entry.owner is Owner.RELAY
 
     def _on_tool_call(self, tool_call: Any) -> Any:
         key = key_of(tool_call, "functionCalls")
@@ -156,7 +180,7 @@ class GeminiEngine(SessionEngine):
         visible: list[Any] = []
         announced: list[tuple[CallEntry, Any]] = []
         for call in calls:
-            entry, new = self._announce(call, turn)
+            entry, new = self._announce(call, turn, TOOL_CALL)
             if entry is None or entry.owner is Owner.CLIENT or not self._hiding:
                 visible.append(call)
             if new and entry is not None:
@@ -193,8 +217,10 @@ class GeminiEngine(SessionEngine):
     }
 
     # ==== calls =========================================================================
-    def _announce(self, call: Any, turn: ResponseRecord) -> tuple[CallEntry | None, bool]:
-        """Record a call of a toolCall; (its ledger entry, whether it is new)."""
+    def _announce(self, call: Any, turn: ResponseRecord, shape: str) -> tuple[CallEntry | None, bool]:
+        """Record a call delivered in `shape` (a toolCall's entry, a model-turn part); (its ledger
+        entry, whether it is new). The same call in the other shape is the provider's double
+        delivery, expected; in the same shape again, an anomaly. Either way it counts once."""
         if not isinstance(call, dict):
             self.ctx.anomaly("a functionCalls entry is not an object", "toolCall")
             return None, False
@@ -204,7 +230,10 @@ class GeminiEngine(SessionEngine):
             return None, False
         existing = self.ledger.get(call_id)
         if existing is not None:
-            self.ctx.anomaly(f"call {call_id} delivered again; run once", "toolCall")
+            if shape in existing.delivered_as:
+                self.ctx.anomaly(f"call {call_id} delivered again; run once", "toolCall")
+            else:
+                existing.delivered_as += (shape,)
             return existing, False
         name = name if isinstance(name, str) else ""
         args = call.get("args")
@@ -214,7 +243,8 @@ class GeminiEngine(SessionEngine):
                                       "name": name, "arguments": arguments, "status": "completed"},
                                      "model", turn=turn, hidden=self._hiding and owner is Owner.RELAY)
         entry = self.ledger.add(CallEntry(call_id, name, record.id, turn.id, owner, arguments=arguments,
-                                          arguments_from_done=arguments, announced_at=self.ctx.now))
+                                          arguments_from_done=arguments, announced_at=self.ctx.now,
+                                          delivered_as=(shape,)))
         return entry, True
 
     def _client_declares(self, name: str) -> bool:
@@ -379,6 +409,20 @@ class GeminiEngine(SessionEngine):
         "toolResponse": _client_tool_response,
         "tool_response": _client_tool_response,
     }
+
+
+def _without_parts(content: dict[str, Any], turn: dict[str, Any], hidden: list[int]) -> Any:
+    """A `serverContent` without the model-turn parts at `hidden` (relay calls): the turn keeps
+    its other parts (text beside a call stays); a turn left without parts goes, and a message
+    left with nothing goes too."""
+    key = key_of(turn, "parts")
+    assert key is not None
+    kept = [part for index, part in enumerate(turn[key]) if index not in hidden]
+    turn_key = key_of(content, "modelTurn")
+    rest = {k: v for k, v in content.items() if k != turn_key}
+    if kept:
+        return {**rest, turn_key: {**turn, key: kept}}
+    return rest if rest else _DROP
 
 
 def _narrowed(part: dict[str, Any], key: str, kept: list[Any], total: int) -> Any:

@@ -50,6 +50,8 @@ class OpenAIEngine(SessionEngine):
         self._upstream_passthrough = self.dialect.upstream_passthrough
         self._client_passthrough = self.dialect.client_passthrough
         self._ga_names = self.dialect.ga_names
+        self._opening_left = set(self.dialect.opening_events)   # opening events not seen yet
+        self._session_seen = False
         self.sequencer = self.ctx.sequencer     # when response.create (or response.cancel) goes up
         self.watcher = CallWatcher(self.ctx)    # what items and events say of calls
         self.view = ClientView(self.ctx)        # what the client sees of the relay's tools
@@ -119,9 +121,25 @@ class OpenAIEngine(SessionEngine):
         if session is None:
             return _SAME
         self.conversation.session.update(session)
-        if self.view.may_declare() and (self.config.mode == "sidecar" or event["type"] == "session.created"):
-            self.view.declare(session.get("tools"))
+        self._session_seen = True
+        self._opening(event["type"])
         return self.view.session_event(event, session)
+
+    def _on_conversation_created(self, event: dict[str, Any]) -> Any:
+        self._opening(event["type"])
+        return _SAME
+
+    def _opening(self, event_type: str) -> None:
+        """An event of the session's opening (or a session event) came: the relay declares its
+        tools once the opening is over (every `opening_events` seen; a sidecar joining a live
+        session declares at its first session event, as soon as the opening's other events, if
+        any, came), with the tools the session already has."""
+        left = self._opening_left
+        left.discard(event_type)
+        if not self._session_seen or not self.view.may_declare():
+            return
+        if not left or (self.config.mode == "sidecar" and left <= {"session.created"}):
+            self.view.declare(self.conversation.session.get("tools"))
 
     # ---- items ----
     def _item_of(self, event: dict[str, Any]) -> ItemRecord | None:
@@ -290,6 +308,7 @@ class OpenAIEngine(SessionEngine):
     _UPSTREAM_HANDLERS: dict[str, Callable[["OpenAIEngine", dict[str, Any]], Any]] = {
         "session.created": _on_session,
         "session.updated": _on_session,
+        "conversation.created": _on_conversation_created,
         "conversation.item.added": _on_item_added,
         "conversation.item.done": _on_item_done,
         "conversation.item.retrieved": _on_item_edit,
@@ -379,8 +398,9 @@ class OpenAIEngine(SessionEngine):
         event = self._parse(frame)
         if event is None:
             return
-        if self.view.may_declare() and event["type"] != "session.update":
+        if self.view.may_declare() and event["type"] != "session.update" and self.dialect.updates_before_opening:
             # the client acts before session.created reached us: the tools must be there first
+            # (a server that ignores an update before its opening gets them when it is over)
             self.view.declare(None)
         result = self.view.client_event(event)
         if result is None:

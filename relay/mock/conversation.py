@@ -111,6 +111,9 @@ class Conversation:
             return None
         return self._items[index - 1].get("id")
 
+    def last_id(self) -> str | None:
+        return self._items[-1].get("id") if self._items else None
+
     def function_call(self, call_id: str) -> dict[str, Any] | None:
         return next((i for i in self._items if i.get("type") == "function_call" and i.get("call_id") == call_id), None)
 
@@ -201,12 +204,8 @@ class Conversation:
                 raise _missing("item.content")
             _check_content(item["content"], item["role"], wire)
         if item_type == "function_call_output" and self.function_call(item["call_id"]) is None:
-            raise ProtocolError(
-                "function_call_not_found",
-                f"No function call with call_id '{item['call_id']}' found in the conversation for this "
-                "function_call_output.",
-                "item.call_id",
-            )
+            code, message = wire.quirks.call_not_found   # the provider's words (xAI: invalid_tool_call_id)
+            raise ProtocolError(code, message.format(call_id=item["call_id"]), "item.call_id")
         fields = {k: copy.deepcopy(v) for k, v in item.items() if k not in ("id", "object", "status", "type")}
         status = {} if item_type == "function_call_output" else {"status": "completed"}
         return wire.item(id=item_id or new_id("item"), type=item_type, **status, **fields)

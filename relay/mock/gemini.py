@@ -14,6 +14,8 @@ What it plays, from the same `MockScript` as the OpenAI modes:
 - a user turn arriving while calls are unanswered is a barge-in: `serverContent.interrupted`, then
   `toolCallCancellation` for those calls; `MockUpstream.interrupt()` plays the same from a test;
 - `MockUpstream.go_away()` sends `goAway`;
+- with `Quirks.call_parts` (relay/mock/quirks.py) the calls come twice, as Gemini Live may deliver
+  them: as `functionCall` parts of the model's turn (beside its text), then in the `toolCall`;
 - a reply with `hold_before_done` leaves its turn open (no `turnComplete`) until `release()`;
   `withdraw()` cancels the open calls (`toolCallCancellation`) without an interruption.
 
@@ -43,6 +45,7 @@ from relay.dialects.gemini import (
 )
 from relay.errors import RelayError
 from relay.mock.faults import Faults
+from relay.mock.quirks import Quirks
 from relay.mock.requests import Emit
 from relay.mock.script import MockScript, Reply, ToolCall, warn_not_offered
 from relay.mock.session import MockConnection
@@ -109,10 +112,12 @@ class GeminiMockSession:
     is_call = False      # no SIP-like calls in Gemini: a session ends with its socket
     call_id = None
 
-    def __init__(self, script: MockScript, faults: Faults, query: dict[str, str] | None = None) -> None:
+    def __init__(self, script: MockScript, faults: Faults, query: dict[str, str] | None = None,
+                 quirks: Quirks | None = None) -> None:
         self.id = new_id("gsess")
         self.script = script
         self.faults = faults
+        self.quirks = quirks or Quirks()
         self.query = dict(query or {})
         self.connections: list[MockConnection] = []
         self.setup: dict[str, Any] | None = None
@@ -341,6 +346,8 @@ class GeminiMockSession:
                 self.items.append({"type": "function_call", "call_id": call.id, "name": call.name,
                                    "arguments": ToolCall(name=call.name, arguments=call.args).arguments_text()})
             self._batch = [call.id for call in made if call.blocking]
+            if self.quirks.call_parts:
+                actions += self._call_parts(actions, made)
             actions.append(Emit({"toolCall": {"functionCalls": [
                 {"id": call.id, "name": call.name, "args": copy.deepcopy(call.args)} for call in made]}}))
             if self._batch:
@@ -350,6 +357,20 @@ class GeminiMockSession:
             return actions
         actions += self._complete()
         return actions
+
+    def _call_parts(self, said: list[Any], made: list[MockCall]) -> list[Any]:
+        """The double delivery (`Quirks.call_parts`): the calls as `functionCall` parts of the
+        model's turn, beside its last words (text or audio) when it spoke first, else in a message
+        of their own."""
+        parts = [{"functionCall": {"id": call.id, "name": call.name, "args": copy.deepcopy(call.args)}}
+                 for call in made]
+        for action in reversed(said):
+            event = action.event if isinstance(action, Emit) else None
+            turn = event.get("serverContent", {}).get("modelTurn") if isinstance(event, dict) else None
+            if isinstance(turn, dict):
+                turn["parts"] = turn["parts"] + parts
+                return []
+        return [Emit({"serverContent": {"modelTurn": {"role": "model", "parts": parts}}})]
 
     def _blocking(self, name: str) -> bool:
         return field(self.declarations.get(name), "behavior", "BLOCKING") != "NON_BLOCKING"

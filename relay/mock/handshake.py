@@ -1,6 +1,7 @@
 """What the mock provider answers a WebSocket handshake, as the real providers do: its paths, its
 key in every form a client may present it (`Authorization: Bearer`, `api-key`, Azure's `?api-key=`,
-the token subprotocol; Gemini's `x-goog-api-key` and `?key=`), Azure's `api-version` rules, a
+the token subprotocol, xAI's `xai-client-secret.`; Gemini's `x-goog-api-key` and `?key=`), Azure's
+and Voice Live's `api-version` rules (Voice Live at `/voice-live/realtime`, on the beta wire), a
 sideband join by `call_id`. Pure decisions over the request, apart from the sockets
 (`MockUpstream._process_request` applies them).
 """
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
 
 PATHS = ("/v1/realtime", "/openai/v1/realtime", "/openai/realtime")
 PREVIEW_PATH = "/openai/realtime"
+VOICE_LIVE_PATH = "/voice-live/realtime"
+XAI_SUBPROTOCOL = "xai-client-secret."
 
 
 @dataclass(frozen=True)
@@ -54,12 +57,12 @@ def route_handshake(dialect: str, api_key: str | None, target: str, headers: dic
     query = dict(parse_qsl(parts.query, keep_blank_values=True))
     if dialect == GEMINI:
         return _gemini_route(api_key, path, query, headers)
-    if path not in PATHS:
+    if path not in ((VOICE_LIVE_PATH,) if dialect == "voicelive" else PATHS):
         return Refusal(HTTPStatus.NOT_FOUND, f"No realtime endpoint at {path or '/'}.\n")
     allowed, auth = authenticate(dialect, api_key, headers, query, offered)
     if not allowed:
         return Refusal(HTTPStatus.UNAUTHORIZED, "Incorrect or missing API key.\n")
-    if path == PREVIEW_PATH and not query.get("api-version"):
+    if path in (PREVIEW_PATH, VOICE_LIVE_PATH) and not query.get("api-version"):
         return Refusal(HTTPStatus.BAD_REQUEST, "Missing required query parameter 'api-version'.\n")
     if path == "/openai/v1/realtime" and "api-version" in query:
         return Refusal(HTTPStatus.BAD_REQUEST, "The v1 API does not take an 'api-version' parameter.\n")
@@ -70,7 +73,7 @@ def route_handshake(dialect: str, api_key: str | None, target: str, headers: dic
             return Refusal(HTTPStatus.NOT_FOUND, f"No call with id '{query['call_id']}'.\n")
     elif not (query.get("model") or query.get("deployment")):
         return Refusal(HTTPStatus.BAD_REQUEST, "Missing required query parameter 'model'.\n")
-    beta = path == PREVIEW_PATH or "realtime=v1" in headers.get("openai-beta", "")
+    beta = path in (PREVIEW_PATH, VOICE_LIVE_PATH) or "realtime=v1" in headers.get("openai-beta", "")
     return Route(path, query, headers, auth, session, beta)
 
 
@@ -83,9 +86,10 @@ def authenticate(dialect: str, api_key: str | None, headers: dict[str, str], que
         presented.append(("bearer", authorization[7:].strip()))
     if "api-key" in headers:
         presented.append(("api-key", headers["api-key"]))
-    if dialect in ("azure", "foundry") and "api-key" in query:
+    if dialect in ("azure", "foundry", "voicelive") and "api-key" in query:
         presented.append(("api-key-query", query["api-key"]))
-    presented += [("subprotocol", p[len(TOKEN_SUBPROTOCOL) :]) for p in offered if p.startswith(TOKEN_SUBPROTOCOL)]
+    prefixes = (TOKEN_SUBPROTOCOL, XAI_SUBPROTOCOL) if dialect == "xai" else (TOKEN_SUBPROTOCOL,)
+    presented += [("subprotocol", p[len(prefix):]) for p in offered for prefix in prefixes if p.startswith(prefix)]
     if api_key is None:
         return True, presented[0][0] if presented else None
     for form, value in presented:

@@ -98,6 +98,11 @@ class ResponseRequests:
         if not isinstance(request, dict):
             raise ProtocolError("invalid_type", "Invalid type for 'response': expected an object.", "response")
         active = self.active_response
+        self._check_response_request(request)
+        if active is not None and self.wire.quirks.cancel_previous and request.get("cancel_previous", True):
+            # Voice Live: the new response replaces the one in progress (`Quirks.cancel_previous`)
+            active.cancel("client_cancelled")
+            return [Wake(active), *self.start_response(request, origin="client")[1]]
         if active is not None:
             raise ProtocolError(
                 "conversation_already_has_active_response",
@@ -105,7 +110,6 @@ class ResponseRequests:
                 "is finished before creating a new one.",
                 None,
             )
-        self._check_response_request(request)
         return self.start_response(request, origin="client")[1]
 
     def _check_response_request(self, request: dict[str, Any]) -> None:

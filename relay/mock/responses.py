@@ -129,6 +129,7 @@ class ResponseRun:
 
     def __post_init__(self) -> None:
         self.pace_audio = self.pace_audio or self.options.pace_audio
+        self._joining: list[dict[str, Any]] = []   # call items that join the conversation at the end
         self._usage = _Usage(input_text=self.input_tokens[0], input_audio=self.input_tokens[1])
         self._cancel_reason: str | None = None
         self._released = False
@@ -185,8 +186,11 @@ class ResponseRun:
             yield Pause(None)
 
     def steps(self) -> Iterator[dict[str, Any] | Pause]:
+        if self.wire.quirks.pings:
+            yield self.wire.ping()
         yield self.wire.event("response.created", response=self._object(None))
-        yield self.wire.event("rate_limits.updated", rate_limits=self._rate_limits())
+        if self.wire.has_event("rate_limits.updated"):
+            yield self.wire.event("rate_limits.updated", rate_limits=self._rate_limits())
         if not self.plan:
             yield from self._hold_point()
         for output_index, planned in enumerate(self.plan):
@@ -203,6 +207,9 @@ class ResponseRun:
             self.status_details = {"type": "cancelled", "reason": self._cancel_reason}
         else:
             self.status = "completed"
+        if self.conversation is not None:
+            for item in self._joining:   # `Quirks.calls_join_at_done`, `calls="in_done"`
+                self.conversation.insert(copy.deepcopy(item))
         yield self.wire.event("response.done", response=self._object(self._usage.to_wire()))
 
     def _rate_limits(self) -> list[dict[str, Any]]:
@@ -216,15 +223,28 @@ class ResponseRun:
         yield self.wire.event(
             "response.output_item.added", response_id=self.id, output_index=output_index, item=copy.deepcopy(item)
         )
-        if self.conversation is not None:
+        if self.conversation is None:
+            return
+        quirks = self.wire.quirks
+        call = item["type"] == "function_call"
+        if call and quirks.calls_join_at_done:
+            # announced where it will join: after the response's calls before it, else at the end
+            previous = self._joining[-1]["id"] if self._joining else self.conversation.last_id()
+            self._joining.append(item)
+        else:
             previous = self.conversation.insert(copy.deepcopy(item))
-            yield self.wire.event("conversation.item.added", previous_item_id=previous, item=copy.deepcopy(item))
+        added = self.wire.event("conversation.item.added", previous_item_id=previous, item=copy.deepcopy(item))
+        if call and quirks.call_added_twice:   # xAI: role "tool", and sent again
+            added["item"]["role"] = "tool"
+            yield added
+            added = {**added, "event_id": new_id("event")}
+        yield added
 
     def _close_item(self, output_index: int, item: dict[str, Any]) -> Iterator[dict[str, Any]]:
         item["status"] = "incomplete" if self._cancel_reason else "completed"
         if self.conversation is not None:
             self.conversation.replace(copy.deepcopy(item))
-            if self.wire.has_event("conversation.item.done"):
+            if self.wire.has_event("conversation.item.done") and item not in self._joining:
                 yield self.wire.event(
                     "conversation.item.done",
                     previous_item_id=self.conversation.previous_id(item["id"]),
@@ -288,6 +308,15 @@ class ResponseRun:
             arguments="",
             **extra,
         )
+        if self.wire.quirks.calls == "in_done":
+            # the call comes only in response.done's output (reported of xAI): no event of its own
+            item.update(status="completed", arguments=planned.arguments)
+            self.output.append(item)
+            self._joining.append(item)
+            self._usage.output_text += _tokens(planned.arguments)
+            if planned.hold_after:
+                yield from self._wait_for_release()
+            return
         yield from self._open_item(output_index, item)
         where = {"response_id": self.id, "item_id": item["id"], "output_index": output_index, "call_id": call_id}
         sent = ""

@@ -30,7 +30,8 @@ from relay.errors import RelayError
 from relay.mock.faults import Faults
 from relay.mock.gemini import GEMINI, GeminiMockSession, Hangup
 from relay.mock.gemini import URL_PATH as GEMINI_URL_PATH
-from relay.mock.handshake import Refusal, Route, route_handshake
+from relay.mock.handshake import VOICE_LIVE_PATH, Refusal, Route, route_handshake
+from relay.mock.quirks import Quirks, quirks_of
 from relay.mock.requests import Action, Emit, Stream, Wake
 from relay.mock.responses import Pause, ResponseRun
 from relay.mock.rest import rest_app
@@ -44,6 +45,8 @@ from relay.transports.websockets import abort
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 32 * 1024 * 1024
+VOICE_LIVE_API_VERSION = "2026-07-15"
+_URL_PATHS = {GEMINI: GEMINI_URL_PATH, "voicelive": f"{VOICE_LIVE_PATH}?api-version={VOICE_LIVE_API_VERSION}"}
 AZURE_PREVIEW_MODEL = "gpt-4o-realtime-preview-2024-12-17"
 
 
@@ -135,6 +138,7 @@ class MockUpstream:
         host: str = "127.0.0.1",
         port: int = 0,
         rest_port: int = 0,
+        quirks: Quirks | None = None,
     ) -> None:
         if dialect not in DIALECTS and dialect != GEMINI:
             raise ValueError(f"unknown dialect {dialect!r}; expected one of {', '.join((*DIALECTS, GEMINI))}")
@@ -142,6 +146,9 @@ class MockUpstream:
         self.dialect = dialect
         self.api_key = api_key
         self.faults = faults or Faults()
+        self.quirks = quirks or quirks_of(dialect)
+        """What the provider's server does differently (relay/mock/quirks.py): its documented
+        behaviour unless given."""
         self.host = host
         self.sessions: list[MockSession | GeminiMockSession] = []
         self._requested_ports = (port, rest_port)
@@ -220,7 +227,7 @@ class MockUpstream:
 
     @property
     def url(self) -> str:
-        return f"{self.base_url}{GEMINI_URL_PATH if self.dialect == GEMINI else '/v1/realtime'}"
+        return f"{self.base_url}{_URL_PATHS.get(self.dialect, '/v1/realtime')}"
 
     @property
     def rest_url(self) -> str:
@@ -325,7 +332,7 @@ class MockUpstream:
 
     # -- handshake (the rules are relay/mock/handshake.py's) -------------------------------------
     def _wire(self, *, beta: bool) -> Wire:
-        return Wire(beta=beta or self.dialect == "openai-beta", foundry=self.dialect == "foundry")
+        return Wire(beta=beta or self.dialect == "openai-beta", foundry=self.dialect == "foundry", quirks=self.quirks)
 
     def _process_request(self, connection: ServerConnection, request: WsRequest) -> WsResponse | None:
         offered = [p.strip() for value in request.headers.get_all("Sec-WebSocket-Protocol") for p in value.split(",")]
@@ -351,7 +358,7 @@ class MockUpstream:
         route = self._routes.pop(ws)
         session: MockSession | GeminiMockSession | None = route.session
         if self.dialect == GEMINI:
-            session = GeminiMockSession(self.script, copy.deepcopy(self.faults), route.query)
+            session = GeminiMockSession(self.script, copy.deepcopy(self.faults), route.query, self.quirks)
             self.sessions.append(session)
             self._ended[session.id] = asyncio.Event()
         elif session is None:

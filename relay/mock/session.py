@@ -133,8 +133,18 @@ class MockSession(ResponseRequests):
 
     # -- entry points --------------------------------------------------------------------------
     def connected(self, connection: MockConnection) -> list[Action]:
+        """A new connection gets the session's opening (`Quirks.opening`: `session.created`, and
+        xAI's `conversation.created`), then a `ping` where the provider pings."""
         self.connections.append(connection)
-        return [Emit(self.wire.event("session.created", session=copy.deepcopy(self.config)), to=connection.index)]
+        opening = {
+            "session.created": lambda: self.wire.event("session.created", session=copy.deepcopy(self.config)),
+            "conversation.created": lambda: self.wire.event(
+                "conversation.created", conversation={"id": self.conversation_id, "object": "realtime.conversation"}),
+        }
+        actions: list[Action] = [Emit(opening[kind](), to=connection.index) for kind in self.wire.quirks.opening]
+        if self.wire.quirks.pings:
+            actions.append(Emit(self.wire.ping(), to=connection.index))
+        return actions
 
     def invalid_frame(self, detail: str, origin: int) -> list[Action]:
         error = ProtocolError("invalid_json", f"The message could not be parsed as a JSON object: {detail}", None)

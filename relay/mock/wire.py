@@ -21,9 +21,10 @@ from typing import Any, Literal
 
 from relay.dialects.openai import BETA_NAMES, NOT_IN_BETA, OpenAIFamily
 from relay.errors import RelayError
+from relay.mock.quirks import Quirks, quirks_of
 
-Dialect = Literal["openai", "openai-beta", "azure", "foundry"]
-DIALECTS: tuple[Dialect, ...] = ("openai", "openai-beta", "azure", "foundry")
+Dialect = Literal["openai", "openai-beta", "azure", "foundry", "xai", "voicelive"]
+DIALECTS: tuple[Dialect, ...] = ("openai", "openai-beta", "azure", "foundry", "xai", "voicelive")
 
 DEFAULT_MODEL = "gpt-realtime"
 DEFAULT_INSTRUCTIONS = "You are a helpful assistant. Keep your answers short."
@@ -174,16 +175,20 @@ def merge_config(target: dict[str, Any], update: dict[str, Any]) -> None:
 @dataclass(frozen=True)
 class Wire:
     """One session's protocol flavour; `renamed` lists the events a provider names its own way
-    (GA name -> its name), beyond the beta names."""
+    (GA name -> its name), beyond the beta names; `quirks` what its server does differently
+    (relay/mock/quirks.py)."""
 
     beta: bool = False
     foundry: bool = False
     renamed: Mapping[str, str] = field(default_factory=dict)
+    quirks: Quirks = field(default_factory=Quirks)
 
     @classmethod
-    def of(cls, dialect: OpenAIFamily) -> Wire:
-        """The flavour a variant of the OpenAI family speaks."""
-        return cls(beta=dialect.wire == "beta", foundry=dialect.foundry_fields, renamed=dialect.server_names)
+    def of(cls, dialect: OpenAIFamily, quirks: Quirks | None = None) -> Wire:
+        """The flavour a variant of the OpenAI family speaks, with its provider's quirks unless
+        others are given."""
+        return cls(beta=dialect.wire == "beta", foundry=dialect.foundry_fields, renamed=dialect.server_names,
+                   quirks=quirks_of(dialect.name) if quirks is None else quirks)
 
     @functools.cached_property
     def _names(self) -> dict[str, str]:
@@ -191,11 +196,15 @@ class Wire:
 
     # -- events --------------------------------------------------------------------------------
     def has_event(self, ga_type: str) -> bool:
-        return not (self.beta and ga_type in NOT_IN_BETA)
+        return not (self.beta and ga_type in NOT_IN_BETA) and ga_type not in self.quirks.missing_events
 
     def event(self, ga_type: str, **fields: Any) -> dict[str, Any]:
         """A server event named for this wire, with a fresh server `event_id`."""
         return {"type": self._names.get(ga_type, ga_type), "event_id": new_id("event"), **fields}
+
+    def ping(self) -> dict[str, Any]:
+        """xAI's keepalive event (`Quirks.pings`): its time in Unix milliseconds."""
+        return self.event("ping", timestamp=int(time.time() * 1000))
 
     def error(self, error: ProtocolError, client_event_id: str | None) -> dict[str, Any]:
         return self.event(
@@ -226,6 +235,20 @@ class Wire:
 
     # -- session -------------------------------------------------------------------------------
     def default_session(self, session_id: str, model: str) -> dict[str, Any]:
+        """What `session.created` says: OpenAI's session of this vocabulary, or the provider's own
+        shape (`Quirks.session_fields`) with its defaults."""
+        session = self._openai_session(session_id, model)
+        quirks = self.quirks
+        if quirks.session_fields is not None and not self.beta:
+            session = {key: session[key] for key in ("type", "object", "id", "model", "instructions", "tools",
+                                                     "tool_choice", "expires_at")}
+            del session["type"]
+            session["audio"] = {"input": {"format": {"type": "audio/pcm", "rate": 24000}},
+                                "output": {"format": {"type": "audio/pcm", "rate": 24000}, "speed": 1.0}}
+        session.update(copy.deepcopy(dict(quirks.session_defaults)))
+        return session
+
+    def _openai_session(self, session_id: str, model: str) -> dict[str, Any]:
         expires_at = int(time.time()) + SESSION_LIFETIME_SECONDS
         if self.beta:
             return {
@@ -280,9 +303,16 @@ class Wire:
         """Validate a `session.update` payload (or a call's accept body) before anything changes."""
         if not isinstance(update, dict):
             raise ProtocolError("invalid_type", "Invalid type for 'session': expected an object.", "session")
+        known = self.quirks.session_fields
         if self.beta:
-            check_unknown_fields(update, _BETA_SESSION_FIELDS, "session")
+            check_unknown_fields(update, _BETA_SESSION_FIELDS if known is None else dict(known), "session")
             modalities_key = "modalities"
+        elif not self.quirks.session_type:
+            check_unknown_fields(update, dict(known or _GA_SESSION_FIELDS), "session")
+            if update.get("type", "realtime") != "realtime":
+                raise ProtocolError("invalid_value", f"Invalid value: '{update['type']}'. Supported values are: "
+                                    "'realtime'.", "session.type")
+            modalities_key = "output_modalities"
         else:
             if "type" not in update:
                 raise ProtocolError(
@@ -294,7 +324,7 @@ class Wire:
                     f"Invalid value: '{update['type']}'. Supported values are: 'realtime'.",
                     "session.type",
                 )
-            check_unknown_fields(update, _GA_SESSION_FIELDS, "session")
+            check_unknown_fields(update, _GA_SESSION_FIELDS if known is None else dict(known), "session")
             modalities_key = "output_modalities"
         if modalities_key in update:
             check_modalities(update[modalities_key], f"session.{modalities_key}", beta=self.beta)
@@ -306,8 +336,8 @@ class Wire:
     def modalities(self, config: dict[str, Any]) -> list[str]:
         return list(config.get("modalities" if self.beta else "output_modalities") or ["audio"])
 
-    def voice(self, config: dict[str, Any]) -> str:
-        if self.beta:
+    def voice(self, config: dict[str, Any]) -> Any:
+        if self.beta or "voice" in config:   # beta, and flat provider sessions (xAI)
             return config.get("voice") or DEFAULT_VOICE
         return ((config.get("audio") or {}).get("output") or {}).get("voice") or DEFAULT_VOICE
 
@@ -329,7 +359,7 @@ class Wire:
         return _BYTES_PER_MS.get(fmt if isinstance(fmt, str) else fmt.get("type", "audio/pcm"), 48)
 
     def turn_detection(self, config: dict[str, Any]) -> dict[str, Any] | None:
-        if self.beta:
+        if self.beta or "turn_detection" in config:   # beta, and flat provider sessions (xAI)
             return config.get("turn_detection")
         return ((config.get("audio") or {}).get("input") or {}).get("turn_detection")
 
@@ -338,7 +368,7 @@ class Wire:
 
     # -- responses -----------------------------------------------------------------------------
     def response_fields(self) -> frozenset[str]:
-        return BETA_RESPONSE_FIELDS if self.beta else GA_RESPONSE_FIELDS
+        return (BETA_RESPONSE_FIELDS if self.beta else GA_RESPONSE_FIELDS) | self.quirks.response_fields
 
     def response_object(
         self,

@@ -389,6 +389,10 @@ class _GeminiReader(_Reader):
                 self.model_output()
                 if isinstance(part.get("text"), str):
                     self.said.append(part["text"])
+                call = gemini_field(part, "functionCall")
+                if isinstance(call, dict):   # a call's second delivery (the toolCall is the other)
+                    self.flush_words()
+                    self.call(call.get("id"), call.get("name"), call.get("args"), self.turn_id())
         transcription = gemini_field(content, "outputTranscription")
         if isinstance(transcription, dict) and isinstance(transcription.get("text"), str):
             self.model_output()

@@ -52,6 +52,7 @@ from relay.mock import (
     ToolCall,
 )
 from relay.mock.gemini import GeminiMockSession, Hangup
+from relay.mock.quirks import Quirks, quirks_of
 from relay.mock.requests import Emit, Stream, Wake
 from relay.mock.responses import Pause
 from relay.mock.wire import DEFAULT_MODEL, Wire, seed_ids
@@ -132,15 +133,18 @@ class Script:
 class ScriptedSession(HarnessSession):
     """One scripted conversation (see the module docstring). Options: `client_tools` (the caller's
     own tools: functions it declares and answers), `faults` (`relay.testing.faults`), `config` (an
-    `EngineConfig`), `strict` (default: the script's)."""
+    `EngineConfig`), `strict` (default: the script's), `quirks` (what the provider's server does
+    differently, `relay.testing.Quirks`; default: the dialect's provider as documented)."""
 
     kind = "scripted session"
 
     def __init__(self, script: Script, tools: ToolSources = (), *, dialect: str = "openai",
-                 client_tools: Iterable[Callable[..., Any]] = (), strict: bool | None = None, **options: Any) -> None:
+                 client_tools: Iterable[Callable[..., Any]] = (), strict: bool | None = None,
+                 quirks: Quirks | None = None, **options: Any) -> None:
         strict = script.strict if strict is None else strict
         super().__init__(tools, dialect=dialect, strict=strict, **options)
         self.script = script
+        self.quirks = quirks_of(self.dialect.name) if quirks is None else quirks
         self.client_tools = ToolRegistry(client_tools)
         self._check_names()
         seed_ids(0)   # the mock's ids: the same on every run
@@ -204,8 +208,8 @@ class ScriptedSession(HarnessSession):
             return [json.dumps({"setup": setup})]
         if not len(self.client_tools):
             return []
-        return [json.dumps({"type": "session.update", "event_id": "caller_e1",
-                            "session": {"type": "realtime", "tools": [s.definition() for s in self.client_tools]}})]
+        session = self.dialect.session_update({"tools": [s.definition() for s in self.client_tools]}, "caller_e1")
+        return [json.dumps(session)]
 
     def _caller_receive(self, frame: str | bytes) -> list[str | bytes]:
         """The caller answers its own tools' calls, as a client application does."""
@@ -297,8 +301,7 @@ def _connection() -> MockConnection:
 class _OpenAIModel(_Model):
     def __init__(self, session: ScriptedSession) -> None:
         self.session = session
-        dialect = session.dialect
-        wire = Wire(beta=dialect.wire == "beta", foundry=dialect.foundry_fields)
+        wire = Wire.of(session.dialect, session.quirks)
         self.mock = MockSession(wire, session.script.mock_script(), Faults(), DEFAULT_MODEL, {"model": DEFAULT_MODEL})
         self.picks = self.mock.picks
         self._endings: dict[str, str] = {}
@@ -385,7 +388,7 @@ class _OpenAIModel(_Model):
 class _GeminiModel(_Model):
     def __init__(self, session: ScriptedSession) -> None:
         self.session = session
-        self.mock = GeminiMockSession(session.script.mock_script(), Faults())
+        self.mock = GeminiMockSession(session.script.mock_script(), Faults(), quirks=session.quirks)
         self.picks = self.mock.picks
 
     def connect(self) -> list[str | bytes]:

@@ -22,11 +22,13 @@ INSPECTOR_SUBPROTOCOL = "relay-inspector"
 
 def presents_token(headers: Iterable[tuple[str, str]], target: str, token: str, dialect: Dialect | None) -> bool:
     """Whether a request (its headers, and its path with the query) carries the relay token in a
-    form a realtime client of `dialect` may send it: a Bearer token, the token subprotocol, the
-    dialect's key headers and query parameters. The one check of the relay's token (the realtime
+    form a realtime client of `dialect` may send it: a Bearer token, the dialect's token
+    subprotocols (OpenAI's `openai-insecure-api-key.`, xAI's `xai-client-secret.`), its key headers
+    and query parameters. The one check of the relay's token (the realtime
     endpoint's and the inspector's)."""
     expected = token.encode("utf-8", "surrogatepass")
     key_headers = {name.lower() for name in dialect.client_key_headers} if dialect is not None else set()
+    subprotocols = dialect.client_token_subprotocols if dialect is not None else (TOKEN_SUBPROTOCOL,)
     presented = []
     for name, value in headers:
         name = name.lower()
@@ -35,8 +37,8 @@ def presents_token(headers: Iterable[tuple[str, str]], target: str, token: str, 
         elif name in key_headers:
             presented.append(value)
         elif name == "sec-websocket-protocol":
-            presented += [p.strip()[len(TOKEN_SUBPROTOCOL):] for p in value.split(",")
-                          if p.strip().startswith(TOKEN_SUBPROTOCOL)]
+            offered = [p.strip() for p in value.split(",")]
+            presented += [p[len(prefix):] for p in offered for prefix in subprotocols if p.startswith(prefix)]
     if dialect is not None and dialect.client_key_params:
         presented += [value for name, value in parse_qsl(urlsplit(target).query) if name in dialect.client_key_params]
     return any(hmac.compare_digest(p.encode("utf-8", "surrogatepass"), expected) for p in presented)

@@ -278,6 +278,77 @@ def test_a_call_delivered_twice_runs_once() -> None:
     assert any("delivered again" in a.message for a in h.engine.anomalies)
 
 
+def call_parts(*calls: dict[str, Any], text: str | None = None, **content: Any) -> dict[str, Any]:
+    """A model turn delivering calls as `functionCall` parts (Gemini's second shape), with text
+    before them if given."""
+    parts: list[dict[str, Any]] = [{"text": text}] if text is not None else []
+    parts += [{"functionCall": call} for call in calls]
+    return {"serverContent": {"modelTurn": {"role": "model", "parts": parts}, **content}}
+
+
+@pytest.mark.parametrize("part_first", [True, False], ids=["part-first", "toolcall-first"])
+def test_a_relay_call_delivered_as_a_part_and_a_tool_call_is_hidden_in_both_run_and_answered_once(
+        part_first: bool) -> None:
+    h = session()
+    call = function_call("c1", "greet", {"name": "Bo"})
+    shapes = [call_parts(call), tool_call(call)]
+    for message in shapes if part_first else shapes[::-1]:
+        h.upstream(message)
+    h.run_all()
+    assert list(h.started) == ["c1"] and [a["id"] for a in h.outputs] == ["c1"]
+    assert h.client_frames == []                       # neither shape reached the client
+    assert h.engine.ledger.get("c1").delivered_as == (("modelTurn part", "toolCall") if part_first
+                                                       else ("toolCall", "modelTurn part"))
+    assert h.engine.anomalies == []                    # the provider's double delivery is expected
+
+
+def test_a_call_part_beside_text_leaves_the_text_and_the_rest_of_the_message() -> None:
+    h = session()
+    h.upstream(call_parts(function_call("c1", "greet", {"name": "Bo"}), text="Let me greet Bo.",
+                          outputTranscription={"text": "Let me"}))
+    [seen] = h.to_client
+    assert seen == {"serverContent": {"modelTurn": {"role": "model", "parts": [{"text": "Let me greet Bo."}]},
+                                      "outputTranscription": {"text": "Let me"}}}
+    assert isinstance(h.client_frames[0], bytes)       # rewritten in the frame kind it came in
+    h.upstream(tool_call(function_call("c1", "greet", {"name": "Bo"})))
+    h.run_all()
+    assert len(h.to_client) == 1 and len(h.outputs) == 1
+
+
+def test_a_mixed_part_message_keeps_the_clients_call_part_and_drops_the_relays() -> None:
+    h = session()
+    mine, theirs = function_call("r1", "greet", {"name": "Bo"}), function_call("k1", "open_door", {"door": "front"})
+    h.upstream(call_parts(mine, theirs))
+    assert h.to_client == [call_parts(theirs)]
+    h.upstream(tool_call(mine, theirs))
+    assert h.to_client[1:] == [tool_call(theirs)]      # the toolCall split as ever
+    h.run_all()
+    assert [a["id"] for a in h.outputs] == ["r1"]
+
+
+def test_a_client_call_delivered_twice_reaches_the_client_twice_as_sent_and_counts_once() -> None:
+    h = session()
+    theirs = function_call("k1", "open_door", {"door": "front"})
+    part, call = call_parts(theirs, text="Opening."), tool_call(theirs)
+    h.upstream(part)
+    h.upstream(call)
+    assert h.to_client == [part, call] and h.outputs == []
+    assert [(e.call_id, e.owner) for e in h.engine.ledger] == [("k1", Owner.CLIENT)]
+    h.client({"toolResponse": {"functionResponses": [{"id": "k1", "name": "open_door",
+                                                      "response": {"output": "open"}}]}})
+    entry = h.engine.ledger.get("k1")
+    assert entry.state is CallState.ANSWERED and h.engine.anomalies == []
+
+
+def test_an_id_less_call_part_of_a_relay_tool_is_hidden_and_waits_for_its_tool_call() -> None:
+    h = session()
+    h.upstream(call_parts({"name": "greet", "args": {"name": "Bo"}}, text="Hi"))
+    assert h.to_client == [call_parts(text="Hi")] and h.started == {}
+    h.upstream(tool_call(function_call("c1", "greet", {"name": "Bo"})))
+    h.run_all()
+    assert [a["id"] for a in h.outputs] == ["c1"]
+
+
 # ---- scheduling and streaming ------------------------------------------------------------------
 
 def test_scheduling_is_sent_only_for_non_blocking_tools() -> None:

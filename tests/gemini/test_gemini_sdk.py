@@ -18,6 +18,7 @@ from google.genai import types as genai_types
 
 from relay.edges.serve import RelayServer, ServerConfig
 from relay.mock import MockUpstream
+from relay.mock.quirks import Quirks
 from relay.recording.reader import read_recording
 from relay.tools import tool
 from relay.tools.spec import build_spec
@@ -26,6 +27,10 @@ from tests.support.keys import GEMINI_KEY, RELAY_TOKEN
 from tests.support.tools import GEMINI_DOOR, GEMINI_SCRIPT, track
 
 MODEL = "gemini-live-2.5-flash-preview"
+TEXT_WITH_DOOR = {"response_modalities": ["TEXT"], "tools": [{"function_declarations": [
+    {"name": GEMINI_DOOR["name"], "description": GEMINI_DOOR["description"],
+     "parameters_json_schema": GEMINI_DOOR["parametersJsonSchema"]}]}]}
+"""The client's config: text answers, and its own tool (`open_door`)."""
 
 
 @tool
@@ -52,9 +57,9 @@ class Shipping:
 
 
 @asynccontextmanager
-async def relay_and_mock(certificate: Certificate, tmp_path: Path,
-                         *tools: Any) -> AsyncIterator[tuple[RelayServer, MockUpstream]]:
-    async with MockUpstream(script=GEMINI_SCRIPT, dialect="gemini", api_key=GEMINI_KEY) as mock:
+async def relay_and_mock(certificate: Certificate, tmp_path: Path, *tools: Any,
+                         quirks: Quirks | None = None) -> AsyncIterator[tuple[RelayServer, MockUpstream]]:
+    async with MockUpstream(script=GEMINI_SCRIPT, dialect="gemini", api_key=GEMINI_KEY, quirks=quirks) as mock:
         config = ServerConfig(upstream=mock.url, dialect="gemini", tools=list(tools), port=0, api_key=GEMINI_KEY,
                               auth_token=RELAY_TOKEN, drain_seconds=0.0, tls_cert=certificate.cert,
                               tls_key=certificate.key, record_dir=tmp_path)
@@ -96,10 +101,7 @@ async def test_sdk_client_through_the_relay(loopback_certificate: Certificate, t
     ship = build_spec(shipping.ship, name="ship", timeout=30, interruption="cancel")
     async with relay_and_mock(loopback_certificate, tmp_path, get_weather, ship, track) as (server, mock):
         client = sdk_client(server, loopback_certificate)
-        config = {"response_modalities": ["TEXT"], "tools": [{"function_declarations": [
-            {"name": GEMINI_DOOR["name"], "description": GEMINI_DOOR["description"],
-             "parameters_json_schema": GEMINI_DOOR["parametersJsonSchema"]}]}]}
-        async with client.aio.live.connect(model=MODEL, config=config) as session:
+        async with client.aio.live.connect(model=MODEL, config=TEXT_WITH_DOOR) as session:
             # a relay call: answered by the relay, never seen by the client
             await session.send_client_content(turns={"role": "user", "parts": [{"text": "What's the weather?"}]})
             words, messages = await model_turn(session)
@@ -162,3 +164,45 @@ async def test_sdk_client_through_the_relay(loopback_certificate: Certificate, t
     assert to_client and all(f.binary is not None for f in recording.frames if f.direction == "relay>client")
     for name in (b"get_weather", b"ship", b"track", calls["get_weather"].id.encode(), calls["ship"].id.encode()):
         assert not any(name in frame for frame in to_client), f"the client saw {name!r}"
+
+
+def call_parts(messages: list[genai_types.LiveServerMessage]) -> list[genai_types.FunctionCall]:
+    """The calls the client saw as `functionCall` parts of the model's turn."""
+    return [part.function_call for m in messages if m.server_content is not None and m.server_content.model_turn
+            for part in m.server_content.model_turn.parts or [] if part.function_call is not None]
+
+
+async def test_sdk_client_with_calls_delivered_twice(loopback_certificate: Certificate, tmp_path: Path) -> None:
+    """Gemini's double delivery (each call as a model-turn part and in a toolCall) through the relay:
+    the relay's call is hidden in both shapes, its text kept, run and answered once; the client's
+    call reaches the client in both shapes and is answered by it once."""
+    async with relay_and_mock(loopback_certificate, tmp_path, get_weather, quirks=Quirks(call_parts=True)) as (
+            server, mock):
+        client = sdk_client(server, loopback_certificate)
+        async with client.aio.live.connect(model=MODEL, config=TEXT_WITH_DOOR) as session:
+            await session.send_client_content(turns={"role": "user", "parts": [{"text": "What's the weather?"}]})
+            words, messages = await model_turn(session)
+            assert words.startswith("Let me check.Here is what I found: ") and "sunny" in words
+            assert call_parts(messages) == [] and all(m.tool_call is None for m in messages)
+
+            await session.send_client_content(turns={"role": "user", "parts": [{"text": "Open the door"}]})
+            _, messages = await model_turn(session)
+            (part,) = call_parts(messages)
+            (call,) = messages[-1].tool_call.function_calls
+            assert part.id == call.id and part.name == call.name == "open_door"
+            await session.send_tool_response(function_responses=[genai_types.FunctionResponse(
+                id=call.id, name=call.name, response={"output": "the front door is open"})])
+            words, _ = await model_turn(session)
+            assert "the front door is open" in words
+
+    gemini_session = mock.sessions[0]
+    calls = {c.name: c for c in gemini_session.calls.values()}
+    assert [a["name"] for a in relay_answers(mock)] == ["get_weather", "open_door"]   # once each
+    assert calls["get_weather"].state == calls["open_door"].state == "answered"
+    (path,) = tmp_path.glob("*.jsonl")
+    recording = read_recording(path)
+    to_client = [f.binary or (f.raw or "").encode() for f in recording.frames if f.direction == "relay>client"]
+    for hidden in (b"get_weather", calls["get_weather"].id.encode()):
+        assert not any(hidden in frame for frame in to_client), f"the client saw {hidden!r}"
+    decided = [n.fields for n in recording.notes if n.kind == "tool_call"]
+    assert [(d["name"], d["outcome"]) for d in decided] == [("get_weather", "ok")]   # the relay's call, once

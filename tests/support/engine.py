@@ -29,6 +29,7 @@ from relay.engine import (
     new_engine,
 )
 from relay.mock import MockScript
+from relay.mock.quirks import Quirks
 from tests.support.local_mock import ENGINE_SCRIPT, LocalMock
 
 Message = dict[str, Any]
@@ -37,12 +38,12 @@ GEMINI_MODEL = "models/gemini-live-2.5-flash-preview"
 
 class EngineDriver:
     def __init__(self, tools: Iterable[Any] = (), *, dialect: Dialect = OPENAI, config: EngineConfig | None = None,
-                 script: MockScript = ENGINE_SCRIPT, deliver: bool = True) -> None:
+                 script: MockScript = ENGINE_SCRIPT, deliver: bool = True, quirks: Quirks | None = None) -> None:
         self.dialect = dialect
         self.gemini = isinstance(dialect, GeminiDialect)
         self.engine = new_engine(tools, dialect=dialect, config=config or EngineConfig(strict=True),
                                  session_id="test", id_prefix="t")
-        self._mock = None if self.gemini else LocalMock(dialect, script)
+        self._mock = None if self.gemini else LocalMock(dialect, script, quirks=quirks)
         self.now = 1000.0
         self.deliver = deliver
         """Send the engine's upstream frames to the mock at once; when off they wait in `undelivered`."""
@@ -189,6 +190,14 @@ class EngineDriver:
                 self.notices.append(action)
             elif isinstance(action, Close):
                 self.closes.append(action)
+
+    def spy_decoded(self) -> list[str | bytes]:
+        """From now on, every frame the engine parses (decodes as JSON), in order: what a test
+        shows was forwarded without being parsed is not among them."""
+        decoded: list[str | bytes] = []
+        decode = self.engine.ctx.decode
+        self.engine.ctx.decode = lambda frame: decoded.append(frame) or decode(frame)   # type: ignore[method-assign]
+        return decoded
 
     # ---- looking -----------------------------------------------------------------------------
     @property

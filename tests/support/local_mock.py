@@ -29,6 +29,7 @@ from relay.mock import (
     StreamOptions,
     ToolCall,
 )
+from relay.mock.quirks import Quirks
 from relay.mock.requests import Action, Emit, Stream, Wake
 from relay.mock.responses import Pause
 from relay.mock.wire import DEFAULT_MODEL, Wire, seed_ids
@@ -51,10 +52,10 @@ class LocalMock:
     """One mock session driven in-process; every method returns the events the relay receives."""
 
     def __init__(self, dialect: OpenAIFamily = OPENAI, script: MockScript = ENGINE_SCRIPT, *,
-                 seed: int | None = 0) -> None:
+                 seed: int | None = 0, quirks: Quirks | None = None) -> None:
         if seed is not None:   # None: several live sessions share the generator (a benchmark's upstream)
             seed_ids(seed)
-        wire = Wire.of(dialect)
+        wire = Wire.of(dialect, quirks)   # the provider's quirks as documented, unless given
         self.session = MockSession(wire, script, Faults(), DEFAULT_MODEL, {"model": DEFAULT_MODEL})
         self.errors: list[Event] = []
         """Every `error` event the mock sent, to any connection."""

@@ -13,6 +13,7 @@ import anyio
 
 from relay.dialects import OPENAI, OpenAIFamily
 from relay.engine import EngineConfig, OpenAIEngine
+from relay.mock.quirks import Quirks
 from relay.recording.writer import RecordingWriter
 from relay.session.loop import SessionLoop
 from relay.session.transport import Frame, FrameQueue, TransportClosed
@@ -150,10 +151,10 @@ class MockPeer(InMemoryTransport):
 
 
 async def record_session(directory: Path, tools, *, mode: str = "sidecar", creates: int = 1,
-                         dialect: OpenAIFamily = OPENAI) -> Path:
-    """A session through SessionLoop, on an upstream of `dialect`: parallel calls and a handler
-    error, recorded."""
-    mock = LocalMock(dialect)
+                         dialect: OpenAIFamily = OPENAI, quirks: Quirks | None = None) -> Path:
+    """A session through SessionLoop, on an upstream of `dialect` (with its provider's quirks unless
+    others are given): parallel calls and a handler error, recorded."""
+    mock = LocalMock(dialect, quirks=quirks)
     peer = MockPeer(mock)
     engine = OpenAIEngine(tools, dialect=dialect, config=EngineConfig(mode=mode, declare_tools=False), id_prefix="rec1")
     writer = RecordingWriter(directory, session_id="sess_test", dialect=dialect.name, upstream="ws://127.0.0.1:1/v1",

@@ -188,7 +188,8 @@ async def sidecar_on(mock: MockUpstream, call_id: str, tools: list[Any], **optio
     tap = SidecarTap()
     sleep = options.pop("sleep", anyio.sleep)
     live = options.pop("live", None)
-    config = SidecarConfig(tools=tools, upstream=mock.url, dialect="openai", api_key="sk-test", **options)
+    config = SidecarConfig(**({"tools": tools, "upstream": mock.url, "dialect": "openai", "api_key": "sk-test"}
+                              | options))
     sidecar = Sidecar(call_id, config, tap=tap, sleep=sleep, live=live)
     async with anyio.create_task_group() as group:
         group.start_soon(sidecar.run)
