@@ -30,6 +30,18 @@ elif TEST_LOOP != "asyncio":
     raise pytest.UsageError(f"RELAY_TEST_LOOP is asyncio or uvloop, not {TEST_LOOP!r}")
 
 
+# The slow kinds a test is of by the fixture it uses (pyproject.toml's markers).
+MARKERS_BY_FIXTURE = {"browser": "browser", "haproxy": "cluster"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test that drives the browser or HAProxy is of that slow kind, whoever wrote it."""
+    for item in items:
+        for fixture, marker in MARKERS_BY_FIXTURE.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(marker)
+
+
 @pytest.fixture(scope="session")
 def recordings_dir() -> Path:
     """The real sessions in ../shared/recordings."""

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.bench
+
 ROOT = Path(__file__).resolve().parents[1]
 PATHS = ("direct", "raw", "relay")
 PROXIES = ("raw", "relay")

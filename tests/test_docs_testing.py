@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.support.paths import REPO
 
 PAGE = REPO / "docs" / "testing.md"
@@ -27,6 +29,7 @@ def test_the_page_shows_every_example_file_as_it_is() -> None:
     assert PAGE.read_text().count("```") == 2 * len(shown), "no code on the page but the example files"
 
 
+@pytest.mark.docs
 def test_the_examples_run_from_a_recorded_call_to_a_blocking_test(tmp_path: Path) -> None:
     for path in EXAMPLES.iterdir():
         shutil.copy(path, tmp_path / path.name)

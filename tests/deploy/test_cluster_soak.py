@@ -14,6 +14,8 @@ import pytest
 
 from tests.support.processes import SCRIPTS
 
+pytestmark = pytest.mark.soak
+
 
 @pytest.mark.timeout(120)
 def test_a_short_cluster_soak_loses_no_call_to_a_drain_and_reconnects_after_a_kill(haproxy: str) -> None:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.soak
+
 SOAK = Path(__file__).resolve().parents[2] / "scripts" / "soak.py"
 
 
