@@ -448,6 +448,12 @@ async def connect(url: str, *, headers: dict[str, str], max_frame_bytes: int, op
         raise HandshakeFailed(str(exc)) from None
     if transport is None:   # the server closed the connection instead of answering
         raise HandshakeFailed("it closed the connection")
+    if logger.isEnabledFor(logging.DEBUG):   # as websockets logs a handshake (through the edge's redactor)
+        request, response = ws.request, ws.response
+        logger.debug("> %s %s %s\n%s", request.method.decode(), request.path.decode(), request.version.decode(),
+                     "\n".join(f"> {name}: {value}" for name, value in request.headers.items()))
+        logger.debug("< HTTP/1.1 %d\n%s", int(response.status),
+                     "\n".join(f"< {name}: {value}" for name, value in response.headers.items()))
     offered = [name.strip() for value in (v for k, v in headers.items() if k.lower() == "sec-websocket-protocol")
                for name in value.split(",")]
     chosen = ws.response.headers.get("Sec-WebSocket-Protocol")
@@ -521,6 +527,9 @@ class RequestSniffer(asyncio.Protocol):
                 self._give_up("not an HTTP request: the request head is over %d bytes", MAX_REQUEST_HEAD)
             return
         request = parsed_head(bytes(self.head[:end]), self.remote)
+        logger = self.server.logger
+        if request is not None and logger.isEnabledFor(logging.DEBUG):   # as websockets logs it
+            logger.debug("< %s", bytes(self.head[:end]).decode("latin-1").replace("\r\n", "\n< "))
         if request is None:
             self._give_up("not an HTTP request: %r", bytes(self.head[:60]))
             return

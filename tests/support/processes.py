@@ -85,3 +85,11 @@ def script_module(name: str) -> ModuleType:
     if str(SCRIPTS) not in sys.path:
         sys.path.insert(0, str(SCRIPTS))
     return importlib.import_module(name)
+
+
+def only_on_transport(name: str) -> Any:
+    """A test of what one transport's own code does (its internals, its log lines): skipped when the
+    test run is on the other (RELAY_TEST_TRANSPORT)."""
+    import pytest
+
+    return pytest.mark.skipif(TEST_TRANSPORT != name, reason=f"a test of the {name} transport's own code")
