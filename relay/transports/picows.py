@@ -1,7 +1,9 @@
 """The `picows` library behind the transport seam (relay/session/transport.py): its frames are
 parsed and masked in C, so a forwarded audio delta costs a fraction of what websockets' Python
-framing costs. This is the one module that imports picows (and aiofastnet, the socket transports
-it brings); the pin `picows>=2.3,<2.4` (pyproject.toml's `fast` extra) guards it alone.
+framing costs. This is the one module that imports picows; the pin `picows>=2.3,<2.4` (pyproject.toml's
+`fast` extra) guards it alone. Its sockets are the event loop's own (uvloop's with `--loop auto`),
+not those of aiofastnet, which picows installs and would use by default: on uvloop they cost the
+same CPU per frame, and an idle session holds 10 KB less (scripts/bench's idle sessions).
 
 picows hands over frames, not messages, and leaves much of the protocol to its user. What this
 module adds, so that a client or a provider meets the same relay whichever transport it runs on:
@@ -18,8 +20,8 @@ module adds, so that a client or a provider meets the same relay whichever trans
   rules let a WebSocket open; every other request (HEAD, HTTP/1.0, any method, a health check, a
   refusal) is answered here, in the same words as the websockets transport answers it.
 
-What it touches beyond picows' documented API (checked against picows 2.3.1 with aiofastnet
-1.2.0, on asyncio's loop and on uvloop 0.23: tests/test_picows_transport.py):
+What it touches beyond picows' documented API (checked against picows 2.3.1, on asyncio's loop
+and on uvloop 0.23: tests/test_picows_transport.py):
 
 - `picows.picows.WSProtocol(...)`: the protocol `ws_create_server` builds for each connection;
   built here by keyword for a connection the sniffer hands over (`transport.set_protocol`, then
@@ -48,7 +50,6 @@ from email.utils import formatdate
 from http import HTTPStatus
 from typing import Any, Callable, Sequence
 
-import aiofastnet
 from picows import (
     WSAutoPingStrategy,
     WSFrame,
@@ -86,7 +87,7 @@ OPEN_TIMEOUT = 10.0          # a client's whole request head, then its upgrade (
 PING_INTERVAL = 20.0         # a ping after this long without a frame from the peer (websockets' default)
 PING_TIMEOUT = 20.0          # ... and the connection dropped when its pong does not come within this
 MAX_REQUEST_HEAD = 16 * 1024   # what a request line and headers may take (picows' own limit)
-READ_BUFFER_BYTES = 4 * 1024   # picows' first read buffer per connection (it grows as messages need)
+READ_BUFFER_BYTES = 2 * 1024   # picows' first read buffer per connection, its least (it grows as messages need)
 MAX_WAITING_MESSAGES = 16      # read before anyone receives them: then the socket is no longer read
 
 PROTOCOL_ERROR = 1002
@@ -437,7 +438,7 @@ async def connect(url: str, *, headers: dict[str, str], max_frame_bytes: int, op
                 websocket_handshake_timeout=open_timeout, max_redirects=0, max_frame_size=max_frame_bytes,
                 logger_name=PicowsLog(logger, {}), enable_auto_ping=True, auto_ping_idle_timeout=PING_INTERVAL,
                 auto_ping_reply_timeout=PING_TIMEOUT, auto_ping_strategy=WSAutoPingStrategy.PING_WHEN_IDLE,
-                read_buffer_init_size=READ_BUFFER_BYTES)
+                read_buffer_init_size=READ_BUFFER_BYTES, use_aiofastnet=False)
     except WSInvalidStatusError as exc:
         status = int(exc.response.status) if exc.response is not None else None
         phrase = exc.response.status.phrase if exc.response is not None else ""
@@ -685,8 +686,8 @@ async def serve(handler: Handler, host: str, port: int, *, decide: Decide, subpr
     """`Backend.serve` (relay/session/transport.py)."""
     listener = PicowsListener(handler, decide=decide, subprotocol=subprotocol, max_frame_bytes=max_frame_bytes,
                               server_header=server_header, logger=logger)
-    server = await aiofastnet.create_server(asyncio.get_running_loop(), lambda: RequestSniffer(listener), host, port,
-                                            ssl=tls, reuse_port=reuse_port or None)
+    server = await asyncio.get_running_loop().create_server(lambda: RequestSniffer(listener), host, port, ssl=tls,
+                                                            reuse_port=reuse_port or None)
     listener._server = server
     listener.address = server.sockets[0].getsockname()[:2]
     return listener
