@@ -1,7 +1,7 @@
-"""The picows transport's own code (relay/transports/picows.py), on real sockets on 127.0.0.1: what
-it adds to picows (messages reassembled and checked, the closing handshake, batched writes, the
-request-head reader in front of picows, the client's handshake checks) and how `--transport`
-chooses it. The session-level behaviour on picows is the integration suite's, run again with
+"""The picows transport's own code (relay/transports/picows.py and picows_connection.py), on real
+sockets on 127.0.0.1: what it adds to picows (messages reassembled and checked, the closing
+handshake, batched writes, the request-head reader in front of picows, the client's handshake
+checks) and how `--transport` chooses it. The session-level behaviour on picows is the integration suite's, run again with
 RELAY_TEST_TRANSPORT=picows (.ci/run)."""
 
 from __future__ import annotations
@@ -21,11 +21,13 @@ pytest.importorskip("picows")
 
 import relay.transports
 import relay.transports.picows as picows_transport
+import relay.transports.picows_connection as picows_connection
 from relay.errors import ConfigError
 from relay.session.http import Answer, Request
 from relay.session.transport import FrameQueue, HandshakeFailed, InvalidURL, Transport, TransportClosed
 from relay.transports import backend_named
-from relay.transports.picows import BACKEND, PicowsTransport, framed
+from relay.transports.picows import BACKEND
+from relay.transports.picows_connection import PicowsTransport, framed
 from tests.support.clients import TIMEOUT, raw_http
 
 LOG = logging.getLogger("relay.websocket.test")
@@ -177,13 +179,13 @@ async def test_messages_read_before_anyone_receives_wait_and_then_the_socket_is_
 
     async with server(handler) as port:
         client = await RawClient.open(port)
-        count = picows_transport.MAX_WAITING_MESSAGES + 5
+        count = picows_connection.MAX_WAITING_MESSAGES + 5
         for index in range(count):
             client.send(0x1, str(index).encode())
         await client.writer.drain()
         transport = await asyncio.wait_for(waiting, TIMEOUT)
         async with asyncio.timeout(TIMEOUT):
-            while len(transport._waiting) < picows_transport.MAX_WAITING_MESSAGES:
+            while len(transport._waiting) < picows_connection.MAX_WAITING_MESSAGES:
                 await asyncio.sleep(0)
         assert transport._reading_paused
         received: list[str | bytes] = []
@@ -216,7 +218,7 @@ async def test_a_batch_toward_a_client_is_framed_as_one_write_and_arrives_intact
         writes.append(len(batch))
         return framed(batch)
 
-    monkeypatch.setattr(picows_transport, "framed", counted)
+    monkeypatch.setattr(picows_connection, "framed", counted)
 
     async def handler(transport: Transport, request: Request) -> None:
         await transport.send(frames)
@@ -256,7 +258,7 @@ async def test_a_paused_socket_leaves_the_frames_to_the_writer_task_and_a_closed
 
 
 async def test_a_close_the_peer_never_answers_drops_the_connection(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(picows_transport, "CLOSE_TIMEOUT", 0.05)
+    monkeypatch.setattr(picows_connection, "CLOSE_TIMEOUT", 0.05)
     closed: asyncio.Future[TransportClosed] = asyncio.get_running_loop().create_future()
 
     async def handler(transport: Transport, request: Request) -> None:
