@@ -147,15 +147,9 @@ class PicowsTransport(WSListener):
                 return
             if frame.fin and not (frame.rsv1 or frame.rsv2 or frame.rsv3) and not ws.is_close_frame_sent:
                 # a whole message in one frame: the per-frame path (picows has checked its size)
-                if kind is TEXT:
-                    try:
-                        message: Frame = frame.get_payload_as_utf8_text()
-                    except UnicodeDecodeError as exc:
-                        self._fail(INVALID_DATA, f"invalid UTF-8: {exc.reason} at position {exc.start}")
-                        return
-                else:
-                    message = frame.get_payload_as_bytes()
-                self._hand_on(message)
+                message = self._text(frame.get_payload_as_utf8_text) if kind is TEXT else frame.get_payload_as_bytes()
+                if message is not None:
+                    self._hand_on(message)
                 return
         elif kind is CLOSE:
             self._close_received(ws, frame)
@@ -187,15 +181,18 @@ class PicowsTransport(WSListener):
         whole = b"".join(self._fragments)
         is_text = self._message_type is TEXT
         self._message_type, self._fragments, self._message_bytes = None, [], 0
-        if is_text:
-            try:
-                message: Frame = whole.decode()
-            except UnicodeDecodeError as exc:
-                self._fail(INVALID_DATA, f"invalid UTF-8: {exc.reason} at position {exc.start}")
-                return
-        else:
-            message = whole
-        self._hand_on(message)
+        message = self._text(whole.decode) if is_text else whole
+        if message is not None:
+            self._hand_on(message)
+
+    def _text(self, decode: Callable[[], str]) -> str | None:
+        """A text message, decoded as UTF-8; None when it is not UTF-8 (the connection is then
+        closed with 1007, as websockets closes it)."""
+        try:
+            return decode()
+        except UnicodeDecodeError as exc:
+            self._fail(INVALID_DATA, f"invalid UTF-8: {exc.reason} at position {exc.start}")
+            return None
 
     def _hand_on(self, message: Frame) -> None:
         deliver = self._deliver
