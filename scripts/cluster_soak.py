@@ -156,7 +156,7 @@ async def cluster_soak(args: argparse.Namespace, haproxy: str, workdir: Path) ->
         assert mock.stdout is not None
         mock_url = await soak.first_line(mock.stdout, "the mock")
         relay_args = ["--dialect", "openai", "--tools", "soak_tools", "--drain-seconds", str(args.drain_seconds),
-                      "--record", str(workdir / "recordings"), "--record-audio", "drop"]
+                      "--record", str(workdir / "recordings"), "--record-audio", "drop", "--transport", args.transport]
         async with Cluster(workdir, lambda name: f"{mock_url}?relay={name}", haproxy=haproxy,
                            relay_args=relay_args, env=environment, spares=1) as cluster:
             await cluster.start(args.relays)
@@ -366,6 +366,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--drain-seconds", type=soak.bounded(float, 1, 3600), default=60.0,
                         help="the relays' --drain-seconds: long enough for a session to end by itself "
                              "(default 60)")
+    parser.add_argument("--transport", choices=("auto", "websockets", "picows"), default="auto",
+                        help="the relays' --transport (default auto: picows when it is installed)")
     parser.add_argument("--logs", type=Path, metavar="DIR", help="keep the logs in DIR (default: a temporary directory)")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON line")
     args = parser.parse_args(argv)

@@ -15,7 +15,8 @@ CAPTURED_LOG_LINES = 200
 from relay.mock import MockUpstream
 from tests.support.keys import PROVIDER_KEY
 from tests.support.paths import shared_dir
-from tests.support.processes import TEST_LOOP
+import relay.transports
+from tests.support.processes import TEST_LOOP, TEST_TRANSPORT
 from tests.support.tools import WEATHER_SCRIPT
 
 if TEST_LOOP == "uvloop":
@@ -28,6 +29,14 @@ if TEST_LOOP == "uvloop":
         return {"uvloop": uvloop.new_event_loop}
 elif TEST_LOOP != "asyncio":
     raise pytest.UsageError(f"RELAY_TEST_LOOP is asyncio or uvloop, not {TEST_LOOP!r}")
+
+if TEST_TRANSPORT not in ("websockets", "picows"):
+    raise pytest.UsageError(f"RELAY_TEST_TRANSPORT is websockets or picows, not {TEST_TRANSPORT!r}")
+# RELAY_TEST_TRANSPORT: every relay a test builds in this process (its configuration's transport
+# is `auto` unless the test says otherwise) runs its sockets on that library; the dev extra
+# installs both, and `auto` would otherwise always be picows (the commands the tests start get
+# `--transport`: tests/support/processes.py)
+relay.transports.AUTO_ORDER = (TEST_TRANSPORT,)
 
 
 # The slow kinds a test is of by the fixture it uses (pyproject.toml's markers).

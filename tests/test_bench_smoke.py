@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -15,8 +16,9 @@ import pytest
 pytestmark = pytest.mark.bench
 
 ROOT = Path(__file__).resolve().parents[1]
-PATHS = ("direct", "raw", "relay")
-PROXIES = ("raw", "relay")
+PROXIES = ("raw", "relay", "relay_fast") + (("haproxy",) if shutil.which("haproxy", path="/usr/sbin:/usr/bin") else ())
+"""The relay on each transport (relay_fast: picows) and HAProxy where Debian's package is installed."""
+PATHS = ("direct", *PROXIES)
 
 
 def figure(figures: dict[str, Any], *keys: str | int) -> float:
@@ -40,6 +42,7 @@ def test_quick_benchmark_reports_every_figure(tmp_path: Path) -> None:
     for proxy in PROXIES:
         assert figure(figures, "memory", proxy, "kb_per_session") > 0
     figure(figures, "memory", "relay_vs_raw")
+    figure(figures, "memory", "relay_fast_vs_relay")
 
     assert [step["sessions"] for step in figures["throughput"]] == [1, 10, 100]
     for step in figures["throughput"]:
@@ -49,6 +52,10 @@ def test_quick_benchmark_reports_every_figure(tmp_path: Path) -> None:
             assert figure(step, proxy, "cpu_us_per_event") > 0
         assert figure(step, "relay_vs_raw") > 0
         assert figure(step, "relay_vs_raw_batched") > 0
+        assert figure(step, "relay_fast_vs_relay_cpu") > 0
+        if "haproxy" in PROXIES:
+            assert figure(step, "relay_fast_vs_haproxy_cpu") > 0
+            assert figure(step, "relay_fast_vs_haproxy_events") > 0
 
     realtime = figures["realtime"]
     assert realtime["steps"]
@@ -76,7 +83,10 @@ def test_quick_benchmark_reports_every_figure(tmp_path: Path) -> None:
     # every target is reported beside its figure; the quick ladder stops below 100 sessions
     assert set(figures["targets"]) >= {"throughput_relay_vs_raw_min", "realtime_added_p99_relay_minus_raw_ms_at_100",
                                        "realtime_sessions_relay_vs_raw", "tool_turnaround_p99_ms_async",
-                                       "idle_session_kb"}
+                                       "idle_session_kb", "cpu_per_event_relay_fast_vs_haproxy_at_10",
+                                       "cpu_per_event_relay_fast_vs_haproxy_at_100",
+                                       "throughput_relay_fast_vs_haproxy_min", "realtime_sessions_relay_fast_vs_relay",
+                                       "idle_session_kb_relay_fast_vs_relay"}
     for name, target in figures["targets"].items():
         assert target["met"] in (True, False, None), name
         if target["value"] is not None:

@@ -11,6 +11,7 @@ from relay.cli.options import (
     INSPECTOR_TOKEN,
     LOOP,
     SIDEBAND,
+    TRANSPORT,
     Command,
     config_fields,
     option,
@@ -37,6 +38,7 @@ ATTACH_OPTIONS = (
                 "needed beyond loopback: --auth-token)"),
     INSPECTOR_TOKEN,
     LOOP,
+    TRANSPORT,
 )
 
 def run(args: argparse.Namespace) -> int:
@@ -65,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
             try:
                 url = await stack.enter_async_context(
                     serve_inspector(hub, host, port, token=args.auth_token, dialect=runtime.dialect,
-                                    redactor=runtime.redactor))
+                                    redactor=runtime.redactor, backend=runtime.backend))
             except OSError as exc:
                 raise cannot_listen(host, port, exc, what="--inspector") from None
             log.info("live inspector at %s", url, extra={"inspector": url, **sidecar.context})

@@ -25,6 +25,7 @@ from websockets.asyncio.client import connect
 from relay.cli.options import (
     LOOP,
     RECORD,
+    TRANSPORT,
     Command,
     check_record_dir,
     option,
@@ -255,7 +256,8 @@ def summary(server_engine: Any, style: Style) -> str:
     return "\n".join(lines)
 
 
-async def run_demo(*, tools: str, record_dir: str | None, color: bool, out: Any = sys.stdout) -> int:
+async def run_demo(*, tools: str, record_dir: str | None, color: bool, out: Any = sys.stdout,
+                   transport: str = "auto") -> int:
     style = Style(color)
     timeline = Timeline(style, out)
     print(style("relay demo", "1") + ": the mock upstream and the relay, in this process; no key, no network.",
@@ -263,7 +265,7 @@ async def run_demo(*, tools: str, record_dir: str | None, color: bool, out: Any 
     async with MockUpstream(script=demo_script(), api_key=PROVIDER_KEY) as mock:
         config = ServerConfig(upstream=mock.url, dialect="openai", tools=[tools], host="127.0.0.1", port=0,
                               auth_token=RELAY_TOKEN, api_key=PROVIDER_KEY, record_dir=record_dir,
-                              on_notice=timeline.notice, drain_seconds=1)
+                              on_notice=timeline.notice, drain_seconds=1, transport=transport)
         async with RelayServer(config) as server:
             timeline.server = server
             print(f"mock upstream {mock.url}   relay {server.url}   tools {', '.join(server.tools.names)}\n",
@@ -288,9 +290,11 @@ def write_inspector_page(recording: Path) -> Path:
     return write_page(build_model(read_recording(recording)), recording.with_suffix(".html"))
 
 
-def run_demo_command(*, tools: str, record_dir: str | None, color: bool, loop: str = "auto") -> int:
-    """`relay demo`: the whole demo, in a new event loop (`loop`: relay.edges.process.LOOPS)."""
-    return run_in_loop(lambda: run_demo(tools=tools, record_dir=record_dir, color=color), loop)
+def run_demo_command(*, tools: str, record_dir: str | None, color: bool, loop: str = "auto",
+                     transport: str = "auto") -> int:
+    """`relay demo`: the whole demo, in a new event loop (`loop`: relay.edges.process.LOOPS), the
+    relay's sockets on `transport` (relay.transports.TRANSPORTS)."""
+    return run_in_loop(lambda: run_demo(tools=tools, record_dir=record_dir, color=color, transport=transport), loop)
 
 
 # ---- the command ---------------------------------------------------------------------------
@@ -304,6 +308,7 @@ DEMO_OPTIONS = (
     option("--color", field=None, choices=("auto", "always", "never"), default="auto",
            help="colour the timeline (default auto: when standard output is a terminal)"),
     LOOP,
+    TRANSPORT,
 )
 
 
@@ -313,7 +318,7 @@ def run(args: argparse.Namespace) -> int:
         check_record_dir(args.record)
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
     return run_demo_command(tools=args.tools, record_dir=None if args.no_record else args.record, color=color,
-                            loop=args.loop)
+                            loop=args.loop, transport=args.transport)
 
 
 

@@ -36,6 +36,7 @@ from relay.session.policy import (
     DEFAULT_MAX_FRAME_BYTES,
     DEFAULT_QUEUE_BYTES,
 )
+from relay.transports import TRANSPORTS
 
 
 def _same(value: Any) -> Any:
@@ -110,6 +111,9 @@ LOG_LEVEL = option("--log-level", field=None, choices=LOG_LEVELS, default="info"
 LOOP = option("--loop", field=None, choices=LOOPS, default="auto",
               help="the event loop: uvloop's or asyncio's own (default auto: uvloop when it is installed, "
                    "as with pip install 'realtime-relay[fast]')")
+TRANSPORT = option("--transport", choices=TRANSPORTS, default="auto",
+                   help="the WebSocket library of the relay's sockets: picows (its framing in C) or websockets "
+                        "(default auto: picows when it is installed, as with pip install 'realtime-relay[fast]')")
 HOST = option("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
 PORT = option("--port", type=port_number, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks one)")
 DRAIN_SECONDS = option("--drain-seconds", type=float, default=DEFAULT_DRAIN_SECONDS, metavar="S",

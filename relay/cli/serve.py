@@ -19,6 +19,7 @@ from relay.cli.options import (
     PORT,
     RECORDING,
     TOOLS,
+    TRANSPORT,
     UPSTREAM,
     Command,
     config_fields,
@@ -53,6 +54,7 @@ SERVE_OPTIONS = (
     *RECORDING,
     *LOGGING,
     LOOP,
+    TRANSPORT,
 )
 
 def run(args: argparse.Namespace) -> int:

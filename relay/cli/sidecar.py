@@ -13,6 +13,7 @@ from relay.cli.options import (
     LOOP,
     PORT,
     SIDEBAND,
+    TRANSPORT,
     Command,
     config_fields,
     option,
@@ -46,6 +47,7 @@ SIDECAR_OPTIONS = (
                 "--auth-token (required beyond loopback)"),
     INSPECTOR_TOKEN,
     LOOP,
+    TRANSPORT,
 )
 
 def run(args: argparse.Namespace) -> int:

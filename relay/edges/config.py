@@ -37,7 +37,7 @@ from relay.session.policy import (
 from relay.session.transport import Backend
 from relay.tools.render import DEFAULT_OUTPUT_LIMIT
 from relay.tools.sources import ToolSources, tool_registry
-from relay.transports.websockets import BACKEND as WEBSOCKETS
+from relay.transports import backend_named
 
 DEFAULT_PORT = 8000
 AUTH_TOKEN_ENV = "RELAY_AUTH_TOKEN"
@@ -89,6 +89,9 @@ class EdgeConfig:
     # Python API: an OpenTelemetry TracerProvider for the sessions' spans (relay/tracing.py);
     # None: the application's global provider if it set one, else the OTEL_* variables, else none.
     tracer_provider: Any = None
+    # the WebSocket library of the edge's sockets (relay.transports.TRANSPORTS): `auto` is picows
+    # when installed (the `fast` extra), else websockets
+    transport: str = "auto"
 
     def __post_init__(self) -> None:
         if not self.upstream:
@@ -182,16 +185,16 @@ class SidecarConfig(EdgeConfig):
 
 class EdgeRuntime:
     """What the sessions of one configuration share: the checked configuration, its dialect, the
-    tool registry, the transport backend its sockets use (relay/transports/), the provider
-    connection (URL, credentials, limits) and the secrets kept out of logs and recordings. Raises
-    ConfigError for a configuration that cannot work."""
+    tool registry, the transport backend its sockets use (`config.transport`: relay/transports/),
+    the provider connection (URL, credentials, limits) and the secrets kept out of logs and
+    recordings. Raises ConfigError for a configuration that cannot work."""
 
     def __init__(self, config: EdgeConfig, *, secrets: Sequence[str | None] = ()) -> None:
         self.dialect = config.check()
         self.tools = tool_registry(config.tools)
         self.config = config
         self.redactor = Redactor(secrets)
-        self.backend: Backend = WEBSOCKETS
+        self.backend: Backend = backend_named(config.transport)
         self.upstream = Upstream.configured(config, self.dialect, self.redactor, self.backend)
 
     def engine_settings(self, **settings: Any) -> EngineConfig:

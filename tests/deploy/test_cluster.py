@@ -17,7 +17,7 @@ from pathlib import Path
 from relay.mock import MockUpstream
 from tests.support.clients import TIMEOUT, realtime_client
 from tests.support.keys import PROVIDER_KEY
-from tests.support.processes import SCRIPTS, python_process, script_module
+from tests.support.processes import SCRIPTS, TEST_TRANSPORT, python_process, script_module
 from tests.support.relays import weather_turn
 
 RAINY_TOOLS = "from relay.tools import tool\n\n@tool\ndef get_weather(city: str) -> str:\n    return 'rainy'\n"
@@ -60,7 +60,7 @@ async def test_a_session_sent_to_a_draining_relay_is_refused_and_starts_on_anoth
     (tmp_path / "weather_tools.py").write_text(RAINY_TOOLS)
     env = {**os.environ, "OPENAI_API_KEY": PROVIDER_KEY}
     env.pop("RELAY_AUTH_TOKEN", None)
-    relay_args = ["--dialect", "openai", "--tools", "weather_tools", "--drain-seconds", "60"]
+    relay_args = ["--dialect", "openai", "--tools", "weather_tools", "--drain-seconds", "60", "--transport", TEST_TRANSPORT]
     async with cluster_module.Cluster(tmp_path, lambda name: weather_mock.url, haproxy=haproxy,
                                       relay_args=relay_args, env=env) as cluster:
         await cluster.start(2)

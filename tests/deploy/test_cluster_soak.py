@@ -1,6 +1,6 @@
 """The cluster soak's short form: `scripts/cluster-soak` with 3 relays, 20 sessions for 10 s
 (the full run, 3 relays and 200 sessions for 60 s, is `scripts/cluster-soak` without arguments;
-its figures are in docs/deploy.md). Through HAProxy, one relay is drained and replaced and another
+its figures are in docs/deploy.md), on the fast transport (picows). Through HAProxy, one relay is drained and replaced and another
 killed while the sessions make tool calls; the soak checks what the issue asks and this test that
 it passed and measured what it reports."""
 
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.soak
 def test_a_short_cluster_soak_loses_no_call_to_a_drain_and_reconnects_after_a_kill(haproxy: str) -> None:
     done = subprocess.run(
         [sys.executable, str(SCRIPTS / "cluster_soak.py"), "--relays", "3", "--sessions", "20", "--seconds", "10",
-         "--period", "1", "--turns-per-session", "3", "--json"],
+         "--period", "1", "--turns-per-session", "3", "--transport", "picows", "--json"],
         capture_output=True, text=True, timeout=110)
     assert done.returncode == 0, done.stdout + done.stderr
     summary = json.loads(done.stdout.splitlines()[-1])

@@ -28,7 +28,7 @@ from relay.tools import tool
 from tests.support.clients import TIMEOUT, RealtimeClient
 from tests.support.frames import function_call_outputs, model_call_ids, session_created, user_text
 from tests.support.keys import PROVIDER_KEY
-from tests.support.relays import LeakGuard, bare_upstream, weather_turn
+from tests.support.relays import LeakGuard, bare_upstream, socket_transport, weather_turn
 
 
 
@@ -241,7 +241,7 @@ async def test_a_client_that_stops_reading_is_bounded_by_the_queue_limit_then_dr
             await mock.wait_for(lambda e: e["type"] == "session.update")   # the session loop runs
             [session] = server.sessions.values()
             assert session.loop is not None
-            queue, transport = session.loop.to_client, session.client.connection.transport   # websockets' own
+            queue, transport = session.loop.to_client, socket_transport(session.client)
             peaks = {"queue": 0, "socket buffer": 0}
             put = queue.put
 

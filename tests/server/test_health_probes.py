@@ -16,6 +16,7 @@ from websockets.exceptions import InvalidStatus
 from relay.mock import MockUpstream
 from relay.transports.websockets import MAX_REQUEST_HEAD, ProbeConnection, _rewritten_head
 from tests.support.clients import TIMEOUT, raw_http, realtime_client
+from tests.support.processes import only_on_transport
 from tests.support.relays import captured_logs, relay_for, weather_turn
 from tests.support.tools import get_weather
 
@@ -68,6 +69,7 @@ async def test_a_request_head_in_pieces_is_read_whole(weather_mock: MockUpstream
         assert (status, body) == (200, b"") and int(headers["content-length"]) > 0
 
 
+@only_on_transport("websockets")
 def test_the_head_is_rewritten_only_once_it_is_complete() -> None:
     head = request("POST", "/healthz?x=1", body=b"{}")
     end = head.index(b"\r\n\r\n") + 4
@@ -108,6 +110,7 @@ async def test_no_probe_logs_an_error_or_a_traceback_and_sessions_still_work(wea
     assert any(r["msg"] == "connection closed before sending a request" and r["level"] == "debug" for r in records)
 
 
+@only_on_transport("websockets")
 async def test_a_probe_that_stalls_after_the_answer_is_not_an_error(
         weather_mock: MockUpstream, monkeypatch: pytest.MonkeyPatch) -> None:
     """A checker reads the answer but does not close its side within the relay's close timeout

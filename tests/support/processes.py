@@ -2,7 +2,10 @@
 scripts in scripts/ as modules.
 
 The commands that run an event loop run the one the test run is for: asyncio's own, or uvloop's
-with RELAY_TEST_LOOP=uvloop (`TEST_LOOP`, which tests/conftest.py gives the in-process tests)."""
+with RELAY_TEST_LOOP=uvloop (`TEST_LOOP`, which tests/conftest.py gives the in-process tests); the
+commands that open the relay's sockets run them on the transport the test run is for: websockets,
+or picows with RELAY_TEST_TRANSPORT=picows (`TEST_TRANSPORT`: tests/conftest.py makes it what
+`auto` means to the in-process relays)."""
 
 from __future__ import annotations
 
@@ -25,6 +28,9 @@ SCRIPTS = REPO / "scripts"
 TEST_LOOP = os.environ.get("RELAY_TEST_LOOP", "asyncio")
 """The event loop the tests run on (`--loop` of the commands: asyncio or uvloop)."""
 LOOP_COMMANDS = frozenset({"serve", "attach", "sidecar", "mock", "demo"})
+TEST_TRANSPORT = os.environ.get("RELAY_TEST_TRANSPORT", "websockets")
+"""The WebSocket library of the relays the tests start (`--transport`: websockets or picows)."""
+TRANSPORT_COMMANDS = frozenset({"serve", "attach", "sidecar", "demo"})
 
 
 @asynccontextmanager
@@ -49,9 +55,12 @@ async def python_process(*args: str, cwd: Path | None = None, env: dict[str, str
 
 def relay_process(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
                   stdout: bool = False) -> AbstractAsyncContextManager[asyncio.subprocess.Process]:
-    """`python -m relay ARGS`, as `python_process` runs it, on the test run's event loop."""
+    """`python -m relay ARGS`, as `python_process` runs it, on the test run's event loop and
+    transport."""
     if args and args[0] in LOOP_COMMANDS and "--loop" not in args:
         args = (args[0], "--loop", TEST_LOOP, *args[1:])
+    if args and args[0] in TRANSPORT_COMMANDS and "--transport" not in args:
+        args = (args[0], "--transport", TEST_TRANSPORT, *args[1:])
     return python_process("-m", "relay", *args, cwd=cwd, env=env, stdout=stdout)
 
 
@@ -76,3 +85,11 @@ def script_module(name: str) -> ModuleType:
     if str(SCRIPTS) not in sys.path:
         sys.path.insert(0, str(SCRIPTS))
     return importlib.import_module(name)
+
+
+def only_on_transport(name: str) -> Any:
+    """A test of what one transport's own code does (its internals, its log lines): skipped when the
+    test run is on the other (RELAY_TEST_TRANSPORT)."""
+    import pytest
+
+    return pytest.mark.skipif(TEST_TRANSPORT != name, reason=f"a test of the {name} transport's own code")

@@ -5,6 +5,7 @@ what the mock will not do; and what watches them: the relay's log records (`capt
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -21,6 +22,8 @@ from relay.edges.serve import RelayServer, ServerConfig
 from relay.edges.sideband import Sidecar, SidecarConfig
 from relay.mock import MockSession, MockUpstream
 from relay.observe.logs import JsonFormatter
+from relay.session.transport import Transport
+from relay.transports.websockets import WebsocketsTransport
 from tests.support.clients import TIMEOUT, RealtimeClient, http_request, realtime_client
 from tests.support.frames import user_text
 from tests.support.keys import PROVIDER_KEY, RELAY_TOKEN
@@ -64,6 +67,14 @@ async def bare_upstream(handler: Callable[[ServerConnection], Awaitable[None]]) 
     async with serve(handler, "127.0.0.1", 0, max_size=None, close_timeout=0.1) as server:
         port = next(iter(server.sockets)).getsockname()[1]
         yield f"ws://127.0.0.1:{port}/v1/realtime"
+
+
+def socket_transport(transport: Transport) -> asyncio.Transport:
+    """The asyncio transport under a relay connection, whichever library holds it (its write
+    buffer, for a test of flow control)."""
+    if isinstance(transport, WebsocketsTransport):
+        return transport.connection.transport
+    return transport.ws.underlying_transport   # type: ignore[attr-defined]  (relay.transports.picows)
 
 
 # ---- watching what the relay shows ---------------------------------------------------------------

@@ -1,0 +1,355 @@
+"""One picows connection as a `Transport` (relay/session/transport.py): `PicowsTransport`, the
+listener picows calls with each frame, and what it adds to picows for the session: messages
+reassembled and checked, the closing handshake, batched writes. relay/transports/picows.py opens
+and serves these connections (it says what this module touches of picows beyond its API).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import struct
+from asyncio.tasks import _enter_task, _leave_task
+from collections import deque
+from typing import Any, Callable, Sequence
+
+from picows import WSFrame, WSListener, WSMsgType, WSTransport
+
+from relay.session.policy import NO_CLOSE_FRAME, NORMAL_CLOSURE
+from relay.session.transport import BATCH_BYTES, Frame, FrameQueue, TransportClosed
+
+log = logging.getLogger("relay.server")
+
+CLOSE_TIMEOUT = 1.0          # the peer's answer to a close of ours, as the websockets transport waits
+PING_INTERVAL = 20.0         # a ping after this long without a frame from the peer (websockets' default)
+PING_TIMEOUT = 20.0          # ... and the connection dropped when its pong does not come within this
+READ_BUFFER_BYTES = 2 * 1024   # picows' first read buffer per connection, its least (it grows as messages need)
+MAX_WAITING_MESSAGES = 16      # read before anyone receives them: then the socket is no longer read
+
+PROTOCOL_ERROR = 1002
+INVALID_DATA = 1007
+MESSAGE_TOO_BIG = 1009
+NO_STATUS = 1005             # a close frame without a code, as websockets reports it
+
+TEXT, BINARY, CONTINUATION = WSMsgType.TEXT, WSMsgType.BINARY, WSMsgType.CONTINUATION
+CLOSE, PING, PONG = WSMsgType.CLOSE, WSMsgType.PING, WSMsgType.PONG
+
+_HEADER_16 = struct.Struct("!BBH").pack
+_HEADER_64 = struct.Struct("!BBQ").pack
+
+
+def framed(frames: Sequence[Frame]) -> bytes:
+    """`frames` as unmasked WebSocket frames (what a server sends), one after the other: text for
+    a str, binary for bytes."""
+    parts: list[bytes] = []
+    append = parts.append
+    for frame in frames:
+        if type(frame) is str:
+            payload, first = frame.encode(), 0x81
+        else:
+            payload, first = frame, 0x82   # type: ignore[assignment]
+        size = len(payload)
+        if size < 126:
+            append(bytes((first, size)))
+        elif size < 65536:
+            append(_HEADER_16(first, 126, size))
+        else:
+            append(_HEADER_64(first, 127, size))
+        append(payload)
+    return b"".join(parts)
+
+
+class PicowsLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """The logger picows is given: its line per connection (INFO) and a peer's protocol errors
+    (ERROR: "WS parser error") become DEBUG lines, where websockets logs the same events; what
+    else it logs at ERROR (a fault of the relay's in a callback) stays an error."""
+
+    def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
+        if level == logging.INFO or (level >= logging.ERROR and isinstance(msg, str)
+                                     and msg.startswith("WS parser error")):
+            level = logging.DEBUG
+        if self.logger.isEnabledFor(level):
+            self.logger.log(level, msg, *args, **kwargs)
+
+
+def closed_by(ws: WSTransport) -> TransportClosed:
+    """What picows says of a closed (or closing) connection, in the seam's terms."""
+    handshake = ws.close_handshake
+    received = handshake.recv if handshake is not None else None
+    sent = handshake.sent if handshake is not None else None
+    frame = received or sent
+    if frame is None:
+        return TransportClosed(NO_CLOSE_FRAME, "connection lost", received=False, initiated_here=False)
+    code = int(frame.code) or NO_STATUS
+    return TransportClosed(code, frame.reason or "", received=received is not None,
+                           initiated_here=sent is not None and not handshake.recv_then_sent)
+
+
+def copied(closed: TransportClosed) -> TransportClosed:
+    """A new exception saying what `closed` says (each raise gets its own traceback)."""
+    return TransportClosed(closed.code, closed.reason, received=closed.received, initiated_here=closed.initiated_here)
+
+
+class PicowsTransport(WSListener):
+    """One picows connection (client or server side) as a `Transport`, and the listener picows
+    calls with its frames.
+
+    - `receive`: each whole message goes to `deliver` from picows' frame callback, in the read
+      that completed it; messages that come before anyone receives wait (a few, then the socket
+      is no longer read until someone does).
+    - `more_buffered`: the frame just delivered is not the last of its read.
+    - `flush`, `flush_soon`, `send`: what waits goes out in one write on a server's connection
+      (framed here), one masked frame after the other on a client's (framed by picows).
+    - `close`: the closing handshake, bounded by CLOSE_TIMEOUT; `abort` drops the connection."""
+
+    __slots__ = ("ws", "server_side", "max_message_bytes", "on_open", "_loop", "_deliver", "_waiting",
+                 "_reading_paused", "_more", "_message_type", "_fragments", "_message_bytes", "_paused",
+                 "_resumed", "_receiving", "_failure", "_disconnected", "_flush_scheduled", "_close_timer",
+                 "_reader", "_reader_context")
+
+    def __init__(self, *, server_side: bool, max_message_bytes: int) -> None:
+        super().__init__()
+        self.ws: WSTransport | None = None
+        self.server_side = server_side
+        self.max_message_bytes = max_message_bytes
+        self.on_open: Callable[[PicowsTransport], None] | None = None   # a server's: start the handler
+        self._loop = asyncio.get_running_loop()
+        self._deliver: Callable[[Frame], None] | None = None
+        self._waiting: deque[Frame] = deque()   # messages read before anyone receives them
+        self._reading_paused = False
+        self._more = False
+        self._message_type: WSMsgType | None = None   # of a fragmented message being read
+        self._fragments: list[bytes] = []
+        self._message_bytes = 0
+        self._paused = False   # flow control: the socket's buffer is over its high-water mark
+        self._resumed: asyncio.Future[None] | None = None
+        self._receiving: asyncio.Future[None] | None = None
+        self._failure: BaseException | None = None   # what `deliver` raised
+        self._disconnected: asyncio.Future[TransportClosed] = self._loop.create_future()
+        self._flush_scheduled = False
+        self._close_timer: asyncio.TimerHandle | None = None
+        self._reader: asyncio.Task[Any] | None = None   # the task in `receive`
+        self._reader_context: contextvars.Context | None = None
+
+    # ---- picows' callbacks ---------------------------------------------------------------
+    def on_ws_connected(self, ws: WSTransport) -> None:
+        self.ws = ws
+        if self.on_open is not None:
+            self.on_open(self)
+
+    def on_ws_frame(self, ws: WSTransport, frame: WSFrame) -> None:
+        self._more = not frame.last_in_buffer
+        kind = frame.msg_type
+        if kind is TEXT or kind is BINARY:
+            if self._message_type is not None:
+                self._fail(PROTOCOL_ERROR, "expected a continuation frame")
+                return
+            if frame.fin and not (frame.rsv1 or frame.rsv2 or frame.rsv3) and not ws.is_close_frame_sent:
+                # a whole message in one frame: the per-frame path (picows has checked its size)
+                message = self._text(frame.get_payload_as_utf8_text) if kind is TEXT else frame.get_payload_as_bytes()
+                if message is not None:
+                    self._hand_on(message)
+                return
+        elif kind is CLOSE:
+            self._close_received(ws, frame)
+            return
+        elif kind is not CONTINUATION:
+            return   # a pong (picows answers pings itself)
+        self._fragment(ws, frame, kind)
+
+    def _fragment(self, ws: WSTransport, frame: WSFrame, kind: WSMsgType) -> None:
+        """A frame of a message in several (or one that failed the fast path's checks)."""
+        if ws.is_close_frame_sent:
+            return   # closing: what still comes is not read (picows delivers an oversize frame's rest)
+        if frame.rsv1 or frame.rsv2 or frame.rsv3:
+            self._fail(PROTOCOL_ERROR, "reserved bits must be 0")
+            return
+        if kind is CONTINUATION:
+            if self._message_type is None:
+                self._fail(PROTOCOL_ERROR, "unexpected continuation frame")
+                return
+        else:
+            self._message_type = kind
+        self._message_bytes += frame.payload_size
+        if self._message_bytes > self.max_message_bytes:
+            self._fail(MESSAGE_TOO_BIG, f"message over {self.max_message_bytes} bytes")
+            return
+        self._fragments.append(frame.get_payload_as_bytes())
+        if not frame.fin:
+            return
+        whole = b"".join(self._fragments)
+        is_text = self._message_type is TEXT
+        self._message_type, self._fragments, self._message_bytes = None, [], 0
+        message = self._text(whole.decode) if is_text else whole
+        if message is not None:
+            self._hand_on(message)
+
+    def _text(self, decode: Callable[[], str]) -> str | None:
+        """A text message, decoded as UTF-8; None when it is not UTF-8 (the connection is then
+        closed with 1007, as websockets closes it)."""
+        try:
+            return decode()
+        except UnicodeDecodeError as exc:
+            self._fail(INVALID_DATA, f"invalid UTF-8: {exc.reason} at position {exc.start}")
+            return None
+
+    def _hand_on(self, message: Frame) -> None:
+        deliver = self._deliver
+        if deliver is None:
+            self._waiting.append(message)
+            if len(self._waiting) >= MAX_WAITING_MESSAGES:
+                self._pause_reading()
+            return
+        loop, reader = self._loop, self._reader
+        try:
+            _enter_task(loop, reader)
+        except RuntimeError:   # already inside a task (picows calls back from the event loop: never)
+            reader = None
+        try:
+            self._reader_context.run(deliver, message)   # type: ignore[union-attr]
+        except BaseException as exc:   # ends `receive` with it
+            self._deliver = None
+            self._failure = exc
+            self._pause_reading()
+            self._wake_receiver()
+        finally:
+            if reader is not None:
+                _leave_task(loop, reader)
+
+    def _close_received(self, ws: WSTransport, frame: WSFrame) -> None:
+        """The peer's close frame: answered with its code (an empty one with 1000: picows cannot
+        send a close frame without a code), unless the relay's own close came first; then the
+        connection is done."""
+        if not ws.is_close_frame_sent:
+            code = frame.get_close_code()
+            ws.send_close(code if int(code) else NORMAL_CLOSURE, frame.get_close_message())
+        ws.disconnect()
+
+    def on_ws_disconnected(self, ws: WSTransport) -> None:
+        if self._close_timer is not None:
+            self._close_timer.cancel()
+        if not self._disconnected.done():
+            self._disconnected.set_result(closed_by(ws))
+        self._wake_receiver()
+        self._wake_writer()
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._wake_writer()
+
+    # ---- the seam ------------------------------------------------------------------------
+    async def receive(self, deliver: Callable[[Frame], None]) -> None:
+        self._reader = asyncio.current_task()
+        self._reader_context = contextvars.copy_context()
+        self._deliver = deliver
+        try:
+            waiting = self._waiting
+            while waiting:
+                deliver(waiting.popleft())
+            if self._reading_paused:
+                self._reading_paused = False
+                self._underlying().resume_reading()
+            if not self._disconnected.done() and self._failure is None:
+                self._receiving = self._loop.create_future()
+                await self._receiving
+            if self._failure is not None:
+                failure, self._failure = self._failure, None
+                raise failure
+            raise copied(self._disconnected.result())
+        finally:
+            self._deliver = None
+            self._receiving = None
+            self._reader = self._reader_context = None
+
+    def more_buffered(self) -> bool:
+        return self._more
+
+    def _writable(self) -> bool:
+        ws = self.ws
+        return not self._paused and ws is not None and not ws.is_close_frame_sent and not ws.is_disconnected
+
+    def _write(self, frames: Sequence[Frame]) -> None:
+        ws = self.ws
+        assert ws is not None
+        if self.server_side and len(frames) > 1:
+            ws.underlying_transport.write(framed(frames))
+            return
+        send = ws.send
+        for frame in frames:
+            send(TEXT if type(frame) is str else BINARY, frame)
+
+    def flush(self, queue: FrameQueue) -> None:
+        while queue and queue.writer_idle and self._writable():
+            self._write(queue.take_batch(BATCH_BYTES))
+        if queue:
+            queue.wake()   # paused or closing: the writer task waits for the socket
+
+    def flush_soon(self, queue: FrameQueue) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._scheduled_flush, queue)
+
+    def _scheduled_flush(self, queue: FrameQueue) -> None:
+        self._flush_scheduled = False
+        self.flush(queue)
+
+    async def send(self, frames: Sequence[Frame]) -> None:
+        while not self._writable():
+            ws = self.ws
+            if ws is None or ws.is_close_frame_sent or ws.is_disconnected:
+                raise copied(self._disconnected.result()) if self._disconnected.done() else closed_by(ws)  # type: ignore[arg-type]
+            self._resumed = self._loop.create_future()
+            await self._resumed
+        self._write(frames)
+
+    async def close(self, code: int, reason: str) -> None:
+        ws = self.ws
+        if ws is not None and not ws.is_disconnected:
+            if not ws.is_close_frame_sent:
+                ws.send_close(code, reason.encode())
+            if self._close_timer is None:
+                self._close_timer = self._loop.call_later(CLOSE_TIMEOUT, self.abort)
+        await self.wait_closed()
+
+    def abort(self) -> None:
+        ws = self.ws
+        if ws is not None:
+            ws.disconnect(graceful=False)
+
+    async def wait_closed(self) -> None:
+        await asyncio.shield(self._disconnected)
+
+    # ---- helpers -------------------------------------------------------------------------
+    def _fail(self, code: int, reason: str) -> None:
+        """The peer broke the protocol: close with `code` at once and drop what it sends after
+        (websockets fails a connection the same way)."""
+        ws = self.ws
+        assert ws is not None
+        self._message_type, self._fragments, self._message_bytes = None, [], 0
+        log.debug("closing a connection whose peer broke the protocol: %d %s", code, reason)
+        if not ws.is_close_frame_sent:
+            ws.send_close(code, reason.encode())
+        ws.disconnect()
+
+    def _underlying(self) -> asyncio.Transport:
+        assert self.ws is not None
+        return self.ws.underlying_transport
+
+    def _pause_reading(self) -> None:
+        if not self._reading_paused and self.ws is not None and not self.ws.is_disconnected:
+            self._reading_paused = True
+            self._underlying().pause_reading()
+
+    def _wake_receiver(self) -> None:
+        receiving = self._receiving
+        if receiving is not None and not receiving.done():
+            receiving.set_result(None)
+
+    def _wake_writer(self) -> None:
+        resumed, self._resumed = self._resumed, None
+        if resumed is not None and not resumed.done():
+            resumed.set_result(None)
