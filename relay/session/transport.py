@@ -85,6 +85,18 @@ class FrameQueue:
         if wake:
             self.wake()
 
+    def hold(self, frame: Frame) -> int:
+        """Queue `frame` without waking the writer: how many frames wait for a `flush` while it
+        sleeps (whoever queued them writes them), 0 when it is awake (it takes them itself). The
+        reader's per-frame `put`."""
+        size = self.size + len(frame)
+        if size > self.max_bytes:
+            raise QueueOverflow(f"{size} bytes queued, over the limit of {self.max_bytes}")
+        frames = self._frames
+        frames.append(frame)
+        self.size = size
+        return len(frames) if self._waiter is not None else 0
+
     def wake(self) -> None:
         waiter = self._waiter
         if waiter is not None:
