@@ -39,7 +39,7 @@ from relay.recording.format import (
     RELAY_TO_UPSTREAM,
     UPSTREAM_TO_RELAY,
 )
-from relay.recording.taps import Recorder
+from relay.recording.taps import Recorder, forwarding_of
 from relay.session.policy import (
     BAD_GATEWAY,
     DEFAULT_QUEUE_BYTES,
@@ -367,22 +367,24 @@ class SessionLoop:
         write after the last frame of a burst; should the burst stop short, a flush once the
         event loop's turn comes)."""
         recorder, redact = self.recorder, self.redact if side == "client" else None
-        queue = self.to_client if side == "client" else self.to_upstream
-        sent_as = RELAY_TO_CLIENT if side == "client" else RELAY_TO_UPSTREAM
+        record_forwarded = forwarding_of(recorder) if recorder is not None else None
+        to_client = side == "client"
+        client = self.client
+        queue = self.to_client if to_client else self.to_upstream
+        sent_as = RELAY_TO_CLIENT if to_client else RELAY_TO_UPSTREAM
         more_buffered = source.more_buffered
 
         def forward(frame: Frame) -> None:
-            if recorder is not None:
-                recorder.record(received, frame)
-            peer = self.client if side == "client" else self.upstream
-            if peer is None:
-                return   # no client (a sidecar): the frame was only to be seen
-            if redact is not None:
-                frame = redact(frame)
-            if recorder is not None:
-                recorder.record(sent_as, frame)
+            peer = client if to_client else self.upstream
+            if peer is None:   # no client (a sidecar): the frame was only to be seen
+                if recorder is not None:
+                    recorder.record(received, frame)
+                return
+            sent = redact(frame) if redact is not None else frame
+            if record_forwarded is not None:
+                record_forwarded(received, frame, sent_as, sent)
             try:
-                waiting = queue.hold(frame)
+                waiting = queue.hold(sent)
             except QueueOverflow as overflow:
                 self._overflow(side, overflow)
                 return
