@@ -309,9 +309,19 @@ class PicowsTransport(WSListener):
             send(TEXT if type(frame) is str else BINARY, frame)
 
     def flush(self, queue: FrameQueue) -> None:
-        while queue and queue.writer_idle and self._writable():
-            self._write(queue.take_batch(BATCH_BYTES))
-        if queue:
+        # once per read on the per-frame path: `_writable` and `_write` inline
+        ws = self.ws
+        while not self._paused and ws is not None and not ws.is_close_frame_sent and not ws.is_disconnected:
+            frames = queue.take_unsent(BATCH_BYTES)
+            if not frames:
+                return
+            if self.server_side and len(frames) > 1:
+                ws.underlying_transport.write(framed(frames))
+            else:
+                send = ws.send
+                for frame in frames:
+                    send(TEXT if type(frame) is str else BINARY, frame)
+        if len(queue):
             queue.wake()   # paused or closing: the writer task waits for the socket
 
     def flush_soon(self, queue: FrameQueue) -> None:
