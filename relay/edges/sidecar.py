@@ -455,7 +455,7 @@ class SidecarServer:
         if self.config.instructions is not None:
             session["instructions"] = self.config.instructions
         if len(self.runtime.tools):
-            session["tools"] = self.runtime.tools.definitions()
+            session["tools"] = self.runtime.dialect.tool_definitions(self.runtime.tools)
         return session
 
     async def accept(self, call_id: str) -> None:

@@ -61,7 +61,7 @@ class ClientView:
         another party declared (only ours are replaced)."""
         ctx = self.ctx
         others = [t for t in current_tools or [] if not self.is_relay_tool(t)]
-        event = ctx.dialect.session_update({"tools": others + ctx.tools.definitions()}, ctx.new_event_id())
+        event = ctx.dialect.session_update({"tools": others + ctx.dialect.tool_definitions(ctx.tools)}, ctx.new_event_id())
         ctx.send_tagged(event, "session.update")
         self.tools_declared = True
 
@@ -93,7 +93,7 @@ class ClientView:
         elif not isinstance(tools, list):
             return SAME
         self.tools_declared = True
-        return {**event, "session": {**session, "tools": list(tools) + ctx.tools.definitions()}}
+        return {**event, "session": {**session, "tools": list(tools) + ctx.dialect.tool_definitions(ctx.tools)}}
 
     def response_create(self, event: dict[str, Any]) -> Any:
         """A client's `response.create`: tools it lists for this response get the relay's too.
@@ -108,7 +108,7 @@ class ClientView:
         if isinstance(options, dict) and isinstance(options.get("tools"), list) and len(ctx.tools):
             if self._refuse_relay_tool_names(options["tools"], event, "response"):
                 return None
-            event = rewritten = {**event, "response": {**options, "tools": options["tools"] + ctx.tools.definitions()}}
+            event = rewritten = {**event, "response": {**options, "tools": options["tools"] + ctx.dialect.tool_definitions(ctx.tools)}}
         event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
         if ctx.config.hold_client_creates and (ctx.ledger.unanswered() or ctx.sequencer.busy(ctx.now)):
             self.held.hold(json.dumps(event, ensure_ascii=False, separators=(",", ":")), event_id,
