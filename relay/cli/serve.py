@@ -16,24 +16,26 @@ from relay.cli.options import (
     LIMITS,
     LOGGING,
     LOOP,
+    MCP_OPTIONS,
     PORT,
     RECORDING,
     TOOLS,
     UPSTREAM,
     Command,
     config_fields,
+    mcp_settings,
     option,
     start,
     warn_if_no_key,
 )
 from relay.edges.config import ServerConfig
-from relay.edges.process import run_workers
+from relay.edges.process import run_in_loop, run_workers
 from relay.edges.serve import RelayServer, run_server
 from relay.errors import UnusableInput
 from relay.observe.metrics import metrics_for_workers
 
 SERVE_OPTIONS = (
-    UPSTREAM, DIALECT, TOOLS, HOST, PORT,
+    UPSTREAM, DIALECT, TOOLS, *MCP_OPTIONS, HOST, PORT,
     AUTH_TOKEN,
     option("--insecure-no-auth", action="store_true",
            help="allow listening beyond loopback without a client token"),
@@ -62,8 +64,12 @@ def run(args: argparse.Namespace) -> int:
         raise UnusableInput("--workers must be at least 1")
     if args.inspector and args.workers > 1:
         raise UnusableInput("--inspector shows the sessions of one process: it cannot be used with --workers")
-    server = RelayServer(ServerConfig(**config_fields(args, SERVE_OPTIONS)))
+    server = RelayServer(ServerConfig(**config_fields(args, SERVE_OPTIONS), mcp=mcp_settings(args)))
     warn_if_no_key(server, log)
+    if args.workers > 1 and server.tool_set.mcp is not None:
+        # each worker reaches the MCP servers itself (one connection per server per process):
+        # an unreachable server or a name clash is found here first, once, before any fork
+        run_in_loop(lambda: _reach_tools(server), args.loop)
 
     def run_worker(port: int) -> int:
         server.config = dataclasses.replace(server.config, port=port, reuse_port=True)
@@ -74,6 +80,11 @@ def run(args: argparse.Namespace) -> int:
             return run_server(server, loop=args.loop)
         return run_workers(server.config.host, server.config.port, args.workers, run_worker, worker_exited)
 
+
+
+async def _reach_tools(server: RelayServer) -> None:
+    await server.start_tools()
+    await server.close_tools()
 
 
 COMMAND = Command(SERVE_OPTIONS, run)
