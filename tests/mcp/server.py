@@ -118,6 +118,7 @@ def serve_http(port: int, token: str | None) -> None:
     listening = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listening.bind(("127.0.0.1", port))
+    listening.listen(128)   # connections wait in the backlog until uvicorn accepts them
     print(f"PORT={listening.getsockname()[1]}", flush=True)
     uvicorn.Server(uvicorn.Config(checked, log_level="warning", lifespan="on")).run(sockets=[listening])
 

@@ -1,0 +1,199 @@
+"""MCP tools through `relay serve` on the mock, both dialects, over stdio and streamable HTTP: the
+model's calls reach the server and its answers come back as outputs, hidden from the client as any
+relay tool; errors, a slow call with a filler, a timeout, a server killed mid-call and reconnected,
+a tool list that changes; headers from the environment kept out of logs and recordings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import anyio
+import pytest
+
+from relay.errors import ConfigError
+from relay.mock import MockUpstream
+from relay.recording.reader import read_recording
+from relay.tools.mcp_config import McpServerConfig, ToolSettings
+from tests.support.clients import gemini_client, realtime_client
+from tests.support.frames import model_words, user_text
+from tests.support.keys import GEMINI_KEY, PROVIDER_KEY, RELAY_TOKEN
+from tests.support.mcp import calls, http_config, http_server, settings, slow_settings, stdio_server
+from tests.support.relays import LeakGuard, accepted_call, captured_logs, relay_for, sidecar_on
+from tests.support.tools import get_weather
+
+SCRIPT = calls(
+    ("forecast", "forecast", {"city": "Oslo"}),
+    ("echo", "echo", {"text": "hello there"}),
+    ("fail", "fail", {"reason": "no luck"}),
+    ("slow", "slow", {"seconds": 0.6}),
+    ("stuck", "slow", {"seconds": 30}),
+    ("crash", "crash", {"after": 0.1}),
+    ("pid", "pid", {}),
+    ("picture", "picture", {}),
+    ("added", "added", {"text": "new"}),
+)
+
+
+async def turn(client, words: str, says: str) -> dict:
+    """The user says `words`; returns the response.done whose output holds `says`."""
+    await client.send(user_text(words))
+    await client.send({"type": "response.create"})
+    return await client.wait_for(lambda e: e["type"] == "response.done" and says in json.dumps(e["response"]["output"]))
+
+
+def outputs_sent(mock: MockUpstream) -> list[str]:
+    return [item["output"] for item in mock.sessions[-1].items if item.get("type") == "function_call_output"]
+
+
+async def test_an_mcp_tool_over_stdio_answers_like_a_tool_and_stays_hidden_from_the_client(tmp_path: Path) -> None:
+    async with MockUpstream(script=SCRIPT, api_key=PROVIDER_KEY) as mock:
+        async with relay_for(mock, tools=[get_weather], mcp=settings(stdio_server()), record_dir=tmp_path) as server:
+            assert {"forecast", "echo", "get_weather"} <= set(server.tools.names)
+            async with realtime_client(server) as client:
+                await turn(client, "forecast please", "sunny")
+                await turn(client, "echo it", "hello there")
+                await turn(client, "picture", "image/png")
+    assert json.loads(outputs_sent(mock)[0]) == {"city": "Oslo", "temperature_c": 21.5, "conditions": "sunny"}
+    assert outputs_sent(mock)[1] == "hello there", "text content is the output as it is"
+    assert outputs_sent(mock)[2] == "[image: image/png, 70 bytes]", "an image is described, not pasted"
+    declared = [t["name"] for t in mock.sessions[-1].tools]
+    assert {"forecast", "echo", "get_weather"} <= set(declared)
+    seen = json.dumps(client.frames)
+    assert "function_call" not in seen and "forecast" not in seen.replace("forecast please", "")
+    recording = read_recording(next(tmp_path.glob("*.jsonl")))
+    recorded = {entry["name"]: entry for entry in recording.header["mcp_tools"]}
+    assert recorded["forecast"]["server"] == "test" and recorded["forecast"]["tool"] == "forecast"
+    assert recorded["forecast"]["parameters"]["properties"]["city"]["type"] == "string"
+
+
+async def test_an_error_result_a_filler_and_a_timeout_follow_the_tools_settings() -> None:
+    server_config = stdio_server(tool_settings=(("slow", ToolSettings(on_delay=(200, "Hold on a moment."),
+                                                                        timeout=2.0)),
+                                                ("fail", ToolSettings(on_failure="That did not work."))))
+    async with MockUpstream(script=SCRIPT, api_key=PROVIDER_KEY) as mock:
+        async with relay_for(mock, mcp=settings(server_config)) as server:
+            async with realtime_client(server) as client:
+                await turn(client, "fail now", "That did not work.")   # on_failure is said instead
+                await turn(client, "slow one", "slept 0.6 s")
+                await turn(client, "stuck", "Here is what I found")
+                await turn(client, "echo again", "hello there")   # the session and the server go on
+    outputs = outputs_sent(mock)
+    assert json.loads(outputs[0]) == {"error": "Error executing tool fail: cannot do it: no luck"}
+    assert outputs[1] == "slept 0.6 s"
+    assert "2 s" in json.loads(outputs[2])["error"], "the timeout's error output"
+    assert outputs[3] == "hello there"
+    said = json.dumps(client.frames)
+    assert "Hold on a moment." in said, "the on_delay filler was spoken while the slow call ran"
+
+
+async def test_a_server_killed_mid_call_gives_an_error_output_and_is_reconnected_for_the_next_call() -> None:
+    async with MockUpstream(script=SCRIPT, api_key=PROVIDER_KEY) as mock:
+        with captured_logs() as logs:
+            async with relay_for(mock, mcp=settings(stdio_server())) as server:
+                async with realtime_client(server) as client:
+                    await turn(client, "pid", "Here is what I found")
+                    first_pid = outputs_sent(mock)[-1]
+                    await turn(client, "crash", "lost during the call")
+                    await turn(client, "pid", "Here is what I found")
+                    second_pid = outputs_sent(mock)[-1]
+                events = server.metrics.mcp_events
+    assert first_pid != second_pid, "a new server process answers after the crash"
+    assert events[("test", "lost")] == 1 and events[("test", "reconnected")] == 1
+    assert "MCP server test lost" in logs.getvalue()
+
+
+async def test_an_http_server_gets_its_header_from_the_environment_and_it_never_reaches_logs_or_recordings(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    token = "mcp-secret-token-123"
+    monkeypatch.setenv("TEST_MCP_TOKEN", token)
+    with http_server(token=token) as (_, url), LeakGuard(tmp_path) as guard:
+        config = http_config(url, headers=(("Authorization", "Bearer ${TEST_MCP_TOKEN}"),))
+        async with MockUpstream(script=SCRIPT, api_key=PROVIDER_KEY) as mock:
+            async with guard.relay(mock, mcp=settings(config)) as server:
+                assert token in server.redactor.secrets, "the relay's one redactor knows the header's value"
+                async with guard.client(server) as client:
+                    await turn(client, "echo it", "hello there")
+    guard.check()
+    assert token not in guard.log.getvalue()
+    assert list(tmp_path.glob("*.jsonl"))
+    for recording in tmp_path.glob("*.jsonl"):
+        assert token not in recording.read_text()
+
+
+async def test_an_http_server_killed_mid_call_and_restarted_is_reconnected() -> None:
+    with http_server() as (process, url):
+        port = int(url.split(":")[2].split("/")[0])
+        async with MockUpstream(script=SCRIPT, api_key=PROVIDER_KEY) as mock:
+            async with relay_for(mock, mcp=settings(http_config(url))) as server:
+                async with realtime_client(server) as client:
+                    await turn(client, "crash", "error")
+                    assert "lost" in outputs_sent(mock)[-1] or "unreachable" in outputs_sent(mock)[-1]
+                    with http_server(port=port):
+                        await turn(client, "echo it", "hello there")
+                events = server.metrics.mcp_events
+    assert process.poll() is not None
+    assert events[("web", "reconnected")] >= 1
+
+
+async def test_a_new_tool_joins_the_sessions_that_start_after_the_server_says_so() -> None:
+    async with MockUpstream(script=SCRIPT, api_key=PROVIDER_KEY) as mock:
+        async with relay_for(mock, mcp=settings(stdio_server())) as server:
+            spec = server.tools.get("add_tool")
+            await spec.handler(name="added")
+            with anyio.fail_after(5):
+                while "added" not in server.tools:
+                    await anyio.sleep(0.02)
+            async with realtime_client(server) as client:
+                await turn(client, "added", "added: new")
+    assert server.metrics.mcp_events[("test", "tools_changed")] == 1
+
+
+async def test_gemini_gets_sanitised_declarations_and_the_answers_of_mcp_tools() -> None:
+    script = calls(("forecast", "forecast", {"city": "Oslo"}), ("deep", "deep", {"place": {"name": "Rome"}, "days": 2}),
+                   gemini=True)
+    async with MockUpstream(script=script, dialect="gemini", api_key=GEMINI_KEY) as mock:
+        async with relay_for(mock.url, dialect="gemini", api_key=GEMINI_KEY, mcp=settings(stdio_server())) as server:
+            async with gemini_client(server.base_url, key=RELAY_TOKEN) as client:
+                await client.setup(generationConfig={"responseModalities": ["TEXT"]})
+                await client.say("forecast")
+                await client.turn()
+                await client.say("deep")
+                await client.turn()
+    words = model_words(client.messages)
+    assert "sunny" in words and "Rome: 2 days in C" in words
+    setup = mock.sessions[0].setup
+    declarations = {d["name"]: d for tool in setup["tools"] for d in tool["functionDeclarations"]}
+    deep = json.dumps(declarations["deep"])
+    for refused in ("$ref", "$defs", "exclusiveMinimum", "additionalProperties", "const", "title"):
+        assert refused not in deep
+
+
+async def test_a_name_clash_or_an_unreachable_server_refuses_to_start() -> None:
+    async with MockUpstream(script=SCRIPT, api_key=PROVIDER_KEY) as mock:
+        from relay.tools import tool
+
+        @tool(name="echo")
+        def own_echo(text: str) -> str:
+            return text
+
+        with pytest.raises(ConfigError, match="'echo' is taken twice.*prefix"):
+            async with relay_for(mock, tools=[own_echo], mcp=settings(stdio_server())):
+                pass
+        async with relay_for(mock, tools=[own_echo], mcp=settings(stdio_server(prefix="t_"))) as server:
+            assert {"echo", "t_echo"} <= set(server.tools.names)
+        with pytest.raises(ConfigError, match="cannot reach MCP server gone"):
+            async with relay_for(mock, mcp=settings(McpServerConfig(name="gone", command=("/nonexistent/server",)))):
+                pass
+
+
+async def test_an_attached_sidecar_runs_mcp_tools_beside_the_call() -> None:
+    async with MockUpstream(script=SCRIPT) as mock:
+        call_id, session = await accepted_call(mock)
+        async with sidecar_on(mock, call_id, [], mcp=settings(stdio_server()), declare_tools=True) as (sidecar, tap):
+            await tap.wait_for("upstream>relay", lambda e: e["type"] == "session.updated")
+            await mock.user_turn(session, "forecast please", respond=True)
+            output = await tap.wait_for("relay>upstream", lambda e: e["item"]["type"] == "function_call_output")
+            assert "forecast" in sidecar.runtime.tools
+    assert json.loads(output["item"]["output"])["conditions"] == "sunny"
+    assert "forecast" not in sidecar.runtime.tools, "detached, the sidecar let the server go"
