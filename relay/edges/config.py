@@ -220,8 +220,9 @@ class EdgeRuntime:
 
     def engine_settings(self, **settings: Any) -> EngineConfig:
         """The engine settings of this edge's sessions: `settings` and the configured limits."""
+        mcp = self.config.mcp
         return EngineConfig(output_limit=self.config.output_limit, history_limit=self.config.history_limit,
-                            **settings)
+                            mcp_approvals=mcp.approvals if mcp is not None and mcp.approvals else None, **settings)
 
     def recording(self, *, session_id: str, dialect: Dialect, mode: str, extra_header: dict[str, Any],
                   writer: Callable[..., RecordingWriter] = RecordingWriter) -> RecordingWriter | None:

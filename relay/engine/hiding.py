@@ -23,6 +23,7 @@ import json
 from typing import Any
 
 from relay.engine.actions import SendUpstream
+from relay.engine.approving import McpApprovals
 from relay.engine.calls import CallEntry, Owner
 from relay.engine.context import OpenAIContext
 from relay.engine.conversation import ItemRecord
@@ -41,6 +42,7 @@ class ClientView:
         self.hiding = config.hide_tool_events and config.has_client   # there is someone to hide from
         self.tools_declared = False
         self.held = HeldCreates(strict=config.strict, on_refused=ctx.refused_step)   # client creates held back
+        self.approvals: McpApprovals | None = None   # the MCP approval requests the relay answers (the engine's)
 
     def classify(self, record: ItemRecord) -> None:
         """Decide who produced an item and whether the client may see it."""
@@ -205,6 +207,8 @@ class ClientView:
         return {**event, "session": {**session, "tools": visible}}
 
     def _is_relay_call_item(self, record: ItemRecord) -> bool:
+        if self.approvals is not None and self.approvals.decides(record):
+            return True   # the relay answers it: the client must not answer it too
         ledger = self.ctx.ledger
         if record.type == "function_call":
             entry = ledger.get(record.call_id)

@@ -167,6 +167,8 @@ class _Reader:
                     self.message(record)
                 elif record.type == "function_call_output":
                     self.stray_output(record)
+                elif record.type == "mcp_call":
+                    self.provider_mcp_call(record)
                 else:
                     self.note("unsupported_item", f"{record.type} item {record.id} has no "
                               "equivalent in the export; left out", record)
@@ -223,6 +225,26 @@ class _Reader:
         self.steps.append(called)
         self.run.append(called)
         self.run_end = position
+
+    def provider_mcp_call(self, record: ItemRecord) -> None:
+        """A call the provider ran on its own MCP server: a call answered at once with its output
+        or error (the target formats have no such thing, but a call and its result say the same)."""
+        data = record.data
+        label = data.get("server_label")
+        arguments = data.get("arguments") if isinstance(data.get("arguments"), str) and data.get("arguments") else "{}"
+        called = _Called(record.id, str(record.name or data.get("name") or ""), arguments, record.id)
+        error = data.get("error")
+        if error:
+            detail = error.get("message") if isinstance(error, dict) else error
+            answer = _Answered(record.id, called.name, json.dumps({"error": detail}, ensure_ascii=False), True,
+                               detail, None, synthetic=False)
+        else:
+            output = data.get("output")
+            answer = _Answered(record.id, called.name, output if isinstance(output, str) else "", False, None,
+                               None, synthetic=False)
+        self.note("provider_mcp_call", f"mcp_call {record.id} ran {called.name} on the provider's MCP server "
+                  f"{label!r}; exported as a call answered by its {'error' if error else 'output'}", record)
+        self.steps += [called, answer]
 
     def stray_output(self, record: ItemRecord) -> None:
         """An output met outside the place its call's turn puts it: either already placed (or to

@@ -60,6 +60,7 @@ from relay.recording.format import (
 from relay.recording.reader import load_recording, read_recording
 from relay.session.runner import HandlerRunner
 from relay.tools import ToolRegistry
+from relay.tools.mcp_config import ApprovalPolicy
 from relay.tools.sources import ToolSources, tool_registry
 
 log = logging.getLogger("relay.replay")
@@ -203,6 +204,7 @@ class _Replayer:
             hide_tool_events=bool(header.get("hide_tool_events", True)),
             declare_tools=bool(header.get("declare_tools", mode == "proxy")),
             unknown_tools=header.get("unknown_tools", "client"),
+            mcp_approvals=recorded_policy(header.get("mcp_approvals")),
         )
         dialect = dialect or recording.dialect
         self.engine = new_engine(registry, dialect=dialect, config=config,
@@ -403,6 +405,16 @@ class _Replayer:
             path=self.recording.path, kind=self.recording.kind, calls=calls, sent=self.produced,
             divergences=self.divergences, timeline=self.timeline, warnings=list(self.recording.warnings),
             anomalies=[a.message for a in self.engine.anomalies], engine=self.engine, frames=self.frames)
+
+
+def recorded_policy(recorded: Any) -> ApprovalPolicy | None:
+    """The MCP approval policy a recording's header names (None: none, or not one)."""
+    if not isinstance(recorded, dict):
+        return None
+    allow, deny = recorded.get("allow") or [], recorded.get("deny") or []
+    if not all(isinstance(p, str) for p in [*allow, *deny]):
+        return None
+    return ApprovalPolicy(allow=tuple(allow), deny=tuple(deny)) or None
 
 
 def _epoch(started_at: Any) -> float:
