@@ -14,6 +14,13 @@ or `changed` (both, different), with a readable diff. Forwarded client frames ar
 and are not compared. Plain event logs (server events only, like ../shared/recordings) replay
 without gating and report what the relay would have done.
 
+MCP tools (the recording's header lists them) are answered from the recording by default: each
+call gets the output recorded for the same tool and arguments, at the moment it was recorded (in
+the replay's time: a recorded filler or timeout happens again), so a session with MCP tools
+replays offline without its servers. `mcp_answers="live"` asks the live servers instead (`mcp`:
+the MCP settings, as `relay serve --mcp` takes them); a recorded tool no live server offers is
+still answered from the recording, with a warning.
+
 The recording says its dialect (`Recording.dialect`), and the dialect says how its frames are
 read back (`replay_sends` in relay/offline/replaying.py): which are fed to the engine, which
 sends are compared and by what key. Gemini Live recordings replay on a `GeminiEngine`, with the
@@ -59,9 +66,11 @@ from relay.recording.format import (
 )
 from relay.recording.reader import load_recording, read_recording
 from relay.session.runner import HandlerRunner
-from relay.tools import ToolRegistry
-from relay.tools.mcp_config import ApprovalPolicy
-from relay.tools.sources import ToolSources, tool_registry
+from relay.tools import ToolRegistry, ToolResult
+from relay.tools.mcp_config import ApprovalPolicy, McpSettings
+from relay.tools.mcp_tools import recorded_spec
+from relay.tools.render import error_in_output
+from relay.tools.sources import ToolSet, ToolSources
 
 log = logging.getLogger("relay.replay")
 
@@ -189,9 +198,37 @@ def _replace_strings(value: Any, mapping: dict[str, str]) -> Any:
 
 
 # ---- the replay --------------------------------------------------------------------------------
+_EPSILON = 1e-6
+
+
+class Moments:
+    """Moments of the replay's time (seconds into the recording) that handlers wait for. A
+    moment is reached within a microsecond: the recording's times and the replay's sums of them
+    differ in their last bits."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self._waiting: list[tuple[float, anyio.Event]] = []
+
+    async def reached(self, t: float) -> None:
+        if t <= self.now + _EPSILON:
+            return
+        moment = anyio.Event()
+        self._waiting.append((t, moment))
+        await moment.wait()
+
+    def release(self, now: float) -> None:
+        self.now = now
+        due = [(t, moment) for t, moment in self._waiting if t <= now + _EPSILON]
+        self._waiting = [entry for entry in self._waiting if entry[0] > now + _EPSILON]
+        for _, moment in due:
+            moment.set()
+
+
 class _Replayer:
     def __init__(self, recording: Recording, registry: ToolRegistry, *, dialect: Dialect | None,
-                 realtime: bool, gate_timeout: float, progress: Callable[[int, int], None] | None) -> None:
+                 realtime: bool, gate_timeout: float, progress: Callable[[int, int], None] | None,
+                 moments: Moments | None = None) -> None:
         header = recording.header or {}
         self.recording = recording
         self.relay_recording = recording.kind == "relay"
@@ -226,6 +263,7 @@ class _Replayer:
         self.frames: list[Frame] = []                     # the session as replayed
         self._progress = anyio.Event()
         self._runner: HandlerRunner | None = None
+        self.moments = moments or Moments()   # handlers waiting for a recorded moment
 
     # -- engine plumbing --
     def _apply(self, actions: list[Action]) -> None:
@@ -279,8 +317,10 @@ class _Replayer:
             if deadline is None or deadline > moment:
                 break
             self.now = max(self.now, deadline)
+            self.moments.release(self._t())
             self._apply(self.engine.tick(self.now))
         self.now = max(self.now, moment)
+        self.moments.release(self._t())
 
     def _fire_next_timer(self) -> bool:
         """Move virtual time to the engine's next deadline; False when it has none."""
@@ -432,6 +472,80 @@ def _args(action: StartHandler) -> str:
     return clip(", ".join(f"{k}={v!r}" for k, v in action.arguments.items()), 60)
 
 
+# ---- MCP tools: answered from the recording, or by the live servers ------------------------------
+MCP_ANSWERS = ("recording", "live")
+
+
+@dataclass
+class _RecordedAnswer:
+    t: float              # when the relay sent it, seconds into the recording
+    output: str
+    handler_answered: bool  # the handler's answer (ok, error); else the engine's (timeout, cancelled, ...)
+
+
+class RecordedMcpAnswers:
+    """What the recording's MCP calls were answered, by tool and arguments, in order."""
+
+    def __init__(self, recording: Recording, names: set[str]) -> None:
+        from relay.offline.timeline import Timeline
+
+        self.answers: dict[tuple[str, str], list[_RecordedAnswer]] = {}
+        timeline = Timeline.from_recording(recording, relay_tools=names)
+        calls = {event.call_id: event for event in timeline.calls() if event.name in names}
+        for output in timeline.outputs():
+            call = calls.get(output.call_id)
+            if call is None or output.by != "relay" or not output.final or output.text is None:
+                continue
+            key = (call.name or "", _arguments_key(call.arguments))
+            by_handler = output.outcome in (None, CallOutcome.OK, CallOutcome.ERROR)
+            self.answers.setdefault(key, []).append(_RecordedAnswer(output.t, output.text, by_handler))
+
+    def take(self, name: str, arguments: dict[str, Any]) -> _RecordedAnswer | None:
+        queue = self.answers.get((name, _arguments_key(arguments)))
+        return queue.pop(0) if queue else None
+
+
+def _arguments_key(arguments: Any) -> str:
+    return json.dumps(arguments if arguments not in (None, "") else {}, sort_keys=True, ensure_ascii=False)
+
+
+class _RecordedMcpTool:
+    """A recorded MCP tool's handler in a replay: the recorded answer, at its recorded moment."""
+
+    def __init__(self, name: str, answers: RecordedMcpAnswers, moments: Moments) -> None:
+        self.name = name
+        self.answers = answers
+        self.moments = moments
+        self.__qualname__ = f"recorded:{name}"
+
+    async def __call__(self, **arguments: Any) -> Any:
+        answer = self.answers.take(self.name, arguments)
+        if answer is None:
+            return ToolResult(error=f"no recorded answer to {self.name} with these arguments (the recording "
+                                    "answered other ones)")
+        if not answer.handler_answered:
+            await anyio.sleep_forever()   # the engine decided this one (a timeout...): it will again
+        await self.moments.reached(answer.t)
+        is_error, error = error_in_output(answer.output)
+        return ToolResult(error=error) if is_error else answer.output
+
+
+def _with_recorded_mcp_tools(registry: ToolRegistry, recording: Recording, moments: Moments,
+                             warnings: list[str], live: bool) -> ToolRegistry:
+    """`registry` and, for each MCP tool the recording's header lists that it lacks, a spec
+    answering from the recording (with a warning when live answers were asked for)."""
+    entries = [entry for entry in (recording.header or {}).get("mcp_tools") or ()
+               if isinstance(entry, dict) and entry.get("name") not in registry]
+    if not entries:
+        return registry
+    names = {str(entry.get("name")) for entry in entries}
+    answers = RecordedMcpAnswers(recording, names)
+    if live:
+        warnings.append(f"no live MCP server offers {', '.join(sorted(names))}: answered from the recording")
+    recorded = [recorded_spec(entry, _RecordedMcpTool(str(entry["name"]), answers, moments)) for entry in entries]
+    return ToolRegistry([*registry, *recorded])
+
+
 async def replay_async(
     path: str | Path | Recording,
     tools: ToolSources = (),
@@ -440,13 +554,31 @@ async def replay_async(
     realtime: bool = False,
     gate_timeout: float = DEFAULT_GATE_TIMEOUT,
     progress: Callable[[int, int], None] | None = None,
+    mcp_answers: str = "recording",
+    mcp: McpSettings | None = None,
 ) -> ReplayResult:
+    """See `replay`. `mcp_answers`: where MCP tools' answers come from (`recording` or `live`,
+    with the servers `mcp` names)."""
+    if mcp_answers not in MCP_ANSWERS:
+        raise UnusableInput(f"mcp_answers is recording or live, not {mcp_answers!r}")
+    if mcp_answers == "live" and (mcp is None or not mcp.servers):
+        raise UnusableInput("live MCP answers need the MCP servers: --mcp or --mcp-config")
     recording = path if isinstance(path, Recording) else read_recording(path)
     chosen = get_dialect(dialect) if isinstance(dialect, str) else dialect
-    replayer = _Replayer(recording, tool_registry(tools), dialect=chosen, realtime=realtime,
-                         gate_timeout=gate_timeout, progress=progress)
-    await replayer.run()
-    return replayer.result()
+    tool_set = ToolSet(tools, mcp if mcp_answers == "live" else None)
+    await tool_set.start()
+    try:
+        moments = Moments()
+        warnings: list[str] = []
+        registry = _with_recorded_mcp_tools(tool_set.registry(), recording, moments, warnings, mcp_answers == "live")
+        replayer = _Replayer(recording, registry, dialect=chosen, realtime=realtime,
+                             gate_timeout=gate_timeout, progress=progress, moments=moments)
+        await replayer.run()
+    finally:
+        await tool_set.close()
+    result = replayer.result()
+    result.warnings += warnings
+    return result
 
 
 def replay(path: str | Path | Recording, tools: Any = (), **options: Any) -> ReplayResult:
@@ -460,9 +592,10 @@ def replay(path: str | Path | Recording, tools: Any = (), **options: Any) -> Rep
 ALLOW_EMPTY_OPTION = "--allow-empty"
 
 
-def run_replay(path: str, tools: ToolRegistry, *, dialect: str | None = None, as_json: bool = False,
+def run_replay(path: str, tools: ToolSources, *, dialect: str | None = None, as_json: bool = False,
                realtime: bool = False, gate_timeout: float = DEFAULT_GATE_TIMEOUT, html: str | None = None,
-               allow_empty: bool = False, allow_incomplete: bool = False) -> int:
+               allow_empty: bool = False, allow_incomplete: bool = False, mcp_answers: str = "recording",
+               mcp: McpSettings | None = None) -> int:
     """`relay replay`: print the report (or its JSON); 0 without divergence, 1 with. Input it
     cannot use raises (`relay.exits`): a file that is not a recording, an incomplete recording
     (unless `allow_incomplete`), and one with nothing to compare, a plain event log that records
@@ -476,7 +609,7 @@ def run_replay(path: str, tools: ToolRegistry, *, dialect: str | None = None, as
                             "to see what the relay would do with it")
     progress = _ProgressBar(len(recording.frames)) if len(recording.frames) > 2000 and sys.stderr.isatty() else None
     result = replay(recording, tools, dialect=dialect, realtime=realtime, gate_timeout=gate_timeout,
-                    progress=progress)
+                    progress=progress, mcp_answers=mcp_answers, mcp=mcp)
     if progress is not None:
         progress.close()
     if html:

@@ -250,7 +250,7 @@ class McpConnection:
                 command = self.config.command
                 parameters = StdioServerParameters(command=command[0], args=list(command[1:]),
                                                    env=self.config.resolved_env() or None, cwd=self.config.cwd)
-                read, write = await stack.enter_async_context(stdio_client(parameters, errlog=sys.stderr))
+                read, write = await stack.enter_async_context(stdio_client(parameters, errlog=_error_stream()))
             else:
                 from mcp.client.streamable_http import streamable_http_client
                 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -385,6 +385,16 @@ class _EndWatch:
 
     def __getattr__(self, name: str) -> Any:   # the SDK reads `last_context` when there is one
         return getattr(self._stream, name)
+
+
+def _error_stream() -> Any:
+    """Where a stdio server's stderr goes: the relay's own stderr (the process's, when something
+    replaced `sys.stderr` with a stream that has no file descriptor)."""
+    try:
+        sys.stderr.fileno()
+        return sys.stderr
+    except (AttributeError, OSError, ValueError):
+        return sys.__stderr__
 
 
 def _failure_text(exc: BaseException) -> str:
