@@ -119,6 +119,11 @@ class McpConnection:
     def name(self) -> str:
         return self.config.name
 
+    @property
+    def calls_in_flight(self) -> int:
+        live = self._live
+        return len(live.calls) if live is not None else 0
+
     # ---- life --------------------------------------------------------------------------------
     async def start(self) -> None:
         """Start the owner task (once) and wait for its first attempt: ConfigError when it

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,9 +23,9 @@ from tests.support.paths import REPO
 
 SERVER = Path(__file__).parent.parent / "mcp" / "server.py"
 EVERYTHING_VERSION = "2026.8.31"
-EVERYTHING_DIR = REPO / ".ci" / "node_modules"
+EVERYTHING_DIR = REPO / ".ci" / "node"   # .ci/run installs it there, beside nothing else
 EVERYTHING_BIN = EVERYTHING_DIR / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
-EVERYTHING_INSTALL = (f"npm install --prefix .ci/node_modules "
+EVERYTHING_INSTALL = (f"npm install --prefix .ci/node --no-audit --no-fund "
                       f"@modelcontextprotocol/server-everything@{EVERYTHING_VERSION}")
 
 
@@ -74,12 +75,13 @@ def everything_command() -> tuple[str, ...]:
 
 
 @contextmanager
-def everything_http(port: int) -> Iterator[str]:
+def everything_http(port: int) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """server-everything over streamable HTTP on `port` (it has no host setting and listens on
-    every interface: the tests give it a free port and reach it on 127.0.0.1)."""
+    every interface: the tests give it a free port and reach it on 127.0.0.1); yields the process
+    and its URL."""
     node, script, _ = everything_command()
-    process = subprocess.Popen([node, script, "streamableHttp"], stdout=subprocess.PIPE, text=True,
-                               env={**os.environ, "PORT": str(port)})
+    process = subprocess.Popen([node, script, "streamableHttp"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, env={**os.environ, "PORT": str(port)})
     try:
         assert process.stdout is not None
         for line in process.stdout:
@@ -87,7 +89,9 @@ def everything_http(port: int) -> Iterator[str]:
                 break
         else:
             raise AssertionError("server-everything did not start")
-        yield f"http://127.0.0.1:{port}/mcp"
+        # what it logs from now on is read (and dropped), so that a full pipe never stalls it
+        threading.Thread(target=process.stdout.read, daemon=True).start()
+        yield process, f"http://127.0.0.1:{port}/mcp"
     finally:
         process.kill()
         process.wait()
