@@ -18,7 +18,7 @@ from relay.tools.mcp_config import McpServerConfig, ToolSettings
 from tests.support.clients import gemini_client, realtime_client
 from tests.support.frames import model_words, user_text
 from tests.support.keys import GEMINI_KEY, PROVIDER_KEY, RELAY_TOKEN
-from tests.support.mcp import calls, http_config, http_server, settings, slow_settings, stdio_server
+from tests.support.mcp import calls, http_config, http_server, settings, stdio_server
 from tests.support.relays import LeakGuard, accepted_call, captured_logs, relay_for, sidecar_on
 from tests.support.tools import get_weather
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from relay.mock import MockScript, Reply, Rule, ToolCall
-from relay.tools.mcp_config import McpServerConfig, McpSettings, ToolSettings
+from relay.tools.mcp_config import McpServerConfig, McpSettings
 from tests.support.paths import REPO
 
 SERVER = Path(__file__).parent.parent / "mcp" / "server.py"
@@ -58,11 +58,6 @@ def http_server(*, token: str | None = None, port: int = 0) -> Iterator[tuple[su
 
 def http_config(url: str, name: str = "web", **fields: Any) -> McpServerConfig:
     return McpServerConfig(name=name, url=url, **fields)
-
-
-def slow_settings(**fields: Any) -> tuple[tuple[str, ToolSettings], ...]:
-    """Per-tool settings for `slow`."""
-    return (("slow", ToolSettings(**fields)),)
 
 
 def everything_command() -> tuple[str, ...]:
