@@ -13,12 +13,20 @@ import anyio
 
 from relay.mock import MockUpstream
 from relay.tools.mcp_config import McpServerConfig, ToolSettings
-from tests.mcp.test_mcp_serve import outputs_sent, turn
-from tests.support.clients import gemini_client, realtime_client
-from tests.support.frames import model_words, user_text
-from tests.support.keys import GEMINI_KEY, PROVIDER_KEY, RELAY_TOKEN
-from tests.support.mcp import calls, everything_command, everything_http, settings
-from tests.support.relays import accepted_call, relay_for, sidecar_on
+from tests.support.clients import realtime_client
+from tests.support.frames import user_text
+from tests.support.keys import PROVIDER_KEY
+from tests.support.mcp import (
+    attached_call,
+    calls,
+    everything_command,
+    everything_http,
+    gemini_turns,
+    outputs_sent,
+    settings,
+    turn,
+)
+from tests.support.relays import relay_for
 
 LONG = "trigger-long-running-operation"
 SCRIPT = calls(
@@ -87,23 +95,12 @@ async def test_server_everything_over_http_killed_mid_call_is_reconnected() -> N
 
 
 async def test_gemini_calls_server_everything_with_declarations_it_accepts() -> None:
-    script = calls(("addition", "get-sum", {"a": 2, "b": 3}), gemini=True)
-    async with MockUpstream(script=script, dialect="gemini", api_key=GEMINI_KEY) as mock:
-        async with relay_for(mock.url, dialect="gemini", api_key=GEMINI_KEY, mcp=settings(everything())) as server:
-            async with gemini_client(server.base_url, key=RELAY_TOKEN) as client:
-                await client.setup(generationConfig={"responseModalities": ["TEXT"]})
-                await client.say("addition")
-                await client.turn()
-    assert "The sum of 2 and 3 is 5." in model_words(client.messages)
-    declarations = [d for tool in mock.sessions[0].setup["tools"] for d in tool["functionDeclarations"]]
-    assert "$schema" not in json.dumps(declarations)
+    words, declarations = await gemini_turns(settings(everything()), (("addition", "get-sum", {"a": 2, "b": 3}),),
+                                             "addition")
+    assert "The sum of 2 and 3 is 5." in words
+    assert "$schema" not in json.dumps(declarations) and "get-sum" in declarations
 
 
 async def test_an_attached_sidecar_calls_server_everything() -> None:
-    async with MockUpstream(script=SCRIPT) as mock:
-        call_id, session = await accepted_call(mock)
-        async with sidecar_on(mock, call_id, [], mcp=settings(everything()), declare_tools=True) as (_, tap):
-            await tap.wait_for("upstream>relay", lambda e: e["type"] == "session.updated")
-            await mock.user_turn(session, "addition please", respond=True)
-            output = await tap.wait_for("relay>upstream", lambda e: e["item"]["type"] == "function_call_output")
-    assert output["item"]["output"] == "The sum of 2 and 3 is 5."
+    async with attached_call(SCRIPT, settings(everything()), "addition please") as (_, output):
+        assert output["output"] == "The sum of 2 and 3 is 5."

@@ -15,10 +15,10 @@ from relay.cli import main
 from relay.mock import MockUpstream
 from relay.offline.replay import replay_async
 from relay.tools.mcp_config import ToolSettings
-from tests.mcp.test_mcp_serve import SCRIPT, turn
+from tests.mcp.test_mcp_serve import SCRIPT
 from tests.support.clients import realtime_client
 from tests.support.keys import PROVIDER_KEY
-from tests.support.mcp import SERVER, settings, stdio_server
+from tests.support.mcp import SERVER, settings, stdio_server, turn
 from tests.support.relays import relay_for
 
 SETTINGS = settings(stdio_server(tool_settings=(

@@ -15,11 +15,20 @@ from relay.errors import ConfigError
 from relay.mock import MockUpstream
 from relay.recording.reader import read_recording
 from relay.tools.mcp_config import McpServerConfig, ToolSettings
-from tests.support.clients import gemini_client, realtime_client
-from tests.support.frames import model_words, user_text
-from tests.support.keys import GEMINI_KEY, PROVIDER_KEY, RELAY_TOKEN
-from tests.support.mcp import calls, http_config, http_server, settings, stdio_server
-from tests.support.relays import LeakGuard, accepted_call, captured_logs, relay_for, sidecar_on
+from tests.support.clients import realtime_client
+from tests.support.keys import PROVIDER_KEY
+from tests.support.mcp import (
+    attached_call,
+    calls,
+    gemini_turns,
+    http_config,
+    http_server,
+    outputs_sent,
+    settings,
+    stdio_server,
+    turn,
+)
+from tests.support.relays import LeakGuard, captured_logs, relay_for
 from tests.support.tools import get_weather
 
 SCRIPT = calls(
@@ -33,17 +42,6 @@ SCRIPT = calls(
     ("picture", "picture", {}),
     ("added", "added", {"text": "new"}),
 )
-
-
-async def turn(client, words: str, says: str) -> dict:
-    """The user says `words`; returns the response.done whose output holds `says`."""
-    await client.send(user_text(words))
-    await client.send({"type": "response.create"})
-    return await client.wait_for(lambda e: e["type"] == "response.done" and says in json.dumps(e["response"]["output"]))
-
-
-def outputs_sent(mock: MockUpstream) -> list[str]:
-    return [item["output"] for item in mock.sessions[-1].items if item.get("type") == "function_call_output"]
 
 
 async def test_an_mcp_tool_over_stdio_answers_like_a_tool_and_stays_hidden_from_the_client(tmp_path: Path) -> None:
@@ -150,20 +148,9 @@ async def test_a_new_tool_joins_the_sessions_that_start_after_the_server_says_so
 
 
 async def test_gemini_gets_sanitised_declarations_and_the_answers_of_mcp_tools() -> None:
-    script = calls(("forecast", "forecast", {"city": "Oslo"}), ("deep", "deep", {"place": {"name": "Rome"}, "days": 2}),
-                   gemini=True)
-    async with MockUpstream(script=script, dialect="gemini", api_key=GEMINI_KEY) as mock:
-        async with relay_for(mock.url, dialect="gemini", api_key=GEMINI_KEY, mcp=settings(stdio_server())) as server:
-            async with gemini_client(server.base_url, key=RELAY_TOKEN) as client:
-                await client.setup(generationConfig={"responseModalities": ["TEXT"]})
-                await client.say("forecast")
-                await client.turn()
-                await client.say("deep")
-                await client.turn()
-    words = model_words(client.messages)
+    rules = (("forecast", "forecast", {"city": "Oslo"}), ("deep", "deep", {"place": {"name": "Rome"}, "days": 2}))
+    words, declarations = await gemini_turns(settings(stdio_server()), rules, "forecast", "deep")
     assert "sunny" in words and "Rome: 2 days in C" in words
-    setup = mock.sessions[0].setup
-    declarations = {d["name"]: d for tool in setup["tools"] for d in tool["functionDeclarations"]}
     deep = json.dumps(declarations["deep"])
     for refused in ("$ref", "$defs", "exclusiveMinimum", "additionalProperties", "const", "title"):
         assert refused not in deep
@@ -188,12 +175,7 @@ async def test_a_name_clash_or_an_unreachable_server_refuses_to_start() -> None:
 
 
 async def test_an_attached_sidecar_runs_mcp_tools_beside_the_call() -> None:
-    async with MockUpstream(script=SCRIPT) as mock:
-        call_id, session = await accepted_call(mock)
-        async with sidecar_on(mock, call_id, [], mcp=settings(stdio_server()), declare_tools=True) as (sidecar, tap):
-            await tap.wait_for("upstream>relay", lambda e: e["type"] == "session.updated")
-            await mock.user_turn(session, "forecast please", respond=True)
-            output = await tap.wait_for("relay>upstream", lambda e: e["item"]["type"] == "function_call_output")
-            assert "forecast" in sidecar.runtime.tools
-    assert json.loads(output["item"]["output"])["conditions"] == "sunny"
+    async with attached_call(SCRIPT, settings(stdio_server()), "forecast please") as (sidecar, output):
+        assert "forecast" in sidecar.runtime.tools
+    assert json.loads(output["output"])["conditions"] == "sunny"
     assert "forecast" not in sidecar.runtime.tools, "detached, the sidecar let the server go"

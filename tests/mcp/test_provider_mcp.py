@@ -6,6 +6,8 @@ divergence; approval requests are answered by the operator's policy or passed to
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from relay.inspector.model import build_model
@@ -16,7 +18,7 @@ from relay.offline.replay import replay_async
 from relay.recording.reader import read_recording
 from relay.tools import tool
 from relay.tools.mcp_config import ApprovalPolicy, McpSettings
-from tests.support.clients import realtime_client
+from tests.support.clients import RealtimeClient, realtime_client
 from tests.support.frames import user_text
 from tests.support.keys import PROVIDER_KEY
 from tests.support.relays import relay_for
@@ -112,34 +114,37 @@ async def test_an_approval_request_the_policy_allows_is_answered_by_the_relay_an
         "the replayed relay answered the request as recorded (and it was compared)"
 
 
-async def test_an_approval_request_the_policy_denies_is_refused_and_the_model_says_so() -> None:
-    policy = McpSettings(approvals=ApprovalPolicy(deny=("gcal",)))
+@asynccontextmanager
+async def calendar_session(policy: ApprovalPolicy) -> AsyncIterator[tuple[MockUpstream, RealtimeClient]]:
+    """A client of a relay with this approval policy, its session given the calendar's MCP tool."""
     async with MockUpstream(script=SCRIPT, api_key=PROVIDER_KEY) as mock:
-        async with relay_for(mock, mcp=policy) as server:
+        async with relay_for(mock, mcp=McpSettings(approvals=policy)) as server:
             async with realtime_client(server) as client:
                 await client.send({"type": "session.update", "session": {"type": "realtime", "tools": [GCAL]}})
                 await client.wait_type("session.updated")
-                await said(client, "calendar please", "I was not allowed to use create_event.")
-    answers = [i for i in mock.sessions[0].items if i["type"] == "mcp_approval_response"]
-    assert [a["approve"] for a in answers] == [False]
+                yield mock, client
+
+
+def approvals_given(mock: MockUpstream) -> list[bool]:
+    return [i["approve"] for i in mock.sessions[0].items if i["type"] == "mcp_approval_response"]
+
+
+async def test_an_approval_request_the_policy_denies_is_refused_and_the_model_says_so() -> None:
+    async with calendar_session(ApprovalPolicy(deny=("gcal",))) as (mock, client):
+        await said(client, "calendar please", "I was not allowed to use create_event.")
+    assert approvals_given(mock) == [False]
 
 
 async def test_an_approval_request_no_policy_decides_goes_to_the_client_as_without_the_relay() -> None:
-    policy = McpSettings(approvals=ApprovalPolicy(allow=("deepwiki",)))
-    async with MockUpstream(script=SCRIPT, api_key=PROVIDER_KEY) as mock:
-        async with relay_for(mock, mcp=policy) as server:
-            async with realtime_client(server) as client:
-                await client.send({"type": "session.update", "session": {"type": "realtime", "tools": [GCAL]}})
-                await client.wait_type("session.updated")
-                await client.send(user_text("calendar please"))
-                await client.send({"type": "response.create"})
-                request = await client.wait_for(lambda e: e["type"] == "response.output_item.done"
-                                                and e["item"]["type"] == "mcp_approval_request")
-                await client.wait_type("response.done")
-                await client.send({"type": "conversation.item.create", "item": {
-                    "type": "mcp_approval_response", "approval_request_id": request["item"]["id"], "approve": True}})
-                await client.send({"type": "response.create"})
-                await client.wait_for(lambda e: e["type"] == "response.done"
-                                      and "Done: event created" in json.dumps(e["response"]["output"]))
-    answers = [i for i in mock.sessions[0].items if i["type"] == "mcp_approval_response"]
-    assert len(answers) == 1, "only the client answered"
+    async with calendar_session(ApprovalPolicy(allow=("deepwiki",))) as (mock, client):
+        await client.send(user_text("calendar please"))
+        await client.send({"type": "response.create"})
+        request = await client.wait_for(lambda e: e["type"] == "response.output_item.done"
+                                        and e["item"]["type"] == "mcp_approval_request")
+        await client.wait_type("response.done")
+        await client.send({"type": "conversation.item.create", "item": {
+            "type": "mcp_approval_response", "approval_request_id": request["item"]["id"], "approve": True}})
+        await client.send({"type": "response.create"})
+        await client.wait_for(lambda e: e["type"] == "response.done"
+                              and "Done: event created" in json.dumps(e["response"]["output"]))
+    assert approvals_given(mock) == [True], "only the client answered"

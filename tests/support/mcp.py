@@ -5,21 +5,27 @@ the mock scripts in which the model calls their tools."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from relay.mock import MockScript, Reply, Rule, ToolCall
+from relay.edges.attach import Sidecar
+from relay.mock import MockScript, MockUpstream, Reply, Rule, ToolCall
 from relay.tools.mcp_config import McpServerConfig, McpSettings
+from tests.support.clients import RealtimeClient, gemini_client
+from tests.support.frames import model_words, user_text
+from tests.support.keys import GEMINI_KEY, RELAY_TOKEN
 from tests.support.paths import REPO
+from tests.support.relays import accepted_call, relay_for, sidecar_on
 
 SERVER = Path(__file__).parent.parent / "mcp" / "server.py"
 EVERYTHING_VERSION = "2026.8.31"
@@ -90,6 +96,48 @@ def everything_http(port: int) -> Iterator[tuple[subprocess.Popen[str], str]]:
     finally:
         process.kill()
         process.wait()
+
+
+@asynccontextmanager
+async def attached_call(script: MockScript, mcp: McpSettings, said: str) -> AsyncIterator[tuple[Sidecar, dict[str, Any]]]:
+    """A sidecar with the servers of `mcp`, declaring its tools, on a call of the mock playing
+    `script`; once the user said `said`, yields the sidecar (still attached) and the first output
+    item it sent."""
+    async with MockUpstream(script=script) as mock:
+        call_id, session = await accepted_call(mock)
+        async with sidecar_on(mock, call_id, [], mcp=mcp, declare_tools=True) as (sidecar, tap):
+            await tap.wait_for("upstream>relay", lambda e: e["type"] == "session.updated")
+            await mock.user_turn(session, said, respond=True)
+            output = await tap.wait_for("relay>upstream", lambda e: e["item"]["type"] == "function_call_output")
+            yield sidecar, output["item"]
+
+
+async def gemini_turns(mcp: McpSettings, rules: tuple[tuple[str, str, dict[str, Any]], ...],
+                       *said: str) -> tuple[str, dict[str, dict[str, Any]]]:
+    """Gemini Live through `relay serve` with the servers of `mcp`: the user says each of `said`
+    in turn (the model calls as `rules` say, see `calls`). The model's words, and the function
+    declarations the provider was given, by name."""
+    async with MockUpstream(script=calls(*rules, gemini=True), dialect="gemini", api_key=GEMINI_KEY) as mock:
+        async with relay_for(mock.url, dialect="gemini", api_key=GEMINI_KEY, mcp=mcp) as server:
+            async with gemini_client(server.base_url, key=RELAY_TOKEN) as client:
+                await client.setup(generationConfig={"responseModalities": ["TEXT"]})
+                for words in said:
+                    await client.say(words)
+                    await client.turn()
+    setup = mock.sessions[0].setup or {}
+    return model_words(client.messages), {d["name"]: d for tool in setup["tools"] for d in tool["functionDeclarations"]}
+
+
+async def turn(client: RealtimeClient, words: str, says: str) -> dict[str, Any]:
+    """The user says `words`; the response.done whose output holds `says`."""
+    await client.send(user_text(words))
+    await client.send({"type": "response.create"})
+    return await client.wait_for(lambda e: e["type"] == "response.done" and says in json.dumps(e["response"]["output"]))
+
+
+def outputs_sent(mock: MockUpstream) -> list[str]:
+    """The outputs in the mock's last session, in order."""
+    return [item["output"] for item in mock.sessions[-1].items if item.get("type") == "function_call_output"]
 
 
 def calls(*rules: tuple[str, str, dict[str, Any]], gemini: bool = False) -> MockScript:
