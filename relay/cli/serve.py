@@ -33,6 +33,7 @@ from relay.edges.process import run_in_loop, run_workers
 from relay.edges.serve import RelayServer, run_server
 from relay.errors import UnusableInput
 from relay.observe.metrics import metrics_for_workers
+from relay.tools.sources import ToolSet
 
 SERVE_OPTIONS = (
     UPSTREAM, DIALECT, TOOLS, *MCP_OPTIONS, HOST, PORT,
@@ -68,8 +69,9 @@ def run(args: argparse.Namespace) -> int:
     warn_if_no_key(server, log)
     if args.workers > 1 and server.tool_set.mcp is not None:
         # each worker reaches the MCP servers itself (one connection per server per process):
-        # an unreachable server or a name clash is found here first, once, before any fork
-        run_in_loop(lambda: _reach_tools(server), args.loop)
+        # an unreachable server or a name clash is found here first, once, before any fork (with a
+        # tool set of its own: the server's metrics must not be made before the workers' directory)
+        run_in_loop(lambda: _reach_tools(ToolSet(server.config.tools, server.config.mcp)), args.loop)
 
     def run_worker(port: int) -> int:
         server.config = dataclasses.replace(server.config, port=port, reuse_port=True)
@@ -82,9 +84,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 
-async def _reach_tools(server: RelayServer) -> None:
-    await server.start_tools()
-    await server.close_tools()
+async def _reach_tools(tools: ToolSet) -> None:
+    await tools.start()
+    await tools.close()
 
 
 COMMAND = Command(SERVE_OPTIONS, run)

@@ -172,16 +172,20 @@ class McpConnection:
 
     # ---- the owner task ----------------------------------------------------------------------
     async def _own(self) -> None:
+        """Connect, serve, and connect again: at once after a connection that lasted, after the
+        back-off (growing from FIRST_BACKOFF to MAX_BACKOFF) after a failed attempt or a
+        connection lost as soon as it was made (a server that dies at every start)."""
         backoff = FIRST_BACKOFF
         while not self._stop.is_set():
             generation = _Generation()
             self._set_state("connecting")
+            started = anyio.current_time()
             connected = await self._connection(generation)
             self._attempts_finished += 1
             if self._stop.is_set():
                 break
+            lasted = connected and anyio.current_time() - started > MAX_BACKOFF
             if connected:
-                backoff = FIRST_BACKOFF
                 log.warning("MCP server %s lost: %s; reconnecting", self.name, generation.reason,
                             extra={"mcp_server": self.name, "reason": generation.reason})
                 self._emit("lost", generation.reason)
@@ -191,10 +195,12 @@ class McpConnection:
                 self._emit("connect_failed", self.last_error)
             self._set_state("down")
             self._wake.clear()
-            if not connected:
-                with anyio.move_on_after(backoff):
-                    await self._wake.wait()
-                backoff = min(backoff * 2, MAX_BACKOFF)
+            if lasted:
+                backoff = FIRST_BACKOFF
+                continue
+            with anyio.move_on_after(backoff):
+                await self._wake.wait()
+            backoff = min(backoff * 2, MAX_BACKOFF)
 
     async def _connection(self, generation: _Generation) -> bool:
         """One connection, from connect to its end; whether it was made."""

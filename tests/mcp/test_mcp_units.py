@@ -194,12 +194,13 @@ def test_names_are_prefixed_and_made_fit_for_realtime_tools() -> None:
     assert len(relay_name(server, "x" * 100)) == 64
 
 
-def test_the_command_refuses_a_name_clash_in_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", ["1", "2"])   # with workers, the parent finds it before forking
+def test_the_command_refuses_a_name_clash_in_one_line(tmp_path: Path, workers: str) -> None:
     tools = tmp_path / "tools.py"
     tools.write_text("from relay import tool\n\n@tool\ndef echo(text: str) -> str:\n    return text\n")
     server = REPO / "tests" / "mcp" / "server.py"
     done = subprocess.run([sys.executable, "-m", "relay", "serve", "--tools", str(tools), "--mcp",
-                           f"test={sys.executable} {server}", "--port", "0"],
+                           f"test={sys.executable} {server}", "--port", "0", "--workers", workers],
                           capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert done.returncode == 2
     last = done.stderr.strip().splitlines()[-1]
