@@ -106,7 +106,8 @@ class McpConnection:
         self.state = "new"          # connecting | up | down | closed
         self.last_error = ""
         self.connects = 0
-        self._attempts_finished = 0
+        self._attempt = 0           # the number of the latest connection attempt
+        self._failed = 0            # the number of the latest attempt that failed
         self._live: _Generation | None = None
         self._changed = asyncio.Event()
         self._wake = asyncio.Event()
@@ -133,7 +134,7 @@ class McpConnection:
             self.config.resolved_headers()   # a header or env naming an unset variable: ConfigError now
             self.config.resolved_env()
             self._task = asyncio.get_running_loop().create_task(self._own(), name=f"mcp server {self.name}")
-        while self._attempts_finished == 0 and self.state != "up":
+        while self.state in ("new", "connecting"):
             await self._wait_change()
         if self.state != "up" and self.connects == 0:
             raise ConfigError(f"cannot reach MCP server {self.name} ({self.config.describe()}): {self.last_error}")
@@ -178,10 +179,12 @@ class McpConnection:
         backoff = FIRST_BACKOFF
         while not self._stop.is_set():
             generation = _Generation()
+            self._attempt += 1
             self._set_state("connecting")
             started = anyio.current_time()
             connected = await self._connection(generation)
-            self._attempts_finished += 1
+            if not connected:
+                self._failed = self._attempt
             if self._stop.is_set():
                 break
             lasted = connected and anyio.current_time() - started > MAX_BACKOFF
@@ -346,7 +349,10 @@ class McpConnection:
                              "the relay is reconnecting")
 
     async def _usable(self) -> _Generation:
-        arrived = self._attempts_finished
+        """The live connection; else wait for the attempt in progress, or make the owner try at
+        once, and fail when that attempt fails."""
+        # the first attempt whose failure this call accepts: the one in progress, else the next
+        accepted = self._attempt if self.state == "connecting" else self._attempt + 1
         while True:
             live = self._live
             if live is not None and not live.ended.is_set():
@@ -354,7 +360,7 @@ class McpConnection:
             if self._stop.is_set():
                 raise McpUnavailable(f"MCP server {self.name} is closed")
             if self.state == "down":
-                if self._attempts_finished > arrived:
+                if self._failed >= accepted:
                     raise McpUnavailable(f"MCP server {self.name} is unreachable: {self.last_error}")
                 self._wake.set()   # try now, not after the back-off
             await self._wait_change()

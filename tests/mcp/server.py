@@ -3,9 +3,10 @@
     python tests/mcp/server.py stdio
     python tests/mcp/server.py http [--port N] [--token T]    # prints PORT=<n> once it listens
 
-Tools: echo (text), forecast (structured content), fail (isError), slow (sleeps), crash (the
-process dies mid-call), picture (image content), pid (which process answers), add_tool (registers
-a tool and says the list changed), and `deep` (a schema with $ref, const, exclusive bounds and a
+Tools: echo (text), forecast (structured content), fail (isError), slow (sleeps), cancellations
+(the calls of slow the client cancelled), crash (the process dies mid-call), picture (image
+content), pid (which process answers), add_tool (registers a tool and says the list changed), and
+`deep` (a schema with $ref, const, exclusive bounds and a
 type array: what Gemini refuses).
 """
 
@@ -52,11 +53,33 @@ def fail(reason: str) -> str:
     raise ToolError(f"cannot do it: {reason}")
 
 
+CANCELLED: list[str] = []
+_cancelled: list[anyio.Event] = []
+
+
 @server.tool(structured_output=False)
 async def slow(seconds: float) -> str:
-    """Takes its time."""
-    await anyio.sleep(seconds)
+    """Takes its time. A cancelled call (the client's notifications/cancelled) is noted for
+    `cancellations`."""
+    try:
+        await anyio.sleep(seconds)
+    except anyio.get_cancelled_exc_class():
+        CANCELLED.append(f"slow {seconds:g}")
+        for waiting in _cancelled:
+            waiting.set()
+        raise
     return f"slept {seconds:g} s"
+
+
+@server.tool(structured_output=False)
+async def cancellations() -> str:
+    """The calls of `slow` cancelled so far, one a line; waits (up to 5 s) for a first one."""
+    if not CANCELLED:
+        waiting = anyio.Event()
+        _cancelled.append(waiting)
+        with anyio.move_on_after(5):
+            await waiting.wait()
+    return "\n".join(CANCELLED)
 
 
 @server.tool(structured_output=False)

@@ -18,6 +18,7 @@ from tests.support.frames import user_text
 from tests.support.keys import PROVIDER_KEY
 from tests.support.mcp import (
     attached_call,
+    call_started,
     calls,
     everything_command,
     everything_http,
@@ -77,11 +78,11 @@ async def test_server_everything_over_http_killed_mid_call_is_reconnected() -> N
                 connection = server.tool_set.mcp.connections[0]
                 async with realtime_client(server) as client:
                     await turn(client, "addition please", "The sum of 2 and 3 is 5.")
+                    started = call_started(connection)
                     await client.send(user_text("forever"))
                     await client.send({"type": "response.create"})
                     with anyio.fail_after(5):
-                        while not connection.calls_in_flight:
-                            await anyio.sleep(0.01)
+                        await started.wait()
                     first.kill()   # mid-call
                     await client.wait_for(lambda e: e["type"] == "response.done"
                                           and "Here is what I found" in json.dumps(e["response"]["output"]))

@@ -14,12 +14,16 @@ import pytest
 from relay.errors import ConfigError
 from relay.mock import MockUpstream
 from relay.recording.reader import read_recording
+from relay.tools import Interruption
 from relay.tools.mcp_config import McpServerConfig, ToolSettings
 from tests.support.clients import realtime_client
+from tests.support.frames import user_text
 from tests.support.keys import PROVIDER_KEY
 from tests.support.mcp import (
     attached_call,
+    call_started,
     calls,
+    cancelled_on_the_server,
     gemini_turns,
     http_config,
     http_server,
@@ -76,10 +80,12 @@ async def test_an_error_result_a_filler_and_a_timeout_follow_the_tools_settings(
                 await turn(client, "slow one", "slept 0.6 s")
                 await turn(client, "stuck", "Here is what I found")
                 await turn(client, "echo again", "hello there")   # the session and the server go on
+            cancelled = await cancelled_on_the_server(server.tool_set.mcp.connections[0])
     outputs = outputs_sent(mock)
     assert json.loads(outputs[0]) == {"error": "Error executing tool fail: cannot do it: no luck"}
     assert outputs[1] == "slept 0.6 s"
     assert "2 s" in json.loads(outputs[2])["error"], "the timeout's error output"
+    assert cancelled == "slow 30", "the timeout cancelled the MCP request on the server"
     assert outputs[3] == "hello there"
     said = json.dumps(client.frames)
     assert "Hold on a moment." in said, "the on_delay filler was spoken while the slow call ran"
@@ -96,8 +102,9 @@ async def test_a_server_killed_mid_call_gives_an_error_output_and_is_reconnected
                     await turn(client, "pid", "Here is what I found")
                     second_pid = outputs_sent(mock)[-1]
                 events = server.metrics.mcp_events
-    assert first_pid != second_pid, "a new server process answers after the crash"
-    assert events[("test", "lost")] == 1 and events[("test", "reconnected")] == 1
+    assert first_pid.isdigit() and second_pid.isdigit() and first_pid != second_pid, \
+        "a new server process answers after the crash"
+    assert events[("test", "lost")] == 1 and events[("test", "reconnected")] == 1, events
     assert "MCP server test lost" in logs.getvalue()
 
 
@@ -126,22 +133,28 @@ async def test_an_http_server_killed_mid_call_and_restarted_is_reconnected() -> 
             async with relay_for(mock, mcp=settings(http_config(url))) as server:
                 async with realtime_client(server) as client:
                     await turn(client, "crash", "error")
-                    assert "lost" in outputs_sent(mock)[-1] or "unreachable" in outputs_sent(mock)[-1]
+                    lost = outputs_sent(mock)[-1]
+                    await turn(client, "echo it", "unreachable")   # while it is down: at once, not at the timeout
+                    down = outputs_sent(mock)[-1]
                     with http_server(port=port):
                         await turn(client, "echo it", "hello there")
                 events = server.metrics.mcp_events
     assert process.poll() is not None
-    assert events[("web", "reconnected")] >= 1
+    assert "lost during the call" in lost or "unreachable" in lost
+    assert json.loads(down) == {"error": "McpUnavailable: MCP server web is unreachable: ConnectError: All "
+                                         "connection attempts failed"}
+    assert events[("web", "connect_failed")] >= 1 and events[("web", "reconnected")] == 1
 
 
 async def test_a_new_tool_joins_the_sessions_that_start_after_the_server_says_so() -> None:
     async with MockUpstream(script=SCRIPT, api_key=PROVIDER_KEY) as mock:
         async with relay_for(mock, mcp=settings(stdio_server())) as server:
-            spec = server.tools.get("add_tool")
-            await spec.handler(name="added")
+            changed = anyio.Event()
+            server.tool_set.mcp.on_change.append(changed.set)
+            await server.tools.get("add_tool").handler(name="added")
             with anyio.fail_after(5):
-                while "added" not in server.tools:
-                    await anyio.sleep(0.02)
+                await changed.wait()
+            assert "added" in server.tools
             async with realtime_client(server) as client:
                 await turn(client, "added", "added: new")
     assert server.metrics.mcp_events[("test", "tools_changed")] == 1
@@ -179,3 +192,19 @@ async def test_an_attached_sidecar_runs_mcp_tools_beside_the_call() -> None:
         assert "forecast" in sidecar.runtime.tools
     assert json.loads(output["output"])["conditions"] == "sunny"
     assert "forecast" not in sidecar.runtime.tools, "detached, the sidecar let the server go"
+
+
+async def test_a_barge_in_cancels_the_mcp_request_of_a_tool_that_cancels_on_interruption() -> None:
+    server_config = stdio_server(tool_settings=(("slow", ToolSettings(interruption=Interruption.CANCEL)),))
+    async with MockUpstream(script=SCRIPT, api_key=PROVIDER_KEY) as mock:
+        async with relay_for(mock, mcp=settings(server_config)) as server:
+            connection = server.tool_set.mcp.connections[0]
+            started = call_started(connection)
+            async with realtime_client(server) as client:
+                await client.send(user_text("stuck"))
+                await client.send({"type": "response.create"})
+                with anyio.fail_after(5):
+                    await started.wait()
+                await mock.user_turn(mock.sessions[0], "never mind", respond=False)
+                cancelled = await cancelled_on_the_server(connection)
+    assert cancelled == "slow 30"

@@ -16,10 +16,12 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from relay.edges.attach import Sidecar
 from relay.mock import MockScript, MockUpstream, Reply, Rule, ToolCall
+from relay.tools.mcp import McpConnection
 from relay.tools.mcp_config import McpServerConfig, McpSettings
 from tests.support.clients import RealtimeClient, gemini_client
 from tests.support.frames import model_words, user_text
@@ -138,6 +140,25 @@ async def turn(client: RealtimeClient, words: str, says: str) -> dict[str, Any]:
 def outputs_sent(mock: MockUpstream) -> list[str]:
     """The outputs in the mock's last session, in order."""
     return [item["output"] for item in mock.sessions[-1].items if item.get("type") == "function_call_output"]
+
+
+def call_started(connection: McpConnection) -> anyio.Event:
+    """An event set when the next call on `connection` starts."""
+    started = anyio.Event()
+    original = connection.call
+
+    async def call(tool: str, arguments: dict[str, Any]) -> Any:
+        started.set()
+        return await original(tool, arguments)
+
+    connection.call = call   # type: ignore[method-assign]
+    return started
+
+
+async def cancelled_on_the_server(connection: McpConnection) -> str:
+    """What the test server says the client cancelled (its `cancellations` tool)."""
+    result = await connection.call("cancellations", {})
+    return "\n".join(block.text for block in result.content)
 
 
 def calls(*rules: tuple[str, str, dict[str, Any]], gemini: bool = False) -> MockScript:
