@@ -227,24 +227,13 @@ class _Reader:
         self.run_end = position
 
     def provider_mcp_call(self, record: ItemRecord) -> None:
-        """A call the provider ran on its own MCP server: a call answered at once with its output
-        or error (the target formats have no such thing, but a call and its result say the same)."""
-        data = record.data
-        label = data.get("server_label")
-        arguments = data.get("arguments") if isinstance(data.get("arguments"), str) and data.get("arguments") else "{}"
-        called = _Called(record.id, str(record.name or data.get("name") or ""), arguments, record.id)
-        error = data.get("error")
-        if error:
-            detail = error.get("message") if isinstance(error, dict) else error
-            answer = _Answered(record.id, called.name, json.dumps({"error": detail}, ensure_ascii=False), True,
-                               detail, None, synthetic=False)
-        else:
-            output = data.get("output")
-            answer = _Answered(record.id, called.name, output if isinstance(output, str) else "", False, None,
-                               None, synthetic=False)
-        self.note("provider_mcp_call", f"mcp_call {record.id} ran {called.name} on the provider's MCP server "
-                  f"{label!r}; exported as a call answered by its {'error' if error else 'output'}", record)
-        self.steps += [called, answer]
+        """A call the provider ran on its own MCP server: a call answered at once by its output or error."""
+        data, name, error = record.data, str(record.name or ""), record.data.get("error")
+        detail = error.get("message") if isinstance(error, dict) else error
+        output = json.dumps({"error": detail}, ensure_ascii=False) if error else str(data.get("output") or "")
+        self.note("provider_mcp_call", f"mcp_call {record.id} ran {name} on the provider's MCP server {data.get('server_label')!r}: exported as a call and its {'error' if error else 'output'}", record)
+        self.steps += [_Called(record.id, name, str(data.get("arguments") or "{}"), record.id),
+                       _Answered(record.id, name, output, bool(error), detail if error else None, None, synthetic=False)]
 
     def stray_output(self, record: ItemRecord) -> None:
         """An output met outside the place its call's turn puts it: either already placed (or to
