@@ -14,7 +14,9 @@ from relay.cli.options import (
     TRANSPORT,
     Command,
     config_fields,
+    mcp_settings,
     option,
+    require_tools,
     start,
     warn_if_no_key,
 )
@@ -44,7 +46,8 @@ ATTACH_OPTIONS = (
 def run(args: argparse.Namespace) -> int:
     log = logging.getLogger("relay.sidecar")
     start(args)
-    runtime = SidecarRuntime(SidecarConfig(**config_fields(args, ATTACH_OPTIONS)))
+    require_tools(args)
+    runtime = SidecarRuntime(SidecarConfig(**config_fields(args, ATTACH_OPTIONS), mcp=mcp_settings(args)))
     warn_if_no_key(runtime, log)
     listen = _inspector_address(args.inspector, args.auth_token) if args.inspector else None
     if listen is not None:

@@ -37,6 +37,7 @@ from relay.session.policy import (
     DEFAULT_QUEUE_BYTES,
 )
 from relay.transports import TRANSPORTS
+from relay.tools.mcp_config import McpSettings, settings_from_options
 
 
 def _same(value: Any) -> Any:
@@ -138,12 +139,32 @@ RECONNECT_DELAY = option(
     "--reconnect-delay", type=float, default=DEFAULT_RECONNECT_DELAY, metavar="S",
     help=f"wait before the first reconnect attempt, doubled for each next (default {DEFAULT_RECONNECT_DELAY})")
 
+MCP = option("--mcp", field=None, action="append", default=[], metavar="[NAME=]SERVER",
+             help="an MCP server whose tools join the relay's: a streamable HTTP URL or a stdio command, "
+                  "e.g. 'weather=python weather_server.py' (repeatable; docs/mcp.md)")
+MCP_CONFIG = option("--mcp-config", field=None, metavar="FILE",
+                    help="MCP servers, their tools' settings and the approval policy from a TOML or JSON file")
+MCP_HEADER = option("--mcp-header", field=None, action="append", default=[], metavar="SERVER:NAME=VALUE",
+                    help="an HTTP header for an MCP server; ${VAR} in VALUE is read from the environment "
+                         "(quote it: 'docs:Authorization=Bearer ${DOCS_TOKEN}'; repeatable)")
+MCP_PREFIX = option("--mcp-prefix", field=None, action="store_true",
+                    help="name every MCP tool NAME_TOOL after its server (else a clash refuses to start)")
+MCP_APPROVE = option("--mcp-approve", field=None, action="append", default=[], metavar="LABEL[:TOOL]",
+                     help="approve the provider's own MCP calls of this server label (and tool); repeatable")
+MCP_DENY = option("--mcp-deny", field=None, action="append", default=[], metavar="LABEL[:TOOL]",
+                  help="refuse the provider's own MCP calls of this server label (and tool); repeatable")
+
 # groups, in the order the commands list them
 LOGGING = (LOG_FORMAT, LOG_LEVEL)
+MCP_SERVERS = (MCP, MCP_CONFIG, MCP_HEADER, MCP_PREFIX)
+"""The MCP servers whose tools join the relay's (`mcp_settings` reads them)."""
+MCP_OPTIONS = (*MCP_SERVERS, MCP_APPROVE, MCP_DENY)
+"""... and the policy for the provider's own MCP approvals: the edges' MCP options."""
 RECORDING = (RECORD, RECORD_AUDIO)
 LIMITS = (MAX_FRAME_BYTES, MAX_QUEUE_BYTES, MAX_CLIENT_EVENTS, HISTORY_ITEMS)
 SIDEBAND = (
-    TOOLS.but(required=True, default=None),
+    TOOLS,
+    *MCP_OPTIONS,
     UPSTREAM.but(default=DEFAULT_UPSTREAM,
                  help=f"provider realtime URL; the call_id is added to it (default {DEFAULT_UPSTREAM})"),
     DIALECT,
@@ -162,6 +183,22 @@ AUTH_TOKEN = option("--auth-token", default_from=lambda: os.environ.get(AUTH_TOK
 INSPECTOR_TOKEN = dataclasses.replace(
     AUTH_TOKEN.but(help=f"token the --inspector page asks for (default ${AUTH_TOKEN_ENV})"), field=None)
 """attach's and sidecar's: their sessions take no client token, their inspector does."""
+def mcp_settings(args: argparse.Namespace) -> McpSettings | None:
+    """The MCP settings the MCP options say (None: none given)."""
+    settings = settings_from_options(
+        specs=getattr(args, "mcp", []), headers=getattr(args, "mcp_header", []),
+        prefix=getattr(args, "mcp_prefix", False), config_file=getattr(args, "mcp_config", None),
+        approve=getattr(args, "mcp_approve", []), deny=getattr(args, "mcp_deny", []))
+    return settings or None
+
+
+def require_tools(args: argparse.Namespace) -> None:
+    """attach and sidecar have nothing to do without tools: `--tools` or an MCP server."""
+    if not args.tools and not args.mcp and not args.mcp_config:
+        raise UnusableInput("give the tools to run: --tools SPEC (a .py file or module with @tool functions) "
+                            "or --mcp SERVER")
+
+
 def config_fields(args: argparse.Namespace, options: Sequence[Option]) -> dict[str, Any]:
     """The configuration fields the parsed `args` set, from the options that name one."""
     return {opt.field: opt.to(getattr(args, opt.dest)) for opt in options if opt.field is not None}

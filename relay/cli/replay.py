@@ -7,17 +7,22 @@ import argparse
 
 from relay.cli.options import (
     DIALECT,
+    MCP_SERVERS,
     TOOLS,
     Command,
+    mcp_settings,
     option,
     tools_from_working_directory,
 )
-from relay.offline.replay import DEFAULT_GATE_TIMEOUT, run_replay
-from relay.tools.sources import tool_registry
+from relay.offline.replay import DEFAULT_GATE_TIMEOUT, MCP_ANSWERS, run_replay
 
 REPLAY_OPTIONS = (
     option("recording", field=None, help="a relay recording (.jsonl) or a plain event log"),
     TOOLS,
+    option("--mcp-answers", field=None, choices=MCP_ANSWERS, default="recording",
+           help="answer the recording's MCP tools from the recording (default: offline, at the recorded "
+                "moments) or from live servers (give them with --mcp or --mcp-config)"),
+    *MCP_SERVERS,
     DIALECT.but(help="override the recording's dialect"),
     option("--json", field=None, action="store_true", help="print the result as JSON"),
     option("--realtime", action="store_true", help="keep the recorded pacing"),
@@ -33,10 +38,10 @@ REPLAY_OPTIONS = (
 
 def run(args: argparse.Namespace) -> int:
     tools_from_working_directory()
-    tools = tool_registry(args.tools)
-    return run_replay(args.recording, tools, dialect=args.dialect, as_json=args.json, realtime=args.realtime,
+    return run_replay(args.recording, args.tools, dialect=args.dialect, as_json=args.json, realtime=args.realtime,
                       gate_timeout=args.gate_timeout, html=args.html, allow_empty=args.allow_empty,
-                      allow_incomplete=args.allow_incomplete)
+                      allow_incomplete=args.allow_incomplete, mcp_answers=args.mcp_answers,
+                      mcp=mcp_settings(args))
 
 
 

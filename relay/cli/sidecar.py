@@ -16,8 +16,10 @@ from relay.cli.options import (
     TRANSPORT,
     Command,
     config_fields,
+    mcp_settings,
     option,
     read_text_input,
+    require_tools,
     start,
     warn_if_no_key,
 )
@@ -53,13 +55,14 @@ SIDECAR_OPTIONS = (
 def run(args: argparse.Namespace) -> int:
     log = logging.getLogger("relay.webhooks")
     start(args)
+    require_tools(args)
     instructions = read_text_input(args.instructions, "--instructions") if args.instructions else None
     if args.inspector and not args.auth_token and not is_loopback(args.host):
         raise UnusableInput(f"refusing to serve the inspector on {args.host} without a token: set --auth-token "
                             f"(or {AUTH_TOKEN_ENV}), or listen on loopback")
     hub = LiveHub() if args.inspector else None
     server = SidecarServer(SidecarServerConfig(**config_fields(args, SIDECAR_OPTIONS),
-                                                             instructions=instructions),
+                                                             instructions=instructions, mcp=mcp_settings(args)),
                                          live=hub, inspector_token=args.auth_token)
     warn_if_no_key(server.runtime, log)
 

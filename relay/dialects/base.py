@@ -14,6 +14,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol
 
+from relay.dialects.schemas import object_parameters
+
 # Browsers cannot set headers on a WebSocket: OpenAI's SDKs send the key as this subprotocol, and
 # the relay accepts its own token that way from the clients of every dialect.
 TOKEN_SUBPROTOCOL = "openai-insecure-api-key."
@@ -99,6 +101,12 @@ class Dialect(ABC):
         if not self.upstream_paths:
             return 1
         return 2 if path.endswith(self.upstream_paths) else 0
+
+    def tool_parameters(self, schema: dict[str, Any]) -> dict[str, Any]:
+        """A tool's parameters (a self-contained JSON Schema object) as this provider's wire takes
+        them: a plain object at the top (relay.dialects.schemas); a family whose wire takes less
+        narrows more."""
+        return object_parameters(schema)
 
     @abstractmethod
     def client_error_event(self, event_id: str, code: str, message: str, **details: Any) -> dict[str, Any] | None:

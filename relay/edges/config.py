@@ -36,7 +36,9 @@ from relay.session.policy import (
 )
 from relay.session.transport import Backend
 from relay.tools.render import DEFAULT_OUTPUT_LIMIT
-from relay.tools.sources import ToolSources, tool_registry
+from relay.tools.mcp_config import McpSettings
+from relay.tools.registry import ToolRegistry
+from relay.tools.sources import ToolSet, ToolSources
 from relay.transports import backend_named
 
 DEFAULT_PORT = 8000
@@ -71,6 +73,9 @@ class EdgeConfig:
     callable returning an Entra ID `AccessToken`) replaces the key with refreshed Bearer tokens."""
 
     tools: ToolSources = ()
+    # MCP servers whose tools join `tools`, and the policy for the provider's own MCP approvals
+    # (relay/tools/mcp_config.py: --mcp, --mcp-config, ...)
+    mcp: McpSettings | None = None
     upstream: str = ""     # empty: the dialect's endpoint (Gemini Live's for `gemini`), else OpenAI's
     dialect: str | None = None
     record_dir: str | Path | None = None
@@ -185,22 +190,43 @@ class SidecarConfig(EdgeConfig):
 
 class EdgeRuntime:
     """What the sessions of one configuration share: the checked configuration, its dialect, the
-    tool registry, the transport backend its sockets use (`config.transport`: relay/transports/),
-    the provider connection (URL, credentials, limits) and the secrets kept out of logs and
-    recordings. Raises ConfigError for a configuration that cannot work."""
+    tools (`tool_set`: the `@tool` functions, and the MCP servers' once `start_tools` reached
+    them), the transport backend its sockets use (`config.transport`: relay/transports/), the
+    provider connection (URL, credentials, limits) and the secrets kept out of logs and recordings
+    (the MCP servers' headers and env among them). Raises ConfigError for a configuration that
+    cannot work."""
 
     def __init__(self, config: EdgeConfig, *, secrets: Sequence[str | None] = ()) -> None:
         self.dialect = config.check()
-        self.tools = tool_registry(config.tools)
+        self.mcp_listeners: list[Callable[[str, str, str], None]] = []
+        self.tool_set = ToolSet(config.tools, config.mcp, listener=self._mcp_event)
         self.config = config
-        self.redactor = Redactor(secrets)
+        self.redactor = Redactor([*secrets, *(config.mcp.secrets() if config.mcp is not None else ())])
         self.backend: Backend = backend_named(config.transport)
         self.upstream = Upstream.configured(config, self.dialect, self.redactor, self.backend)
 
+    @property
+    def tools(self) -> ToolRegistry:
+        """The tools a session starting now gets (see ToolSet)."""
+        return self.tool_set.registry()
+
+    async def start_tools(self) -> None:
+        """Reach the MCP servers and list their tools, when there are any (the edges call it when
+        they start; counted, see ToolSet). ConfigError: a server cannot be reached, a name clashes."""
+        await self.tool_set.start()
+
+    async def close_tools(self) -> None:
+        await self.tool_set.close()
+
+    def _mcp_event(self, server: str, event: str, detail: str) -> None:
+        for listener in list(self.mcp_listeners):
+            listener(server, event, detail)
+
     def engine_settings(self, **settings: Any) -> EngineConfig:
         """The engine settings of this edge's sessions: `settings` and the configured limits."""
+        mcp = self.config.mcp
         return EngineConfig(output_limit=self.config.output_limit, history_limit=self.config.history_limit,
-                            **settings)
+                            mcp_approvals=mcp.approvals if mcp is not None and mcp.approvals else None, **settings)
 
     def recording(self, *, session_id: str, dialect: Dialect, mode: str, extra_header: dict[str, Any],
                   writer: Callable[..., RecordingWriter] = RecordingWriter) -> RecordingWriter | None:

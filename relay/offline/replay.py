@@ -14,6 +14,9 @@ or `changed` (both, different), with a readable diff. Forwarded client frames ar
 and are not compared. Plain event logs (server events only, like ../shared/recordings) replay
 without gating and report what the relay would have done.
 
+MCP tools (the recording's header lists them) are answered from the recording by default, or by
+live servers with `mcp_answers="live"` (relay/offline/mcp_answers.py).
+
 The recording says its dialect (`Recording.dialect`), and the dialect says how its frames are
 read back (`replay_sends` in relay/offline/replaying.py): which are fed to the engine, which
 sends are compared and by what key. Gemini Live recordings replay on a `GeminiEngine`, with the
@@ -59,8 +62,10 @@ from relay.recording.format import (
 )
 from relay.recording.reader import load_recording, read_recording
 from relay.session.runner import HandlerRunner
+from relay.offline.mcp_answers import MCP_ANSWERS, Moments, with_recorded_mcp_tools
 from relay.tools import ToolRegistry
-from relay.tools.sources import ToolSources, tool_registry
+from relay.tools.mcp_config import ApprovalPolicy, McpSettings
+from relay.tools.sources import ToolSet, ToolSources
 
 log = logging.getLogger("relay.replay")
 
@@ -192,7 +197,8 @@ def _replace_strings(value: Any, mapping: dict[str, str]) -> Any:
 # ---- the replay --------------------------------------------------------------------------------
 class _Replayer:
     def __init__(self, recording: Recording, registry: ToolRegistry, *, dialect: Dialect | None,
-                 realtime: bool, gate_timeout: float, progress: Callable[[int, int], None] | None) -> None:
+                 realtime: bool, gate_timeout: float, progress: Callable[[int, int], None] | None,
+                 moments: Moments | None = None) -> None:
         header = recording.header or {}
         self.recording = recording
         self.relay_recording = recording.kind == "relay"
@@ -205,6 +211,7 @@ class _Replayer:
             hide_tool_events=bool(header.get("hide_tool_events", True)),
             declare_tools=bool(header.get("declare_tools", mode == "proxy")),
             unknown_tools=header.get("unknown_tools", "client"),
+            mcp_approvals=recorded_policy(header.get("mcp_approvals")),
         )
         dialect = dialect or recording.dialect
         self.engine = new_engine(registry, dialect=dialect, config=config,
@@ -226,6 +233,7 @@ class _Replayer:
         self.frames: list[Frame] = []                     # the session as replayed
         self._progress = anyio.Event()
         self._runner: HandlerRunner | None = None
+        self.moments = moments or Moments()   # handlers waiting for a recorded moment
 
     # -- engine plumbing --
     def _apply(self, actions: list[Action]) -> None:
@@ -279,8 +287,10 @@ class _Replayer:
             if deadline is None or deadline > moment:
                 break
             self.now = max(self.now, deadline)
+            self.moments.release(self._t())
             self._apply(self.engine.tick(self.now))
         self.now = max(self.now, moment)
+        self.moments.release(self._t())
 
     def _fire_next_timer(self) -> bool:
         """Move virtual time to the engine's next deadline; False when it has none."""
@@ -408,6 +418,16 @@ class _Replayer:
             internal_errors=[a.message for a in self.engine.anomalies if a.internal])
 
 
+def recorded_policy(recorded: Any) -> ApprovalPolicy | None:
+    """The MCP approval policy a recording's header names (None: none, or not one)."""
+    if not isinstance(recorded, dict):
+        return None
+    allow, deny = recorded.get("allow") or [], recorded.get("deny") or []
+    if not all(isinstance(p, str) for p in [*allow, *deny]):
+        return None
+    return ApprovalPolicy(allow=tuple(allow), deny=tuple(deny)) or None
+
+
 def _epoch(started_at: Any) -> float:
     from datetime import datetime
 
@@ -431,13 +451,31 @@ async def replay_async(
     realtime: bool = False,
     gate_timeout: float = DEFAULT_GATE_TIMEOUT,
     progress: Callable[[int, int], None] | None = None,
+    mcp_answers: str = "recording",
+    mcp: McpSettings | None = None,
 ) -> ReplayResult:
+    """See `replay`. `mcp_answers`: where MCP tools' answers come from (`recording` or `live`,
+    with the servers `mcp` names)."""
+    if mcp_answers not in MCP_ANSWERS:
+        raise UnusableInput(f"mcp_answers is recording or live, not {mcp_answers!r}")
+    if mcp_answers == "live" and (mcp is None or not mcp.servers):
+        raise UnusableInput("live MCP answers need the MCP servers: --mcp or --mcp-config")
     recording = path if isinstance(path, Recording) else read_recording(path)
     chosen = get_dialect(dialect) if isinstance(dialect, str) else dialect
-    replayer = _Replayer(recording, tool_registry(tools), dialect=chosen, realtime=realtime,
-                         gate_timeout=gate_timeout, progress=progress)
-    await replayer.run()
-    return replayer.result()
+    tool_set = ToolSet(tools, mcp if mcp_answers == "live" else None)
+    await tool_set.start()
+    try:
+        moments = Moments()
+        warnings: list[str] = []
+        registry = with_recorded_mcp_tools(tool_set.registry(), recording, moments, warnings, mcp_answers == "live")
+        replayer = _Replayer(recording, registry, dialect=chosen, realtime=realtime,
+                             gate_timeout=gate_timeout, progress=progress, moments=moments)
+        await replayer.run()
+    finally:
+        await tool_set.close()
+    result = replayer.result()
+    result.warnings += warnings
+    return result
 
 
 def replay(path: str | Path | Recording, tools: Any = (), **options: Any) -> ReplayResult:
@@ -451,9 +489,10 @@ def replay(path: str | Path | Recording, tools: Any = (), **options: Any) -> Rep
 ALLOW_EMPTY_OPTION = "--allow-empty"
 
 
-def run_replay(path: str, tools: ToolRegistry, *, dialect: str | None = None, as_json: bool = False,
+def run_replay(path: str, tools: ToolSources, *, dialect: str | None = None, as_json: bool = False,
                realtime: bool = False, gate_timeout: float = DEFAULT_GATE_TIMEOUT, html: str | None = None,
-               allow_empty: bool = False, allow_incomplete: bool = False) -> int:
+               allow_empty: bool = False, allow_incomplete: bool = False, mcp_answers: str = "recording",
+               mcp: McpSettings | None = None) -> int:
     """`relay replay`: print the report (or its JSON); 0 without divergence, 1 with. Input it
     cannot use raises (`relay.exits`): a file that is not a recording, an incomplete recording
     (unless `allow_incomplete`), and one with nothing to compare, a plain event log that records
@@ -467,7 +506,7 @@ def run_replay(path: str, tools: ToolRegistry, *, dialect: str | None = None, as
                             "to see what the relay would do with it")
     progress = _ProgressBar(len(recording.frames)) if len(recording.frames) > 2000 and sys.stderr.isatty() else None
     result = replay(recording, tools, dialect=dialect, realtime=realtime, gate_timeout=gate_timeout,
-                    progress=progress)
+                    progress=progress, mcp_answers=mcp_answers, mcp=mcp)
     if progress is not None:
         progress.close()
     if html:

@@ -57,6 +57,8 @@ class ReplaySends:
             return f"answer {int(key[2]) + 1} to {key[1]}"
         if key[0] == "update":
             return "streaming update"
+        if key[0] == "approval":
+            return f"MCP approval of {key[1]}"
         if key[0] == "response.create":
             return f"{key[1].replace('_', '-')} response for {key[2] or 'no call'}"
         return key[0]
@@ -121,6 +123,8 @@ class OpenAISends(ReplaySends):
                 return ("output", str(item.get("call_id")))
             if ours and item.get("type") == "message":
                 return ("update",)
+            if ours and item.get("type") == "mcp_approval_response":
+                return ("approval", str(item.get("approval_request_id")))
             return None
         if not ours:
             return None
