@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.support.paths import REPO
 
 PAGE = REPO / "docs" / "mcp.md"
@@ -32,6 +34,7 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+@pytest.mark.docs
 def test_the_example_runs_as_written(tmp_path: Path) -> None:
     for path in EXAMPLES.iterdir():
         shutil.copy(path, tmp_path / path.name)
