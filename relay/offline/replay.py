@@ -11,7 +11,7 @@ What the relay under test sent is compared with what was recorded: outputs (text
 streaming updates, follow-up and filler responses, cancels and tool declarations. Every
 difference is a divergence: `missing` (recorded, not sent now), `extra` (sent now, not recorded)
 or `changed` (both, different), with a readable diff. Forwarded client frames are the client's
-and are not compared. Plain event logs (server events only, like ../shared/recordings) replay
+and are not compared. Plain event logs (server events only, as an application logs them) replay
 without gating and report what the relay would have done.
 
 The recording says its dialect (`Recording.dialect`), and the dialect says how its frames are
@@ -36,7 +36,7 @@ from typing import Any, Callable
 
 import anyio
 
-from relay.dialects import Dialect, get_dialect
+from relay.dialects import DIALECT_CHOICES, DIALECTS, Dialect, get_dialect
 from relay.engine import (
     Action,
     CancelHandler,
@@ -49,7 +49,8 @@ from relay.engine import (
 )
 from relay.engine.calls import CallOutcome
 from relay.errors import UnusableInput
-from relay.offline.replaying import Key, ReplaySends, clip, json_object, replay_sends
+from relay.offline.replaying import Key, ReplaySends, clip, counted, json_object, replay_sends
+from relay.offline.timeline import Timeline
 from relay.recording.format import (
     CLIENT_TO_RELAY,
     RELAY_TO_UPSTREAM,
@@ -117,11 +118,11 @@ class ReplayResult:
         return not self.divergences
 
     def verdict(self) -> str:
-        if self.kind == "event-log":
+        if self.ok and self.kind == "event-log":
             return "event log (no relay sends recorded): nothing to compare"
         if self.ok:
             return "no divergence: the relay under test sent what was recorded"
-        return f"{len(self.divergences)} divergence(s)"
+        return counted(len(self.divergences), "divergence")
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -355,6 +356,26 @@ class _Replayer:
         for key, event, t in self.unmatched:
             self.divergences.append(Divergence("extra", sends.describe(key), None, event, call_id=sends.call_of(key),
                                                t=t))
+        unseen = self._calls_unseen()
+        if unseen is not None:
+            self.divergences.insert(0, unseen)
+
+    def _calls_unseen(self) -> Divergence | None:
+        """A replay that saw none of the calls the recording holds compared nothing that matters:
+        never "no divergence". The recorded calls are read from the frames by either family's
+        reader, whatever the header says: a dialect that cannot read them is the case in point."""
+        if self.engine.ledger:
+            return None
+        source = str(self.recording.path)
+        recorded = max((Timeline.from_frames(self.recording.frames, dialect=family, source=source).calls()
+                        for family in ("openai", "gemini")), key=len)
+        if not recorded:
+            return None
+        names = sorted({str(call.name) for call in recorded})
+        return Divergence("missing", f"every call: the recording holds {counted(len(recorded), 'call')} "
+                                     f"({', '.join(names)}), the relay under test saw none of them",
+                          {"calls": [{"call_id": c.call_id, "name": c.name} for c in recorded]}, None,
+                          call_id=recorded[0].call_id, t=recorded[0].t)
 
     async def _play(self, frame: Frame) -> None:
         sends = self._recorded_sends
@@ -370,8 +391,9 @@ class _Replayer:
             if frame.event is not None and self.ids.mapping:
                 payload = json.dumps(self.ids.rewrite(frame.event), ensure_ascii=False)
             self._keep(UPSTREAM_TO_RELAY, payload)
-            self._apply(self.engine.receive_upstream(payload, self.now))
+            # what the frame says goes on the timeline before what the relay did about it
             self.timeline += [f"{self._t():9.3f}  {line}" for line in sends.timeline(frame)]
+            self._apply(self.engine.receive_upstream(payload, self.now))
         elif frame.direction == CLIENT_TO_RELAY and self.engine.config.has_client:
             self._keep(CLIENT_TO_RELAY, payload)
             self._apply(self.engine.receive_client(payload, self.now))
@@ -405,6 +427,19 @@ class _Replayer:
             anomalies=[a.message for a in self.engine.anomalies], engine=self.engine, frames=self.frames)
 
 
+def check_same_wire(recording: Recording, dialect: Dialect) -> None:
+    """Refuse to replay a recording in a dialect of another family (Gemini Live's for an OpenAI
+    session, or the reverse): its reader would find none of the recording's calls or sends, and
+    the replay would pass without having compared anything."""
+    recorded = recording.dialect
+    if type(dialect) is type(recorded):
+        return
+    same_wire = [name for name in DIALECT_CHOICES if type(DIALECTS[name]) is type(recorded)]
+    raise UnusableInput(f"{recording.path} is a recording of the {recorded.name} dialect; the {dialect.name} "
+                        f"dialect reads another wire and would see none of it: leave the dialect out, or "
+                        f"choose one of {', '.join(same_wire)}")
+
+
 def _epoch(started_at: Any) -> float:
     from datetime import datetime
 
@@ -431,6 +466,8 @@ async def replay_async(
 ) -> ReplayResult:
     recording = path if isinstance(path, Recording) else read_recording(path)
     chosen = get_dialect(dialect) if isinstance(dialect, str) else dialect
+    if chosen is not None:
+        check_same_wire(recording, chosen)
     replayer = _Replayer(recording, tool_registry(tools), dialect=chosen, realtime=realtime,
                          gate_timeout=gate_timeout, progress=progress)
     await replayer.run()
@@ -484,7 +521,7 @@ def run_replay(path: str, tools: ToolRegistry, *, dialect: str | None = None, as
 
 
 def render_report(result: ReplayResult) -> str:
-    lines = [f"replay of {result.path.name} ({result.kind}, {len(result.engine.ledger)} calls seen)", "",
+    lines = [f"replay of {result.path.name} ({result.kind}, {counted(len(result.engine.ledger), 'call')} seen)", "",
              "timeline:"]
     lines += ["  " + line for line in result.timeline] or ["  (the relay did nothing)"]
     lines += ["", "calls the relay ran:"]
