@@ -14,8 +14,8 @@ from relay.cli.options import (
     Command,
     config_fields,
     option,
+    require_credentials,
     start,
-    warn_if_no_key,
 )
 from relay.edges.attach import Sidecar, SidecarRuntime
 from relay.edges.config import AUTH_TOKEN_ENV, SidecarConfig, is_loopback
@@ -42,9 +42,9 @@ ATTACH_OPTIONS = (
 def run(args: argparse.Namespace) -> int:
     log = logging.getLogger("relay.sidecar")
     start(args)
-    runtime = SidecarRuntime(SidecarConfig(**config_fields(args, ATTACH_OPTIONS)))
-    warn_if_no_key(runtime, log)
     listen = _inspector_address(args.inspector, args.auth_token) if args.inspector else None
+    runtime = SidecarRuntime(SidecarConfig(**config_fields(args, ATTACH_OPTIONS)))
+    require_credentials(runtime, log)
     if listen is not None:
         runtime.redactor.add(args.auth_token)
     hub = LiveHub() if listen is not None else None

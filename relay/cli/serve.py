@@ -23,8 +23,8 @@ from relay.cli.options import (
     Command,
     config_fields,
     option,
+    require_credentials,
     start,
-    warn_if_no_key,
 )
 from relay.edges.config import ServerConfig
 from relay.edges.process import run_workers
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     if args.inspector and args.workers > 1:
         raise UnusableInput("--inspector shows the sessions of one process: it cannot be used with --workers")
     server = RelayServer(ServerConfig(**config_fields(args, SERVE_OPTIONS)))
-    warn_if_no_key(server, log)
+    require_credentials(server, log)
 
     def run_worker(port: int) -> int:
         server.config = dataclasses.replace(server.config, port=port, reuse_port=True)

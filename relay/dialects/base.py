@@ -92,11 +92,15 @@ class Dialect(ABC):
         dialect: 3 a path mark, 2 a host and a path, 1 a host alone, 0 not at all."""
         if any(mark in path for mark in self.upstream_path_marks):
             return 3
-        if not any(host.endswith(known) if known.startswith(".") else host == known for known in self.upstream_hosts):
+        if not self.serves_host(host):
             return 0
         if not self.upstream_paths:
             return 1
         return 2 if path.endswith(self.upstream_paths) else 0
+
+    def serves_host(self, host: str) -> bool:
+        """Whether this (lower-case) host is one of the provider's own (`upstream_hosts`)."""
+        return any(host.endswith(known) if known.startswith(".") else host == known for known in self.upstream_hosts)
 
     @abstractmethod
     def client_error_event(self, event_id: str, code: str, message: str, **details: Any) -> dict[str, Any] | None:
