@@ -4,6 +4,7 @@ recording; the recording it writes replays without divergence."""
 from __future__ import annotations
 
 import io
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -49,8 +50,16 @@ async def test_demo_conversation_timeline_and_recording(tmp_path: Path) -> None:
     assert [c.outcome for c in result.calls] == ["ok", "ok", "ok", "error", "ok"]
 
 
-def test_scripts_demo_runs_from_the_command_line() -> None:
-    done = subprocess.run([str(REPO / "scripts" / "demo"), "--no-record", "--color", "never"],
-                          capture_output=True, text=True, timeout=60, cwd=REPO)
+def test_scripts_demo_runs_where_the_user_stands(tmp_path: Path) -> None:
+    """Run from another directory, it records there and prints paths relative to there (issue
+    31): the replay command it prints runs as printed, from there."""
+    done = subprocess.run([str(REPO / "scripts" / "demo"), "--color", "never"],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "relay demo" in done.stdout and "search_flights" in done.stdout
+    [recording] = (tmp_path / "recordings").glob("*.jsonl")
+    assert f"recording: recordings/{recording.name}\n" in done.stdout
+    [command] = [line.removeprefix("replay it against the tools: ") for line in done.stdout.splitlines()
+                 if line.startswith("replay it against the tools: ")]
+    replayed = subprocess.run(shlex.split(command), capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert replayed.returncode == 0 and "verdict: no divergence" in replayed.stdout, replayed.stdout
