@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 from relay.cli.demo import EXAMPLE_TOOLS, run_demo
-from relay.testing import replay_async
+from relay.testing import replay, replay_async
 from tests.support.paths import REPO
 
 
@@ -63,3 +63,14 @@ def test_scripts_demo_runs_where_the_user_stands(tmp_path: Path) -> None:
                  if line.startswith("replay it against the tools: ")]
     replayed = subprocess.run(shlex.split(command), capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert replayed.returncode == 0 and "verdict: no divergence" in replayed.stdout, replayed.stdout
+
+
+def test_the_example_recording_in_the_docs_is_the_demos_session_and_replays() -> None:
+    """What the README and docs/recording-format.md point to, for users without a recording."""
+    example = REPO / "docs" / "examples" / "recordings" / "demo.jsonl"
+    for page in ("README.md", "docs/recording-format.md"):
+        assert "docs/examples/recordings/demo.jsonl" in (REPO / page).read_text(), page
+    result = replay(example, [EXAMPLE_TOOLS])
+    assert result.kind == "relay" and result.ok, [d.describe() for d in result.divergences]
+    assert [c.name for c in result.calls] == ["get_weather", "get_weather", "lookup_order", "lookup_order",
+                                              "search_flights"]
