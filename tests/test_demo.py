@@ -6,10 +6,15 @@ from __future__ import annotations
 import io
 import shlex
 import subprocess
+from datetime import date
 from pathlib import Path
+from typing import Literal
 
-from relay.cli.demo import EXAMPLE_TOOLS, run_demo
+from pydantic import BaseModel, Field
+
+from relay.cli.demo import EXAMPLE_TOOLS, TURNS, conversation_for, run_demo, tools_conversation
 from relay.testing import replay, replay_async
+from relay.tools import ToolRegistry, tool
 from tests.support.paths import REPO
 
 
@@ -74,3 +79,36 @@ def test_the_example_recording_in_the_docs_is_the_demos_session_and_replays() ->
     assert result.kind == "relay" and result.ok, [d.describe() for d in result.divergences]
     assert [c.name for c in result.calls] == ["get_weather", "get_weather", "lookup_order", "lookup_order",
                                               "search_flights"]
+
+
+
+class Passenger(BaseModel):
+    name: str
+    age: int = Field(ge=18)
+
+
+@tool
+def book(passengers: list[Passenger] = Field(min_length=1), seat: Literal["aisle", "window"] = "aisle",
+         day: date | None = None, nights: int = Field(3, ge=1), note: str = Field(min_length=3)) -> str:
+    """Book a trip (a tool of the kind users write: a nested model, constraints, optional fields)."""
+    return "booked"
+
+
+@tool
+def ping(loud: bool, times: float, tags: list[str]) -> str:
+    """Ping."""
+    return "pong"
+
+
+def test_a_conversation_built_from_your_tools_calls_each_with_arguments_its_schema_accepts() -> None:
+    """`relay demo --tools my_tools.py`: one turn per tool, its example arguments valid."""
+    registry = ToolRegistry([book, ping])
+    conversation = conversation_for(registry)
+    assert conversation.turns == ("Please use book.", "Please use ping.")
+    for rule, spec in zip(conversation.script.rules, registry, strict=True):
+        [call] = rule.calls
+        assert call.name == spec.name and rule.matches(f"Please use {spec.name}.")
+        spec.validate_arguments(call.arguments)          # raises for arguments the tool would refuse
+    assert not conversation.script.rules[0].matches("Please use book. And ping.")
+    assert conversation_for(ToolRegistry.load([EXAMPLE_TOOLS])).turns is TURNS
+    assert tools_conversation(ToolRegistry.load([EXAMPLE_TOOLS])).turns[0] == "Please use get_weather."
