@@ -63,11 +63,13 @@ def test_it_is_found_by_name_and_by_url_and_reached_with_its_own_key(monkeypatch
     assert resolve_dialect(None, "wss://realtime.toy.example/v2/live?model=toy-1") is TOY
     assert infer_dialect("wss://api.openai.com/v1/realtime") is OPENAI
     assert default_upstream("toy") == "wss://realtime.toy.example/v2/live"
-    # on a host no provider has (the mock's), its endpoint's path says it, as long as it is its own
+    # on a host no provider has (the mock's), its endpoint's path says it; a provider registered
+    # later with the same path (as xAI borrows OpenAI's /v1/realtime) does not take it
     assert resolve_dialect(None, "ws://127.0.0.1:8765/v2/live") is TOY
-    assert dialect_of_path("ws://127.0.0.1:8765/v1/realtime") is OPENAI
     monkeypatch.setitem(DIALECTS, "toy-too", dataclasses.replace(TOY, name="toy-too", upstream_hosts=("toy.example",)))
-    assert dialect_of_path("ws://127.0.0.1:8765/v2/live") is None
+    assert dialect_of_path("ws://127.0.0.1:8765/v2/live") is TOY
+    assert dialect_of_path("ws://127.0.0.1:8765/v1/realtime") is OPENAI
+    assert dialect_of_path("ws://127.0.0.1:8765/realtime") is None
     assert key_from_environment(TOY, {"OPENAI_API_KEY": "not this", "TOY_API_KEY": "toy-key"}) == "toy-key"
     assert TOY.key_headers("toy-key") == {"x-toy-key": "toy-key"}
 

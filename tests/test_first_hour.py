@@ -6,8 +6,8 @@ own outside the checkout, and reads what the user reads: the exit status, stdout
   replay in which the relay saw none of the recorded calls is a finding, never "no divergence";
 - a provider URL without its key is a configuration error for serve, attach and sidecar (exit 2,
   one line, no retries); a loopback upstream without one is normal and gets no warning;
-- the dialect is inferred from an upstream's path when only one provider's endpoint has it (and
-  said in a log line); serve says when it only relays; a tools file's sibling modules import;
+- the dialect is inferred from an upstream's path when it is a provider's endpoint path (and said
+  in a log line); serve says when it only relays; a tools file's sibling modules import;
   `relay demo --tools FILE` calls the given tools; a port in use says what to do;
 - the replay report counts in words and shows a call before the handler it starts; the inspector
   gives the session's length, not the span of its frames.

@@ -61,17 +61,17 @@ def infer_dialect(url: str) -> Dialect | None:
 
 def dialect_of_path(url: str) -> Dialect | None:
     """The dialect an upstream URL's path alone implies, whatever its host (the mock, a local
-    proxy, a gateway): among the dialects a URL can imply, the one whose own endpoint has that
-    path (its default URL's path, or one of its `upstream_paths`); None when none does, or when
-    several do (the path is then no evidence)."""
+    proxy, a gateway): among the dialects a URL can imply, the first registered whose own
+    endpoint has that path (its default URL's path, or one of its `upstream_paths`); None when
+    none does. A provider that borrows another's path (xAI serves OpenAI's `/v1/realtime`) is
+    registered after it, so the path stays the first one's."""
     path = urlsplit(url).path.rstrip("/")
-    claimed = [
+    return next((
         dialect for dialect in DIALECTS.values()
         if (dialect.upstream_hosts or dialect.upstream_path_marks)
         and ((dialect.default_url is not None and urlsplit(dialect.default_url).path.rstrip("/") == path)
              or (dialect.upstream_paths and path.endswith(dialect.upstream_paths)))
-    ]
-    return claimed[0] if len(claimed) == 1 else None
+    ), None)
 
 
 def resolve_dialect(name: str | None, url: str) -> Dialect:
