@@ -74,9 +74,11 @@ def test_a_replay_in_a_dialect_of_another_wire_is_refused_in_one_line(session: t
     recording, user = session
     done = run_relay("replay", str(recording), "--tools", WEATHER_TOOLS, "--dialect", "gemini", cwd=user)
     assert done.returncode == 2 and done.stdout == ""
-    assert one_line(done.stderr) == (f"relay replay: {recording} is a recording of the openai dialect; the gemini "
-                                     "dialect reads another wire and would see none of it: leave the dialect out, "
-                                     "or choose one of openai, openai-beta, azure, foundry")
+    line = one_line(done.stderr)
+    assert line.startswith(f"relay replay: {recording} is a recording of the openai dialect; the gemini dialect "
+                           "reads another wire and would see none of it: leave the dialect out, or choose one of "
+                           "openai, openai-beta, azure, foundry"), line
+    assert "gemini" not in line.split("choose one of ")[1]
     with pytest.raises(UnusableInput, match="the gemini dialect reads another wire"):
         replay(recording, [WEATHER_TOOLS], dialect="gemini")       # the library's replay alike
 
@@ -102,7 +104,7 @@ def test_a_replay_that_saw_none_of_the_recorded_calls_is_a_finding(tmp_path: Pat
     (("serve", "--port", "0"), "no provider key for api.openai.com: set OPENAI_API_KEY"),
     (("serve", "--port", "0", "--upstream", "wss://myres.openai.azure.com/openai/v1/realtime"),
      "no provider key for myres.openai.azure.com: set AZURE_OPENAI_API_KEY"),
-    (("serve", "--port", "0", "--upstream", "wss://myres.services.ai.azure.com/voice-live/realtime"),
+    (("serve", "--port", "0", "--upstream", "wss://myres.services.ai.azure.com/voice-agent/realtime"),
      "no provider key for myres.services.ai.azure.com: set AZURE_OPENAI_API_KEY"),
     (("serve", "--port", "0", "--dialect", "gemini"),
      "no provider key for generativelanguage.googleapis.com: set GEMINI_API_KEY"),
