@@ -94,7 +94,8 @@ def option(*flags: str, field: str | None = _OWN_NAME, to: Callable[[Any], Any] 
 
 
 TOOLS = option("--tools", action="append", default=[], metavar="SPEC",
-               help="a .py file or module with @tool functions (repeatable)")
+               help="a .py file or module with @tool functions (repeatable); a file's own directory "
+                    "goes on the import path, as for a script, so its sibling modules import")
 UPSTREAM = option("--upstream", default=None, metavar="URL", to=lambda url: url or "",
                   help=f"provider realtime URL (default {DEFAULT_UPSTREAM}; with --dialect gemini, "
                        "Gemini Live's BidiGenerateContent endpoint)")
@@ -237,9 +238,10 @@ def tools_from_working_directory() -> None:
         sys.path.insert(0, os.getcwd())
 
 
-def warn_if_no_key(runtime: EdgeRuntime, log: logging.Logger) -> None:
-    """A missing provider key is worth a warning."""
-    warning = runtime.missing_key()
+def require_credentials(runtime: EdgeRuntime, log: logging.Logger) -> None:
+    """No provider key for a provider's URL is a configuration error (ConfigError: one line,
+    exit 2); for another host that is not loopback, a warning."""
+    warning = runtime.missing_credentials()
     if warning is not None:
         log.warning("%s", warning)
 

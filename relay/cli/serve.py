@@ -26,8 +26,8 @@ from relay.cli.options import (
     config_fields,
     mcp_settings,
     option,
+    require_credentials,
     start,
-    warn_if_no_key,
 )
 from relay.edges.config import ServerConfig
 from relay.edges.process import run_in_loop, run_workers
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     if args.inspector and args.workers > 1:
         raise UnusableInput("--inspector shows the sessions of one process: it cannot be used with --workers")
     server = RelayServer(ServerConfig(**config_fields(args, SERVE_OPTIONS), mcp=mcp_settings(args)))
-    warn_if_no_key(server, log)
+    require_credentials(server, log)
     if args.workers > 1 and server.tool_set.mcp is not None:
         # each worker reaches the MCP servers itself (one connection per server per process):
         # an unreachable server or a name clash is found here first, once, before any fork (with a

@@ -20,8 +20,8 @@ from relay.cli.options import (
     option,
     read_text_input,
     require_tools,
+    require_credentials,
     start,
-    warn_if_no_key,
 )
 from relay.edges.config import AUTH_TOKEN_ENV, is_loopback
 from relay.edges.process import run_until_signalled
@@ -32,7 +32,7 @@ from relay.edges.sidecar import (
     SidecarServerConfig,
 )
 from relay.edges.sidecar import DEFAULT_PORT as WEBHOOK_PORT
-from relay.errors import UnusableInput, cannot_listen
+from relay.errors import ANOTHER_PORT, UnusableInput, cannot_listen
 from relay.inspector.live import LiveHub
 
 SIDECAR_OPTIONS = (
@@ -64,13 +64,13 @@ def run(args: argparse.Namespace) -> int:
     server = SidecarServer(SidecarServerConfig(**config_fields(args, SIDECAR_OPTIONS),
                                                              instructions=instructions, mcp=mcp_settings(args)),
                                          live=hub, inspector_token=args.auth_token)
-    warn_if_no_key(server.runtime, log)
+    require_credentials(server.runtime, log)
 
     async def work() -> int:
         try:
             await server.run()
         except OSError as exc:
-            raise cannot_listen(args.host, args.port, exc) from None
+            raise cannot_listen(args.host, args.port, exc, if_in_use=ANOTHER_PORT) from None
         return 0
 
     async def drain(signal_name: str, again: bool) -> None:

@@ -96,7 +96,7 @@ class Dialect(ABC):
         dialect: 3 a path mark, 2 a host and a path, 1 a host alone, 0 not at all."""
         if any(mark in path for mark in self.upstream_path_marks):
             return 3
-        if not any(host.endswith(known) if known.startswith(".") else host == known for known in self.upstream_hosts):
+        if not self.serves_host(host):
             return 0
         if not self.upstream_paths:
             return 1
@@ -107,6 +107,10 @@ class Dialect(ABC):
         them: a plain object at the top (relay.dialects.schemas); a family whose wire takes less
         narrows more."""
         return object_parameters(schema)
+
+    def serves_host(self, host: str) -> bool:
+        """Whether this (lower-case) host is one of the provider's own (`upstream_hosts`)."""
+        return any(host.endswith(known) if known.startswith(".") else host == known for known in self.upstream_hosts)
 
     @abstractmethod
     def client_error_event(self, event_id: str, code: str, message: str, **details: Any) -> dict[str, Any] | None:

@@ -11,6 +11,7 @@ defaults are `relay.policy`'s.
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 import ssl
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from typing import Any, Callable, Literal, Sequence
 from urllib.parse import urlsplit
 
 from relay import __version__
-from relay.dialects import Dialect, DialectError, resolve_dialect
+from relay.dialects import DIALECTS, Dialect, DialectError, infer_dialect, resolve_dialect
 from relay.edges.upstream import TokenProvider, Upstream, default_upstream
 from relay.engine import DEFAULT_HISTORY_LIMIT, EngineConfig, Notice
 from relay.errors import ConfigError
@@ -46,15 +47,23 @@ AUTH_TOKEN_ENV = "RELAY_AUTH_TOKEN"
 DEFAULT_RECONNECT_ATTEMPTS = 6
 DEFAULT_RECONNECT_DELAY = 0.2
 
+log = logging.getLogger("relay.config")
+
+
 def upstream_dialect(upstream: str, dialect: str | None) -> Dialect:
     """The dialect to speak to a ws:// or wss:// upstream: `dialect` if given, else inferred from
-    the URL. ConfigError says what to change."""
+    the URL (logged when the path alone said it). ConfigError says what to change."""
     if urlsplit(upstream).scheme not in ("ws", "wss"):
         raise ConfigError(f"--upstream must be a ws:// or wss:// URL, not {upstream!r}")
     try:
-        return resolve_dialect(dialect, upstream)
+        resolved = resolve_dialect(dialect, upstream)
     except DialectError as exc:
         raise ConfigError(str(exc)) from None
+    if not dialect and infer_dialect(upstream) is None:
+        path = urlsplit(upstream).path
+        log.info("speaking the %s dialect to the upstream, inferred from its path %s (--dialect chooses another)",
+                 resolved.name, path, extra={"dialect": resolved.name, "path": path})
+    return resolved
 
 
 def is_loopback(host: str) -> bool:
@@ -264,9 +273,18 @@ class EdgeRuntime:
         return {"status": "draining" if draining else "ok", "version": __version__, **open_now,
                 "upstream": self.upstream.host, "dialect": self.dialect.name, "pid": os.getpid()}
 
-    def missing_key(self) -> str | None:
-        """A warning when no provider key was found, else None."""
-        if self.upstream.api_key is not None:
+    def missing_credentials(self) -> str | None:
+        """Refuse a provider's upstream without a key or a token provider: every session would
+        fail at the provider's door (ConfigError). Without credentials, an upstream on loopback
+        (the mock, a local proxy) is normal: None; any other host gets a warning (a gateway in
+        front of the provider may add them)."""
+        upstream = self.upstream
+        if upstream.api_key is not None or upstream.tokens is not None:
             return None
-        return (f"no provider key in the environment ({' or '.join(self.dialect.key_env)}): "
-                "connecting to the upstream without credentials")
+        host = (urlsplit(upstream.url).hostname or "").lower()
+        if is_loopback(host):
+            return None
+        variables = " or ".join(self.dialect.key_env)
+        if any(dialect.serves_host(host) for dialect in DIALECTS.values()):
+            raise ConfigError(f"no provider key for {upstream.host}: set {variables} in the relay's environment")
+        return f"no provider key in the environment ({variables}): connecting to {upstream.host} without credentials"

@@ -41,7 +41,7 @@ from relay.edges.handshake import Handshake
 from relay.edges.process import run_until_signalled
 from relay.edges.upstream import UpstreamUnavailable
 from relay.engine import Engine, Notice, new_engine
-from relay.errors import ConfigError, cannot_listen
+from relay.errors import ANOTHER_PORT, ConfigError, cannot_listen
 from relay.inspector.live import InspectorEndpoint, LiveHub, LiveTap
 from relay.observe.logs import (
     WEBSOCKET_LOGGER,
@@ -227,6 +227,8 @@ class RelayServer(EdgeRuntime):
             "tools": self.tools.names, "auth": "token" if config.auth_token else "none",
             "pid": os.getpid(),
         })
+        if not self.tools.names:
+            log.info("no tools given (--tools): relaying only; the clients' own tools work as without the relay")
 
     async def serve_forever(self) -> None:
         """Serve until `request_stop()` (then drain) or cancellation (then close at once)."""
@@ -416,7 +418,7 @@ async def run_until_stopped(server: RelayServer) -> int:
     try:
         await server.start()
     except OSError as exc:
-        raise cannot_listen(server.config.host, server.config.port, exc) from None
+        raise cannot_listen(server.config.host, server.config.port, exc, if_in_use=ANOTHER_PORT) from None
     await server.serve_forever()
     return 0
 

@@ -85,8 +85,11 @@ def problems_of(result: ReplayResult) -> list[str]:
 def failure_report(result: ReplayResult, problems: Sequence[str], tool_specs: Sequence[str] = ()) -> str:
     """What a failing item says: the problems, what the tools answered, and the command that
     shows the whole replay (with `tool_specs`, the `--relay-tools` given)."""
-    what = "divergence(s) from the recording" if result.kind == "relay" else "failed call(s)"
-    lines = [f"replay of {result.path.name} ({result.kind}): {len(problems)} {what}"]
+    from relay.offline.replaying import counted
+
+    what = (counted(len(problems), "divergence") + " from the recording" if result.kind == "relay"
+            else counted(len(problems), "failed call"))
+    lines = [f"replay of {result.path.name} ({result.kind}): {what}"]
     for problem in problems:
         lines += ["  " + line for line in problem.splitlines()]
     if result.calls:

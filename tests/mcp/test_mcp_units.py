@@ -200,7 +200,8 @@ def test_the_command_refuses_a_name_clash_in_one_line(tmp_path: Path, workers: s
     tools.write_text("from relay import tool\n\n@tool\ndef echo(text: str) -> str:\n    return text\n")
     server = REPO / "tests" / "mcp" / "server.py"
     done = subprocess.run([sys.executable, "-m", "relay", "serve", "--tools", str(tools), "--mcp",
-                           f"test={sys.executable} {server}", "--port", "0", "--workers", workers],
+                           f"test={sys.executable} {server}", "--port", "0", "--workers", workers,
+                           "--upstream", "ws://127.0.0.1:9/v1/realtime"],   # loopback: no key needed
                           capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert done.returncode == 2
     last = done.stderr.strip().splitlines()[-1]
