@@ -13,8 +13,12 @@ This module imports nothing of the relay: every layer may raise these.
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
+
+ANOTHER_PORT = "choose another --port (0 picks a free one)"
+"""What to do about a port in use, for a command whose listener `--port` sets."""
 
 
 class RelayError(Exception):
@@ -29,9 +33,12 @@ class ConfigError(UnusableInput, ValueError):
     """The edge cannot start with this configuration; the message says what to change."""
 
 
-def cannot_listen(host: str, port: int, exc: OSError, *, what: str = "", hint: str = "") -> UnusableInput:
+def cannot_listen(host: str, port: int, exc: OSError, *, what: str = "", hint: str = "",
+                  if_in_use: str = "") -> UnusableInput:
     """The error for an address that cannot be listened on (`what` says which of a command's
-    listeners, `hint` which option changes it)."""
+    listeners, `hint` which option changes it; `if_in_use`, the hint when the port is taken)."""
+    if not hint and exc.errno == errno.EADDRINUSE:
+        hint = if_in_use
     reason = exc.strerror or str(exc)
     if isinstance(exc.errno, int) and exc.errno > 0 and not isinstance(exc, socket.gaierror):
         reason = os.strerror(exc.errno)   # asyncio's own text repeats the address

@@ -1,25 +1,72 @@
-# Sourced by scripts/*: make sure the virtual environment exists and holds this checkout with its
-# dev extra. Re-installs only when pyproject.toml or the version (relay/__init__.py) changed since
-# the last install, so repeated runs are quick and the installed metadata keeps the version.
+# Sourced by scripts/*: make sure the virtual environment exists and holds this checkout, editable.
+# VENV_EXTRA, set on the `source` line, says what else it needs: `dev` (the default: the test
+# suite, the benchmarks and the soaks need the test tools and the provider SDKs) or `none` (what
+# scripts/demo runs: the package alone). One environment serves both: after scripts/demo,
+# scripts/test adds the dev extra; after scripts/test, scripts/demo installs nothing.
+# Re-installs only when pyproject.toml or the version (relay/__init__.py) changed since the last
+# install, so repeated runs are quick and the installed metadata keeps the version. Says what it
+# does on stderr, one line per step (pip's whole output goes to $VENV/.pip.log).
 #   PYTHON      the interpreter that creates it (default: python3)
 #   RELAY_VENV  its directory, relative to the checkout (default: .venv), so that a second Python
 #               gets its own, e.g. PYTHON=python3.13 RELAY_VENV=.venv-3.13 scripts/test
-# Scripts run "$VENV/bin/...".
+# Leaves the shell in the checkout; scripts run "$VENV/bin/..." ($VENV is absolute).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 PY="${PYTHON:-python3}"
-VENV="${RELAY_VENV:-.venv}"
-export RELAY_VENV="$VENV"     # scripts started by the tests (scripts/bench, scripts/demo) use it too
+export RELAY_VENV="${RELAY_VENV:-.venv}"  # scripts started by the tests (scripts/bench, scripts/demo) use it too
+VENV="$ROOT/$RELAY_VENV"
+EXTRA="${VENV_EXTRA:-dev}"
+
+say() { echo "$*" >&2; }
+
+# pip's output as its steps: one line per package fetched (on a terminal, one line rewritten in
+# place), all of it kept in the log.
+pip_steps() {
+    local log="$VENV/.pip.log" count=0 line name shown
+    : > "$log"
+    while IFS= read -r line; do
+        printf '%s\n' "$line" >> "$log"
+        case "$line" in
+            Collecting\ *) name="${line#Collecting }"; name="${name%% *}"; name="${name%%[<>=!~;[]*}";;
+            Processing\ /*) name="${line#Processing }"; name="${name%% *}"; name="${name##*/}"; name="${name%%-[0-9]*}";;
+            *"Installing build dependencies: started") name="";  shown="  preparing the build of relay";;
+            *"Building editable for"*": started") name=""; shown="  building relay (editable: your changes apply)";;
+            "Installing collected packages"*) name=""; shown="  installing $count packages";;
+            *) continue;;
+        esac
+        if [ -n "$name" ]; then count=$((count + 1)); shown="  fetching $count: $name"; fi
+        if [ -t 2 ]; then printf '\r\033[K%s' "${shown:0:100}" >&2; else say "$shown"; fi
+    done
+    if [ -t 2 ]; then printf '\r\033[K' >&2; fi
+}
+
+pip_install() {
+    local started=$SECONDS
+    if ! "$VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off "$@" 2>&1 | pip_steps; then
+        say "pip failed; the end of its output ($VENV/.pip.log):"
+        tail -n 20 "$VENV/.pip.log" >&2
+        exit 1
+    fi
+    say "  done in $((SECONDS - started)) s"
+}
+
 if [ ! -x "$VENV/bin/python" ]; then
-    echo "creating $VENV with $($PY --version 2>&1)" >&2
+    say "creating $RELAY_VENV with $($PY --version 2>&1)"
     "$PY" -m venv "$VENV"
 fi
 STAMP="$VENV/.relay-installed"
 WANT="$( (cat pyproject.toml; grep "^__version__" relay/__init__.py || true) | cksum)"
-if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
-    echo "installing relay and its dev extra into $VENV" >&2
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip >&2 || true
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[dev]' >&2
-    echo "$WANT" > "$STAMP"
+HAVE="$(cat "$STAMP" 2>/dev/null || true)"
+# the stamp: the checksum, then the extra installed with it
+if [ "$HAVE" != "$WANT dev" ] && [ "$HAVE" != "$WANT $EXTRA" ]; then
+    if [ "$EXTRA" = dev ]; then
+        say "installing relay and its dev extra (the test tools, the provider SDKs) into $RELAY_VENV"
+        "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip >&2 || true
+        pip_install -e '.[dev]'
+    else
+        say "installing relay into $RELAY_VENV (the package alone: first run only)"
+        pip_install -e .
+    fi
+    echo "$WANT $EXTRA" > "$STAMP"
 fi

@@ -19,7 +19,9 @@ reverse order every other round; figures are the medians of the rounds.
 3. throughput: 1, 10, 100 sessions flooded with output-audio deltas -> events/s; beside the raw
    proxy, the raw proxy given the relay's way of reading and writing (bench_rawproxy.py
    --coalesce), so that the relay's own cost shows apart from what that saves
-4. tool turnaround through `relay serve`: response.done -> output + follow-up response.create
+4. tool turnaround through `relay serve`: response.done -> output + follow-up response.create, for
+   @tool handlers (async, sync) and, on a relay started with them, for an MCP tool over stdio and
+   over streamable HTTP (scripts/bench_mcp_server.py: the relay's turnaround plus the MCP round trip)
 5. replay speed (scripts/bench_replay.py), and the relay's cost per frame without sockets
    (scripts/bench_session.py), to explain the others
 Each of the first four scenarios starts with freshly started proxies (see fresh_proxies).
@@ -480,12 +482,24 @@ def realtime(services: dict[str, Service], plan: Plan) -> dict[str, Any]:
 
 
 def tool_turnaround(services: dict[str, Service], plan: Plan) -> dict[str, Any]:
+    """Each kind of tool on one relay, in the same run: @tool handlers, and the MCP tool `instant`
+    over stdio (`stdio_instant`) and streamable HTTP (`http_instant`)."""
+    mcp_server = SCRIPTS / "bench_mcp_server.py"
+    services["mcp_http"] = start_service("MCP server (HTTP)", [PYTHON, str(mcp_server), "http"], _http_url,
+                                         from_stderr=False)
+    start_relay(services, "relay", "--mcp", f"stdio={PYTHON} {mcp_server}", "--mcp",
+                f"http={services['mcp_http'].url}", "--mcp-prefix")
     figures = {}
-    for kind, tool in (("async_handler", "instant"), ("sync_handler", "instant_sync")):
+    for kind, tool in (("async_handler", "instant"), ("sync_handler", "instant_sync"),
+                       ("mcp_stdio", "stdio_instant"), ("mcp_http", "http_instant")):
         figures[kind] = run_clients("tool", services["relay"].url, services, calls=plan.tool_calls, tool=tool)
         report(f"tool turnaround ({kind.replace('_', ' ')}, {plan.tool_calls} calls): "
                f"p50 {figures[kind]['p50_ms']:.3f} ms, p99 {figures[kind]['p99_ms']:.3f} ms")
     return figures
+
+
+def _http_url(line: str) -> str | None:
+    return line.strip() if line.startswith("http://") else None
 
 
 def replay_speed(plan: Plan) -> dict[str, Any]:

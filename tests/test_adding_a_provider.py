@@ -7,6 +7,7 @@ tool call against the mock speaking its wire, and a recording made on it replays
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from relay.dialects import DIALECTS, OPENAI, OpenAIFamily, infer_dialect, resolve_dialect
+from relay.dialects import DIALECTS, OPENAI, OpenAIFamily, dialect_of_path, infer_dialect, resolve_dialect
 from relay.dialects.openai import UPSTREAM_PASSTHROUGH
 from relay.edges.upstream import default_upstream, key_from_environment
 from relay.offline.export import export_recording
@@ -57,11 +58,18 @@ def lookup_order(order_id: str) -> dict:
     return {"order_id": order_id, "status": "shipped"}
 
 
-def test_it_is_found_by_name_and_by_url_and_reached_with_its_own_key() -> None:
+def test_it_is_found_by_name_and_by_url_and_reached_with_its_own_key(monkeypatch: pytest.MonkeyPatch) -> None:
     assert resolve_dialect("toy", "wss://relay.example/anything") is TOY
     assert resolve_dialect(None, "wss://realtime.toy.example/v2/live?model=toy-1") is TOY
     assert infer_dialect("wss://api.openai.com/v1/realtime") is OPENAI
     assert default_upstream("toy") == "wss://realtime.toy.example/v2/live"
+    # on a host no provider has (the mock's), its endpoint's path says it; a provider registered
+    # later with the same path (as xAI borrows OpenAI's /v1/realtime) does not take it
+    assert resolve_dialect(None, "ws://127.0.0.1:8765/v2/live") is TOY
+    monkeypatch.setitem(DIALECTS, "toy-too", dataclasses.replace(TOY, name="toy-too", upstream_hosts=("toy.example",)))
+    assert dialect_of_path("ws://127.0.0.1:8765/v2/live") is TOY
+    assert dialect_of_path("ws://127.0.0.1:8765/v1/realtime") is OPENAI
+    assert dialect_of_path("ws://127.0.0.1:8765/realtime") is None
     assert key_from_environment(TOY, {"OPENAI_API_KEY": "not this", "TOY_API_KEY": "toy-key"}) == "toy-key"
     assert TOY.key_headers("toy-key") == {"x-toy-key": "toy-key"}
 

@@ -220,7 +220,8 @@ def test_serve_refuses_a_port_in_use(capsys: pytest.CaptureFixture[str], quiet_e
         taken.listen()
         port = taken.getsockname()[1]
         assert main(["serve", "--dialect", "openai", "--port", str(port)]) == 2
-    assert said_line(capsys.readouterr().err) == f"cannot listen on 127.0.0.1:{port}: Address already in use"
+    assert said_line(capsys.readouterr().err) == (f"cannot listen on 127.0.0.1:{port}: Address already in use; "
+                                                  "choose another --port (0 picks a free one)")
 
 
 # ---- attach and sidecar -----------------------------------------------------------------------

@@ -4,11 +4,17 @@ recording; the recording it writes replays without divergence."""
 from __future__ import annotations
 
 import io
+import shlex
 import subprocess
+from datetime import date
 from pathlib import Path
+from typing import Literal
 
-from relay.cli.demo import EXAMPLE_TOOLS, run_demo
-from relay.testing import replay_async
+from pydantic import BaseModel, Field
+
+from relay.cli.demo import EXAMPLE_TOOLS, TURNS, conversation_for, run_demo, tools_conversation
+from relay.testing import replay, replay_async
+from relay.tools import ToolRegistry, tool
 from tests.support.paths import REPO
 
 
@@ -49,8 +55,60 @@ async def test_demo_conversation_timeline_and_recording(tmp_path: Path) -> None:
     assert [c.outcome for c in result.calls] == ["ok", "ok", "ok", "error", "ok"]
 
 
-def test_scripts_demo_runs_from_the_command_line() -> None:
-    done = subprocess.run([str(REPO / "scripts" / "demo"), "--no-record", "--color", "never"],
-                          capture_output=True, text=True, timeout=60, cwd=REPO)
+def test_scripts_demo_runs_where_the_user_stands(tmp_path: Path) -> None:
+    """Run from another directory, it records there and prints paths relative to there (issue
+    31): the replay command it prints runs as printed, from there."""
+    done = subprocess.run([str(REPO / "scripts" / "demo"), "--color", "never"],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "relay demo" in done.stdout and "search_flights" in done.stdout
+    [recording] = (tmp_path / "recordings").glob("*.jsonl")
+    assert f"recording: recordings/{recording.name}\n" in done.stdout
+    [command] = [line.removeprefix("replay it against the tools: ") for line in done.stdout.splitlines()
+                 if line.startswith("replay it against the tools: ")]
+    replayed = subprocess.run(shlex.split(command), capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert replayed.returncode == 0 and "verdict: no divergence" in replayed.stdout, replayed.stdout
+
+
+def test_the_example_recording_in_the_docs_is_the_demos_session_and_replays() -> None:
+    """What the README and docs/recording-format.md point to, for users without a recording."""
+    example = REPO / "docs" / "examples" / "recordings" / "demo.jsonl"
+    for page in ("README.md", "docs/recording-format.md"):
+        assert "docs/examples/recordings/demo.jsonl" in (REPO / page).read_text(), page
+    result = replay(example, [EXAMPLE_TOOLS])
+    assert result.kind == "relay" and result.ok, [d.describe() for d in result.divergences]
+    assert [c.name for c in result.calls] == ["get_weather", "get_weather", "lookup_order", "lookup_order",
+                                              "search_flights"]
+
+
+
+class Passenger(BaseModel):
+    name: str
+    age: int = Field(ge=18)
+
+
+@tool
+def book(passengers: list[Passenger] = Field(min_length=1), seat: Literal["aisle", "window"] = "aisle",
+         day: date | None = None, nights: int = Field(3, ge=1), note: str = Field(min_length=3)) -> str:
+    """Book a trip (a tool of the kind users write: a nested model, constraints, optional fields)."""
+    return "booked"
+
+
+@tool
+def ping(loud: bool, times: float, tags: list[str]) -> str:
+    """Ping."""
+    return "pong"
+
+
+def test_a_conversation_built_from_your_tools_calls_each_with_arguments_its_schema_accepts() -> None:
+    """`relay demo --tools my_tools.py`: one turn per tool, its example arguments valid."""
+    registry = ToolRegistry([book, ping])
+    conversation = conversation_for(registry)
+    assert conversation.turns == ("Please use book.", "Please use ping.")
+    for rule, spec in zip(conversation.script.rules, registry, strict=True):
+        [call] = rule.calls
+        assert call.name == spec.name and rule.matches(f"Please use {spec.name}.")
+        spec.validate_arguments(call.arguments)          # raises for arguments the tool would refuse
+    assert not conversation.script.rules[0].matches("Please use book. And ping.")
+    assert conversation_for(ToolRegistry.load([EXAMPLE_TOOLS])).turns is TURNS
+    assert tools_conversation(ToolRegistry.load([EXAMPLE_TOOLS])).turns[0] == "Please use get_weather."

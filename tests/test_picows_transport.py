@@ -51,8 +51,13 @@ async def server(handler: Handler, *, decide: Callable[[Request], Answer | None]
 
 async def collect(transport: Transport, messages: list[str | bytes]) -> TransportClosed:
     """Receive into `messages` until the connection closes; how it closed."""
+    return await collect_with(transport, messages.append)
+
+
+async def collect_with(transport: Transport, take: Callable[[str | bytes], None]) -> TransportClosed:
+    """Hand each message to `take` until the connection closes; how it closed."""
     with pytest.raises(TransportClosed) as closed:
-        await transport.receive(messages.append)
+        await transport.receive(take)
     return closed.value
 
 
@@ -350,20 +355,30 @@ async def test_connect_refuses_what_websockets_refuses() -> None:
                                          **options)
         await upstream.send(["one", b"two"])
         received: list[str | bytes] = []
-        reading = asyncio.ensure_future(collect(upstream, received))
-        async with asyncio.timeout(TIMEOUT):
-            while len(received) < 2:
-                await asyncio.sleep(0.01)
+        both = asyncio.Event()
+
+        def take(message: str | bytes) -> None:
+            received.append(message)
+            if len(received) == 2:
+                both.set()
+
+        reading = asyncio.ensure_future(collect_with(upstream, take))
+        await asyncio.wait_for(both.wait(), TIMEOUT)
         await upstream.close(1000, "")
         assert (await asyncio.wait_for(reading, TIMEOUT)).code == 1000
         assert received == ["one", b"two"]
     with pytest.raises(InvalidURL):
         await BACKEND.connect("http://127.0.0.1:1/", headers={}, **options)
-    silent = await asyncio.start_server(lambda reader, writer: None, "127.0.0.1", 0)
+    # a server that accepts and never answers; it keeps its writers (Python 3.13 closes the
+    # connection of a StreamWriter it collects)
+    held: list[asyncio.StreamWriter] = []
+    silent = await asyncio.start_server(lambda reader, writer: held.append(writer), "127.0.0.1", 0)
     async with silent:
         port = silent.sockets[0].getsockname()[1]
         with pytest.raises(TimeoutError):
             await BACKEND.connect(f"ws://127.0.0.1:{port}/", headers={}, **{**options, "open_timeout": 0.1})
+        for writer in held:   # the server's close waits for its connections (Python 3.12+)
+            writer.close()
 
 
 # ---- choosing it -------------------------------------------------------------------------------

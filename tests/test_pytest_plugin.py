@@ -87,7 +87,7 @@ def test_tools_that_now_answer_differently_fail_with_the_divergence_report(proje
     result.assert_outcomes(failed=2, deselected=1)
     result.stdout.fnmatch_lines([
         "*_ replay of first_session.jsonl _*",
-        "replay of first_session.jsonl (relay): 2 divergence(s) from the recording",
+        "replay of first_session.jsonl (relay): 2 divergences from the recording",
         "  changed: output of call_*",
         '*-      "temp_c": 21*',
         '*+      "temp_c": 30*',
@@ -96,7 +96,7 @@ def test_tools_that_now_answer_differently_fail_with_the_divergence_report(proje
     ])
     # an event log has nothing recorded to compare with: its calls must run on the real arguments
     result.stdout.fnmatch_lines([
-        f"replay of {NOTES_LOG}.jsonl (event-log): 1 failed call(s)",
+        f"replay of {NOTES_LOG}.jsonl (event-log): 1 failed call",
         "  search call_* failed (bad_arguments) on the recorded arguments {\"text\":*",
     ])
     assert "Traceback" not in result.stdout.str()
@@ -130,7 +130,7 @@ def test_the_relay_replay_fixture(project: pytest.Pytester) -> None:
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines([
         "*_ test_changed _*",
-        "replay of second_session.jsonl (relay): 2 divergence(s) from the recording",
+        "replay of second_session.jsonl (relay): 2 divergences from the recording",
         '*+      "temp_c": 25*',
     ])
 

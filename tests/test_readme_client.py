@@ -29,9 +29,10 @@ def block_after(text: str, marker: str) -> str:
     return found.group(1)
 
 
-def indented_after(text: str, marker: str) -> str:
-    """The indented block (4 spaces) right after `marker`'s paragraph."""
-    rest = text[text.index(marker):].split("\n\n", 1)[1]
+def indented_after(text: str, marker: str, block: int = 1) -> str:
+    """The indented block (4 spaces) right after `marker`'s paragraph (`block`: the n-th of the
+    indented blocks that follow it one after the other)."""
+    rest = text[text.index(marker):].split("\n\n", block)[block]
     return "\n".join(line[4:] for line in rest.split("\n\n", 1)[0].splitlines())
 
 
@@ -43,9 +44,13 @@ async def test_the_readme_client_gets_the_tool_result_spoken(
     client = block_after(readme, "A client uses the official SDK unchanged")
     assert "ws://127.0.0.1:8000/v1" in client and client.rstrip().endswith("\nasyncio.run(main())")
     monkeypatch.setenv("RELAY_AUTH_TOKEN", RELAY_TOKEN)
-    # `relay mock --script script.json`, in this process; `relay serve` as the README runs it
+    serve = indented_after(readme, "a script in which the model calls the tool", block=2).splitlines()[-1]
+    assert serve == "relay serve --upstream ws://127.0.0.1:8765/v1/realtime --tools weather_tools"
+    # `relay mock --script script.json`, in this process; `relay serve` as the README runs it (the
+    # dialect inferred from the upstream's path), with the port the mock got
     async with MockUpstream(script=MockScript.model_validate_json(script)) as mock:
-        async with relay_process("serve", "--upstream", mock.url, "--dialect", "openai", "--tools", "weather_tools",
+        assert mock.url.endswith("/v1/realtime")
+        async with relay_process("serve", "--upstream", mock.url, "--tools", "weather_tools",
                                  "--port", "0", cwd=tmp_path, env={"PYTHONPATH": str(REPO),
                                                                   "RELAY_AUTH_TOKEN": RELAY_TOKEN}) as relay:
             assert relay.stderr is not None

@@ -14,9 +14,11 @@ from relay.cli.options import (
     TRANSPORT,
     Command,
     config_fields,
+    mcp_settings,
     option,
+    require_tools,
+    require_credentials,
     start,
-    warn_if_no_key,
 )
 from relay.edges.config import AUTH_TOKEN_ENV, SidecarConfig, is_loopback
 from relay.edges.process import run_until_signalled
@@ -44,9 +46,10 @@ ATTACH_OPTIONS = (
 def run(args: argparse.Namespace) -> int:
     log = logging.getLogger("relay.sidecar")
     start(args)
-    runtime = SidecarRuntime(SidecarConfig(**config_fields(args, ATTACH_OPTIONS)))
-    warn_if_no_key(runtime, log)
+    require_tools(args)
     listen = _inspector_address(args.inspector, args.auth_token) if args.inspector else None
+    runtime = SidecarRuntime(SidecarConfig(**config_fields(args, ATTACH_OPTIONS), mcp=mcp_settings(args)))
+    require_credentials(runtime, log)
     if listen is not None:
         runtime.redactor.add(args.auth_token)
     hub = LiveHub() if listen is not None else None

@@ -1,11 +1,16 @@
 """`relay demo`: the product at work in a few seconds, offline, with no provider key.
 
 The mock upstream and `relay serve` start in this process with the example tools
-(`relay.examples.tools`, shipped in the package; `relay/examples/tools.py` in a checkout: a weather table, an order database, a slow flight search with a delay message). A scripted
+(`relay.examples.tools`, shipped in the package; `relay/examples/tools.py` in a checkout: a
+weather table, an order database, a slow flight search with a delay message). A scripted
 client, connected to the relay exactly as an application would be, holds a short conversation
 of text turns: parallel calls, a lookup, a tool error, a slow tool. The terminal shows a live
 timeline of who did what, then a summary of every call, and where the session's recording was
 written so it can be replayed with `relay replay`.
+
+With `--tools` of your own, the conversation is built from your tools' schemas instead: one turn
+per tool, in which the mock model calls it once with example arguments (each required parameter's
+default, first enum value or example, else a plain value of its type).
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -35,7 +42,9 @@ from relay.edges.serve import RelayServer, ServerConfig
 from relay.engine import Notice
 from relay.engine.calls import CallOutcome
 from relay.mock import MockScript, MockUpstream, Reply, Rule, ToolCall
+from relay.tools import ToolRegistry
 from relay.tools.render import error_in_output
+from relay.tools.sources import tool_registry
 
 # A module name, not a path: it loads from the installed package, whatever the working directory.
 EXAMPLE_TOOLS = "relay.examples.tools"
@@ -48,6 +57,72 @@ TURNS = (
     "And order Z9, please?",
     "Find me a flight from Paris to Rome tomorrow.",
 )
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """What the scripted client says, turn by turn, and what the mock model does about it."""
+
+    turns: tuple[str, ...]
+    script: MockScript
+
+
+def conversation_for(tools: ToolRegistry) -> Conversation:
+    """The example conversation when every tool it calls is there; else one built from `tools`."""
+    scripted = {call.name for rule in demo_script().rules for call in rule.calls}
+    if scripted <= set(tools.names):
+        return Conversation(TURNS, demo_script())
+    return tools_conversation(tools)
+
+
+def tools_conversation(tools: ToolRegistry) -> Conversation:
+    """One turn per tool, in which the model calls it with example arguments from its schema."""
+    turns, rules = [], []
+    for definition in tools.definitions():
+        name = definition["name"]
+        turns.append(f"Please use {name}.")
+        rules.append(Rule(match=rf"^please use {re.escape(name)}\.$", regex=True,
+                          calls=(ToolCall(name=name, arguments=example_arguments(definition.get("parameters"))),)))
+    return Conversation(tuple(turns), MockScript(
+        rules=tuple(rules), after_outputs=Reply(say="Here is what I found: {joined}"),
+        default=Reply(say="I am the mock model: I call each of your tools once.")))
+
+
+def example_arguments(parameters: Any) -> dict[str, Any]:
+    """Arguments for an object schema: an example value for each required property."""
+    if not isinstance(parameters, dict):
+        return {}
+    properties = parameters.get("properties") or {}
+    return {name: example_value(properties[name]) for name in parameters.get("required") or ()
+            if name in properties}
+
+
+def example_value(schema: Any) -> Any:
+    """A value that fits a property's JSON Schema, as a person trying the tool would type."""
+    if not isinstance(schema, dict):
+        return "example"
+    for key in ("default", "const"):
+        if key in schema:
+            return schema[key]
+    for key in ("examples", "enum"):
+        if schema.get(key):
+            return schema[key][0]
+    options = [option for option in schema.get("anyOf") or schema.get("oneOf") or ()
+               if isinstance(option, dict) and option.get("type") != "null"]
+    if options:
+        return example_value(options[0])
+    kind = schema.get("type")
+    if kind == "integer":
+        return int(schema.get("minimum", 1))
+    if kind == "number":
+        return float(schema.get("minimum", 1.0))
+    if kind == "boolean":
+        return True
+    if kind == "array":
+        return [example_value(schema.get("items"))] * int(schema.get("minItems", 0) or 0)
+    if kind == "object":
+        return example_arguments(schema)
+    return "example".ljust(int(schema.get("minLength", 0) or 0), "x")
 
 
 def demo_script() -> MockScript:
@@ -195,23 +270,25 @@ def _compact(arguments: str) -> str:
         return arguments
 
 
-async def converse(url: str, timeline: Timeline, server: RelayServer) -> None:
-    """The scripted client: one text turn at a time, each over when the relay has nothing left."""
+async def converse(url: str, timeline: Timeline, server: RelayServer, turns: tuple[str, ...] = TURNS) -> None:
+    """The scripted client: one text turn at a time, each over when the relay has nothing left
+    (a turn may last as long as the slowest tool's timeout, and a little more)."""
+    turn_limit = 10.0 + max((spec.timeout for spec in server.tools), default=0.0)
     headers = {"Authorization": f"Bearer {RELAY_TOKEN}"}
     async with connect(f"{url}?model=gpt-realtime", additional_headers=headers, max_size=None) as ws:
         await ws.send(json.dumps({"type": "session.update", "session": {
             "type": "realtime", "output_modalities": ["text"],
             "instructions": "You are a helpful travel and shopping assistant."}}))
-        for turn in TURNS:
+        for turn in turns:
             timeline.line("you", f"\u201c{turn}\u201d")
             await ws.send(json.dumps({"type": "conversation.item.create", "item": {
                 "type": "message", "role": "user", "content": [{"type": "input_text", "text": turn}]}}))
             await ws.send(json.dumps({"type": "response.create"}))
-            await _until_turn_is_over(ws, timeline, server)
+            await _until_turn_is_over(ws, timeline, server, turn_limit)
 
 
-async def _until_turn_is_over(ws: Any, timeline: Timeline, server: RelayServer) -> None:
-    with anyio.fail_after(10):
+async def _until_turn_is_over(ws: Any, timeline: Timeline, server: RelayServer, limit: float) -> None:
+    with anyio.fail_after(limit):
         async for message in ws:
             event = json.loads(message)
             kind = event["type"]
@@ -260,26 +337,40 @@ async def run_demo(*, tools: str, record_dir: str | None, color: bool, out: Any 
                    transport: str = "auto") -> int:
     style = Style(color)
     timeline = Timeline(style, out)
+    registry = tool_registry([tools])
+    conversation = conversation_for(registry)
     print(style("relay demo", "1") + ": the mock upstream and the relay, in this process; no key, no network.",
           file=out)
-    async with MockUpstream(script=demo_script(), api_key=PROVIDER_KEY) as mock:
-        config = ServerConfig(upstream=mock.url, dialect="openai", tools=[tools], host="127.0.0.1", port=0,
+    if conversation.turns is not TURNS:
+        print("the mock model calls each of your tools once, with example arguments from its schema", file=out)
+    async with MockUpstream(script=conversation.script, api_key=PROVIDER_KEY) as mock:
+        config = ServerConfig(upstream=mock.url, dialect="openai", tools=registry, host="127.0.0.1", port=0,
                               auth_token=RELAY_TOKEN, api_key=PROVIDER_KEY, record_dir=record_dir,
                               on_notice=timeline.notice, drain_seconds=1, transport=transport)
         async with RelayServer(config) as server:
             timeline.server = server
             print(f"mock upstream {mock.url}   relay {server.url}   tools {', '.join(server.tools.names)}\n",
                   file=out)
-            await converse(server.url, timeline, server)
+            await converse(server.url, timeline, server, conversation.turns)
     print("\n" + style("calls", "1"), file=out)
     for engine in timeline.engines.values():
         print(summary(engine, style), file=out)
     recordings = sorted(Path(record_dir).glob("*.jsonl"), key=os.path.getmtime) if record_dir else []
     if recordings:
         print(f"\nrecording: {recordings[-1]}", file=out)
-        print(f"replay it against the tools: relay replay {recordings[-1]} --tools {tools}", file=out)
+        print(f"replay it against the tools: {relay_command()} replay {recordings[-1]} --tools {tools}", file=out)
         print(f"see it as a timeline (open in a browser): {write_inspector_page(recordings[-1])}", file=out)
     return 0
+
+
+def relay_command() -> str:
+    """How the user runs this relay: `relay` when that is the command on their PATH, else the
+    path of this environment's script (scripts/demo's virtual environment, not activated)."""
+    here = Path(sys.prefix) / "bin" / "relay"
+    found = shutil.which("relay")
+    if found is not None and (not here.exists() or Path(found).resolve() == here.resolve()):
+        return "relay"
+    return str(here) if here.exists() else f"{Path(sys.executable).name} -m relay"
 
 
 def write_inspector_page(recording: Path) -> Path:
@@ -302,7 +393,8 @@ def run_demo_command(*, tools: str, record_dir: str | None, color: bool, loop: s
 DEMO_OPTIONS = (
     option("--tools", default=str(EXAMPLE_TOOLS),
            help=f"a .py file or module with @tool functions (default: {EXAMPLE_TOOLS}, the example "
-                "tools the package ships; relay/examples/tools.py in a checkout)"),
+                "tools the package ships; relay/examples/tools.py in a checkout). With tools of your own, "
+                "the mock model calls each once, with example arguments from its schema"),
     RECORD.but(default="recordings", help="where to write the session's recording (default: ./recordings)"),
     option("--no-record", field=None, action="store_true", help="do not record the session"),
     option("--color", field=None, choices=("auto", "always", "never"), default="auto",

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from relay.cli.exits import validation_line
 from relay.cli.options import LOGGING, LOOP, port_number, read_text_input
 from relay.edges.process import run_in_loop
-from relay.errors import UnusableInput, cannot_listen
+from relay.errors import ANOTHER_PORT, UnusableInput, cannot_listen
 from relay.mock.gemini import GEMINI
 from relay.mock.script import MockScript
 from relay.mock.server import MockUpstream, RestPortUnavailable
@@ -72,7 +72,7 @@ async def _serve(args: argparse.Namespace, script: MockScript) -> None:
         raise cannot_listen(args.host, exc.port, exc, what="the fake REST API", hint=hint) from None
     except OSError as exc:
         raise cannot_listen(args.host, args.port, exc, what="the WebSocket API",
-                            hint="choose another --port (0 picks a free one)") from None
+                            hint=ANOTHER_PORT) from None
     try:
         print(mock.url, flush=True)
         print(mock.rest_url, flush=True)

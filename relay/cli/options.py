@@ -37,6 +37,7 @@ from relay.session.policy import (
     DEFAULT_QUEUE_BYTES,
 )
 from relay.transports import TRANSPORTS
+from relay.tools.mcp_config import McpSettings, settings_from_options
 
 
 def _same(value: Any) -> Any:
@@ -93,7 +94,8 @@ def option(*flags: str, field: str | None = _OWN_NAME, to: Callable[[Any], Any] 
 
 
 TOOLS = option("--tools", action="append", default=[], metavar="SPEC",
-               help="a .py file or module with @tool functions (repeatable)")
+               help="a .py file or module with @tool functions (repeatable); a file's own directory "
+                    "goes on the import path, as for a script, so its sibling modules import")
 UPSTREAM = option("--upstream", default=None, metavar="URL", to=lambda url: url or "",
                   help=f"provider realtime URL (default {DEFAULT_UPSTREAM}; with --dialect gemini, "
                        "Gemini Live's BidiGenerateContent endpoint)")
@@ -138,12 +140,32 @@ RECONNECT_DELAY = option(
     "--reconnect-delay", type=float, default=DEFAULT_RECONNECT_DELAY, metavar="S",
     help=f"wait before the first reconnect attempt, doubled for each next (default {DEFAULT_RECONNECT_DELAY})")
 
+MCP = option("--mcp", field=None, action="append", default=[], metavar="[NAME=]SERVER",
+             help="an MCP server whose tools join the relay's: a streamable HTTP URL or a stdio command, "
+                  "e.g. 'weather=python weather_server.py' (repeatable; docs/mcp.md)")
+MCP_CONFIG = option("--mcp-config", field=None, metavar="FILE",
+                    help="MCP servers, their tools' settings and the approval policy from a TOML or JSON file")
+MCP_HEADER = option("--mcp-header", field=None, action="append", default=[], metavar="SERVER:NAME=VALUE",
+                    help="an HTTP header for an MCP server; ${VAR} in VALUE is read from the environment "
+                         "(quote it: 'docs:Authorization=Bearer ${DOCS_TOKEN}'; repeatable)")
+MCP_PREFIX = option("--mcp-prefix", field=None, action="store_true",
+                    help="name every MCP tool NAME_TOOL after its server (else a clash refuses to start)")
+MCP_APPROVE = option("--mcp-approve", field=None, action="append", default=[], metavar="LABEL[:TOOL]",
+                     help="approve the provider's own MCP calls of this server label (and tool); repeatable")
+MCP_DENY = option("--mcp-deny", field=None, action="append", default=[], metavar="LABEL[:TOOL]",
+                  help="refuse the provider's own MCP calls of this server label (and tool); repeatable")
+
 # groups, in the order the commands list them
 LOGGING = (LOG_FORMAT, LOG_LEVEL)
+MCP_SERVERS = (MCP, MCP_CONFIG, MCP_HEADER, MCP_PREFIX)
+"""The MCP servers whose tools join the relay's (`mcp_settings` reads them)."""
+MCP_OPTIONS = (*MCP_SERVERS, MCP_APPROVE, MCP_DENY)
+"""... and the policy for the provider's own MCP approvals: the edges' MCP options."""
 RECORDING = (RECORD, RECORD_AUDIO)
 LIMITS = (MAX_FRAME_BYTES, MAX_QUEUE_BYTES, MAX_CLIENT_EVENTS, HISTORY_ITEMS)
 SIDEBAND = (
-    TOOLS.but(required=True, default=None),
+    TOOLS,
+    *MCP_OPTIONS,
     UPSTREAM.but(default=DEFAULT_UPSTREAM,
                  help=f"provider realtime URL; the call_id is added to it (default {DEFAULT_UPSTREAM})"),
     DIALECT,
@@ -162,6 +184,22 @@ AUTH_TOKEN = option("--auth-token", default_from=lambda: os.environ.get(AUTH_TOK
 INSPECTOR_TOKEN = dataclasses.replace(
     AUTH_TOKEN.but(help=f"token the --inspector page asks for (default ${AUTH_TOKEN_ENV})"), field=None)
 """attach's and sidecar's: their sessions take no client token, their inspector does."""
+def mcp_settings(args: argparse.Namespace) -> McpSettings | None:
+    """The MCP settings the MCP options say (None: none given)."""
+    settings = settings_from_options(
+        specs=getattr(args, "mcp", []), headers=getattr(args, "mcp_header", []),
+        prefix=getattr(args, "mcp_prefix", False), config_file=getattr(args, "mcp_config", None),
+        approve=getattr(args, "mcp_approve", []), deny=getattr(args, "mcp_deny", []))
+    return settings or None
+
+
+def require_tools(args: argparse.Namespace) -> None:
+    """attach and sidecar have nothing to do without tools: `--tools` or an MCP server."""
+    if not args.tools and not args.mcp and not args.mcp_config:
+        raise UnusableInput("give the tools to run: --tools SPEC (a .py file or module with @tool functions) "
+                            "or --mcp SERVER")
+
+
 def config_fields(args: argparse.Namespace, options: Sequence[Option]) -> dict[str, Any]:
     """The configuration fields the parsed `args` set, from the options that name one."""
     return {opt.field: opt.to(getattr(args, opt.dest)) for opt in options if opt.field is not None}
@@ -200,9 +238,10 @@ def tools_from_working_directory() -> None:
         sys.path.insert(0, os.getcwd())
 
 
-def warn_if_no_key(runtime: EdgeRuntime, log: logging.Logger) -> None:
-    """A missing provider key is worth a warning."""
-    warning = runtime.missing_key()
+def require_credentials(runtime: EdgeRuntime, log: logging.Logger) -> None:
+    """No provider key for a provider's URL is a configuration error (ConfigError: one line,
+    exit 2); for another host that is not loopback, a warning."""
+    warning = runtime.missing_credentials()
     if warning is not None:
         log.warning("%s", warning)
 

@@ -16,6 +16,7 @@ from relay.cli.options import (
     LIMITS,
     LOGGING,
     LOOP,
+    MCP_OPTIONS,
     PORT,
     RECORDING,
     TOOLS,
@@ -23,18 +24,20 @@ from relay.cli.options import (
     UPSTREAM,
     Command,
     config_fields,
+    mcp_settings,
     option,
+    require_credentials,
     start,
-    warn_if_no_key,
 )
 from relay.edges.config import ServerConfig
-from relay.edges.process import run_workers
+from relay.edges.process import run_in_loop, run_workers
 from relay.edges.serve import RelayServer, run_server
 from relay.errors import UnusableInput
 from relay.observe.metrics import metrics_for_workers
+from relay.tools.sources import ToolSet
 
 SERVE_OPTIONS = (
-    UPSTREAM, DIALECT, TOOLS, HOST, PORT,
+    UPSTREAM, DIALECT, TOOLS, *MCP_OPTIONS, HOST, PORT,
     AUTH_TOKEN,
     option("--insecure-no-auth", action="store_true",
            help="allow listening beyond loopback without a client token"),
@@ -64,8 +67,13 @@ def run(args: argparse.Namespace) -> int:
         raise UnusableInput("--workers must be at least 1")
     if args.inspector and args.workers > 1:
         raise UnusableInput("--inspector shows the sessions of one process: it cannot be used with --workers")
-    server = RelayServer(ServerConfig(**config_fields(args, SERVE_OPTIONS)))
-    warn_if_no_key(server, log)
+    server = RelayServer(ServerConfig(**config_fields(args, SERVE_OPTIONS), mcp=mcp_settings(args)))
+    require_credentials(server, log)
+    if args.workers > 1 and server.tool_set.mcp is not None:
+        # each worker reaches the MCP servers itself (one connection per server per process):
+        # an unreachable server or a name clash is found here first, once, before any fork (with a
+        # tool set of its own: the server's metrics must not be made before the workers' directory)
+        run_in_loop(lambda: _reach_tools(ToolSet(server.config.tools, server.config.mcp)), args.loop)
 
     def run_worker(port: int) -> int:
         server.config = dataclasses.replace(server.config, port=port, reuse_port=True)
@@ -76,6 +84,11 @@ def run(args: argparse.Namespace) -> int:
             return run_server(server, loop=args.loop)
         return run_workers(server.config.host, server.config.port, args.workers, run_worker, worker_exited)
 
+
+
+async def _reach_tools(tools: ToolSet) -> None:
+    await tools.start()
+    await tools.close()
 
 
 COMMAND = Command(SERVE_OPTIONS, run)

@@ -16,10 +16,12 @@ from relay.cli.options import (
     TRANSPORT,
     Command,
     config_fields,
+    mcp_settings,
     option,
     read_text_input,
+    require_tools,
+    require_credentials,
     start,
-    warn_if_no_key,
 )
 from relay.edges.config import AUTH_TOKEN_ENV, is_loopback
 from relay.edges.process import run_until_signalled
@@ -30,7 +32,7 @@ from relay.edges.sidecar import (
     SidecarServerConfig,
 )
 from relay.edges.sidecar import DEFAULT_PORT as WEBHOOK_PORT
-from relay.errors import UnusableInput, cannot_listen
+from relay.errors import ANOTHER_PORT, UnusableInput, cannot_listen
 from relay.inspector.live import LiveHub
 
 SIDECAR_OPTIONS = (
@@ -53,21 +55,22 @@ SIDECAR_OPTIONS = (
 def run(args: argparse.Namespace) -> int:
     log = logging.getLogger("relay.webhooks")
     start(args)
+    require_tools(args)
     instructions = read_text_input(args.instructions, "--instructions") if args.instructions else None
     if args.inspector and not args.auth_token and not is_loopback(args.host):
         raise UnusableInput(f"refusing to serve the inspector on {args.host} without a token: set --auth-token "
                             f"(or {AUTH_TOKEN_ENV}), or listen on loopback")
     hub = LiveHub() if args.inspector else None
     server = SidecarServer(SidecarServerConfig(**config_fields(args, SIDECAR_OPTIONS),
-                                                             instructions=instructions),
+                                                             instructions=instructions, mcp=mcp_settings(args)),
                                          live=hub, inspector_token=args.auth_token)
-    warn_if_no_key(server.runtime, log)
+    require_credentials(server.runtime, log)
 
     async def work() -> int:
         try:
             await server.run()
         except OSError as exc:
-            raise cannot_listen(args.host, args.port, exc) from None
+            raise cannot_listen(args.host, args.port, exc, if_in_use=ANOTHER_PORT) from None
         return 0
 
     async def drain(signal_name: str, again: bool) -> None:

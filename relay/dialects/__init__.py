@@ -62,14 +62,30 @@ def infer_dialect(url: str) -> Dialect | None:
     return best
 
 
+def dialect_of_path(url: str) -> Dialect | None:
+    """The dialect an upstream URL's path alone implies, whatever its host (the mock, a local
+    proxy, a gateway): among the dialects a URL can imply, the first registered whose own
+    endpoint has that path (its default URL's path, or one of its `upstream_paths`); None when
+    none does. A provider that borrows another's path (xAI serves OpenAI's `/v1/realtime`) is
+    registered after it, so the path stays the first one's."""
+    path = urlsplit(url).path.rstrip("/")
+    return next((
+        dialect for dialect in DIALECTS.values()
+        if (dialect.upstream_hosts or dialect.upstream_path_marks)
+        and ((dialect.default_url is not None and urlsplit(dialect.default_url).path.rstrip("/") == path)
+             or (dialect.upstream_paths and path.endswith(dialect.upstream_paths)))
+    ), None)
+
+
 def resolve_dialect(name: str | None, url: str) -> Dialect:
     """The dialect to speak: an explicit name wins (with `azure` refined by the URL's path), else
-    it is inferred from the URL; an ambiguous URL without a name is an error that says so."""
+    it is inferred from the URL (its host, else its path alone); a URL that says neither is an
+    error that says so."""
     if name:
         if name == "azure":
             return azure_variant(url)
         return get_dialect(name)
-    inferred = infer_dialect(url)
+    inferred = infer_dialect(url) or dialect_of_path(url)
     if inferred is None:
         raise DialectError(
             f"cannot infer the dialect from {urlsplit(url).netloc or url!r}; pass --dialect "
@@ -88,6 +104,6 @@ def audio_slots(event: dict[str, Any]) -> list[AudioSlot]:
 
 __all__ = [
     "AUDIO_MARKERS", "AudioSlot", "DIALECTS", "DIALECT_CHOICES", "Dialect", "DialectError", "OpenAIFamily",
-    "GeminiDialect", "audio_slots", "get_dialect", "infer_dialect", "resolve_dialect", "OPENAI", "OPENAI_BETA",
-    "AZURE", "AZURE_PREVIEW", "FOUNDRY", "GEMINI", "XAI", "VOICE_LIVE",
+    "GeminiDialect", "audio_slots", "dialect_of_path", "get_dialect", "infer_dialect", "resolve_dialect", "OPENAI",
+    "OPENAI_BETA", "AZURE", "AZURE_PREVIEW", "FOUNDRY", "GEMINI", "XAI", "VOICE_LIVE",
 ]

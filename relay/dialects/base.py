@@ -14,6 +14,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol
 
+from relay.dialects.schemas import object_parameters
+
 # Browsers cannot set headers on a WebSocket: OpenAI's SDKs send the key as this subprotocol, and
 # the relay accepts its own token that way from the clients of every dialect.
 TOKEN_SUBPROTOCOL = "openai-insecure-api-key."
@@ -94,11 +96,21 @@ class Dialect(ABC):
         dialect: 3 a path mark, 2 a host and a path, 1 a host alone, 0 not at all."""
         if any(mark in path for mark in self.upstream_path_marks):
             return 3
-        if not any(host.endswith(known) if known.startswith(".") else host == known for known in self.upstream_hosts):
+        if not self.serves_host(host):
             return 0
         if not self.upstream_paths:
             return 1
         return 2 if path.endswith(self.upstream_paths) else 0
+
+    def tool_parameters(self, schema: dict[str, Any]) -> dict[str, Any]:
+        """A tool's parameters (a self-contained JSON Schema object) as this provider's wire takes
+        them: a plain object at the top (relay.dialects.schemas); a family whose wire takes less
+        narrows more."""
+        return object_parameters(schema)
+
+    def serves_host(self, host: str) -> bool:
+        """Whether this (lower-case) host is one of the provider's own (`upstream_hosts`)."""
+        return any(host.endswith(known) if known.startswith(".") else host == known for known in self.upstream_hosts)
 
     @abstractmethod
     def client_error_event(self, event_id: str, code: str, message: str, **details: Any) -> dict[str, Any] | None:

@@ -22,6 +22,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from relay.dialects.base import AudioSlot, Dialect
+from relay.dialects.schemas import gemini_parameters
 from relay.tools import Scheduling
 from relay.tools.render import RenderedOutput, error_in_output
 from relay.tools.spec import ToolSpec
@@ -212,17 +213,22 @@ class GeminiDialect(Dialect):
     wire: Literal["gemini"] = "gemini"
 
     def function_declaration(self, spec: ToolSpec) -> dict[str, Any]:
-        """A relay tool as a `FunctionDeclaration`: the JSON Schema goes in `parametersJsonSchema`
-        (Gemini's `parameters` takes its own OpenAPI subset), and tools whose answers may come
-        while the conversation goes on are `NON_BLOCKING`."""
+        """A relay tool as a `FunctionDeclaration`: the JSON Schema, narrowed to what Gemini takes
+        (`tool_parameters`), goes in `parametersJsonSchema`, and tools whose answers may come while
+        the conversation goes on are `NON_BLOCKING`."""
         declaration: dict[str, Any] = {
             "name": spec.name,
             "description": spec.description,
-            "parametersJsonSchema": spec.definition()["parameters"],
+            "parametersJsonSchema": self.tool_parameters(spec.definition()["parameters"]),
         }
         if spec.non_blocking:
             declaration["behavior"] = "NON_BLOCKING"
         return declaration
+
+    def tool_parameters(self, schema: dict[str, Any]) -> dict[str, Any]:
+        """Gemini refuses the whole setup over one keyword it does not know: only the OpenAPI
+        subset its `Schema` has (relay.dialects.schemas.gemini_parameters)."""
+        return gemini_parameters(schema)
 
     def function_response(
         self,

@@ -12,12 +12,13 @@ fields, events of its own that pass through or that it names its own way.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal, NamedTuple
 
 from relay.dialects.base import TOKEN_SUBPROTOCOL, AudioSlot, Dialect, HeaderLookup
+from relay.tools.spec import ToolSpec
 
 # ---- event names ---------------------------------------------------------------------------------
 # Every event the two vocabularies name differently: (GA name, beta name, older names still read).
@@ -215,6 +216,12 @@ class OpenAIFamily(Dialect):
                 item["response_id"] = response_id
             item["created_at"] = created_at
         return item
+
+    def tool_definitions(self, tools: Iterable[ToolSpec]) -> list[dict[str, Any]]:
+        """The relay's tools as a session or response lists them: flat function tools, their
+        parameters as this wire takes them (`tool_parameters`)."""
+        return [{**definition, "parameters": self.tool_parameters(definition["parameters"])}
+                for definition in (spec.definition() for spec in tools)]
 
     def session_update(self, session_fields: dict[str, Any], event_id: str) -> dict[str, Any]:
         """A `session.update` carrying only `session_fields` (GA requires `type: realtime`)."""

@@ -11,6 +11,7 @@ defaults are `relay.policy`'s.
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 import ssl
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from typing import Any, Callable, Literal, Sequence
 from urllib.parse import urlsplit
 
 from relay import __version__
-from relay.dialects import Dialect, DialectError, resolve_dialect
+from relay.dialects import DIALECTS, Dialect, DialectError, infer_dialect, resolve_dialect
 from relay.edges.upstream import TokenProvider, Upstream, default_upstream
 from relay.engine import DEFAULT_HISTORY_LIMIT, EngineConfig, Notice
 from relay.errors import ConfigError
@@ -36,7 +37,9 @@ from relay.session.policy import (
 )
 from relay.session.transport import Backend
 from relay.tools.render import DEFAULT_OUTPUT_LIMIT
-from relay.tools.sources import ToolSources, tool_registry
+from relay.tools.mcp_config import McpSettings
+from relay.tools.registry import ToolRegistry
+from relay.tools.sources import ToolSet, ToolSources
 from relay.transports import backend_named
 
 DEFAULT_PORT = 8000
@@ -44,15 +47,23 @@ AUTH_TOKEN_ENV = "RELAY_AUTH_TOKEN"
 DEFAULT_RECONNECT_ATTEMPTS = 6
 DEFAULT_RECONNECT_DELAY = 0.2
 
+log = logging.getLogger("relay.config")
+
+
 def upstream_dialect(upstream: str, dialect: str | None) -> Dialect:
     """The dialect to speak to a ws:// or wss:// upstream: `dialect` if given, else inferred from
-    the URL. ConfigError says what to change."""
+    the URL (logged when the path alone said it). ConfigError says what to change."""
     if urlsplit(upstream).scheme not in ("ws", "wss"):
         raise ConfigError(f"--upstream must be a ws:// or wss:// URL, not {upstream!r}")
     try:
-        return resolve_dialect(dialect, upstream)
+        resolved = resolve_dialect(dialect, upstream)
     except DialectError as exc:
         raise ConfigError(str(exc)) from None
+    if not dialect and infer_dialect(upstream) is None:
+        path = urlsplit(upstream).path
+        log.info("speaking the %s dialect to the upstream, inferred from its path %s (--dialect chooses another)",
+                 resolved.name, path, extra={"dialect": resolved.name, "path": path})
+    return resolved
 
 
 def is_loopback(host: str) -> bool:
@@ -71,6 +82,9 @@ class EdgeConfig:
     callable returning an Entra ID `AccessToken`) replaces the key with refreshed Bearer tokens."""
 
     tools: ToolSources = ()
+    # MCP servers whose tools join `tools`, and the policy for the provider's own MCP approvals
+    # (relay/tools/mcp_config.py: --mcp, --mcp-config, ...)
+    mcp: McpSettings | None = None
     upstream: str = ""     # empty: the dialect's endpoint (Gemini Live's for `gemini`), else OpenAI's
     dialect: str | None = None
     record_dir: str | Path | None = None
@@ -185,22 +199,43 @@ class SidecarConfig(EdgeConfig):
 
 class EdgeRuntime:
     """What the sessions of one configuration share: the checked configuration, its dialect, the
-    tool registry, the transport backend its sockets use (`config.transport`: relay/transports/),
-    the provider connection (URL, credentials, limits) and the secrets kept out of logs and
-    recordings. Raises ConfigError for a configuration that cannot work."""
+    tools (`tool_set`: the `@tool` functions, and the MCP servers' once `start_tools` reached
+    them), the transport backend its sockets use (`config.transport`: relay/transports/), the
+    provider connection (URL, credentials, limits) and the secrets kept out of logs and recordings
+    (the MCP servers' headers and env among them). Raises ConfigError for a configuration that
+    cannot work."""
 
     def __init__(self, config: EdgeConfig, *, secrets: Sequence[str | None] = ()) -> None:
         self.dialect = config.check()
-        self.tools = tool_registry(config.tools)
+        self.mcp_listeners: list[Callable[[str, str, str], None]] = []
+        self.tool_set = ToolSet(config.tools, config.mcp, listener=self._mcp_event)
         self.config = config
-        self.redactor = Redactor(secrets)
+        self.redactor = Redactor([*secrets, *(config.mcp.secrets() if config.mcp is not None else ())])
         self.backend: Backend = backend_named(config.transport)
         self.upstream = Upstream.configured(config, self.dialect, self.redactor, self.backend)
 
+    @property
+    def tools(self) -> ToolRegistry:
+        """The tools a session starting now gets (see ToolSet)."""
+        return self.tool_set.registry()
+
+    async def start_tools(self) -> None:
+        """Reach the MCP servers and list their tools, when there are any (the edges call it when
+        they start; counted, see ToolSet). ConfigError: a server cannot be reached, a name clashes."""
+        await self.tool_set.start()
+
+    async def close_tools(self) -> None:
+        await self.tool_set.close()
+
+    def _mcp_event(self, server: str, event: str, detail: str) -> None:
+        for listener in list(self.mcp_listeners):
+            listener(server, event, detail)
+
     def engine_settings(self, **settings: Any) -> EngineConfig:
         """The engine settings of this edge's sessions: `settings` and the configured limits."""
+        mcp = self.config.mcp
         return EngineConfig(output_limit=self.config.output_limit, history_limit=self.config.history_limit,
-                            **settings)
+                            mcp_approvals=mcp.approvals if mcp is not None and mcp.approvals else None, **settings)
 
     def recording(self, *, session_id: str, dialect: Dialect, mode: str, extra_header: dict[str, Any],
                   writer: Callable[..., RecordingWriter] = RecordingWriter) -> RecordingWriter | None:
@@ -238,9 +273,18 @@ class EdgeRuntime:
         return {"status": "draining" if draining else "ok", "version": __version__, **open_now,
                 "upstream": self.upstream.host, "dialect": self.dialect.name, "pid": os.getpid()}
 
-    def missing_key(self) -> str | None:
-        """A warning when no provider key was found, else None."""
-        if self.upstream.api_key is not None:
+    def missing_credentials(self) -> str | None:
+        """Refuse a provider's upstream without a key or a token provider: every session would
+        fail at the provider's door (ConfigError). Without credentials, an upstream on loopback
+        (the mock, a local proxy) is normal: None; any other host gets a warning (a gateway in
+        front of the provider may add them)."""
+        upstream = self.upstream
+        if upstream.api_key is not None or upstream.tokens is not None:
             return None
-        return (f"no provider key in the environment ({' or '.join(self.dialect.key_env)}): "
-                "connecting to the upstream without credentials")
+        host = (urlsplit(upstream.url).hostname or "").lower()
+        if is_loopback(host):
+            return None
+        variables = " or ".join(self.dialect.key_env)
+        if any(dialect.serves_host(host) for dialect in DIALECTS.values()):
+            raise ConfigError(f"no provider key for {upstream.host}: set {variables} in the relay's environment")
+        return f"no provider key in the environment ({variables}): connecting to {upstream.host} without credentials"

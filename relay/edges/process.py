@@ -18,7 +18,7 @@ from typing import Awaitable, Callable, Sequence, TypeVar
 
 import anyio
 
-from relay.errors import UnusableInput, cannot_listen
+from relay.errors import ANOTHER_PORT, UnusableInput, cannot_listen
 
 log = logging.getLogger("relay.process")
 
@@ -107,7 +107,7 @@ def run_workers(host: str, port: int, workers: int, run_worker: Callable[[int], 
         reservation.bind(address)   # holds the port (chosen here when 0) without accepting on it
     except OSError as exc:
         reservation.close()
-        raise cannot_listen(host, port, exc) from None
+        raise cannot_listen(host, port, exc, if_in_use=ANOTHER_PORT) from None
     port = reservation.getsockname()[1]
     children: list[int] = []
     for _ in range(workers):

@@ -41,7 +41,7 @@ from relay.edges.handshake import Handshake
 from relay.edges.process import run_until_signalled
 from relay.edges.upstream import UpstreamUnavailable
 from relay.engine import Engine, Notice, new_engine
-from relay.errors import ConfigError, cannot_listen
+from relay.errors import ANOTHER_PORT, ConfigError, cannot_listen
 from relay.inspector.live import InspectorEndpoint, LiveHub, LiveTap
 from relay.observe.logs import (
     WEBSOCKET_LOGGER,
@@ -129,6 +129,7 @@ class RelayServer(EdgeRuntime):
         super().__init__(config, secrets=[config.auth_token])
         self._tls = config.tls_context()
         self.metrics = Metrics()
+        self.mcp_listeners.append(self.metrics.count_mcp)
         self._engine_config = self.engine_settings(
             mode="proxy",
             hide_tool_events=not config.expose_tool_events,
@@ -194,18 +195,23 @@ class RelayServer(EdgeRuntime):
         config = self.config
         self._tracing = tracing_for(config.tracer_provider)
         self.metrics.ready()
-        self._listener = await self.backend.serve(
-            self._serve_client,
-            config.host,
-            config.port,
-            decide=self._handshake.decide,
-            subprotocol=select_subprotocol,
-            max_frame_bytes=config.max_frame_bytes,
-            server_header=f"relay/{__version__}",
-            logger=RedactingLogger(logging.getLogger(f"{WEBSOCKET_LOGGER}.client"), self.redactor),
-            tls=self._tls,
-            reuse_port=config.reuse_port,
-        )
+        await self.start_tools()   # the MCP servers' tools, before the first session
+        try:
+            self._listener = await self.backend.serve(
+                self._serve_client,
+                config.host,
+                config.port,
+                decide=self._handshake.decide,
+                subprotocol=select_subprotocol,
+                max_frame_bytes=config.max_frame_bytes,
+                server_header=f"relay/{__version__}",
+                logger=RedactingLogger(logging.getLogger(f"{WEBSOCKET_LOGGER}.client"), self.redactor),
+                tls=self._tls,
+                reuse_port=config.reuse_port,
+            )
+        except BaseException:
+            await self.close_tools()
+            raise
         self._address = self._listener.address
         if not config.auth_token and is_loopback(config.host):
             log.warning("no client token configured: listening on loopback (%s) only", config.host,
@@ -221,6 +227,8 @@ class RelayServer(EdgeRuntime):
             "tools": self.tools.names, "auth": "token" if config.auth_token else "none",
             "pid": os.getpid(),
         })
+        if not self.tools.names:
+            log.info("no tools given (--tools): relaying only; the clients' own tools work as without the relay")
 
     async def serve_forever(self) -> None:
         """Serve until `request_stop()` (then drain) or cancellation (then close at once)."""
@@ -266,6 +274,7 @@ class RelayServer(EdgeRuntime):
                 closers.start_soon(session.close, SHUTDOWN_CODE, "relay shutting down")
         self._listener.close()
         await self._listener.wait_closed()
+        await self.close_tools()
         log.info("stopped", extra={"sessions_total": self.metrics.sessions_total})
         if self._tracing is not None:
             await anyio.to_thread.run_sync(self._tracing.flush)
@@ -409,7 +418,7 @@ async def run_until_stopped(server: RelayServer) -> int:
     try:
         await server.start()
     except OSError as exc:
-        raise cannot_listen(server.config.host, server.config.port, exc) from None
+        raise cannot_listen(server.config.host, server.config.port, exc, if_in_use=ANOTHER_PORT) from None
     await server.serve_forever()
     return 0
 

@@ -176,6 +176,7 @@ class Sidecar:
         if self._running:
             raise RuntimeError("a Sidecar runs once; make a new one")
         self._running = True
+        await self.runtime.start_tools()   # the MCP servers' tools (held by the webhook server already, if any)
         try:
             upstream = await self._attach()
             if upstream is None:
@@ -188,6 +189,8 @@ class Sidecar:
             raise
         finally:
             self.end = self.end or SessionEnd("relay", INTERNAL_ERROR, "interrupted")
+            with anyio.CancelScope(shield=True):
+                await self.runtime.close_tools()
             self.ended.set()
         return self.end
 

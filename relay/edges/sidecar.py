@@ -341,6 +341,7 @@ class SidecarServer:
         if self._task_group is not None:
             raise RuntimeError("the webhook server is already running")
         self.draining = False
+        await self.runtime.start_tools()   # the MCP servers, held while calls come and go
         try:
             async with anyio.create_task_group() as group:
                 self._task_group = group
@@ -352,6 +353,7 @@ class SidecarServer:
             self.draining = True
             with anyio.CancelScope(shield=True):
                 await self.calls_api.aclose()
+                await self.runtime.close_tools()
 
     def lifespan(self, app: object = None) -> AbstractAsyncContextManager[None]:
         """`running()` as an ASGI app's lifespan: `FastAPI(lifespan=server.lifespan)`."""
@@ -455,7 +457,7 @@ class SidecarServer:
         if self.config.instructions is not None:
             session["instructions"] = self.config.instructions
         if len(self.runtime.tools):
-            session["tools"] = self.runtime.tools.definitions()
+            session["tools"] = self.runtime.dialect.tool_definitions(self.runtime.tools)
         return session
 
     async def accept(self, call_id: str) -> None:

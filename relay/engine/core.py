@@ -38,6 +38,8 @@ from relay.engine.context import Anomaly, CallRules, SessionContext
 from relay.engine.conversation import ABSENT
 from relay.tools import Interruption, Scheduling, ToolRegistry
 from relay.tools.errors import ArgumentsError
+from relay.tools.mcp_config import ApprovalPolicy
+from relay.tools.mcp_tools import recorded_tools
 from relay.tools.render import (
     RenderedOutput,
     render_error,
@@ -71,6 +73,8 @@ class EngineConfig:
     # keep this many recent items, responses and finished calls (None: all); a live session's
     # memory then stays flat however long it runs
     history_limit: int | None = None
+    # how the provider's own MCP approval requests are answered (None: all left to the client)
+    mcp_approvals: ApprovalPolicy | None = None
 
     @property
     def has_client(self) -> bool:
@@ -174,12 +178,19 @@ class SessionEngine:
 
     def recording_header(self) -> dict[str, Any]:
         """What a replay needs to rebuild this engine: recorded in the recording's header."""
-        return {
+        header = {
             "id_prefix": self.ctx.id_prefix,
             "hide_tool_events": self.config.hide_tool_events,
             "declare_tools": self.config.declare_tools,
             "unknown_tools": self.config.unknown_tools,
         }
+        mcp_tools = recorded_tools(self.tools)
+        if mcp_tools:   # what a replay declares and answers in their place (relay.tools.mcp_tools)
+            header["mcp_tools"] = mcp_tools
+        approvals = self.config.mcp_approvals
+        if approvals:
+            header["mcp_approvals"] = {"allow": list(approvals.allow), "deny": list(approvals.deny)}
+        return header
 
     def dump(self) -> str:
         from relay.engine.dump import dump_engine

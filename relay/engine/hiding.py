@@ -23,6 +23,7 @@ import json
 from typing import Any
 
 from relay.engine.actions import SendUpstream
+from relay.engine.approving import McpApprovals
 from relay.engine.calls import CallEntry, Owner
 from relay.engine.context import OpenAIContext
 from relay.engine.conversation import ItemRecord
@@ -41,6 +42,7 @@ class ClientView:
         self.hiding = config.hide_tool_events and config.has_client   # there is someone to hide from
         self.tools_declared = False
         self.held = HeldCreates(strict=config.strict, on_refused=ctx.refused_step)   # client creates held back
+        self.approvals: McpApprovals | None = None   # the MCP approval requests the relay answers (the engine's)
 
     def classify(self, record: ItemRecord) -> None:
         """Decide who produced an item and whether the client may see it."""
@@ -61,7 +63,7 @@ class ClientView:
         another party declared (only ours are replaced)."""
         ctx = self.ctx
         others = [t for t in current_tools or [] if not self.is_relay_tool(t)]
-        event = ctx.dialect.session_update({"tools": others + ctx.tools.definitions()}, ctx.new_event_id())
+        event = ctx.dialect.session_update({"tools": others + ctx.dialect.tool_definitions(ctx.tools)}, ctx.new_event_id())
         ctx.send_tagged(event, "session.update")
         self.tools_declared = True
 
@@ -93,7 +95,7 @@ class ClientView:
         elif not isinstance(tools, list):
             return SAME
         self.tools_declared = True
-        return {**event, "session": {**session, "tools": list(tools) + ctx.tools.definitions()}}
+        return {**event, "session": {**session, "tools": list(tools) + ctx.dialect.tool_definitions(ctx.tools)}}
 
     def response_create(self, event: dict[str, Any]) -> Any:
         """A client's `response.create`: tools it lists for this response get the relay's too.
@@ -108,7 +110,7 @@ class ClientView:
         if isinstance(options, dict) and isinstance(options.get("tools"), list) and len(ctx.tools):
             if self._refuse_relay_tool_names(options["tools"], event, "response"):
                 return None
-            event = rewritten = {**event, "response": {**options, "tools": options["tools"] + ctx.tools.definitions()}}
+            event = rewritten = {**event, "response": {**options, "tools": options["tools"] + ctx.dialect.tool_definitions(ctx.tools)}}
         event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
         if ctx.config.hold_client_creates and (ctx.ledger.unanswered() or ctx.sequencer.busy(ctx.now)):
             self.held.hold(json.dumps(event, ensure_ascii=False, separators=(",", ":")), event_id,
@@ -205,6 +207,8 @@ class ClientView:
         return {**event, "session": {**session, "tools": visible}}
 
     def _is_relay_call_item(self, record: ItemRecord) -> bool:
+        if self.approvals is not None and self.approvals.decides(record):
+            return True   # the relay answers it: the client must not answer it too
         ledger = self.ctx.ledger
         if record.type == "function_call":
             entry = ledger.get(record.call_id)

@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterable
 from relay.dialects.openai import OPENAI, OpenAIFamily
 from relay.dialects.peek import pass_through_test
 from relay.engine.actions import Action, Notice, SendClient, SendUpstream
+from relay.engine.approving import APPROVAL_REQUEST, McpApprovals
 from relay.engine.calls import CallEntry, CallOutcome, CallState
 from relay.engine.context import OpenAIContext
 from relay.engine.conversation import ABSENT, ItemRecord, ResponseRecord
@@ -57,6 +58,8 @@ class OpenAIEngine(SessionEngine):
         self.watcher = CallWatcher(self.ctx)    # what items and events say of calls
         self.view = ClientView(self.ctx)        # what the client sees of the relay's tools
         self.injector = Injector(self.ctx)      # where and when outputs go in, and the follow-up
+        # the provider's own MCP approval requests the operator's policy answers
+        self.approvals = self.view.approvals = McpApprovals(self.ctx, self.config.mcp_approvals)
 
     # ---- the audio fast path: frames the engine only forwards skip its bookkeeping ----
     def receive_upstream(self, frame: str | bytes, now: float) -> list[Action]:
@@ -172,6 +175,8 @@ class OpenAIEngine(SessionEngine):
             entry = self.ledger.by_item(record.id)
             if entry is not None:
                 self.watcher.item_complete(entry)
+        elif record.type == APPROVAL_REQUEST:
+            self.approvals.item_done(record)
         return self.view.item_event(event, record)
 
     def _on_item_edit(self, event: dict[str, Any]) -> Any:
@@ -269,6 +274,7 @@ class OpenAIEngine(SessionEngine):
                 self._output_item(response, item, index)
         self.watcher.settle(response)
         self.sequencer.response_done(response.id)
+        self.approvals.response_done(response)
         self.sequencer.forget_confirmed(self.injector.unlinked_item_ids())
         if response.status == "cancelled" and response.reason == "turn_detected":
             self._barge_in(f"response {response.id} cancelled (turn_detected)")

@@ -6,7 +6,8 @@ renders from the first, and the live view (relay/inspector/live/) streams the se
 one shape:
 
     source      what was recorded: file, kind, dialect, mode, session id, tools
-    duration    seconds from the first frame to the last (or the end line)
+    duration    the session's length: seconds from its start (the header) to its end line, or to
+                the last frame when there is none (a live session, a plain event log)
     frames      [[t, direction, text, binary], ...]: every frame but pure audio ones, audio payloads
                 elided (`binary` is 1 for a binary WebSocket frame)
     events      {id: event}: responses, tool calls, the relay's own requests, anomalies, the words
@@ -147,9 +148,12 @@ class SessionModel(ModelBuilding, ModelViews):
             self._parser = GeminiParser(self) if self.gemini else OpenAIParser(self)
         return self._parser
 
-    def finish(self, end: dict[str, Any] | None, warnings: Iterable[str] = ()) -> None:
-        """The recording is over: its end line (if any) and the reader's warnings."""
+    def finish(self, end: dict[str, Any] | None, warnings: Iterable[str] = (), *, end_t: float | None = None) -> None:
+        """The recording is over: its end line (if any, written at `end_t`: the session lasted
+        that long, however long before it the last frame crossed) and the reader's warnings."""
         self.end = end
+        if end_t is not None and end_t > self.duration:
+            self.duration = end_t
         self.warnings.extend(warnings)
         if end is not None:
             if end.get("failed"):
@@ -191,7 +195,7 @@ def build_model(recording: Recording, *, max_audio_rate: int = DEFAULT_MAX_RATE,
         model.feed(frames[position])
         if release:
             frames[position] = None  # type: ignore[call-overload]
-    model.finish(recording.end, recording.warnings)
+    model.finish(recording.end, recording.warnings, end_t=recording.end_t)
     return model
 
 

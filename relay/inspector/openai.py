@@ -325,6 +325,8 @@ class OpenAIParser:
                     self.model.call_output(call, t, item.get("output"), item.get("status"), item.get("id"), index)
                 else:
                     self.model.touch(call.event, index)
+        elif isinstance(item_type, str) and item_type.startswith("mcp_"):
+            self._provider_mcp(t, item, index)
         elif item_type == "message":
             role = item.get("role")
             item_id = item.get("id")
@@ -346,6 +348,24 @@ class OpenAIParser:
                 owner = self.requests.owner_of(item_id)
                 if owner is not None:
                     self.model.touch(owner, index)
+
+    def _provider_mcp(self, t: float, item: dict[str, Any], index: int) -> None:
+        """The provider's own MCP items (not the relay's calls): a listing, a call with its
+        output or error, an approval asked and answered; one event per item, updated as the item
+        grows."""
+        item_id = item.get("id")
+        if not isinstance(item_id, str):
+            return
+        event = self.model.events.get(f"mcp_{item_id}")
+        if event is None:
+            event = self.model.add_event(f"mcp_{item_id}", "provider_mcp", item["type"], t, item["type"],
+                                         item_id=item_id)
+        event["t1"] = round(t, 6)
+        event["label"] = _provider_mcp_label(item)
+        for key in ("server_label", "name", "arguments", "output", "error", "approve", "approval_request_id"):
+            if item.get(key) not in (None, ""):
+                event[key] = item[key]
+        self.model.touch(event, index)
 
     def _user_words(self, t: float, item_id: Any, index: int, text: str = "") -> dict[str, Any]:
         words = self._items_text.get(str(item_id)) if item_id is not None else None
@@ -511,6 +531,24 @@ class OpenAIParser:
         else:
             message = f"upstream error {code}: {error.get('message')}"
         self.model.anomaly(t, message, source="upstream", frames=[index], related=related)
+
+
+def _provider_mcp_label(item: dict[str, Any]) -> str:
+    label = item.get("server_label") or "?"
+    kind = item.get("type")
+    if kind == "mcp_list_tools":
+        tools = item.get("tools") if isinstance(item.get("tools"), list) else []
+        return f"{label}: {len(tools)} tools listed"
+    if kind == "mcp_call":
+        error = item.get("error")
+        result = (f"error: {error.get('message') if isinstance(error, dict) else error}" if error
+                  else item.get("output") or "…")
+        return f"{label}.{item.get('name')} → {str(result)[:80]}"
+    if kind == "mcp_approval_request":
+        return f"approval asked: {label}.{item.get('name')}"
+    if kind == "mcp_approval_response":
+        return f"approval {'given' if item.get('approve') else 'refused'} for {item.get('approval_request_id')}"
+    return str(kind)
 
 
 def _item_text(item: dict[str, Any]) -> str:

@@ -22,6 +22,7 @@ LANES = (
     ("assistant_words", "assistant said"),
     ("responses", "responses"),
     ("calls", "tool calls"),
+    ("provider_mcp", "provider's MCP"),
     ("relay", "fillers and follow-ups"),
     ("hidden", "hidden calls"),
     ("anomalies", "anomalies"),

@@ -21,17 +21,20 @@ _ITEM_FIELDS = {
     "message": _COMMON_FIELDS | {"role", "content"},
     "function_call": _COMMON_FIELDS | {"name", "call_id", "arguments"},
     "function_call_output": _COMMON_FIELDS | {"call_id", "output"},
+    "mcp_approval_response": _COMMON_FIELDS | {"approval_request_id", "approve", "reason"},
 }
 # Azure AI Foundry accepts (and echoes) these on top of OpenAI's schema.
 _FOUNDRY_FIELDS = {
     "message": frozenset(),
     "function_call": frozenset({"response_id", "created_at"}),
     "function_call_output": frozenset({"name", "response_id", "created_at"}),
+    "mcp_approval_response": frozenset(),
 }
 _REQUIRED_STRINGS = {
     "message": ("role",),
     "function_call": ("name", "call_id", "arguments"),
     "function_call_output": ("call_id", "output"),
+    "mcp_approval_response": ("approval_request_id",),
 }
 _PART_FIELDS = {
     "input_text": frozenset({"type", "text"}),
@@ -165,8 +168,8 @@ class Conversation:
         if item_type not in _ITEM_FIELDS:
             raise ProtocolError(
                 "invalid_value",
-                f"Invalid value: '{item_type}'. Supported values are: 'message', 'function_call', and "
-                "'function_call_output'.",
+                f"Invalid value: '{item_type}'. Supported values are: 'message', 'function_call', "
+                "'function_call_output', and 'mcp_approval_response'.",
                 "item.type",
             )
         allowed = _ITEM_FIELDS[item_type] | (_FOUNDRY_FIELDS[item_type] if wire.foundry else frozenset())
@@ -206,6 +209,13 @@ class Conversation:
         if item_type == "function_call_output" and self.function_call(item["call_id"]) is None:
             code, message = wire.quirks.call_not_found   # the provider's words (xAI: invalid_tool_call_id)
             raise ProtocolError(code, message.format(call_id=item["call_id"]), "item.call_id")
+        if item_type == "mcp_approval_response":
+            if not isinstance(item.get("approve"), bool):
+                raise _missing("item.approve") if "approve" not in item else _wrong_type("item.approve", "a boolean",
+                                                                                        item["approve"])
+            if not any(i.get("type") == "mcp_approval_request" and i.get("id") == item["approval_request_id"]
+                       for i in self._items):
+                raise item_not_found(item["approval_request_id"], "item.approval_request_id")
         fields = {k: copy.deepcopy(v) for k, v in item.items() if k not in ("id", "object", "status", "type")}
         status = {} if item_type == "function_call_output" else {"status": "completed"}
         return wire.item(id=item_id or new_id("item"), type=item_type, **status, **fields)

@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from relay.mock import mcp
 from relay.mock.conversation import Conversation, item_not_found
 from relay.mock.faults import Faults
 from relay.mock.responses import Planned, PlannedCall, PlannedMessage, ResponseRun
@@ -209,7 +210,15 @@ class ResponseRequests:
                 else:
                     log.info("mock: not calling %r: excluded by tool_choice", dropped.name)
             calls = allowed
-        plan: list[Planned] = [PlannedMessage(reply.say)] if reply.say else []
+        plan: list[Planned] = []
+        say = reply.say
+        if reply.mcp_calls:   # the provider's own MCP calls come first (relay/mock/mcp.py)
+            mcp_plan, said = mcp.planned(reply.mcp_calls, self.conversation.items)
+            plan += mcp_plan
+            if any(isinstance(step, mcp.PlannedApprovalRequest) for step in mcp_plan):
+                return plan   # the model asks, and the response ends
+            say = (say or "{mcp_output}").replace("{mcp_output}", " ".join(said))
+        plan += [PlannedMessage(say)] if say else []
         plan += [PlannedCall(call.name, call.arguments_text(), call.call_id, call.hold_after) for call in calls]
         if not plan and reply.calls and self.script.default.say:
             plan = [PlannedMessage(self.script.default.say)]

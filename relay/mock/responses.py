@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from relay.mock.conversation import Conversation
+from relay.mock.mcp import PlannedApprovalRequest, PlannedMcpCall, approval_item, call_item, call_steps
 from relay.mock.script import StreamOptions
 from relay.mock.wire import Wire, new_call_id, new_id, obfuscation
 
@@ -45,7 +46,7 @@ class PlannedCall:
     """The response waits after this call's item is done, until released."""
 
 
-Planned = PlannedMessage | PlannedCall
+Planned = PlannedMessage | PlannedCall | PlannedMcpCall | PlannedApprovalRequest
 
 
 def _chunks(text: str, count: int) -> list[str]:
@@ -198,8 +199,10 @@ class ResponseRun:
                 break
             if isinstance(planned, PlannedMessage):
                 yield from self._message(output_index, planned.text)
-            else:
+            elif isinstance(planned, PlannedCall):
                 yield from self._function_call(output_index, planned)
+            else:
+                yield from self._mcp_item(output_index, planned)
         if self.hold_before_done:
             yield from self._wait_for_release()
         if self._cancel_reason:
@@ -294,6 +297,18 @@ class ResponseRun:
         self._usage.output_text += _tokens(sent_text)
         yield self.wire.event("response.content_part.done", **where, part={"type": kind, text_key: sent_text})
         item["content"] = [{"type": self.wire.assistant_part_type(kind), text_key: sent_text}]
+        yield from self._close_item(output_index, item)
+
+    def _mcp_item(self, output_index: int, planned: PlannedMcpCall | PlannedApprovalRequest
+                  ) -> Iterator[dict[str, Any] | Pause]:
+        """The provider's own MCP call (its arguments and result events), or an approval request."""
+        if isinstance(planned, PlannedApprovalRequest):
+            item = approval_item(self.wire, planned)
+            yield from self._open_item(output_index, item)
+        else:
+            item = call_item(self.wire, planned)
+            yield from self._open_item(output_index, item)
+            yield from call_steps(self.wire, self.id, output_index, planned, item)
         yield from self._close_item(output_index, item)
 
     def _function_call(self, output_index: int, planned: PlannedCall) -> Iterator[dict[str, Any] | Pause]:

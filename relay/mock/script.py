@@ -84,9 +84,26 @@ class ToolCall(_Config):
         return self.arguments if isinstance(self.arguments, str) else json.dumps(self.arguments)
 
 
+class McpCall(_Config):
+    """A call of the provider's own MCP tool (relay/mock/mcp.py): its `output`, or its `error`
+    (a tool execution error); with `approval`, the model asks first."""
+
+    server_label: str
+    name: str
+    arguments: dict[str, Any] | str = Field(default_factory=dict)
+    output: str | None = None
+    error: str | None = None
+    approval: bool = False
+
+    def arguments_text(self) -> str:
+        return self.arguments if isinstance(self.arguments, str) else json.dumps(self.arguments)
+
+
 class Reply(_Config):
     say: str | None = None
     calls: tuple[ToolCall, ...] = ()
+    mcp_calls: tuple[McpCall, ...] = Field((), description="the provider's own MCP calls, before `say` "
+                                                         "(which may name their outputs as {mcp_output})")
     hold: bool = False
     hold_before_done: bool = False
 
@@ -137,6 +154,8 @@ class MockScript(_Config):
     default: Reply = Reply(say="Hello! This is the mock realtime model speaking.")
     transcripts: tuple[str, ...] = ()
     options: StreamOptions = StreamOptions()
+    mcp_tools: dict[str, tuple[dict[str, Any], ...]] = Field(
+        default_factory=dict, description="the tools each provider-side MCP server label lists (mcp_list_tools)")
 
     @classmethod
     def load(cls, path: str | Path) -> MockScript:
@@ -171,7 +190,7 @@ class MockScript(_Config):
         if user is not None:
             for rule in self.rules:
                 if rule.matches(user):
-                    return Pick(Reply(say=rule.say, calls=rule.calls, hold=rule.hold,
+                    return Pick(Reply(say=rule.say, calls=rule.calls, mcp_calls=rule.mcp_calls, hold=rule.hold,
                                       hold_before_done=rule.hold_before_done), "rule")
         return Pick(self.default, "default")
 

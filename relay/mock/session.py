@@ -24,6 +24,7 @@ from typing import Any
 from relay.dialects.openai import CLIENT_EVENT_TYPES
 from relay.mock.conversation import Conversation, item_not_found
 from relay.mock.faults import Faults
+from relay.mock.mcp import list_tools_events
 from relay.mock.requests import Action, Emit, ResponseRequests, Wake
 from relay.mock.responses import ResponseRun
 from relay.mock.script import MockScript
@@ -111,6 +112,7 @@ class MockSession(ResponseRequests):
         self._buffered_audio_bytes = 0
         self._input_audio_ms = 0
         self._rejected = 0
+        self._mcp_listed: set[str] = set()   # the MCP server labels whose tools were listed
 
     def __repr__(self) -> str:
         return (
@@ -208,14 +210,19 @@ class MockSession(ResponseRequests):
         update = _require(event, "session", dict)
         self.wire.check_session_update(update)
         merge_config(self.config, update)
-        return [Emit(self.wire.event("session.updated", session=copy.deepcopy(self.config)))]
+        return [Emit(self.wire.event("session.updated", session=copy.deepcopy(self.config))), *self._mcp_listings()]
 
     def accept(self, config: Any) -> list[Action]:
         """Apply a call's accept body (a GA session config); raises ProtocolError when invalid."""
         self.wire.check_session_update(config)
         self.accepts.append(copy.deepcopy(config))
         merge_config(self.config, config)
-        return [Emit(self.wire.event("session.updated", session=copy.deepcopy(self.config)))]
+        return [Emit(self.wire.event("session.updated", session=copy.deepcopy(self.config))), *self._mcp_listings()]
+
+    def _mcp_listings(self) -> list[Action]:
+        """The `mcp_list_tools` items of the session's provider-side MCP tools (relay/mock/mcp.py)."""
+        return [Emit(event) for event in list_tools_events(self.wire, self.conversation, self.config.get("tools"),
+                                                           self.script.mcp_tools, self._mcp_listed)]
 
     # -- input audio ---------------------------------------------------------------------------
     def _append(self, event: dict[str, Any]) -> list[Action]:

@@ -173,6 +173,11 @@ def log_notice(logger: logging.Logger, notice: Notice, *, anomalies: AnomalyLog 
         logger.warning("the upstream refused a relay event: %s", fields.get("message"),
                        extra={**context, "what": fields.get("what"), "call_id": fields.get("call_id"),
                               "code": fields.get("code")})
+    elif notice.kind == "mcp_approval":
+        logger.info("MCP approval %s: %s of %s", "given" if fields.get("approve") else "refused",
+                    fields.get("name"), fields.get("server_label"),
+                    extra={**context, "tool": fields.get("name"), "server_label": fields.get("server_label"),
+                           "approve": fields.get("approve")})
     elif notice.kind == "anomaly" and anomalies is not None:
         anomalies.log(logger, fields, context)
     elif notice.kind in ("anomaly", "client_error"):

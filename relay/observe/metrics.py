@@ -107,6 +107,9 @@ class _Families:
         self.errors = PromCounter("relay_errors", "Errors by code: sent to clients by the relay "
                                   "(source=relay) or aimed at the relay by the upstream (source=upstream).",
                                   ["source", "code"], registry=own)
+        self.mcp_events = PromCounter("relay_mcp_events", "MCP server connections: connected, reconnected, "
+                                      "lost, connect_failed, tools_changed, by server.", ["server", "event"],
+                                      registry=own)
         self.anomalies = PromCounter("relay_anomalies", "Protocol anomalies the engine recorded, by source.",
                                      ["source"], registry=own)
 
@@ -169,6 +172,10 @@ class Metrics:
             self.count_error("upstream", fields.get("code"))
         elif kind == "anomaly":
             self._families.anomalies.labels(source=str(fields.get("source"))).inc()
+
+    def count_mcp(self, server: str, event: str, detail: str = "") -> None:
+        """An MCP server's connection event (relay.tools.mcp: a listener of the edge's)."""
+        self._families.mcp_events.labels(server=server[:_MAX_LABEL_CHARS], event=event).inc()
 
     def count_error(self, source: str, code: Any) -> None:
         self._families.errors.labels(source=source, code=str(code or "unknown")[:_MAX_LABEL_CHARS]).inc()
@@ -258,6 +265,10 @@ class Metrics:
     @property
     def errors(self) -> Counter[tuple[str, str]]:
         return self._own("errors", "source", "code")
+
+    @property
+    def mcp_events(self) -> Counter[tuple[str, str]]:
+        return self._own("mcp_events", "server", "event")
 
     @property
     def anomalies(self) -> Counter[str]:

@@ -167,6 +167,8 @@ class _Reader:
                     self.message(record)
                 elif record.type == "function_call_output":
                     self.stray_output(record)
+                elif record.type == "mcp_call":
+                    self.provider_mcp_call(record)
                 else:
                     self.note("unsupported_item", f"{record.type} item {record.id} has no "
                               "equivalent in the export; left out", record)
@@ -223,6 +225,15 @@ class _Reader:
         self.steps.append(called)
         self.run.append(called)
         self.run_end = position
+
+    def provider_mcp_call(self, record: ItemRecord) -> None:
+        """A call the provider ran on its own MCP server: a call answered at once by its output or error."""
+        data, name, error = record.data, str(record.name or ""), record.data.get("error")
+        detail = error.get("message") if isinstance(error, dict) else error
+        output = json.dumps({"error": detail}, ensure_ascii=False) if error else str(data.get("output") or "")
+        self.note("provider_mcp_call", f"mcp_call {record.id} ran {name} on the provider's MCP server {data.get('server_label')!r}: exported as a call and its {'error' if error else 'output'}", record)
+        self.steps += [_Called(record.id, name, str(data.get("arguments") or "{}"), record.id),
+                       _Answered(record.id, name, output, bool(error), detail if error else None, None, synthetic=False)]
 
     def stray_output(self, record: ItemRecord) -> None:
         """An output met outside the place its call's turn puts it: either already placed (or to

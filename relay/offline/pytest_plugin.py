@@ -59,6 +59,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="the tools replays run: a .py file or a module, as `relay --tools` (repeatable)")
     group.addoption("--relay-gate-timeout", type=float, default=None, metavar="SECONDS",
                     help="seconds a replay waits for a handler before calling a recorded send missing")
+    group.addoption("--relay-mcp-answers", choices=("recording", "live"), default="recording",
+                    help="answer recorded MCP tools from the recording (default) or from the live servers of "
+                         "--relay-mcp-config")
+    group.addoption("--relay-mcp-config", default=None, metavar="FILE",
+                    help="the MCP servers live answers come from, as `relay --mcp-config` (docs/mcp.md)")
 
 
 # ---- judging a replay ------------------------------------------------------------------------
@@ -80,8 +85,11 @@ def problems_of(result: ReplayResult) -> list[str]:
 def failure_report(result: ReplayResult, problems: Sequence[str], tool_specs: Sequence[str] = ()) -> str:
     """What a failing item says: the problems, what the tools answered, and the command that
     shows the whole replay (with `tool_specs`, the `--relay-tools` given)."""
-    what = "divergence(s) from the recording" if result.kind == "relay" else "failed call(s)"
-    lines = [f"replay of {result.path.name} ({result.kind}): {len(problems)} {what}"]
+    from relay.offline.replaying import counted
+
+    what = (counted(len(problems), "divergence") + " from the recording" if result.kind == "relay"
+            else counted(len(problems), "failed call"))
+    lines = [f"replay of {result.path.name} ({result.kind}): {what}"]
     for problem in problems:
         lines += ["  " + line for line in problem.splitlines()]
     if result.calls:
@@ -130,10 +138,28 @@ class RelayReplay:
         return tool_registry_for(self._config) if tools is None else tools
 
     def _options(self, options: dict[str, Any]) -> dict[str, Any]:
-        gate_timeout = self._config.getoption("--relay-gate-timeout")
-        if gate_timeout is not None:
-            options.setdefault("gate_timeout", gate_timeout)
-        return options
+        return {**replay_options(self._config), **options}
+
+
+def replay_options(config: pytest.Config) -> dict[str, Any]:
+    """The replay options pytest's command line sets: the gate timeout, where MCP answers come from."""
+    options: dict[str, Any] = {}
+    gate_timeout = config.getoption("--relay-gate-timeout")
+    if gate_timeout is not None:
+        options["gate_timeout"] = gate_timeout
+    if config.getoption("--relay-mcp-answers") == "live":
+        from relay.errors import ConfigError
+        from relay.tools.mcp_config import read_config_file
+
+        config_file = config.getoption("--relay-mcp-config")
+        if config_file is None:
+            raise pytest.UsageError("--relay-mcp-answers live needs --relay-mcp-config FILE")
+        try:
+            options["mcp"] = read_config_file(config_file)
+        except ConfigError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        options["mcp_answers"] = "live"
+    return options
 
 
 @pytest.fixture
@@ -240,10 +266,8 @@ class RecordingItem(pytest.Item):
 
         if self.unusable is not None:
             raise ReplayFailed(self.unusable)
-        gate_timeout = self.config.getoption("--relay-gate-timeout")
-        options = {} if gate_timeout is None else {"gate_timeout": gate_timeout}
         try:
-            result = replay(self.path, tool_registry_for(self.config), **options)
+            result = replay(self.path, tool_registry_for(self.config), **replay_options(self.config))
         except (OSError, RecordingError) as exc:
             raise ReplayFailed(f"cannot replay {self.path}: {exc}") from None
         problems = problems_of(result)

@@ -11,8 +11,11 @@ What the relay under test sent is compared with what was recorded: outputs (text
 streaming updates, follow-up and filler responses, cancels and tool declarations. Every
 difference is a divergence: `missing` (recorded, not sent now), `extra` (sent now, not recorded)
 or `changed` (both, different), with a readable diff. Forwarded client frames are the client's
-and are not compared. Plain event logs (server events only, like ../shared/recordings) replay
+and are not compared. Plain event logs (server events only, as an application logs them) replay
 without gating and report what the relay would have done.
+
+MCP tools (the recording's header lists them) are answered from the recording by default, or by
+live servers with `mcp_answers="live"` (relay/offline/mcp_answers.py).
 
 The recording says its dialect (`Recording.dialect`), and the dialect says how its frames are
 read back (`replay_sends` in relay/offline/replaying.py): which are fed to the engine, which
@@ -27,7 +30,6 @@ from __future__ import annotations
 import difflib
 import json
 import logging
-import sys
 import time
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
@@ -36,7 +38,7 @@ from typing import Any, Callable
 
 import anyio
 
-from relay.dialects import Dialect, get_dialect
+from relay.dialects import DIALECT_CHOICES, DIALECTS, Dialect, get_dialect
 from relay.engine import (
     Action,
     CancelHandler,
@@ -49,7 +51,16 @@ from relay.engine import (
 )
 from relay.engine.calls import CallOutcome
 from relay.errors import UnusableInput
-from relay.offline.replaying import Key, ReplaySends, clip, json_object, replay_sends
+from relay.offline.mcp_answers import MCP_ANSWERS, Moments, with_recorded_mcp_tools
+from relay.offline.replaying import (
+    Key,
+    ReplaySends,
+    clip,
+    counted,
+    json_object,
+    replay_sends,
+)
+from relay.offline.timeline import Timeline
 from relay.recording.format import (
     CLIENT_TO_RELAY,
     RELAY_TO_UPSTREAM,
@@ -57,10 +68,11 @@ from relay.recording.format import (
     Frame,
     Recording,
 )
-from relay.recording.reader import load_recording, read_recording
+from relay.recording.reader import read_recording
 from relay.session.runner import HandlerRunner
 from relay.tools import ToolRegistry
-from relay.tools.sources import ToolSources, tool_registry
+from relay.tools.mcp_config import ApprovalPolicy, McpSettings
+from relay.tools.sources import ToolSet, ToolSources
 
 log = logging.getLogger("relay.replay")
 
@@ -119,11 +131,11 @@ class ReplayResult:
         return not self.divergences
 
     def verdict(self) -> str:
-        if self.kind == "event-log":
+        if self.ok and self.kind == "event-log":
             return "event log (no relay sends recorded): nothing to compare"
         if self.ok:
             return "no divergence: the relay under test sent what was recorded"
-        return f"{len(self.divergences)} divergence(s)"
+        return counted(len(self.divergences), "divergence")
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -192,7 +204,8 @@ def _replace_strings(value: Any, mapping: dict[str, str]) -> Any:
 # ---- the replay --------------------------------------------------------------------------------
 class _Replayer:
     def __init__(self, recording: Recording, registry: ToolRegistry, *, dialect: Dialect | None,
-                 realtime: bool, gate_timeout: float, progress: Callable[[int, int], None] | None) -> None:
+                 realtime: bool, gate_timeout: float, progress: Callable[[int, int], None] | None,
+                 moments: Moments | None = None) -> None:
         header = recording.header or {}
         self.recording = recording
         self.relay_recording = recording.kind == "relay"
@@ -205,6 +218,7 @@ class _Replayer:
             hide_tool_events=bool(header.get("hide_tool_events", True)),
             declare_tools=bool(header.get("declare_tools", mode == "proxy")),
             unknown_tools=header.get("unknown_tools", "client"),
+            mcp_approvals=recorded_policy(header.get("mcp_approvals")),
         )
         dialect = dialect or recording.dialect
         self.engine = new_engine(registry, dialect=dialect, config=config,
@@ -226,6 +240,7 @@ class _Replayer:
         self.frames: list[Frame] = []                     # the session as replayed
         self._progress = anyio.Event()
         self._runner: HandlerRunner | None = None
+        self.moments = moments or Moments()   # handlers waiting for a recorded moment
 
     # -- engine plumbing --
     def _apply(self, actions: list[Action]) -> None:
@@ -279,8 +294,10 @@ class _Replayer:
             if deadline is None or deadline > moment:
                 break
             self.now = max(self.now, deadline)
+            self.moments.release(self._t())
             self._apply(self.engine.tick(self.now))
         self.now = max(self.now, moment)
+        self.moments.release(self._t())
 
     def _fire_next_timer(self) -> bool:
         """Move virtual time to the engine's next deadline; False when it has none."""
@@ -357,6 +374,26 @@ class _Replayer:
         for key, event, t in self.unmatched:
             self.divergences.append(Divergence("extra", sends.describe(key), None, event, call_id=sends.call_of(key),
                                                t=t))
+        unseen = self._calls_unseen()
+        if unseen is not None:
+            self.divergences.insert(0, unseen)
+
+    def _calls_unseen(self) -> Divergence | None:
+        """A replay that saw none of the calls the recording holds compared nothing that matters:
+        never "no divergence". The recorded calls are read from the frames by either family's
+        reader, whatever the header says: a dialect that cannot read them is the case in point."""
+        if self.engine.ledger:
+            return None
+        source = str(self.recording.path)
+        recorded = max((Timeline.from_frames(self.recording.frames, dialect=family, source=source).calls()
+                        for family in ("openai", "gemini")), key=len)
+        if not recorded:
+            return None
+        names = sorted({str(call.name) for call in recorded})
+        return Divergence("missing", f"every call: the recording holds {counted(len(recorded), 'call')} "
+                                     f"({', '.join(names)}), the relay under test saw none of them",
+                          {"calls": [{"call_id": c.call_id, "name": c.name} for c in recorded]}, None,
+                          call_id=recorded[0].call_id, t=recorded[0].t)
 
     async def _play(self, frame: Frame) -> None:
         sends = self._recorded_sends
@@ -372,8 +409,9 @@ class _Replayer:
             if frame.event is not None and self.ids.mapping:
                 payload = json.dumps(self.ids.rewrite(frame.event), ensure_ascii=False)
             self._keep(UPSTREAM_TO_RELAY, payload)
-            self._apply(self.engine.receive_upstream(payload, self.now))
+            # what the frame says goes on the timeline before what the relay did about it
             self.timeline += [f"{self._t():9.3f}  {line}" for line in sends.timeline(frame)]
+            self._apply(self.engine.receive_upstream(payload, self.now))
         elif frame.direction == CLIENT_TO_RELAY and self.engine.config.has_client:
             self._keep(CLIENT_TO_RELAY, payload)
             self._apply(self.engine.receive_client(payload, self.now))
@@ -408,6 +446,29 @@ class _Replayer:
             internal_errors=[a.message for a in self.engine.anomalies if a.internal])
 
 
+def recorded_policy(recorded: Any) -> ApprovalPolicy | None:
+    """The MCP approval policy a recording's header names (None: none, or not one)."""
+    if not isinstance(recorded, dict):
+        return None
+    allow, deny = recorded.get("allow") or [], recorded.get("deny") or []
+    if not all(isinstance(p, str) for p in [*allow, *deny]):
+        return None
+    return ApprovalPolicy(allow=tuple(allow), deny=tuple(deny)) or None
+
+
+def check_same_wire(recording: Recording, dialect: Dialect) -> None:
+    """Refuse to replay a recording in a dialect of another family (Gemini Live's for an OpenAI
+    session, or the reverse): its reader would find none of the recording's calls or sends, and
+    the replay would pass without having compared anything."""
+    recorded = recording.dialect
+    if type(dialect) is type(recorded):
+        return
+    same_wire = [name for name in DIALECT_CHOICES if type(DIALECTS[name]) is type(recorded)]
+    raise UnusableInput(f"{recording.path} is a recording of the {recorded.name} dialect; the {dialect.name} "
+                        f"dialect reads another wire and would see none of it: leave the dialect out, or "
+                        f"choose one of {', '.join(same_wire)}")
+
+
 def _epoch(started_at: Any) -> float:
     from datetime import datetime
 
@@ -431,13 +492,33 @@ async def replay_async(
     realtime: bool = False,
     gate_timeout: float = DEFAULT_GATE_TIMEOUT,
     progress: Callable[[int, int], None] | None = None,
+    mcp_answers: str = "recording",
+    mcp: McpSettings | None = None,
 ) -> ReplayResult:
+    """See `replay`. `mcp_answers`: where MCP tools' answers come from (`recording` or `live`,
+    with the servers `mcp` names)."""
+    if mcp_answers not in MCP_ANSWERS:
+        raise UnusableInput(f"mcp_answers is recording or live, not {mcp_answers!r}")
+    if mcp_answers == "live" and (mcp is None or not mcp.servers):
+        raise UnusableInput("live MCP answers need the MCP servers: --mcp or --mcp-config")
     recording = path if isinstance(path, Recording) else read_recording(path)
     chosen = get_dialect(dialect) if isinstance(dialect, str) else dialect
-    replayer = _Replayer(recording, tool_registry(tools), dialect=chosen, realtime=realtime,
-                         gate_timeout=gate_timeout, progress=progress)
-    await replayer.run()
-    return replayer.result()
+    if chosen is not None:
+        check_same_wire(recording, chosen)
+    tool_set = ToolSet(tools, mcp if mcp_answers == "live" else None)
+    await tool_set.start()
+    try:
+        moments = Moments()
+        warnings: list[str] = []
+        registry = with_recorded_mcp_tools(tool_set.registry(), recording, moments, warnings, mcp_answers == "live")
+        replayer = _Replayer(recording, registry, dialect=chosen, realtime=realtime,
+                             gate_timeout=gate_timeout, progress=progress, moments=moments)
+        await replayer.run()
+    finally:
+        await tool_set.close()
+    result = replayer.result()
+    result.warnings += warnings
+    return result
 
 
 def replay(path: str | Path | Recording, tools: Any = (), **options: Any) -> ReplayResult:
@@ -447,47 +528,8 @@ def replay(path: str | Path | Recording, tools: Any = (), **options: Any) -> Rep
     return anyio.run(lambda: replay_async(path, tools, **options))
 
 
-# ---- the command -------------------------------------------------------------------------------
-ALLOW_EMPTY_OPTION = "--allow-empty"
-
-
-def run_replay(path: str, tools: ToolRegistry, *, dialect: str | None = None, as_json: bool = False,
-               realtime: bool = False, gate_timeout: float = DEFAULT_GATE_TIMEOUT, html: str | None = None,
-               allow_empty: bool = False, allow_incomplete: bool = False) -> int:
-    """`relay replay`: print the report (or its JSON); 0 without divergence, 1 with. Input it
-    cannot use raises (`relay.exits`): a file that is not a recording, an incomplete recording
-    (unless `allow_incomplete`), and one with nothing to compare, a plain event log that records
-    no relay sends (unless `allow_empty`: then the report says what the relay would do)."""
-    if gate_timeout < 0:
-        raise UnusableInput("--gate-timeout must be >= 0")
-    recording = load_recording(path, allow_incomplete=allow_incomplete)
-    if not allow_empty and (recording.kind == "event-log" or not recording.frames):
-        what = "a plain event log: it records no relay sends" if recording.frames else "a recording without frames"
-        raise UnusableInput(f"{path} is {what}, so there is nothing to compare; pass {ALLOW_EMPTY_OPTION} "
-                            "to see what the relay would do with it")
-    progress = _ProgressBar(len(recording.frames)) if len(recording.frames) > 2000 and sys.stderr.isatty() else None
-    result = replay(recording, tools, dialect=dialect, realtime=realtime, gate_timeout=gate_timeout,
-                    progress=progress)
-    if progress is not None:
-        progress.close()
-    if html:
-        from relay.inspector.replay import write_replay_page
-        try:
-            page = write_replay_page(recording, result, html)
-        except OSError as exc:
-            raise UnusableInput(f"cannot write {html}: {exc.strerror or exc}") from None
-        print(f"inspector page: {page}", file=sys.stderr)
-    for warning in result.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    if as_json:
-        print(json.dumps(result.to_json(), indent=2, ensure_ascii=False))
-    else:
-        print(render_report(result))
-    return 0 if result.ok else 1
-
-
 def render_report(result: ReplayResult) -> str:
-    lines = [f"replay of {result.path.name} ({result.kind}, {len(result.engine.ledger)} calls seen)", "",
+    lines = [f"replay of {result.path.name} ({result.kind}, {counted(len(result.engine.ledger), 'call')} seen)", "",
              "timeline:"]
     lines += ["  " + line for line in result.timeline] or ["  (the relay did nothing)"]
     lines += ["", "calls the relay ran:"]
@@ -511,20 +553,3 @@ def render_report(result: ReplayResult) -> str:
             lines += ["  " + line for line in divergence.describe().splitlines()]
     lines += ["", f"verdict: {result.verdict()}"]
     return "\n".join(lines)
-
-
-class _ProgressBar:
-    def __init__(self, total: int) -> None:
-        self.total = total
-        self.shown = -1
-
-    def __call__(self, done: int, total: int) -> None:
-        percent = done * 100 // max(total, 1)
-        if percent != self.shown:
-            self.shown = percent
-            filled = percent // 4
-            sys.stderr.write(f"\r[{'#' * filled}{'.' * (25 - filled)}] {percent:3d}% {done}/{total} frames")
-            sys.stderr.flush()
-
-    def close(self) -> None:
-        sys.stderr.write("\n")

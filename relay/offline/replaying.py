@@ -26,6 +26,11 @@ def clip(text: Any, width: int = 70) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def counted(count: int, noun: str) -> str:
+    """`1 call`, `2 calls`, `0 calls`: a count with its noun in the right number."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def frame_text(frame: Frame) -> str | None:
     """A text frame as it crossed the socket; None for a binary one."""
     if frame.event is not None:
@@ -57,6 +62,8 @@ class ReplaySends:
             return f"answer {int(key[2]) + 1} to {key[1]}"
         if key[0] == "update":
             return "streaming update"
+        if key[0] == "approval":
+            return f"MCP approval of {key[1]}"
         if key[0] == "response.create":
             return f"{key[1].replace('_', '-')} response for {key[2] or 'no call'}"
         return key[0]
@@ -104,6 +111,8 @@ class OpenAISends(ReplaySends):
     def __init__(self, dialect: OpenAIFamily, id_prefix: str | None) -> None:
         self.id_prefix = id_prefix
         self._forwarded_only = dialect.upstream_passthrough | dialect.client_passthrough
+        self._call_names: dict[str, str] = {}   # the calls announced, by call id
+        self._calls_shown: set[str] = set()
 
     def __call__(self, event: dict[str, Any]) -> list[Sent]:
         key = self.key(event)
@@ -121,6 +130,8 @@ class OpenAISends(ReplaySends):
                 return ("output", str(item.get("call_id")))
             if ours and item.get("type") == "message":
                 return ("update",)
+            if ours and item.get("type") == "mcp_approval_response":
+                return ("approval", str(item.get("approval_request_id")))
             return None
         if not ours:
             return None
@@ -158,17 +169,29 @@ class OpenAISends(ReplaySends):
         return frame_text(frame)
 
     def timeline(self, frame: Frame) -> list[str]:
-        """What the timeline shows of an upstream frame: responses done, calls made."""
+        """What the timeline shows of an upstream frame: responses done, calls made. A call is
+        shown once, on the first frame that completes it (its arguments done, or its item done),
+        which is the frame on which the relay starts its handler."""
         event = frame.event or {}
         kind = event.get("type")
         if kind == "response.done":
             response = event.get("response") or {}
             return [f"recv  response.done {response.get('id')} {response.get('status')}"]
-        item = event.get("item") or {}
-        if kind == "response.output_item.done" and item.get("type") == "function_call":
-            return [f"recv  call {item.get('name')}({clip(item.get('arguments', ''))}) call_id={item.get('call_id')}"]
-        return []
+        call = event if kind == "response.function_call_arguments.done" else event.get("item")
+        if not isinstance(call, dict) or (call is not event and call.get("type") != "function_call"):
+            return []
+        call_id = str(call.get("call_id"))
+        if isinstance(call.get("name"), str):
+            self._call_names.setdefault(call_id, call["name"])
+        if kind not in _CALL_COMPLETE or call_id in self._calls_shown:
+            return []
+        self._calls_shown.add(call_id)
+        return [f"recv  call {self._call_names.get(call_id)}({clip(call.get('arguments', ''))}) call_id={call_id}"]
 
+
+_CALL_COMPLETE = frozenset({"response.function_call_arguments.done", "conversation.item.done",
+                            "response.output_item.done"})
+"""The OpenAI family's events that complete a call, the first of which starts its handler."""
 
 _GEMINI_CALL_KEYS = frozenset({"toolCall", "tool_call", "toolCallCancellation", "tool_call_cancellation"})
 _GEMINI_SENT_KEYS = frozenset({"setup", "toolResponse", "tool_response"})

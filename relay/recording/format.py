@@ -134,6 +134,7 @@ class Recording:
     path: Path
     kind: Literal["relay", "event-log"]
     end: dict[str, Any] | None = None  # the end line's object, when the writer was closed
+    end_t: float | None = None  # when the end line was written (seconds since the header): the session's length
     damage: list[str] = field(default_factory=list)  # the warnings that mean frames are missing
     notes: list[Note] = field(default_factory=list)  # the `relay` lines, in order
 

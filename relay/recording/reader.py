@@ -60,6 +60,7 @@ def read_recording(path: str | Path, *, directions: Iterable[str] | None = None)
         path=scanner.path,
         kind=scanner.kind,
         end=scanner.end,
+        end_t=scanner.end_t,
         damage=scanner.damage,
         notes=scanner.notes,
     )
@@ -150,6 +151,7 @@ class _Scanner:
         self.kind: Literal["relay", "event-log"] | None = None
         self.header: dict[str, Any] | None = None
         self.end: dict[str, Any] | None = None
+        self.end_t: float | None = None
         self._frames_read = 0
         self._meta_directions: list[Any] | None = None
 
@@ -219,6 +221,7 @@ class _Scanner:
         t = obj.get("t")
         if "end" in obj and isinstance(obj["end"], dict):
             self.end = obj["end"]
+            self.end_t = float(t) if _is_number(t) else None
             return None
         if "relay" in obj and "dir" not in obj:
             note = obj["relay"]

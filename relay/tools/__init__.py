@@ -6,8 +6,10 @@ test), and the two errors defining and loading tools raise, for tests that expec
 
 The relay's own machinery lives in submodules, one job each, and is imported from there:
 `result` (ToolResult and the choices), `errors`, `schema` (type hints -> flat JSON Schema, argument
-checking), `spec` (ToolSpec, @tool), `registry`, `loading` (importing user files: the only part
-with I/O) and `render` (outcomes -> output text).
+checking), `spec` (ToolSpec, @tool), `registry`, `loading` (importing user files), `render`
+(outcomes -> output text), and the second tool source, MCP servers: `mcp_config` (what the operator
+configured), `mcp` (one connection per server per process), `mcp_tools` (their tools as specs);
+`sources` builds a configuration's tools from both.
 """
 
 from relay.tools.errors import ToolDefinitionError, ToolLoadError

@@ -34,7 +34,8 @@ def load_tools(spec: str) -> list[ToolSpec]:
     module can gather tools from several others.
 
     Files are imported under a name derived from their full path, so two files with the same
-    basename do not replace each other in `sys.modules`.
+    basename do not replace each other in `sys.modules`. A file's own directory goes on the import
+    path first, as Python puts a script's: its sibling modules import as they do when it runs.
     """
     if spec.endswith(".py") or "/" in spec or "\\" in spec:
         module = _import_file(spec)
@@ -63,6 +64,8 @@ def _import_file(spec: str) -> ModuleType:
     if module_spec is None or module_spec.loader is None:
         raise ToolLoadError(f"cannot load tools from {spec!r}: not importable as a Python file")
     module = importlib.util.module_from_spec(module_spec)
+    if str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))
     # Registered before running, as a normal import does: dataclasses and pydantic models in
     # the file look their module up in sys.modules while it executes.
     sys.modules[module_name] = module

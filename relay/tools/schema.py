@@ -93,34 +93,57 @@ _SCHEMA_KEYWORDS = frozenset(
 
 
 def flat_schema(model: type[BaseModel], tool_name: str) -> dict[str, Any]:
-    """The model's JSON Schema, self-contained: `$ref`s inlined, `title`s dropped, single
-    `const`s written as one-value `enum`s, and OpenAPI's `discriminator` (whose mapping points
-    at `$defs` that no longer exist) removed."""
+    """The model's JSON Schema, self-contained (see `self_contained`): a recursive type is a
+    ToolDefinitionError."""
     try:
         raw = model.model_json_schema()
     except pydantic.PydanticUserError as exc:  # validates, but has no JSON Schema (a Callable)
         annotations = {name: info.annotation for name, info in model.model_fields.items()}
         raise ToolDefinitionError(_unsupported_parameter_message(tool_name, annotations, exc)) from exc
-    definitions = raw.get("$defs", {})
 
-    def resolve(reference: str, seen: tuple[str, ...]) -> dict[str, Any]:
+    def recursive(reference: str) -> Any:
+        raise ToolDefinitionError(
+            f"tool {tool_name}: {reference.rsplit('/', 1)[-1]} is recursive; realtime tool "
+            "schemas must be self-contained, so recursive types are not supported"
+        )
+
+    return self_contained(raw, on_recursion=recursive)
+
+
+_DROPPED_KEYWORDS = frozenset({"$ref", "$defs", "definitions", "title", "discriminator", "$schema", "$id",
+                               "$comment", "$anchor"})
+
+
+def self_contained(schema: Any, *, on_recursion: Callable[[str], Any] | None = None) -> dict[str, Any]:
+    """A tool's parameters as realtime APIs take them: a flat, self-contained JSON Schema object.
+    Local `$ref`s are inlined (a reference back into itself becomes `on_recursion(ref)`, by
+    default an open object), `$defs`, `$schema`, `$id` and `title`s dropped, single `const`s
+    written as one-value `enum`s, OpenAPI's `discriminator` (whose mapping points at `$defs` that
+    no longer exist) removed, and the top is `{"type": "object", "properties": ...}` with its
+    `required`. What `@tool` builds from type hints, and what an MCP server's `inputSchema` becomes."""
+    root = schema if isinstance(schema, dict) else {}
+
+    def resolve(reference: str, seen: tuple[str, ...]) -> Any:
         if reference in seen:
-            raise ToolDefinitionError(
-                f"tool {tool_name}: {reference.rsplit('/', 1)[-1]} is recursive; realtime tool "
-                "schemas must be self-contained, so recursive types are not supported"
-            )
-        return walk(definitions[reference.rsplit("/", 1)[-1]], (*seen, reference))
+            return on_recursion(reference) if on_recursion is not None else {"type": "object"}
+        target: Any = root
+        for part in reference.removeprefix("#").strip("/").split("/") if reference.startswith("#") else [None]:
+            if part is None or not isinstance(target, dict):
+                return {}   # not a local reference: nothing known about it
+            if part:
+                target = target.get(part.replace("~1", "/").replace("~0", "~"))
+        return walk(target, (*seen, reference)) if isinstance(target, dict) else {}
 
-    def walk(schema: Any, seen: tuple[str, ...]) -> Any:
-        if not isinstance(schema, dict):
-            return schema
+    def walk(node: Any, seen: tuple[str, ...]) -> Any:
+        if not isinstance(node, dict):
+            return node
         flat: dict[str, Any] = {}
-        if "$ref" in schema:
-            flat.update(resolve(schema["$ref"], seen))
-        for key, value in schema.items():
-            if key in ("$ref", "$defs", "title", "discriminator"):
+        if isinstance(node.get("$ref"), str):
+            flat.update(resolve(node["$ref"], seen))
+        for key, value in node.items():
+            if key in _DROPPED_KEYWORDS:
                 continue
-            if key in _SCHEMA_MAP_KEYWORDS:
+            if key in _SCHEMA_MAP_KEYWORDS and isinstance(value, dict):
                 flat[key] = {name: walk(sub, seen) for name, sub in value.items()}
             elif key in _SCHEMA_LIST_KEYWORDS and isinstance(value, list):
                 flat[key] = [walk(sub, seen) for sub in value]
@@ -138,8 +161,9 @@ def flat_schema(model: type[BaseModel], tool_name: str) -> dict[str, Any]:
             flat = {**wrapped[0], **flat}
         return flat
 
-    body = walk(raw, ())
-    top: dict[str, Any] = {"type": "object", "properties": body.get("properties", {})}
+    body = walk(root, ())
+    properties = body.get("properties")
+    top: dict[str, Any] = {"type": "object", "properties": properties if isinstance(properties, dict) else {}}
     if body.get("required"):
         top["required"] = body["required"]
     return top

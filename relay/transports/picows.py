@@ -329,9 +329,12 @@ class PicowsListener:
         self._closing += [loop.create_task(transport.close(GOING_AWAY, "")) for transport in self.connections]
 
     async def wait_closed(self) -> None:
-        while self.handlers or self._closing:
-            await asyncio.gather(*self.handlers, *self._closing, return_exceptions=True)
-            self._closing = [task for task in self._closing if not task.done()]
+        # waits on the unfinished tasks only: a finished handler stays in `handlers` until its
+        # done-callback runs, and gather over finished tasks completes without yielding (Python
+        # 3.12+), which would spin here forever
+        while pending := [task for task in (*self.handlers, *self._closing) if not task.done()]:
+            await asyncio.wait(pending)
+        self._closing = []
 
 
 async def serve(handler: Handler, host: str, port: int, *, decide: Decide, subprotocol: ChooseSubprotocol,

@@ -70,7 +70,7 @@ def test_summary_counts_calls_per_tool_with_p50_and_max_latency(openai: Any) -> 
                                                "p50_ms": pytest.approx(400, abs=5), "max_ms": pytest.approx(400, abs=5)}
     assert summary["tools"]["slow_lookup"]["errors"] == 1
     assert summary["anomalies"] == 2 and summary["errors"] == 3
-    assert summary["duration"] == pytest.approx(7.7, abs=0.01)      # the last frame
+    assert summary["duration"] == pytest.approx(8.0, abs=0.01)      # the end line, 0.3 s after the last frame
 
 
 def test_p50_is_the_median_of_the_handler_times() -> None:
@@ -166,7 +166,7 @@ def test_deltas_fed_frame_by_frame_add_up_to_the_snapshot(tmp_path: Path) -> Non
         else:
             live.note(line)
         apply(state, live.delta())
-    live.finish(recording.end)
+    live.finish(recording.end, end_t=recording.end_t)   # when the session ended, as the live hub tells it
     apply(state, live.delta())
     whole = build_model(recording, strict=True)
     snapshot = whole.snapshot()

@@ -35,6 +35,7 @@ from relay.edges.upstream import (
     key_from_environment,
     merged_url,
 )
+from tests.support.keys import PROVIDER_KEY
 
 
 def test_the_client_query_is_passed_on_without_credentials() -> None:
@@ -210,7 +211,7 @@ def test_a_forwarded_frame_is_counted_both_ways_and_recorded_twice_by_a_plain_re
 
 @pytest.mark.parametrize("argv, message", [
     (["--upstream", "https://api.openai.com/v1/realtime"], "ws:// or wss://"),
-    (["--upstream", "ws://127.0.0.1:1/v1/realtime"], "cannot infer the dialect"),
+    (["--upstream", "ws://127.0.0.1:1/realtime"], "cannot infer the dialect"),   # no provider's path
     (["--host", "0.0.0.0", "--dialect", "openai"], "--auth-token"),
     (["--tools", "no_such_tools_module_here"], "no module named"),
     (["--auth-token", 'tok"en'], "may not hold quotes"),
@@ -232,6 +233,7 @@ def test_import_relay_stays_light_and_serve_is_there_on_demand() -> None:
 def test_a_port_in_use_is_unusable_input_exit_status_2(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, restore_logging: None) -> None:
     monkeypatch.delenv("RELAY_AUTH_TOKEN", raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", PROVIDER_KEY)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()

@@ -15,6 +15,7 @@ import importlib
 import json
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -62,6 +63,22 @@ def relay_process(*args: str, cwd: Path | None = None, env: dict[str, str] | Non
     if args and args[0] in TRANSPORT_COMMANDS and "--transport" not in args:
         args = (args[0], "--transport", TEST_TRANSPORT, *args[1:])
     return python_process("-m", "relay", *args, cwd=cwd, env=env, stdout=stdout)
+
+
+PROVIDER_KEY_VARIABLES = ("OPENAI_API_KEY", "AZURE_OPENAI_API_KEY", "GEMINI_API_KEY")
+
+
+def run_relay(*args: str, cwd: Path, env: dict[str, str] | None = None,
+              timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """`python -m relay ARGS` run to its end from `cwd`, as a user types it in a new terminal: the
+    test's environment without RELAY_AUTH_TOKEN or any provider key, plus `env`; on the test
+    run's event loop."""
+    if args and args[0] in LOOP_COMMANDS and "--loop" not in args:
+        args = (args[0], "--loop", TEST_LOOP, *args[1:])
+    environment = {key: value for key, value in os.environ.items()
+                   if key != "RELAY_AUTH_TOKEN" and key not in PROVIDER_KEY_VARIABLES} | (env or {})
+    return subprocess.run([sys.executable, "-m", "relay", *args], cwd=cwd, env=environment,
+                          capture_output=True, text=True, timeout=timeout)
 
 
 async def next_log_line(stream: asyncio.StreamReader, predicate: Callable[[dict[str, Any]], bool],

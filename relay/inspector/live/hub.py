@@ -154,7 +154,7 @@ class LiveSession:
     def end(self, reason: str) -> None:
         if self.ended is not None:
             return
-        self.ended = {"reason": reason, "ended_at": _now_iso()}
+        self.ended = {"reason": reason, "ended_at": _now_iso(), "t": self._elapsed()}
         self.hub._ended(self)
         for watcher in self.watchers:
             watcher.wake()
@@ -243,7 +243,7 @@ class LiveSession:
         end = None
         if self.ended is not None and not self._finished:
             self._finished = True
-            end = {"reason": self.ended["reason"]}
+            end = {"reason": self.ended["reason"], "t": self.ended["t"]}
         message = await anyio.to_thread.run_sync(self._feed_batch, model, batch, end)
         if self.model is not model:
             return   # stopped meanwhile
@@ -260,7 +260,7 @@ class LiveSession:
             if note is not None:
                 model.note(note)
         if end is not None:
-            model.finish(end)
+            model.finish({"reason": end["reason"]}, end_t=end["t"])
         message: dict[str, Any] = {"type": "delta", "session": self.id, "delta": model.delta()}
         if end is not None:
             message["ended"] = self.describe()
