@@ -1,6 +1,8 @@
 """`has_single_plain_type` decides whether a frame may be forwarded unparsed on what `peek_type`
 read. Its shortcut for frames that end with a string value (audio: `..."<base64>"}`) must keep
-the guarantee: a frame it lets through parses to the very type that was peeked."""
+the guarantee: a frame it lets through parses to the very type that was peeked. The engine asks
+it through `pass_through_test` (one function per set of types, on every frame), which must
+decide exactly as `passes_unparsed` does."""
 
 from __future__ import annotations
 
@@ -9,21 +11,28 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from relay.dialects.peek import has_single_plain_type, peek_type
+from relay.dialects.peek import has_single_plain_type, pass_through_test, passes_unparsed, peek_type
 
 KEYS = st.sampled_from(["type", "event_id", "delta", "audio", "item"])
 VALUES = st.one_of(
-    st.sampled_from(["type", "input_audio_buffer.append", "session.update", "response.output_audio.delta"]),
-    st.text(alphabet="AZaz09+/=type", max_size=40),
+    st.sampled_from(["type", "input_audio_buffer.append", "session.update", "response.output_audio.delta",
+                     "response.output_audio.deltas", 'input_audio_buffer.append"']),
+    st.text(alphabet='AZaz09+/=type"\\', max_size=40),
     st.integers(),
     st.just({"type": "message"}),
 )
+KINDS = frozenset({"input_audio_buffer.append", "response.output_audio.delta"})
+
+
+def frame_of(members: list[tuple[str, object]], spaced: bool) -> str:
+    separator = ", " if spaced else ","
+    return "{" + separator.join(f"{json.dumps(key)}:{json.dumps(value, separators=(',', ':'))}"
+                                for key, value in members) + "}"
 
 
 @given(st.lists(st.tuples(KEYS, VALUES), min_size=1, max_size=6))
 def test_a_frame_let_through_parses_to_the_peeked_type(members: list[tuple[str, object]]) -> None:
-    frame = "{" + ",".join(f"{json.dumps(key)}:{json.dumps(value, separators=(',', ':'))}"
-                           for key, value in members) + "}"
+    frame = frame_of(members, spaced=False)
     peeked = peek_type(frame)
     if peeked is not None and has_single_plain_type(frame):
         assert json.loads(frame)["type"] == peeked
@@ -35,3 +44,14 @@ def test_a_second_type_key_before_a_trailing_string_is_seen() -> None:
     assert not has_single_plain_type('{"type":"input_audio_buffer.append","audio":"AAAA","type":"x"}')
     assert has_single_plain_type('{"type":"input_audio_buffer.append","event_id":"e1","audio":"AAAA"}')
     assert not has_single_plain_type('"}')
+
+
+@given(st.lists(st.tuples(KEYS, VALUES), min_size=1, max_size=6), st.booleans(), st.sampled_from(["", " ", "}", '"}']))
+def test_the_engine_s_one_call_test_decides_as_passes_unparsed(members: list[tuple[str, object]], spaced: bool,
+                                                              tail: str) -> None:
+    frame = frame_of(members, spaced) + tail
+    passes = pass_through_test(KINDS)
+    assert passes(frame) == (peek_type(frame) in KINDS and has_single_plain_type(frame)) == passes_unparsed(frame, KINDS)
+    if passes(frame) and not tail:
+        assert json.loads(frame)["type"] in KINDS
+    assert not passes(frame.encode())   # binary frames are never forwarded unparsed

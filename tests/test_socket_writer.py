@@ -64,6 +64,27 @@ async def test_a_waiting_writer_is_idle_until_the_first_frame_wakes_it() -> None
     assert got == [["hello"]]
 
 
+async def test_a_flush_takes_nothing_while_the_writer_is_awake() -> None:
+    queue = FrameQueue(1000)
+    queue.put("first")
+    assert queue.take_unsent() == []   # no writer asleep: one that is awake sends it itself
+    got: list[list[str | bytes]] = []
+
+    async def writer() -> None:
+        got.append(await queue.get_batch(1000))
+        got.append(await queue.get_batch(1000))
+
+    with anyio.fail_after(TIMEOUT):
+        async with anyio.create_task_group() as group:
+            group.start_soon(writer)
+            await anyio.wait_all_tasks_blocked()   # it took "first" and sleeps again
+            queue.put("second", wake=False)
+            queue.put("third", wake=False)
+            assert queue.take_unsent() == ["second", "third"] and queue.size == 0
+            queue.put("last")
+    assert got == [["first"], ["last"]]
+
+
 async def _with_echo_server(check) -> list[str | bytes]:  # type: ignore[no-untyped-def]
     """Run `check(connection)` on a client connected to a loopback server; return what the
     server received before the client closed."""

@@ -109,11 +109,22 @@ class SessionEngine:
         self.conversation = self.ctx.conversation
         self.ledger = self.ctx.ledger
         self.anomalies: list[Anomaly] = self.ctx.anomalies
-        self.frames_in = {"upstream": 0, "client": 0}
         self.running = RunningHandlers()               # the calls whose handler runs
         self._deadline: Any = _UNKNOWN                 # next_deadline(), until the state changes
 
     # ==== public entry points ===========================================================
+    def forwards_upstream(self, frame: str | bytes) -> bool:
+        """Whether `frame` from the upstream goes on to the client as it came and is nothing else
+        to the engine (audio, by the dialect's pass-through set): an edge may then forward it
+        without `receive_upstream` (which would answer `[SendClient(frame)]`, or nothing without a
+        client). The per-frame path asks this of every frame: a dialect's engine sets it to one
+        cheap function of the frame; here no frame is."""
+        return False
+
+    def forwards_client(self, frame: str | bytes) -> bool:
+        """`forwards_upstream` for the client's frames (which then go up as they came)."""
+        return False
+
     def receive_upstream(self, frame: str | bytes, now: float) -> list[Action]:
         return self._run(now, "upstream", self._upstream_frame, frame)
 

@@ -112,7 +112,6 @@ class GeminiEngine(SessionEngine):
 
     # ==== upstream ======================================================================
     def _upstream_frame(self, frame: str | bytes) -> None:
-        self.frames_in["upstream"] += 1
         media = media_frame(frame, "upstream")
         if media is not None:
             if media == "audio":
@@ -317,7 +316,6 @@ class GeminiEngine(SessionEngine):
 
     # ==== client ========================================================================
     def _client_frame(self, frame: str | bytes) -> None:
-        self.frames_in["client"] += 1
         if self._refused:
             return   # the session is closing: nothing more of this client goes up
         if media_frame(frame, "client") is not None:

@@ -19,7 +19,7 @@ import sys
 from typing import Any, Callable, Iterable
 
 from relay.dialects.openai import OPENAI, OpenAIFamily
-from relay.dialects.peek import passes_unparsed
+from relay.dialects.peek import pass_through_test
 from relay.engine.actions import Action, Notice, SendClient, SendUpstream
 from relay.engine.approving import APPROVAL_REQUEST, McpApprovals
 from relay.engine.calls import CallEntry, CallOutcome, CallState
@@ -48,8 +48,9 @@ class OpenAIEngine(SessionEngine):
         super().__init__(*args, **options)
         if not isinstance(self.dialect, OpenAIFamily):
             raise TypeError(f"OpenAIEngine speaks the OpenAI family, not {self.dialect.name}")
-        self._upstream_passthrough = self.dialect.upstream_passthrough
-        self._client_passthrough = self.dialect.client_passthrough
+        # the audio fast path: the dialect's pass-through sets, each as one test of a frame
+        self.forwards_upstream = pass_through_test(self.dialect.upstream_passthrough)   # type: ignore[method-assign]
+        self.forwards_client = pass_through_test(self.dialect.client_passthrough)   # type: ignore[method-assign]
         self._ga_names = self.dialect.ga_names
         self._opening_left = set(self.dialect.opening_events)   # opening events not seen yet
         self._session_seen = False
@@ -62,14 +63,12 @@ class OpenAIEngine(SessionEngine):
 
     # ---- the audio fast path: frames the engine only forwards skip its bookkeeping ----
     def receive_upstream(self, frame: str | bytes, now: float) -> list[Action]:
-        if type(frame) is str and passes_unparsed(frame, self._upstream_passthrough):
-            self.frames_in["upstream"] += 1
+        if self.forwards_upstream(frame):
             return [SendClient(frame)] if self.config.has_client else []
         return super().receive_upstream(frame, now)
 
     def receive_client(self, frame: str | bytes, now: float) -> list[Action]:
-        if type(frame) is str and passes_unparsed(frame, self._client_passthrough):
-            self.frames_in["client"] += 1
+        if self.forwards_client(frame):
             return [SendUpstream(frame)]
         return super().receive_client(frame, now)
 
@@ -101,7 +100,6 @@ class OpenAIEngine(SessionEngine):
 
     # ==== upstream ======================================================================
     def _upstream_frame(self, frame: str | bytes) -> None:
-        self.frames_in["upstream"] += 1
         if not isinstance(frame, str):
             self.ctx.anomaly("binary frame from upstream dropped", None)
             return
@@ -396,7 +394,6 @@ class OpenAIEngine(SessionEngine):
 
     # ==== client ========================================================================
     def _client_frame(self, frame: str | bytes) -> None:
-        self.frames_in["client"] += 1
         if not isinstance(frame, str):
             self.ctx.client_error("binary_frame_not_supported",
                                   "binary frames are not part of the realtime protocol; send JSON text")

@@ -328,7 +328,18 @@ class TrafficTap:
         self.frames[direction] += 1
         self.frame_bytes[direction] += len(frame)
         self._countdown -= 1
-        if not self._countdown:
+        if self._countdown <= 0:
+            self.publish()
+
+    def record_forwarded(self, received: str, frame: str | bytes, sent_as: str, sent: str | bytes) -> None:
+        """A frame forwarded as it came: counted on both crossings in one call (the per-frame path)."""
+        frames, frame_bytes = self.frames, self.frame_bytes
+        frames[received] += 1
+        frame_bytes[received] += len(frame)
+        frames[sent_as] += 1
+        frame_bytes[sent_as] += len(sent)
+        self._countdown -= 2
+        if self._countdown <= 0:
             self.publish()
 
     def publish(self) -> None:

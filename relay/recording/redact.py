@@ -74,5 +74,11 @@ class Redactor:
         return value
 
     def frame(self, frame: str | bytes) -> str | bytes:
-        """A text or binary frame without the secrets."""
-        return self.text(frame) if isinstance(frame, str) else self.data(frame)
+        """A text or binary frame without the secrets: `text` or `data`, in one call (it runs on
+        every frame sent to a client)."""
+        if type(frame) is str or isinstance(frame, str):
+            for secret in self._texts:
+                if secret in frame:
+                    frame = frame.replace(secret, REDACTED)
+            return frame
+        return self.data(frame)  # type: ignore[arg-type]

@@ -24,6 +24,27 @@ class Recorder(Protocol):
     def close(self, reason: str) -> None: ...
 
 
+Frame = str | bytes
+RecordForwarded = Callable[[str, Frame, str, Frame], None]
+
+
+def forwarding_of(recorder: Recorder) -> RecordForwarded:
+    """How `recorder` records a frame forwarded as it came (`received` as `frame`, then `sent_as`
+    as `sent`: the same frame but for redaction), as one call: its own `record_forwarded` where it
+    has one (`Taps`, the traffic counter: both directions at once, on the per-frame path), else
+    `record` twice."""
+    method = getattr(recorder, "record_forwarded", None)
+    if method is not None:
+        return method  # type: ignore[no-any-return]
+    record = recorder.record
+
+    def record_forwarded(received: str, frame: Frame, sent_as: str, sent: Frame) -> None:
+        record(received, frame)
+        record(sent_as, sent)
+
+    return record_forwarded
+
+
 class FrameTap:
     """A function that sees every frame (`relay attach`'s `tap`, e.g. for transcripts), as a
     recorder: notices and the end are not its business."""
@@ -47,25 +68,38 @@ class Taps:
     watches it): one that is not a member costs the frames nothing. The members are a tuple,
     replaced on every change, so a change during a call reaches the next frame."""
 
-    __slots__ = ("members",)
+    __slots__ = ("members", "_forwarding")
 
     def __init__(self, *members: Recorder | None) -> None:
-        self.members: tuple[Recorder, ...] = tuple(member for member in members if member is not None)
+        self._join(tuple(member for member in members if member is not None))
+
+    def _join(self, members: tuple[Recorder, ...]) -> None:
+        self.members = members
+        self._forwarding = tuple((member, forwarding_of(member)) for member in members)
 
     def __len__(self) -> int:
         return len(self.members)
 
     def add(self, member: Recorder) -> None:
         if member not in self.members:
-            self.members = (*self.members, member)
+            self._join((*self.members, member))
 
     def remove(self, member: Recorder) -> None:
-        self.members = tuple(known for known in self.members if known is not member)
+        self._join(tuple(known for known in self.members if known is not member))
 
     def record(self, direction: str, frame: str | bytes) -> None:
         for member in self.members:
             try:
                 member.record(direction, frame)
+            except Exception:
+                self._drop(member, "recording a frame")
+
+    def record_forwarded(self, received: str, frame: Frame, sent_as: str, sent: Frame) -> None:
+        """A frame forwarded as it came (see `forwarding_of`): each member records both crossings
+        before the next member does, as two `record` calls would have it."""
+        for member, record_forwarded in self._forwarding:
+            try:
+                record_forwarded(received, frame, sent_as, sent)
             except Exception:
                 self._drop(member, "recording a frame")
 
@@ -78,7 +112,8 @@ class Taps:
 
     def close(self, reason: str) -> None:
         """Close every member, in order; one that fails to close does not keep the next open."""
-        members, self.members = self.members, ()
+        members = self.members
+        self._join(())
         for member in members:
             try:
                 member.close(reason)

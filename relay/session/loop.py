@@ -39,7 +39,7 @@ from relay.recording.format import (
     RELAY_TO_UPSTREAM,
     UPSTREAM_TO_RELAY,
 )
-from relay.recording.taps import Recorder
+from relay.recording.taps import Recorder, forwarding_of
 from relay.session.policy import (
     BAD_GATEWAY,
     DEFAULT_QUEUE_BYTES,
@@ -167,8 +167,12 @@ class SessionLoop:
     async def _read_upstream(self) -> None:
         recorder, feed, receive = self.recorder, self._feed, self.engine.receive_upstream
         upstream = self.upstream
+        forwards, forward = self.engine.forwards_upstream, self._forwarder(UPSTREAM_TO_RELAY, "client", upstream)
 
         def deliver(frame: Frame) -> None:
+            if forwards(frame):
+                forward(frame)
+                return
             if recorder is not None:
                 recorder.record(UPSTREAM_TO_RELAY, frame)
             feed(receive, frame, upstream)
@@ -199,20 +203,26 @@ class SessionLoop:
         recorder, feed, receive = self.recorder, self._feed, self.engine.receive_client
         budget = self.client_budget
         client = self.client
+        forwards, forward = self.engine.forwards_client, self._forwarder(CLIENT_TO_RELAY, "upstream", client)
         cut_off = False
 
         def deliver(frame: Frame) -> None:
             nonlocal cut_off
+            if not cut_off and (budget is None or budget.take()):
+                if forwards(frame):
+                    forward(frame)
+                    return
+                if recorder is not None:
+                    recorder.record(CLIENT_TO_RELAY, frame)
+                feed(receive, frame, client)
+                return
             if recorder is not None:
                 recorder.record(CLIENT_TO_RELAY, frame)
             if cut_off:
                 return   # read on, so that the client's answer to the close is seen
-            if budget is not None and not budget.take():
-                cut_off = True
-                assert self._task_group is not None
-                self._task_group.start_soon(self._client_too_fast, budget)
-                return
-            feed(receive, frame, client)
+            cut_off = True
+            assert self._task_group is not None
+            self._task_group.start_soon(self._client_too_fast, budget)
 
         try:
             await client.receive(deliver)
@@ -337,12 +347,54 @@ class SessionLoop:
             else:
                 queue.put(frame)
         except QueueOverflow as overflow:
-            # once per side: the frames that keep coming until the close are dropped
-            if self.end is None and self._task_group is not None and side not in self._overflowed_sides:
-                self._overflowed_sides.add(side)
-                log.warning("%s is not reading: %s; closing it", side, overflow,
-                            extra={"session_id": self.engine.session_id})
-                self._task_group.start_soon(self._overflowed, side)
+            self._overflow(side, overflow)
+
+    def _overflow(self, side: str, overflow: QueueOverflow) -> None:
+        """`side` does not read what it is sent: closed, once (the frames that keep coming until
+        the close are dropped)."""
+        if self.end is None and self._task_group is not None and side not in self._overflowed_sides:
+            self._overflowed_sides.add(side)
+            log.warning("%s is not reading: %s; closing it", side, overflow,
+                        extra={"session_id": self.engine.session_id})
+            self._task_group.start_soon(self._overflowed, side)
+
+    def _forwarder(self, received: str, side: str, source: Transport) -> Callable[[Frame], None]:
+        """What a reader of `source` does with a frame the engine forwards as it came (audio,
+        `engine.forwards_upstream` / `forwards_client`): what `_feed` and `_apply` would do with
+        the engine's `SendClient(frame)` / `SendUpstream(frame)`, without the action and the
+        engine's round: the frame recorded as `received`, redacted for a client, recorded as
+        sent, queued for `side`, and written as soon as `source` has no other frame ready (one
+        write after the last frame of a burst; should the burst stop short, a flush once the
+        event loop's turn comes)."""
+        recorder, redact = self.recorder, self.redact if side == "client" else None
+        record_forwarded = forwarding_of(recorder) if recorder is not None else None
+        to_client = side == "client"
+        client = self.client
+        queue = self.to_client if to_client else self.to_upstream
+        sent_as = RELAY_TO_CLIENT if to_client else RELAY_TO_UPSTREAM
+        more_buffered = source.more_buffered
+
+        def forward(frame: Frame) -> None:
+            peer = client if to_client else self.upstream
+            if peer is None:   # no client (a sidecar): the frame was only to be seen
+                if recorder is not None:
+                    recorder.record(received, frame)
+                return
+            sent = redact(frame) if redact is not None else frame
+            if record_forwarded is not None:
+                record_forwarded(received, frame, sent_as, sent)
+            try:
+                waiting = queue.hold(sent)
+            except QueueOverflow as overflow:
+                self._overflow(side, overflow)
+                return
+            if waiting:   # the writer task sleeps: the reader writes
+                if not more_buffered():
+                    peer.flush(queue)
+                elif waiting == 1:
+                    peer.flush_soon(queue)
+
+        return forward
 
     def _feed(self, receive: Callable[[Frame, float], list[Action]], frame: Frame,
               source: Transport) -> None:

@@ -85,6 +85,18 @@ class FrameQueue:
         if wake:
             self.wake()
 
+    def hold(self, frame: Frame) -> int:
+        """Queue `frame` without waking the writer: how many frames wait for a `flush` while it
+        sleeps (whoever queued them writes them), 0 when it is awake (it takes them itself). The
+        reader's per-frame `put`."""
+        size = self.size + len(frame)
+        if size > self.max_bytes:
+            raise QueueOverflow(f"{size} bytes queued, over the limit of {self.max_bytes}")
+        frames = self._frames
+        frames.append(frame)
+        self.size = size
+        return len(frames) if self._waiter is not None else 0
+
     def wake(self) -> None:
         waiter = self._waiter
         if waiter is not None:
@@ -110,14 +122,23 @@ class FrameQueue:
         frames = self._frames
         if not frames:
             return []
-        batch = [frames.popleft()]
-        taken = len(batch[0])
+        first = frames.popleft()
+        taken = len(first)
+        if not frames:   # one frame per read (realtime audio)
+            self.size -= taken
+            return [first]
+        batch = [first]
         while frames and taken + len(frames[0]) <= max_bytes:
             frame = frames.popleft()
             batch.append(frame)
             taken += len(frame)
         self.size -= taken
         return batch
+
+    def take_unsent(self, max_bytes: int = BATCH_BYTES) -> list[Frame]:
+        """What a `flush` writes: `take_batch` while the writer task sleeps; nothing while it is
+        awake (it sends what waits itself, after the batch it holds)."""
+        return self.take_batch(max_bytes) if self._waiter is not None else []
 
     async def get_batch(self, max_bytes: int = BATCH_BYTES) -> list[Frame]:
         """`take_batch`, once there is something to take (the writer task's wait)."""

@@ -146,10 +146,32 @@ class PicowsTransport(WSListener):
                 self._fail(PROTOCOL_ERROR, "expected a continuation frame")
                 return
             if frame.fin and not (frame.rsv1 or frame.rsv2 or frame.rsv3) and not ws.is_close_frame_sent:
-                # a whole message in one frame: the per-frame path (picows has checked its size)
-                message = self._text(frame.get_payload_as_utf8_text) if kind is TEXT else frame.get_payload_as_bytes()
-                if message is not None:
+                # a whole message in one frame, the per-frame path (picows has checked its size):
+                # `_text` and `_hand_on` inline for the common case of a reader that receives
+                if kind is TEXT:
+                    try:
+                        message: Frame = frame.get_payload_as_utf8_text()
+                    except UnicodeDecodeError as exc:
+                        self._fail(INVALID_DATA, f"invalid UTF-8: {exc.reason} at position {exc.start}")
+                        return
+                else:
+                    message = frame.get_payload_as_bytes()
+                deliver, reader = self._deliver, self._reader
+                if deliver is None or reader is None:
                     self._hand_on(message)
+                    return
+                loop = self._loop
+                try:
+                    _enter_task(loop, reader)
+                except RuntimeError:   # already inside a task: `_hand_on` delivers it from there
+                    self._hand_on(message)
+                    return
+                try:
+                    self._reader_context.run(deliver, message)   # type: ignore[union-attr]
+                except BaseException as exc:   # ends `receive` with it
+                    self._delivery_failed(exc)
+                finally:
+                    _leave_task(loop, reader)
                 return
         elif kind is CLOSE:
             self._close_received(ws, frame)
@@ -209,13 +231,17 @@ class PicowsTransport(WSListener):
         try:
             self._reader_context.run(deliver, message)   # type: ignore[union-attr]
         except BaseException as exc:   # ends `receive` with it
-            self._deliver = None
-            self._failure = exc
-            self._pause_reading()
-            self._wake_receiver()
+            self._delivery_failed(exc)
         finally:
             if reader is not None:
                 _leave_task(loop, reader)
+
+    def _delivery_failed(self, exc: BaseException) -> None:
+        """What `deliver` raised ends `receive` with it: nothing more is read or delivered."""
+        self._deliver = None
+        self._failure = exc
+        self._pause_reading()
+        self._wake_receiver()
 
     def _close_received(self, ws: WSTransport, frame: WSFrame) -> None:
         """The peer's close frame: answered with its code (an empty one with 1000: picows cannot
@@ -283,9 +309,19 @@ class PicowsTransport(WSListener):
             send(TEXT if type(frame) is str else BINARY, frame)
 
     def flush(self, queue: FrameQueue) -> None:
-        while queue and queue.writer_idle and self._writable():
-            self._write(queue.take_batch(BATCH_BYTES))
-        if queue:
+        # once per read on the per-frame path: `_writable` and `_write` inline
+        ws = self.ws
+        while not self._paused and ws is not None and not ws.is_close_frame_sent and not ws.is_disconnected:
+            frames = queue.take_unsent(BATCH_BYTES)
+            if not frames:
+                return
+            if self.server_side and len(frames) > 1:
+                ws.underlying_transport.write(framed(frames))
+            else:
+                send = ws.send
+                for frame in frames:
+                    send(TEXT if type(frame) is str else BINARY, frame)
+        if len(queue):
             queue.wake()   # paused or closing: the writer task waits for the socket
 
     def flush_soon(self, queue: FrameQueue) -> None:

@@ -143,9 +143,12 @@ class WebsocketsTransport:
         self.flush(queue)
 
     def flush(self, queue: FrameQueue) -> None:
-        while queue and queue.writer_idle and self.writable():
-            self._frame_and_write(queue.take_batch(BATCH_BYTES))
-        if queue:
+        while self.writable():
+            frames = queue.take_unsent(BATCH_BYTES)
+            if not frames:
+                return
+            self._frame_and_write(frames)
+        if len(queue):
             queue.wake()   # paused or closing: the writer task waits for the socket
 
     async def send(self, frames: Sequence[Frame]) -> None:

@@ -37,6 +37,16 @@ def test_a_session_publishes_its_frames_in_batches_at_its_end_and_at_a_scrape() 
     assert metrics.frame_bytes["relay>client"] == 6
 
 
+def test_forwarded_frames_count_twice_towards_a_batch() -> None:
+    metrics = Metrics()
+    tap = metrics.tap()
+    for _ in range(PUBLISH_EVERY // 2 - 1):
+        tap.record_forwarded("upstream>relay", "{}", "relay>client", "{}")
+    assert metrics._families.frames["upstream>relay"]._value.get() == 0   # not yet published
+    tap.record_forwarded("upstream>relay", "{}", "relay>client", "{}")
+    assert metrics._families.frames["relay>client"]._value.get() == PUBLISH_EVERY // 2
+
+
 def test_open_sessions_are_a_gauge_and_health_reads_them_by_worker() -> None:
     metrics = Metrics()
     metrics.session_started()

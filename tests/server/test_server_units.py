@@ -177,6 +177,38 @@ def test_the_traffic_tap_counts_frames_and_survives_a_broken_recording(caplog: p
         "a session recorder (BrokenWriter) failed recording a frame; it is dropped, the session goes on"]
 
 
+def test_a_forwarded_frame_is_counted_both_ways_and_recorded_twice_by_a_plain_recorder(
+        caplog: pytest.LogCaptureFixture) -> None:
+    class ListWriter:
+        def __init__(self) -> None:
+            self.frames: list[tuple[str, str | bytes]] = []
+
+        def record(self, direction: str, frame: str | bytes) -> None:
+            self.frames.append((direction, frame))
+
+        def record_notice(self, kind: str, fields: dict[str, Any]) -> None:
+            pass
+
+        def close(self, reason: str) -> None:
+            pass
+
+    class BrokenWriter(ListWriter):
+        def record(self, direction: str, frame: str | bytes) -> None:
+            raise RuntimeError("disk on fire")
+
+    metrics, writer = Metrics(), ListWriter()
+    taps = Taps(TrafficTap(metrics), BrokenWriter(), writer)
+    taps.record_forwarded("upstream>relay", "secret!", "relay>client", "[redacted]!")
+    taps.record_forwarded("client>relay", "{}", "relay>upstream", "{}")
+    taps.close("done")
+    assert metrics.frames == {"upstream>relay": 1, "relay>client": 1, "client>relay": 1, "relay>upstream": 1}
+    assert metrics.frame_bytes["upstream>relay"] == 7 and metrics.frame_bytes["relay>client"] == 11
+    assert writer.frames == [("upstream>relay", "secret!"), ("relay>client", "[redacted]!"),
+                             ("client>relay", "{}"), ("relay>upstream", "{}")]
+    assert [r.getMessage() for r in caplog.records] == [
+        "a session recorder (BrokenWriter) failed recording a frame; it is dropped, the session goes on"]
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--upstream", "https://api.openai.com/v1/realtime"], "ws:// or wss://"),
     (["--upstream", "ws://127.0.0.1:1/realtime"], "cannot infer the dialect"),   # no provider's path

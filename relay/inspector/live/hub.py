@@ -72,6 +72,7 @@ class LiveTap:
         self.session = session
         self.taps = taps
         self.record = taps.record
+        self.record_forwarded = taps.record_forwarded
         self.record_notice = taps.record_notice
 
     def watch(self) -> None:

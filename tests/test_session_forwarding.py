@@ -1,0 +1,219 @@
+"""The session loop's forwarding path (relay/session/loop.py `_forwarder`): a frame the engine
+forwards as it came (audio, `engine.forwards_upstream` / `forwards_client`) goes to the other
+side as the same text without the engine's round, and keeps every guarantee of the general path:
+recorded as received and as sent, in order; redacted for a client; counted against the client's
+event budget; bounded by the queue; written once after the last frame of a burst (and still
+written if the burst stops short)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any, Sequence
+
+import anyio
+
+from relay.engine import EngineConfig, OpenAIEngine
+from relay.recording.format import CLIENT_TO_RELAY, RELAY_TO_CLIENT, RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY
+from relay.recording.redact import Redactor
+from relay.session.loop import SessionLoop
+from relay.session.policy import POLICY_VIOLATION, RATE_LIMIT_CLOSE, EventBudget
+from relay.session.transport import Frame, FrameQueue
+from tests.support.clients import TIMEOUT
+from tests.support.local_mock import LocalMock
+from tests.support.peers import MemoryPeer
+
+SECRET = "sk-forwarded-secret"
+
+
+def delta(text: str = "AAAA") -> str:
+    return json.dumps({"type": "response.output_audio.delta", "response_id": "r1", "delta": text},
+                      separators=(",", ":"))
+
+
+def append(text: str = "AAAA") -> str:
+    return json.dumps({"type": "input_audio_buffer.append", "audio": text}, separators=(",", ":"))
+
+
+class ListRecorder:
+    """Every frame recorded, with its direction, in order."""
+
+    def __init__(self) -> None:
+        self.frames: list[tuple[str, str | bytes]] = []
+
+    def record(self, direction: str, frame: str | bytes) -> None:
+        self.frames.append((direction, frame))
+
+    def record_notice(self, kind: str, fields: dict[str, Any]) -> None:
+        pass
+
+    def close(self, reason: str) -> None:
+        pass
+
+
+class BurstPeer(MemoryPeer):
+    """A socket whose reads come in bursts: `burst(frames)` hands them over one after the other
+    from one callback (as a socket's read does), `more_buffered` true for all but the last, unless
+    the burst stops short (`cut_short`: the last frame delivered still says more follows). `flush`
+    writes synchronously, one write per flush."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[list[Frame]] = []
+        self._deliver: Callable[[Frame], None] | None = None
+        self._more = False
+        self.receiving = anyio.Event()
+
+    async def receive(self, deliver: Callable[[Frame], None]) -> None:
+        self._deliver = deliver
+        self.receiving.set()
+        await super().receive(deliver)
+
+    def burst(self, frames: Sequence[Frame], *, cut_short: bool = False) -> None:
+        assert self._deliver is not None
+        for index, frame in enumerate(frames):
+            self._more = cut_short or index < len(frames) - 1
+            self._deliver(frame)
+        self._more = False
+
+    def more_buffered(self) -> bool:
+        return self._more
+
+    def flush(self, queue: FrameQueue) -> None:
+        if queue.writer_idle and queue:
+            self.writes.append(queue.take_batch())
+
+    def flush_soon(self, queue: FrameQueue) -> None:
+        asyncio.get_running_loop().call_soon(self.flush, queue)
+
+
+async def run(scenario: Callable[..., Any], *, client: MemoryPeer | None = None, upstream: MemoryPeer | None = None,
+              mode: str = "proxy", **options: Any) -> tuple[SessionLoop, list[str | bytes]]:
+    """Run `scenario(loop, upstream, client)` in a session; the loop, and the frames the engine's
+    full round saw."""
+    upstream = upstream or MemoryPeer()
+    client = client or MemoryPeer()
+    engine = OpenAIEngine([], config=EngineConfig(mode=mode, strict=True, declare_tools=False))
+    seen = spy_receive(engine)
+    loop = SessionLoop(engine, upstream=upstream, client=client if mode == "proxy" else None, **options)
+    try:
+        with anyio.fail_after(TIMEOUT):
+            async with anyio.create_task_group() as group:
+                group.start_soon(loop.run)
+                await loop.started.wait()
+                await scenario(loop, upstream, client)
+                if loop.end is None:
+                    await upstream.feed(None)
+    finally:
+        upstream.close_streams()
+        client.close_streams()
+    return loop, seen
+
+
+def spy_receive(engine: OpenAIEngine) -> list[str | bytes]:
+    """The frames given to the engine's full round (`receive_upstream` / `receive_client`)."""
+    seen: list[str | bytes] = []
+    for name in ("receive_upstream", "receive_client"):
+        original = getattr(engine, name)
+
+        def spying(frame: str | bytes, now: float, original: Any = original) -> Any:
+            seen.append(frame)
+            return original(frame, now)
+
+        setattr(engine, name, spying)
+    return seen
+
+
+async def test_audio_goes_on_as_it_came_recorded_both_ways_and_redacted_for_the_client() -> None:
+    recorder = ListRecorder()
+    echoed = delta(f"{SECRET}AAAA")
+    plain = delta()
+
+    async def scenario(loop: SessionLoop, upstream: MemoryPeer, client: MemoryPeer) -> None:
+        for event in LocalMock().connect():
+            await upstream.feed(json.dumps(event))
+        await client.wait_for(lambda event: event["type"] == "session.created")
+        await upstream.feed(echoed)
+        await upstream.feed(plain)
+        await client.feed(append())
+        await client.wait_for(lambda event: event.get("delta") == "AAAA")
+        with anyio.fail_after(TIMEOUT):
+            while append() not in upstream.sent:
+                await upstream.got_frame.wait()
+
+    _, seen = await run(scenario, recorder=recorder, redact=Redactor([SECRET]).frame)
+    redacted = echoed.replace(SECRET, "[redacted]")
+    audio = [(direction, frame) for direction, frame in recorder.frames if frame in (echoed, redacted, plain, append())]
+    assert audio == [(UPSTREAM_TO_RELAY, echoed), (RELAY_TO_CLIENT, redacted), (UPSTREAM_TO_RELAY, plain),
+                     (RELAY_TO_CLIENT, plain), (CLIENT_TO_RELAY, append()), (RELAY_TO_UPSTREAM, append())]
+    assert not {echoed, plain, append()} & set(seen)   # the engine's round was skipped
+    assert seen   # ... and not for the events it reads (session.created)
+
+
+async def test_a_burst_is_written_once_after_its_last_frame_and_a_burst_cut_short_still_goes_out() -> None:
+    client = BurstPeer()
+    upstream = BurstPeer()
+
+    async def scenario(loop: SessionLoop, upstream: BurstPeer, client: BurstPeer) -> None:   # type: ignore[override]
+        await upstream.receiving.wait()
+        await anyio.wait_all_tasks_blocked()   # the client's writer sleeps
+        upstream.burst([delta("A1"), delta("A2"), delta("A3")])
+        assert client.writes == [[delta("A1"), delta("A2"), delta("A3")]]
+        upstream.burst([delta("B1"), delta("B2")], cut_short=True)
+        assert len(client.writes) == 1   # waits for a frame that does not come ...
+        await anyio.wait_all_tasks_blocked()
+        assert client.writes[1:] == [[delta("B1"), delta("B2")]]   # ... until the loop's turn
+
+    await run(scenario, client=client, upstream=upstream)
+
+
+async def test_a_client_over_its_event_budget_is_cut_off_on_audio_too() -> None:
+    now = [0.0]
+    recorder = ListRecorder()
+
+    async def scenario(loop: SessionLoop, upstream: MemoryPeer, client: MemoryPeer) -> None:
+        for _ in range(5):
+            await client.feed(append())
+        with anyio.fail_after(TIMEOUT):
+            await loop.ended.wait()
+
+    loop, _ = await run(scenario, client_budget=EventBudget(1.0, clock=lambda: now[0]), recorder=recorder)
+    assert (loop.end.code, loop.end.reason) == RATE_LIMIT_CLOSE   # type: ignore[union-attr]
+    # two events within the budget (a burst of two seconds' worth) went up; every one was recorded
+    assert [direction for direction, frame in recorder.frames if frame == append()].count(RELAY_TO_UPSTREAM) == 2
+    assert [direction for direction, frame in recorder.frames if frame == append()].count(CLIENT_TO_RELAY) >= 3
+
+
+class StuckPeer(MemoryPeer):
+    """A client that never takes what it is sent: the first send never returns."""
+
+    async def send(self, frames: Sequence[Frame]) -> None:
+        await anyio.sleep_forever()
+
+
+async def test_a_client_that_does_not_read_is_closed_when_audio_fills_its_queue() -> None:
+    client = StuckPeer()
+
+    async def scenario(loop: SessionLoop, upstream: MemoryPeer, client: MemoryPeer) -> None:
+        for index in range(20):
+            await upstream.feed(delta(f"{index:04d}" * 10))
+        with anyio.fail_after(TIMEOUT):
+            await loop.ended.wait()
+
+    loop, _ = await run(scenario, client=client, max_queue_bytes=500)
+    assert (loop.end.by, loop.end.code) == ("relay", POLICY_VIOLATION)   # type: ignore[union-attr]
+
+
+async def test_without_a_client_audio_is_recorded_as_received_and_goes_nowhere() -> None:
+    recorder = ListRecorder()
+
+    async def scenario(loop: SessionLoop, upstream: MemoryPeer, client: MemoryPeer) -> None:
+        await upstream.feed(delta())
+        await upstream.feed(None)
+        with anyio.fail_after(TIMEOUT):
+            await loop.ended.wait()
+
+    await run(scenario, mode="sidecar", recorder=recorder)
+    assert [(direction, frame) for direction, frame in recorder.frames if frame == delta()] == [
+        (UPSTREAM_TO_RELAY, delta())]
