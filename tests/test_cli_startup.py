@@ -41,3 +41,15 @@ def test_a_command_imports_its_own_module_and_not_the_others() -> None:
     others = ("relay.cli.serve", "relay.cli.attach", "relay.cli.sidecar", "relay.cli.mock", "relay.cli.demo",
               "relay.cli.inspect", "relay.mock", "relay.inspector", "starlette", "uvicorn", "prometheus_client")
     assert [m for m in loaded if m.startswith(others)] == []
+
+
+@pytest.mark.parametrize("command", ["attach", "replay", "export"])
+def test_a_command_that_serves_no_page_imports_no_web_server_and_no_inspector(command: str) -> None:
+    """`relay attach` is started per call by a webhook and must connect before the caller speaks:
+    the live inspector (Starlette, uvicorn) is imported only with `--inspector`."""
+    code = (f"import sys, json\nimport relay.cli.{command}\n"
+            "print(json.dumps(sorted(sys.modules)))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    loaded = json.loads(done.stdout)
+    unwanted = ("relay.inspector", "relay.mock", "starlette", "uvicorn", "prometheus_client", "opentelemetry.sdk")
+    assert [m for m in loaded if m.startswith(unwanted)] == []

@@ -25,7 +25,6 @@ from relay.edges.process import run_until_signalled
 from relay.edges.sideband import Sidecar, SidecarRuntime
 from relay.edges.upstream import UpstreamUnavailable
 from relay.errors import UnusableInput, cannot_listen
-from relay.inspector.live import LiveHub, serve_inspector
 from relay.session.policy import CLEAN_CLOSE_CODES
 
 ATTACH_OPTIONS = (
@@ -52,7 +51,10 @@ def run(args: argparse.Namespace) -> int:
     require_credentials(runtime, log)
     if listen is not None:
         runtime.redactor.add(args.auth_token)
-    hub = LiveHub() if listen is not None else None
+    hub = None
+    if listen is not None:   # imported here: an attach without the inspector starts sooner
+        from relay.inspector.live import LiveHub
+        hub = LiveHub()
     sidecar = Sidecar(args.call_id, runtime, live=hub)
 
     async def attached() -> int:
@@ -65,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
     async def work() -> int:
         if hub is None or listen is None:
             return await attached()
+        from relay.inspector.live import serve_inspector
         host, port = listen
         async with contextlib.AsyncExitStack() as stack:
             try:

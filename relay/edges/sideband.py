@@ -25,14 +25,13 @@ import asyncio
 import logging
 import secrets
 import time
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import anyio
 
 from relay.edges.config import EdgeRuntime, SidecarConfig
 from relay.edges.upstream import UpstreamUnavailable
 from relay.engine import Engine, Notice, OpenAIEngine
-from relay.inspector.live import LiveHub, LiveTap
 from relay.observe.logs import log_notice
 from relay.observe.tracing import SessionTrace, Tracing, tracing_for
 from relay.recording.taps import FrameTap, Taps
@@ -45,6 +44,9 @@ from relay.session.policy import (
     ended_in_failure,
 )
 from relay.session.transport import Transport, TransportClosed
+
+if TYPE_CHECKING:   # the live inspector is imported only by a command that serves it (startup)
+    from relay.inspector.live import LiveHub, LiveTap
 
 __all__ = ["CallEnded", "Sidecar", "SidecarConfig", "SidecarRuntime", "SidebandLoop"]
 
