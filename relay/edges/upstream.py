@@ -25,7 +25,6 @@ from relay.observe.logs import WEBSOCKET_LOGGER, RedactingLogger
 from relay.recording.format import upstream_host
 from relay.recording.redact import Redactor
 from relay.session.transport import Backend, HandshakeFailed, InvalidURL, Transport
-from relay.transports.websockets import BACKEND as WEBSOCKETS
 
 DEFAULT_UPSTREAM = "wss://api.openai.com/v1/realtime"
 # Query parameters that carry a client's credentials (Azure accepts `api-key` in the query).
@@ -177,7 +176,7 @@ class Upstream:
         max_frame_bytes: int,
         open_timeout: float = 10.0,
         redactor: Redactor,
-        backend: Backend = WEBSOCKETS,
+        backend: Backend | None = None,
     ) -> None:
         self.url = url
         self.host = display_host(url)
@@ -188,12 +187,14 @@ class Upstream:
         self.tokens = TokenCache(token_provider, on_token=self._new_token) if token_provider else None
         self.max_frame_bytes = max_frame_bytes
         self.open_timeout = open_timeout
+        if backend is None:   # websockets, imported only when no other transport was chosen (startup)
+            from relay.transports.websockets import BACKEND as backend
         self.backend = backend
         self._ws_logger = RedactingLogger(logging.getLogger(f"{WEBSOCKET_LOGGER}.upstream"), redactor)
 
     @classmethod
     def configured(cls, settings: UpstreamSettings, dialect: Dialect, redactor: Redactor,
-                   backend: Backend = WEBSOCKETS) -> Upstream:
+                   backend: Backend | None = None) -> Upstream:
         """The upstream a configuration describes; without an explicit key, the dialect's key
         from the environment."""
         return cls(
