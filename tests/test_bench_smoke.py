@@ -1,6 +1,6 @@
 """The benchmark's smoke run: `scripts/bench --quick --json FILE` finishes in CI time and reports
 every figure as a number. No thresholds here: how fast the relay is belongs to the benchmark's
-report (README "Benchmarks"), not to a test on a shared CI machine."""
+report (docs/benchmarks.md), not to a test on a shared CI machine."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
-"""The README's `relay serve` example runs as written (issue 20, point 7: its client snippet was
-not runnable). The tool, the mock script and the client are read from the README; `relay serve`
-runs as the README says, with port 0, and the client, pointed at the port the relay got, runs
-here with the official SDK: its module code as written, its `main()` awaited on this test's loop
-instead of `asyncio.run` (a second interpreter would spend seconds importing the SDK)."""
+"""The `relay serve` example of the README and of docs/getting-started.md runs as written (issue 20,
+point 7: its client snippet was not runnable). The tool, the mock script and the client are the
+files under docs/examples/serve/ that the page includes and the README shows; `relay serve` runs as
+the README says, with port 0, and the client, pointed at the port the relay got, runs here with the
+official SDK: its module code as written, its `main()` awaited on this test's loop instead of
+`asyncio.run` (a second interpreter would spend seconds importing the SDK)."""
 
 from __future__ import annotations
 
@@ -17,14 +18,19 @@ import pytest
 from relay.mock import MockScript, MockUpstream
 from tests.support.paths import REPO
 from tests.support.processes import next_log_line, relay_process
+from tests.support.snippets import check_page_includes_its_examples
 
 RELAY_TOKEN = "readme-relay-token"
+EXAMPLES = REPO / "docs" / "examples" / "serve"
 
 
-def block_after(text: str, marker: str) -> str:
-    """The first ```python block after `marker` in the README."""
+SERVE = "relay serve --upstream ws://127.0.0.1:8765/v1/realtime --tools weather_tools"
+
+
+def block_after(text: str, marker: str, language: str = "python") -> str:
+    """The first fenced block of `language` after `marker`."""
     rest = text[text.index(marker):]
-    found = re.search(r"```python\n(.*?)```", rest, re.S)
+    found = re.search(rf"```{language}\n(.*?)```", rest, re.S)
     assert found is not None, marker
     return found.group(1)
 
@@ -38,14 +44,11 @@ def indented_after(text: str, marker: str, block: int = 1) -> str:
 
 async def test_the_readme_client_gets_the_tool_result_spoken(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    readme = (REPO / "README.md").read_text()
-    (tmp_path / "weather_tools.py").write_text(block_after(readme, "Put a tool in `weather_tools.py`"))
-    script = indented_after(readme, "a script in which the model calls the tool")
-    client = block_after(readme, "A client uses the official SDK unchanged")
+    (tmp_path / "weather_tools.py").write_text((EXAMPLES / "weather_tools.py").read_text())
+    script = (EXAMPLES / "script.json").read_text()
+    client = (EXAMPLES / "weather_client.py").read_text()
     assert "ws://127.0.0.1:8000/v1" in client and client.rstrip().endswith("\nasyncio.run(main())")
     monkeypatch.setenv("RELAY_AUTH_TOKEN", RELAY_TOKEN)
-    serve = indented_after(readme, "a script in which the model calls the tool", block=2).splitlines()[-1]
-    assert serve == "relay serve --upstream ws://127.0.0.1:8765/v1/realtime --tools weather_tools"
     # `relay mock --script script.json`, in this process; `relay serve` as the README runs it (the
     # dialect inferred from the upstream's path), with the port the mock got
     async with MockUpstream(script=MockScript.model_validate_json(script)) as mock:
@@ -68,3 +71,13 @@ async def test_the_readme_client_gets_the_tool_result_spoken(
     assert capsys.readouterr().out.splitlines() == ["Let me check.", "It is sunny and 21 degrees in Paris."]
     [session] = mock.sessions
     assert [item["name"] for item in session.items if item["type"] == "function_call"] == ["get_weather"]
+
+
+def test_the_readme_and_the_page_show_the_example_files_and_the_commands_the_test_runs() -> None:
+    readme = (REPO / "README.md").read_text()
+    assert block_after(readme, "Put a tool in `weather_tools.py`") == (EXAMPLES / "weather_tools.py").read_text()
+    assert block_after(readme, "and a script for the mock model", "json") == (EXAMPLES / "script.json").read_text()
+    for text in (readme, (REPO / "docs" / "getting-started.md").read_text()):
+        commands = indented_after(text, "Then run the mock model and the relay").splitlines()
+        assert commands == ["relay mock --port 8765 --script script.json &", SERVE]
+    check_page_includes_its_examples(REPO / "docs" / "getting-started.md", EXAMPLES)

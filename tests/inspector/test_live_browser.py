@@ -7,7 +7,7 @@ and recent sessions. A screenshot of each page goes to $RELAY_TEST_ARTIFACTS.
 How long the page took (from the relay sending the call's output to the call on the page) is
 measured and written beside the screenshots (`live-latency.json`), not asserted: the issue's
 bound is a second, and a wall-clock bound in a test fails on a busy machine for reasons that are
-not the relay's. The figure is in the README."""
+not the relay's. The figure is in docs/testing.md."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""docs/mcp.md: every example on the page is a file under docs/examples/mcp/ shown as it is, and
+"""docs/mcp.md: every example on the page is a file under docs/examples/mcp/ that the page includes, and
 the example runs as written: the mock model, the relay with the MCP server's tool, the client."""
 
 from __future__ import annotations
@@ -14,18 +14,14 @@ from pathlib import Path
 import pytest
 
 from tests.support.paths import REPO
+from tests.support.snippets import check_page_includes_its_examples
 
 PAGE = REPO / "docs" / "mcp.md"
 EXAMPLES = REPO / "docs" / "examples" / "mcp"
-SHOWN = re.compile(r"<!-- example: (?P<path>\S+) -->\n```\w*\n(?P<body>.*?)```\n", re.S)
 
 
-def test_the_page_shows_every_example_file_as_it_is() -> None:
-    shown = {match["path"]: match["body"] for match in SHOWN.finditer(PAGE.read_text())}
-    files = {f"docs/examples/mcp/{path.name}": path.read_text() for path in EXAMPLES.iterdir() if path.is_file()}
-    assert sorted(shown) == sorted(files), "every example file is on the page, and only those"
-    for path, body in shown.items():
-        assert body == files[path], f"{path} differs from what docs/mcp.md shows"
+def test_the_page_includes_every_example_file() -> None:
+    check_page_includes_its_examples(PAGE, EXAMPLES)
 
 
 def free_port() -> int:

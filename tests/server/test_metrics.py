@@ -56,7 +56,7 @@ def test_open_sessions_are_a_gauge_and_health_reads_them_by_worker() -> None:
     samples = parse_exposition(metrics.render())
     assert samples["relay_sessions_total"] == 2 and samples["relay_sessions_open"] == 1
     assert samples[f'relay_worker_sessions_open{{pid="{os.getpid()}"}}'] == 1
-    assert not any(name.endswith("_created") for name in samples)   # only the README's names
+    assert not any(name.endswith("_created") for name in samples)   # only the names docs/observability.md lists
     assert metrics.sessions_ended == {"client": 1}
 
 

@@ -38,6 +38,7 @@ from tests.support.clients import TIMEOUT, http_request
 from tests.support.frames import outputs_received, said
 from tests.support.keys import PROVIDER_KEY
 from tests.support.paths import REPO
+from tests.support.snippets import check_page_includes_its_examples
 from tests.support.tools import WEATHER_SCRIPT, WEATHER_TOOL, get_weather
 
 SECRET = "whsec_" + base64.b64encode(b"webhook key of the FastAPI test").decode()
@@ -154,13 +155,15 @@ async def test_an_oversized_delivery_is_refused_before_it_is_read_whole() -> Non
     assert response.status_code == 413 and response.json()["error"]["code"] == "invalid_body"
 
 
-def test_the_readme_fastapi_app_runs_as_written(monkeypatch: pytest.MonkeyPatch) -> None:
-    readme = (REPO / "README.md").read_text()
-    source = readme.split("```python\n# app.py\n", 1)[1].split("```", 1)[0]
+def test_the_documented_fastapi_app_runs_as_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/examples/sidecar/app.py, which the `relay sidecar` page includes."""
+    example = REPO / "docs" / "examples" / "sidecar" / "app.py"
+    check_page_includes_its_examples(REPO / "docs" / "commands" / "sidecar.md", example.parent)
+    source = example.read_text()
     monkeypatch.setenv("OPENAI_API_KEY", PROVIDER_KEY)
     monkeypatch.setenv("OPENAI_WEBHOOK_SECRET", SECRET)
     namespace: dict[str, Any] = {}
-    exec(compile(source, "README.md app.py", "exec"), namespace)
+    exec(compile(source, str(example), "exec"), namespace)
 
     async def requests() -> tuple[httpx.Response, ...]:
         transport = httpx.ASGITransport(app=namespace["app"])
