@@ -21,6 +21,7 @@ from relay.session.loop import SessionLoop
 from relay.session.policy import POLICY_VIOLATION, RATE_LIMIT_CLOSE, EventBudget
 from relay.session.transport import Frame, FrameQueue
 from tests.support.clients import TIMEOUT
+from tests.support.frames import ListRecorder
 from tests.support.local_mock import LocalMock
 from tests.support.peers import MemoryPeer
 
@@ -34,22 +35,6 @@ def delta(text: str = "AAAA") -> str:
 
 def append(text: str = "AAAA") -> str:
     return json.dumps({"type": "input_audio_buffer.append", "audio": text}, separators=(",", ":"))
-
-
-class ListRecorder:
-    """Every frame recorded, with its direction, in order."""
-
-    def __init__(self) -> None:
-        self.frames: list[tuple[str, str | bytes]] = []
-
-    def record(self, direction: str, frame: str | bytes) -> None:
-        self.frames.append((direction, frame))
-
-    def record_notice(self, kind: str, fields: dict[str, Any]) -> None:
-        pass
-
-    def close(self, reason: str) -> None:
-        pass
 
 
 class BurstPeer(MemoryPeer):

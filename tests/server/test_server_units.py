@@ -35,6 +35,7 @@ from relay.edges.upstream import (
     key_from_environment,
     merged_url,
 )
+from tests.support.frames import ListRecorder
 from tests.support.keys import PROVIDER_KEY
 
 
@@ -179,24 +180,11 @@ def test_the_traffic_tap_counts_frames_and_survives_a_broken_recording(caplog: p
 
 def test_a_forwarded_frame_is_counted_both_ways_and_recorded_twice_by_a_plain_recorder(
         caplog: pytest.LogCaptureFixture) -> None:
-    class ListWriter:
-        def __init__(self) -> None:
-            self.frames: list[tuple[str, str | bytes]] = []
-
-        def record(self, direction: str, frame: str | bytes) -> None:
-            self.frames.append((direction, frame))
-
-        def record_notice(self, kind: str, fields: dict[str, Any]) -> None:
-            pass
-
-        def close(self, reason: str) -> None:
-            pass
-
-    class BrokenWriter(ListWriter):
+    class BrokenWriter(ListRecorder):
         def record(self, direction: str, frame: str | bytes) -> None:
             raise RuntimeError("disk on fire")
 
-    metrics, writer = Metrics(), ListWriter()
+    metrics, writer = Metrics(), ListRecorder()
     taps = Taps(TrafficTap(metrics), BrokenWriter(), writer)
     taps.record_forwarded("upstream>relay", "secret!", "relay>client", "[redacted]!")
     taps.record_forwarded("client>relay", "{}", "relay>upstream", "{}")

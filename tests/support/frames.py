@@ -118,3 +118,21 @@ def model_call_ids(mock: MockUpstream) -> list[str]:
     return [r.event["item"]["call_id"] for r in mock.sent
             if r.event.get("type") == "response.output_item.done"
             and r.event["item"].get("type") == "function_call"]
+
+
+# ---- what a session records ---------------------------------------------------------------------
+class ListRecorder:
+    """A session recorder (relay.recording.taps.Recorder) keeping every frame it is given, with its
+    direction, in order."""
+
+    def __init__(self) -> None:
+        self.frames: list[tuple[str, str | bytes]] = []
+
+    def record(self, direction: str, frame: str | bytes) -> None:
+        self.frames.append((direction, frame))
+
+    def record_notice(self, kind: str, fields: dict[str, Any]) -> None:
+        pass
+
+    def close(self, reason: str) -> None:
+        pass
