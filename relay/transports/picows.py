@@ -334,6 +334,9 @@ class PicowsListener:
         # 3.12+), which would spin here forever
         while pending := [task for task in (*self.handlers, *self._closing) if not task.done()]:
             await asyncio.wait(pending)
+        for task in self._closing:   # a close that failed is the connection's end, said by its handler
+            if not task.cancelled():
+                task.exception()
         self._closing = []
 
 
