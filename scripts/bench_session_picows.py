@@ -58,6 +58,7 @@ from relay.session.loop import SessionLoop  # noqa: E402
 from relay.session.policy import DEFAULT_MAX_CLIENT_EVENTS_PER_SECOND, DEFAULT_MAX_FRAME_BYTES, EventBudget  # noqa: E402
 from relay.tools import ToolRegistry  # noqa: E402
 from relay.tools.loading import load_tools  # noqa: E402
+from relay.transports.picows import feed  # noqa: E402
 from relay.transports.picows_connection import PING_INTERVAL, PING_TIMEOUT, READ_BUFFER_BYTES, PicowsLog, PicowsTransport  # noqa: E402
 
 REPEATS = 5
@@ -114,18 +115,6 @@ class Sink(asyncio.Transport):
 
     def abort(self) -> None:
         self.socket.close()
-
-
-def feed(protocol: WSProtocol, data: bytes) -> None:
-    """`data` into picows' protocol as the event loop hands it a socket's read (in the pieces its
-    buffer takes)."""
-    view = memoryview(data)
-    while view:
-        buffer = protocol.get_buffer(-1)
-        size = min(len(buffer), len(view))
-        buffer[:size] = view[:size]
-        view = view[size:]
-        protocol.buffer_updated(size)
 
 
 def frame_bytes(payload: bytes, *, masked: bool) -> bytes:

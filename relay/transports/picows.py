@@ -291,12 +291,7 @@ class PicowsListener:
             max_frame_size=self.max_frame_bytes, extra_headers=None, read_buffer_init_size=READ_BUFFER_BYTES)
         stream.set_protocol(protocol)
         protocol.connection_made(stream)
-        while read:
-            buffer = protocol.get_buffer(-1)
-            size = min(len(buffer), len(read))
-            buffer[:size] = read[:size]
-            read = read[size:]
-            protocol.buffer_updated(size)
+        feed(protocol, read)
 
     def _start(self, transport: PicowsTransport, request: Request) -> None:
         self.connections.add(transport)
@@ -338,6 +333,19 @@ class PicowsListener:
             if not task.cancelled():
                 task.exception()
         self._closing = []
+
+
+def feed(protocol: WSProtocol, data: bytes) -> None:
+    """`data` into picows' protocol as the event loop hands it a socket's read, in the pieces its
+    buffer takes (the request head the sniffer read before picows had the socket;
+    scripts/bench_session_picows.py's reads)."""
+    view = memoryview(data)
+    while view:
+        buffer = protocol.get_buffer(-1)
+        size = min(len(buffer), len(view))
+        buffer[:size] = view[:size]
+        view = view[size:]
+        protocol.buffer_updated(size)
 
 
 async def serve(handler: Handler, host: str, port: int, *, decide: Decide, subprotocol: ChooseSubprotocol,
