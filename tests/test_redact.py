@@ -4,14 +4,17 @@ could leave the relay uses it."""
 from __future__ import annotations
 
 import json
+import string
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from relay.errors import ConfigError
 from relay.recording.format import REDACTED, UPSTREAM_TO_RELAY
 from relay.recording.reader import read_recording
-from relay.recording.redact import Redactor
+from relay.recording.redact import Redactor, anchor_of
 from relay.recording.writer import RecordingWriter
 
 KEY = "sk-proj-Zq9XvB2mT7wLkP4sR8nY"
@@ -37,6 +40,30 @@ def test_a_secret_with_a_slash_is_also_found_as_json_escapes_it() -> None:
     assert redactor('{"echo":"tok\\/en+9a8b7c","plain":"tok/en+9a8b7c"}') == \
         f'{{"echo":"{REDACTED}","plain":"{REDACTED}"}}'
     assert redactor.data(b'{"echo":"tok\\/en+9a8b7c"}') == f'{{"echo":"{REDACTED}"}}'.encode()
+
+
+def test_each_spelling_is_searched_behind_a_character_audio_frames_do_not_hold() -> None:
+    # base64 and JSON's punctuation make up audio frames: a key's "-" is the anchor; a secret made
+    # only of such characters has none and is searched for in full
+    assert anchor_of("sk-proj-Zq9X") == "-" and anchor_of("tok/en.9") == "."
+    assert anchor_of("0123abcdef0123abcdef") == ""
+    redactor = Redactor([KEY, "0123abcdef0123abcdef"])
+    frame = f'{{"type":"response.output_audio.delta","delta":"AAAA{KEY}BBBB0123abcdef0123abcdefCC"}}'
+    assert redactor.frame(frame) == f'{{"type":"response.output_audio.delta","delta":"AAAA{REDACTED}BBBB{REDACTED}CC"}}'
+    near_miss = '{"delta":"sk-proj-", "x":"Zq9XvB2mT7wLkP4sR8nY"}'   # the anchor, not the key
+    assert redactor.frame(near_miss) is near_miss
+
+
+@settings(max_examples=200, deadline=None)
+@given(secret=st.text(alphabet=string.ascii_letters + string.digits + "-_.~+/=", min_size=8, max_size=40),
+       before=st.text(alphabet=string.ascii_letters + string.digits + '+/={}:,"_ ', max_size=60),
+       after=st.text(alphabet=string.ascii_letters + string.digits + '+/={}:,"_ ', max_size=60))
+def test_a_secret_is_never_left_in_a_frame_whatever_its_characters(secret: str, before: str, after: str) -> None:
+    redactor = Redactor([secret])
+    for frame in (before + secret + after, before + secret.replace("/", "\\/") + after):
+        assert secret not in redactor.frame(frame)
+        assert secret.encode() not in redactor.frame(frame.encode())   # type: ignore[operator]
+        assert secret not in redactor.text(frame)
 
 
 @pytest.mark.parametrize("secret", ['ab"cd', "ab\\cd", "ab\ncd", "ab\x00cd"])

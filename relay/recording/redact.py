@@ -10,6 +10,16 @@ from relay.errors import ConfigError
 from relay.recording.format import REDACTED
 
 _REDACTED_BYTES = REDACTED.encode()
+# what most of a frame sent to a client is made of: base64 audio (and JSON's own punctuation)
+_COMMON_IN_FRAMES = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=\"{}:,_ ")
+
+
+def anchor_of(spelling: str) -> str:
+    """A character of `spelling` that audio frames do not hold (a key's `-`, a token's `.`), or
+    "" when it has none. A frame without the anchor cannot hold the spelling: testing for one
+    character is a memchr, a fraction of the substring search it spares on every audio frame,
+    where base64 shares most of a key's characters and so defeats that search's skips."""
+    return next((ch for ch in spelling if ch not in _COMMON_IN_FRAMES), "")
 
 
 class Redactor:
@@ -24,8 +34,8 @@ class Redactor:
 
     def __init__(self, secrets: Iterable[str | None] = ()) -> None:
         self._secrets: list[str] = []        # as added, without duplicates
-        self._texts: list[str] = []          # every spelling searched for, longest first
-        self._bytes: list[bytes] = []
+        self._texts: list[tuple[str, str]] = []   # every spelling searched for, longest first, behind its anchor
+        self._bytes: list[tuple[bytes, bytes]] = []
         for secret in secrets:
             self.add(secret)
 
@@ -46,11 +56,12 @@ class Redactor:
             self._spell()
 
     def _spell(self) -> None:
-        """The spellings searched for. The lists are replaced, never changed in place: a worker
-        thread (the live inspector's) may be reading the old ones."""
+        """The spellings searched for, each behind its anchor (see `anchor_of`). The lists are
+        replaced, never changed in place: a worker thread (the live inspector's) may be reading
+        the old ones."""
         spellings = {*self._secrets, *(secret.replace("/", "\\/") for secret in self._secrets if "/" in secret)}
-        self._texts = sorted(spellings, key=len, reverse=True)
-        self._bytes = [text.encode() for text in self._texts]
+        self._texts = [(anchor_of(text), text) for text in sorted(spellings, key=len, reverse=True)]
+        self._bytes = [(anchor.encode(), text.encode()) for anchor, text in self._texts]
 
     @property
     def secrets(self) -> list[str]:
@@ -59,8 +70,8 @@ class Redactor:
     def text(self, value: str) -> str:
         """`value` without the secrets; cheap when there are none in it (it runs on every frame
         sent to a client): one substring search per spelling."""
-        for secret in self._texts:
-            if secret in value:
+        for anchor, secret in self._texts:
+            if anchor in value and secret in value:
                 value = value.replace(secret, REDACTED)
         return value
 
@@ -68,8 +79,8 @@ class Redactor:
 
     def data(self, value: bytes) -> bytes:
         """`value`, a binary frame's bytes, without the secrets (as UTF-8)."""
-        for secret in self._bytes:
-            if secret in value:
+        for anchor, secret in self._bytes:
+            if anchor in value and secret in value:
                 value = value.replace(secret, _REDACTED_BYTES)
         return value
 
@@ -77,8 +88,8 @@ class Redactor:
         """A text or binary frame without the secrets: `text` or `data`, in one call (it runs on
         every frame sent to a client)."""
         if type(frame) is str or isinstance(frame, str):
-            for secret in self._texts:
-                if secret in frame:
+            for anchor, secret in self._texts:
+                if anchor in frame and secret in frame:
                     frame = frame.replace(secret, REDACTED)
             return frame
         return self.data(frame)  # type: ignore[arg-type]
