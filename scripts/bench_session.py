@@ -48,7 +48,7 @@ from relay.inspector.live import FeedConnection, LiveHub, LiveSession  # noqa: E
 from relay.observe.metrics import Metrics, TrafficTap  # noqa: E402
 from relay.recording.taps import Taps  # noqa: E402
 from relay.session.loop import SessionLoop  # noqa: E402
-from relay.session.transport import Frame, FrameQueue, TransportClosed  # noqa: E402
+from relay.session.transport import Express, Frame, FrameQueue, TransportClosed  # noqa: E402
 from relay.tools import ToolRegistry  # noqa: E402
 from relay.tools.loading import load_tools  # noqa: E402
 from relay.transports.websockets import WebsocketsTransport  # noqa: E402
@@ -79,10 +79,12 @@ class FloodingUpstream:
             raise TransportClosed(1000, "", received=True, initiated_here=False)
         return self.frame
 
-    async def receive(self, deliver: Callable[[Frame], None]) -> None:
-        recv = self.recv
+    async def receive(self, deliver: Callable[[Frame], None], express: Express | None = None) -> None:
+        recv, more_buffered = self.recv, self.more_buffered
         while True:
-            deliver(await recv())
+            message = await recv()
+            if express is None or not express(message, more_buffered()):
+                deliver(message)
 
     def more_buffered(self) -> bool:
         remaining = self.remaining

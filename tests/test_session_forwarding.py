@@ -1,9 +1,10 @@
-"""The session loop's forwarding path (relay/session/loop.py `_forwarder`): a frame the engine
+"""The session loop's express lane (relay/session/loop.py `_express`): a frame the engine
 forwards as it came (audio, `engine.forwards_upstream` / `forwards_client`) goes to the other
 side as the same text without the engine's round, and keeps every guarantee of the general path:
 recorded as received and as sent, in order; redacted for a client; counted against the client's
 event budget; bounded by the queue; written once after the last frame of a burst (and still
-written if the burst stops short)."""
+written if the burst stops short); counted by the traffic counter on a lane of integer adds
+(relay.recording.taps.ForwardLane), the chain's other members called, as members come and go."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ from typing import Any, Sequence
 import anyio
 
 from relay.engine import EngineConfig, OpenAIEngine
+from relay.observe.metrics import PUBLISH_EVERY, Metrics, TrafficTap
 from relay.recording.format import CLIENT_TO_RELAY, RELAY_TO_CLIENT, RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY
 from relay.recording.redact import Redactor
+from relay.recording.taps import Taps
 from relay.session.loop import SessionLoop
 from relay.session.policy import POLICY_VIOLATION, RATE_LIMIT_CLOSE, EventBudget
-from relay.session.transport import Frame, FrameQueue
+from relay.session.transport import Express, Frame, FrameQueue
 from tests.support.clients import TIMEOUT
 from tests.support.frames import ListRecorder
 from tests.support.local_mock import LocalMock
@@ -47,19 +50,22 @@ class BurstPeer(MemoryPeer):
         super().__init__()
         self.writes: list[list[Frame]] = []
         self._deliver: Callable[[Frame], None] | None = None
+        self._express: Express | None = None
         self._more = False
         self.receiving = anyio.Event()
 
-    async def receive(self, deliver: Callable[[Frame], None]) -> None:
-        self._deliver = deliver
+    async def receive(self, deliver: Callable[[Frame], None], express: Express | None = None) -> None:
+        self._deliver, self._express = deliver, express
         self.receiving.set()
-        await super().receive(deliver)
+        await super().receive(deliver, express)
 
     def burst(self, frames: Sequence[Frame], *, cut_short: bool = False) -> None:
+        """`frames` handed over as one read hands them: one after the other, without waiting."""
         assert self._deliver is not None
         for index, frame in enumerate(frames):
             self._more = cut_short or index < len(frames) - 1
-            self._deliver(frame)
+            if self._express is None or not self._express(frame, self._more):
+                self._deliver(frame)
         self._more = False
 
     def more_buffered(self) -> bool:
@@ -202,3 +208,80 @@ async def test_without_a_client_audio_is_recorded_as_received_and_goes_nowhere()
     await run(scenario, mode="sidecar", recorder=recorder)
     assert [(direction, frame) for direction, frame in recorder.frames if frame == delta()] == [
         (UPSTREAM_TO_RELAY, delta())]
+
+
+async def test_the_traffic_counter_counts_audio_on_a_lane_and_the_other_recorders_see_every_frame(
+        caplog: Any) -> None:
+    metrics, early, late = Metrics(), ListRecorder(), ListRecorder()
+
+    class BrokenWriter(ListRecorder):
+        def record(self, direction: str, frame: str | bytes) -> None:
+            raise RuntimeError("disk on fire")
+
+    taps = Taps(TrafficTap(metrics), early)
+    echoed = delta(f"{SECRET}AAAA")
+    batch = PUBLISH_EVERY // 2   # each forwarded frame crosses twice
+
+    async def scenario(loop: SessionLoop, upstream: MemoryPeer, client: MemoryPeer) -> None:
+        for event in LocalMock().connect():
+            await upstream.feed(json.dumps(event))
+        await client.wait_for(lambda event: event["type"] == "session.created")
+        published = metrics._families.frames[RELAY_TO_CLIENT]._value.get()
+        for _ in range(batch - 1):
+            await upstream.feed(delta())
+        await client.wait_for(lambda event: event.get("delta") == "AAAA")
+        with anyio.fail_after(TIMEOUT):
+            while len([f for f in client.sent if f == delta()]) < batch - 1:
+                await client.got_frame.wait()
+        assert metrics._families.frames[RELAY_TO_CLIENT]._value.get() == published   # counted, not yet published
+        taps.add(late)
+        taps.add(BrokenWriter())   # dropped at its first frame; audio goes on
+        await upstream.feed(echoed)   # the lane's batch is full: published
+        await client.feed(append())
+        with anyio.fail_after(TIMEOUT):
+            while append() not in upstream.sent:
+                await upstream.got_frame.wait()
+        assert metrics._families.frames[RELAY_TO_CLIENT]._value.get() >= published + batch
+        taps.remove(late)
+        await upstream.feed(delta("BBBB"))
+        await client.wait_for(lambda event: event.get("delta") == "BBBB")
+
+    await run(scenario, recorder=taps, redact=Redactor([SECRET]).frame)
+    taps.close("done")
+    redacted = echoed.replace(SECRET, "[redacted]")
+    audio = [(d, f) for d, f in early.frames if f in (delta(), echoed, redacted, append(), delta("BBBB"))]
+    assert audio == [(UPSTREAM_TO_RELAY, delta()), (RELAY_TO_CLIENT, delta())] * (batch - 1) + [
+        (UPSTREAM_TO_RELAY, echoed), (RELAY_TO_CLIENT, redacted), (CLIENT_TO_RELAY, append()),
+        (RELAY_TO_UPSTREAM, append()), (UPSTREAM_TO_RELAY, delta("BBBB")), (RELAY_TO_CLIENT, delta("BBBB"))]
+    assert [(d, f) for d, f in late.frames if f in (echoed, redacted, append(), delta("BBBB"))] == [
+        (UPSTREAM_TO_RELAY, echoed), (RELAY_TO_CLIENT, redacted), (CLIENT_TO_RELAY, append()),
+        (RELAY_TO_UPSTREAM, append())]   # from its joining to its leaving
+    # every frame counted once each way, with the bytes as they crossed (redaction changes them)
+    counted = {direction: [f for d, f in early.frames if d == direction] for direction in metrics.frames}
+    assert metrics.frames == {direction: len(frames) for direction, frames in counted.items()}
+    assert metrics.frame_bytes == {direction: sum(len(f) for f in frames) for direction, frames in counted.items()}
+    assert [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()] == [
+        "a session recorder (BrokenWriter) failed recording a frame; it is dropped, the session goes on"]
+
+
+def test_a_lane_keeps_its_counts_as_its_counter_leaves_and_a_new_one_comes() -> None:
+    first, second = Metrics(), Metrics()
+    counter = TrafficTap(first)
+    taps = Taps(ListRecorder())
+    lane = taps.lane(UPSTREAM_TO_RELAY, RELAY_TO_CLIENT)
+    assert lane.counter is None and lane.settle_at > 10**9   # nobody counts: never settled
+    lane.frames, lane.bytes = 1, 10
+    taps.add(counter)   # takes what the lane counted so far too
+    assert (lane.counter, lane.settle_at) == (counter, PUBLISH_EVERY // 2)
+    lane.frames += 1
+    lane.bytes += 10
+    lane.resized += 4
+    taps.remove(counter)   # what it counted so far is its own
+    assert lane.counter is None and (lane.frames, lane.bytes, lane.resized) == (0, 0, 0)
+    counter.close("done")
+    assert first.frames[UPSTREAM_TO_RELAY] == 2 and first.frame_bytes[RELAY_TO_CLIENT] == 24
+    taps.add(TrafficTap(second))
+    lane.frames, lane.bytes = 1, 10
+    lane.settle()
+    assert second._families.frames[RELAY_TO_CLIENT]._value.get() == 1
+    assert lane.others is not None   # the ListRecorder is called for every frame

@@ -38,6 +38,7 @@ from typing import Any, Callable, Container, Iterator
 from relay.engine import Notice
 from relay.errors import UnusableInput
 from relay.recording.format import DIRECTIONS
+from relay.recording.taps import ForwardLane
 
 log = logging.getLogger("relay.metrics")
 
@@ -315,14 +316,34 @@ class TrafficTap:
     counts each frame (two integer adds and a countdown, no lock, no file) and publishes the
     counts to the server's metrics every `PUBLISH_EVERY` frames and at the end."""
 
-    __slots__ = ("frames", "frame_bytes", "_metrics", "_countdown", "__weakref__")
+    __slots__ = ("frames", "frame_bytes", "_metrics", "_countdown", "_lanes", "__weakref__")
 
     def __init__(self, metrics: Metrics) -> None:
         self.frames = dict.fromkeys(DIRECTIONS, 0)        # counted, not yet published
         self.frame_bytes = dict.fromkeys(DIRECTIONS, 0)
         self._metrics = metrics
         self._countdown = PUBLISH_EVERY
+        self._lanes: list[ForwardLane] = []   # counted by the loop's express lanes, taken here
         metrics._taps.add(self)
+
+    def adopt(self, lane: ForwardLane) -> None:
+        """Count `lane`'s frames (relay.recording.taps.ForwardLane): taken when this publishes,
+        which the lane asks for every PUBLISH_EVERY / 2 frames (each crosses twice)."""
+        lane.settle_at = PUBLISH_EVERY // 2
+        self._lanes.append(lane)
+
+    def release(self, lane: ForwardLane) -> None:
+        """No longer count `lane`; what it counted so far is kept."""
+        self._take(lane)
+        self._lanes.remove(lane)
+
+    def _take(self, lane: ForwardLane) -> None:
+        frames, size, resized = lane.take()
+        if frames:
+            self.frames[lane.received] += frames
+            self.frames[lane.sent_as] += frames
+            self.frame_bytes[lane.received] += size
+            self.frame_bytes[lane.sent_as] += size + resized
 
     def record(self, direction: str, frame: str | bytes) -> None:
         self.frames[direction] += 1
@@ -344,6 +365,8 @@ class TrafficTap:
 
     def publish(self) -> None:
         """Hand the counts so far to the server's metrics (shared with the other workers)."""
+        for lane in self._lanes:
+            self._take(lane)
         frames, frame_bytes = self.frames, self.frame_bytes
         self.frames = dict.fromkeys(DIRECTIONS, 0)
         self.frame_bytes = dict.fromkeys(DIRECTIONS, 0)

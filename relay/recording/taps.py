@@ -45,6 +45,42 @@ def forwarding_of(recorder: Recorder) -> RecordForwarded:
     return record_forwarded
 
 
+NEVER = 1 << 62   # a lane nobody counts is never settled
+
+
+class ForwardLane:
+    """The frames a session forwards as they came one way (audio: received as `received`, sent
+    as `sent_as`), as the loop's express lane counts them: plain integer adds on this object's
+    slots, no call (`frames`, and `bytes` as received; `resized`, what redaction changed of the
+    sizes sent). The chain's counting member (the traffic counter: `adopt`) takes the counts when
+    it publishes, and asks to be settled every `settle_at` frames (`settle`). The chain's other
+    members, which see every frame (a recording, the live inspector's view), are `others`: one
+    guarded call per frame, or None when there are none. `Taps` rewires its lanes as members come
+    and go, so a change reaches the next frame."""
+
+    __slots__ = ("received", "sent_as", "frames", "bytes", "resized", "settle_at", "counter", "others")
+
+    def __init__(self, received: str, sent_as: str) -> None:
+        self.received, self.sent_as = received, sent_as
+        self.frames = self.bytes = self.resized = 0
+        self.settle_at = NEVER
+        self.counter: Any = None   # the member that adopted it
+        self.others: RecordForwarded | None = None
+
+    def take(self) -> tuple[int, int, int]:
+        """The counts so far (frames, bytes received, bytes sent minus received), now zero."""
+        counts = self.frames, self.bytes, self.resized
+        self.frames = self.bytes = self.resized = 0
+        return counts
+
+    def settle(self) -> None:
+        """Its counter's batch is full: it publishes (and so takes this lane's counts)."""
+        if self.counter is not None:
+            self.counter.publish()
+        else:
+            self.take()
+
+
 class FrameTap:
     """A function that sees every frame (`relay attach`'s `tap`, e.g. for transcripts), as a
     recorder: notices and the end are not its business."""
@@ -68,14 +104,44 @@ class Taps:
     watches it): one that is not a member costs the frames nothing. The members are a tuple,
     replaced on every change, so a change during a call reaches the next frame."""
 
-    __slots__ = ("members", "_forwarding")
+    __slots__ = ("members", "_forwarding", "_lanes", "_counter", "_others")
 
     def __init__(self, *members: Recorder | None) -> None:
+        self._lanes: list[ForwardLane] = []
+        self._counter: Any = None
         self._join(tuple(member for member in members if member is not None))
 
     def _join(self, members: tuple[Recorder, ...]) -> None:
+        counter = next((member for member in members if hasattr(member, "adopt")), None)
+        if counter is not self._counter:
+            for lane in self._lanes:
+                self._rehome(lane, counter)
+            self._counter = counter
         self.members = members
         self._forwarding = tuple((member, forwarding_of(member)) for member in members)
+        self._others = tuple(pair for pair in self._forwarding if pair[0] is not counter)
+        for lane in self._lanes:
+            lane.others = self._record_forwarded_by_others if self._others else None
+
+    def _rehome(self, lane: ForwardLane, counter: Any) -> None:
+        """`lane` counted by `counter` from now on: the counts so far go to its old counter first."""
+        if self._counter is not None:
+            self._counter.release(lane)
+        lane.counter, lane.settle_at = None, NEVER
+        if counter is not None:
+            counter.adopt(lane)
+            lane.counter = counter
+
+    def lane(self, received: str, sent_as: str) -> ForwardLane:
+        """A `ForwardLane` for frames forwarded as they came from `received` to `sent_as`,
+        counted by the chain's first counting member (one with `adopt`), the others called."""
+        lane = ForwardLane(received, sent_as)
+        self._lanes.append(lane)
+        if self._counter is not None:
+            self._counter.adopt(lane)
+            lane.counter = self._counter
+        lane.others = self._record_forwarded_by_others if self._others else None
+        return lane
 
     def __len__(self) -> int:
         return len(self.members)
@@ -98,6 +164,14 @@ class Taps:
         """A frame forwarded as it came (see `forwarding_of`): each member records both crossings
         before the next member does, as two `record` calls would have it."""
         for member, record_forwarded in self._forwarding:
+            try:
+                record_forwarded(received, frame, sent_as, sent)
+            except Exception:
+                self._drop(member, "recording a frame")
+
+    def _record_forwarded_by_others(self, received: str, frame: Frame, sent_as: str, sent: Frame) -> None:
+        """`record_forwarded` for the members a lane does not count for (`ForwardLane.others`)."""
+        for member, record_forwarded in self._others:
             try:
                 record_forwarded(received, frame, sent_as, sent)
             except Exception:

@@ -57,6 +57,7 @@ from relay.session.transport import (
     Frame,
     FrameQueue,
     QueueOverflow,
+    Express,
     Transport,
     TransportClosed,
 )
@@ -105,6 +106,7 @@ class SessionLoop:
         self.to_client = FrameQueue(max_queue_bytes)
         self._reading = False           # a reader is handing its frame to the engine
         self._held: list[str] = []      # sides whose frames wait for the reader to finish its frame
+        self._client_cut_off = False    # over its event budget: what it still sends is dropped
         self.client_budget = client_budget   # None: the client may send as fast as it likes
         self.redact = redact   # applied to every frame for the client: the provider may echo a secret
         self.handler_scope = handler_scope   # what each handler runs in (its tracing span)
@@ -167,18 +169,15 @@ class SessionLoop:
     async def _read_upstream(self) -> None:
         recorder, feed, receive = self.recorder, self._feed, self.engine.receive_upstream
         upstream = self.upstream
-        forwards, forward = self.engine.forwards_upstream, self._forwarder(UPSTREAM_TO_RELAY, "client", upstream)
+        express = self._express(UPSTREAM_TO_RELAY, "client", self.engine.forwards_upstream)
 
         def deliver(frame: Frame) -> None:
-            if forwards(frame):
-                forward(frame)
-                return
             if recorder is not None:
                 recorder.record(UPSTREAM_TO_RELAY, frame)
             feed(receive, frame, upstream)
 
         try:
-            await upstream.receive(deliver)
+            await upstream.receive(deliver, express)
         except TransportClosed as closed:
             await self.upstream_lost(closed)
 
@@ -203,29 +202,24 @@ class SessionLoop:
         recorder, feed, receive = self.recorder, self._feed, self.engine.receive_client
         budget = self.client_budget
         client = self.client
-        forwards, forward = self.engine.forwards_client, self._forwarder(CLIENT_TO_RELAY, "upstream", client)
-        cut_off = False
+        express = self._express(CLIENT_TO_RELAY, "upstream", self.engine.forwards_client, budget)
 
         def deliver(frame: Frame) -> None:
-            nonlocal cut_off
-            if not cut_off and (budget is None or budget.take()):
-                if forwards(frame):
-                    forward(frame)
-                    return
+            if not self._client_cut_off and (budget is None or budget.take()):
                 if recorder is not None:
                     recorder.record(CLIENT_TO_RELAY, frame)
                 feed(receive, frame, client)
                 return
             if recorder is not None:
                 recorder.record(CLIENT_TO_RELAY, frame)
-            if cut_off:
+            if self._client_cut_off:
                 return   # read on, so that the client's answer to the close is seen
-            cut_off = True
+            self._client_cut_off = True
             assert self._task_group is not None
             self._task_group.start_soon(self._client_too_fast, budget)
 
         try:
-            await client.receive(deliver)
+            await client.receive(deliver, express)
         except TransportClosed as closed:
             await self.finish("client", closed.code, closed.reason)
 
@@ -358,43 +352,65 @@ class SessionLoop:
                         extra={"session_id": self.engine.session_id})
             self._task_group.start_soon(self._overflowed, side)
 
-    def _forwarder(self, received: str, side: str, source: Transport) -> Callable[[Frame], None]:
-        """What a reader of `source` does with a frame the engine forwards as it came (audio,
-        `engine.forwards_upstream` / `forwards_client`): what `_feed` and `_apply` would do with
-        the engine's `SendClient(frame)` / `SendUpstream(frame)`, without the action and the
-        engine's round: the frame recorded as `received`, redacted for a client, recorded as
-        sent, queued for `side`, and written as soon as `source` has no other frame ready (one
-        write after the last frame of a burst; should the burst stop short, a flush once the
-        event loop's turn comes)."""
-        recorder, redact = self.recorder, self.redact if side == "client" else None
-        record_forwarded = forwarding_of(recorder) if recorder is not None else None
+    def _express(self, received: str, side: str, passes: Callable[[Frame], bool],
+                 budget: EventBudget | None = None) -> Express:
+        """The reader's express lane (`Transport.receive`): a frame the engine forwards as it came
+        (audio: `passes` is `engine.forwards_upstream` / `forwards_client`) goes to `side` here,
+        without the engine's round. It does what `_feed` and `_apply` would do with the engine's
+        `SendClient(frame)` / `SendUpstream(frame)`: the frame redacted for a client, queued,
+        recorded as `received` and as sent, and written at once unless `more` frames of the same
+        read follow (one write after the last frame of a burst; should the burst stop short, a
+        flush once the event loop's turn comes). Whatever needs more than that (a client over its
+        event budget or cut off, a full queue) is left to `deliver`, which runs the full round: it
+        returns False then, having changed nothing. It needs no task context (a transport may call
+        it from its own read callback), and it runs on every audio frame: one call each for the
+        test, the redaction and the queue, and the recorders' counts as integer adds."""
         to_client = side == "client"
+        recorder, redact = self.recorder, self.redact if side == "client" else None
+        sent_as = RELAY_TO_CLIENT if to_client else RELAY_TO_UPSTREAM
+        # a chain of recorders counts on a lane (integer adds, no call); any other recorder is called
+        lane_of = getattr(recorder, "lane", None)
+        lane = lane_of(received, sent_as) if lane_of is not None else None
+        record_forwarded = forwarding_of(recorder) if recorder is not None and lane is None else None
         client = self.client
         queue = self.to_client if to_client else self.to_upstream
-        sent_as = RELAY_TO_CLIENT if to_client else RELAY_TO_UPSTREAM
-        more_buffered = source.more_buffered
+        hold = queue.hold
 
-        def forward(frame: Frame) -> None:
+        def express(frame: Frame, more: bool) -> bool:
+            if not passes(frame):
+                return False
+            if budget is not None and (self._client_cut_off or not budget.take()):
+                return False
             peer = client if to_client else self.upstream
             if peer is None:   # no client (a sidecar): the frame was only to be seen
                 if recorder is not None:
                     recorder.record(received, frame)
-                return
+                return True
             sent = redact(frame) if redact is not None else frame
-            if record_forwarded is not None:
-                record_forwarded(received, frame, sent_as, sent)
             try:
-                waiting = queue.hold(sent)
-            except QueueOverflow as overflow:
-                self._overflow(side, overflow)
-                return
+                waiting = hold(sent)
+            except QueueOverflow:
+                return False   # `deliver`'s round reports it and closes the side that does not read
+            if lane is not None:
+                frames = lane.frames + 1
+                lane.frames = frames
+                lane.bytes += len(frame)
+                if sent is not frame:
+                    lane.resized += len(sent) - len(frame)
+                if lane.others is not None:
+                    lane.others(received, frame, sent_as, sent)
+                if frames >= lane.settle_at:
+                    lane.settle()
+            elif record_forwarded is not None:
+                record_forwarded(received, frame, sent_as, sent)
             if waiting:   # the writer task sleeps: the reader writes
-                if not more_buffered():
+                if not more:
                     peer.flush(queue)
                 elif waiting == 1:
                     peer.flush_soon(queue)
+            return True
 
-        return forward
+        return express
 
     def _feed(self, receive: Callable[[Frame, float], list[Action]], frame: Frame,
               source: Transport) -> None:

@@ -29,6 +29,10 @@ from relay.errors import RelayError
 from relay.session.http import Answer, Request
 
 Frame = str | bytes
+Express = Callable[[Frame, bool], bool]
+"""A reader's express lane (`Transport.receive`): `express(message, more)` takes a message there
+and then (True) or leaves it to `deliver` (False); `more`: another message of the same read
+follows at once (`more_buffered`)."""
 
 # what a writer takes from its queue at once and hands to the socket in one write (a frame bigger
 # than this goes alone): asyncio's default high-water mark, so a batch adds no more to the socket
@@ -67,12 +71,12 @@ class FrameQueue:
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._frames: deque[Frame] = deque()
+        self.frames: deque[Frame] = deque()   # read by a transport's `flush` (anything left?); changed only here
         self.size = 0
         self._waiter: asyncio.Future[None] | None = None
 
     def __len__(self) -> int:
-        return len(self._frames)
+        return len(self.frames)
 
     def put(self, frame: Frame, *, wake: bool = True) -> None:
         """Queue `frame`; `wake=False` leaves the writer asleep (whoever put it sends it, or calls
@@ -80,7 +84,7 @@ class FrameQueue:
         size = len(frame)
         if self.size + size > self.max_bytes:
             raise QueueOverflow(f"{self.size + size} bytes queued, over the limit of {self.max_bytes}")
-        self._frames.append(frame)
+        self.frames.append(frame)
         self.size += size
         if wake:
             self.wake()
@@ -92,7 +96,7 @@ class FrameQueue:
         size = self.size + len(frame)
         if size > self.max_bytes:
             raise QueueOverflow(f"{size} bytes queued, over the limit of {self.max_bytes}")
-        frames = self._frames
+        frames = self.frames
         frames.append(frame)
         self.size = size
         return len(frames) if self._waiter is not None else 0
@@ -111,7 +115,7 @@ class FrameQueue:
 
     def push_back_front(self, frames: Sequence[Frame]) -> None:
         """Put back, in their order, frames a writer took but could not send."""
-        self._frames.extendleft(reversed(frames))
+        self.frames.extendleft(reversed(frames))
         self.size += sum(len(frame) for frame in frames)
         if frames:
             self.wake()
@@ -119,7 +123,7 @@ class FrameQueue:
     def take_batch(self, max_bytes: int = BATCH_BYTES) -> list[Frame]:
         """The frames waiting, oldest first, as many as fit in `max_bytes` (at least one, if any):
         what has piled up goes to the socket in one write."""
-        frames = self._frames
+        frames = self.frames
         if not frames:
             return []
         first = frames.popleft()
@@ -142,7 +146,7 @@ class FrameQueue:
 
     async def get_batch(self, max_bytes: int = BATCH_BYTES) -> list[Frame]:
         """`take_batch`, once there is something to take (the writer task's wait)."""
-        while not self._frames:
+        while not self.frames:
             self._waiter = asyncio.get_running_loop().create_future()
             await self._waiter
         return self.take_batch(max_bytes)
@@ -152,11 +156,17 @@ class Transport(Protocol):
     """One open WebSocket, whichever library holds it: what the session loop, the edges and the
     live inspector's feed do with a connection."""
 
-    async def receive(self, deliver: Callable[[Frame], None]) -> None:
+    async def receive(self, deliver: Callable[[Frame], None], express: Express | None = None) -> None:
         """Hand every message (text as str, binary as bytes) to `deliver`, in order, as it
-        arrives, until the connection closes; then raise TransportClosed (it never returns). What
-        `deliver` raises ends `receive` with it. `deliver` is synchronous: it runs on the per-frame
-        path and may be called from the library's own callbacks."""
+        arrives, until the connection closes; then raise TransportClosed (it never returns). On
+        its per-frame path a transport offers the message to `express` first, and `deliver` gets
+        it only if that did not take it (returned False); a message `express` is not offered (a
+        fragmented one, say) goes to `deliver`, which handles every message alike, only at more
+        cost. What either raises ends `receive` with it. Both are synchronous: they run on the
+        per-frame path. `deliver` runs in the context of the task that called `receive` (a library
+        that reads in its own callbacks makes that task the current one); `express` needs no task
+        context, so a library may call it straight from its read callback, the cheapest path an
+        audio frame can take."""
 
     def more_buffered(self) -> bool:
         """Another message has been read already and is delivered without waiting for the socket

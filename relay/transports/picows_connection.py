@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 from picows import WSFrame, WSListener, WSMsgType, WSTransport
 
 from relay.session.policy import NO_CLOSE_FRAME, NORMAL_CLOSURE
-from relay.session.transport import BATCH_BYTES, Frame, FrameQueue, TransportClosed
+from relay.session.transport import BATCH_BYTES, Express, Frame, FrameQueue, TransportClosed
 
 log = logging.getLogger("relay.server")
 
@@ -104,7 +104,7 @@ class PicowsTransport(WSListener):
     - `close`: the closing handshake, bounded by CLOSE_TIMEOUT; `abort` drops the connection."""
 
     __slots__ = ("ws", "server_side", "max_message_bytes", "on_open", "_loop", "_deliver", "_waiting",
-                 "_reading_paused", "_more", "_message_type", "_fragments", "_message_bytes", "_paused",
+                 "_express", "_reading_paused", "_more", "_message_type", "_fragments", "_message_bytes", "_paused",
                  "_resumed", "_receiving", "_failure", "_disconnected", "_flush_scheduled", "_close_timer",
                  "_reader", "_reader_context")
 
@@ -116,6 +116,7 @@ class PicowsTransport(WSListener):
         self.on_open: Callable[[PicowsTransport], None] | None = None   # a server's: start the handler
         self._loop = asyncio.get_running_loop()
         self._deliver: Callable[[Frame], None] | None = None
+        self._express: Express | None = None   # the reader's express lane, tried first
         self._waiting: deque[Frame] = deque()   # messages read before anyone receives them
         self._reading_paused = False
         self._more = False
@@ -147,7 +148,8 @@ class PicowsTransport(WSListener):
                 return
             if frame.fin and not (frame.rsv1 or frame.rsv2 or frame.rsv3) and not ws.is_close_frame_sent:
                 # a whole message in one frame, the per-frame path (picows has checked its size):
-                # `_text` and `_hand_on` inline for the common case of a reader that receives
+                # `_text` and `_hand_on` inline for the common case of a reader that receives; the
+                # reader's express lane straight from here, without making its task the current one
                 if kind is TEXT:
                     try:
                         message: Frame = frame.get_payload_as_utf8_text()
@@ -160,18 +162,26 @@ class PicowsTransport(WSListener):
                 if deliver is None or reader is None:
                     self._hand_on(message)
                     return
+                express = self._express
+                if express is not None:
+                    try:
+                        if express(message, self._more):
+                            return
+                    except BaseException as exc:   # ends `receive` with it
+                        self._delivery_failed(exc)
+                        return
                 loop = self._loop
                 try:
                     _enter_task(loop, reader)
-                except RuntimeError:   # already inside a task: `_hand_on` delivers it from there
-                    self._hand_on(message)
-                    return
+                except RuntimeError:   # already inside a task (picows calls back from the event loop: never)
+                    reader = None
                 try:
                     self._reader_context.run(deliver, message)   # type: ignore[union-attr]
                 except BaseException as exc:   # ends `receive` with it
                     self._delivery_failed(exc)
                 finally:
-                    _leave_task(loop, reader)
+                    if reader is not None:
+                        _leave_task(loop, reader)
                 return
         elif kind is CLOSE:
             self._close_received(ws, frame)
@@ -237,8 +247,9 @@ class PicowsTransport(WSListener):
                 _leave_task(loop, reader)
 
     def _delivery_failed(self, exc: BaseException) -> None:
-        """What `deliver` raised ends `receive` with it: nothing more is read or delivered."""
-        self._deliver = None
+        """What `deliver` (or `express`) raised ends `receive` with it: nothing more is read or
+        delivered."""
+        self._deliver = self._express = None
         self._failure = exc
         self._pause_reading()
         self._wake_receiver()
@@ -268,14 +279,16 @@ class PicowsTransport(WSListener):
         self._wake_writer()
 
     # ---- the seam ------------------------------------------------------------------------
-    async def receive(self, deliver: Callable[[Frame], None]) -> None:
+    async def receive(self, deliver: Callable[[Frame], None], express: Express | None = None) -> None:
         self._reader = asyncio.current_task()
         self._reader_context = contextvars.copy_context()
-        self._deliver = deliver
+        self._deliver, self._express = deliver, express
         try:
             waiting = self._waiting
             while waiting:
-                deliver(waiting.popleft())
+                message = waiting.popleft()
+                if express is None or not express(message, bool(waiting)):
+                    deliver(message)
             if self._reading_paused:
                 self._reading_paused = False
                 self._underlying().resume_reading()
@@ -287,7 +300,7 @@ class PicowsTransport(WSListener):
                 raise failure
             raise copied(self._disconnected.result())
         finally:
-            self._deliver = None
+            self._deliver = self._express = None
             self._receiving = None
             self._reader = self._reader_context = None
 
@@ -321,7 +334,9 @@ class PicowsTransport(WSListener):
                 send = ws.send
                 for frame in frames:
                     send(TEXT if type(frame) is str else BINARY, frame)
-        if len(queue):
+            if not queue.frames:
+                return
+        if queue.frames:
             queue.wake()   # paused or closing: the writer task waits for the socket
 
     def flush_soon(self, queue: FrameQueue) -> None:

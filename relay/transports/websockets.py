@@ -49,6 +49,7 @@ from relay.session.transport import (
     BATCH_BYTES,
     ChooseSubprotocol,
     Decide,
+    Express,
     Frame,
     Handler,
     HandshakeFailed,
@@ -100,11 +101,14 @@ class WebsocketsTransport:
         self._loop: asyncio.AbstractEventLoop | None = None   # looked up once: each lookup is a system call
         read_in_smaller_chunks(connection)
 
-    async def receive(self, deliver: Callable[[Frame], None]) -> None:
+    async def receive(self, deliver: Callable[[Frame], None], express: Express | None = None) -> None:
         recv = self.connection.recv
+        buffered = self.connection.recv_messages.frames
         try:
             while True:
-                deliver(await recv())
+                message = await recv()
+                if express is None or not express(message, len(buffered) > 0):
+                    deliver(message)
         except ConnectionClosed as closed:
             raise transport_closed(closed) from None
 
@@ -148,7 +152,9 @@ class WebsocketsTransport:
             if not frames:
                 return
             self._frame_and_write(frames)
-        if len(queue):
+            if not queue.frames:
+                return
+        if queue.frames:
             queue.wake()   # paused or closing: the writer task waits for the socket
 
     async def send(self, frames: Sequence[Frame]) -> None:

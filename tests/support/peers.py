@@ -16,7 +16,7 @@ from relay.engine import EngineConfig, OpenAIEngine
 from relay.mock.quirks import Quirks
 from relay.recording.writer import RecordingWriter
 from relay.session.loop import SessionLoop
-from relay.session.transport import Frame, FrameQueue, TransportClosed
+from relay.session.transport import Express, Frame, FrameQueue, TransportClosed
 from tests.support.local_mock import LocalMock, model_call
 
 
@@ -38,9 +38,11 @@ class InMemoryTransport:
     async def send_one(self, message: Frame) -> None:
         raise NotImplementedError
 
-    async def receive(self, deliver: Callable[[Frame], None]) -> None:
+    async def receive(self, deliver: Callable[[Frame], None], express: Express | None = None) -> None:
         while True:
-            deliver(await self.recv())
+            message = await self.recv()
+            if express is None or not express(message, self.more_buffered()):
+                deliver(message)
 
     def more_buffered(self) -> bool:
         return False

@@ -73,6 +73,7 @@ class LiveTap:
         self.taps = taps
         self.record = taps.record
         self.record_forwarded = taps.record_forwarded
+        self.lane = taps.lane
         self.record_notice = taps.record_notice
 
     def watch(self) -> None:
