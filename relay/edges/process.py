@@ -118,6 +118,10 @@ def run_workers(host: str, port: int, workers: int, run_worker: Callable[[int], 
                 reservation.close()
                 signal.signal(signal.SIGINT, signal.SIG_IGN)
                 status = run_worker(port)
+            except UnusableInput as exc:   # said here, in one line: os._exit leaves nothing behind
+                log.error("worker %d: %s", os.getpid(), exc)
+            except Exception:
+                log.exception("worker %d failed", os.getpid())
             finally:
                 os._exit(status)
         children.append(pid)

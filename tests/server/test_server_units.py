@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import socket
 import subprocess
 import sys
@@ -248,3 +249,30 @@ async def test_a_client_cannot_join_a_live_call_through_the_proxy() -> None:
             assert refused.value.response.status_code == 400
             assert b"relay attach" in refused.value.response.body
         assert len(mock.find_session(call_id).connections) == 0
+
+
+def test_a_worker_that_fails_says_why_before_it_exits(capfd: pytest.CaptureFixture[str]) -> None:
+    """A worker ends with os._exit, which prints no traceback: what made it fail is logged (in one
+    line for unusable input, with its traceback for a fault)."""
+    from relay.edges.process import run_workers
+    from relay.errors import UnusableInput
+
+    def broken(port: int) -> int:
+        raise RuntimeError("no such thing")
+
+    def refused(port: int) -> int:
+        raise UnusableInput("port taken")
+
+    handler = logging.StreamHandler(sys.stderr)
+    logger = logging.getLogger("relay.process")
+    logger.addHandler(handler)
+    try:
+        assert run_workers("127.0.0.1", 0, 1, broken) == 1
+        fault = capfd.readouterr().err
+        assert run_workers("127.0.0.1", 0, 1, refused) == 1
+        refusal = capfd.readouterr().err
+    finally:
+        logger.removeHandler(handler)
+    assert "failed\nTraceback" in fault and "RuntimeError: no such thing" in fault
+    pid = refusal.split()[1].rstrip(":")
+    assert refusal.splitlines() == [f"worker {pid}: port taken", f"worker {pid} exited with status 1"]
