@@ -212,9 +212,9 @@ async def test_messages_read_before_anyone_receives_wait_and_then_the_socket_is_
 # ---- writes --------------------------------------------------------------------------------------
 
 def test_frames_are_framed_as_a_server_sends_them() -> None:
-    assert framed(["hi", b"\x00"]) == b"\x81\x02hi\x82\x01\x00"
-    assert framed(["x" * 200])[:4] == b"\x81\x7e\x00\xc8"
-    assert framed([b"y" * 70_000])[:10] == b"\x82\x7f" + struct.pack("!Q", 70_000)
+    assert b"".join(framed(["hi", b"\x00"])) == b"\x81\x02hi\x82\x01\x00"
+    assert b"".join(framed(["x" * 200]))[:4] == b"\x81\x7e\x00\xc8"
+    assert b"".join(framed([b"y" * 70_000]))[:10] == b"\x82\x7f" + struct.pack("!Q", 70_000)
 
 
 async def test_a_batch_toward_a_client_is_framed_as_one_write_and_arrives_intact(
@@ -222,7 +222,7 @@ async def test_a_batch_toward_a_client_is_framed_as_one_write_and_arrives_intact
     frames: list[str | bytes] = ['{"type":"a"}', b"\x00\x01binary", "é ünïcode ✓", "x" * 70_000, "last"]
     writes: list[int] = []   # one socket write per framed buffer (uvloop's transports cannot be wrapped)
 
-    def counted(batch: list[str | bytes]) -> bytes:
+    def counted(batch: list[str | bytes]) -> list[bytes]:
         writes.append(len(batch))
         return framed(batch)
 

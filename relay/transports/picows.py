@@ -27,7 +27,7 @@ and on uvloop 0.23: tests/test_picows_transport.py):
   built here by keyword for a connection the sniffer hands over (`transport.set_protocol`, then
   `connection_made` and the bytes already read through `get_buffer` / `buffer_updated`: the
   sequence picows' own `ws_connect` follows for a proxied connection).
-- `WSTransport.underlying_transport`: its `write` (the batched frames, after the checks picows'
+- `WSTransport.underlying_transport`: its `writelines` (the batched frames, after the checks picows'
   `send` makes: no close frame sent, not disconnected), `pause_reading` and `resume_reading`.
 - `asyncio.tasks._enter_task` / `_leave_task`: while picows' frame callback hands a message on, the
   task that called `receive` is made the current task (and its context the current one), so that

@@ -39,9 +39,10 @@ _HEADER_16 = struct.Struct("!BBH").pack
 _HEADER_64 = struct.Struct("!BBQ").pack
 
 
-def framed(frames: Sequence[Frame]) -> bytes:
+def framed(frames: Sequence[Frame]) -> list[bytes]:
     """`frames` as unmasked WebSocket frames (what a server sends), one after the other: text for
-    a str, binary for bytes."""
+    a str, binary for bytes; as the buffers of one write (`writelines`: uvloop writes them with
+    one writev, without joining them into a copy first)."""
     parts: list[bytes] = []
     append = parts.append
     for frame in frames:
@@ -57,7 +58,7 @@ def framed(frames: Sequence[Frame]) -> bytes:
         else:
             append(_HEADER_64(first, 127, size))
         append(payload)
-    return b"".join(parts)
+    return parts
 
 
 class PicowsLog(logging.LoggerAdapter):  # type: ignore[type-arg]
@@ -315,7 +316,7 @@ class PicowsTransport(WSListener):
         ws = self.ws
         assert ws is not None
         if self.server_side and len(frames) > 1:
-            ws.underlying_transport.write(framed(frames))
+            ws.underlying_transport.writelines(framed(frames))
             return
         send = ws.send
         for frame in frames:
@@ -329,7 +330,7 @@ class PicowsTransport(WSListener):
             if not frames:
                 return
             if self.server_side and len(frames) > 1:
-                ws.underlying_transport.write(framed(frames))
+                ws.underlying_transport.writelines(framed(frames))
             else:
                 send = ws.send
                 for frame in frames:
