@@ -145,7 +145,7 @@ def has_single_plain_type(frame: str) -> bool:
 
     The count stops at the last quote before the frame's last two characters, found by a reverse
     byte search. In valid JSON a key is followed by `:`, a value and `}`, so the closing quote of
-    every key lies before that quote, or is it: no key is missed. An audio frame ends with its
+    every key lies at or before that quote: no key is missed. An audio frame ends with its
     payload, `..."<base64>"}`, and that last quote is the payload's opening one: the count then
     skips the 1.3 KB of base64 it would otherwise walk, most of this check's cost."""
     if "\\" in frame:

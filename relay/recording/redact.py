@@ -69,7 +69,8 @@ class Redactor:
 
     def text(self, value: str) -> str:
         """`value` without the secrets; cheap when there are none in it (it runs on every frame
-        sent to a client): one substring search per spelling."""
+        sent to a client): per spelling, a test for its anchor, and a substring search only where
+        the anchor is (or the spelling has none)."""
         for anchor, secret in self._texts:
             if anchor in value and secret in value:
                 value = value.replace(secret, REDACTED)

@@ -54,10 +54,10 @@ from relay.session.policy import (
 from relay.session.runner import HandlerRunner, HandlerScope
 from relay.session.transport import (
     BATCH_BYTES,
+    Express,
     Frame,
     FrameQueue,
     QueueOverflow,
-    Express,
     Transport,
     TransportClosed,
 )

@@ -29,10 +29,12 @@ and on uvloop 0.23: tests/test_picows_transport.py):
   sequence picows' own `ws_connect` follows for a proxied connection).
 - `WSTransport.underlying_transport`: its `writelines` (the batched frames, after the checks picows'
   `send` makes: no close frame sent, not disconnected), `pause_reading` and `resume_reading`.
-- `asyncio.tasks._enter_task` / `_leave_task`: while picows' frame callback hands a message on, the
-  task that called `receive` is made the current task (and its context the current one), so that
-  what the session loop does with the message (anyio's cancel scopes and task groups: a handler
-  started, a close begun) runs as it does when websockets' reader task hands the message on.
+- `asyncio.tasks._enter_task` / `_leave_task`: while picows' frame callback hands a message to
+  `deliver`, the task that called `receive` is made the current task (and its context the current
+  one), so that what the session loop does with the message (anyio's cancel scopes and task
+  groups: a handler started, a close begun) runs as it does when websockets' reader task hands the
+  message on. The reader's express lane, offered the message first, needs no task: an audio frame
+  taken there skips the switch.
 - picows logs through the logger it is given; `PicowsLog` turns its per-connection INFO lines
   and a peer's protocol errors (which it logs at ERROR) into DEBUG, as websockets logs them.
 """
