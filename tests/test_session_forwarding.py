@@ -21,7 +21,7 @@ from relay.recording.format import CLIENT_TO_RELAY, RELAY_TO_CLIENT, RELAY_TO_UP
 from relay.recording.redact import Redactor
 from relay.recording.taps import Taps
 from relay.session.loop import SessionLoop
-from relay.session.policy import POLICY_VIOLATION, RATE_LIMIT_CLOSE, EventBudget
+from relay.session.policy import INTERNAL_ERROR, POLICY_VIOLATION, RATE_LIMIT_CLOSE, EventBudget
 from relay.session.transport import Express, Frame, FrameQueue
 from tests.support.clients import TIMEOUT
 from tests.support.frames import ListRecorder
@@ -194,6 +194,22 @@ async def test_a_client_that_does_not_read_is_closed_when_audio_fills_its_queue(
 
     loop, _ = await run(scenario, client=client, max_queue_bytes=500)
     assert (loop.end.by, loop.end.code) == ("relay", POLICY_VIOLATION)   # type: ignore[union-attr]
+
+
+async def test_audio_a_full_upstream_queue_refuses_spends_the_client_s_budget_once() -> None:
+    upstream, budget, recorder = StuckPeer(), EventBudget(1000.0, clock=lambda: 0.0), ListRecorder()
+
+    async def scenario(loop: SessionLoop, upstream: MemoryPeer, client: MemoryPeer) -> None:
+        for index in range(20):
+            await client.feed(append(f"{index:04d}" * 10))
+        with anyio.fail_after(TIMEOUT):
+            await loop.ended.wait()
+
+    loop, _ = await run(scenario, upstream=upstream, client_budget=budget, max_queue_bytes=500, recorder=recorder)
+    assert (loop.end.by, loop.end.code) == ("relay", INTERNAL_ERROR)   # type: ignore[union-attr]
+    read = [frame for direction, frame in recorder.frames if direction == CLIENT_TO_RELAY]
+    assert len(read) > 500 // len(append("0000" * 10))   # the queue filled up
+    assert budget._tokens == budget.burst - len(read)   # every frame read took one token, the refused one too
 
 
 async def test_without_a_client_audio_is_recorded_as_received_and_goes_nowhere() -> None:

@@ -362,9 +362,10 @@ class SessionLoop:
         read follow (one write after the last frame of a burst; should the burst stop short, a
         flush once the event loop's turn comes). Whatever needs more than that (a client over its
         event budget or cut off, a full queue) is left to `deliver`, which runs the full round: it
-        returns False then, having changed nothing. It needs no task context (a transport may call
-        it from its own read callback), and it runs on every audio frame: one call each for the
-        test, the redaction and the queue, and the recorders' counts as integer adds."""
+        returns False then, having changed nothing (so a client's frame spends its budget once).
+        It needs no task context (a transport may call it from its own read callback), and it runs
+        on every audio frame: one call each for the test, the redaction and the queue, and the
+        recorders' counts as integer adds."""
         to_client = side == "client"
         recorder, redact = self.recorder, self.redact if side == "client" else None
         sent_as = RELAY_TO_CLIENT if to_client else RELAY_TO_UPSTREAM
@@ -379,8 +380,9 @@ class SessionLoop:
         def express(frame: Frame, more: bool) -> bool:
             if not passes(frame):
                 return False
-            if budget is not None and (self._client_cut_off or not budget.take()):
-                return False
+            if budget is not None and (self._client_cut_off or queue.size + len(frame) > queue.max_bytes
+                                       or not budget.take()):
+                return False   # a full queue first: `deliver` would charge the budget a second time
             peer = client if to_client else self.upstream
             if peer is None:   # no client (a sidecar): the frame was only to be seen
                 if recorder is not None:
