@@ -65,7 +65,9 @@ def pass_through_test(kinds: frozenset[str]) -> Callable[[str | bytes], bool]:
             # compact with another type, or not compact: read the type the slow way
             return (not frame.startswith(_COMPACT_TYPE_FIRST) and peek_type(frame) in kinds   # type: ignore[arg-type]
                     and has_single_plain_type(frame))   # type: ignore[arg-type]
-        return "\\" not in frame and '"type"' not in frame[after_type:frame.rfind('"', 0, -2) + 1]   # type: ignore[operator, arg-type]
+        # a str from here on (startswith took str prefixes)
+        return ("\\" not in frame   # type: ignore[operator]
+                and '"type"' not in frame[after_type:frame.rfind('"', 0, -2) + 1])   # type: ignore[operator, arg-type]
 
     return passes
 
