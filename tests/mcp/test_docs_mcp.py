@@ -4,7 +4,6 @@ the example runs as written: the mock model, the relay with the MCP server's too
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import socket
 import subprocess
