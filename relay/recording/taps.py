@@ -121,26 +121,30 @@ class Taps:
         self._forwarding = tuple((member, forwarding_of(member)) for member in members)
         self._others = tuple(pair for pair in self._forwarding if pair[0] is not counter)
         for lane in self._lanes:
-            lane.others = self._record_forwarded_by_others if self._others else None
+            self._call_others(lane)
 
     def _rehome(self, lane: ForwardLane, counter: Any) -> None:
         """`lane` counted by `counter` from now on: the counts so far go to its old counter first."""
         if self._counter is not None:
             self._counter.release(lane)
-        lane.counter, lane.settle_at = None, NEVER
+        self._adopt(lane, counter)
+
+    @staticmethod
+    def _adopt(lane: ForwardLane, counter: Any) -> None:
+        lane.counter, lane.settle_at = counter, NEVER
         if counter is not None:
-            counter.adopt(lane)
-            lane.counter = counter
+            counter.adopt(lane)   # sets its own settle_at
+
+    def _call_others(self, lane: ForwardLane) -> None:
+        lane.others = self._record_forwarded_by_others if self._others else None
 
     def lane(self, received: str, sent_as: str) -> ForwardLane:
         """A `ForwardLane` for frames forwarded as they came from `received` to `sent_as`,
         counted by the chain's first counting member (one with `adopt`), the others called."""
         lane = ForwardLane(received, sent_as)
         self._lanes.append(lane)
-        if self._counter is not None:
-            self._counter.adopt(lane)
-            lane.counter = self._counter
-        lane.others = self._record_forwarded_by_others if self._others else None
+        self._adopt(lane, self._counter)
+        self._call_others(lane)
         return lane
 
     def __len__(self) -> int:

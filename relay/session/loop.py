@@ -380,8 +380,7 @@ class SessionLoop:
         def express(frame: Frame, more: bool) -> bool:
             if not passes(frame):
                 return False
-            if budget is not None and (self._client_cut_off or queue.size + len(frame) > queue.max_bytes
-                                       or not budget.take()):
+            if budget is not None and (self._client_cut_off or not queue.fits(frame) or not budget.take()):
                 return False   # a full queue first: `deliver` would charge the budget a second time
             peer = client if to_client else self.upstream
             if peer is None:   # no client (a sidecar): the frame was only to be seen

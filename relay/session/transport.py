@@ -89,6 +89,10 @@ class FrameQueue:
         if wake:
             self.wake()
 
+    def fits(self, frame: Frame) -> bool:
+        """`frame` can be queued now (`put` and `hold` would not refuse it)."""
+        return self.size + len(frame) <= self.max_bytes
+
     def hold(self, frame: Frame) -> int:
         """Queue `frame` without waking the writer: how many frames wait for a `flush` while it
         sleeps (whoever queued them writes them), 0 when it is awake (it takes them itself). The
