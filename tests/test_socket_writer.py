@@ -85,6 +85,28 @@ async def test_a_flush_takes_nothing_while_the_writer_is_awake() -> None:
     assert got == [["first"], ["last"]]
 
 
+async def test_a_flush_takes_a_bounded_batch_oldest_first_and_leaves_the_rest() -> None:
+    queue = FrameQueue(1000)
+    got: list[list[str | bytes]] = []
+
+    async def writer() -> None:
+        got.append(await queue.get_batch(1000))
+
+    with anyio.fail_after(TIMEOUT):
+        async with anyio.create_task_group() as group:
+            group.start_soon(writer)
+            await anyio.wait_all_tasks_blocked()   # asleep: a flush takes what waits
+            for frame in ("aaaa", b"bbbb", "cccc", "dd"):
+                queue.put(frame, wake=False)
+            assert queue.take_unsent(12) == ["aaaa", b"bbbb", "cccc"] and queue.size == 2
+            assert queue.take_unsent(12) == ["dd"] and queue.size == 0
+            queue.put("x" * 20, wake=False)
+            assert queue.take_unsent(12) == ["x" * 20] and queue.size == 0   # too big: alone
+            assert queue.take_unsent(12) == []
+            queue.put("last")
+    assert got == [["last"]]
+
+
 async def _with_echo_server(check) -> list[str | bytes]:  # type: ignore[no-untyped-def]
     """Run `check(connection)` on a client connected to a loopback server; return what the
     server received before the client closed."""

@@ -128,8 +128,11 @@ class FrameQueue:
         """The frames waiting, oldest first, as many as fit in `max_bytes` (at least one, if any):
         what has piled up goes to the socket in one write."""
         frames = self.frames
-        if not frames:
-            return []
+        if self.size <= max_bytes:   # all of them (a flooded reader's burst, one write)
+            batch = list(frames)
+            frames.clear()
+            self.size = 0
+            return batch
         first = frames.popleft()
         taken = len(first)
         if not frames:   # one frame per read (realtime audio)
@@ -146,7 +149,15 @@ class FrameQueue:
     def take_unsent(self, max_bytes: int = BATCH_BYTES) -> list[Frame]:
         """What a `flush` writes: `take_batch` while the writer task sleeps; nothing while it is
         awake (it sends what waits itself, after the batch it holds)."""
-        return self.take_batch(max_bytes) if self._waiter is not None else []
+        if self._waiter is None:
+            return []
+        if self.size <= max_bytes:   # `take_batch`'s common case inline: it runs once per read
+            frames = self.frames
+            batch = list(frames)
+            frames.clear()
+            self.size = 0
+            return batch
+        return self.take_batch(max_bytes)
 
     async def get_batch(self, max_bytes: int = BATCH_BYTES) -> list[Frame]:
         """`take_batch`, once there is something to take (the writer task's wait)."""
