@@ -16,6 +16,8 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("picows")
 
@@ -215,6 +217,33 @@ def test_frames_are_framed_as_a_server_sends_them() -> None:
     assert b"".join(framed(["hi", b"\x00"])) == b"\x81\x02hi\x82\x01\x00"
     assert b"".join(framed(["x" * 200]))[:4] == b"\x81\x7e\x00\xc8"
     assert b"".join(framed([b"y" * 70_000]))[:10] == b"\x82\x7f" + struct.pack("!Q", 70_000)
+
+
+def _header(first_byte: int, size: int) -> bytes:
+    """A server frame's header as RFC 6455 spells it (section 5.2), packed here independently."""
+    if size <= 125:
+        return struct.pack("!BB", first_byte, size)
+    if size <= 0xFFFF:
+        return struct.pack("!BBH", first_byte, 126, size)
+    return struct.pack("!BBQ", first_byte, 127, size)
+
+
+@given(st.lists(st.one_of(st.integers(0, 70_000).map(lambda size: "t" * size),
+                          st.integers(0, 70_000).map(lambda size: b"b" * size)), max_size=4))
+@settings(max_examples=60, deadline=None)
+def test_every_size_gets_its_header_whether_looked_up_or_packed(frames: list[str | bytes]) -> None:
+    expected = b"".join((_header(0x81, len(frame)) + frame.encode()) if isinstance(frame, str)
+                        else (_header(0x82, len(frame)) + frame) for frame in frames)
+    assert b"".join(framed(frames)) == expected
+    assert b"".join(framed(frames)) == expected   # the second time from the table
+
+
+def test_the_header_table_stops_growing_at_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    headers = picows_connection.FrameHeaders(0x81)
+    monkeypatch.setattr(picows_connection, "TEXT_HEADERS", headers)
+    for size in range(picows_connection.HEADERS_KEPT + 50):
+        assert b"".join(framed(["z" * size]))[:-size or None] == _header(0x81, size)
+    assert len(headers) == picows_connection.HEADERS_KEPT   # the rest were packed and not kept
 
 
 async def test_a_batch_toward_a_client_is_framed_as_one_write_and_arrives_intact(

@@ -37,6 +37,34 @@ CLOSE, PING, PONG = WSMsgType.CLOSE, WSMsgType.PING, WSMsgType.PONG
 
 _HEADER_16 = struct.Struct("!BBH").pack
 _HEADER_64 = struct.Struct("!BBQ").pack
+HEADERS_KEPT = 1024   # headers a `FrameHeaders` keeps: audio frames come in a few sizes
+
+
+class FrameHeaders(dict):  # type: ignore[type-arg]
+    """The header of an unmasked frame of one opcode, by payload size: looked up rather than
+    packed for each frame (a dict lookup costs a third of a `struct` pack). Audio frames of one
+    session come in a handful of sizes, so a few entries serve nearly every frame; past
+    HEADERS_KEPT sizes, a header is packed and not kept."""
+
+    def __init__(self, first_byte: int) -> None:
+        super().__init__()
+        self.first_byte = first_byte
+
+    def __missing__(self, size: int) -> bytes:
+        first = self.first_byte
+        if size < 126:
+            header = bytes((first, size))
+        elif size < 65536:
+            header = _HEADER_16(first, 126, size)
+        else:
+            header = _HEADER_64(first, 127, size)
+        if len(self) < HEADERS_KEPT:
+            self[size] = header
+        return header
+
+
+TEXT_HEADERS = FrameHeaders(0x81)
+BINARY_HEADERS = FrameHeaders(0x82)
 
 
 def framed(frames: Sequence[Frame]) -> list[bytes]:
@@ -45,18 +73,14 @@ def framed(frames: Sequence[Frame]) -> list[bytes]:
     one writev, without joining them into a copy first)."""
     parts: list[bytes] = []
     append = parts.append
+    text_headers = TEXT_HEADERS
     for frame in frames:
         if type(frame) is str:
-            payload, first = frame.encode(), 0x81
+            payload = frame.encode()
+            append(text_headers[len(payload)])
         else:
-            payload, first = frame, 0x82   # type: ignore[assignment]
-        size = len(payload)
-        if size < 126:
-            append(bytes((first, size)))
-        elif size < 65536:
-            append(_HEADER_16(first, 126, size))
-        else:
-            append(_HEADER_64(first, 127, size))
+            payload = frame   # type: ignore[assignment]
+            append(BINARY_HEADERS[len(payload)])
         append(payload)
     return parts
 
@@ -159,11 +183,7 @@ class PicowsTransport(WSListener):
                         return
                 else:
                     message = frame.get_payload_as_bytes()
-                deliver, reader = self._deliver, self._reader
-                if deliver is None or reader is None:
-                    self._hand_on(message)
-                    return
-                express = self._express
+                express = self._express   # set (and cleared) with `_deliver`, by `receive`
                 if express is not None:
                     try:
                         if express(message, self._more):
@@ -171,6 +191,10 @@ class PicowsTransport(WSListener):
                     except BaseException as exc:   # ends `receive` with it
                         self._delivery_failed(exc)
                         return
+                deliver, reader = self._deliver, self._reader
+                if deliver is None or reader is None:
+                    self._hand_on(message)
+                    return
                 loop = self._loop
                 try:
                     _enter_task(loop, reader)
@@ -323,13 +347,17 @@ class PicowsTransport(WSListener):
             send(TEXT if type(frame) is str else BINARY, frame)
 
     def flush(self, queue: FrameQueue) -> None:
-        # once per read on the per-frame path: `_writable` and `_write` inline
+        # once per read on the per-frame path: `_writable` and `_write` inline, one frame (paced
+        # audio) sent by picows, several framed here and written at once (a server's burst)
         ws = self.ws
         while not self._paused and ws is not None and not ws.is_close_frame_sent and not ws.is_disconnected:
             frames = queue.take_unsent(BATCH_BYTES)
-            if not frames:
+            if len(frames) == 1:
+                frame = frames[0]
+                ws.send(TEXT if type(frame) is str else BINARY, frame)
+            elif not frames:
                 return
-            if self.server_side and len(frames) > 1:
+            elif self.server_side:
                 ws.underlying_transport.writelines(framed(frames))
             else:
                 send = ws.send
