@@ -199,61 +199,84 @@ class Workload:
         self.frames = frames // burst * burst if name == "flood" else frames // 2 * 2
 
 
+class Pair:
+    """One session's two connections (the relay's, or picows' bare forwarding), past their
+    handshakes, with what each side must have written by the end of a pass."""
+
+    def __init__(self, tools: ToolRegistry, workload: Workload, variant: str, written: asyncio.Event) -> None:
+        if variant == "relay":
+            upstream = PicowsTransport(server_side=False, max_message_bytes=DEFAULT_MAX_FRAME_BYTES)
+            client = PicowsTransport(server_side=True, max_message_bytes=DEFAULT_MAX_FRAME_BYTES)
+        else:
+            upstream, client = Forwarder(), Forwarder()   # type: ignore[assignment]
+        upstream_protocol, upstream_sink = open_upstream(upstream)
+        client_protocol, client_sink = open_client(client)
+        self.protocols = {"upstream": upstream_protocol, "client": client_protocol}
+        self.all_sinks = (upstream_sink, client_sink)
+        self.sinks = [sink for sink, expected in ((client_sink, workload.to_client),
+                                                  (upstream_sink, workload.to_upstream)) if expected]
+        client_sink.expected, upstream_sink.expected = workload.to_client, workload.to_upstream
+        for sink in self.sinks:
+            sink.done = written
+        self.session: SessionLoop | None = None
+        if variant == "relay":
+            engine = OpenAIEngine(tools, config=EngineConfig(mode="proxy"))
+            redactor = Redactor([API_KEY])
+            self.session = SessionLoop(engine, upstream=upstream, client=client,
+                                       recorder=Taps(TrafficTap(Metrics())),
+                                       client_budget=EventBudget(DEFAULT_MAX_CLIENT_EVENTS_PER_SECOND,
+                                                                 clock=paced_clock()),
+                                       redact=redactor.frame)
+        else:
+            upstream.to, client.to = client_protocol.transport, upstream_protocol.transport   # type: ignore[union-attr]
+
+    def done(self) -> bool:
+        return all(sink.written >= sink.expected for sink in self.sinks)
+
+    def close(self) -> None:
+        for sink in self.all_sinks:
+            sink.close()
+
+
 async def run_pass(tools: ToolRegistry, workload: Workload, variant: str,
-                   clock: Callable[[], float] = time.process_time) -> float:
-    """One pass: `variant` (`relay` or `bare`) over the workload; its time by `clock`."""
-    if variant == "relay":
-        upstream = PicowsTransport(server_side=False, max_message_bytes=DEFAULT_MAX_FRAME_BYTES)
-        client = PicowsTransport(server_side=True, max_message_bytes=DEFAULT_MAX_FRAME_BYTES)
-    else:
-        upstream, client = Forwarder(), Forwarder()   # type: ignore[assignment]
-    upstream_protocol, upstream_sink = open_upstream(upstream)
-    client_protocol, client_sink = open_client(client)
-    protocols = {"upstream": upstream_protocol, "client": client_protocol}
-    sinks = [sink for sink, expected in ((client_sink, workload.to_client), (upstream_sink, workload.to_upstream))
-             if expected]
-    client_sink.expected, upstream_sink.expected = workload.to_client, workload.to_upstream
+                   clock: Callable[[], float] = time.process_time, sessions: int = 1) -> float:
+    """One pass: `variant` (`relay` or `bare`) over the workload, in `sessions` sessions at once
+    (each turn of the event loop brings one read to each of them, as a poll that finds that many
+    sockets ready); its time by `clock`."""
     written = asyncio.Event()   # a sink has had all its bytes
-    for sink in sinks:
-        sink.done = written
-    running = None
-    if variant == "relay":
-        engine = OpenAIEngine(tools, config=EngineConfig(mode="proxy"))
-        redactor = Redactor([API_KEY])
-        session = SessionLoop(engine, upstream=upstream, client=client, recorder=Taps(TrafficTap(Metrics())),
-                              client_budget=EventBudget(DEFAULT_MAX_CLIENT_EVENTS_PER_SECOND, clock=paced_clock()),
-                              redact=redactor.frame)
-        running = asyncio.create_task(session.run())
-        await session.started.wait()
-        for _ in range(3):
-            await asyncio.sleep(0)   # the readers are in `receive`
-    else:
-        upstream.to, client.to = client_protocol.transport, upstream_protocol.transport   # type: ignore[union-attr]
+    pairs = [Pair(tools, workload, variant, written) for _ in range(sessions)]
+    running = [asyncio.create_task(pair.session.run()) for pair in pairs if pair.session is not None]
+    for pair in pairs:
+        if pair.session is not None:
+            await pair.session.started.wait()
+    for _ in range(3):
+        await asyncio.sleep(0)   # the readers are in `receive`
     loop = asyncio.get_running_loop()
     reads = iter(workload.reads)
 
     def read_next() -> None:
         # from the event loop, not from a task, as a socket's read is handed over; one read per
-        # turn of the loop
+        # session per turn of the loop
         for side, data in reads:
-            feed(protocols[side], data)
+            for pair in pairs:
+                feed(pair.protocols[side], data)
             loop.call_soon(read_next)
             return
 
     start = clock()
     loop.call_soon(read_next)
-    while not all(sink.written >= sink.expected for sink in sinks):
+    while not all(pair.done() for pair in pairs):
         written.clear()
-        await asyncio.wait_for(written.wait(), 10)
+        await asyncio.wait_for(written.wait(), 10 * sessions)
     elapsed = clock() - start
-    if running is not None:
-        running.cancel()
+    for task in running:
+        task.cancel()
         try:
-            await running
+            await task
         except BaseException:
             pass
-    for sink in (upstream_sink, client_sink):
-        sink.close()
+    for pair in pairs:
+        pair.close()
     return elapsed
 
 
@@ -268,18 +291,20 @@ def tools_for_bench() -> ToolRegistry:
     return ToolRegistry(load_tools(str(ROOT / "scripts" / "bench_tools.py")))
 
 
-async def measure_async(workload_name: str, frames: int, burst: int, repeats: int = REPEATS) -> dict[str, Any]:
+async def measure_async(workload_name: str, frames: int, burst: int, repeats: int = REPEATS,
+                        sessions: int = 1) -> dict[str, Any]:
     tools = tools_for_bench()
     workload = Workload(workload_name, frames, burst)
     passes: dict[str, list[float]] = {"relay": [], "bare": []}
-    await run_pass(tools, Workload(workload_name, min(frames, 2000), burst), "relay")   # warm
+    await run_pass(tools, Workload(workload_name, min(frames, 2000), burst), "relay", sessions=sessions)   # warm
     for repeat in range(repeats):
         for variant in ("relay", "bare") if repeat % 2 == 0 else ("bare", "relay"):
-            passes[variant].append(await run_pass(tools, workload, variant))
+            passes[variant].append(await run_pass(tools, workload, variant, sessions=sessions))
     relay, bare = min(passes["relay"]), min(passes["bare"])
-    return {"workload": workload_name, "frames": workload.frames, "burst": burst,
-            "relay_us_per_frame": relay / workload.frames * 1e6, "bare_us_per_frame": bare / workload.frames * 1e6,
-            "relay_added_us_per_frame": (relay - bare) / workload.frames * 1e6}
+    total = workload.frames * sessions
+    return {"workload": workload_name, "frames": workload.frames, "burst": burst, "sessions": sessions,
+            "relay_us_per_frame": relay / total * 1e6, "bare_us_per_frame": bare / total * 1e6,
+            "relay_added_us_per_frame": (relay - bare) / total * 1e6}
 
 
 def run(main: Callable[[], Any]) -> Any:
@@ -288,14 +313,14 @@ def run(main: Callable[[], Any]) -> Any:
         return runner.run(main())
 
 
-def measure(workload: str, frames: int, burst: int) -> dict[str, Any]:
+def measure(workload: str, frames: int, burst: int, sessions: int = 1) -> dict[str, Any]:
     """Best of REPEATS passes of each variant (CPU time of the process)."""
-    return run(lambda: measure_async(workload, frames, burst))
+    return run(lambda: measure_async(workload, frames, burst, sessions=sessions))
 
 
-def once(workload_name: str, frames: int, burst: int, variant: str) -> None:
+def once(workload_name: str, frames: int, burst: int, variant: str, sessions: int = 1) -> None:
     async def main() -> None:
-        await run_pass(tools_for_bench(), Workload(workload_name, frames, burst), variant)
+        await run_pass(tools_for_bench(), Workload(workload_name, frames, burst), variant, sessions=sessions)
 
     run(main)
 
@@ -313,16 +338,17 @@ def callgrind_total(arguments: list[str]) -> int:
     raise RuntimeError("no totals in callgrind's output")
 
 
-def instructions_per_frame(workload: str, frames: int, burst: int, variant: str) -> float:
+def instructions_per_frame(workload: str, frames: int, burst: int, variant: str, sessions: int = 1) -> float:
     """Instructions per frame of `variant`, from two callgrind runs (`frames` and twice that)."""
-    common = ["--workload", workload, "--burst", str(burst), "--variant", variant]
+    common = ["--workload", workload, "--burst", str(burst), "--variant", variant, "--sessions", str(sessions)]
     small = callgrind_total([*common, "--frames", str(frames)])
     large = callgrind_total([*common, "--frames", str(2 * frames)])
-    return (large - small) / Workload(workload, frames, burst).frames
+    return (large - small) / (Workload(workload, frames, burst).frames * sessions)
 
 
 def shown(args: argparse.Namespace) -> str:
-    return f"flood, bursts of {args.burst}" if args.workload == "flood" else "realtime, one frame per read"
+    kind = f"flood, bursts of {args.burst}" if args.workload == "flood" else "realtime, one frame per read"
+    return kind + (f", {args.sessions} sessions read in each turn" if args.sessions > 1 else "")
 
 
 def main() -> int:
@@ -330,6 +356,8 @@ def main() -> int:
     parser.add_argument("--workload", choices=("flood", "realtime"), default="flood")
     parser.add_argument("--frames", type=int, default=100_000)
     parser.add_argument("--burst", type=int, default=16, help="frames per read (flood)")
+    parser.add_argument("--sessions", type=int, default=1,
+                        help="sessions at once, one read each per turn of the event loop (--frames: each)")
     parser.add_argument("--variant", choices=("relay", "bare"), help="--once: which to run (default relay); "
                         "--callgrind: only this one (default both)")
     parser.add_argument("--once", action="store_true", help="one pass of --variant, nothing printed")
@@ -338,13 +366,13 @@ def main() -> int:
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args()
     if args.once:
-        once(args.workload, args.frames, args.burst, args.variant or "relay")
+        once(args.workload, args.frames, args.burst, args.variant or "relay", args.sessions)
         return 0
     if args.callgrind:
-        figures: dict[str, Any] = {"workload": args.workload, "burst": args.burst}
+        figures: dict[str, Any] = {"workload": args.workload, "burst": args.burst, "sessions": args.sessions}
         for variant in (args.variant,) if args.variant else ("relay", "bare"):
             figures[f"{variant}_instructions_per_frame"] = instructions_per_frame(args.workload, args.frames,
-                                                                                  args.burst, variant)
+                                                                                  args.burst, variant, args.sessions)
         print(f"instructions per frame ({shown(args)}): " + ", ".join(
             f"{variant} {figures[f'{variant}_instructions_per_frame']:,.0f}" for variant in ("relay", "bare")
             if f"{variant}_instructions_per_frame" in figures))
@@ -354,7 +382,7 @@ def main() -> int:
             print(f"the relay adds {figures['relay_added_instructions_per_frame']:,.0f} instructions per frame "
                   "to picows' own forwarding")
     else:
-        figures = measure(args.workload, args.frames, args.burst)
+        figures = measure(args.workload, args.frames, args.burst, args.sessions)
         print(f"CPU per frame on picows, without sockets ({shown(args)}): relay "
               f"{figures['relay_us_per_frame']:.2f} us, bare picows {figures['bare_us_per_frame']:.2f} us "
               f"(the relay adds {figures['relay_added_us_per_frame']:.2f} us)")
