@@ -6,14 +6,17 @@ and binary as binary; a closed connection raises TransportClosed."""
 
 from __future__ import annotations
 
+import gc
 import json
+import logging
+import weakref
 
 import anyio
 import pytest
 from websockets.asyncio.client import connect
 from websockets.asyncio.server import ServerConnection, serve
 
-from relay.session.transport import FrameQueue, TransportClosed
+from relay.session.transport import FlushRound, FrameQueue, TransportClosed, flush_round
 from relay.transports.websockets import WebsocketsTransport
 from tests.support.clients import TIMEOUT
 from tests.support.processes import TEST_LOOP
@@ -105,6 +108,61 @@ async def test_a_flush_takes_a_bounded_batch_oldest_first_and_leaves_the_rest() 
             assert queue.take_unsent(12) == []
             queue.put("last")
     assert got == [["last"]]
+
+
+class CallbacksHeld:
+    """An event loop's `call_soon`, held: the test runs the callbacks when it chooses."""
+
+    def __init__(self) -> None:
+        self.callbacks: list[object] = []
+
+    def call_soon(self, callback, *args):  # type: ignore[no-untyped-def]
+        self.callbacks.append(callback)
+
+    def run(self) -> None:
+        callbacks, self.callbacks = self.callbacks, []
+        for callback in callbacks:
+            callback()   # type: ignore[operator]
+
+
+class Flushed:
+    def __init__(self, name: str, log: list[str], fails: bool = False) -> None:
+        self.name, self.log, self.fails = name, log, fails
+
+    def scheduled_flush(self, queue: FrameQueue) -> None:
+        self.log.append(self.name)
+        if self.fails:
+            raise RuntimeError("broken transport")
+
+
+def test_flushes_asked_for_in_one_turn_run_in_one_callback_in_their_order(
+        caplog: pytest.LogCaptureFixture) -> None:
+    loop = CallbacksHeld()
+    flushes = FlushRound(loop)   # type: ignore[arg-type]
+    done: list[str] = []
+    queue = FrameQueue(1000)
+    for name in ("first", "broken", "third"):
+        flushes.add(Flushed(name, done, fails=name == "broken"), queue)
+    assert len(loop.callbacks) == 1 and done == []   # asked for, not made yet
+    with caplog.at_level(logging.ERROR, logger="relay.session"):
+        loop.run()
+    assert done == ["first", "broken", "third"]   # one that fails does not stop the others
+    assert "a scheduled flush failed" in caplog.text and "broken transport" in caplog.text
+    flushes.add(Flushed("next turn", done), queue)
+    assert len(loop.callbacks) == 1   # a new turn, a new callback
+    loop.run()
+    assert done[-1] == "next turn"
+
+
+def test_each_loop_has_one_flush_round_that_does_not_keep_it_alive() -> None:
+    first, second = CallbacksHeld(), CallbacksHeld()
+    assert flush_round(first) is flush_round(first)   # type: ignore[arg-type]
+    assert flush_round(first) is not flush_round(second)   # type: ignore[arg-type]
+    kept, gone = flush_round(first), weakref.ref(first)   # type: ignore[arg-type]
+    del first
+    gc.collect()
+    assert gone() is None   # neither the round nor the table of rounds kept the loop
+    kept.add(Flushed("late", []), FrameQueue(10))   # its loop is gone: nothing to schedule on, no error
 
 
 async def _with_echo_server(check) -> list[str | bytes]:  # type: ignore[no-untyped-def]

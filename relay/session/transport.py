@@ -22,11 +22,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import weakref
 from collections import deque
 from typing import Awaitable, Callable, Protocol, Sequence
 
 from relay.errors import RelayError
 from relay.session.http import Answer, Request
+
+log = logging.getLogger("relay.session")
 
 Frame = str | bytes
 Express = Callable[[Frame, bool], bool]
@@ -165,6 +168,57 @@ class FrameQueue:
             self._waiter = asyncio.get_running_loop().create_future()
             await self._waiter
         return self.take_batch(max_bytes)
+
+
+class SoonFlushed(Protocol):
+    """A transport whose `flush_soon` a `FlushRound` carries out."""
+
+    def scheduled_flush(self, queue: FrameQueue) -> None:
+        """The flush asked for (`flush_soon`): it is due now."""
+
+
+class FlushRound:
+    """The `flush_soon`s asked for on one event loop, carried out together in one callback at the
+    loop's next turn. A flooded reader asks for one per read (its burst's safety net: the write
+    after its last frame covers it, should the burst stop short); one loop callback per read cost
+    more than the rest of the read's Python, so asking is an append, and one callback serves every
+    session that asked in the same turn. Flushes run in the order they were asked for; one that
+    fails is logged and the others still run, as separate callbacks would."""
+
+    __slots__ = ("_loop", "_pending", "__weakref__")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = weakref.ref(loop)   # the loop keeps its round (in _ROUNDS), not the other way
+        self._pending: list[tuple[SoonFlushed, FrameQueue]] = []
+
+    def add(self, transport: SoonFlushed, queue: FrameQueue) -> None:
+        """`transport.scheduled_flush(queue)` at the loop's next turn (the caller asks once per
+        pending flush: its own flag)."""
+        pending = self._pending
+        pending.append((transport, queue))
+        if len(pending) == 1:
+            loop = self._loop()
+            if loop is not None:
+                loop.call_soon(self._run)
+
+    def _run(self) -> None:
+        pending, self._pending = self._pending, []
+        for transport, queue in pending:
+            try:
+                transport.scheduled_flush(queue)
+            except Exception:   # one transport's fault is not the others'
+                log.exception("a scheduled flush failed")
+
+
+_ROUNDS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, FlushRound] = weakref.WeakKeyDictionary()
+
+
+def flush_round(loop: asyncio.AbstractEventLoop) -> FlushRound:
+    """The `FlushRound` of `loop` (one per loop, made on first use)."""
+    round_ = _ROUNDS.get(loop)
+    if round_ is None:
+        round_ = _ROUNDS[loop] = FlushRound(loop)
+    return round_
 
 
 class Transport(Protocol):

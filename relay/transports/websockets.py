@@ -50,11 +50,13 @@ from relay.session.transport import (
     ChooseSubprotocol,
     Decide,
     Express,
+    FlushRound,
     Frame,
     Handler,
     HandshakeFailed,
     InvalidURL,
     TransportClosed,
+    flush_round,
 )
 
 if TYPE_CHECKING:
@@ -98,7 +100,7 @@ class WebsocketsTransport:
     def __init__(self, connection: Connection) -> None:
         self.connection = connection
         self._flush_scheduled = False
-        self._loop: asyncio.AbstractEventLoop | None = None   # looked up once: each lookup is a system call
+        self._flush_round: FlushRound | None = None   # its loop's, looked up once (the loop lookup is a system call)
         read_in_smaller_chunks(connection)
 
     async def receive(self, deliver: Callable[[Frame], None], express: Express | None = None) -> None:
@@ -138,13 +140,14 @@ class WebsocketsTransport:
     def flush_soon(self, queue: FrameQueue) -> None:
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            if self._loop is None:
-                self._loop = asyncio.get_running_loop()
-            self._loop.call_soon(self._scheduled_flush, queue)
+            if self._flush_round is None:
+                self._flush_round = flush_round(asyncio.get_running_loop())
+            self._flush_round.add(self, queue)
 
-    def _scheduled_flush(self, queue: FrameQueue) -> None:
+    def scheduled_flush(self, queue: FrameQueue) -> None:
         self._flush_scheduled = False
-        self.flush(queue)
+        if queue.frames:   # mostly not: the write after the burst's last frame took them
+            self.flush(queue)
 
     def flush(self, queue: FrameQueue) -> None:
         while self.writable():
