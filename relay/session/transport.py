@@ -185,7 +185,7 @@ class FlushRound:
     session that asked in the same turn. Flushes run in the order they were asked for; one that
     fails is logged and the others still run, as separate callbacks would."""
 
-    __slots__ = ("_loop", "_pending", "__weakref__")
+    __slots__ = ("_loop", "_pending")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = weakref.ref(loop)   # the loop keeps its round (in _ROUNDS), not the other way
