@@ -177,7 +177,9 @@ def test_a_changed_tool_replays_as_one_divergence_with_the_call_before_its_run(
     assert "changed: output of call_" in done.stdout and '+    "output": "rainy in example",' in done.stdout
     received = next(i for i, line in enumerate(lines) if "recv  call get_forecast(" in line)
     ran = next(i for i, line in enumerate(lines) if "run   get_forecast(" in line)
-    assert received < ran and lines[received].split()[0] == lines[ran].split()[0]   # the same instant
+    # the call is shown before its run, and the run no earlier (how much later depends on the
+    # machine that recorded the session: its handler started within a millisecond or two)
+    assert received < ran and float(lines[received].split()[0]) <= float(lines[ran].split()[0])
 
 
 def test_the_inspector_gives_the_sessions_length(tmp_path: Path) -> None:
