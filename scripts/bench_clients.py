@@ -86,6 +86,8 @@ async def close_all(connections: list[ClientConnection]) -> None:
 
 async def throughput(args: argparse.Namespace) -> dict[str, Any]:
     counts = [0] * args.sessions
+    cut_off = [False] * args.sessions   # closed by the proxy before the measurement ended
+    measured = False
     flowing = asyncio.Semaphore(0)
 
     async def count(index: int, connection: ClientConnection) -> None:
@@ -96,6 +98,7 @@ async def throughput(args: argparse.Namespace) -> dict[str, Any]:
                 counts[index] += 1
         except ConnectionClosed:
             pass
+        cut_off[index] = not measured
 
     async with asyncio.TaskGroup() as group:
         connections = await connect_all(session_url(args.url, mode="flood"), args.sessions, count, group)
@@ -107,11 +110,13 @@ async def throughput(args: argparse.Namespace) -> dict[str, Any]:
         start, before = time.perf_counter(), list(counts)
         await asyncio.sleep(args.seconds)
         elapsed, after = time.perf_counter() - start, list(counts)
+        measured = True
         emit("measured")
         await close_all(connections)
     per_session = [(a - b) / elapsed for a, b in zip(after, before)]
     return {"sessions": args.sessions, "seconds": elapsed, "events_per_s": sum(per_session),
-            "slowest_session_events_per_s": min(per_session), "fastest_session_events_per_s": max(per_session)}
+            "slowest_session_events_per_s": min(per_session), "fastest_session_events_per_s": max(per_session),
+            "sessions_cut_off": sum(cut_off)}
 
 
 async def realtime(args: argparse.Namespace) -> dict[str, Any]:

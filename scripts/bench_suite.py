@@ -386,7 +386,13 @@ def throughput(services: dict[str, Service], plan: Plan) -> list[dict[str, Any]]
             for path in figures:
                 if path != "direct":
                     # CPU time per forwarded event: steadier than events/s when other work shares the machine
-                    figures[path]["cpu_us_per_event"] = figures[path]["cpu_percent"] * 1e4 / figures[path]["events_per_s"]
+                    events = figures[path]["events_per_s"]
+                    figures[path]["cpu_us_per_event"] = (figures[path]["cpu_percent"] * 1e4 / events if events
+                                                         else float("inf"))
+                if figures[path].get("sessions_cut_off"):
+                    report(f"throughput {sessions:>3} sessions, round {number + 1}: {path} closed "
+                           f"{figures[path]['sessions_cut_off']} of them before the measurement ended (a client "
+                           "that falls behind by the queue's limit is cut off); the round counts what came before")
             figures["relay_vs_raw"] = figures["relay"]["events_per_s"] / figures["raw"]["events_per_s"]
             figures["relay_vs_raw_batched"] = figures["relay"]["events_per_s"] / figures["raw_batched"]["events_per_s"]
             figures["relay_fast_vs_relay_cpu"] = (figures["relay_fast"]["cpu_us_per_event"]
