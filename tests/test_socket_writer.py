@@ -129,7 +129,7 @@ class Flushed:
     def __init__(self, name: str, log: list[str], fails: bool = False) -> None:
         self.name, self.log, self.fails = name, log, fails
 
-    def scheduled_flush(self, queue: FrameQueue) -> None:
+    def flush(self, queue: FrameQueue) -> None:
         self.log.append(self.name)
         if self.fails:
             raise RuntimeError("broken transport")
@@ -141,6 +141,7 @@ def test_flushes_asked_for_in_one_turn_run_in_one_callback_in_their_order(
     flushes = FlushRound(loop)   # type: ignore[arg-type]
     done: list[str] = []
     queue = FrameQueue(1000)
+    queue.put("waiting", wake=False)   # a flush is made only for a queue that still holds frames
     for name in ("first", "broken", "third"):
         flushes.add(Flushed(name, done, fails=name == "broken"), queue)
     assert len(loop.callbacks) == 1 and done == []   # asked for, not made yet
@@ -152,6 +153,22 @@ def test_flushes_asked_for_in_one_turn_run_in_one_callback_in_their_order(
     assert len(loop.callbacks) == 1   # a new turn, a new callback
     loop.run()
     assert done[-1] == "next turn"
+
+
+def test_a_transport_asked_twice_in_a_turn_flushes_once_and_not_at_all_once_its_queue_is_empty() -> None:
+    loop = CallbacksHeld()
+    flushes = FlushRound(loop)   # type: ignore[arg-type]
+    done: list[str] = []
+    twice, emptied = Flushed("twice", done), Flushed("emptied", done)
+    waiting, taken = FrameQueue(1000), FrameQueue(1000)
+    waiting.put("frame", wake=False)
+    taken.put("frame", wake=False)
+    flushes.add(twice, waiting)
+    flushes.add(emptied, taken)
+    flushes.add(twice, waiting)
+    taken.take_batch()   # the write after the burst's last frame took it before the turn came
+    loop.run()
+    assert done == ["twice"]
 
 
 def test_each_loop_has_one_flush_round_that_does_not_keep_it_alive() -> None:

@@ -152,15 +152,7 @@ class FrameQueue:
     def take_unsent(self, max_bytes: int = BATCH_BYTES) -> list[Frame]:
         """What a `flush` writes: `take_batch` while the writer task sleeps; nothing while it is
         awake (it sends what waits itself, after the batch it holds)."""
-        if self._waiter is None:
-            return []
-        if self.size <= max_bytes:   # `take_batch`'s common case inline: it runs once per read
-            frames = self.frames
-            batch = list(frames)
-            frames.clear()
-            self.size = 0
-            return batch
-        return self.take_batch(max_bytes)
+        return self.take_batch(max_bytes) if self._waiter is not None else []
 
     async def get_batch(self, max_bytes: int = BATCH_BYTES) -> list[Frame]:
         """`take_batch`, once there is something to take (the writer task's wait)."""
@@ -170,44 +162,47 @@ class FrameQueue:
         return self.take_batch(max_bytes)
 
 
-class SoonFlushed(Protocol):
-    """A transport whose `flush_soon` a `FlushRound` carries out."""
+class Flushable(Protocol):
+    """What a `FlushRound` flushes: a transport (its `Transport.flush`)."""
 
-    def scheduled_flush(self, queue: FrameQueue) -> None:
-        """The flush asked for (`flush_soon`): it is due now."""
+    def flush(self, queue: FrameQueue) -> None: ...
 
 
 class FlushRound:
     """The `flush_soon`s asked for on one event loop, carried out together in one callback at the
     loop's next turn. A flooded reader asks for one per read (its burst's safety net: the write
     after its last frame covers it, should the burst stop short); one loop callback per read cost
-    more than the rest of the read's Python, so asking is an append, and one callback serves every
-    session that asked in the same turn. Flushes run in the order they were asked for; one that
-    fails is logged and the others still run, as separate callbacks would."""
+    more than the rest of the read's Python, so asking is a dict insert, and one callback serves
+    every session that asked in the same turn. A transport has one flush pending at most (asked
+    again before it runs: nothing more); they run in the order they were asked for, each only if
+    its queue still holds frames; one that fails is logged and the others still run, as separate
+    callbacks would."""
 
     __slots__ = ("_loop", "_pending")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = weakref.ref(loop)   # the loop keeps its round (in _ROUNDS), not the other way
-        self._pending: list[tuple[SoonFlushed, FrameQueue]] = []
+        self._pending: dict[Flushable, FrameQueue] = {}
 
-    def add(self, transport: SoonFlushed, queue: FrameQueue) -> None:
-        """`transport.scheduled_flush(queue)` at the loop's next turn (the caller asks once per
-        pending flush: its own flag)."""
+    def add(self, transport: Flushable, queue: FrameQueue) -> None:
+        """`transport.flush(queue)` at the loop's next turn, unless one is pending already."""
         pending = self._pending
-        pending.append((transport, queue))
+        if transport in pending:
+            return
+        pending[transport] = queue
         if len(pending) == 1:
             loop = self._loop()
             if loop is not None:
                 loop.call_soon(self._run)
 
     def _run(self) -> None:
-        pending, self._pending = self._pending, []
-        for transport, queue in pending:
-            try:
-                transport.scheduled_flush(queue)
-            except Exception:   # one transport's fault is not the others'
-                log.exception("a scheduled flush failed")
+        pending, self._pending = self._pending, {}
+        for transport, queue in pending.items():
+            if queue.frames:   # mostly not: the write after the burst's last frame took them
+                try:
+                    transport.flush(queue)
+                except Exception:   # one transport's fault is not the others'
+                    log.exception("a scheduled flush failed")
 
 
 _ROUNDS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, FlushRound] = weakref.WeakKeyDictionary()

@@ -130,7 +130,7 @@ class PicowsTransport(WSListener):
 
     __slots__ = ("ws", "server_side", "max_message_bytes", "on_open", "_loop", "_deliver", "_waiting",
                  "_express", "_reading_paused", "_more", "_message_type", "_fragments", "_message_bytes", "_paused",
-                 "_resumed", "_receiving", "_failure", "_disconnected", "_flush_scheduled", "_flush_round", "_close_timer",
+                 "_resumed", "_receiving", "_failure", "_disconnected", "_flush_round", "_close_timer",
                  "_reader", "_reader_context")
 
     def __init__(self, *, server_side: bool, max_message_bytes: int) -> None:
@@ -153,7 +153,6 @@ class PicowsTransport(WSListener):
         self._receiving: asyncio.Future[None] | None = None
         self._failure: BaseException | None = None   # what `deliver` raised
         self._disconnected: asyncio.Future[TransportClosed] = self._loop.create_future()
-        self._flush_scheduled = False
         self._flush_round = flush_round(self._loop)   # where `flush_soon` asks
         self._close_timer: asyncio.TimerHandle | None = None
         self._reader: asyncio.Task[Any] | None = None   # the task in `receive`
@@ -370,14 +369,7 @@ class PicowsTransport(WSListener):
             queue.wake()   # paused or closing: the writer task waits for the socket
 
     def flush_soon(self, queue: FrameQueue) -> None:
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self._flush_round.add(self, queue)
-
-    def scheduled_flush(self, queue: FrameQueue) -> None:
-        self._flush_scheduled = False
-        if queue.frames:   # mostly not: the write after the burst's last frame took them
-            self.flush(queue)
+        self._flush_round.add(self, queue)
 
     async def send(self, frames: Sequence[Frame]) -> None:
         while not self._writable():

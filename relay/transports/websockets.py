@@ -99,7 +99,6 @@ class WebsocketsTransport:
 
     def __init__(self, connection: Connection) -> None:
         self.connection = connection
-        self._flush_scheduled = False
         self._flush_round: FlushRound | None = None   # its loop's, looked up once (the loop lookup is a system call)
         read_in_smaller_chunks(connection)
 
@@ -138,16 +137,9 @@ class WebsocketsTransport:
             and not connection.transport.is_closing()
 
     def flush_soon(self, queue: FrameQueue) -> None:
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            if self._flush_round is None:
-                self._flush_round = flush_round(asyncio.get_running_loop())
-            self._flush_round.add(self, queue)
-
-    def scheduled_flush(self, queue: FrameQueue) -> None:
-        self._flush_scheduled = False
-        if queue.frames:   # mostly not: the write after the burst's last frame took them
-            self.flush(queue)
+        if self._flush_round is None:
+            self._flush_round = flush_round(asyncio.get_running_loop())
+        self._flush_round.add(self, queue)
 
     def flush(self, queue: FrameQueue) -> None:
         while self.writable():
