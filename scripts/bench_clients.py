@@ -8,6 +8,7 @@ the upstream directly, at the raw pass-through proxy or at the relay (the URL sa
     realtime --url U --control C --sessions N --warmup W --seconds S
         N sessions that each send 50 stamped input_audio_buffer.append/s while the upstream sends
         them 50 stamped output deltas/s; one-way latency of both directions over S seconds after W.
+        These sessions are picows connections (scripts/bench_timed.py: a cheaper load generator).
     tool --url U --control C --calls K --tool NAME
         one session through the relay while the upstream makes K calls of NAME; the turnarounds.
     idle --url U --sessions N --expect-frames F
@@ -38,7 +39,10 @@ from urllib.parse import urlencode
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from bench_frames import CLOSE_TIMEOUT, MAX_FRAME_BYTES, exchange_timed_audio, input_append, latency_summary
+from picows import ws_connect
+
+from bench_frames import CLOSE_TIMEOUT, MAX_FRAME_BYTES, input_append, latency_summary
+from bench_timed import TimedAudio
 
 CONNECT_CONCURRENCY = 50   # under the listen backlog of the servers (asyncio's default is 100)
 
@@ -125,24 +129,32 @@ async def realtime(args: argparse.Namespace) -> dict[str, Any]:
     latencies: list[int] = []
     lags: list[int] = []
     flowing = asyncio.Semaphore(0)
+    url = session_url(args.url, mode="realtime", trial=trial)
+    gate = asyncio.Semaphore(CONNECT_CONCURRENCY)
 
-    async def run_session(index: int, connection: ClientConnection) -> None:
-        await exchange_timed_audio(connection, input_append, stamps=stamps, latencies=latencies, lags=lags,
-                                   on_first_frame=flowing.release)
+    async def open_one() -> TimedAudio:
+        async with gate:
+            _, session = await ws_connect(
+                lambda: TimedAudio(input_append, stamps=stamps, latencies=latencies, lags=lags,
+                                   on_first_frame=flowing.release),
+                url, websocket_handshake_timeout=60, max_frame_size=MAX_FRAME_BYTES)
+        return session   # type: ignore[return-value]
 
-    async with asyncio.TaskGroup() as group:
-        url = session_url(args.url, mode="realtime", trial=trial)
-        connections = await connect_all(url, args.sessions, run_session, group)
-        await all_released(flowing, args.sessions)
-        await asyncio.sleep(args.warmup)
-        emit("measuring")
-        since = time.monotonic_ns()
-        lags_from = len(lags)
-        await asyncio.sleep(args.seconds)
-        until = time.monotonic_ns()
-        emit("measured")
-        window_lags = lags[lags_from:]
-        await close_all(connections)
+    async with asyncio.TaskGroup() as opening:
+        opened = [opening.create_task(open_one()) for _ in range(args.sessions)]
+    sessions = [task.result() for task in opened]
+    await all_released(flowing, args.sessions)
+    await asyncio.sleep(args.warmup)
+    emit("measuring")
+    since = time.monotonic_ns()
+    lags_from = len(lags)
+    await asyncio.sleep(args.seconds)
+    until = time.monotonic_ns()
+    emit("measured")
+    window_lags = lags[lags_from:]
+    async with asyncio.TaskGroup() as closing:
+        for session in sessions:
+            closing.create_task(session.close(CLOSE_TIMEOUT))
     upstream = await control(args.control, trial, since, until)
     down = [latency for stamp, latency in zip(stamps, latencies) if since <= stamp <= until]
     up = upstream["latencies_ns"]

@@ -113,10 +113,16 @@ async def exchange_timed_audio(connection: Connection, make_frame: Callable[[int
 def serve_announcing(handler: Callable[[ServerConnection], Awaitable[None]], port: int, **options: Any) -> None:
     """Serve WebSockets on 127.0.0.1 with the settings every path shares, print the URL on the
     first line of stdout (how the orchestrator finds the port), and run until terminated."""
+    run_announcing(lambda: serve(handler, "127.0.0.1", port, compression=None, max_size=MAX_FRAME_BYTES,
+                                 close_timeout=CLOSE_TIMEOUT, **options))
+
+
+def run_announcing(open_server: Callable[[], Awaitable[Any]]) -> None:
+    """Run the server `open_server` opens (websockets' or asyncio's: either closes as a context
+    manager), printing its URL first, until terminated."""
 
     async def main() -> None:
-        async with serve(handler, "127.0.0.1", port, compression=None, max_size=MAX_FRAME_BYTES,
-                         close_timeout=CLOSE_TIMEOUT, **options) as server:
+        async with await open_server() as server:
             bound = next(iter(server.sockets)).getsockname()[1]
             print(f"ws://127.0.0.1:{bound}/v1/realtime", flush=True)
             await server.serve_forever()

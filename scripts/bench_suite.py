@@ -32,7 +32,7 @@ client of /inspector/feed, scripts/bench_clients.py watch), round after round: t
 per event, and the added latency of realtime audio; each as a ratio to (or difference from) the
 relay without the inspector, in the same round.
 
-Usage: scripts/bench [--quick] [--rounds N] [--json FILE] [--inspector]
+Usage: scripts/bench [--quick] [--rounds N] [--json FILE] [--only SCENARIO ...] [--inspector]
 """
 
 from __future__ import annotations
@@ -69,6 +69,8 @@ PYTHON = sys.executable
 PROXIES = ("raw", "relay", "relay_fast", "haproxy")
 """The proxies every scenario compares (haproxy: where it is installed)."""
 PATHS = ("direct", *PROXIES)
+SCENARIOS = ("memory", "realtime", "throughput", "tools", "replay")
+"""What a full run measures, in order (`--only` picks some)."""
 # throughput also measures the raw proxy given the relay's reads and writes (--coalesce), so that
 # the relay's own cost shows apart from what those save
 THROUGHPUT_PATHS = ("direct", "raw", "raw_batched", "relay", "relay_fast", "haproxy")
@@ -201,9 +203,20 @@ def _relay_url(line: str) -> str | None:
     return record.get("url") if isinstance(record, dict) and record.get("msg", "").startswith("listening on") else None
 
 
-def start_upstream(services: dict[str, Service]) -> None:
+def start_upstream(services: dict[str, Service], *, timed: bool = True) -> None:
+    """The upstream; with `timed`, beside it the realtime scenario's on picows (`upstream_timed`:
+    scripts/bench_timed.py says why)."""
     services["upstream"] = start_service("upstream", [PYTHON, str(SCRIPTS / "bench_upstream.py")], _plain_url,
                                          from_stderr=False)
+    if timed:
+        services["upstream_timed"] = start_service(
+            "upstream (picows, timed audio)", [PYTHON, str(SCRIPTS / "bench_upstream.py"), "--transport", "picows"],
+            _plain_url, from_stderr=False)
+
+
+def upstream_for(services: dict[str, Service], mode: str) -> Service:
+    """The upstream a trial of `mode` runs against: the timed one for realtime, where it runs."""
+    return services["upstream_timed"] if mode == "realtime" and "upstream_timed" in services else services["upstream"]
 
 
 def start_haproxy(upstream_url: str) -> Service | None:
@@ -232,15 +245,16 @@ def start_haproxy(upstream_url: str) -> Service | None:
     raise RuntimeError("haproxy did not listen:\n" + "\n".join(service.log_tail))
 
 
-def fresh_proxies(services: dict[str, Service]) -> None:
+def fresh_proxies(services: dict[str, Service], mode: str = "throughput") -> None:
     """(Re)start the proxies, so a scenario's RSS figures do not carry the heap another scenario
     grew (Python seldom gives memory back), and record each one's RSS with no session after one
     session has come and gone (lazy imports and first-use allocations are then not counted).
-    `services` is filled as they start, so a failure leaves the started ones there to be stopped."""
+    `services` is filled as they start, so a failure leaves the started ones there to be stopped.
+    The proxies forward to the upstream of the trials of `mode` (`upstream_for`)."""
     for path in ("raw", "raw_batched", "relay", "relay_fast", "haproxy"):
         if path in services:
             services.pop(path).stop()
-    upstream = services["upstream"].url
+    upstream = upstream_for(services, mode).url
     raw_command = [PYTHON, str(SCRIPTS / "bench_rawproxy.py"), "--upstream", upstream.removesuffix("/v1/realtime")]
     services["raw"] = start_service("raw proxy", raw_command, _plain_url, from_stderr=False)
     services["raw_batched"] = start_service("raw proxy (coalescing)", [*raw_command, "--coalesce"], _plain_url,
@@ -255,7 +269,7 @@ def fresh_proxies(services: dict[str, Service]) -> None:
         services["haproxy"] = haproxy
     for path, frames in IDLE_FRAMES.items():
         if path in services:
-            run_clients("idle", services[path].url, services, sessions=1, expect_frames=frames)
+            run_clients("idle", services[path].url, services, sessions=1, expect_frames=frames, upstream_of=mode)
             services[path].idle_rss_mb = services[path].rss_bytes() / 2**20
 
 
@@ -279,10 +293,11 @@ def start_relay(services: dict[str, Service], name: str, *extra: str) -> None:
 
 
 def run_clients(mode: str, url: str, services: dict[str, Service], *, on_event: Callable[[str], None] | None = None,
-                **options: Any) -> dict[str, Any]:
-    """Run one trial's client process; `on_event` sees its progress lines (`measuring`, `ready`...)."""
-    command = [PYTHON, str(SCRIPTS / "bench_clients.py"), mode, "--url", url,
-               "--control", services["upstream"].url.replace("/v1/realtime", "/control")]
+                upstream_of: str | None = None, **options: Any) -> dict[str, Any]:
+    """Run one trial's client process; `on_event` sees its progress lines (`measuring`, `ready`...).
+    Its upstream (whose /control it asks) is `mode`'s, or `upstream_of`'s when given."""
+    control = upstream_for(services, upstream_of or mode).url.replace("/v1/realtime", "/control")
+    command = [PYTHON, str(SCRIPTS / "bench_clients.py"), mode, "--url", url, "--control", control]
     for name, value in options.items():
         command += [f"--{name.replace('_', '-')}", str(value)]
     process = subprocess.Popen(command, cwd=ROOT, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -309,8 +324,8 @@ def run_clients(mode: str, url: str, services: dict[str, Service], *, on_event: 
     raise RuntimeError(f"clients ({mode} via {url}) exited with status {process.returncode}\n{tails}")
 
 
-def path_url(services: dict[str, Service], path: str) -> str:
-    return services["upstream" if path == "direct" else path].url
+def path_url(services: dict[str, Service], path: str, mode: str) -> str:
+    return upstream_for(services, mode).url if path == "direct" else services[path].url
 
 
 class Sampler:
@@ -358,7 +373,7 @@ def trial_round(mode: str, services: dict[str, Service], paths: tuple[str, ...] 
         if path != "direct" and path not in services:
             continue   # haproxy, where it is not installed
         sampler = Sampler(services.get(path))
-        result = run_clients(mode, path_url(services, path), services, on_event=sampler, **options)
+        result = run_clients(mode, path_url(services, path, mode), services, on_event=sampler, **options)
         del result["sessions"]
         results[path] = {**result, **sampler.figures}
     return results
@@ -435,6 +450,9 @@ def realtime_step(services: dict[str, Service], plan: Plan, sessions: int, climb
         figures["rss_kb_per_session"] = (figures["rss_mb"] - services[path].idle_rss_mb) * 1024 / sessions
         # a path that cannot deliver the frames does not hold the sessions, whatever its latency
         figures["within_bound"] = figures["added_p99_ms"] < LATENCY_BOUND_MS and figures["delivered_ratio"] >= 0.95
+        # CPU time per forwarded frame at this pace (50 frames/s each way per session): how many
+        # sessions a core holds, whatever else shares the machine
+        figures["cpu_us_per_event"] = figures["cpu_percent"] * 1e4 / (sessions * 100 * figures["delivered_ratio"])
     return step
 
 
@@ -457,9 +475,12 @@ def realtime(services: dict[str, Service], plan: Plan) -> dict[str, Any]:
         report(f"realtime {sessions:>4} sessions, added p50/p99: " + ", ".join(
             f"{path} {step[path]['added_p50_ms']:.2f}/{step[path]['added_p99_ms']:.2f} ms" for path in paths if path in step)
             + f" (direct p99 {step['direct']['latency']['p99_ms']:.2f} ms); CPU " + ", ".join(
-            f"{path} {step[path]['cpu_percent']:.0f}%" for path in paths if path in step))
+            f"{path} {step[path]['cpu_percent']:.0f}% ({step[path]['cpu_us_per_event']:.1f} us/event)"
+            for path in paths if path in step))
         steps.append(step)
-        climbing = tuple(path for path in climbing if path in step and step[path]["within_bound"])
+        # those within the bound at this step climb on (up to 100 every proxy runs: a burst of
+        # other work on the machine failing one of the small steps does not stop a proxy's climb)
+        climbing = tuple(path for path in paths if path in step and step[path]["within_bound"])
     # held: the most sessions within the bound on the ladder (a passing-by burst of other work on
     # the machine can fail one step below it); first failure: the next step above that
     held = {path: max([s["sessions"] for s in steps if path in s and s[path]["within_bound"]], default=0)
@@ -480,7 +501,12 @@ def realtime(services: dict[str, Service], plan: Plan) -> dict[str, Any]:
             report(f"realtime {middle:>4} sessions, {path} alone: added p99 {step[path]['added_p99_ms']:.2f} ms "
                    f"({'within' if step[path]['within_bound'] else 'over'} the bound)")
             refinements.append({"proxy": path, **step})
-    return {"bound_ms": LATENCY_BOUND_MS, "steps": steps, "refinements": refinements,
+    at_100 = next((step for step in steps if step["sessions"] == 100), {})
+    return {"bound_ms": LATENCY_BOUND_MS, "upstream": upstream_for(services, "realtime").name,
+            "steps": steps, "refinements": refinements,
+            # at 100 sessions, where every proxy runs: the CPU a forwarded frame costs, as ratios
+            "cpu_per_event_at_100": {f"{path}_vs_relay": at_100[path]["cpu_us_per_event"] / at_100["relay"]["cpu_us_per_event"]
+                                     for path in paths if path in at_100 and "relay" in at_100},
             "max_sessions_within_bound": held,
             "relay_vs_raw_sessions": held["relay"] / held["raw"] if held["raw"] else None,
             "relay_fast_vs_relay_sessions": held["relay_fast"] / held["relay"] if held["relay"] else None,
@@ -657,31 +683,50 @@ def throughput_ratio(figures: dict[str, Any], sessions: int, name: str) -> float
 
 
 def targets(figures: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The issue's targets beside this run's figures (reported, never enforced)."""
-    at_100 = next((s for s in figures["realtime"]["steps"] if s["sessions"] == 100), None)
-    checks = {
-        "throughput_relay_vs_raw_min": (min(s["relay_vs_raw"] for s in figures["throughput"]), ">=", 0.9),
-        "realtime_added_p99_relay_minus_raw_ms_at_100": (
-            at_100["relay_minus_raw_added_p99_ms"] if at_100 else None, "<=", 2.0),
-        "realtime_sessions_relay_vs_raw": (figures["realtime"]["relay_vs_raw_sessions"], ">=", 0.9),
-        "tool_turnaround_p99_ms_async": (figures["tool_turnaround"]["async_handler"]["p99_ms"], "<", 2.0),
-        "tool_turnaround_p99_ms_sync": (figures["tool_turnaround"]["sync_handler"]["p99_ms"], "<", 2.0),
-        "idle_session_kb": (figures["memory"]["relay"]["kb_per_session"], "<", 100.0),
-        # issue 26: the relay on picows against HAProxy, and against itself on websockets
-        "cpu_per_event_relay_fast_vs_haproxy_at_10": (throughput_ratio(figures, 10, "relay_fast_vs_haproxy_cpu"), "<=", 1.5),
-        "cpu_per_event_relay_fast_vs_haproxy_at_100": (throughput_ratio(figures, 100, "relay_fast_vs_haproxy_cpu"), "<=", 1.5),
-        "throughput_relay_fast_vs_haproxy_min": (min((ratio for ratio in (
-            throughput_ratio(figures, sessions, "relay_fast_vs_haproxy_events") for sessions in (10, 100))
-            if ratio is not None), default=None), ">=", 0.85),
-        "realtime_sessions_relay_fast_vs_relay": (figures["realtime"]["relay_fast_vs_relay_sessions"], ">=", 3.0),
-        "idle_session_kb_relay_fast_vs_relay": (figures["memory"]["relay_fast_vs_relay"], "<=", 1.0),
-    }
+    """The issue's targets beside this run's figures (reported, never enforced); a target whose
+    figure was not measured (its scenario did not run: `--only`) is None."""
     results = {}
-    for name, (value, op, target) in checks.items():
+    for name, (figure, op, target) in target_checks(figures).items():
+        value = measured(figure)
         met = None if value is None else (value >= target if op == ">=" else
                                                             value <= target if op == "<=" else value < target)
         results[name] = {"value": value, "target": f"{op} {target}", "met": met}
     return results
+
+
+def measured(figure: Callable[[], float | None]) -> float | None:
+    """`figure()`, or None when what it reads was not measured."""
+    try:
+        return figure()
+    except (KeyError, StopIteration):
+        return None
+
+
+def target_checks(figures: dict[str, Any]) -> dict[str, tuple[Callable[[], float | None], str, float]]:
+    """Each target: how to read its figure from `figures`, the comparison, the bound."""
+    def at_100(name: str) -> float:
+        return next(s for s in figures["realtime"]["steps"] if s["sessions"] == 100)[name]
+
+    def fast_vs_haproxy_events() -> float | None:
+        return min((ratio for ratio in (throughput_ratio(figures, sessions, "relay_fast_vs_haproxy_events")
+                                        for sessions in (10, 100)) if ratio is not None), default=None)
+
+    return {
+        "throughput_relay_vs_raw_min": (lambda: min(s["relay_vs_raw"] for s in figures["throughput"]), ">=", 0.9),
+        "realtime_added_p99_relay_minus_raw_ms_at_100": (lambda: at_100("relay_minus_raw_added_p99_ms"), "<=", 2.0),
+        "realtime_sessions_relay_vs_raw": (lambda: figures["realtime"]["relay_vs_raw_sessions"], ">=", 0.9),
+        "tool_turnaround_p99_ms_async": (lambda: figures["tool_turnaround"]["async_handler"]["p99_ms"], "<", 2.0),
+        "tool_turnaround_p99_ms_sync": (lambda: figures["tool_turnaround"]["sync_handler"]["p99_ms"], "<", 2.0),
+        "idle_session_kb": (lambda: figures["memory"]["relay"]["kb_per_session"], "<", 100.0),
+        # issue 26: the relay on picows against HAProxy, and against itself on websockets
+        "cpu_per_event_relay_fast_vs_haproxy_at_10": (
+            lambda: throughput_ratio(figures, 10, "relay_fast_vs_haproxy_cpu"), "<=", 1.5),
+        "cpu_per_event_relay_fast_vs_haproxy_at_100": (
+            lambda: throughput_ratio(figures, 100, "relay_fast_vs_haproxy_cpu"), "<=", 1.5),
+        "throughput_relay_fast_vs_haproxy_min": (fast_vs_haproxy_events, ">=", 0.85),
+        "realtime_sessions_relay_fast_vs_relay": (lambda: figures["realtime"]["relay_fast_vs_relay_sessions"], ">=", 3.0),
+        "idle_session_kb_relay_fast_vs_relay": (lambda: figures["memory"]["relay_fast_vs_relay"], "<=", 1.0),
+    }
 
 
 def report(line: str) -> None:
@@ -694,6 +739,9 @@ def main() -> int:
     parser.add_argument("--json", metavar="FILE", help="write every figure to FILE")
     parser.add_argument("--inspector", action="store_true",
                         help="only what the live inspector costs: relay serve without it, with it, and watched")
+    parser.add_argument("--only", action="append", choices=SCENARIOS, metavar="SCENARIO",
+                        help="run this scenario alone (repeatable): " + ", ".join(SCENARIOS)
+                             + "; the targets of the others are then not measured")
     parser.add_argument("--rounds", type=int, metavar="N",
                         help="trials per path and session count, figures their medians (default 3; --quick 1)")
     args = parser.parse_args()
@@ -709,7 +757,7 @@ def main() -> int:
     services: dict[str, Service] = {}
     if args.inspector:
         try:
-            start_upstream(services)
+            start_upstream(services, timed=False)   # the inspector's relays are started on the first
             figures["inspector"] = inspector_cost(services, plan)
         finally:
             for service in reversed(services.values()):
@@ -720,26 +768,32 @@ def main() -> int:
         if args.json:
             Path(args.json).write_text(json.dumps(figures, indent=2))
         return 0
+    only = set(args.only or SCENARIOS)
     try:
-        start_upstream(services)
-        fresh_proxies(services)
-        figures["memory"] = memory(services, plan)
-        report(f"idle sessions ({plan.idle_sessions}), RSS per session: " + ", ".join(
-            f"{path} {figures['memory'][path]['kb_per_session']:.1f} KB" for path in proxies(services)))
-        fresh_proxies(services)
-        figures["realtime"] = realtime(services, plan)
-        fresh_proxies(services)
-        figures["throughput"] = throughput(services, plan)
-        # not on the relay that has just held 100 flooded sessions: as they close it is still
-        # reading what the upstream had already sent them (a few hundred ms of work, seen with
-        # py-spy), and a turnaround measured then would measure that instead
-        fresh_proxies(services)
-        figures["tool_turnaround"] = tool_turnaround(services, plan)
+        start_upstream(services, timed="realtime" in only)
+        if "memory" in only:
+            fresh_proxies(services)
+            figures["memory"] = memory(services, plan)
+            report(f"idle sessions ({plan.idle_sessions}), RSS per session: " + ", ".join(
+                f"{path} {figures['memory'][path]['kb_per_session']:.1f} KB" for path in proxies(services)))
+        if "realtime" in only:
+            fresh_proxies(services, "realtime")
+            figures["realtime"] = realtime(services, plan)
+        if "throughput" in only:
+            fresh_proxies(services)
+            figures["throughput"] = throughput(services, plan)
+        if "tools" in only:
+            # not on the relay that has just held 100 flooded sessions: as they close it is still
+            # reading what the upstream had already sent them (a few hundred ms of work, seen with
+            # py-spy), and a turnaround measured then would measure that instead
+            fresh_proxies(services)
+            figures["tool_turnaround"] = tool_turnaround(services, plan)
     finally:
         for service in reversed(services.values()):
             service.stop()
-    figures["replay"] = replay_speed(plan)
-    figures["relay_overhead"] = relay_overhead(plan)
+    if "replay" in only:
+        figures["replay"] = replay_speed(plan)
+        figures["relay_overhead"] = relay_overhead(plan)
     figures["targets"] = targets(figures)
     figures["machine"]["load_average_after"] = os.getloadavg()
     figures["seconds"] = time.monotonic() - started

@@ -22,7 +22,11 @@ A connection's query says what it does (the relay and the raw proxy pass the que
 "until_ns": b}` answers with (and forgets) trial T's latencies of frames stamped in [a, b], the
 sender's lag behind its 20 ms schedule, and the tool turnarounds.
 
-Usage: python scripts/bench_upstream.py [--port 0]   (prints its ws:// URL on the first line)
+`--transport picows` serves `mode=realtime`, `mode=idle` and `/control` alone, on picows (scripts/bench_timed.py):
+the realtime scenario's upstream, cheap enough that the proxies, not it, run out of CPU first.
+
+Usage: python scripts/bench_upstream.py [--port 0] [--transport websockets|picows]
+       (prints its ws:// URL on the first line)
 """
 
 from __future__ import annotations
@@ -37,13 +41,15 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable
 from urllib.parse import parse_qsl, urlsplit
 
+from picows import WSFrame, WSListener, WSMsgType, WSTransport, WSUpgradeRequest, ws_create_server
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench_frames import exchange_timed_audio, output_delta, serve_announcing  # noqa: E402
+from bench_frames import MAX_FRAME_BYTES, exchange_timed_audio, output_delta, run_announcing, serve_announcing  # noqa: E402
+from bench_timed import TimedAudio  # noqa: E402
 from tests.support.local_mock import LocalMock, model_call  # noqa: E402
 
 
@@ -167,10 +173,82 @@ async def handle(connection: ServerConnection) -> None:
     await mode(connection, query)
 
 
+# ---- on picows: the realtime scenario's upstream (scripts/bench_timed.py says why) ---------------
+
+class ControlListener(WSListener):
+    """`/control` on picows: each request answered as `control` answers it."""
+
+    def on_ws_frame(self, ws: WSTransport, frame: WSFrame) -> None:
+        if frame.msg_type is WSMsgType.TEXT:
+            request = json.loads(frame.get_payload_as_utf8_text())
+            trial = TRIALS.pop(request["trial"], Trial())
+            report = trial.report(request.get("since_ns", 0), request.get("until_ns", 2**63))
+            ws.send(WSMsgType.TEXT, json.dumps(report).encode())
+        elif frame.msg_type is WSMsgType.CLOSE:
+            ws.send_close(1000)
+            ws.disconnect()
+
+
+class IdleListener(WSListener):
+    """`mode=idle` on picows, as `idle` serves it: session.created, then the mock's answers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mock = LocalMock(seed=None)
+
+    def on_ws_connected(self, ws: WSTransport) -> None:
+        ws.send(WSMsgType.TEXT, frames(self.mock.connect())[0].encode())
+
+    def on_ws_frame(self, ws: WSTransport, frame: WSFrame) -> None:
+        if frame.msg_type is WSMsgType.TEXT:
+            for answer in frames(self.mock.receive(frame.get_payload_as_utf8_text())):
+                ws.send(WSMsgType.TEXT, answer.encode())
+        elif frame.msg_type is WSMsgType.CLOSE:
+            ws.send_close(1000)
+            ws.disconnect()
+
+
+class RefusingListener(WSListener):
+    """A mode this upstream does not serve: closed with 1008, as the websockets upstream does."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__()
+        self.reason = reason
+
+    def on_ws_connected(self, ws: WSTransport) -> None:
+        ws.send_close(1008, self.reason.encode())
+        ws.disconnect()
+
+
+def picows_listener(request: WSUpgradeRequest) -> WSListener:
+    target = urlsplit(request.path.decode() if isinstance(request.path, bytes) else request.path)
+    if target.path == "/control":
+        return ControlListener()
+    query = dict(parse_qsl(target.query))
+    if query.get("mode") == "idle":   # what the benchmark measures a proxy's idle RSS with
+        return IdleListener()
+    if query.get("mode") != "realtime":
+        return RefusingListener(f"mode {query.get('mode')!r} is served on websockets only")
+    trial = TRIALS.setdefault(query["trial"], Trial())
+    return TimedAudio(output_delta, stamps=trial.stamps, latencies=trial.latencies, lags=trial.lags,
+                      greeting=frames(LocalMock(seed=None).connect())[0])
+
+
+def serve_picows(port: int) -> None:
+    run_announcing(lambda: ws_create_server(picows_listener, "127.0.0.1", port, max_frame_size=MAX_FRAME_BYTES,
+                                            websocket_handshake_timeout=60, backlog=1024))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--port", type=int, default=0)
-    serve_announcing(handle, parser.parse_args().port, backlog=1024)
+    parser.add_argument("--transport", choices=("websockets", "picows"), default="websockets",
+                        help="picows: mode=realtime, mode=idle and /control only, at a fraction of the CPU")
+    args = parser.parse_args()
+    if args.transport == "picows":
+        serve_picows(args.port)
+    else:
+        serve_announcing(handle, args.port, backlog=1024)
 
 
 if __name__ == "__main__":

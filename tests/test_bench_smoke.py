@@ -61,6 +61,8 @@ def test_quick_benchmark_reports_every_figure(tmp_path: Path) -> None:
             assert figure(step, "relay_fast_vs_haproxy_events") > 0
 
     realtime = figures["realtime"]
+    # the timed audio comes from picows on both ends (scripts/bench_timed.py), not websockets
+    assert realtime["upstream"] == "upstream (picows, timed audio)"
     assert realtime["steps"]
     for step in realtime["steps"]:
         for path in PATHS:
@@ -68,7 +70,7 @@ def test_quick_benchmark_reports_every_figure(tmp_path: Path) -> None:
             figure(step, path, "latency", "p50_ms")
             figure(step, path, "latency", "p99_ms")
         for proxy in PROXIES:
-            for name in ("added_p50_ms", "added_p99_ms", "cpu_percent", "rss_kb_per_session"):
+            for name in ("added_p50_ms", "added_p99_ms", "cpu_percent", "cpu_us_per_event", "rss_kb_per_session"):
                 figure(step, proxy, name)
         figure(step, "relay_minus_raw_added_p99_ms")
     for proxy in PROXIES:

@@ -1,0 +1,80 @@
+"""The benchmark's own logic, without running it (tests/test_bench_smoke.py runs it): which targets
+a partial run (`--only`) reports, and how the realtime scenario's ladder decides which proxies climb
+on. A full run's figures are in docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import pytest
+
+from tests.support.processes import script_module
+
+bench_suite = script_module("bench_suite")
+
+
+def test_a_run_of_one_scenario_reports_its_targets_and_leaves_the_others_not_measured() -> None:
+    realtime_only = {"realtime": {"relay_vs_raw_sessions": 0.8, "relay_fast_vs_relay_sessions": 2.25,
+                                  "steps": [{"sessions": 10}, {"sessions": 100, "relay_minus_raw_added_p99_ms": 1.5}]}}
+    targets = bench_suite.targets(realtime_only)
+    assert targets["realtime_sessions_relay_vs_raw"] == {"value": 0.8, "target": ">= 0.9", "met": False}
+    assert targets["realtime_sessions_relay_fast_vs_relay"]["value"] == 2.25
+    assert targets["realtime_added_p99_relay_minus_raw_ms_at_100"] == {"value": 1.5, "target": "<= 2.0", "met": True}
+    not_measured = {name for name, target in targets.items() if target["value"] is None}
+    assert not_measured == {name for name in targets if not name.startswith("realtime_")}
+    assert all(targets[name]["met"] is None for name in not_measured)
+
+
+def test_a_ladder_without_its_100_session_step_leaves_that_target_not_measured() -> None:
+    targets = bench_suite.targets({"realtime": {"relay_vs_raw_sessions": 1.0, "relay_fast_vs_relay_sessions": 1.0,
+                                                "steps": [{"sessions": 10}]}})
+    assert targets["realtime_added_p99_relay_minus_raw_ms_at_100"]["value"] is None
+
+
+class FakeService:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.idle_rss_mb = 0.0
+
+
+def fake_steps(within: Callable[[str, int], bool], measured: list[tuple[int, tuple[str, ...]]]) -> Any:
+    """A `realtime_step` that measures nothing: each proxy is within the bound where `within` says."""
+
+    def realtime_step(services: Any, plan: Any, sessions: int, climbing: tuple[str, ...]) -> dict[str, Any]:
+        measured.append((sessions, climbing))
+        step: dict[str, Any] = {"sessions": sessions, "direct": {"latency": {"p99_ms": 1.0}}}
+        for path in climbing:
+            ok = within(path, sessions)
+            step[path] = {"added_p50_ms": 0.1, "added_p99_ms": 1.0 if ok else 30.0, "cpu_percent": sessions / 4,
+                          "cpu_us_per_event": 25.0, "within_bound": ok}
+        return step
+
+    return realtime_step
+
+
+def test_a_proxy_that_fails_one_small_step_still_climbs_past_100_sessions(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a burst of other work on the machine fails relay_fast at 25 sessions; it holds 220 otherwise
+    limits = {"raw": 150, "relay": 100, "relay_fast": 220, "haproxy": 240}
+
+    def within(path: str, sessions: int) -> bool:
+        return sessions <= limits[path] and not (path == "relay_fast" and sessions == 25)
+
+    measured: list[tuple[int, tuple[str, ...]]] = []
+    monkeypatch.setattr(bench_suite, "realtime_step", fake_steps(within, measured))
+    monkeypatch.setattr(bench_suite, "report", lambda line: None)
+    services = {name: FakeService(name) for name in ("upstream", "raw", "relay", "relay_fast", "haproxy")}
+    plan = dataclasses.replace(bench_suite.QUICK, realtime_ladder=(10, 25, 50, 100, 150, 200, 250, 300),
+                               realtime_budget_s=1e9)
+
+    figures = bench_suite.realtime(services, plan)
+
+    ladder = [(sessions, climbing) for sessions, climbing in measured if sessions in plan.realtime_ladder]
+    assert ladder[:4] == [(n, ("raw", "relay", "relay_fast", "haproxy")) for n in (10, 25, 50, 100)]
+    assert ladder[4:] == [(150, ("raw", "relay", "relay_fast", "haproxy")), (200, ("raw", "relay_fast", "haproxy")),
+                          (250, ("relay_fast", "haproxy"))]   # both over at 250: the climb ends
+    # then each proxy's gap to its first failure is halved twice: relay_fast 200..250 -> 225 (over), 210 (within)
+    assert figures["max_sessions_within_bound"] == {"raw": 150, "relay": 100, "relay_fast": 210, "haproxy": 240}
+    assert figures["relay_fast_vs_relay_sessions"] == 2.1
+    assert figures["upstream"] == "upstream"   # no timed upstream among these services
+    assert figures["cpu_per_event_at_100"]["relay_fast_vs_relay"] == 1.0
