@@ -93,6 +93,9 @@ class FloodingUpstream:
     async def send(self, frames: Sequence[Frame]) -> None:
         pass
 
+    def send_now(self, frame: Frame) -> bool:
+        return False   # the writer task sends it (see flush)
+
     def flush(self, queue: FrameQueue) -> None:
         queue.wake()   # the writer task sends it (it sends nothing: the session forwards audio only)
 

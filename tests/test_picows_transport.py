@@ -294,6 +294,24 @@ async def test_a_paused_socket_leaves_the_frames_to_the_writer_task_and_a_closed
         assert client.close_code == 1000
 
 
+async def test_send_now_writes_a_lone_frame_at_once_and_refuses_while_paused_or_closing() -> None:
+    async def check(transport: Transport, request: Request) -> None:
+        assert transport.send_now("first")
+        transport.pause_writing()   # type: ignore[attr-defined]  (what the socket calls over its high-water mark)
+        assert not transport.send_now("while paused")
+        transport.resume_writing()   # type: ignore[attr-defined]
+        assert transport.send_now(b"\x00binary")
+        await transport.close(1000, "done")
+        assert not transport.send_now("too late")
+
+    from websockets.asyncio.client import connect
+
+    async with server(check) as port, connect(f"ws://127.0.0.1:{port}/") as client:
+        assert [await asyncio.wait_for(client.recv(), TIMEOUT) for _ in range(2)] == ["first", b"\x00binary"]
+        await asyncio.wait_for(client.wait_closed(), TIMEOUT)
+        assert client.close_code == 1000
+
+
 async def test_a_close_the_peer_never_answers_drops_the_connection(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(picows_connection, "CLOSE_TIMEOUT", 0.05)
     closed: asyncio.Future[TransportClosed] = asyncio.get_running_loop().create_future()

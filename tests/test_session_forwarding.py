@@ -3,7 +3,8 @@ forwards as it came (audio, `engine.forwards_upstream` / `forwards_client`) goes
 side as the same text without the engine's round, and keeps every guarantee of the general path:
 recorded as received and as sent, in order; redacted for a client; counted against the client's
 event budget; bounded by the queue; written once after the last frame of a burst (and still
-written if the burst stops short); counted by the traffic counter on a lane of integer adds
+written if the burst stops short), a lone frame with nothing queued ahead of it straight to the
+socket; counted by the traffic counter on a lane of integer adds
 (relay.recording.taps.ForwardLane), the chain's other members called, as members come and go."""
 
 from __future__ import annotations
@@ -142,19 +143,66 @@ async def test_audio_goes_on_as_it_came_recorded_both_ways_and_redacted_for_the_
     assert seen   # ... and not for the events it reads (session.created)
 
 
+async def reading_with_writers_asleep(upstream: BurstPeer) -> None:
+    """Once the loop reads `upstream` and its writer tasks sleep (a burst is then written by the
+    reader's step)."""
+    await upstream.receiving.wait()
+    await anyio.wait_all_tasks_blocked()
+
+
 async def test_a_burst_is_written_once_after_its_last_frame_and_a_burst_cut_short_still_goes_out() -> None:
     client = BurstPeer()
     upstream = BurstPeer()
 
     async def scenario(loop: SessionLoop, upstream: BurstPeer, client: BurstPeer) -> None:   # type: ignore[override]
-        await upstream.receiving.wait()
-        await anyio.wait_all_tasks_blocked()   # the client's writer sleeps
+        await reading_with_writers_asleep(upstream)
         upstream.burst([delta("A1"), delta("A2"), delta("A3")])
         assert client.writes == [[delta("A1"), delta("A2"), delta("A3")]]
         upstream.burst([delta("B1"), delta("B2")], cut_short=True)
         assert len(client.writes) == 1   # waits for a frame that does not come ...
         await anyio.wait_all_tasks_blocked()
         assert client.writes[1:] == [[delta("B1"), delta("B2")]]   # ... until the loop's turn
+
+    await run(scenario, client=client, upstream=upstream)
+
+
+class DirectPeer(BurstPeer):
+    """A BurstPeer whose socket takes a lone frame at once (`send_now`) while `accepting`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.accepting = True
+        self.sent_now: list[Frame] = []
+
+    def send_now(self, frame: Frame) -> bool:
+        if not self.accepting:
+            return False
+        self.sent_now.append(frame)
+        self.writes.append([frame])
+        return True
+
+
+async def test_a_lone_frame_goes_to_the_socket_unqueued_unless_a_frame_waits_ahead_or_the_socket_holds_it() -> None:
+    client = DirectPeer()
+    upstream = BurstPeer()
+
+    async def scenario(loop: SessionLoop, upstream: BurstPeer, client: DirectPeer) -> None:   # type: ignore[override]
+        await reading_with_writers_asleep(upstream)
+        upstream.burst([delta("A")])
+        assert client.sent_now == [delta("A")] and len(loop.to_client) == 0   # never queued
+        # a burst cut short leaves its frames queued until the loop's turn: a lone frame that
+        # comes before it goes behind them, in the same write
+        upstream.burst([delta("B1"), delta("B2")], cut_short=True)
+        upstream.burst([delta("C")])
+        assert client.writes[1:] == [[delta("B1"), delta("B2"), delta("C")]]
+        client.accepting = False   # flow control holds the socket: queued, and flushed
+        upstream.burst([delta("D")])
+        assert client.writes[2:] == [[delta("D")]]
+        client.accepting = True
+        upstream.burst([delta("E")])
+        await anyio.wait_all_tasks_blocked()
+        assert client.sent_now == [delta("A"), delta("E")]
+        assert client.writes == [[delta("A")], [delta("B1"), delta("B2"), delta("C")], [delta("D")], [delta("E")]]
 
     await run(scenario, client=client, upstream=upstream)
 

@@ -204,6 +204,22 @@ async def _with_echo_server(check) -> list[str | bytes]:  # type: ignore[no-unty
     return received
 
 
+async def test_send_now_writes_a_lone_frame_at_once_and_refuses_while_paused_or_closed() -> None:
+    async def check(client) -> None:  # type: ignore[no-untyped-def]
+        transport = WebsocketsTransport(client)
+        counted = _counting_writes(client)
+        assert transport.send_now("first")
+        assert counted == [len("first") + 6]   # written in the call: one masked frame
+        client.pause_writing()   # what asyncio calls over the socket's high-water mark
+        assert not transport.send_now("while paused")
+        client.resume_writing()
+        assert transport.send_now(b"\x00binary")
+        await client.close()
+        assert not transport.send_now("too late")
+
+    assert await _with_echo_server(check) == ["first", b"\x00binary"]
+
+
 class CountingTransport:
     """A connection's event-loop transport, recording the size of every write through it (in
     front of it: uvloop's transports take no new attributes)."""

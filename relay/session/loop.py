@@ -360,12 +360,14 @@ class SessionLoop:
         `SendClient(frame)` / `SendUpstream(frame)`: the frame redacted for a client, queued,
         recorded as `received` and as sent, and written at once unless `more` frames of the same
         read follow (one write after the last frame of a burst; should the burst stop short, a
-        flush once the event loop's turn comes). Whatever needs more than that (a client over its
-        event budget or cut off, a full queue) is left to `deliver`, which runs the full round: it
-        returns False then, having changed nothing (so a client's frame spends its budget once).
-        It needs no task context (a transport may call it from its own read callback), and it runs
-        on every audio frame: one call each for the test, the redaction and the queue, and the
-        recorders' counts as integer adds."""
+        flush once the event loop's turn comes). A lone frame (realtime audio) with nothing queued
+        ahead of it and the writer asleep goes to the socket without being queued (`send_now`).
+        Whatever needs more than that (a client over its event budget or cut off, a full queue) is
+        left to `deliver`, which runs the full round: it returns False then, having changed nothing
+        (so a client's frame spends its budget once). It needs no task context (a transport may
+        call it from its own read callback), and it runs on every audio frame: one call each for
+        the test, the redaction and the socket (or the queue), and the recorders' counts as
+        integer adds."""
         to_client = side == "client"
         recorder, redact = self.recorder, self.redact if side == "client" else None
         sent_as = RELAY_TO_CLIENT if to_client else RELAY_TO_UPSTREAM
@@ -375,7 +377,7 @@ class SessionLoop:
         record_forwarded = forwarding_of(recorder) if recorder is not None and lane is None else None
         client = self.client
         queue = self.to_client if to_client else self.to_upstream
-        hold = queue.hold
+        hold, queued = queue.hold, queue.frames
 
         def express(frame: Frame, more: bool) -> bool:
             if not passes(frame):
@@ -388,10 +390,13 @@ class SessionLoop:
                     recorder.record(received, frame)
                 return True
             sent = redact(frame) if redact is not None else frame
-            try:
-                waiting = hold(sent)
-            except QueueOverflow:
-                return False   # `deliver`'s round reports it and closes the side that does not read
+            if more or queued or not queue.writer_idle or not peer.send_now(sent):
+                try:
+                    waiting = hold(sent)
+                except QueueOverflow:
+                    return False   # `deliver`'s round reports it and closes the side that does not read
+            else:   # a lone frame, nothing ahead of it: written already
+                waiting = 0
             if lane is not None:
                 frames = lane.frames + 1
                 lane.frames = frames

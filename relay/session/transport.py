@@ -13,7 +13,8 @@ the live inspector's feed) reach a WebSocket library only through it.
 A `Transport` is one open WebSocket: messages are handed to a callback as they arrive (a library
 that reads with `await recv()` loops over it; one that calls listeners delivers from them), and
 frames go out in batches, from the loop's writer task (`send`) or straight from a reader's step
-(`flush`, `flush_soon`), out of a `FrameQueue`. What closes it comes back as `TransportClosed`:
+(`flush`, `flush_soon`), out of a `FrameQueue`, or, for a lone frame with nothing queued
+ahead of it, at once (`send_now`). What closes it comes back as `TransportClosed`:
 the close code and reason, whether the peer sent a close frame, and which side began the close.
 """
 
@@ -240,6 +241,12 @@ class Transport(Protocol):
         """Send `frames` in order, in one write when the library allows, once the socket takes
         data (waiting while flow control holds it). TransportClosed: the connection is closed and
         none of `frames` went out."""
+
+    def send_now(self, frame: Frame) -> bool:
+        """Now, synchronously: write `frame` if the socket takes data at once (open, and flow
+        control not holding it); False when nothing was written (queue it instead). For a frame
+        nothing waits ahead of (its queue empty, the writer task asleep): a lone frame at
+        realtime pace goes out without the queue's round trip."""
 
     def flush(self, queue: FrameQueue) -> None:
         """Now, synchronously: write what `queue` holds while its writer task sleeps

@@ -125,7 +125,8 @@ class PicowsTransport(WSListener):
       is no longer read until someone does).
     - `more_buffered`: the frame just delivered is not the last of its read.
     - `flush`, `flush_soon`, `send`: what waits goes out in one write on a server's connection
-      (framed here), one masked frame after the other on a client's (framed by picows).
+      (framed here), one masked frame after the other on a client's (framed by picows);
+      `send_now`: a lone frame, framed by picows.
     - `close`: the closing handshake, bounded by CLOSE_TIMEOUT; `abort` drops the connection."""
 
     __slots__ = ("ws", "server_side", "max_message_bytes", "on_open", "_loop", "_deliver", "_waiting",
@@ -345,6 +346,13 @@ class PicowsTransport(WSListener):
         send = ws.send
         for frame in frames:
             send(TEXT if type(frame) is str else BINARY, frame)
+
+    def send_now(self, frame: Frame) -> bool:
+        ws = self.ws
+        if self._paused or ws is None or ws.is_close_frame_sent or ws.is_disconnected:
+            return False
+        ws.send(TEXT if type(frame) is str else BINARY, frame)
+        return True
 
     def flush(self, queue: FrameQueue) -> None:
         # once per read on the per-frame path: `_writable` and `_write` inline, one frame (paced

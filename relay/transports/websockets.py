@@ -136,6 +136,12 @@ class WebsocketsTransport:
         return not connection.paused and connection.protocol.state is State.OPEN \
             and not connection.transport.is_closing()
 
+    def send_now(self, frame: Frame) -> bool:
+        if not self.writable():
+            return False
+        self._frame_and_write((frame,))
+        return True
+
     def flush_soon(self, queue: FrameQueue) -> None:
         if self._flush_round is None:
             self._flush_round = flush_round(asyncio.get_running_loop())

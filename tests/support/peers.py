@@ -51,6 +51,9 @@ class InMemoryTransport:
         for frame in frames:
             await self.send_one(frame)
 
+    def send_now(self, frame: Frame) -> bool:
+        return False   # no synchronous write: the writer task sends it
+
     def flush(self, queue: FrameQueue) -> None:
         queue.wake()
 
