@@ -96,6 +96,12 @@ class FloodingUpstream:
     def send_now(self, frame: Frame) -> bool:
         return False   # the writer task sends it (see flush)
 
+    def pause_reading(self) -> None:
+        pass   # its queue never fills: the writer task sends nothing, the frames are counted
+
+    def resume_reading(self) -> None:
+        pass
+
     def flush(self, queue: FrameQueue) -> None:
         queue.wake()   # the writer task sends it (it sends nothing: the session forwards audio only)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Callable
 from typing import Any, Sequence
 
@@ -240,7 +241,8 @@ async def test_a_client_that_does_not_read_is_closed_when_audio_fills_its_queue(
         with anyio.fail_after(TIMEOUT):
             await loop.ended.wait()
 
-    loop, _ = await run(scenario, client=client, max_queue_bytes=500)
+    # without back-pressure (the relay never runs so: its queue limit alone)
+    loop, _ = await run(scenario, client=client, max_queue_bytes=500, hold_back_bytes=None)
     assert (loop.end.by, loop.end.code) == ("relay", POLICY_VIOLATION)   # type: ignore[union-attr]
 
 
@@ -253,11 +255,98 @@ async def test_audio_a_full_upstream_queue_refuses_spends_the_client_s_budget_on
         with anyio.fail_after(TIMEOUT):
             await loop.ended.wait()
 
-    loop, _ = await run(scenario, upstream=upstream, client_budget=budget, max_queue_bytes=500, recorder=recorder)
+    loop, _ = await run(scenario, upstream=upstream, client_budget=budget, max_queue_bytes=500, hold_back_bytes=None,
+                        recorder=recorder)
     assert (loop.end.by, loop.end.code) == ("relay", INTERNAL_ERROR)   # type: ignore[union-attr]
     read = [frame for direction, frame in recorder.frames if direction == CLIENT_TO_RELAY]
     assert len(read) > 500 // len(append("0000" * 10))   # the queue filled up
     assert budget._tokens == budget.burst - len(read)   # every frame read took one token, the refused one too
+
+
+class GatedPeer(MemoryPeer):
+    """A peer that takes nothing until `gate` is set (a slow reader)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = anyio.Event()
+
+    async def send_one(self, message: str | bytes) -> None:
+        await self.gate.wait()
+        await super().send_one(message)
+
+
+class HeldBackPeer(MemoryPeer):
+    """A peer whose reading the loop pauses and resumes, counted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pauses = self.resumes = 0
+        self.paused = anyio.Event()
+
+    def pause_reading(self) -> None:
+        self.pauses += 1
+        self.paused.set()
+        super().pause_reading()
+
+    def resume_reading(self) -> None:
+        self.resumes += 1
+        super().resume_reading()
+
+
+async def test_a_slow_client_holds_the_upstream_back_and_then_gets_every_frame_in_order() -> None:
+    client, upstream = GatedPeer(), HeldBackPeer()
+    frames = [delta(f"{index:04d}" * 10) for index in range(60)]   # 6 KB: six times the mark
+
+    async def scenario(loop: SessionLoop, upstream: HeldBackPeer, client: GatedPeer) -> None:   # type: ignore[override]
+        for frame in frames:   # the peer's stream holds 100 frames: these all go in at once
+            await upstream.feed(frame)
+        with anyio.fail_after(TIMEOUT):
+            await upstream.paused.wait()
+        await anyio.wait_all_tasks_blocked()
+        # the queue stops at the mark (1,000 bytes) and a frame; the rest waits in the socket
+        assert loop.to_client.full and loop.to_client.size < 1000 + len(frames[0])
+        client.gate.set()
+        with anyio.fail_after(TIMEOUT):
+            while frames[-1] not in client.sent:
+                await client.got_frame.wait()
+
+    loop, _ = await run(scenario, client=client, upstream=upstream, hold_back_bytes=1000, stall_seconds=30.0)
+    assert [frame for frame in client.sent if frame in frames] == frames
+    assert loop.end is not None and loop.end.by == "upstream"   # ended by the scenario's close, not cut off
+    assert upstream.pauses >= 1 and upstream.resumes == upstream.pauses
+
+
+async def test_a_client_that_takes_nothing_while_its_queue_is_full_is_closed_after_the_stall_time(
+        caplog: Any) -> None:
+    caplog.set_level(logging.WARNING, logger="relay")
+    client, upstream = StuckPeer(), HeldBackPeer()
+
+    async def scenario(loop: SessionLoop, upstream: HeldBackPeer, client: MemoryPeer) -> None:   # type: ignore[override]
+        for index in range(60):
+            await upstream.feed(delta(f"{index:04d}" * 10))
+        with anyio.fail_after(TIMEOUT):
+            await loop.ended.wait()
+
+    loop, seen = await run(scenario, client=client, upstream=upstream, hold_back_bytes=1000, stall_seconds=0.2)
+    assert (loop.end.by, loop.end.code) == ("relay", POLICY_VIOLATION)   # type: ignore[union-attr]
+    assert upstream.pauses == 1 and upstream.resumes == 0   # never read again
+    assert loop.to_client.size < 1000 + len(delta("0000" * 10))
+    [warning] = [r.getMessage() for r in caplog.records if "not reading" in r.getMessage()]
+    assert warning.startswith("client is not reading: nothing taken for 0.2 s with ")
+
+
+async def test_an_upstream_that_takes_nothing_holds_the_client_back_and_is_closed_after_the_stall_time() -> None:
+    upstream, client = StuckPeer(), HeldBackPeer()
+
+    async def scenario(loop: SessionLoop, upstream: MemoryPeer, client: HeldBackPeer) -> None:   # type: ignore[override]
+        for index in range(60):
+            await client.feed(append(f"{index:04d}" * 10))
+        with anyio.fail_after(TIMEOUT):
+            await loop.ended.wait()
+
+    loop, _ = await run(scenario, upstream=upstream, client=client, hold_back_bytes=1000, stall_seconds=0.2)
+    assert (loop.end.by, loop.end.code) == ("relay", INTERNAL_ERROR)   # type: ignore[union-attr]
+    assert client.pauses == 1 and client.resumes == 0
 
 
 async def test_without_a_client_audio_is_recorded_as_received_and_goes_nowhere() -> None:

@@ -111,3 +111,26 @@ def test_frame_queue_is_bounded_by_bytes() -> None:
     with pytest.raises(QueueOverflow):
         queue.put("x")
     assert queue.size == 10 and len(queue) == 2
+
+
+def test_a_frame_queue_says_when_it_fills_past_its_mark_and_when_it_drains_to_a_quarter() -> None:
+    queue = FrameQueue(1000, high_water=400)
+    events: list[str] = []
+    queue.on_full, queue.on_drained = lambda: events.append("full"), lambda: events.append("drained")
+    for _ in range(3):
+        queue.put("x" * 100)
+    queue.hold("x" * 100)   # the reader's put fills it too
+    assert events == ["full"] and queue.full
+    queue.put("x" * 100)
+    assert events == ["full"]   # once per crossing
+    assert queue.take_batch(200) == ["x" * 100] * 2
+    assert events == ["full"] and queue.takes_while_full == 1   # 300 left: over a quarter
+    queue.take_batch(200)
+    assert events == ["full", "drained"] and not queue.full and queue.size == 100
+    queue.push_back_front(["y" * 300])   # a writer's frames put back count as well
+    assert events == ["full", "drained", "full"] and queue.takes_while_full == 0
+
+
+def test_a_frame_queue_marks_full_below_its_limit_so_the_relay_s_own_frames_still_fit() -> None:
+    assert FrameQueue(1000, high_water=4000).high_water == 500
+    assert FrameQueue(1000).high_water == 1000   # no mark asked: full only at the limit

@@ -35,6 +35,7 @@ from relay.session.policy import (
     DEFAULT_MAX_CLIENT_EVENTS_PER_SECOND,
     DEFAULT_MAX_FRAME_BYTES,
     DEFAULT_QUEUE_BYTES,
+    DEFAULT_STALL_SECONDS,
 )
 from relay.transports import TRANSPORTS
 from relay.tools.mcp_config import McpSettings, settings_from_options
@@ -123,8 +124,11 @@ DRAIN_SECONDS = option("--drain-seconds", type=float, default=DEFAULT_DRAIN_SECO
 MAX_FRAME_BYTES = option("--max-frame-bytes", type=int, default=DEFAULT_MAX_FRAME_BYTES, metavar="N",
                          help="largest WebSocket message accepted from either side (default 16 MiB)")
 MAX_QUEUE_BYTES = option("--max-queue-bytes", type=int, default=DEFAULT_QUEUE_BYTES, metavar="N",
-                         help="bytes queued toward a peer that is not reading before it is closed "
-                              "(default 32 MiB)")
+                         help="bytes queued toward a peer before it is closed (default 32 MiB); past 1 MiB "
+                              "(or half of N) the other side is no longer read until a quarter is left")
+STALL_SECONDS = option("--stall-seconds", type=float, default=DEFAULT_STALL_SECONDS, metavar="S",
+                       help="a peer that takes nothing for S seconds while over that mark is not "
+                            "reading: closed with 1008 (default 10)")
 MAX_CLIENT_EVENTS = option(
     "--max-client-events-per-second", type=float, default=DEFAULT_MAX_CLIENT_EVENTS_PER_SECOND, metavar="N",
     help="a client sending more events than this (bursts: twice as many) gets an "
@@ -162,7 +166,7 @@ MCP_SERVERS = (MCP, MCP_CONFIG, MCP_HEADER, MCP_PREFIX)
 MCP_OPTIONS = (*MCP_SERVERS, MCP_APPROVE, MCP_DENY)
 """... and the policy for the provider's own MCP approvals: the edges' MCP options."""
 RECORDING = (RECORD, RECORD_AUDIO)
-LIMITS = (MAX_FRAME_BYTES, MAX_QUEUE_BYTES, MAX_CLIENT_EVENTS, HISTORY_ITEMS)
+LIMITS = (MAX_FRAME_BYTES, MAX_QUEUE_BYTES, STALL_SECONDS, MAX_CLIENT_EVENTS, HISTORY_ITEMS)
 SIDEBAND = (
     TOOLS,
     *MCP_OPTIONS,

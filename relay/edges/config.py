@@ -34,6 +34,7 @@ from relay.session.policy import (
     DEFAULT_MAX_FRAME_BYTES,
     DEFAULT_OPEN_TIMEOUT,
     DEFAULT_QUEUE_BYTES,
+    DEFAULT_STALL_SECONDS,
 )
 from relay.session.transport import Backend
 from relay.tools.render import DEFAULT_OUTPUT_LIMIT
@@ -93,6 +94,8 @@ class EdgeConfig:
     token_provider: TokenProvider | None = None
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     max_queue_bytes: int = DEFAULT_QUEUE_BYTES
+    # a peer whose queue is over the back-pressure mark and that takes nothing for this long is closed
+    stall_seconds: float = DEFAULT_STALL_SECONDS
     open_timeout: float = DEFAULT_OPEN_TIMEOUT
     output_limit: int = DEFAULT_OUTPUT_LIMIT
     # recent items, responses and finished calls each session's engine keeps (None: all)
@@ -116,8 +119,8 @@ class EdgeConfig:
         dialect = upstream_dialect(self.upstream, self.dialect)
         if self.record_audio not in ("keep", "drop"):
             raise ConfigError(f"--record-audio must be keep or drop, not {self.record_audio!r}")
-        if self.max_frame_bytes <= 0 or self.max_queue_bytes <= 0 or self.open_timeout <= 0:
-            raise ConfigError("frame and queue limits and the open timeout must be positive")
+        if self.max_frame_bytes <= 0 or self.max_queue_bytes <= 0 or self.open_timeout <= 0 or self.stall_seconds <= 0:
+            raise ConfigError("frame and queue limits, the stall time and the open timeout must be positive")
         return dialect
 
 

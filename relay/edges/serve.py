@@ -368,6 +368,7 @@ class RelayServer(EdgeRuntime):
             recorder=recorder,
             on_notice=lambda notice: self._on_notice(session, notice),
             max_queue_bytes=self.config.max_queue_bytes,
+            stall_seconds=self.config.stall_seconds,
             close_timeout=1.0,
             client_budget=EventBudget.optional(self.config.max_client_events_per_second),
             redact=self.redactor.frame,

@@ -243,6 +243,7 @@ class Sidecar:
             recorder=recorder,
             on_notice=self._on_notice,
             max_queue_bytes=runtime.config.max_queue_bytes,
+            stall_seconds=runtime.config.stall_seconds,
             handler_scope=self.trace.handler_scope if self.trace is not None else None,
         )
         self.attached_at = time.time()

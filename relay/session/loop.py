@@ -40,9 +40,12 @@ from relay.recording.format import (
     UPSTREAM_TO_RELAY,
 )
 from relay.recording.taps import Recorder, forwarding_of
+from relay.session.flow import BackPressure
 from relay.session.policy import (
     BAD_GATEWAY,
+    DEFAULT_HOLD_BACK_BYTES,
     DEFAULT_QUEUE_BYTES,
+    DEFAULT_STALL_SECONDS,
     INTERNAL_ERROR,
     NORMAL_CLOSURE,
     POLICY_VIOLATION,
@@ -88,6 +91,8 @@ class SessionLoop:
         recorder: Recorder | None = None,
         on_notice: Callable[[Notice], None] | None = None,
         max_queue_bytes: int = DEFAULT_QUEUE_BYTES,
+        hold_back_bytes: int | None = DEFAULT_HOLD_BACK_BYTES,
+        stall_seconds: float = DEFAULT_STALL_SECONDS,
         close_timeout: float = 1.0,
         thread_limit: int = 8,
         client_budget: EventBudget | None = None,
@@ -102,8 +107,14 @@ class SessionLoop:
         self.on_notice = on_notice
         self.close_timeout = close_timeout
         self.thread_limit = thread_limit
-        self.to_upstream = FrameQueue(max_queue_bytes)
-        self.to_client = FrameQueue(max_queue_bytes)
+        self.to_upstream = FrameQueue(max_queue_bytes, hold_back_bytes)
+        self.to_client = FrameQueue(max_queue_bytes, hold_back_bytes)
+        # a full queue pauses the reading of the side its frames come from; the timer watches it
+        self.flow = BackPressure({"client": self.to_client, "upstream": self.to_upstream},
+                                 lambda side: None if self.end is not None else
+                                 self.upstream if side == "client" else self.client,
+                                 clock=clock, stall_seconds=stall_seconds,
+                                 on_watch=lambda: self._timer_wake.set(), on_stalled=self._overflow)
         self._reading = False           # a reader is handing its frame to the engine
         self._held: list[str] = []      # sides whose frames wait for the reader to finish its frame
         self._client_cut_off = False    # over its event budget: what it still sends is dropped
@@ -275,19 +286,27 @@ class SessionLoop:
 
     # ---- timer -------------------------------------------------------------------------
     async def _timer(self) -> None:
+        """The engine's deadlines, and the back-pressure's stall checks while a queue is full."""
         while True:
             deadline = self.engine.next_deadline()
             self._armed_deadline = deadline
             self._timer_wake = anyio.Event()
-            if deadline is None:
+            due, check = deadline, self.flow.next_check()
+            if check is not None:
+                due = check if deadline is None else min(deadline, check)
+            if due is None:
                 await self._timer_wake.wait()
                 continue
-            delay = deadline - self.clock()
+            delay = due - self.clock()
             if delay > 0:
                 with anyio.move_on_after(delay):
                     await self._timer_wake.wait()
                     continue
-            self._apply(self.engine.tick(self.clock()))
+            now = self.clock()
+            if check is not None:
+                self.flow.check(now)
+            if deadline is not None and deadline <= now:
+                self._apply(self.engine.tick(now))
 
     # ---- handlers ----------------------------------------------------------------------
     def _handler_finished(self, call_id: str, outcome: Outcome) -> None:

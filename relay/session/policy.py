@@ -16,6 +16,14 @@ from relay.session.transport import TransportClosed
 # ---- limits ----------------------------------------------------------------------------------
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
 DEFAULT_QUEUE_BYTES = 32 * 1024 * 1024
+# Back-pressure: once this much waits for a peer, the other side's socket is no longer read (TCP
+# then slows the sender down, as it would without the relay) until a quarter of it is left. 1 MiB
+# is 16 s of 24 kHz audio: far ahead of anything a listener hears, and a bound on what a session
+# holds for a slow client.
+DEFAULT_HOLD_BACK_BYTES = 1024 * 1024
+# A peer that takes nothing for this long while its queue is over that mark is not reading: closed
+# (before the WebSocket keepalive's 20 + 20 s would drop it with 1011).
+DEFAULT_STALL_SECONDS = 10.0
 # Audio in 20 ms chunks is 50 events a second; even an upload 10x faster than real time stays far below.
 DEFAULT_MAX_CLIENT_EVENTS_PER_SECOND = 1000.0
 DEFAULT_OPEN_TIMEOUT = 10.0

@@ -69,15 +69,42 @@ class FrameQueue:
     reading is cut off, not buffered without end. The loop's writer task waits on it
     (`get_batch`); a transport's `flush` empties it while that task sleeps.
 
+    Back-pressure: once `high_water` bytes wait, it is `full` and calls `on_full` (the loop stops
+    reading the side these frames come from); once a take leaves a quarter of that or less, it
+    calls `on_drained`. `takes_while_full` counts the takes in between: a peer that takes nothing
+    for long is not reading.
+
     Under audio load the writer empties the queue after nearly every frame, so the wake-up is on
     the per-frame path: it is a bare asyncio future (every backend runs on an asyncio loop), not a
     new `anyio.Event` each time (whose backend lookup costs more than the rest of the hand-off)."""
 
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, high_water: int | None = None) -> None:
         self.max_bytes = max_bytes
         self.frames: deque[Frame] = deque()   # read by a transport's `flush` (anything left?); changed only here
         self.size = 0
         self._waiter: asyncio.Future[None] | None = None
+        # under the limit, so that the relay's own frames still fit once its source is paused (no
+        # mark asked: full only at the limit, where `put` refuses)
+        self.high_water = max_bytes if high_water is None else min(high_water, max_bytes // 2)
+        self.low_water = self.high_water // 4
+        self.full = False
+        self.takes_while_full = 0
+        self.on_full: Callable[[], None] | None = None
+        self.on_drained: Callable[[], None] | None = None
+        self._fills_at = self.high_water   # `size` that makes it full; past any size once it is
+
+    def _filled(self) -> None:
+        self.full = True
+        self.takes_while_full = 0
+        self._fills_at = 1 << 62
+        if self.on_full is not None:
+            self.on_full()
+
+    def _drained(self) -> None:
+        self.full = False
+        self._fills_at = self.high_water
+        if self.on_drained is not None:
+            self.on_drained()
 
     def __len__(self) -> int:
         return len(self.frames)
@@ -85,11 +112,13 @@ class FrameQueue:
     def put(self, frame: Frame, *, wake: bool = True) -> None:
         """Queue `frame`; `wake=False` leaves the writer asleep (whoever put it sends it, or calls
         `wake`)."""
-        size = len(frame)
-        if self.size + size > self.max_bytes:
-            raise QueueOverflow(f"{self.size + size} bytes queued, over the limit of {self.max_bytes}")
+        size = self.size + len(frame)
+        if size > self.max_bytes:
+            raise QueueOverflow(f"{size} bytes queued, over the limit of {self.max_bytes}")
         self.frames.append(frame)
-        self.size += size
+        self.size = size
+        if size >= self._fills_at:
+            self._filled()
         if wake:
             self.wake()
 
@@ -107,6 +136,8 @@ class FrameQueue:
         frames = self.frames
         frames.append(frame)
         self.size = size
+        if size >= self._fills_at:
+            self._filled()
         return len(frames) if self._waiter is not None else 0
 
     def wake(self) -> None:
@@ -125,6 +156,8 @@ class FrameQueue:
         """Put back, in their order, frames a writer took but could not send."""
         self.frames.extendleft(reversed(frames))
         self.size += sum(len(frame) for frame in frames)
+        if self.size >= self._fills_at:
+            self._filled()
         if frames:
             self.wake()
 
@@ -136,18 +169,19 @@ class FrameQueue:
             batch = list(frames)
             frames.clear()
             self.size = 0
-            return batch
-        first = frames.popleft()
-        taken = len(first)
-        if not frames:   # one frame per read (realtime audio)
+        else:
+            first = frames.popleft()
+            taken = len(first)
+            batch = [first]
+            while frames and taken + len(frames[0]) <= max_bytes:
+                frame = frames.popleft()
+                batch.append(frame)
+                taken += len(frame)
             self.size -= taken
-            return [first]
-        batch = [first]
-        while frames and taken + len(frames[0]) <= max_bytes:
-            frame = frames.popleft()
-            batch.append(frame)
-            taken += len(frame)
-        self.size -= taken
+        if self.full and batch:
+            self.takes_while_full += 1
+            if self.size <= self.low_water:
+                self._drained()
         return batch
 
     def take_unsent(self, max_bytes: int = BATCH_BYTES) -> list[Frame]:
@@ -232,6 +266,14 @@ class Transport(Protocol):
         that reads in its own callbacks makes that task the current one); `express` needs no task
         context, so a library may call it straight from its read callback, the cheapest path an
         audio frame can take."""
+
+    def pause_reading(self) -> None:
+        """Hand no more messages on until `resume_reading` (back-pressure: the other side's queue
+        is full). What the library has read already may still come; then the socket is no longer
+        read, and TCP slows the peer down."""
+
+    def resume_reading(self) -> None:
+        """Undo `pause_reading`."""
 
     def more_buffered(self) -> bool:
         """Another message has been read already and is delivered without waiting for the socket

@@ -130,7 +130,7 @@ class PicowsTransport(WSListener):
     - `close`: the closing handshake, bounded by CLOSE_TIMEOUT; `abort` drops the connection."""
 
     __slots__ = ("ws", "server_side", "max_message_bytes", "on_open", "_loop", "_deliver", "_waiting",
-                 "_express", "_reading_paused", "_more", "_message_type", "_fragments", "_message_bytes", "_paused",
+                 "_express", "_reading_paused", "_held_back", "_more", "_message_type", "_fragments", "_message_bytes", "_paused",
                  "_resumed", "_receiving", "_failure", "_disconnected", "_flush_round", "_close_timer",
                  "_reader", "_reader_context")
 
@@ -145,6 +145,7 @@ class PicowsTransport(WSListener):
         self._express: Express | None = None   # the reader's express lane, tried first
         self._waiting: deque[Frame] = deque()   # messages read before anyone receives them
         self._reading_paused = False
+        self._held_back = False   # `pause_reading`: the other side's queue is full
         self._more = False
         self._message_type: WSMsgType | None = None   # of a fragmented message being read
         self._fragments: list[bytes] = []
@@ -315,7 +316,7 @@ class PicowsTransport(WSListener):
                 message = waiting.popleft()
                 if express is None or not express(message, bool(waiting)):
                     deliver(message)
-            if self._reading_paused:
+            if self._reading_paused and not self._held_back:
                 self._reading_paused = False
                 self._underlying().resume_reading()
             if not self._disconnected.done() and self._failure is None:
@@ -329,6 +330,19 @@ class PicowsTransport(WSListener):
             self._deliver = self._express = None
             self._receiving = None
             self._reader = self._reader_context = None
+
+    def pause_reading(self) -> None:
+        self._held_back = True
+        self._pause_reading()
+
+    def resume_reading(self) -> None:
+        self._held_back = False
+        # only while `receive` hands messages on: before it, the waiting messages keep the socket
+        # paused; after a failed delivery nothing more is read
+        ws = self.ws
+        if self._reading_paused and self._deliver is not None and ws is not None and not ws.is_disconnected:
+            self._reading_paused = False
+            self._underlying().resume_reading()
 
     def more_buffered(self) -> bool:
         return self._more

@@ -100,6 +100,7 @@ class WebsocketsTransport:
     def __init__(self, connection: Connection) -> None:
         self.connection = connection
         self._flush_round: FlushRound | None = None   # its loop's, looked up once (the loop lookup is a system call)
+        self._held_back: asyncio.Future[None] | None = None   # `pause_reading` until `resume_reading`
         read_in_smaller_chunks(connection)
 
     async def receive(self, deliver: Callable[[Frame], None], express: Express | None = None) -> None:
@@ -107,11 +108,22 @@ class WebsocketsTransport:
         buffered = self.connection.recv_messages.frames
         try:
             while True:
+                if self._held_back is not None:   # websockets stops reading once its own queue fills
+                    await self._held_back
                 message = await recv()
                 if express is None or not express(message, len(buffered) > 0):
                     deliver(message)
         except ConnectionClosed as closed:
             raise transport_closed(closed) from None
+
+    def pause_reading(self) -> None:
+        if self._held_back is None:
+            self._held_back = asyncio.get_running_loop().create_future()
+
+    def resume_reading(self) -> None:
+        held_back, self._held_back = self._held_back, None
+        if held_back is not None and not held_back.done():
+            held_back.set_result(None)
 
     def more_buffered(self) -> bool:
         """websockets keeps the frames it has read from the socket but not yet handed out in its

@@ -212,7 +212,7 @@ async def test_a_client_that_stops_reading_is_closed_with_1008_and_logged(caplog
     audio_flood = MockScript(default=Reply(say="la la la"),
                              options=StreamOptions(audio_chunk_bytes=96_000, audio_chunks=100))
     async with MockUpstream(script=audio_flood) as mock, \
-            relay_for(mock, max_queue_bytes=256 * 1024) as server:
+            relay_for(mock, max_queue_bytes=4 * 1024 * 1024, stall_seconds=0.5) as server:
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8192)   # a small window fills fast
         sock.connect(("127.0.0.1", server.port))
@@ -227,4 +227,41 @@ async def test_a_client_that_stops_reading_is_closed_with_1008_and_logged(caplog
     assert (end.by, end.code) == ("relay", 1008)
     warnings = [r for r in caplog.records if "client is not reading" in r.getMessage()]
     assert len(warnings) == 1 and warnings[0].session_id == session.id
+    assert "nothing taken for 0.5 s" in warnings[0].getMessage()
     assert mock.sessions[0].connections[0].closed
+
+
+async def test_a_client_that_reads_slowly_holds_the_upstream_back_and_gets_all_its_audio() -> None:
+    chunks = 40   # of 128 KB of base64 each: 5 MB, over the queue's limit below
+    audio_flood = MockScript(default=Reply(say="la la la"),
+                             options=StreamOptions(audio_chunk_bytes=96_000, audio_chunks=chunks))
+    async with MockUpstream(script=audio_flood) as mock, \
+            relay_for(mock, max_queue_bytes=2 * 1024 * 1024) as server:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8192)   # a small window fills fast
+        sock.connect(("127.0.0.1", server.port))
+        async with realtime_client(server, sock=sock, max_queue=1) as client:
+            await client.send({"type": "response.create"})
+            await mock.wait_for(lambda e: e["type"] == "response.create")
+            session = next(iter(server.sessions.values()))
+            assert session.loop is not None
+            queue, full = session.loop.to_client, asyncio.Event()
+            filled = queue.on_full
+
+            def on_full() -> None:
+                assert filled is not None
+                filled()
+                full.set()
+
+            queue.on_full = on_full
+            if queue.full:
+                full.set()
+            # the client reads nothing until the relay holds the upstream back (at 1 MiB) ...
+            await asyncio.wait_for(full.wait(), TIMEOUT)
+            assert queue.size < 2 * 1024 * 1024
+            # ... then reads at its own pace: everything comes, nobody is cut off
+            deltas = 0
+            while (event := await client.receive())["type"] != "response.done":
+                deltas += event["type"] == "response.output_audio.delta"
+            assert deltas == chunks
+            assert session.end is None

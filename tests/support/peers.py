@@ -31,6 +31,7 @@ class InMemoryTransport:
     left to the loop's writer task (no synchronous write)."""
 
     aborted = False
+    reading_paused: anyio.Event | None = None   # set by `resume_reading`
 
     async def recv(self) -> Frame:
         raise NotImplementedError
@@ -40,9 +41,20 @@ class InMemoryTransport:
 
     async def receive(self, deliver: Callable[[Frame], None], express: Express | None = None) -> None:
         while True:
+            if self.reading_paused is not None:
+                await self.reading_paused.wait()
             message = await self.recv()
             if express is None or not express(message, self.more_buffered()):
                 deliver(message)
+
+    def pause_reading(self) -> None:
+        if self.reading_paused is None:
+            self.reading_paused = anyio.Event()
+
+    def resume_reading(self) -> None:
+        paused, self.reading_paused = self.reading_paused, None
+        if paused is not None:
+            paused.set()
 
     def more_buffered(self) -> bool:
         return False
