@@ -116,7 +116,17 @@ def test_frame_queue_is_bounded_by_bytes() -> None:
 def test_a_frame_queue_says_when_it_fills_past_its_mark_and_when_it_drains_to_a_quarter() -> None:
     queue = FrameQueue(1000, high_water=400)
     events: list[str] = []
-    queue.on_full, queue.on_drained = lambda: events.append("full"), lambda: events.append("drained")
+
+    class Watcher:
+        def queue_full(self, full: FrameQueue) -> None:
+            assert full is queue
+            events.append("full")
+
+        def queue_drained(self, drained: FrameQueue) -> None:
+            assert drained is queue
+            events.append("drained")
+
+    queue.watcher = Watcher()
     for _ in range(3):
         queue.put("x" * 100)
     queue.hold("x" * 100)   # the reader's put fills it too

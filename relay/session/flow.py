@@ -18,7 +18,7 @@ from typing import Callable
 from relay.session.transport import FrameQueue, QueueOverflow, Transport
 
 
-@dataclass
+@dataclass(slots=True)
 class Stall:
     """A full queue being watched: its takes when last seen to change, since when, and when to
     look again."""
@@ -29,57 +29,70 @@ class Stall:
 
 
 class BackPressure:
-    """The back-pressure of one session's queues (by side: "client", "upstream")."""
+    """The back-pressure of one session's two queues, the `QueueWatcher` of both (one object per
+    session, and a dict of stalls only while a queue is full: sessions are many, full queues few)."""
 
-    def __init__(self, queues: dict[str, FrameQueue], source_of: Callable[[str], Transport | None], *,
-                 clock: Callable[[], float], stall_seconds: float, on_watch: Callable[[], None],
+    __slots__ = ("to_client", "to_upstream", "source_of", "clock", "stall_seconds", "on_watch", "on_stalled",
+                 "stalls")
+
+    def __init__(self, to_client: FrameQueue, to_upstream: FrameQueue, source_of: Callable[[str], Transport | None],
+                 *, clock: Callable[[], float], stall_seconds: float, on_watch: Callable[[], None],
                  on_stalled: Callable[[str, QueueOverflow], None]) -> None:
-        """`source_of(side)`: the socket whose frames fill `side`'s queue (None: none to pause,
-        e.g. a sidecar's, or the session is over); `on_watch`: a queue is newly watched (the
-        timer looks again); `on_stalled(side, why)`: `side` stopped reading."""
-        self.queues = queues
+        """`source_of(side)`: the socket whose frames fill `side`'s queue ("client": the
+        upstream's; None: none to pause, e.g. a sidecar's, or the session is over); `on_watch`: a
+        queue is newly watched (the timer looks again); `on_stalled(side, why)`: `side` stopped
+        reading."""
+        self.to_client, self.to_upstream = to_client, to_upstream
         self.source_of = source_of
         self.clock = clock
         self.stall_seconds = stall_seconds
         self.on_watch = on_watch
         self.on_stalled = on_stalled
-        self.stalls: dict[str, Stall] = {}
-        for side, queue in queues.items():
-            queue.on_full = lambda side=side: self.hold_back(side)
-            queue.on_drained = lambda side=side: self.let_through(side)
+        self.stalls: dict[str, Stall] | None = None
+        to_client.watcher = to_upstream.watcher = self
 
-    def hold_back(self, side: str) -> None:
-        """`side`'s queue is full: stop reading the other side, and watch `side`."""
+    def _side(self, queue: FrameQueue) -> str:
+        return "client" if queue is self.to_client else "upstream"
+
+    def queue_full(self, queue: FrameQueue) -> None:
+        """A queue passed its mark: stop reading the side that fills it, and watch the queue."""
+        side = self._side(queue)
         source = self.source_of(side)
         if source is None:
             return   # a sidecar's upstream queue (filled by handlers alone, bounded by its limit)
         source.pause_reading()
         now = self.clock()
-        self.stalls[side] = Stall(self.queues[side].takes_while_full, now, now + self.stall_seconds / 4)
+        if self.stalls is None:
+            self.stalls = {}
+        self.stalls[side] = Stall(queue.takes_while_full, now, now + self.stall_seconds / 4)
         self.on_watch()
 
-    def let_through(self, side: str) -> None:
-        """`side`'s queue is down to a quarter: read the other side again."""
-        self.stalls.pop(side, None)
+    def queue_drained(self, queue: FrameQueue) -> None:
+        """A queue is down to a quarter of its mark: read the side that fills it again."""
+        side = self._side(queue)
+        if self.stalls is not None:
+            self.stalls.pop(side, None)
         source = self.source_of(side)
         if source is not None:
             source.resume_reading()
 
     def next_check(self) -> float | None:
         """When the timer should call `check` next (None: no queue is full)."""
-        return min((stall.next_check for stall in self.stalls.values()), default=None)
+        if not self.stalls:
+            return None
+        return min(stall.next_check for stall in self.stalls.values())
 
     def check(self, now: float) -> None:
         """Every quarter of `stall_seconds` while a queue is full: a side that has taken nothing
         from it for `stall_seconds` is not reading."""
-        for side, stall in list(self.stalls.items()):
+        for side, stall in list((self.stalls or {}).items()):
             if now < stall.next_check:
                 continue
-            queue = self.queues[side]
+            queue = self.to_client if side == "client" else self.to_upstream
             if queue.takes_while_full != stall.takes:
                 stall.takes, stall.since = queue.takes_while_full, now
             elif now - stall.since >= self.stall_seconds:
-                del self.stalls[side]
+                del self.stalls[side]   # type: ignore[union-attr]
                 self.on_stalled(side, QueueOverflow(f"nothing taken for {self.stall_seconds:g} s with "
                                                     f"{queue.size} bytes queued"))
                 continue

@@ -110,11 +110,8 @@ class SessionLoop:
         self.to_upstream = FrameQueue(max_queue_bytes, hold_back_bytes)
         self.to_client = FrameQueue(max_queue_bytes, hold_back_bytes)
         # a full queue pauses the reading of the side its frames come from; the timer watches it
-        self.flow = BackPressure({"client": self.to_client, "upstream": self.to_upstream},
-                                 lambda side: None if self.end is not None else
-                                 self.upstream if side == "client" else self.client,
-                                 clock=clock, stall_seconds=stall_seconds,
-                                 on_watch=lambda: self._timer_wake.set(), on_stalled=self._overflow)
+        self.flow = BackPressure(self.to_client, self.to_upstream, self._source_of, clock=clock,
+                                 stall_seconds=stall_seconds, on_watch=self._wake_timer, on_stalled=self._overflow)
         self._reading = False           # a reader is handing its frame to the engine
         self._held: list[str] = []      # sides whose frames wait for the reader to finish its frame
         self._client_cut_off = False    # over its event budget: what it still sends is dropped
@@ -285,6 +282,15 @@ class SessionLoop:
         self._task_group.start_soon(self._read_upstream, name="upstream reader")
 
     # ---- timer -------------------------------------------------------------------------
+    def _wake_timer(self) -> None:
+        self._timer_wake.set()
+
+    def _source_of(self, side: str) -> Transport | None:
+        """The socket whose frames fill `side`'s queue (none once the session is over)."""
+        if self.end is not None:
+            return None
+        return self.upstream if side == "client" else self.client
+
     async def _timer(self) -> None:
         """The engine's deadlines, and the back-pressure's stall checks while a queue is full."""
         while True:

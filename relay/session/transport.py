@@ -64,19 +64,31 @@ class QueueOverflow(RelayError):
     pass
 
 
+class QueueWatcher(Protocol):
+    """Who a `FrameQueue` tells that it passed its mark, and that it drained (the session's
+    back-pressure, relay/session/flow.py). Called from the per-frame path, maybe outside any task."""
+
+    def queue_full(self, queue: FrameQueue) -> None: ...
+
+    def queue_drained(self, queue: FrameQueue) -> None: ...
+
+
 class FrameQueue:
     """Frames on their way to one socket, bounded by the bytes it holds: a peer that stops
     reading is cut off, not buffered without end. The loop's writer task waits on it
     (`get_batch`); a transport's `flush` empties it while that task sleeps.
 
-    Back-pressure: once `high_water` bytes wait, it is `full` and calls `on_full` (the loop stops
-    reading the side these frames come from); once a take leaves a quarter of that or less, it
-    calls `on_drained`. `takes_while_full` counts the takes in between: a peer that takes nothing
-    for long is not reading.
+    Back-pressure: once `high_water` bytes wait, it is `full` and tells its `watcher`
+    (`queue_full`: the loop stops reading the side these frames come from); once a take leaves a
+    quarter of that or less, `queue_drained`. `takes_while_full` counts the takes in between: a
+    peer that takes nothing for long is not reading.
 
     Under audio load the writer empties the queue after nearly every frame, so the wake-up is on
     the per-frame path: it is a bare asyncio future (every backend runs on an asyncio loop), not a
     new `anyio.Event` each time (whose backend lookup costs more than the rest of the hand-off)."""
+
+    __slots__ = ("max_bytes", "frames", "size", "_waiter", "high_water", "low_water", "full", "takes_while_full",
+                 "watcher", "_fills_at")
 
     def __init__(self, max_bytes: int, high_water: int | None = None) -> None:
         self.max_bytes = max_bytes
@@ -89,22 +101,21 @@ class FrameQueue:
         self.low_water = self.high_water // 4
         self.full = False
         self.takes_while_full = 0
-        self.on_full: Callable[[], None] | None = None
-        self.on_drained: Callable[[], None] | None = None
+        self.watcher: QueueWatcher | None = None
         self._fills_at = self.high_water   # `size` that makes it full; past any size once it is
 
     def _filled(self) -> None:
         self.full = True
         self.takes_while_full = 0
         self._fills_at = 1 << 62
-        if self.on_full is not None:
-            self.on_full()
+        if self.watcher is not None:
+            self.watcher.queue_full(self)
 
     def _drained(self) -> None:
         self.full = False
         self._fills_at = self.high_water
-        if self.on_drained is not None:
-            self.on_drained()
+        if self.watcher is not None:
+            self.watcher.queue_drained(self)
 
     def __len__(self) -> int:
         return len(self.frames)

@@ -29,6 +29,7 @@ from relay.tools import tool
 from tests.support.clients import TIMEOUT, RealtimeClient
 from tests.support.frames import function_call_outputs, model_call_ids, session_created, user_text
 from tests.support.keys import PROVIDER_KEY
+from tests.support.peers import MarkSeen
 from tests.support.relays import LeakGuard, bare_upstream, socket_transport, weather_turn
 
 
@@ -245,16 +246,8 @@ async def test_a_client_that_stops_reading_holds_the_upstream_back_then_is_dropp
             await mock.wait_for(lambda e: e["type"] == "session.update")   # the session loop runs
             [session] = server.sessions.values()
             assert session.loop is not None
-            queue, transport = session.loop.to_client, socket_transport(session.client)
-            at_mark: dict[str, int] = {}
-            filled = queue.on_full
-
-            def measured_on_full() -> None:   # the upstream is held back from here on
-                at_mark.update(queue=queue.size, socket_buffer=transport.get_write_buffer_size())
-                assert filled is not None
-                filled()
-
-            queue.on_full = measured_on_full
+            queue = session.loop.to_client
+            at_mark = MarkSeen(queue, socket_transport(session.client))   # the upstream is held back from there
             await client.send({"type": "response.create"})
             async with asyncio.timeout(TIMEOUT):
                 end = await session.wait_closed()
@@ -269,8 +262,8 @@ async def test_a_client_that_stops_reading_holds_the_upstream_back_then_is_dropp
     [warning] = [r.getMessage() for r in caplog.records if "is not reading" in r.getMessage()]
     assert warning.startswith("client is not reading: nothing taken for 0.5 s")   # not the limit's overflow
     # held back at the mark; past it, only the rest of the read that crossed it came in
-    assert mark <= at_mark["queue"] < mark + largest_frame
-    assert at_mark["socket_buffer"] <= 64 * 1024 + largest_frame
+    assert mark <= at_mark.size < mark + largest_frame
+    assert at_mark.socket_buffer <= 64 * 1024 + largest_frame
 
 
 # ---- the relay is stopped --------------------------------------------------------------------

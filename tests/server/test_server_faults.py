@@ -20,6 +20,7 @@ from relay.tools import tool
 from tests.support.clients import TIMEOUT, http_get, realtime_client
 from tests.support.frames import user_text
 from tests.support.keys import PROVIDER_KEY, RELAY_TOKEN
+from tests.support.peers import MarkSeen
 from tests.support.relays import relay_for
 
 
@@ -245,19 +246,10 @@ async def test_a_client_that_reads_slowly_holds_the_upstream_back_and_gets_all_i
             await mock.wait_for(lambda e: e["type"] == "response.create")
             session = next(iter(server.sessions.values()))
             assert session.loop is not None
-            queue, full = session.loop.to_client, asyncio.Event()
-            filled = queue.on_full
-
-            def on_full() -> None:
-                assert filled is not None
-                filled()
-                full.set()
-
-            queue.on_full = on_full
-            if queue.full:
-                full.set()
+            queue = session.loop.to_client
+            mark = MarkSeen(queue)
             # the client reads nothing until the relay holds the upstream back (at 1 MiB) ...
-            await asyncio.wait_for(full.wait(), TIMEOUT)
+            await asyncio.wait_for(mark.event.wait(), TIMEOUT)
             assert queue.size < 2 * 1024 * 1024
             # ... then reads at its own pace: everything comes, nobody is cut off
             deltas = 0

@@ -189,3 +189,30 @@ async def record_session(directory: Path, tools, *, mode: str = "sidecar", creat
         peer.hang_up()
     writer.close("test done")
     return writer.path
+
+
+class MarkSeen:
+    """A `FrameQueue`'s watcher wrapped (the session's back-pressure): `event` is set, and `size`
+    and `socket_buffer` (of `transport`, an asyncio transport, when given) taken, when the queue
+    first passes its mark; the wrapped watcher is then told as before."""
+
+    def __init__(self, queue: FrameQueue, transport: Any = None) -> None:
+        self.queue, self.transport, self.wrapped = queue, transport, queue.watcher
+        self.event = anyio.Event()
+        self.size = self.socket_buffer = 0
+        queue.watcher = self
+        if queue.full:   # passed it already
+            self.size = queue.size
+            self.event.set()
+
+    def queue_full(self, queue: FrameQueue) -> None:
+        if not self.event.is_set():
+            self.size = queue.size
+            self.socket_buffer = self.transport.get_write_buffer_size() if self.transport is not None else 0
+            self.event.set()
+        if self.wrapped is not None:
+            self.wrapped.queue_full(queue)
+
+    def queue_drained(self, queue: FrameQueue) -> None:
+        if self.wrapped is not None:
+            self.wrapped.queue_drained(queue)
