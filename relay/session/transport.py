@@ -280,8 +280,9 @@ class Transport(Protocol):
 
     def pause_reading(self) -> None:
         """Hand no more messages on until `resume_reading` (back-pressure: the other side's queue
-        is full). What the library has read already may still come; then the socket is no longer
-        read, and TCP slows the peer down."""
+        is full): the socket is no longer read, and TCP slows the peer down; what the library has
+        read already waits in the transport (or the library) and comes after `resume_reading`,
+        in order."""
 
     def resume_reading(self) -> None:
         """Undo `pause_reading`."""

@@ -185,6 +185,9 @@ class PicowsTransport(WSListener):
                         return
                 else:
                     message = frame.get_payload_as_bytes()
+                if self._held_back:   # back-pressure: what the read still holds waits here
+                    self._waiting.append(message)
+                    return
                 express = self._express   # set (and cleared) with `_deliver`, by `receive`
                 if express is not None:
                     try:
@@ -255,7 +258,7 @@ class PicowsTransport(WSListener):
 
     def _hand_on(self, message: Frame) -> None:
         deliver = self._deliver
-        if deliver is None:
+        if deliver is None or self._held_back:
             self._waiting.append(message)
             if len(self._waiting) >= MAX_WAITING_MESSAGES:
                 self._pause_reading()
@@ -312,13 +315,12 @@ class PicowsTransport(WSListener):
         self._deliver, self._express = deliver, express
         try:
             waiting = self._waiting
-            while waiting:
+            while waiting and not self._held_back:
                 message = waiting.popleft()
                 if express is None or not express(message, bool(waiting)):
                     deliver(message)
-            if self._reading_paused and not self._held_back:
-                self._reading_paused = False
-                self._underlying().resume_reading()
+            if not waiting and not self._held_back:
+                self._resume_socket()
             if not self._disconnected.done() and self._failure is None:
                 self._receiving = self._loop.create_future()
                 await self._receiving
@@ -332,13 +334,40 @@ class PicowsTransport(WSListener):
             self._reader = self._reader_context = None
 
     def pause_reading(self) -> None:
+        """The socket is paused at once; the messages of the read in progress wait in `_waiting`
+        (picows parses a whole read in one go, and one read can bring megabytes), so what is
+        handed on stops here."""
         self._held_back = True
         self._pause_reading()
 
     def resume_reading(self) -> None:
         self._held_back = False
-        # only while `receive` hands messages on: before it, the waiting messages keep the socket
-        # paused; after a failed delivery nothing more is read
+        if self._waiting and self._deliver is not None:
+            self._loop.call_soon(self._release_waiting)   # not inside the caller's take from its queue
+        else:
+            self._resume_socket()
+
+    def _release_waiting(self) -> None:
+        """After `resume_reading`: the messages held back, in order (until held back again), then
+        the socket."""
+        waiting = self._waiting
+        while waiting and not self._held_back and self._deliver is not None:
+            message = waiting.popleft()
+            express = self._express
+            if express is not None:
+                try:
+                    if express(message, bool(waiting)):
+                        continue
+                except BaseException as exc:   # ends `receive` with it
+                    self._delivery_failed(exc)
+                    return
+            self._hand_on(message)
+        if not waiting and not self._held_back:
+            self._resume_socket()
+
+    def _resume_socket(self) -> None:
+        """Read the socket again: only while `receive` hands messages on (before it, the waiting
+        messages keep it paused; after a failed delivery nothing more is read)."""
         ws = self.ws
         if self._reading_paused and self._deliver is not None and ws is not None and not ws.is_disconnected:
             self._reading_paused = False

@@ -82,8 +82,10 @@ def run_relay(*args: str, cwd: Path, env: dict[str, str] | None = None,
 
 
 async def next_log_line(stream: asyncio.StreamReader, predicate: Callable[[dict[str, Any]], bool],
-                        seen: list[str], timeout: float = 10.0) -> dict[str, Any]:
-    """Read JSON log lines from a relay's stderr until one matches (all lines are kept in `seen`)."""
+                        seen: list[str], timeout: float = 30.0) -> dict[str, Any]:
+    """Read JSON log lines from a relay's stderr until one matches (all lines are kept in `seen`).
+    The timeout guards against a hang, it measures nothing: a `--workers` worker on a loaded
+    2-core machine took over 10 s to say it listens (a CI rehearsal with other tests running)."""
     async with asyncio.timeout(timeout):
         while True:
             raw = await stream.readline()
