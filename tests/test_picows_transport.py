@@ -312,37 +312,43 @@ async def test_send_now_writes_a_lone_frame_at_once_and_refuses_while_paused_or_
         assert client.close_code == 1000
 
 
-async def test_pause_reading_holds_back_the_rest_of_a_read_until_resume_reading_hands_it_on_in_order() -> None:
+async def test_pause_reading_holds_back_the_rest_of_a_read_until_resume_reading_hands_it_on_in_order_even_past_a_close() -> None:
     burst = [f"message {n}" for n in range(6)]
     received: list[str | bytes] = []
+    resuming: list[asyncio.Task[None]] = []
     at_pause: list[list[str | bytes]] = []
     everything: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     async def handler(transport: Transport, request: Request) -> None:
         loop = asyncio.get_running_loop()
 
-        def resume() -> None:
-            at_pause.append(list(received))   # the read's callbacks are over: what came meanwhile
+        async def resume() -> None:
+            await transport.wait_closed()   # the close is in: it is reported only after the rest
+            at_pause.append(list(received))
             transport.resume_reading()
 
         def take(message: str | bytes) -> None:
             received.append(message)
             if len(received) == 2:   # the other side's queue is full, say
                 transport.pause_reading()
-                loop.call_soon(resume)
+                resuming.append(loop.create_task(resume()))
             if len(received) == len(burst):
                 everything.set_result(None)
 
-        await collect_with(transport, take)
+        closed.set_result(await collect_with(transport, take))
 
+    closed: asyncio.Future[TransportClosed] = asyncio.get_running_loop().create_future()
     async with server(handler) as port:
         client = await RawClient.open(port)
-        for message in burst:   # one write: the server reads them in one go
+        for message in burst:   # written together: the server reads them in one go ...
             client.send(0x1, message.encode())
+        client.send(0x8, struct.pack("!H", 1000))   # ... and the close right behind them
         await asyncio.wait_for(everything, TIMEOUT)
+        code = await asyncio.wait_for(closed, TIMEOUT)
         client.writer.close()
     assert at_pause == [burst[:2]]
-    assert received == burst
+    assert received == burst   # every message came before the close was reported
+    assert code.code == 1000 and code.received
 
 
 async def test_a_close_the_peer_never_answers_drops_the_connection(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -324,6 +324,13 @@ class PicowsTransport(WSListener):
             if not self._disconnected.done() and self._failure is None:
                 self._receiving = self._loop.create_future()
                 await self._receiving
+            while self._waiting and self._failure is None:
+                # closed while messages were held back: they are handed on first, in order
+                if self._held_back:
+                    self._receiving = self._loop.create_future()
+                    await self._receiving   # until `resume_reading`
+                else:
+                    self._release_waiting()
             if self._failure is not None:
                 failure, self._failure = self._failure, None
                 raise failure
@@ -343,7 +350,10 @@ class PicowsTransport(WSListener):
     def resume_reading(self) -> None:
         self._held_back = False
         if self._waiting and self._deliver is not None:
-            self._loop.call_soon(self._release_waiting)   # not inside the caller's take from its queue
+            if self._disconnected.done():
+                self._wake_receiver()   # `receive` hands them on before it says the connection closed
+            else:
+                self._loop.call_soon(self._release_waiting)   # not inside the caller's take from its queue
         else:
             self._resume_socket()
 
