@@ -7,6 +7,9 @@ import asyncio
 import json
 import logging
 import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
 
 import pytest
 from websockets.asyncio.client import connect
@@ -17,7 +20,7 @@ from relay.errors import ConfigError
 from relay.edges.config import ServerConfig
 from relay.edges.serve import RelayServer
 from relay.tools import tool
-from tests.support.clients import TIMEOUT, http_get, realtime_client
+from tests.support.clients import TIMEOUT, RealtimeClient, http_get, realtime_client
 from tests.support.frames import user_text
 from tests.support.keys import PROVIDER_KEY, RELAY_TOKEN
 from tests.support.peers import MarkSeen
@@ -208,23 +211,32 @@ async def test_a_client_leaving_mid_handler_tears_everything_down(weather_mock: 
         assert server.sessions == {}
 
 
-async def test_a_client_that_stops_reading_is_closed_with_1008_and_logged(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="relay")
+@asynccontextmanager
+async def flooding_a_client_that_does_not_read(chunks: int, **relay_options: Any
+                                               ) -> AsyncIterator[tuple[MockUpstream, RelayServer, RealtimeClient]]:
+    """A relay in front of a mock that floods `chunks` audio deltas of 128 KB of base64 once
+    asked, and a client with a small receive window that has asked and reads nothing yet."""
     audio_flood = MockScript(default=Reply(say="la la la"),
-                             options=StreamOptions(audio_chunk_bytes=96_000, audio_chunks=100))
-    async with MockUpstream(script=audio_flood) as mock, \
-            relay_for(mock, max_queue_bytes=4 * 1024 * 1024, stall_seconds=0.5) as server:
+                             options=StreamOptions(audio_chunk_bytes=96_000, audio_chunks=chunks))
+    async with MockUpstream(script=audio_flood) as mock, relay_for(mock, **relay_options) as server:
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8192)   # a small window fills fast
         sock.connect(("127.0.0.1", server.port))
         async with realtime_client(server, sock=sock, max_queue=1) as client:
             await client.send({"type": "response.create"})
             await mock.wait_for(lambda e: e["type"] == "response.create")
-            session = next(iter(server.sessions.values()))
-            end = await asyncio.wait_for(session.wait_closed(), TIMEOUT)
-            with pytest.raises(ConnectionClosed):   # a client that does not read misses the close frame
-                while True:
-                    await client.ws.recv()
+            yield mock, server, client
+
+
+async def test_a_client_that_stops_reading_is_closed_with_1008_and_logged(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="relay")
+    async with flooding_a_client_that_does_not_read(
+            100, max_queue_bytes=4 * 1024 * 1024, stall_seconds=0.5) as (mock, server, client):
+        session = next(iter(server.sessions.values()))
+        end = await asyncio.wait_for(session.wait_closed(), TIMEOUT)
+        with pytest.raises(ConnectionClosed):   # a client that does not read misses the close frame
+            while True:
+                await client.ws.recv()
     assert (end.by, end.code) == ("relay", 1008)
     warnings = [r for r in caplog.records if "client is not reading" in r.getMessage()]
     assert len(warnings) == 1 and warnings[0].session_id == session.id
@@ -237,26 +249,17 @@ async def test_a_client_that_reads_slowly_holds_the_upstream_back_and_gets_all_i
     # together (a relay without back-pressure cuts this client off); the mark is 1 MiB, and what
     # the read that crosses it still brings stays under the limit
     chunks = 100
-    audio_flood = MockScript(default=Reply(say="la la la"),
-                             options=StreamOptions(audio_chunk_bytes=96_000, audio_chunks=chunks))
-    async with MockUpstream(script=audio_flood) as mock, \
-            relay_for(mock, max_queue_bytes=4 * 1024 * 1024) as server:
-        sock = socket.socket()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8192)   # a small window fills fast
-        sock.connect(("127.0.0.1", server.port))
-        async with realtime_client(server, sock=sock, max_queue=1) as client:
-            await client.send({"type": "response.create"})
-            await mock.wait_for(lambda e: e["type"] == "response.create")
-            session = next(iter(server.sessions.values()))
-            assert session.loop is not None
-            queue = session.loop.to_client
-            mark = MarkSeen(queue)
-            # the client reads nothing until the relay holds the upstream back (at 1 MiB) ...
-            await asyncio.wait_for(mark.event.wait(), TIMEOUT)
-            assert queue.size < 4 * 1024 * 1024
-            # ... then reads at its own pace: everything comes, nobody is cut off
-            deltas = 0
-            while (event := await client.receive())["type"] != "response.done":
-                deltas += event["type"] == "response.output_audio.delta"
-            assert deltas == chunks
-            assert session.end is None
+    async with flooding_a_client_that_does_not_read(chunks, max_queue_bytes=4 * 1024 * 1024) as (_, server, client):
+        session = next(iter(server.sessions.values()))
+        assert session.loop is not None
+        queue = session.loop.to_client
+        mark = MarkSeen(queue)
+        # the client reads nothing until the relay holds the upstream back (at 1 MiB) ...
+        await asyncio.wait_for(mark.event.wait(), TIMEOUT)
+        assert queue.size < 4 * 1024 * 1024
+        # ... then reads at its own pace: everything comes, nobody is cut off
+        deltas = 0
+        while (event := await client.receive())["type"] != "response.done":
+            deltas += event["type"] == "response.output_audio.delta"
+        assert deltas == chunks
+        assert session.end is None
