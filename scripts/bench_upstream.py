@@ -147,11 +147,16 @@ async def idle(connection: ServerConnection, query: dict[str, str]) -> None:
         pass
 
 
+def control_answer(message: str) -> str:
+    """The answer to a `/control` request (and trial T forgotten)."""
+    request = json.loads(message)
+    trial = TRIALS.pop(request["trial"], Trial())
+    return json.dumps(trial.report(request.get("since_ns", 0), request.get("until_ns", 2**63)))
+
+
 async def control(connection: ServerConnection) -> None:
     async for message in connection:
-        request = json.loads(message)
-        trial = TRIALS.pop(request["trial"], Trial())
-        await connection.send(json.dumps(trial.report(request.get("since_ns", 0), request.get("until_ns", 2**63))))
+        await connection.send(control_answer(str(message)))
 
 
 MODES: dict[str, Callable[[ServerConnection, dict[str, str]], Awaitable[None]]] = {
@@ -180,10 +185,7 @@ class ControlListener(WSListener):
 
     def on_ws_frame(self, ws: WSTransport, frame: WSFrame) -> None:
         if frame.msg_type is WSMsgType.TEXT:
-            request = json.loads(frame.get_payload_as_utf8_text())
-            trial = TRIALS.pop(request["trial"], Trial())
-            report = trial.report(request.get("since_ns", 0), request.get("until_ns", 2**63))
-            ws.send(WSMsgType.TEXT, json.dumps(report).encode())
+            ws.send(WSMsgType.TEXT, control_answer(frame.get_payload_as_utf8_text()).encode())
         elif frame.msg_type is WSMsgType.CLOSE:
             ws.send_close(1000)
             ws.disconnect()

@@ -54,6 +54,9 @@ class BackPressure:
     def _side(self, queue: FrameQueue) -> str:
         return "client" if queue is self.to_client else "upstream"
 
+    def _queue(self, side: str) -> FrameQueue:
+        return self.to_client if side == "client" else self.to_upstream
+
     def queue_full(self, queue: FrameQueue) -> None:
         """A queue passed its mark: stop reading the side that fills it, and watch the queue."""
         side = self._side(queue)
@@ -88,7 +91,7 @@ class BackPressure:
         for side, stall in list((self.stalls or {}).items()):
             if now < stall.next_check:
                 continue
-            queue = self.to_client if side == "client" else self.to_upstream
+            queue = self._queue(side)
             if queue.takes_while_full != stall.takes:
                 stall.takes, stall.since = queue.takes_while_full, now
             elif now - stall.since >= self.stall_seconds:

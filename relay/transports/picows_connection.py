@@ -314,13 +314,7 @@ class PicowsTransport(WSListener):
         self._reader_context = contextvars.copy_context()
         self._deliver, self._express = deliver, express
         try:
-            waiting = self._waiting
-            while waiting and not self._held_back:
-                message = waiting.popleft()
-                if express is None or not express(message, bool(waiting)):
-                    deliver(message)
-            if not waiting and not self._held_back:
-                self._resume_socket()
+            self._release_waiting()   # what came before anyone received, in order; then the socket
             if not self._disconnected.done() and self._failure is None:
                 self._receiving = self._loop.create_future()
                 await self._receiving
@@ -358,8 +352,9 @@ class PicowsTransport(WSListener):
             self._resume_socket()
 
     def _release_waiting(self) -> None:
-        """After `resume_reading`: the messages held back, in order (until held back again), then
-        the socket."""
+        """The messages waiting (read before `receive`, or held back by `pause_reading`), in order
+        until held back again, then the socket. What `express` or `deliver` raises ends `receive`
+        with it."""
         waiting = self._waiting
         while waiting and not self._held_back and self._deliver is not None:
             message = waiting.popleft()
@@ -401,7 +396,7 @@ class PicowsTransport(WSListener):
             send(TEXT if type(frame) is str else BINARY, frame)
 
     def send_now(self, frame: Frame) -> bool:
-        ws = self.ws
+        ws = self.ws   # `_writable` inline: once per frame at realtime pace
         if self._paused or ws is None or ws.is_close_frame_sent or ws.is_disconnected:
             return False
         ws.send(TEXT if type(frame) is str else BINARY, frame)
