@@ -114,6 +114,8 @@ def test_mutated_streams_never_raise_and_invariants_hold(frames, mode, rng) -> N
             act(engine.handler_finished(start.call_id, Outcome.returned("ok"), now))
         now += rng.choice([0.0, 0.1, 0.7])
         act(engine.tick(now))
+        deadline = engine.next_deadline()
+        assert deadline is None or deadline > now, "a tick left its deadline in the past"
     for start in running:
         act(engine.handler_finished(start.call_id, Outcome.raised(RuntimeError("late")), now))
     act(engine.tick(now + 100))

@@ -226,6 +226,9 @@ class Simulation:
     def advance(self, seconds: float) -> None:
         self.now += seconds
         self._act(self.engine.tick(self.now))
+        deadline = self.engine.next_deadline()
+        if deadline is not None and deadline <= self.now:   # the edge's timer would tick again at once, forever
+            self.violations.append(f"a deadline a tick left in the past: {deadline} at {self.now}")
 
     def settle(self) -> None:
         """Let everything finish: handlers, frames, timers, responses."""

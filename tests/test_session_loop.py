@@ -104,6 +104,49 @@ async def test_client_close_closes_upstream_and_cancels_handlers() -> None:
     assert loop._runner.running == 0
 
 
+class DeadlineStuckInThePast(OpenAIEngine):
+    """An engine whose deadline a tick does not move (for its first STUCK_FOR asks): what a bug
+    in the engine would look like to the loop."""
+
+    STUCK_FOR = 1000
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.ticks = 0
+        self.asked = 0
+
+    def next_deadline(self) -> float | None:
+        self.asked += 1
+        return 1.0 if self.asked <= self.STUCK_FOR else None   # long past, by any clock
+
+    def tick(self, now: float):
+        self.ticks += 1
+        return super().tick(now)
+
+
+async def test_a_deadline_a_tick_does_not_move_is_logged_and_ignored_not_ticked_in_a_loop(caplog) -> None:
+    # without the guard the timer ticks without yielding as long as the deadline stays put (here
+    # STUCK_FOR asks; with a real bug, forever: every session of the process frozen)
+    upstream, client = MemoryPeer(), MemoryPeer()
+    engine = DeadlineStuckInThePast([], config=EngineConfig(mode="proxy", strict=True, declare_tools=False))
+    loop = SessionLoop(engine, upstream=upstream, client=client)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(loop.run)
+        await loop.started.wait()
+        for event in LocalMock().connect():
+            await upstream.feed(json.dumps(event))
+        await upstream.feed(json.dumps({"type": "response.output_audio.delta", "delta": "AAAA"}))
+        await client.wait_for(lambda e: e["type"] == "response.output_audio.delta")
+        await client.feed(None)
+        with anyio.fail_after(TIMEOUT):
+            await loop.ended.wait()
+    upstream.close_streams()
+    client.close_streams()
+    assert engine.ticks == 1
+    assert [r.message for r in caplog.records if r.levelname == "ERROR"] == [
+        "the engine kept a deadline its tick did not move; ignoring it"]
+
+
 def test_frame_queue_is_bounded_by_bytes() -> None:
     queue = FrameQueue(10)
     queue.put("12345")

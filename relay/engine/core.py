@@ -155,7 +155,12 @@ class SessionEngine:
 
     def next_deadline(self) -> float | None:
         """When `tick` must be called next (None: no timer pending). Asked after every frame by
-        the edge, so it is computed once per change of state (every input but a forwarded one)."""
+        the edge, so it is computed once per change of state (every input but a forwarded one).
+        Once `tick(now)` has run, it is None or later than `now`: the edge's timer waits for it,
+        and a deadline that a tick does not move would have it call `tick` again at once. A
+        closed engine has none (nothing it waited for matters any more)."""
+        if self.ctx.closed:
+            return None
         if self._deadline is _UNKNOWN:
             self._deadline = min((*self.running.deadlines(), *self._other_deadlines()), default=None)
         return self._deadline

@@ -73,6 +73,12 @@ class OpenAIEngine(SessionEngine):
         return super().receive_client(frame, now)
 
     def _other_deadlines(self) -> Iterable[float]:
+        if not self.ctx.upstream_connected:
+            # nothing the sequencer waits for (an acknowledgement, a response) can come while the
+            # upstream is away, and `_pump`, which ends its waits, does not run: a deadline of its
+            # that passed would stay in the past. Its waits are looked at again once reconnected
+            # (a create in flight then is the edge's to resend, see `Sequencer.reset_connection`).
+            return ()
         sequencer_deadline = self.sequencer.next_deadline()
         return () if sequencer_deadline is None else (sequencer_deadline,)
 

@@ -292,10 +292,16 @@ class SessionLoop:
         return self.upstream if side == "client" else self.client
 
     async def _timer(self) -> None:
-        """The engine's deadlines, and the back-pressure's stall checks while a queue is full."""
+        """The engine's deadlines, and the back-pressure's stall checks while a queue is full.
+        A deadline that a tick leaves in the past is the engine's fault; waiting on it again would
+        call `tick` in a loop that never yields, freezing every session of the process. It is
+        logged and ignored instead (the timer waits for the engine's next change)."""
+        ignored: float | None = None   # a past deadline a tick did not move
         while True:
             deadline = self.engine.next_deadline()
             self._armed_deadline = deadline
+            if deadline is not None and deadline == ignored:
+                deadline = None
             self._timer_wake = anyio.Event()
             due, check = deadline, self.flow.next_check()
             if check is not None:
@@ -313,6 +319,11 @@ class SessionLoop:
                 self.flow.check(now)
             if deadline is not None and deadline <= now:
                 self._apply(self.engine.tick(now))
+                after = self.engine.next_deadline()
+                if after is not None and after <= now:
+                    ignored = after
+                    log.error("the engine kept a deadline its tick did not move; ignoring it",
+                              extra={"session_id": self.engine.session_id, "overdue_seconds": now - after})
 
     # ---- handlers ----------------------------------------------------------------------
     def _handler_finished(self, call_id: str, outcome: Outcome) -> None:
