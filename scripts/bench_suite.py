@@ -18,7 +18,9 @@ reverse order every other round; figures are the medians of the rounds.
    until the added p99 passes 10 ms
 3. throughput: 1, 10, 100 sessions flooded with output-audio deltas -> events/s; beside the raw
    proxy, the raw proxy given the relay's way of reading and writing (bench_rawproxy.py
-   --coalesce), so that the relay's own cost shows apart from what that saves
+   --coalesce), so that the relay's own cost shows apart from what that saves, and a bare
+   pass-through on picows (`raw_picows`, bench_rawproxy_picows.py): the floor of relay_fast's
+   library, in the same run as HAProxy
 4. tool turnaround through `relay serve`: response.done -> output + follow-up response.create, for
    @tool handlers (async, sync) and, on a relay started with them, for an MCP tool over stdio and
    over streamable HTTP (scripts/bench_mcp_server.py: the relay's turnaround plus the MCP round trip)
@@ -73,7 +75,7 @@ SCENARIOS = ("memory", "realtime", "throughput", "tools", "replay")
 """What a full run measures, in order (`--only` picks some)."""
 # throughput also measures the raw proxy given the relay's reads and writes (--coalesce), so that
 # the relay's own cost shows apart from what those save
-THROUGHPUT_PATHS = ("direct", "raw", "raw_batched", "relay", "relay_fast", "haproxy")
+THROUGHPUT_PATHS = ("direct", "raw", "raw_batched", "raw_picows", "relay", "relay_fast", "haproxy")
 # frames an idle session waits for: through the relay, also the session.updated that answers its
 # tool declaration
 IDLE_FRAMES = {"raw": 1, "relay": 2, "relay_fast": 2, "haproxy": 1}
@@ -251,12 +253,14 @@ def fresh_proxies(services: dict[str, Service], mode: str = "throughput") -> Non
     session has come and gone (lazy imports and first-use allocations are then not counted).
     `services` is filled as they start, so a failure leaves the started ones there to be stopped.
     The proxies forward to the upstream of the trials of `mode` (`upstream_for`)."""
-    for path in ("raw", "raw_batched", "relay", "relay_fast", "haproxy"):
+    for path in ("raw", "raw_batched", "raw_picows", "relay", "relay_fast", "haproxy"):
         if path in services:
             services.pop(path).stop()
     upstream = upstream_for(services, mode).url
     raw_command = [PYTHON, str(SCRIPTS / "bench_rawproxy.py"), "--upstream", upstream.removesuffix("/v1/realtime")]
     services["raw"] = start_service("raw proxy", raw_command, _plain_url, from_stderr=False)
+    services["raw_picows"] = start_service("raw proxy (picows)", [PYTHON, str(SCRIPTS / "bench_rawproxy_picows.py"),
+                                                                  *raw_command[2:]], _plain_url, from_stderr=False)
     services["raw_batched"] = start_service("raw proxy (coalescing)", [*raw_command, "--coalesce"], _plain_url,
                                             from_stderr=False)
     for path, transport in RELAY_TRANSPORTS.items():
@@ -412,11 +416,16 @@ def throughput(services: dict[str, Service], plan: Plan) -> list[dict[str, Any]]
             figures["relay_vs_raw_batched"] = figures["relay"]["events_per_s"] / figures["raw_batched"]["events_per_s"]
             figures["relay_fast_vs_relay_cpu"] = (figures["relay_fast"]["cpu_us_per_event"]
                                                   / figures["relay"]["cpu_us_per_event"])
+            # the relay's own work over the library it stands on
+            figures["relay_fast_vs_raw_picows_cpu"] = (figures["relay_fast"]["cpu_us_per_event"]
+                                                       / figures["raw_picows"]["cpu_us_per_event"])
             if "haproxy" in figures:   # the issue's targets: ratios within the round
                 figures["relay_fast_vs_haproxy_cpu"] = (figures["relay_fast"]["cpu_us_per_event"]
                                                         / figures["haproxy"]["cpu_us_per_event"])
                 figures["relay_fast_vs_haproxy_events"] = (figures["relay_fast"]["events_per_s"]
                                                            / figures["haproxy"]["events_per_s"])
+                figures["raw_picows_vs_haproxy_cpu"] = (figures["raw_picows"]["cpu_us_per_event"]
+                                                        / figures["haproxy"]["cpu_us_per_event"])
             rounds.append(figures)
         step = {"sessions": sessions, **median_figures(rounds), "rounds": rounds}
         shown = [path for path in THROUGHPUT_PATHS if path in step]
@@ -425,8 +434,10 @@ def throughput(services: dict[str, Service], plan: Plan) -> list[dict[str, Any]]
         report(f"throughput {sessions:>3} sessions, CPU per event: " + "  ".join(
             f"{path} {step[path]['cpu_us_per_event']:.1f} us" for path in shown if path != "direct")
             + f"; relay/raw {step['relay_vs_raw']:.2f}, relay_fast/relay CPU {step['relay_fast_vs_relay_cpu']:.2f}"
+            + f", relay_fast/raw_picows CPU {step['relay_fast_vs_raw_picows_cpu']:.2f}"
             + (f", relay_fast/haproxy CPU {step['relay_fast_vs_haproxy_cpu']:.2f} events "
-               f"{step['relay_fast_vs_haproxy_events']:.2f}" if "relay_fast_vs_haproxy_cpu" in step else "")
+               f"{step['relay_fast_vs_haproxy_events']:.2f}, raw_picows/haproxy CPU "
+               f"{step['raw_picows_vs_haproxy_cpu']:.2f}" if "relay_fast_vs_haproxy_cpu" in step else "")
             + " (medians of the rounds' ratios)")
         steps.append(step)
     return steps

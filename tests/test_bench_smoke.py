@@ -46,9 +46,9 @@ def test_quick_benchmark_reports_every_figure(tmp_path: Path) -> None:
 
     assert [step["sessions"] for step in figures["throughput"]] == [1, 10]   # QUICK's plan
     for step in figures["throughput"]:
-        for path in (*PATHS, "raw_batched"):
+        for path in (*PATHS, "raw_batched", "raw_picows"):
             assert figure(step, path, "events_per_s") > 0
-        for proxy in (*PROXIES, "raw_batched"):
+        for proxy in (*PROXIES, "raw_batched", "raw_picows"):
             assert figure(step, proxy, "cpu_us_per_event") > 0
             # sessions a proxy closed before the measurement ended are counted (a flood can
             # outrun a client on a small machine: the relay then cuts it off, and says so)
@@ -56,9 +56,11 @@ def test_quick_benchmark_reports_every_figure(tmp_path: Path) -> None:
         assert figure(step, "relay_vs_raw") > 0
         assert figure(step, "relay_vs_raw_batched") > 0
         assert figure(step, "relay_fast_vs_relay_cpu") > 0
+        assert figure(step, "relay_fast_vs_raw_picows_cpu") > 0
         if "haproxy" in PROXIES:
             assert figure(step, "relay_fast_vs_haproxy_cpu") > 0
             assert figure(step, "relay_fast_vs_haproxy_events") > 0
+            assert figure(step, "raw_picows_vs_haproxy_cpu") > 0
 
     realtime = figures["realtime"]
     # the timed audio comes from picows on both ends (scripts/bench_timed.py), not websockets
