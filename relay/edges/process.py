@@ -62,7 +62,9 @@ def run_until_signalled(work: Callable[[], Awaitable[int]], on_signal: OnSignal,
     """Run `work` in a new event loop (of the kind `loop` names, see event_loop_factory) and
     return its exit status. Each of `signals` calls `on_signal`, after which `work` is expected
     to finish. The handlers are in place before `work` starts, so a signal that comes as soon as
-    a server listens already stops it."""
+    a server listens already stops it; once `work` is done, the signals are ignored, so that one
+    that comes while the process exits (an orchestrator's second SIGTERM to a relay whose drain
+    has just ended) does not kill it on its way out, turning exit 0 into death by signal."""
 
     async def main() -> int:
         received: asyncio.Queue[str] = asyncio.Queue()
@@ -81,6 +83,9 @@ def run_until_signalled(work: Callable[[], Awaitable[int]], on_signal: OnSignal,
             group.start_soon(deliver)
             status = await work()
             group.cancel_scope.cancel()
+        for signum in signals:
+            loop.remove_signal_handler(signum)
+            signal.signal(signum, signal.SIG_IGN)
         return status
 
     return run_in_loop(main, loop)

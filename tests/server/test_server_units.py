@@ -3,6 +3,7 @@ log formats and redaction, the metrics exposition, and the command line's refusa
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import logging
@@ -282,3 +283,32 @@ def test_a_worker_that_fails_says_why_before_it_exits(worker: str) -> None:
     else:
         assert done.stderr.splitlines() == [f"worker {pid}: port taken", f"worker {pid} exited with status 1"]
     assert done.stderr.endswith(f"worker {pid} exited with status 1\n")
+
+
+STOPPED_THEN_SIGNALLED = """
+import os, signal, sys
+from relay.edges.process import run_until_signalled
+
+async def work():
+    return 0
+
+async def on_signal(name, again):
+    pass
+
+status = run_until_signalled(work, on_signal, loop=sys.argv[1])
+# SIG_IGN, not a handler of the closed loop's: the interpreter resets Python-level handlers to
+# the default as it finalizes, and a signal then kills the process
+print(signal.getsignal(signal.SIGTERM) is signal.SIG_IGN, flush=True)
+os.kill(os.getpid(), signal.SIGTERM)   # a late stop signal, as the process exits
+sys.exit(status)
+"""
+
+
+@pytest.mark.parametrize("loop", ["asyncio", pytest.param("uvloop", marks=pytest.mark.skipif(
+    importlib.util.find_spec("uvloop") is None, reason="uvloop is not installed: pip install 'realtime-relay[fast]'"))])
+def test_a_stop_signal_after_the_work_is_done_does_not_kill_the_exiting_process(loop: str) -> None:
+    # an orchestrator's second SIGTERM reached a relay whose drain had just ended: it died by the
+    # signal (-15) instead of exiting 0 (seen in the cluster test)
+    done = subprocess.run([sys.executable, "-c", STOPPED_THEN_SIGNALLED, loop], capture_output=True, text=True,
+                          timeout=30)
+    assert (done.returncode, done.stdout.strip()) == (0, "True"), done.stderr
