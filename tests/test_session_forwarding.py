@@ -1,4 +1,4 @@
-"""The session loop's express lane (relay/session/loop.py `_express`): a frame the engine
+"""The session loop's express lane (relay/session/loop.py `express_lane`): a frame the engine
 forwards as it came (audio, `engine.forwards_upstream` / `forwards_client`) goes to the other
 side as the same text without the engine's round, and keeps every guarantee of the general path:
 recorded as received and as sent, in order; redacted for a client; counted against the client's

@@ -154,15 +154,12 @@ class SessionEngine:
         return self._run(now, "timer", self._close, reason)
 
     def next_deadline(self) -> float | None:
-        """When `tick` must be called next (None: no timer pending). Asked after every frame by
-        the edge, so it is computed once per change of state (every input but a forwarded one).
-        Once `tick(now)` has run, it is None or later than `now`: the edge's timer waits for it,
-        and a deadline that a tick does not move would have it call `tick` again at once. A
-        closed engine has none (nothing it waited for matters any more)."""
-        if self.ctx.closed:
-            return None
+        """When `tick` must be called next (None: no timer pending, or closed). Asked after every
+        frame by the edge, so computed once per change of state. After `tick(now)` it is None or
+        later than `now`: the edge's timer would otherwise call `tick` again at once."""
         if self._deadline is _UNKNOWN:
-            self._deadline = min((*self.running.deadlines(), *self._other_deadlines()), default=None)
+            deadlines = () if self.ctx.closed else (*self.running.deadlines(), *self._other_deadlines())
+            self._deadline = min(deadlines, default=None)
         return self._deadline
 
     @property
@@ -183,12 +180,8 @@ class SessionEngine:
 
     def recording_header(self) -> dict[str, Any]:
         """What a replay needs to rebuild this engine: recorded in the recording's header."""
-        header = {
-            "id_prefix": self.ctx.id_prefix,
-            "hide_tool_events": self.config.hide_tool_events,
-            "declare_tools": self.config.declare_tools,
-            "unknown_tools": self.config.unknown_tools,
-        }
+        header = {"id_prefix": self.ctx.id_prefix, "hide_tool_events": self.config.hide_tool_events,
+                  "declare_tools": self.config.declare_tools, "unknown_tools": self.config.unknown_tools}
         mcp_tools = recorded_tools(self.tools)
         if mcp_tools:   # what a replay declares and answers in their place (relay.tools.mcp_tools)
             header["mcp_tools"] = mcp_tools

@@ -177,7 +177,7 @@ class SessionLoop:
     async def _read_upstream(self) -> None:
         recorder, feed, receive = self.recorder, self._feed, self.engine.receive_upstream
         upstream = self.upstream
-        express = self._express(UPSTREAM_TO_RELAY, "client", self.engine.forwards_upstream)
+        express = express_lane(self, UPSTREAM_TO_RELAY, "client", self.engine.forwards_upstream)
 
         def deliver(frame: Frame) -> None:
             if recorder is not None:
@@ -210,7 +210,7 @@ class SessionLoop:
         recorder, feed, receive = self.recorder, self._feed, self.engine.receive_client
         budget = self.client_budget
         client = self.client
-        express = self._express(CLIENT_TO_RELAY, "upstream", self.engine.forwards_client, budget)
+        express = express_lane(self, CLIENT_TO_RELAY, "upstream", self.engine.forwards_client, budget)
 
         def deliver(frame: Frame) -> None:
             if not self._client_cut_off and (budget is None or budget.take()):
@@ -293,15 +293,13 @@ class SessionLoop:
 
     async def _timer(self) -> None:
         """The engine's deadlines, and the back-pressure's stall checks while a queue is full.
-        A deadline that a tick leaves in the past is the engine's fault; waiting on it again would
-        call `tick` in a loop that never yields, freezing every session of the process. It is
-        logged and ignored instead (the timer waits for the engine's next change)."""
+        A deadline that a tick leaves in the past (the engine's fault) is logged and ignored:
+        ticking again at once would never yield, freezing every session of the process."""
         ignored: float | None = None   # a past deadline a tick did not move
         while True:
             deadline = self.engine.next_deadline()
             self._armed_deadline = deadline
-            if deadline is not None and deadline == ignored:
-                deadline = None
+            deadline = None if deadline == ignored else deadline
             self._timer_wake = anyio.Event()
             due, check = deadline, self.flow.next_check()
             if check is not None:
@@ -388,72 +386,6 @@ class SessionLoop:
                         extra={"session_id": self.engine.session_id})
             self._task_group.start_soon(self._overflowed, side)
 
-    def _express(self, received: str, side: str, passes: Callable[[Frame], bool],
-                 budget: EventBudget | None = None) -> Express:
-        """The reader's express lane (`Transport.receive`): a frame the engine forwards as it came
-        (audio: `passes` is `engine.forwards_upstream` / `forwards_client`) goes to `side` here,
-        without the engine's round. It does what `_feed` and `_apply` would do with the engine's
-        `SendClient(frame)` / `SendUpstream(frame)`: the frame redacted for a client, queued,
-        recorded as `received` and as sent, and written at once unless `more` frames of the same
-        read follow (one write after the last frame of a burst; should the burst stop short, a
-        flush once the event loop's turn comes). A lone frame (realtime audio) with nothing queued
-        ahead of it and the writer asleep goes to the socket without being queued (`send_now`).
-        Whatever needs more than that (a client over its event budget or cut off, a full queue) is
-        left to `deliver`, which runs the full round: it returns False then, having changed nothing
-        (so a client's frame spends its budget once). It needs no task context (a transport may
-        call it from its own read callback), and it runs on every audio frame: one call each for
-        the test, the redaction and the socket (or the queue), and the recorders' counts as
-        integer adds."""
-        to_client = side == "client"
-        recorder, redact = self.recorder, self.redact if side == "client" else None
-        sent_as = RELAY_TO_CLIENT if to_client else RELAY_TO_UPSTREAM
-        # a chain of recorders counts on a lane (integer adds, no call); any other recorder is called
-        lane_of = getattr(recorder, "lane", None)
-        lane = lane_of(received, sent_as) if lane_of is not None else None
-        record_forwarded = forwarding_of(recorder) if recorder is not None and lane is None else None
-        client = self.client
-        queue = self.to_client if to_client else self.to_upstream
-        hold, queued = queue.hold, queue.frames
-
-        def express(frame: Frame, more: bool) -> bool:
-            if not passes(frame):
-                return False
-            if budget is not None and (self._client_cut_off or not queue.fits(frame) or not budget.take()):
-                return False   # a full queue first: `deliver` would charge the budget a second time
-            peer = client if to_client else self.upstream
-            if peer is None:   # no client (a sidecar): the frame was only to be seen
-                if recorder is not None:
-                    recorder.record(received, frame)
-                return True
-            sent = redact(frame) if redact is not None else frame
-            if more or queued or not queue.writer_idle or not peer.send_now(sent):
-                try:
-                    waiting = hold(sent)
-                except QueueOverflow:
-                    return False   # `deliver`'s round reports it and closes the side that does not read
-            else:   # a lone frame, nothing ahead of it: written already
-                waiting = 0
-            if lane is not None:
-                frames = lane.frames + 1
-                lane.frames = frames
-                lane.bytes += len(frame)
-                if sent is not frame:
-                    lane.resized += len(sent) - len(frame)
-                if lane.others is not None:
-                    lane.others(received, frame, sent_as, sent)
-                if frames >= lane.settle_at:
-                    lane.settle()
-            elif record_forwarded is not None:
-                record_forwarded(received, frame, sent_as, sent)
-            if waiting:   # the writer task sleeps: the reader writes
-                if not more:
-                    peer.flush(queue)
-                elif waiting == 1:
-                    peer.flush_soon(queue)
-            return True
-
-        return express
-
     def _feed(self, receive: Callable[[Frame, float], list[Action]], frame: Frame,
               source: Transport) -> None:
         """A reader's frame into the engine; what it produces for the sockets is written once the
@@ -490,6 +422,72 @@ class SessionLoop:
         await self.finish("relay", POLICY_VIOLATION if side == "client" else INTERNAL_ERROR,
                           f"{side} is not reading its frames")
 
+
+def express_lane(session: SessionLoop, received: str, side: str, passes: Callable[[Frame], bool],
+                 budget: EventBudget | None = None) -> Express:
+    """The express lane of `session`'s reader (`Transport.receive`): a frame the engine forwards
+    as it came (audio: `passes` is `engine.forwards_upstream` / `forwards_client`) goes to `side`
+    here, without the engine's round. It does what `_feed` and `_apply` would do with the engine's
+    `SendClient(frame)` / `SendUpstream(frame)`: the frame redacted for a client, queued,
+    recorded as `received` and as sent, and written at once unless `more` frames of the same
+    read follow (one write after the last frame of a burst; should the burst stop short, a
+    flush once the event loop's turn comes). A lone frame (realtime audio) with nothing queued
+    ahead of it and the writer asleep goes to the socket without being queued (`send_now`).
+    Whatever needs more than that (a client over its event budget or cut off, a full queue) is
+    left to `deliver`, which runs the full round: it returns False then, having changed nothing
+    (so a client's frame spends its budget once). It needs no task context (a transport may
+    call it from its own read callback), and it runs on every audio frame: one call each for
+    the test, the redaction and the socket (or the queue), and the recorders' counts as
+    integer adds."""
+    to_client = side == "client"
+    recorder, redact = session.recorder, session.redact if side == "client" else None
+    sent_as = RELAY_TO_CLIENT if to_client else RELAY_TO_UPSTREAM
+    # a chain of recorders counts on a lane (integer adds, no call); any other recorder is called
+    lane_of = getattr(recorder, "lane", None)
+    lane = lane_of(received, sent_as) if lane_of is not None else None
+    record_forwarded = forwarding_of(recorder) if recorder is not None and lane is None else None
+    client = session.client
+    queue = session.to_client if to_client else session.to_upstream
+    hold, queued = queue.hold, queue.frames
+
+    def express(frame: Frame, more: bool) -> bool:
+        if not passes(frame):
+            return False
+        if budget is not None and (session._client_cut_off or not queue.fits(frame) or not budget.take()):
+            return False   # a full queue first: `deliver` would charge the budget a second time
+        peer = client if to_client else session.upstream
+        if peer is None:   # no client (a sidecar): the frame was only to be seen
+            if recorder is not None:
+                recorder.record(received, frame)
+            return True
+        sent = redact(frame) if redact is not None else frame
+        if more or queued or not queue.writer_idle or not peer.send_now(sent):
+            try:
+                waiting = hold(sent)
+            except QueueOverflow:
+                return False   # `deliver`'s round reports it and closes the side that does not read
+        else:   # a lone frame, nothing ahead of it: written already
+            waiting = 0
+        if lane is not None:
+            frames = lane.frames + 1
+            lane.frames = frames
+            lane.bytes += len(frame)
+            if sent is not frame:
+                lane.resized += len(sent) - len(frame)
+            if lane.others is not None:
+                lane.others(received, frame, sent_as, sent)
+            if frames >= lane.settle_at:
+                lane.settle()
+        elif record_forwarded is not None:
+            record_forwarded(received, frame, sent_as, sent)
+        if waiting:   # the writer task sleeps: the reader writes
+            if not more:
+                peer.flush(queue)
+            elif waiting == 1:
+                peer.flush_soon(queue)
+        return True
+
+    return express
 
 async def close_quietly(peer: Transport, code: int, reason: str, timeout: float = 1.0) -> None:
     """Close with the closing handshake when the peer answers within `timeout`; otherwise drop the
