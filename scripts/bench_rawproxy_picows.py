@@ -77,6 +77,9 @@ class Half(WSListener):
         """`peer`'s connection is open: what waited for it goes now, in order."""
         self.peer = peer
         assert peer.ws is not None
+        if self.ws is None or self.ws.is_disconnected:   # gone while the upstream opened
+            peer.ws.disconnect()
+            return
         for kind, payload, fin in self.early:
             peer.ws.send(kind, payload, fin)
         self.early.clear()

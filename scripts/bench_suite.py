@@ -74,7 +74,8 @@ PATHS = ("direct", *PROXIES)
 SCENARIOS = ("memory", "realtime", "throughput", "tools", "replay")
 """What a full run measures, in order (`--only` picks some)."""
 # throughput also measures the raw proxy given the relay's reads and writes (--coalesce), so that
-# the relay's own cost shows apart from what those save
+# the relay's own cost shows apart from what those save, and a bare picows pass-through (the floor
+# of relay_fast's library)
 THROUGHPUT_PATHS = ("direct", "raw", "raw_batched", "raw_picows", "relay", "relay_fast", "haproxy")
 # frames an idle session waits for: through the relay, also the session.updated that answers its
 # tool declaration

@@ -489,6 +489,7 @@ def express_lane(session: SessionLoop, received: str, side: str, passes: Callabl
 
     return express
 
+
 async def close_quietly(peer: Transport, code: int, reason: str, timeout: float = 1.0) -> None:
     """Close with the closing handshake when the peer answers within `timeout`; otherwise drop the
     TCP connection, so that a peer that never answers (or cannot: it stopped reading) does not keep
