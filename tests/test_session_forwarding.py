@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, Sequence
 
 import anyio
+import pytest
 
 from relay.engine import EngineConfig, OpenAIEngine
 from relay.observe.metrics import PUBLISH_EVERY, Metrics, TrafficTap
@@ -316,37 +317,26 @@ async def test_a_slow_client_holds_the_upstream_back_and_then_gets_every_frame_i
     assert upstream.pauses >= 1 and upstream.resumes == upstream.pauses
 
 
-async def test_a_client_that_takes_nothing_while_its_queue_is_full_is_closed_after_the_stall_time(
-        caplog: Any) -> None:
+@pytest.mark.parametrize("stuck, frame, code", [("client", delta, POLICY_VIOLATION), ("upstream", append, INTERNAL_ERROR)])
+async def test_a_side_that_takes_nothing_holds_the_other_back_and_is_closed_after_the_stall_time(
+        stuck: str, frame: Callable[[str], str], code: int, caplog: Any) -> None:
     caplog.set_level(logging.WARNING, logger="relay")
-    client, upstream = StuckPeer(), HeldBackPeer()
+    source = HeldBackPeer()   # the side whose frames fill the stuck side's queue
+    peers = {"client": StuckPeer(), "upstream": source} if stuck == "client" else {"upstream": StuckPeer(), "client": source}
 
-    async def scenario(loop: SessionLoop, upstream: HeldBackPeer, client: MemoryPeer) -> None:   # type: ignore[override]
+    async def scenario(loop: SessionLoop, upstream: MemoryPeer, client: MemoryPeer) -> None:
         for index in range(60):
-            await upstream.feed(delta(f"{index:04d}" * 10))
+            await source.feed(frame(f"{index:04d}" * 10))
         with anyio.fail_after(TIMEOUT):
             await loop.ended.wait()
 
-    loop, seen = await run(scenario, client=client, upstream=upstream, hold_back_bytes=1000, stall_seconds=0.2)
-    assert (loop.end.by, loop.end.code) == ("relay", POLICY_VIOLATION)   # type: ignore[union-attr]
-    assert upstream.pauses == 1 and upstream.resumes == 0   # never read again
-    assert loop.to_client.size < 1000 + len(delta("0000" * 10))
+    loop, _ = await run(scenario, **peers, hold_back_bytes=1000, stall_seconds=0.2)
+    assert (loop.end.by, loop.end.code) == ("relay", code)   # type: ignore[union-attr]
+    assert source.pauses == 1 and source.resumes == 0   # never read again
+    queue = loop.to_client if stuck == "client" else loop.to_upstream
+    assert queue.size < 1000 + len(frame("0000" * 10))
     [warning] = [r.getMessage() for r in caplog.records if "not reading" in r.getMessage()]
-    assert warning.startswith("client is not reading: nothing taken for 0.2 s with ")
-
-
-async def test_an_upstream_that_takes_nothing_holds_the_client_back_and_is_closed_after_the_stall_time() -> None:
-    upstream, client = StuckPeer(), HeldBackPeer()
-
-    async def scenario(loop: SessionLoop, upstream: MemoryPeer, client: HeldBackPeer) -> None:   # type: ignore[override]
-        for index in range(60):
-            await client.feed(append(f"{index:04d}" * 10))
-        with anyio.fail_after(TIMEOUT):
-            await loop.ended.wait()
-
-    loop, _ = await run(scenario, upstream=upstream, client=client, hold_back_bytes=1000, stall_seconds=0.2)
-    assert (loop.end.by, loop.end.code) == ("relay", INTERNAL_ERROR)   # type: ignore[union-attr]
-    assert client.pauses == 1 and client.resumes == 0
+    assert warning.startswith(f"{stuck} is not reading: nothing taken for 0.2 s with ")
 
 
 async def test_without_a_client_audio_is_recorded_as_received_and_goes_nowhere() -> None:
