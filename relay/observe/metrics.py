@@ -71,9 +71,7 @@ class _Families:
         self.registry = CollectorRegistry(auto_describe=True)
         own = None if self.multiprocess else self.registry
         if self.multiprocess:
-            from prometheus_client.multiprocess import MultiProcessCollector
-
-            MultiProcessCollector(self.registry, path=directory)
+            self.registry.register(_WorkerFiles(directory))
 
         self.sessions_open = Gauge("relay_sessions_open", "Client sessions open now (all workers).",
                                    registry=own, multiprocess_mode="livesum")
@@ -113,6 +111,37 @@ class _Families:
                                       registry=own)
         self.anomalies = PromCounter("relay_anomalies", "Protocol anomalies the engine recorded, by source.",
                                      ["source"], registry=own)
+
+
+class _WorkerFiles:
+    """Every worker's metrics from the files in `directory`, merged as prometheus-client's
+    MultiProcessCollector merges them, less the files that are still empty.
+
+    prometheus-client creates a worker's file and sizes it a moment later; a reader that opens it
+    in between fails with struct.error (prometheus/client_python#1199, open), and so would the
+    whole scrape, or a worker starting beside another (its registry collects once as it
+    registers). A worker killed in that moment leaves the empty file for good. An empty file holds
+    no values yet: leaving it out loses nothing."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def collect(self) -> Any:
+        from prometheus_client.multiprocess import MultiProcessCollector
+
+        return MultiProcessCollector.merge(_worker_files(self.directory, "*.db"), accumulate=True)
+
+
+def _worker_files(directory: str, pattern: str) -> list[str]:
+    """The files of `directory` matching `pattern` that are not empty (see _WorkerFiles)."""
+    files = []
+    for path in glob.glob(os.path.join(directory, pattern)):
+        try:
+            if os.stat(path).st_size > 0:
+                files.append(path)
+        except FileNotFoundError:   # a live gauge's file, removed as its worker exited
+            pass
+    return files
 
 
 class Metrics:
@@ -220,8 +249,8 @@ class Metrics:
         from prometheus_client.multiprocess import MultiProcessCollector
 
         assert families.directory is not None
-        files = glob.glob(os.path.join(families.directory, "gauge_liveall_*.db"))
         by_worker: dict[int, int] = {}
+        files = _worker_files(families.directory, "gauge_liveall_*.db")
         for metric in MultiProcessCollector.merge(files, accumulate=False):
             if metric.name == WORKER_SESSIONS:
                 for sample in metric.samples:

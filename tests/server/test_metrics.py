@@ -7,7 +7,7 @@ import asyncio
 import json
 import os
 import signal
-from contextlib import AsyncExitStack
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +60,23 @@ def test_open_sessions_are_a_gauge_and_health_reads_them_by_worker() -> None:
     assert metrics.sessions_ended == {"client": 1}
 
 
+def _two_workers(upstream: MockUpstream, cwd: Path,
+                 **env: str) -> AbstractAsyncContextManager[asyncio.subprocess.Process]:
+    """`relay serve --workers 2` on `upstream`, with `env` added to its environment."""
+    return relay_process("serve", "--port", "0", "--upstream", upstream.url, "--dialect", "openai",
+                         "--workers", "2", "--drain-seconds", "0", cwd=cwd,
+                         env={"OPENAI_API_KEY": PROVIDER_KEY, **env})
+
+
+async def _both_workers_listening(relay: asyncio.subprocess.Process,
+                                  log: list[str]) -> tuple[dict[str, Any], dict[str, Any], int]:
+    """The two workers' "listening on" log lines, and the port they share."""
+    assert relay.stderr is not None
+    first = await next_log_line(relay.stderr, lambda r: r["msg"].startswith("listening on"), log)
+    second = await next_log_line(relay.stderr, lambda r: r["msg"].startswith("listening on"), log)
+    return first, second, int(first["url"].rsplit(":", 1)[1].split("/")[0])
+
+
 async def _health(port: int) -> dict[str, Any]:
     status, _, body = await http_get(port, "/healthz")
     assert status == 200
@@ -68,13 +85,8 @@ async def _health(port: int) -> dict[str, Any]:
 
 async def test_every_worker_reports_the_sessions_of_all_workers(weather_mock: MockUpstream, tmp_path: Path) -> None:
     log: list[str] = []
-    async with relay_process("serve", "--port", "0", "--upstream", weather_mock.url, "--dialect", "openai",
-                             "--workers", "2", "--drain-seconds", "0", cwd=tmp_path,
-                             env={"OPENAI_API_KEY": PROVIDER_KEY, "TMPDIR": str(tmp_path)}) as relay:
-        assert relay.stderr is not None
-        first = await next_log_line(relay.stderr, lambda r: r["msg"].startswith("listening on"), log)
-        second = await next_log_line(relay.stderr, lambda r: r["msg"].startswith("listening on"), log)
-        port = int(first["url"].rsplit(":", 1)[1].split("/")[0])
+    async with _two_workers(weather_mock, tmp_path, TMPDIR=str(tmp_path)) as relay:
+        first, second, port = await _both_workers_listening(relay, log)
         base = f"ws://127.0.0.1:{port}"
         [shared_dir] = tmp_path.glob("relay-metrics-*")   # made by the parent for this run
         assert (await _health(port))["workers"] == {str(first["pid"]): 0, str(second["pid"]): 0}
@@ -115,13 +127,8 @@ async def test_a_worker_that_dies_leaves_the_open_session_count(weather_mock: Mo
     log: list[str] = []
     shared = tmp_path / "metrics"
     shared.mkdir()
-    async with relay_process("serve", "--port", "0", "--upstream", weather_mock.url, "--dialect", "openai",
-                             "--workers", "2", "--drain-seconds", "0", cwd=tmp_path,
-                             env={"OPENAI_API_KEY": PROVIDER_KEY, "PROMETHEUS_MULTIPROC_DIR": str(shared)}) as relay:
-        assert relay.stderr is not None
-        first = await next_log_line(relay.stderr, lambda r: r["msg"].startswith("listening on"), log)
-        second = await next_log_line(relay.stderr, lambda r: r["msg"].startswith("listening on"), log)
-        port = int(first["url"].rsplit(":", 1)[1].split("/")[0])
+    async with _two_workers(weather_mock, tmp_path, PROMETHEUS_MULTIPROC_DIR=str(shared)) as relay:
+        first, second, port = await _both_workers_listening(relay, log)
         async with realtime_client(f"ws://127.0.0.1:{port}", token=None) as client:
             await client.wait_type("session.created")
             health = await _health(port)
@@ -136,6 +143,28 @@ async def test_a_worker_that_dies_leaves_the_open_session_count(weather_mock: Mo
         relay.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(relay.wait(), 5) == 1   # a worker failed
     assert list(shared.glob("*.db"))   # the user's directory is left as it is
+
+
+async def test_an_empty_metrics_file_neither_stops_a_worker_nor_fails_a_scrape(
+        weather_mock: MockUpstream, tmp_path: Path) -> None:
+    """prometheus-client creates a worker's file and sizes it a moment later; read in between, it
+    raised struct.error: a worker starting beside another one died (a CI run), and a scrape would
+    fail. A worker killed in that moment leaves the empty file for good, as here."""
+    shared = tmp_path / "metrics"
+    shared.mkdir()
+    (shared / "counter_4000000.db").touch()
+    (shared / "gauge_liveall_4000000.db").touch()
+    log: list[str] = []
+    async with _two_workers(weather_mock, tmp_path, PROMETHEUS_MULTIPROC_DIR=str(shared)) as relay:
+        first, second, port = await _both_workers_listening(relay, log)
+        async with realtime_client(f"ws://127.0.0.1:{port}", token=None) as client:
+            await client.wait_type("session.created")
+            assert sorted((await _health(port))["workers"]) == sorted([str(first["pid"]), str(second["pid"])])
+            status, _, body = await http_get(port, "/metrics")
+            assert status == 200 and parse_exposition(body.decode())["relay_sessions_open"] == 1
+        relay.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(relay.wait(), 5) == 0
+    assert not [line for line in log if '"level": "error"' in line]
 
 
 async def test_a_metrics_directory_that_is_not_one_is_refused_in_one_line(tmp_path: Path) -> None:
