@@ -16,6 +16,7 @@ from relay.recording.format import RELAY_TO_UPSTREAM
 from relay.recording.reader import read_recording
 from relay.testing import replay
 from relay.tools import ToolResult, tool
+from tests.support.engine import DeadlineStuckInThePast
 from tests.support.paths import REPO, shared_dir
 from tests.support.peers import record_session
 from tests.support.tools import get_weather_data
@@ -42,6 +43,23 @@ def test_replay_with_the_same_tools_has_no_divergence(recorded: Path) -> None:
     assert all(c.follow_up_response_id for c in result.calls)
     outputs = [e for e in result.sent if e["type"] == "conversation.item.create"]
     assert len(outputs) == 3 and len([e for e in result.sent if e["type"] == "response.create"]) == 1
+
+
+def test_a_deadline_a_tick_does_not_move_is_logged_and_not_fired_again(
+        recorded: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    # without the guard replay fires it again without moving virtual time, for as long as it
+    # stays put (here STUCK_FOR asks; with a real bug, forever)
+    engines: list[DeadlineStuckInThePast] = []
+
+    def stuck(*args, **kwargs) -> DeadlineStuckInThePast:
+        engines.append(DeadlineStuckInThePast(*args, **kwargs))
+        return engines[-1]
+
+    monkeypatch.setattr("relay.offline.replay.new_engine", stuck)
+    replay(recorded, [get_weather_data, lookup_order])
+    assert engines[0].ticks == 1
+    assert [r.message for r in caplog.records if r.levelname == "ERROR"] == [
+        "the engine kept a deadline its tick did not move; ignoring it"]
 
 
 def test_a_changed_tool_output_is_reported_with_a_diff(recorded: Path) -> None:

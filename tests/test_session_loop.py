@@ -14,6 +14,7 @@ from relay.session.loop import SessionLoop
 from relay.session.transport import FrameQueue, QueueOverflow
 from relay.tools import tool
 from tests.support.clients import TIMEOUT
+from tests.support.engine import DeadlineStuckInThePast
 from tests.support.local_mock import LocalMock, model_call
 from tests.support.peers import MemoryPeer
 
@@ -102,26 +103,6 @@ async def test_client_close_closes_upstream_and_cancels_handlers() -> None:
     assert loop.end.by == "client"
     assert upstream.closed == (1000, "bye")
     assert loop._runner.running == 0
-
-
-class DeadlineStuckInThePast(OpenAIEngine):
-    """An engine whose deadline a tick does not move (for its first STUCK_FOR asks): what a bug
-    in the engine would look like to the loop."""
-
-    STUCK_FOR = 1000
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.ticks = 0
-        self.asked = 0
-
-    def next_deadline(self) -> float | None:
-        self.asked += 1
-        return 1.0 if self.asked <= self.STUCK_FOR else None   # long past, by any clock
-
-    def tick(self, now: float):
-        self.ticks += 1
-        return super().tick(now)
 
 
 async def test_a_deadline_a_tick_does_not_move_is_logged_and_ignored_not_ticked_in_a_loop(caplog) -> None:

@@ -97,6 +97,7 @@ class HarnessSession:
         self._handlers: dict[str, asyncio.Task[Any]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
+        self._stuck_deadline: float | None = None   # a deadline a tick did not move (see _tick)
         self._problems: list[BaseException] = []
 
     # ---- time --------------------------------------------------------------------------------
@@ -209,6 +210,8 @@ class HarnessSession:
 
     def _schedule_tick(self) -> None:
         deadline = None if self.closed else self.engine.next_deadline()
+        if deadline == self._stuck_deadline:
+            deadline = None
         if deadline == self._timer_at:
             return
         if self._timer is not None:
@@ -220,6 +223,14 @@ class HarnessSession:
         self._timer = self._timer_at = None
         if not self.closed:
             self._act(self.engine.tick(self.now))
+            after = self.engine.next_deadline()
+            if after is not None and after <= self.now:
+                # the engine's fault: firing that deadline again would never move virtual time,
+                # and the step would hang; it fails instead, and the deadline is not fired again
+                self._stuck_deadline = after
+                self.fail("a deadline ahead after the engine's timer fired",
+                          f"a deadline its tick did not move ({self.now - after:.3f} s in the past)")
+                self._schedule_tick()
             self._pump()
 
     # ---- handlers -----------------------------------------------------------------------------

@@ -228,6 +228,7 @@ class _Replayer:
         self._recorded_sends = replay_sends(dialect, self.id_prefix)
         self.base_time = _epoch(header.get("started_at"))
         self.now = self.base_time
+        self._stuck_deadline: float | None = None   # see _advance_to
         self.realtime = realtime
         self.gate_timeout = gate_timeout
         self.progress = progress
@@ -288,20 +289,31 @@ class _Replayer:
         return self.now - self.base_time
 
     def _advance_to(self, moment: float) -> None:
-        """Move virtual time forward, firing the engine's timers on their way."""
+        """Move virtual time forward, firing the engine's timers on their way. A deadline that a
+        tick leaves where it was (the engine's fault) is logged and not fired again: firing it
+        would never move time, and the replay would hang (as the live loop's timer does)."""
         while True:
-            deadline = self.engine.next_deadline()
+            deadline = self._next_deadline()
             if deadline is None or deadline > moment:
                 break
             self.now = max(self.now, deadline)
             self.moments.release(self._t())
             self._apply(self.engine.tick(self.now))
+            after = self.engine.next_deadline()
+            if after is not None and after <= self.now:
+                self._stuck_deadline = after
+                log.error("the engine kept a deadline its tick did not move; ignoring it",
+                          extra={"t": self._t(), "overdue_seconds": self.now - after})
         self.now = max(self.now, moment)
         self.moments.release(self._t())
 
+    def _next_deadline(self) -> float | None:
+        deadline = self.engine.next_deadline()
+        return None if deadline == self._stuck_deadline else deadline
+
     def _fire_next_timer(self) -> bool:
         """Move virtual time to the engine's next deadline; False when it has none."""
-        deadline = self.engine.next_deadline()
+        deadline = self._next_deadline()
         if deadline is None:
             return False
         self._advance_to(deadline)

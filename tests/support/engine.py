@@ -22,6 +22,7 @@ from relay.engine import (
     Close,
     EngineConfig,
     Notice,
+    OpenAIEngine,
     Outcome,
     SendClient,
     SendUpstream,
@@ -242,3 +243,26 @@ class EngineDriver:
 
     def call_ids(self) -> list[str]:
         return [e.call_id for e in self.engine.ledger]
+
+
+class DeadlineStuckInThePast(OpenAIEngine):
+    """An engine whose deadline a tick does not move (for its first STUCK_FOR asks): what a bug
+    in the engine would look like to what drives it (the session loop, replay, the harness). Its
+    deadline, 1.0, is long past on a real clock and on a replay's (the recording's epoch time),
+    and one virtual second in for the harness. Without a guard, a driver fires it until the asks
+    run out (with a real bug: forever)."""
+
+    STUCK_FOR = 1000
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.ticks = 0
+        self.asked = 0
+
+    def next_deadline(self) -> float | None:
+        self.asked += 1
+        return 1.0 if self.asked <= self.STUCK_FOR else None
+
+    def tick(self, now: float) -> list[Any]:
+        self.ticks += 1
+        return super().tick(now)
