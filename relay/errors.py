@@ -20,6 +20,10 @@ import socket
 ANOTHER_PORT = "choose another --port (0 picks a free one)"
 """What to do about a port in use, for a command whose listener `--port` sets."""
 
+REDACTED = "[redacted]"
+"""What stands in for a secret (a key, a token) wherever one is kept out of text: in frames, in
+recordings, and in error messages of every layer (hence here)."""
+
 
 class RelayError(Exception):
     """The root of every error the relay raises on purpose."""

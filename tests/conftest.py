@@ -13,6 +13,7 @@ CAPTURED_LOG_LINES = 200
 """A failing test shows the last this many lines of each captured log section."""
 
 from relay.mock import MockUpstream
+from relay.observe.logs import NARRATING_LOGGERS
 from tests.support.keys import PROVIDER_KEY
 from tests.support.paths import shared_dir
 import relay.transports
@@ -68,13 +69,13 @@ async def weather_mock() -> AsyncIterator[MockUpstream]:
 @pytest.fixture
 def restore_logging() -> Iterator[None]:
     """`relay.cli.main` and configure_logging replace the root handlers (pytest's among them) and
-    quiet websockets' loggers: put it all back."""
+    quiet the loggers of libraries that narrate (NARRATING_LOGGERS): put it all back."""
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
     yield
     root.handlers[:] = handlers
     root.setLevel(level)
-    for name in ("relay.websocket", "websockets"):
+    for name in NARRATING_LOGGERS:
         logging.getLogger(name).setLevel(logging.NOTSET)
 
 

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from relay.errors import ConfigError
-from relay.recording.format import REDACTED, UPSTREAM_TO_RELAY
+from relay.errors import REDACTED
+from relay.recording.format import UPSTREAM_TO_RELAY
 from relay.recording.reader import read_recording
 from relay.recording.redact import Redactor, anchor_of
 from relay.recording.writer import RecordingWriter

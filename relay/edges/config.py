@@ -25,6 +25,7 @@ from relay.dialects import DIALECTS, Dialect, DialectError, infer_dialect, resol
 from relay.edges.upstream import TokenProvider, Upstream, default_upstream
 from relay.engine import DEFAULT_HISTORY_LIMIT, EngineConfig, Notice
 from relay.errors import ConfigError
+from relay.observe.logs import keep_out_of_logs
 from relay.recording.format import session_header
 from relay.recording.redact import Redactor
 from relay.recording.writer import RecordingFilter, RecordingWriter
@@ -214,6 +215,7 @@ class EdgeRuntime:
         self.tool_set = ToolSet(config.tools, config.mcp, listener=self._mcp_event)
         self.config = config
         self.redactor = Redactor([*secrets, *(config.mcp.secrets() if config.mcp is not None else ())])
+        keep_out_of_logs(self.redactor)
         self.backend: Backend = backend_named(config.transport)
         self.upstream = Upstream.configured(config, self.dialect, self.redactor, self.backend)
 

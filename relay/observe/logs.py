@@ -5,7 +5,11 @@ as it is, a service manager or a container runtime gets lines it can parse.
 
 The relay logs sessions and tool calls, never frames: nothing here is on the per-frame path.
 `RedactingLogger` is given to websockets, which logs handshake headers (the provider key, the
-relay token) at DEBUG level: with it, even a debug log carries no secret.
+relay token) at DEBUG level: with it, even a debug log carries no secret. The libraries the relay
+does not hand a logger log what they like (httpx, under the MCP SDK, quotes each request's URL,
+an MCP server's `?api_key=` included): the formatters here take every secret a runtime's
+redactor knows out of every line (`keep_out_of_logs`), and below `debug` those libraries'
+narration is not shown at all.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import weakref
 from datetime import datetime, timezone
 from typing import IO, TYPE_CHECKING, Any
 
@@ -28,6 +33,22 @@ ANOMALY_LOG_LIMIT = 10   # per session; the rest are only counted
 _NOT_LOGGED = frozenset({"message", "is_error"})
 # Parent of the loggers the relay gives websockets (`relay.websocket.client`, `.upstream`).
 WEBSOCKET_LOGGER = "relay.websocket"
+# Libraries that narrate every connection or request at INFO (the relay logs its sessions and its
+# MCP servers' connections itself): websockets; the HTTP clients under the MCP SDK; its client.
+NARRATING_LOGGERS = (WEBSOCKET_LOGGER, "websockets", "httpx", "httpx2", "httpcore", "httpcore2", "mcp.client")
+_LOG_REDACTORS: weakref.WeakSet[Redactor] = weakref.WeakSet()
+
+
+def keep_out_of_logs(redactor: Redactor) -> None:
+    """Take the secrets `redactor` knows, now and later (a refreshed token), out of every line the
+    formatters below write, for as long as it lives (an edge's runtime registers its own)."""
+    _LOG_REDACTORS.add(redactor)
+
+
+def _without_secrets(line: str) -> str:
+    for redactor in list(_LOG_REDACTORS):
+        line = redactor.text(line)
+    return line
 
 # Attributes every LogRecord has; anything else on a record came from `extra`.
 _STANDARD_ATTRIBUTES = frozenset(
@@ -58,7 +79,7 @@ class JsonFormatter(logging.Formatter):
         data.update(record_fields(record))
         if record.exc_info:
             data["exc"] = self.formatException(record.exc_info)
-        return json.dumps(data, ensure_ascii=False, default=str)
+        return _without_secrets(json.dumps(data, ensure_ascii=False, default=str))
 
 
 class TextFormatter(logging.Formatter):
@@ -74,7 +95,7 @@ class TextFormatter(logging.Formatter):
         line = " ".join(parts)
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
-        return line
+        return _without_secrets(line)
 
 
 def resolved_format(fmt: str, stream: IO[str]) -> str:
@@ -92,7 +113,8 @@ def configure_logging(
 ) -> logging.Handler:
     """Send every log record to `stream` (stderr) in `fmt` (`auto`: see `resolved_format`),
     replacing earlier handlers of the root logger: the CLI owns the process's logging. Returns
-    the handler. websockets' own connection lines are shown only at `debug`."""
+    the handler. The lines libraries narrate connections and requests with (NARRATING_LOGGERS)
+    are shown only at `debug`."""
     if fmt not in LOG_FORMATS:
         raise ValueError(f"log format must be one of {', '.join(LOG_FORMATS)}, not {fmt!r}")
     target = stream or sys.stderr
@@ -103,9 +125,7 @@ def configure_logging(
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())
-    # websockets narrates every connection (and a server listening) at INFO; the relay logs its
-    # sessions itself. Its own loggers are under "websockets" unless given the relay's.
-    for name in (WEBSOCKET_LOGGER, "websockets"):
+    for name in NARRATING_LOGGERS:
         logging.getLogger(name).setLevel(logging.DEBUG if level == "debug" else logging.WARNING)
     return handler
 

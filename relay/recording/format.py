@@ -34,7 +34,6 @@ NOTE_FIELDS: dict[str, tuple[str, ...]] = {
     "tool_call": ("call_id", "name", "outcome", "is_error", "message", "output_item_id", "response_id"),
 }
 
-REDACTED = "[redacted]"
 
 
 

@@ -30,11 +30,11 @@ import math
 import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import anyio
 
-from relay.errors import ConfigError, RelayError
+from relay.errors import REDACTED, ConfigError, RelayError
 from relay.tools.mcp_config import McpServerConfig
 
 log = logging.getLogger("relay.mcp")
@@ -242,9 +242,9 @@ class McpConnection:
                 self.last_error = f"no answer within {self.config.connect_timeout:g} s"
         except Exception as exc:   # an ExceptionGroup from the transport, a connect error, a dead process
             if connected:
-                generation.reason = generation.reason or _failure_text(exc)
+                generation.reason = generation.reason or _failure_text(exc, self.config.secrets())
             else:
-                self.last_error = _failure_text(exc)
+                self.last_error = _failure_text(exc, self.config.secrets())
         finally:
             self._connect_scope = None
             if self._live is generation:
@@ -297,7 +297,7 @@ class McpConnection:
                 with anyio.fail_after(self.config.connect_timeout):
                     await self._list_tools(client)
             except Exception as exc:
-                log.warning("MCP server %s: listing its tools failed: %s", self.name, _failure_text(exc),
+                log.warning("MCP server %s: listing its tools failed: %s", self.name, _failure_text(exc, self.config.secrets()),
                             extra={"mcp_server": self.name})
             await self._stale.wait()
 
@@ -414,16 +414,22 @@ def _error_stream() -> Any:
         return sys.__stderr__
 
 
-def _failure_text(exc: BaseException) -> str:
+def _failure_text(exc: BaseException, secrets: Sequence[str] = ()) -> str:
     """What went wrong, in one line: the innermost error of an exception group (the transports
-    wrap theirs twice), its type and message; an MCP error with its code."""
+    wrap theirs twice), its type and message; an MCP error with its code. Each of `secrets` in it
+    (the server's: the HTTP client's errors quote the whole URL, `?api_key=...` included) is
+    replaced, longest first: the line goes to logs and into the model's error outputs."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
     code = getattr(getattr(exc, "error", None), "code", None)
     text = " ".join(str(exc).split()) or type(exc).__name__
     if code is not None:
-        return f"{getattr(exc.error, 'message', text)} (MCP error {code})"   # type: ignore[attr-defined]
-    return f"{type(exc).__name__}: {text}" if type(exc).__name__ not in text else text
+        text = f"{getattr(exc.error, 'message', text)} (MCP error {code})"   # type: ignore[attr-defined]
+    elif type(exc).__name__ not in text:
+        text = f"{type(exc).__name__}: {text}"
+    for secret in sorted(secrets, key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+    return text
 
 
 # ---- one connection per server per process ------------------------------------------------------

@@ -23,13 +23,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote_plus, urlsplit
 
 from relay.errors import ConfigError
 from relay.tools.result import Interruption, Scheduling, coerce_choice
 
 DEFAULT_MCP_TIMEOUT = 30.0
 DEFAULT_CONNECT_TIMEOUT = 10.0
+URL_SECRET_MIN_CHARS = 8
+"""A URL's password or query value this long or longer is kept out of logs and recordings (see
+McpServerConfig.url_secrets); a shorter one (`v=2`) is no credential."""
 _SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
 
 
@@ -177,15 +180,35 @@ class McpServerConfig:
         return self._expand(self.env, "env", os.environ if environ is None else environ)
 
     def secrets(self, environ: Mapping[str, str] | None = None) -> list[str]:
-        """The values the headers and env take from the environment: never to be logged or
-        recorded (the relay's redactor learns them)."""
+        """The values the headers and env take from the environment, and what in the URL may be
+        a credential (`url_secrets`): never to be logged or recorded (the relay's redactor learns
+        them)."""
         environ = os.environ if environ is None else environ
-        found = []
+        found = self.url_secrets()
         for _key, template in (*self.headers, *self.env):
             for variable in string.Template(template).get_identifiers():
                 value = environ.get(variable)
                 if value:
                     found.append(value)
+        return found
+
+    def url_secrets(self) -> list[str]:
+        """The URL's password and query values of at least URL_SECRET_MIN_CHARS characters, as
+        written and percent-decoded: some servers take their key there (`?api_key=...`), and the
+        HTTP client's errors quote the whole URL. Shorter values are left alone: the redactor
+        replaces a secret wherever it occurs, and `2` or `json` would be blanked out of every frame.
+        A spelling that holds a quote, a backslash or a control character is left out (the
+        redactor refuses those: escaped in JSON, they could not be found)."""
+        if not self.url:
+            return []
+        parts = urlsplit(self.url)
+        written = [parts.password or "", *(pair.partition("=")[2] for pair in parts.query.split("&"))]
+        found: list[str] = []
+        for value in written:
+            for spelling in (value, unquote_plus(value)):
+                if (len(spelling) >= URL_SECRET_MIN_CHARS and spelling not in found
+                        and not any(ch in '"\\' or ord(ch) < 0x20 for ch in spelling)):
+                    found.append(spelling)
         return found
 
     def _expand(self, templates: tuple[tuple[str, str], ...], what: str,

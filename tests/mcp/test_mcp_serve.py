@@ -5,6 +5,7 @@ a tool list that changes; headers from the environment kept out of logs and reco
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 
 from relay.errors import ConfigError
 from relay.mock import MockUpstream
+from relay.observe.logs import configure_logging
 from relay.recording.reader import read_recording
 from relay.tools import Interruption
 from relay.tools.mcp_config import McpServerConfig, ToolSettings
@@ -124,6 +126,29 @@ async def test_an_http_server_gets_its_header_from_the_environment_and_it_never_
     assert list(tmp_path.glob("*.jsonl"))
     for recording in tmp_path.glob("*.jsonl"):
         assert token not in recording.read_text()
+
+
+async def test_a_credential_in_an_http_servers_url_reaches_no_log_line_and_no_recording(
+        tmp_path: Path, restore_logging: None) -> None:
+    """Some servers take their key in the URL. httpx, under the MCP SDK, quotes the URL in each
+    request line it logs: at `debug` those lines are shown (below it, not at all), without the key."""
+    secret = "query-secret-12345"
+    stream = io.StringIO()
+    configure_logging("json", level="debug", stream=stream)
+    with http_server() as (_, url):
+        async with MockUpstream(script=SCRIPT, api_key=PROVIDER_KEY) as mock:
+            async with relay_for(mock, record_dir=tmp_path, mcp=settings(http_config(f"{url}?api_key={secret}"))
+                                 ) as server:
+                assert secret in server.redactor.secrets
+                async with realtime_client(server) as client:
+                    await turn(client, "echo it", "hello there")
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    requests = [line["msg"] for line in lines if line["logger"] == "httpx2"]
+    assert requests and all("?api_key=[redacted] " in request for request in requests)
+    assert secret not in stream.getvalue()
+    assert list(tmp_path.glob("*.jsonl"))
+    for recording in tmp_path.glob("*.jsonl"):
+        assert secret not in recording.read_text()
 
 
 async def test_an_http_server_killed_mid_call_and_restarted_is_reconnected() -> None:

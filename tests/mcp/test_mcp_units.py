@@ -45,6 +45,25 @@ def test_headers_come_from_the_environment_and_are_secrets() -> None:
         server.resolved_headers({})
 
 
+def test_what_in_a_url_may_be_a_credential_is_a_secret_too() -> None:
+    server = server_from_spec("docs=https://bot:pass-word-1@docs.example.com/mcp?v=2&format=json"
+                              "&api_key=k3y-0123456789&sig=a%2Bb%20cdefgh#frag")
+    assert server.url_secrets() == ["pass-word-1", "k3y-0123456789", "a%2Bb%20cdefgh", "a+b cdefgh"]
+    settings = settings_from_options(specs=[server.url or ""], headers=["docs:Authorization=Bearer ${DOCS_TOKEN}"])
+    assert settings.secrets({"DOCS_TOKEN": "t0k"}) == [*server.url_secrets(), "t0k"]
+    assert "k3y" not in server.describe() and "pass-word" not in server.describe()
+    assert server_from_spec("https://docs.example.com/mcp").url_secrets() == []
+    # a spelling the redactor would refuse (a quote once decoded) is left out, not an error
+    assert server_from_spec("x=https://h/mcp?token=abc%22defghij").url_secrets() == ["abc%22defghij"]
+
+
+def test_a_failure_line_leaves_out_the_servers_secrets() -> None:
+    from relay.tools.mcp import _failure_text
+
+    failure = ExceptionGroup("transport", [ConnectionError("for url 'https://h/mcp?api_key=k3y-0123456789'")])
+    assert _failure_text(failure, ["k3y-0123456789"]) == "ConnectionError: for url 'https://h/mcp?api_key=[redacted]'"
+
+
 @pytest.mark.parametrize(("options", "message"), [
     ({"specs": ["a=python x.py", "a=python y.py"]}, "MCP server name 'a' is used twice"),
     ({"headers": ["nope:X=1"]}, "no MCP server named 'nope'"),

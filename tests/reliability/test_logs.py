@@ -8,7 +8,7 @@ import pytest
 from websockets.frames import Frame, Opcode
 
 from relay.observe.logs import RedactingLogger
-from relay.recording.format import REDACTED
+from relay.errors import REDACTED
 from relay.recording.redact import Redactor
 from tests.support.keys import PROVIDER_KEY
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import gc
 import json
 import logging
 import socket
@@ -23,9 +24,10 @@ from relay.observe.logs import (
     RedactingLogger,
     TextFormatter,
     configure_logging,
+    keep_out_of_logs,
 )
 from relay.observe.metrics import Metrics, TrafficTap
-from relay.recording.format import REDACTED
+from relay.errors import REDACTED
 from relay.recording.redact import Redactor
 from relay.recording.taps import Taps
 from relay.edges.upstream import (
@@ -133,11 +135,39 @@ def test_the_redacting_logger_removes_secrets_from_websockets_debug_lines() -> N
     assert stream.getvalue() == f"> Authorization: Bearer {REDACTED}\n"
 
 
-def test_configure_logging_quiets_websockets_connection_lines(restore_logging: None) -> None:
+def test_configure_logging_quiets_the_connection_and_request_lines_of_libraries(restore_logging: None) -> None:
+    narrators = ("relay.websocket.client", "websockets.server", "httpx", "httpx2", "httpcore2.http11",
+                 "mcp.client.streamable_http")
     configure_logging("text", level="info", stream=io.StringIO())
-    assert logging.getLogger("relay.websocket.client").getEffectiveLevel() == logging.WARNING
+    assert {logging.getLogger(name).getEffectiveLevel() for name in narrators} == {logging.WARNING}
     configure_logging("json", level="debug", stream=io.StringIO())
-    assert logging.getLogger("relay.websocket.client").getEffectiveLevel() == logging.DEBUG
+    assert {logging.getLogger(name).getEffectiveLevel() for name in narrators} == {logging.DEBUG}
+
+
+@pytest.mark.parametrize("fmt", ["json", "text"])
+def test_every_line_leaves_out_the_secrets_a_runtime_keeps(fmt: str, restore_logging: None) -> None:
+    """A library the relay gives no logger of its own logs a secret (httpx quotes an MCP server's
+    URL, `?api_key=` and all): the formatter takes it out, in the message, the fields and a
+    traceback alike, for as long as the redactor that knows it lives."""
+    stream = io.StringIO()
+    configure_logging(fmt, level="debug", stream=stream)
+    redactor = Redactor(["query-secret-12345"])
+    keep_out_of_logs(redactor)
+    url = "http://127.0.0.1:9/mcp?api_key=query-secret-12345"
+    logging.getLogger("httpx2").info('HTTP Request: POST %s "HTTP/1.1 200 OK"', url)
+    try:
+        raise ConnectionError(f"for url {url}")
+    except ConnectionError:
+        logging.getLogger("relay.test").exception("failed", extra={"url": url})
+    redactor.add("later-token-67890")   # learned later: a refreshed token
+    logging.getLogger("relay.test").info("token later-token-67890")
+    text = stream.getvalue()
+    assert "query-secret-12345" not in text and "later-token-67890" not in text
+    assert text.count(REDACTED) == 4, text   # the request line, the field, the traceback, the token
+    del redactor
+    gc.collect()
+    logging.getLogger("relay.test").info("query-secret-12345 is no secret once no runtime keeps it")
+    assert "query-secret-12345 is no secret" in stream.getvalue()
 
 
 def test_the_exposition_escapes_labels_and_bounds_tool_names() -> None:
