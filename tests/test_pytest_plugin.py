@@ -79,6 +79,14 @@ def test_every_recording_is_its_own_item_named_after_the_file(project: pytest.Py
     ])
 
 
+def test_a_symlinked_recordings_directory_is_collected_as_it_is_named(project: pytest.Pytester) -> None:
+    elsewhere = project.path.parent / f"{project.path.name}-shared"
+    shutil.move(project.path / "recordings", elsewhere)
+    (project.path / "linked").symlink_to(elsewhere, target_is_directory=True)
+    result = project.runpytest(*QUIET, "--relay-recordings", "linked", "--relay-tools", "tools.py", "-v")
+    result.assert_outcomes(passed=3)
+
+
 def test_tools_that_now_answer_differently_fail_with_the_divergence_report(project: pytest.Pytester) -> None:
     project.makepyfile(tools=(TOOLS + "\n@tool\ndef search(query: str) -> list:\n    return []\n")
                        .replace('"temp_c": 21', '"temp_c": 30'))

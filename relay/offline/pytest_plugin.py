@@ -222,7 +222,15 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
-    if file_path.suffix == ".jsonl" and any(file_path.is_relative_to(d) for d in parent.config.stash.get(_DIRECTORIES, ())):
+    """A recording under one of the directories, by the path pytest walked (which keeps the
+    symlinks it came through: a directory linked from elsewhere) or by where it really is."""
+    if file_path.suffix != ".jsonl":
+        return None
+    directories = parent.config.stash.get(_DIRECTORIES, ())
+    if not directories:
+        return None
+    real = file_path.resolve()
+    if any(file_path.is_relative_to(d) or real.is_relative_to(d) for d in directories):
         return RecordingFile.from_parent(parent, path=file_path)
     return None
 
