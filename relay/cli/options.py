@@ -243,9 +243,10 @@ def tools_from_working_directory() -> None:
 
 
 def require_credentials(runtime: EdgeRuntime, log: logging.Logger) -> None:
-    """No provider key for a provider's URL is a configuration error (ConfigError: one line,
-    exit 2); for another host that is not loopback, a warning."""
-    warning = runtime.missing_credentials()
+    """The warning for an upstream that is neither loopback nor a provider's, without a key. (No
+    provider key for a provider's URL is a configuration error: the runtime refused to be made,
+    ConfigError: one line, exit 2.)"""
+    warning = runtime.credentials_warning
     if warning is not None:
         log.warning("%s", warning)
 

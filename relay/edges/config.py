@@ -218,6 +218,7 @@ class EdgeRuntime:
         keep_out_of_logs(self.redactor)
         self.backend: Backend = backend_named(config.transport)
         self.upstream = Upstream.configured(config, self.dialect, self.redactor, self.backend)
+        self.credentials_warning = self.missing_credentials()   # or ConfigError, here for every edge
 
     @property
     def tools(self) -> ToolRegistry:

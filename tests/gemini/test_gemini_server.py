@@ -128,9 +128,10 @@ def test_tls_needs_both_files_and_readable_ones(tmp_path: Any, loopback_certific
     with pytest.raises(ConfigError, match="go together"):
         RelayServer(ServerConfig(dialect="gemini", tls_cert=loopback_certificate.cert))
     with pytest.raises(ConfigError, match="cannot use --tls-cert"):
-        RelayServer(ServerConfig(dialect="gemini", tls_cert=tmp_path / "missing.pem", tls_key=tmp_path / "k.pem"))
+        RelayServer(ServerConfig(dialect="gemini", tls_cert=tmp_path / "missing.pem", tls_key=tmp_path / "k.pem",
+                                 api_key=GEMINI_KEY))
     server = RelayServer(ServerConfig(dialect="gemini", tls_cert=loopback_certificate.cert,
-                                      tls_key=loopback_certificate.key, port=0))
+                                      tls_key=loopback_certificate.key, port=0, api_key=GEMINI_KEY))
     assert server._tls is not None
 
 

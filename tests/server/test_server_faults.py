@@ -79,10 +79,10 @@ async def test_plain_http_on_a_realtime_path_gets_426_without_a_traceback(
 
 def test_without_a_token_the_relay_only_binds_loopback() -> None:
     with pytest.raises(ConfigError, match="--auth-token"):
-        RelayServer(ServerConfig(host="0.0.0.0", auth_token=None))
-    RelayServer(ServerConfig(host="0.0.0.0", auth_token=None, insecure_no_auth=True))
-    RelayServer(ServerConfig(host="0.0.0.0", auth_token="secret"))
-    RelayServer(ServerConfig(host="::1", auth_token=None))
+        RelayServer(ServerConfig(host="0.0.0.0", auth_token=None, api_key=PROVIDER_KEY))
+    RelayServer(ServerConfig(host="0.0.0.0", auth_token=None, insecure_no_auth=True, api_key=PROVIDER_KEY))
+    RelayServer(ServerConfig(host="0.0.0.0", auth_token="secret", api_key=PROVIDER_KEY))
+    RelayServer(ServerConfig(host="::1", auth_token=None, api_key=PROVIDER_KEY))
 
 
 async def test_without_a_token_loopback_clients_connect_and_the_relay_says_so(

@@ -27,7 +27,7 @@ from relay.observe.logs import (
     keep_out_of_logs,
 )
 from relay.observe.metrics import Metrics, TrafficTap
-from relay.errors import REDACTED
+from relay.errors import REDACTED, ConfigError
 from relay.recording.redact import Redactor
 from relay.recording.taps import Taps
 from relay.edges.upstream import (
@@ -40,6 +40,28 @@ from relay.edges.upstream import (
 )
 from tests.support.frames import ListRecorder
 from tests.support.keys import PROVIDER_KEY
+
+
+@pytest.mark.parametrize("dialect", ["openai", "gemini"])
+def test_a_providers_upstream_without_a_key_is_refused_by_the_library_too(
+        dialect: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not only `relay serve`: an application that makes a RelayServer (or a sidecar) without the
+    key is told at once, not by every session failing at the provider's door."""
+    from relay.edges.serve import RelayServer, ServerConfig
+    from relay.edges.sidecar import SidecarServer, SidecarServerConfig
+
+    for variable in ("OPENAI_API_KEY", "AZURE_OPENAI_API_KEY", "GEMINI_API_KEY"):
+        monkeypatch.delenv(variable, raising=False)
+    with pytest.raises(ConfigError, match="no provider key for .*: set (OPENAI|GEMINI)_API_KEY"):
+        RelayServer(ServerConfig(dialect=dialect))
+    if dialect == "openai":
+        with pytest.raises(ConfigError, match="no provider key for api.openai.com"):
+            SidecarServer(SidecarServerConfig(webhook_secret="whsec_" + "c2VjcmV0" * 4))
+    assert RelayServer(ServerConfig(dialect=dialect, api_key="sk-given")).credentials_warning is None
+    local = RelayServer(ServerConfig(upstream="ws://127.0.0.1:9/v1/realtime", dialect=dialect))
+    assert local.credentials_warning is None   # the mock, a local proxy
+    gateway = RelayServer(ServerConfig(upstream="wss://gateway.example.com/v1/realtime", dialect=dialect))
+    assert "connecting to gateway.example.com without credentials" in (gateway.credentials_warning or "")
 
 
 def test_the_client_query_is_passed_on_without_credentials() -> None:

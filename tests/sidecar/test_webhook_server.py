@@ -22,7 +22,7 @@ from relay.mock import MockUpstream
 from relay.session.loop import SessionEnd
 from tests.support.clients import TIMEOUT, http_request, inspector_feed
 from tests.support.frames import outputs_received, said
-from tests.support.keys import RELAY_TOKEN
+from tests.support.keys import PROVIDER_KEY, RELAY_TOKEN
 from tests.support.tools import WEATHER_SCRIPT, WEATHER_TOOL, get_weather
 
 SECRET = "whsec_" + base64.b64encode(b"webhook signing key for tests").decode()
@@ -200,10 +200,11 @@ async def test_stopping_detaches_attached_calls() -> None:
 def test_the_server_needs_a_webhook_secret(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_WEBHOOK_SECRET", raising=False)
     with pytest.raises(ConfigError, match="OPENAI_WEBHOOK_SECRET"):
-        SidecarServer(SidecarServerConfig(tools=[get_weather], dialect="openai"))
+        SidecarServer(SidecarServerConfig(tools=[get_weather], dialect="openai", api_key=PROVIDER_KEY))
     monkeypatch.setenv("OPENAI_WEBHOOK_SECRET", "whsec_***")
     with pytest.raises(ConfigError, match="not base64"):
-        SidecarServer(SidecarServerConfig(tools=[get_weather], dialect="openai"))
+        SidecarServer(SidecarServerConfig(tools=[get_weather], dialect="openai", api_key=PROVIDER_KEY))
     monkeypatch.setenv("OPENAI_WEBHOOK_SECRET", SECRET)
     with pytest.raises(ConfigError, match="rest-base"):
-        SidecarServer(SidecarServerConfig(tools=[get_weather], dialect="openai", rest_base="ftp://x"))
+        SidecarServer(SidecarServerConfig(tools=[get_weather], dialect="openai", rest_base="ftp://x",
+                                          api_key=PROVIDER_KEY))
