@@ -44,6 +44,8 @@ MAX_BACKOFF = 5.0
 RELIST_AFTER_CONNECT = 0.5
 """Seconds after connecting when the tools are listed again (see the module docstring)."""
 CLOSE_TIMEOUT = 5.0
+HTTP_TIMEOUT = 30.0        # connect, write and pool, for a server over streamable HTTP
+HTTP_READ_TIMEOUT = 300.0  # a response stream (SSE) may stay open for minutes
 MODERN_PROTOCOL = "2026-07-28"
 INSTALL_HINT = "pip install 'realtime-relay[mcp]'"
 
@@ -266,10 +268,14 @@ class McpConnection:
                                                    env=self.config.resolved_env() or None, cwd=self.config.cwd)
                 read, write = await stack.enter_async_context(stdio_client(parameters, errlog=_error_stream()))
             else:
+                import httpx2   # the HTTP client the SDK takes (its own dependency)
                 from mcp.client.streamable_http import streamable_http_client
-                from mcp.shared._httpx_utils import create_mcp_http_client
 
-                http = await stack.enter_async_context(create_mcp_http_client(headers=self.config.resolved_headers()))
+                # the SDK's way to give the server's headers: a client of ours, with the timeouts
+                # its own default client has (a response stream may stay open for minutes)
+                timeout = httpx2.Timeout(HTTP_TIMEOUT, read=HTTP_READ_TIMEOUT)
+                http = await stack.enter_async_context(
+                    httpx2.AsyncClient(headers=self.config.resolved_headers(), timeout=timeout))
                 read, write = await stack.enter_async_context(
                     streamable_http_client(self.config.url or "", http_client=http))
             yield _EndWatch(read, lambda: generation.end("the server closed the connection")), write
@@ -297,7 +303,8 @@ class McpConnection:
                 with anyio.fail_after(self.config.connect_timeout):
                     await self._list_tools(client)
             except Exception as exc:
-                log.warning("MCP server %s: listing its tools failed: %s", self.name, _failure_text(exc, self.config.secrets()),
+                log.warning("MCP server %s: listing its tools failed: %s", self.name,
+                            _failure_text(exc, self.config.secrets()),
                             extra={"mcp_server": self.name})
             await self._stale.wait()
 
