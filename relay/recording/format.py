@@ -35,8 +35,6 @@ NOTE_FIELDS: dict[str, tuple[str, ...]] = {
 }
 
 
-
-
 class RecordingError(UnusableInput, ValueError):
     """The file cannot be read as a recording at all (unknown format, newer version, empty)."""
 

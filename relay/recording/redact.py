@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from relay.errors import ConfigError
-from relay.errors import REDACTED
+from relay.errors import REDACTED, ConfigError
 
 _REDACTED_BYTES = REDACTED.encode()
 # what most of a frame sent to a client is made of: base64 audio (and JSON's own punctuation)

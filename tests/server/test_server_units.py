@@ -173,9 +173,9 @@ def test_every_line_leaves_out_the_secrets_a_runtime_keeps(fmt: str, restore_log
     traceback alike, for as long as the redactor that knows it lives."""
     stream = io.StringIO()
     configure_logging(fmt, level="debug", stream=stream)
-    redactor = Redactor(["query-secret-12345"])
+    redactor = Redactor(["unit-secret-24680"])
     keep_out_of_logs(redactor)
-    url = "http://127.0.0.1:9/mcp?api_key=query-secret-12345"
+    url = "http://127.0.0.1:9/mcp?api_key=unit-secret-24680"
     logging.getLogger("httpx2").info('HTTP Request: POST %s "HTTP/1.1 200 OK"', url)
     try:
         raise ConnectionError(f"for url {url}")
@@ -184,12 +184,12 @@ def test_every_line_leaves_out_the_secrets_a_runtime_keeps(fmt: str, restore_log
     redactor.add("later-token-67890")   # learned later: a refreshed token
     logging.getLogger("relay.test").info("token later-token-67890")
     text = stream.getvalue()
-    assert "query-secret-12345" not in text and "later-token-67890" not in text
+    assert "unit-secret-24680" not in text and "later-token-67890" not in text
     assert text.count(REDACTED) == 4, text   # the request line, the field, the traceback, the token
     del redactor
     gc.collect()
-    logging.getLogger("relay.test").info("query-secret-12345 is no secret once no runtime keeps it")
-    assert "query-secret-12345 is no secret" in stream.getvalue()
+    logging.getLogger("relay.test").info("unit-secret-24680 is no secret once no runtime keeps it")
+    assert "unit-secret-24680 is no secret" in stream.getvalue()
 
 
 def test_the_exposition_escapes_labels_and_bounds_tool_names() -> None:
