@@ -121,7 +121,8 @@ class ProxySession:
 class RelayServer(EdgeRuntime):
     """The proxy server. Use `async with RelayServer(config) as server:` (stops with a drain on
     exit) or `await server.serve_forever()` (until `request_stop()` or cancellation). Raises
-    ConfigError for a configuration that cannot work or would be unsafe."""
+    ConfigError for a configuration that cannot work (a provider's URL without its key among
+    them) or would be unsafe."""
 
     config: ServerConfig
 
