@@ -84,6 +84,9 @@ async def test_a_session_sent_to_a_draining_relay_is_refused_and_starts_on_anoth
             assert refusal["status"] == 503
             for client in (first, second):   # the open sessions go on
                 assert "rainy" in json.dumps(await weather_turn(client, says="found"))
+        # the draining relay's session ends by its client's close: the SIGTERM below would be its
+        # second, which ends open sessions at once (1001), so it waits for that end first
+        await cluster.relays[draining].log.wait_for(lambda r: r["msg"] == "session end")
         statuses = await cluster.stop_relays()
     assert statuses == {"relay1": 0, "relay2": 0}
     started = {name: [r for r in relay.log.records if r["msg"] == "session start"]
