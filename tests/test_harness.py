@@ -22,7 +22,7 @@ from relay.testing import (
     timeline_of,
 )
 from relay.tools import tool
-from tests.support.engine import DeadlineStuckInThePast
+from tests.support.engine import StuckEngines
 from tests.support.paths import REPO, shared_dir
 
 DIALECTS = ["openai", "gemini"]
@@ -91,17 +91,12 @@ def test_a_run_repeats_itself_exactly(dialect: str) -> None:
 def test_a_deadline_a_tick_does_not_move_fails_the_step_instead_of_hanging_it() -> None:
     # without the guard the virtual loop fires the deadline again at the same instant, for as
     # long as it stays put (here STUCK_FOR asks; with a real bug, forever)
-    engines: list[DeadlineStuckInThePast] = []
-
-    def stuck(*args, **kwargs) -> DeadlineStuckInThePast:
-        engines.append(DeadlineStuckInThePast(*args, **kwargs))
-        return engines[-1]
-
-    with ORDER.start([slow_lookup], engine=stuck, strict=False) as session:
+    engines = StuckEngines()
+    with ORDER.start([slow_lookup], engine=engines, strict=False) as session:
         with pytest.raises(ExpectationFailed, match="a deadline its tick did not move"):
             session.advance(2)
         session.advance(1)   # not fired again
-    assert engines[0].ticks == 1
+    assert engines.made[0].ticks == 1
 
 
 def test_a_sync_tool_runs_in_a_thread_at_one_virtual_instant() -> None:

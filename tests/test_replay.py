@@ -16,7 +16,7 @@ from relay.recording.format import RELAY_TO_UPSTREAM
 from relay.recording.reader import read_recording
 from relay.testing import replay
 from relay.tools import ToolResult, tool
-from tests.support.engine import DeadlineStuckInThePast
+from tests.support.engine import StuckEngines
 from tests.support.paths import REPO, shared_dir
 from tests.support.peers import record_session
 from tests.support.tools import get_weather_data
@@ -49,15 +49,10 @@ def test_a_deadline_a_tick_does_not_move_is_logged_and_not_fired_again(
         recorded: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     # without the guard replay fires it again without moving virtual time, for as long as it
     # stays put (here STUCK_FOR asks; with a real bug, forever)
-    engines: list[DeadlineStuckInThePast] = []
-
-    def stuck(*args, **kwargs) -> DeadlineStuckInThePast:
-        engines.append(DeadlineStuckInThePast(*args, **kwargs))
-        return engines[-1]
-
-    monkeypatch.setattr("relay.offline.replay.new_engine", stuck)
+    engines = StuckEngines()
+    monkeypatch.setattr("relay.offline.replay.new_engine", engines)
     replay(recorded, [get_weather_data, lookup_order])
-    assert engines[0].ticks == 1
+    assert engines.made[0].ticks == 1
     assert [r.message for r in caplog.records if r.levelname == "ERROR"] == [
         "the engine kept a deadline its tick did not move; ignoring it"]
 

@@ -266,3 +266,15 @@ class DeadlineStuckInThePast(OpenAIEngine):
     def tick(self, now: float) -> list[Any]:
         self.ticks += 1
         return super().tick(now)
+
+
+class StuckEngines:
+    """An engine factory (`new_engine`'s signature) that makes DeadlineStuckInThePast engines
+    and keeps them (`made`), for a test to count their ticks."""
+
+    def __init__(self) -> None:
+        self.made: list[DeadlineStuckInThePast] = []
+
+    def __call__(self, *args: Any, **kwargs: Any) -> DeadlineStuckInThePast:
+        self.made.append(DeadlineStuckInThePast(*args, **kwargs))
+        return self.made[-1]
