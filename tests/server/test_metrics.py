@@ -149,11 +149,12 @@ async def test_an_empty_metrics_file_neither_stops_a_worker_nor_fails_a_scrape(
         weather_mock: MockUpstream, tmp_path: Path) -> None:
     """prometheus-client creates a worker's file and sizes it a moment later; read in between, it
     raised struct.error: a worker starting beside another one died (a CI run), and a scrape would
-    fail. A worker killed in that moment leaves the empty file for good, as here."""
+    fail. A worker killed in that moment leaves the empty file for good, as here (named after a pid
+    above Linux's largest, 2**22)."""
     shared = tmp_path / "metrics"
     shared.mkdir()
-    (shared / "counter_4000000.db").touch()
-    (shared / "gauge_liveall_4000000.db").touch()
+    (shared / "counter_9999999.db").touch()
+    (shared / "gauge_liveall_9999999.db").touch()
     log: list[str] = []
     async with _two_workers(weather_mock, tmp_path, PROMETHEUS_MULTIPROC_DIR=str(shared)) as relay:
         first, second, port = await _both_workers_listening(relay, log)
