@@ -8,8 +8,9 @@ The relay logs sessions and tool calls, never frames: nothing here is on the per
 relay token) at DEBUG level: with it, even a debug log carries no secret. The libraries the relay
 does not hand a logger log what they like (httpx, under the MCP SDK, quotes each request's URL,
 an MCP server's `?api_key=` included): the formatters here take every secret a runtime's
-redactor knows out of every line (`keep_out_of_logs`), and below `debug` those libraries'
-narration is not shown at all.
+redactor knows out of every line, and those libraries' records are redacted as they are made,
+for an application's own handlers (`keep_out_of_logs`); below `debug` the relay's CLI does not
+show their narration at all.
 """
 
 from __future__ import annotations
@@ -39,16 +40,64 @@ NARRATING_LOGGERS = (WEBSOCKET_LOGGER, "websockets", "httpx", "httpx2", "httpcor
 _LOG_REDACTORS: weakref.WeakSet[Redactor] = weakref.WeakSet()
 
 
+# The libraries among them whose records are redacted as they are made (`keep_out_of_logs`): the
+# relay's own websocket loggers are given a `RedactingLogger` instead.
+_LIBRARY_LOGGERS = tuple(name for name in NARRATING_LOGGERS if name != WEBSOCKET_LOGGER)
+_record_factory_installed = False
+
+
 def keep_out_of_logs(redactor: Redactor) -> None:
-    """Take the secrets `redactor` knows, now and later (a refreshed token), out of every line the
-    formatters below write, for as long as it lives (an edge's runtime registers its own)."""
+    """Take the secrets `redactor` knows, now and later (a refreshed token), out of the logs for
+    as long as it lives (an edge's runtime registers its own): out of every line the formatters
+    below write, and out of every record the narrating libraries make, whatever handler and
+    formatter write it (an application that logs with its own, `logging.basicConfig` at INFO,
+    gets httpx's request lines too)."""
     _LOG_REDACTORS.add(redactor)
+    _install_record_factory()
 
 
 def _without_secrets(line: str) -> str:
     for redactor in list(_LOG_REDACTORS):
         line = redactor.text(line)
     return line
+
+
+def _install_record_factory() -> None:
+    """Once per process: a log record factory, chained to the one in place, that redacts the
+    records of the narrating libraries (`_redact_record`) as they are made. A filter would not
+    do: a logger's filters do not see its children's records (httpcore logs as
+    `httpcore.http11`...), and a handler's are the application's. Records are made only for
+    levels a logger shows, so this costs nothing for lines nobody sees."""
+    global _record_factory_installed
+    if _record_factory_installed:
+        return
+    _record_factory_installed = True
+    previous = logging.getLogRecordFactory()
+
+    def make_record(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = previous(*args, **kwargs)
+        if _LOG_REDACTORS and record.name.startswith(_LIBRARY_LOGGERS):
+            _redact_record(record)
+        return record
+
+    logging.setLogRecordFactory(make_record)
+
+
+def _redact_record(record: logging.LogRecord) -> None:
+    """`record`'s message, and its traceback's text, without the secrets the runtimes know (left
+    as they are when they hold none)."""
+    try:
+        message = record.getMessage()
+    except Exception:   # logging reports a record it cannot format when a handler writes it
+        return
+    clean = _without_secrets(message)
+    if clean != message:
+        record.msg, record.args = clean, None
+    if record.exc_info and record.exc_info[0] is not None and not record.exc_text:
+        text = logging.Formatter().formatException(record.exc_info)
+        clean = _without_secrets(text)
+        if clean != text:
+            record.exc_text = clean   # what logging.Formatter writes for the traceback
 
 # Attributes every LogRecord has; anything else on a record came from `extra`.
 _STANDARD_ATTRIBUTES = frozenset(

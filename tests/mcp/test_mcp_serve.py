@@ -34,7 +34,7 @@ from tests.support.mcp import (
     stdio_server,
     turn,
 )
-from tests.support.relays import LeakGuard, captured_logs, relay_for
+from tests.support.relays import LeakGuard, application_log, captured_logs, relay_for
 from tests.support.tools import get_weather
 
 SCRIPT = calls(
@@ -149,6 +149,20 @@ async def test_a_credential_in_an_http_servers_url_reaches_no_log_line_and_no_re
     assert list(tmp_path.glob("*.jsonl"))
     for recording in tmp_path.glob("*.jsonl"):
         assert secret not in recording.read_text()
+
+
+async def test_a_credential_in_an_http_servers_url_is_kept_out_of_an_applications_own_log() -> None:
+    """The relay as a library in an application that logs at INFO with a handler and formatter of
+    its own (`logging.basicConfig`): httpx's request lines reach it, and not with the key."""
+    secret = "app-query-secret-24680"
+    with application_log("%(name)s %(levelname)s %(message)s") as stream, http_server() as (_, url):
+        async with MockUpstream(script=SCRIPT, api_key=PROVIDER_KEY) as mock:
+            async with relay_for(mock, mcp=settings(http_config(f"{url}?api_key={secret}"))) as server:
+                async with realtime_client(server) as client:
+                    await turn(client, "echo it", "hello there")
+    requests = [line for line in stream.getvalue().splitlines() if line.startswith("httpx2 INFO HTTP Request")]
+    assert requests and all("?api_key=[redacted] " in request for request in requests)
+    assert secret not in stream.getvalue()
 
 
 async def test_an_http_server_killed_mid_call_and_restarted_is_reconnected() -> None:

@@ -40,6 +40,7 @@ from relay.edges.upstream import (
 )
 from tests.support.frames import ListRecorder
 from tests.support.keys import PROVIDER_KEY
+from tests.support.relays import application_log
 
 
 @pytest.mark.parametrize("dialect", ["openai", "gemini"])
@@ -190,6 +191,33 @@ def test_every_line_leaves_out_the_secrets_a_runtime_keeps(fmt: str, restore_log
     gc.collect()
     logging.getLogger("relay.test").info("unit-secret-24680 is no secret once no runtime keeps it")
     assert "unit-secret-24680 is no secret" in stream.getvalue()
+
+
+def test_a_library_line_leaves_out_the_secrets_whatever_handler_writes_it() -> None:
+    """An application that logs with its own handler and formatter (`logging.basicConfig` at INFO)
+    gets the narrating libraries' lines too, not through the relay's formatters: their records
+    leave out the secrets a runtime keeps, as they are made, child loggers and tracebacks included.
+    The application's own lines are its own: the relay does not touch them."""
+    redactor = Redactor(["app-secret-13579"])
+    keep_out_of_logs(redactor)
+    url = "http://127.0.0.1:9/mcp?api_key=app-secret-13579"
+    with application_log() as stream:
+        logging.getLogger("httpx").info('HTTP Request: POST %s "HTTP/1.1 200 OK"', url)
+        logging.getLogger("httpcore2.http11").info("send_request_headers.started url=%s", url)
+        try:
+            raise ConnectionError(f"for url {url}")
+        except ConnectionError:
+            logging.getLogger("mcp.client.streamable_http").exception("the request failed")
+        logging.getLogger("httpx").info("a line with no secret: %d%%", 100)
+        logging.getLogger("myapp").info("mine: %s", url)
+    lines = stream.getvalue()
+    library, _, own = lines.partition("myapp: ")
+    assert "app-secret-13579" not in library
+    assert library.count(REDACTED) == 3, library   # the request line, the child's line, the traceback
+    assert "httpx: a line with no secret: 100%" in library
+    assert own == f"mine: {url}\n"
+    del redactor
+    gc.collect()
 
 
 def test_the_exposition_escapes_labels_and_bounds_tool_names() -> None:

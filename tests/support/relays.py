@@ -97,6 +97,25 @@ def captured_logs() -> Iterator[io.StringIO]:
         relay_logger.setLevel(old_level)
 
 
+@contextmanager
+def application_log(fmt: str = "%(name)s: %(message)s") -> Iterator[io.StringIO]:
+    """The log of an application that runs the relay as a library and logs as
+    `logging.basicConfig(level=logging.INFO)` has it: the root logger at INFO, one handler with a
+    plain `logging.Formatter` of its own (not the relay's), every record written to the stream."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter(fmt))
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+    try:
+        yield stream
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+
+
 class LeakGuard:
     """What the relay showed the world during one test: every relay log record (its websockets
     connections included, at DEBUG, so handshake headers and frames are logged), the recordings
