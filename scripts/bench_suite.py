@@ -143,10 +143,15 @@ class Service:
     log_tail: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=40))
     idle_rss_mb: float = 0.0   # with no session, after one came and went (see fresh_proxies())
 
-    def cpu_seconds(self) -> float:
-        """User + system CPU time so far, from /proc/<pid>/stat."""
+    def cpu_times(self) -> tuple[float, float]:
+        """CPU time so far in user space and in the kernel (for the process), from /proc/<pid>/stat."""
         fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        ticks = os.sysconf("SC_CLK_TCK")
+        return int(fields[11]) / ticks, int(fields[12]) / ticks
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time so far."""
+        return sum(self.cpu_times())
 
     def rss_bytes(self) -> int:
         for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
@@ -338,18 +343,22 @@ class Sampler:
 
     def __init__(self, service: Service | None) -> None:
         self.service = service
-        self.cpu_start = self.wall_start = 0.0
+        self.cpu_start = (0.0, 0.0)
+        self.wall_start = 0.0
         self.figures: dict[str, float] = {}
 
     def __call__(self, event: str) -> None:
         if self.service is None:
             return
         if event == "measuring":
-            self.cpu_start, self.wall_start = self.service.cpu_seconds(), time.perf_counter()
+            self.cpu_start, self.wall_start = self.service.cpu_times(), time.perf_counter()
         elif event == "measured":
             wall = time.perf_counter() - self.wall_start
-            self.figures = {"cpu_percent": 100 * (self.service.cpu_seconds() - self.cpu_start) / wall,
-                            "rss_mb": self.service.rss_bytes() / 2**20}
+            user, system = (now - then for now, then in zip(self.service.cpu_times(), self.cpu_start))
+            # the split says where a proxy's time goes: its own code (user) or the socket calls
+            # (kernel), where a C proxy spends most of its time
+            self.figures = {"cpu_percent": 100 * (user + system) / wall, "user_percent": 100 * user / wall,
+                            "system_percent": 100 * system / wall, "rss_mb": self.service.rss_bytes() / 2**20}
 
 
 # ---- scenarios ----------------------------------------------------------------------------
@@ -409,6 +418,9 @@ def throughput(services: dict[str, Service], plan: Plan) -> list[dict[str, Any]]
                     events = figures[path]["events_per_s"]
                     figures[path]["cpu_us_per_event"] = (figures[path]["cpu_percent"] * 1e4 / events if events
                                                          else float("inf"))
+                    for part in ("user", "system"):   # the same, split: where the time goes
+                        figures[path][f"{part}_us_per_event"] = (figures[path][f"{part}_percent"] * 1e4 / events
+                                                                 if events else float("inf"))
                 if figures[path].get("sessions_cut_off"):
                     report(f"throughput {sessions:>3} sessions, round {number + 1}: {path} closed "
                            f"{figures[path]['sessions_cut_off']} of them before the measurement ended (a client "
@@ -440,6 +452,9 @@ def throughput(services: dict[str, Service], plan: Plan) -> list[dict[str, Any]]
                f"{step['relay_fast_vs_haproxy_events']:.2f}, raw_picows/haproxy CPU "
                f"{step['raw_picows_vs_haproxy_cpu']:.2f}" if "relay_fast_vs_haproxy_cpu" in step else "")
             + " (medians of the rounds' ratios)")
+        report(f"throughput {sessions:>3} sessions, CPU per event in user space + in the kernel: " + "  ".join(
+            f"{path} {step[path]['user_us_per_event']:.1f} + {step[path]['system_us_per_event']:.1f} us"
+            for path in shown if path != "direct"))
         steps.append(step)
     return steps
 

@@ -50,6 +50,12 @@ def test_quick_benchmark_reports_every_figure(tmp_path: Path) -> None:
             assert figure(step, path, "events_per_s") > 0
         for proxy in (*PROXIES, "raw_batched", "raw_picows"):
             assert figure(step, proxy, "cpu_us_per_event") > 0
+            # where it goes: the proxy's own code and the kernel's socket calls, adding up to it
+            user, system = figure(step, proxy, "user_us_per_event"), figure(step, proxy, "system_us_per_event")
+            assert user >= 0 and system >= 0
+            for trial in step["rounds"]:
+                assert trial[proxy]["user_percent"] + trial[proxy]["system_percent"] == pytest.approx(
+                    trial[proxy]["cpu_percent"])
             # sessions a proxy closed before the measurement ended are counted (a flood can
             # outrun a client on a small machine: the relay then cuts it off, and says so)
             assert 0 <= figure(step, proxy, "sessions_cut_off") <= step["sessions"]
