@@ -226,7 +226,7 @@ class Pair:
                                        recorder=Taps(TrafficTap(Metrics())),
                                        client_budget=EventBudget(DEFAULT_MAX_CLIENT_EVENTS_PER_SECOND,
                                                                  clock=paced_clock()),
-                                       redact=redactor.frame)
+                                       redactor=redactor)
         else:
             upstream.to, client.to = client_protocol.transport, upstream_protocol.transport   # type: ignore[union-attr]
 

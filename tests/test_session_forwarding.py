@@ -17,13 +17,15 @@ from typing import Any, Sequence
 
 import anyio
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from relay.engine import EngineConfig, OpenAIEngine
 from relay.observe.metrics import PUBLISH_EVERY, Metrics, TrafficTap
 from relay.recording.format import CLIENT_TO_RELAY, RELAY_TO_CLIENT, RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY
 from relay.recording.redact import Redactor
 from relay.recording.taps import Taps
-from relay.session.loop import SessionLoop
+from relay.session.loop import SessionLoop, express_lane
 from relay.session.policy import INTERNAL_ERROR, POLICY_VIOLATION, RATE_LIMIT_CLOSE, EventBudget
 from relay.session.transport import Express, Frame, FrameQueue
 from tests.support.clients import TIMEOUT
@@ -136,13 +138,39 @@ async def test_audio_goes_on_as_it_came_recorded_both_ways_and_redacted_for_the_
             while append() not in upstream.sent:
                 await upstream.got_frame.wait()
 
-    _, seen = await run(scenario, recorder=recorder, redact=Redactor([SECRET]).frame)
+    _, seen = await run(scenario, recorder=recorder, redactor=Redactor([SECRET]))
     redacted = echoed.replace(SECRET, "[redacted]")
     audio = [(direction, frame) for direction, frame in recorder.frames if frame in (echoed, redacted, plain, append())]
     assert audio == [(UPSTREAM_TO_RELAY, echoed), (RELAY_TO_CLIENT, redacted), (UPSTREAM_TO_RELAY, plain),
                      (RELAY_TO_CLIENT, plain), (CLIENT_TO_RELAY, append()), (RELAY_TO_UPSTREAM, append())]
     assert not {echoed, plain, append()} & set(seen)   # the engine's round was skipped
     assert seen   # ... and not for the events it reads (session.created)
+
+
+# what keys and tokens are made of, '-' and '.' (a redactor's anchors) and '/' included
+SECRET_CHARACTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._/+="
+
+
+@settings(max_examples=150, deadline=None)
+@given(secrets=st.lists(st.text(SECRET_CHARACTERS, min_size=8, max_size=24), min_size=1, max_size=3),
+       pieces=st.lists(st.one_of(st.integers(0, 2), st.sampled_from(["AAAA", "sk", "-", ".", "/", "+=="])),
+                       max_size=12))
+def test_the_express_lane_redacts_an_audio_frame_as_the_redactor_does(secrets: list[str],
+                                                                       pieces: list[int | str]) -> None:
+    """The express lane runs the redactor's loop inline (a call costs as much): what it queues for
+    the client is what `Redactor.frame` makes of the frame, for any secrets and any audio holding
+    them, whole, in part or next to each other."""
+    redactor = Redactor(secrets)
+    frame = delta("".join(secrets[piece % len(secrets)] if isinstance(piece, int) else piece for piece in pieces))
+
+    async def forwarded() -> list[Frame]:
+        engine = OpenAIEngine([], config=EngineConfig(mode="proxy", strict=True, declare_tools=False))
+        loop = SessionLoop(engine, upstream=MemoryPeer(), client=MemoryPeer(), redactor=redactor)
+        express = express_lane(loop, UPSTREAM_TO_RELAY, "client", engine.forwards_upstream)
+        assert express(frame, True)   # more frames follow: queued, for the write after the burst
+        return list(loop.to_client.frames)
+
+    assert anyio.run(forwarded) == [redactor.frame(frame)]
 
 
 async def reading_with_writers_asleep(upstream: BurstPeer) -> None:
@@ -389,7 +417,7 @@ async def test_the_traffic_counter_counts_audio_on_a_lane_and_the_other_recorder
         await upstream.feed(delta("BBBB"))
         await client.wait_for(lambda event: event.get("delta") == "BBBB")
 
-    await run(scenario, recorder=taps, redact=Redactor([SECRET]).frame)
+    await run(scenario, recorder=taps, redactor=Redactor([SECRET]))
     taps.close("done")
     redacted = echoed.replace(SECRET, "[redacted]")
     audio = [(d, f) for d, f in early.frames if f in (delta(), echoed, redacted, append(), delta("BBBB"))]

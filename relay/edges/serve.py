@@ -372,7 +372,7 @@ class RelayServer(EdgeRuntime):
             stall_seconds=self.config.stall_seconds,
             close_timeout=1.0,
             client_budget=EventBudget.optional(self.config.max_client_events_per_second),
-            redact=self.redactor.frame,
+            redactor=self.redactor,
             handler_scope=session.trace.handler_scope if session.trace is not None else None,
         )
         session.loop = loop

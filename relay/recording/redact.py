@@ -33,7 +33,9 @@ class Redactor:
 
     def __init__(self, secrets: Iterable[str | None] = ()) -> None:
         self._secrets: list[str] = []        # as added, without duplicates
-        self._texts: list[tuple[str, str]] = []   # every spelling searched for, longest first, behind its anchor
+        # every spelling searched for, longest first, behind its anchor: replaced, never changed in
+        # place (the loop's express lane reads it for every audio frame, see `text`)
+        self.texts: list[tuple[str, str]] = []
         self._bytes: list[tuple[bytes, bytes]] = []
         for secret in secrets:
             self.add(secret)
@@ -59,8 +61,8 @@ class Redactor:
         replaced, never changed in place: a worker thread (the live inspector's) may be reading
         the old ones."""
         spellings = {*self._secrets, *(secret.replace("/", "\\/") for secret in self._secrets if "/" in secret)}
-        self._texts = [(anchor_of(text), text) for text in sorted(spellings, key=len, reverse=True)]
-        self._bytes = [(anchor.encode(), text.encode()) for anchor, text in self._texts]
+        self.texts = [(anchor_of(text), text) for text in sorted(spellings, key=len, reverse=True)]
+        self._bytes = [(anchor.encode(), text.encode()) for anchor, text in self.texts]
 
     @property
     def secrets(self) -> list[str]:
@@ -70,7 +72,7 @@ class Redactor:
         """`value` without the secrets; cheap when there are none in it (it runs on every frame
         sent to a client): per spelling, a test for its anchor, and a substring search only where
         the anchor is (or the spelling has none)."""
-        for anchor, secret in self._texts:
+        for anchor, secret in self.texts:
             if anchor in value and secret in value:
                 value = value.replace(secret, REDACTED)
         return value
@@ -88,7 +90,7 @@ class Redactor:
         """A text or binary frame without the secrets: `text` or `data`, in one call (it runs on
         every frame sent to a client)."""
         if type(frame) is str or isinstance(frame, str):
-            for anchor, secret in self._texts:
+            for anchor, secret in self.texts:
                 if anchor in frame and secret in frame:
                     frame = frame.replace(secret, REDACTED)
             return frame

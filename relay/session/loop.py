@@ -33,12 +33,14 @@ from relay.engine import (
     SendUpstream,
     StartHandler,
 )
+from relay.errors import REDACTED
 from relay.recording.format import (
     CLIENT_TO_RELAY,
     RELAY_TO_CLIENT,
     RELAY_TO_UPSTREAM,
     UPSTREAM_TO_RELAY,
 )
+from relay.recording.redact import Redactor
 from relay.recording.taps import Recorder, forwarding_of
 from relay.session.flow import BackPressure
 from relay.session.policy import (
@@ -96,7 +98,7 @@ class SessionLoop:
         close_timeout: float = 1.0,
         thread_limit: int = 8,
         client_budget: EventBudget | None = None,
-        redact: Callable[[str | bytes], str | bytes] | None = None,
+        redactor: Redactor | None = None,
         handler_scope: HandlerScope | None = None,
     ) -> None:
         self.engine = engine
@@ -116,7 +118,7 @@ class SessionLoop:
         self._held: list[str] = []      # sides whose frames wait for the reader to finish its frame
         self._client_cut_off = False    # over its event budget: what it still sends is dropped
         self.client_budget = client_budget   # None: the client may send as fast as it likes
-        self.redact = redact   # applied to every frame for the client: the provider may echo a secret
+        self.redactor = redactor   # applied to every frame for the client: the provider may echo a secret
         self.handler_scope = handler_scope   # what each handler runs in (its tracing span)
         self.end: SessionEnd | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
@@ -358,8 +360,8 @@ class SessionLoop:
             peer = self.client
             if peer is None:
                 return
-            if self.redact is not None:
-                frame = self.redact(frame)
+            if self.redactor is not None:
+                frame = self.redactor.frame(frame)
         else:
             peer = self.upstream
         if self.recorder is not None:
@@ -437,10 +439,10 @@ def express_lane(session: SessionLoop, received: str, side: str, passes: Callabl
     left to `deliver`, which runs the full round: it returns False then, having changed nothing
     (so a client's frame spends its budget once). It needs no task context (a transport may
     call it from its own read callback), and it runs on every audio frame: one call each for
-    the test, the redaction and the socket (or the queue), and the recorders' counts as
+    the test and the socket (or the queue), the redaction inline, and the recorders' counts as
     integer adds."""
     to_client = side == "client"
-    recorder, redact = session.recorder, session.redact if side == "client" else None
+    recorder, redactor = session.recorder, session.redactor if to_client else None
     sent_as = RELAY_TO_CLIENT if to_client else RELAY_TO_UPSTREAM
     # a chain of recorders counts on a lane (integer adds, no call); any other recorder is called
     lane_of = getattr(recorder, "lane", None)
@@ -460,7 +462,12 @@ def express_lane(session: SessionLoop, received: str, side: str, passes: Callabl
             if recorder is not None:
                 recorder.record(received, frame)
             return True
-        sent = redact(frame) if redact is not None else frame
+        sent = frame
+        if redactor is not None:   # `Redactor.text` inline (the frame is text: `passes` refuses bytes); the
+            # call would cost as much as the loop, and the redactor replaces its list when it changes
+            for anchor, secret in redactor.texts:
+                if anchor in sent and secret in sent:
+                    sent = sent.replace(secret, REDACTED)   # type: ignore[union-attr]
         if more or queued or not queue.writer_idle or not peer.send_now(sent):
             try:
                 waiting = hold(sent)
