@@ -1,6 +1,8 @@
 """The relay's errors, under one root.
 
-`RelayError` is the root of every error the relay raises on purpose. `UnusableInput` is the branch
+`RelayError` is the root of every error the relay's commands and edges raise on purpose (the
+test harness's own failures are `ScriptError`, `ExpectationFailed` and `SessionOver`, and
+arguments a function cannot take are `ValueError`s). `UnusableInput` is the branch
 a command cannot work with: its message is the one line the user sees, and the command exits 2
 (`relay.cli.exits`). Every input error the relay knows (a configuration, a recording, a tools
 file, a dialect, an export) derives from it, so the command line recognises them by their root,
@@ -26,7 +28,7 @@ recordings, and in error messages of every layer (hence here)."""
 
 
 class RelayError(Exception):
-    """The root of every error the relay raises on purpose."""
+    """The root of every error the relay's commands and edges raise on purpose."""
 
 
 class UnusableInput(RelayError):

@@ -29,8 +29,9 @@ session, faults on demand, and replays of recordings.
   `duplicate_delivery`, for `Script.start(..., faults=[...])` or `replay_with_faults(recording, ...)`.
 - `Quirks` / `quirks_of(dialect)`: what a provider's server does differently from OpenAI's (xAI's
   calls joining the conversation at `response.done`, Voice Live's `cancel_previous`, Gemini's
-  calls delivered twice...), played by the mock model: `Script.start(..., quirks=...)`, by default
-  the dialect's provider as documented.
+  calls delivered twice...), played by the mock model: `Script.start(..., quirks=...)`. By default
+  the dialect's provider as documented (xAI's and Voice Live's quirks on); what the documentation
+  leaves open is switched on by hand (Gemini's double delivery: `Quirks(call_parts=True)`).
 - `replay` runs a recorded session against the given tools (decorated functions, ToolSpecs or
   `--tools` SPEC strings) and returns the calls, every frame the relay sent, and the divergences.
 

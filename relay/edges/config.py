@@ -1,11 +1,12 @@
 """The edges' shared configuration: what `relay serve` (`ServerConfig`), `relay attach` and
 `relay sidecar` (`SidecarConfig`) take, the checks that refuse a configuration that cannot work,
-the one way a list of tools becomes a registry (serve, attach, sidecar, replay and export alike),
+the one way a list of tools becomes a registry (`relay.tools.sources`, for serve, attach,
+sidecar, replay and export alike),
 how the upstream's dialect is decided, and `EdgeRuntime`: what every session of one configuration
 shares (dialect, tools, provider connection, secrets, engine settings, recordings).
 
 Each edge module builds on these, side by side: none of them imports another edge. The limits'
-defaults are `relay.policy`'s.
+defaults are `relay.session.policy`'s.
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ def is_loopback(host: str) -> bool:
 @dataclass
 class EdgeConfig:
     """What every edge takes. `api_key=None` reads the dialect's variable (`OPENAI_API_KEY`,
-    `AZURE_OPENAI_API_KEY`, `GEMINI_API_KEY`) from the environment; `token_provider` (an async
+    `AZURE_OPENAI_API_KEY`, `AZURE_VOICELIVE_API_KEY`, `XAI_API_KEY`, `GEMINI_API_KEY`) from the
+    environment; `token_provider` (an async
     callable returning an Entra ID `AccessToken`) replaces the key with refreshed Bearer tokens."""
 
     tools: ToolSources = ()
@@ -104,7 +106,7 @@ class EdgeConfig:
     # Python API: called with (session id, notice) for every engine notice (tool calls started
     # and answered, follow-ups, fillers, anomalies, errors): for dashboards, tests and the demo.
     on_notice: Callable[[str, Notice], None] | None = None
-    # Python API: an OpenTelemetry TracerProvider for the sessions' spans (relay/tracing.py);
+    # Python API: an OpenTelemetry TracerProvider for the sessions' spans (relay/observe/tracing.py);
     # None: the application's global provider if it set one, else the OTEL_* variables, else none.
     tracer_provider: Any = None
     # the WebSocket library of the edge's sockets (relay.transports.TRANSPORTS): `auto` is picows

@@ -98,7 +98,7 @@ def run_workers(host: str, port: int, workers: int, run_worker: Callable[[int], 
     worker stops on SIGTERM only; the parent only supervises: SIGTERM or SIGINT is passed on as
     SIGTERM, so every worker stops as it would alone, and `on_worker_exit(pid)` hears of each
     worker that exited. Returns 1 when a worker failed, 2 when the platform cannot do it; a port
-    that cannot be had raises UnusableInput (`relay.exits`)."""
+    that cannot be had raises UnusableInput (`relay.cli.exits`)."""
     if not hasattr(os, "fork") or not hasattr(socket, "SO_REUSEPORT"):
         log.error("--workers needs fork() and SO_REUSEPORT (Linux, BSD, macOS)")
         return 2

@@ -170,7 +170,8 @@ class RelayServer(EdgeRuntime):
 
     @property
     def url(self) -> str:
-        """The client URL: the dialect's client path (`/v1/realtime`, or the Gemini Live path)."""
+        """The client URL: the dialect's client path (`/v1/realtime`, Voice Live's
+        `/voice-live/realtime`, or the Gemini Live path)."""
         return self.base_url + self.dialect.client_path
 
     @property
@@ -416,7 +417,7 @@ async def _cancel_when_closed(client: Transport, scope: anyio.CancelScope) -> No
 
 async def run_until_stopped(server: RelayServer) -> int:
     """Listen and serve until `request_stop()`, then drain; the exit status. An address that
-    cannot be listened on raises UnusableInput (`relay.exits`)."""
+    cannot be listened on raises UnusableInput (`relay.cli.exits`)."""
     try:
         await server.start()
     except OSError as exc:
@@ -449,7 +450,9 @@ def serve(tools: ToolSources = (), **options: Any) -> int:
         relay.serve([get_weather], port=8000, auth_token="...")
 
     `options` are `ServerConfig` fields. This blocks; inside a running asyncio application use
-    `RelayServer` instead. Logs go to stderr as text unless logging is already configured."""
+    `RelayServer` instead. Logs go to stderr as text unless logging is already configured. Returns
+    the exit status; from then on SIGTERM and SIGINT are ignored in this process, which is on its
+    way out (a late signal does not interrupt what the caller does after)."""
     server = RelayServer(ServerConfig(tools=tools, **options))
     if not logging.getLogger().handlers:
         configure_logging("text")

@@ -80,7 +80,7 @@ class SidecarRuntime(EdgeRuntime):
 
     @property
     def tracing(self) -> Tracing | None:
-        """The calls' tracing (relay/tracing.py), decided once, in the process that attaches."""
+        """The calls' tracing (relay/observe/tracing.py), decided once, in the process that attaches."""
         if self._tracing is False:
             self._tracing = tracing_for(self.config.tracer_provider)
         return self._tracing or None
@@ -174,7 +174,9 @@ class Sidecar:
 
     async def run(self) -> SessionEnd:
         """Attach and serve the call until it ends or `stop()`; returns how the session ended.
-        Raises `UpstreamUnavailable` (`CallEnded` for an unknown call) when it cannot attach."""
+        Raises `UpstreamUnavailable` (`CallEnded` for an unknown call) when it cannot attach,
+        `ConfigError` when its tools cannot be had (an MCP server out of reach, two tools of one
+        name), `RuntimeError` when it is run a second time."""
         if self._running:
             raise RuntimeError("a Sidecar runs once; make a new one")
         self._running = True

@@ -5,7 +5,7 @@ integration tests, so it behaves like the real service, inconvenient parts inclu
 and `previous_item_id` ordering, errors that carry the client's `event_id`, one active response at
 a time, `function_call_output` items checked against existing calls, unknown fields rejected
 (except the Azure AI Foundry extensions in `foundry` mode), cancellation that closes items as
-`incomplete`, sideband connections by `call_id`, and a fake REST API for call accept/hangup.
+`incomplete`, sideband connections by `call_id`, and a fake REST API for call accept/reject/hangup.
 
     from relay.mock import Faults, MockScript, MockUpstream, Reply, Rule, ToolCall
 
@@ -17,7 +17,7 @@ a time, `function_call_output` items checked against existing calls, unknown fie
     async with MockUpstream(script=script, dialect="openai", api_key=None, faults=Faults()) as mock:
         mock.url        # ws://127.0.0.1:<port>/v1/realtime   (also /openai/v1/realtime, /openai/realtime)
         mock.base_url   # ws://127.0.0.1:<port>                (AsyncOpenAI(websocket_base_url=base_url + "/v1"))
-        mock.rest_url   # http://127.0.0.1:<port2>/v1          (POST /realtime/calls/{call_id}/accept|hangup)
+        mock.rest_url   # http://127.0.0.1:<port2>/v1          (POST /realtime/calls/{call_id}/accept|reject|hangup)
         mock.sessions   # MockSession: id, call_id, items, responses, tools, connections, auth, query, accepts
         mock.received   # Record(session_id, connection, event) for every client event, in order
         mock.sent       # Record(...) for every server event sent, once per connection
@@ -31,8 +31,9 @@ a time, `function_call_output` items checked against existing calls, unknown fie
 
 Dialects: `openai` (GA; beta when the client sends `OpenAI-Beta: realtime=v1`), `openai-beta`
 (always beta), `azure` (GA on `/openai/v1/realtime`, beta on the preview path
-`/openai/realtime?api-version=...`, accepts the `api-key` query parameter) and `foundry` (azure plus
-the Foundry item fields). Scripts are described in `relay.mock.script`, faults in
+`/openai/realtime?api-version=...`, accepts the `api-key` query parameter), `foundry` (azure plus
+the Foundry item fields), `xai` (xAI's quirks), `voicelive` (Voice Live's path and quirks) and
+`gemini` (Gemini Live's BidiGenerateContent paths). Scripts are described in `relay.mock.script`, faults in
 `relay.mock.faults`, the session rules in `relay.mock.session`; `docs/mock.md` has the full guide.
 """
 

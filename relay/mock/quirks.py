@@ -4,8 +4,8 @@ The mock speaks OpenAI GA and beta (`relay.mock.wire`); xAI's Grok Voice Agent, 
 Live and Gemini Live (`relay.mock.gemini`) differ in what their servers do: who sends what first,
 where a call is delivered, when a call joins the conversation, what a `response.create` does to
 the response already running. Each difference is a field of `Quirks`, on or off per session, so a
-test plays the provider as documented (`quirks_of(dialect)`, the default of `MockUpstream`,
-`LocalMock` and the scripted harness) or switches one on that the documentation leaves open
+test plays the provider as documented (`quirks_of(dialect)`, the default of `MockUpstream`
+and the scripted harness) or switches one on that the documentation leaves open
 (`dataclasses.replace(quirks_of("xai"), calls="in_done")`). docs/providers.md says which of them are verified
 against the provider's documentation and which are inferred from other clients.
 """

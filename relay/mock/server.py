@@ -263,7 +263,7 @@ class MockUpstream:
     # -- driving sessions from tests -----------------------------------------------------------
     def create_call(self, model: str = DEFAULT_MODEL) -> str:
         """Create a session with no socket (like an incoming SIP call) and return its call_id,
-        for a sideband connection (`?call_id=`) and the REST accept/hangup endpoints."""
+        for a sideband connection (`?call_id=`) and the REST accept/reject/hangup endpoints."""
         return self._new_session(self._wire(beta=False), model, {}, is_call=True).call_id
 
     def start_response(

@@ -53,7 +53,8 @@ class MockConnection:
     query: dict[str, str]
     headers: dict[str, str]
     auth: str | None
-    """How the client authenticated: "bearer", "api-key", "api-key-query", "subprotocol" or None."""
+    """How the client authenticated: "bearer", "api-key", "api-key-query", "subprotocol" (Gemini:
+    "x-goog-api-key", "key-query") or None."""
     subprotocol: str | None = None
     events_sent: int = 0
     closed: bool = False

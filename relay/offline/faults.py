@@ -13,7 +13,7 @@ what the relay answers.
 | `raises(tool, error)` | the handler raises `error` instead of running |
 | `slow(tool, seconds)` | the handler starts `seconds` late (virtual seconds), then runs |
 | `error_result(tool, message)` | the handler returns `ToolResult(error=message)` instead of running |
-| `barge_in(call, after, text)` | the caller speaks over the assistant `after` seconds into the Nth relay call |
+| `barge_in(call, after, text)` | the caller speaks over the assistant `after` seconds into the Nth relay call (`text`: in a scripted session, a whole turn the model answers) |
 | `drop_upstream(call, after)` | the upstream connection drops `after` seconds into the Nth relay call |
 | `duplicate_delivery(call)` | the upstream delivers the Nth call of the model twice |
 
@@ -90,7 +90,8 @@ def error_result(tool: str | None = None, message: str = "injected error", *, ca
 
 def barge_in(call: int = 1, *, after: float = 0.0, text: str | None = None) -> Fault:
     """The caller speaks over the assistant `after` seconds into the Nth call the relay runs (with
-    `text`: a whole turn the model answers)."""
+    `text`, in a scripted session: a whole turn the model answers; a recording played with faults
+    has no model to answer, and plays the barge-in alone)."""
     return Fault("barge_in", None, call, seconds=after, text=text)
 
 

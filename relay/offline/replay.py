@@ -121,10 +121,10 @@ class ReplayResult:
     anomalies: list[str]
     engine: Engine = dataclass_field(repr=False)
     frames: list[Frame] = dataclass_field(default_factory=list, repr=False)
-    internal_errors: list[str] = dataclass_field(default_factory=list)
-    """The engine's own failures during the replay (a bug in the relay, not a divergence)."""
     """The session as replayed: the frames the engine was given and those it sent upstream, at
     the replay's times (what `relay.testing.Timeline.from_replay` reads)."""
+    internal_errors: list[str] = dataclass_field(default_factory=list)
+    """The engine's own failures during the replay (a bug in the relay, not a divergence)."""
 
     @property
     def ok(self) -> bool:
@@ -536,7 +536,8 @@ async def replay_async(
 def replay(path: str | Path | Recording, tools: Any = (), **options: Any) -> ReplayResult:
     """Replay a recording against `tools` (decorated functions, specs, or `--tools` SPEC strings)
     and return the calls, what was sent and the divergences. For users' own tests. Tools that
-    cannot be loaded raise `relay.config.ConfigError`."""
+    cannot be loaded raise `relay.errors.ConfigError`; a recording that cannot be read,
+    `UnusableInput`."""
     return anyio.run(lambda: replay_async(path, tools, **options))
 
 

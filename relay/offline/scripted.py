@@ -134,7 +134,9 @@ class ScriptedSession(HarnessSession):
     """One scripted conversation (see the module docstring). Options: `client_tools` (the caller's
     own tools: functions it declares and answers), `faults` (`relay.testing.faults`), `config` (an
     `EngineConfig`), `strict` (default: the script's), `quirks` (what the provider's server does
-    differently, `relay.testing.Quirks`; default: the dialect's provider as documented)."""
+    differently, `relay.testing.Quirks`; default: the dialect's provider as documented), and the
+    harness's `engine` (an engine factory), `thread_limit` (the real seconds a sync tool may take)
+    and `name`."""
 
     kind = "scripted session"
 

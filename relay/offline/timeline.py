@@ -134,8 +134,8 @@ class Timeline(Sequence[Event]):
 
 def decided_outcomes(ledger: Iterable[Any]) -> dict[str, str]:
     """How the engine decided each call ended, by call id, as the outcome's name (`timeout`,
-    `cancelled`...). The one place the harness reads the engine's outcomes: today strings
-    (relay.engine.calls.OUTCOME_*), an enum's value when they become one."""
+    `cancelled`...). The one place the harness reads the engine's outcomes: a `CallOutcome`'s
+    value (a plain string is taken as it is)."""
     return {entry.call_id: str(getattr(entry.outcome, "value", entry.outcome))
             for entry in ledger if entry.outcome is not None}
 

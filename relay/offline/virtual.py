@@ -44,7 +44,8 @@ DEFAULT_THREAD_LIMIT = 10.0
 
 class VirtualTimeError(RelayError, RuntimeError):
     """The harness cannot keep virtual time: work outside the loop (a sync tool, a thread) did not
-    end within the real-time limit."""
+    end within the real-time limit, or the harness was driven from inside its own loop (from a
+    tool)."""
 
 
 class _NeverSleeps(selectors.BaseSelector):

@@ -16,7 +16,7 @@ class ToolDefinitionError(UnusableInput, ValueError):
 
 
 class ToolLoadError(UnusableInput):
-    """Tools could not be loaded from a file or module given on the command line."""
+    """Tools could not be loaded from a file or module (`--tools`, `ToolRegistry.load`)."""
 
     __module__ = "relay.tools"
 
