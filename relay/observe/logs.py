@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
 import weakref
 from datetime import datetime, timezone
 from typing import IO, TYPE_CHECKING, Any
@@ -37,7 +38,11 @@ WEBSOCKET_LOGGER = "relay.websocket"
 # Libraries that narrate every connection or request at INFO (the relay logs its sessions and its
 # MCP servers' connections itself): websockets; the HTTP clients under the MCP SDK; its client.
 NARRATING_LOGGERS = (WEBSOCKET_LOGGER, "websockets", "httpx", "httpx2", "httpcore", "httpcore2", "mcp.client")
-_LOG_REDACTORS: weakref.WeakSet[Redactor] = weakref.WeakSet()
+# The live runtimes' redactors, weakly: a tuple replaced on every change, never changed in place,
+# so a thread that logs reads a whole one (a WeakSet's iteration can fail while another thread adds).
+_LOG_REDACTORS: tuple[weakref.ref[Redactor], ...] = ()
+_REGISTERING = threading.Lock()
+UNREDACTABLE_LINE = "[a library's log line that could not be checked for secrets]"
 
 
 # The libraries among them whose records are redacted as they are made (`keep_out_of_logs`): the
@@ -52,13 +57,17 @@ def keep_out_of_logs(redactor: Redactor) -> None:
     below write, and out of every record the narrating libraries make, whatever handler and
     formatter write it (an application that logs with its own, `logging.basicConfig` at INFO,
     gets httpx's request lines too)."""
-    _LOG_REDACTORS.add(redactor)
+    global _LOG_REDACTORS
+    with _REGISTERING:
+        _LOG_REDACTORS = (*(ref for ref in _LOG_REDACTORS if ref() not in (None, redactor)), weakref.ref(redactor))
     _install_record_factory()
 
 
 def _without_secrets(line: str) -> str:
-    for redactor in list(_LOG_REDACTORS):
-        line = redactor.text(line)
+    for ref in _LOG_REDACTORS:
+        redactor = ref()
+        if redactor is not None:
+            line = redactor.text(line)
     return line
 
 
@@ -77,7 +86,10 @@ def _install_record_factory() -> None:
     def make_record(*args: Any, **kwargs: Any) -> logging.LogRecord:
         record = previous(*args, **kwargs)
         if _LOG_REDACTORS and record.name.startswith(_LIBRARY_LOGGERS):
-            _redact_record(record)
+            try:
+                _redact_record(record)
+            except Exception:   # never the library's call to fail: its line goes without its text
+                record.msg, record.args, record.exc_info, record.exc_text = UNREDACTABLE_LINE, None, None, None
         return record
 
     logging.setLogRecordFactory(make_record)

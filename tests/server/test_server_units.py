@@ -20,6 +20,7 @@ from relay.cli import main
 from relay.dialects import AZURE, FOUNDRY, OPENAI, OPENAI_BETA
 from relay.engine import Notice
 from relay.observe.logs import (
+    UNREDACTABLE_LINE,
     JsonFormatter,
     RedactingLogger,
     TextFormatter,
@@ -218,6 +219,24 @@ def test_a_library_line_leaves_out_the_secrets_whatever_handler_writes_it() -> N
     assert own == f"mine: {url}\n"
     del redactor
     gc.collect()
+
+
+def test_a_library_line_that_cannot_be_redacted_goes_without_its_text_and_its_call_goes_on() -> None:
+    """Redaction runs inside the library's logging call: should it fail, the call still returns
+    and the line is written without what it said, not with it."""
+    class BrokenRedactor(Redactor):
+        def text(self, value: str) -> str:
+            raise RuntimeError("broken")
+
+    redactor = BrokenRedactor(["broken-secret-97531"])
+    keep_out_of_logs(redactor)
+    try:
+        with application_log() as stream:
+            logging.getLogger("httpx").info("HTTP Request: POST %s", "http://127.0.0.1:9/?k=broken-secret-97531")
+    finally:
+        del redactor
+        gc.collect()
+    assert stream.getvalue() == f"httpx: {UNREDACTABLE_LINE}\n"
 
 
 def test_the_exposition_escapes_labels_and_bounds_tool_names() -> None:
