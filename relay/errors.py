@@ -2,8 +2,8 @@
 
 `RelayError` is the root of every error the relay's commands and edges raise on purpose (the
 test harness's own failures are `ScriptError`, `ExpectationFailed` and `SessionOver`, and
-arguments a function cannot take are `ValueError`s). `UnusableInput` is the branch
-a command cannot work with: its message is the one line the user sees, and the command exits 2
+arguments a function cannot take are `ValueError`s). `UnusableInput` is the branch a command
+cannot work with: its message is the one line the user sees, and the command exits 2
 (`relay.cli.exits`). Every input error the relay knows (a configuration, a recording, a tools
 file, a dialect, an export) derives from it, so the command line recognises them by their root,
 not by a list of classes that must be kept in step with the code that raises them. Errors that

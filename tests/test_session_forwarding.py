@@ -173,6 +173,18 @@ def test_the_express_lane_redacts_an_audio_frame_as_the_redactor_does(secrets: l
     assert anyio.run(forwarded) == [redactor.frame(frame)]
 
 
+async def test_the_express_lane_redacts_a_binary_frame_an_engine_forwards() -> None:
+    """No engine forwards a binary frame unparsed today (the OpenAI family's test refuses bytes),
+    but one that did would have it redacted too, as bytes, not fail the session."""
+    engine = OpenAIEngine([], config=EngineConfig(mode="proxy", strict=True, declare_tools=False))
+    redactor = Redactor([SECRET])
+    loop = SessionLoop(engine, upstream=MemoryPeer(), client=MemoryPeer(), redactor=redactor)
+    express = express_lane(loop, UPSTREAM_TO_RELAY, "client", lambda frame: True)
+    frame = delta(f"{SECRET}AAAA").encode()
+    assert express(frame, True)
+    assert list(loop.to_client.frames) == [frame.replace(SECRET.encode(), b"[redacted]")]
+
+
 async def reading_with_writers_asleep(upstream: BurstPeer) -> None:
     """Once the loop reads `upstream` and its writer tasks sleep (a burst is then written by the
     reader's step)."""

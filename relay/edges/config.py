@@ -1,9 +1,9 @@
 """The edges' shared configuration: what `relay serve` (`ServerConfig`), `relay attach` and
 `relay sidecar` (`SidecarConfig`) take, the checks that refuse a configuration that cannot work,
-the one way a list of tools becomes a registry (`relay.tools.sources`, for serve, attach,
-sidecar, replay and export alike),
-how the upstream's dialect is decided, and `EdgeRuntime`: what every session of one configuration
-shares (dialect, tools, provider connection, secrets, engine settings, recordings).
+the one way a list of tools becomes a registry (`relay.tools.sources`, for serve, attach, sidecar,
+replay and export alike), how the upstream's dialect is decided, and `EdgeRuntime`: what every
+session of one configuration shares (dialect, tools, provider connection, secrets, engine
+settings, recordings).
 
 Each edge module builds on these, side by side: none of them imports another edge. The limits'
 defaults are `relay.session.policy`'s.
@@ -82,8 +82,8 @@ def is_loopback(host: str) -> bool:
 class EdgeConfig:
     """What every edge takes. `api_key=None` reads the dialect's variable (`OPENAI_API_KEY`,
     `AZURE_OPENAI_API_KEY`, `AZURE_VOICELIVE_API_KEY`, `XAI_API_KEY`, `GEMINI_API_KEY`) from the
-    environment; `token_provider` (an async
-    callable returning an Entra ID `AccessToken`) replaces the key with refreshed Bearer tokens."""
+    environment; `token_provider` (an async callable returning an Entra ID `AccessToken`)
+    replaces the key with refreshed Bearer tokens."""
 
     tools: ToolSources = ()
     # MCP servers whose tools join `tools`, and the policy for the provider's own MCP approvals

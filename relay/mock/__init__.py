@@ -33,8 +33,9 @@ Dialects: `openai` (GA; beta when the client sends `OpenAI-Beta: realtime=v1`), 
 (always beta), `azure` (GA on `/openai/v1/realtime`, beta on the preview path
 `/openai/realtime?api-version=...`, accepts the `api-key` query parameter), `foundry` (azure plus
 the Foundry item fields), `xai` (xAI's quirks), `voicelive` (Voice Live's path and quirks) and
-`gemini` (Gemini Live's BidiGenerateContent paths). Scripts are described in `relay.mock.script`, faults in
-`relay.mock.faults`, the session rules in `relay.mock.session`; `docs/mock.md` has the full guide.
+`gemini` (Gemini Live's BidiGenerateContent paths). Scripts are described in
+`relay.mock.script`, faults in `relay.mock.faults`, the session rules in `relay.mock.session`;
+`docs/mock.md` has the full guide.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ what the relay answers.
 | `raises(tool, error)` | the handler raises `error` instead of running |
 | `slow(tool, seconds)` | the handler starts `seconds` late (virtual seconds), then runs |
 | `error_result(tool, message)` | the handler returns `ToolResult(error=message)` instead of running |
-| `barge_in(call, after, text)` | the caller speaks over the assistant `after` seconds into the Nth relay call (`text`: in a scripted session, a whole turn the model answers) |
+| `barge_in(call, after, text)` | the caller speaks over the assistant `after` seconds into the Nth relay call |
 | `drop_upstream(call, after)` | the upstream connection drops `after` seconds into the Nth relay call |
 | `duplicate_delivery(call)` | the upstream delivers the Nth call of the model twice |
 
