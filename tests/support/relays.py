@@ -21,7 +21,7 @@ from websockets.exceptions import InvalidStatus
 from relay.edges.serve import RelayServer, ServerConfig
 from relay.edges.sideband import Sidecar, SidecarConfig
 from relay.mock import MockSession, MockUpstream
-from relay.observe.logs import JsonFormatter
+from relay.observe.logs import NARRATING_LOGGERS, JsonFormatter
 from relay.session.transport import Transport
 from relay.transports.websockets import WebsocketsTransport
 from tests.support.clients import TIMEOUT, RealtimeClient, http_request, realtime_client
@@ -101,19 +101,25 @@ def captured_logs() -> Iterator[io.StringIO]:
 def application_log(fmt: str = "%(name)s: %(message)s") -> Iterator[io.StringIO]:
     """The log of an application that runs the relay as a library and logs as
     `logging.basicConfig(level=logging.INFO)` has it: the root logger at INFO, one handler with a
-    plain `logging.Formatter` of its own (not the relay's), every record written to the stream."""
+    plain `logging.Formatter` of its own (not the relay's), every record written to the stream.
+    The narrating libraries' loggers follow the root, whatever an earlier test set them to."""
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
     handler.setFormatter(logging.Formatter(fmt))
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
+    narrators = {name: logging.getLogger(name).level for name in NARRATING_LOGGERS}
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO)
+    for name in narrators:
+        logging.getLogger(name).setLevel(logging.NOTSET)
     try:
         yield stream
     finally:
         root.handlers[:] = handlers
         root.setLevel(level)
+        for name, narrator_level in narrators.items():
+            logging.getLogger(name).setLevel(narrator_level)
 
 
 class LeakGuard:
