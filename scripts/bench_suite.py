@@ -149,10 +149,6 @@ class Service:
         ticks = os.sysconf("SC_CLK_TCK")
         return int(fields[11]) / ticks, int(fields[12]) / ticks
 
-    def cpu_seconds(self) -> float:
-        """User + system CPU time so far."""
-        return sum(self.cpu_times())
-
     def rss_bytes(self) -> int:
         for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):

@@ -60,7 +60,7 @@ def keep_out_of_logs(redactor: Redactor) -> None:
     global _LOG_REDACTORS
     with _REGISTERING:
         _LOG_REDACTORS = (*(ref for ref in _LOG_REDACTORS if ref() not in (None, redactor)), weakref.ref(redactor))
-    _install_record_factory()
+        _install_record_factory()
 
 
 def _without_secrets(line: str) -> str:
@@ -72,11 +72,11 @@ def _without_secrets(line: str) -> str:
 
 
 def _install_record_factory() -> None:
-    """Once per process: a log record factory, chained to the one in place, that redacts the
-    records of the narrating libraries (`_redact_record`) as they are made. A filter would not
-    do: a logger's filters do not see its children's records (httpcore logs as
-    `httpcore.http11`...), and a handler's are the application's. Records are made only for
-    levels a logger shows, so this costs nothing for lines nobody sees."""
+    """Once per process (called under `_REGISTERING`): a log record factory, chained to the one
+    in place, that redacts the records of the narrating libraries (`_redact_record`) as they are
+    made. A filter would not do: a logger's filters do not see its children's records (httpcore
+    logs as `httpcore.http11`...), and a handler's are the application's. Records are made only
+    for levels a logger shows, so this costs nothing for lines nobody sees."""
     global _record_factory_installed
     if _record_factory_installed:
         return
@@ -110,6 +110,7 @@ def _redact_record(record: logging.LogRecord) -> None:
         clean = _without_secrets(text)
         if clean != text:
             record.exc_text = clean   # what logging.Formatter writes for the traceback
+
 
 # Attributes every LogRecord has; anything else on a record came from `extra`.
 _STANDARD_ATTRIBUTES = frozenset(
