@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 
 from pydantic import ValidationError
 
 from relay.cli.exits import validation_line
 from relay.cli.options import LOGGING, LOOP, port_number, read_text_input
-from relay.edges.process import run_in_loop
+from relay.edges.process import run_until_signalled
 from relay.errors import ANOTHER_PORT, UnusableInput, cannot_listen
 from relay.mock.gemini import GEMINI
 from relay.mock.script import MockScript
@@ -55,12 +54,8 @@ def load_script(path: str) -> MockScript:
         raise UnusableInput(f"cannot use script {path}: {validation_line(exc)}") from None
 
 
-async def _serve(args: argparse.Namespace, script: MockScript) -> None:
+async def _serve(args: argparse.Namespace, script: MockScript, stop: asyncio.Event) -> int:
     rest_port = rest_port_of(args)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
     try:
         mock = MockUpstream(script=script, dialect=args.dialect, api_key=args.api_key, host=args.host,
                             port=args.port, rest_port=rest_port)
@@ -79,9 +74,14 @@ async def _serve(args: argparse.Namespace, script: MockScript) -> None:
         await stop.wait()
     finally:
         await mock.stop()
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
     script = load_script(args.script) if args.script else MockScript()
-    run_in_loop(lambda: _serve(args, script), args.loop)
-    return 0
+    stop = asyncio.Event()
+
+    async def on_signal(name: str, again: bool) -> None:
+        stop.set()
+
+    return run_until_signalled(lambda: _serve(args, script, stop), on_signal, loop=args.loop)

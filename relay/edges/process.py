@@ -64,13 +64,21 @@ def run_until_signalled(work: Callable[[], Awaitable[int]], on_signal: OnSignal,
     to finish. The handlers are in place before `work` starts, so a signal that comes as soon as
     a server listens already stops it; once `work` is done, the signals are ignored, so that one
     that comes while the process exits (an orchestrator's second SIGTERM to a relay whose drain
-    has just ended) does not kill it on its way out, turning exit 0 into death by signal."""
+    has just ended) does not kill it on its way out, turning exit 0 into death by signal.
+
+    The handlers are Python-level ones (`signal.signal`) that hand the signal to the loop, not
+    the loop's own (`add_signal_handler`): taking the loop's away puts the default action back
+    (death, for SIGTERM) before SIG_IGN can replace it, and a signal in that gap killed a relay
+    whose drain had ended (the cluster test). Ours go straight to SIG_IGN. They run in the main
+    thread, which the kernel gives a process's signals first, and a signal interrupts the loop's
+    wait there, so they are as prompt as the loop's."""
 
     async def main() -> int:
         received: asyncio.Queue[str] = asyncio.Queue()
         loop = asyncio.get_running_loop()
-        for signum in signals:
-            loop.add_signal_handler(signum, received.put_nowait, signal.Signals(signum).name)
+
+        def hand_to_loop(signum: int, frame: object) -> None:
+            loop.call_soon_threadsafe(received.put_nowait, signal.Signals(signum).name)
 
         async def deliver() -> None:
             again = False
@@ -79,12 +87,17 @@ def run_until_signalled(work: Callable[[], Awaitable[int]], on_signal: OnSignal,
                 await on_signal(name, again)
                 again = True
 
-        async with anyio.create_task_group() as group:
-            group.start_soon(deliver)
-            status = await work()
-            group.cancel_scope.cancel()
+        before = {signum: signal.signal(signum, hand_to_loop) for signum in signals}
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(deliver)
+                status = await work()
+                group.cancel_scope.cancel()
+        except BaseException:   # the caller's handlers back, for whatever it does with the error
+            for signum, handler in before.items():
+                signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+            raise
         for signum in signals:
-            loop.remove_signal_handler(signum)
             signal.signal(signum, signal.SIG_IGN)
         return status
 

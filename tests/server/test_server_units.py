@@ -403,6 +403,52 @@ sys.exit(status)
 """
 
 
+SIGNALLED_THEN_STOPPED = """
+import asyncio, json, os, signal, sys
+from relay.edges.process import run_until_signalled
+
+set_as = []   # every disposition given to a stop signal, in order
+real_signal = signal.signal
+def recording_signal(signum, handler):
+    if signum in (signal.SIGTERM, signal.SIGINT):
+        named = {signal.SIG_DFL: "SIG_DFL", signal.SIG_IGN: "SIG_IGN", signal.default_int_handler: "default"}
+        set_as.append(named.get(handler, "handler"))
+    return real_signal(signum, handler)
+signal.signal = recording_signal   # asyncio's loop sets dispositions through the module too
+
+received = []
+stopped = asyncio.Event()
+
+async def work():
+    os.kill(os.getpid(), signal.SIGTERM)
+    await stopped.wait()
+    return 0
+
+async def on_signal(name, again):
+    received.append((name, again))
+    stopped.set()
+
+status = run_until_signalled(work, on_signal, loop=sys.argv[1])
+print(json.dumps({"status": status, "received": received, "set_as": set_as}), flush=True)
+"""
+
+
+@pytest.mark.parametrize("loop", ["asyncio", pytest.param("uvloop", marks=pytest.mark.skipif(
+    importlib.util.find_spec("uvloop") is None, reason="uvloop is not installed: pip install 'realtime-relay[fast]'"))])
+def test_a_stop_signal_is_handled_and_the_default_action_is_never_put_back(loop: str) -> None:
+    # taking the loop's own handler away put the default action (death) back for an instant
+    # before SIG_IGN replaced it, and a second SIGTERM in that gap killed a relay whose drain had
+    # just ended (-15 in the cluster test, once in a full run)
+    done = subprocess.run([sys.executable, "-c", SIGNALLED_THEN_STOPPED, loop], capture_output=True, text=True,
+                          timeout=30)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["status"] == 0 and seen["received"] == [["SIGTERM", False]]
+    # asyncio.Runner's own SIGINT handler may come first; the default never comes, SIG_IGN last
+    assert "SIG_DFL" not in seen["set_as"] and "default" not in seen["set_as"], seen
+    assert seen["set_as"][-2:] == ["SIG_IGN", "SIG_IGN"], seen
+
+
 @pytest.mark.parametrize("loop", ["asyncio", pytest.param("uvloop", marks=pytest.mark.skipif(
     importlib.util.find_spec("uvloop") is None, reason="uvloop is not installed: pip install 'realtime-relay[fast]'"))])
 def test_a_stop_signal_after_the_work_is_done_does_not_kill_the_exiting_process(loop: str) -> None:
