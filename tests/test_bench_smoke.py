@@ -85,7 +85,7 @@ def test_quick_benchmark_reports_every_figure(tmp_path: Path) -> None:
         figure(realtime, "max_sessions_within_bound", proxy)
 
     for handler in ("async_handler", "sync_handler", "mcp_stdio", "mcp_http"):
-        assert figure(figures, "tool_turnaround", handler, "calls") == 200
+        assert figure(figures, "tool_turnaround", handler, "calls") == 60   # QUICK's plan
         assert 0 < figure(figures, "tool_turnaround", handler, "p50_ms") <= figure(
             figures, "tool_turnaround", handler, "p99_ms")
     assert figure(figures, "replay", "replay_events_per_s") > 0
