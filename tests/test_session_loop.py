@@ -3,6 +3,7 @@ timeouts fire on the engine's deadline, closes propagate."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 
@@ -168,3 +169,89 @@ def test_a_frame_queue_says_when_it_fills_past_its_mark_and_when_it_drains_to_a_
 def test_a_frame_queue_marks_full_below_its_limit_so_the_relay_s_own_frames_still_fit() -> None:
     assert FrameQueue(1000, high_water=4000).high_water == 500
     assert FrameQueue(1000).high_water == 1000   # no mark asked: full only at the limit
+
+
+class WritingPeer(MemoryPeer):
+    """A socket whose `flush` writes at once, as a real one does (MemoryPeer leaves every frame to
+    the loop's writer task)."""
+
+    def flush(self, queue: FrameQueue) -> None:
+        if queue.writer_idle and queue:
+            for frame in queue.take_batch():
+                self.sent.append(frame)
+            self.got_frame.set()
+            self.got_frame = anyio.Event()
+
+    def flush_soon(self, queue: FrameQueue) -> None:
+        asyncio.get_running_loop().call_soon(self.flush, queue)
+
+
+answered: list[anyio.Event] = []
+released: list[anyio.Event] = []
+
+
+@tool
+async def at_once() -> str:
+    answered[-1].set()
+    return "ready"
+
+
+@tool
+async def when_released() -> str:
+    await released[-1].wait()
+    return "released"
+
+
+async def sent_when_told(tool_name: str, scenario) -> list[str]:
+    """The types of the frames written to the upstream when the loop told of the call's notice
+    (`on_notice`, where the edges log the `tool call` line and count it)."""
+    mock = LocalMock()
+    upstream, client = WritingPeer(), MemoryPeer()
+    told: list[list[str]] = []
+    told_event = anyio.Event()
+
+    def on_notice(notice) -> None:
+        if notice.kind == "tool_call":
+            told.append([json.loads(frame)["type"] for frame in upstream.sent])
+            told_event.set()
+
+    engine = OpenAIEngine([at_once, when_released], config=EngineConfig(mode="proxy", strict=True, declare_tools=False))
+    loop = SessionLoop(engine, upstream=upstream, client=client, on_notice=on_notice)
+    with anyio.fail_after(TIMEOUT):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(loop.run)
+            await loop.started.wait()
+            await scenario(mock, upstream, client, [json.dumps(e) for e in mock.connect() + mock.respond(
+                [model_call(tool_name, "")])])
+            await told_event.wait()
+            await upstream.feed(None)
+    upstream.close_streams()
+    client.close_streams()
+    return told[0]
+
+
+async def test_a_handler_done_before_the_response_has_its_output_written_before_its_notice_is_told() -> None:
+    # the notice's log line, metrics and trace cost a few hundred µs that held the output back
+    answered.append(anyio.Event())
+
+    async def scenario(mock, upstream, client, frames) -> None:
+        for frame in frames[:-1]:
+            await upstream.feed(frame)
+        await answered[-1].wait()   # the handler is done: the output goes with response.done
+        await upstream.feed(frames[-1])
+
+    written = await sent_when_told("at_once", scenario)
+    assert written[-2:] == ["conversation.item.create", "response.create"], written
+
+
+async def test_a_handler_done_after_the_response_has_its_output_written_before_its_notice_is_told() -> None:
+    released.append(anyio.Event())
+
+    async def scenario(mock, upstream, client, frames) -> None:
+        for frame in frames:
+            await upstream.feed(frame)
+        await client.wait_for(lambda event: event["type"] == "response.done")
+        released[-1].set()   # the output goes as the handler ends
+
+    written = await sent_when_told("when_released", scenario)
+    assert written[-2:] == ["conversation.item.create", "response.create"], written

@@ -116,6 +116,7 @@ class SessionLoop:
                                  stall_seconds=stall_seconds, on_watch=self._wake_timer, on_stalled=self._overflow)
         self._reading = False           # a reader is handing its frame to the engine
         self._held: list[str] = []      # sides whose frames wait for the reader to finish its frame
+        self._untold: list[Notice] = []   # notices told once the frames of their actions are written
         self._client_cut_off = False    # over its event budget: what it still sends is dropped
         self.client_budget = client_budget   # None: the client may send as fast as it likes
         self.redactor = redactor   # applied to every frame for the client: the provider may echo a secret
@@ -334,6 +335,34 @@ class SessionLoop:
 
     # ---- actions -----------------------------------------------------------------------
     def _apply(self, actions: list[Action]) -> None:
+        """Carry out what the engine asked. The frames go out before its notices are told: a
+        notice's log line, metrics and trace span cost a few hundred µs, and told first they held a
+        tool's output back from the model that long. A reader's frame writes what it queued once it
+        is done with the frame, then tells the notices (`_feed`); anything else (a handler that
+        finished, the timer) writes here, at once, one write per side, then tells them."""
+        holding = not self._reading
+        self._reading = True   # `_enqueue` holds the frames for the writes below (or `_feed`'s)
+        try:
+            self._carry_out(actions)
+        finally:
+            if holding:
+                self._reading = False
+        if self.engine.next_deadline() != self._armed_deadline:
+            self._timer_wake.set()
+        if holding:
+            if self._held:
+                self._release_held(None)
+            self._tell_untold()
+
+    def _tell_untold(self) -> None:
+        """The notices of the frames just written, to `on_notice`."""
+        while self._untold:
+            untold, self._untold = self._untold, []
+            if self.on_notice is not None:
+                for notice in untold:
+                    self.on_notice(notice)
+
+    def _carry_out(self, actions: list[Action]) -> None:
         for action in actions:
             if type(action) is SendClient:
                 self._enqueue(self.to_client, "client", action.frame)
@@ -348,12 +377,9 @@ class SessionLoop:
             elif type(action) is Notice:
                 if action.kind == "tool_call" and self.recorder is not None:
                     self.recorder.record_notice(action.kind, action.fields)
-                if self.on_notice is not None:
-                    self.on_notice(action)
+                self._untold.append(action)
             elif type(action) is Close and self._task_group is not None:
                 self._task_group.start_soon(self.finish, "relay", action.code, action.reason)
-        if self.engine.next_deadline() != self._armed_deadline:
-            self._timer_wake.set()
 
     def _enqueue(self, queue: FrameQueue, side: str, frame: Frame) -> None:
         if side == "client":
@@ -399,12 +425,15 @@ class SessionLoop:
             self._reading = False
         if self._held:
             self._release_held(source)
+        if self._untold:
+            self._tell_untold()
 
-    def _release_held(self, source: Transport) -> None:
+    def _release_held(self, source: Transport | None) -> None:
         """After the reader's frame: write what it queued now, unless more frames wait to be read
         at once from `source` (a burst), in which case one write after the last of them covers
-        them all (the callback stays as a safety net, should the next frame wait after all)."""
-        more_to_read = source.more_buffered()
+        them all (the callback stays as a safety net, should the next frame wait after all).
+        Without a `source` (not a reader's frame): now."""
+        more_to_read = source is not None and source.more_buffered()
         for side in self._held:
             if side == "client":
                 peer, queue = self.client, self.to_client
