@@ -114,7 +114,7 @@ class SessionLoop:
         # a full queue pauses the reading of the side its frames come from; the timer watches it
         self.flow = BackPressure(self.to_client, self.to_upstream, self._source_of, clock=clock,
                                  stall_seconds=stall_seconds, on_watch=self._wake_timer, on_stalled=self._overflow)
-        self._reading = False           # a reader is handing its frame to the engine
+        self._holding = False           # a round is under way: what it queues is written as it ends
         self._held: list[str] = []      # sides whose frames wait for the reader to finish its frame
         self._untold: list[Notice] = []   # notices told once the frames of their actions are written
         self._client_cut_off = False    # over its event budget: what it still sends is dropped
@@ -340,13 +340,13 @@ class SessionLoop:
         tool's output back from the model that long. A reader's frame writes what it queued once it
         is done with the frame, then tells the notices (`_feed`); anything else (a handler that
         finished, the timer) writes here, at once, one write per side, then tells them."""
-        holding = not self._reading
-        self._reading = True   # `_enqueue` holds the frames for the writes below (or `_feed`'s)
+        holding = not self._holding   # else a reader's frame: `_feed` writes and tells
+        self._holding = True
         try:
             self._carry_out(actions)
         finally:
             if holding:
-                self._reading = False
+                self._holding = False
         if self.engine.next_deadline() != self._armed_deadline:
             self._timer_wake.set()
         if holding:
@@ -383,23 +383,17 @@ class SessionLoop:
 
     def _enqueue(self, queue: FrameQueue, side: str, frame: Frame) -> None:
         if side == "client":
-            peer = self.client
-            if peer is None:
+            if self.client is None:
                 return
             if self.redactor is not None:
                 frame = self.redactor.frame(frame)
-        else:
-            peer = self.upstream
         if self.recorder is not None:
             self.recorder.record(RELAY_TO_CLIENT if side == "client" else RELAY_TO_UPSTREAM, frame)
         try:
             if queue.writer_idle:
-                queue.put(frame, wake=False)
-                if self._reading:   # the reader writes it when it is done with its frame
-                    if side not in self._held:
-                        self._held.append(side)
-                else:
-                    peer.flush_soon(queue)
+                queue.put(frame, wake=False)   # written as the round ends (`_release_held`)
+                if side not in self._held:
+                    self._held.append(side)
             else:
                 queue.put(frame)
         except QueueOverflow as overflow:
@@ -418,11 +412,11 @@ class SessionLoop:
               source: Transport) -> None:
         """A reader's frame into the engine; what it produces for the sockets is written once the
         frame is done (see `_release_held`)."""
-        self._reading = True
+        self._holding = True
         try:
             self._apply(receive(frame, self.clock()))
         finally:
-            self._reading = False
+            self._holding = False
         if self._held:
             self._release_held(source)
         if self._untold:
