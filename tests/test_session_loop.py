@@ -1,5 +1,6 @@
 """The async edge with in-memory sockets: frames move, handlers run off the read path,
-timeouts fire on the engine's deadline, closes propagate."""
+timeouts fire on the engine's deadline, closes propagate, a round's frames are written before its
+notices are told."""
 
 from __future__ import annotations
 
