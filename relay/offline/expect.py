@@ -11,9 +11,9 @@
 Each step looks for the next event of its kind after the previous match and checks it; events of
 other kinds are walked over, the bookkeeping kinds (responses beginning and ending, a client's
 `response.create`, the session closing) even by `no_more_events`. Text matches as a
-case-insensitive substring, or a compiled regular expression, or any predicate. A step that does not hold raises
-`ExpectationFailed`, which reads like the replay report: what was expected, what came, and where on
-the timeline, with the command that shows the session in the inspector.
+case-insensitive substring, or a compiled regular expression, or any predicate. A step that does
+not hold raises `ExpectationFailed`, which reads like the replay report: what was expected, what
+came, and where on the timeline, with the command that shows the session in the inspector.
 
 `check_invariants(timeline)` checks what holds for every session, whatever the script
 (`INVARIANTS`): every relay call answered exactly once (and never a call the client owns, nor one

@@ -115,7 +115,7 @@ class SessionLoop:
         self.flow = BackPressure(self.to_client, self.to_upstream, self._source_of, clock=clock,
                                  stall_seconds=stall_seconds, on_watch=self._wake_timer, on_stalled=self._overflow)
         self._holding = False           # a round is under way: what it queues is written as it ends
-        self._held: list[str] = []      # sides whose frames wait for the reader to finish its frame
+        self._held: list[str] = []      # sides whose frames wait for the round to end
         self._untold: list[Notice] = []   # notices told once the frames of their actions are written
         self._client_cut_off = False    # over its event budget: what it still sends is dropped
         self.client_budget = client_budget   # None: the client may send as fast as it likes
@@ -334,24 +334,24 @@ class SessionLoop:
         self._apply(self.engine.handler_yielded(call_id, value, self.clock()))
 
     # ---- actions -----------------------------------------------------------------------
-    def _apply(self, actions: list[Action]) -> None:
-        """Carry out what the engine asked. The frames go out before its notices are told: a
-        notice's log line, metrics and trace span cost a few hundred µs, and told first they held a
-        tool's output back from the model that long. A reader's frame writes what it queued once it
-        is done with the frame, then tells the notices (`_feed`); anything else (a handler that
-        finished, the timer) writes here, at once, one write per side, then tells them."""
-        holding = not self._holding   # else a reader's frame: `_feed` writes and tells
+    def _apply(self, actions: list[Action], source: Transport | None = None) -> None:
+        """Carry out what the engine asked, then write what it queued, one write per side (for a
+        reader's frame, from `source`, after the last frame of its burst: `_release_held`), then
+        tell its notices. Told first, a notice's log line, metrics and trace span (a few hundred
+        µs) held a tool's output back from the model. A round started while another is under way
+        leaves the writes and the notices to that one."""
+        outermost = not self._holding
         self._holding = True
         try:
             self._carry_out(actions)
         finally:
-            if holding:
+            if outermost:
                 self._holding = False
         if self.engine.next_deadline() != self._armed_deadline:
             self._timer_wake.set()
-        if holding:
+        if outermost:
             if self._held:
-                self._release_held(None)
+                self._release_held(source)
             self._tell_untold()
 
     def _tell_untold(self) -> None:
@@ -412,15 +412,7 @@ class SessionLoop:
               source: Transport) -> None:
         """A reader's frame into the engine; what it produces for the sockets is written once the
         frame is done (see `_release_held`)."""
-        self._holding = True
-        try:
-            self._apply(receive(frame, self.clock()))
-        finally:
-            self._holding = False
-        if self._held:
-            self._release_held(source)
-        if self._untold:
-            self._tell_untold()
+        self._apply(receive(frame, self.clock()), source)
 
     def _release_held(self, source: Transport | None) -> None:
         """After the reader's frame: write what it queued now, unless more frames wait to be read
