@@ -56,7 +56,7 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$PY" -m venv "$VENV"
 fi
 STAMP="$VENV/.relay-installed"
-WANT="$( (cat pyproject.toml; grep "^__version__" relay/__init__.py || true) | cksum)"
+WANT="$( (cat pyproject.toml setup.py relay/transports/_picows_lane.pyx; grep "^__version__" relay/__init__.py || true) | cksum)"
 HAVE="$(cat "$STAMP" 2>/dev/null || true)"
 # the stamp: the checksum, then the extra installed with it
 if [ "$HAVE" != "$WANT dev" ] && [ "$HAVE" != "$WANT $EXTRA" ]; then

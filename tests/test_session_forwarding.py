@@ -31,9 +31,20 @@ from relay.session.transport import Express, Frame, FrameQueue
 from tests.support.clients import TIMEOUT
 from tests.support.frames import ListRecorder
 from tests.support.local_mock import LocalMock
-from tests.support.peers import MemoryPeer
+from tests.support import peers
+from tests.support.peers import MemoryPeer, compiled_lane_of, compiled_lane_or_skip, hand_over
 
 SECRET = "sk-forwarded-secret"
+
+
+@pytest.fixture(autouse=True, params=["python", "compiled"])
+def lane(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every scenario twice: through the express lane (Python), and through the picows transport's
+    compiled lane over the frames' bytes first (relay/transports/_picows_lane.pyx), as that
+    transport runs it: the two must forward, record, count and refuse the same frames."""
+    if request.param == "compiled":
+        monkeypatch.setattr(peers, "COMPILED_LANE", compiled_lane_or_skip())
+    return str(request.param)
 
 
 def delta(text: str = "AAAA") -> str:
@@ -67,10 +78,10 @@ class BurstPeer(MemoryPeer):
     def burst(self, frames: Sequence[Frame], *, cut_short: bool = False) -> None:
         """`frames` handed over as one read hands them: one after the other, without waiting."""
         assert self._deliver is not None
+        lane = compiled_lane_of(self._express)
         for index, frame in enumerate(frames):
             self._more = cut_short or index < len(frames) - 1
-            if self._express is None or not self._express(frame, self._more):
-                self._deliver(frame)
+            hand_over(frame, self._more, self._deliver, self._express, lane)
         self._more = False
 
     def more_buffered(self) -> bool:
@@ -167,7 +178,7 @@ def test_the_express_lane_redacts_an_audio_frame_as_the_redactor_does(secrets: l
         engine = OpenAIEngine([], config=EngineConfig(mode="proxy", strict=True, declare_tools=False))
         loop = SessionLoop(engine, upstream=MemoryPeer(), client=MemoryPeer(), redactor=redactor)
         express = express_lane(loop, UPSTREAM_TO_RELAY, "client", engine.forwards_upstream)
-        assert express(frame, True)   # more frames follow: queued, for the write after the burst
+        hand_over(frame, True, pytest.fail, express, compiled_lane_of(express))   # more follow: queued
         return list(loop.to_client.frames)
 
     assert anyio.run(forwarded) == [redactor.frame(frame)]

@@ -60,6 +60,7 @@ from relay.session.runner import HandlerRunner, HandlerScope
 from relay.session.transport import (
     BATCH_BYTES,
     Express,
+    ExpressPlan,
     Frame,
     FrameQueue,
     QueueOverflow,
@@ -455,7 +456,8 @@ def express_lane(session: SessionLoop, received: str, side: str, passes: Callabl
     (so a client's frame spends its budget once). It needs no task context (a transport may
     call it from its own read callback), and it runs on every audio frame: one call each for
     the test and the socket (or the queue), the redaction inline, and the recorders' counts as
-    integer adds."""
+    integer adds. A transport that reads raw payloads may run it over them instead, as its
+    `plan` says (`ExpressPlan`), for the frames whose type a prefix tells."""
     to_client = side == "client"
     recorder, redactor = session.recorder, session.redactor if to_client else None
     sent_as = RELAY_TO_CLIENT if to_client else RELAY_TO_UPSTREAM
@@ -511,6 +513,12 @@ def express_lane(session: SessionLoop, received: str, side: str, passes: Callabl
                 peer.flush_soon(queue)
         return True
 
+    prefixes = getattr(passes, "prefixes", None)
+    if prefixes is not None and record_forwarded is None:   # the same lane, over raw payloads
+        express.plan = ExpressPlan(   # type: ignore[attr-defined]
+            session=session, to_client=to_client, client=client, queue=queue, budget=budget, redactor=redactor,
+            counts=lane, prefixes=prefixes, after_type=passes.after_type,   # type: ignore[attr-defined]
+            received=received, sent_as=sent_as)
     return express
 
 

@@ -25,7 +25,8 @@ import logging
 import ssl
 import weakref
 from collections import deque
-from typing import Awaitable, Callable, Protocol, Sequence
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Protocol, Sequence
 
 from relay.errors import RelayError
 from relay.session.http import Answer, Request
@@ -37,6 +38,29 @@ Express = Callable[[Frame, bool], bool]
 """A reader's express lane (`Transport.receive`): `express(message, more)` takes a message there
 and then (True) or leaves it to `deliver` (False); `more`: another message of the same read
 follows at once (`more_buffered`)."""
+
+
+
+@dataclass(frozen=True, slots=True)
+class ExpressPlan:
+    """What a reader's express lane does, spelled out for a transport that runs it over the raw
+    payloads of its reads (picows' compiled lane, relay/transports/_picows_lane.pyx): an
+    `Express` built by `relay.session.loop.express_lane` carries one as `express.plan` when its
+    frames can be told apart by a prefix of their bytes. Such a transport takes only the frames
+    the plan covers and hands every other one to `express` itself."""
+
+    session: Any                   # the SessionLoop: its `upstream`, `_client_cut_off`
+    to_client: bool                # the lane's side (else the upstream)
+    client: Any                    # the session's client when the lane was built (a lane to it)
+    queue: FrameQueue
+    budget: Any                    # the client's EventBudget (a lane to the upstream), or None
+    redactor: Any                  # the Redactor of frames to the client, or None
+    counts: Any                    # the recorder chain's ForwardLane, or None: no recorder
+    prefixes: tuple[str, ...]      # a frame forwarded as it came starts with one of these...
+    after_type: int                # ... and holds no second "type" after this offset
+    received: str                  # the directions the recording counts the frame under
+    sent_as: str
+
 
 # what a writer takes from its queue at once and hands to the socket in one write (a frame bigger
 # than this goes alone): asyncio's default high-water mark, so a batch adds no more to the socket

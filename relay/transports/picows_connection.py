@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import os
 import struct
 from asyncio.tasks import _enter_task, _leave_task
 from collections import deque
@@ -20,6 +21,32 @@ from relay.session.policy import NO_CLOSE_FRAME, NORMAL_CLOSURE
 from relay.session.transport import BATCH_BYTES, Express, Frame, FrameQueue, TransportClosed, flush_round
 
 log = logging.getLogger("relay.server")
+
+
+class PythonListener(WSListener):
+    """`PicowsTransport`'s base without the compiled extension: the attributes the compiled base
+    (`FastListener`) holds, and picows calls the transport's `_on_frame` (Python) for each frame."""
+
+    __slots__ = ("ws", "_paused", "_held_back", "_more", "_message_type", "_fast_lane")
+
+
+def compiled_lane() -> tuple[type[WSListener], Any]:
+    """The base of `PicowsTransport` and the compiled lane's class: those of
+    relay/transports/_picows_lane.pyx when the extension was built (setup.py) and RELAY_COMPILED
+    is not 0, else `PythonListener` and None. An extension built against another picows refuses
+    to import (Cython checks the sizes of picows' types); the Python path then runs."""
+    if os.environ.get("RELAY_COMPILED", "1") == "0":
+        return PythonListener, None
+    try:
+        from relay.transports._picows_lane import FastListener, FrameLane
+    except ImportError as exc:
+        log.debug("the picows transport runs its Python frame path: %s", exc)
+        return PythonListener, None
+    return FastListener, FrameLane
+
+
+ListenerBase, FrameLane = compiled_lane()
+COMPILED = FrameLane is not None
 
 CLOSE_TIMEOUT = 1.0          # the peer's answer to a close of ours, as the websockets transport waits
 PING_INTERVAL = 20.0         # a ping after this long without a frame from the peer (websockets' default)
@@ -116,7 +143,7 @@ def copied(closed: TransportClosed) -> TransportClosed:
     return TransportClosed(closed.code, closed.reason, received=closed.received, initiated_here=closed.initiated_here)
 
 
-class PicowsTransport(WSListener):
+class PicowsTransport(ListenerBase):  # type: ignore[valid-type, misc]
     """One picows connection (client or server side) as a `Transport`, and the listener picows
     calls with its frames.
 
@@ -129,10 +156,9 @@ class PicowsTransport(WSListener):
       `send_now`: a lone frame, framed by picows.
     - `close`: the closing handshake, bounded by CLOSE_TIMEOUT; `abort` drops the connection."""
 
-    __slots__ = ("ws", "server_side", "max_message_bytes", "on_open", "_loop", "_deliver", "_waiting",
-                 "_express", "_reading_paused", "_held_back", "_more", "_message_type", "_fragments", "_message_bytes", "_paused",
-                 "_resumed", "_receiving", "_failure", "_disconnected", "_flush_round", "_close_timer",
-                 "_reader", "_reader_context")
+    __slots__ = ("server_side", "max_message_bytes", "on_open", "_loop", "_deliver", "_waiting", "_express",
+                 "_reading_paused", "_fragments", "_message_bytes", "_resumed", "_receiving", "_failure",
+                 "_disconnected", "_flush_round", "_close_timer", "_reader", "_reader_context")
 
     def __init__(self, *, server_side: bool, max_message_bytes: int) -> None:
         super().__init__()
@@ -143,6 +169,7 @@ class PicowsTransport(WSListener):
         self._loop = asyncio.get_running_loop()
         self._deliver: Callable[[Frame], None] | None = None
         self._express: Express | None = None   # the reader's express lane, tried first
+        self._fast_lane = None   # ... and before it, its compiled lane (the compiled base's)
         self._waiting: deque[Frame] = deque()   # messages read before anyone receives them
         self._reading_paused = False
         self._held_back = False   # `pause_reading`: the other side's queue is full
@@ -166,7 +193,10 @@ class PicowsTransport(WSListener):
         if self.on_open is not None:
             self.on_open(self)
 
-    def on_ws_frame(self, ws: WSTransport, frame: WSFrame) -> None:
+    def _on_frame(self, ws: WSTransport, frame: WSFrame, express_declined: bool = False) -> None:
+        """picows' `on_ws_frame`: called by picows (on the Python base) or by the compiled base
+        for a frame its lane did not take (`express_declined`: it would have gone to `deliver`
+        and the lane has done what the express lane does before that, so it goes there now)."""
         self._more = not frame.last_in_buffer
         kind = frame.msg_type
         if kind is TEXT or kind is BINARY:
@@ -188,7 +218,7 @@ class PicowsTransport(WSListener):
                 if self._held_back:   # back-pressure: what the read still holds waits here
                     self._waiting.append(message)
                     return
-                express = self._express   # set (and cleared) with `_deliver`, by `receive`
+                express = None if express_declined else self._express   # set (and cleared) by `receive`
                 if express is not None:
                     try:
                         if express(message, self._more):
@@ -219,6 +249,9 @@ class PicowsTransport(WSListener):
         elif kind is not CONTINUATION:
             return   # a pong (picows answers pings itself)
         self._fragment(ws, frame, kind)
+
+    if not COMPILED:
+        on_ws_frame = _on_frame
 
     def _fragment(self, ws: WSTransport, frame: WSFrame, kind: WSMsgType) -> None:
         """A frame of a message in several (or one that failed the fast path's checks)."""
@@ -279,7 +312,7 @@ class PicowsTransport(WSListener):
     def _delivery_failed(self, exc: BaseException) -> None:
         """What `deliver` (or `express`) raised ends `receive` with it: nothing more is read or
         delivered."""
-        self._deliver = self._express = None
+        self._deliver = self._express = self._fast_lane = None
         self._failure = exc
         self._pause_reading()
         self._wake_receiver()
@@ -313,6 +346,9 @@ class PicowsTransport(WSListener):
         self._reader = asyncio.current_task()
         self._reader_context = contextvars.copy_context()
         self._deliver, self._express = deliver, express
+        plan = getattr(express, "plan", None)
+        if plan is not None and FrameLane is not None:
+            self._fast_lane = FrameLane(plan)
         try:
             self._release_waiting()   # what came before anyone received, in order; then the socket
             if not self._disconnected.done() and self._failure is None:
@@ -330,7 +366,7 @@ class PicowsTransport(WSListener):
                 raise failure
             raise copied(self._disconnected.result())
         finally:
-            self._deliver = self._express = None
+            self._deliver = self._express = self._fast_lane = None
             self._receiving = None
             self._reader = self._reader_context = None
 

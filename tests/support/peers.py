@@ -5,11 +5,13 @@ made through them (`record_session`)."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Sequence
 
 import anyio
+import pytest
 
 from relay.dialects import OPENAI, OpenAIFamily
 from relay.engine import EngineConfig, OpenAIEngine
@@ -23,6 +25,45 @@ from tests.support.local_mock import LocalMock, model_call
 def closed_by_peer(code: int = 1000, reason: str = "") -> TransportClosed:
     """What a transport raises when its peer closed the connection."""
     return TransportClosed(code, reason, received=True, initiated_here=False)
+
+
+# The picows transport's compiled lane (relay.transports._picows_lane.FrameLane) when a test runs
+# the in-memory peers' frames through it (tests/test_session_forwarding.py's `lane` fixture).
+COMPILED_LANE: Any = None
+
+
+def compiled_lane_or_skip() -> Any:
+    """The compiled lane's class (relay/transports/_picows_lane.pyx); where it was not built the
+    test skips, saying how to build it, except in CI, whose install builds it."""
+    try:
+        from relay.transports._picows_lane import FrameLane
+    except ImportError as exc:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"the picows transport's compiled lane is not built ({exc}): "
+                    "`.venv/bin/pip install -e '.[dev]'` builds it, with a C compiler and the Python headers")
+    return FrameLane
+
+
+def compiled_lane_of(express: Express | None) -> Any:
+    """The compiled lane a picows transport would build for `express`, when a test asks for it."""
+    plan = getattr(express, "plan", None)
+    return COMPILED_LANE(plan) if COMPILED_LANE is not None and plan is not None else None
+
+
+def hand_over(message: Frame, more: bool, deliver: Callable[[Frame], None], express: Express | None,
+              lane: Any = None) -> None:
+    """What a transport does with a message it read: the compiled lane first (as the picows
+    transport offers it the payload's bytes), then the express lane, then `deliver`."""
+    if lane is not None and type(message) is str:
+        taken = lane.offer_bytes(message.encode(), more)
+        if taken > 0:
+            return
+        if taken < 0:   # the lane would leave it to `deliver` and has spent the budget already
+            deliver(message)
+            return
+    if express is None or not express(message, more):
+        deliver(message)
 
 
 class InMemoryTransport:
@@ -40,12 +81,12 @@ class InMemoryTransport:
         raise NotImplementedError
 
     async def receive(self, deliver: Callable[[Frame], None], express: Express | None = None) -> None:
+        lane = compiled_lane_of(express)
         while True:
             if self.reading_paused is not None:
                 await self.reading_paused.wait()
             message = await self.recv()
-            if express is None or not express(message, self.more_buffered()):
-                deliver(message)
+            hand_over(message, self.more_buffered(), deliver, express, lane)
 
     def pause_reading(self) -> None:
         if self.reading_paused is None:

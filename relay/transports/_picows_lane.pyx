@@ -1,0 +1,217 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""The picows transport's per-frame path, compiled: what `PicowsTransport.on_ws_frame` and the
+session's express lane (`relay.session.loop.express_lane`) do with a realtime audio frame, done on
+the bytes of picows' read buffer, without the interpreter.
+
+Why: on picows, the relay's own work was most of a forwarded frame's cost (the decoding of the
+payload into a str, the test of its type, the budget, the lane's counts and the write: some 230
+bytecodes a frame, twice picows' own cost). Here the same decisions are taken in C over the raw
+payload, and the frame leaves as a copy of those bytes.
+
+Only the common case is taken here: a whole text frame of ASCII (UTF-8 then needs no check) whose
+type is one the engine forwards as it came, compact with `type` first. Anything else, or anything
+that needs more (a redaction that applies, a sidecar with no peer, a recorder outside a chain),
+is handed to the Python path (`PicowsTransport._on_frame`) unchanged, before any state changed:
+the decisions are the Python lane's, taken in the same order, so the two paths forward the same
+frames the same way (tests/test_picows_lane.py compares them).
+
+Built by setup.py when Cython and a C compiler are there (an optional extension); without it the
+transport runs the same in Python.
+"""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.unicode cimport PyUnicode_DecodeASCII
+from libc.stdint cimport uint64_t
+from libc.string cimport memchr, memcmp, memcpy
+
+from picows.picows cimport WSFrame, WSListener, WSMsgType, WSTransport
+
+from relay.session.transport import QueueOverflow
+
+
+cdef extern from "string.h" nogil:
+    # GNU extensions (Python.h defines _GNU_SOURCE on Linux)
+    void* memmem(const void* haystack, size_t haystack_len, const void* needle, size_t needle_len)
+    void* memrchr(const void* s, int c, size_t n)
+
+
+cdef inline bint is_ascii(const char* data, Py_ssize_t size) noexcept nogil:
+    """No byte of `data` has its high bit set: eight at a time."""
+    cdef Py_ssize_t i = 0
+    cdef uint64_t word
+    while i + 8 <= size:
+        memcpy(&word, data + i, 8)
+        if word & 0x8080808080808080ULL:
+            return False
+        i += 8
+    while i < size:
+        if (<unsigned char>data[i]) & 0x80:
+            return False
+        i += 1
+    return True
+
+
+cdef inline bint contains(const char* data, Py_ssize_t size, bytes needle) noexcept:
+    cdef Py_ssize_t needle_size = PyBytes_GET_SIZE(needle)
+    if needle_size == 0:
+        return True
+    return memmem(data, size, PyBytes_AS_STRING(needle), needle_size) != NULL
+
+
+cdef class FrameLane:
+    """One reader's express lane over raw payloads (built by `PicowsTransport.receive` from the
+    `ExpressPlan` the session publishes): `offer` forwards a frame the Python lane would forward
+    as it came, or says why it did not."""
+
+    cdef object session
+    cdef bint to_client
+    cdef object client           # the session's client when the lane was built
+    cdef object queue
+    cdef object frames           # the queue's deque
+    cdef object budget
+    cdef object redactor
+    cdef object counts           # the recorder chain's ForwardLane, or None (no recorder)
+    cdef tuple prefixes          # of bytes: `{"type":"KIND"` for each kind forwarded as it came
+    cdef Py_ssize_t after_type
+    cdef object received
+    cdef object sent_as
+    cdef readonly Py_ssize_t forwarded   # frames this lane took (for the tests and the curious)
+
+    def __init__(self, plan):
+        self.session = plan.session
+        self.to_client = plan.to_client
+        self.client = plan.client
+        self.queue = plan.queue
+        self.frames = plan.queue.frames
+        self.budget = plan.budget
+        self.redactor = plan.redactor
+        self.counts = plan.counts
+        self.prefixes = tuple(prefix.encode("ascii") for prefix in plan.prefixes)
+        self.after_type = plan.after_type
+        self.received = plan.received
+        self.sent_as = plan.sent_as
+
+    def passes_bytes(self, bytes frame):
+        """`passes` over a bytes object (for the tests, which compare it with the Python test)."""
+        return self.passes(PyBytes_AS_STRING(frame), PyBytes_GET_SIZE(frame))
+
+    def offer_bytes(self, bytes frame, bint more):
+        """`offer` over a bytes object (for the tests, which run the session's lane scenarios
+        through it as through the Python lane)."""
+        return self.offer(PyBytes_AS_STRING(frame), PyBytes_GET_SIZE(frame), more)
+
+    cdef bint passes(self, const char* data, Py_ssize_t size):
+        """`relay.dialects.peek.pass_through_test`'s compact case over bytes, for ASCII frames:
+        the frame starts with one of the prefixes, holds no backslash, and no second `"type"`
+        between the first and the last quote before its last two characters."""
+        cdef bytes prefix
+        cdef Py_ssize_t prefix_size, end, last_quote
+        cdef const char* quote
+        cdef bint typed = False
+        for prefix in self.prefixes:
+            prefix_size = PyBytes_GET_SIZE(prefix)
+            if size >= prefix_size and memcmp(data, PyBytes_AS_STRING(prefix), prefix_size) == 0:
+                typed = True
+                break
+        if not typed or not is_ascii(data, size) or memchr(data, b'\\', size) != NULL:
+            return False
+        end = size - 2 if size >= 2 else 0
+        quote = <const char*>memrchr(data, b'"', end)
+        last_quote = (quote - data) if quote != NULL else -1
+        if last_quote + 1 > self.after_type:
+            return memmem(data + self.after_type, last_quote + 1 - self.after_type, b'"type"', 6) == NULL
+        return True
+
+    cdef int offer(self, const char* data, Py_ssize_t size, bint more) except -2:
+        """1: forwarded (queued or written) and counted; 0: not taken, nothing changed (the
+        Python lane decides); -1: the Python lane would leave it to `deliver` and the budget was
+        spent already (`deliver` takes it from here)."""
+        if not self.passes(data, size):
+            return 0
+        session = self.session
+        peer = self.client if self.to_client else session.upstream
+        if peer is None:
+            return 0   # a sidecar: the frame is only recorded
+        redactor = self.redactor
+        if redactor is not None:
+            for anchor, secret in redactor._bytes:
+                if contains(data, size, anchor) and contains(data, size, secret):
+                    return 0   # the Python lane redacts it
+        queue = self.queue
+        budget = self.budget
+        if budget is not None:
+            if session._client_cut_off or queue.size + size > queue.max_bytes or not budget.take():
+                return -1
+        counts = self.counts
+        others = counts.others if counts is not None else None
+        text = None
+        if others is not None:
+            text = PyUnicode_DecodeASCII(data, size, NULL)
+        waiting = 0
+        if more or self.frames or queue._waiter is None or not self.send_now(peer, data, size, text):
+            if text is None:
+                text = PyUnicode_DecodeASCII(data, size, NULL)
+            try:
+                waiting = queue.hold(text)
+            except QueueOverflow:
+                return -1 if budget is not None else 0
+        if counts is not None:
+            sent = counts.frames + 1
+            counts.frames = sent
+            counts.bytes += size
+            if others is not None:
+                others(self.received, text, self.sent_as, text)
+            if sent >= counts.settle_at:
+                counts.settle()
+        if waiting:   # the writer task sleeps: the reader writes
+            if not more:
+                peer.flush(queue)
+            elif waiting == 1:
+                peer.flush_soon(queue)
+        self.forwarded += 1
+        return 1
+
+    cdef bint send_now(self, peer, const char* data, Py_ssize_t size, text) except -1:
+        """`peer.send_now(frame)`: written at once when the socket takes it."""
+        cdef FastListener listener
+        cdef WSTransport ws
+        if isinstance(peer, FastListener):
+            listener = <FastListener>peer
+            ws = listener.ws
+            if listener._paused or ws is None or ws.is_close_frame_sent or ws.is_disconnected:
+                return False
+            ws.send(WSMsgType.TEXT, PyBytes_FromStringAndSize(data, size))
+            return True
+        if text is None:
+            text = PyUnicode_DecodeASCII(data, size, NULL)
+        return bool(peer.send_now(text))
+
+
+cdef class FastListener(WSListener):
+    """The base of `PicowsTransport`: picows calls `on_ws_frame` here, in C; a frame the compiled
+    lane takes goes no further, any other goes to `_on_frame` (Python) as it came. It holds the
+    attributes both need."""
+
+    cdef public WSTransport ws
+    cdef public bint _paused          # flow control: the socket's buffer is over its high-water mark
+    cdef public bint _held_back       # `pause_reading`: the other side's queue is full
+    cdef public bint _more            # the frame just delivered is not the last of its read
+    cdef public object _message_type  # of a fragmented message being read
+    cdef public FrameLane _fast_lane  # the reader's compiled lane, while `receive` runs
+
+    cpdef on_ws_frame(self, WSTransport ws, WSFrame frame):
+        cdef int taken = 0
+        cdef bint more = not frame.last_in_buffer
+        cdef FrameLane lane = self._fast_lane
+        self._more = more
+        if (lane is not None and frame.msg_type == WSMsgType.TEXT and frame.fin
+                and not (frame.rsv1 or frame.rsv2 or frame.rsv3) and not ws.is_close_frame_sent
+                and not self._held_back and self._message_type is None):
+            try:
+                taken = lane.offer(frame.payload_ptr, frame.payload_size, more)
+            except BaseException as exc:   # ends `receive` with it, as the Python lane's would
+                self._delivery_failed(exc)
+                return
+            if taken > 0:
+                return
+        self._on_frame(ws, frame, taken < 0)

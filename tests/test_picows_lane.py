@@ -1,0 +1,148 @@
+"""The picows transport's compiled lane (relay/transports/_picows_lane.pyx): the express lane over
+the raw payloads of picows' reads. It must take the decisions the Python lane takes: its test of a
+frame is the Python test over the same text (a property over generated frames), and a session on
+picows forwards, records and counts audio the same with it and without it. The scenarios of the
+express lane itself run through both in tests/test_session_forwarding.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from websockets.asyncio.server import ServerConnection
+
+pytest.importorskip("picows")
+
+from relay.dialects import OPENAI   # noqa: E402
+from relay.dialects.peek import pass_through_test   # noqa: E402
+from relay.recording.format import CLIENT_TO_RELAY, RELAY_TO_CLIENT, RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY   # noqa: E402
+from relay.recording.reader import read_recording   # noqa: E402
+from relay.session.transport import ExpressPlan, FrameQueue   # noqa: E402
+from relay.transports import picows_connection   # noqa: E402
+from tests.support.clients import TIMEOUT, realtime_client   # noqa: E402
+from tests.support.frames import session_created   # noqa: E402
+from tests.support.peers import compiled_lane_or_skip   # noqa: E402
+from tests.support.relays import bare_upstream, relay_for   # noqa: E402
+
+KINDS = {"upstream": OPENAI.upstream_passthrough, "client": OPENAI.client_passthrough}
+
+
+def lane_testing(kinds: frozenset[str]) -> tuple[object, object]:
+    """The compiled lane over `kinds` (no session behind it: only its test is asked) and the
+    Python test it stands for."""
+    passes = pass_through_test(kinds)
+    plan = ExpressPlan(session=None, to_client=True, client=None, queue=FrameQueue(1 << 20), budget=None,
+                       redactor=None, counts=None, prefixes=passes.prefixes,   # type: ignore[attr-defined]
+                       after_type=passes.after_type, received="", sent_as="")   # type: ignore[attr-defined]
+    return compiled_lane_or_skip()(plan), passes
+
+
+# pieces of frames: the prefixes the tests look for, the characters they look at, and others
+PIECES = st.sampled_from(['{"type":"', '{"type": "', "response.output_audio.delta", "input_audio_buffer.append",
+                          "response.audio.delta", "response.done", '"', '"type"', '"type":"x"', "\\", "\\\"", ",",
+                          ":", "}", "{", " ", "AAAA", "é", "\u20ac", '"delta":"', '"audio":"', "t", "type"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(side=st.sampled_from(sorted(KINDS)), head=st.sampled_from(["", '{"type":"response.output_audio.delta"',
+                                                                  '{"type":"input_audio_buffer.append"']),
+       pieces=st.lists(PIECES, max_size=14))
+def test_the_compiled_test_of_a_frame_is_the_python_one_over_its_bytes(side: str, head: str,
+                                                                       pieces: list[str]) -> None:
+    """Over ASCII it says what the Python test says of a compact `type`-first frame; it never
+    takes a frame the Python test would not (anything else goes to the Python lane)."""
+    lane, passes = lane_testing(KINDS[side])
+    frame = head + "".join(pieces)
+    compiled = lane.passes_bytes(frame.encode())   # type: ignore[attr-defined]
+    if frame.isascii() and frame.startswith(passes.prefixes):   # type: ignore[attr-defined]
+        assert compiled == passes(frame)   # type: ignore[operator]
+    else:
+        assert compiled is False
+
+
+def test_ci_runs_the_transport_on_its_compiled_lane() -> None:
+    """CI's install builds the extension (setup.py): the picows pass runs on it."""
+    if not os.environ.get("CI"):
+        compiled_lane_or_skip()
+    assert picows_connection.COMPILED
+    assert picows_connection.PicowsTransport.__mro__[1].__name__ == "FastListener"
+
+
+def test_relay_compiled_0_runs_every_frame_in_python() -> None:
+    """RELAY_COMPILED=0 (or an extension that is missing or built against another picows): the
+    transport's base is the Python one, and picows calls `_on_frame` for each frame."""
+    probe = ("from relay.transports import picows_connection as p; "
+             "print(p.COMPILED, p.PicowsTransport.__mro__[1].__name__, p.PicowsTransport.on_ws_frame is p.PicowsTransport._on_frame)")
+    env = dict(os.environ, RELAY_COMPILED="0")
+    shown = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60, check=True)
+    assert shown.stdout.split() == ["False", "PythonListener", "True"]
+
+
+def compact(event: dict[str, object]) -> str:
+    return json.dumps(event, separators=(",", ":"))
+
+
+@pytest.mark.parametrize("lane", ["compiled", "python"])
+async def test_a_session_on_picows_forwards_records_and_counts_audio_the_same_on_either_lane(
+        lane: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Audio both ways through `relay serve` on picows, in compact JSON as the providers and
+    their SDKs send it, each frame answering the other (so that each is alone in its read and
+    goes to the socket at once, as paced audio does), with a recording (a recorder chain whose other member sees every frame):
+    every delta reaches the client and every append the upstream, in order and unchanged, each
+    recorded as received and as sent; on the compiled lane every one of them went by it."""
+    made: list[Any] = []
+    if lane == "compiled":
+        real = compiled_lane_or_skip()
+
+        def counting(plan: ExpressPlan) -> Any:
+            made.append(real(plan))
+            return made[-1]
+        monkeypatch.setattr(picows_connection, "FrameLane", counting)
+    else:
+        monkeypatch.setattr(picows_connection, "FrameLane", None)
+    chunks = 20
+    appends = [compact({"type": "input_audio_buffer.append", "audio": f"{index:04d}" * 80}) for index in range(chunks)]
+    deltas = [compact({"type": "response.output_audio.delta", "event_id": f"event_{index}", "response_id": "resp_1",
+                       "item_id": "item_1", "output_index": 0, "content_index": 0, "delta": f"{index:04d}" * 120})
+              for index in range(chunks)]
+    got: list[str] = []
+
+    async def upstream(ws: ServerConnection) -> None:
+        await ws.send(session_created())
+        async for frame in ws:
+            if json.loads(frame)["type"] == "input_audio_buffer.append":   # answered by a delta
+                got.append(str(frame))
+                await ws.send(deltas[len(got) - 1])
+                if len(got) == chunks:
+                    await ws.send(compact({"type": "response.done", "event_id": "event_done",
+                                           "response": {"id": "resp_1", "status": "completed", "output": []}}))
+
+    async with bare_upstream(upstream) as url, relay_for(url, transport="picows", record_dir=tmp_path) as server:
+        async with realtime_client(server) as client:
+            await client.wait_for(lambda event: event["type"] == "session.created")
+            received = []
+            for frame in appends:   # one at a time, as paced audio comes: each frame alone in its read
+                await client.ws.send(frame)
+                received.append(compact(await client.receive()))
+            assert (await client.receive())["type"] == "response.done"
+        session = next(iter(server.sessions.values()))
+        await asyncio.wait_for(session.wait_closed(), TIMEOUT)
+    assert got == appends
+    assert received == deltas
+    [recording] = list(tmp_path.glob("*.jsonl"))
+    audio = [(frame.direction, compact(frame.event)) for frame in read_recording(recording).frames
+             if compact(frame.event) in {*appends, *deltas}]
+    assert [pair for pair in audio if pair[0] in (CLIENT_TO_RELAY, RELAY_TO_UPSTREAM)] == [
+        (direction, frame) for frame in appends for direction in (CLIENT_TO_RELAY, RELAY_TO_UPSTREAM)]
+    assert [pair for pair in audio if pair[0] in (UPSTREAM_TO_RELAY, RELAY_TO_CLIENT)] == [
+        (direction, frame) for frame in deltas for direction in (UPSTREAM_TO_RELAY, RELAY_TO_CLIENT)]
+    if lane == "compiled":
+        assert sorted(made_lane.forwarded for made_lane in made) == [chunks, chunks]
