@@ -11,9 +11,13 @@ except ImportError:   # a build without Cython (`--no-build-isolation` without i
     extensions = []
 else:
     extensions = cythonize(
-        [Extension("relay.transports._picows_lane", ["relay/transports/_picows_lane.pyx"], optional=True)],
+        # without debug information: 0.2 MB instead of 0.9
+        [Extension("relay.transports._picows_lane", ["relay/transports/_picows_lane.pyx"], extra_compile_args=["-g0"])],
         compiler_directives={"language_level": 3},
+        build_dir="build/cython",   # the generated C stays out of the package (and its wheel)
         quiet=True,
     )
+    for extension in extensions:   # set after: cythonize makes new Extensions and drops the flag
+        extension.optional = True
 
 setup(ext_modules=extensions)

@@ -35,6 +35,11 @@ and on uvloop 0.23: tests/test_picows_transport.py):
   groups: a handler started, a close begun) runs as it does when websockets' reader task hands the
   message on. The reader's express lane, offered the message first, needs no task: an audio frame
   taken there skips the switch.
+- picows' Cython declarations (`picows/picows.pxd`), in the compiled lane
+  (relay/transports/_picows_lane.pyx): `WSListener.on_ws_frame` overridden in C, `WSFrame`'s
+  fields (`payload_ptr` among them: a pointer into picows' read buffer, valid during the callback
+  only), `WSTransport.send` and its state flags. Built against the picows it runs with (the
+  build requirements' series); an extension built against another refuses to import.
 - picows logs through the logger it is given; `PicowsLog` turns its per-connection INFO lines
   and a peer's protocol errors (which it logs at ERROR) into DEBUG, as websockets logs them.
 """
