@@ -171,3 +171,19 @@ def test_relay_demo_then_the_replay_it_prints(installed: Installed) -> None:
     calls = replayed.stdout.split("calls the relay ran:")[1].split("verdict:")[0]
     assert calls.count("get_weather") == 2 and calls.count("lookup_order") == 2, replayed.stdout
     assert "search_flights" in calls, replayed.stdout
+
+
+def test_without_a_c_compiler_the_wheel_builds_without_the_compiled_lane(built: Built,
+                                                                        tmp_path: Path) -> None:
+    """The extension is optional (setup.py): a build whose compiler fails still makes the wheel,
+    the same package without `_picows_lane`'s binary, whose transport then runs its Python path."""
+    source, dist = tmp_path / "checkout", tmp_path / "dist"
+    clean_copy(source)   # not `built.source`: its build directory holds the extension built already
+    env = {**fresh_shell_environment(), "CC": "/bin/false"}
+    run([sys.executable, "-m", "build", "--wheel", "--outdir", str(dist), str(source)], cwd=source, env=env)
+    [wheel] = dist.glob("*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert not [name for name in names if name.endswith(".so")]
+    with_extension = {name for name in zipfile.ZipFile(built.wheel).namelist() if not name.endswith(".so")}
+    assert {name for name in names if ".dist-info/" not in name} == {
+        name for name in with_extension if ".dist-info/" not in name}
