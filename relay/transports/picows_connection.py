@@ -1,7 +1,10 @@
 """One picows connection as a `Transport` (relay/session/transport.py): `PicowsTransport`, the
 listener picows calls with each frame, and what it adds to picows for the session: messages
 reassembled and checked, the closing handshake, batched writes. relay/transports/picows.py opens
-and serves these connections (it says what this module touches of picows beyond its API).
+and serves these connections (it says what this module touches of picows beyond its API). Where
+the package was built with a C compiler, picows calls the compiled base of `PicowsTransport`
+(relay/transports/_picows_lane.pyx) with each frame, and an audio frame goes through in C; every
+other frame comes to `_on_frame` here.
 """
 
 from __future__ import annotations
