@@ -92,6 +92,10 @@ cdef inline bint contains(const char* data, Py_ssize_t size, bytes needle) noexc
     return memmem(data, size, PyBytes_AS_STRING(needle), needle_size) != NULL
 
 
+# the dialects' prefixes as bytes, made once and shared by every session's lanes
+cdef dict PREFIXES_AS_BYTES = {}
+
+
 cdef class FrameLane:
     """One reader's express lane over raw payloads (built by `PicowsTransport.receive` from the
     `ExpressPlan` the session publishes): `offer` forwards a frame the Python lane would forward
@@ -120,7 +124,10 @@ cdef class FrameLane:
         self.budget = plan.budget
         self.redactor = plan.redactor
         self.counts = plan.counts
-        self.prefixes = tuple(prefix.encode("ascii") for prefix in plan.prefixes)
+        prefixes = PREFIXES_AS_BYTES.get(plan.prefixes)
+        if prefixes is None:
+            prefixes = PREFIXES_AS_BYTES[plan.prefixes] = tuple(prefix.encode("ascii") for prefix in plan.prefixes)
+        self.prefixes = prefixes
         self.after_type = plan.after_type
         self.received = plan.received
         self.sent_as = plan.sent_as
