@@ -40,7 +40,6 @@ and then (True) or leaves it to `deliver` (False); `more`: another message of th
 follows at once (`more_buffered`)."""
 
 
-
 @dataclass(frozen=True, slots=True)
 class ExpressPlan:
     """What a reader's express lane does, spelled out for a transport that runs it over the raw
