@@ -13,7 +13,6 @@ else:
     extensions = cythonize(
         # without debug information: 0.2 MB instead of 0.9
         [Extension("relay.transports._picows_lane", ["relay/transports/_picows_lane.pyx"], extra_compile_args=["-g0"])],
-        compiler_directives={"language_level": 3},
         build_dir="build/cython",   # the generated C stays out of the package (and its wheel)
         quiet=True,
     )

@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""The picows transport's per-frame path, compiled: what `PicowsTransport.on_ws_frame` and the
+"""The picows transport's per-frame path, compiled: what `PicowsTransport._on_frame` and the
 session's express lane (`relay.session.loop.express_lane`) do with a realtime audio frame, done on
 the bytes of picows' read buffer, without the interpreter.
 
