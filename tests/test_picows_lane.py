@@ -90,14 +90,9 @@ def compact(event: dict[str, object]) -> str:
     return json.dumps(event, separators=(",", ":"))
 
 
-@pytest.mark.parametrize("lane", ["compiled", "python"])
-async def test_a_session_on_picows_forwards_records_and_counts_audio_the_same_on_either_lane(
-        lane: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Audio both ways through `relay serve` on picows, in compact JSON as the providers and
-    their SDKs send it, each frame answering the other (so that each is alone in its read and
-    goes to the socket at once, as paced audio does), with a recording (a recorder chain whose other member sees every frame):
-    every delta reaches the client and every append the upstream, in order and unchanged, each
-    recorded as received and as sent; on the compiled lane every one of them went by it."""
+def lanes_made(lane: str, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The picows transport on its compiled lane ("compiled"; the list fills with the lanes it
+    builds) or on its Python path ("python")."""
     made: list[Any] = []
     if lane == "compiled":
         real = compiled_lane_or_skip()
@@ -108,6 +103,18 @@ async def test_a_session_on_picows_forwards_records_and_counts_audio_the_same_on
         monkeypatch.setattr(picows_connection, "FrameLane", counting)
     else:
         monkeypatch.setattr(picows_connection, "FrameLane", None)
+    return made
+
+
+@pytest.mark.parametrize("lane", ["compiled", "python"])
+async def test_a_session_on_picows_forwards_records_and_counts_audio_the_same_on_either_lane(
+        lane: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Audio both ways through `relay serve` on picows, in compact JSON as the providers and
+    their SDKs send it, each frame answering the other (so that each is alone in its read and
+    goes to the socket at once, as paced audio does), with a recording (a recorder chain whose other member sees every frame):
+    every delta reaches the client and every append the upstream, in order and unchanged, each
+    recorded as received and as sent; on the compiled lane every one of them went by it."""
+    made = lanes_made(lane, monkeypatch)
     chunks = 20
     appends = [compact({"type": "input_audio_buffer.append", "audio": f"{index:04d}" * 80}) for index in range(chunks)]
     deltas = [compact({"type": "response.output_audio.delta", "event_id": f"event_{index}", "response_id": "resp_1",
@@ -146,3 +153,65 @@ async def test_a_session_on_picows_forwards_records_and_counts_audio_the_same_on
         (direction, frame) for frame in deltas for direction in (UPSTREAM_TO_RELAY, RELAY_TO_CLIENT)]
     if lane == "compiled":
         assert sorted(made_lane.forwarded for made_lane in made) == [chunks, chunks]
+
+
+def server_frame(payload: bytes, opcode: int = 0x1) -> bytes:
+    """An unmasked frame (what a server sends), FIN set."""
+    size = len(payload)
+    if size < 126:
+        header = bytes((0x80 | opcode, size))
+    else:
+        header = bytes((0x80 | opcode, 126)) + size.to_bytes(2, "big")
+    return header + payload
+
+
+def client_frame(payload: bytes, key: bytes, opcode: int = 0x1) -> bytes:
+    """A masked frame (what a client sends), FIN set."""
+    unmasked = server_frame(payload, opcode)
+    header = bytes((unmasked[0], unmasked[1] | 0x80)) + unmasked[2:len(unmasked) - len(payload)]
+    return header + key + bytes(byte ^ key[index % 4] for index, byte in enumerate(payload))
+
+
+@pytest.mark.parametrize("lane", ["compiled", "python"])
+async def test_frames_that_come_in_one_read_go_on_whole_and_in_order_even_when_a_ping_ends_the_read(
+        lane: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each side writes a burst of audio frames and a ping in one socket write (one read at the
+    relay): every frame reaches the other side, in order and unchanged (the client's masked by
+    the relay anew toward the upstream, a few of them over 125 bytes, some not a multiple of 8),
+    without waiting for more traffic. picows answers the ping itself and never shows it to the
+    relay, so the compiled lane ends its burst at the frame before it, not at the end of the read;
+    nothing is left in a lane's burst afterwards."""
+    made = lanes_made(lane, monkeypatch)
+    chunks = 12
+    appends = [compact({"type": "input_audio_buffer.append", "audio": "QUJD" * (index * 7 + 3)}) for index in range(chunks)]
+    deltas = [compact({"type": "response.output_audio.delta", "event_id": f"event_{index}", "response_id": "resp_1",
+                       "item_id": "item_1", "output_index": 0, "content_index": 0, "delta": "REVG" * (index * 9 + 1)})
+              for index in range(chunks)]
+    got: list[str] = []
+    all_appends = asyncio.Event()
+
+    async def upstream(ws: ServerConnection) -> None:
+        await ws.send(session_created())
+        async for frame in ws:
+            if json.loads(frame)["type"] == "input_audio_buffer.append":
+                got.append(str(frame))
+                if len(got) == chunks:
+                    all_appends.set()
+            elif json.loads(frame)["type"] == "response.create":
+                ws.transport.write(b"".join(server_frame(delta.encode()) for delta in deltas)
+                                   + server_frame(b"", opcode=0x9))
+
+    async with bare_upstream(upstream) as url, relay_for(url, transport="picows") as server:
+        async with realtime_client(server) as client:
+            await client.wait_for(lambda event: event["type"] == "session.created")
+            keys = [bytes((index, 0x5A, 0xA5, 255 - index)) for index in range(chunks + 1)]
+            client.ws.transport.write(b"".join(client_frame(append.encode(), key) for append, key in zip(appends, keys))
+                                      + client_frame(b"", keys[-1], opcode=0x9))
+            await asyncio.wait_for(all_appends.wait(), TIMEOUT)
+            await client.ws.send(compact({"type": "response.create"}))
+            received = [compact(await client.receive()) for _ in deltas]
+    assert got == appends
+    assert received == deltas
+    if lane == "compiled":
+        assert sorted(made_lane.forwarded for made_lane in made) == [chunks, chunks]
+        assert [made_lane.burst_size for made_lane in made] == [0, 0]

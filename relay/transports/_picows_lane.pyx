@@ -19,13 +19,20 @@ Built by setup.py when Cython and a C compiler are there (an optional extension)
 transport runs the same in Python.
 """
 
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from libc.stdint cimport uint64_t
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from libc.stdint cimport uint8_t, uint32_t, uint64_t
+from libc.stdlib cimport free, realloc
 from libc.string cimport memchr, memcmp, memcpy
 
 from picows.picows cimport WSFrame, WSListener, WSMsgType, WSTransport
 
-from relay.session.transport import QueueOverflow
+from relay.session.transport import BATCH_BYTES, QueueOverflow
+
+# a burst is written once it holds this much (what a flush writes at once); its buffer is kept
+# for the next read while no bigger than BURST_KEPT (a session at realtime pace keeps a few KB,
+# an idle one none)
+cdef Py_ssize_t BURST_BYTES = BATCH_BYTES
+cdef Py_ssize_t BURST_KEPT = 16 * 1024
 
 
 cdef extern from "string.h" nogil:
@@ -85,6 +92,22 @@ cdef inline str ascii_text(const char* data, Py_ssize_t size):
     return <str>text
 
 
+cdef inline void masked_copy(char* to, const char* data, Py_ssize_t size, uint32_t mask) noexcept nogil:
+    """`data` masked with `mask` (RFC 6455 5.3: byte i XOR byte i % 4 of the key as it lies in the
+    header), 8 bytes at a time."""
+    cdef uint64_t key = (<uint64_t>mask << 32) | mask, word
+    cdef const uint8_t* key_bytes = <const uint8_t*>&mask
+    cdef Py_ssize_t i = 0
+    while i + 8 <= size:
+        memcpy(&word, data + i, 8)
+        word ^= key
+        memcpy(to + i, &word, 8)
+        i += 8
+    while i < size:
+        to[i] = <char>(<uint8_t>data[i] ^ key_bytes[i & 3])
+        i += 1
+
+
 cdef inline bint contains(const char* data, Py_ssize_t size, bytes needle) noexcept:
     cdef Py_ssize_t needle_size = PyBytes_GET_SIZE(needle)
     if needle_size == 0:
@@ -114,6 +137,12 @@ cdef class FrameLane:
     cdef object received
     cdef object sent_as
     cdef readonly Py_ssize_t forwarded   # frames this lane took (for the tests and the curious)
+    # the frames of the read in progress for a picows peer, framed, not yet written (see `offer`)
+    cdef char* burst
+    cdef readonly Py_ssize_t burst_size
+    cdef Py_ssize_t burst_capacity
+    cdef WSTransport burst_to
+    cdef readonly Py_ssize_t bursts_written   # writes of bursts (for the tests: frames per write)
 
     def __init__(self, plan):
         self.session = plan.session
@@ -131,6 +160,9 @@ cdef class FrameLane:
         self.after_type = plan.after_type
         self.received = plan.received
         self.sent_as = plan.sent_as
+
+    def __dealloc__(self):
+        free(self.burst)
 
     def passes_bytes(self, bytes frame):
         """`passes` over a bytes object (for the tests, which compare it with the Python test)."""
@@ -162,9 +194,30 @@ cdef class FrameLane:
         return not holds_type_key(data, self.after_type, last_quote + 1)
 
     cdef int offer(self, const char* data, Py_ssize_t size, bint more) except -2:
-        """1: forwarded (queued or written) and counted; 0: not taken, nothing changed (the
-        Python lane decides); -1: the Python lane would leave it to `deliver` and the budget was
-        spent already (`deliver` takes it from here)."""
+        """1: forwarded (written, added to the read's burst or queued) and counted; 0: not taken,
+        nothing changed (the Python lane decides); -1: the Python lane would leave it to `deliver`
+        and the budget was spent already (`deliver` takes it from here). `more`: another data
+        frame of this read comes to this lane next.
+
+        The burst: while the peer is a picows connection that takes data, its queue is empty and
+        its writer asleep, the frames of one read are framed into the lane's buffer and written
+        together after the read's last (one socket call a read, as a flush would make, without
+        the queue's round trip). Whatever else happens first (a frame for the Python lane, a
+        frame queued, the end of the read) writes the burst before it, so order holds."""
+        cdef int taken
+        try:
+            taken = self.take(data, size, more)
+        except BaseException:
+            self.write_burst()
+            raise
+        if self.burst_size and (taken <= 0 or not more):
+            self.write_burst()
+        return taken
+
+    cdef int take(self, const char* data, Py_ssize_t size, bint more) except -2:
+        cdef FastListener listener
+        cdef WSTransport ws
+        cdef bint written = False
         if not self.passes(data, size):
             return 0
         session = self.session
@@ -187,7 +240,20 @@ cdef class FrameLane:
         if others is not None:
             text = ascii_text(data, size)
         waiting = 0
-        if more or self.frames or queue._waiter is None or not self.send_now(peer, data, size, text):
+        if not self.frames and queue._waiter is not None:   # nothing queued, the writer asleep
+            if isinstance(peer, FastListener):
+                listener = <FastListener>peer
+                ws = listener.ws
+                if not listener._paused and ws is not None and not ws.is_close_frame_sent and not ws.is_disconnected:
+                    self.add_to_burst(ws, data, size)
+                    written = True
+            elif not more:
+                if text is None:
+                    text = ascii_text(data, size)
+                written = bool(peer.send_now(text))
+        if not written:
+            if self.burst_size:
+                self.write_burst()   # before what the queue will write
             if text is None:
                 text = ascii_text(data, size)
             try:
@@ -210,20 +276,52 @@ cdef class FrameLane:
         self.forwarded += 1
         return 1
 
-    cdef bint send_now(self, peer, const char* data, Py_ssize_t size, text) except -1:
-        """`peer.send_now(frame)`: written at once when the socket takes it."""
-        cdef FastListener listener
-        cdef WSTransport ws
-        if isinstance(peer, FastListener):
-            listener = <FastListener>peer
-            ws = listener.ws
-            if listener._paused or ws is None or ws.is_close_frame_sent or ws.is_disconnected:
-                return False
-            ws.send(WSMsgType.TEXT, PyBytes_FromStringAndSize(data, size))
-            return True
-        if text is None:
-            text = ascii_text(data, size)
-        return bool(peer.send_now(text))
+    cdef int add_to_burst(self, WSTransport ws, const char* data, Py_ssize_t size) except -1:
+        """The frame of `data`, framed for `ws` as picows frames it (masked on a client's side),
+        at the end of the burst; the burst written once it holds BURST_BYTES."""
+        cdef Py_ssize_t header_size = ws._get_header_size(size)
+        cdef Py_ssize_t needed, capacity
+        cdef char* grown
+        cdef char* at
+        cdef uint32_t mask
+        if self.burst_size and ws is not self.burst_to:
+            self.write_burst()
+        needed = self.burst_size + header_size + size
+        if needed > self.burst_capacity:
+            capacity = max(needed, 2 * self.burst_capacity, 4096)
+            grown = <char*>realloc(self.burst, capacity)
+            if grown == NULL:
+                raise MemoryError()
+            self.burst, self.burst_capacity = grown, capacity
+        at = self.burst + self.burst_size
+        mask = ws._prepare_header(<uint8_t*>at, WSMsgType.TEXT, size, True, False, False, False)
+        if mask:
+            masked_copy(at + header_size, data, size, mask)
+        else:
+            memcpy(at + header_size, data, size)
+        self.burst_size = needed
+        self.burst_to = ws
+        if needed >= BURST_BYTES:
+            self.write_burst()
+        return 0
+
+    cpdef write_burst(self):
+        """Write the burst (in one socket call when the socket takes it, as picows writes a
+        frame); a buffer grown past BURST_KEPT is given back."""
+        cdef WSTransport ws = self.burst_to
+        cdef Py_ssize_t size = self.burst_size
+        if size == 0:
+            return
+        self.burst_size = 0
+        self.burst_to = None
+        try:
+            if not (ws.is_close_frame_sent or ws.is_disconnected):
+                ws._fast_write(self.burst, size)
+                self.bursts_written += 1
+        finally:
+            if self.burst_capacity > BURST_KEPT:
+                free(self.burst)
+                self.burst, self.burst_capacity = NULL, 0
 
 
 cdef class FastListener(WSListener):
@@ -243,14 +341,23 @@ cdef class FastListener(WSListener):
         cdef bint more = not frame.last_in_buffer
         cdef FrameLane lane = self._fast_lane
         self._more = more
-        if (lane is not None and frame.msg_type == WSMsgType.TEXT and frame.fin
-                and not (frame.rsv1 or frame.rsv2 or frame.rsv3) and not ws.is_close_frame_sent
-                and not self._held_back and self._message_type is None):
-            try:
+        if lane is None:
+            self._on_frame(ws, frame, False)
+            return
+        try:
+            if (frame.msg_type == WSMsgType.TEXT and frame.fin and not (frame.rsv1 or frame.rsv2 or frame.rsv3)
+                    and not ws.is_close_frame_sent and not self._held_back and self._message_type is None):
+                # picows reads a frame ahead: with `more`, the next frame lies whole after this
+                # payload; a control frame (a ping picows answers itself) never comes here, so the
+                # burst ends with this frame
+                if more and (<const uint8_t*>frame.payload_ptr)[frame.payload_size] & 0x08:
+                    more = False
                 taken = lane.offer(frame.payload_ptr, frame.payload_size, more)
-            except BaseException as exc:   # ends `receive` with it, as the Python lane's would
-                self._delivery_failed(exc)
-                return
-            if taken > 0:
-                return
+                if taken > 0:
+                    return
+            elif lane.burst_size:
+                lane.write_burst()   # before this frame's way
+        except BaseException as exc:   # ends `receive` with it, as the Python lane's would
+            self._delivery_failed(exc)
+            return
         self._on_frame(ws, frame, taken < 0)

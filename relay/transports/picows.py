@@ -13,8 +13,10 @@ module adds, so that a client or a provider meets the same relay whichever trans
   the size limit refused (1009; picows checks each frame, this the message);
 - the closing handshake: a peer's close is answered with its code; a close of the relay's waits
   for the peer's answer, at most CLOSE_TIMEOUT, then drops the connection;
-- batched writes toward clients: the frames waiting go out framed here in one write (frames
-  toward a server are masked, which picows does in C, one frame at a time);
+- batched writes: the frames waiting for a client go out framed here in one write (frames
+  toward a server are masked, which picows does in C, one frame at a time); with the compiled
+  lane, the audio frames of one read go out in one write on either side (masked there toward a
+  server);
 - every request shown to the relay's rules: a request-head reader (`RequestSniffer`) sits in
   front of picows on the listening port and hands a connection over to picows only once the
   rules let a WebSocket open; every other request (HEAD, HTTP/1.0, any method, a health check, a
@@ -38,8 +40,14 @@ and on uvloop 0.23: tests/test_picows_transport.py):
 - picows' Cython declarations (`picows/picows.pxd`), in the compiled lane
   (relay/transports/_picows_lane.pyx): `WSListener.on_ws_frame` overridden in C, `WSFrame`'s
   fields (`payload_ptr` among them: a pointer into picows' read buffer, valid during the callback
-  only), `WSTransport.send` and its state flags. Built against the picows it runs with (the
-  build requirements' series); an extension built against another refuses to import.
+  only), `WSTransport`'s state flags and its C methods `_get_header_size`, `_prepare_header`
+  (a frame's header, with its masking key on a client's side) and `_fast_write` (picows' own
+  write: one `send` from the buffer while the socket's buffer is empty, else the transport's
+  `write`). And one fact of picows' parser: it reads a frame ahead, so a frame not
+  `last_in_buffer` has the next one whole after its payload, and it answers a ping without
+  showing it to the listener. Built against the picows it runs with (the build requirements'
+  series); an extension built against another whose types' sizes differ refuses to import (the
+  methods' order is not checked: the pin to 2.3 keeps it).
 - picows logs through the logger it is given; `PicowsLog` turns its per-connection INFO lines
   and a peer's protocol errors (which it logs at ERROR) into DEBUG, as websockets logs them.
 """
