@@ -28,9 +28,10 @@ from picows.picows cimport WSFrame, WSListener, WSMsgType, WSTransport
 
 from relay.session.transport import BATCH_BYTES, QueueOverflow
 
-# a burst is written once it holds this much (what a flush writes at once); its buffer is kept
-# for the next read while no bigger than BURST_KEPT (a session at realtime pace keeps a few KB,
-# an idle one none)
+# a burst is written once it holds this much (what a flush writes at once). Its buffer is made on
+# a lane's first burst and kept for the next read; grown past BURST_KEPT by a flood, it is given
+# back after the first burst of BURST_KEPT or less (the flood over: a session at realtime pace
+# keeps a few KB, one that never forwarded audio none)
 cdef Py_ssize_t BURST_BYTES = BATCH_BYTES
 cdef Py_ssize_t BURST_KEPT = 16 * 1024
 
@@ -307,7 +308,7 @@ cdef class FrameLane:
 
     cpdef write_burst(self):
         """Write the burst (in one socket call when the socket takes it, as picows writes a
-        frame); a buffer grown past BURST_KEPT is given back."""
+        frame); a buffer grown past BURST_KEPT is given back once a burst no longer needs it."""
         cdef WSTransport ws = self.burst_to
         cdef Py_ssize_t size = self.burst_size
         if size == 0:
@@ -319,7 +320,7 @@ cdef class FrameLane:
                 ws._fast_write(self.burst, size)
                 self.bursts_written += 1
         finally:
-            if self.burst_capacity > BURST_KEPT:
+            if self.burst_capacity > BURST_KEPT and size <= BURST_KEPT:
                 free(self.burst)
                 self.burst, self.burst_capacity = NULL, 0
 
