@@ -289,7 +289,9 @@ cdef class FrameLane:
             self.write_burst()
         needed = self.burst_size + header_size + size
         if needed > self.burst_capacity:
-            capacity = max(needed, 2 * self.burst_capacity, 4096)
+            # doubling, but not past what a burst holds (BURST_BYTES and a frame of a few KB):
+            # at 128 KB glibc would map the buffer's pages for itself, a system call each time
+            capacity = max(needed, min(2 * self.burst_capacity, BURST_BYTES + 8192), 4096)
             grown = <char*>realloc(self.burst, capacity)
             if grown == NULL:
                 raise MemoryError()
