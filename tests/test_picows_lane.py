@@ -86,6 +86,21 @@ def test_relay_compiled_0_runs_every_frame_in_python() -> None:
     assert shown.stdout.split() == ["False", "PythonListener", "True"]
 
 
+def test_an_extension_built_against_another_picows_is_not_used(caplog: pytest.LogCaptureFixture) -> None:
+    """It calls picows' C methods by their place in picows' method table, which Cython does not
+    check at import: built against another release, it is left out, with a warning that says how
+    to rebuild it; built against the installed one, it is used."""
+    compiled_lane_or_skip()
+    from relay.transports._picows_lane import BUILT_WITH_PICOWS
+    assert BUILT_WITH_PICOWS == picows_connection.picows_version
+    assert picows_connection.compiled_lane()[0].__name__ == "FastListener"
+    with caplog.at_level("WARNING", logger="relay.server"):
+        assert picows_connection.compiled_lane(installed_picows="2.3.99") == (picows_connection.PythonListener, None)
+    assert [record.getMessage() for record in caplog.records] == [
+        f"the picows transport's compiled frame path was built against picows {BUILT_WITH_PICOWS}, and picows "
+        "2.3.99 is installed: it runs its Python frame path (reinstall realtime-relay to rebuild it)"]
+
+
 def compact(event: dict[str, object]) -> str:
     return json.dumps(event, separators=(",", ":"))
 

@@ -42,6 +42,19 @@ cdef extern from "string.h" nogil:
     void* memrchr(const void* s, int c, size_t n)
 
 
+cdef extern from *:
+    """
+    #ifndef RELAY_PICOWS_BUILT_WITH
+    #define RELAY_PICOWS_BUILT_WITH ""
+    #endif
+    """
+    const char* RELAY_PICOWS_BUILT_WITH
+
+# the version of picows this was built against (setup.py); picows_connection.py compares it with
+# the installed one before it uses this module
+BUILT_WITH_PICOWS = RELAY_PICOWS_BUILT_WITH.decode("ascii")
+
+
 cdef extern from "Python.h":
     object PyUnicode_New(Py_ssize_t size, Py_UCS4 maxchar)
     void* PyUnicode_DATA(object unicode)

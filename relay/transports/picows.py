@@ -46,8 +46,8 @@ and on uvloop 0.23: tests/test_picows_transport.py):
   `write`). And one fact of picows' parser: it reads a frame ahead, so a frame not
   `last_in_buffer` has the next one whole after its payload, and it answers a ping without
   showing it to the listener. Built against the picows it runs with (the build requirements'
-  series); an extension built against another whose types' sizes differ refuses to import (the
-  methods' order is not checked: the pin to 2.3 keeps it).
+  series); an extension built against another release is not used (picows_connection.py's
+  `compiled_lane` compares the versions: Cython checks the types' sizes, not the methods' order).
 - picows logs through the logger it is given; `PicowsLog` turns its per-connection INFO lines
   and a peer's protocol errors (which it logs at ERROR) into DEBUG, as websockets logs them.
 """

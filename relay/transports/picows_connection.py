@@ -19,6 +19,7 @@ from collections import deque
 from typing import Any, Callable, Sequence
 
 from picows import WSFrame, WSListener, WSMsgType, WSTransport
+from picows import __version__ as picows_version
 
 from relay.session.policy import NO_CLOSE_FRAME, NORMAL_CLOSURE
 from relay.session.transport import BATCH_BYTES, Express, Frame, FrameQueue, TransportClosed, flush_round
@@ -33,17 +34,25 @@ class PythonListener(WSListener):
     __slots__ = ("ws", "_paused", "_held_back", "_more", "_message_type", "_fast_lane")
 
 
-def compiled_lane() -> tuple[type[WSListener], Any]:
+def compiled_lane(installed_picows: str = picows_version) -> tuple[type[WSListener], Any]:
     """The base of `PicowsTransport` and the compiled lane's class: those of
     relay/transports/_picows_lane.pyx when the extension was built (setup.py) and RELAY_COMPILED
-    is not 0, else `PythonListener` and None. An extension built against another picows refuses
-    to import (Cython checks the sizes of picows' types); the Python path then runs."""
+    is not 0, else `PythonListener` and None. An extension built against another picows than
+    `installed_picows` is not used: Cython refuses to import it when picows' types changed size,
+    and this refuses it otherwise (it calls picows' C methods by their place in a table, which
+    another release may order otherwise); the Python path then runs, with a warning that says
+    how to rebuild it."""
     if os.environ.get("RELAY_COMPILED", "1") == "0":
         return PythonListener, None
     try:
-        from relay.transports._picows_lane import FastListener, FrameLane
+        from relay.transports._picows_lane import BUILT_WITH_PICOWS, FastListener, FrameLane
     except ImportError as exc:
         log.debug("the picows transport runs its Python frame path: %s", exc)
+        return PythonListener, None
+    if BUILT_WITH_PICOWS != installed_picows:
+        log.warning("the picows transport's compiled frame path was built against picows %s, and picows %s is "
+                    "installed: it runs its Python frame path (reinstall realtime-relay to rebuild it)",
+                    BUILT_WITH_PICOWS or "(unknown)", installed_picows)
         return PythonListener, None
     return FastListener, FrameLane
 
