@@ -156,7 +156,7 @@ cdef class FrameLane:
     cdef readonly Py_ssize_t burst_size
     cdef Py_ssize_t burst_capacity
     cdef WSTransport burst_to
-    cdef readonly Py_ssize_t bursts_written   # writes of bursts (for the tests: frames per write)
+    cdef readonly Py_ssize_t bursts_written   # writes of bursts (for the tests, beside `forwarded`)
 
     def __init__(self, plan):
         self.session = plan.session
@@ -321,13 +321,13 @@ cdef class FrameLane:
             self.write_burst()
         return 0
 
-    cpdef write_burst(self):
+    cdef int write_burst(self) except -1:
         """Write the burst (in one socket call when the socket takes it, as picows writes a
         frame); a buffer grown past BURST_KEPT is given back once a burst no longer needs it."""
         cdef WSTransport ws = self.burst_to
         cdef Py_ssize_t size = self.burst_size
         if size == 0:
-            return
+            return 0
         self.burst_size = 0
         self.burst_to = None
         try:
@@ -338,6 +338,7 @@ cdef class FrameLane:
             if self.burst_capacity > BURST_KEPT and size <= BURST_KEPT:
                 free(self.burst)
                 self.burst, self.burst_capacity = NULL, 0
+        return 0
 
 
 cdef class FastListener(WSListener):
