@@ -146,10 +146,10 @@ async def realtime(args: argparse.Namespace) -> dict[str, Any]:
     await all_released(flowing, args.sessions)
     await asyncio.sleep(args.warmup)
     emit("measuring")
-    since = time.monotonic_ns()
+    since, cpu_since = time.monotonic_ns(), time.process_time()
     lags_from = len(lags)
     await asyncio.sleep(args.seconds)
-    until = time.monotonic_ns()
+    until, cpu_until = time.monotonic_ns(), time.process_time()
     emit("measured")
     window_lags = lags[lags_from:]
     async with asyncio.TaskGroup() as closing:
@@ -167,6 +167,8 @@ async def realtime(args: argparse.Namespace) -> dict[str, Any]:
         "delivered_ratio": min(len(up), len(down)) / expected,
         "client_send_lag_p99_ms": latency_summary(window_lags)["p99_ms"],
         "upstream_send_lag_p99_ms": latency_summary(upstream["lags_ns"])["p99_ms"],
+        # this process's own CPU over the window: half the load generator (the upstream is the other)
+        "clients_cpu_percent": 100 * (cpu_until - cpu_since) * 1e9 / (until - since),
     }
 
 

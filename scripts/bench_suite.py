@@ -15,7 +15,8 @@ reverse order every other round; figures are the medians of the rounds.
 1. the RSS of idle sessions
 2. realtime: N sessions at 50 frames/s each way -> one-way latency (monotonic clock shared by the
    processes), added latency = a path's percentile minus the direct path's, CPU, RSS; N grows
-   until the added p99 passes 10 ms
+   until the added p99 passes 10 ms. The load generator's own CPU (upstream and clients, on the
+   direct path) bounds what any proxy can hold on the machine: the run reports that ceiling
 3. throughput: 1, 10, 100 sessions flooded with output-audio deltas -> events/s; beside the raw
    proxy, the raw proxy given the relay's way of reading and writing (bench_rawproxy.py
    --coalesce), so that the relay's own cost shows apart from what that saves, and a bare
@@ -382,10 +383,14 @@ def trial_round(mode: str, services: dict[str, Service], paths: tuple[str, ...] 
     for path in reversed(paths) if reverse else paths:
         if path != "direct" and path not in services:
             continue   # haproxy, where it is not installed
-        sampler = Sampler(services.get(path))
+        # the direct path has no proxy: its upstream's CPU is sampled instead (with the clients'
+        # own, what the load generator takes of the machine)
+        sampler = Sampler(services.get(path) if path != "direct" else upstream_for(services, mode))
         result = run_clients(mode, path_url(services, path, mode), services, on_event=sampler, **options)
         del result["sessions"]
-        results[path] = {**result, **sampler.figures}
+        sampled = sampler.figures if path != "direct" else {f"upstream_{name}": value
+                                                            for name, value in sampler.figures.items()}
+        results[path] = {**result, **sampled}
     return results
 
 
@@ -462,6 +467,9 @@ def realtime_step(services: dict[str, Service], plan: Plan, sessions: int, climb
     for number in range(plan.rounds):
         figures = trial_round("realtime", services, ("direct", *climbing), reverse=number % 2 == 1,
                               sessions=sessions, warmup=plan.realtime_warmup, seconds=plan.realtime_seconds)
+        direct = figures["direct"]
+        if "upstream_cpu_percent" in direct and "clients_cpu_percent" in direct:
+            direct["generator_cores"] = (direct["upstream_cpu_percent"] + direct["clients_cpu_percent"]) / 100
         for path in climbing:   # against the direct path of the same round
             figures[path]["added_p50_ms"] = figures[path]["latency"]["p50_ms"] - figures["direct"]["latency"]["p50_ms"]
             figures[path]["added_p99_ms"] = figures[path]["latency"]["p99_ms"] - figures["direct"]["latency"]["p99_ms"]
@@ -477,6 +485,29 @@ def realtime_step(services: dict[str, Service], plan: Plan, sessions: int, climb
         # sessions a core holds, whatever else shares the machine
         figures["cpu_us_per_event"] = figures["cpu_percent"] * 1e4 / (sessions * 100 * figures["delivered_ratio"])
     return step
+
+
+def machine_ceiling(steps: list[dict[str, Any]], paths: tuple[str, ...], cpus: int) -> dict[str, Any] | None:
+    """The most sessions the machine's cores could carry through each proxy at realtime pace, were
+    nothing lost to contention: the cores over what a session costs the load generator (its two
+    processes' CPU on the direct path, at the largest step) plus what it costs the proxy (its CPU
+    per frame at the largest step it held, 100 frames a second). A bound, not a measure: the
+    cores the generator takes are not the proxy's, so a count above a proxy's ceiling is out of
+    its reach on this machine, whatever its code. None when the generator was not measured."""
+    measured = [step for step in steps if "generator_cores" in step.get("direct", {})]
+    if not measured:
+        return None
+    largest = max(measured, key=lambda step: step["sessions"])
+    generator = largest["direct"]["generator_cores"] / largest["sessions"]   # cores a session
+    ceiling: dict[str, Any] = {"cpus": cpus, "generator_measured_at": largest["sessions"],
+                               "generator_cores_per_100_sessions": 100 * generator, "sessions": {}}
+    for path in paths:
+        held = [step for step in steps if path in step and step[path]["within_bound"]]
+        if held:
+            at = max(held, key=lambda step: step["sessions"])
+            proxy = at[path]["cpu_us_per_event"] * 100 / 1e6   # cores a session: 100 frames/s
+            ceiling["sessions"][path] = cpus / (generator + proxy)
+    return ceiling
 
 
 def realtime(services: dict[str, Service], plan: Plan) -> dict[str, Any]:
@@ -525,8 +556,15 @@ def realtime(services: dict[str, Service], plan: Plan) -> dict[str, Any]:
                    f"({'within' if step[path]['within_bound'] else 'over'} the bound)")
             refinements.append({"proxy": path, **step})
     at_100 = next((step for step in steps if step["sessions"] == 100), {})
+    ceiling = machine_ceiling(steps, paths, os.cpu_count() or 1)
+    if ceiling is not None:
+        report(f"realtime ceiling: the load generator takes {ceiling['generator_cores_per_100_sessions']:.2f} "
+               f"cores per 100 sessions (direct path, {ceiling['generator_measured_at']} sessions); with each "
+               f"proxy's CPU per frame, {ceiling['cpus']} cores carry at most " + ", ".join(
+                   f"{path} {count:.0f}" + (f" ({count / held['relay']:.2f}x relay's held)" if held.get("relay") else "")
+                   for path, count in ceiling["sessions"].items()))
     return {"bound_ms": LATENCY_BOUND_MS, "upstream": upstream_for(services, "realtime").name,
-            "steps": steps, "refinements": refinements,
+            "steps": steps, "refinements": refinements, "ceiling": ceiling,
             # at 100 sessions, where every proxy runs: the CPU a forwarded frame costs, as ratios
             "cpu_per_event_at_100": {f"{path}_vs_relay": at_100[path]["cpu_us_per_event"] / at_100["relay"]["cpu_us_per_event"]
                                      for path in paths if path in at_100 and "relay" in at_100},

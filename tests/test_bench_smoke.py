@@ -83,6 +83,13 @@ def test_quick_benchmark_reports_every_figure(tmp_path: Path) -> None:
         figure(step, "relay_minus_raw_added_p99_ms")
     for proxy in PROXIES:
         figure(realtime, "max_sessions_within_bound", proxy)
+    # what the load generator takes of the machine, and the ceiling that leaves each proxy
+    for step in realtime["steps"]:
+        assert figure(step, "direct", "generator_cores") > 0
+    assert figure(realtime, "ceiling", "generator_cores_per_100_sessions") > 0
+    for proxy in PROXIES:
+        if any(step[proxy]["within_bound"] for step in realtime["steps"]):
+            assert figure(realtime, "ceiling", "sessions", proxy) > 0
 
     for handler in ("async_handler", "sync_handler", "mcp_stdio", "mcp_http"):
         assert figure(figures, "tool_turnaround", handler, "calls") == 60   # QUICK's plan

@@ -78,3 +78,27 @@ def test_a_proxy_that_fails_one_small_step_still_climbs_past_100_sessions(monkey
     assert figures["relay_fast_vs_relay_sessions"] == 2.1
     assert figures["upstream"] == "upstream"   # no timed upstream among these services
     assert figures["cpu_per_event_at_100"]["relay_fast_vs_relay"] == 1.0
+
+
+def test_the_ceiling_is_the_cores_over_what_a_session_costs_the_generator_and_the_proxy() -> None:
+    def step(sessions: int, generator_cores: float, **proxies: tuple[float, bool]) -> dict[str, Any]:
+        figures: dict[str, Any] = {"sessions": sessions, "direct": {"generator_cores": generator_cores}}
+        for path, (us_per_event, within) in proxies.items():
+            figures[path] = {"cpu_us_per_event": us_per_event, "within_bound": within}
+        return figures
+
+    steps = [step(100, 0.3, relay=(40.0, True), haproxy=(21.0, True)),
+             step(200, 0.5, relay=(39.0, True), haproxy=(19.0, True)),
+             step(300, 0.9, relay=(45.0, False), haproxy=(20.0, True)),
+             {"sessions": 400, "direct": {}}]   # a step whose generator was not measured
+
+    ceiling = bench_suite.machine_ceiling(steps, ("relay", "haproxy", "raw"), cpus=2)
+
+    # the generator: 0.9 cores at 300 sessions, its largest measured step (0.003 a session)
+    assert ceiling["generator_measured_at"] == 300
+    assert ceiling["generator_cores_per_100_sessions"] == pytest.approx(0.3)
+    # each proxy at the largest step it held: relay 39 us a frame at 200 (0.0039 cores a session
+    # at 100 frames/s), haproxy 20 us at 300 (0.002); raw held no step
+    assert ceiling["sessions"] == {"relay": pytest.approx(2 / (0.003 + 0.0039)),
+                                   "haproxy": pytest.approx(2 / (0.003 + 0.002))}
+    assert bench_suite.machine_ceiling([{"sessions": 10, "direct": {}}], ("relay",), cpus=2) is None
