@@ -75,6 +75,9 @@ def test_a_proxy_that_fails_one_small_step_still_climbs_past_100_sessions(monkey
                           (250, ("relay_fast", "haproxy"))]   # both over at 250: the climb ends
     # then each proxy's gap to its first failure is halved twice: relay_fast 200..250 -> 225 (over), 210 (within)
     assert figures["max_sessions_within_bound"] == {"raw": 150, "relay": 100, "relay_fast": 210, "haproxy": 240}
+    # the target's proxies are refined first (the budget may end before the others')
+    assert [refined["proxy"] for refined in figures["refinements"]][:2] == ["relay_fast", "relay_fast"]
+    assert [refined["proxy"] for refined in figures["refinements"]][2:4] == ["relay", "relay"]
     assert figures["relay_fast_vs_relay_sessions"] == 2.1
     assert figures["upstream"] == "upstream"   # no timed upstream among these services
     assert figures["cpu_per_event_at_100"]["relay_fast_vs_relay"] == 1.0
