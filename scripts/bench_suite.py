@@ -337,7 +337,8 @@ def path_url(services: dict[str, Service], path: str, mode: str) -> str:
 
 
 class Sampler:
-    """CPU time and RSS of a proxy across the window a client process reports as measured."""
+    """CPU time and RSS of a proxy (on the direct path, of the upstream) across the window a client
+    process reports as measured."""
 
     def __init__(self, service: Service | None) -> None:
         self.service = service
