@@ -340,15 +340,13 @@ class Sampler:
     """CPU time and RSS of a proxy (on the direct path, of the upstream) across the window a client
     process reports as measured."""
 
-    def __init__(self, service: Service | None) -> None:
+    def __init__(self, service: Service) -> None:
         self.service = service
         self.cpu_start = (0.0, 0.0)
         self.wall_start = 0.0
         self.figures: dict[str, float] = {}
 
     def __call__(self, event: str) -> None:
-        if self.service is None:
-            return
         if event == "measuring":
             self.cpu_start, self.wall_start = self.service.cpu_times(), time.perf_counter()
         elif event == "measured":
@@ -387,12 +385,12 @@ def trial_round(mode: str, services: dict[str, Service], paths: tuple[str, ...] 
             continue   # haproxy, where it is not installed
         # the direct path has no proxy: its upstream's CPU is sampled instead (with the clients'
         # own, what the load generator takes of the machine)
-        sampler = Sampler(services.get(path) if path != "direct" else upstream_for(services, mode))
+        direct = path == "direct"
+        sampler = Sampler(upstream_for(services, mode) if direct else services[path])
         result = run_clients(mode, path_url(services, path, mode), services, on_event=sampler, **options)
         del result["sessions"]
-        sampled = sampler.figures if path != "direct" else {f"upstream_{name}": value
-                                                            for name, value in sampler.figures.items()}
-        results[path] = {**result, **sampled}
+        prefix = "upstream_" if direct else ""
+        results[path] = {**result, **{prefix + name: value for name, value in sampler.figures.items()}}
     return results
 
 
@@ -545,7 +543,7 @@ def realtime(services: dict[str, Service], plan: Plan) -> dict[str, Any]:
                      for path in paths if any(path in s and s["sessions"] > held[path] for s in steps)}
     refinements: list[dict[str, Any]] = []
     # the target's two first (relay_fast, relay): the budget may end before the others' turn
-    for path in sorted(first_failure, key=lambda path: REFINED_FIRST.index(path) if path in REFINED_FIRST else 9):
+    for path in sorted(first_failure, key=REFINED_FIRST.index):
         failing = first_failure[path]
         for _ in range(2 if time.monotonic() - started <= plan.realtime_budget_s else 0):
             middle = round((held[path] + failing) / 10) * 5
