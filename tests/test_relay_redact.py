@@ -226,3 +226,58 @@ def test_what_counts_as_personal_data(text: str, kinds: list[str]) -> None:
 
     scrubber = Scrubber([UserPattern("name", re.compile(r"(?<!\w)Sarah(?!\w)", re.IGNORECASE))])
     assert [kind for _, _, kind, _ in scrubber.spans(text)] == kinds
+
+
+# Every kind the redactor finds, in the layouts it finds them in: e-mail addresses, phone numbers
+# (country code, brackets, dashes, dots, one national run), card numbers (16, 15 and 13 digits, with
+# and without separators) and a patterns file's words and expressions (one labelled as its own word).
+EVERY_KIND = [
+    "mail ana.lima@mail.example.org or BO@Corp.Example.Net",
+    "call +1 415 555 2671, +44 20 7946 0958, (212) 555-7788, 030-1234-5678, 415.555.2671 or 4155552671",
+    "or 01632960123, +55 11 98765 4321 and +49 (0)30 1234567",
+    "card 4111 1111 1111 1111, 4111-1111-1111-1111, amex 3782 822463 10005, 4222222222222",
+    "Sarah said marco asked about ORD-123456",
+]
+EVERY_KIND_PATTERNS = "Sarah\nmarco: Marco\norder: /ORD-\\d{6}/\ndigits: /\\b\\d{4}\\b/\n"
+
+
+def every_kind_log(path: Path, many: int = 0) -> Path:
+    """An event log saying each of EVERY_KIND (in a transcript and, split in two, in a call's
+    arguments), then `many` distinct phone numbers, e-mail addresses and cards more: past a hundred
+    of a kind, the placeholders take another shape."""
+    texts = list(EVERY_KIND)
+    texts += [f"+1 212 {300 + n:03d} {1000 + n:04d}, p{n}.q@corp.test.org" for n in range(many)]
+    texts += [" ".join(number[:-1] + next(d for d in "0123456789" if luhn_ok(number[:-1] + d)) for number in
+                       [f"5{n:014d}0"]) for n in range(many)]
+    events = []
+    for n, text in enumerate(texts):
+        events.append({"type": "response.audio_transcript.done", "event_id": f"t{n}", "response_id": "r",
+                       "item_id": f"i{n}", "output_index": 0, "content_index": 0, "transcript": text})
+        arguments = json.dumps({"note": text})
+        half = len(arguments) // 2
+        for piece in (arguments[:half], arguments[half:]):
+            events.append({"type": "response.function_call_arguments.delta", "event_id": f"d{n}",
+                           "response_id": "r", "item_id": f"c{n}", "output_index": 0, "call_id": f"call{n}",
+                           "delta": piece})
+    path.write_text("".join(json.dumps(event) + "\n" for event in events))
+    return path
+
+
+@pytest.mark.parametrize("many", [0, 120])
+def test_check_passes_on_what_redact_wrote_for_every_kind(many: int, tmp_path: Path, capsys) -> None:
+    patterns = tmp_path / "patterns.txt"
+    patterns.write_text(EVERY_KIND_PATTERNS)
+    source = every_kind_log(tmp_path / "log.jsonl", many)
+    assert main(["redact", str(source), "--check", "--patterns", str(patterns)]) == 1
+    out = capsys.readouterr().out
+    for kind in ("card", "email", "phone", "name", "marco", "order", "digits"):
+        assert re.search(rf"\b{kind}: [1-9]", out), (kind, out)
+    target = tmp_path / "log.redacted.jsonl"
+    assert main(["redact", str(source), "--patterns", str(patterns)]) == 0
+    capsys.readouterr()
+    assert main(["redact", str(target), "--check", "--patterns", str(patterns)]) == 0, capsys.readouterr().out
+    assert main(["redact", str(target), "--check"]) == 0
+    # redacting the redacted copy again changes nothing
+    again = tmp_path / "again.jsonl"
+    assert main(["redact", str(target), "--out", str(again), "--patterns", str(patterns)]) == 0
+    assert again.read_text() == target.read_text()

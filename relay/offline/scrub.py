@@ -11,10 +11,12 @@ payloads are not text and are left alone.
 One value always becomes the same placeholder, everywhere in the file, so that a call's arguments,
 the tool's output and what the model said about it stay consistent and the redacted recording
 replays as the original did. Placeholders look like their kind: `user1@example.com` (a reserved
-domain), a phone number of the same layout ending in the fictional 555-01xx range, a card number of
-the same length that passes the Luhn check (a 4000 0000... test number), `name-1` for a pattern's
-matches (its label, `name` for a plain word). Audio is dropped unless kept (`--keep-audio`): a
-caller's voice is personal data too.
+domain), a phone number of the same layout whose digits are fives but the last four (the fictional
+555-01xx range: `0101`, ..., `0199`, then `0200` and up), a card number of the same length that passes
+the Luhn check (a 4000 0000... test number), `name-1` for a pattern's matches (its label, `name` for a
+plain word). The detectors know these shapes: a placeholder is never found again, and nothing that
+overlaps one is, so a redacted file passes `--check` and redacting it again changes nothing. Audio is
+dropped unless kept (`--keep-audio`): a caller's voice is personal data too.
 
 A patterns file has one pattern a line (`#` starts a comment): a plain line is a name or a word,
 matched whole and in any case; `/.../` is a regular expression; either may start with `label:` to
@@ -46,6 +48,10 @@ _EMAIL = re.compile(r"(?<![\w.+-])[A-Za-z0-9][A-Za-z0-9._%+-]*@[A-Za-z0-9-]+(?:\
 _PHONE = re.compile(r"(?<![\w+@/.-])(?:\+\d{1,3}[ .-]?)?(?:\(\d{1,5}\)[ .-]?)?\d+(?:[ .-]\d+)*(?![\w@-]|\.\d)")
 _CARD = re.compile(r"(?<![\w.-])\d(?:[ -]?\d){12,18}(?![\w-])")
 _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+# the placeholders' own shapes (see `_fake`)
+_FAKE_EMAIL = re.compile(r"user[1-9]\d*@example\.com")
+_FAKE_PHONE_DIGITS = re.compile(r"5{3,}0[1-9]\d{2,3}")
+_FAKE_CARD_DIGITS = re.compile(r"40000000\d{5,11}")
 _PATTERN_LINE = re.compile(r"^(?:(?P<label>[a-z][a-z0-9_]*):\s*)?(?P<body>.+)$")
 _AUDIO_DELTAS = frozenset({"response.output_audio.delta", "response.audio.delta"})
 _GEMINI_TEXT_KEYS = ("outputTranscription", "output_transcription", "inputTranscription", "input_transcription")
@@ -140,10 +146,17 @@ class Scrubber:
         if sum(ch.isdigit() for ch in text) >= 7:
             found += [(m.start(), m.end(), base + 1, CARD) for m in _CARD.finditer(text)
                       if luhn_ok(_digits(m.group())) and len(set(_digits(m.group()))) > 1]
-            found += [(m.start(), m.end(), base + 2, PHONE) for m in _PHONE.finditer(text) if _is_phone(m.group())]
+            found += [(m.start(), m.end(), base + 2, PHONE) for m in _PHONE.finditer(text)
+                      if _is_phone(m.group()) or _is_placeholder(PHONE, m.group())]
+        placeholders = [(start, stop) for start, stop, _, kind in found if _is_placeholder(kind, text[start:stop])]
+        if self.patterns:
+            labels = "|".join(sorted({re.escape(pattern.label) for pattern in self.patterns}))
+            placeholders += [m.span() for m in re.finditer(rf"(?<![\w-])(?:{labels})-[1-9]\d*(?![\w-])", text)]
         chosen: list[tuple[int, int, str, str]] = []
         end = 0
         for start, stop, _, kind in sorted(found, key=lambda f: (f[0], f[2], -f[1])):
+            if any(start < taken_stop and taken_start < stop for taken_start, taken_stop in placeholders):
+                continue   # a placeholder, or a part of one: already redacted
             if start >= end:
                 chosen.append((start, stop, kind, self._placeholder(kind, text[start:stop])))
                 end = stop
@@ -172,13 +185,23 @@ def _normal(kind: str, value: str) -> str:
     return value.casefold()
 
 
+def _is_placeholder(kind: str, value: str) -> bool:
+    """Whether `value`, found as `kind`, has the shape `_fake` gives that kind."""
+    if kind == EMAIL:
+        return _FAKE_EMAIL.fullmatch(value) is not None
+    if kind == PHONE:
+        return _FAKE_PHONE_DIGITS.fullmatch(_digits(value)) is not None
+    if kind == CARD:
+        return _FAKE_CARD_DIGITS.fullmatch(_digits(value)) is not None
+    return False
+
+
 def _fake(kind: str, value: str, number: int) -> str:
     if kind == EMAIL:
         return f"user{number}@example.com"
     if kind == PHONE:
         digits = _digits(value)
-        above = str(number // 100) if number >= 100 else ""   # past a hundred numbers, the prefix tells them apart
-        fake = (above.rjust(max(len(digits) - 7, 0), "5") + f"55501{number % 100:02d}")[-len(digits):]
+        fake = ("0" + str(100 + number)).rjust(len(digits), "5")[-len(digits):]   # 5...50101, 5...50102, ...
         return _same_layout(value, fake)
     if kind == CARD:
         digits = _digits(value)
