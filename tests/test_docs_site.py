@@ -1,10 +1,11 @@
 """The documentation site (mkdocs.yml, docs/) builds with `mkdocs build --strict`: a broken link,
-a missing anchor, a page left out of the navigation, a snippet whose file is gone or an API
-reference to a name that does not exist fails the build. Slow (the build imports the package for
+a missing anchor, a page left out of the navigation or an API reference to a name that does not
+exist fails the build; the pages' generated blocks (scripts/docs) render as code and tables. Slow (the build imports the package for
 the API reference and renders every page: some seconds), so of the `docs` kind."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -25,8 +26,10 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     for command in COMMANDS:
         page = (site / "commands" / command / "index.html").read_text()
-        assert "<!-- options:" not in page and f"relay {command}" in page
+        assert f"relay {command}" in page
+        assert re.search(rf"<!-- options: {command} -->\s*<table>.*?</table>\s*<!-- /options -->", page, re.S), command
         assert "<td><code>--" in page or command in ("inspect", "export", "redact"), command   # its options table
-    assert "--8<--" not in (site / "testing" / "index.html").read_text()        # the examples were included
+    testing = (site / "testing" / "index.html").read_text()
+    assert "--8<--" not in testing and "../examples/testing/test_booking.py" in testing   # the examples, and where they live
     reference = (site / "reference" / "relay" / "index.html").read_text()
     assert "ToolResult" in reference and "Scheduling" in reference

@@ -1,6 +1,7 @@
-"""The documentation site's pages show runnable code by including the files themselves
-(pymdownx.snippets: a code block holding one `--8<-- "PATH"` line), so a page cannot drift from
-the file its test runs. This reads which files a page includes."""
+"""The pages show runnable code by carrying the files themselves: scripts/docs writes each file
+of docs/examples/ into the page that names it (`<!-- include: PATH -->` ... `<!-- /include -->`),
+and tests/test_docs_sync.py fails when a page's copy differs from its file, so a page cannot drift
+from the file its test runs. This reads which files a page includes."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 from tests.support.paths import REPO
 
-INCLUDED = re.compile(r'^```\w*\n--8<-- "(?P<path>[^"]+)"\n```$', re.M)
+INCLUDED = re.compile(r"^<!-- include: (?P<path>\S+) -->$", re.M)
 
 
 def included_files(page: Path) -> list[str]:

@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""Writes into the Markdown pages what they show from other sources, so that a page reads whole
+wherever it is read (on the forge as plain Markdown, or on the MkDocs site): `scripts/docs`
+rewrites the pages, `scripts/docs --check` lists the pages out of date and exits 1
+(tests/test_docs_sync.py runs the check).
+
+Each generated block sits between two marker comments, kept so that the next run regenerates it:
+
+- `<!-- include: docs/examples/PATH -->` ... `<!-- /include -->`: the file's text as a code block,
+  under a line naming (and linking) where the file lives; the tests run those files.
+- `<!-- options: COMMAND -->` ... `<!-- /options -->`: the table of `relay COMMAND`'s arguments,
+  read from the parser the command line itself builds, so a command's page cannot list an option
+  the command lacks or miss one it has.
+- `<!-- bench-table: RESULTS -->` ... `<!-- /bench-table -->` and `<!-- bench-claim: RESULTS -->`
+  ... `<!-- /bench-claim -->`: the benchmark's table and its one-paragraph claim, from a results
+  file `scripts/bench --json` wrote.
+
+Usage: scripts/docs [--check]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+REPO = Path(__file__).resolve().parents[1]
+PAGES = ("README.md", "docs/**/*.md")
+
+BLOCK = re.compile(r"^<!-- (?P<kind>include|options|bench-table|bench-claim): (?P<arg>\S+) -->\n"
+                   r"(?P<body>.*?)"
+                   r"^<!-- /(?P=kind) -->$", re.M | re.S)
+LANGUAGES = {".py": "python", ".sh": "sh", ".json": "json", ".toml": "toml", ".yaml": "yaml", ".yml": "yaml",
+             ".txt": "text", ".jsonl": "json"}
+
+
+def _link(page: Path, path: str) -> str:
+    """The relative link from `page` to the repository's file `path`."""
+    return Path(os.path.relpath(REPO / path, (REPO / page).parent)).as_posix()
+
+
+# ---- included files -----------------------------------------------------------------------------
+
+def include(page: Path, path: str) -> str:
+    """The block for the repository's file `path`: where it lives, then its text as code."""
+    source = REPO / path
+    text = source.read_text()
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", text)), default=0))
+    link = _link(page, path)
+    language = LANGUAGES.get(source.suffix, "text")
+    return f"\n*From [`{path}`]({link}):*\n\n{fence}{language}\n{text.rstrip(chr(10))}\n{fence}\n\n"
+
+
+# ---- a command's options ------------------------------------------------------------------------
+
+def _parser_of(command: str) -> Any:
+    import argparse as _argparse
+
+    from relay.cli import build_parser
+
+    parser = build_parser(only=command)
+    [subparsers] = [a for a in parser._actions if isinstance(a, _argparse._SubParsersAction)]
+    return subparsers.choices[command]
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def options_table(command: str) -> str:
+    """The Markdown table of `relay COMMAND`'s arguments: name (with its value), what it does."""
+    parser = _parser_of(command)
+    formatter = parser._get_formatter()
+    rows = ["| argument | what it does |", "|---|---|"]
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction) or action.help == argparse.SUPPRESS:
+            continue
+        if action.option_strings:
+            value = "" if action.nargs == 0 else " " + formatter._format_args(action, action.dest.upper())
+            name = ", ".join(f"`{flag}{value}`" for flag in action.option_strings)
+        else:
+            name = f"`{formatter._format_args(action, action.dest.upper())}`"
+        help_text = formatter._expand_help(action) if action.help else ""
+        rows.append(f"| {_cell(name)} | {_cell(help_text)} |")
+    return "\n" + "\n".join(rows) + "\n\n"
+
+
+# ---- the benchmark's table and claim ------------------------------------------------------------
+
+def results(path: str) -> dict[str, Any]:
+    return json.loads((REPO / path).read_text())
+
+
+def _step(figures: dict[str, Any], sessions: int) -> dict[str, Any]:
+    return next((step for step in figures.get("throughput", []) if step["sessions"] == sessions), {})
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _count(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def bench_rows(figures: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """The table's rows: what is measured, this run's figure, the target (empty when none)."""
+    at_10, at_100 = _step(figures, 10), _step(figures, 100)
+    realtime = figures.get("realtime", {})
+    held = realtime.get("max_sessions_within_bound", {})
+    ceiling = (realtime.get("ceiling") or {}).get("sessions", {})
+
+    def both(name: str) -> str:
+        return f"{_ratio(at_10.get(name))} / {_ratio(at_100.get(name))}"
+
+    rows = [("flooded, 10 / 100 sessions: relay_fast's CPU per event / HAProxy's",
+             both("relay_fast_vs_haproxy_cpu"), "<= 1.5x"),
+            ("flooded, 10 / 100 sessions: the bare picows pass-through's CPU per event / HAProxy's",
+             both("raw_picows_vs_haproxy_cpu"), ""),
+            ("flooded, 10 / 100 sessions: relay_fast's events/s / HAProxy's",
+             both("relay_fast_vs_haproxy_events"), ">= 0.85x")]
+    if held:
+        rows.append((f"realtime pace: sessions held within {realtime.get('bound_ms', 10.0):g} ms of added p99, "
+                     "relay_fast / HAProxy / relay (websockets)",
+                     " / ".join(_count(held.get(path)) for path in ("relay_fast", "haproxy", "relay")), ""))
+        rows.append(("realtime pace: relay_fast's sessions / relay's (websockets)",
+                     _ratio(realtime.get("relay_fast_vs_relay_sessions")), ">= 3x"))
+    if ceiling:
+        rows.append(("realtime pace: the most sessions the cores could carry beside the load generator, "
+                     "relay_fast / HAProxy", " / ".join(_count(ceiling.get(path)) for path in ("relay_fast", "haproxy")),
+                     ""))
+    return rows
+
+
+def bench_table(page: Path, path: str) -> str:
+    figures = results(path)
+    lines = ["| measure | figure | target |", "|---|---:|---:|"]
+    lines += [f"| {label} | {figure} | {target} |" for label, figure, target in bench_rows(figures)]
+    machine = figures.get("machine", {})
+    note = (f"From [`{path}`]({_link(page, path)}): "
+            f"{machine.get('cpus', '?')} CPUs, {machine.get('rounds', '?')} rounds per trial, medians of the "
+            f"rounds. {figures.get('source', '')}").rstrip()
+    return "\n" + "\n".join(lines) + "\n\n" + wrap(note) + "\n\n"
+
+
+def bench_claim(page: Path, path: str) -> str:
+    figures = results(path)
+    at_10, at_100 = _step(figures, 10), _step(figures, 100)
+    realtime = figures.get("realtime", {})
+    held = realtime.get("max_sessions_within_bound", {})
+    parts = [f"On a shared {figures['machine']['cpus']}-core VM, flooded with audio, the relay on picows "
+             f"(`--transport picows`) costs {_ratio(at_10['relay_fast_vs_haproxy_cpu'])} HAProxy's CPU per event at "
+             f"10 sessions and {_ratio(at_100['relay_fast_vs_haproxy_cpu'])} at 100"]
+    if at_100.get("raw_picows_vs_haproxy_cpu") is not None:
+        parts.append(f", where a bare picows pass-through costs {_ratio(at_100['raw_picows_vs_haproxy_cpu'])}")
+    if held:
+        parts.append(f"; at realtime pace (50 frames/s each way) it holds {_count(held['relay_fast'])} sessions "
+                     f"within {realtime.get('bound_ms', 10.0):g} ms of added p99 (HAProxy "
+                     f"{_count(held.get('haproxy'))}), {_ratio(realtime.get('relay_fast_vs_relay_sessions'))} "
+                     "what its websockets transport holds")
+    text = "".join(parts) + f". Method and figures: [Benchmarks]({_link(page, 'docs/benchmarks.md')})."
+    return "\n" + wrap(text) + "\n\n"
+
+
+def wrap(text: str, width: int = 100) -> str:
+    lines: list[str] = []
+    for word in text.split(" "):
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return "\n".join(lines)
+
+
+# ---- the pages ----------------------------------------------------------------------------------
+
+def render(page: str, text: str) -> str:
+    """`text` (the page at `page`, relative to the repository) with every generated block rewritten."""
+    writers: dict[str, Callable[[str], str]] = {
+        "include": lambda arg: include(Path(page), arg), "options": options_table,
+        "bench-table": lambda arg: bench_table(Path(page), arg), "bench-claim": lambda arg: bench_claim(Path(page), arg)}
+
+    def block(found: re.Match[str]) -> str:
+        kind, arg = found["kind"], found["arg"]
+        return f"<!-- {kind}: {arg} -->\n{writers[kind](arg)}<!-- /{kind} -->"
+
+    return BLOCK.sub(block, text)
+
+
+def pages() -> list[Path]:
+    found = {path for pattern in PAGES for path in REPO.glob(pattern)}
+    return sorted(path for path in found if "_build" not in path.parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="write nothing; list the pages out of date, exit 1")
+    args = parser.parse_args(argv)
+    stale = []
+    for path in pages():
+        name = path.relative_to(REPO).as_posix()
+        text = path.read_text()
+        written = render(name, text)
+        if written != text:
+            stale.append(name)
+            if not args.check:
+                path.write_text(written)
+    verb = "out of date (scripts/docs rewrites them)" if args.check else "rewritten"
+    for name in stale:
+        print(f"{name}: {verb}")
+    return 1 if args.check and stale else 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(REPO))
+    raise SystemExit(main())
