@@ -71,7 +71,7 @@ if [ "$HAVE" != "$WANT dev" ] && [ "$HAVE" != "$WANT $EXTRA" ]; then
     fi
     if [ "$NEWEST" = 1 ]; then
         say "installing relay and its dev extra at the newest releases its ranges allow into $RELAY_VENV"
-        pip_install --upgrade --upgrade-strategy eager -e '.[dev]'
+        pip_install --upgrade --upgrade-strategy eager -r requirements/build.in -e '.[dev]'
     else
         if [ "$EXTRA" = dev ]; then
             LOCK=requirements/dev.lock
