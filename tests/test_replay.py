@@ -168,3 +168,60 @@ def test_banyan_transfer_runs_only_with_a_tool_of_that_name() -> None:
     assert call.outcome == "ok" and json.loads(call.output) == {"transferred_to": "marco_supervisor_biller"}
     [output] = [e for e in with_tool.sent if e["type"] == "conversation.item.create"]
     assert output["item"]["call_id"] == call.call_id
+
+
+@tool(name="book")
+def book(ref: str) -> dict:
+    """Books a table."""
+    return {"ref": ref}
+
+
+@tool(name="book", on_start="One moment.")
+def book_with_filler(ref: str) -> dict:
+    """Books a table."""
+    return {"ref": ref}
+
+
+def booked(tmp_path: Path, tools: list) -> Path:
+    from relay.testing import Script, Turn, call
+
+    script = Script(Turn(calls=[call("book", ref="BK0001", call_id="call_book1")]), Turn(say="Booked."))
+    with script.start(tools) as session:
+        session.user("Book it")
+        session.advance(1)
+    return session.save(tmp_path)
+
+
+def test_a_filler_the_recording_never_answered_is_answered_and_reported_once(tmp_path: Path) -> None:
+    path = booked(tmp_path, [book])
+    result = replay(path, [book_with_filler])
+    assert [d.describe() for d in result.divergences] == ["extra: filler response for call_book1"]
+    # answered at once, as a provider would: the follow-up goes when it went in the recording
+    assert follow_ups(result.frames) == follow_ups(read_recording(path).frames)
+
+
+def follow_ups(frames: list) -> list[float]:
+    """When the relay asked for a follow-up response, in seconds into the session."""
+    sent = [(f.t, f.event or json.loads(f.raw)) for f in frames if f.direction == RELAY_TO_UPSTREAM]
+    return [t for t, event in sent if event.get("type") == "response.create"
+            and event["response"]["metadata"]["relay"] == "follow_up"]
+
+
+def test_a_request_sent_again_is_one_divergence(tmp_path: Path) -> None:
+    # the recording ends as the filler is sent: its answer never comes, and the relay sends it again
+    path = booked(tmp_path, [book_with_filler])
+    lines = path.read_text().splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if '"filler"' in line and "response.create" in line)
+    path.write_text("".join(lines[:at + 1]))
+    result = replay(path, [book_with_filler])
+    sent = [e for e in result.sent if e["type"] == "response.create" and e["response"]["metadata"]["relay"] == "filler"]
+    assert len(sent) > 1 and len({e["event_id"] for e in sent}) == 1
+    assert [d.what for d in result.divergences if "filler" in d.what] == ["filler response for call_book1"]
+
+
+def test_a_follow_up_a_plain_event_log_never_answered_is_answered_and_reported_once() -> None:
+    path = next(p for p in RECORDINGS if p.name.startswith("realtime-notes-idx1781683788"))
+    result = replay(path, [str(REPO / "tests" / "fixtures" / "shared_recording_tools.py")])
+    assert sorted(d.describe().split(" for ")[0] for d in result.divergences if d.kind == "extra") == [
+        "extra: follow-up response", "extra: output of call_fTuC8D7u141uOgDt"]
+    assert len([e for e in result.sent if e["type"] == "response.create"]) == 1

@@ -14,6 +14,11 @@ or `changed` (both, different), with a readable diff. Forwarded client frames ar
 and are not compared. Plain event logs (server events only, as an application logs them) replay
 without gating and report what the relay would have done.
 
+A request for a response that the recording holds no answer to (a filler of a tool that has
+`on_start` now, a follow-up in a plain event log) is answered as a provider would: the response
+starts and ends at once. Unanswered, the relay would wait for it, send it again every 15 s and
+hold back what it queued behind it. A request sent more than once is one divergence, not one a send.
+
 MCP tools (the recording's header lists them) are answered from the recording by default, or by
 live servers with `mcp_answers="live"` (relay/offline/mcp_answers.py).
 
@@ -31,6 +36,7 @@ import difflib
 import json
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from pathlib import Path
@@ -226,6 +232,11 @@ class _Replayer:
                                  id_prefix=self.id_prefix or "replay")
         self._produced_sends = replay_sends(dialect, self.engine.id_prefix)
         self._recorded_sends = replay_sends(dialect, self.id_prefix)
+        self._recorded_requests = _requests(recording, replay_sends(dialect, self.id_prefix))
+        self._requests: Counter[Key] = Counter()           # the relay under test's, by key
+        self._request_ids: set[str] = set()                # their event ids (a request sent again keeps its own)
+        self._unanswered: list[tuple[Key, dict[str, Any]]] = []   # requests the recording holds no answer to
+        self._answering = False
         self.base_time = _epoch(header.get("started_at"))
         self.now = self.base_time
         self._stuck_deadline: float | None = None   # see _advance_to
@@ -255,6 +266,7 @@ class _Replayer:
                 for key, part in self._produced_sends(event):
                     self.unmatched.append((key, part, round(self._t(), 6)))
                     self._note_send(part, key)
+                    self._count_request(key, part)
                 self._progress.set()
             elif isinstance(action, StartHandler):
                 self.timeline.append(f"{self._t():9.3f}  run   {action.tool.name}({_args(action)}) "
@@ -265,6 +277,35 @@ class _Replayer:
                 if self._runner is not None:
                     self._runner.cancel(action.call_id)
                 self.timeline.append(f"{self._t():9.3f}  cancel {action.call_id}: {action.reason}")
+
+        self._answer_requests()
+
+    def _count_request(self, key: Key, event: dict[str, Any]) -> None:
+        """Note a request for a response; one beyond those of its key the recording holds has no
+        recorded answer coming."""
+        if key[0] != "response.create" or str(event.get("event_id")) in self._request_ids:
+            return
+        self._request_ids.add(str(event.get("event_id")))
+        self._requests[key] += 1
+        if self._requests[key] > self._recorded_requests[key]:
+            self._unanswered.append((key, event))
+
+    def _answer_requests(self) -> None:
+        """Answer the requests no recorded frame answers, as a provider would, once the actions
+        that came with them are sent."""
+        if self._answering:
+            return
+        self._answering = True
+        try:
+            while self._unanswered:
+                key, event = self._unanswered.pop(0)
+                self.timeline.append(f"{self._t():9.3f}  recv  an answer to the {self._produced_sends.describe(key)} "
+                                     f"(not recorded: the replay answers as a provider would)")
+                for frame in self._produced_sends.provider_answer(event, len(self._request_ids)):
+                    self._keep(UPSTREAM_TO_RELAY, frame)
+                    self._apply(self.engine.receive_upstream(frame, self.now))
+        finally:
+            self._answering = False
 
     def _keep(self, direction: str, frame: str | bytes) -> None:
         text, data = (frame, None) if isinstance(frame, str) else (None, frame)
@@ -383,7 +424,12 @@ class _Replayer:
             self._apply(self.engine.close(self.now, "replay finished"))
             task_group.cancel_scope.cancel()
         sends = self._produced_sends
+        extra: set[tuple[Key, str]] = set()
         for key, event, t in self.unmatched:
+            request = (key, str(event.get("event_id")))
+            if key[0] == "response.create" and request in extra:
+                continue   # the same request sent again: one divergence
+            extra.add(request)
             self.divergences.append(Divergence("extra", sends.describe(key), None, event, call_id=sends.call_of(key),
                                                t=t))
         unseen = self._calls_unseen()
@@ -456,6 +502,17 @@ class _Replayer:
             divergences=self.divergences, timeline=self.timeline, warnings=list(self.recording.warnings),
             anomalies=[a.message for a in self.engine.anomalies], engine=self.engine, frames=self.frames,
             internal_errors=[a.message for a in self.engine.anomalies if a.internal])
+
+
+def _requests(recording: Recording, sends: ReplaySends) -> Counter[Key]:
+    """The relay's requests for a response in a recording, by key, each once however often sent."""
+    requests: dict[str, Key] = {}
+    for frame in recording.frames:
+        event = sends.sent_event(frame) if frame.direction == RELAY_TO_UPSTREAM else None
+        for key, part in sends(event) if event is not None else ():
+            if key[0] == "response.create":
+                requests[str(part.get("event_id"))] = key
+    return Counter(requests.values())
 
 
 def recorded_policy(recorded: Any) -> ApprovalPolicy | None:

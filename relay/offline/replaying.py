@@ -93,6 +93,13 @@ class ReplaySends:
         """The event of a frame the relay sent upstream, when it may hold a send to compare."""
         return frame.event
 
+    @staticmethod
+    def provider_answer(event: dict[str, Any], number: int) -> list[str]:
+        """The frames a provider answers a request for a response with (`event`, a send whose key
+        is `response.create`), when the recording holds no answer to it; `number` makes its ids
+        unique in the replay. Nothing on a wire without such requests."""
+        return []
+
     def payload(self, frame: Frame) -> str | bytes | None:
         """What the engine under test is fed of a recorded frame (None: nothing)."""
         return frame_text(frame)
@@ -139,6 +146,18 @@ class OpenAISends(ReplaySends):
             metadata = (event.get("response") or {}).get("metadata") or {}
             return ("response.create", str(metadata.get(META_KIND)), str(metadata.get(META_CALLS)))
         return (str(event_type),)
+
+    @staticmethod
+    def provider_answer(event: dict[str, Any], number: int) -> list[str]:
+        """The response starts and ends at once (response.created, response.done), carrying the
+        request's metadata as the provider's responses do, which is how the relay knows it for
+        its own."""
+        request = event.get("response") if isinstance(event.get("response"), dict) else {}
+        response = {"object": "realtime.response", "id": f"resp_replay{number}", "status": "in_progress",
+                    "output": [], "metadata": request.get("metadata")}
+        return [json.dumps({"type": "response.created", "event_id": f"event_replay{number}a", "response": response}),
+                json.dumps({"type": "response.done", "event_id": f"event_replay{number}b",
+                            "response": {**response, "status": "completed"}})]
 
     @staticmethod
     def answer(key: Key, part: dict[str, Any]) -> Answer | None:
