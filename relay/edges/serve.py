@@ -348,10 +348,22 @@ class RelayServer(EdgeRuntime):
             connecting.cancel_scope.cancel()
         if failure is not None:
             return await self._upstream_unavailable(session, failure)
+        if upstream is not None and session._closing is not None:   # connected as the server began closing
+            upstream.abort()
+            upstream = None
         if upstream is None:   # the client left, or the server is closing, while we connected
             code, reason = session._closing or (NORMAL_CLOSURE, "client left before the upstream connected")
             await session.client.close(code, reason)
             return SessionEnd("client" if session._closing is None else "relay", code, reason)
+        try:
+            session.loop, recorder = self._session_loop(session, upstream)
+        except BaseException:   # the upstream connection is the session's until its loop owns it
+            upstream.abort()
+            raise
+        return await session.loop.run(on_end=recorder.close)
+
+    def _session_loop(self, session: ProxySession, upstream: Transport) -> tuple[SessionLoop, Taps | LiveTap]:
+        """The engine, recording and loop of a session whose upstream just connected."""
         engine = new_engine(self.tools, dialect=session.dialect, config=self._engine_config,
                             session_id=session.id, id_prefix=session.id)
         recording = self.recording(session_id=session.id, dialect=session.dialect, mode="proxy",
@@ -376,8 +388,7 @@ class RelayServer(EdgeRuntime):
             redactor=self.redactor,
             handler_scope=session.trace.handler_scope if session.trace is not None else None,
         )
-        session.loop = loop
-        return await loop.run(on_end=recorder.close)
+        return loop, recorder
 
     async def _upstream_unavailable(self, session: ProxySession, message: str) -> SessionEnd:
         """Tell the client why there is no session, in the protocol's own error event, and close.

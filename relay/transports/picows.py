@@ -28,7 +28,11 @@ and on uvloop 0.23: tests/test_picows_transport.py):
 - `picows.picows.WSProtocol(...)`: the protocol `ws_create_server` builds for each connection;
   built here by keyword for a connection the sniffer hands over (`transport.set_protocol`, then
   `connection_made` and the bytes already read through `get_buffer` / `buffer_updated`: the
-  sequence picows' own `ws_connect` follows for a proxied connection).
+  sequence picows' own `ws_connect` follows for a proxied connection), and for each connection
+  to the provider, whose socket the relay opens itself (`create_connection`, then the protocol's
+  `wait_until_handshake_complete`, `transport` and `listener`: what `ws_connect` does, minus
+  its redirects and its proxies), so that a connection cancelled mid-handshake is dropped;
+  `picows.url.parse_url` reads its URL as `ws_connect` does.
 - `WSTransport.underlying_transport`: its `writelines` (the batched frames, after the checks picows'
   `send` makes: no close frame sent, not disconnected), `pause_reading` and `resume_reading`.
 - `asyncio.tasks._enter_task` / `_leave_task`: while picows' frame callback hands a message to
@@ -69,9 +73,9 @@ from picows import (
     WSUpgradeRequest,
     WSUpgradeResponse,
     WSUpgradeResponseWithListener,
-    ws_connect,
 )
 from picows.picows import WSProtocol
+from picows.url import parse_url
 
 from relay.session.http import Answer, Headers, Request
 from relay.session.policy import GOING_AWAY, INTERNAL_ERROR, NORMAL_CLOSURE
@@ -95,27 +99,47 @@ MAX_REQUEST_HEAD = 16 * 1024   # what a request line and headers may take (picow
 async def connect(url: str, *, headers: dict[str, str], max_frame_bytes: int, open_timeout: float,
                   user_agent: str, logger: logging.Logger | logging.LoggerAdapter) -> PicowsTransport:
     """`Backend.connect` (relay/session/transport.py). No redirects are followed, and a
-    subprotocol the server chose must be one offered, as websockets checks."""
+    subprotocol the server chose must be one offered, as websockets checks.
+
+    The connection is this call's from the moment its socket exists: cancelled, timed out or
+    failed at any point of the handshake (the session's client left, say), it is dropped before
+    the exception goes on. picows' `ws_connect` leaves a connection it was cancelled on open,
+    its handshake still running, with no owner; so the socket is opened here, with the protocol
+    `ws_connect` would give it."""
+    try:
+        parsed = parse_url(url)
+    except WSInvalidURL as exc:
+        raise InvalidURL(str(exc)) from None
 
     def listener(request: WSUpgradeRequest, response: WSUpgradeResponse) -> PicowsTransport:
         return PicowsTransport(server_side=False, max_message_bytes=max_frame_bytes)
 
+    def protocol() -> WSProtocol:
+        return WSProtocol(
+            host_port=parsed.netloc, ws_path=parsed.resource_name, is_client_side=True, ws_listener_factory=listener,
+            logger=PicowsLog(logger, {}), disconnect_on_exception=True, websocket_handshake_timeout=open_timeout,
+            enable_auto_ping=True, auto_ping_idle_timeout=PING_INTERVAL, auto_ping_reply_timeout=PING_TIMEOUT,
+            auto_ping_strategy=WSAutoPingStrategy.PING_WHEN_IDLE, enable_auto_pong=True,
+            max_frame_size=max_frame_bytes, extra_headers={"User-Agent": user_agent, **headers},
+            read_buffer_init_size=READ_BUFFER_BYTES)
+
     try:
         async with asyncio.timeout(open_timeout):
-            ws, transport = await ws_connect(
-                listener, url, extra_headers={"User-Agent": user_agent, **headers},
-                websocket_handshake_timeout=open_timeout, max_redirects=0, max_frame_size=max_frame_bytes,
-                logger_name=PicowsLog(logger, {}), enable_auto_ping=True, auto_ping_idle_timeout=PING_INTERVAL,
-                auto_ping_reply_timeout=PING_TIMEOUT, auto_ping_strategy=WSAutoPingStrategy.PING_WHEN_IDLE,
-                read_buffer_init_size=READ_BUFFER_BYTES, use_aiofastnet=False)
-    except WSInvalidStatusError as exc:
+            # asyncio's create_connection closes the socket itself when it fails or is cancelled
+            stream, opened = await asyncio.get_running_loop().create_connection(
+                protocol, parsed.host, parsed.port, ssl=True if parsed.is_secure else None)
+            try:
+                await opened.wait_until_handshake_complete()
+            except BaseException:
+                stream.abort()
+                raise
+    except WSInvalidStatusError as exc:   # a redirect among them: never followed
         status = int(exc.response.status) if exc.response is not None else None
         phrase = exc.response.status.phrase if exc.response is not None else ""
         raise HandshakeFailed(f"HTTP {status} {phrase}".rstrip(), status=status, phrase=phrase) from None
-    except WSInvalidURL as exc:
-        raise InvalidURL(str(exc)) from None
     except WSHandshakeError as exc:
         raise HandshakeFailed(str(exc)) from None
+    ws, transport = opened.transport, opened.listener
     if transport is None:   # the server closed the connection instead of answering
         raise HandshakeFailed("it closed the connection")
     if logger.isEnabledFor(logging.DEBUG):   # as websockets logs a handshake (through the edge's redactor)
