@@ -181,3 +181,19 @@ def test_gemini_calls_delivered_as_parts_and_tool_calls_are_run_once_and_hidden_
     assert any("inlineData" in p for p in beside)              # the speech beside it stayed
     assert session.engine.anomalies == []
     session.check_invariants()
+
+
+@tool
+def reserve(guest: str) -> dict:
+    """Reserve under a name."""
+    return {"ref": "BK0001", "guest": guest, "seats": [1, 2]}
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_an_output_reads_the_same_text_on_every_dialect(dialect: str) -> None:
+    script = Script(Turn(calls=[call("reserve", guest="Bo")]), Turn(say="Reserved: {output}"))
+    with script.start([reserve], dialect=dialect) as session:
+        session.user("Reserve for Bo")
+        session.advance(1)
+    text = '{"ref":"BK0001","guest":"Bo","seats":[1,2]}'
+    session.expect().next_call("reserve").output(contains=text).spoken(text)

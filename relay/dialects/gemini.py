@@ -193,15 +193,21 @@ def is_error_response(response: Any) -> bool:
 
 def response_text(response: Any) -> str:
     """A `FunctionResponse.response` as the text of a `function_call_output` item (what exports
-    and scripts read): the output itself when it is text, else JSON, errors as `{"error": ...}`."""
+    and scripts read): the output itself when it is text, else JSON, errors as `{"error": ...}`.
+    The JSON is compact, as the relay writes a tool's output on every other wire, so that the
+    same output reads as the same text whatever the dialect."""
     if isinstance(response, Mapping):
         if set(response) == {"output"} and isinstance(response["output"], str):
             return response["output"]
         if is_error_response(response):
-            return json.dumps({"error": response["error"]}, ensure_ascii=False)
+            return _compact({"error": response["error"]})
         if "output" in response:
-            return json.dumps(response["output"], ensure_ascii=False)
-    return json.dumps(response, ensure_ascii=False)
+            return _compact(response["output"])
+    return _compact(response)
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 # ---- the dialect ---------------------------------------------------------------------------------

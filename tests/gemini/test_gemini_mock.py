@@ -47,7 +47,7 @@ async def test_a_scripted_call_is_answered_and_the_model_speaks_the_result(mock:
         assert model_words(preamble_and_call) == "Let me check."
         await client.answer(call["id"], "get_weather", {"temp_c": 21})
         answer_turn = await client.turn()
-    assert model_words(answer_turn) == "Here is what I found: ['{\"temp_c\": 21}']"
+    assert model_words(answer_turn) == "Here is what I found: ['{\"temp_c\":21}']"
     assert [next(iter(m)) for m in answer_turn[-2:]] == ["serverContent", "serverContent"]
     assert all(client.binary), "the service sends JSON in binary frames"
     for message in client.messages:

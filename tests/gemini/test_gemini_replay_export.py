@@ -126,7 +126,7 @@ async def test_export_reads_the_gemini_recording(recording: Path) -> None:
     assert chat[1]["role"] == "assistant" and chat[1]["content"] == "Let me check."
     assert chat[1]["tool_calls"][0]["function"] == {"name": "get_weather", "arguments": '{"city": "Paris"}'}
     assert chat[2] == {"role": "tool", "tool_call_id": chat[1]["tool_calls"][0]["id"],
-                       "content": '{"city": "Paris", "temp_c": 21}'}
+                       "content": '{"city":"Paris","temp_c":21}'}
     assert {"role": "tool", "tool_call_id": chat[5]["tool_calls"][0]["id"], "content": "the door is open"} in chat
 
     exported = export_recording(recording, "gemini")

@@ -223,6 +223,6 @@ def gemini_session(directory: Path, *, record_audio: str = "keep") -> Facts:
     w.at(2.6).upstream({"serverContent": {"turnComplete": True}}, binary=True)
     path = w.close()
     return Facts(path, caller_seconds=2.0, assistant_seconds=0.8, calls={
-        "fc_1": {"name": "get_weather", "arguments": {"city": "Rome"}, "output": json.dumps({"temp_c": 24}), "outcome": "ok"},
+        "fc_1": {"name": "get_weather", "arguments": {"city": "Rome"}, "output": json.dumps({"temp_c": 24}, separators=(",", ":")), "outcome": "ok"},
         "fc_2": {"name": "get_weather", "arguments": {"city": "Oslo"}, "output": None, "outcome": "cancelled"},
     })
