@@ -33,8 +33,8 @@ from relay.edges.config import ServerConfig
 from relay.edges.process import run_in_loop, run_workers
 from relay.edges.serve import RelayServer, run_server
 from relay.errors import UnusableInput
+from relay.mcp.servers import ToolSet
 from relay.observe.metrics import metrics_for_workers
-from relay.tools.sources import ToolSet
 
 SERVE_OPTIONS = (
     UPSTREAM, DIALECT, TOOLS, *MCP_OPTIONS, HOST, PORT,

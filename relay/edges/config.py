@@ -26,6 +26,7 @@ from relay.dialects import DIALECTS, Dialect, DialectError, infer_dialect, resol
 from relay.edges.upstream import TokenProvider, Upstream, default_upstream
 from relay.engine import DEFAULT_HISTORY_LIMIT, EngineConfig, Notice
 from relay.errors import ConfigError
+from relay.mcp.servers import ToolSet
 from relay.observe.logs import keep_out_of_logs
 from relay.recording.format import session_header
 from relay.recording.redact import Redactor
@@ -42,7 +43,7 @@ from relay.session.transport import Backend
 from relay.tools.render import DEFAULT_OUTPUT_LIMIT
 from relay.tools.mcp_config import McpSettings
 from relay.tools.registry import ToolRegistry
-from relay.tools.sources import ToolSet, ToolSources
+from relay.tools.sources import ToolSources
 from relay.transports import backend_named
 
 DEFAULT_PORT = 8000

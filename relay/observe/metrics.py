@@ -204,7 +204,7 @@ class Metrics:
             self._families.anomalies.labels(source=str(fields.get("source"))).inc()
 
     def count_mcp(self, server: str, event: str, detail: str = "") -> None:
-        """An MCP server's connection event (relay.tools.mcp: a listener of the edge's)."""
+        """An MCP server's connection event (relay.mcp.connection: a listener of the edge's)."""
         self._families.mcp_events.labels(server=server[:_MAX_LABEL_CHARS], event=event).inc()
 
     def count_error(self, source: str, code: Any) -> None:

@@ -57,6 +57,7 @@ from relay.engine import (
 )
 from relay.engine.calls import CallOutcome
 from relay.errors import UnusableInput
+from relay.mcp.servers import ToolSet
 from relay.offline.mcp_answers import MCP_ANSWERS, Moments, with_recorded_mcp_tools
 from relay.offline.replaying import (
     Key,
@@ -78,7 +79,7 @@ from relay.recording.reader import read_recording
 from relay.session.runner import HandlerRunner
 from relay.tools import ToolRegistry
 from relay.tools.mcp_config import ApprovalPolicy, McpSettings
-from relay.tools.sources import ToolSet, ToolSources
+from relay.tools.sources import ToolSources
 
 log = logging.getLogger("relay.replay")
 

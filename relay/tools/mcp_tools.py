@@ -1,8 +1,8 @@
 """MCP servers' tools as the relay's own: each becomes a `ToolSpec` whose handler calls the server
 (`McpToolHandler`), so the call book, timeouts (which cancel the MCP request), fillers,
 `on_failure`, scheduling, interruption, recordings, replay and the inspector treat it as any
-`@tool`. `McpTools` keeps the specs of a configuration's servers: made when the servers are
-first listed (a name clash refused then, with one line), made again when a server's list changes.
+`@tool`. `relay.mcp.servers.McpTools` keeps the specs of a configuration's servers (this module
+is pure data: the connections and their owner tasks are `relay.mcp`'s).
 
 A call's `CallToolResult` becomes the tool's answer (`call_result`): `isError` an error output,
 `structuredContent` JSON, text joined, and the other content kinds (images, audio, resources)
@@ -14,36 +14,40 @@ declare the same tools and answer them without the server (`recorded_spec`).
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import re
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
-
-from pydantic import BaseModel, ConfigDict
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from relay.errors import ConfigError
-from relay.tools.mcp import McpConnection, McpListener, McpToolInfo, acquire, release
-from relay.tools.mcp_config import McpServerConfig, McpSettings, ToolSettings, tool_settings
+from relay.tools.mcp_config import McpServerConfig, ToolSettings, tool_settings
 from relay.tools.registry import ToolRegistry
 from relay.tools.result import ToolResult
-from relay.tools.schema import self_contained
 from relay.tools.spec import TOOL_NAME_PATTERN, HandlerKind, ToolSpec
 
-log = logging.getLogger("relay.mcp")
+
+@dataclass(frozen=True)
+class McpToolInfo:
+    """A tool as the server lists it: what the relay keeps of it."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    annotations: dict[str, Any] | None = None
 
 
-class McpArguments(BaseModel):
-    """An MCP tool's arguments as the relay checks them: a JSON object, passed on whole. The
-    server checks them against its schema, and its refusal is an error output the model reads."""
+class ToolCaller(Protocol):
+    """What a handler needs of a server's connection (`relay.mcp.connection.McpConnection`)."""
 
-    model_config = ConfigDict(extra="allow")
+    name: str
+
+    async def call(self, tool: str, arguments: dict[str, Any]) -> Any: ...
 
 
 class McpToolHandler:
     """The handler of an MCP tool's spec: one call of `tool` on the server's connection."""
 
-    def __init__(self, connection: McpConnection, tool: str) -> None:
+    def __init__(self, connection: ToolCaller, tool: str) -> None:
         self.connection = connection
         self.server = connection.name
         self.tool = tool
@@ -64,97 +68,18 @@ def relay_name(config: McpServerConfig, tool: str) -> str:
 
 def mcp_spec(config: McpServerConfig, info: McpToolInfo, handler: Callable[..., Any]) -> ToolSpec:
     """The spec of one MCP tool: the server's description and input schema (self-contained), the
-    configuration's settings."""
+    configuration's settings. Its arguments are a JSON object passed on whole: the server checks them
+    against its schema, and its refusal is an error output the model reads."""
+    from relay.tools.schema import OpenArguments, self_contained
     return ToolSpec(
         name=relay_name(config, info.name),
         description=info.description,
         parameters=self_contained(info.input_schema),
         handler=handler,
         kind=HandlerKind.ASYNC,
-        arguments_model=McpArguments,
+        arguments_model=OpenArguments,
         **config.settings_for(info.name).spec_fields(),
     )
-
-
-class McpTools:
-    """The tools of a configuration's MCP servers (one connection each, shared in the process).
-    `await start(reserved)` connects and lists them (ConfigError: a server cannot be reached, or a
-    name clashes with `reserved` or another server's); `specs` are the current ones;
-    `on_change` hears when a server's list changed them; `await close()` lets go."""
-
-    def __init__(self, settings: McpSettings, *, listener: McpListener | None = None) -> None:
-        self.settings = settings
-        self.listener = listener
-        self.connections: list[McpConnection] = []
-        self.specs: list[ToolSpec] = []
-        self.on_change: list[Callable[[], None]] = []
-        self._reserved: Mapping[str, str] = {}
-
-    async def start(self, reserved: Mapping[str, str]) -> None:
-        """Connect to every server (at once) and list their tools. `reserved`: the names already
-        taken (the `@tool` functions), with what took each."""
-        self._reserved = reserved
-        attempts = await asyncio.gather(*(acquire(server) for server in self.settings.servers),
-                                        return_exceptions=True)
-        failures = [a for a in attempts if isinstance(a, BaseException)]
-        self.connections = [a for a in attempts if isinstance(a, McpConnection)]
-        if failures:
-            await self.close()
-            raise failures[0]
-        for connection in self.connections:
-            if self.listener is not None:
-                connection.listeners.append(self.listener)
-                self.listener(connection.name, "connected", connection.config.describe())
-            connection.tool_listeners.append(self._tools_changed)
-        try:
-            self.specs = self._specs(strict=True)
-        except ConfigError:
-            await self.close()
-            raise
-
-    async def close(self) -> None:
-        connections, self.connections = self.connections, []
-        for connection in connections:
-            if self.listener in connection.listeners:
-                connection.listeners.remove(self.listener)
-            if self._tools_changed in connection.tool_listeners:
-                connection.tool_listeners.remove(self._tools_changed)
-        await asyncio.gather(*(release(connection) for connection in connections), return_exceptions=True)
-
-    def _tools_changed(self) -> None:
-        self.specs = self._specs(strict=False)
-        for listener in list(self.on_change):
-            listener()
-
-    def _specs(self, *, strict: bool) -> list[ToolSpec]:
-        """The current specs. A clash is refused (strict: at start) or leaves the later tool out,
-        with a warning (a list that changed while sessions run)."""
-        taken = dict(self._reserved)
-        specs = []
-        for connection in self.connections:
-            config = connection.config
-            for info in connection.tools:
-                if not config.offers(info.name):
-                    continue
-                name = relay_name(config, info.name)
-                problem = _clash(name, f"MCP server {config.name}'s tool {info.name}", taken.get(name))
-                if problem is None and not TOOL_NAME_PATTERN.fullmatch(name):
-                    problem = f"MCP server {config.name}'s tool {info.name}: no usable name"
-                if problem is not None:
-                    if strict:
-                        raise ConfigError(problem)
-                    log.warning("%s: left out", problem, extra={"mcp_server": config.name})
-                    continue
-                taken[name] = f"MCP server {config.name}'s tool {info.name}"
-                specs.append(mcp_spec(config, info, McpToolHandler(connection, info.name)))
-        return specs
-
-
-def _clash(name: str, what: str, taken_by: str | None) -> str | None:
-    if taken_by is None:
-        return None
-    return (f"tool name {name!r} is taken twice: by {taken_by} and by {what}; give the server a prefix "
-            "(prefix = \"NAME_\" in --mcp-config, or --mcp-prefix for every server)")
 
 
 # ---- results -------------------------------------------------------------------------------------
@@ -224,6 +149,7 @@ def recorded_spec(entry: Mapping[str, Any], handler: Callable[..., Any]) -> Tool
     declares and runs in its place. ConfigError for an entry that is not one."""
     if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):
         raise ConfigError(f"the recording's header lists an MCP tool it does not describe: {entry!r}")
+    from relay.tools.schema import OpenArguments
     settings = entry.get("settings") if isinstance(entry.get("settings"), Mapping) else {}
     return ToolSpec(
         name=entry["name"],
@@ -232,7 +158,7 @@ def recorded_spec(entry: Mapping[str, Any], handler: Callable[..., Any]) -> Tool
         {"type": "object", "properties": {}},
         handler=handler,
         kind=HandlerKind.ASYNC,
-        arguments_model=McpArguments,
+        arguments_model=OpenArguments,
         **tool_settings(settings, f"MCP tool {entry['name']} in the recording's header").spec_fields(),
     )
 

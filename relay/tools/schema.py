@@ -27,6 +27,13 @@ class _Arguments(BaseModel):
     model_config = ConfigDict(extra="ignore", protected_namespaces=())
 
 
+class OpenArguments(BaseModel):
+    """Arguments passed on whole (an MCP tool's): any JSON object, checked by whoever runs the
+    tool."""
+
+    model_config = ConfigDict(extra="allow")
+
+
 def arguments_model(handler: Callable[..., Any], tool_name: str) -> type[BaseModel]:
     """A pydantic model with one field per parameter of `handler`.
 

@@ -58,7 +58,7 @@ def test_what_in_a_url_may_be_a_credential_is_a_secret_too() -> None:
 
 
 def test_a_failure_line_leaves_out_the_servers_secrets() -> None:
-    from relay.tools.mcp import _failure_text
+    from relay.mcp.connection import _failure_text
 
     failure = ExceptionGroup("transport", [ConnectionError("for url 'https://h/mcp?api_key=k3y-0123456789'")])
     assert _failure_text(failure, ["k3y-0123456789"]) == "ConnectionError: for url 'https://h/mcp?api_key=[redacted]'"
@@ -230,7 +230,7 @@ def test_the_command_refuses_a_name_clash_in_one_line(tmp_path: Path, workers: s
 def test_without_the_sdk_mcp_is_refused_with_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.util
 
-    from relay.tools import mcp
+    from relay.mcp import connection as mcp
 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ConfigError, match=r"pip install 'realtime-relay\[mcp\]'"):

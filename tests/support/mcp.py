@@ -21,7 +21,7 @@ import pytest
 
 from relay.edges.attach import Sidecar
 from relay.mock import MockScript, MockUpstream, Reply, Rule, ToolCall
-from relay.tools.mcp import McpConnection
+from relay.mcp.connection import McpConnection
 from relay.tools.mcp_config import McpServerConfig, McpSettings
 from tests.support.clients import RealtimeClient, gemini_client
 from tests.support.frames import model_words, user_text

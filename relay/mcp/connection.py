@@ -36,6 +36,7 @@ import anyio
 
 from relay.errors import REDACTED, ConfigError, RelayError
 from relay.tools.mcp_config import McpServerConfig
+from relay.tools.mcp_tools import McpToolInfo
 
 log = logging.getLogger("relay.mcp")
 
@@ -63,16 +64,6 @@ def require_sdk() -> None:
     """ConfigError with the install command when the `mcp` extra is missing."""
     if importlib.util.find_spec("mcp") is None:
         raise ConfigError(f"MCP servers need the mcp SDK: {INSTALL_HINT}")
-
-
-@dataclass(frozen=True)
-class McpToolInfo:
-    """A tool as the server lists it: what the relay keeps of it."""
-
-    name: str
-    description: str
-    input_schema: dict[str, Any]
-    annotations: dict[str, Any] | None = None
 
 
 @dataclass(eq=False)
