@@ -1,6 +1,7 @@
 """The code's shape is checked, so the map in docs/architecture.md cannot drift: the layers and
 the edges' independence (import-linter's contracts in .importlinter), no import cycle in relay/
-(type-only and function-level imports count), and no class over 400 lines or module over 600."""
+(type-only and function-level imports count), the engine's imports (nothing asynchronous, no
+pydantic, no MCP client), and no class over 400 lines or module over 600."""
 
 from __future__ import annotations
 
@@ -84,6 +85,19 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     graph.add_import(importer="c", imported="a")
     graph.add_import(importer="c", imported="d")
     assert import_cycles(graph) == [["a", "b", "c"]]
+
+
+def test_the_engine_loads_nothing_asynchronous() -> None:
+    """`import relay.engine` in a fresh interpreter loads no event loop library, no pydantic and no
+    MCP client: the engine is pure data and rules (pydantic comes with the first tool defined)."""
+    probe = ("import sys, relay.engine; "
+             "print(' '.join(sorted({name.split('.')[0] for name in sys.modules} "
+             "& {'asyncio', 'anyio', 'pydantic', 'pydantic_core', 'mcp', 'trio', 'uvloop'}))); "
+             "print(' '.join(sorted(name for name in sys.modules if name.startswith('relay.mcp'))))")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == ["", ""], done.stdout
 
 
 def test_no_class_over_400_lines_and_no_module_over_600() -> None:

@@ -16,11 +16,10 @@ import dataclasses
 import datetime
 import enum
 import json
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
-
-from pydantic import BaseModel
 
 from relay.tools.result import Scheduling, ToolResult
 
@@ -222,7 +221,8 @@ def _jsonable(value: Any, path: str, active: set[int]) -> Any:
         return _jsonable(value.value, path, active)
     if isinstance(value, (datetime.date, datetime.time)):  # datetime is a date
         return value.isoformat()
-    if isinstance(value, BaseModel):
+    pydantic = sys.modules.get("pydantic")   # none is a model before pydantic is loaded
+    if pydantic is not None and isinstance(value, pydantic.BaseModel):
         return value.model_dump(mode="json")
     if isinstance(value, (list, tuple, Mapping)) or (
         dataclasses.is_dataclass(value) and not isinstance(value, type)

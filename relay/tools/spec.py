@@ -3,6 +3,8 @@
 A spec is checked whole when it is made, so a tool that cannot work fails at decoration time,
 in the author's hands, and never mid-call. The engine asks a spec for the definition it lists
 to the model and to parse a call's arguments; the runner asks it how to call the handler.
+pydantic (`relay.tools.schema`) is imported where a spec is made or checks arguments, never at
+import: the engine, which holds specs, loads it only once a tool is defined.
 """
 
 from __future__ import annotations
@@ -14,18 +16,13 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, overload
-
-from pydantic import BaseModel
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from relay.tools.errors import ToolDefinitionError
 from relay.tools.result import Interruption, Scheduling, coerce_choice
-from relay.tools.schema import (
-    arguments_model,
-    decode_arguments,
-    flat_schema,
-    validated_arguments,
-)
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 TOOL_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
@@ -111,6 +108,7 @@ class ToolSpec:
         if self.on_delay is not None:
             set_field("on_delay", _checked_delay(self.name, self.on_delay))
         if self.arguments_model is None:
+            from relay.tools.schema import arguments_model
             set_field("arguments_model", arguments_model(self.handler, self.name))
 
     @property
@@ -136,10 +134,12 @@ class ToolSpec:
         Fields the tool does not declare are ignored, because models sometimes add some.
         Raises ArgumentsError with a message the model can act on.
         """
+        from relay.tools.schema import decode_arguments
         return self.validate_arguments(decode_arguments(self.name, arguments))
 
     def validate_arguments(self, data: Any) -> dict[str, Any]:
         """Like `parse_arguments`, for arguments that arrive already decoded (Gemini's `args`)."""
+        from relay.tools.schema import validated_arguments
         assert self.arguments_model is not None  # set in __post_init__
         return validated_arguments(self.arguments_model, self.name, data)
 
@@ -203,6 +203,7 @@ def build_spec(
     if description is None:
         docstring = getattr(fn, "__doc__", None)
         description = inspect.cleandoc(docstring) if isinstance(docstring, str) else ""
+    from relay.tools.schema import arguments_model, flat_schema
     model = arguments_model(fn, name)
     return ToolSpec(
         name=name,
