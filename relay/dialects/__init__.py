@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from relay.dialects import gemini, openai
-from relay.dialects.base import AudioSlot, Dialect
+from relay.dialects.base import AudioSlot, Dialect, Side
 from relay.dialects.foundry import AZURE, AZURE_PREVIEW, FOUNDRY, azure_variant
 from relay.dialects.gemini import GEMINI, GeminiDialect
 from relay.dialects.openai import OPENAI, OPENAI_BETA, OpenAIFamily
@@ -103,7 +103,7 @@ def audio_slots(event: dict[str, Any]) -> list[AudioSlot]:
 
 
 __all__ = [
-    "AUDIO_MARKERS", "AudioSlot", "DIALECTS", "DIALECT_CHOICES", "Dialect", "DialectError", "OpenAIFamily",
+    "AUDIO_MARKERS", "AudioSlot", "DIALECTS", "DIALECT_CHOICES", "Dialect", "DialectError", "OpenAIFamily", "Side",
     "GeminiDialect", "audio_slots", "dialect_of_path", "get_dialect", "infer_dialect", "resolve_dialect", "OPENAI",
     "OPENAI_BETA", "AZURE", "AZURE_PREVIEW", "FOUNDRY", "GEMINI", "XAI", "VOICE_LIVE",
 ]

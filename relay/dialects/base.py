@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple, Protocol
+from enum import StrEnum
+from typing import Any, NamedTuple, Protocol
 
 from relay.dialects.schemas import object_parameters
 
@@ -27,13 +28,20 @@ class HeaderLookup(Protocol):
     def get_all(self, key: str) -> list[str]: ...
 
 
+class Side(StrEnum):
+    """Who speaks a piece of audio: the caller (`input`) or the model (`output`)."""
+
+    INPUT = "input"
+    OUTPUT = "output"
+
+
 class AudioSlot(NamedTuple):
     """One base64 audio payload in a decoded frame: `holder[key]`, spoken by `side` (`input`: the
     caller, `output`: the model), in the `mime` type the frame names (None: the session's format)."""
 
     holder: dict[str, Any]
     key: str
-    side: Literal["input", "output"]
+    side: Side
     mime: str | None = None
 
 

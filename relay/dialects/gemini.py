@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from relay.dialects.base import AudioSlot, Dialect
+from relay.dialects.base import AudioSlot, Dialect, Side
 from relay.dialects.schemas import gemini_parameters
 from relay.tools import Scheduling
 from relay.tools.render import RenderedOutput, error_in_output
@@ -145,16 +145,16 @@ def audio_slots(message: dict[str, Any]) -> list[AudioSlot]:
     if isinstance(realtime, dict):
         audio = realtime.get("audio")
         if isinstance(audio, dict):
-            slots.append(AudioSlot(audio, "data", "input", field(audio, "mimeType")))
+            slots.append(AudioSlot(audio, "data", Side.INPUT, field(audio, "mimeType")))
         chunks = field(realtime, "mediaChunks")
         for chunk in chunks if isinstance(chunks, list) else ():
             if is_audio_blob(chunk):
-                slots.append(AudioSlot(chunk, "data", "input", field(chunk, "mimeType")))
+                slots.append(AudioSlot(chunk, "data", Side.INPUT, field(chunk, "mimeType")))
     parts = field(field(field(message, "serverContent"), "modelTurn"), "parts")
     for part in parts if isinstance(parts, list) else ():
         blob = inline_blob(part)
         if is_audio_blob(blob):
-            slots.append(AudioSlot(blob, "data", "output", field(blob, "mimeType")))
+            slots.append(AudioSlot(blob, "data", Side.OUTPUT, field(blob, "mimeType")))
     return slots
 
 

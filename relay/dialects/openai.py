@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal, NamedTuple
 
-from relay.dialects.base import TOKEN_SUBPROTOCOL, AudioSlot, Dialect, HeaderLookup
+from relay.dialects.base import TOKEN_SUBPROTOCOL, AudioSlot, Dialect, HeaderLookup, Side
 from relay.tools.spec import ToolSpec
 
 # ---- event names ---------------------------------------------------------------------------------
@@ -68,15 +68,15 @@ class AudioField(NamedTuple):
     caller, `output`: the model)."""
 
     key: str
-    side: Literal["input", "output"]
+    side: Side
 
 
 AUDIO_EVENTS: Mapping[str, AudioField] = MappingProxyType({
-    "input_audio_buffer.append": AudioField("audio", "input"),
-    "response.output_audio.delta": AudioField("delta", "output"),
-    "response.audio.delta": AudioField("delta", "output"),               # the beta name
-    "session.input_audio_buffer.append": AudioField("audio", "input"),   # translation sessions
-    "session.output_audio.delta": AudioField("delta", "output"),
+    "input_audio_buffer.append": AudioField("audio", Side.INPUT),
+    "response.output_audio.delta": AudioField("delta", Side.OUTPUT),
+    "response.audio.delta": AudioField("delta", Side.OUTPUT),               # the beta name
+    "session.input_audio_buffer.append": AudioField("audio", Side.INPUT),   # translation sessions
+    "session.output_audio.delta": AudioField("delta", Side.OUTPUT),
 })
 """Event type (as it arrives, either vocabulary) -> where the audio is, for the events whose
 whole point is audio. Besides these, items carry audio in their content parts (`audio`)."""
@@ -102,7 +102,7 @@ def audio_slots(event: dict[str, Any]) -> list[AudioSlot]:
     content = item.get("content") if isinstance(item, dict) else None
     if not isinstance(content, list):
         return []
-    side: Literal["input", "output"] = "input" if item.get("role") == "user" else "output"
+    side = Side.INPUT if item.get("role") == "user" else Side.OUTPUT
     return [AudioSlot(part, "audio", side) for part in content if isinstance(part, dict) and "audio" in part]
 
 

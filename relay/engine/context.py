@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Callable, Literal
 
 from relay.engine.actions import Action, Notice, SendClient, SendUpstream
@@ -25,12 +26,21 @@ from relay.engine.sequencer import Sequencer
 from relay.tools import ToolRegistry
 
 
+class Source(StrEnum):
+    """Where the input an engine handles came from; an anomaly's notice records the value."""
+
+    UPSTREAM = "upstream"
+    CLIENT = "client"
+    HANDLER = "handler"
+    TIMER = "timer"
+
+
 @dataclass(frozen=True, slots=True)
 class Anomaly:
     at: float
     message: str
     event_type: str | None = None
-    source: str = "upstream"
+    source: Source = Source.UPSTREAM
     internal: bool = False   # the engine's own failure (a bug), not something odd in the input
 
 
@@ -68,7 +78,7 @@ class SessionContext:
         self.conversation = Conversation(self.anomaly)
         self.ledger = CallLedger(strict=config.strict, on_refused=self.refused_step)
         self.now = 0.0                     # the time of the input being handled
-        self.source = "upstream"           # where it came from: upstream, client, handler, timer
+        self.source = Source.UPSTREAM      # where the input being handled came from
         self.out: list[Action] = []        # what the engine answers to it, in order
         self.upstream_connected = True
         self.closed = False
@@ -166,7 +176,7 @@ class OpenAIContext(SessionContext):
 
     def bad_frame(self, code: str, message: str) -> None:
         """A frame the engine cannot read: the client is told of its own (an `error` event)."""
-        if self.source == "client":
+        if self.source is Source.CLIENT:
             self.client_error(code, message)
         else:
             self.anomaly(message, None)

@@ -17,6 +17,7 @@ is already out), `_scheduling_of`, `_stream_final`, `_handler_started`, `_drop_f
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Callable, Iterable, Literal
 
 from relay.engine.actions import (
@@ -34,7 +35,7 @@ from relay.engine.calls import (
     seconds_text,
     tool_call_fields,
 )
-from relay.engine.context import Anomaly, CallRules, SessionContext
+from relay.engine.context import Anomaly, CallRules, SessionContext, Source
 from relay.engine.conversation import ABSENT
 from relay.tools import Interruption, Scheduling, ToolRegistry
 from relay.tools.errors import ArgumentsError
@@ -48,7 +49,17 @@ from relay.tools.render import (
 )
 from relay.tools.spec import ToolSpec
 
-Mode = Literal["proxy", "sidecar", "replay"]
+
+
+class Mode(StrEnum):
+    """Who else is in a session: a client the relay proxies (`proxy`), none (`sidecar`, attached
+    beside the call), or a recording played again (`replay`). The value is what headers record."""
+
+    PROXY = "proxy"
+    SIDECAR = "sidecar"
+    REPLAY = "replay"
+
+
 _UNKNOWN: Any = object()
 _S = CallState
 
@@ -63,7 +74,7 @@ class EngineConfig:
     """Per-session behaviour. `mode` decides whether there is a client to talk to; the rest are
     the knobs the CLI exposes."""
 
-    mode: Mode = "proxy"
+    mode: Mode = Mode.PROXY             # given as a value too ("sidecar"): made a Mode
     hide_tool_events: bool = True       # proxy: the client never sees relay tools and their calls
     declare_tools: bool = True          # add the relay's tools to the session
     hold_client_creates: bool = True    # proxy: hold a client response.create while our calls run
@@ -76,9 +87,12 @@ class EngineConfig:
     # how the provider's own MCP approval requests are answered (None: all left to the client)
     mcp_approvals: ApprovalPolicy | None = None
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", Mode(self.mode))
+
     @property
     def has_client(self) -> bool:
-        return self.mode == "proxy"
+        return self.mode is Mode.PROXY
 
 
 class SessionEngine:
@@ -126,32 +140,32 @@ class SessionEngine:
         return False
 
     def receive_upstream(self, frame: str | bytes, now: float) -> list[Action]:
-        return self._run(now, "upstream", self._upstream_frame, frame)
+        return self._run(now, Source.UPSTREAM, self._upstream_frame, frame)
 
     def receive_client(self, frame: str | bytes, now: float) -> list[Action]:
-        return self._run(now, "client", self._client_frame, frame)
+        return self._run(now, Source.CLIENT, self._client_frame, frame)
 
     def handler_yielded(self, call_id: str, value: Any, now: float) -> list[Action]:
-        return self._run(now, "handler", self._handler_yielded, call_id, value)
+        return self._run(now, Source.HANDLER, self._handler_yielded, call_id, value)
 
     def handler_finished(self, call_id: str, outcome: Outcome, now: float) -> list[Action]:
-        return self._run(now, "handler", self._handler_finished, call_id, outcome)
+        return self._run(now, Source.HANDLER, self._handler_finished, call_id, outcome)
 
     def tick(self, now: float) -> list[Action]:
-        return self._run(now, "timer", self._tick)
+        return self._run(now, Source.TIMER, self._tick)
 
     def upstream_disconnected(self, now: float) -> list[Action]:
         """The upstream socket dropped but the session may come back (sidecar reconnect):
         handlers keep running, outputs wait for `upstream_reconnected`."""
-        return self._run(now, "upstream", self._on_disconnect)
+        return self._run(now, Source.UPSTREAM, self._on_disconnect)
 
     def upstream_reconnected(self, now: float) -> list[Action]:
-        return self._run(now, "upstream", self._on_reconnect)
+        return self._run(now, Source.UPSTREAM, self._on_reconnect)
 
     def close(self, now: float, reason: str = "session closed") -> list[Action]:
         """The session is over: cancel running handlers; unanswered calls are recorded as
         abandoned (there is nobody left to send their output to)."""
-        return self._run(now, "timer", self._close, reason)
+        return self._run(now, Source.TIMER, self._close, reason)
 
     def next_deadline(self) -> float | None:
         """When `tick` must be called next (None: no timer pending, or closed). Asked after every
@@ -196,7 +210,7 @@ class SessionEngine:
         return dump_engine(self)
 
     # ==== plumbing ======================================================================
-    def _run(self, now: float, source: str, fn: Callable[..., None], *args: Any) -> list[Action]:
+    def _run(self, now: float, source: Source, fn: Callable[..., None], *args: Any) -> list[Action]:
         ctx = self.ctx
         ctx.now = now
         ctx.source = source
