@@ -1,6 +1,6 @@
-"""docs/architecture.md is the map a newcomer opens first: every module of relay/ is on it (a row
-of its tables names it by its path under relay/; later names in the same cell may drop the
-directory the row's first path gave), and every module it names exists."""
+"""docs/architecture.md is the map a newcomer opens first: every module of relay/ (the compiled
+`.pyx` too) is on it (a row of its tables names it by its path under relay/; later names in the
+same cell may drop the directory the row's first path gave), and every module it names exists."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 from tests.support.paths import REPO
 
 MAP = REPO / "docs" / "architecture.md"
-NAME = re.compile(r"`([A-Za-z_][\w/]*\.py)`")
+NAME = re.compile(r"`([A-Za-z_][\w/]*\.pyx?)`")
 
 
 def named_on_the_map(text: str) -> set[str]:
@@ -32,8 +32,9 @@ def named_on_the_map(text: str) -> set[str]:
 
 
 def modules_of_relay() -> set[str]:
-    """Every module under relay/, but packages' `__init__.py` that hold nothing but a docstring."""
-    modules = set()
+    """Every module under relay/ (the compiled `.pyx` too), but packages' `__init__.py` that hold
+    nothing but a docstring."""
+    modules = {path.relative_to(REPO / "relay").as_posix() for path in (REPO / "relay").rglob("*.pyx")}
     for path in (REPO / "relay").rglob("*.py"):
         if path.name == "__init__.py":
             body = ast.parse(path.read_text(encoding="utf-8")).body

@@ -1,11 +1,14 @@
 """The code's shape is checked, so the map in docs/architecture.md cannot drift: the layers and
 the edges' independence (import-linter's contracts in .importlinter), no import cycle in relay/
 (type-only and function-level imports count), the engine's imports (nothing asynchronous, no
-pydantic, no MCP client), and no class over 400 lines or module over 600."""
+pydantic, no MCP client), the compiled lane's imports (`transports/_picows_lane.pyx`, which
+import-linter cannot read), and no class over 400 lines or module over 600 (`.pyx` included)."""
 
 from __future__ import annotations
 
 import ast
+import configparser
+import re
 import shutil
 import subprocess
 import sys
@@ -100,14 +103,39 @@ def test_the_engine_loads_nothing_asynchronous() -> None:
     assert done.stdout.splitlines() == ["", ""], done.stdout
 
 
+def compiled_modules() -> list[Path]:
+    return sorted((REPO / "relay").rglob("*.pyx"))
+
+
+def test_the_compiled_lane_imports_only_from_its_layer_or_below() -> None:
+    """The layers contract, for the modules import-linter does not parse (Cython): a `.pyx` under
+    relay.transports may import what relay.transports may."""
+    config = configparser.ConfigParser()
+    config.read(REPO / ".importlinter")
+    layers = [line.strip() for line in config["importlinter:contract:layers"]["layers"].splitlines() if line.strip()]
+    assert compiled_modules(), "no .pyx under relay/: drop this test"
+    for path in compiled_modules():
+        package = "relay." + path.relative_to(REPO / "relay").parts[0]
+        position = next(index for index, line in enumerate(layers)
+                        if package in (name.strip() for name in line.split("|")))
+        allowed = {package} | {name.strip() for line in layers[position + 1:] for name in line.split("|")}
+        imported = re.findall(r"^\s*(?:from|c?import)\s+(relay(?:\.\w+)?)", path.read_text(encoding="utf-8"),
+                              re.MULTILINE)
+        assert imported, f"{path.name}: no relay import found (the pattern may be stale)"
+        upward = sorted({name for name in imported if name != "relay" and name not in allowed})
+        assert upward == [], f"{path.name} imports from a layer above its own: {upward}"
+
+
 def test_no_class_over_400_lines_and_no_module_over_600() -> None:
     too_long = []
-    for path in sorted((REPO / "relay").rglob("*.py")):
+    for path in sorted((REPO / "relay").rglob("*.py")) + compiled_modules():
         text = path.read_text(encoding="utf-8")
         lines = len(text.splitlines())
         name = path.relative_to(REPO).as_posix()
         if lines > MAX_MODULE_LINES:
             too_long.append(f"{name}: {lines} lines")
+        if path.suffix == ".pyx":   # Cython: its line count only
+            continue
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, ast.ClassDef) and node.end_lineno is not None:
                 length = node.end_lineno - node.lineno + 1
