@@ -59,3 +59,45 @@ def test_each_included_file_is_named_and_linked_where_it_is_shown() -> None:
             assert source == named and (path.parent / link).resolve() == (REPO / source).resolve()
         assert text.count("<!-- include: ") == len(re.findall(r"^\*From \[`", text, re.M)), path.name
 
+
+def test_the_docs_name_no_version_of_a_locked_dependency() -> None:
+    """A version the lock decides (websockets, picows, ...) goes stale with the next refresh of the
+    lock: the pages name the ranges in pyproject.toml, or nothing."""
+    locked = dict(re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", (REPO / "requirements" / "dev.lock").read_text(), re.M))
+    pages = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    named = [(page.relative_to(REPO).as_posix(), name) for page in pages for name in locked
+             if re.search(rf"\b{re.escape(name)} \d+\.\d+\.\d+", page.read_text(), re.I)]
+    assert named == []
+
+
+def test_the_docs_state_no_count_of_the_suite_s_tests() -> None:
+    """The count changes with every round of work (pytest's summary gives it): a page that states
+    one is soon wrong."""
+    pages = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    stated = [(page.relative_to(REPO).as_posix(), found.group(0)) for page in pages
+              for found in re.finditer(r"\b\d,\d{3} tests\b", page.read_text())]
+    assert stated == []
+
+
+def section(text: str, heading: str) -> str:
+    return text.split(f"\n{heading}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_readme_is_short_and_its_performance_is_a_claim_from_the_results_file() -> None:
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) <= 150
+    performance = [line for line in section(readme, "## Performance").splitlines() if line.strip()]
+    assert len(performance) <= 6, performance
+    assert performance[0] == "<!-- bench-claim: docs/bench/latest.json -->"
+    assert "(docs/benchmarks.md)" in "\n".join(performance)
+
+
+def test_the_benchmarks_page_leads_with_the_one_table_the_results_file_gives() -> None:
+    page = (REPO / "docs" / "benchmarks.md").read_text()
+    before_the_method = page.split("\n## ", 1)[0]
+    assert page.count("<!-- bench-table: ") == 1 and "<!-- bench-table: docs/bench/latest.json -->" in before_the_method
+    assert before_the_method.split("<!-- bench-table: ", 1)[0].count("\n|") == 0     # no table before it
+    figures = docs_sync.results("docs/bench/latest.json")
+    at_100 = next(step for step in figures["throughput"] if step["sessions"] == 100)
+    assert f"{at_100['relay_fast_vs_haproxy_cpu']:.2f}x" in before_the_method
+
