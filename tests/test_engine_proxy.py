@@ -214,3 +214,65 @@ def test_a_repeated_or_escaped_type_key_cannot_smuggle_an_event_past_the_relay()
     assert [e["error"]["code"] for e in h.to_client if e["type"] == "error"] == ["relay_owned_call"] * 2
     h.client('{"type":"input_audio_buffer.append","type":"session.update","session":{"tools":[]}}')
     assert [t["name"] for t in h.sent_of("session.update")[-1]["session"]["tools"]] == ["get_weather"]
+
+
+def test_a_client_create_held_for_a_slow_relay_tool_goes_up_at_the_hold_limit_and_the_output_follows() -> None:
+    # LiveKit Agents' case: a relay tool runs 12 s; the user says "thanks" after 1 s and the client
+    # asks for a response, then gives up on it after 10 s of its own
+    h = proxy(hold_limit=5.0)
+    h.connect()
+    h.respond([model_call("get_weather", '{"city":"Paris"}')])
+    [entry] = h.engine.ledger
+    h.advance(1.0)
+    h.client({"type": "conversation.item.create", "item": {
+        "type": "message", "role": "user", "content": [{"type": "input_text", "text": "thanks"}]}})
+    h.client({"type": "response.create", "event_id": "thanks_create"})
+    assert h.creates == []   # held: the relay's tool runs
+    assert h.engine.next_deadline() == h.now + 5.0
+    h.advance(4.9)
+    assert h.creates == []
+    h.advance(0.1)
+    # the client's create answers the user's new turn, without the tool's output
+    assert [c.get("event_id") for c in h.creates] == ["thanks_create"]
+    assert h.outputs == []
+    assert not [e for e in h.to_client if e["type"] == "error"]
+    h.advance(6.0)
+    h.finish(entry.call_id, "sunny in Paris")   # the tool ends at 12 s
+    # its output goes in once, with the relay's own follow-up after the client's response
+    assert [o["item"]["call_id"] for o in h.outputs] == [entry.call_id]
+    assert len(h.creates) == 2 and h.creates[1].get("event_id") != "thanks_create"
+    assert h.creates[1]["response"]["metadata"]["relay"] == "follow_up"
+    types = [e["type"] for e in h.sent]
+    assert types.index("conversation.item.create", types.index("response.create") + 1) < len(types) - 1
+    assert not h.mock.errors
+
+
+def test_a_create_held_past_the_limit_behind_an_active_response_waits_for_it_without_spinning() -> None:
+    h = proxy(hold_limit=5.0)
+    h.connect()
+    h.respond([model_call("get_weather", '{"city":"Paris"}')], finish=False)   # it stays active
+    [entry] = h.engine.ledger
+    h.client({"type": "response.create", "event_id": "early"})
+    h.advance(6.0)
+    assert h.creates == []   # a response is active: going up now, it would be refused
+    deadline = h.engine.next_deadline()
+    assert deadline is None or deadline > h.now   # nothing for the edge's timer to spin on
+    h.upstream(h.mock.finish_response())
+    # the response ended while the tool still runs: the create goes up, without the output
+    assert [c.get("event_id") for c in h.creates] == ["early"]
+    h.finish(entry.call_id, "sunny in Paris")
+    assert [o["item"]["call_id"] for o in h.outputs] == [entry.call_id]
+    assert len(h.creates) == 2 and h.creates[1]["response"]["metadata"]["relay"] == "follow_up"
+    assert not h.mock.errors
+
+
+def test_without_a_hold_limit_a_create_waits_for_the_relay_tools_however_long() -> None:
+    h = proxy(hold_limit=None)
+    h.connect()
+    h.respond([model_call("get_weather", '{"city":"Paris"}')])
+    [entry] = h.engine.ledger
+    h.client({"type": "response.create", "event_id": "patient"})
+    h.advance(25.0)   # within the tool's own 30 s timeout
+    assert h.creates == []
+    h.finish(entry.call_id, "sunny in Paris")
+    assert [c.get("event_id") for c in h.creates] == ["patient"]   # it answers the output

@@ -213,15 +213,16 @@ def test_an_interrupting_follow_up_cancels_the_response_it_waits_behind_once() -
 
 def test_held_creates_are_released_first_up_rest_refused_and_the_shift_is_followed() -> None:
     held = HeldCreates()
-    held.hold("create_a", "a", for_relay=False)
-    held.hold("create_b", "b", for_relay=False)
-    assert held.held_state is HeldState.HELD
+    held.hold("create_a", "a", for_relay=False, now=1.0)
+    held.hold("create_b", "b", for_relay=False, now=2.0)
+    assert held.held_state is HeldState.HELD and held.since == 1.0
     held.held_for_relay()
     assert held.release() == (("create_a", "a"), ["b"])
+    assert held.since is None
     assert (held.held_state, held.shift_state) == (HeldState.NONE, ShiftState.SHIFTED) and not held.collides()
     held.client_added_item()
     assert held.shift_state is ShiftState.ADDED and held.collides()
-    held.hold("create_c", "c", for_relay=True)
+    held.hold("create_c", "c", for_relay=True, now=3.0)
     assert held.release() == (("create_c", "c"), [])
     assert held.shift_state is ShiftState.SHIFTED   # what the client added before it is in its response
     held.settle()
@@ -230,7 +231,7 @@ def test_held_creates_are_released_first_up_rest_refused_and_the_shift_is_follow
 
 def test_creates_held_only_behind_someone_elses_response_are_all_refused() -> None:
     held = HeldCreates()
-    held.hold("create_a", "a", for_relay=False)
-    held.hold("create_b", None, for_relay=False)
+    held.hold("create_a", "a", for_relay=False, now=1.0)
+    held.hold("create_b", None, for_relay=False, now=1.0)
     assert held.release() == (None, ["a", None])
     assert (held.held_state, held.shift_state) == (HeldState.NONE, ShiftState.NONE)

@@ -29,7 +29,7 @@ from relay.cli.options import (
     require_credentials,
     start,
 )
-from relay.edges.config import ServerConfig
+from relay.edges.config import DEFAULT_HOLD_LIMIT, ServerConfig
 from relay.edges.process import run_in_loop, run_workers
 from relay.edges.serve import RelayServer, run_server
 from relay.errors import UnusableInput
@@ -45,6 +45,9 @@ SERVE_OPTIONS = (
            help="browser Origin allowed to connect (repeatable; default: any)"),
     option("--expose-tool-events", action="store_true",
            help="let clients see the relay's tools, calls and outputs"),
+    option("--hold-limit", type=float, default=DEFAULT_HOLD_LIMIT, metavar="SECONDS",
+           help="the longest a client's response.create waits for the relay's running tools before "
+                f"it goes up without their outputs, which follow with their own response (default {DEFAULT_HOLD_LIMIT:g})"),
     *LIMITS,
     DRAIN_SECONDS,
     option("--workers", field=None, type=int, default=1, metavar="N",

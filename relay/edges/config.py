@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 from relay import __version__
 from relay.dialects import DIALECTS, Dialect, DialectError, infer_dialect, resolve_dialect
 from relay.edges.upstream import TokenProvider, Upstream, default_upstream
-from relay.engine import DEFAULT_HISTORY_LIMIT, EngineConfig, Notice
+from relay.engine import DEFAULT_HISTORY_LIMIT, DEFAULT_HOLD_LIMIT, EngineConfig, Notice
 from relay.errors import ConfigError
 from relay.mcp.servers import ToolSet
 from relay.observe.logs import keep_out_of_logs
@@ -139,6 +139,9 @@ class ServerConfig(EdgeConfig):
     insecure_no_auth: bool = False
     allow_origins: Sequence[str] = ()
     expose_tool_events: bool = False
+    # how long a client's response.create waits for the relay's running tools before it goes up
+    # without their outputs (None: until they are in); clients give up on their own creates
+    hold_limit: float | None = DEFAULT_HOLD_LIMIT
     max_client_events_per_second: float = DEFAULT_MAX_CLIENT_EVENTS_PER_SECOND
     drain_seconds: float = DEFAULT_DRAIN_SECONDS
     reuse_port: bool = False
@@ -158,6 +161,8 @@ class ServerConfig(EdgeConfig):
                 f"would use your provider key. Set --auth-token (or {AUTH_TOKEN_ENV}), or pass "
                 "--insecure-no-auth if something in front of the relay authenticates clients"
             )
+        if self.hold_limit is not None and not self.hold_limit > 0:
+            raise ConfigError("--hold-limit must be a positive number of seconds")
         if not self.max_client_events_per_second >= 0:
             raise ConfigError("--max-client-events-per-second must be >= 0 (0: no limit)")
         if self.drain_seconds < 0:

@@ -136,6 +136,7 @@ class RelayServer(EdgeRuntime):
             hide_tool_events=not config.expose_tool_events,
             declare_tools=True,
             hold_client_creates=True,
+            hold_limit=config.hold_limit,
         )
         # the live inspector (relay/inspector/live/): off unless asked for
         self.live: LiveHub | None = LiveHub() if config.inspector else None

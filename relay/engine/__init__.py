@@ -28,6 +28,7 @@ from relay.engine.actions import (
 from relay.engine.calls import CallEntry, CallLedger, CallState, Owner
 from relay.engine.core import (
     DEFAULT_HISTORY_LIMIT,
+    DEFAULT_HOLD_LIMIT,
     Anomaly,
     EngineConfig,
     SessionEngine,
@@ -53,7 +54,7 @@ def new_engine(tools: ToolRegistry | Iterable[ToolSpec | Callable[..., Any]] = (
 
 
 __all__ = [
-    "DEFAULT_HISTORY_LIMIT", "Action", "Anomaly", "CallEntry", "CallLedger", "CallState", "CancelHandler",
+    "DEFAULT_HISTORY_LIMIT", "DEFAULT_HOLD_LIMIT", "Action", "Anomaly", "CallEntry", "CallLedger", "CallState", "CancelHandler",
     "Close", "Engine", "EngineConfig", "GeminiEngine", "Notice", "OpenAIEngine", "Outcome", "Owner",
     "SendClient", "SendUpstream", "SessionEngine", "StartHandler", "new_engine",
 ]

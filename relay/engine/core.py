@@ -68,6 +68,10 @@ _S = CallState
 # recent past; the recording keeps the whole session.
 DEFAULT_HISTORY_LIMIT = 16
 
+# How long a client's response.create waits for the relay's running tools at the most (seconds):
+# well under the 10 s a client such as LiveKit Agents waits for its own create before giving up.
+DEFAULT_HOLD_LIMIT = 5.0
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -78,6 +82,8 @@ class EngineConfig:
     hide_tool_events: bool = True       # proxy: the client never sees relay tools and their calls
     declare_tools: bool = True          # add the relay's tools to the session
     hold_client_creates: bool = True    # proxy: hold a client response.create while our calls run
+    # ... for this many seconds at the most (None: until their outputs are in)
+    hold_limit: float | None = DEFAULT_HOLD_LIMIT
     output_limit: int = 32_768
     unknown_tools: Literal["client", "error"] = "client"
     strict: bool = False                # re-raise internal errors (tests) instead of recording them

@@ -114,7 +114,7 @@ class ClientView:
         event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
         if ctx.config.hold_client_creates and (ctx.ledger.unanswered() or ctx.sequencer.busy(ctx.now)):
             self.held.hold(json.dumps(event, ensure_ascii=False, separators=(",", ":")), event_id,
-                           for_relay=self.relay_at_work())
+                           for_relay=self.relay_at_work(), now=ctx.now)
             return None
         ctx.sequencer.client_create_forwarded(event_id, ctx.now, answers_pending=False)
         return rewritten
@@ -139,7 +139,12 @@ class ClientView:
         is in: when the relay's work held them, the first goes up (before the sequencer's own
         follow-up, which it then answers for) and the rest are refused as the provider refuses a
         create that meets an active response; when only someone else's response held them, all
-        are refused so, exactly as without the relay."""
+        are refused so, exactly as without the relay.
+
+        A client waits on its own create, some with a timeout of their own, so the relay's
+        running tools hold it for `EngineConfig.hold_limit` at the most: then, once no response
+        is active, the first goes up without their outputs (it answers the user's new turn) and
+        the outputs follow when the tools end, with their own follow-up, one response at a time."""
         held = self.held
         if held.idle():
             return
@@ -151,18 +156,38 @@ class ClientView:
             return
         if held.behind_others() and self.relay_at_work():
             held.held_for_relay()
-        if not ctx.upstream_connected or ctx.ledger.unanswered() or sequencer.busy(ctx.now):
+        if not ctx.upstream_connected or sequencer.busy(ctx.now):
+            return
+        outputs_in = not ctx.ledger.unanswered()
+        if not outputs_in and not self._held_too_long():
             return
         first, refused = held.release()
         if first is not None:
             frame, event_id = first
-            # it answers the outputs just injected: the follow-ups waiting are delegated to it
-            sequencer.client_create_forwarded(event_id, ctx.now, answers_pending=True)
+            # with the outputs in, it answers them: the follow-ups waiting are delegated to it
+            sequencer.client_create_forwarded(event_id, ctx.now, answers_pending=outputs_in)
             ctx.emit(SendUpstream(frame))
         for event_id in refused:
             ctx.client_error(ACTIVE_RESPONSE_CODE, "Conversation already has an active response in progress: "
                              "this response.create was not sent (the relay held it while a response was "
                              "active and forwarded the first one held with it, if any)", event_id)
+
+    def hold_deadline(self) -> float | None:
+        """When held creates stop waiting for the relay's running tools, while that is still to
+        come (None: none waits so, or the time has passed and they wait only for a response to
+        end, which is an input of its own)."""
+        deadline = self._hold_ends()
+        return deadline if deadline is not None and deadline > self.ctx.now else None
+
+    def _hold_ends(self) -> float | None:
+        limit, since = self.ctx.config.hold_limit, self.held.since
+        if limit is None or since is None or not self.ctx.ledger.unanswered():
+            return None
+        return since + limit
+
+    def _held_too_long(self) -> bool:
+        ends = self._hold_ends()
+        return ends is not None and self.ctx.now >= ends
 
     def item_create(self, event: dict[str, Any]) -> Any:
         """A client's `conversation.item.create`: its item is the client's; an output for a

@@ -14,7 +14,10 @@ answered; so that next one is owed a response (`HeldCreates.collides`).
 Two machines, side by side (`STEPS`, `Machines.move`):
 - `HeldState`: none held, held behind someone else's response, held for the relay's work;
 - `ShiftState`: no create went up late, one did (`SHIFTED`), and the client added since (`ADDED`).
-The held creates themselves (frame, event id) are data.
+The held creates themselves (frame, event id) are data, and so is when the first was held
+(`since`): a client waits on its own create (LiveKit Agents gives up after 10 s), so a create held
+for the relay's running tools goes up once it has waited `EngineConfig.hold_limit`, and the tools'
+outputs follow later with their own follow-up (`hiding.ClientView.release_held_creates`).
 """
 
 from __future__ import annotations
@@ -68,11 +71,13 @@ class HeldCreates(Machines):
         self.held_state = _NOT_HELD
         self.shift_state = _NO_SHIFT
         self._held: list[tuple[str, str | None]] = []   # (frame, event id), in the order they came
+        self.since: float | None = None                 # when the first of them was held
 
-    def hold(self, frame: str, event_id: str | None, *, for_relay: bool) -> None:
+    def hold(self, frame: str, event_id: str | None, *, for_relay: bool, now: float) -> None:
         """A client's create must wait. `for_relay`: the relay's work is why."""
         self._held.append((frame, event_id))
         if self.held_state is _NOT_HELD:
+            self.since = now
             self.move(_FOR_RELAY if for_relay else _HELD)
         elif for_relay and self.held_state is _HELD:
             self.move(_FOR_RELAY)
@@ -87,6 +92,7 @@ class HeldCreates(Machines):
         id), if the relay's work held them, and the event ids of the creates to refuse."""
         held, for_relay = self._held, self.held_state is _FOR_RELAY
         self._held = []
+        self.since = None
         self.move(_NOT_HELD)
         if not for_relay:
             return None, [event_id for _frame, event_id in held]
@@ -111,6 +117,7 @@ class HeldCreates(Machines):
         """The session is over: nobody is left to send them to."""
         if self.held_state is not _NOT_HELD:
             self._held = []
+            self.since = None
             self.move(_NOT_HELD)
 
     def client_added_item(self) -> None:

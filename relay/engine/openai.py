@@ -79,8 +79,8 @@ class OpenAIEngine(SessionEngine):
             # that passed would stay in the past. Its waits are looked at again once reconnected
             # (a create in flight then is the edge's to resend, see `Sequencer.reset_connection`).
             return ()
-        sequencer_deadline = self.sequencer.next_deadline()
-        return () if sequencer_deadline is None else (sequencer_deadline,)
+        deadlines = (self.sequencer.next_deadline(), self.view.hold_deadline())
+        return tuple(deadline for deadline in deadlines if deadline is not None)
 
     # ==== plumbing ======================================================================
     def _after_input(self) -> None:
