@@ -241,7 +241,7 @@ def log_notice(logger: logging.Logger, notice: Notice, *, anomalies: AnomalyLog 
                **context: Any) -> None:
     """The log line for an engine notice, the same for every edge: one `tool call` line per
     answered (or abandoned, skipped) call, a warning when the upstream refused one of the relay's
-    events, warnings for anomalies when the edge keeps an `AnomalyLog` for the session (else debug
+    events or a tool held the event loop, warnings for anomalies when the edge keeps an `AnomalyLog` for the session (else debug
     lines), and debug lines for errors sent to a client. `context` names the session
     (`session_id`, and the sidecar's `realtime_call_id`)."""
     fields = notice.fields
@@ -260,6 +260,11 @@ def log_notice(logger: logging.Logger, notice: Notice, *, anomalies: AnomalyLog 
                     fields.get("name"), fields.get("server_label"),
                     extra={**context, "tool": fields.get("name"), "server_label": fields.get("server_label"),
                            "approve": fields.get("approve")})
+    elif notice.kind == "loop_blocked":
+        logger.warning("tool %s held the event loop for %.3f s, stalling every session: blocking code "
+                       "belongs in a sync tool (it runs in a thread)", fields.get("name"), fields.get("seconds"),
+                       extra={**context, "tool": fields.get("name"), "call_id": fields.get("call_id"),
+                              "seconds": fields.get("seconds")})
     elif notice.kind == "anomaly" and anomalies is not None:
         anomalies.log(logger, fields, context)
     elif notice.kind in ("anomaly", "client_error"):

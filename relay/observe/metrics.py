@@ -111,6 +111,9 @@ class _Families:
                                       registry=own)
         self.anomalies = PromCounter("relay_anomalies", "Protocol anomalies the engine recorded, by source.",
                                      ["source"], registry=own)
+        self.loop_blocks = PromCounter("relay_tool_loop_blocks", "Steps of async tool handlers that held the "
+                                       "event loop (every session of the process) too long, by tool.", ["tool"],
+                                       registry=own)
 
 
 class _WorkerFiles:
@@ -202,6 +205,9 @@ class Metrics:
             self.count_error("upstream", fields.get("code"))
         elif kind == "anomaly":
             self._families.anomalies.labels(source=str(fields.get("source"))).inc()
+        elif kind == "loop_blocked":
+            tool = fields.get("name")
+            self._families.loop_blocks.labels(tool=tool if tool in tool_names else UNKNOWN_TOOL_LABEL).inc()
 
     def count_mcp(self, server: str, event: str, detail: str = "") -> None:
         """An MCP server's connection event (relay.mcp.connection: a listener of the edge's)."""
@@ -303,6 +309,10 @@ class Metrics:
     @property
     def anomalies(self) -> Counter[str]:
         return self._own("anomalies", "source")
+
+    @property
+    def loop_blocks(self) -> Counter[str]:
+        return self._own("loop_blocks", "tool")
 
     @property
     def frames(self) -> dict[str, int]:

@@ -56,7 +56,7 @@ from relay.session.policy import (
     sendable_close_code,
     short_close_reason,
 )
-from relay.session.runner import HandlerRunner, HandlerScope
+from relay.session.runner import DEFAULT_BLOCK_SECONDS, HandlerRunner, HandlerScope
 from relay.session.transport import (
     BATCH_BYTES,
     Express,
@@ -101,6 +101,7 @@ class SessionLoop:
         client_budget: EventBudget | None = None,
         redactor: Redactor | None = None,
         handler_scope: HandlerScope | None = None,
+        block_seconds: float = DEFAULT_BLOCK_SECONDS,
     ) -> None:
         self.engine = engine
         self.upstream = upstream
@@ -122,6 +123,7 @@ class SessionLoop:
         self.client_budget = client_budget   # None: the client may send as fast as it likes
         self.redactor = redactor   # applied to every frame for the client: the provider may echo a secret
         self.handler_scope = handler_scope   # what each handler runs in (its tracing span)
+        self.block_seconds = block_seconds   # a handler step holding the event loop this long is told
         self.end: SessionEnd | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
         self._runner: HandlerRunner | None = None
@@ -142,7 +144,8 @@ class SessionLoop:
                 self._task_group = task_group
                 self._runner = HandlerRunner(task_group, on_finished=self._handler_finished,
                                              on_yield=self._handler_yielded, thread_limit=self.thread_limit,
-                                             handler_scope=self.handler_scope)
+                                             handler_scope=self.handler_scope, on_blocked=self._handler_blocked,
+                                             block_seconds=self.block_seconds)
                 task_group.start_soon(self._read_upstream, name="upstream reader")
                 task_group.start_soon(self._write, self.to_upstream, "upstream", name="upstream writer")
                 if self.client is not None:
@@ -333,6 +336,12 @@ class SessionLoop:
 
     def _handler_yielded(self, call_id: str, value: Any) -> None:
         self._apply(self.engine.handler_yielded(call_id, value, self.clock()))
+
+    def _handler_blocked(self, call_id: str, tool: str, seconds: float) -> None:
+        """A step of a handler held the event loop (every session of the process) `seconds`: a
+        `loop_blocked` notice, for the edge's log line and metric."""
+        if self.on_notice is not None:
+            self.on_notice(Notice("loop_blocked", {"call_id": call_id, "name": tool, "seconds": round(seconds, 3)}))
 
     # ---- actions -----------------------------------------------------------------------
     def _apply(self, actions: list[Action], source: Transport | None = None) -> None:

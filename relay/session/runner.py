@@ -6,13 +6,26 @@ session whose handlers block cannot starve the others); async generators are str
 whose every value is reported as it comes. Timeouts are the engine's decision (it has the fake
 clock in tests); the runner only obeys `CancelHandler`. With tracing on, each handler runs inside
 `handler_scope(call_id)` (its call's span made current), in its own task or thread.
+
+A tool cannot end anything but its own call: whatever its handler raises, `SystemExit`,
+`KeyboardInterrupt` and other `BaseException`s included, is that call's error output. Only a
+cancellation the relay asked for (`CancelHandler`, the session or the process ending) goes on as a
+cancellation; a `CancelledError` the handler raises of its own accord is its error like any other.
+
+A handler that blocks the event loop (`time.sleep` in an `async def`) stalls every session of the
+process. Each step of an async handler (from one `await` that suspends to the next) is timed, and
+one that held the loop for `block_seconds` or more is reported (`LoopWatch`) with the tool's name.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
+import time
+import types
 from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Coroutine, Generator
 from typing import Any, Awaitable, Callable
 
 import anyio
@@ -26,6 +39,59 @@ log = logging.getLogger("relay.runner")
 Report = Callable[[str, Outcome], None]
 YieldReport = Callable[[str, Any], None]
 HandlerScope = Callable[[str], AbstractContextManager[Any]]
+BlockReport = Callable[[str, str, float], None]
+
+DEFAULT_BLOCK_SECONDS = 0.1
+"""How long one step of an async handler may hold the event loop before it is reported: a
+realtime audio frame is 20 to 100 ms, and every session of the process waits for the step."""
+
+
+class LoopWatch:
+    """Tells which handler holds the event loop too long. Sans-I/O: fed the clock readings around
+    each step of a handler (`step`), it calls `on_blocked(call_id, tool, seconds)` for a step
+    that took `threshold` seconds or more."""
+
+    def __init__(self, on_blocked: BlockReport, threshold: float = DEFAULT_BLOCK_SECONDS) -> None:
+        self.on_blocked = on_blocked
+        self.threshold = threshold
+
+    def step(self, call_id: str, tool: str, started: float, ended: float) -> None:
+        held = ended - started
+        if held >= self.threshold:
+            self.on_blocked(call_id, tool, held)
+
+
+@types.coroutine
+def timed_steps(coroutine: Coroutine[Any, Any, Any], clock: Callable[[], float],
+                report: Callable[[float, float], None]) -> Generator[Any, Any, Any]:
+    """Await `coroutine` as the event loop would, calling `report(started, ended)` with the clock
+    readings around each of its steps (each `send` or `throw` up to its next suspension)."""
+    sent: Any = None
+    thrown: BaseException | None = None
+    while True:
+        started = clock()
+        try:
+            if thrown is None:
+                suspended_on = coroutine.send(sent)
+            else:
+                error, thrown = thrown, None
+                try:
+                    suspended_on = coroutine.throw(error)
+                finally:
+                    del error
+        except StopIteration as stop:
+            return stop.value
+        finally:
+            report(started, clock())
+        try:
+            sent = yield suspended_on
+        except GeneratorExit:
+            coroutine.close()
+            raise
+        except BaseException as exc:   # a cancellation, or whatever the loop throws in: passed on
+            sent, thrown = None, exc
+        finally:
+            del suspended_on
 
 
 class HandlerRunner:
@@ -37,11 +103,16 @@ class HandlerRunner:
         on_yield: YieldReport,
         thread_limit: int = 8,
         handler_scope: HandlerScope | None = None,
+        on_blocked: BlockReport | None = None,
+        block_seconds: float = DEFAULT_BLOCK_SECONDS,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self._task_group = task_group
         self._on_finished = on_finished
         self._on_yield = on_yield
         self._handler_scope = handler_scope
+        self._watch = LoopWatch(on_blocked, block_seconds) if on_blocked is not None else None
+        self._clock = clock
         self._limiter = anyio.CapacityLimiter(thread_limit)
         self._scopes: dict[str, anyio.CancelScope] = {}
 
@@ -65,35 +136,70 @@ class HandlerRunner:
 
     async def _run(self, action: StartHandler, scope: anyio.CancelScope) -> None:
         outcome: Outcome | None = None
-        with scope:
-            try:
-                with self._handler_scope(action.call_id) if self._handler_scope else nullcontext():
-                    outcome = await self._call(action)
-            except Exception as exc:  # a handler's failure is an output, not a crash
-                outcome = Outcome.raised(exc)
-        if self._scopes.get(action.call_id) is scope:
-            del self._scopes[action.call_id]
+        try:
+            with scope:
+                try:
+                    with self._handler_scope(action.call_id) if self._handler_scope else nullcontext():
+                        outcome = await self._call(action)
+                except BaseException as exc:  # a handler's failure is an output, not a crash
+                    if self._cancelled_by_relay(exc, scope):
+                        raise
+                    outcome = Outcome.raised(exc)
+        finally:
+            if self._scopes.get(action.call_id) is scope:
+                del self._scopes[action.call_id]
         if scope.cancel_called or outcome is None:
             return  # the engine decided this call's output when it asked for the cancel
         self._on_finished(action.call_id, outcome)
+
+    def _cancelled_by_relay(self, exc: BaseException, scope: anyio.CancelScope) -> bool:
+        """Whether `exc` is a cancellation the relay asked for (this call's, the session's, or the
+        task's own, as when the process stops), not one the handler raised by itself."""
+        if not isinstance(exc, anyio.get_cancelled_exc_class()):
+            return False
+        if scope.cancel_called or self._task_group.cancel_scope.cancel_called:
+            return True
+        task = asyncio.current_task()
+        return task is not None and task.cancelling() > 0
+
+    def _timed(self, action: StartHandler, awaitable: Awaitable[Any]) -> Awaitable[Any]:
+        """`awaitable` with each of its steps timed against the loop watch (when there is one)."""
+        watch = self._watch
+        if watch is None or not isinstance(awaitable, Coroutine):
+            return awaitable
+        call_id, tool, clock = action.call_id, action.tool.name, self._clock
+        return timed_steps(awaitable, clock, lambda started, ended: watch.step(call_id, tool, started, ended))
 
     async def _call(self, action: StartHandler) -> Outcome:
         tool = action.tool
         handler = tool.handler
         if tool.kind is HandlerKind.SYNC:
-            value = await anyio.to_thread.run_sync(
-                functools.partial(handler, **action.arguments),
+            return await anyio.to_thread.run_sync(
+                functools.partial(_outcome_in_thread, handler, action.arguments),
                 abandon_on_cancel=True,   # a blocked thread cannot be killed; stop waiting for it
                 limiter=self._limiter,
             )
-            return Outcome.returned(value)
         if tool.kind is HandlerKind.ASYNC:
             coroutine: Awaitable[Any] = handler(**action.arguments)
-            return Outcome.returned(await coroutine)
+            return Outcome.returned(await self._timed(action, coroutine))
         stream = handler(**action.arguments)
         try:
-            async for value in stream:
+            while True:
+                try:
+                    value = await self._timed(action, stream.__anext__())
+                except StopAsyncIteration:
+                    break
                 self._on_yield(action.call_id, value)
         finally:
-            await stream.aclose()
+            await self._timed(action, stream.aclose())
         return Outcome.ended()
+
+
+def _outcome_in_thread(handler: Callable[..., Any], arguments: dict[str, Any]) -> Outcome:
+    """A sync handler's outcome, decided in its worker thread: what it raises (`SystemExit`,
+    `GeneratorExit` included) stays a value and never crosses into the event loop as an
+    exception."""
+    try:
+        return Outcome.returned(handler(**arguments))
+    except BaseException as exc:   # the tool's failure, whatever it is, is its call's output
+        return Outcome.raised(exc)

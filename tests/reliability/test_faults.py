@@ -14,6 +14,7 @@ import json
 import logging
 import socket
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from relay.mock import Faults, MockScript, MockUpstream, Reply, Rule, StreamOpti
 from relay.recording.format import UPSTREAM_TO_RELAY
 from relay.recording.writer import RecordingWriter
 from relay.tools import tool
-from tests.support.clients import TIMEOUT, RealtimeClient
+from tests.support.clients import TIMEOUT, RealtimeClient, http_get, parse_exposition
 from tests.support.frames import function_call_outputs, model_call_ids, session_created, user_text
 from tests.support.keys import PROVIDER_KEY
 from tests.support.peers import MarkSeen
@@ -203,6 +204,26 @@ async def test_a_blocked_sync_handler_does_not_slow_another_session(guard: LeakG
         finally:
             unblock.set()
         await blocked.wait_for(lambda e: e["type"] == "response.done" and "sunny" in json.dumps(e))
+
+
+@tool(name="get_weather")
+async def sleepy_weather(city: str) -> str:
+    """Current weather in a city, from code that blocks the event loop."""
+    time.sleep(0.2)   # what the test is about: a blocking call in an `async def`
+    return f"sunny in {city}"
+
+
+async def test_a_handler_that_blocks_the_event_loop_is_named_in_the_log_and_counted(
+        guard: LeakGuard, mock: MockUpstream) -> None:
+    async with guard.relay(mock, tools=[sleepy_weather]) as server, guard.client(server) as client:
+        await weather_turn(client)
+        assert server.metrics.loop_blocks == {"get_weather": 1}
+        _, _, body = await http_get(server.port, "/metrics")
+    assert parse_exposition(body.decode())['relay_tool_loop_blocks_total{tool="get_weather"}'] == 1
+    [line] = [json.loads(line) for line in guard.log.getvalue().splitlines() if "held the event loop" in line]
+    assert line["level"] == "warning" and line["tool"] == "get_weather" and line["seconds"] >= 0.2
+    assert "get_weather" in line["msg"] and "sync tool" in line["msg"]
+    assert line["session_id"]   # which session's tool it was
 
 
 # ---- the upstream cannot be reached ----------------------------------------------------------
