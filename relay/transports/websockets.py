@@ -25,6 +25,8 @@ faults' tests). What it touches, beyond websockets' documented API:
 - `ServerConnection.data_received` and `handshake` (`ProbeConnection`): the bytes of a request
   before websockets parses them, and the coroutine its server awaits before the handler.
 - `ConnectionClosed.rcvd`, `.sent` and `.rcvd_then_sent`: documented; read here only.
+- `connect.process_redirect`: the method websockets' client asks whether to follow a redirect
+  (overridden to follow none).
 """
 
 from __future__ import annotations
@@ -209,12 +211,22 @@ def abort(connection: Connection) -> None:
 
 # ---- the relay's connections to the provider ----------------------------------------------------
 
+class ConnectWithoutRedirects(websockets_connect):
+    """websockets' `connect`, refusing every redirect: the refusal (a 302, say) is the answer.
+    Followed, a redirect to another host would carry the credential headers websockets does not
+    know as such (Azure's `api-key`) there."""
+
+    def process_redirect(self, exc: Exception) -> Exception:
+        return exc
+
+
 async def connect(url: str, *, headers: dict[str, str], max_frame_bytes: int, open_timeout: float,
                   user_agent: str, logger: logging.Logger | logging.LoggerAdapter) -> WebsocketsTransport:
-    """`Backend.connect` (relay/session/transport.py). No per-message deflate: it would inflate
-    and re-deflate every audio frame the relay only forwards."""
+    """`Backend.connect` (relay/session/transport.py). No redirects are followed. No
+    per-message deflate: it would inflate and re-deflate every audio frame the relay only
+    forwards."""
     try:
-        connection = await websockets_connect(
+        connection = await ConnectWithoutRedirects(
             url, additional_headers=headers, max_size=max_frame_bytes, open_timeout=open_timeout,
             close_timeout=CLOSE_TIMEOUT, compression=None, user_agent_header=user_agent, logger=logger)
     except InvalidStatus as exc:
