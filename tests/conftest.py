@@ -52,6 +52,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(marker)
 
 
+@pytest.fixture(autouse=True)
+def sessions_under_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session the harness saves without being told where (a failing expectation's) goes under
+    the test's own tmp_path, not into the machine's shared relay-sessions/."""
+    monkeypatch.setenv("RELAY_SESSIONS_DIR", str(tmp_path / "relay-sessions"))
+
+
 @pytest.fixture(scope="session")
 def recordings_dir() -> Path:
     """The real sessions in ../shared/recordings."""

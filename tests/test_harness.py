@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from pathlib import Path
 
 import pytest
 
@@ -248,3 +249,28 @@ def test_a_plain_event_log_reads_into_the_same_events(recordings_dir) -> None:
     log = timeline_of(recordings_dir / "realtime-notes-idx1781683788_beta_fc.jsonl")
     expect(log).next_call("search", arguments={"text": "Hamrah Aval (MCI) energy consumption"})
     assert REPO.exists() and shared_dir().exists()
+
+
+def failing_session(name: str = "failing session") -> str:
+    """A session whose expectation fails: the failure's `relay inspect` command."""
+    with Script(Turn(say="Hello.")).start([], name=name) as session:
+        session.user("Hi")
+        session.advance(1)
+    with pytest.raises(ExpectationFailed) as failed:
+        session.expect().spoken("goodbye")
+    [command] = [line.strip() for line in str(failed.value).splitlines() if "relay inspect" in line]
+    return command.split("relay inspect ", 1)[1]
+
+
+def test_a_failing_session_of_this_suite_is_recorded_under_the_test_own_tmp_path(tmp_path) -> None:
+    saved = Path(failing_session())
+    assert saved.parent == tmp_path / "relay-sessions" and saved.is_file()
+
+
+def test_the_recordings_directory_is_relay_sessions_dir_else_relay_sessions_in_the_temp_dir(
+        tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RELAY_SESSIONS_DIR", str(tmp_path / "chosen"))
+    assert Path(failing_session()).parent == tmp_path / "chosen"
+    monkeypatch.delenv("RELAY_SESSIONS_DIR")
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "temp"))
+    assert Path(failing_session()).parent == tmp_path / "temp" / "relay-sessions"

@@ -16,6 +16,7 @@ which the loop waits for with its clock standing still: see `relay.offline.virtu
 from __future__ import annotations
 
 import asyncio
+import os
 import tempfile
 from collections import deque
 from dataclasses import replace
@@ -56,6 +57,7 @@ EngineFactory = Callable[..., Engine]
 session_id=, id_prefix=): a test double can wrap the real one to break a rule on purpose."""
 
 SESSIONS_DIR_NAME = "relay-sessions"
+SESSIONS_DIR_ENV = "RELAY_SESSIONS_DIR"
 MAX_FRAMES_AT_ONCE = 10_000
 """Frames one step may pass between the relay and its peers before the harness calls it a loop
 (a relay and an upstream answering each other forever, as a broken rule can make them)."""
@@ -343,10 +345,11 @@ class HarnessSession:
 
     def save(self, directory: str | Path | None = None) -> Path:
         """Write the session as a relay recording (for `relay inspect`, `relay replay`); into
-        `directory`, else the temporary directory's `relay-sessions/`."""
+        `directory`, else `sessions_dir()`. A failing expectation saves it there for the `relay
+        inspect` command its message ends with."""
         from relay.recording.writer import RecordingWriter
 
-        target = Path(directory) if directory is not None else Path(tempfile.gettempdir()) / SESSIONS_DIR_NAME
+        target = Path(directory) if directory is not None else sessions_dir()
         writer = RecordingWriter(target, session_id=f"{self.kind}-{self.dialect.name}", dialect=self.dialect.name,
                                  upstream="harness", tools=[spec.name for spec in self.tools], mode="proxy",
                                  clock=lambda: 0.0, extra_header=self.engine.recording_header())
@@ -374,6 +377,14 @@ class HarnessSession:
     def _caller_receive(self, frame: str | bytes) -> list[str | bytes]:
         """A frame the relay sent the caller arrives; what the caller sends back at once."""
         return []
+
+
+def sessions_dir() -> Path:
+    """Where a session is saved when no directory is given: `$RELAY_SESSIONS_DIR`, else
+    `relay-sessions/` in the system's temporary directory (shared by every test run on the
+    machine, so a suite that wants its own sets the variable, as the relay's own does)."""
+    chosen = os.environ.get(SESSIONS_DIR_ENV)
+    return Path(chosen) if chosen else Path(tempfile.gettempdir()) / SESSIONS_DIR_NAME
 
 
 def _with_marks(events: list[Any], marks: list[tuple[int, float, str, str]]) -> list[Any]:
