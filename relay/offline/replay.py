@@ -14,10 +14,9 @@ or `changed` (both, different), with a readable diff. Forwarded client frames ar
 and are not compared. Plain event logs (server events only, as an application logs them) replay
 without gating and report what the relay would have done.
 
-A request for a response that the recording holds no answer to (a filler of a tool that has
-`on_start` now, a follow-up in a plain event log) is answered as a provider would: the response
-starts and ends at once. Unanswered, the relay would wait for it, send it again every 15 s and
-hold back what it queued behind it. A request sent more than once is one divergence, not one a send.
+A request for a response that the recording holds no answer to (a new `on_start` filler, a
+follow-up in a plain event log) is answered at once, as a provider would: unanswered, the relay
+would send it again every 15 s. A request sent again is one divergence, not one a send.
 
 MCP tools (the recording's header lists them) are answered from the recording by default, or by
 live servers with `mcp_answers="live"` (relay/offline/mcp_answers.py).
@@ -36,7 +35,6 @@ import difflib
 import json
 import logging
 import time
-from collections import Counter
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from pathlib import Path
@@ -62,6 +60,7 @@ from relay.offline.mcp_answers import MCP_ANSWERS, Moments, with_recorded_mcp_to
 from relay.offline.replaying import (
     Key,
     ReplaySends,
+    Requests,
     clip,
     counted,
     json_object,
@@ -233,9 +232,7 @@ class _Replayer:
                                  id_prefix=self.id_prefix or "replay")
         self._produced_sends = replay_sends(dialect, self.engine.id_prefix)
         self._recorded_sends = replay_sends(dialect, self.id_prefix)
-        self._recorded_requests = _requests(recording, replay_sends(dialect, self.id_prefix))
-        self._requests: Counter[Key] = Counter()           # the relay under test's, by key
-        self._request_ids: set[str] = set()                # their event ids (a request sent again keeps its own)
+        self._requests = Requests(recording.frames, replay_sends(dialect, self.id_prefix))
         self._unanswered: list[tuple[Key, dict[str, Any]]] = []   # requests the recording holds no answer to
         self._answering = False
         self.base_time = _epoch(header.get("started_at"))
@@ -267,7 +264,8 @@ class _Replayer:
                 for key, part in self._produced_sends(event):
                     self.unmatched.append((key, part, round(self._t(), 6)))
                     self._note_send(part, key)
-                    self._count_request(key, part)
+                    if self._requests.unanswered(key, part):
+                        self._unanswered.append((key, part))
                 self._progress.set()
             elif isinstance(action, StartHandler):
                 self.timeline.append(f"{self._t():9.3f}  run   {action.tool.name}({_args(action)}) "
@@ -278,18 +276,7 @@ class _Replayer:
                 if self._runner is not None:
                     self._runner.cancel(action.call_id)
                 self.timeline.append(f"{self._t():9.3f}  cancel {action.call_id}: {action.reason}")
-
         self._answer_requests()
-
-    def _count_request(self, key: Key, event: dict[str, Any]) -> None:
-        """Note a request for a response; one beyond those of its key the recording holds has no
-        recorded answer coming."""
-        if key[0] != "response.create" or str(event.get("event_id")) in self._request_ids:
-            return
-        self._request_ids.add(str(event.get("event_id")))
-        self._requests[key] += 1
-        if self._requests[key] > self._recorded_requests[key]:
-            self._unanswered.append((key, event))
 
     def _answer_requests(self) -> None:
         """Answer the requests no recorded frame answers, as a provider would, once the actions
@@ -302,7 +289,7 @@ class _Replayer:
                 key, event = self._unanswered.pop(0)
                 self.timeline.append(f"{self._t():9.3f}  recv  an answer to the {self._produced_sends.describe(key)} "
                                      f"(not recorded: the replay answers as a provider would)")
-                for frame in self._produced_sends.provider_answer(event, len(self._request_ids)):
+                for frame in self._produced_sends.provider_answer(event, self._requests.sent):
                     self._keep(UPSTREAM_TO_RELAY, frame)
                     self._apply(self.engine.receive_upstream(frame, self.now))
         finally:
@@ -427,10 +414,9 @@ class _Replayer:
         sends = self._produced_sends
         extra: set[tuple[Key, str]] = set()
         for key, event, t in self.unmatched:
-            request = (key, str(event.get("event_id")))
-            if key[0] == "response.create" and request in extra:
+            if key[0] == "response.create" and (key, event["event_id"]) in extra:
                 continue   # the same request sent again: one divergence
-            extra.add(request)
+            extra.add((key, event["event_id"]))
             self.divergences.append(Divergence("extra", sends.describe(key), None, event, call_id=sends.call_of(key),
                                                t=t))
         unseen = self._calls_unseen()
@@ -503,17 +489,6 @@ class _Replayer:
             divergences=self.divergences, timeline=self.timeline, warnings=list(self.recording.warnings),
             anomalies=[a.message for a in self.engine.anomalies], engine=self.engine, frames=self.frames,
             internal_errors=[a.message for a in self.engine.anomalies if a.internal])
-
-
-def _requests(recording: Recording, sends: ReplaySends) -> Counter[Key]:
-    """The relay's requests for a response in a recording, by key, each once however often sent."""
-    requests: dict[str, Key] = {}
-    for frame in recording.frames:
-        event = sends.sent_event(frame) if frame.direction == RELAY_TO_UPSTREAM else None
-        for key, part in sends(event) if event is not None else ():
-            if key[0] == "response.create":
-                requests[str(part.get("event_id"))] = key
-    return Counter(requests.values())
 
 
 def recorded_policy(recorded: Any) -> ApprovalPolicy | None:

@@ -7,12 +7,13 @@ chose), what part of each must match, and what the timeline shows of the upstrea
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any
 
 from relay.dialects import Dialect, OpenAIFamily
 from relay.dialects.gemini import field, first_key, key_of, media_frame, response_text
 from relay.engine.sequencer import META_CALLS, META_EVENT, META_KIND
-from relay.recording.format import CLIENT_TO_RELAY, Frame
+from relay.recording.format import CLIENT_TO_RELAY, RELAY_TO_UPSTREAM, Frame
 
 Key = tuple[str, ...]
 Sent = tuple[Key, dict[str, Any]]   # what a send is (its key), and the part compared
@@ -274,6 +275,37 @@ class GeminiSends(ReplaySends):
         if isinstance(ids, list):
             lines.append(f"recv  cancellation of {', '.join(map(str, ids))}")
         return lines
+
+
+class Requests:
+    """The relay's requests for a response (sends keyed `response.create`) against those of a
+    recording: one beyond the number of its key the recording holds has no recorded answer
+    coming. A request sent again keeps its event id and counts once."""
+
+    def __init__(self, frames: list[Frame], recorded: ReplaySends) -> None:
+        ids: dict[str, Key] = {}
+        for frame in frames:
+            event = recorded.sent_event(frame) if frame.direction == RELAY_TO_UPSTREAM else None
+            for key, part in recorded(event) if event is not None else ():
+                if key[0] == "response.create":
+                    ids[str(part.get("event_id"))] = key
+        self._recorded = Counter(ids.values())
+        self._sent: Counter[Key] = Counter()
+        self._ids: set[str] = set()
+
+    @property
+    def sent(self) -> int:
+        """How many requests the relay under test has sent (each once)."""
+        return len(self._ids)
+
+    def unanswered(self, key: Key, event: dict[str, Any]) -> bool:
+        """Count a send; whether it is a new request that no recorded frame answers."""
+        event_id = str(event.get("event_id"))
+        if key[0] != "response.create" or event_id in self._ids:
+            return False
+        self._ids.add(event_id)
+        self._sent[key] += 1
+        return self._sent[key] > self._recorded[key]
 
 
 def replay_sends(dialect: Dialect, id_prefix: str | None) -> ReplaySends:
