@@ -35,8 +35,7 @@ import difflib
 import json
 import logging
 import time
-from dataclasses import dataclass
-from dataclasses import field as dataclass_field
+from dataclasses import dataclass, field as dataclass_field
 from pathlib import Path
 from typing import Any, Callable
 
