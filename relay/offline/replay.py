@@ -14,9 +14,8 @@ or `changed` (both, different), with a readable diff. Forwarded client frames ar
 and are not compared. Plain event logs (server events only, as an application logs them) replay
 without gating and report what the relay would have done.
 
-A request for a response that the recording holds no answer to (a new `on_start` filler, a
-follow-up in a plain event log) is answered at once, as a provider would: unanswered, the relay
-would send it again every 15 s. A request sent again is one divergence, not one a send.
+A request for a response the recording holds no answer to (a new filler) is answered at once,
+as a provider would (else the relay sends it again every 15 s); one sent again is one divergence.
 
 MCP tools (the recording's header lists them) are answered from the recording by default, or by
 live servers with `mcp_answers="live"` (relay/offline/mcp_answers.py).
@@ -233,7 +232,7 @@ class _Replayer:
         self._recorded_sends = replay_sends(dialect, self.id_prefix)
         self._requests = Requests(recording.frames, replay_sends(dialect, self.id_prefix))
         self._unanswered: list[tuple[Key, dict[str, Any]]] = []   # requests the recording holds no answer to
-        self._answering = False
+        self._answering = False   # see _answer_requests
         self.base_time = _epoch(header.get("started_at"))
         self.now = self.base_time
         self._stuck_deadline: float | None = None   # see _advance_to
@@ -286,8 +285,7 @@ class _Replayer:
         try:
             while self._unanswered:
                 key, event = self._unanswered.pop(0)
-                self.timeline.append(f"{self._t():9.3f}  recv  an answer to the {self._produced_sends.describe(key)} "
-                                     f"(not recorded: the replay answers as a provider would)")
+                self.timeline.append(f"{self._t():9.3f}  recv  the replay's answer to {self._produced_sends.describe(key)}")
                 for frame in self._produced_sends.provider_answer(event, self._requests.sent):
                     self._keep(UPSTREAM_TO_RELAY, frame)
                     self._apply(self.engine.receive_upstream(frame, self.now))
@@ -411,13 +409,12 @@ class _Replayer:
             self._apply(self.engine.close(self.now, "replay finished"))
             task_group.cancel_scope.cancel()
         sends = self._produced_sends
-        extra: set[tuple[Key, str]] = set()
+        extra: set[tuple[Key, str]] = set()   # a request sent again is one divergence
         for key, event, t in self.unmatched:
-            if key[0] == "response.create" and (key, event["event_id"]) in extra:
-                continue   # the same request sent again: one divergence
-            extra.add((key, event["event_id"]))
-            self.divergences.append(Divergence("extra", sends.describe(key), None, event, call_id=sends.call_of(key),
-                                               t=t))
+            if key[0] != "response.create" or (key, event.get("event_id")) not in extra:
+                extra.add((key, event.get("event_id")))
+                self.divergences.append(Divergence("extra", sends.describe(key), None, event,
+                                                   call_id=sends.call_of(key), t=t))
         unseen = self._calls_unseen()
         if unseen is not None:
             self.divergences.insert(0, unseen)
