@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Callable, Literal
 
+from relay.dialects.jsontext import compact_json
 from relay.engine.actions import Action, Notice, SendClient, SendUpstream
 from relay.engine.calls import CallEntry, CallLedger, Owner
 from relay.engine.conversation import Conversation, ItemOrigins, ResponseRecord
@@ -57,8 +58,8 @@ class CallRules:
 
 
 # what json.dumps(event, ensure_ascii=False, separators=(",", ":")) writes, without building an
-# encoder for every frame
-_compact = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+# encoder for every frame, and always encodable (a lone surrogate as its escape)
+_compact = compact_json
 
 
 def _short(exc: BaseException) -> str:

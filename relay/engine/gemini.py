@@ -43,6 +43,7 @@ from relay.dialects.gemini import (
     media_frame,
     response_body,
 )
+from relay.dialects.jsontext import compact_json
 from relay.engine.actions import Close, SendClient, SendUpstream
 from relay.engine.calls import CallEntry, CallState, Owner
 from relay.engine.conversation import ResponseRecord
@@ -64,7 +65,7 @@ _STOP: Any = object()   # nothing of this message goes anywhere
 
 def _encode(message: dict[str, Any], like: str | bytes) -> str | bytes:
     """`message` as JSON, in the frame kind of `like` (binary frames stay binary)."""
-    text = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
+    text = compact_json(message)
     return text if isinstance(like, str) else text.encode("utf-8")
 
 
@@ -295,8 +296,7 @@ class GeminiEngine(SessionEngine):
         self._send_answer(entry, answer, final)
 
     def _send_answer(self, entry: CallEntry, answer: dict[str, Any], final: bool) -> None:
-        self.ctx.emit(SendUpstream(json.dumps(self.dialect.tool_response([answer]), ensure_ascii=False,
-                                                 separators=(",", ":"))))
+        self.ctx.emit(SendUpstream(compact_json(self.dialect.tool_response([answer]))))
         self.turns.record_output(entry, answer["response"], "relay", final=final,
                                  status=(entry.output_status or "completed") if final else "completed")
         if final:

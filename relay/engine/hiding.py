@@ -19,9 +19,9 @@ is the context's `origins` (`conversation.ItemOrigins`).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from relay.dialects.jsontext import compact_json
 from relay.engine.actions import SendUpstream
 from relay.engine.approving import McpApprovals
 from relay.engine.calls import CallEntry, Owner
@@ -113,7 +113,7 @@ class ClientView:
             event = rewritten = {**event, "response": {**options, "tools": options["tools"] + ctx.dialect.tool_definitions(ctx.tools)}}
         event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
         if ctx.config.hold_client_creates and (ctx.ledger.unanswered() or ctx.sequencer.busy(ctx.now)):
-            self.held.hold(json.dumps(event, ensure_ascii=False, separators=(",", ":")), event_id,
+            self.held.hold(compact_json(event), event_id,
                            for_relay=self.relay_at_work(), now=ctx.now)
             return None
         ctx.sequencer.client_create_forwarded(event_id, ctx.now, answers_pending=False)

@@ -23,6 +23,7 @@ import weakref
 from datetime import datetime, timezone
 from typing import IO, TYPE_CHECKING, Any
 
+from relay.dialects.jsontext import utf8_safe
 from relay.recording.redact import Redactor
 
 if TYPE_CHECKING:
@@ -141,7 +142,7 @@ class JsonFormatter(logging.Formatter):
         data.update(record_fields(record))
         if record.exc_info:
             data["exc"] = self.formatException(record.exc_info)
-        return _without_secrets(json.dumps(data, ensure_ascii=False, default=str))
+        return _without_secrets(utf8_safe(json.dumps(data, ensure_ascii=False, default=str)))
 
 
 class TextFormatter(logging.Formatter):

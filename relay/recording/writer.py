@@ -97,7 +97,7 @@ class RecordingFilter:
             if event is not None:
                 dropped = drop_audio(event)
                 if dropped:
-                    data = self.redactor.data(dumps(event).encode())
+                    data = self.redactor.data(dumps(event).encode("utf-8", "backslashreplace"))
         return data, dropped
 
     def note(self, kind: str, fields: dict[str, Any]) -> tuple[dict[str, Any], str] | None:
@@ -311,7 +311,7 @@ class RecordingWriter:
             self._write_line(line)
         else:
             try:
-                self._file.write((("\n" if self._partial_line else "") + line).encode())
+                self._file.write((("\n" if self._partial_line else "") + line).encode("utf-8", "backslashreplace"))
             except OSError:
                 pass  # already failed and logged once; the reader reports the missing end line
         try:

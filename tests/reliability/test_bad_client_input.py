@@ -162,3 +162,20 @@ async def test_a_gemini_client_flooding_is_told_why_in_the_close_reason_alone(gu
         code, reason = await client.closed()
     assert (code, reason) == (1008, "client sends events too fast")
     assert [list(message) for message in client.messages] == [["setupComplete"]]
+
+
+async def test_a_lone_surrogate_from_the_client_is_text_like_any_other(guard: LeakGuard, mock: MockUpstream) -> None:
+    """`"\\ud800"` is valid JSON though no UTF-8 can carry it: what the relay re-encodes goes on as
+    the same JSON escape, and the session goes on."""
+    async with guard.relay(mock) as server, guard.client(server) as client:
+        await client.wait_type("session.created")
+        await client.send({"type": "session.update", "session": {"type": "realtime", "instructions": "odd \ud800"}})
+        updated = await client.wait_for(lambda e: e["type"] == "session.updated"
+                                        and e["session"].get("instructions", "").startswith("odd"))
+        await client.send(user_text("a lone \udfff surrogate"))
+        added = await client.wait_type("conversation.item.added")
+        done = await weather_turn(client)   # the session goes on
+    assert updated["session"]["instructions"] == "odd \ud800"
+    assert added["item"]["content"][0]["text"] == "a lone \udfff surrogate"
+    assert done["response"]["status"] == "completed"
+    assert server.metrics.sessions_ended.get("relay", 0) == 0

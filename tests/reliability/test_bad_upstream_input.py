@@ -14,9 +14,10 @@ from websockets.asyncio.server import ServerConnection
 from relay.mock import Faults, MockScript, MockUpstream, Reply, Rule, ToolCall
 from relay.engine import Notice
 from relay.edges.serve import ProxySession, RelayServer, ServerConfig
-from tests.support.clients import http_get, parse_exposition
-from tests.support.frames import frame_of_size, function_call_outputs, model_call_ids, session_created, user_text
-from tests.support.keys import PROVIDER_KEY
+from tests.support.clients import gemini_client, http_get, parse_exposition
+from tests.support.frames import (frame_of_size, function_call_outputs, model_call_ids, model_words, session_created,
+                                  user_text)
+from tests.support.keys import PROVIDER_KEY, RELAY_TOKEN
 from tests.support.relays import LeakGuard, bare_upstream, weather_turn
 from tests.support.tools import CountedWeather
 
@@ -172,3 +173,44 @@ async def test_an_upstream_protocol_violation_closes_the_client_with_1014_not_it
         code, reason = await client.closed()
     assert code == 1014
     assert reason.startswith("the upstream sent an invalid frame")
+
+
+ODD_CITY = "Par\ud800is"   # a lone surrogate: valid JSON (`"\ud800"`), not encodable as UTF-8
+
+
+async def test_a_lone_surrogate_in_tool_arguments_reaches_the_tool_and_its_output_goes_up(
+        guard: LeakGuard) -> None:
+    weather = CountedWeather()
+    script = MockScript(rules=[Rule(match="weather", calls=[ToolCall(name="get_weather", arguments={"city": ODD_CITY})])],
+                        after_outputs=Reply(say="It is {output}"))
+    async with MockUpstream(script=script, api_key=PROVIDER_KEY) as mock, \
+            guard.relay(mock, tools=[weather.tool]) as server, guard.client(server) as client:
+        await client.send(user_text("weather?"))
+        await client.send({"type": "response.create"})
+        done = await client.wait_for(lambda e: e["type"] == "response.done" and "It is" in json.dumps(e))
+        await weather_turn(client, says="It is")   # the session goes on
+    assert weather.runs[0] == ODD_CITY
+    assert function_call_outputs(mock)[0]["output"] == f"sunny in {ODD_CITY}"
+    assert f"sunny in {ODD_CITY}" in done["response"]["output"][0]["content"][0]["transcript"]
+    assert server.metrics.sessions_ended.get("relay", 0) == 0
+
+
+async def test_a_lone_surrogate_in_gemini_tool_arguments_reaches_the_tool_and_its_answer_goes_up(
+        guard: LeakGuard) -> None:
+    weather = CountedWeather()
+    script = MockScript(rules=[Rule(match="weather", calls=[ToolCall(name="get_weather", arguments={"city": ODD_CITY})])],
+                        after_outputs=Reply(say="Here is what I found: {outputs}"))
+    async with MockUpstream(script=script, dialect="gemini", api_key=PROVIDER_KEY) as mock, \
+            guard.relay(mock.url, dialect="gemini", tools=[weather.tool]) as server, \
+            gemini_client(server.base_url, key=RELAY_TOKEN) as client:
+        await client.setup(generationConfig={"responseModalities": ["TEXT"]})
+        await client.say("weather")
+        await client.turn()
+        await client.say("weather again")   # the session goes on
+        await client.turn()
+    assert weather.runs == [ODD_CITY, ODD_CITY]
+    answers = [r.event["toolResponse"]["functionResponses"][0]["response"] for r in mock.received
+               if "toolResponse" in r.event]
+    assert answers == [{"output": f"sunny in {ODD_CITY}"}] * 2
+    assert model_words(client.messages).count("Here is what I found") == 2
+    assert server.metrics.sessions_ended.get("relay", 0) == 0

@@ -1,0 +1,34 @@
+"""JSON text as the relay writes it on every wire: compact, non-ASCII characters as they are, and
+always encodable as UTF-8.
+
+JSON may carry a lone surrogate (`"\\ud800"` is valid JSON), which Python decodes to a code point
+UTF-8 cannot encode. Written back with `ensure_ascii=False`, such a string made a text frame no
+WebSocket library could send, a recording line no file could take. Here a surrogate is written as
+its `\\uXXXX` escape instead: in JSON text it can only stand inside a string, where the escape
+means the same character, so the peer reads what was sent.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def utf8_safe(text: str) -> str:
+    """`text`, JSON, with every surrogate code point written as its JSON escape (the same text
+    when it has none: one flag test for ASCII, one scan otherwise)."""
+    if text.isascii() or _SURROGATE.search(text) is None:
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def compact_json(value: Any) -> str:
+    """`value` as compact JSON (no spaces, non-ASCII as is) that UTF-8 can always carry."""
+    return utf8_safe(_encode(value))
+
+
+__all__ = ["compact_json", "utf8_safe"]
