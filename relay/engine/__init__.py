@@ -17,6 +17,8 @@ from typing import Any, Callable, Iterable
 from relay.dialects import OPENAI, Dialect, GeminiDialect, OpenAIFamily
 from relay.engine.actions import (
     Action,
+    ActionInterpreter,
+    ActionSink,
     CancelHandler,
     Close,
     Notice,
@@ -54,7 +56,7 @@ def new_engine(tools: ToolRegistry | Iterable[ToolSpec | Callable[..., Any]] = (
 
 
 __all__ = [
-    "DEFAULT_HISTORY_LIMIT", "DEFAULT_HOLD_LIMIT", "Action", "Anomaly", "CallEntry", "CallLedger", "CallState", "CancelHandler",
+    "DEFAULT_HISTORY_LIMIT", "DEFAULT_HOLD_LIMIT", "Action", "ActionInterpreter", "ActionSink", "Anomaly", "CallEntry", "CallLedger", "CallState", "CancelHandler",
     "Close", "Engine", "EngineConfig", "GeminiEngine", "Notice", "OpenAIEngine", "Outcome", "Owner",
     "SendClient", "SendUpstream", "SessionEngine", "StartHandler", "new_engine",
 ]

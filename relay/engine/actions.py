@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Callable, Literal, Protocol
 
 from relay.tools.spec import ToolSpec
 
@@ -66,6 +66,44 @@ class Notice:
 
 
 Action = SendUpstream | SendClient | StartHandler | CancelHandler | Close | Notice
+
+
+class ActionSink(Protocol):
+    """What a driver of the engine does for each kind of action: the live session loop, the
+    scripted harness and the replay each are one. Each method takes the action itself."""
+
+    def act_send_upstream(self, action: SendUpstream) -> None: ...
+    def act_send_client(self, action: SendClient) -> None: ...
+    def act_start_handler(self, action: StartHandler) -> None: ...
+    def act_cancel_handler(self, action: CancelHandler) -> None: ...
+    def act_notice(self, action: Notice) -> None: ...
+    def act_close(self, action: Close) -> None: ...
+
+
+class ActionInterpreter:
+    """The one place the engine's actions become a driver's steps, in the order the engine gave
+    them. Built once per session over its sink: each action costs one table look-up by its exact
+    type and one call, whichever driver runs the engine."""
+
+    __slots__ = ("_steps",)
+
+    def __init__(self, sink: ActionSink) -> None:
+        self._steps: dict[type, Callable[[Any], None]] = {
+            SendUpstream: sink.act_send_upstream,
+            SendClient: sink.act_send_client,
+            StartHandler: sink.act_start_handler,
+            CancelHandler: sink.act_cancel_handler,
+            Notice: sink.act_notice,
+            Close: sink.act_close,
+        }
+
+    def __call__(self, actions: list[Action]) -> None:
+        steps = self._steps
+        for action in actions:
+            step = steps.get(type(action))
+            if step is None:
+                raise TypeError(f"not an engine action: {action!r}")
+            step(action)
 
 
 @dataclass(frozen=True, slots=True)

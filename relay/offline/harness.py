@@ -26,6 +26,7 @@ from typing import Any, Callable
 from relay.dialects import Dialect, GeminiDialect, get_dialect
 from relay.engine import (
     Action,
+    ActionInterpreter,
     CancelHandler,
     Close,
     Engine,
@@ -50,7 +51,7 @@ from relay.recording.format import (
 )
 from relay.tools import ToolRegistry
 from relay.tools.sources import ToolSources, tool_registry
-from relay.tools.spec import HandlerKind
+from relay.session.runner import run_handler
 
 EngineFactory = Callable[..., Engine]
 """Builds the engine under test, as `relay.engine.new_engine` (tools, dialect=, config=,
@@ -101,6 +102,7 @@ class HarnessSession:
         self._timer_at: float | None = None
         self._stuck_deadline: float | None = None   # a deadline a tick did not move (see _tick)
         self._problems: list[BaseException] = []
+        self._interpret = ActionInterpreter(self)
 
     # ---- time --------------------------------------------------------------------------------
     @property
@@ -191,24 +193,31 @@ class HarnessSession:
             self._pumping = False
 
     def _act(self, actions: list[Action]) -> None:
-        for action in actions:
-            if isinstance(action, SendUpstream):
-                self._log(RELAY_TO_UPSTREAM, action.frame)
-                self._queue_upstream(self._upstream_receive(action.frame))
-            elif isinstance(action, SendClient):
-                self._log(RELAY_TO_CLIENT, action.frame)
-                self._inbox.extend(("client", frame) for frame in self._caller_receive(action.frame))
-            elif isinstance(action, StartHandler):
-                self._start(action)
-            elif isinstance(action, CancelHandler):
-                task = self._handlers.pop(action.call_id, None)
-                if task is not None:
-                    task.cancel()
-            elif isinstance(action, Notice):
-                self.notices.append(action)
-            elif isinstance(action, Close):
-                self.mark(CLOSED, f"the relay closed the {action.target} ({action.code}: {action.reason})")
+        self._interpret(actions)
         self._schedule_tick()
+
+    # ---- the engine's actions (`ActionSink`; `_interpret` is their `ActionInterpreter`) ----
+    def act_send_upstream(self, action: SendUpstream) -> None:
+        self._log(RELAY_TO_UPSTREAM, action.frame)
+        self._queue_upstream(self._upstream_receive(action.frame))
+
+    def act_send_client(self, action: SendClient) -> None:
+        self._log(RELAY_TO_CLIENT, action.frame)
+        self._inbox.extend(("client", frame) for frame in self._caller_receive(action.frame))
+
+    def act_start_handler(self, action: StartHandler) -> None:
+        self._start(action)
+
+    def act_cancel_handler(self, action: CancelHandler) -> None:
+        task = self._handlers.pop(action.call_id, None)
+        if task is not None:
+            task.cancel()
+
+    def act_notice(self, action: Notice) -> None:
+        self.notices.append(action)
+
+    def act_close(self, action: Close) -> None:
+        self.mark(CLOSED, f"the relay closed the {action.target} ({action.code}: {action.reason})")
 
     def _schedule_tick(self) -> None:
         deadline = None if self.closed else self.engine.next_deadline()
@@ -242,30 +251,20 @@ class HarnessSession:
         self.faults.started(action)
 
     def _handler(self, action: StartHandler) -> Callable[[], Any]:
-        """The tool's own handler, run as the relay's runner runs it."""
-        tool = action.tool
+        """The tool's own handler, run by the relay's own `run_handler` (a sync tool in a thread
+        of the virtual loop)."""
 
-        async def run() -> Outcome:
-            if tool.kind is HandlerKind.SYNC:
-                return Outcome.returned(await self.loop.run_in_thread(lambda: tool.handler(**action.arguments)))
-            if tool.kind is HandlerKind.ASYNC:
-                return Outcome.returned(await tool.handler(**action.arguments))
-            stream = tool.handler(**action.arguments)
-            try:
-                async for value in stream:
-                    self._engine_input(lambda: self.engine.handler_yielded(action.call_id, value, self.now))
-            finally:
-                await stream.aclose()
-            return Outcome.ended()
+        def yielded(call_id: str, value: Any) -> None:
+            self._engine_input(lambda: self.engine.handler_yielded(call_id, value, self.now))
 
-        return run
+        return lambda: run_handler(action, yielded, run_sync=self.loop.run_in_thread)
 
     async def _report(self, call_id: str, run: Callable[[], Any]) -> None:
         try:
             outcome = await run()
-        except asyncio.CancelledError:
-            return   # the engine decided this call's output when it asked for the cancel
-        except Exception as exc:  # a handler's failure is an output, as in the relay
+        except BaseException as exc:  # a handler's failure is an output, as in the relay
+            if isinstance(exc, asyncio.CancelledError) and self._handlers.get(call_id) is None:
+                return   # the engine decided this call's output when it asked for the cancel
             outcome = Outcome.raised(exc)
         if self._handlers.get(call_id) is not None:
             del self._handlers[call_id]

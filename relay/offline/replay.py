@@ -42,9 +42,13 @@ import anyio
 from relay.dialects import DIALECT_CHOICES, DIALECTS, Dialect, get_dialect
 from relay.engine import (
     Action,
+    ActionInterpreter,
     CancelHandler,
+    Close,
     EngineConfig,
+    Notice,
     Outcome,
+    SendClient,
     SendUpstream,
     StartHandler,
     new_engine,
@@ -184,32 +188,47 @@ class _Replayer:
         self._progress = anyio.Event()
         self._runner: HandlerRunner | None = None
         self.moments = moments or Moments()   # handlers waiting for a recorded moment
+        self._interpret = ActionInterpreter(self)
 
     # -- engine plumbing --
     def _apply(self, actions: list[Action]) -> None:
-        for action in actions:
-            if isinstance(action, SendUpstream):
-                event = json_object(action.frame)   # Gemini forwards a client's malformed frame as it is
-                if event is None:
-                    continue
-                self._keep(RELAY_TO_UPSTREAM, action.frame)
-                self.produced.append(event)
-                for key, part in self._produced_sends(event):
-                    self.unmatched.append((key, part, round(self._t(), 6)))
-                    self._note_send(part, key)
-                    if self._requests.unanswered(key, part):
-                        self._unanswered.append((key, part))
-                self._progress.set()
-            elif isinstance(action, StartHandler):
-                self.timeline.append(f"{self._t():9.3f}  run   {action.tool.name}({_args(action)}) "
-                                     f"call_id={action.call_id}")
-                assert self._runner is not None
-                self._runner.start(action)
-            elif isinstance(action, CancelHandler):
-                if self._runner is not None:
-                    self._runner.cancel(action.call_id)
-                self.timeline.append(f"{self._t():9.3f}  cancel {action.call_id}: {action.reason}")
+        self._interpret(actions)
         self._answer_requests()
+
+    # ---- the engine's actions (`ActionSink`; `_interpret` is their `ActionInterpreter`) ----
+    def act_send_upstream(self, action: SendUpstream) -> None:
+        event = json_object(action.frame)   # Gemini forwards a client's malformed frame as it is
+        if event is None:
+            return
+        self._keep(RELAY_TO_UPSTREAM, action.frame)
+        self.produced.append(event)
+        for key, part in self._produced_sends(event):
+            self.unmatched.append((key, part, round(self._t(), 6)))
+            self._note_send(part, key)
+            if self._requests.unanswered(key, part):
+                self._unanswered.append((key, part))
+        self._progress.set()
+
+    def act_start_handler(self, action: StartHandler) -> None:
+        self.timeline.append(f"{self._t():9.3f}  run   {action.tool.name}({_args(action)}) "
+                             f"call_id={action.call_id}")
+        assert self._runner is not None
+        self._runner.start(action)
+
+    def act_cancel_handler(self, action: CancelHandler) -> None:
+        if self._runner is not None:
+            self._runner.cancel(action.call_id)
+        self.timeline.append(f"{self._t():9.3f}  cancel {action.call_id}: {action.reason}")
+
+    def act_send_client(self, action: SendClient) -> None:
+        """The recorded client is not here to answer: what the relay sends it is compared with the
+        recording through the upstream's side only."""
+
+    def act_notice(self, action: Notice) -> None:
+        """A replay reports divergences and its timeline, not the live session's notices."""
+
+    def act_close(self, action: Close) -> None:
+        """The recording decides when the replayed session ends."""
 
     def _answer_requests(self) -> None:
         """Answer the requests no recorded frame answers, as a provider would, once the actions

@@ -24,6 +24,7 @@ import anyio.abc
 
 from relay.engine import (
     Action,
+    ActionInterpreter,
     CancelHandler,
     Close,
     Engine,
@@ -119,6 +120,7 @@ class SessionLoop:
         self._holding = False           # a round is under way: what it queues is written as it ends
         self._held: list[str] = []      # sides whose frames wait for the round to end
         self._untold: list[Notice] = []   # notices told once the frames of their actions are written
+        self._carry_out = ActionInterpreter(self)   # the engine's actions, each to its act_ method
         self._client_cut_off = False    # over its event budget: what it still sends is dropped
         self.client_budget = client_budget   # None: the client may send as fast as it likes
         self.redactor = redactor   # applied to every frame for the client: the provider may echo a secret
@@ -372,24 +374,29 @@ class SessionLoop:
                 for notice in untold:
                     self.on_notice(notice)
 
-    def _carry_out(self, actions: list[Action]) -> None:
-        for action in actions:
-            if type(action) is SendClient:
-                self._enqueue(self.to_client, "client", action.frame)
-            elif type(action) is SendUpstream:
-                self._enqueue(self.to_upstream, "upstream", action.frame)
-            elif type(action) is StartHandler:
-                assert self._runner is not None
-                self._runner.start(action)
-            elif type(action) is CancelHandler:
-                if self._runner is not None:
-                    self._runner.cancel(action.call_id)
-            elif type(action) is Notice:
-                if action.kind == "tool_call" and self.recorder is not None:
-                    self.recorder.record_notice(action.kind, action.fields)
-                self._untold.append(action)
-            elif type(action) is Close and self._task_group is not None:
-                self._task_group.start_soon(self.finish, "relay", action.code, action.reason)
+    # ---- the engine's actions (`ActionSink`; `_carry_out` is their `ActionInterpreter`) ----
+    def act_send_client(self, action: SendClient) -> None:
+        self._enqueue(self.to_client, "client", action.frame)
+
+    def act_send_upstream(self, action: SendUpstream) -> None:
+        self._enqueue(self.to_upstream, "upstream", action.frame)
+
+    def act_start_handler(self, action: StartHandler) -> None:
+        assert self._runner is not None
+        self._runner.start(action)
+
+    def act_cancel_handler(self, action: CancelHandler) -> None:
+        if self._runner is not None:
+            self._runner.cancel(action.call_id)
+
+    def act_notice(self, action: Notice) -> None:
+        if action.kind == "tool_call" and self.recorder is not None:
+            self.recorder.record_notice(action.kind, action.fields)
+        self._untold.append(action)
+
+    def act_close(self, action: Close) -> None:
+        if self._task_group is not None:
+            self._task_group.start_soon(self.finish, "relay", action.code, action.reason)
 
     def _enqueue(self, queue: FrameQueue, side: str, frame: Frame) -> None:
         if side == "client":

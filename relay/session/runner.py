@@ -171,28 +171,44 @@ class HandlerRunner:
         return timed_steps(awaitable, clock, lambda started, ended: watch.step(call_id, tool, started, ended))
 
     async def _call(self, action: StartHandler) -> Outcome:
-        tool = action.tool
-        handler = tool.handler
-        if tool.kind is HandlerKind.SYNC:
-            return await anyio.to_thread.run_sync(
-                functools.partial(_outcome_in_thread, handler, action.arguments),
-                abandon_on_cancel=True,   # a blocked thread cannot be killed; stop waiting for it
-                limiter=self._limiter,
-            )
-        if tool.kind is HandlerKind.ASYNC:
-            coroutine: Awaitable[Any] = handler(**action.arguments)
-            return Outcome.returned(await self._timed(action, coroutine))
-        stream = handler(**action.arguments)
-        try:
-            while True:
-                try:
-                    value = await self._timed(action, stream.__anext__())
-                except StopAsyncIteration:
-                    break
-                self._on_yield(action.call_id, value)
-        finally:
-            await self._timed(action, stream.aclose())
-        return Outcome.ended()
+        return await run_handler(action, self._on_yield, run_sync=self._run_sync,
+                                 timed=functools.partial(self._timed, action))
+
+    async def _run_sync(self, work: Callable[[], Outcome]) -> Outcome:
+        return await anyio.to_thread.run_sync(
+            work,
+            abandon_on_cancel=True,   # a blocked thread cannot be killed; stop waiting for it
+            limiter=self._limiter,
+        )
+
+
+async def run_handler(action: StartHandler, on_yield: YieldReport, *,
+                      run_sync: Callable[[Callable[[], Outcome]], Awaitable[Outcome]],
+                      timed: Callable[[Awaitable[Any]], Awaitable[Any]] = lambda awaitable: awaitable) -> Outcome:
+    """Run one tool's handler to its outcome: the one way a handler runs, live, replayed or in
+    the scripted harness. A sync handler runs through `run_sync` (a worker thread) and decides
+    its outcome there; an async one is awaited; a streaming one reports each value to
+    `on_yield(call_id, value)` as it comes and ends with `Outcome.ended()`. `timed` wraps each
+    awaitable of the handler's own (the loop watch). What an async handler raises propagates:
+    the caller tells a cancellation it asked for from the handler's failure."""
+    tool = action.tool
+    handler = tool.handler
+    if tool.kind is HandlerKind.SYNC:
+        return await run_sync(functools.partial(_outcome_in_thread, handler, action.arguments))
+    if tool.kind is HandlerKind.ASYNC:
+        coroutine: Awaitable[Any] = handler(**action.arguments)
+        return Outcome.returned(await timed(coroutine))
+    stream = handler(**action.arguments)
+    try:
+        while True:
+            try:
+                value = await timed(stream.__anext__())
+            except StopAsyncIteration:
+                break
+            on_yield(action.call_id, value)
+    finally:
+        await timed(stream.aclose())
+    return Outcome.ended()
 
 
 def _outcome_in_thread(handler: Callable[..., Any], arguments: dict[str, Any]) -> Outcome:

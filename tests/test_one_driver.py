@@ -1,0 +1,130 @@
+"""One action interpreter and one handler runner: the live session loop, the scripted harness and
+the replay carry out the engine's actions through `ActionInterpreter` and run tools through
+`run_handler`, so a rule changed there is changed for all three."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from relay.engine import (
+    ActionInterpreter,
+    CancelHandler,
+    Close,
+    Notice,
+    Outcome,
+    SendClient,
+    SendUpstream,
+    StartHandler,
+)
+from relay.offline.harness import HarnessSession
+from relay.offline.replay import replay
+from relay.recording.reader import read_recording
+from relay.session import runner
+from relay.session.loop import SessionLoop
+from relay.testing import Script, Turn, call
+from relay.tools import tool
+from tests.support.peers import record_session
+from tests.support.tools import get_weather
+
+MARK = " [as run_handler ran it]"
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.steps: list[tuple[str, Any]] = []
+
+    def act_send_upstream(self, action: SendUpstream) -> None:
+        self.steps.append(("upstream", action.frame))
+
+    def act_send_client(self, action: SendClient) -> None:
+        self.steps.append(("client", action.frame))
+
+    def act_start_handler(self, action: StartHandler) -> None:
+        self.steps.append(("start", action.call_id))
+
+    def act_cancel_handler(self, action: CancelHandler) -> None:
+        self.steps.append(("cancel", action.call_id))
+
+    def act_notice(self, action: Notice) -> None:
+        self.steps.append(("notice", action.kind))
+
+    def act_close(self, action: Close) -> None:
+        self.steps.append(("close", action.code))
+
+
+def test_the_interpreter_hands_each_action_to_its_step_in_the_engine_s_order() -> None:
+    sink = Sink()
+    interpret = ActionInterpreter(sink)
+    interpret([SendClient("a"), Notice("filler"), SendUpstream("b"), CancelHandler("c1", "timeout"),
+               StartHandler("c2", get_weather.__relay_tool__, {"city": "Oslo"}), Close("both", 1000, "bye")])
+    assert sink.steps == [("client", "a"), ("notice", "filler"), ("upstream", "b"), ("cancel", "c1"),
+                          ("start", "c2"), ("close", 1000)]
+
+
+def test_something_that_is_not_an_action_is_refused_by_name() -> None:
+    with pytest.raises(TypeError, match="not an engine action"):
+        ActionInterpreter(Sink())([SendUpstream("a"), "b"])   # type: ignore[list-item]
+
+
+@pytest.mark.parametrize("driver", [SessionLoop, HarnessSession])
+def test_every_driver_is_an_action_sink(driver: type) -> None:
+    steps = {name for name in vars(Sink) if name.startswith("act_")}
+    assert steps <= set(dir(driver))
+
+
+@pytest.fixture
+def marked_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A change to how a sync handler's outcome is decided, made in one place: the runner's."""
+    decide = runner._outcome_in_thread
+
+    def marked(handler: Any, arguments: dict[str, Any]) -> Outcome:
+        outcome = decide(handler, arguments)
+        return Outcome.returned(f"{outcome.value}{MARK}") if outcome.error is None else outcome
+
+    monkeypatch.setattr(runner, "_outcome_in_thread", marked)
+
+
+def outputs_of_recording(path: Path) -> list[str]:
+    recording = read_recording(path)
+    outputs = []
+    for frame in recording.frames:
+        event = frame.event or {}
+        item = event.get("item") or {}
+        if event.get("type") == "conversation.item.create" and item.get("type") == "function_call_output":
+            outputs.append(item["output"])
+    return outputs
+
+
+@tool
+def lookup_order(order_id: str) -> str:
+    if order_id == "missing":
+        raise LookupError("no such order")
+    return f"order {order_id} shipped"
+
+
+@tool
+def where_is(order: str) -> str:
+    return f"order {order} is on its way"
+
+
+def test_a_change_to_how_handlers_run_is_seen_live_replayed_and_scripted(tmp_path: Path, marked_runs: None) -> None:
+    # live: the session loop with the in-process mock upstream, recorded
+    path = anyio.run(functools.partial(record_session, tmp_path, [get_weather, lookup_order]))
+    live = outputs_of_recording(path)
+    # two weather reports marked; the failed lookup is an error output, as before
+    assert [output.endswith(MARK) for output in live] == [True, True, False]
+    # replayed: the same recording against the same tools
+    replayed = replay(path, [get_weather, lookup_order])
+    assert replayed.ok, replayed.divergences
+    assert [c.output for c in replayed.calls if c.output and c.output.endswith(MARK)]
+    # scripted: the harness on virtual time
+    script = Script(Turn(calls=[call("where_is", order="7")]), Turn(say="{output}"))
+    with script.start([where_is]) as session:
+        session.user("Where is order 7?")
+    [output] = session.timeline.outputs()
+    assert output.text == f"order 7 is on its way{MARK}"
