@@ -41,7 +41,7 @@ from relay.recording.format import (
     RELAY_TO_UPSTREAM,
     UPSTREAM_TO_RELAY,
 )
-from relay.recording.redact import Redactor
+from relay.recording.redact import Echoes, Redactor
 from relay.recording.taps import Recorder, forwarding_of
 from relay.session.flow import BackPressure
 from relay.session.policy import (
@@ -124,6 +124,7 @@ class SessionLoop:
         self._client_cut_off = False    # over its event budget: what it still sends is dropped
         self.client_budget = client_budget   # None: the client may send as fast as it likes
         self.redactor = redactor   # applied to every frame for the client: the provider may echo a secret
+        self._echoes = Echoes(redactor) if redactor is not None else None   # ... split across its deltas too
         self.handler_scope = handler_scope   # what each handler runs in (its tracing span)
         self.block_seconds = block_seconds   # a handler step holding the event loop this long is told
         self.end: SessionEnd | None = None
@@ -178,7 +179,9 @@ class SessionLoop:
                     closers.start_soon(close_quietly, self.upstream, NORMAL_CLOSURE if by == "client" else code, reason,
                                        self.close_timeout)
                 if self.client is not None and by != "client":
-                    closers.start_soon(close_quietly, self.client, code, reason, self.close_timeout)
+                    # the upstream's reason, perhaps cut short, may hold a secret it echoes
+                    client_reason = self.redactor.cut(reason) if self.redactor is not None else reason
+                    closers.start_soon(close_quietly, self.client, code, client_reason, self.close_timeout)
         if self._task_group is not None:
             self._task_group.cancel_scope.cancel()
 
@@ -402,8 +405,8 @@ class SessionLoop:
         if side == "client":
             if self.client is None:
                 return
-            if self.redactor is not None:
-                frame = self.redactor.frame(frame)
+            if self._echoes is not None:
+                frame = self._echoes.frame(frame)
         if self.recorder is not None:
             self.recorder.record(RELAY_TO_CLIENT if side == "client" else RELAY_TO_UPSTREAM, frame)
         try:
