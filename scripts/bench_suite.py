@@ -652,8 +652,8 @@ class Watcher:
 def inspector_cost(services: dict[str, Service], plan: Plan) -> dict[str, Any]:
     """The relay without the inspector, with it and nobody watching, and with one page watching
     one session: throughput (events/s, CPU per event) and realtime latency, ratios per round."""
-    # on the websockets transport, as its figures in docs/benchmarks.md were measured: on picows a flooded
-    # session outruns the page's view (it falls behind and stops), a figure of its own
+    # on the websockets transport: on picows a flooded session outruns the page's view (it falls
+    # behind and stops), a figure of its own
     start_relay(services, "relay", "--transport", "websockets")
     start_relay(services, "relay_inspector", "--inspector", "--transport", "websockets")
     feed_url = services["relay_inspector"].url.replace("/v1/realtime", "/inspector/feed")

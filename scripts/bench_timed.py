@@ -1,12 +1,11 @@
 """Timed audio on picows: the load generator of the benchmark's realtime scenario, on both ends
 (scripts/bench_clients.py realtime, scripts/bench_upstream.py --transport picows).
 
-At a few hundred sessions, 50 frames/s each way, the generator written on websockets (an asyncio
-task per session waking every 20 ms, websockets' framing in Python) took most of the two cores
-of this project's machine: HAProxy's own process used 45 % of one core at 200 sessions, yet the
-direct path's p99 had grown to 7 ms and every proxy went past the 10 ms bound. The figures then
-measured the generator. Here a session is a picows listener (framing in C) and its 20 ms
-schedule a loop timer, a fraction of that cost, so the proxies are what runs out first.
+At a few hundred sessions, 50 frames/s each way, a generator written on websockets (an asyncio
+task per session waking every 20 ms, websockets' framing in Python) takes most of a small
+machine's cores, and the figures then measure the generator rather than the proxies. Here a
+session is a picows listener (framing in C) and its 20 ms schedule a loop timer, a fraction of
+that cost, so the proxies are what runs out first.
 
 The frames and their stamps are bench_frames.py's: the same bytes, whichever generator sends them.
 """

@@ -15,7 +15,7 @@ after it, see `metrics_for_workers`), and the worker that answers a scrape reads
 Frames are on the per-frame path: the session's `TrafficTap` counts them as plain integer adds
 and publishes them in batches (every `PUBLISH_EVERY` frames of a session, when it ends, and before
 this worker answers a scrape), since one prometheus-client increment costs more than the rest of
-the relay's own work on a frame (see docs/benchmarks.md). Everything else is counted as it
+the relay's own work on a frame (scripts/bench_metrics.py measures both). Everything else is counted as it
 happens (per session, handshake, tool call, response.create).
 
 prometheus-client is imported when a `Metrics` first counts or renders, never at import:

@@ -352,9 +352,9 @@ class SessionLoop:
     def _apply(self, actions: list[Action], source: Transport | None = None) -> None:
         """Carry out what the engine asked, then write what it queued, one write per side (for a
         reader's frame, from `source`, after the last frame of its burst: `_release_held`), then
-        tell its notices. Told first, a notice's log line, metrics and trace span (a few hundred
-        µs) held a tool's output back from the model. A round started while another is under way
-        leaves the writes and the notices to that one."""
+        tell its notices: a notice's log line, metrics and trace span come after the writes, so
+        they never hold a tool's output back from the model. A round started while another is
+        under way leaves the writes and the notices to that one."""
         outermost = not self._holding
         self._holding = True
         try:

@@ -3,7 +3,7 @@ parsed and masked in C, so a forwarded audio delta costs a fraction of what webs
 framing costs. This is the one module that imports picows; the pin `picows>=2.3,<2.4` (pyproject.toml's
 `fast` extra) guards it alone. Its sockets are the event loop's own (uvloop's with `--loop auto`),
 not those of aiofastnet, which picows installs and would use by default: on uvloop they cost the
-same CPU per frame, and an idle session holds 10 KB less (scripts/bench's idle sessions).
+same CPU per frame, and an idle session holds less memory on them.
 
 picows hands over frames, not messages, and leaves much of the protocol to its user. What this
 module adds, so that a client or a provider meets the same relay whichever transport it runs on:

@@ -195,8 +195,8 @@ def read_in_smaller_chunks(connection: Connection) -> None:
     For every read, asyncio allocates a buffer of its read size, 256 KiB, and shrinks it to what
     came. That size is over glibc's mmap threshold: whenever the heap has no such block free,
     each read maps fresh pages and unmaps them (page faults, TLB flushes). Under real-time audio
-    load, with a frame or two per read, that kernel work took a quarter of `relay serve`'s CPU
-    (perf, 150 sessions); 64 KiB buffers come from the heap. A message over 64 KiB takes several
+    load, with a frame or two per read, that kernel work is a large share of `relay serve`'s CPU;
+    64 KiB buffers come from the heap. A message over 64 KiB takes several
     reads, as it would anyway. Transports without that setting (TLS, uvloop's) are left alone."""
     transport = connection.transport
     if isinstance(getattr(transport, "max_size", None), int):
