@@ -294,6 +294,35 @@ def test_demo_refuses_a_recording_place_that_is_a_file(bad: dict[str, Path], cap
     assert said_line(capsys.readouterr().err) == f"relay demo: --record {bad['file']} is a file: recordings go into a directory"
 
 
+def test_demo_refuses_a_recording_place_it_cannot_create(bad: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    place = bad["file"] / "recordings"     # under a file: no directory can be made there
+    assert main(["demo", "--record", str(place)]) == 2
+    assert said_line(capsys.readouterr().err).startswith(f"relay demo: --record {place}: cannot create the directory")
+
+
+# ---- usage --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv, expected", [
+    (["serve", "--dialect", "gpt"], "relay serve: argument --dialect: invalid choice: 'gpt' (choose from 'openai', "),
+    (["inspect", "a.jsonl", "b.jsonl"], "relay inspect: too many arguments: b.jsonl (usage: relay inspect [options] "
+                                        "recording)"),
+    (["replay", "a.jsonl", "--colour"], "relay replay: unrecognized arguments: --colour (relay replay --help lists "
+                                        "the options)"),
+    (["replay"], "relay replay: the following arguments are required: recording"),
+    (["nosuch"], "relay: argument COMMAND: invalid choice: 'nosuch' (choose from 'demo', "),
+])
+def test_a_usage_error_is_one_line_and_exit_2(argv: list[str], expected: str,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    assert said_line(capsys.readouterr().err).startswith(expected)
+
+
+def test_a_usage_error_from_the_entry_point_is_one_line(tmp_path: Path) -> None:
+    done = run_relay("serve", "--dialect", "gpt", cwd=tmp_path)
+    assert done.returncode == 2
+    assert said_line(done.stderr).startswith("relay serve: argument --dialect: invalid choice: 'gpt'")
+
+
 # ---- a bug is not bad input -------------------------------------------------------------------
 
 def test_a_bug_is_one_line_with_its_own_status(monkeypatch: pytest.MonkeyPatch, bad: dict[str, Path],

@@ -15,7 +15,7 @@ import logging
 import os
 import sys
 import traceback
-from typing import Any, Sequence
+from typing import Any, NoReturn, Sequence
 
 from relay import __version__
 from relay.cli.exits import (
@@ -59,18 +59,43 @@ def _chosen(argv: Sequence[str]) -> str | None:
     return next((arg for arg in argv if not arg.startswith("-")), None)
 
 
-def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+class UsageError(Exception):
+    """A command line the parser cannot take; `str()` is its one line, `relay COMMAND: ...`."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, but a usage error is one line (what is wrong, after the command's name)
+    that `main` prints with exit status 2, not the whole usage before it: the usage of `relay
+    serve` alone is seventeen lines, and the one that matters came last."""
+
+    commands: dict[str, argparse.ArgumentParser]
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {one_line(message)}")
+
+    def extra(self, arguments: list[str]) -> UsageError:
+        """The error for arguments left over once the command took its own."""
+        if any(argument.startswith("-") for argument in arguments):
+            return UsageError(f"{self.prog}: unrecognized arguments: {' '.join(arguments)} "
+                              f"({self.prog} --help lists the options)")
+        takes = " ".join(str(action.metavar or action.dest) for action in self._actions if not action.option_strings)
+        return UsageError(f"{self.prog}: too many arguments: {' '.join(arguments)} "
+                          f"(usage: {self.prog} [options] {takes})")
+
+
+def build_parser(only: str | None = None) -> _Parser:
     """The parser of every command, or one where only the command `only` names (none, for "")
     has its options and the others carry their help line alone: what `main` builds, so that only
     the command being run is imported."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="relay",
         description="Run an application's tools server-side in realtime speech-to-speech sessions.",
     )
     parser.add_argument("--version", action="version", version=f"relay {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.commands = {}
     for name, (module_name, help_text) in COMMANDS.items():
-        command_parser = sub.add_parser(name, help=help_text, description=help_text)
+        command_parser = parser.commands[name] = sub.add_parser(name, help=help_text, description=help_text)
         if only is None or name == only:
             command = _command(module_name)
             command.configure(command_parser)
@@ -85,7 +110,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     chosen = _chosen(argv)
     parser = build_parser(only=chosen if chosen in COMMANDS else "")   # "": none configured
-    args = parser.parse_args(argv)
+    try:
+        args, extra = parser.parse_known_args(argv)
+        if extra:
+            raise parser.commands.get(getattr(args, "command", None) or "", parser).extra(extra)
+    except UsageError as exc:
+        print(exc, file=sys.stderr)
+        return UNUSABLE
     if not getattr(args, "_run", None):
         parser.print_help(sys.stderr)
         return UNUSABLE

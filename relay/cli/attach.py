@@ -7,6 +7,7 @@ import argparse
 import contextlib
 import logging
 
+from relay.cli.exits import FINDING, OK, UNUSABLE
 from relay.cli.options import (
     INSPECTOR_TOKEN,
     LOOP,
@@ -22,7 +23,7 @@ from relay.cli.options import (
 )
 from relay.edges.config import AUTH_TOKEN_ENV, SidecarConfig, is_loopback
 from relay.edges.process import run_until_signalled
-from relay.edges.sideband import Sidecar, SidecarRuntime
+from relay.edges.sideband import CallEnded, Sidecar, SidecarRuntime
 from relay.edges.upstream import UpstreamUnavailable
 from relay.errors import UnusableInput, cannot_listen
 from relay.session.policy import CLEAN_CLOSE_CODES
@@ -60,9 +61,11 @@ def run(args: argparse.Namespace) -> int:
     async def attached() -> int:
         try:
             end = await sidecar.run()
+        except CallEnded:
+            return UNUSABLE   # logged by run(): no such call (any more), a call id that cannot be used
         except UpstreamUnavailable:
-            return 1   # logged by run()
-        return 0 if end.code in CLEAN_CLOSE_CODES else 1
+            return FINDING    # logged by run()
+        return OK if end.code in CLEAN_CLOSE_CODES else FINDING
 
     async def work() -> int:
         if hub is None or listen is None:

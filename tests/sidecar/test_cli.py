@@ -87,7 +87,7 @@ async def test_relay_attach_detaches_on_sigterm_and_reports_failures(tmp_path: P
             misconfigured_lines = await finish(misconfigured, [])
     assert process.returncode == 0 and not mock.find_session(call_id).ended
     assert (lines[-1]["msg"], lines[-1]["by"], lines[-1]["reason"]) == ("session end", "relay", "SIGTERM: detached")
-    assert unknown.returncode == 1
+    assert unknown.returncode == 2   # no such call: unusable input, not a finding
     assert unknown_lines[-1]["level"] == "error" and "no live call rtc_unknown" in unknown_lines[-1]["msg"]
     assert misconfigured.returncode == 2 and "ws:// or wss://" in misconfigured_lines[-1]["msg"]
 
