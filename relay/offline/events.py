@@ -1,7 +1,8 @@
 """Reading a session's frames into events: what `relay.offline.timeline.Timeline` holds, one
 reader per wire (the OpenAI family; Gemini Live), and the event kinds (see the timeline's
-docstring). The frames are read with the dialects' vocabulary (beta names as GA, Gemini's
-spellings); the relay's own requests are told by the metadata it puts on them.
+docstring). The OpenAI family's frames are read as typed events through its codec
+(`relay.dialects.openai_codec`: beta names as GA), Gemini's with the dialect's spellings; the
+relay's own requests are told by the metadata it puts on them.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from relay.dialects.gemini import field as gemini_field
+from relay.dialects import openai_codec as wire
 from relay.dialects.gemini import response_text
-from relay.dialects.openai import OPENAI
 from relay.engine.sequencer import META_CALLS, META_KIND
 from relay.offline.replaying import json_object
 from relay.recording.format import (
@@ -194,32 +195,31 @@ class _OpenAIReader(_Reader):
         self.incomplete: set[str] = set()           # calls whose item ended incomplete: never to run
 
     def dispatch(self, direction: str, event: dict[str, Any]) -> None:
-        raw_type = event.get("type")
-        if not isinstance(raw_type, str):
+        typed = wire.event_of(event)   # the family's codec: beta names read as GA
+        if isinstance(typed, wire.Unknown):
             return
-        kind = OPENAI.canonical_type(raw_type)   # the family's one table of beta and GA names
         if direction == UPSTREAM_TO_RELAY:
-            self.upstream(kind, event)
+            self.upstream(typed)
         elif direction in (RELAY_TO_UPSTREAM, CLIENT_TO_RELAY):
-            self.sent(direction, kind, event)
-        elif direction == RELAY_TO_CLIENT and kind == "error":
-            error = _dict(event.get("error"))
+            self.sent(direction, typed)
+        elif direction == RELAY_TO_CLIENT and isinstance(typed, wire.Error):
+            error = _dict(typed.error)
             self.add(ERROR, status=str(error.get("code") or "error"), text=str(error.get("message") or ""),
                      by="relay")
 
     # -- what went to the upstream
-    def sent(self, direction: str, kind: str, event: dict[str, Any]) -> None:
-        if kind == "conversation.item.create":
-            item = _dict(event.get("item"))
-            if item.get("type") == "function_call_output":
+    def sent(self, direction: str, event: wire.Event) -> None:
+        if isinstance(event, wire.ItemCreate):
+            item = _dict(event.item)
+            if item.get("type") == wire.FUNCTION_CALL_OUTPUT:
                 self.output(direction, item.get("call_id"), str(item.get("output") or ""), item.get("status"))
-            elif item.get("type") == "message":
+            elif item.get("type") == wire.MESSAGE:
                 self.message(direction, item)
             return
         if direction != self.upstream_bound:
             return
-        if kind == "response.create":
-            response = _dict(event.get("response"))
+        if isinstance(event, wire.ResponseCreate):
+            response = _dict(event.response)
             metadata = _dict(response.get("metadata"))
             purpose = metadata.get(META_KIND)
             call_ids = tuple(c for c in str(metadata.get(META_CALLS) or "").split(",") if c)
@@ -230,8 +230,8 @@ class _OpenAIReader(_Reader):
             else:
                 self.client_creates += 1
                 self.add(CREATE, by="client")
-        elif kind == "response.cancel":
-            self.add(CANCEL, response_id=event.get("response_id"),
+        elif isinstance(event, wire.ResponseCancel):
+            self.add(CANCEL, response_id=event.response_id,
                      by="relay" if direction == RELAY_TO_UPSTREAM else "client")
 
     def message(self, direction: str, item: dict[str, Any]) -> None:
@@ -239,7 +239,7 @@ class _OpenAIReader(_Reader):
         send) the relay's news from a streaming tool."""
         text = _item_text(item)
         if direction == CLIENT_TO_RELAY:
-            if item.get("role") == "user":
+            if item.get("role") == wire.USER:
                 self.add(USER, text=text, by="caller")
             self.client_answers[("message", text)] += 1
         elif self.client_answers[("message", text)]:
@@ -248,26 +248,27 @@ class _OpenAIReader(_Reader):
             self.add(UPDATE, text=text, by="relay")
 
     # -- what the upstream said
-    def upstream(self, kind: str, event: dict[str, Any]) -> None:
-        if kind == "input_audio_buffer.speech_started":
+    def upstream(self, event: wire.Event) -> None:
+        if isinstance(event, wire.SpeechStarted):
             if self.active or self.open_calls:
                 self.add(BARGE_IN, by="caller")
-        elif kind == "conversation.item.input_audio_transcription.completed":
-            self.add(USER, text=str(event.get("transcript") or ""), by="caller")
-        elif kind == "response.created":
-            self.response_created(_dict(event.get("response")))
-        elif kind in ("response.output_item.done", "conversation.item.done"):
-            item = _dict(event.get("item"))
-            if item.get("type") == "function_call" and item.get("status") in ("completed", "incomplete"):
-                response_id = event.get("response_id") or item.get("response_id")
+        elif isinstance(event, wire.InputTranscriptionCompleted):
+            self.add(USER, text=str(event.transcript or ""), by="caller")
+        elif isinstance(event, wire.ResponseCreated):
+            self.response_created(_dict(event.response))
+        elif isinstance(event, (wire.OutputItemDone, wire.ItemDone)):
+            item = _dict(event.item)
+            if item.get("type") == wire.FUNCTION_CALL and item.get("status") in ("completed", "incomplete"):
+                response_id = (event.response_id if isinstance(event, wire.OutputItemDone) else None) \
+                    or item.get("response_id")
                 self.item_call(item, response_id)
-        elif kind in ("response.output_audio_transcript.done", "response.output_text.done"):
-            text = event.get("transcript") if kind.endswith("transcript.done") else event.get("text")
-            self.add(SPOKEN, text=str(text or ""), response_id=event.get("response_id"), by="model")
-        elif kind == "response.done":
-            self.response_done(_dict(event.get("response")))
-        elif kind == "error":
-            error = _dict(event.get("error"))
+        elif isinstance(event, (wire.AudioTranscriptDone, wire.TextDone)):
+            text = event.transcript if isinstance(event, wire.AudioTranscriptDone) else event.text
+            self.add(SPOKEN, text=str(text or ""), response_id=event.response_id, by="model")
+        elif isinstance(event, wire.ResponseDone):
+            self.response_done(_dict(event.response))
+        elif isinstance(event, wire.Error):
+            error = _dict(event.error)
             self.add(ERROR, status=str(error.get("code") or error.get("type") or "error"),
                      text=str(error.get("message") or ""), by="upstream")
 
@@ -307,7 +308,7 @@ class _OpenAIReader(_Reader):
         if not isinstance(response_id, str):
             return
         for item in data.get("output") if isinstance(data.get("output"), list) else []:
-            if isinstance(item, dict) and item.get("type") == "function_call":
+            if isinstance(item, dict) and item.get("type") == wire.FUNCTION_CALL:
                 self.item_call(item, response_id)
         status = str(data.get("status") or "completed")
         by = self.active.pop(response_id, None)

@@ -1,0 +1,71 @@
+"""The wire is spelt in relay/dialects/ only: outside it, a module reads and writes frames through
+a family's codec (`relay.dialects.openai_codec`) and its typed events, not by the wire's names.
+
+The count is of string literals (docstrings excluded, read from the AST) that are a name of a
+family's wire: an OpenAI-family event type in any vocabulary, an item type the relay acts on, a
+Gemini Live message. The bound is the count today: it may only go down (issue 45's aim: at most 20,
+in at most 4 modules)."""
+
+from __future__ import annotations
+
+import ast
+from collections import Counter
+from pathlib import Path
+
+from relay.dialects.gemini import CLIENT_MESSAGE_KEYS, SERVER_MESSAGE_KEYS, snake_case
+from relay.dialects.openai_codec import WIRE_NAMES as OPENAI_NAMES
+from tests.support.paths import REPO
+
+GEMINI_NAMES = frozenset({*CLIENT_MESSAGE_KEYS, *SERVER_MESSAGE_KEYS,
+                          *(snake_case(name) for name in (*CLIENT_MESSAGE_KEYS, *SERVER_MESSAGE_KEYS))})
+WIRE_NAMES = (OPENAI_NAMES | GEMINI_NAMES) - {"error"}
+"""`error` is left out: the event's name is also the member every error shape holds."""
+BOUND = 338
+"""The count when the first codec landed (352 before it); lower it as consumers move to codecs."""
+
+
+def docstrings(tree: ast.AST) -> set[int]:
+    """The ids of the docstring nodes of a module, its classes and functions."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
+    return found
+
+
+def wire_literals(root: Path) -> Counter[str]:
+    """Module (relative to `root`'s parent) -> how many wire-name literals it holds, outside
+    `root/dialects/`."""
+    counts: Counter[str] = Counter()
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root).as_posix()
+        if relative.startswith("dialects/"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        skip = docstrings(tree)
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip
+                    and node.value in WIRE_NAMES):
+                counts[relative] += 1
+    return counts
+
+
+def test_the_wire_is_spelt_in_the_dialects_only() -> None:
+    counts = wire_literals(REPO / "relay")
+    total = sum(counts.values())
+    report = ", ".join(f"{module} {count}" for module, count in counts.most_common())
+    assert total <= BOUND, f"{total} wire-name literals outside relay/dialects/ (bound {BOUND}): {report}"
+
+
+def test_the_count_reads_literals_not_docstrings(tmp_path: Path) -> None:
+    package = tmp_path / "relay"
+    (package / "dialects").mkdir(parents=True)
+    (package / "dialects" / "wire.py").write_text('KIND = "response.create"\n')
+    (package / "reader.py").write_text(
+        '"""Reads response.done."""\n'
+        'def read(event):\n'
+        '    """"response.create" is not counted here."""\n'
+        '    return event["type"] in ("response.done", "toolCall", "tool_call", "function_call", "other")\n')
+    assert wire_literals(package) == Counter({"reader.py": 4})
