@@ -37,6 +37,8 @@ DEFAULT_URL = f"wss://{GEMINI_HOST}{DEFAULT_PATH}"
 _VERSIONED_PATH = re.compile(
     r"^(/ws/google\.ai\.generativelanguage\.)(v1beta|v1alpha|v1)(\.GenerativeService\.BidiGenerateContent)$")
 
+SERVER_CONTENT = "serverContent"
+"""The server's message that carries the model's turn, transcriptions and turn ends."""
 CLIENT_MESSAGE_KEYS = ("setup", "clientContent", "realtimeInput", "toolResponse")
 SERVER_MESSAGE_KEYS = (
     "setupComplete", "serverContent", "toolCall", "toolCallCancellation", "goAway",

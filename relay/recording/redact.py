@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from relay.dialects.gemini import field
+from relay.dialects.gemini import SERVER_CONTENT, field
 from relay.dialects.peek import peek_type
 from relay.errors import REDACTED, ConfigError
 
@@ -237,7 +237,7 @@ def streamed_text(event: Any) -> list[tuple[tuple[Any, ...], dict[str, Any], str
             stream = (kind, *(_plain_key(event.get(name)) for name in ("item_id", "output_index", "content_index")))
             return [(stream, event, "delta")]
         return []
-    content = field(event, "serverContent")
+    content = field(event, SERVER_CONTENT)
     if not isinstance(content, dict):
         return []
     found: list[tuple[tuple[Any, ...], dict[str, Any], str]] = []
