@@ -163,13 +163,16 @@ def bench_claim(page: Path, path: str) -> str:
     at_10, at_100 = _step(figures, 10), _step(figures, 100)
     realtime = figures.get("realtime", {})
     held = realtime.get("max_sessions_within_bound", {})
-    parts = [f"On a shared {figures['machine']['cpus']}-core VM, flooded with audio, relay on picows costs "
-             f"{_ratio(at_10['relay_fast_vs_haproxy_cpu'])} HAProxy's CPU per event at 10 sessions and "
-             f"{_ratio(at_100['relay_fast_vs_haproxy_cpu'])} at 100"]
+    parts = [f"On a shared {figures.get('machine', {}).get('cpus', '?')}-core VM"]
+    if at_10 or at_100:
+        parts.append(f", flooded with audio, relay on picows costs {_ratio(at_10.get('relay_fast_vs_haproxy_cpu'))} "
+                     f"HAProxy's CPU per event at 10 sessions and {_ratio(at_100.get('relay_fast_vs_haproxy_cpu'))} "
+                     "at 100")
     if at_100.get("raw_picows_vs_haproxy_cpu") is not None:
         parts.append(f" (a bare picows pass-through: {_ratio(at_100['raw_picows_vs_haproxy_cpu'])})")
     if held:
-        parts.append(f"; at realtime pace it holds {_count(held['relay_fast'])} sessions within "
+        subject = "; at realtime pace it" if at_10 or at_100 else ", at realtime pace relay on picows"
+        parts.append(f"{subject} holds {_count(held.get('relay_fast'))} sessions within "
                      f"{realtime.get('bound_ms', 10.0):g} ms of added p99 (HAProxy {_count(held.get('haproxy'))}), "
                      f"{_ratio(realtime.get('relay_fast_vs_relay_sessions'))} its websockets transport")
     text = "".join(parts) + f". [Benchmarks]({_link(page, 'docs/benchmarks.md')}): the method and every figure."

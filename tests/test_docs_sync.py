@@ -5,6 +5,7 @@ a command's argparse parser, the benchmark's results file. Run `scripts/docs` to
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -101,3 +102,19 @@ def test_the_benchmarks_page_leads_with_the_one_table_the_results_file_gives() -
     at_100 = next(step for step in figures["throughput"] if step["sessions"] == 100)
     assert f"{at_100['relay_fast_vs_haproxy_cpu']:.2f}x" in before_the_method
 
+
+
+def test_the_table_and_the_claim_read_a_partial_run_and_leave_what_it_did_not_measure_out(tmp_path: Path) -> None:
+    """`scripts/bench --only realtime --json` writes no throughput: the table shows a dash there,
+    and the claim says what was measured."""
+    only_realtime = {"machine": {"cpus": 4, "rounds": 3}, "realtime": {
+        "bound_ms": 10.0, "max_sessions_within_bound": {"raw": 300, "relay": 150, "relay_fast": 450, "haproxy": 500},
+        "relay_fast_vs_relay_sessions": 3.0, "ceiling": None}}
+    results = tmp_path / "only_realtime.json"
+    results.write_text(json.dumps(only_realtime))
+    rows = dict((label, figure) for label, figure, _ in docs_sync.bench_rows(only_realtime))
+    assert rows["flooded, 10 / 100 sessions: relay_fast's CPU per event / HAProxy's"] == "- / -"
+    assert "450 / 500 / 150" in rows.values() and "3.00x" in rows.values()
+    claim = docs_sync.bench_claim(Path("README.md"), str(results))     # an absolute path: REPO / it is itself
+    assert "On a shared 4-core VM, at realtime pace relay on picows holds 450 sessions" in " ".join(claim.split())
+    assert "flooded" not in claim

@@ -1,5 +1,5 @@
 """docs/testing.md, the testing guide: every example on the page is a file under
-docs/examples/testing/ that the page includes (the site's snippets), and the
+docs/examples/testing/ that the page includes (scripts/docs writes it in), and the
 examples run: the shell walk from a recorded call to a blocking test, which runs the Python ones."""
 
 from __future__ import annotations
