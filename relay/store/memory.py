@@ -1,0 +1,90 @@
+"""The in-memory store: the default, nothing to install. Records live as long as the process,
+for the most recent `max_sessions` sessions; writes are synchronous dictionary updates."""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from typing import Any, Callable
+
+from relay.engine.records import CallRecord, Phase
+from relay.store.base import CallStore, Fenced, Lease, updated
+
+DEFAULT_MAX_SESSIONS = 1024
+
+
+class MemoryStore(CallStore):
+    """Call records and leases in this process's memory. `clock` tells leases' time."""
+
+    synchronous = True
+    name = "memory"
+
+    def __init__(self, *, max_sessions: int = DEFAULT_MAX_SESSIONS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.max_sessions = max_sessions
+        self.clock = clock
+        self._sessions: OrderedDict[str, dict[str, str]] = OrderedDict()   # session -> call_id -> JSON
+        self._fences: dict[str, int] = {}
+        self._leases: dict[str, Lease] = {}
+
+    def _check(self, session_id: str, fence: int) -> None:
+        if fence < self._fences.get(session_id, 0):
+            raise Fenced(f"session {session_id}: token {fence} is older than "
+                         f"{self._fences[session_id]}")
+
+    def _calls(self, session_id: str) -> dict[str, str]:
+        calls = self._sessions.get(session_id)
+        if calls is None:
+            calls = self._sessions[session_id] = {}
+            while len(self._sessions) > self.max_sessions:
+                oldest, _ = self._sessions.popitem(last=False)
+                self._fences.pop(oldest, None)
+                self._leases.pop(oldest, None)
+        else:
+            self._sessions.move_to_end(session_id)
+        return calls
+
+    def put_now(self, record: CallRecord, *, fence: int = 0) -> None:
+        self._check(record.session_id, fence)
+        self._calls(record.session_id)[record.call_id] = record.to_json()
+
+    async def put(self, record: CallRecord, *, fence: int = 0) -> None:
+        self.put_now(record, fence=fence)
+
+    async def update(self, session_id: str, call_id: str, phase: Phase, *, fence: int = 0,
+                     **changes: Any) -> bool:
+        self._check(session_id, fence)
+        text = self._sessions.get(session_id, {}).get(call_id)
+        if text is None:
+            return False
+        self.put_now(updated(CallRecord.from_json(text), phase, changes), fence=fence)
+        return True
+
+    async def session_records(self, session_id: str) -> list[CallRecord]:
+        return self._read(self._sessions.get(session_id, {}).values())
+
+    async def acquire(self, session_id: str, owner: str, ttl: float) -> Lease | None:
+        now = self.clock()
+        held = self._leases.get(session_id)
+        if held is not None and held.expires_at > now and held.owner != owner:
+            return None
+        token = self._fences.get(session_id, 0) + 1
+        self._fences[session_id] = token
+        lease = self._leases[session_id] = Lease(session_id, owner, token, now + ttl)
+        return lease
+
+    async def renew(self, lease: Lease, ttl: float) -> Lease | None:
+        held = self._leases.get(lease.session_id)
+        if held is None or (held.owner, held.token) != (lease.owner, lease.token) or held.expires_at <= self.clock():
+            return None
+        renewed = self._leases[lease.session_id] = Lease(lease.session_id, lease.owner, lease.token,
+                                                         self.clock() + ttl)
+        return renewed
+
+    async def release(self, lease: Lease) -> bool:
+        held = self._leases.get(lease.session_id)
+        if held is None or held.token != lease.token:
+            return False
+        del self._leases[lease.session_id]
+        return True
