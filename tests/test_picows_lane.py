@@ -48,7 +48,8 @@ def lane_testing(kinds: frozenset[str]) -> tuple[object, object]:
 # pieces of frames: the prefixes the tests look for, the characters they look at, and others
 PIECES = st.sampled_from(['{"type":"', '{"type": "', "response.output_audio.delta", "input_audio_buffer.append",
                           "response.audio.delta", "response.done", '"', '"type"', '"type":"x"', "\\", "\\\"", ",",
-                          ":", "}", "{", " ", "AAAA", "é", "\u20ac", '"delta":"', '"audio":"', "t", "type"])
+                          ":", "}", "{", " ", "AAAA", "é", "\u20ac", '"delta":"', '"audio":"', "t", "type", "[", "]", "0", "-1",
+                          "1.", "e5", "true", "nul", "\x01", "garbage", '"}'])
 
 
 @settings(max_examples=400, deadline=None)
@@ -58,7 +59,8 @@ PIECES = st.sampled_from(['{"type":"', '{"type": "', "response.output_audio.delt
 def test_the_compiled_test_of_a_frame_is_the_python_one_over_its_bytes(side: str, head: str,
                                                                        pieces: list[str]) -> None:
     """Over ASCII it says what the Python test says of a compact `type`-first frame; it never
-    takes a frame the Python test would not (anything else goes to the Python lane)."""
+    takes a frame the Python test would not (anything else goes to the Python lane); what they
+    take parses as JSON."""
     lane, passes = lane_testing(KINDS[side])
     frame = head + "".join(pieces)
     compiled = lane.passes_bytes(frame.encode())   # type: ignore[attr-defined]
@@ -66,6 +68,8 @@ def test_the_compiled_test_of_a_frame_is_the_python_one_over_its_bytes(side: str
         assert compiled == passes(frame)   # type: ignore[operator]
     else:
         assert compiled is False
+    if compiled:
+        json.loads(frame, strict=False)
 
 
 def test_ci_runs_the_transport_on_its_compiled_lane() -> None:
@@ -234,3 +238,66 @@ async def test_frames_that_come_in_one_read_go_on_whole_and_in_order_even_when_a
         # grows): a few writes of several frames each, not a write per frame
         assert all(1 <= made_lane.bursts_written <= chunks // 3 for made_lane in made), [
             made_lane.bursts_written for made_lane in made]
+
+
+DEEP = 100_000
+APPEND = '{"type":"input_audio_buffer.append"'
+DELTA = '{"type":"response.output_audio.delta"'
+# (side, frame, whether the fast path forwards it unparsed): every frame it takes parses as JSON
+# (leniently: raw control characters inside strings are not looked for)
+FAST_PATH_CORPUS = {
+    "an append": ("client", APPEND + ',"audio":"AAAA"}', True),
+    "an append with an event id": ("client", APPEND + ',"event_id":"e1","audio":"AAAA"}', True),
+    "a delta as OpenAI sends it": ("upstream", DELTA + ',"event_id":"event_1","response_id":"resp_1","item_id":'
+                                   '"item_1","output_index":0,"content_index":0,"delta":"AAAA"}', True),
+    "scalars of every kind": ("upstream", DELTA + ',"a":-1.5e+3,"b":0.25,"c":true,"d":false,"e":null,"f":"",'
+                              '"delta":"AAAA"}', True),
+    "an empty payload": ("client", APPEND + ',"audio":""}', True),
+    "a last value that is no string": ("upstream", DELTA + ',"event_id":"e1","at":1764600000000}', True),
+    "a last value that is a literal": ("upstream", DELTA + ',"event_id":"e1","last":true}', True),
+    "only the type (its last string is the type's: parsed)": ("upstream", DELTA + '}', False),
+    "a bad number last": ("upstream", DELTA + ',"event_id":"e1","at":01}', False),
+    "a bad literal last": ("upstream", DELTA + ',"event_id":"e1","last":tru}', False),
+    "garbage after a number": ("upstream", DELTA + ',"event_id":"e1","at":1}}', False),
+    "a second type before a number": ("upstream", DELTA + ',"type":"x","at":1}', False),
+    "garbage after the object": ("client", APPEND + ',"audio":"AAAA"}}}garbage', False),
+    "a second object after it": ("client", APPEND + ',"audio":"A"}' + APPEND + ',"audio":"B"}', False),
+    "whitespace after it": ("client", APPEND + ',"audio":"AAAA"} ', False),
+    "arrays nested 100,000 deep": ("client", APPEND + ',"x":' + "[" * DEEP + "]" * DEEP + ',"audio":"AAAA"}', False),
+    "an object in the head": ("upstream", DELTA + ',"x":{"y":1},"delta":"AAAA"}', False),
+    "an array as the payload": ("client", APPEND + ',"audio":["AAAA"]}', False),
+    "a quote in the payload": ("client", APPEND + ',"audio":"AA"AA"}', False),
+    "a backslash in the payload": ("client", APPEND + ',"audio":"AA\\"AA"}', False),
+    "a second type": ("client", APPEND + ',"type":"session.update","audio":"AAAA"}', False),
+    "type as the payload's key": ("client", APPEND + ',"type":"AAAA"}', False),
+    "a missing comma": ("client", APPEND + ',"event_id":"e1""audio":"AAAA"}', False),
+    "a key without a value": ("client", APPEND + ',"x","audio":"AAAA"}', False),
+    "no member but the type": ("client", APPEND + '"AAAA"}', False),
+    "a colon for a comma": ("client", APPEND + ':"audio":"AAAA"}', False),
+    "a leading zero": ("upstream", DELTA + ',"output_index":01,"delta":"AAAA"}', False),
+    "a bare point": ("upstream", DELTA + ',"output_index":1.,"delta":"AAAA"}', False),
+    "a plus sign": ("upstream", DELTA + ',"output_index":+1,"delta":"AAAA"}', False),
+    "a bare minus": ("upstream", DELTA + ',"output_index":-,"delta":"AAAA"}', False),
+    "an empty exponent": ("upstream", DELTA + ',"output_index":1e,"delta":"AAAA"}', False),
+    "a word that is not a literal": ("upstream", DELTA + ',"x":truex,"delta":"AAAA"}', False),
+    "a truncated literal": ("upstream", DELTA + ',"x":nul,"delta":"AAAA"}', False),
+    # JSON read leniently (strict=False) takes a raw control character in a string
+    "a control character in a value": ("client", APPEND + ',"event_id":"e\n1","audio":"AA\x01A"}', True),
+    "unterminated": ("client", APPEND + ',"audio":"AAAA', False),
+}
+
+
+@pytest.mark.parametrize("side, frame, forwarded", FAST_PATH_CORPUS.values(), ids=FAST_PATH_CORPUS.keys())
+def test_both_lanes_forward_unparsed_only_a_flat_json_object_of_the_type_it_claims(
+        side: str, frame: str, forwarded: bool) -> None:
+    """The audio fast path's test, in Python and compiled, over the same frames: each takes a
+    frame only when it is one flat JSON object (whose last string, when it ends with one, holds no
+    quote or backslash)."""
+    lane, passes = lane_testing(KINDS[side])
+    assert passes(frame) is forwarded   # type: ignore[operator]
+    assert lane.passes_bytes(frame.encode()) is forwarded   # type: ignore[attr-defined]
+    if forwarded:
+        assert json.loads(frame, strict=False)["type"] in KINDS[side]
+    spaced = frame.replace('{"type":', '{ "type": ', 1)   # the Python test's other branch
+    if passes(spaced):   # type: ignore[operator]
+        assert json.loads(spaced, strict=False)["type"] in KINDS[side]

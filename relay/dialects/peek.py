@@ -9,6 +9,16 @@ array before `type`, an escaped key) returns None, and the caller parses the fra
 `passes_unparsed` is the whole test a frame passes to be forwarded as the same text;
 `pass_through_test` makes it one function per set of event types, what the engine calls on every
 frame.
+
+A frame forwarded unparsed is one JSON object the upstream (or the client) parses as the event it
+claims to be (raw control characters inside its strings aside, see `_STRING`): a flat object (its
+values strings, numbers, `true`, `false` or `null`), nothing after its closing brace. When its
+last value is a string (audio's payload), that string is only checked to hold no quote and no
+backslash, by the scans the test makes anyway: the payload is never walked by a parser, the rest
+of the object (its head, a hundred characters) is matched by one regular expression. Otherwise (a
+ping ending with its timestamp) the whole object is matched. Anything else (garbage after the
+object, an array nested in it, a second `type`) is parsed in full, where bad JSON gets its error
+event.
 """
 
 from __future__ import annotations
@@ -20,6 +30,28 @@ _COMPACT_TYPE_FIRST = '{"type":"'
 _COMPACT_TYPE_START = len(_COMPACT_TYPE_FIRST)
 _TYPE_FIRST = re.compile(r'\s*\{\s*"type"\s*:\s*"([^"\\]*)"')
 _WHITESPACE = " \t\r\n"
+
+# The head of a frame forwarded unparsed: what lies between its type's value and the opening
+# quote of its last value, the payload (`,"event_id":"e1","output_index":0,"delta":`). Keys and
+# string values hold no quote (and no backslash: none is in the frame); no key is a second
+# `type`. Possessive repeats: a head that does not match fails at once. Raw control characters
+# inside strings are not looked for (a class of them would triple the match's cost, and the
+# payload is never walked): JSON read leniently (`json.loads(..., strict=False)`) takes them.
+_STRING = r'"[^"]*+"'
+_KEY = r'"(?!type")[^"]*+"'
+_SCALAR = rf'(?:{_STRING}|-?+(?:0|[1-9][0-9]*+)(?:\.[0-9]++)?+(?:[eE][-+]?+[0-9]++)?+|true|false|null)'
+# compact, matched from just after `{"type"`: `:"<kind>"` (the kind checked by the prefix), the
+# other members, the payload's key; or, when the last value is no string, the whole object
+_COMPACT_HEAD = re.compile(rf':{_STRING}(?:,{_KEY}:{_SCALAR})*+,{_KEY}:')
+_COMPACT_OBJECT = re.compile(rf':{_STRING}(?:,{_KEY}:{_SCALAR})*+\}}')
+# with whitespace, matched from the frame's start (`type` anywhere, found by `peek_type`; that it
+# is there once is `has_single_plain_type`'s)
+_SPACE = "[ \t\r\n]*+"
+_LOOSE_HEAD = re.compile(rf'{_SPACE}\{{{_SPACE}(?:{_STRING}{_SPACE}:{_SPACE}{_SCALAR}{_SPACE},{_SPACE})*+'
+                         rf'{_STRING}{_SPACE}:{_SPACE}')
+_LOOSE_END = re.compile(rf'"{_SPACE}\}}{_SPACE}')
+_LOOSE_OBJECT = re.compile(rf'{_SPACE}\{{{_SPACE}(?:{_STRING}{_SPACE}:{_SPACE}{_SCALAR}{_SPACE},{_SPACE})*+'
+                           rf'{_STRING}{_SPACE}:{_SPACE}{_SCALAR}{_SPACE}\}}{_SPACE}')
 
 
 def peek_type(frame: str) -> str | None:
@@ -56,6 +88,8 @@ def pass_through_test(kinds: frozenset[str]) -> Callable[[str | bytes], bool]:
     between the first one and the last quote before the frame's end."""
     prefixes = tuple(f'{_COMPACT_TYPE_FIRST}{kind}"' for kind in sorted(kinds))
     after_type = len('{"type"')
+    compact_head = _COMPACT_HEAD.fullmatch
+    compact_object = _COMPACT_OBJECT.fullmatch
 
     def passes(frame: str | bytes) -> bool:
         try:
@@ -65,10 +99,16 @@ def pass_through_test(kinds: frozenset[str]) -> Callable[[str | bytes], bool]:
         if not typed:
             # compact with another type, or not compact: read the type the slow way
             return (not frame.startswith(_COMPACT_TYPE_FIRST) and peek_type(frame) in kinds   # type: ignore[arg-type]
-                    and has_single_plain_type(frame))   # type: ignore[arg-type]
-        # a str from here on (startswith took str prefixes)
-        return ("\\" not in frame   # type: ignore[operator]
-                and '"type"' not in frame[after_type:frame.rfind('"', 0, -2) + 1])   # type: ignore[operator, arg-type]
+                    and has_single_plain_type(frame) and is_flat_object(frame))   # type: ignore[arg-type]
+        # a str from here on (startswith took str prefixes): it holds no backslash, and it ends
+        # with its payload's closing quote and brace, its head (up to the payload's opening
+        # quote, the last before that end) matching; or it is a flat object whose last value is
+        # no string
+        if "\\" in frame:   # type: ignore[operator]
+            return False
+        if frame.endswith('"}'):   # type: ignore[arg-type]
+            return compact_head(frame, after_type, frame.rfind('"', 0, -2)) is not None   # type: ignore[arg-type, union-attr]
+        return compact_object(frame, after_type) is not None   # type: ignore[arg-type]
 
     # what a lane over raw payloads tests the same way (relay.session.transport.ExpressPlan)
     passes.prefixes = prefixes   # type: ignore[attr-defined]
@@ -157,3 +197,15 @@ def has_single_plain_type(frame: str) -> bool:
     if "\\" in frame:
         return False
     return frame.count('"type"', 0, frame.rfind('"', 0, len(frame) - 2) + 1) == 1
+
+
+def is_flat_object(frame: str) -> bool:
+    """True when a frame without backslashes is a flat JSON object, whitespace allowed: when only
+    `}` and whitespace follow its last string, what comes before that string matches (the string
+    itself is not walked); otherwise the whole object matches."""
+    closing = frame.rfind('"')
+    if closing < 0:
+        return False
+    if _LOOSE_END.fullmatch(frame, closing) is None:
+        return _LOOSE_OBJECT.fullmatch(frame) is not None
+    return _LOOSE_HEAD.fullmatch(frame, 0, frame.rfind('"', 0, closing)) is not None

@@ -35,6 +35,11 @@ BAD_FRAMES = {
     "an event nested 100,000 deep": (
         '{"type": "response.create", "response": {"metadata": ' + '{"a": ' * DEEP + "1" + "}" * DEEP + "}}",
         "invalid_json"),
+    # what the audio fast path would otherwise forward unparsed
+    "an audio append with garbage after it": ('{"type":"input_audio_buffer.append","audio":"AAAA"}}}garbage',
+                                              "invalid_json"),
+    "an audio append nested 100,000 deep": (
+        '{"type":"input_audio_buffer.append","x":' + "[" * DEEP + "]" * DEEP + ',"audio":"AAAA"}', "invalid_json"),
 }
 
 
