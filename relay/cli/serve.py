@@ -50,6 +50,9 @@ SERVE_OPTIONS = (
                 f"it goes up without their outputs, which follow with their own response (default {DEFAULT_HOLD_LIMIT:g})"),
     *LIMITS,
     DRAIN_SECONDS,
+    option("--max-sessions", type=int, default=0, metavar="N", to=lambda sessions: sessions or None,
+           help="sessions open at once (per worker); a client past them gets 503 at the handshake "
+                "(default 0: no limit)"),
     option("--workers", field=None, type=int, default=1, metavar="N",
            help="processes sharing the port with SO_REUSEPORT (default 1)"),
     option("--tls-cert", metavar="PEM", help="serve wss:// with this certificate chain"),

@@ -144,6 +144,7 @@ class ServerConfig(EdgeConfig):
     hold_limit: float | None = DEFAULT_HOLD_LIMIT
     max_client_events_per_second: float = DEFAULT_MAX_CLIENT_EVENTS_PER_SECOND
     drain_seconds: float = DEFAULT_DRAIN_SECONDS
+    max_sessions: int | None = None   # sessions open at once in this process; None: no limit
     reuse_port: bool = False
     # Serve wss:// with this certificate chain and key (PEM files). The google-genai SDK always
     # connects with wss://, so a Gemini client reaches the relay only over TLS (here, or in front).
@@ -167,6 +168,8 @@ class ServerConfig(EdgeConfig):
             raise ConfigError("--max-client-events-per-second must be >= 0 (0: no limit)")
         if self.drain_seconds < 0:
             raise ConfigError("--drain-seconds must be >= 0")
+        if self.max_sessions is not None and self.max_sessions < 1:
+            raise ConfigError("--max-sessions must be >= 1 (0: no limit)")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError("--tls-cert and --tls-key go together")
         return dialect

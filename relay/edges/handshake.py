@@ -1,8 +1,9 @@
 """What `relay serve` answers before a session exists: the HTTP endpoints that share its port
 (`/healthz`, `/metrics`: GET and HEAD, 405 otherwise; `/healthz` is 503 while the relay drains;
 the live inspector's routes when it is on) and the checks that refuse a WebSocket client before
-any upstream work (the dialect's paths, a draining relay, the Upgrade header, the browser Origin,
-the relay's own token in any form a client of the dialect sends it, a `call_id` that would join
+any upstream work (the dialect's paths, a draining relay, one at its `--max-sessions`, the Upgrade
+header, the browser Origin, the relay's own token in any form a client of the dialect sends it,
+with failed attempts limited per address (relay/edges/admission.py), a `call_id` that would join
 a live call).
 
 Everything cheap is decided here, so a refused client never causes an upstream connection. The
@@ -14,10 +15,12 @@ request, HEAD, other methods and HTTP/1.0 included (relay/transports/).
 from __future__ import annotations
 
 import logging
+import math
 from http import HTTPStatus
 from typing import Any, Callable, Protocol
 
 from relay.dialects import Dialect
+from relay.edges.admission import FailedAuthentication
 from relay.edges.config import ServerConfig
 from relay.observe.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from relay.observe.metrics import Metrics
@@ -43,13 +46,16 @@ class Handshake:
 
     def __init__(self, config: ServerConfig, dialect: Dialect, metrics: Metrics, *,
                  health: Callable[[], dict[str, Any]], draining: Callable[[], bool] = lambda: False,
-                 inspector: Routes | None = None) -> None:
+                 sessions: Callable[[], int] = lambda: 0, inspector: Routes | None = None,
+                 failures: FailedAuthentication | None = None) -> None:
         self.config = config
         self.dialect = dialect
         self.metrics = metrics
         self._health = health
         self._draining = draining
+        self._sessions = sessions
         self._inspector = inspector
+        self.failures = failures if failures is not None else FailedAuthentication()
 
     def decide(self, request: Request) -> Answer | None:
         path = request.path.rstrip("/") or "/"
@@ -78,6 +84,11 @@ class Handshake:
             return self._refuse(request, HTTPStatus.SERVICE_UNAVAILABLE,
                                 "this relay is draining (shutting down) and takes no new sessions; "
                                 "connect again to reach another instance", **{"Retry-After": "1"})
+        limit = self.config.max_sessions
+        if limit is not None and self._sessions() >= limit:
+            return self._refuse(request, HTTPStatus.SERVICE_UNAVAILABLE,
+                                f"this relay has its maximum of {limit} sessions open (--max-sessions); "
+                                "connect again later or to another instance", **{"Retry-After": "1"})
         if not request.upgrade:
             return self._refuse(request, HTTPStatus.UPGRADE_REQUIRED,
                                 f"{path} is a WebSocket endpoint; connect with a realtime client",
@@ -85,10 +96,17 @@ class Handshake:
         if listed_origins(request.headers, self.config.allow_origins) is not None:
             return self._refuse(request, HTTPStatus.FORBIDDEN, "this origin is not allowed")
         token = self.config.auth_token
-        if token and not presents_token(request.headers, request.target, token, self.dialect):
-            return self._refuse(request, HTTPStatus.UNAUTHORIZED,
-                                f"missing or wrong relay token ({self.dialect.client_auth_forms})",
-                                **{"WWW-Authenticate": 'Bearer realm="relay"'})
+        if token:
+            wait = self.failures.retry_after(request.remote)
+            if wait is not None:   # logged by `failures`, in summary
+                return self._refuse(request, HTTPStatus.TOO_MANY_REQUESTS,
+                                    "too many failed authentications from this address; try again later",
+                                    logged=False, **{"Retry-After": str(max(1, math.ceil(wait)))})
+            if not presents_token(request.headers, request.target, token, self.dialect):
+                message = f"missing or wrong relay token ({self.dialect.client_auth_forms})"
+                self.failures.failed(request.remote, message)
+                return self._refuse(request, HTTPStatus.UNAUTHORIZED, message, logged=False,
+                                    **{"WWW-Authenticate": 'Bearer realm="relay"'})
         if any(name.lower() == "call_id" for name, _ in request.query):
             # with the relay's key, a call_id would join any live call of the account: sideband
             # connections are `relay attach`'s business, never a proxied client's
@@ -104,8 +122,11 @@ class Handshake:
             return Answer.json(status.value, self._health())
         return Answer(HTTPStatus.OK.value, (("Content-Type", METRICS_CONTENT_TYPE),), self.metrics.render().encode())
 
-    def _refuse(self, request: Request, status: HTTPStatus, message: str, **headers: str) -> Answer:
-        """A JSON error answer (with `headers`), counted and logged."""
+    def _refuse(self, request: Request, status: HTTPStatus, message: str, *, logged: bool = True,
+                **headers: str) -> Answer:
+        """A JSON error answer (with `headers`), counted and logged (unless `logged` is False: the
+        caller logs it)."""
         self.metrics.handshake_refused(status.value)
-        log.info("handshake refused: %s", message, extra={"status": status.value, "remote": request.remote})
+        if logged:
+            log.info("handshake refused: %s", message, extra={"status": status.value, "remote": request.remote})
         return Answer.error(status, message, **headers)

@@ -68,6 +68,7 @@ from relay.session.policy import (
     INTERNAL_ERROR,
     NORMAL_CLOSURE,
     SHUTDOWN_CODE,
+    TRY_AGAIN_LATER,
     EventBudget,
     ended_in_failure,
     short_close_reason,
@@ -143,7 +144,8 @@ class RelayServer(EdgeRuntime):
         self._inspector = (InspectorEndpoint(self.live, token=config.auth_token, dialect=self.dialect,
                                              allow_origins=config.allow_origins) if self.live is not None else None)
         self._handshake = Handshake(config, self.dialect, self.metrics, health=self.health,
-                                    draining=lambda: self.draining, inspector=self._inspector)
+                                    draining=lambda: self.draining, sessions=lambda: len(self._sessions),
+                                    inspector=self._inspector)
         self._sessions: dict[str, ProxySession] = {}
         self._sessions_changed = asyncio.Event()
         self._listener: Listener | None = None
@@ -278,6 +280,7 @@ class RelayServer(EdgeRuntime):
         self._listener.close()
         await self._listener.wait_closed()
         await self.close_tools()
+        self._handshake.failures.flush()
         log.info("stopped", extra={"sessions_total": self.metrics.sessions_total})
         if self._tracing is not None:
             await anyio.to_thread.run_sync(self._tracing.flush)
@@ -300,6 +303,10 @@ class RelayServer(EdgeRuntime):
     async def _serve_client(self, client: Transport, request: Request) -> None:
         if self._inspector is not None and self._inspector.is_feed(request.target):
             await self._inspector.serve_feed(client)
+            return
+        limit = self.config.max_sessions
+        if limit is not None and len(self._sessions) >= limit:   # handshakes that passed at once
+            await client.close(TRY_AGAIN_LATER, "the relay has its maximum of sessions open")
             return
         session = ProxySession(
             id="rs_" + secrets.token_hex(6),

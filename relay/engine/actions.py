@@ -57,7 +57,8 @@ class Notice:
     `tool_call` (a call answered, or skipped/abandoned), `follow_up` / `filler` (a response.create
     sent), `response` (a response created or done: `phase`, `response_id`, `creator`, and the
     relay's `event_id`/`purpose` or the final `status`/`reason`), `anomaly`, `client_error` (an
-    error event sent to the client), `upstream_error` (an error the upstream aimed at the relay).
+    error event sent to the client), `upstream_error` (an error the upstream aimed at the relay),
+    `limit` (a client reached a limit of `relay.engine.limits`: once per session and limit).
     The session loop adds `loop_blocked` (a step of a tool's handler held the event loop: `name`,
     `call_id`, `seconds`)."""
 

@@ -23,6 +23,7 @@ from relay.dialects.jsontext import compact_json
 from relay.engine.actions import Action, Notice, SendClient, SendUpstream
 from relay.engine.calls import CallEntry, CallLedger, Owner
 from relay.engine.conversation import Conversation, ItemOrigins, ResponseRecord
+from relay.engine.limits import LIMIT_CODE, MAX_ANOMALIES_KEPT
 from relay.engine.sequencer import Sequencer
 from relay.tools import ToolRegistry
 
@@ -75,7 +76,9 @@ class SessionContext:
         self.tools = tools
         self.dialect = dialect
         self.rules = rules
-        self.anomalies: list[Anomaly] = []
+        self.anomalies: list[Anomaly] = []   # the first MAX_ANOMALIES_KEPT
+        self.anomalies_dropped = 0           # and how many came after
+        self.limits_reached: set[str] = set()   # the limits a peer reached (each logged once)
         self.conversation = Conversation(self.anomaly)
         self.ledger = CallLedger(strict=config.strict, on_refused=self.refused_step)
         self.now = 0.0                     # the time of the input being handled
@@ -111,7 +114,10 @@ class SessionContext:
     def anomaly(self, message: str, event_type: str | None, *, internal: bool = False) -> None:
         """Something odd in the input (or a refused step; `internal`: the engine's own failure):
         kept, and told as a notice."""
-        self.anomalies.append(Anomaly(self.now, message, event_type, self.source, internal))
+        if len(self.anomalies) < MAX_ANOMALIES_KEPT:
+            self.anomalies.append(Anomaly(self.now, message, event_type, self.source, internal))
+        else:
+            self.anomalies_dropped += 1
         self.out.append(Notice("anomaly", {"message": message, "event_type": event_type, "source": self.source,
                                            "internal": internal}))
 
@@ -128,6 +134,16 @@ class SessionContext:
                 event["event_id"] = self.new_id("e")
                 self.out.append(SendClient(_compact(event)))
         self.out.append(Notice("client_error", {"code": code, "message": message}))
+
+    def limit_reached(self, what: str, limit: str, client_event_id: Any = None) -> None:
+        """The client's event would make the session keep more than `relay.engine.limits` allows
+        (`what`: what is kept, `limit`: how much of it at most, in words): refused with an `error`
+        event, and the first time in a session for `what`, a `limit` notice (logged)."""
+        self.client_error(LIMIT_CODE, f"refused: the relay keeps at most {limit} per session ({what}); "
+                          "wait until the upstream has answered those", client_event_id)
+        if what not in self.limits_reached:
+            self.limits_reached.add(what)
+            self.out.append(Notice("limit", {"what": what, "limit": limit}))
 
     def response_notice(self, response: ResponseRecord, phase: Literal["created", "done"], made_by: Any = None) -> None:
         """A `response` notice: a response began or ended (what traces hang tool calls on).

@@ -11,6 +11,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from relay.engine.limits import MAX_PENDING_CLIENT_ID_CHARS, MAX_PENDING_CLIENT_ITEMS
+
 ABSENT: Any = type("Absent", (), {"__repr__": lambda self: "ABSENT"})()
 """Marks a field the event did not carry, as opposed to one carried as null."""
 
@@ -165,14 +167,21 @@ class ResponseRecord:
 class ItemOrigins:
     """Who produced each item of an OpenAI-family conversation (`ItemRecord.origin`): the relay,
     the client, the model (a response's output) or the user's speech. The ids of the items the
-    relay and the client create are kept until those items come back into the conversation."""
+    relay and the client create are kept until those items come back into the conversation; the
+    client's, within `relay.engine.limits` (`has_room`)."""
 
-    __slots__ = ("_relay_items", "_client_items", "_client_calls")
+    __slots__ = ("_relay_items", "_client_items", "_client_calls", "_client_chars")
 
     def __init__(self) -> None:
         self._relay_items: set[str] = set()
         self._client_items: set[str] = set()
         self._client_calls: set[str] = set()   # call ids of function_call items the client created
+        self._client_chars = 0                 # of the ids in both
+
+    def has_room(self) -> bool:
+        """Whether the ids of one more client item may be kept (`relay.engine.limits`)."""
+        return (len(self._client_items) + len(self._client_calls) < MAX_PENDING_CLIENT_ITEMS
+                and self._client_chars < MAX_PENDING_CLIENT_ID_CHARS)
 
     def relay_sent(self, item_id: str) -> None:
         """The relay sent an item with this id (an output, an update)."""
@@ -180,10 +189,13 @@ class ItemOrigins:
 
     def client_sent(self, item: dict[str, Any]) -> None:
         """The client sent an item (`conversation.item.create`)."""
-        if isinstance(item.get("id"), str):
-            self._client_items.add(item["id"])
-        if item.get("type") == "function_call" and isinstance(item.get("call_id"), str):
-            self._client_calls.add(item["call_id"])
+        item_id, call_id = item.get("id"), item.get("call_id")
+        if isinstance(item_id, str) and item_id not in self._client_items:
+            self._client_items.add(item_id)
+            self._client_chars += len(item_id)
+        if item.get("type") == "function_call" and isinstance(call_id, str) and call_id not in self._client_calls:
+            self._client_calls.add(call_id)
+            self._client_chars += len(call_id)
 
     def client_made_call(self, call_id: str) -> bool:
         return call_id in self._client_calls
@@ -206,7 +218,14 @@ class ItemOrigins:
         if record.origin == "relay":
             self._relay_items.discard(record.id)
         elif record.origin == "client":
-            self._client_items.discard(record.id)
+            if record.id in self._client_items:
+                self._client_items.discard(record.id)
+                self._client_chars -= len(record.id)
+            call_id = record.call_id
+            if record.type == "function_call" and isinstance(call_id, str) and call_id in self._client_calls:
+                # the call is the client's in the ledger from now on (it is announced next)
+                self._client_calls.discard(call_id)
+                self._client_chars -= len(call_id)
 
 
 class Conversation:

@@ -28,6 +28,7 @@ from relay.engine.calls import CallEntry, Owner
 from relay.engine.context import OpenAIContext
 from relay.engine.conversation import ItemRecord
 from relay.engine.holding import HeldCreates
+from relay.engine.limits import MAX_HELD_CHARS, MAX_HELD_CREATES, MAX_PENDING_CLIENT_ID_CHARS, MAX_PENDING_CLIENT_ITEMS
 from relay.engine.sequencer import ACTIVE_RESPONSE_CODE, META_CALLS, META_KIND
 
 SAME: Any = object()
@@ -113,8 +114,11 @@ class ClientView:
             event = rewritten = {**event, "response": {**options, "tools": options["tools"] + ctx.dialect.tool_definitions(ctx.tools)}}
         event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
         if ctx.config.hold_client_creates and (ctx.ledger.unanswered() or ctx.sequencer.busy(ctx.now)):
-            self.held.hold(compact_json(event), event_id,
-                           for_relay=self.relay_at_work(), now=ctx.now)
+            if not self.held.has_room(event_id):
+                ctx.limit_reached("response.create events held while a response is active",
+                                  f"{MAX_HELD_CREATES} events or {MAX_HELD_CHARS:,} characters", event_id)
+                return None
+            self.held.hold(compact_json(event), event_id, for_relay=self.relay_at_work(), now=ctx.now)
             return None
         ctx.sequencer.client_create_forwarded(event_id, ctx.now, answers_pending=False)
         return rewritten
@@ -196,6 +200,11 @@ class ClientView:
         item = event.get("item")
         if not isinstance(item, dict):
             return SAME
+        if not ctx.origins.has_room():
+            ctx.limit_reached("items the client created that are not in the conversation yet",
+                              f"{MAX_PENDING_CLIENT_ITEMS} items or {MAX_PENDING_CLIENT_ID_CHARS:,} characters of ids",
+                              event.get("event_id"))
+            return None
         ctx.origins.client_sent(item)
         if item.get("type") == "function_call_output":
             entry = ctx.ledger.get(item.get("call_id"))

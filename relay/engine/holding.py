@@ -18,6 +18,8 @@ The held creates themselves (frame, event id) are data, and so is when the first
 (`since`): a client waits on its own create (LiveKit Agents gives up after 10 s), so a create held
 for the relay's running tools goes up once it has waited `EngineConfig.hold_limit`, and the tools'
 outputs follow later with their own follow-up (`hiding.ClientView.release_held_creates`).
+The held creates are kept within `relay.engine.limits`: the first one's frame (the only one that
+may go up), the others' event ids.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Callable
 
+from relay.engine.limits import MAX_HELD_CHARS, MAX_HELD_CREATES
 from relay.engine.states import Machines, Steps
 
 
@@ -72,9 +75,21 @@ class HeldCreates(Machines):
         self.shift_state = _NO_SHIFT
         self._held: list[tuple[str, str | None]] = []   # (frame, event id), in the order they came
         self.since: float | None = None                 # when the first of them was held
+        self._chars = 0   # of the frame and the event ids kept
+
+    def has_room(self, event_id: str | None) -> bool:
+        """Whether one more create may be held (`relay.engine.limits`): the first always is."""
+        if not self._held:
+            return True
+        return (len(self._held) < MAX_HELD_CREATES
+                and self._chars + len(event_id or "") <= MAX_HELD_CHARS)
 
     def hold(self, frame: str, event_id: str | None, *, for_relay: bool, now: float) -> None:
-        """A client's create must wait. `for_relay`: the relay's work is why."""
+        """A client's create must wait. `for_relay`: the relay's work is why. Only the first one's
+        frame is kept: the others are refused when released, by their event ids."""
+        if self._held:
+            frame = ""
+        self._chars += len(frame) + len(event_id or "")
         self._held.append((frame, event_id))
         if self.held_state is _NOT_HELD:
             self.since = now
@@ -93,6 +108,7 @@ class HeldCreates(Machines):
         held, for_relay = self._held, self.held_state is _FOR_RELAY
         self._held = []
         self.since = None
+        self._chars = 0
         self.move(_NOT_HELD)
         if not for_relay:
             return None, [event_id for _frame, event_id in held]
@@ -118,6 +134,7 @@ class HeldCreates(Machines):
         if self.held_state is not _NOT_HELD:
             self._held = []
             self.since = None
+            self._chars = 0
             self.move(_NOT_HELD)
 
     def client_added_item(self) -> None:

@@ -266,6 +266,9 @@ def log_notice(logger: logging.Logger, notice: Notice, *, anomalies: AnomalyLog 
                        "belongs in a sync tool (it runs in a thread)", fields.get("name"), fields.get("seconds"),
                        extra={**context, "tool": fields.get("name"), "call_id": fields.get("call_id"),
                               "seconds": fields.get("seconds")})
+    elif notice.kind == "limit":   # once per session and limit: the client's later events past it are refused
+        logger.warning("a client reached a session limit (%s at most: %s); its events past it are refused",
+                       fields.get("limit"), fields.get("what"), extra={**context, "code": "session_limit_exceeded"})
     elif notice.kind == "anomaly" and anomalies is not None:
         anomalies.log(logger, fields, context)
     elif notice.kind in ("anomaly", "client_error"):

@@ -36,6 +36,7 @@ GOING_AWAY = 1001
 NO_CLOSE_FRAME = 1006      # never sent: says that the connection ended without a close frame
 POLICY_VIOLATION = 1008
 INTERNAL_ERROR = 1011
+TRY_AGAIN_LATER = 1013
 BAD_GATEWAY = 1014         # to the client: the upstream, not the client, sent something invalid
 
 # Codes that may not be sent in a close frame: they are replaced by INTERNAL_ERROR toward the peer.
