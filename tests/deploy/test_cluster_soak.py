@@ -1,6 +1,6 @@
 """The cluster soak's short form: `scripts/cluster-soak` with 3 relays, 20 sessions for 10 s
-(the full run, 3 relays and 200 sessions for 60 s, is `scripts/cluster-soak` without arguments;
-its figures are in the CHANGELOG), on the fast transport (picows). Through HAProxy, one relay is drained and replaced and another
+(the full run, 3 relays and 200 sessions for 60 s, is `scripts/cluster-soak` without arguments,
+which prints its figures), on the fast transport (picows). Through HAProxy, one relay is drained and replaced and another
 killed while the sessions make tool calls; the soak checks what the issue asks and this test that
 it passed and measured what it reports."""
 
