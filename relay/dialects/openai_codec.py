@@ -100,6 +100,10 @@ class InputTranscriptionFailed(_Transcription, tag="conversation.item.input_audi
     error: Any = None
 
 
+class InputTranscriptionSegment(_Transcription, tag="conversation.item.input_audio_transcription.segment"):
+    text: Any = None
+
+
 class InputAudioCommitted(Event, tag="input_audio_buffer.committed"):
     previous_item_id: Any = None
     item_id: Any = None
@@ -326,7 +330,9 @@ COMMANDS = frozenset({SessionUpdate, InputAudioAppend, InputAudioCommit, InputAu
 
 # The item types the wire names (an item's `type`), and the roles of message items.
 FUNCTION_CALL, FUNCTION_CALL_OUTPUT, MESSAGE = "function_call", "function_call_output", "message"
-MCP_ITEM_TYPES = ("mcp_call", "mcp_list_tools", "mcp_approval_request", "mcp_approval_response")
+MCP_CALL, MCP_LIST_TOOLS = "mcp_call", "mcp_list_tools"
+MCP_APPROVAL_REQUEST, MCP_APPROVAL_RESPONSE = "mcp_approval_request", "mcp_approval_response"
+MCP_ITEM_TYPES = (MCP_CALL, MCP_LIST_TOOLS, MCP_APPROVAL_REQUEST, MCP_APPROVAL_RESPONSE)
 USER = "user"
 
 
@@ -340,7 +346,16 @@ class _Reader:
         for other, ga in ga_names.items():
             if ga in EVENTS and other not in EVENTS:
                 self.by_name[other] = msgspec.defstruct(EVENTS[ga].__name__, [], bases=(EVENTS[ga],), tag=other)
+                _GA_EVENT[self.by_name[other]] = EVENTS[ga]
         self.decoder = msgspec.json.Decoder(Union[tuple(self.by_name.values())])   # noqa: UP007
+
+
+_GA_EVENT: dict[type, type[Event]] = {}   # a struct for another name -> its GA event
+
+
+def kind_of(event: Event) -> type[Event]:
+    """The GA event an event is, whatever name it arrived by (what a table of events is keyed by)."""
+    return _GA_EVENT.get(type(event), type(event))
 
 
 @functools.lru_cache(maxsize=None)
@@ -348,8 +363,15 @@ def _reader(ga_names: tuple[tuple[str, str], ...]) -> _Reader:
     return _Reader(dict(ga_names))
 
 
+_BY_TABLE: dict[int, tuple[Mapping[str, str], _Reader]] = {}   # id of a variant's table -> (it, its reader)
+
+
 def _reader_of(family: OpenAIFamily) -> _Reader:
-    return _reader(tuple(sorted(family.ga_names.items())))
+    names = family.ga_names
+    found = _BY_TABLE.get(id(names))
+    if found is None or found[0] is not names:
+        found = _BY_TABLE[id(names)] = (names, _reader(tuple(sorted(names.items()))))
+    return found[1]
 
 
 _OPENAI = _reader(tuple(sorted(READ_AS_GA.items())))
@@ -357,7 +379,7 @@ _OPENAI = _reader(tuple(sorted(READ_AS_GA.items())))
 
 def decode(frame: str | bytes, family: OpenAIFamily = OPENAI) -> Event | Unknown:
     """A frame's text into its event, or an `Unknown` holding the frame."""
-    reader = _OPENAI if family.ga_names is OPENAI.ga_names else _reader_of(family)
+    reader = _OPENAI if family is OPENAI else _reader_of(family)
     try:
         return reader.decoder.decode(frame)
     except (msgspec.ValidationError, msgspec.DecodeError):
@@ -368,7 +390,7 @@ def event_of(data: Any, family: OpenAIFamily = OPENAI) -> Event | Unknown:
     """A frame already decoded (a recording's) into its event, or an `Unknown` holding it. The
     `type` picks the struct (converting over the whole union costs 15 times as much)."""
     kind = data.get("type") if isinstance(data, dict) else None
-    reader = _OPENAI if family.ga_names is OPENAI.ga_names else _reader_of(family)
+    reader = _OPENAI if family is OPENAI else _reader_of(family)
     cls = reader.by_name.get(kind) if isinstance(kind, str) else None
     if cls is None:
         return Unknown(data)

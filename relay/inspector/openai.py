@@ -6,7 +6,8 @@ Who asked for a response is read from its `metadata` (the relay's `follow_up` or
 the event id of its request) or from the client's `response.create` it forwarded; the relay's own
 frames carry event ids with the recording's `id_prefix`. `RelayRequests` keeps that lane: the
 relay's own requests and the client's creates it held; `OpenAIParser` reads the conversation.
-The wire's facts (event names, where audio sits) are the recording's dialect's.
+The wire's facts (event names, where audio sits) are the recording's dialect's: frames are read
+as the family's typed events (`relay.dialects.openai_codec`), by what they are, not by their names.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from relay.dialects import DIALECTS, OPENAI, OpenAIFamily
+from relay.dialects import openai_codec as wire
 from relay.dialects.openai import AUDIO_EVENTS, audio_slots
 from relay.engine.sequencer import META_CALLS, META_EVENT, META_KIND
 from relay.inspector.audio import PCM16_24K, AudioFormat, elided, openai_format
@@ -27,10 +29,10 @@ from relay.recording.format import (
     Frame,
 )
 
-_OUTPUT_DELTAS = frozenset({"response.output_text.delta", "response.output_audio_transcript.delta"})
-_ASSISTANT_TEXT = {
-    "response.output_text.delta": "delta", "response.output_audio_transcript.delta": "delta",
-    "response.output_text.done": "text", "response.output_audio_transcript.done": "transcript",
+_OUTPUT_DELTAS = frozenset({wire.TextDelta, wire.AudioTranscriptDelta})
+_ASSISTANT_TEXT: dict[type, str] = {
+    wire.TextDelta: "delta", wire.AudioTranscriptDelta: "delta",
+    wire.TextDone: "text", wire.AudioTranscriptDone: "transcript",
 }
 
 
@@ -96,20 +98,20 @@ class RelayRequests:
         return "server", [], None
 
     # -- relay -> upstream
-    def sent(self, t: float, event_type: str, event: dict[str, Any], index: int) -> None:
+    def sent(self, t: float, typed: wire.Event | wire.Unknown, event: dict[str, Any], index: int) -> None:
         """A frame the relay sent upstream: its own requests, or what it forwarded."""
         ours = self.ours(event)
-        if event_type == "session.update":
+        if isinstance(typed, wire.SessionUpdate):
             if ours:
-                names = [d.get("name") for d in as_dict(event.get("session")).get("tools") or ()
+                names = [d.get("name") for d in as_dict(typed.session).get("tools") or ()
                          if isinstance(d, dict) and d.get("name") in self.model.relay_tools]
                 marker = self.model.relay_marker(t, "declare", f"declares {', '.join(names) or 'its tools'}", index)
                 marker["tools"] = names
-        elif event_type == "conversation.item.create":
+        elif isinstance(typed, wire.ItemCreate):
             self._item_sent(t, event, index, ours)
-        elif event_type == "response.create":
+        elif isinstance(typed, wire.ResponseCreate):
             self._create_sent(t, event, index, ours)
-        elif event_type == "response.cancel" and ours:
+        elif isinstance(typed, wire.ResponseCancel) and ours:
             marker = self.model.relay_marker(t, "cancel", f"cancels {event.get('response_id') or 'the active response'}",
                                              index)
             if isinstance(event.get("event_id"), str):
@@ -117,7 +119,7 @@ class RelayRequests:
 
     def _item_sent(self, t: float, event: dict[str, Any], index: int, ours: bool) -> None:
         item = event.get("item") if isinstance(event.get("item"), dict) else {}
-        if item.get("type") == "function_call_output":
+        if item.get("type") == wire.FUNCTION_CALL_OUTPUT:
             call = self.model.calls.get(str(item.get("call_id")))
             if call is None:
                 call = self.model.track_call(t, item.get("call_id"), item.get("name"), None, index)
@@ -127,7 +129,7 @@ class RelayRequests:
                 self.model.call_output(call, t, item.get("output"), item.get("status"), item.get("id"), index)
                 if isinstance(event.get("event_id"), str):
                     self._frames[event["event_id"]] = call.event["id"]
-        elif ours and item.get("type") == "message":
+        elif ours and item.get("type") == wire.MESSAGE:
             text = _item_text(item)
             marker = self.model.relay_marker(t, "update", f"streaming update: {text}", index)
             if isinstance(item.get("id"), str):
@@ -187,16 +189,17 @@ class OpenAIParser:
             self._audio(frame, event.get(audio.key), audio.side, event.get("response_id"))
             return
         index = self.model.store(frame, event, elided=elided(event, audio_slots))
+        typed = wire.event_of(event, self.dialect)
         if direction == UPSTREAM_TO_RELAY:
-            self._upstream(t, event_type, event, index)
+            self._upstream(t, typed, event, index)
         elif direction == RELAY_TO_UPSTREAM:
-            if event_type == "session.update":
-                self._session_formats(event.get("session"), confirmed=False)
-            self.requests.sent(t, event_type, event, index)
+            if isinstance(typed, wire.SessionUpdate):
+                self._session_formats(typed.session, confirmed=False)
+            self.requests.sent(t, typed, event, index)
         elif direction == CLIENT_TO_RELAY:
-            self._client(t, event_type, event, index)
+            self._client(t, typed, event, index)
         elif direction == RELAY_TO_CLIENT:
-            self._to_client(t, event_type, event, index)
+            self._to_client(t, typed, event, index)
 
     # -- audio
     def _audio(self, frame: Frame, data: Any, side: str, response_id: Any) -> None:
@@ -229,79 +232,81 @@ class OpenAIParser:
                 self._formats[side] = found
 
     # -- upstream -> relay
-    def _upstream(self, t: float, event_type: str, event: dict[str, Any], index: int) -> None:
-        if event_type in ("session.created", "session.updated"):
-            self._session_formats(event.get("session"), confirmed=True)
+    def _upstream(self, t: float, typed: wire.Event | wire.Unknown, event: dict[str, Any], index: int) -> None:
+        if isinstance(typed, (wire.SessionCreated, wire.SessionUpdated)):
+            self._session_formats(typed.session, confirmed=True)
             return
-        if event_type == "input_audio_buffer.speech_started":
+        if isinstance(typed, wire.SpeechStarted):
             self.model.audio["assistant"].restart()
             turn = self.model.add_event(self.model.new_id("user"), "user_words", "words", t, "(speech, no transcript)",
-                                        role="user", text="", item_id=event.get("item_id"))
+                                        role="user", text="", item_id=typed.item_id)
             self.model.touch(turn, index)
             self._user_turn = turn
-            if isinstance(event.get("item_id"), str):
-                self._items_text[event["item_id"]] = turn
+            if isinstance(typed.item_id, str):
+                self._items_text[typed.item_id] = turn
             return
-        if event_type in ("input_audio_buffer.speech_stopped", "input_audio_buffer.committed"):
-            turn = self._items_text.get(str(event.get("item_id"))) or self._user_turn
+        if isinstance(typed, (wire.SpeechStopped, wire.InputAudioCommitted)):
+            turn = self._items_text.get(str(typed.item_id)) or self._user_turn
             if turn is not None:
-                if turn["t1"] is None or event_type == "input_audio_buffer.speech_stopped":
+                if turn["t1"] is None or isinstance(typed, wire.SpeechStopped):
                     turn["t1"] = round(t, 6)
-                if isinstance(event.get("item_id"), str):
-                    turn["item_id"] = event["item_id"]
-                    self._items_text[event["item_id"]] = turn
+                if isinstance(typed.item_id, str):
+                    turn["item_id"] = typed.item_id
+                    self._items_text[typed.item_id] = turn
                 self.model.touch(turn, index)
             return
-        if event_type in ("conversation.item.added", "conversation.item.done", "conversation.item.retrieved"):
-            self._item(t, event.get("item"), index, event.get("response_id"))
+        if isinstance(typed, (wire.ItemAdded, wire.ItemDone, wire.ItemRetrieved)):
+            self._item(t, typed.item, index, event.get("response_id"))
             return
-        if event_type.startswith("conversation.item.input_audio_transcription."):
-            turn = self._user_words(t, event.get("item_id"), index)
-            if event_type.endswith(".delta") and isinstance(event.get("delta"), str):
-                turn["text"] += event["delta"]
-            elif event_type.endswith(".completed") and isinstance(event.get("transcript"), str):
-                turn["text"] = event["transcript"]
-            elif event_type.endswith(".failed"):
+        if isinstance(typed, (wire.InputTranscriptionDelta, wire.InputTranscriptionCompleted,
+                              wire.InputTranscriptionFailed, wire.InputTranscriptionSegment)):
+            turn = self._user_words(t, typed.item_id, index)
+            if isinstance(typed, wire.InputTranscriptionDelta) and isinstance(typed.delta, str):
+                turn["text"] += typed.delta
+            elif isinstance(typed, wire.InputTranscriptionCompleted) and isinstance(typed.transcript, str):
+                turn["text"] = typed.transcript
+            elif isinstance(typed, wire.InputTranscriptionFailed):
                 turn["text"] = turn["text"] or "(transcription failed)"
             turn["label"] = turn["text"] or turn["label"]
             return
-        if event_type == "conversation.item.truncated":
+        if isinstance(typed, wire.ItemTruncated):
             self.model.audio["assistant"].restart()
-            words = self._items_text.get(str(event.get("item_id")))
+            words = self._items_text.get(str(typed.item_id))
             if words is not None:
-                words["truncated_ms"] = event.get("audio_end_ms")
+                words["truncated_ms"] = typed.audio_end_ms
                 self.model.touch(words, index)
             return
-        if event_type == "response.created":
-            self._response_created(t, event.get("response"), index)
+        if isinstance(typed, wire.ResponseCreated):
+            self._response_created(t, typed.response, index)
             return
-        if event_type == "response.done":
-            self._response_done(t, event.get("response"), index)
+        if isinstance(typed, wire.ResponseDone):
+            self._response_done(t, typed.response, index)
             return
-        if event_type in ("response.output_item.added", "response.output_item.done"):
-            item = event.get("item")
-            self._item(t, item, index, event.get("response_id"))
-            if (event_type == "response.output_item.done" and isinstance(item, dict)
-                    and item.get("type") == "function_call"):
+        if isinstance(typed, (wire.OutputItemAdded, wire.OutputItemDone)):
+            item = typed.item
+            self._item(t, item, index, typed.response_id)
+            if (isinstance(typed, wire.OutputItemDone) and isinstance(item, dict)
+                    and item.get("type") == wire.FUNCTION_CALL):
                 self.model.call_ready(t, item.get("call_id"), item.get("arguments"), index)
-            self._link_response(event.get("response_id"), index)
+            self._link_response(typed.response_id, index)
             return
-        if event_type in ("response.function_call_arguments.delta", "response.function_call_arguments.done"):
-            call = self.model.track_call(t, event.get("call_id"), event.get("name"), event.get("response_id"), index)
-            if call is not None and event_type.endswith(".done"):
-                self.model.call_ready(t, event.get("call_id"), event.get("arguments"), index)
+        if isinstance(typed, (wire.FunctionCallArgumentsDelta, wire.FunctionCallArgumentsDone)):
+            call = self.model.track_call(t, typed.call_id, event.get("name"), typed.response_id, index)
+            if call is not None and isinstance(typed, wire.FunctionCallArgumentsDone):
+                self.model.call_ready(t, typed.call_id, typed.arguments, index)
             elif call is not None and isinstance(event.get("delta"), str) and call.ready is None:
                 call.event["arguments"] += event["delta"]
-            self._link_response(event.get("response_id"), index)
+            self._link_response(typed.response_id, index)
             return
-        if event_type in _ASSISTANT_TEXT:
-            self._assistant_words(t, event, _ASSISTANT_TEXT[event_type], index)
+        key = _ASSISTANT_TEXT.get(wire.kind_of(typed)) if not isinstance(typed, wire.Unknown) else None
+        if key is not None:
+            self._assistant_words(t, event, key, index)
             response = self.model.responses.get(str(event.get("response_id")))
-            if response is not None and response.first_output is None and event_type in _OUTPUT_DELTAS:
+            if response is not None and response.first_output is None and wire.kind_of(typed) in _OUTPUT_DELTAS:
                 response.first_output = t
             self._link_response(event.get("response_id"), index)
             return
-        if event_type == "error":
+        if isinstance(typed, wire.Error):
             self._upstream_error(t, event, index)
             return
         if isinstance(event.get("response_id"), str):
@@ -311,13 +316,13 @@ class OpenAIParser:
         if not isinstance(item, dict):
             return
         item_type = item.get("type")
-        if item_type == "function_call":
+        if item_type == wire.FUNCTION_CALL:
             call = self.model.track_call(t, item.get("call_id"), item.get("name"),
                                          response_id or item.get("response_id"), index)
             if call is not None and item.get("status") == "completed" and isinstance(item.get("arguments"), str):
                 if call.ready is None and item.get("arguments"):
                     call.event["arguments"] = item["arguments"]
-        elif item_type == "function_call_output":
+        elif item_type == wire.FUNCTION_CALL_OUTPUT:
             call = self.model.calls.get(str(item.get("call_id")))
             if call is not None:
                 if call.event["output"] is None and isinstance(item.get("output"), str):
@@ -327,7 +332,7 @@ class OpenAIParser:
                     self.model.touch(call.event, index)
         elif isinstance(item_type, str) and item_type.startswith("mcp_"):
             self._provider_mcp(t, item, index)
-        elif item_type == "message":
+        elif item_type == wire.MESSAGE:
             role = item.get("role")
             item_id = item.get("id")
             text = _item_text(item)
@@ -446,7 +451,7 @@ class OpenAIParser:
             event["usage"] = data["usage"]
         self.model.touch(event, index)
         for item in data.get("output") if isinstance(data.get("output"), list) else []:
-            if isinstance(item, dict) and item.get("type") == "function_call":
+            if isinstance(item, dict) and item.get("type") == wire.FUNCTION_CALL:
                 call = self.model.track_call(t, item.get("call_id"), item.get("name"), data["id"], index)
                 if call is not None and call.ready is None and status == "completed":
                     self.model.call_ready(t, item.get("call_id"), item.get("arguments"), index)
@@ -470,21 +475,21 @@ class OpenAIParser:
             self.model.touch(response.event, index)
 
     # -- client -> relay
-    def _client(self, t: float, event_type: str, event: dict[str, Any], index: int) -> None:
-        if event_type == "session.update":
-            self._session_formats(event.get("session"), confirmed=False)
-        elif event_type == "response.create":
+    def _client(self, t: float, typed: wire.Event | wire.Unknown, event: dict[str, Any], index: int) -> None:
+        if isinstance(typed, wire.SessionUpdate):
+            self._session_formats(typed.session, confirmed=False)
+        elif isinstance(typed, wire.ResponseCreate):
             self.requests.client_create(t, index)
-        elif event_type == "conversation.item.create":
-            item = event.get("item") if isinstance(event.get("item"), dict) else {}
-            if item.get("type") == "function_call_output":
+        elif isinstance(typed, wire.ItemCreate):
+            item = typed.item if isinstance(typed.item, dict) else {}
+            if item.get("type") == wire.FUNCTION_CALL_OUTPUT:
                 call = self.model.calls.get(str(item.get("call_id")))
                 if call is not None:
                     if call.event["owner"] == "relay":
                         self.model.touch(call.event, index)   # the relay refuses it (see its error)
                     else:
                         self.model.call_output(call, t, item.get("output"), item.get("status"), item.get("id"), index)
-            elif item.get("type") == "message" and item.get("role") == "user":
+            elif item.get("type") == wire.MESSAGE and item.get("role") == wire.USER:
                 text = _item_text(item)
                 words = self.model.add_event(self.model.new_id("user"), "user_words", "words", t, text or "(user message)",
                                              role="user", text=text, item_id=item.get("id"))
@@ -493,11 +498,11 @@ class OpenAIParser:
                 self._user_turn = words if not isinstance(item.get("id"), str) else None
                 if isinstance(item.get("id"), str):
                     self._items_text[item["id"]] = words
-        elif event_type in ("conversation.item.truncate", "output_audio_buffer.clear"):
+        elif isinstance(typed, (wire.ItemTruncate, wire.OutputAudioClear)):
             self.model.audio["assistant"].restart()
 
     # -- relay -> client
-    def _to_client(self, t: float, event_type: str, event: dict[str, Any], index: int) -> None:
+    def _to_client(self, t: float, typed: wire.Event | wire.Unknown, event: dict[str, Any], index: int) -> None:
         for call_id in _call_ids_in(event):
             call = self.model.calls.get(call_id)
             if call is not None:
@@ -510,7 +515,7 @@ class OpenAIParser:
         words = self._items_text.get(item_id) if isinstance(item_id, str) else None
         if words is not None:
             self.model.touch(words, index)
-        if event_type == "error":
+        if isinstance(typed, wire.Error):
             error = event.get("error") if isinstance(event.get("error"), dict) else {}
             if self.requests.ours(event) or not self.model.id_prefix:
                 code = error.get("code") or error.get("type") or "error"
@@ -536,17 +541,17 @@ class OpenAIParser:
 def _provider_mcp_label(item: dict[str, Any]) -> str:
     label = item.get("server_label") or "?"
     kind = item.get("type")
-    if kind == "mcp_list_tools":
+    if kind == wire.MCP_LIST_TOOLS:
         tools = item.get("tools") if isinstance(item.get("tools"), list) else []
         return f"{label}: {len(tools)} tools listed"
-    if kind == "mcp_call":
+    if kind == wire.MCP_CALL:
         error = item.get("error")
         result = (f"error: {error.get('message') if isinstance(error, dict) else error}" if error
                   else item.get("output") or "…")
         return f"{label}.{item.get('name')} → {str(result)[:80]}"
-    if kind == "mcp_approval_request":
+    if kind == wire.MCP_APPROVAL_REQUEST:
         return f"approval asked: {label}.{item.get('name')}"
-    if kind == "mcp_approval_response":
+    if kind == wire.MCP_APPROVAL_RESPONSE:
         return f"approval {'given' if item.get('approve') else 'refused'} for {item.get('approval_request_id')}"
     return str(kind)
 
