@@ -42,7 +42,7 @@ SERVE_OPTIONS = (
     option("--insecure-no-auth", action="store_true",
            help="allow listening beyond loopback without a client token"),
     option("--allow-origin", field="allow_origins", action="append", default=[], metavar="ORIGIN",
-           help="browser Origin allowed to connect (repeatable; default: any)"),
+           help="browser Origin allowed to connect (repeatable; default: any with a client token, none without)"),
     option("--expose-tool-events", action="store_true",
            help="let clients see the relay's tools, calls and outputs"),
     option("--hold-limit", type=float, default=DEFAULT_HOLD_LIMIT, metavar="SECONDS",

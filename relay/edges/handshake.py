@@ -93,7 +93,8 @@ class Handshake:
             return self._refuse(request, HTTPStatus.UPGRADE_REQUIRED,
                                 f"{path} is a WebSocket endpoint; connect with a realtime client",
                                 Upgrade="websocket")
-        if listed_origins(request.headers, self.config.allow_origins) is not None:
+        if listed_origins(request.headers, self.config.allow_origins,
+                          token_required=bool(self.config.auth_token)) is not None:
             return self._refuse(request, HTTPStatus.FORBIDDEN, "this origin is not allowed")
         token = self.config.auth_token
         if token:

@@ -61,7 +61,7 @@ from relay.observe.tracing import (
 from relay.recording.format import RELAY_TO_CLIENT
 from relay.recording.taps import Taps
 from relay.recording.writer import RecordingWriter
-from relay.session.access import select_subprotocol
+from relay.session.access import page_hosts, select_subprotocol
 from relay.session.http import Request
 from relay.session.loop import SessionEnd, SessionLoop
 from relay.session.policy import (
@@ -142,7 +142,9 @@ class RelayServer(EdgeRuntime):
         # the live inspector (relay/inspector/live/): off unless asked for
         self.live: LiveHub | None = LiveHub() if config.inspector else None
         self._inspector = (InspectorEndpoint(self.live, token=config.auth_token, dialect=self.dialect,
-                                             allow_origins=config.allow_origins) if self.live is not None else None)
+                                             allow_origins=config.allow_origins,
+                                             hosts=page_hosts(config.host, config.allow_origins, config.auth_token))
+                           if self.live is not None else None)
         self._handshake = Handshake(config, self.dialect, self.metrics, health=self.health,
                                     draining=lambda: self.draining, sessions=lambda: len(self._sessions),
                                     inspector=self._inspector)

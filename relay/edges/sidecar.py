@@ -61,6 +61,7 @@ from relay.edges.upstream import UpstreamUnavailable, display_host
 from relay.errors import ConfigError, RelayError
 from relay.inspector.live import BASE_PATH as INSPECTOR_PATH
 from relay.inspector.live import LiveHub, asgi_app
+from relay.session.access import page_hosts
 from relay.session.policy import DEFAULT_DRAIN_SECONDS
 from relay.transports.asgi import AppServer, BodyRefused, read_body
 
@@ -300,8 +301,9 @@ class SidecarServer:
         if live is not None:   # the live inspector of the attached calls (`relay sidecar --inspector`)
             if inspector_token:
                 self.runtime.redactor.add(inspector_token)
+            hosts = page_hosts(config.host, (), inspector_token)
             routes = [*routes, Mount(INSPECTOR_PATH, app=asgi_app(live, token=inspector_token,
-                                                                  dialect=self.runtime.dialect))]
+                                                                  dialect=self.runtime.dialect, hosts=hosts))]
         self.app = Starlette(
             routes=[Route("/healthz", self._healthz, methods=["GET"]),
                     Route(WEBHOOK_PATH, self._webhook, methods=["POST"]),

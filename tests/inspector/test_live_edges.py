@@ -276,10 +276,10 @@ async def test_an_attached_call_is_shown_by_its_own_inspector() -> None:
             port = int(url.rsplit(":", 1)[1].split("/")[0])
             assert (await http_get(port, "/inspector/sessions"))[0] == 401
             page_status, page_headers, page = await http_get(port, "/inspector")
-            status, headers, body = await raw_http(port, b"HEAD /inspector HTTP/1.1\r\nHost: x\r\n\r\n")
+            status, headers, body = await raw_http(port, b"HEAD /inspector HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             assert (status, body) == (page_status, b"") == (200, b"")   # HEAD: the page's answer, no body
             assert headers["content-length"] == page_headers["content-length"] == str(len(page))
-            status, headers, _ = await raw_http(port, b"POST /inspector/sessions HTTP/1.1\r\nHost: x\r\n"
+            status, headers, _ = await raw_http(port, b"POST /inspector/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                                                       b"Content-Length: 2\r\n\r\n{}")
             assert (status, headers["allow"]) == (405, "GET, HEAD")
             async with sidecar_on(mock, call_id, [get_weather], live=hub) as (sidecar, _), \

@@ -14,6 +14,9 @@ so no server or proxy logs it) or from a form, keeps it in the tab's sessionStor
 out of the address bar. Without a configured token (a relay on loopback) no token is asked.
 Whatever the token, a browser page from another origin is refused (`Origin` must be the page's
 own host, or one of `--allow-origin`): a site a user visits cannot read a loopback relay's feed.
+And the page's own host must be one of the relay's names (`hosts`: loopback's, the address it
+listens on, its `--allow-origin` hosts; `relay.session.access.page_hosts`), else 421: a site
+whose name an attacker points at the relay's address (DNS rebinding) is not the page's origin.
 
 `InspectorEndpoint` serves the routes on a transport's server (relay/session/transport.py:
 `decide` answers the HTTP routes and refuses feeds; `serve_feed` runs an accepted one);
@@ -43,7 +46,9 @@ from relay.inspector.page import PAGE_POLICY, asset, fill_template, script_json
 from relay.observe.logs import WEBSOCKET_LOGGER, RedactingLogger, Redactor
 from relay.session.access import (
     INSPECTOR_SUBPROTOCOL,
+    foreign_host,
     own_origin,
+    page_hosts,
     presents_token,
     select_subprotocol,
 )
@@ -92,18 +97,24 @@ def render_live_page(base: str) -> str:
 
 class InspectorRoutes:
     """The routes and their checks, independent of the server (see the module docstring).
-    `token` None: nothing is asked (the edge allows that on loopback only)."""
+    `token` None: nothing is asked (the edge allows that on loopback only). `hosts` None: any
+    `Host` (an application that mounts the ASGI app checks its own)."""
 
     def __init__(self, hub: LiveHub, *, token: str | None, dialect: Dialect | None = None,
-                 allow_origins: Sequence[str] = ()) -> None:
+                 allow_origins: Sequence[str] = (), hosts: frozenset[str] | None = None) -> None:
         self.hub = hub
         self.token = token
         self.dialect = dialect
         self.allow_origins = tuple(allow_origins)
+        self.hosts = hosts
 
     def http(self, route: str, headers: Headers, target: str, base: str) -> Answer:
         """The answer to a GET of `route` (the path under the base)."""
         route = route.rstrip("/")
+        headers = list(headers)
+        misdirected = self.misdirected(headers)
+        if misdirected is not None:
+            return misdirected
         if route == "":
             return Answer(200, _PAGE_HEADERS, render_live_page(base).encode())
         if route == "/sessions":
@@ -115,9 +126,20 @@ class InspectorRoutes:
             return Answer.error(HTTPStatus.UPGRADE_REQUIRED, "the live feed is a WebSocket", Upgrade="websocket")
         return Answer.error(HTTPStatus.NOT_FOUND, f"nothing at {base}{route}; the inspector is at {base}")
 
+    def misdirected(self, headers: Headers) -> Answer | None:
+        """The refusal of a request that names a host the relay is not known by (None: it is)."""
+        host = foreign_host(headers, self.hosts)
+        if host is None:
+            return None
+        log.info("inspector refused a request for another host name", extra={"host": host})
+        return Answer.error(HTTPStatus.MISDIRECTED_REQUEST, "this relay is not known by that host name")
+
     def refusal(self, headers: Headers, target: str) -> Answer | None:
         """Why a request for the sessions or the feed is refused (None: it is not)."""
         headers = list(headers)
+        misdirected = self.misdirected(headers)
+        if misdirected is not None:
+            return misdirected
         origin = own_origin(headers, self.allow_origins)
         if origin is not None:
             log.info("inspector refused a page from another origin", extra={"origin": origin})
@@ -136,8 +158,9 @@ class InspectorEndpoint:
     under /inspector; `serve_inspector` all of them)."""
 
     def __init__(self, hub: LiveHub, *, token: str | None, dialect: Dialect | None = None,
-                 allow_origins: Sequence[str] = (), base: str = BASE_PATH) -> None:
-        self.routes = InspectorRoutes(hub, token=token, dialect=dialect, allow_origins=allow_origins)
+                 allow_origins: Sequence[str] = (), hosts: frozenset[str] | None = None,
+                 base: str = BASE_PATH) -> None:
+        self.routes = InspectorRoutes(hub, token=token, dialect=dialect, allow_origins=allow_origins, hosts=hosts)
         self.base = base
 
     def owns(self, path: str) -> bool:
@@ -211,8 +234,9 @@ async def serve_inspector(hub: LiveHub, host: str, port: int, *, token: str | No
     """A server of its own for the inspector (`relay attach --inspector HOST:PORT`), on
     `backend`'s transport; yields the page's URL. `/` leads to the page. The library's own log
     lines (handshake headers at debug level, the token subprotocol among them) go through
-    `redactor` (default: one that knows the token)."""
-    endpoint = InspectorEndpoint(hub, token=token, dialect=dialect)
+    `redactor` (default: one that knows the token). It answers to the names `page_hosts` gives
+    for `host`."""
+    endpoint = InspectorEndpoint(hub, token=token, dialect=dialect, hosts=page_hosts(host, (), token))
     logger = RedactingLogger(logging.getLogger(f"{WEBSOCKET_LOGGER}.inspector"), redactor or Redactor([token]))
 
     def decide(request: Request) -> Answer | None:
@@ -246,11 +270,13 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 def asgi_app(hub: LiveHub, *, token: str | None, dialect: Dialect | None = None,
-             allow_origins: Sequence[str] = ()) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
+             allow_origins: Sequence[str] = (), hosts: frozenset[str] | None = None
+             ) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
     """The inspector as an ASGI application, to mount where a web app serves (Starlette:
     `Mount("/inspector", app=asgi_app(hub, token=...))`; FastAPI: `app.mount(...)`). Its routes
-    are relative to where it is mounted (the scope's `root_path`)."""
-    routes = InspectorRoutes(hub, token=token, dialect=dialect, allow_origins=allow_origins)
+    are relative to where it is mounted (the scope's `root_path`). `hosts`: the `Host` names it
+    answers to (`relay.session.access.page_hosts`); None, any (the application checks)."""
+    routes = InspectorRoutes(hub, token=token, dialect=dialect, allow_origins=allow_origins, hosts=hosts)
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
