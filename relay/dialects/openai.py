@@ -45,6 +45,12 @@ READ_AS_GA: Mapping[str, str] = MappingProxyType(
 NOT_IN_BETA = frozenset({"conversation.item.done"})
 """GA server events the beta wire does not have."""
 
+# The item types the relay acts on (an item's `type`).
+FUNCTION_CALL, FUNCTION_CALL_OUTPUT, MESSAGE = "function_call", "function_call_output", "message"
+MCP_CALL, MCP_LIST_TOOLS = "mcp_call", "mcp_list_tools"
+MCP_APPROVAL_REQUEST, MCP_APPROVAL_RESPONSE = "mcp_approval_request", "mcp_approval_response"
+MCP_ITEM_TYPES = (MCP_CALL, MCP_LIST_TOOLS, MCP_APPROVAL_REQUEST, MCP_APPROVAL_RESPONSE)
+
 # The client events of the OpenAI Realtime API (GA; beta uses the same names), in the order of
 # the API reference.
 CLIENT_EVENT_TYPES: tuple[str, ...] = (

@@ -21,7 +21,19 @@ from typing import Any, Union
 
 import msgspec
 
-from relay.dialects.openai import OPENAI, READ_AS_GA, OpenAIFamily
+from relay.dialects.openai import (   # the item types, named once in the family's module
+    FUNCTION_CALL,
+    FUNCTION_CALL_OUTPUT,
+    MCP_APPROVAL_REQUEST,
+    MCP_APPROVAL_RESPONSE,
+    MCP_CALL,
+    MCP_ITEM_TYPES,
+    MCP_LIST_TOOLS,
+    MESSAGE,
+    OPENAI,
+    READ_AS_GA,
+    OpenAIFamily,
+)
 from relay.dialects.peek import pass_through_test
 
 
@@ -328,12 +340,7 @@ COMMANDS = frozenset({SessionUpdate, InputAudioAppend, InputAudioCommit, InputAu
                       ItemCreate, ItemRetrieve, ItemTruncate, ItemDelete, ResponseCreate, ResponseCancel})
 """The client's events (what the relay, a client or the mock's peer writes upstream)."""
 
-# The item types the wire names (an item's `type`), and the roles of message items.
-FUNCTION_CALL, FUNCTION_CALL_OUTPUT, MESSAGE = "function_call", "function_call_output", "message"
-MCP_CALL, MCP_LIST_TOOLS = "mcp_call", "mcp_list_tools"
-MCP_APPROVAL_REQUEST, MCP_APPROVAL_RESPONSE = "mcp_approval_request", "mcp_approval_response"
-MCP_ITEM_TYPES = (MCP_CALL, MCP_LIST_TOOLS, MCP_APPROVAL_REQUEST, MCP_APPROVAL_RESPONSE)
-USER = "user"
+USER = "user"   # the role of the caller's message items
 
 
 # ---- reading ----------------------------------------------------------------------------------------

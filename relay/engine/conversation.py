@@ -11,6 +11,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from relay.dialects.openai import FUNCTION_CALL
 from relay.engine.limits import MAX_PENDING_CLIENT_ID_CHARS, MAX_PENDING_CLIENT_ITEMS
 
 ABSENT: Any = type("Absent", (), {"__repr__": lambda self: "ABSENT"})()
@@ -193,7 +194,7 @@ class ItemOrigins:
         if isinstance(item_id, str) and item_id not in self._client_items:
             self._client_items.add(item_id)
             self._client_chars += len(item_id)
-        if item.get("type") == "function_call" and isinstance(call_id, str) and call_id not in self._client_calls:
+        if item.get("type") == FUNCTION_CALL and isinstance(call_id, str) and call_id not in self._client_calls:
             self._client_calls.add(call_id)
             self._client_chars += len(call_id)
 
@@ -207,7 +208,7 @@ class ItemOrigins:
         elif record.response_id is not None:
             record.origin = "model"
         elif record.origin == "unknown":
-            if record.id in self._client_items or (record.type == "function_call"
+            if record.id in self._client_items or (record.type == FUNCTION_CALL
                                                    and record.call_id in self._client_calls):
                 record.origin = "client"
             elif record.type == "message" and record.role == "user" and "input_audio" in (record.part_types or ()):
@@ -222,7 +223,7 @@ class ItemOrigins:
                 self._client_items.discard(record.id)
                 self._client_chars -= len(record.id)
             call_id = record.call_id
-            if record.type == "function_call" and isinstance(call_id, str) and call_id in self._client_calls:
+            if record.type == FUNCTION_CALL and isinstance(call_id, str) and call_id in self._client_calls:
                 # the call is the client's in the ledger from now on (it is announced next)
                 self._client_calls.discard(call_id)
                 self._client_chars -= len(call_id)
