@@ -27,10 +27,10 @@ import contextlib
 import importlib.util
 import logging
 import math
-import sys
+import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TextIO
 
 import anyio
 
@@ -48,6 +48,7 @@ CLOSE_TIMEOUT = 5.0
 HTTP_TIMEOUT = 30.0        # connect, write and pool, for a server over streamable HTTP
 HTTP_READ_TIMEOUT = 300.0  # a response stream (SSE) may stay open for minutes
 MODERN_PROTOCOL = "2026-07-28"
+STDERR_LINE_CHARS = 4096   # a stdio server's stderr line longer than this is logged in pieces
 INSTALL_HINT = "pip install 'realtime-relay[mcp]'"
 
 McpListener = Callable[[str, str, str], None]
@@ -257,7 +258,8 @@ class McpConnection:
                 command = self.config.command
                 parameters = StdioServerParameters(command=command[0], args=list(command[1:]),
                                                    env=self.config.resolved_env() or None, cwd=self.config.cwd)
-                read, write = await stack.enter_async_context(stdio_client(parameters, errlog=_error_stream()))
+                errlog = await stack.enter_async_context(_stderr_logged(self.name))
+                read, write = await stack.enter_async_context(stdio_client(parameters, errlog=errlog))
             else:
                 import httpx2   # the HTTP client the SDK takes (its own dependency)
                 from mcp.client.streamable_http import streamable_http_client
@@ -402,14 +404,71 @@ class _EndWatch:
         return getattr(self._stream, name)
 
 
-def _error_stream() -> Any:
-    """Where a stdio server's stderr goes: the relay's own stderr (the process's, when something
-    replaced `sys.stderr` with a stream that has no file descriptor)."""
+@contextlib.asynccontextmanager
+async def _stderr_logged(name: str) -> AsyncIterator[TextIO]:
+    """Where a stdio server's stderr goes: a pipe whose lines become the relay's log lines
+    (`relay.mcp`, info, with `mcp_server` and `stream`), so that what the server writes comes out
+    in the relay's log format (JSON lines for a collector) and names its server, rather than raw
+    in the middle of the relay's own stream. What is still in the pipe when the connection ends is
+    read then; the reading stops there, whoever else holds the pipe's other end."""
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(read_fd, False)
+    lines = _StderrLines(name)
+    errlog = os.fdopen(write_fd, "w")
+    follower = asyncio.get_running_loop().create_task(lines.follow(read_fd), name=f"mcp server {name} stderr")
     try:
-        sys.stderr.fileno()
-        return sys.stderr
-    except (AttributeError, OSError, ValueError):
-        return sys.__stderr__
+        yield errlog
+    finally:
+        follower.cancel()
+        with anyio.CancelScope(shield=True):
+            await asyncio.wait([follower])   # before the descriptor closes: its number may be reused
+        errlog.close()
+        while lines.take(read_fd) > 0:
+            pass
+        lines.flush()
+        os.close(read_fd)
+
+
+class _StderrLines:
+    """A stdio server's stderr cut into lines, each logged as it is complete (blank ones left out,
+    one longer than STDERR_LINE_CHARS logged in pieces of that size)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._pending = b""
+
+    async def follow(self, fd: int) -> None:
+        """Log the lines as they come, until the pipe's writers are all gone (or cancelled)."""
+        while True:
+            await anyio.wait_readable(fd)
+            if self.take(fd) == 0:
+                return
+
+    def take(self, fd: int) -> int:
+        """Read what the pipe holds now and log its complete lines: the bytes read, 0 at the
+        pipe's end (no writer left), -1 when it holds nothing for now."""
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            return -1
+        if not data:
+            return 0
+        *complete, self._pending = (self._pending + data).split(b"\n")
+        for line in complete:
+            self._log(line)
+        while len(self._pending) > STDERR_LINE_CHARS:
+            self._log(self._pending[:STDERR_LINE_CHARS])
+            self._pending = self._pending[STDERR_LINE_CHARS:]
+        return len(data)
+
+    def flush(self) -> None:
+        self._log(self._pending)
+        self._pending = b""
+
+    def _log(self, line: bytes) -> None:
+        text = line.decode("utf-8", "replace").rstrip()
+        if text:
+            log.info("MCP server %s: %s", self.name, text, extra={"mcp_server": self.name, "stream": "stderr"})
 
 
 def _failure_text(exc: BaseException, secrets: Sequence[str] = ()) -> str:

@@ -153,4 +153,6 @@ if __name__ == "__main__":
         token = arguments[arguments.index("--token") + 1] if "--token" in arguments else None
         serve_http(port, token)
     else:
+        if os.environ.get("MCP_TEST_STDERR"):   # what a server says on stderr as it starts
+            print(os.environ["MCP_TEST_STDERR"], file=sys.stderr, flush=True)
         server.run()

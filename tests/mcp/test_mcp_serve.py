@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 from pathlib import Path
 
 import anyio
 import pytest
 
 from relay.errors import ConfigError
+from relay.mcp.connection import McpConnection
 from relay.mock import MockUpstream
 from relay.observe.logs import configure_logging
 from relay.recording.reader import read_recording
@@ -247,3 +249,16 @@ async def test_a_barge_in_cancels_the_mcp_request_of_a_tool_that_cancels_on_inte
                 await mock.user_turn(mock.sessions[0], "never mind", respond=False)
                 cancelled = await cancelled_on_the_server(connection)
     assert cancelled == "slow 30"
+
+
+async def test_a_stdio_servers_stderr_becomes_the_relays_log_lines(caplog: pytest.LogCaptureFixture,
+                                                                   capfd: pytest.CaptureFixture[str]) -> None:
+    connection = McpConnection(stdio_server(env=(("MCP_TEST_STDERR", "starting up\n\nready: 9 tools"),)))
+    with caplog.at_level(logging.INFO, logger="relay.mcp"):
+        try:
+            await connection.start()
+        finally:
+            await connection.close()   # what the server wrote and was not read yet is logged now
+    said = [(r.getMessage(), r.levelname, r.mcp_server) for r in caplog.records if getattr(r, "stream", None) == "stderr"]
+    assert said == [("MCP server test: starting up", "INFO", "test"), ("MCP server test: ready: 9 tools", "INFO", "test")]
+    assert "starting up" not in capfd.readouterr().err
