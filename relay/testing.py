@@ -41,10 +41,10 @@ my_app/tools.py`), applies an expectations file beside a recording (`NAME.expect
 recordings by promotion level (`-m blocking`). docs/testing.md is the guide.
 """
 
-from __future__ import annotations
-
-from pathlib import Path
-from typing import Any
+# Only what `__all__` names is public here: the names this module needs for itself are imported
+# under private names (and without `from __future__ import annotations`, which would add one).
+from pathlib import Path as _Path
+from typing import Any as _Any
 
 from relay.mock.quirks import Quirks, quirks_of
 from relay.offline import faults
@@ -52,7 +52,7 @@ from relay.offline.events import Event
 from relay.offline.expect import INVARIANTS, Expect, ExpectationFailed
 from relay.offline.expect import check_invariants as _check_invariants
 from relay.offline.faults import Fault
-from relay.offline.harness import HarnessSession
+from relay.offline.harness import HarnessSession as _HarnessSession
 from relay.offline.recorded import RecordedSession, replay_with_faults
 from relay.offline.replay import (
     Divergence,
@@ -71,29 +71,29 @@ from relay.offline.scripted import (
 )
 from relay.offline.timeline import Timeline
 from relay.offline.virtual import VirtualTimeError
-from relay.recording.format import Recording
+from relay.recording.format import Recording as _Recording
 
 
-def timeline_of(session: Any) -> Timeline:
+def timeline_of(session: _Any) -> Timeline:
     """The events of any session: a scripted (or fault-played) session, a replay's result, a
     recording (a path or a `Recording`), or a `Timeline` as it is."""
     if isinstance(session, Timeline):
         return session
-    if isinstance(session, HarnessSession):
+    if isinstance(session, _HarnessSession):
         return session.timeline
     if isinstance(session, ReplayResult):
         return Timeline.from_replay(session)
-    if isinstance(session, (str, Path, Recording)):
+    if isinstance(session, (str, _Path, _Recording)):
         return Timeline.from_recording(session)
     raise TypeError(f"not a session: {session!r} (a ScriptedSession, a ReplayResult, a recording or a Timeline)")
 
 
-def expect(session: Any) -> Expect:
+def expect(session: _Any) -> Expect:
     """Expectations walking the events of `session` from its start (see `timeline_of`)."""
     return Expect(timeline_of(session))
 
 
-def check_invariants(session: Any, *names: str, silent: Any = ()) -> None:
+def check_invariants(session: _Any, *names: str, silent: _Any = ()) -> None:
     """Fail (`ExpectationFailed`) when a session-wide invariant does not hold in `session`: all of
     `INVARIANTS` unless named; `silent` names relay calls (ids or tools) not owed speech."""
     _check_invariants(timeline_of(session), *names, silent=silent)

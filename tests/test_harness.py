@@ -274,3 +274,10 @@ def test_the_recordings_directory_is_relay_sessions_dir_else_relay_sessions_in_t
     monkeypatch.delenv("RELAY_SESSIONS_DIR")
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "temp"))
     assert Path(failing_session()).parent == tmp_path / "temp" / "relay-sessions"
+
+
+def test_relay_testing_holds_no_public_name_it_does_not_export() -> None:
+    import relay.testing
+
+    public = {name for name in vars(relay.testing) if name.isidentifier() and not name.startswith("_")}
+    assert sorted(public - set(relay.testing.__all__)) == [] and set(relay.testing.__all__) <= public
