@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from relay.inspector import build_model, write_page  # noqa: E402
-from relay.inspector.browser import chromium, missing_reason  # noqa: E402
+from tests.support.chromium import chromium, missing_reason  # noqa: E402
 from relay.recording.format import CLIENT_TO_RELAY, RELAY_TO_CLIENT, RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY  # noqa: E402
 from relay.recording.writer import RecordingWriter  # noqa: E402
 from relay.recording.reader import read_recording  # noqa: E402

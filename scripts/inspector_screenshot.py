@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 import anyio  # noqa: E402
 
 from relay.cli.demo import EXAMPLE_TOOLS, run_demo  # noqa: E402
-from relay.inspector.browser import chromium, missing_reason  # noqa: E402
+from tests.support.chromium import chromium, missing_reason  # noqa: E402
 
 
 def main() -> int:

@@ -57,6 +57,12 @@ def test_every_module_the_map_names_exists() -> None:
     assert gone == [], f"docs/architecture.md names modules that are not there: {gone}"
 
 
+def test_every_path_under_relay_that_pyproject_names_exists() -> None:
+    named = re.findall(r"(?<![\w/.-])relay/[\w/.]*[\w/]", (REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    gone = sorted({name for name in named if not (REPO / name).exists()})
+    assert named and gone == [], f"pyproject.toml names paths that are not there: {gone}"
+
+
 def test_the_reading_of_a_row(tmp_path: Path) -> None:
     text = "| `tools/spec.py`, `schema.py` | x |\n| `errors.py` | y |\nnot a row `a.py`\n"
     assert named_on_the_map(text) == {"tools/spec.py", "tools/schema.py", "errors.py"}

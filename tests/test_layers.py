@@ -126,6 +126,13 @@ def test_the_compiled_lane_imports_only_from_its_layer_or_below() -> None:
         assert upward == [], f"{path.name} imports from a layer above its own: {upward}"
 
 
+def test_the_package_holds_no_test_support() -> None:
+    # selenium drives the inspector's browser tests; what launches the browser is the tests'
+    drives_a_browser = sorted(path.relative_to(REPO).as_posix() for path in (REPO / "relay").rglob("*.py")
+                              if re.search(r"^\s*(from|import) selenium\b", path.read_text(encoding="utf-8"), re.M))
+    assert drives_a_browser == []
+
+
 def test_no_class_over_400_lines_and_no_module_over_600() -> None:
     too_long = []
     for path in sorted((REPO / "relay").rglob("*.py")) + compiled_modules():

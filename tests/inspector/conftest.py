@@ -40,7 +40,7 @@ def artifacts() -> Path:
 def browser() -> Iterator[Any]:
     """Headless Chromium. Without it the browser tests skip, naming the install command; in CI
     (CI=true) they fail instead, so a missing install step cannot pass unnoticed."""
-    from relay.inspector.browser import chromium, missing_reason
+    from tests.support.chromium import chromium, missing_reason
 
     reason = missing_reason()
     if reason is not None:

@@ -79,9 +79,9 @@ def test_the_command_line_never_shows_a_traceback(tmp_path: Path) -> None:
 def test_without_chromium_the_reason_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
     import shutil
 
-    from relay.inspector import browser
+    from tests.support import chromium
 
     monkeypatch.setattr(shutil, "which", lambda name: None)
-    monkeypatch.setattr(browser.Path, "exists", lambda self: False)
-    reason = browser.missing_reason()
+    monkeypatch.setattr(chromium.Path, "exists", lambda self: False)
+    reason = chromium.missing_reason()
     assert reason is not None and "apt-get install -y chromium chromium-driver" in reason

@@ -1,4 +1,5 @@
-"""Headless Chromium for the inspector's browser tests, benchmark and screenshot.
+"""Headless Chromium for the inspector's browser tests, benchmark and screenshot (test support:
+not in the package, which has no use for a browser).
 
 Debian's `chromium` with its `chromium-driver`, driven by selenium: the driver comes from the same
 source package as the browser, so their versions always match, and nothing is downloaded (the
