@@ -267,6 +267,42 @@ def test_file_name_is_utc_start_and_safe_session_id(
     assert read_recording(writer.path).header["session_id"] == session_id  # type: ignore[index]
 
 
+@pytest.mark.parametrize("file_mode, directory_mode", [(0o600, 0o700), (0o640, 0o750)])
+def test_a_recording_is_written_for_its_owner_alone_in_a_directory_made_so_whatever_the_umask(
+        tmp_path: Path, file_mode: int, directory_mode: int) -> None:
+    """Transcripts and audio: 0600 in a 0700 directory by default (`--record-mode` chooses), even
+    under a umask that would let everyone read them."""
+    directory = tmp_path / "made" / "recordings"
+    umask = os.umask(0)
+    try:
+        writer = make_writer(directory, **({} if file_mode == 0o600 else {"file_mode": file_mode}))
+        writer.record(CLIENT_TO_RELAY, '{"type":"session.update"}')
+        writer.close()
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE(writer.path.stat().st_mode) == file_mode
+    assert stat.S_IMODE(directory.stat().st_mode) == directory_mode
+    existing = tmp_path / "existing"
+    existing.mkdir(mode=0o755)
+    existing.chmod(0o755)
+    make_writer(existing).close()   # a directory that exists keeps its mode; its files do not follow it
+    assert stat.S_IMODE(existing.stat().st_mode) == 0o755
+    assert [stat.S_IMODE(path.stat().st_mode) for path in existing.iterdir()] == [0o600]
+
+
+def test_a_symbolic_link_where_a_recording_would_go_is_not_followed(tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere"
+    target.write_text("untouched")
+    writer = make_writer(tmp_path / "recordings")
+    writer.close()
+    writer.path.unlink()
+    writer.path.symlink_to(target)
+    second = make_writer(tmp_path / "recordings")
+    second.close()
+    assert target.read_text() == "untouched"
+    assert second.path != writer.path and not second.path.is_symlink()
+
+
 def test_an_existing_recording_is_never_overwritten(tmp_path: Path) -> None:
     existing = tmp_path / "20250102T030405Z_sess_1.jsonl"
     existing.write_text("somebody else's data\n")
@@ -1019,3 +1055,17 @@ def test_an_error_that_ends_the_session_is_a_field_of_the_end_line_the_inspector
     with make_writer(tmp_path / "clean") as clean:
         pass
     assert "error" not in file_lines(clean.path)[-1]["end"]
+
+
+def test_record_mode_is_read_in_octal_and_a_mode_its_owner_cannot_write_is_refused() -> None:
+    from relay.cli import build_parser
+    from relay.cli.options import config_fields
+    from relay.cli.serve import SERVE_OPTIONS
+    from relay.edges.config import ServerConfig
+    from relay.errors import ConfigError
+
+    args = build_parser().parse_args(["serve", "--record", "rec", "--record-mode", "640"])
+    assert config_fields(args, SERVE_OPTIONS)["record_mode"] == 0o640
+    assert config_fields(build_parser().parse_args(["serve"]), SERVE_OPTIONS)["record_mode"] == 0o600
+    with pytest.raises(ConfigError, match="--record-mode"):
+        ServerConfig(upstream="ws://127.0.0.1:1/v1/realtime", record_mode=0o440).check()

@@ -86,6 +86,14 @@ def port_number(text: str) -> int:
     return port
 
 
+def octal_mode(text: str) -> int:
+    """An argparse type: a file mode in octal (`600`, `0640`)."""
+    try:
+        return int(text, 8)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an octal file mode: {text!r}") from None
+
+
 def option(*flags: str, field: str | None = _OWN_NAME, to: Callable[[Any], Any] = _same,
            default_from: Callable[[], Any] | None = None, **settings: Any) -> Option:
     """An option that sets the configuration field of its own name (`--max-queue-bytes`:
@@ -105,6 +113,9 @@ DIALECT = option("--dialect", choices=DIALECT_CHOICES,
 RECORD = option("--record", field="record_dir", metavar="DIR", help="write one recording per session into DIR")
 RECORD_AUDIO = option("--record-audio", choices=("keep", "drop"), default="keep",
                       help="keep or drop audio in recordings (default keep)")
+RECORD_MODE = option("--record-mode", type=octal_mode, default=0o600, metavar="MODE",
+                     help="file mode of recordings, in octal (default 600: the owner's alone; a directory "
+                          "--record creates gets the matching 700, 750 for 640)")
 LOG_FORMAT = option("--log-format", field=None, choices=LOG_FORMATS, default="auto",
                     help="stderr log lines as JSON or text (default auto: text when stderr is a "
                          "terminal, JSON otherwise)")
@@ -165,7 +176,7 @@ MCP_SERVERS = (MCP, MCP_CONFIG, MCP_HEADER, MCP_PREFIX)
 """The MCP servers whose tools join the relay's (`mcp_settings` reads them)."""
 MCP_OPTIONS = (*MCP_SERVERS, MCP_APPROVE, MCP_DENY)
 """... and the policy for the provider's own MCP approvals: the edges' MCP options."""
-RECORDING = (RECORD, RECORD_AUDIO)
+RECORDING = (RECORD, RECORD_AUDIO, RECORD_MODE)
 LIMITS = (MAX_FRAME_BYTES, MAX_QUEUE_BYTES, STALL_SECONDS, MAX_CLIENT_EVENTS, HISTORY_ITEMS)
 SIDEBAND = (
     TOOLS,
@@ -175,6 +186,7 @@ SIDEBAND = (
     DIALECT,
     RECORD.but(help="write one recording per attached call into DIR"),
     RECORD_AUDIO,
+    RECORD_MODE,
     RECONNECT_ATTEMPTS,
     RECONNECT_DELAY,
     *LOGGING,

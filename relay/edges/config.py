@@ -30,7 +30,7 @@ from relay.mcp.servers import ToolSet
 from relay.observe.logs import keep_out_of_logs
 from relay.recording.format import session_header
 from relay.recording.redact import Redactor
-from relay.recording.writer import RecordingFilter, RecordingWriter
+from relay.recording.writer import RECORDING_FILE_MODE, RecordingFilter, RecordingWriter
 from relay.session.policy import (
     DEFAULT_DRAIN_SECONDS,
     DEFAULT_MAX_CLIENT_EVENTS_PER_SECOND,
@@ -94,6 +94,7 @@ class EdgeConfig:
     dialect: str | None = None
     record_dir: str | Path | None = None
     record_audio: Literal["keep", "drop"] = "keep"
+    record_mode: int = RECORDING_FILE_MODE   # of each recording file (its directory's: directory_mode)
     api_key: str | None = None
     token_provider: TokenProvider | None = None
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
@@ -123,6 +124,8 @@ class EdgeConfig:
         dialect = upstream_dialect(self.upstream, self.dialect)
         if self.record_audio not in ("keep", "drop"):
             raise ConfigError(f"--record-audio must be keep or drop, not {self.record_audio!r}")
+        if not 0 <= self.record_mode <= 0o777 or self.record_mode & 0o600 != 0o600:
+            raise ConfigError(f"--record-mode must be an octal mode from 600 to 777, not {self.record_mode:o}")
         if self.max_frame_bytes <= 0 or self.max_queue_bytes <= 0 or self.open_timeout <= 0 or self.stall_seconds <= 0:
             raise ConfigError("frame and queue limits, the stall time and the open timeout must be positive")
         return dialect
@@ -262,7 +265,7 @@ class EdgeRuntime:
         if config.record_dir is None:
             return None
         return writer(config.record_dir, **self._header_fields(session_id, dialect, mode, extra_header),
-                      secrets=self.redactor)
+                      secrets=self.redactor, file_mode=config.record_mode)
 
     def session_header(self, *, session_id: str, dialect: Dialect, mode: str,
                        extra_header: dict[str, Any]) -> dict[str, Any]:

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import base64
 import errno
+import functools
 import logging
 import math
+import os
 import re
 import time
 from collections.abc import Callable, Iterable
@@ -37,6 +39,15 @@ from relay.recording.redact import Redactor
 
 log = logging.getLogger("relay.recording")
 _MAX_NAME_SUFFIX = 1000
+# A recording holds transcripts and audio: readable by its owner alone unless configured
+# otherwise (`--record-mode`), in a directory the relay creates for its owner alone likewise.
+RECORDING_FILE_MODE = 0o600
+
+
+def directory_mode(file_mode: int) -> int:
+    """The mode of a directory the relay creates for recordings of `file_mode`: whoever may read
+    them may list it (0600 -> 0700, 0640 -> 0750)."""
+    return 0o700 | file_mode | ((file_mode & 0o044) >> 2)
 _SESSION_ID_MAX_CHARS = 80
 _UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -48,9 +59,16 @@ def _session_file_stem(session_id: str) -> str:
 
 
 
-def _open_exclusive(path: Path) -> BinaryIO:
-    """A new file, unbuffered so that each `write` goes straight to the OS; fails if it exists."""
-    return open(path, "xb", buffering=0)
+def _open_exclusive(path: Path, mode: int = RECORDING_FILE_MODE) -> BinaryIO:
+    """A new file of `mode` (whatever the umask), unbuffered so that each `write` goes straight to
+    the OS; fails if it exists (or is a symbolic link)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), mode)
+    try:
+        os.fchmod(fd, mode)
+        return os.fdopen(fd, "wb", buffering=0)
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 
@@ -140,8 +158,10 @@ class RecordingWriter:
 
     What a line holds of a frame or a notice is `filter`'s (`RecordingFilter`). `secrets` are kept
     out of the file: the edge's `Redactor` itself (so a token refreshed during the session is kept
-    out too) or a list of them. `opener` creates the file (exclusively, binary, unbuffered); tests give one that fails like a
-    full disk."""
+    out too) or a list of them. The file is created `file_mode` (0600: its owner's alone), in a
+    directory created `directory_mode(file_mode)` when it does not exist (one that exists keeps its
+    mode). `opener` creates the file (exclusively, binary, unbuffered); tests give one that fails
+    like a full disk."""
 
     def __init__(
         self,
@@ -158,8 +178,9 @@ class RecordingWriter:
         wall_clock: Callable[[], float] = time.time,
         relay_version: str = __version__,
         logger: logging.Logger | None = None,
-        opener: Callable[[Path], BinaryIO] = _open_exclusive,
+        opener: Callable[[Path], BinaryIO] | None = None,
         extra_header: dict[str, Any] | None = None,
+        file_mode: int = RECORDING_FILE_MODE,
     ) -> None:
         redactor = secrets if isinstance(secrets, Redactor) else Redactor(secrets)
         self.filter = RecordingFilter(redactor, record_audio)
@@ -184,8 +205,11 @@ class RecordingWriter:
             tools=tools, mode=mode, record_audio=record_audio, relay_version=relay_version,
             extra_header=extra_header, clean=redactor.text)
         try:
-            directory.mkdir(parents=True, exist_ok=True)
-            self._file, self.path = self._create(directory, stem, opener)
+            if not directory.is_dir():
+                directory.mkdir(parents=True, exist_ok=True)
+                directory.chmod(directory_mode(file_mode))   # whatever the umask
+            self._file, self.path = self._create(directory, stem,
+                                                 opener or functools.partial(_open_exclusive, mode=file_mode))
         except OSError as exc:
             self._fail(f"cannot create a recording in {directory}: {exc}")
             return
