@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import json
 import logging
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Literal, TypeGuard
+from typing import Any, BinaryIO, Literal, TypeGuard
 
 from relay.dialects.openai import CLIENT_EVENT_TYPES
 from relay.dialects.gemini import is_gemini_message
@@ -45,12 +46,14 @@ _GEMINI_CLIENT_KEYS = frozenset(
 _META_DIRECTIONS = {"client": CLIENT_TO_RELAY, "server": UPSTREAM_TO_RELAY}
 
 
-def read_recording(path: str | Path, *, directions: Iterable[str] | None = None) -> Recording:
+def read_recording(path: str | Path, *, directions: Iterable[str] | None = None,
+                   file: BinaryIO | None = None) -> Recording:
     """Read a whole recording (or plain event log). Damaged lines become warnings, not errors.
+    `file`: the recording already open (binary, at its start), read instead of opening `path`.
 
     Raises RecordingError only when nothing can be read: an unknown format, a newer version, or
     no JSON object on any line."""
-    scanner = _Scanner(Path(path), [])
+    scanner = _Scanner(Path(path), [], file)
     frames = list(_filtered(scanner.frames(), directions))
     assert scanner.kind is not None
     return Recording(
@@ -107,10 +110,13 @@ def iter_frames(
     directions: Iterable[str] | None = None,
     warnings: list[str] | None = None,
     notes: list[Note] | None = None,
+    file: BinaryIO | None = None,
 ) -> Iterator[Frame]:
     """Stream the frames of a recording without holding them all; warnings are appended to
-    `warnings` and the `relay` lines to `notes` (when given) as they are met."""
-    scanner = _Scanner(Path(path), warnings if warnings is not None else [])
+    `warnings` and the `relay` lines to `notes` (when given) as they are met. `file`: the
+    recording already open (binary, at its start), read instead of opening `path` (and left
+    open)."""
+    scanner = _Scanner(Path(path), warnings if warnings is not None else [], file)
     if notes is not None:
         scanner.notes = notes
     yield from _filtered(scanner.frames(), directions)
@@ -143,8 +149,9 @@ def _is_number(value: Any) -> TypeGuard[int | float]:
 class _Scanner:
     """Reads a file line by line, decides its kind from the first object, and yields frames."""
 
-    def __init__(self, path: Path, warnings: list[str]) -> None:
+    def __init__(self, path: Path, warnings: list[str], file: BinaryIO | None = None) -> None:
         self.path = path
+        self._file = file
         self.warnings = warnings
         self.damage: list[str] = []   # the warnings that mean frames are missing
         self.notes: list[Note] = []
@@ -156,7 +163,7 @@ class _Scanner:
         self._meta_directions: list[Any] | None = None
 
     def frames(self) -> Iterator[Frame]:
-        with open(self.path, "rb") as file:
+        with open(self.path, "rb") if self._file is None else contextlib.nullcontext(self._file) as file:
             line_no = 0
             for line_no, line in enumerate(file, start=1):
                 obj = self._parse_line(line_no, line)

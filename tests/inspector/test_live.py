@@ -23,7 +23,7 @@ from relay.observe.metrics import TrafficTap
 from relay.recording.reader import read_recording
 from tests.support.clients import http_get, inspector_feed, realtime_client
 from tests.support.keys import PROVIDER_KEY, RELAY_TOKEN
-from tests.support.relays import relay_for, weather_turn
+from tests.support.relays import captured_logs, relay_for, weather_turn
 from tests.support.tools import WEATHER_SCRIPT, get_weather
 
 BEARER = {"Authorization": f"Bearer {RELAY_TOKEN}"}
@@ -181,3 +181,36 @@ async def test_the_list_shows_live_and_recent_sessions_and_an_ended_one_opens_fr
                             "sunny in Paris"]
                     else:
                         assert opened["type"] == "unavailable" and "not recorded" in opened["message"]
+
+
+@pytest.mark.parametrize("ended", [False, True], ids=["live", "ended"])
+async def test_a_recording_replaced_by_a_link_out_of_its_directory_is_refused_without_the_servers_path(
+        tmp_path: Path, ended: bool) -> None:
+    """Someone who can write in the recordings directory swaps a recording for a link to
+    /etc/passwd: the inspector does not read it; the page is told why in words, without the
+    server's path or a traceback; the feed goes on."""
+    outside = tmp_path / "outside"
+    outside.write_text('{"type": "session.created", "secret": "not for the page"}\n')
+    records = tmp_path / "recordings"
+    async with MockUpstream(script=WEATHER_SCRIPT, api_key=PROVIDER_KEY) as mock, \
+            inspected(mock, record_dir=records) as server:
+        with captured_logs() as logs:
+            async with inspector_feed(server) as feed:
+                async with realtime_client(server) as client:
+                    await weather_turn(client)
+                    [session_id] = server.sessions
+                    [path] = records.glob("*.jsonl")
+                    path.unlink()
+                    path.symlink_to(outside)
+                    if not ended:
+                        refused = await feed.watch(session_id)
+                if ended:
+                    await feed.until(lambda f: [s["id"] for s in f.sessions["recent"]] == [session_id])
+                    refused = await feed.watch(session_id)
+                assert refused["type"] == "error"
+                assert refused["message"] == ("cannot open this session: its recording is a link out of the "
+                                              "recordings directory")
+                await feed.send({"type": "unwatch"})
+    assert str(tmp_path) not in json.dumps(feed.messages)
+    assert "not for the page" not in json.dumps(feed.messages)
+    assert "Traceback" not in logs.getvalue()

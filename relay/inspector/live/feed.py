@@ -27,7 +27,8 @@ from typing import Protocol
 import anyio
 
 from relay.errors import RelayError
-from relay.inspector.live.hub import LiveHub, LiveSession
+from relay.inspector.live.hub import LiveHub, LiveSession, UnreadableRecording
+from relay.recording.format import RecordingError
 from relay.session.policy import POLICY_VIOLATION
 
 log = logging.getLogger("relay.inspector")
@@ -125,10 +126,15 @@ class FeedConnection:
         try:
             opened = await session.open(self)
         except Exception as exc:   # an unreadable recording must not take the feed down
-            log.exception("inspector: cannot open session %s", session_id, extra={"session_id": session_id})
+            if isinstance(exc, (UnreadableRecording, RecordingError)):
+                why = str(exc) if isinstance(exc, UnreadableRecording) else "its recording is not readable"
+                log.warning("inspector: cannot open session %s: %s", session_id, exc, extra={"session_id": session_id})
+            else:
+                why = f"the relay could not read it ({type(exc).__name__}; see its log)"
+                log.exception("inspector: cannot open session %s", session_id, extra={"session_id": session_id})
             self._leave()
-            opened = json.dumps({"type": "error", "session": session_id,
-                                 "message": f"cannot open this session: {type(exc).__name__}: {exc}"})
+            # the page is told why in words: never the exception's text, which may hold a server path
+            opened = json.dumps({"type": "error", "session": session_id, "message": f"cannot open this session: {why}"})
         self.post(opened)
 
     def _leave(self) -> None:

@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import stat
 import time
 from collections import deque
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 import anyio
 
@@ -189,12 +191,11 @@ class LiveSession:
                 if self.ended is None:
                     if self.tap is not None:
                         self.tap.watch()
-                    size = path.stat().st_size if path is not None else 0
                     if path is None:
                         since = self._elapsed()
                         self.model = self._new_model()
                     else:
-                        self.model = await anyio.to_thread.run_sync(_model_of_prefix, path, size, self.header)
+                        self.model = await anyio.to_thread.run_sync(_model_of_prefix, path, self.header)
                 elif path is not None:
                     self.model = await anyio.to_thread.run_sync(_model_of_recording, path)
                     self._finished = True
@@ -338,31 +339,58 @@ class LiveHub:
 
 
 # ---- reading a recording for the view -------------------------------------------------------
-def _model_of_prefix(path: Path, size: int, header: dict[str, Any]) -> SessionModel:
-    """The model of a recording being written, as far as its first `size` bytes hold complete
-    lines (frames written after that instant reach the model from the tap)."""
-    complete_lines = 0
-    with open(path, "rb") as file:
-        remaining = size
+class UnreadableRecording(Exception):
+    """A session's recording the inspector will not read; its message says why, without the
+    server's paths (it goes to the page)."""
+
+
+def open_recording(path: Path) -> BinaryIO:
+    """The recording at `path`, opened once (what is read of it is read from this file): refused
+    when it is not a regular file, or a symbolic link that leads out of its directory (the
+    recordings directory: a recording replaced by a link to /etc/passwd is not read)."""
+    directory = path.parent.resolve()
+    try:
+        real = path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise UnreadableRecording("its recording is gone") from None
+    if real.parent != directory:
+        raise UnreadableRecording("its recording is a link out of the recordings directory") from None
+    try:
+        fd = os.open(real, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise UnreadableRecording(f"its recording cannot be opened ({exc.strerror or type(exc).__name__})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UnreadableRecording("its recording is not a regular file")
+    return os.fdopen(fd, "rb")
+
+
+def _model_of_prefix(path: Path, header: dict[str, Any]) -> SessionModel:
+    """The model of a recording being written, as far as its bytes now hold complete lines
+    (frames written after that instant reach the model from the tap)."""
+    with open_recording(path) as file:
+        complete_lines = 0
+        remaining = os.fstat(file.fileno()).st_size
         while remaining > 0:
             chunk = file.read(min(remaining, 1 << 20))
             if not chunk:
                 break
             complete_lines += chunk.count(b"\n")
             remaining -= len(chunk)
-    try:
-        with open(path, "rb") as file:
+        file.seek(0)
+        try:
             recorded_header = json.loads(file.readline())
-    except (OSError, ValueError):
-        recorded_header = None
-    if not isinstance(recorded_header, dict):
-        recorded_header = header
-    model = SessionModel(name=path.name, header=recorded_header, kind="relay")
-    notes: list[Note] = []
-    for frame in iter_frames(path, notes=notes):
-        if frame.line_no > complete_lines:
-            break
-        model.feed(frame)
+        except (OSError, ValueError):
+            recorded_header = None
+        if not isinstance(recorded_header, dict):
+            recorded_header = header
+        model = SessionModel(name=path.name, header=recorded_header, kind="relay")
+        notes: list[Note] = []
+        file.seek(0)
+        for frame in iter_frames(path, notes=notes, file=file):
+            if frame.line_no > complete_lines:
+                break
+            model.feed(frame)
     for note in notes:
         if note.line_no <= complete_lines:
             model.note(note)
@@ -370,7 +398,8 @@ def _model_of_prefix(path: Path, size: int, header: dict[str, Any]) -> SessionMo
 
 
 def _model_of_recording(path: Path) -> SessionModel:
-    return build_model(read_recording(path), release=True)
+    with open_recording(path) as file:
+        return build_model(read_recording(path, file=file), release=True)
 
 
 def _since(start: float) -> Callable[[], float]:
