@@ -206,7 +206,7 @@ class Echoes:
             return frame
         try:
             event = json.loads(frame)
-        except ValueError:
+        except (ValueError, RecursionError):   # not JSON, or nested past the parser: no text to follow
             return frame
         changed = False
         keep = max(len(secret) for secret in secrets) - 1
