@@ -37,6 +37,7 @@ from relay.cli.options import (
     check_record_dir,
     option,
 )
+from relay.dialects import openai_codec as wire
 from relay.edges.process import run_in_loop
 from relay.edges.serve import RelayServer, ServerConfig
 from relay.engine import Notice
@@ -276,28 +277,27 @@ async def converse(url: str, timeline: Timeline, server: RelayServer, turns: tup
     turn_limit = 10.0 + max((spec.timeout for spec in server.tools), default=0.0)
     headers = {"Authorization": f"Bearer {RELAY_TOKEN}"}
     async with connect(f"{url}?model=gpt-realtime", additional_headers=headers, max_size=None) as ws:
-        await ws.send(json.dumps({"type": "session.update", "session": {
+        await ws.send(wire.encode(wire.SessionUpdate(session={
             "type": "realtime", "output_modalities": ["text"],
-            "instructions": "You are a helpful travel and shopping assistant."}}))
+            "instructions": "You are a helpful travel and shopping assistant."})))
         for turn in turns:
             timeline.line("you", f"\u201c{turn}\u201d")
-            await ws.send(json.dumps({"type": "conversation.item.create", "item": {
-                "type": "message", "role": "user", "content": [{"type": "input_text", "text": turn}]}}))
-            await ws.send(json.dumps({"type": "response.create"}))
+            await ws.send(wire.encode(wire.ItemCreate(item={
+                "type": wire.MESSAGE, "role": wire.USER, "content": [{"type": "input_text", "text": turn}]})))
+            await ws.send(wire.encode(wire.ResponseCreate()))
             await _until_turn_is_over(ws, timeline, server, turn_limit)
 
 
 async def _until_turn_is_over(ws: Any, timeline: Timeline, server: RelayServer, limit: float) -> None:
     with anyio.fail_after(limit):
         async for message in ws:
-            event = json.loads(message)
-            kind = event["type"]
-            if kind in ("response.output_text.done", "response.output_audio_transcript.done"):
-                text = event.get("text") or event.get("transcript") or ""
-                timeline.said(event.get("item_id"), event.get("response_id"), text)
-            elif kind == "error":
-                timeline.line("error", f"{event['error'].get('code')}: {event['error'].get('message')}")
-            elif kind == "response.done" and _relay_idle(server):
+            event = wire.decode(message)
+            if isinstance(event, (wire.TextDone, wire.AudioTranscriptDone)):
+                text = (event.text if isinstance(event, wire.TextDone) else event.transcript) or ""
+                timeline.said(event.item_id, event.response_id, text)
+            elif isinstance(event, wire.Error):
+                timeline.line("error", f"{event.error.get('code')}: {event.error.get('message')}")
+            elif isinstance(event, wire.ResponseDone) and _relay_idle(server):
                 return
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from relay.dialects.openai import FUNCTION_CALL, FUNCTION_CALL_OUTPUT
 from relay.engine.calls import CallLedger
 from relay.engine.conversation import Conversation, ItemRecord
 
@@ -34,10 +35,10 @@ def describe_item(record: ItemRecord) -> str:
         if not words and record.has_untranscribed_audio():
             words = "(audio, no transcript)"
         line = f"{record.role or '?'} message [{origin}]{status}: {_clip(words)!s}"
-    elif record.type == "function_call":
+    elif record.type == FUNCTION_CALL:
         line = (f"function_call {data.get('name')}({_clip(str(data.get('arguments') or ''), 80)}) "
                 f"call_id={data.get('call_id')} [{origin}]{status}")
-    elif record.type == "function_call_output":
+    elif record.type == FUNCTION_CALL_OUTPUT:
         line = (f"function_call_output call_id={data.get('call_id')} [{origin}]{status}: "
                 f"{_clip(str(data.get('output') or ''), 80)}")
     else:

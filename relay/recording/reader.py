@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Literal, TypeGuard
 
 from relay.dialects.openai import CLIENT_EVENT_TYPES
-from relay.dialects.gemini import is_gemini_message
+from relay.dialects.gemini import CLIENT_MESSAGE_KEYS, is_gemini_message, snake_case
 from relay.recording.format import (
     CLIENT_TO_RELAY,
     DIRECTIONS,
@@ -31,17 +31,7 @@ log = logging.getLogger("relay.recording")
 
 _OPENAI_CLIENT_EVENT_TYPES = frozenset({*CLIENT_EVENT_TYPES, "transcription_session.update"})
 # Gemini Live frames have one top-level key; the server accepts camelCase and snake_case.
-_GEMINI_CLIENT_KEYS = frozenset(
-    {
-        "setup",
-        "clientContent",
-        "client_content",
-        "realtimeInput",
-        "realtime_input",
-        "toolResponse",
-        "tool_response",
-    }
-)
+_GEMINI_CLIENT_KEYS = frozenset({*CLIENT_MESSAGE_KEYS, *map(snake_case, CLIENT_MESSAGE_KEYS)})
 # How the `directions` array of a `NAME.meta.json` beside a plain event log names each side.
 _META_DIRECTIONS = {"client": CLIENT_TO_RELAY, "server": UPSTREAM_TO_RELAY}
 
