@@ -12,6 +12,7 @@ import anyio
 import pytest
 
 from relay.engine import (
+    Remember,
     ActionInterpreter,
     CancelHandler,
     Close,
@@ -21,6 +22,7 @@ from relay.engine import (
     SendUpstream,
     StartHandler,
 )
+from relay.engine.records import CallRecord, Phase
 from relay.offline.harness import HarnessSession
 from relay.offline.replay import replay
 from relay.recording.reader import read_recording
@@ -56,14 +58,18 @@ class Sink:
     def act_close(self, action: Close) -> None:
         self.steps.append(("close", action.code))
 
+    def act_remember(self, action: Remember) -> None:
+        self.steps.append(("remember", action.record.phase))
+
 
 def test_the_interpreter_hands_each_action_to_its_step_in_the_engine_s_order() -> None:
     sink = Sink()
     interpret = ActionInterpreter(sink)
     interpret([SendClient("a"), Notice("filler"), SendUpstream("b"), CancelHandler("c1", "timeout"),
+               Remember(CallRecord("s", "c2", "get_weather", Phase.STARTED, 1.0)),
                StartHandler("c2", get_weather.__relay_tool__, {"city": "Oslo"}), Close("both", 1000, "bye")])
     assert sink.steps == [("client", "a"), ("notice", "filler"), ("upstream", "b"), ("cancel", "c1"),
-                          ("start", "c2"), ("close", 1000)]
+                          ("remember", Phase.STARTED), ("start", "c2"), ("close", 1000)]
 
 
 def test_something_that_is_not_an_action_is_refused_by_name() -> None:

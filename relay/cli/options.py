@@ -154,6 +154,10 @@ RECONNECT_ATTEMPTS = option(
 RECONNECT_DELAY = option(
     "--reconnect-delay", type=float, default=DEFAULT_RECONNECT_DELAY, metavar="S",
     help=f"wait before the first reconnect attempt, doubled for each next (default {DEFAULT_RECONNECT_DELAY})")
+STORE = option("--store", default=None, metavar="URL",
+               help="where each session's tool calls are written ahead: memory (the default: this "
+                    "process) or a redis://HOST:PORT/DB URL (pip install 'realtime-relay[store]'); "
+                    "a store that fails degrades sessions, never stops them (docs/guarantees.md)")
 
 MCP = option("--mcp", field=None, action="append", default=[], metavar="[NAME=]SERVER",
              help="an MCP server whose tools join the relay's: a streamable HTTP URL or a stdio command, "
@@ -189,6 +193,7 @@ SIDEBAND = (
     RECORD_MODE,
     RECONNECT_ATTEMPTS,
     RECONNECT_DELAY,
+    STORE,
     *LOGGING,
 )
 """What `relay attach` and `relay sidecar` share: tools, upstream, recording, reconnecting, logging."""

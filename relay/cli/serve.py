@@ -19,6 +19,7 @@ from relay.cli.options import (
     MCP_OPTIONS,
     PORT,
     RECORDING,
+    STORE,
     TOOLS,
     TRANSPORT,
     UPSTREAM,
@@ -61,6 +62,7 @@ SERVE_OPTIONS = (
            help="serve the live session inspector at /inspector on this port, behind the client token "
                 "(open http://HOST:PORT/inspector#token=TOKEN)"),
     *RECORDING,
+    STORE,
     *LOGGING,
     LOOP,
     TRANSPORT,

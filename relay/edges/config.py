@@ -40,6 +40,8 @@ from relay.session.policy import (
     DEFAULT_STALL_SECONDS,
 )
 from relay.session.transport import Backend
+from relay.store import StoreError, open_store
+from relay.store.writeahead import WriteAhead
 from relay.tools.render import DEFAULT_OUTPUT_LIMIT
 from relay.tools.mcp_config import McpSettings
 from relay.tools.registry import ToolRegistry
@@ -114,6 +116,9 @@ class EdgeConfig:
     # the WebSocket library of the edge's sockets (relay.transports.TRANSPORTS): `auto` is picows
     # when installed (the `fast` extra), else websockets
     transport: str = "auto"
+    # where the sessions' call records are written ahead (relay/store/): None or `memory` in this
+    # process, a `redis://` URL in Redis (the `store` extra)
+    store: str | None = None
 
     def __post_init__(self) -> None:
         if not self.upstream:
@@ -226,13 +231,20 @@ class EdgeRuntime:
     def __init__(self, config: EdgeConfig, *, secrets: Sequence[str | None] = ()) -> None:
         self.dialect = config.check()
         self.mcp_listeners: list[Callable[[str, str, str], None]] = []
+        self.store_listeners: list[Callable[[str], None]] = []   # the store's events (the metric)
         self.tool_set = ToolSet(config.tools, config.mcp, listener=self._mcp_event)
         self.config = config
-        self.redactor = Redactor([*secrets, *(config.mcp.secrets() if config.mcp is not None else ())])
+        store_password = urlsplit(config.store).password if config.store else None
+        self.redactor = Redactor([*secrets, *(config.mcp.secrets() if config.mcp is not None else ()), store_password])
         keep_out_of_logs(self.redactor)
         self.backend: Backend = backend_named(config.transport)
         self.upstream = Upstream.configured(config, self.dialect, self.redactor, self.backend)
         self.credentials_warning = self.missing_credentials()   # or ConfigError, here for every edge
+        try:
+            store = open_store(config.store)
+        except StoreError as exc:
+            raise ConfigError(f"--store: {exc}") from None
+        self.write_ahead = WriteAhead(store, on_event=self._store_event)   # the sessions' call records
 
     @property
     def tools(self) -> ToolRegistry:
@@ -241,11 +253,18 @@ class EdgeRuntime:
 
     async def start_tools(self) -> None:
         """Reach the MCP servers and list their tools, when there are any (the edges call it when
-        they start; counted, see ToolSet). ConfigError: a server cannot be reached, a name clashes."""
+        they start; counted, see ToolSet). ConfigError: a server cannot be reached, a name clashes.
+        Reach the call store too: one that does not answer degrades the sessions, never stops them."""
+        await self.write_ahead.open()
         await self.tool_set.start()
 
     async def close_tools(self) -> None:
         await self.tool_set.close()
+        await self.write_ahead.close()
+
+    def _store_event(self, event: str) -> None:
+        for listener in list(self.store_listeners):
+            listener(event)
 
     def _mcp_event(self, server: str, event: str, detail: str) -> None:
         for listener in list(self.mcp_listeners):

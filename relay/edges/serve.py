@@ -132,6 +132,7 @@ class RelayServer(EdgeRuntime):
         self._tls = config.tls_context()
         self.metrics = Metrics()
         self.mcp_listeners.append(self.metrics.count_mcp)
+        self.store_listeners.append(self.metrics.count_store)
         self._engine_config = self.engine_settings(
             mode="proxy",
             hide_tool_events=not config.expose_tool_events,
@@ -397,6 +398,7 @@ class RelayServer(EdgeRuntime):
             client_budget=EventBudget.optional(self.config.max_client_events_per_second),
             redactor=self.redactor,
             handler_scope=session.trace.handler_scope if session.trace is not None else None,
+            write_ahead=self.write_ahead,
         )
         return loop, recorder
 

@@ -247,6 +247,7 @@ class Sidecar:
             max_queue_bytes=runtime.config.max_queue_bytes,
             stall_seconds=runtime.config.stall_seconds,
             handler_scope=self.trace.handler_scope if self.trace is not None else None,
+            write_ahead=runtime.write_ahead,
         )
         self.attached_at = time.time()
         log.info("session start", extra={**self.context, "mode": "sidecar", "upstream": runtime.upstream.host,

@@ -23,6 +23,7 @@ from relay.engine.actions import (
     Close,
     Notice,
     Outcome,
+    Remember,
     SendClient,
     SendUpstream,
     StartHandler,
@@ -58,5 +59,5 @@ def new_engine(tools: ToolRegistry | Iterable[ToolSpec | Callable[..., Any]] = (
 __all__ = [
     "DEFAULT_HISTORY_LIMIT", "DEFAULT_HOLD_LIMIT", "Action", "ActionInterpreter", "ActionSink", "Anomaly", "CallEntry", "CallLedger", "CallState", "CancelHandler",
     "Close", "Engine", "EngineConfig", "GeminiEngine", "Notice", "OpenAIEngine", "Outcome", "Owner",
-    "SendClient", "SendUpstream", "SessionEngine", "StartHandler", "new_engine",
+    "Remember", "SendClient", "SendUpstream", "SessionEngine", "StartHandler", "new_engine",
 ]

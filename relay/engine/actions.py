@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Protocol
 
+from relay.engine.records import CallRecord
 from relay.tools.spec import ToolSpec
 
 
@@ -31,6 +32,7 @@ class StartHandler:
     call_id: str
     tool: ToolSpec
     arguments: dict[str, Any]
+    idempotency_key: str = ""   # the call's stable key, for a handler that asks for it
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +68,17 @@ class Notice:
     fields: dict[str, Any] = field(default_factory=dict)
 
 
-Action = SendUpstream | SendClient | StartHandler | CancelHandler | Close | Notice
+@dataclass(frozen=True, slots=True)
+class Remember:
+    """Keep this record of a relay call before carrying out the actions that follow it: the
+    engine emits it ahead of what it guards (the handler's start, the output's send, the
+    follow-up's create). A driver with a store writes it there first; one without keeps it or
+    drops it. Never emitted on the audio path."""
+
+    record: CallRecord
+
+
+Action = SendUpstream | SendClient | StartHandler | CancelHandler | Close | Notice | Remember
 
 
 class ActionSink(Protocol):
@@ -79,14 +91,22 @@ class ActionSink(Protocol):
     def act_cancel_handler(self, action: CancelHandler) -> None: ...
     def act_notice(self, action: Notice) -> None: ...
     def act_close(self, action: Close) -> None: ...
+    def act_remember(self, action: Remember) -> None: ...
+
+
+# what a record written ahead guards: while its write is under way (`ActionInterpreter.hold`),
+# these wait in the engine's order; frames to the client and notices go on (audio never waits)
+GUARDED = frozenset({SendUpstream, StartHandler, CancelHandler, Close, Remember})
 
 
 class ActionInterpreter:
     """The one place the engine's actions become a driver's steps, in the order the engine gave
     them. Built once per session over its sink: each action costs one table look-up by its exact
-    type and one call, whichever driver runs the engine."""
+    type and one call, whichever driver runs the engine. A sink whose `act_remember` must wait
+    for a store calls `hold`: the `GUARDED` actions after it wait until `release` hands them back
+    (the sink then carries them out, and a record among them may hold them again)."""
 
-    __slots__ = ("_steps",)
+    __slots__ = ("_steps", "_held")
 
     def __init__(self, sink: ActionSink) -> None:
         self._steps: dict[type, Callable[[Any], None]] = {
@@ -96,7 +116,10 @@ class ActionInterpreter:
             CancelHandler: sink.act_cancel_handler,
             Notice: sink.act_notice,
             Close: sink.act_close,
+            Remember: sink.act_remember,
         }
+
+        self._held: list[Action] | None = None
 
     def __call__(self, actions: list[Action]) -> None:
         steps = self._steps
@@ -104,7 +127,24 @@ class ActionInterpreter:
             step = steps.get(type(action))
             if step is None:
                 raise TypeError(f"not an engine action: {action!r}")
+            if self._held is not None and type(action) in GUARDED:
+                self._held.append(action)
+                continue
             step(action)
+
+    @property
+    def holding(self) -> bool:
+        return self._held is not None
+
+    def hold(self) -> None:
+        """From now on the guarded actions wait (a record's write is under way)."""
+        if self._held is None:
+            self._held = []
+
+    def release(self) -> list[Action]:
+        """The write is over: what waited, for the sink to carry out now."""
+        held, self._held = self._held or [], None
+        return held
 
 
 @dataclass(frozen=True, slots=True)

@@ -143,6 +143,7 @@ class CallEntry:
     updates: tuple[str, ...] = ()           # streaming tools: the values after the first
     output_retried: bool = False            # the output was sent again (its predecessor vanished)
     delivered_as: tuple[str, ...] = ()      # the shapes the call arrived in (Gemini: toolCall, a model-turn part)
+    idempotency_key: str = ""               # set when it becomes ready (relay-owned): engine/records.py
     announced_at: float | None = None
     ready_at: float | None = None
     started_at: float | None = None
@@ -168,10 +169,12 @@ class CallEntry:
 
 class CallLedger:
     """The calls of one session by `call_id` (and by item id), and the one way their state
-    changes. `on_refused` hears of a refused step when not `strict`."""
+    changes. `on_refused` hears of a refused step when not `strict`; `on_step` of each step made."""
 
-    def __init__(self, *, strict: bool = True, on_refused: Callable[[str], None] | None = None) -> None:
+    def __init__(self, *, strict: bool = True, on_refused: Callable[[str], None] | None = None,
+                 on_step: Callable[[CallEntry], None] | None = None) -> None:
         self._entries: dict[str, CallEntry] = {}
+        self._on_step = on_step   # hears of every step made, after it (the context's records)
         self._by_item: dict[str, str] = {}
         self.strict = strict
         self._on_refused = on_refused
@@ -213,6 +216,8 @@ class CallLedger:
         stamp = _STAMPS.get(to)
         if stamp is not None:
             setattr(entry, stamp, now)
+        if self._on_step is not None:
+            self._on_step(entry)
         return True
 
     def forget_old(self, keep: int) -> None:

@@ -20,8 +20,9 @@ from enum import StrEnum
 from typing import Any, Callable, Literal
 
 from relay.dialects.jsontext import compact_json
-from relay.engine.actions import Action, Notice, SendClient, SendUpstream
-from relay.engine.calls import CallEntry, CallLedger, Owner
+from relay.engine.actions import Action, Notice, Remember, SendClient, SendUpstream
+from relay.engine.calls import CallEntry, CallLedger, CallState, Owner
+from relay.engine.records import CallRecord, Phase, idempotency_key
 from relay.engine.conversation import Conversation, ItemOrigins, ResponseRecord
 from relay.engine.limits import LIMIT_CODE, MAX_ANOMALIES_KEPT
 from relay.engine.sequencer import Sequencer
@@ -58,6 +59,10 @@ class CallRules:
     output_sent: Callable[[CallEntry], None]     # a relay call's output went upstream: answered
 
 
+# the call steps a store keeps, as the phase of their record
+_PHASES = {CallState.READY: Phase.READY, CallState.RUNNING: Phase.STARTED, CallState.FINISHED: Phase.DECIDED,
+           CallState.ANSWERED: Phase.SENT, CallState.SKIPPED: Phase.SKIPPED}
+
 # what json.dumps(event, ensure_ascii=False, separators=(",", ":")) writes, without building an
 # encoder for every frame, and always encodable (a lone surrogate as its escape)
 _compact = compact_json
@@ -71,7 +76,9 @@ def _short(exc: BaseException) -> str:
 class SessionContext:
     """One session's clock, ids and outbox, and the state its rules read."""
 
-    def __init__(self, *, config: Any, tools: ToolRegistry, dialect: Any, id_prefix: str, rules: CallRules) -> None:
+    def __init__(self, *, config: Any, tools: ToolRegistry, dialect: Any, id_prefix: str, rules: CallRules,
+                 session_id: str = "session") -> None:
+        self.session_id = session_id
         self.config = config
         self.tools = tools
         self.dialect = dialect
@@ -80,7 +87,7 @@ class SessionContext:
         self.anomalies_dropped = 0           # and how many came after
         self.limits_reached: set[str] = set()   # the limits a peer reached (each logged once)
         self.conversation = Conversation(self.anomaly)
-        self.ledger = CallLedger(strict=config.strict, on_refused=self.refused_step)
+        self.ledger = CallLedger(strict=config.strict, on_refused=self.refused_step, on_step=self._stepped)
         self.now = 0.0                     # the time of the input being handled
         self.source = Source.UPSTREAM      # where the input being handled came from
         self.out: list[Action] = []        # what the engine answers to it, in order
@@ -110,6 +117,25 @@ class SessionContext:
 
     def notice(self, kind: str, fields: dict[str, Any]) -> None:
         self.out.append(Notice(kind, fields))
+
+    def _stepped(self, entry: CallEntry) -> None:
+        """A relay call made a step the store keeps (`_PHASES`): its record, written ahead of what
+        the step leads to (the handler's start, the output's send, the follow-up). A call gets its
+        idempotency key as it becomes ready. Abandoned calls keep their last record: owed still."""
+        phase = _PHASES.get(entry.state)
+        if phase is None or entry.owner is not Owner.RELAY:
+            return
+        if phase is Phase.READY:
+            entry.idempotency_key = idempotency_key(self.session_id, entry.call_id, entry.arguments)
+        self.remember(entry, phase)
+
+    def remember(self, entry: CallEntry, phase: Phase, *, follow_up: bool = False) -> None:
+        """A relay call's record, ahead of the actions it guards (`Remember`)."""
+        self.out.append(Remember(CallRecord(
+            session_id=self.session_id, call_id=entry.call_id, name=entry.name, phase=phase, at=self.now,
+            arguments=entry.arguments, idempotency_key=entry.idempotency_key, response_id=entry.response_id,
+            output=entry.output, outcome=None if entry.outcome is None else str(entry.outcome),
+            follow_up=follow_up)))
 
     def anomaly(self, message: str, event_type: str | None, *, internal: bool = False) -> None:
         """Something odd in the input (or a refused step; `internal`: the engine's own failure):

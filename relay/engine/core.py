@@ -125,7 +125,7 @@ class SessionEngine:
         rules = CallRules(owner_of=self._owner_of, complete=self._call_complete, skip=self._skip,
                           client_answered=self._client_answered, output_sent=self._injected)
         self.ctx = self.context_class(config=self.config, tools=self.tools, dialect=self.dialect,
-                                      id_prefix=id_prefix, rules=rules)
+                                      id_prefix=id_prefix, rules=rules, session_id=session_id)
         self.conversation = self.ctx.conversation
         self.ledger = self.ctx.ledger
         self.anomalies: list[Anomaly] = self.ctx.anomalies
@@ -270,7 +270,7 @@ class SessionEngine:
             return
         self.ledger.move(entry, _S.RUNNING, self.ctx.now)
         self.running.start(entry.call_id, self.ctx.now + tool.timeout)
-        self.ctx.emit(StartHandler(entry.call_id, tool, parsed))
+        self.ctx.emit(StartHandler(entry.call_id, tool, parsed, entry.idempotency_key))
         self.ctx.notice("tool_started", {"call_id": entry.call_id, "name": entry.name,
                                          "arguments": entry.arguments, "response_id": entry.response_id})
         self._handler_started(entry, tool)

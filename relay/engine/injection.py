@@ -18,6 +18,7 @@ from typing import Any
 from relay.engine.calls import CallEntry, CallState, Owner
 from relay.engine.context import OpenAIContext
 from relay.engine.conversation import ResponseRecord
+from relay.engine.records import Phase
 from relay.engine.sequencer import SentCreate
 from relay.tools import Scheduling
 
@@ -109,6 +110,8 @@ class Injector:
         speakers = [c for c in live if c.speak and c.scheduling != _SILENT]
         if not speakers:
             return
+        for entry in live:   # written ahead of the create the sequencer sends for them
+            self.ctx.remember(entry, Phase.FOLLOW_UP, follow_up=True)
         self.ctx.sequencer.request_follow_up(
             [c.call_id for c in live],
             interrupt=any(c.scheduling == _INTERRUPT for c in speakers),

@@ -111,6 +111,10 @@ class _Families:
                                       registry=own)
         self.anomalies = PromCounter("relay_anomalies", "Protocol anomalies the engine recorded, by source.",
                                      ["source"], registry=own)
+        self.store_events = PromCounter("relay_store_events", "The call store: degraded (unreachable, failing "
+                                        "or slow: sessions run on what the process holds), recovered, "
+                                        "write_failed, skipped (a record not written while degraded).",
+                                        ["event"], registry=own)
         self.loop_blocks = PromCounter("relay_tool_loop_blocks", "Steps of async tool handlers that held the "
                                        "event loop (every session of the process) too long, by tool.", ["tool"],
                                        registry=own)
@@ -213,6 +217,10 @@ class Metrics:
         """An MCP server's connection event (relay.mcp.connection: a listener of the edge's)."""
         self._families.mcp_events.labels(server=server[:_MAX_LABEL_CHARS], event=event).inc()
 
+    def count_store(self, event: str) -> None:
+        """The call store's event (relay.store.writeahead: a listener of the edge's)."""
+        self._families.store_events.labels(event=event[:_MAX_LABEL_CHARS]).inc()
+
     def count_error(self, source: str, code: Any) -> None:
         self._families.errors.labels(source=source, code=str(code or "unknown")[:_MAX_LABEL_CHARS]).inc()
 
@@ -309,6 +317,10 @@ class Metrics:
     @property
     def anomalies(self) -> Counter[str]:
         return self._own("anomalies", "source")
+
+    @property
+    def store_events(self) -> Counter[str]:
+        return self._own("store_events", "event")
 
     @property
     def loop_blocks(self) -> Counter[str]:

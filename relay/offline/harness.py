@@ -33,11 +33,13 @@ from relay.engine import (
     EngineConfig,
     Notice,
     Outcome,
+    Remember,
     SendClient,
     SendUpstream,
     StartHandler,
     new_engine,
 )
+from relay.engine.records import CallRecord
 from relay.offline.events import CLOSED, Event
 from relay.offline.expect import Expect, check_invariants, failure
 from relay.offline.timeline import Timeline, decided_outcomes, not_owed_speech
@@ -91,6 +93,7 @@ class HarnessSession:
                                                      session_id="harness", id_prefix="relay")
         self.frames: list[Frame] = []
         self.notices: list[Notice] = []
+        self.records: list[CallRecord] = []   # what the engine wrote ahead (`Remember`), in order
         self.marks: list[tuple[int, float, str, str]] = []   # (frames before it, t, kind, text)
         self.closed = False
         self.saved: Path | None = None
@@ -215,6 +218,9 @@ class HarnessSession:
 
     def act_notice(self, action: Notice) -> None:
         self.notices.append(action)
+
+    def act_remember(self, action: Remember) -> None:
+        self.records.append(action.record)
 
     def act_close(self, action: Close) -> None:
         self.mark(CLOSED, f"the relay closed the {action.target} ({action.code}: {action.reason})")

@@ -48,11 +48,13 @@ from relay.engine import (
     EngineConfig,
     Notice,
     Outcome,
+    Remember,
     SendClient,
     SendUpstream,
     StartHandler,
     new_engine,
 )
+from relay.engine.records import CallRecord
 from relay.errors import UnusableInput
 from relay.mcp.servers import ToolSet
 from relay.offline.mcp_answers import MCP_ANSWERS, Moments, with_recorded_mcp_tools
@@ -183,6 +185,7 @@ class _Replayer:
         self.unmatched: list[tuple[Key, dict[str, Any], float]] = []   # with when it was sent
         self.divergences: list[Divergence] = []
         self.timeline: list[str] = []
+        self.records: list[CallRecord] = []   # what the replayed engine wrote ahead (`Remember`)
         self.recorded_outputs: dict[str, str] = {}
         self.frames: list[Frame] = []                     # the session as replayed
         self._progress = anyio.Event()
@@ -229,6 +232,9 @@ class _Replayer:
 
     def act_close(self, action: Close) -> None:
         """The recording decides when the replayed session ends."""
+
+    def act_remember(self, action: Remember) -> None:
+        self.records.append(action.record)
 
     def _answer_requests(self) -> None:
         """Answer the requests no recorded frame answers, as a provider would, once the actions

@@ -30,6 +30,7 @@ from relay.engine import (
     Engine,
     Notice,
     Outcome,
+    Remember,
     SendClient,
     SendUpstream,
     StartHandler,
@@ -68,6 +69,7 @@ from relay.session.transport import (
     Transport,
     TransportClosed,
 )
+from relay.store.writeahead import WriteAhead
 
 log = logging.getLogger("relay.session")
 
@@ -103,6 +105,7 @@ class SessionLoop:
         redactor: Redactor | None = None,
         handler_scope: HandlerScope | None = None,
         block_seconds: float = DEFAULT_BLOCK_SECONDS,
+        write_ahead: WriteAhead | None = None,
     ) -> None:
         self.engine = engine
         self.upstream = upstream
@@ -127,6 +130,7 @@ class SessionLoop:
         self._echoes = Echoes(redactor) if redactor is not None else None   # ... split across its deltas too
         self.handler_scope = handler_scope   # what each handler runs in (its tracing span)
         self.block_seconds = block_seconds   # a handler step holding the event loop this long is told
+        self.write_ahead = write_ahead   # where the engine's records go (None: nowhere)
         self.end: SessionEnd | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
         self._runner: HandlerRunner | None = None
@@ -396,6 +400,20 @@ class SessionLoop:
         if action.kind == "tool_call" and self.recorder is not None:
             self.recorder.record_notice(action.kind, action.fields)
         self._untold.append(action)
+
+    def act_remember(self, action: Remember) -> None:
+        """The record goes to the store before what follows it: at once to a synchronous one;
+        else the guarded actions wait for the write (`ActionInterpreter.hold`)."""
+        writes = self.write_ahead
+        if writes is None or writes.write_now(action.record) or self._task_group is None or self.end:
+            return
+        self._carry_out.hold()
+        self._task_group.start_soon(self._written_ahead, action.record, name="write-ahead")
+
+    async def _written_ahead(self, record: Any) -> None:
+        assert self.write_ahead is not None
+        await self.write_ahead.write(record)   # done, failed or timed out: never raises
+        self._apply(self._carry_out.release())
 
     def act_close(self, action: Close) -> None:
         if self._task_group is not None:

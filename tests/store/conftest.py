@@ -12,5 +12,5 @@ from tests.support.redis_server import redis_server
 
 @pytest.fixture(scope="module")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with redis_server(tmp_path_factory.mktemp("redis")) as url:
-        yield url
+    with redis_server(tmp_path_factory.mktemp("redis")) as server:
+        yield server.url

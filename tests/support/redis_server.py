@@ -57,22 +57,35 @@ def wait_for_port(port: int, process: subprocess.Popen[bytes], timeout: float = 
                 pass
 
 
+class RedisServer:
+    """A running redis-server: its `url`, and `stop` (what a test that loses its store calls)."""
+
+    def __init__(self, process: subprocess.Popen[bytes], port: int) -> None:
+        self.process = process
+        self.url = f"redis://127.0.0.1:{port}/0"
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
 @contextmanager
-def redis_server(directory: Path, port: int | None = None) -> Iterator[str]:
-    """A redis-server of its own, without persistence; the URL to reach it."""
+def redis_server(directory: Path, port: int | None = None) -> Iterator[RedisServer]:
+    """A redis-server of its own, without persistence, stopped after."""
     program = redis_server_or_skip()
     port = port or free_port()
     process = subprocess.Popen(
         [program, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(directory), "--save", "",
          "--appendonly", "no", "--protected-mode", "yes"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = RedisServer(process, port)
     try:
         wait_for_port(port, process)
-        yield f"redis://127.0.0.1:{port}/0"
+        yield server
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        server.stop()

@@ -1,0 +1,136 @@
+"""A process's store as its sessions write ahead to it: `WriteAhead`.
+
+The engine's `Remember` actions come here through the session's driver. A synchronous store (in
+memory) keeps the record at once (`write_now` is True) and nothing waits. Any other store is
+written by `write`, which the session loop awaits before it carries out the actions that followed
+the record (the loop's gate: see `SessionLoop.act_remember`); a write never raises. A store that
+fails (unreachable, an error, slower than `timeout` seconds) puts the process in degraded mode:
+one warning line says so, `on_event` hears `degraded` (the edge's metric), and for the next
+`retry_after` seconds records are not written at all, so sessions run on what this process holds
+without waiting; the first write after that tries the store again, and a success says
+`recovered` in one line. Writes are whole snapshots: what was skipped meanwhile is repaired by the
+call's next record.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable
+
+import anyio
+
+from relay.engine.records import CallRecord
+from relay.store.base import CallStore, Fenced
+
+log = logging.getLogger("relay.store")
+
+DEFAULT_WRITE_TIMEOUT = 0.5    # seconds a guarded action waits for the store at the most
+DEFAULT_RETRY_AFTER = 5.0      # seconds of degraded mode before the store is tried again
+
+StoreEvent = Callable[[str], None]
+"""`degraded`, `recovered`, `write_failed` (a write that failed or took too long), `skipped` (a
+record not written while degraded)."""
+
+
+class WriteAhead:
+    """Writes the engine's records to `store` ahead of the actions they guard, and degrades
+    rather than fail. One per process (or per edge), shared by its sessions."""
+
+    def __init__(self, store: CallStore, *, timeout: float = DEFAULT_WRITE_TIMEOUT,
+                 retry_after: float = DEFAULT_RETRY_AFTER, clock: Callable[[], float] = time.monotonic,
+                 on_event: StoreEvent | None = None, fence: int = 0) -> None:
+        self.store = store
+        self.timeout = timeout
+        self.retry_after = retry_after
+        self.clock = clock
+        self.on_event = on_event
+        self.fence = fence
+        self.degraded = False
+        self.reason = ""             # why the store is degraded, while it is
+        self._retry_at = 0.0
+        self.written = 0
+        self.skipped = 0
+        self.failed = 0
+        self._opened = False
+
+    def _event(self, event: str) -> None:
+        if self.on_event is not None:
+            try:
+                self.on_event(event)
+            except Exception:   # a listener's failure is not the session's
+                log.exception("a store event listener failed")
+
+    async def open(self) -> None:
+        """Reach the store at start (once); an unreachable one degrades the process, never stops it."""
+        if self._opened or self.store.synchronous:
+            return
+        self._opened = True
+        try:
+            with anyio.fail_after(self.timeout * 4):
+                await self.store.open()
+        except Exception as exc:
+            self._degrade(_why(exc, "at start"))
+        else:
+            log.info("call store ready", extra={"store": self.store.name})
+
+    async def close(self) -> None:
+        if self._opened:
+            self._opened = False
+            with anyio.move_on_after(self.timeout):
+                await self.store.close()
+
+    def write_now(self, record: CallRecord) -> bool:
+        """Keep `record` at once where that is possible: True when nothing is left to wait for
+        (a synchronous store, or degraded mode, which skips it); False: `await write(record)`."""
+        if self.store.synchronous:
+            try:
+                self.store.put_now(record, fence=self.fence)
+                self.written += 1
+            except Exception as exc:
+                self._failed(exc)
+            return True
+        if self.degraded and self.clock() < self._retry_at:
+            self.skipped += 1
+            self._event("skipped")
+            return True
+        return False
+
+    async def write(self, record: CallRecord) -> None:
+        """Write `record` to the store, waiting `timeout` seconds at the most; never raises (but
+        for the session's own cancellation)."""
+        try:
+            with anyio.fail_after(self.timeout):
+                await self.store.put(record, fence=self.fence)
+        except Exception as exc:
+            self._failed(exc)
+        else:
+            self.written += 1
+            if self.degraded:
+                self.degraded, self.reason = False, ""
+                log.warning("call store reachable again: calls are written ahead once more",
+                            extra={"store": self.store.name})
+                self._event("recovered")
+
+    def _failed(self, exc: BaseException) -> None:
+        self.failed += 1
+        self._event("write_failed")
+        self._degrade(_why(exc, "writing"))
+
+    def _degrade(self, reason: str) -> None:
+        self._retry_at = self.clock() + self.retry_after
+        if self.degraded:
+            return
+        self.degraded, self.reason = True, reason
+        log.warning("call store unavailable (%s): sessions keep running on what this process holds; "
+                    "no call outlives this process until the store answers again", reason,
+                    extra={"store": self.store.name})
+        self._event("degraded")
+
+
+def _why(exc: BaseException, when: str) -> str:
+    if isinstance(exc, TimeoutError):
+        return f"no answer {when} within the time allowed"
+    if isinstance(exc, Fenced):
+        return f"fenced {when}: {exc}"
+    return f"{when}: {exc}" if str(exc) else f"{when}: {type(exc).__name__}"

@@ -1,0 +1,51 @@
+"""`relay serve --store`: a proxied session's tool call written ahead to a real Redis (and the
+provider key nowhere in it), an unreachable store counted and survived, a bad URL refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from relay.edges.config import ServerConfig
+from relay.edges.serve import RelayServer
+from relay.errors import ConfigError
+from relay.engine.records import Phase
+from relay.mock import MockUpstream
+from relay.store import open_store
+from tests.support.clients import realtime_client
+from tests.support.keys import PROVIDER_KEY
+from tests.support.redis_server import free_port
+from tests.support.relays import relay_for, weather_turn
+from tests.support.tools import get_weather
+
+
+async def test_a_proxied_call_is_written_ahead_to_redis(weather_mock: MockUpstream, redis_url: str) -> None:
+    async with relay_for(weather_mock, tools=[get_weather], store=redis_url) as server:
+        async with realtime_client(server) as client:
+            await weather_turn(client, says="found")
+        assert not server.write_ahead.degraded
+    assert server.write_ahead.store.name == "redis"
+    store = open_store(redis_url)
+    import redis.asyncio as aioredis
+
+    raw = aioredis.Redis.from_url(redis_url)
+    keys = [key.decode() for key in await raw.keys("relay:{*}:calls")]
+    everything = b"".join([value for key in keys for value in (await raw.hvals(key))])
+    await raw.aclose()
+    assert keys and PROVIDER_KEY.encode() not in everything
+    records = [record for key in keys for record in await store.session_records(key[len("relay:{"):-len("}:calls")])]
+    assert any(record.name == "get_weather" and record.phase is Phase.FOLLOW_UP for record in records)
+    await store.close()
+
+
+async def test_serve_with_an_unreachable_store_answers_calls_and_counts_it(weather_mock: MockUpstream) -> None:
+    async with relay_for(weather_mock, tools=[get_weather], store=f"redis://127.0.0.1:{free_port()}/0") as server:
+        async with realtime_client(server) as client:
+            await weather_turn(client, says="found")
+        assert server.write_ahead.degraded
+        assert server.metrics.store_events["degraded"] == 1
+        assert server.metrics.store_events["skipped"] >= 1
+
+
+def test_a_store_url_of_no_known_kind_is_refused_at_start() -> None:
+    with pytest.raises(ConfigError, match="--store: unknown store"):
+        RelayServer(ServerConfig(store="postgres://db/relay", api_key=PROVIDER_KEY))
