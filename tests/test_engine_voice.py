@@ -129,6 +129,22 @@ def test_on_start_is_said_out_of_band_after_the_model_response_then_the_result()
     assert not h.mock.errors
 
 
+def test_with_fillers_in_conversation_the_filler_joins_the_conversation() -> None:
+    """`fillers_in_conversation` (serve's --fillers-in-conversation): the filler is said in the
+    conversation, where a client that keeps what it hears has it too; the rest is as out of band."""
+    h = EngineDriver(TOOLS, config=EngineConfig(mode="proxy", strict=True, fillers_in_conversation=True))
+    h.connect()
+    h.upstream(h.mock.user_turn("hi"))
+    call_id = call(h, "with_start", {"x": 1}, finish=False)
+    h.upstream(h.mock.finish_response())
+    [filler] = h.creates
+    assert filler["response"]["conversation"] == "auto" and filler["response"]["input"] == []
+    assert instructions_of(filler) == say_instructions("One moment while I look that up.")
+    h.finish(call_id, 1)
+    assert len(h.creates) == 2 and "conversation" not in h.creates[1]["response"]
+    assert not h.mock.errors
+
+
 def test_on_start_is_dropped_when_the_result_is_already_in() -> None:
     h = session()
     call_id = call(h, "with_start", {"x": 1}, finish=False)

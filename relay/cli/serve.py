@@ -49,6 +49,9 @@ SERVE_OPTIONS = (
     option("--hold-limit", type=float, default=DEFAULT_HOLD_LIMIT, metavar="SECONDS",
            help="the longest a client's response.create waits for the relay's running tools before "
                 f"it goes up without their outputs, which follow with their own response (default {DEFAULT_HOLD_LIMIT:g})"),
+    option("--fillers-in-conversation", action="store_true",
+           help="let the relay's fillers join the provider's conversation, as a client that keeps what it hears "
+                "(pipecat, LiveKit Agents, the Agents SDK) has them, instead of staying out of band"),
     *LIMITS,
     DRAIN_SECONDS,
     option("--max-sessions", type=int, default=0, metavar="N", to=lambda sessions: sessions or None,

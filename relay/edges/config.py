@@ -150,6 +150,9 @@ class ServerConfig(EdgeConfig):
     # how long a client's response.create waits for the relay's running tools before it goes up
     # without their outputs (None: until they are in); clients give up on their own creates
     hold_limit: float | None = DEFAULT_HOLD_LIMIT
+    # the relay's fillers join the provider's conversation, where a client that keeps what it
+    # hears (the voice frameworks) has them too, instead of staying out of band
+    fillers_in_conversation: bool = False
     max_client_events_per_second: float = DEFAULT_MAX_CLIENT_EVENTS_PER_SECOND
     drain_seconds: float = DEFAULT_DRAIN_SECONDS
     max_sessions: int | None = None   # sessions open at once in this process; None: no limit

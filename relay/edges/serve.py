@@ -139,6 +139,7 @@ class RelayServer(EdgeRuntime):
             declare_tools=True,
             hold_client_creates=True,
             hold_limit=config.hold_limit,
+            fillers_in_conversation=config.fillers_in_conversation,
         )
         # the live inspector (relay/inspector/live/): off unless asked for
         self.live: LiveHub | None = LiveHub() if config.inspector else None

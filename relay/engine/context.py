@@ -214,7 +214,8 @@ class OpenAIContext(SessionContext):
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         self.sequencer = Sequencer(new_event_id=self.new_event_id, build_create=self.dialect.response_create,
-                                   strict=self.config.strict, on_refused=self.refused_step)
+                                   strict=self.config.strict, on_refused=self.refused_step,
+                                   fillers_in_conversation=self.config.fillers_in_conversation)
         self.origins = ItemOrigins()
 
     def bad_frame(self, code: str, message: str) -> None:

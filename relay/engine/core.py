@@ -84,6 +84,9 @@ class EngineConfig:
     hold_client_creates: bool = True    # proxy: hold a client response.create while our calls run
     # ... for this many seconds at the most (None: until their outputs are in)
     hold_limit: float | None = DEFAULT_HOLD_LIMIT
+    # fillers join the provider's conversation (where a client that keeps what it hears, as the
+    # voice frameworks do, has them too) instead of staying out of band
+    fillers_in_conversation: bool = False
     output_limit: int = 32_768
     unknown_tools: Literal["client", "error"] = "client"
     strict: bool = False                # re-raise internal errors (tests) instead of recording them

@@ -161,8 +161,10 @@ class Sequencer(Machines):
         foreign_timeout: float = 10.0,
         max_attempts: int = 4,
         retry_wait: float = 5.0,
+        fillers_in_conversation: bool = False,
     ) -> None:
         super().__init__(strict=strict, on_refused=on_refused)
+        self.fillers_in_conversation = fillers_in_conversation
         self._new_event_id = new_event_id
         self._build_create = build_create
         self.ack_timeout = ack_timeout
@@ -489,7 +491,9 @@ class Sequencer(Machines):
         metadata = _metadata("filler", event_id, [filler.call_id])
         metadata["filler"] = filler.kind
         options = {
-            "conversation": "none",
+            # out of band unless the session wants its fillers in the conversation; either way the
+            # model reads nothing but the words to say (an empty input)
+            "conversation": "auto" if self.fillers_in_conversation else "none",
             "input": [],
             "instructions": say_instructions(filler.text),
             "metadata": metadata,
