@@ -1,0 +1,53 @@
+"""LiveKit Agents' own timeout against a slow relay tool: `generate_reply` gives up on a reply
+whose `response.created` has not come within 10 s (`call_later(10.0, ...)` in livekit-agents
+1.8.9, not configurable) and discards the response that comes later."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from relay.mock import MockUpstream
+from relay.tools import ToolResult, tool
+from tests.frameworks.conftest import client, outputs, relay
+
+pytestmark = pytest.mark.frameworks
+
+REPORT_SECONDS = 12.0
+"""Longer than LiveKit's 10 s: this test takes that long (the one test of the suite that does)."""
+
+
+@tool(timeout=60)
+async def make_report() -> ToolResult:
+    """Write the monthly report."""
+    await asyncio.sleep(REPORT_SECONDS)
+    return ToolResult(result="report ready", message="Your report is ready.")
+
+
+async def test_a_relay_tool_longer_than_livekits_timeout_with_an_interjection(mock: MockUpstream) -> None:
+    """The user asks for the report (a 12 s relay tool), then, while it runs, says "thanks":
+    LiveKit's `generate_reply` sends `response.create` and waits at most 10 s for it. The relay
+    holds that create for its running tool at most `--hold-limit` (5 s by default), then lets it
+    go up without the tool's output: the "thanks" is answered in time, and the report follows
+    with the relay's own follow-up once the tool ends.
+
+    With the hold unbounded (`hold_limit=None`, or `--hold-limit 1000`: the relay before it had
+    a limit) this test fails: LiveKit reports "generate_reply timed out", discards the response
+    the relay releases at 12 s, and neither the "thanks" nor the report is ever spoken."""
+    async with relay(mock, [make_report]) as server:
+        async with client("livekit", server, turns=[{"text": "Make me the monthly report."},
+                                                    {"text": "thanks", "after": "Working on"}],
+                          until=["welcome", "report is ready"]) as run:
+            pass
+    assert run.heard == ["Working on your report.", "You are welcome.", "Your report is ready."]
+    assert not run.of("error")
+    assert outputs(mock) == {"make_report": ["report ready"]}
+    # on the provider's side: LiveKit's create went up before the tool's output, the relay's own
+    # follow-up after it
+    sent = [record.event for record in mock.received
+            if record.event["type"] == "response.create"
+            or record.event.get("item", {}).get("type") == "function_call_output"]
+    kinds = [event["response"].get("metadata", {}).get("relay", "client") if event["type"] == "response.create"
+             else "output" for event in sent]
+    assert kinds == ["client", "client", "output", "follow_up"]
