@@ -370,9 +370,34 @@ class GeminiEngine(SessionEngine):
         return {**setup, "tools": merged}
 
     def _client_content(self, content: Any) -> Any:
-        if isinstance(content, dict):
-            self.turns.client_turns(field(content, "turns"))
+        """A client's turns: kept in the conversation; refused (`relay_owned_call`, nothing of the
+        message goes up) when a part answers a relay call or makes up a call of a relay tool."""
+        if not isinstance(content, dict):
+            return _SAME
+        turns = field(content, "turns")
+        for turn in turns if isinstance(turns, list) else [turns]:
+            parts = field(turn, "parts")
+            for part in parts if isinstance(parts, list) else []:
+                forgery = self._forgery(field(part, "functionResponse"), field(part, "functionCall"))
+                if forgery is not None:
+                    self.ctx.client_error("relay_owned_call", f"{forgery}; the client's turn was not forwarded")
+                    return _STOP
+        self.turns.client_turns(turns)
         return _SAME
+
+    def _forgery(self, answer: Any, call: Any) -> str | None:
+        """What is wrong with a client's `functionResponse` (`answer`) or `functionCall` part: an
+        answer to a relay call or for a relay tool, a call of a relay tool; None when nothing."""
+        if isinstance(answer, dict):
+            entry = self.ledger.get(answer.get("id"))
+            if entry is not None and entry.owner is Owner.RELAY:
+                return f"call {entry.call_id} ({entry.name}) belongs to a relay tool"
+            name = answer.get("name")
+            if entry is None and isinstance(name, str) and name in self.tools:
+                return f"{name} is a relay tool: the relay answers its calls"
+        if isinstance(call, dict) and isinstance(call.get("name"), str) and call["name"] in self.tools:
+            return f"{call['name']} is a relay tool: only the model calls it"
+        return None
 
     def _client_realtime_input(self, realtime_input: Any) -> Any:
         text = field(realtime_input, "text")
@@ -388,9 +413,9 @@ class GeminiEngine(SessionEngine):
         kept = []
         for response in responses:
             entry = self.ledger.get(response.get("id")) if isinstance(response, dict) else None
-            if entry is not None and entry.owner is Owner.RELAY:
-                self.ctx.client_error("relay_owned_call", f"call {entry.call_id} ({entry.name}) belongs to a relay "
-                                   "tool; its answer from the client was not forwarded")
+            forgery = self._forgery(response, None)
+            if forgery is not None:
+                self.ctx.client_error("relay_owned_call", f"{forgery}; its answer from the client was not forwarded")
                 continue
             kept.append(response)
             if entry is not None and entry.state is not CallState.SKIPPED:

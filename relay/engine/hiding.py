@@ -5,7 +5,8 @@ The relay's tools are the relay's business: a client that saw them could answer 
 define them again. `ClientView` keeps the rules of both directions in one place:
 - toward the upstream: the relay's tools are declared (added to the client's `session.update`,
   to a `response.create` that lists tools, or with a `session.update` of the relay's own); a
-  client that defines one of them, or answers one of their calls, gets an error event instead;
+  client that defines one of them, answers one of their calls or makes up a call of one (as an
+  item it creates or in a `response.create`'s `input`) gets an error event instead;
 - toward the client: `session.created/updated` lose the relay's tools; the relay's items and the
   items of relay calls are hidden; `previous_item_id` skips hidden items; `response.*` events
   lose hidden output items and the call ids of the relay's metadata;
@@ -22,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from relay.dialects.jsontext import compact_json
+from relay.dialects.openai_codec import FUNCTION_CALL, FUNCTION_CALL_OUTPUT
 from relay.engine.actions import SendUpstream
 from relay.engine.approving import McpApprovals
 from relay.engine.calls import CallEntry, Owner
@@ -32,6 +34,7 @@ from relay.engine.limits import MAX_HELD_CHARS, MAX_HELD_CREATES, MAX_PENDING_CL
 from relay.engine.sequencer import ACTIVE_RESPONSE_CODE, META_CALLS, META_KIND
 
 SAME: Any = object()
+FORGED_CALLS_KEPT = 64   # the call ids of refused made-up calls kept, so that their outputs are refused too
 
 
 class ClientView:
@@ -44,6 +47,7 @@ class ClientView:
         self.tools_declared = False
         self.held = HeldCreates(strict=config.strict, on_refused=ctx.refused_step)   # client creates held back
         self.approvals: McpApprovals | None = None   # the MCP approval requests the relay answers (the engine's)
+        self.forged_calls: dict[str, None] = {}   # call ids of the relay-tool calls a client made up (the latest)
 
     def classify(self, record: ItemRecord) -> None:
         """Decide who produced an item and whether the client may see it."""
@@ -108,6 +112,10 @@ class ClientView:
         ctx = self.ctx
         options = event.get("response")
         rewritten = SAME
+        if isinstance(options, dict) and isinstance(options.get("input"), list):
+            for index, item in enumerate(options["input"]):
+                if self._refuse_forgery(item, event, f"response.input[{index}]"):
+                    return None
         if isinstance(options, dict) and isinstance(options.get("tools"), list) and len(ctx.tools):
             if self._refuse_relay_tool_names(options["tools"], event, "response"):
                 return None
@@ -195,26 +203,49 @@ class ClientView:
 
     def item_create(self, event: dict[str, Any]) -> Any:
         """A client's `conversation.item.create`: its item is the client's; an output for a
-        relay call is refused."""
+        relay call, or a call of a relay tool, is refused."""
         ctx = self.ctx
         item = event.get("item")
         if not isinstance(item, dict):
             return SAME
+        if self._refuse_forgery(item, event, "item"):
+            return None
         if not ctx.origins.has_room():
             ctx.limit_reached("items the client created that are not in the conversation yet",
                               f"{MAX_PENDING_CLIENT_ITEMS} items or {MAX_PENDING_CLIENT_ID_CHARS:,} characters of ids",
                               event.get("event_id"))
             return None
         ctx.origins.client_sent(item)
-        if item.get("type") == "function_call_output":
-            entry = ctx.ledger.get(item.get("call_id"))
-            if entry is not None and entry.owner is Owner.RELAY:
-                ctx.client_error("relay_owned_call",
-                                 f"call {entry.call_id} ({entry.name}) belongs to a relay tool; the relay "
-                                 "sends its output", event.get("event_id"), param="item.call_id")
-                return None
         self.held.client_added_item()
         return SAME
+
+    def _refuse_forgery(self, item: Any, event: dict[str, Any], where: str) -> bool:
+        """Refuse (`relay_owned_call`) a client's `item` that only the model or the relay may make:
+        an output for a relay call (or, where the wire names it, for a relay tool), or a call of a
+        relay tool, whose id is kept so that an output for it is refused too."""
+        if not isinstance(item, dict):
+            return False
+        ctx, kind, call_id, name = self.ctx, item.get("type"), item.get("call_id"), item.get("name")
+        if kind == FUNCTION_CALL_OUTPUT:
+            entry = ctx.ledger.get(call_id)
+            if entry is not None and entry.owner is Owner.RELAY:
+                message = f"call {entry.call_id} ({entry.name}) belongs to a relay tool; the relay sends its output"
+            elif (entry is None and isinstance(name, str) and name in ctx.tools) or (
+                    isinstance(call_id, str) and call_id in self.forged_calls):
+                message = f"call {call_id} is of a relay tool; the relay sends the outputs of its calls"
+            else:
+                return False
+            ctx.client_error("relay_owned_call", message, event.get("event_id"), param=f"{where}.call_id")
+            return True
+        if kind == FUNCTION_CALL and isinstance(name, str) and name in ctx.tools:
+            if isinstance(call_id, str):
+                self.forged_calls[call_id] = None
+                if len(self.forged_calls) > FORGED_CALLS_KEPT:
+                    del self.forged_calls[next(iter(self.forged_calls))]
+            ctx.client_error("relay_owned_call", f"{name} is a relay tool: only the model calls it, and the relay "
+                             "answers", event.get("event_id"), param=f"{where}.name")
+            return True
+        return False
 
     def _refuse_relay_tool_names(self, tools: Any, event: dict[str, Any], where: str) -> bool:
         if not isinstance(tools, list):

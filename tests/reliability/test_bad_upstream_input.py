@@ -14,10 +14,10 @@ from websockets.asyncio.server import ServerConnection
 from relay.mock import Faults, MockScript, MockUpstream, Reply, Rule, ToolCall
 from relay.engine import Notice
 from relay.edges.serve import ProxySession, RelayServer, ServerConfig
-from tests.support.clients import gemini_client, http_get, parse_exposition
+from tests.support.clients import http_get, parse_exposition
 from tests.support.frames import (frame_of_size, function_call_outputs, model_call_ids, model_words, session_created,
                                   user_text)
-from tests.support.keys import PROVIDER_KEY, RELAY_TOKEN
+from tests.support.keys import PROVIDER_KEY
 from tests.support.relays import LeakGuard, bare_upstream, weather_turn
 from tests.support.tools import CountedWeather
 
@@ -200,10 +200,7 @@ async def test_a_lone_surrogate_in_gemini_tool_arguments_reaches_the_tool_and_it
     weather = CountedWeather()
     script = MockScript(rules=[Rule(match="weather", calls=[ToolCall(name="get_weather", arguments={"city": ODD_CITY})])],
                         after_outputs=Reply(say="Here is what I found: {outputs}"))
-    async with MockUpstream(script=script, dialect="gemini", api_key=PROVIDER_KEY) as mock, \
-            guard.relay(mock.url, dialect="gemini", tools=[weather.tool]) as server, \
-            gemini_client(server.base_url, key=RELAY_TOKEN) as client:
-        await client.setup(generationConfig={"responseModalities": ["TEXT"]})
+    async with guard.gemini_session(script, [weather.tool]) as (mock, server, client):
         await client.say("weather")
         await client.turn()
         await client.say("weather again")   # the session goes on

@@ -20,11 +20,11 @@ from websockets.exceptions import InvalidStatus
 
 from relay.edges.serve import RelayServer, ServerConfig
 from relay.edges.sideband import Sidecar, SidecarConfig
-from relay.mock import MockSession, MockUpstream
+from relay.mock import MockScript, MockSession, MockUpstream
 from relay.observe.logs import NARRATING_LOGGERS, JsonFormatter
 from relay.session.transport import Transport
 from relay.transports.websockets import WebsocketsTransport
-from tests.support.clients import TIMEOUT, RealtimeClient, http_request, realtime_client
+from tests.support.clients import TIMEOUT, GeminiClient, RealtimeClient, gemini_client, http_request, realtime_client
 from tests.support.frames import user_text
 from tests.support.keys import PROVIDER_KEY, RELAY_TOKEN
 from tests.support.tools import WEATHER_TOOL, get_weather
@@ -151,6 +151,17 @@ class LeakGuard:
         """`relay_for` that records every session and runs the shared `get_weather`."""
         async with relay_for(upstream, **({"record_dir": self.record_dir, "tools": [get_weather]} | options)) as server:
             yield server
+
+    @asynccontextmanager
+    async def gemini_session(self, script: MockScript, tools: list[Any]
+                             ) -> AsyncIterator[tuple[MockUpstream, RelayServer, GeminiClient]]:
+        """The Gemini mock playing `script`, a relay running `tools` in front of it, and a client
+        whose text-only session is set up."""
+        async with MockUpstream(script=script, dialect="gemini", api_key=PROVIDER_KEY) as mock, \
+                self.relay(mock.url, dialect="gemini", tools=tools) as server, \
+                gemini_client(server.base_url, key=RELAY_TOKEN) as client:
+            await client.setup(generationConfig={"responseModalities": ["TEXT"]})
+            yield mock, server, client
 
     @asynccontextmanager
     async def client(self, server: RelayServer | str, **options: Any) -> AsyncIterator[RealtimeClient]:
