@@ -22,6 +22,7 @@ from relay.mock import MockUpstream
 from relay.observe.metrics import TrafficTap
 from relay.recording.reader import read_recording
 from tests.support.clients import http_get, inspector_feed, realtime_client
+from tests.support.frames import user_text
 from tests.support.keys import PROVIDER_KEY, RELAY_TOKEN
 from tests.support.relays import captured_logs, relay_for, weather_turn
 from tests.support.tools import WEATHER_SCRIPT, get_weather
@@ -214,3 +215,16 @@ async def test_a_recording_replaced_by_a_link_out_of_its_directory_is_refused_wi
     assert str(tmp_path) not in json.dumps(feed.messages)
     assert "not for the page" not in json.dumps(feed.messages)
     assert "Traceback" not in logs.getvalue()
+
+
+async def test_a_lone_surrogate_a_session_carries_reaches_the_feed_and_the_feed_goes_on() -> None:
+    async with MockUpstream(script=WEATHER_SCRIPT, api_key=PROVIDER_KEY) as mock, inspected(mock) as server:
+        async with realtime_client(server) as client, inspector_feed(server) as feed:
+            await client.wait_type("session.created")
+            [session_id] = server.sessions
+            await feed.watch(session_id)
+            await client.send(user_text("odd \ud800 text"))
+            await client.wait_type("conversation.item.added")
+            await feed.until(lambda f: any("odd \ud800 text" in frame[2] for frame in f.model_frames))
+            await weather_turn(client)   # the feed goes on
+            await feed.until(lambda f: [c["outcome"] for c in f.calls().values()] == ["ok"])

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 import anyio
 
+from relay.dialects.jsontext import utf8_safe
 from relay.inspector.model import SessionModel, build_model
 from relay.recording.format import NOTE_FIELDS, Note
 from relay.recording.reader import iter_frames, read_recording
@@ -213,8 +214,8 @@ class LiveSession:
             return await anyio.to_thread.run_sync(self._snapshot_message, model)
 
     def _snapshot_message(self, model: SessionModel) -> str:
-        return json.dumps({"type": "snapshot", "session": self.id, "facts": self.describe(),
-                           "model": model.snapshot()}, ensure_ascii=False)
+        return utf8_safe(json.dumps({"type": "snapshot", "session": self.id, "facts": self.describe(),
+                                     "model": model.snapshot()}, ensure_ascii=False))
 
     def leave(self, watcher: Watcher) -> None:
         """A watcher left; with the last one, a live session stops being followed."""
@@ -266,7 +267,7 @@ class LiveSession:
         message: dict[str, Any] = {"type": "delta", "session": self.id, "delta": model.delta()}
         if end is not None:
             message["ended"] = self.describe()
-        return json.dumps(message, ensure_ascii=False)
+        return utf8_safe(json.dumps(message, ensure_ascii=False))   # a lone surrogate a session carried, escaped
 
     def _new_model(self) -> SessionModel:
         return SessionModel(name=f"{self.id} (live)", header=self.header, kind="relay")
