@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from relay.dialects.openai import FUNCTION_CALL, FUNCTION_CALL_OUTPUT
 from relay.engine.calls import CallEntry, CallState, Owner
 from relay.engine.context import OpenAIContext
 from relay.engine.conversation import ItemRecord, ResponseRecord
@@ -29,13 +30,13 @@ class CallWatcher:
     def track(self, record: ItemRecord) -> None:
         """An item was seen (added, done, or in a response's output): a call item announces its
         call, an output item answers one."""
-        if record.type == "function_call":
+        if record.type == FUNCTION_CALL:
             self._announce(record)
-        elif record.type == "function_call_output":
+        elif record.type == FUNCTION_CALL_OUTPUT:
             ctx = self.ctx
             entry = ctx.ledger.get(record.call_id)
             if entry is None:
-                ctx.anomaly(f"output for unknown call {record.call_id}", "function_call_output")
+                ctx.anomaly(f"output for unknown call {record.call_id}", FUNCTION_CALL_OUTPUT)
                 return
             if entry.owner is Owner.CLIENT or record.origin == "client":
                 entry.output = record.output
@@ -50,7 +51,7 @@ class CallWatcher:
         ctx = self.ctx
         call_id = record.call_id
         if not isinstance(call_id, str) or not call_id:
-            ctx.anomaly(f"function_call item {record.id} without call_id", "function_call")
+            ctx.anomaly(f"function_call item {record.id} without call_id", FUNCTION_CALL)
             return
         entry = ctx.ledger.get(call_id)
         name = record.name or ""
@@ -64,7 +65,7 @@ class CallWatcher:
                 entry.item_id = record.id
                 ctx.ledger.add(entry)
             else:
-                ctx.anomaly(f"call {call_id} announced again with another item {record.id}", "function_call")
+                ctx.anomaly(f"call {call_id} announced again with another item {record.id}", FUNCTION_CALL)
                 return
         if entry.response_id is None and record.response_id is not None:
             entry.response_id = record.response_id

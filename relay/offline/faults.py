@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterable, Protocol
 
 from relay.dialects import Dialect
 from relay.dialects.gemini import field as gemini_field
+from relay.dialects.openai import FUNCTION_CALL
 from relay.engine import Outcome, StartHandler
 from relay.offline.replaying import json_object as decode
 from relay.tools import ToolResult
@@ -196,11 +197,11 @@ class FaultPlan:
             return self._gemini_deliveries(frame, event, wanted)
         kind = self.session.dialect.canonical_type(str(event.get("type")))
         item = event.get("item") if isinstance(event.get("item"), dict) else {}
-        if kind == "response.output_item.added" and item.get("type") == "function_call":
+        if kind == "response.output_item.added" and item.get("type") == FUNCTION_CALL:
             self._seen(item.get("call_id"))
         if kind in _CALL_DONE:
             call_id = event.get("call_id") or item.get("call_id")
-            if item.get("type", "function_call") == "function_call" and self._number(call_id) in wanted:
+            if item.get("type", FUNCTION_CALL) == FUNCTION_CALL and self._number(call_id) in wanted:
                 self._duplicated(str(call_id))
                 return [frame, frame]
         return [frame]

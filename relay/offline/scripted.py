@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from relay.dialects import openai_codec as wire
 from relay.mock import (
     Faults,
     MockConnection,
@@ -223,17 +224,18 @@ class ScriptedSession(HarnessSession):
             answers = [{"id": c["id"], "name": c["name"], "response": {"output": self._client_answer(c["name"], c.get("args"))}}
                        for c in calls if isinstance(c, dict) and c.get("name") in self.client_tools]
             return [json.dumps({"toolResponse": {"functionResponses": answers}})] if answers else []
-        if event.get("type") != "response.done" or (event.get("response") or {}).get("status") != "completed":
+        done = wire.event_of(event)
+        if not isinstance(done, wire.ResponseDone) or (done.response or {}).get("status") != "completed":
             return []
         frames: list[str | bytes] = []
-        for item in (event.get("response") or {}).get("output") or []:
-            if item.get("type") == "function_call" and item.get("name") in self.client_tools:
+        for item in (done.response or {}).get("output") or []:
+            if item.get("type") == wire.FUNCTION_CALL and item.get("name") in self.client_tools:
                 output = self._client_answer(item["name"], json.loads(item.get("arguments") or "{}"))
-                frames.append(json.dumps({"type": "conversation.item.create", "item": {
-                    "type": "function_call_output", "call_id": item["call_id"],
-                    "output": output if isinstance(output, str) else json.dumps(output)}}))
+                frames.append(wire.encode(wire.ItemCreate(item={
+                    "type": wire.FUNCTION_CALL_OUTPUT, "call_id": item["call_id"],
+                    "output": output if isinstance(output, str) else json.dumps(output)})))
         if frames:
-            frames.append(json.dumps({"type": "response.create"}))
+            frames.append(wire.encode(wire.ResponseCreate()))
         return frames
 
     def _client_answer(self, name: str, arguments: Any) -> Any:
