@@ -281,3 +281,71 @@ def test_check_passes_on_what_redact_wrote_for_every_kind(many: int, tmp_path: P
     again = tmp_path / "again.jsonl"
     assert main(["redact", str(target), "--out", str(again), "--patterns", str(patterns)]) == 0
     assert again.read_text() == target.read_text()
+
+
+class CountingPlaceholders(dict):  # type: ignore[type-arg]
+    """The scrubber's placeholders, counting how many of them are walked over (and stopping a
+    quadratic walk early: past `budget`, it fails)."""
+
+    def __init__(self, budget: int) -> None:
+        super().__init__()
+        self.walked = 0
+        self.budget = budget
+
+    def __iter__(self) -> Iterator[Any]:
+        for key in super().__iter__():
+            self.walked += 1
+            assert self.walked <= self.budget, "the placeholders are walked over once per new one"
+            yield key
+
+
+def test_a_recording_of_100k_lines_is_redacted_in_two_passes_a_line_at_a_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Time linear and memory bounded, counted rather than timed: each line is read twice (once to
+    find, once to write), the scrubber searches each text a bounded number of times, a new
+    placeholder never walks the others, and the file is never read whole."""
+    from relay.offline import scrub
+
+    lines = 100_000
+    source = tmp_path / "long.jsonl"
+    with open(source, "w", encoding="utf-8") as out:
+        out.write(json.dumps({"format": "relay-recording", "version": 1, "session_id": "s", "dialect": "openai-ga",
+                              "upstream": "api.openai.com", "started_at": "2026-01-01T00:00:00Z",
+                              "relay_version": "0", "tools": [], "mode": "proxy", "record_audio": "drop"}) + "\n")
+        for index in range(1, lines):
+            event = {"type": "conversation.item.create", "item": {"type": "message", "role": "user", "content": [
+                {"type": "input_text", "text": f"write to person{index}@corp.test"}]}}
+            if index % 2:
+                out.write(json.dumps({"t": index / 1000, "dir": "c2r", "event": event}) + "\n")
+            else:   # a frame kept as its raw text
+                out.write(json.dumps({"t": index / 1000, "dir": "c2r", "raw": json.dumps(event)}) + "\n")
+    placeholders = CountingPlaceholders(budget=10 * lines)
+    monkeypatch.setattr(scrub, "Scrubber", lambda patterns: Scrubber(patterns, placeholders=placeholders))
+    parsed = []
+
+    class CountingJson:
+        dumps = staticmethod(json.dumps)
+
+        @staticmethod
+        def loads(text: str) -> Any:
+            parsed.append(1)
+            return json.loads(text)
+    monkeypatch.setattr(scrub, "json", CountingJson)
+    searched = []
+    real_spans = Scrubber.spans
+    monkeypatch.setattr(Scrubber, "spans", lambda self, text: searched.append(1) or real_spans(self, text))
+
+    def whole(*_: Any, **__: Any) -> Any:
+        raise AssertionError("the recording is read whole")
+    monkeypatch.setattr(Path, "read_text", whole)
+    monkeypatch.setattr(Path, "read_bytes", whole)
+
+    report = scrub.redact_file(source, tmp_path / "out.jsonl")
+    assert report.lines == lines and report.counts["email"] == lines - 1 and report.distinct["email"] == lines - 1
+    assert placeholders.walked <= lines   # once, for the report's count of distinct values
+    assert len(parsed) == 2 * lines   # each line parsed once a pass
+    assert len(searched) <= 4 * lines
+    with open(tmp_path / "out.jsonl", encoding="utf-8") as redacted:
+        last_two = list(redacted)[-2:]
+    assert [f"user{index}@example.com" in line for index, line in zip((lines - 2, lines - 1), last_two)] == [True, True]
+    assert "corp.test" not in "".join(last_two)

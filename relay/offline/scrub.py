@@ -134,6 +134,12 @@ class Scrubber:
     placeholders: dict[tuple[str, str], str] = field(default_factory=dict)
     counts: Counter[str] = field(default_factory=Counter)
     """Occurrences replaced, by kind."""
+    counting: bool = True
+    """Whether `text` adds to `counts` (off while a recording's second pass writes what the
+    first one counted)."""
+
+    def __post_init__(self) -> None:
+        self._numbers = Counter(kind for kind, _ in self.placeholders)   # placeholders given, by kind
 
     def spans(self, text: str) -> list[tuple[int, int, str, str]]:
         """(start, end, kind, placeholder) of everything to hide in `text`, in order, not overlapping."""
@@ -164,17 +170,23 @@ class Scrubber:
 
     def text(self, text: str) -> str:
         spans = self.spans(text)
-        for start, stop, kind, placeholder in reversed(spans):
-            text = text[:start] + placeholder + text[stop:]
-            self.counts[kind] += 1
-        return text
+        if not spans:
+            return text
+        out, at = [], 0
+        for start, stop, kind, placeholder in spans:
+            out += (text[at:start], placeholder)
+            at = stop
+            if self.counting:
+                self.counts[kind] += 1
+        out.append(text[at:])
+        return "".join(out)
 
     def _placeholder(self, kind: str, value: str) -> str:
         key = (kind, _normal(kind, value))
         placeholder = self.placeholders.get(key)
         if placeholder is None:
-            number = 1 + sum(1 for known in self.placeholders if known[0] == kind)
-            placeholder = _fake(kind, value, number)
+            self._numbers[kind] += 1
+            placeholder = _fake(kind, value, self._numbers[kind])
             self.placeholders[key] = placeholder
         return placeholder
 
@@ -226,10 +238,10 @@ def _is_identifier(key: Any) -> bool:
 
 @dataclass
 class _Piece:
-    """One string of a stream of text pieces (a delta), where it sits, and its redacted text."""
+    """One string of a stream of text pieces (a delta): its place among all the pieces of the
+    file, in the order they come, and its text."""
 
-    container: Any
-    key: Any
+    number: int
     text: str
 
 
@@ -250,69 +262,96 @@ class RedactionReport:
 
 
 class RecordingRedactor:
-    """Redacts one recording or event log (see the module docstring)."""
+    """Redacts one recording or event log (see the module docstring), in two passes over its
+    lines, each holding one line at a time: the first finds every value to hide and gives it its
+    placeholder (the pieces of each stream are searched together once it has seen them all), the
+    second writes each line redacted. The pieces' text is all it keeps in between."""
 
     def __init__(self, scrubber: Scrubber, *, keep_audio: bool = False) -> None:
         self.scrubber = scrubber
         self.keep_audio = keep_audio
         self.audio_frames = 0
+        self.objects = 0   # lines that hold a JSON object (first pass)
         self._streams: dict[tuple[Any, ...], list[_Piece]] = {}
-        self._piece_holders: set[int] = set()   # ids of the dicts holding a stream's piece
+        self._piece_holders: set[int] = set()   # ids of the dicts of the line being read that hold a piece
+        self._pieces: list[str] = []    # every piece's text, in the order they come; redacted after the first pass
+        self._piece_at = 0              # the second pass's next piece
+        self._second = False
+        self._relay: bool | None = None   # a relay recording (else an event log): its first object says
 
     def redact_lines(self, lines: list[str]) -> list[str]:
         """The file's lines, redacted (line breaks kept; a line that is not JSON is redacted as text)."""
-        objects: list[Any] = []
         for line in lines:
-            try:
-                objects.append(json.loads(line))
-            except ValueError:
-                objects.append(None)
-        kinds = self._kinds(objects)
-        payloads: list[tuple[int, dict[str, Any], str]] = []   # line, event, how it is stored
-        for index, (obj, kind) in enumerate(zip(objects, kinds)):
-            for event, stored in self._events(obj, kind):
-                payloads.append((index, event, stored))
-                self._audio(event, obj if kind == "frame" else None)
-                self._collect_streams(event)
-                self._walk(event, in_stream=True)
-            if kind == "note" and isinstance(obj.get("relay"), dict):
-                self._walk(obj["relay"])
+            self.read(line)
+        self.found()
+        return [self.write(line) for line in lines]
+
+    def read(self, line: str) -> None:
+        """The first pass, one line: what it holds is found and given placeholders."""
+        self._line(line)
+
+    def found(self) -> None:
+        """The first pass is over: the streams are searched, and the second pass may begin."""
         for pieces in self._streams.values():
             self._redact_stream(pieces)
-        out = []
-        for index, (line, obj, kind) in enumerate(zip(lines, objects, kinds)):
-            if obj is None:
-                out.append(self.scrubber.text(line.rstrip("\n")) + "\n" if line.strip() else line)
-            elif kind in ("header", "end"):
-                out.append(line if line.endswith("\n") else line + "\n")
-            else:
-                for line_index, event, stored in payloads:
-                    if line_index == index and stored != "inline":
-                        obj[stored] = self._stored(event, stored)
-                out.append(dumps(obj) + "\n")
-        return out
+        self._streams.clear()
+        self._second, self._relay, self._piece_at = True, None, 0
+        self.scrubber.counting = False
+
+    def write(self, line: str) -> str:
+        """The second pass, one line: the line redacted."""
+        return self._line(line)
+
+    def _line(self, line: str) -> str:
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            obj = None
+        kind = self._kind(obj)
+        if not self._second and isinstance(obj, dict):
+            self.objects += 1
+        self._piece_holders.clear()
+        stored_events = []
+        for event, stored in self._events(obj, kind):
+            stored_events.append((event, stored))
+            self._audio(event, obj if kind == "frame" else None)
+            self._collect_streams(event)
+            self._walk(event, in_stream=True)
+        if kind == "note" and isinstance(obj.get("relay"), dict):
+            self._walk(obj["relay"])
+        if not self._second:
+            return ""
+        if obj is None:   # counted now, after the streams, as the first pass leaves it
+            self.scrubber.counting = True
+            try:
+                return self.scrubber.text(line.rstrip("\n")) + "\n" if line.strip() else line
+            finally:
+                self.scrubber.counting = False
+        if kind in ("header", "end"):
+            return line if line.endswith("\n") else line + "\n"
+        for event, stored in stored_events:
+            if stored != "inline":
+                obj[stored] = self._stored(event, stored)
+        return dumps(obj) + "\n"
+
+    def _kind(self, obj: Any) -> str:
+        """What a line is: `text` (no JSON object), `event` (an event log's), or in a recording
+        its `header` (the first object), a `frame`, a `note` (a relay line) or the `end`."""
+        if not isinstance(obj, dict):
+            return "text"
+        if self._relay is None:
+            self._relay = "format" in obj and "type" not in obj
+            if self._relay:
+                return "header"
+        if not self._relay:
+            return "event"
+        if "end" in obj and "dir" not in obj:
+            return "end"
+        if "relay" in obj and "dir" not in obj:
+            return "note"
+        return "frame"
 
     # -- what each line holds
-    @staticmethod
-    def _kinds(objects: list[Any]) -> list[str]:
-        first = next((obj for obj in objects if isinstance(obj, dict)), None)
-        relay = isinstance(first, dict) and "format" in first and "type" not in first
-        kinds = []
-        for obj in objects:
-            if not isinstance(obj, dict):
-                kinds.append("text")
-            elif not relay:
-                kinds.append("event")
-            elif obj is first:
-                kinds.append("header")
-            elif "end" in obj and "dir" not in obj:
-                kinds.append("end")
-            elif "relay" in obj and "dir" not in obj:
-                kinds.append("note")
-            else:
-                kinds.append("frame")
-        return kinds
-
     def _events(self, obj: Any, kind: str) -> Iterator[tuple[dict[str, Any], str]]:
         """The realtime events a line carries, and where: `inline` (the line is the event, or its
         `event` field), `raw` (JSON text) or `binary` (base64 of JSON bytes)."""
@@ -345,7 +384,8 @@ class RecordingRedactor:
         probe = copy.deepcopy(event)
         if not drop_audio(probe):
             return
-        self.audio_frames += 1
+        if not self._second:
+            self.audio_frames += 1
         if self.keep_audio:
             self._mark_audio(event, probe)
             return
@@ -387,8 +427,14 @@ class RecordingRedactor:
                 self._streams[("gemini-done", len(self._streams), *key)] = self._streams.pop(key)
 
     def _piece(self, stream: tuple[Any, ...], container: dict[str, Any], key: str) -> None:
-        self._streams.setdefault(stream, []).append(_Piece(container, key, container[key]))
+        """A piece of a stream: kept (first pass), or given its redacted text (second pass)."""
         self._piece_holders.add(id(container))
+        if self._second:
+            container[key] = self._pieces[self._piece_at]
+            self._piece_at += 1
+            return
+        self._streams.setdefault(stream, []).append(_Piece(len(self._pieces), container[key]))
+        self._pieces.append(container[key])
 
     def _redact_stream(self, pieces: list[_Piece]) -> None:
         """Search the pieces' text as one; give each piece its share of the redacted text."""
@@ -409,7 +455,7 @@ class RecordingRedactor:
                     self.scrubber.counts[kind] += 1
                 at = max(at, min(end, stop))
             out.append(whole[at:stop])
-            piece.container[piece.key] = "".join(out)
+            self._pieces[piece.number] = "".join(out)
             start = stop
 
     # -- every other string
@@ -448,18 +494,24 @@ def redact_file(source: str | Path, target: str | Path, *, patterns: list[UserPa
         raise UnusableInput(f"{source}: no such file" if not source.exists() else f"{source} is not a file")
     if target.resolve() == source.resolve():
         raise UnusableInput(f"--out {target} is the recording itself: write the redacted copy elsewhere")
-    try:
-        lines = source.read_text(encoding="utf-8").splitlines(keepends=True)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UnusableInput(f"cannot read {source}: {getattr(exc, 'strerror', None) or exc}") from None
-    if not any(_json_object(line) is not None for line in lines):
-        raise UnusableInput(f"{source} is not a recording: no line holds a JSON object")
     scrubber = Scrubber(list(patterns))
     redactor = RecordingRedactor(scrubber, keep_audio=keep_audio)
-    redacted = redactor.redact_lines(lines)
+    lines = 0
+    try:
+        for line in _lines(source):
+            redactor.read(line)
+            lines += 1
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UnusableInput(f"cannot read {source}: {getattr(exc, 'strerror', None) or exc}") from None
+    if not redactor.objects:
+        raise UnusableInput(f"{source} is not a recording: no line holds a JSON object")
+    redactor.found()
     meta = source.with_name(source.stem + ".meta.json")
     try:
-        target.write_text("".join(redacted), encoding="utf-8")
+        with open(target, "w", encoding="utf-8", newline="") as out:
+            for line in _lines(source):
+                out.write(redactor.write(line))
+        scrubber.counting = True
         if meta.is_file():
             meta_object = _json_object(meta.read_text(encoding="utf-8"))
             if meta_object is not None:
@@ -470,5 +522,11 @@ def redact_file(source: str | Path, target: str | Path, *, patterns: list[UserPa
     except OSError as exc:
         raise UnusableInput(f"cannot write {target}: {exc.strerror or exc}") from None
     distinct = Counter(kind for kind, _ in scrubber.placeholders)
-    return RedactionReport(scrubber.counts, distinct, redactor.audio_frames, "keep" if keep_audio else "drop",
-                           len(lines))
+    return RedactionReport(scrubber.counts, distinct, redactor.audio_frames, "keep" if keep_audio else "drop", lines)
+
+
+def _lines(source: Path) -> Iterator[str]:
+    """The lines of a file, one at a time, each with its `\\n` (the last maybe without)."""
+    with open(source, "rb") as file:
+        for line in file:
+            yield line.decode("utf-8")
