@@ -36,7 +36,7 @@ import anyio
 
 from relay.errors import REDACTED, ConfigError, RelayError
 from relay.tools.mcp_config import McpServerConfig
-from relay.tools.mcp_tools import McpToolInfo
+from relay.tools.mcp_tools import IDEMPOTENCY_META_KEY, McpToolInfo
 
 log = logging.getLogger("relay.mcp")
 
@@ -326,8 +326,9 @@ class McpConnection:
             listener()
 
     # ---- calls -------------------------------------------------------------------------------
-    async def call(self, tool: str, arguments: dict[str, Any]) -> Any:
-        """The server's `CallToolResult` for one call. McpUnavailable when the server cannot be
+    async def call(self, tool: str, arguments: dict[str, Any], *, idempotency_key: str | None = None) -> Any:
+        """The server's `CallToolResult` for one call (the call's idempotency key in the request's
+        `_meta`, as `IDEMPOTENCY_META_KEY`). McpUnavailable when the server cannot be
         reached or the connection ends during the call; `MCPError` (the SDK's) for a protocol
         error the server answered."""
         from mcp import MCPError
@@ -338,7 +339,8 @@ class McpConnection:
         generation.calls.add(scope)
         try:
             with scope:
-                return await generation.client.call_tool(tool, arguments)
+                meta: Any = {IDEMPOTENCY_META_KEY: idempotency_key} if idempotency_key else None
+                return await generation.client.call_tool(tool, arguments, meta=meta)
         except MCPError as exc:
             if exc.code != CONNECTION_CLOSED:
                 raise

@@ -32,6 +32,7 @@ import anyio
 import anyio.abc
 
 from relay.engine import Outcome, StartHandler
+from relay.tools.result import IdempotencyKey
 from relay.tools.spec import HandlerKind
 
 log = logging.getLogger("relay.runner")
@@ -193,12 +194,15 @@ async def run_handler(action: StartHandler, on_yield: YieldReport, *,
     the caller tells a cancellation it asked for from the handler's failure."""
     tool = action.tool
     handler = tool.handler
+    arguments = action.arguments
+    if tool.key_parameter is not None:   # it asks for the call's idempotency key
+        arguments = {**arguments, tool.key_parameter: IdempotencyKey(action.idempotency_key)}
     if tool.kind is HandlerKind.SYNC:
-        return await run_sync(functools.partial(_outcome_in_thread, handler, action.arguments))
+        return await run_sync(functools.partial(_outcome_in_thread, handler, arguments))
     if tool.kind is HandlerKind.ASYNC:
-        coroutine: Awaitable[Any] = handler(**action.arguments)
+        coroutine: Awaitable[Any] = handler(**arguments)
         return Outcome.returned(await timed(coroutine))
-    stream = handler(**action.arguments)
+    stream = handler(**arguments)
     try:
         while True:
             try:

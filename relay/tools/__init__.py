@@ -1,5 +1,5 @@
 """What a tool author imports: `@tool`, `ToolResult`, the `Scheduling` and `Interruption`
-choices, `ToolRegistry` (to hand a set of tools to `relay.serve`, `relay.attach` or an engine in a
+choices, `IdempotencyKey` (the type of a parameter that asks for the call's idempotency key), `ToolRegistry` (to hand a set of tools to `relay.serve`, `relay.attach` or an engine in a
 test), and the two errors defining and loading tools raise, for tests that expect them.
 
     from relay.tools import ToolResult, tool
@@ -14,10 +14,11 @@ configured), `mcp` (one connection per server per process), `mcp_tools` (their t
 
 from relay.tools.errors import ToolDefinitionError, ToolLoadError
 from relay.tools.registry import ToolRegistry
-from relay.tools.result import Interruption, Scheduling, ToolResult
+from relay.tools.result import IdempotencyKey, Interruption, Scheduling, ToolResult
 from relay.tools.spec import tool
 
 __all__ = [
+    "IdempotencyKey",
     "Interruption",
     "Scheduling",
     "ToolDefinitionError",

@@ -41,7 +41,14 @@ class ToolCaller(Protocol):
 
     name: str
 
-    async def call(self, tool: str, arguments: dict[str, Any]) -> Any: ...
+    async def call(self, tool: str, arguments: dict[str, Any], *, idempotency_key: str | None = None) -> Any: ...
+
+
+KEY_ARGUMENT = "_relay_idempotency_key"
+"""The argument an MCP tool's handler is given the call's idempotency key in (`ToolSpec.key_parameter`;
+a name no model's argument takes from it: the runner's value replaces any)."""
+IDEMPOTENCY_META_KEY = "io.realtime-relay/idempotency-key"
+"""Where the key goes in an MCP `tools/call` request's `_meta`."""
 
 
 class McpToolHandler:
@@ -54,7 +61,8 @@ class McpToolHandler:
         self.__qualname__ = f"mcp:{self.server}/{tool}"   # what registry messages name it by
 
     async def __call__(self, **arguments: Any) -> ToolResult:
-        return call_result(await self.connection.call(self.tool, arguments))
+        key = arguments.pop(KEY_ARGUMENT, None)
+        return call_result(await self.connection.call(self.tool, arguments, idempotency_key=key or None))
 
     def __repr__(self) -> str:
         return f"<MCP tool {self.tool} of {self.server}>"
@@ -78,6 +86,7 @@ def mcp_spec(config: McpServerConfig, info: McpToolInfo, handler: Callable[..., 
         handler=handler,
         kind=HandlerKind.ASYNC,
         arguments_model=OpenArguments,
+        key_parameter=KEY_ARGUMENT,
         **config.settings_for(info.name).spec_fields(),
     )
 

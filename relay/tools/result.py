@@ -1,5 +1,6 @@
 """What a handler may answer (`ToolResult`) and the choices that shape what the answer does to
-the conversation (`Scheduling`, `Interruption`): the words a tool author writes."""
+the conversation (`Scheduling`, `Interruption`), and the type of a parameter that asks for the
+call's idempotency key (`IdempotencyKey`): the words a tool author writes."""
 
 from __future__ import annotations
 
@@ -85,3 +86,13 @@ class ToolResult:
     @property
     def is_error(self) -> bool:
         return self.error is not MISSING
+
+
+class IdempotencyKey(str):
+    """The type of a handler parameter that asks for the call's idempotency key: its session, its
+    call id and a hash of its arguments, the same for every run of the same call (on any replica
+    that shares a store). The relay gives it; the model never sees the parameter:
+
+        @tool
+        def refund(order: int, key: IdempotencyKey) -> str: ...
+    """

@@ -18,6 +18,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 from relay.tools.errors import ArgumentsError, ToolDefinitionError
+from relay.tools.result import IdempotencyKey
 
 
 class _Arguments(BaseModel):
@@ -32,6 +33,20 @@ class OpenArguments(BaseModel):
     tool."""
 
     model_config = ConfigDict(extra="allow")
+
+
+def key_parameter_of(parameter: inspect.Parameter) -> bool:
+    """Whether `parameter` asks for the call's idempotency key (annotated `IdempotencyKey`)."""
+    return parameter.annotation is IdempotencyKey
+
+
+def key_parameter(handler: Callable[..., Any]) -> str | None:
+    """The name of the handler's parameter annotated `IdempotencyKey`, if it has one."""
+    try:
+        signature = inspect.signature(handler, eval_str=True)
+    except (NameError, TypeError, ValueError):
+        return None   # arguments_model says what is wrong with it
+    return next((p.name for p in signature.parameters.values() if key_parameter_of(p)), None)
 
 
 def arguments_model(handler: Callable[..., Any], tool_name: str) -> type[BaseModel]:
@@ -49,6 +64,8 @@ def arguments_model(handler: Callable[..., Any], tool_name: str) -> type[BaseMod
 
     fields: dict[str, Any] = {}
     for parameter in signature.parameters.values():
+        if key_parameter_of(parameter):
+            continue   # the relay gives it (the call's idempotency key), the model never sees it
         where = f"tool {tool_name}: parameter {parameter.name!r}"
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             raise ToolDefinitionError(

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from relay.tools.errors import ToolDefinitionError
-from relay.tools.result import Interruption, Scheduling, coerce_choice
+from relay.tools.result import IdempotencyKey, Interruption, Scheduling, coerce_choice
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -79,6 +79,10 @@ class ToolSpec:
     """(milliseconds, text): say `text` if the handler is still running after that long."""
     arguments_model: type[BaseModel] | None = field(default=None, repr=False)
     """The pydantic model `parse_arguments` validates with."""
+    idempotent: bool = False
+    """The tool's author says a second run of the same call has no second effect."""
+    key_parameter: str | None = None
+    """The handler's parameter the runner gives the call's idempotency key (`IdempotencyKey`)."""
 
     def __post_init__(self) -> None:
         def set_field(name: str, value: Any) -> None:  # normalising a frozen instance's fields
@@ -107,9 +111,13 @@ class ToolSpec:
                 )
         if self.on_delay is not None:
             set_field("on_delay", _checked_delay(self.name, self.on_delay))
+        if not isinstance(self.idempotent, bool):
+            raise ToolDefinitionError(f"tool {self.name}: idempotent must be True or False")
         if self.arguments_model is None:
-            from relay.tools.schema import arguments_model
+            from relay.tools.schema import arguments_model, key_parameter
             set_field("arguments_model", arguments_model(self.handler, self.name))
+            if self.key_parameter is None:
+                set_field("key_parameter", key_parameter(self.handler))
 
     @property
     def non_blocking(self) -> bool:
@@ -177,7 +185,7 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 
 _TOOL_SETTINGS = frozenset(
-    {"timeout", "scheduling", "interruption", "on_start", "on_complete", "on_failure", "on_delay"}
+    {"timeout", "scheduling", "interruption", "on_start", "on_complete", "on_failure", "on_delay", "idempotent"}
 )
 
 
@@ -203,9 +211,10 @@ def build_spec(
     if description is None:
         docstring = getattr(fn, "__doc__", None)
         description = inspect.cleandoc(docstring) if isinstance(docstring, str) else ""
-    from relay.tools.schema import arguments_model, flat_schema
+    from relay.tools.schema import arguments_model, flat_schema, key_parameter
     model = arguments_model(fn, name)
     return ToolSpec(
+        key_parameter=key_parameter(fn),
         name=name,
         description=description,
         parameters=flat_schema(model, name),
@@ -234,6 +243,7 @@ def tool(
     on_complete: str | None = None,
     on_failure: str | None = None,
     on_delay: tuple[float, str] | None = None,
+    idempotent: bool = False,
 ) -> Callable[[_F], _F]: ...
 
 

@@ -5,9 +5,9 @@
 
 Tools: echo (text), forecast (structured content), fail (isError), slow (sleeps), cancellations
 (the calls of slow the client cancelled), crash (the process dies mid-call), picture (image
-content), pid (which process answers), add_tool (registers a tool and says the list changed), and
-`deep` (a schema with $ref, const, exclusive bounds and a
-type array: what Gemini refuses).
+content), meta_key (the idempotency key in the request's `_meta`), pid (which process answers),
+add_tool (registers a tool and says the list changed), and `deep` (a schema with $ref, const,
+exclusive bounds and a type array: what Gemini refuses).
 """
 
 from __future__ import annotations
@@ -110,6 +110,13 @@ class Place(BaseModel):
 def deep(place: Place, days: int = Field(gt=0, le=10), unit: str | None = None) -> str:
     """A schema with what Gemini refuses."""
     return f"{place.name}: {days} days in {unit or 'C'}"
+
+
+@server.tool(structured_output=False)
+def meta_key(ctx: Context) -> str:
+    """The idempotency key the request's `_meta` carries ("none" without one)."""
+    meta = ctx.request_context.meta or {}
+    return str(meta.get("io.realtime-relay/idempotency-key", "none"))
 
 
 @server.tool(structured_output=False)

@@ -147,9 +147,9 @@ def call_started(connection: McpConnection) -> anyio.Event:
     started = anyio.Event()
     original = connection.call
 
-    async def call(tool: str, arguments: dict[str, Any]) -> Any:
+    async def call(tool: str, arguments: dict[str, Any], **options: Any) -> Any:
         started.set()
-        return await original(tool, arguments)
+        return await original(tool, arguments, **options)
 
     connection.call = call   # type: ignore[method-assign]
     return started
