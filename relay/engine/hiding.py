@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from relay.dialects.jsontext import compact_json
-from relay.dialects.openai_codec import FUNCTION_CALL, FUNCTION_CALL_OUTPUT
+from relay.dialects.openai import FUNCTION_CALL, FUNCTION_CALL_OUTPUT
 from relay.engine.actions import SendUpstream
 from relay.engine.approving import McpApprovals
 from relay.engine.calls import CallEntry, Owner
