@@ -174,7 +174,7 @@ class CallBook:
 
     def _refresh_calls(self) -> None:
         """Derived facts that depend on frames seen later: outcomes the relay decided (a wire
-        parser may have read the output first), end-to-end times, hidden calls."""
+        parser may have read the output first), end-to-end times, whether the client saw it."""
         hiding = self._has_client and self.kind == "relay"
         for call in self.calls.values():
             event = call.event
@@ -189,21 +189,11 @@ class CallBook:
                 if end_to_end != event["end_to_end_ms"]:
                     event["end_to_end_ms"] = end_to_end
                     self._dirty.add(event["id"])
-            hidden_id = f"hidden:{event['call_id']}"
+            # the call's own fact, shown on its bar: a lane of its own would repeat the calls lane
             hidden = hiding and event["owner"] == "relay" and not call.seen_by_client
-            existing = self.events.get(hidden_id)
-            if hidden:
-                if existing is None:
-                    existing = self.add_event(hidden_id, "hidden", "hidden", event["t0"],
-                                              f"{event['name']}: the client never saw this call", call=event["id"])
-                if existing["t1"] != event["t1"] or existing["frames"] != event["frames"] or existing.get("gone"):
-                    existing["t1"] = event["t1"]
-                    existing["frames"] = list(event["frames"])
-                    existing["gone"] = False
-                    self._dirty.add(hidden_id)
-            elif existing is not None and not existing.get("gone"):
-                existing["gone"] = True
-                self._dirty.add(hidden_id)
+            if event.get("hidden") != hidden:
+                event["hidden"] = hidden
+                self._dirty.add(event["id"])
 
     def failed_calls(self) -> int:
         return sum(1 for call in self.calls.values() if CallOutcome.means_failure(call.event["outcome"]))

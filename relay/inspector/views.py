@@ -24,7 +24,6 @@ LANES = (
     ("calls", "tool calls"),
     ("provider_mcp", "provider's MCP"),
     ("relay", "fillers and follow-ups"),
-    ("hidden", "hidden calls"),
     ("anomalies", "anomalies"),
     ("divergences", "divergences"),
 )

@@ -42,6 +42,25 @@ def test_the_demo_page_shows_lanes_and_every_call_with_its_output_and_arguments(
     assert page_errors(browser) == []
 
 
+def test_at_the_default_zoom_what_the_demo_page_opens_on_shows_every_label(
+        browser: Any, demo_recording: Path, tmp_path: Path, artifacts: Path) -> None:
+    # the demo's first turns come within a fraction of its length (its flight search is long):
+    # fitted to the view, each was a few pixels wide, its label cut to a letter
+    page = make_page(demo_recording, tmp_path / "demo.html")
+    open_page(browser, page)
+    shown = browser.execute_script(
+        "const right = document.getElementById('timeline').getBoundingClientRect().right;"
+        "return [...document.querySelectorAll('.lane .ev')].filter((e) => e.getBoundingClientRect().left < right)"
+        ".map((e) => { const label = e.querySelector('.ev-label') || e;"
+        " return [e.dataset.kind, label.textContent, label.clientWidth, label.scrollWidth]; })")
+    kinds = {kind for kind, *_ in shown}
+    assert {"words", "response", "call", "follow_up"} <= kinds, kinds
+    squeezed = [(kind, text, width) for kind, text, width, needed in shown if width < min(needed, 80)]
+    screenshot(browser, artifacts, "demo-labels")
+    assert squeezed == []
+    assert page_errors(browser) == []
+
+
 @pytest.mark.parametrize("scenario", ["openai_session", "g711_session", "gemini_session"])
 def test_the_audio_plays_and_lasts_as_long_as_the_recorded_audio(
         browser: Any, scenario: str, tmp_path: Path, artifacts: Path) -> None:

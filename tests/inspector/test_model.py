@@ -90,7 +90,7 @@ def test_p50_is_the_median_of_the_handler_times() -> None:
     assert tool["p50_ms"] == pytest.approx(250) and tool["max_ms"] == pytest.approx(900)
 
 
-def test_lanes_hold_responses_calls_fillers_follow_ups_anomalies_words_and_hidden_calls(openai: Any) -> None:
+def test_lanes_hold_responses_calls_fillers_follow_ups_anomalies_and_words(openai: Any) -> None:
     _, model = openai
     assert [lane["id"] for lane in model["lanes"]] == [lane for lane, _ in LANES]
     by_lane: dict[str, list[dict[str, Any]]] = {}
@@ -105,7 +105,9 @@ def test_lanes_hold_responses_calls_fillers_follow_ups_anomalies_words_and_hidde
     anomalies = [e["label"] for e in by_lane["anomalies"]]
     assert any("relay refused a client frame: relay_owned_call" in a for a in anomalies)
     assert any("upstream refused the relay's filler: conversation_already_has_active_response" in a for a in anomalies)
-    assert [e["call"] for e in by_lane["hidden"]] == ["call:call_1", "call:call_2"]
+    # a call the client never saw says so itself: no lane repeats the calls lane to say it
+    assert "hidden" not in by_lane and "hidden" not in [lane["id"] for lane in model["lanes"]]
+    assert {e["call_id"]: e["hidden"] for e in by_lane["calls"]} == {"call_1": True, "call_2": True}
     words = {(e["role"], e["text"]) for e in by_lane["user_words"] + by_lane["assistant_words"]}
     assert words == {("user", "What's the weather in Paris?"), ("assistant", "Let me check."),
                      ("assistant", "It is 21 degrees in Paris.")}

@@ -10,8 +10,7 @@ from typing import Any
 from relay.cli import main
 
 WAIT = 30.0
-LANE_IDS = ("caller", "assistant", "user_words", "assistant_words", "responses", "calls", "relay", "hidden",
-            "anomalies")
+LANE_IDS = ("caller", "assistant", "user_words", "assistant_words", "responses", "calls", "relay", "anomalies")
 
 
 def make_page(recording: Path, out: Path, *extra: str) -> Path:

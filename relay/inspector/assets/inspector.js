@@ -4,7 +4,8 @@
 // sessions of an hour stay smooth.
 "use strict";
 (function () {
-  const LANE_H = 22, ROW_H = 19, MAX_ROWS = 4, MIN_EVENT_PX = 4, POINT_PX = 8, AXIS_H = 22;
+  const LANE_H = 22, ROW_H = 19, MAX_ROWS = 6, MIN_EVENT_PX = 4, POINT_PX = 8, AXIS_H = 22;
+  const LABEL_PX = 96, LABEL_GAP = 3;   // the room beside a bar too short for its label
   const AUDIO_LANES = { caller: true, assistant: true };
   const state = {
     source: {}, lanes: [], duration: 0, frames: [], events: new Map(), order: [], summary: {},
@@ -178,21 +179,35 @@
   }
   function endOf(e) { return e.t1 === null || e.t1 === undefined ? Math.max(state.duration, e.t0) : e.t1; }
 
+  // An event takes its bar on its row at the current zoom and, beside a bar too short for its
+  // label, room for the label: no event is squeezed to a letter or two, however long the session.
+  function isPoint(e) { return e.t1 !== null && e.t1 !== undefined && e.t1 - e.t0 < 1e-9; }
+  function barPx(e) { return isPoint(e) ? POINT_PX : Math.max(MIN_EVENT_PX, x(endOf(e)) - x(e.t0)); }
+  function takenPx(e) { const bar = barPx(e); return bar < LABEL_PX ? bar + LABEL_GAP + LABEL_PX : bar; }
+
   function packRows(lane) {
-    // greedy interval packing on what is drawn: overlapping spans go to the next row
+    // greedy interval packing on what is drawn: overlapping spans (with their labels) go to the next row
     const key = lane + "@" + state.pxPerSec;
     if (state.laneRows.has(key)) return state.laneRows.get(key);
     const events = laneEvents(lane).sort((a, b) => a.t0 - b.t0);
-    const rowEnds = [], rows = new Map();
-    const minSeconds = MIN_EVENT_PX / state.pxPerSec;
+    const rowEnds = [], barEnds = [], rowStarts = [], rows = new Map();
+    let crowdedFrom = Infinity;   // the first event drawn without the whole of its label, or under another
     for (const e of events) {
-      const start = e.t0, end = Math.max(endOf(e), start + minSeconds) + 1 / state.pxPerSec;
+      const start = e.t0, end = start + (takenPx(e) + 1) / state.pxPerSec;
+      const barEnd = start + (barPx(e) + 1) / state.pxPerSec;
       let row = rowEnds.findIndex((rowEnd) => rowEnd <= start);
-      if (row < 0) row = rowEnds.length < MAX_ROWS ? rowEnds.length : MAX_ROWS - 1;
+      if (row < 0 && rowEnds.length < MAX_ROWS) row = rowEnds.length;
+      if (row < 0) {   // the rows are full: a label is cut short, or bars overlap
+        row = barEnds.findIndex((last) => last <= start);
+        if (row < 0) row = MAX_ROWS - 1;
+        crowdedFrom = Math.min(crowdedFrom, rowStarts[row]);
+      }
       rowEnds[row] = Math.max(rowEnds[row] || 0, end);
+      barEnds[row] = Math.max(barEnds[row] || 0, barEnd);
+      rowStarts[row] = start;
       rows.set(e.id, row);
     }
-    const packed = { events, rows, count: Math.max(1, rowEnds.length) };
+    const packed = { events, rows, count: Math.max(1, rowEnds.length), crowdedFrom };
     state.laneRows.set(key, packed);
     return packed;
   }
@@ -216,7 +231,7 @@
     const started = performance.now();
     const viewWidth = timeline.clientWidth || 800;
     const scrollLeft = timeline.scrollLeft;   // read once, before the DOM is touched (no forced layout)
-    if (!state.fitted && state.duration >= 0) { fit(); state.fitted = true; }
+    if (!state.fitted && state.duration >= 0) { openingZoom(viewWidth); state.fitted = true; }
     const width = Math.max(viewWidth, Math.ceil(x(state.duration)) + 40);
     inner.style.width = width + "px";
     if (state.fullRender) { renderSummary(); renderTranscript(); renderDivergences(); renderAudioNote(); state.fullRender = false; }
@@ -272,27 +287,34 @@
       if (end < lo || e.t0 > hi) continue;
       const row = packed.rows.get(e.id) || 0;
       const left = x(e.t0);
-      const point = e.t1 !== null && e.t1 !== undefined && e.t1 - e.t0 < 1e-9;
-      const width = point ? POINT_PX : Math.max(MIN_EVENT_PX, x(end) - left);
+      const point = isPoint(e), width = barPx(e), right = left + takenPx(e);
       const last = lastInRow.get(row);
-      if (last && left < last.right - 1) { last.hidden += 1; last.right = Math.max(last.right, left + width); continue; }
-      const item = { e, row, left, width, point, right: left + width, hidden: 0 };
+      if (last && left < last.barRight - 1) {   // bars that overlap: the one drawn counts the others
+        last.hidden += 1; last.right = Math.max(last.right, right); last.barRight = Math.max(last.barRight, left + width);
+        continue;
+      }
+      if (last && left < last.right) last.labelPx = Math.max(0, left - last.barRight - LABEL_GAP);
+      const item = { e, row, left, width, point, right, barRight: left + width, labelPx: LABEL_PX, hidden: 0 };
       lastInRow.set(row, item);
       drawn.push(item);
     }
-    return drawn.map(({ e, row, left, width, point, hidden }) => {
+    return drawn.map(({ e, row, left, width, point, hidden, labelPx }) => {
       const classes = ["ev", "k-" + e.kind];
       if (point) classes.push("point");
       if (e.status) classes.push("s-" + e.status);
       if (e.outcome) classes.push("o-" + e.outcome);
       if (e.role) classes.push("r-" + e.role);
       if (e.owner && e.owner !== "relay") classes.push("w-client");
+      if (e.hidden) classes.push("hidden-call");
       if (e.id === state.selected) classes.push("selected");
+      const beside = width < LABEL_PX;
+      if (beside) classes.push("short");
       const extra = e.kind === "call" ? ` data-call-id="${escapeHtml(e.call_id)}" data-outcome="${escapeHtml(e.outcome)}"` : "";
       const more = hidden ? ` (+${hidden} more under it: zoom in)` : "";
+      const label = `${hidden ? `<b>+${hidden}</b> ` : ""}${escapeHtml(eventLabel(e))}`;
       return `<div class="${classes.join(" ")}" data-id="${escapeHtml(e.id)}" data-kind="${e.kind}"${extra}` +
              ` style="left:${left.toFixed(1)}px;width:${width.toFixed(1)}px;top:${2 + row * ROW_H}px"` +
-             ` title="${escapeHtml(tooltip(e) + more)}">${hidden ? `<b>+${hidden}</b> ` : ""}${escapeHtml(eventLabel(e))}</div>`;
+             ` title="${escapeHtml(tooltip(e) + more)}">${beside ? `<span class="ev-label" style="width:${labelPx.toFixed(1)}px">${label}</span>` : label}</div>`;
     }).join("");
   }
 
@@ -307,6 +329,7 @@
     if (e.kind === "call") {
       lines.push(`${e.name}(${clip(e.arguments, 200)})`, `output: ${e.output === null ? "(none)" : clip(e.output, 300)}`,
                  `outcome: ${e.outcome}` + (e.handler_ms !== null ? `, handler ${e.handler_ms} ms` : ""));
+      if (e.hidden) lines.push("hidden from the client: it never saw this call");
     } else lines.push(clip(e.label, 300));
     return lines.join("\n");
   }
@@ -543,6 +566,17 @@
     const width = (timeline.clientWidth || 800) - 30;
     state.pxPerSec = width / Math.max(state.duration, 0.001);
     state.laneRows.clear();
+  }
+  function openingZoom(viewWidth) {
+    // the whole session, unless its start would be crowded then (a long session, or a long tool
+    // call after a quick exchange): zoomed in until what the view opens on shows every label
+    fit();
+    for (let step = 0; step < 16 && state.pxPerSec < 20000; step++) {
+      const inView = viewWidth / state.pxPerSec;
+      const crowded = visibleLanes().some((lane) => !AUDIO_LANES[lane.id] && packRows(lane.id).crowdedFrom < inView);
+      if (!crowded) return;
+      state.pxPerSec *= 1.5;
+    }
   }
   function zoom(factor, anchorPx) {
     const view = timeline.clientWidth;
