@@ -1,6 +1,7 @@
-"""LiveKit Agents' own timeout against a slow relay tool: `generate_reply` gives up on a reply
-whose `response.created` has not come within 10 s (`call_later(10.0, ...)` in livekit-agents
-1.8.9, not configurable) and discards the response that comes later."""
+"""LiveKit Agents' own ways against the relay (livekit-agents 1.8.9): `generate_reply` gives up on a
+reply whose `response.created` has not come within 10 s (`call_later(10.0, ...)`, not
+configurable) and discards the response that comes later; `session.run()` ends before the
+relay's follow-up."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from relay.mock import MockUpstream
 from relay.tools import ToolResult, tool
 from tests.frameworks.conftest import client, outputs, relay
+from tests.frameworks.test_cases import get_weather
 
 pytestmark = pytest.mark.frameworks
 
@@ -51,3 +53,18 @@ async def test_a_relay_tool_longer_than_livekits_timeout_with_an_interjection(mo
     kinds = [event["response"].get("metadata", {}).get("relay", "client") if event["type"] == "response.create"
              else "output" for event in sent]
     assert kinds == ["client", "client", "output", "follow_up"]
+
+
+async def test_session_run_returns_before_the_relays_follow_up(mock: MockUpstream) -> None:
+    """LiveKit's `session.run()` (its test surface) ends with the response that carried the relay's
+    call: its result has the preamble, not the relay's follow-up with the tool's result, which
+    reaches `session.history` after it (docs/frameworks.md)."""
+    async with relay(mock, [get_weather]) as server:
+        async with client("livekit", server, turns=[{"text": "What's the weather in Paris?"}],
+                          until=["rainy in Paris"], options={"api": "run"}) as run:
+            pass
+    [result] = run.of("run_result")
+    assert result["messages"] == ["Let me check."]
+    assert run.heard == ["Let me check.", "Here you go: rainy in Paris."]
+    [history] = run.of("history")
+    assert "Here you go: rainy in Paris." in [item["text"] for item in history["items"]]

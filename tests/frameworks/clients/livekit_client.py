@@ -1,8 +1,9 @@
 """LiveKit Agents (livekit-agents 1.8.9, its OpenAI plugin's `RealtimeModel(base_url=...)`) as the
 relay's client, unchanged and without a room: an `AgentSession` whose audio goes to a sink that
-plays instantly (or, with the option `api: realtime_session`, the model's own `session()`). The
+plays instantly. The
 agent has one tool of its own, `get_time`, and knows nothing of the relay's tools. Prints what
-LiveKit gives the application (plan.py)."""
+LiveKit gives the application (plan.py). With the option `api: run`, the first turns go through
+`session.run()`, and its result is printed too (`run_result`)."""
 
 from __future__ import annotations
 
@@ -104,7 +105,14 @@ async def with_agent_session(plan: Plan, model: openai.realtime.RealtimeModel) -
     await session.start(Assistant(), record=False)
     emit("connected")
     for text in plan.first_turns():
-        say(text)
+        if plan.options.get("api") == "run":
+            # LiveKit's own test surface: run() gives what the turn produced, as LiveKit sees it
+            emit("sent", text=text)
+            result = await session.run(user_input=text)
+            emit("run_result", messages=[message_text(event.item) for event in result.events
+                                         if event.type == "message" and event.item.role == "assistant"])
+        else:
+            say(text)
     await asyncio.wait_for(finished.wait(), plan.timeout)
     emit("audio_out", bytes=plan.audio_bytes)
     emit("history", items=[{"role": getattr(item, "role", item.type), "text": message_text(item)}
