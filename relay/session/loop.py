@@ -161,6 +161,8 @@ class SessionLoop:
                 task_group.start_soon(self._timer, name="timer")
                 self.started.set()
         finally:
+            if self.write_ahead is not None:
+                self.write_ahead.session_ended(self.engine.session_id)
             if on_end is not None:
                 on_end(self.end.reason if self.end is not None else "relay error")
                 if self.end is None:

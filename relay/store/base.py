@@ -54,6 +54,10 @@ class CallStore(ABC):
     async def close(self) -> None:
         """Let go of connections."""
 
+    def forget_now(self, session_id: str) -> None:
+        """Let an ended session's records go, where nothing reads them after it (synchronous
+        stores: a process's memory); a shared store keeps them until they expire."""
+
     def put_now(self, record: CallRecord, *, fence: int = 0) -> None:
         """`put` at once (synchronous stores only)."""
         raise NotImplementedError(f"{type(self).__name__} does not write synchronously")

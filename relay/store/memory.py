@@ -1,5 +1,6 @@
-"""The in-memory store: the default, nothing to install. Records live as long as the process,
-for the most recent `max_sessions` sessions; writes are synchronous dictionary updates."""
+"""The in-memory store: the default, nothing to install. Records live as long as their session
+(`forget_now` when it ends) and at most for the most recent `max_sessions` sessions; writes are
+synchronous dictionary updates."""
 
 from __future__ import annotations
 
@@ -44,6 +45,11 @@ class MemoryStore(CallStore):
         else:
             self._sessions.move_to_end(session_id)
         return calls
+
+    def forget_now(self, session_id: str) -> None:
+        self._sessions.pop(session_id, None)
+        self._fences.pop(session_id, None)
+        self._leases.pop(session_id, None)
 
     def put_now(self, record: CallRecord, *, fence: int = 0) -> None:
         self._check(record.session_id, fence)

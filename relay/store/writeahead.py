@@ -1,7 +1,8 @@
 """A process's store as its sessions write ahead to it: `WriteAhead`.
 
 The engine's `Remember` actions come here through the session's driver. A synchronous store (in
-memory) keeps the record at once (`write_now` is True) and nothing waits. Any other store is
+memory) keeps the record at once (`write_now` is True), nothing waits, and the session's records
+go when it ends (`session_ended`). Any other store is
 written by `write`, which the session loop awaits before it carries out the actions that followed
 the record (the loop's gate: see `SessionLoop.act_remember`); a write never raises. A store that
 fails (unreachable, an error, slower than `timeout` seconds) puts the process in degraded mode:
@@ -95,6 +96,11 @@ class WriteAhead:
             self._event("skipped")
             return True
         return False
+
+    def session_ended(self, session_id: str) -> None:
+        """The session is over: a synchronous store lets its records go (nothing reads them after)."""
+        if self.store.synchronous:
+            self.store.forget_now(session_id)
 
     async def write(self, record: CallRecord) -> None:
         """Write `record` to the store, waiting `timeout` seconds at the most; never raises (but

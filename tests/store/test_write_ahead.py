@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,23 @@ async def test_an_output_waits_until_its_decided_record_is_written() -> None:
     assert kept.phase is Phase.FOLLOW_UP and kept.output == "refunded 7"
 
 
+async def test_the_memory_store_keeps_a_session_s_records_while_it_lasts() -> None:
+    store = MemoryStore()
+    kept: list[CallRecord] = []
+
+    async def scenario(mock: LocalMock, upstream: MemoryPeer) -> None:
+        for event in mock.connect():
+            await upstream.feed(json.dumps(event))
+        await ask_refund(mock, upstream)
+        kept.extend(await store.session_records("sess-1"))
+
+    write_ahead = WriteAhead(store)
+    await write_ahead.open()
+    await run_session(write_ahead, scenario)
+    assert [record.phase for record in kept] in ([Phase.SENT], [Phase.FOLLOW_UP])
+    assert await store.session_records("sess-1") == []   # the session ended: nothing outlives it here
+
+
 async def test_records_reach_redis_before_the_output_goes_up(redis_url: str) -> None:
     store = open_store(redis_url)
     write_ahead = WriteAhead(store, timeout=2.0)
@@ -148,28 +166,44 @@ async def test_a_store_unreachable_at_start_degrades_once_and_sessions_run(
     assert write_ahead.skipped >= 4 and set(events) == {"degraded", "skipped"}
 
 
-async def test_a_store_lost_mid_session_degrades_and_the_session_goes_on(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+async def calls_through_a_redis_fault(tmp_path: Path, timeout: float, fault: Any, after: Any = None
+                                      ) -> tuple[WriteAhead, list[str]]:
+    """A session on its own redis-server: one call, then `fault(server)`, then two more calls
+    (each answered), then `after(server)`. The write-ahead and the store events it told."""
     events: list[str] = []
-    caplog.set_level(logging.WARNING, "relay.store")
     with redis_server(tmp_path) as server:
-        store = open_store(server.url)
-        write_ahead = WriteAhead(store, timeout=2.0, on_event=events.append)
+        write_ahead = WriteAhead(open_store(server.url), timeout=timeout, on_event=events.append)
         await write_ahead.open()
 
         async def scenario(mock: LocalMock, upstream: MemoryPeer) -> None:
             for event in mock.connect():
                 await upstream.feed(json.dumps(event))
             await ask_refund(mock, upstream, 1)
-            assert await store.session_records("sess-1")
-            server.stop()
-            await ask_refund(mock, upstream, 2)   # the store is gone: answered all the same
-            await ask_refund(mock, upstream, 3)
+            assert await write_ahead.store.session_records("sess-1")
+            fault(server)
+            try:
+                await ask_refund(mock, upstream, 2)   # answered all the same
+                await ask_refund(mock, upstream, 3)
+            finally:
+                if after is not None:
+                    after(server)
 
         await run_session(write_ahead, scenario)
+        await write_ahead.close()
+    return write_ahead, events
+
+
+def store_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "relay.store"]
+
+
+async def test_a_store_lost_mid_session_degrades_and_the_session_goes_on(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, "relay.store")
+    write_ahead, events = await calls_through_a_redis_fault(tmp_path, 2.0, lambda server: server.stop())
     assert write_ahead.degraded and events.count("degraded") == 1 and "write_failed" in events
-    warnings = [r for r in caplog.records if r.name == "relay.store"]
-    assert len(warnings) == 1 and "call store unavailable" in warnings[0].getMessage()
+    [warning] = store_warnings(caplog)
+    assert "call store unavailable" in warning
 
 
 async def test_a_slow_store_holds_an_output_no_longer_than_its_timeout(
@@ -189,6 +223,18 @@ async def test_a_slow_store_holds_an_output_no_longer_than_its_timeout(
     assert write_ahead.failed == 1 and write_ahead.skipped >= 4
     [warning] = [r for r in caplog.records if r.name == "relay.store"]
     assert "no answer writing within the time allowed" in warning.getMessage()
+
+
+async def test_a_redis_that_stops_answering_is_waited_for_no_longer_than_the_timeout(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, "relay.store")
+    # SIGSTOP: alive, holding its connections, silent
+    write_ahead, events = await calls_through_a_redis_fault(
+        tmp_path, 0.2, lambda server: server.process.send_signal(signal.SIGSTOP),
+        lambda server: server.process.send_signal(signal.SIGCONT))
+    assert write_ahead.degraded and events.count("degraded") == 1 and write_ahead.failed == 1
+    [warning] = store_warnings(caplog)
+    assert "no answer writing within the time allowed" in warning
 
 
 async def test_a_degraded_store_is_tried_again_after_a_while_and_says_so(
