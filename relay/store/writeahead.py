@@ -53,7 +53,7 @@ class WriteAhead:
         self.written = 0
         self.skipped = 0
         self.failed = 0
-        self._opened = False
+        self._users = 0   # the edges and attached calls that opened it and have not closed it
 
     def _event(self, event: str) -> None:
         if self.on_event is not None:
@@ -63,10 +63,11 @@ class WriteAhead:
                 log.exception("a store event listener failed")
 
     async def open(self) -> None:
-        """Reach the store at start (once); an unreachable one degrades the process, never stops it."""
-        if self._opened or self.store.synchronous:
+        """Reach the store at start; an unreachable one degrades the process, never stops it.
+        Counted: each `open` (an edge, an attached call) has its `close`; the last one lets go."""
+        self._users += 1
+        if self._users > 1 or self.store.synchronous:
             return
-        self._opened = True
         try:
             with anyio.fail_after(self.timeout * 4):
                 await self.store.open()
@@ -76,8 +77,10 @@ class WriteAhead:
             log.info("call store ready", extra={"store": self.store.name})
 
     async def close(self) -> None:
-        if self._opened:
-            self._opened = False
+        if self._users == 0:
+            return
+        self._users -= 1
+        if self._users == 0 and not self.store.synchronous:
             with anyio.move_on_after(self.timeout):
                 await self.store.close()
 

@@ -252,3 +252,24 @@ async def test_a_degraded_store_is_tried_again_after_a_while_and_says_so(
     assert not write_ahead.degraded
     assert "reachable again" in caplog.records[-1].getMessage()
     assert [r.call_id for r in await store.session_records("s")] == ["c"]
+
+
+async def test_the_store_is_let_go_when_the_last_of_its_users_closes() -> None:
+    class Counting(SilentStore):
+        opened = closed = 0
+
+        async def open(self) -> None:
+            self.opened += 1
+
+        async def close(self) -> None:
+            self.closed += 1
+
+    store = Counting()
+    write_ahead = WriteAhead(store)
+    await write_ahead.open()   # the webhook server
+    await write_ahead.open()   # a call it attached to
+    await write_ahead.close()  # the call ends
+    assert (store.opened, store.closed) == (1, 0)
+    await write_ahead.close()
+    await write_ahead.close()  # once too often: nothing more
+    assert (store.opened, store.closed) == (1, 1)
