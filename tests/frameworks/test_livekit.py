@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
+import anyio
 import pytest
 
 from relay.mock import MockUpstream
@@ -68,3 +69,29 @@ async def test_session_run_returns_before_the_relays_follow_up(mock: MockUpstrea
     assert run.heard == ["Let me check.", "Here you go: rainy in Paris."]
     [history] = run.of("history")
     assert "Here you go: rainy in Paris." in [item["text"] for item in history["items"]]
+
+
+async def test_a_filler_while_livekit_waits_on_its_own_reply(mock: MockUpstream) -> None:
+    """The relay's `on_delay` filler goes up while LiveKit's "thanks" reply is held for the running
+    tool, and before the tool's result, as always; LiveKit plays it after its own reply (its
+    speech queue puts that first: docs/frameworks.md), and the result after both."""
+    heard_filler = anyio.Event()
+
+    @tool(name="make_report", on_delay=(300, "Still working on it."))
+    async def slow_report() -> ToolResult:
+        """Write the monthly report."""
+        await heard_filler.wait()
+        return ToolResult(result="report ready", message="Your report is ready.")
+
+    async with relay(mock, [slow_report], hold_limit=2) as server:
+        async with client("livekit", server, turns=[{"text": "Make me the monthly report."},
+                                                    {"text": "thanks", "after": "Working on"}],
+                          until=["welcome", "Still working", "report is ready"]) as run:
+            await run.wait_for(lambda e: e["event"] == "heard" and "Still working" in e["text"])
+            heard_filler.set()
+    assert sorted(run.heard[1:3]) == ["Still working on it.", "You are welcome."]
+    assert run.heard[0] == "Working on your report." and run.heard[3:] == ["Your report is ready."]
+    assert outputs(mock) == {"make_report": ["report ready"]}
+    relay_creates = [record.event["response"]["metadata"].get("relay") for record in mock.received
+                     if record.event["type"] == "response.create"]
+    assert [kind for kind in relay_creates if kind] == ["filler", "follow_up"]
