@@ -26,14 +26,18 @@ def get_weather(city: str) -> str:
     return f"rainy in {city}"
 
 
-async def interject(framework: str, mock: MockUpstream, run: ClientRun, text: str, after: str) -> list[dict[str, str]]:
-    """The user's turn `text` once the assistant said `after`: typed by the client (its `turns`),
-    or, for pipecat (whose realtime service takes later turns as speech), spoken on the mock."""
-    if framework != "pipecat":
-        return [{"text": text, "after": after}]
-    await run.wait_for(lambda e: e["event"] == "heard" and after in e["text"])
-    await mock.user_turn(mock.sessions[0], text)
-    return []
+def typed_turn(framework: str, text: str, after: str) -> list[dict[str, str]]:
+    """The user's turn `text` once the assistant said `after`, as the client types it: LiveKit and
+    the Agents SDK do; pipecat's realtime service takes later turns as speech (`spoken_turn`)."""
+    return [] if framework == "pipecat" else [{"text": text, "after": after}]
+
+
+async def spoken_turn(framework: str, mock: MockUpstream, run: ClientRun, text: str, after: str) -> None:
+    """For pipecat, the same turn spoken: played on the mock (its voice detection) once the
+    client heard `after`."""
+    if framework == "pipecat":
+        await run.wait_for(lambda e: e["event"] == "heard" and after in e["text"])
+        await mock.user_turn(mock.sessions[0], text)
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
@@ -109,11 +113,9 @@ async def test_a_slow_relay_tool_lets_the_user_interject(mock: MockUpstream, fra
         return ToolResult(result="report ready", message="Your report is ready.")
 
     async with relay(mock, [make_report], hold_limit=0.2) as server:
-        turns = [{"text": "Make me the monthly report."}]
-        async with client(framework, server, turns=turns + ([{"text": "thanks", "after": "Working on"}]
-                                                            if framework != "pipecat" else []),
-                          until=["welcome", "report is ready"]) as run:
-            await interject(framework, mock, run, "thanks", "Working on")
+        turns = [{"text": "Make me the monthly report."}, *typed_turn(framework, "thanks", after="Working on")]
+        async with client(framework, server, turns=turns, until=["welcome", "report is ready"]) as run:
+            await spoken_turn(framework, mock, run, "thanks", after="Working on")
             await run.wait_for(lambda e: e["event"] == "heard" and "welcome" in e["text"])
             done.set()                       # the report ends only once the "thanks" is answered
     assert run.heard == ["Working on your report.", "You are welcome.", "Your report is ready."]
