@@ -1,5 +1,6 @@
-"""`relay serve --store`: a proxied session's tool call written ahead to a real Redis (and the
-provider key nowhere in it), an unreachable store counted and survived, a bad URL refused."""
+"""`--store` at the edges: a proxied session's tool call written ahead to a real Redis (and the
+provider key nowhere in it), an attached call's too, an unreachable store counted and survived, a
+bad URL refused."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from relay.store import open_store
 from tests.support.clients import realtime_client
 from tests.support.keys import PROVIDER_KEY
 from tests.support.redis_server import free_port
-from tests.support.relays import relay_for, weather_turn
-from tests.support.tools import get_weather
+from tests.support.frames import said
+from tests.support.relays import accepted_call, relay_for, sidecar_on, weather_turn
+from tests.support.tools import WEATHER_SCRIPT, get_weather
 
 
 async def test_a_proxied_call_is_written_ahead_to_redis(weather_mock: MockUpstream, redis_url: str) -> None:
@@ -49,3 +51,18 @@ async def test_serve_with_an_unreachable_store_answers_calls_and_counts_it(weath
 def test_a_store_url_of_no_known_kind_is_refused_at_start() -> None:
     with pytest.raises(ConfigError, match="--store: unknown store"):
         RelayServer(ServerConfig(store="postgres://db/relay", api_key=PROVIDER_KEY))
+
+
+async def test_an_attached_call_is_written_ahead_to_redis_under_its_session(redis_url: str) -> None:
+    async with MockUpstream(script=WEATHER_SCRIPT) as mock:
+        call_id, session = await accepted_call(mock)
+        async with sidecar_on(mock, call_id, [get_weather], store=redis_url) as (sidecar, _):
+            await mock.user_turn(session, "What's the weather in Paris?")
+            await mock.wait_for_sent(lambda e: e["type"] == "response.done" and "found" in said(e))
+            write_ahead = sidecar.runtime.write_ahead
+            assert write_ahead.store.name == "redis" and not write_ahead.degraded
+            store = open_store(redis_url)
+            [record] = await store.session_records(sidecar.id)
+            await store.close()
+    assert record.name == "get_weather" and record.phase is Phase.FOLLOW_UP
+    assert record.output == "sunny in Paris" and record.idempotency_key.startswith(f"{sidecar.id}:")
