@@ -47,7 +47,8 @@ async def test_relay_mock_refuses_a_bad_script_in_one_line(tmp_path: Path) -> No
         _, stderr = await asyncio.wait_for(process.communicate(), 10)
     [line] = stderr.decode().splitlines()
     assert process.returncode == 2
-    assert json.loads(line)["msg"] == f"cannot use script {script}: rules.0.match: Field required"
+    # one line that names the script and where in it the problem is (pydantic words the rest)
+    assert json.loads(line)["msg"].startswith(f"cannot use script {script}: rules.0.match: ")
 
 
 def _taken_port_after_a_free_one() -> tuple[socket.socket, int]:
