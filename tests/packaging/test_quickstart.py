@@ -55,8 +55,10 @@ def test_after_the_quick_start_relay_runs_in_a_new_shell(tmp_path: Path) -> None
     assert f"relay is {clone / '.venv' / 'bin' / 'relay'}" in done.stdout, done.stdout
     assert done.stdout.rstrip().endswith(f"relay {__version__}"), done.stdout
     assert "relay demo" in done.stdout          # scripts/demo ran the demo on the way
-    # it installed what the demo runs, the package alone, and said so as it went (issue 31)
-    assert "installing relay into .venv (the package alone" in done.stderr and "  fetching 1: " in done.stderr
+    # it installed what the demo runs, the package alone at its locked versions, and said so as it
+    # went (issue 31)
+    assert "installing relay's locked dependencies (requirements/run.lock)" in done.stderr
+    assert "  fetching 1: " in done.stderr
     has_pytest = subprocess.run([str(clone / ".venv" / "bin" / "python"), "-c", "import pytest"],
                                 capture_output=True, timeout=60)
     assert has_pytest.returncode != 0, "scripts/demo installed the dev extra"

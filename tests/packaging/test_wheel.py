@@ -121,7 +121,7 @@ def test_the_wheel_holds_the_package_and_its_data_but_no_tests_or_docs(built: Bu
     assert [r for r in requirements if "extra ==" not in r] == ["websockets<18,>=14", "pydantic<3,>=2.6",
                                                                 "anyio<5,>=4.4", "starlette<2,>=0.40",
                                                                 "uvicorn<1,>=0.35", "httpx<1,>=0.27",
-                                                                "prometheus-client<1,>=0.20"]
+                                                                "prometheus-client<1,>=0.20", "msgspec<1,>=0.19"]
     assert {r.split(";")[0] for r in requirements if 'extra == "otel"' in r} == {
         "opentelemetry-api<2,>=1.27", "opentelemetry-sdk<2,>=1.27", "opentelemetry-exporter-otlp-proto-http<2,>=1.27"}
     entry_points = zipfile.ZipFile(built.wheel).read(f"{dist_info}/entry_points.txt").decode()
