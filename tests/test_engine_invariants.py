@@ -296,6 +296,9 @@ def run_steps(sim: Simulation, steps: list[tuple]) -> None:
             sim.client_create()
         else:
             sim.advance(step[1])
+        view = getattr(sim.engine, "view", None)
+        if view is not None and view.held_past_limit():
+            sim.violations.append(f"a client's response.create held past the hold limit at {sim.now}")
 
 
 def check(sim: Simulation) -> None:

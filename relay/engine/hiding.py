@@ -191,6 +191,16 @@ class ClientView:
         deadline = self._hold_ends()
         return deadline if deadline is not None and deadline > self.ctx.now else None
 
+    def held_past_limit(self) -> bool:
+        """Whether a client's create waits longer than the hold limit allows: held for the relay's
+        running tools past `hold_limit` while no response is active or on its way and the
+        upstream is there (the bound docs/guarantees.md promises; the test drivers check it after
+        every step)."""
+        ctx = self.ctx
+        ends = self._hold_ends()
+        return (ends is not None and ctx.now >= ends and self.held.waiting() and ctx.upstream_connected
+                and not ctx.sequencer.busy(ctx.now))
+
     def _hold_ends(self) -> float | None:
         limit, since = self.ctx.config.hold_limit, self.held.since
         if limit is None or since is None or not self.ctx.ledger.unanswered():

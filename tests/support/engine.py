@@ -168,8 +168,16 @@ class EngineDriver:
                     self._reported.add(payload[0])
                     actions = self.engine.handler_finished(payload[0], payload[1], self.now)
                 self._act(actions)
+            self._check_hold_bound()
         finally:
             self._busy = False
+
+    def _check_hold_bound(self) -> None:
+        """Every engine test keeps the promise that a client's create waits at most the hold
+        limit for the relay's tools (once no response is active)."""
+        view = getattr(self.engine, "view", None)
+        assert view is None or not view.held_past_limit(), (
+            f"a client's response.create held past the hold limit at {self.now}: {self.engine.dump()}")
 
     def _act(self, actions: list[Any]) -> None:
         for action in actions:
