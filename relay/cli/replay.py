@@ -60,7 +60,8 @@ def run_replay(path: str, tools: ToolSources, *, dialect: str | None = None, as_
     no relay sends (unless `allow_empty`: then the report says what the relay would do)."""
     if gate_timeout < 0:
         raise UnusableInput("--gate-timeout must be >= 0")
-    recording = load_recording(path, allow_incomplete=allow_incomplete)
+    # the page shows the audio; the replay itself holds none (it streams the file again)
+    recording = load_recording(path, allow_incomplete=allow_incomplete, audio="keep" if html else "drop")
     if not allow_empty and (recording.kind == "event-log" or not recording.frames):
         what = "a plain event log: it records no relay sends" if recording.frames else "a recording without frames"
         raise UnusableInput(f"{path} is {what}, so there is nothing to compare; pass {ALLOW_EMPTY_OPTION} "

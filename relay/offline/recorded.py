@@ -29,8 +29,9 @@ class RecordedSession(HarnessSession):
 
     def __init__(self, recording: str | Path | Recording, tools: ToolSources, faults: Iterable[Fault] = (), *,
                  dialect: str | Dialect | None = None, **options: Any) -> None:
-        self.recording = recording if isinstance(recording, Recording) else load_recording(recording,
-                                                                                          allow_incomplete=True)
+        # read without its audio: the engine only forwards audio, and its markers stay in the frames
+        self.recording = recording if isinstance(recording, Recording) else load_recording(
+            recording, allow_incomplete=True, audio="drop")
         header = self.recording.header or {}
         mode = header.get("mode", "proxy") if self.recording.kind == "relay" else "replay"
         mode = mode if mode in ("proxy", "sidecar") else "replay"

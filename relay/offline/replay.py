@@ -34,8 +34,9 @@ import difflib
 import json
 import logging
 import time
+from itertools import islice
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import anyio
 
@@ -76,7 +77,8 @@ from relay.recording.format import (
     Frame,
     Recording,
 )
-from relay.recording.reader import read_recording
+from relay.recording.audio import without_audio
+from relay.recording.reader import iter_frames, read_recording
 from relay.session.runner import HandlerRunner
 from relay.tools import ToolRegistry
 from relay.tools.mcp_config import ApprovalPolicy, McpSettings
@@ -253,8 +255,9 @@ class _Replayer:
             self._answering = False
 
     def _keep(self, direction: str, frame: str | bytes) -> None:
+        """Keep a frame of the session as replayed, without its audio (`without_audio`)."""
         text, data = (frame, None) if isinstance(frame, str) else (None, frame)
-        self.frames.append(Frame(self._t(), direction, None, text, data, 0))
+        self.frames.append(without_audio(Frame(self._t(), direction, None, text, data, 0)))
 
     def _note_send(self, event: dict[str, Any], key: Key) -> None:
         answer = self._produced_sends.answer(key, event)
@@ -351,12 +354,20 @@ class _Replayer:
             self.timeline.append(f"{self._t():9.3f}  CHANGED {what}")
 
     # -- the run --
+    def _frames(self) -> Iterator[Frame]:
+        """The recording's frames, audio included: read from its file one at a time when the
+        recording was read without its audio (the second of two passes; no more frames than the
+        first read, should a session still being written have grown since), else those it holds."""
+        if self.recording.audio == "drop":
+            return islice(iter_frames(self.recording.path, warnings=[]), len(self.recording.frames))
+        return iter(self.recording.frames)
+
     async def run(self) -> None:
-        frames = self.recording.frames
+        total = len(self.recording.frames)
         start_wall = time.monotonic()
         async with anyio.create_task_group() as task_group:
             self._runner = HandlerRunner(task_group, on_finished=self._finished, on_yield=self._yielded)
-            for index, frame in enumerate(frames):
+            for index, frame in enumerate(self._frames()):
                 if self.realtime:
                     delay = frame.t - (time.monotonic() - start_wall)
                     if delay > 0:
@@ -364,7 +375,7 @@ class _Replayer:
                 self._advance_to(self.base_time + frame.t)
                 await self._play(frame)
                 if self.progress is not None:
-                    self.progress(index + 1, len(frames))
+                    self.progress(index + 1, total)
             await self._drain()
             self._apply(self.engine.close(self.now, "replay finished"))
             task_group.cancel_scope.cancel()
@@ -502,7 +513,7 @@ async def replay_async(
         raise UnusableInput(f"mcp_answers is recording or live, not {mcp_answers!r}")
     if mcp_answers == "live" and (mcp is None or not mcp.servers):
         raise UnusableInput("live MCP answers need the MCP servers: --mcp or --mcp-config")
-    recording = path if isinstance(path, Recording) else read_recording(path)
+    recording = path if isinstance(path, Recording) else read_recording(path, audio="drop")
     chosen = get_dialect(dialect) if isinstance(dialect, str) else dialect
     if chosen is not None:
         check_same_wire(recording, chosen)
@@ -524,7 +535,8 @@ async def replay_async(
 
 def replay(path: str | Path | Recording, tools: Any = (), **options: Any) -> ReplayResult:
     """Replay a recording against `tools` (decorated functions, specs, or `--tools` SPEC strings)
-    and return the calls, what was sent and the divergences. For users' own tests. Tools that
-    cannot be loaded raise `relay.errors.ConfigError`; a recording that cannot be read,
-    `UnusableInput`."""
+    and return the calls, what was sent and the divergences. For users' own tests. A recording
+    named by its path is read twice, a line at a time: first without its audio (what the replay
+    holds), then with it, each frame played as it is read. Tools that cannot be loaded raise
+    `relay.errors.ConfigError`; a recording that cannot be read, `UnusableInput`."""
     return anyio.run(lambda: replay_async(path, tools, **options))

@@ -1,15 +1,18 @@
 """What a recording keeps of audio: `--record-audio drop` empties the base64 payloads of
 audio-bearing events in place (`drop_audio`), without parsing frames that cannot hold audio
-(`_AUDIO_MARKERS`). Where audio sits in a frame is the dialects' to say (`relay.dialects`)."""
+(`_AUDIO_MARKERS`); `without_audio` does the same to a frame read back. Where audio sits in a
+frame is the dialects' to say (`relay.dialects`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from relay.dialects import AUDIO_MARKERS, audio_slots
+from relay.recording.format import Frame, dumps, parse_object
 
 # Substrings one of which any audio-bearing event contains; lets binary frames skip the JSON parse.
 _AUDIO_MARKERS = AUDIO_MARKERS
+_TEXT_MARKERS = tuple(marker.decode() for marker in AUDIO_MARKERS)
 
 
 def drop_audio(event: dict[str, Any]) -> int:
@@ -24,3 +27,23 @@ def drop_audio(event: dict[str, Any]) -> int:
             holder[key] = ""
             dropped += len(value)
     return dropped
+
+
+def without_audio(frame: Frame) -> Frame:
+    """`frame` with its audio payloads emptied in place, as `--record-audio drop` records it, its
+    `audio_dropped` counting the characters removed. Text and binary frames are parsed only when
+    they may hold audio, and re-serialised only when they did."""
+    if frame.event is not None:
+        frame.audio_dropped += drop_audio(frame.event)
+    elif frame.raw is not None and any(marker in frame.raw for marker in _TEXT_MARKERS):
+        event = parse_object(frame.raw)
+        dropped = drop_audio(event) if event is not None else 0
+        if dropped:
+            frame.raw, frame.audio_dropped = dumps(event), frame.audio_dropped + dropped
+    elif frame.binary is not None and any(marker in frame.binary for marker in _AUDIO_MARKERS):
+        event = parse_object(frame.binary)
+        dropped = drop_audio(event) if event is not None else 0
+        if dropped:
+            frame.binary = dumps(event).encode("utf-8", "backslashreplace")
+            frame.audio_dropped += dropped
+    return frame

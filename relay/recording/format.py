@@ -134,6 +134,9 @@ class Recording:
     end_t: float | None = None  # when the end line was written (seconds since the header): the session's length
     damage: list[str] = field(default_factory=list)  # the warnings that mean frames are missing
     notes: list[Note] = field(default_factory=list)  # the `relay` lines, in order
+    audio: AudioPolicy = "keep"
+    """What `frames` hold of audio: `drop` when read without it (`read_recording(audio="drop")`),
+    the payloads then left in the file at `path` for a reader that streams it (`iter_frames`)."""
 
     def tool_calls_decided(self) -> dict[str, dict[str, Any]]:
         """The relay's `tool_call` notes by call id (the last one of a call wins): its outcome,

@@ -15,12 +15,14 @@ from typing import Any, BinaryIO, Literal, TypeGuard
 
 from relay.dialects.openai import CLIENT_EVENT_TYPES
 from relay.dialects.gemini import CLIENT_MESSAGE_KEYS, is_gemini_message, snake_case
+from relay.recording.audio import without_audio
 from relay.recording.format import (
     CLIENT_TO_RELAY,
     DIRECTIONS,
     FORMAT_NAME,
     FORMAT_VERSION,
     UPSTREAM_TO_RELAY,
+    AudioPolicy,
     Frame,
     Note,
     Recording,
@@ -37,14 +39,17 @@ _META_DIRECTIONS = {"client": CLIENT_TO_RELAY, "server": UPSTREAM_TO_RELAY}
 
 
 def read_recording(path: str | Path, *, directions: Iterable[str] | None = None,
-                   file: BinaryIO | None = None) -> Recording:
+                   file: BinaryIO | None = None, audio: AudioPolicy = "keep") -> Recording:
     """Read a whole recording (or plain event log). Damaged lines become warnings, not errors.
     `file`: the recording already open (binary, at its start), read instead of opening `path`.
+    `audio="drop"`: each frame's audio payloads are left out as it is read (`without_audio`), so
+    what is held grows with the session's events, not its audio.
 
     Raises RecordingError only when nothing can be read: an unknown format, a newer version, or
     no JSON object on any line."""
     scanner = _Scanner(Path(path), [], file)
-    frames = list(_filtered(scanner.frames(), directions))
+    read = scanner.frames()
+    frames = list(_filtered(map(without_audio, read) if audio == "drop" else read, directions))
     assert scanner.kind is not None
     return Recording(
         header=scanner.header,
@@ -56,18 +61,20 @@ def read_recording(path: str | Path, *, directions: Iterable[str] | None = None,
         end_t=scanner.end_t,
         damage=scanner.damage,
         notes=scanner.notes,
+        audio=audio,
     )
 
 
 ALLOW_INCOMPLETE_OPTION = "--allow-incomplete"
 
 
-def load_recording(path: str | Path, *, allow_incomplete: bool = False) -> Recording:
+def load_recording(path: str | Path, *, allow_incomplete: bool = False, audio: AudioPolicy = "keep") -> Recording:
     """`read_recording` for a command (replay, export, inspect), which must not go on with input
     it cannot trust: raises RecordingError, its message one line saying why, for a path that is
     missing, a directory or empty, a file that is not a recording (JSON whose lines are not
     realtime events), and, unless `allow_incomplete`, a recording that lost frames (cut short,
-    no end line, skipped lines); its warnings then stay on the result."""
+    no end line, skipped lines); its warnings then stay on the result. `audio`: as for
+    `read_recording`."""
     source = Path(path)
     if not source.exists():
         raise RecordingError(f"{source}: no such file")
@@ -76,7 +83,7 @@ def load_recording(path: str | Path, *, allow_incomplete: bool = False) -> Recor
     try:
         if source.stat().st_size == 0:
             raise RecordingError(f"{source} is empty, not a recording")
-        recording = read_recording(source)
+        recording = read_recording(source, audio=audio)
     except OSError as exc:
         raise RecordingError(f"cannot read {source}: {exc.strerror or exc}") from None
     if recording.kind == "event-log" and not any(_is_realtime_event(f.event) for f in recording.frames):
