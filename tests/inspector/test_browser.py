@@ -155,6 +155,9 @@ def test_replay_html_marks_every_divergence_and_shows_its_diff(
     result = json.loads(capsys.readouterr().out)
     assert result["divergences"]
     open_page(browser, page)
+    # the page opens zoomed in on the session's start; the whole session shows every divergence
+    browser.execute_script("window.inspector.fit()")
+    wait_for(browser, "return !window.inspector.state.renderQueued")
     marks = browser.find_elements(By.CSS_SELECTOR, '.lane[data-lane="divergences"] .ev[data-kind="divergence"]')
     # divergences closer than a few pixels at the page's zoom stack, the mark on top counting those under it
     stacked = [int(mark.find_element(By.TAG_NAME, "b").text.lstrip("+")) if mark.find_elements(By.TAG_NAME, "b") else 0
