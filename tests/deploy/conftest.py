@@ -4,11 +4,9 @@ unnoticed."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-from tests.support.processes import script_module
+from tests.support.processes import missing_program, script_module
 
 
 @pytest.fixture(scope="session")
@@ -16,8 +14,5 @@ def haproxy() -> str:
     cluster = script_module("cluster")
     program = cluster.find_haproxy()
     if program is None:
-        reason = f"HAProxy is not installed: {cluster.INSTALL_HAPROXY}"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI=true and {reason}")
-        pytest.skip(reason)
+        missing_program(f"HAProxy is not installed: {cluster.INSTALL_HAPROXY}")
     return program

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, NoReturn
 
 from tests.support.paths import REPO
 
@@ -96,6 +96,16 @@ async def next_log_line(stream: asyncio.StreamReader, predicate: Callable[[dict[
             record = json.loads(line)
             if predicate(record):
                 return record
+
+
+def missing_program(reason: str) -> NoReturn:
+    """A program a test needs is not installed: skip, naming the install command in `reason`;
+    under CI=true fail instead, so that a missing install step cannot pass unnoticed."""
+    import pytest
+
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI=true and {reason}")
+    pytest.skip(reason)
 
 
 def script_module(name: str) -> ModuleType:

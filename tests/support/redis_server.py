@@ -3,7 +3,6 @@ temporary directory, waited for until its port accepts (never a sleep), stopped 
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import subprocess
@@ -12,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
+from tests.support.processes import missing_program
 
 INSTALL_REDIS = "apt-get install redis-server"
 START_TIMEOUT = 10.0
@@ -25,10 +24,7 @@ def find_redis_server() -> str | None:
 def redis_server_or_skip() -> str:
     program = find_redis_server()
     if program is None:
-        reason = f"redis-server is not installed: {INSTALL_REDIS}"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI=true and {reason}")
-        pytest.skip(reason)
+        missing_program(f"redis-server is not installed: {INSTALL_REDIS}")
     return program
 
 
