@@ -46,6 +46,7 @@ from relay.inspector.views import LANES, MODEL_VERSION, ModelViews, recording_di
 from relay.recording.format import (
     CLIENT_TO_RELAY,
     RELAY_TO_CLIENT,
+    TOOL_CALL_NOTE,
     UPSTREAM_TO_RELAY,
     Frame,
     Note,
@@ -167,7 +168,7 @@ class SessionModel(ModelBuilding, ModelViews):
     def note(self, note: Note) -> None:
         """Take a `relay` line of the recording (or, live, an engine notice as the recording
         would hold it): what the relay decided about a tool call."""
-        if note.kind == "tool_call":
+        if note.kind == TOOL_CALL_NOTE:
             self.call_decided(note.fields)
 
     def add_divergence(self, t: float, label: str, *, diff: str = "", recorded: Any = None, produced: Any = None,

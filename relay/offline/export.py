@@ -29,9 +29,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, get_args
 
-from relay.engine import CallLedger, CallState, Engine, EngineConfig, Owner, new_engine
-from relay.engine.conversation import Conversation, ItemRecord
+from relay.engine import CallLedger, Engine, EngineConfig, new_engine
+from relay.engine.conversation import Conversation
 from relay.errors import UnusableInput
+from relay.offline.export_steps import (
+    AUDIO_WITHOUT_TRANSCRIPT,
+    Answered,
+    Called,
+    ExportNote,
+    Flow,
+    Said,
+    read_flow,
+)
 from relay.recording.format import (
     CLIENT_TO_RELAY,
     RELAY_TO_UPSTREAM,
@@ -41,36 +50,13 @@ from relay.recording.format import (
     RecordingError,
 )
 from relay.recording.reader import load_recording, read_recording
-from relay.tools.render import error_in_output
 
 Format = Literal["openai-chat", "anthropic", "gemini", "vapi"]
 FORMATS: tuple[str, ...] = get_args(Format)
 
-AUDIO_WITHOUT_TRANSCRIPT = "[audio without transcript]"
-SESSION_ENDED = "the session ended before the call was answered"
-
-# content part types whose words `ItemRecord.text()` reads; anything else cannot be exported
-_SPOKEN_OR_WRITTEN = frozenset(
-    {"input_text", "output_text", "text", "input_audio", "output_audio", "audio"}
-)
-
 
 class ExportError(UnusableInput, ValueError):
     """The source cannot be exported at all (unknown format, unreadable or foreign recording)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ExportNote:
-    """Something the reader of an export should know: a call without output, audio without a
-    transcript, an item left out or moved. `kind` is a stable keyword for programs."""
-
-    kind: str
-    message: str
-    item_id: str | None = None
-    call_id: str | None = None
-
-    def __str__(self) -> str:
-        return f"{self.kind}: {self.message}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,253 +71,10 @@ class Export:
         return json.dumps(self.document, indent=2, ensure_ascii=False) + "\n"
 
 
-# ---- the conversation as format-neutral steps ------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Said:
-    role: str  # system | user | assistant
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class _Called:
-    call_id: str
-    name: str
-    arguments: str
-    item_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class _Answered:
-    call_id: str
-    name: str
-    output: str
-    is_error: bool
-    error: Any           # the error value when is_error (the `error` member, or the whole output)
-    message: str | None  # what the assistant was to say about the result (relay calls only)
-    synthetic: bool
-
-
-_Step = _Said | _Called | _Answered
-
-
-@dataclass
-class _Flow:
-    """The conversation read once: session instructions, steps in export order, and notes."""
-
-    instructions: str | None
-    steps: list[_Step]
-    notes: list[ExportNote]
-
-
-class _Reader:
-    """Walks the conversation in order and turns items into steps.
-
-    An assistant turn is a run of assistant messages and function calls; when the run ends, the
-    outputs of its calls follow it, in call order, wherever they sat in the conversation."""
-
-    def __init__(self, conversation: Conversation, ledger: CallLedger,
-                 decided: Mapping[str, Mapping[str, Any]] | None = None) -> None:
-        self.ledger = ledger
-        self.decided = decided or {}
-        self.records = conversation.visible_items()
-        self.notes: list[ExportNote] = []
-        self.steps: list[_Step] = []
-        self.calls_in_conversation: set[str] = set()
-        self.outputs: dict[str, list[tuple[int, ItemRecord]]] = {}
-        for position, record in enumerate(self.records):
-            if record.type == "function_call" and record.call_id:
-                self.calls_in_conversation.add(record.call_id)
-            elif record.type == "function_call_output" and record.call_id:
-                self.outputs.setdefault(record.call_id, []).append((position, record))
-        self.seen_calls: set[str] = set()
-        self.run: list[_Called] = []
-        self.run_end = -1
-
-    def note(self, kind: str, message: str, record: ItemRecord | None = None,
-             call_id: str | None = None) -> None:
-        self.notes.append(ExportNote(kind, message, record.id if record else None, call_id))
-
-    def read(self) -> list[_Step]:
-        for position, record in enumerate(self.records):
-            if record.type == "function_call":
-                self.call(position, record)
-            elif record.type == "message" and record.role == "assistant":
-                self.message(record)
-                if self.run:
-                    self.run_end = position
-            else:
-                self.end_run()
-                if record.type == "message":
-                    self.message(record)
-                elif record.type == "function_call_output":
-                    self.stray_output(record)
-                elif record.type == "mcp_call":
-                    self.provider_mcp_call(record)
-                else:
-                    self.note("unsupported_item", f"{record.type} item {record.id} has no "
-                              "equivalent in the export; left out", record)
-        self.end_run()
-        return self.steps
-
-    # ---- items ----
-    def message(self, record: ItemRecord) -> None:
-        role = record.role
-        if role not in ("system", "user", "assistant"):
-            self.note("unsupported_item", f"message {record.id} with role {role!r} left out", record)
-            return
-        content = record.data.get("content") or []
-        others = sorted({str(p.get("type")) for p in content
-                         if isinstance(p, dict) and p.get("type") not in _SPOKEN_OR_WRITTEN})
-        if others:
-            self.note("unsupported_content", f"{role} message {record.id}: content of type "
-                      f"{', '.join(others)} cannot be exported; only its words are", record)
-        text = record.text()
-        if record.has_untranscribed_audio():
-            reason = f" (transcription failed: {record.transcription_failed})" \
-                if record.transcription_failed else ""
-            self.note("untranscribed_audio", f"{role} message {record.id} holds audio without a "
-                      f"transcript{reason}; exported as {AUDIO_WITHOUT_TRANSCRIPT!r}", record)
-            text = f"{text} {AUDIO_WITHOUT_TRANSCRIPT}" if text else AUDIO_WITHOUT_TRANSCRIPT
-        if not text:
-            status = f" ({record.status})" if record.status else ""
-            self.note("empty_message", f"{role} message {record.id}{status} has no words; left out",
-                      record)
-            return
-        if record.audio_end_ms is not None:
-            self.note("truncated_audio", f"{role} message {record.id}: audio truncated at "
-                      f"{record.audio_end_ms} ms; its transcript may hold words never played",
-                      record)
-        self.steps.append(_Said(role, text))
-
-    def call(self, position: int, record: ItemRecord) -> None:
-        call_id = record.call_id
-        if not call_id:
-            self.note("unsupported_item", f"function_call {record.id} has no call_id; left out",
-                      record)
-            return
-        if call_id in self.seen_calls:
-            self.note("duplicate_call", f"call {call_id} appears again as item {record.id}; "
-                      "only the first is exported", record, call_id)
-            return
-        self.seen_calls.add(call_id)
-        entry = self.ledger.get(call_id)
-        name = str(record.data.get("name") or (entry.name if entry else "") or "")
-        arguments = record.data.get("arguments")
-        if not isinstance(arguments, str) or not arguments:
-            arguments = entry.arguments if entry and entry.arguments else "{}"
-        called = _Called(call_id, name, arguments, record.id)
-        self.steps.append(called)
-        self.run.append(called)
-        self.run_end = position
-
-    def provider_mcp_call(self, record: ItemRecord) -> None:
-        """A call the provider ran on its own MCP server: a call answered at once by its output or error."""
-        data, name, error = record.data, str(record.name or ""), record.data.get("error")
-        detail = error.get("message") if isinstance(error, dict) else error
-        output = json.dumps({"error": detail}, ensure_ascii=False) if error else str(data.get("output") or "")
-        self.note("provider_mcp_call", f"mcp_call {record.id} ran {name} on the provider's MCP server {data.get('server_label')!r}: exported as a call and its {'error' if error else 'output'}", record)
-        self.steps += [_Called(record.id, name, str(data.get("arguments") or "{}"), record.id),
-                       _Answered(record.id, name, output, bool(error), detail if error else None, None, synthetic=False)]
-
-    def stray_output(self, record: ItemRecord) -> None:
-        """An output met outside the place its call's turn puts it: either already placed (or to
-        be placed) with its call, or an output whose call is not in the conversation."""
-        if record.call_id in self.calls_in_conversation:
-            return
-        self.note("orphan_output", f"output {record.id} answers call {record.call_id}, which is "
-                  "not in the conversation; left out", record, record.call_id)
-
-    # ---- outputs after each assistant turn ----
-    def end_run(self) -> None:
-        if not self.run:
-            return
-        following = self.outputs_right_after_run()
-        for called in self.run:
-            outputs = self.outputs.get(called.call_id, [])
-            if not outputs:
-                self.steps.append(self.unanswered(called))
-                continue
-            (position, record), *extra = outputs
-            if position not in following:
-                self.note("moved_output", f"output of call {called.call_id} ({called.name}) "
-                          "moved next to its call (the conversation had it elsewhere)",
-                          record, called.call_id)
-            for _, duplicate in extra:
-                self.note("duplicate_output", f"call {called.call_id} has another output "
-                          f"{duplicate.id}; only the first is exported", duplicate, called.call_id)
-            self.steps.append(self.answered(called, record))
-        self.run = []
-
-    def outputs_right_after_run(self) -> set[int]:
-        """Positions of the outputs of the run's calls that directly follow the run."""
-        ids = {c.call_id for c in self.run}
-        positions: set[int] = set()
-        position = self.run_end + 1
-        while position < len(self.records):
-            record = self.records[position]
-            if record.type != "function_call_output" or record.call_id not in ids:
-                break
-            positions.add(position)
-            position += 1
-        return positions
-
-    def answered(self, called: _Called, record: ItemRecord) -> _Answered:
-        output = record.data.get("output")
-        output = output if isinstance(output, str) else json.dumps(output)
-        entry = self.ledger.get(called.call_id)
-        is_error, error = error_in_output(output)
-        message = None
-        decided = self.decided.get(called.call_id)
-        if decided is not None:
-            # a relay call of a recording: its `relay` line says what the relay decided (only
-            # relay calls have one, and the relay refuses a client's output for them)
-            if isinstance(decided.get("is_error"), bool):
-                if decided["is_error"] and not is_error:
-                    error = output
-                is_error = decided["is_error"]
-            message = decided.get("message") if isinstance(decided.get("message"), str) else None
-        elif entry is not None and entry.owner is Owner.RELAY and entry.output_item_id == record.id:
-            # the relay's own output: the ledger knows whether it is an error
-            if entry.is_error and not is_error:
-                error = output
-            is_error = entry.is_error
-            message = entry.message
-        return _Answered(called.call_id, called.name, output, is_error, error if is_error else None,
-                         message, synthetic=False)
-
-    def unanswered(self, called: _Called) -> _Answered:
-        entry = self.ledger.get(called.call_id)
-        if entry is not None and entry.state is CallState.SKIPPED:
-            why = f"the call was not run ({entry.skip_reason or 'skipped'})"
-        else:
-            why = SESSION_ENDED
-        detail = ""
-        if entry is not None and entry.output is not None:
-            detail = "; an output was decided but never reached the conversation"
-        # the note is the same for every format: Vapi leaves the call out of its results, the
-        # others carry the synthetic answer below, which says what it is
-        self.note("unanswered_call", f"call {called.call_id} ({called.name}) has no output: {why}"
-                  f"{detail}", call_id=called.call_id)
-        error = f"no output: {why}"
-        return _Answered(called.call_id, called.name, json.dumps({"error": error}), True, error,
-                         None, synthetic=True)
-
-
-def _read_flow(conversation: Conversation, ledger: CallLedger,
-               decided: Mapping[str, Mapping[str, Any]] | None = None) -> _Flow:
-    reader = _Reader(conversation, ledger, decided)
-    steps = reader.read()
-    instructions = conversation.session.get("instructions")
-    return _Flow(instructions if isinstance(instructions, str) and instructions else None,
-                 steps, reader.notes)
-
-
 # ---- formats -----------------------------------------------------------------------------------
 
 
-def _arguments_object(called: _Called, notes: list[ExportNote]) -> dict[str, Any]:
+def _arguments_object(called: Called, notes: list[ExportNote]) -> dict[str, Any]:
     """The call's arguments as the object Anthropic's `input` and Gemini's `args` require."""
     try:
         value = json.loads(called.arguments)
@@ -345,11 +88,11 @@ def _arguments_object(called: _Called, notes: list[ExportNote]) -> dict[str, Any
     return {}
 
 
-def _system_text(flow: _Flow, notes: list[ExportNote]) -> str | None:
+def _system_text(flow: Flow, notes: list[ExportNote]) -> str | None:
     """The session instructions and the system messages, for formats with a separate system
     prompt. System messages sat at a place in the conversation, which such formats cannot keep."""
     parts = [flow.instructions] if flow.instructions else []
-    moved = [step.text for step in flow.steps if isinstance(step, _Said) and step.role == "system"]
+    moved = [step.text for step in flow.steps if isinstance(step, Said) and step.role == "system"]
     if moved:
         notes.append(ExportNote("system_moved", f"{len(moved)} system message(s) moved from the "
                                 "conversation into the system prompt"))
@@ -357,17 +100,17 @@ def _system_text(flow: _Flow, notes: list[ExportNote]) -> str | None:
     return "\n\n".join(parts) if parts else None
 
 
-def _to_openai_chat(flow: _Flow, notes: list[ExportNote]) -> dict[str, Any]:
+def _to_openai_chat(flow: Flow, notes: list[ExportNote]) -> dict[str, Any]:
     messages: list[dict[str, Any]] = []
     if flow.instructions:
         messages.append({"role": "system", "content": flow.instructions})
     assistant: dict[str, Any] | None = None   # the assistant message being built
     for step in flow.steps:
-        if isinstance(step, _Called) or (isinstance(step, _Said) and step.role == "assistant"):
+        if isinstance(step, Called) or (isinstance(step, Said) and step.role == "assistant"):
             if assistant is None:
                 assistant = {"role": "assistant", "content": None}
                 messages.append(assistant)
-            if isinstance(step, _Called):
+            if isinstance(step, Called):
                 assistant.setdefault("tool_calls", []).append({
                     "id": step.call_id, "type": "function",
                     "function": {"name": step.name, "arguments": step.arguments}})
@@ -376,7 +119,7 @@ def _to_openai_chat(flow: _Flow, notes: list[ExportNote]) -> dict[str, Any]:
                                         if assistant["content"] else step.text)
             continue
         assistant = None
-        if isinstance(step, _Said):
+        if isinstance(step, Said):
             messages.append({"role": step.role, "content": step.text})
         else:
             messages.append({"role": "tool", "tool_call_id": step.call_id, "content": step.output})
@@ -391,13 +134,13 @@ def _merged(role: str, blocks: list[dict[str, Any]], turns: list[dict[str, Any]]
         turns.append({"role": role, key: list(blocks)})
 
 
-def _to_anthropic(flow: _Flow, notes: list[ExportNote]) -> dict[str, Any]:
+def _to_anthropic(flow: Flow, notes: list[ExportNote]) -> dict[str, Any]:
     messages: list[dict[str, Any]] = []
     for step in flow.steps:
-        if isinstance(step, _Said):
+        if isinstance(step, Said):
             if step.role != "system":
                 _merged(step.role, [{"type": "text", "text": step.text}], messages, "content")
-        elif isinstance(step, _Called):
+        elif isinstance(step, Called):
             _merged("assistant", [{"type": "tool_use", "id": step.call_id, "name": step.name,
                                    "input": _arguments_object(step, notes)}], messages, "content")
         else:
@@ -414,7 +157,7 @@ def _to_anthropic(flow: _Flow, notes: list[ExportNote]) -> dict[str, Any]:
     return document
 
 
-def _gemini_response(step: _Answered) -> dict[str, Any]:
+def _gemini_response(step: Answered) -> dict[str, Any]:
     """`{"error": ...}` or `{"output": ...}`; an output that is a JSON object or array stays
     structured, any other output is kept as its text."""
     if step.is_error:
@@ -426,14 +169,14 @@ def _gemini_response(step: _Answered) -> dict[str, Any]:
     return {"output": value if isinstance(value, (dict, list)) else step.output}
 
 
-def _to_gemini(flow: _Flow, notes: list[ExportNote]) -> dict[str, Any]:
+def _to_gemini(flow: Flow, notes: list[ExportNote]) -> dict[str, Any]:
     contents: list[dict[str, Any]] = []
     for step in flow.steps:
-        if isinstance(step, _Said):
+        if isinstance(step, Said):
             if step.role != "system":
                 role = "model" if step.role == "assistant" else "user"
                 _merged(role, [{"text": step.text}], contents, "parts")
-        elif isinstance(step, _Called):
+        elif isinstance(step, Called):
             _merged("model", [{"functionCall": {"id": step.call_id, "name": step.name,
                                                 "args": _arguments_object(step, notes)}}],
                     contents, "parts")
@@ -449,12 +192,12 @@ def _to_gemini(flow: _Flow, notes: list[ExportNote]) -> dict[str, Any]:
     return document
 
 
-def _to_vapi(flow: _Flow, notes: list[ExportNote]) -> dict[str, Any]:
+def _to_vapi(flow: Flow, notes: list[ExportNote]) -> dict[str, Any]:
     """Vapi's tool-call results: `result` or `error` as text, and `message` (what the assistant
     says about it) in Vapi's `request-complete` / `request-failed` message shape."""
     results: list[dict[str, Any]] = []
     for step in flow.steps:
-        if not isinstance(step, _Answered) or step.synthetic:
+        if not isinstance(step, Answered) or step.synthetic:
             continue  # Vapi has no rule that every call is answered: unanswered ones stay out
         result: dict[str, Any] = {"toolCallId": step.call_id, "name": step.name}
         if step.is_error:
@@ -469,7 +212,7 @@ def _to_vapi(flow: _Flow, notes: list[ExportNote]) -> dict[str, Any]:
     return {"results": results}
 
 
-_FORMATTERS: dict[str, Callable[[_Flow, list[ExportNote]], dict[str, Any]]] = {
+_FORMATTERS: dict[str, Callable[[Flow, list[ExportNote]], dict[str, Any]]] = {
     "openai-chat": _to_openai_chat,
     "anthropic": _to_anthropic,
     "gemini": _to_gemini,
@@ -477,7 +220,7 @@ _FORMATTERS: dict[str, Callable[[_Flow, list[ExportNote]], dict[str, Any]]] = {
 }
 
 
-def _formatter(format: str) -> Callable[[_Flow, list[ExportNote]], dict[str, Any]]:
+def _formatter(format: str) -> Callable[[Flow, list[ExportNote]], dict[str, Any]]:
     try:
         return _FORMATTERS[format]
     except KeyError:
@@ -503,7 +246,7 @@ def export_conversation(
 def _export(conversation: Conversation, ledger: CallLedger, format: str,
             decided: Mapping[str, Mapping[str, Any]] | None = None) -> Export:
     formatter = _formatter(format)
-    flow = _read_flow(conversation, ledger, decided)
+    flow = read_flow(conversation, ledger, decided)
     notes = list(flow.notes)
     document = formatter(flow, notes)
     return Export(format, document, notes)

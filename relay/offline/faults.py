@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Protocol
 
 from relay.dialects import Dialect
+from relay.dialects import openai_codec as wire
 from relay.dialects.gemini import field as gemini_field
 from relay.dialects.openai import FUNCTION_CALL
 from relay.engine import Outcome, StartHandler
@@ -41,8 +42,8 @@ from relay.tools import ToolResult
 
 TOOL_FAULTS = ("timeout", "raises", "slow", "error_result")
 SESSION_FAULTS = ("barge_in", "drop_upstream")
-_CALL_DONE = frozenset({"response.output_item.done", "conversation.item.done",
-                        "response.function_call_arguments.done"})
+_CALL_DONE = (wire.OutputItemDone, wire.ItemDone, wire.FunctionCallArgumentsDone)
+"""The OpenAI family's events that complete a call (each delivers it; the relay runs it on the first)."""
 
 
 class InjectedFault(RuntimeError):
@@ -195,12 +196,13 @@ class FaultPlan:
             return [frame]
         if self.session.gemini:
             return self._gemini_deliveries(frame, event, wanted)
-        kind = self.session.dialect.canonical_type(str(event.get("type")))
-        item = event.get("item") if isinstance(event.get("item"), dict) else {}
-        if kind == "response.output_item.added" and item.get("type") == FUNCTION_CALL:
+        typed = wire.event_of(event, self.session.dialect)
+        carried = typed.item if isinstance(typed, (wire.OutputItemAdded, wire.OutputItemDone, wire.ItemDone)) else None
+        item = carried if isinstance(carried, dict) else {}
+        if isinstance(typed, wire.OutputItemAdded) and item.get("type") == FUNCTION_CALL:
             self._seen(item.get("call_id"))
-        if kind in _CALL_DONE:
-            call_id = event.get("call_id") or item.get("call_id")
+        if isinstance(typed, _CALL_DONE):
+            call_id = (typed.call_id if isinstance(typed, wire.FunctionCallArgumentsDone) else None) or item.get("call_id")
             if item.get("type", FUNCTION_CALL) == FUNCTION_CALL and self._number(call_id) in wanted:
                 self._duplicated(str(call_id))
                 return [frame, frame]

@@ -48,6 +48,7 @@ from relay.recording.format import (
     CLIENT_TO_RELAY,
     RELAY_TO_CLIENT,
     RELAY_TO_UPSTREAM,
+    TOOL_CALL_NOTE,
     UPSTREAM_TO_RELAY,
     Frame,
 )
@@ -362,7 +363,7 @@ class HarnessSession:
             for frame in self.frames:
                 writer.record(frame.direction, frame.raw if frame.raw is not None else frame.binary or b"", t=frame.t)
             for notice in self.notices:
-                if notice.kind == "tool_call":
+                if notice.kind == TOOL_CALL_NOTE:
                     writer.record_notice(notice.kind, notice.fields, t=self.now)
         self.saved = writer.path
         return writer.path

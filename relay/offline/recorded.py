@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from relay.dialects import Dialect, get_dialect
+from relay.dialects import openai_codec as wire
 from relay.engine import EngineConfig
 from relay.offline.faults import Fault
 from relay.offline.harness import HarnessSession
@@ -73,8 +74,9 @@ class RecordedSession(HarnessSession):
             message: dict[str, Any] = {"serverContent": {"interrupted": True}}
             self.from_upstream([json.dumps(message).encode()])
         else:
-            self.from_upstream([json.dumps({"type": "input_audio_buffer.speech_started", "event_id": "harness_barge_in",
-                                            "audio_start_ms": int(self.now * 1000), "item_id": "harness_item"})])
+            speech = wire.SpeechStarted(event_id="harness_barge_in", audio_start_ms=int(self.now * 1000),
+                                        item_id="harness_item")
+            self.from_upstream([wire.encode(speech, self.dialect)])
 
     def _upstream_receive(self, frame: str | bytes) -> list[str | bytes]:
         return []   # a recording cannot answer what the relay under test sends now

@@ -61,6 +61,7 @@ from relay.mcp.servers import ToolSet
 from relay.offline.mcp_answers import MCP_ANSWERS, Moments, with_recorded_mcp_tools
 from relay.offline.replay_result import Divergence, ReplayCall, ReplayResult, render_report
 from relay.offline.replaying import (
+    REQUEST,
     Key,
     ReplaySends,
     Requests,
@@ -382,7 +383,7 @@ class _Replayer:
         sends = self._produced_sends
         extra: set[tuple[Key, str]] = set()   # a request sent again is one divergence
         for key, event, t in self.unmatched:
-            if key[0] != "response.create" or (key, event.get("event_id")) not in extra:
+            if key[0] != REQUEST or (key, event.get("event_id")) not in extra:
                 extra.add((key, event.get("event_id")))
                 self.divergences.append(Divergence("extra", sends.describe(key), None, event,
                                                    call_id=sends.call_of(key), t=t))

@@ -11,14 +11,18 @@ from collections import Counter
 from typing import Any
 
 from relay.dialects import Dialect, OpenAIFamily
+from relay.dialects import openai_codec as wire
 from relay.dialects.gemini import field, first_key, key_of, media_frame, response_text
+from relay.dialects.openai import FUNCTION_CALL, FUNCTION_CALL_OUTPUT, MCP_APPROVAL_RESPONSE, MESSAGE
 from relay.engine.sequencer import META_CALLS, META_EVENT, META_KIND
 from relay.recording.format import CLIENT_TO_RELAY, RELAY_TO_UPSTREAM, Frame
 
 Key = tuple[str, ...]
 Sent = tuple[Key, dict[str, Any]]   # what a send is (its key), and the part compared
 Answer = tuple[str, str, str]       # the call answered, the output's text, its status or kind
-
+OUTPUT, ANSWER, UPDATE, APPROVAL, REQUEST = "output", "answer", "update", "approval", "request"
+"""What a send is, a key's first part: an output of a call, one of a call's answers (Gemini), a
+streaming tool's update, an MCP approval, a request for a response; else the send's event type."""
 
 
 def clip(text: Any, width: int = 70) -> str:
@@ -57,15 +61,15 @@ class ReplaySends:
     @staticmethod
     def describe(key: Key) -> str:
         """A send's key in words, for the report."""
-        if key[0] == "output":
+        if key[0] == OUTPUT:
             return f"output of {key[1]}"
-        if key[0] == "answer":
+        if key[0] == ANSWER:
             return f"answer {int(key[2]) + 1} to {key[1]}"
-        if key[0] == "update":
+        if key[0] == UPDATE:
             return "streaming update"
-        if key[0] == "approval":
+        if key[0] == APPROVAL:
             return f"MCP approval of {key[1]}"
-        if key[0] == "response.create":
+        if key[0] == REQUEST:
             return f"{key[1].replace('_', '-')} response for {key[2] or 'no call'}"
         return key[0]
 
@@ -73,9 +77,9 @@ class ReplaySends:
     def call_of(key: Key) -> str | None:
         """The call a send concerns: the one an output or an answer is for, the first of those a
         follow-up or a filler response is about; None for a send about no call."""
-        if key[0] in ("output", "answer"):
+        if key[0] in (OUTPUT, ANSWER):
             return key[1]
-        if key[0] == "response.create":
+        if key[0] == REQUEST:
             first = key[2].split(",")[0]
             return first if first not in ("", "None") else None
         return None
@@ -85,8 +89,7 @@ class ReplaySends:
         """For a send that answers a call: the call, the answer's text, its status; else None."""
         return None
 
-    @staticmethod
-    def compared(part: dict[str, Any]) -> dict[str, Any]:
+    def compared(self, part: dict[str, Any]) -> dict[str, Any]:
         """The part of a send that must match: ids the relay chose are left out."""
         return {k: v for k, v in part.items() if k not in ("event_id", "response_id")}
 
@@ -111,12 +114,13 @@ class ReplaySends:
 
 
 class OpenAISends(ReplaySends):
-    """The OpenAI family. The relay's own sends are whole events, known by the event ids it chose
-    (`<id_prefix>_e...`): its outputs, streaming updates, responses and session updates. Frames it
-    forwarded from the client are the client's and are not compared (`id_prefix` None: a plain
-    event log, in which the relay sent nothing)."""
+    """The OpenAI family, read through its codec. The relay's own sends are whole events, known by
+    the event ids it chose (`<id_prefix>_e...`): its outputs, streaming updates, responses and
+    session updates. Frames it forwarded from the client are the client's and are not compared
+    (`id_prefix` None: a plain event log, in which the relay sent nothing)."""
 
     def __init__(self, dialect: OpenAIFamily, id_prefix: str | None) -> None:
+        self.dialect = dialect
         self.id_prefix = id_prefix
         self._forwarded_only = dialect.upstream_passthrough | dialect.client_passthrough
         self._call_names: dict[str, str] = {}   # the calls announced, by call id
@@ -129,61 +133,62 @@ class OpenAISends(ReplaySends):
     def key(self, event: dict[str, Any]) -> Key | None:
         """What a relay-originated frame is, independent of the ids the relay chose; None for a
         forwarded client frame."""
-        event_type = event.get("type")
-        event_id = str(event.get("event_id") or "")
+        typed = wire.event_of(event, self.dialect)
+        known = not isinstance(typed, wire.Unknown)
+        event_id = str((typed.event_id if known else event.get("event_id")) or "")
         ours = self.id_prefix is not None and event_id.startswith(f"{self.id_prefix}_e")
-        if event_type == "conversation.item.create":
-            item = event.get("item") or {}
-            if ours and item.get("type") == "function_call_output":
-                return ("output", str(item.get("call_id")))
-            if ours and item.get("type") == "message":
-                return ("update",)
-            if ours and item.get("type") == "mcp_approval_response":
-                return ("approval", str(item.get("approval_request_id")))
+        if isinstance(typed, wire.ItemCreate):
+            item = _dict(typed.item)
+            if ours and item.get("type") == FUNCTION_CALL_OUTPUT:
+                return (OUTPUT, str(item.get("call_id")))
+            if ours and item.get("type") == MESSAGE:
+                return (UPDATE,)
+            if ours and item.get("type") == MCP_APPROVAL_RESPONSE:
+                return (APPROVAL, str(item.get("approval_request_id")))
             return None
         if not ours:
             return None
-        if event_type == "response.create":
-            metadata = (event.get("response") or {}).get("metadata") or {}
-            return ("response.create", str(metadata.get(META_KIND)), str(metadata.get(META_CALLS)))
-        return (str(event_type),)
+        if isinstance(typed, wire.ResponseCreate):
+            metadata = _dict(_dict(typed.response).get("metadata"))
+            return (REQUEST, str(metadata.get(META_KIND)), str(metadata.get(META_CALLS)))
+        return (wire.wire_type(typed) if known else str(event.get("type")),)
 
-    @staticmethod
-    def provider_answer(event: dict[str, Any], number: int) -> list[str]:
-        """The response starts and ends at once (response.created, response.done), carrying the
+    def provider_answer(self, event: dict[str, Any], number: int) -> list[str]:
+        """The response starts and ends at once (its created and done events), carrying the
         request's metadata as the provider's responses do, which is how the relay knows it for
         its own."""
-        request = event.get("response") if isinstance(event.get("response"), dict) else {}
+        request = wire.event_of(event, self.dialect)
+        asked = _dict(request.response) if isinstance(request, wire.ResponseCreate) else {}
         response = {"object": "realtime.response", "id": f"resp_replay{number}", "status": "in_progress",
-                    "output": [], "metadata": request.get("metadata")}
-        return [json.dumps({"type": "response.created", "event_id": f"event_replay{number}a", "response": response}),
-                json.dumps({"type": "response.done", "event_id": f"event_replay{number}b",
-                            "response": {**response, "status": "completed"}})]
+                    "output": [], "metadata": asked.get("metadata")}
+        return [wire.encode(wire.ResponseCreated(event_id=f"event_replay{number}a", response=response), self.dialect),
+                wire.encode(wire.ResponseDone(event_id=f"event_replay{number}b",
+                                              response={**response, "status": "completed"}), self.dialect)]
 
-    @staticmethod
-    def answer(key: Key, part: dict[str, Any]) -> Answer | None:
+    def answer(self, key: Key, part: dict[str, Any]) -> Answer | None:
         """For an output: the call, the output's text and its status."""
-        if key[0] != "output":
+        if key[0] != OUTPUT:
             return None
-        item = part.get("item") or {}
+        typed = wire.event_of(part, self.dialect)
+        item = _dict(typed.item) if isinstance(typed, wire.ItemCreate) else {}
         return key[1], str(item.get("output")), str(item.get("status"))
 
-    @staticmethod
-    def compared(event: dict[str, Any]) -> dict[str, Any]:
-        event_type = event.get("type")
-        if event_type == "conversation.item.create":
-            item = {k: v for k, v in (event.get("item") or {}).items() if k not in ("id", "created_at")}
-            return {"type": event_type, "item": item}
-        if event_type == "response.create":
-            response = dict(event.get("response") or {})
-            metadata = {k: v for k, v in (response.get("metadata") or {}).items() if k != META_EVENT}
+    def compared(self, event: dict[str, Any]) -> dict[str, Any]:
+        typed = wire.event_of(event, self.dialect)
+        if isinstance(typed, wire.ItemCreate):
+            item = {k: v for k, v in _dict(typed.item).items() if k not in ("id", "created_at")}
+            return {"type": wire.wire_type(typed), "item": item}
+        if isinstance(typed, wire.ResponseCreate):
+            response = dict(_dict(typed.response))
+            metadata = {k: v for k, v in _dict(response.get("metadata")).items() if k != META_EVENT}
             response["metadata"] = metadata
-            return {"type": event_type, "response": response}
-        return ReplaySends.compared(event)
+            return {"type": wire.wire_type(typed), "response": response}
+        return super().compared(event)
 
     def payload(self, frame: Frame) -> str | bytes | None:
         """Text frames, but those the engine would only forward, audio (replay has nobody to
-        forward them to); binary frames are not part of this wire."""
+        forward them to), told by the dialect's pass-through set without decoding them; binary
+        frames are not part of this wire."""
         if frame.event is not None and frame.event.get("type") in self._forwarded_only:
             return None
         return frame_text(frame)
@@ -192,26 +197,36 @@ class OpenAISends(ReplaySends):
         """What the timeline shows of an upstream frame: responses done, calls made. A call is
         shown once, on the first frame that completes it (its arguments done, or its item done),
         which is the frame on which the relay starts its handler."""
-        event = frame.event or {}
-        kind = event.get("type")
-        if kind == "response.done":
-            response = event.get("response") or {}
-            return [f"recv  response.done {response.get('id')} {response.get('status')}"]
-        call = event if kind == "response.function_call_arguments.done" else event.get("item")
-        if not isinstance(call, dict) or (call is not event and call.get("type") != "function_call"):
+        typed = wire.event_of(frame.event, self.dialect)
+        if isinstance(typed, wire.ResponseDone):
+            response = _dict(typed.response)
+            return [f"recv  {wire.wire_type(typed)} {response.get('id')} {response.get('status')}"]
+        if isinstance(typed, wire.FunctionCallArgumentsDone):
+            call_id, name, arguments = typed.call_id, typed.name, typed.arguments
+        elif isinstance(typed, _ITEM_EVENTS) and _dict(typed.item).get("type") == FUNCTION_CALL:
+            item = _dict(typed.item)
+            call_id, name, arguments = item.get("call_id"), item.get("name"), item.get("arguments")
+        else:
             return []
-        call_id = str(call.get("call_id"))
-        if isinstance(call.get("name"), str):
-            self._call_names.setdefault(call_id, call["name"])
-        if kind not in _CALL_COMPLETE or call_id in self._calls_shown:
+        call_id = str(call_id)
+        if isinstance(name, str):
+            self._call_names.setdefault(call_id, name)
+        if not isinstance(typed, _CALL_COMPLETE) or call_id in self._calls_shown:
             return []
         self._calls_shown.add(call_id)
-        return [f"recv  call {self._call_names.get(call_id)}({clip(call.get('arguments', ''))}) call_id={call_id}"]
+        shown = "" if arguments is None else arguments
+        return [f"recv  call {self._call_names.get(call_id)}({clip(shown)}) call_id={call_id}"]
 
 
-_CALL_COMPLETE = frozenset({"response.function_call_arguments.done", "conversation.item.done",
-                            "response.output_item.done"})
+_ITEM_EVENTS = (wire.ItemAdded, wire.ItemDone, wire.ItemRetrieved, wire.OutputItemAdded, wire.OutputItemDone)
+"""The OpenAI family's events that carry an item."""
+_CALL_COMPLETE = (wire.FunctionCallArgumentsDone, wire.ItemDone, wire.OutputItemDone)
 """The OpenAI family's events that complete a call, the first of which starts its handler."""
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
 
 _GEMINI_CALL_KEYS = frozenset({"toolCall", "tool_call", "toolCallCancellation", "tool_call_cancellation"})
 _GEMINI_SENT_KEYS = frozenset({"setup", "toolResponse", "tool_response"})
@@ -287,7 +302,7 @@ class Requests:
         for frame in frames:
             event = recorded.sent_event(frame) if frame.direction == RELAY_TO_UPSTREAM else None
             for key, part in recorded(event) if event is not None else ():
-                if key[0] == "response.create":
+                if key[0] == REQUEST:
                     ids[str(part.get("event_id"))] = key
         self._recorded = Counter(ids.values())
         self._sent: Counter[Key] = Counter()
@@ -301,7 +316,7 @@ class Requests:
     def unanswered(self, key: Key, event: dict[str, Any]) -> bool:
         """Count a send; whether it is a new request that no recorded frame answers."""
         event_id = str(event.get("event_id"))
-        if key[0] != "response.create" or event_id in self._ids:
+        if key[0] != REQUEST or event_id in self._ids:
             return False
         self._ids.add(event_id)
         self._sent[key] += 1

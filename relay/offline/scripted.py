@@ -342,8 +342,9 @@ class _OpenAIModel(_Model):
         for action in actions:
             if isinstance(action, Emit) and action.to in (None, 0):
                 event = action.event
-                if isinstance(event, dict) and event.get("type") == "error":
-                    self.session.upstream_error(f"error {json.dumps(event.get('error'))}")
+                error = wire.event_of(event, self.session.dialect) if isinstance(event, dict) else None
+                if isinstance(error, wire.Error):
+                    self.session.upstream_error(f"error {json.dumps(error.error)}")
                 frames.append(event if isinstance(event, (str, bytes)) else json.dumps(event))
             elif isinstance(action, Stream):
                 self._endings[action.run.id] = self._ending()
@@ -362,7 +363,7 @@ class _OpenAIModel(_Model):
     def _cuts(self, event: dict[str, Any]) -> bool:
         """Where a `cancelled` turn is cut: at its first call's first argument delta, so that the
         call's item ends incomplete (and must never run)."""
-        return event.get("type") == "response.function_call_arguments.delta"
+        return isinstance(wire.event_of(event, self.session.dialect), wire.FunctionCallArgumentsDelta)
 
     def _step(self, run: ResponseRun, stream: Iterator[Any]) -> list[str | bytes]:
         """Run a response's events until it ends or holds; a hold ends as its turn says."""

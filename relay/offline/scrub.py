@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from relay.dialects.openai import AUDIO_EVENTS
 from relay.errors import UnusableInput
 from relay.offline.replaying import json_object as _json_object
 from relay.recording.audio import drop_audio
@@ -53,7 +54,6 @@ _FAKE_EMAIL = re.compile(r"user[1-9]\d*@example\.com")
 _FAKE_PHONE_DIGITS = re.compile(r"5{3,}0[1-9]\d{2,3}")
 _FAKE_CARD_DIGITS = re.compile(r"40000000\d{5,11}")
 _PATTERN_LINE = re.compile(r"^(?:(?P<label>[a-z][a-z0-9_]*):\s*)?(?P<body>.+)$")
-_AUDIO_DELTAS = frozenset({"response.output_audio.delta", "response.audio.delta"})
 _GEMINI_TEXT_KEYS = ("outputTranscription", "output_transcription", "inputTranscription", "input_transcription")
 
 
@@ -407,7 +407,7 @@ class RecordingRedactor:
     def _collect_streams(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
         if isinstance(kind, str):
-            if kind.endswith(".delta") and kind not in _AUDIO_DELTAS and isinstance(event.get("delta"), str):
+            if kind.endswith(".delta") and kind not in AUDIO_EVENTS and isinstance(event.get("delta"), str):
                 key = (kind, event.get("item_id"), event.get("content_index"), event.get("call_id"))
                 self._piece(key, event, "delta")
             return

@@ -28,10 +28,12 @@ DIRECTIONS = (CLIENT_TO_RELAY, RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY, RELAY_TO_CL
 
 AudioPolicy = Literal["keep", "drop"]
 
+TOOL_CALL_NOTE = "tool_call"
+"""The kind of the `relay` line that says how the relay decided a call (the engine's notice of it)."""
 # What the relay decided, written as `relay` lines beside the frames: for each kind of engine
 # notice recorded, the fields kept (docs/recording-format.md, "Relay lines").
 NOTE_FIELDS: dict[str, tuple[str, ...]] = {
-    "tool_call": ("call_id", "name", "outcome", "is_error", "message", "output_item_id", "response_id"),
+    TOOL_CALL_NOTE: ("call_id", "name", "outcome", "is_error", "message", "output_item_id", "response_id"),
 }
 
 
@@ -143,7 +145,7 @@ class Recording:
         whether its output is an error, what the assistant was to say. Empty for a recording
         written before the relay recorded them."""
         return {str(note.fields["call_id"]): note.fields for note in self.notes
-                if note.kind == "tool_call" and isinstance(note.fields.get("call_id"), str)}
+                if note.kind == TOOL_CALL_NOTE and isinstance(note.fields.get("call_id"), str)}
 
     @property
     def complete(self) -> bool:
