@@ -1,6 +1,6 @@
 """What the wire parsers build the inspector's model with: a part of
 `relay.inspector.model.SessionModel` (its `__init__` sets the state declared here), apart from it
-so that the parsers (relay/inspector/openai.py, gemini.py), which the model chooses between, do not
+so that the parsers (relay/inspector/itembased.py, gemini.py), which the model chooses between, do not
 import the model: events by id on lanes, the relay's markers, anomalies, audio, and the call book
 (`CallBook`) these build on.
 """
@@ -18,7 +18,7 @@ from relay.recording.format import Frame
 
 
 class WireParser(Protocol):
-    """Reads one dialect's frames into the model (see relay.inspector.openai and .gemini)."""
+    """Reads one dialect's frames into the model (see relay.inspector.itembased and .gemini)."""
 
     def feed(self, frame: Frame, event: dict[str, Any], binary: bool) -> None: ...
 

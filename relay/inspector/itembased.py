@@ -1,5 +1,6 @@
-"""The inspector's reading of the OpenAI family's wire (GA, beta, Azure, Foundry): each frame of a
-recording into the shared model (relay/inspector/model.py): words, responses, calls and their
+"""The inspector's reading of an item-based wire, the OpenAI family's (GA, beta, Azure, Foundry,
+xAI, Voice Live): a conversation of items, and responses a client or the relay asks for. Each frame
+of a recording goes into the shared model (relay/inspector/model.py): words, responses, calls and their
 outputs, the relay's own requests (follow-ups, fillers, a client's create it held), errors.
 
 Who asked for a response is read from its `metadata` (the relay's `follow_up` or `filler`, and
