@@ -10,7 +10,14 @@ Turnaround: a relay-owned call whose handler returns at once (it finished when t
 completed): time from feeding `response.done` until the engine has emitted the output and the
 follow-up `response.create`, over N calls in one growing session.
 
+Instructions (`--callgrind`, stable on a shared machine): per tool call, the frames of a call's
+whole round (the call's response, the handler's result, the output and the follow-up's response)
+fed to a fresh engine, recorded first from the turnaround's session; per audio frame, an
+output-audio delta through `receive_upstream`. Each is the difference of two callgrind runs of one
+and two passes over the same work (what recording it costs cancels out), divided by the work.
+
 Usage: .venv/bin/python scripts/bench_engine.py [--seconds S] [--calls N] [--json FILE]
+       .venv/bin/python scripts/bench_engine.py --callgrind [--calls N]
 """
 
 from __future__ import annotations
@@ -20,7 +27,9 @@ import base64
 import json
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -123,12 +132,90 @@ def turnaround(calls: int) -> dict[str, float]:
             "p99_us": samples[int(len(samples) * 0.99) - 1], "max_us": samples[-1]}
 
 
+def recorded_calls(calls: int) -> list[str]:
+    """The upstream frames of `calls` tool calls, in order, as the turnaround's session met them
+    (the mock answering the relay's own frames): fed again to a fresh engine with the same ids,
+    they make the same session."""
+    mock, frames = LocalMock(), []
+    engine = OpenAIEngine([instant], config=EngineConfig(mode="proxy"), id_prefix="b")
+
+    def feed(events: list[dict]) -> None:
+        for event in events:
+            frame = json.dumps(event)
+            frames.append(frame)
+            for action in respond(engine, engine.receive_upstream(frame, 1.0)):
+                feed(mock.receive(action.frame))
+
+    feed(mock.connect())
+    for n in range(calls):
+        feed(mock.respond([model_call("instant", json.dumps({"n": n}))]))
+    return frames
+
+
+def respond(engine: OpenAIEngine, actions: list) -> list[SendUpstream]:
+    """The frames the engine sends up, its handlers finished at once (they return what they return)."""
+    sent = []
+    for action in actions:
+        if isinstance(action, StartHandler):
+            sent += respond(engine, engine.handler_finished(
+                action.call_id, Outcome.returned(action.tool.handler(**action.arguments)), 1.0))
+        elif isinstance(action, SendUpstream):
+            sent.append(action)
+    return sent
+
+
+def once(work: str, count: int, passes: int) -> None:
+    """`passes` passes of `count` tool calls (or audio frames) through a fresh engine each."""
+    frames = recorded_calls(count) if work == "calls" else [audio_delta()] * count
+    for _ in range(passes):
+        engine = OpenAIEngine([instant], config=EngineConfig(mode="proxy"), id_prefix="b")
+        receive = engine.receive_upstream
+        for frame in frames:
+            respond(engine, receive(frame, 1.0))
+
+
+def audio_delta() -> str:
+    audio = base64.b64encode(bytes(960)).decode()
+    return json.dumps({"type": "response.output_audio.delta", "event_id": "event_a", "response_id": "resp_1",
+                       "item_id": "item_1", "output_index": 0, "content_index": 0, "delta": audio},
+                      separators=(",", ":"))
+
+
+def callgrind_total(work: str, count: int, passes: int) -> int:
+    with tempfile.TemporaryDirectory() as directory:
+        out = Path(directory) / "callgrind.out"
+        subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, __file__,
+                        "--once", work, "--count", str(count), "--passes", str(passes)], check=True,
+                       capture_output=True, env={**os.environ, "PYTHONHASHSEED": "0"})
+        for line in out.read_text().splitlines():
+            if line.startswith(("totals:", "summary:")):
+                return int(line.split()[1])
+    raise RuntimeError("no totals in callgrind's output")
+
+
+def instructions(work: str, count: int) -> float:
+    """Instructions per tool call (or audio frame): two passes less one, over `count`."""
+    return (callgrind_total(work, count, 2) - callgrind_total(work, count, 1)) / count
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=3.0, help="time per throughput measurement")
     parser.add_argument("--calls", type=int, default=2000, help="tool calls for the turnaround figure")
     parser.add_argument("--json", help="write the figures to this file")
+    parser.add_argument("--callgrind", action="store_true",
+                        help="instructions per tool call (--calls: 200 is plenty) and per audio frame")
+    parser.add_argument("--once", choices=("calls", "audio"), help=argparse.SUPPRESS)
+    parser.add_argument("--count", type=int, default=200, help=argparse.SUPPRESS)
+    parser.add_argument("--passes", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.once:
+        once(args.once, args.count, args.passes)
+        return 0
+    if args.callgrind:
+        calls, audio = instructions("calls", args.calls), instructions("audio", 20 * args.calls)
+        print(f"instructions per tool call: {calls:,.0f}; per audio frame through the engine: {audio:,.0f}")
+        return 0
     figures = {"throughput": throughput(args.seconds), "turnaround": turnaround(args.calls)}
     t, r = figures["throughput"], figures["turnaround"]
     print(f"engine throughput: {t['events_per_s']:,.0f} events/s "

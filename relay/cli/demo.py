@@ -41,6 +41,7 @@ from relay.dialects import openai_codec as wire
 from relay.edges.process import run_in_loop
 from relay.edges.serve import RelayServer, ServerConfig
 from relay.engine import Notice
+from relay.engine.actions import TOOL_CALL
 from relay.engine.calls import CallOutcome
 from relay.mock import MockScript, MockUpstream, Reply, Rule, ToolCall
 from relay.tools import ToolRegistry
@@ -200,7 +201,7 @@ class Timeline:
                 self._words_before(engine, fields["call_id"])
             self.line("model", f"calls {fields['name']}({_compact(fields['arguments'])})  "
                                f"[{fields['call_id']}, {fields['response_id']}]")
-        elif notice.kind == "tool_call":
+        elif notice.kind == TOOL_CALL:
             self._answered(engine, fields)
         elif notice.kind == "follow_up":
             self.line("relay", f"response.create: the model answers {_ids(fields.get('call_ids'))}")

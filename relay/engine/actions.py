@@ -53,6 +53,11 @@ class Close:
     reason: str
 
 
+TOOL_CALL = "tool_call"
+"""The kind of the notice of a relay call's end (answered, skipped, abandoned): what logs, metrics,
+traces, the recording and the demo follow calls by."""
+
+
 @dataclass(frozen=True, slots=True)
 class Notice:
     """Something worth a log line, a metric or a span: `tool_started` (a handler starts),

@@ -21,6 +21,7 @@ from enum import StrEnum
 from typing import Any, Callable, Iterable, Literal
 
 from relay.engine.actions import (
+    TOOL_CALL,
     Action,
     CancelHandler,
     Outcome,
@@ -284,7 +285,7 @@ class SessionEngine:
         self.ledger.move(entry, _S.SKIPPED, self.ctx.now)
         entry.skip_reason = reason
         if entry.owner is Owner.RELAY:
-            self.ctx.notice("tool_call", tool_call_fields(entry) | {"outcome": CallOutcome.SKIPPED, "reason": reason})
+            self.ctx.notice(TOOL_CALL, tool_call_fields(entry) | {"outcome": CallOutcome.SKIPPED, "reason": reason})
 
     def _active_call(self, call_id: str) -> CallEntry | None:
         """The call whose handler reports, unless its output was decided without it (cancelled,
@@ -353,7 +354,7 @@ class SessionEngine:
     def _injected(self, entry: CallEntry) -> None:
         """The call's output went upstream: the one place a relay call counts as answered."""
         if self.ledger.move(entry, _S.ANSWERED, self.ctx.now):
-            self.ctx.notice("tool_call", tool_call_fields(entry))
+            self.ctx.notice(TOOL_CALL, tool_call_fields(entry))
 
     def _client_answered(self, entry: CallEntry) -> None:
         """The client's own answer to its call was seen (repeats change nothing)."""
@@ -407,7 +408,7 @@ class SessionEngine:
         reason = f"{cause}: no answer is sent"
         self.ledger.move(entry, _S.SKIPPED, self.ctx.now)
         entry.skip_reason = reason
-        self.ctx.notice("tool_call", tool_call_fields(entry) | {"outcome": CallOutcome.CANCELLED, "reason": reason})
+        self.ctx.notice(TOOL_CALL, tool_call_fields(entry) | {"outcome": CallOutcome.CANCELLED, "reason": reason})
 
     # ---- timers ----
     def _tick(self) -> None:
@@ -447,7 +448,7 @@ class SessionEngine:
             if entry.outcome is None:
                 entry.outcome = CallOutcome.ABANDONED
             self.ledger.move(entry, _S.ABANDONED, self.ctx.now)
-            self.ctx.notice("tool_call", tool_call_fields(entry) | {"outcome": CallOutcome.ABANDONED, "reason": reason})
+            self.ctx.notice(TOOL_CALL, tool_call_fields(entry) | {"outcome": CallOutcome.ABANDONED, "reason": reason})
         self._on_close()
         self.ctx.closed = True
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from relay.dialects.gemini import response_text
+from relay.dialects.openai import FUNCTION_CALL_OUTPUT
 from relay.engine.calls import CallEntry, Owner
 from relay.engine.context import SessionContext
 from relay.engine.conversation import ABSENT, ItemRecord, ResponseRecord
@@ -135,7 +136,7 @@ class Turns:
         text = response_text(response)
         record = self.ctx.conversation.item(entry.output_item_id)
         if record is None:
-            record = self.add_item({"type": "function_call_output", "id": self.ctx.new_id("i"),
+            record = self.add_item({"type": FUNCTION_CALL_OUTPUT, "id": self.ctx.new_id("i"),
                                     "call_id": entry.call_id, "output": text, "status": status}, origin,
                                    hidden=self.hiding and entry.owner is Owner.RELAY)
             entry.output_item_id = record.id

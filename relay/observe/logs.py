@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from typing import IO, TYPE_CHECKING, Any
 
 from relay.dialects.jsontext import utf8_safe
+from relay.engine.actions import TOOL_CALL
 from relay.recording.redact import Redactor
 
 if TYPE_CHECKING:
@@ -246,7 +247,7 @@ def log_notice(logger: logging.Logger, notice: Notice, *, anomalies: AnomalyLog 
     lines), and debug lines for errors sent to a client. `context` names the session
     (`session_id`, and the sidecar's `realtime_call_id`)."""
     fields = notice.fields
-    if notice.kind == "tool_call":
+    if notice.kind == TOOL_CALL:
         # `name` is reserved by logging: the tool's name is logged as `tool`; what the assistant
         # is to say is content, like outputs: recordings keep it, logs do not
         logger.info("tool call", extra={**context, **{"tool" if key == "name" else key: value

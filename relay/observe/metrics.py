@@ -36,6 +36,7 @@ from collections import Counter
 from typing import Any, Callable, Container, Iterator
 
 from relay.engine import Notice
+from relay.engine.actions import TOOL_CALL
 from relay.errors import UnusableInput
 from relay.recording.format import DIRECTIONS
 from relay.recording.taps import ForwardLane
@@ -192,7 +193,7 @@ class Metrics:
         name (a model's invention) is one label, so labels stay bounded."""
         fields = notice.fields
         kind = notice.kind
-        if kind == "tool_call":
+        if kind == TOOL_CALL:
             tool = fields.get("name")
             tool = tool if tool in tool_names else UNKNOWN_TOOL_LABEL
             families = self._families

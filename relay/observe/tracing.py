@@ -32,6 +32,7 @@ from typing import Any, Iterator, Mapping
 
 from relay import __version__
 from relay.engine import Notice
+from relay.engine.actions import TOOL_CALL
 from relay.engine.calls import CallOutcome
 
 log = logging.getLogger("relay.tracing")
@@ -287,7 +288,7 @@ class SessionTrace:
         "follow_up": _on_follow_up,
         "filler": _on_filler,
         "tool_started": _on_tool_started,
-        "tool_call": _on_tool_call,
+        TOOL_CALL: _on_tool_call,
         "upstream_error": lambda self, fields: self._on_problem("upstream_error", fields),
         "anomaly": lambda self, fields: self._on_problem("anomaly", fields),
     }

@@ -35,6 +35,7 @@ from relay.engine import (
     SendUpstream,
     StartHandler,
 )
+from relay.engine.actions import TOOL_CALL
 from relay.errors import REDACTED
 from relay.recording.format import (
     CLIENT_TO_RELAY,
@@ -399,7 +400,7 @@ class SessionLoop:
             self._runner.cancel(action.call_id)
 
     def act_notice(self, action: Notice) -> None:
-        if action.kind == "tool_call" and self.recorder is not None:
+        if action.kind == TOOL_CALL and self.recorder is not None:
             self.recorder.record_notice(action.kind, action.fields)
         self._untold.append(action)
 
