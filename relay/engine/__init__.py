@@ -36,7 +36,7 @@ from relay.engine.core import (
     EngineConfig,
     SessionEngine,
 )
-from relay.engine.gemini import GeminiEngine
+from relay.engine.immediate import GeminiEngine
 from relay.engine.openai import OpenAIEngine
 from relay.tools import ToolRegistry
 from relay.tools.spec import ToolSpec

@@ -563,7 +563,7 @@ def test_audio_frames_are_forwarded_as_the_same_object_without_being_parsed(monk
     h = session()
     parsed: list[Any] = []
     real_loads = json.loads
-    monkeypatch.setattr("relay.engine.gemini.json.loads", lambda s, **k: parsed.append(s) or real_loads(s, **k))
+    monkeypatch.setattr("relay.engine.immediate.json.loads", lambda s, **k: parsed.append(s) or real_loads(s, **k))
     chunk = audio_chunk()
     h.upstream(chunk)
     mic = json.dumps({"realtimeInput": {"audio": {"mimeType": "audio/pcm;rate=16000", "data": "B" * 8000}}})

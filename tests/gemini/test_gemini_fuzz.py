@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from relay.engine import EngineConfig, Outcome, SendClient, SendUpstream, StartHandler
-from relay.engine.gemini import CANCELLED_BY_SERVER, GeminiEngine
+from relay.engine.immediate import CANCELLED_BY_SERVER, GeminiEngine
 from relay.tools import tool
 from tests.support.frames import (
     TURN_COMPLETE,

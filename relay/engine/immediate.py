@@ -1,4 +1,5 @@
-"""The sans-I/O engine for Gemini Live sessions: `OpenAIEngine`'s sibling, with the same entry points.
+"""The sans-I/O engine for a wire whose answers go up at once (Gemini Live): `OpenAIEngine`'s
+sibling, with the same entry points.
 
     engine.receive_upstream(frame, now)   -> actions
     engine.receive_client(frame, now)     -> actions
@@ -18,10 +19,12 @@ engine forwards keeps the kind it arrived in, and what it writes itself goes up 
 as the OpenAI engine, with OpenAI-shaped items (a model turn is a synthetic response), so export,
 replay, metrics and dumps read both engines alike: `turns.Turns` makes those records.
 
-Fast path: most bytes are audio. A client `realtimeInput` frame, and a `serverContent` frame in
-which none of the keys the engine follows appears (`"text"`, a transcription, `turnComplete`,
-`interrupted`, a `functionCall` part, or another top-level message such as `toolCall`), is
-forwarded unparsed: the dialect tells them (`relay.dialects.gemini.media_frame`).
+Frames are read and written through the family's codec (relay/dialects/gemini_codec.py): the
+engine takes typed messages (`ToolCall`, `ServerContent`, `Setup`, ...) and writes back a message
+it changed, in the spellings it came in. Fast path: most bytes are audio. A client's media frame,
+and a model's turn in which nothing the engine follows appears (words, a transcription, the turn's
+end or interruption, a call, another message), is forwarded undecoded: the codec's `audio_peek`
+tells them.
 
 Double delivery: Gemini Live may deliver one call twice, as a `functionCall` part of the model's
 turn and in a `toolCall`. Whichever comes first records and runs it; the other is the same call
@@ -34,16 +37,36 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
-from relay.dialects.gemini import (
-    GEMINI,
-    GeminiDialect,
-    field,
-    inline_blob,
-    key_of,
-    media_frame,
-    response_body,
+from msgspec.structs import replace
+
+from relay.dialects.gemini import GEMINI, GeminiDialect, response_body
+from relay.dialects.gemini_codec import (
+    UNSET,
+    ClientContent,
+    Content,
+    FunctionCall,
+    FunctionDeclaration,
+    FunctionResponse,
+    Message,
+    Part,
+    RealtimeInput,
+    ServerContent,
+    Setup,
+    Tool,
+    ToolCall,
+    ToolCallCancellation,
+    ToolResponse,
+    Transcription,
+    Unknown,
+    audio_peek,
+    empty,
+    encode,
+    encode_beside,
+    event_of,
+    given,
+    plain,
 )
-from relay.dialects.jsontext import compact_json
+from relay.dialects.openai import FUNCTION_CALL
 from relay.engine.actions import Close, SendClient, SendUpstream
 from relay.engine.calls import CallEntry, CallState, Owner
 from relay.engine.conversation import ResponseRecord
@@ -54,19 +77,33 @@ from relay.tools.render import RenderedOutput
 from relay.tools.spec import HandlerKind, ToolSpec
 
 CANCELLATION = "cancelled by the server (toolCallCancellation)"
-TOOL_CALL, PART = "toolCall", "modelTurn part"   # the shapes a call arrives in
+TOOL_CALL, PART = ToolCall.MEMBER, "modelTurn part"   # the shapes a call arrives in
 CANCELLED_BY_SERVER = f"{CANCELLATION}: no answer is sent"   # a relay call's skip reason
 POLICY_VIOLATION = 1008
 
-_SAME: Any = object()   # a message part the engine leaves as it came
-_DROP: Any = object()   # a message part the other side must not see
-_STOP: Any = object()   # nothing of this message goes anywhere
+_SAME: Any = object()   # a message the engine leaves as it came
+_DROP: Any = object()   # a message the other side must not see (what stood beside it still goes)
+_STOP: Any = object()   # nothing of this frame goes anywhere
+_UPSTREAM_MEDIA = audio_peek(upstream=True)
+_CLIENT_MEDIA = audio_peek(upstream=False)
 
 
-def _encode(message: dict[str, Any], like: str | bytes) -> str | bytes:
-    """`message` as JSON, in the frame kind of `like` (binary frames stay binary)."""
-    text = compact_json(message)
+def _as(text: str, like: str | bytes) -> str | bytes:
+    """A frame's text in the frame kind of `like` (binary frames stay binary)."""
     return text if isinstance(like, str) else text.encode("utf-8")
+
+
+def _result_frame(message: Message, result: Any, like: str | bytes) -> str | bytes | None:
+    """What goes on for a handled message: the frame as it came, the message rewritten, what stood
+    beside a dropped message, or nothing."""
+    if result is _SAME:
+        return like
+    if result is _STOP:
+        return None
+    if result is _DROP:
+        rest = encode_beside(message)
+        return None if rest is None else _as(rest, like)
+    return _as(encode(result), like)
 
 
 class GeminiEngine(SessionEngine):
@@ -91,90 +128,78 @@ class GeminiEngine(SessionEngine):
         if self.config.has_client:
             self.ctx.out.append(SendClient(frame))   # the engine's own outbox: no call on the way
 
-    def _apply_handlers(self, message: dict[str, Any], handlers: dict[str, Callable[..., Any]]) -> Any:
-        """Run the handler of each top-level key; the message to forward, `_SAME`, or `_STOP`."""
-        rewritten: dict[str, Any] = {}
-        changed = False
-        for key, value in message.items():
-            handler = handlers.get(key)
-            result = _SAME if handler is None else handler(self, value)
-            if result is _STOP:
-                return _STOP
-            if result is _DROP:
-                changed = True
-            elif result is _SAME:
-                rewritten[key] = value
-            else:
-                rewritten[key] = result
-                changed = True
-        if not changed:
-            return _SAME
-        return rewritten if rewritten else _STOP
+    def _read(self, frame: str | bytes) -> Message | Unknown | None:
+        """The frame's message; None (told as an anomaly) when it is not a JSON object."""
+        data = self.ctx.decode(frame)
+        if data is None:
+            return None
+        event = event_of(data)
+        if isinstance(event, Unknown) and event.member is not None:
+            self.ctx.anomaly(f"{event.member} is not an object", event.member)
+        return event
 
     # ==== upstream ======================================================================
     def _upstream_frame(self, frame: str | bytes) -> None:
-        media = media_frame(frame, "upstream")
+        media = _UPSTREAM_MEDIA(frame)
         if media is not None:
             if media == "audio":
                 self.turns.model_audio()
             self._to_client(frame)
             return
-        message = self.ctx.decode(frame)
+        message = self._read(frame)
         if message is None:
             return   # it cannot be told apart from a relay call the client must not see
-        result = self._apply_handlers(message, self._UPSTREAM_HANDLERS)
-        if result is _SAME:
+        if isinstance(message, Unknown):
             self._to_client(frame)
-        elif result is not _STOP:
-            self._to_client(_encode(result, frame))
+            return
+        handler = self._UPSTREAM_HANDLERS.get(type(message))
+        forward = _result_frame(message, _SAME if handler is None else handler(self, message), frame)
+        if forward is not None:
+            self._to_client(forward)
 
-    def _on_server_content(self, content: Any) -> Any:
-        if not isinstance(content, dict):
-            self.ctx.anomaly("serverContent is not an object", "serverContent")
-            return _SAME
-        transcription = field(content, "inputTranscription")
-        if isinstance(transcription, dict) and isinstance(transcription.get("text"), str):
-            self.turns.user_words(transcription["text"])
-        turn = field(content, "modelTurn")
-        parts = field(turn, "parts")
+    def _on_server_content(self, content: ServerContent) -> Any:
+        transcription = content.input_transcription
+        if isinstance(transcription, Transcription) and isinstance(transcription.text, str):
+            self.turns.user_words(transcription.text)
+        turn = content.model_turn
+        parts = turn.parts if isinstance(turn, Content) else None
         hidden: list[int] = []
         for index, part in enumerate(parts if isinstance(parts, list) else []):
-            if not isinstance(part, dict) or part.get("thought"):
+            if not isinstance(part, Part) or part.thought:
                 continue   # the model's reasoning is not part of what it said
-            if isinstance(part.get("text"), str):
-                self.turns.model_words(part["text"], "output_text")
-            elif inline_blob(part) is not None:
+            if isinstance(part.text, str):
+                self.turns.model_words(part.text, "output_text")
+            elif given(part.inline_data) is not None:
                 self.turns.model_audio()
-            elif isinstance(field(part, "functionCall"), dict) and self._call_part(field(part, "functionCall")):
+            elif isinstance(part.function_call, FunctionCall) and self._call_part(part.function_call):
                 hidden.append(index)
-        transcription = field(content, "outputTranscription")
-        if isinstance(transcription, dict) and isinstance(transcription.get("text"), str):
-            self.turns.model_words(transcription["text"], "output_audio")
-        if field(content, "interrupted") is True:
+        transcription = content.output_transcription
+        if isinstance(transcription, Transcription) and isinstance(transcription.text, str):
+            self.turns.model_words(transcription.text, "output_audio")
+        if content.interrupted is True:
             self.turns.end_turn("cancelled")
-        if field(content, "turnComplete") is True:
+        if content.turn_complete is True:
             self.turns.end_turn("completed")
         if not hidden:
             return _SAME
-        return _without_parts(content, turn, hidden)
+        return _without_parts(content, hidden)
 
-    def _call_part(self, call: dict[str, Any]) -> bool:
+    def _call_part(self, call: FunctionCall) -> bool:
         """A `functionCall` part of the model's turn: the same call as a `toolCall` delivers (before
         or after it), so it is recorded once whichever shape comes first, and run then. Whether
         the client must not see it: a relay call's, or an id-less one naming a relay tool (its
         `toolCall` will carry the id)."""
-        if not isinstance(call.get("id"), str) or not call["id"]:
-            return self._hiding and call.get("name") in self.tools
+        if not isinstance(call.id, str) or not call.id:
+            return self._hiding and given(call.name) in self.tools
         entry, new = self._announce(call, self.turns.model_turn(), PART)
         if new and entry is not None:
-            self._call_complete(entry, call.get("args"))
+            self._call_complete(entry, given(call.args))
         return self._hiding and entry is not None and entry.owner is Owner.RELAY
 
-    def _on_tool_call(self, tool_call: Any) -> Any:
-        key = key_of(tool_call, "functionCalls")
-        calls = tool_call[key] if key is not None else None
+    def _on_tool_call(self, tool_call: ToolCall) -> Any:
+        calls = tool_call.function_calls
         if not isinstance(calls, list):
-            self.ctx.anomaly("toolCall without a functionCalls list", "toolCall")
+            self.ctx.anomaly("toolCall without a functionCalls list", TOOL_CALL)
             return _SAME
         turn = self.turns.model_turn()
         visible: list[Any] = []
@@ -184,21 +209,21 @@ class GeminiEngine(SessionEngine):
             if entry is None or entry.owner is Owner.CLIENT or not self._hiding:
                 visible.append(call)
             if new and entry is not None:
-                announced.append((entry, call.get("args")))
+                announced.append((entry, given(call.args)))
         for entry, args in announced:   # a toolCall is the model's finished call: no response can cancel it
             self._call_complete(entry, args)
-        return _narrowed(tool_call, key, visible, len(calls))
+        return _narrowed(tool_call, "function_calls", visible, len(calls))
 
-    def _on_cancellation(self, cancellation: Any) -> Any:
-        ids = field(cancellation, "ids")
+    def _on_cancellation(self, cancellation: ToolCallCancellation) -> Any:
+        ids = cancellation.ids
         if not isinstance(ids, list):
-            self.ctx.anomaly("toolCallCancellation without an ids list", "toolCallCancellation")
+            self.ctx.anomaly("toolCallCancellation without an ids list", ToolCallCancellation.MEMBER)
             return _SAME
         visible = []
         for call_id in ids:
             entry = self.ledger.get(call_id)
             if entry is None:
-                self.ctx.anomaly(f"toolCallCancellation of unknown call {call_id}", "toolCallCancellation")
+                self.ctx.anomaly(f"toolCallCancellation of unknown call {call_id}", ToolCallCancellation.MEMBER)
             else:
                 if entry.state not in (CallState.ANSWERED, CallState.SKIPPED):
                     self._unsent = [u for u in self._unsent if u[0] != entry.call_id]
@@ -207,13 +232,10 @@ class GeminiEngine(SessionEngine):
                 visible.append(call_id)
         return _narrowed(cancellation, "ids", visible, len(ids))
 
-    _UPSTREAM_HANDLERS: dict[str, Callable[["GeminiEngine", Any], Any]] = {
-        "serverContent": _on_server_content,
-        "server_content": _on_server_content,
-        "toolCall": _on_tool_call,
-        "tool_call": _on_tool_call,
-        "toolCallCancellation": _on_cancellation,
-        "tool_call_cancellation": _on_cancellation,
+    _UPSTREAM_HANDLERS: dict[type, Callable[["GeminiEngine", Any], Any]] = {
+        ServerContent: _on_server_content,
+        ToolCall: _on_tool_call,
+        ToolCallCancellation: _on_cancellation,
     }
 
     # ==== calls =========================================================================
@@ -221,25 +243,25 @@ class GeminiEngine(SessionEngine):
         """Record a call delivered in `shape` (a toolCall's entry, a model-turn part); (its ledger
         entry, whether it is new). The same call in the other shape is the provider's double
         delivery, expected; in the same shape again, an anomaly. Either way it counts once."""
-        if not isinstance(call, dict):
-            self.ctx.anomaly("a functionCalls entry is not an object", "toolCall")
+        if not isinstance(call, FunctionCall):
+            self.ctx.anomaly("a functionCalls entry is not an object", TOOL_CALL)
             return None, False
-        call_id, name = call.get("id"), call.get("name")
+        call_id, name = call.id, given(call.name)
         if not isinstance(call_id, str) or not call_id:
-            self.ctx.anomaly(f"function call {name!r} without an id: left to the client", "toolCall")
+            self.ctx.anomaly(f"function call {name!r} without an id: left to the client", TOOL_CALL)
             return None, False
         existing = self.ledger.get(call_id)
         if existing is not None:
             if shape in existing.delivered_as:
-                self.ctx.anomaly(f"call {call_id} delivered again; run once", "toolCall")
+                self.ctx.anomaly(f"call {call_id} delivered again; run once", TOOL_CALL)
             else:
                 existing.delivered_as += (shape,)
             return existing, False
         name = name if isinstance(name, str) else ""
-        args = call.get("args")
+        args = given(call.args)
         arguments = "" if args is None else json.dumps(args, ensure_ascii=False)
         owner = self._owner_of(name)
-        record = self.turns.add_item({"type": "function_call", "id": self.ctx.new_id("i"), "call_id": call_id,
+        record = self.turns.add_item({"type": FUNCTION_CALL, "id": self.ctx.new_id("i"), "call_id": call_id,
                                       "name": name, "arguments": arguments, "status": "completed"},
                                      "model", turn=turn, hidden=self._hiding and owner is Owner.RELAY)
         entry = self.ledger.add(CallEntry(call_id, name, record.id, turn.id, owner, arguments=arguments,
@@ -296,7 +318,7 @@ class GeminiEngine(SessionEngine):
         self._send_answer(entry, answer, final)
 
     def _send_answer(self, entry: CallEntry, answer: dict[str, Any], final: bool) -> None:
-        self.ctx.emit(SendUpstream(compact_json(self.dialect.tool_response([answer]))))
+        self.ctx.emit(SendUpstream(encode(ToolResponse(function_responses=[answer]))))
         self.turns.record_output(entry, answer["response"], "relay", final=final,
                                  status=(entry.output_status or "completed") if final else "completed")
         if final:
@@ -318,32 +340,29 @@ class GeminiEngine(SessionEngine):
     def _client_frame(self, frame: str | bytes) -> None:
         if self._refused:
             return   # the session is closing: nothing more of this client goes up
-        if media_frame(frame, "client") is not None:
+        if _CLIENT_MEDIA(frame) is not None:
             self.ctx.emit(SendUpstream(frame))
             return
-        message = self.ctx.decode(frame)
-        if message is None:
-            self.ctx.emit(SendUpstream(frame))   # the provider answers malformed input itself
-            return
-        result = self._apply_handlers(message, self._CLIENT_HANDLERS)
-        if result is _SAME:
+        message = self._read(frame)
+        if message is None or isinstance(message, Unknown):
+            # the provider answers malformed input itself (a frame of two messages among it)
             self.ctx.emit(SendUpstream(frame))
-        elif result is not _STOP:
-            self.ctx.emit(SendUpstream(_encode(result, frame)))
+            return
+        handler = self._CLIENT_HANDLERS.get(type(message))
+        forward = _result_frame(message, _SAME if handler is None else handler(self, message), frame)
+        if forward is not None:
+            self.ctx.emit(SendUpstream(forward))
 
-    def _client_setup(self, setup: Any) -> Any:
-        if not isinstance(setup, dict):
-            return _SAME
-        instruction = field(setup, "systemInstruction")
-        parts = instruction.get("parts") if isinstance(instruction, dict) else None
+    def _client_setup(self, setup: Setup) -> Any:
+        instruction = setup.system_instruction
+        parts = instruction.parts if isinstance(instruction, Content) else None
         if isinstance(parts, list):
-            texts = [p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)]
+            texts = [p.text for p in parts if isinstance(p, Part) and isinstance(p.text, str)]
             self.conversation.session["instructions"] = "\n".join(texts)
         elif isinstance(instruction, str):
             self.conversation.session["instructions"] = instruction
-        tools = setup.get("tools")
-        self._client_functions = {
-            d["name"] for d in _declarations(tools) if isinstance(d, dict) and isinstance(d.get("name"), str)}
+        tools = given(setup.tools)
+        self._client_functions = {d.name for d in _declarations(tools) if isinstance(d.name, str)}
         if not self.config.declare_tools or not len(self.tools):
             return _SAME
         clashes = [name for name in self.tools.names if name in self._client_functions]
@@ -361,108 +380,101 @@ class GeminiEngine(SessionEngine):
             return _SAME   # the provider refuses it, in its own words
         merged = list(tools)
         for index, entry in enumerate(merged):
-            key = key_of(entry, "functionDeclarations")
-            if key is not None and isinstance(entry[key], list):
-                merged[index] = {**entry, key: entry[key] + ours}
+            if isinstance(entry, Tool) and isinstance(entry.function_declarations, list):
+                merged[index] = replace(entry, function_declarations=entry.function_declarations + ours)
                 break
         else:
-            merged.append({"functionDeclarations": ours})
-        return {**setup, "tools": merged}
+            merged.append(Tool(function_declarations=ours))
+        return replace(setup, tools=merged)
 
-    def _client_content(self, content: Any) -> Any:
+    def _client_content(self, content: ClientContent) -> Any:
         """A client's turns: kept in the conversation; refused (`relay_owned_call`, nothing of the
         message goes up) when a part answers a relay call or makes up a call of a relay tool."""
-        if not isinstance(content, dict):
-            return _SAME
-        turns = field(content, "turns")
+        turns = given(content.turns)
         for turn in turns if isinstance(turns, list) else [turns]:
-            parts = field(turn, "parts")
+            parts = turn.parts if isinstance(turn, Content) else None
             for part in parts if isinstance(parts, list) else []:
-                forgery = self._forgery(field(part, "functionResponse"), field(part, "functionCall"))
+                if not isinstance(part, Part):
+                    continue
+                forgery = self._forgery(part.function_response, part.function_call)
                 if forgery is not None:
                     self.ctx.client_error("relay_owned_call", f"{forgery}; the client's turn was not forwarded")
                     return _STOP
-        self.turns.client_turns(turns)
+        self.turns.client_turns(plain(turns))
         return _SAME
 
     def _forgery(self, answer: Any, call: Any) -> str | None:
         """What is wrong with a client's `functionResponse` (`answer`) or `functionCall` part: an
         answer to a relay call or for a relay tool, a call of a relay tool; None when nothing."""
-        if isinstance(answer, dict):
-            entry = self.ledger.get(answer.get("id"))
+        if isinstance(answer, FunctionResponse):
+            entry = self.ledger.get(given(answer.id))
             if entry is not None and entry.owner is Owner.RELAY:
                 return f"call {entry.call_id} ({entry.name}) belongs to a relay tool"
-            name = answer.get("name")
+            name = answer.name
             if entry is None and isinstance(name, str) and name in self.tools:
                 return f"{name} is a relay tool: the relay answers its calls"
-        if isinstance(call, dict) and isinstance(call.get("name"), str) and call["name"] in self.tools:
-            return f"{call['name']} is a relay tool: only the model calls it"
+        if isinstance(call, FunctionCall) and isinstance(call.name, str) and call.name in self.tools:
+            return f"{call.name} is a relay tool: only the model calls it"
         return None
 
-    def _client_realtime_input(self, realtime_input: Any) -> Any:
-        text = field(realtime_input, "text")
+    def _client_realtime_input(self, realtime_input: RealtimeInput) -> Any:
+        text = realtime_input.text
         if isinstance(text, str) and text:
             self.turns.client_turns([{"role": "user", "parts": [{"text": text}]}])
         return _SAME
 
-    def _client_tool_response(self, tool_response: Any) -> Any:
-        key = key_of(tool_response, "functionResponses")
-        responses = tool_response[key] if key is not None else None
+    def _client_tool_response(self, tool_response: ToolResponse) -> Any:
+        responses = tool_response.function_responses
         if not isinstance(responses, list):
             return _SAME
         kept = []
         for response in responses:
-            entry = self.ledger.get(response.get("id")) if isinstance(response, dict) else None
+            entry = self.ledger.get(given(response.id)) if isinstance(response, FunctionResponse) else None
             forgery = self._forgery(response, None)
             if forgery is not None:
                 self.ctx.client_error("relay_owned_call", f"{forgery}; its answer from the client was not forwarded")
                 continue
             kept.append(response)
             if entry is not None and entry.state is not CallState.SKIPPED:
-                self.turns.record_output(entry, response.get("response"), "client",
-                                         final=field(response, "willContinue") is not True)
-        return _narrowed(tool_response, key, kept, len(responses))
+                self.turns.record_output(entry, given(response.response), "client",
+                                         final=response.will_continue is not True)
+        return _narrowed(tool_response, "function_responses", kept, len(responses))
 
-    _CLIENT_HANDLERS: dict[str, Callable[["GeminiEngine", Any], Any]] = {
-        "setup": _client_setup,
-        "clientContent": _client_content,
-        "client_content": _client_content,
-        "realtimeInput": _client_realtime_input,
-        "realtime_input": _client_realtime_input,
-        "toolResponse": _client_tool_response,
-        "tool_response": _client_tool_response,
+    _CLIENT_HANDLERS: dict[type, Callable[["GeminiEngine", Any], Any]] = {
+        Setup: _client_setup,
+        ClientContent: _client_content,
+        RealtimeInput: _client_realtime_input,
+        ToolResponse: _client_tool_response,
     }
 
 
-def _without_parts(content: dict[str, Any], turn: dict[str, Any], hidden: list[int]) -> Any:
+def _without_parts(content: ServerContent, hidden: list[int]) -> Any:
     """A `serverContent` without the model-turn parts at `hidden` (relay calls): the turn keeps
     its other parts (text beside a call stays); a turn left without parts goes, and a message
     left with nothing goes too."""
-    key = key_of(turn, "parts")
-    assert key is not None
-    kept = [part for index, part in enumerate(turn[key]) if index not in hidden]
-    turn_key = key_of(content, "modelTurn")
-    rest = {k: v for k, v in content.items() if k != turn_key}
+    turn = content.model_turn
+    kept = [part for index, part in enumerate(turn.parts) if index not in hidden]
     if kept:
-        return {**rest, turn_key: {**turn, key: kept}}
-    return rest if rest else _DROP
+        return replace(content, model_turn=replace(turn, parts=kept))
+    rest = replace(content, model_turn=UNSET)
+    return _DROP if empty(rest) else rest
 
 
-def _narrowed(part: dict[str, Any], key: str, kept: list[Any], total: int) -> Any:
-    """A message part whose list `key` keeps only `kept` of its `total` entries: the part as it
-    came when nothing was removed, nothing when nothing is left."""
+def _narrowed(message: Message, name: str, kept: list[Any], total: int) -> Any:
+    """A message whose list field `name` keeps only `kept` of its `total` entries: the message as
+    it came when nothing was removed, nothing when nothing is left."""
     if len(kept) == total:
         return _SAME
-    return {**part, key: kept} if kept else _DROP
+    return replace(message, **{name: kept}) if kept else _DROP
 
 
 def _declarations(tools: Any) -> list[Any]:
-    """Every function declaration of a setup's `tools`, in either spelling."""
+    """Every function declaration of a setup's `tools`."""
     found: list[Any] = []
     for entry in tools if isinstance(tools, list) else []:
-        declarations = field(entry, "functionDeclarations")
+        declarations = entry.function_declarations if isinstance(entry, Tool) else None
         if isinstance(declarations, list):
-            found.extend(declarations)
+            found.extend(d for d in declarations if isinstance(d, FunctionDeclaration))
     return found
 
 

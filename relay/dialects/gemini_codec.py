@@ -1,0 +1,417 @@
+"""Gemini Live's codec: a frame into one of a closed set of typed messages (`decode` for a frame's
+text, `event_of` for a frame already decoded), a message back into a frame (`encode`), and the
+cheap look that lets audio pass undecoded (`audio_peek`).
+
+A Gemini frame has no `type`: it is an object keyed by its one message member (`serverContent`,
+`toolCall`, ... from the server; `setup`, `clientContent`, `realtimeInput`, `toolResponse` from a
+client), beside which the server may put `usageMetadata`. Every member may come in camelCase or
+snake_case, and the `google-genai` SDK mixes them (`tool_response` around `functionResponses`). So
+a message, and every object inside it the relay reads (a turn's `Content`, a `Part`, a
+`FunctionCall`...), is a msgspec Struct whose fields are its members read in either spelling
+(`UNSET` when absent); it keeps how each was spelt (`spelt`) and the members it does not name
+(`extra`), and `encode` writes it back in the same spellings with nothing lost: a message the
+relay rewrites (a relay call hidden from a client, the relay's tools added to a setup) differs
+from what came only where the relay changed it. What the relay writes itself is camelCase.
+
+Fields hold what the wire gave: an object the codec types is its Struct when it was an object,
+a list of them a list (an entry that was not an object stays as it came), anything else the
+value as it came. Readers ask for the types (`isinstance(part.function_call, FunctionCall)`), as
+they checked the shapes before. A frame outside the set (not an object, no message member, two
+message members, which the service refuses) is an `Unknown` that keeps the frame.
+
+The representation follows the OpenAI family's codec (relay/dialects/openai_codec.py; measured in
+scripts/bench_codec.py, docs/benchmarks.md "Typed events"). One difference, measured too: the
+frame's JSON is read by msgspec into plain objects and the messages built from them, since
+msgspec's own typed decoding knows one spelling per field and drops the members a struct does not
+name, both of which a rewritten message must keep.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import msgspec
+from msgspec import UNSET
+
+from relay.dialects.gemini import media_frame, snake_case
+from relay.dialects.jsontext import compact_json
+
+
+class Obj(msgspec.Struct, kw_only=True):
+    """An object of the wire. Its named members are fields (`UNSET`: absent); `extra` holds the
+    members it does not name, and `spelt` the spelling of each field that did not come in
+    camelCase (field -> key), both as they came, for `encode`."""
+
+    extra: dict[str, Any] = {}
+    spelt: dict[str, str] = {}
+
+
+# ---- inside the messages --------------------------------------------------------------------------
+class Blob(Obj):
+    """Inline bytes: the model's speech, the caller's audio, a video frame (base64 `data`)."""
+
+    mime_type: Any = UNSET
+    data: Any = UNSET
+
+
+class FunctionCall(Obj):
+    id: Any = UNSET
+    name: Any = UNSET
+    args: Any = UNSET
+
+
+class FunctionResponse(Obj):
+    """An answer: `response` is `{"output": ...}` or `{"error": ...}`; `will_continue` and
+    `scheduling` for NON_BLOCKING functions only."""
+
+    id: Any = UNSET
+    name: Any = UNSET
+    response: Any = UNSET
+    will_continue: Any = UNSET
+    scheduling: Any = UNSET
+
+
+class Part(Obj):
+    text: Any = UNSET
+    thought: Any = UNSET
+    inline_data: Any = UNSET        # Blob
+    function_call: Any = UNSET      # FunctionCall
+    function_response: Any = UNSET  # FunctionResponse
+
+
+class Content(Obj):
+    """A turn: the model's (`role` "model"), a user's, or a system instruction."""
+
+    role: Any = UNSET
+    parts: Any = UNSET              # list of Part
+
+
+class Transcription(Obj):
+    text: Any = UNSET
+    finished: Any = UNSET
+
+
+class FunctionDeclaration(Obj):
+    name: Any = UNSET
+    description: Any = UNSET
+    parameters: Any = UNSET
+    parameters_json_schema: Any = UNSET
+    behavior: Any = UNSET           # BLOCKING (the default) or NON_BLOCKING
+
+
+class Tool(Obj):
+    function_declarations: Any = UNSET   # list of FunctionDeclaration
+
+
+class GenerationConfig(Obj):
+    response_modalities: Any = UNSET
+
+
+# ---- the messages ---------------------------------------------------------------------------------
+class Message(Obj):
+    """A frame's message: the member the frame is keyed by (`MEMBER`, camelCase). `key` is how
+    the frame spelt it (None: camelCase), `beside` the frame's other members (the server's
+    `usageMetadata` beside its message), as they came."""
+
+    MEMBER: ClassVar[str]
+    key: str | None = None
+    beside: dict[str, Any] = {}
+
+
+class SetupComplete(Message):
+    MEMBER = "setupComplete"
+    session_id: Any = UNSET
+
+
+class ServerContent(Message):
+    """The model's turn as it goes (its parts: words, audio, Gemini's second delivery of a call),
+    the transcriptions, and the turn's end (`turn_complete`) or interruption."""
+
+    MEMBER = "serverContent"
+    model_turn: Any = UNSET             # Content
+    turn_complete: Any = UNSET
+    interrupted: Any = UNSET
+    generation_complete: Any = UNSET
+    input_transcription: Any = UNSET    # Transcription
+    output_transcription: Any = UNSET   # Transcription
+
+
+class ToolCall(Message):
+    MEMBER = "toolCall"
+    function_calls: Any = UNSET         # list of FunctionCall
+
+
+class ToolCallCancellation(Message):
+    """The server withdrew these calls (the user interrupted): no answer may be sent for them."""
+
+    MEMBER = "toolCallCancellation"
+    ids: Any = UNSET
+
+
+class GoAway(Message):
+    MEMBER = "goAway"
+    time_left: Any = UNSET
+
+
+class SessionResumptionUpdate(Message):
+    MEMBER = "sessionResumptionUpdate"
+    new_handle: Any = UNSET
+    resumable: Any = UNSET
+
+
+class UsageMetadata(Message):
+    """A frame of nothing but the usage (it usually comes beside another message: `beside`)."""
+
+    MEMBER = "usageMetadata"
+    total_token_count: Any = UNSET
+
+
+class VoiceActivityDetectionSignal(Message):
+    MEMBER = "voiceActivityDetectionSignal"
+    vad_signal_type: Any = UNSET
+
+
+class VoiceActivity(Message):
+    MEMBER = "voiceActivity"
+    voice_activity_type: Any = UNSET
+
+
+class Setup(Message):
+    """The client's first message: the model, its configuration, its tools."""
+
+    MEMBER = "setup"
+    model: Any = UNSET
+    generation_config: Any = UNSET      # GenerationConfig
+    system_instruction: Any = UNSET     # Content (or a plain string)
+    tools: Any = UNSET                  # list of Tool
+    input_audio_transcription: Any = UNSET
+    output_audio_transcription: Any = UNSET
+
+
+class ClientContent(Message):
+    MEMBER = "clientContent"
+    turns: Any = UNSET                  # list of Content (or one)
+    turn_complete: Any = UNSET
+
+
+class RealtimeInput(Message):
+    """The caller's media (forwarded undecoded: `audio_peek`), or a text or activity signal."""
+
+    MEMBER = "realtimeInput"
+    audio: Any = UNSET                  # Blob
+    media_chunks: Any = UNSET           # list of Blob
+    video: Any = UNSET
+    text: Any = UNSET
+    audio_stream_end: Any = UNSET
+    activity_start: Any = UNSET
+    activity_end: Any = UNSET
+
+
+class ToolResponse(Message):
+    MEMBER = "toolResponse"
+    function_responses: Any = UNSET     # list of FunctionResponse
+
+
+class Unknown(msgspec.Struct):
+    """A frame outside the closed set, kept as it came: the frame's text, or the decoded value a
+    recording held. `member`: the message member whose value was not an object, when that is
+    what put the frame outside."""
+
+    raw: Any
+    member: str | None = None
+
+
+SERVER_MESSAGES: tuple[type[Message], ...] = (
+    SetupComplete, ServerContent, ToolCall, ToolCallCancellation, GoAway, SessionResumptionUpdate,
+    UsageMetadata, VoiceActivityDetectionSignal, VoiceActivity)
+CLIENT_MESSAGES: tuple[type[Message], ...] = (Setup, ClientContent, RealtimeInput, ToolResponse)
+MESSAGES: Mapping[str, type[Message]] = {
+    key: cls for cls in (*SERVER_MESSAGES, *CLIENT_MESSAGES) for key in (cls.MEMBER, snake_case(cls.MEMBER))}
+"""A message member, in either spelling -> its message: the closed set."""
+_BESIDE = UsageMetadata   # the one member that may stand beside another message in a frame
+
+# the typed objects inside each struct: field -> the struct of its value (of each entry for a list)
+_INSIDE: dict[type, dict[str, type[Obj]]] = {
+    Part: {"inline_data": Blob, "function_call": FunctionCall, "function_response": FunctionResponse},
+    Content: {"parts": Part},
+    Tool: {"function_declarations": FunctionDeclaration},
+    ServerContent: {"model_turn": Content, "input_transcription": Transcription,
+                    "output_transcription": Transcription},
+    ToolCall: {"function_calls": FunctionCall},
+    Setup: {"generation_config": GenerationConfig, "system_instruction": Content, "tools": Tool},
+    ClientContent: {"turns": Content},
+    RealtimeInput: {"audio": Blob, "media_chunks": Blob, "video": Blob},
+    ToolResponse: {"function_responses": FunctionResponse},
+}
+_OWN = frozenset({"extra", "spelt", "key", "beside"})   # a struct's bookkeeping, not wire members
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """How a struct's members are spelt: key (either spelling) -> field; field -> camelCase key."""
+
+    fields: tuple[str, ...]
+    by_key: Mapping[str, str]
+    camel: Mapping[str, str]
+    inside: Mapping[str, type[Obj]]
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(word.title() for word in rest)
+
+
+def _shape(cls: type[Obj]) -> _Shape:
+    fields = tuple(name for name in cls.__struct_fields__ if name not in _OWN)
+    camel = {name: _camel(name) for name in fields}
+    by_key = {**{name: name for name in fields}, **{key: name for name, key in camel.items()}}
+    return _Shape(fields, by_key, camel, _INSIDE.get(cls, {}))
+
+
+def _structs(base: type) -> Iterable[type]:
+    for cls in base.__subclasses__():
+        yield cls
+        yield from _structs(cls)
+
+
+_SHAPES: dict[type, _Shape] = {cls: _shape(cls) for cls in _structs(Obj)}
+
+
+# ---- reading ----------------------------------------------------------------------------------------
+def read(cls: type[Obj], data: Mapping[str, Any], **own: Any) -> Any:
+    """`data`, a decoded object, as a `cls`: its members in either spelling (camelCase first when
+    both came), the objects inside typed too."""
+    shape = _SHAPES[cls]
+    values: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    spelt: dict[str, str] = {}
+    for key, value in data.items():
+        name = shape.by_key.get(key)
+        if name is None:
+            extra[key] = value
+            continue
+        if name in values:   # both spellings came: the camelCase one is the field, the other extra
+            if key != shape.camel[name]:
+                extra[key] = value
+                continue
+            snake = spelt.pop(name)
+            extra[snake] = data[snake]
+        elif key != shape.camel[name]:
+            spelt[name] = key
+        inner = shape.inside.get(name)
+        values[name] = value if inner is None else _typed(inner, value)
+    return cls(**values, **own, extra=extra, spelt=spelt)
+
+
+def _typed(cls: type[Obj], value: Any) -> Any:
+    if isinstance(value, dict):
+        return read(cls, value)
+    if isinstance(value, list):
+        return [read(cls, entry) if isinstance(entry, dict) else entry for entry in value]
+    return value
+
+
+def event_of(data: Any) -> Message | Unknown:
+    """A frame already decoded (a recording's, the engine's) into its message, or an `Unknown`
+    holding it: an object with exactly one message member (the server's `usageMetadata` may stand
+    beside it), whose value is an object."""
+    if not isinstance(data, dict):
+        return Unknown(data)
+    found: type[Message] | None = None
+    member = ""
+    for key in data:
+        cls = MESSAGES.get(key)
+        if cls is None or (cls is _BESIDE and found is not None):
+            continue
+        if found is not None and found is not _BESIDE:
+            return Unknown(data)   # two messages in one frame: the service refuses it
+        found, member = cls, key
+    if found is None:
+        return Unknown(data)
+    if not isinstance(data[member], dict):
+        return Unknown(data, member)
+    beside = {key: value for key, value in data.items() if key != member} if len(data) > 1 else {}
+    return read(found, data[member], key=None if member == found.MEMBER else member, beside=beside)
+
+
+_DECODER = msgspec.json.Decoder()
+
+
+def decode(frame: str | bytes) -> Message | Unknown:
+    """A frame's text into its message, or an `Unknown` holding the frame."""
+    try:
+        data = _DECODER.decode(frame)
+    except msgspec.DecodeError:
+        return Unknown(frame)
+    event = event_of(data)
+    return Unknown(frame, event.member) if isinstance(event, Unknown) else event
+
+
+def given(value: Any, default: Any = None) -> Any:
+    """A field's value, or `default` when the member was absent."""
+    return default if value is UNSET else value
+
+
+def empty(obj: Obj) -> bool:
+    """Whether an object has no member left."""
+    return not obj.extra and all(getattr(obj, name) is UNSET for name in _SHAPES[type(obj)].fields)
+
+
+# ---- writing ----------------------------------------------------------------------------------------
+def plain(obj: Any) -> Any:
+    """A struct (or a list of them, or any value) as the plain object the wire carries, each
+    member under the name it came by (camelCase for what the relay made)."""
+    if isinstance(obj, Obj):
+        shape = _SHAPES[type(obj)]
+        out: dict[str, Any] = {}
+        for name in shape.fields:
+            value = getattr(obj, name)
+            if value is not UNSET:
+                out[obj.spelt.get(name) or shape.camel[name]] = plain(value)
+        out.update(obj.extra)
+        return out
+    if isinstance(obj, list):
+        return [plain(entry) for entry in obj]
+    return obj
+
+
+def frame_of(message: Message) -> dict[str, Any]:
+    """A message as the frame's object: keyed by its member as it came, what stood beside it too."""
+    return {message.key or message.MEMBER: plain(message), **message.beside}
+
+
+_ENCODER = msgspec.json.Encoder()
+
+
+def encode(message: Message) -> str:
+    """A message as a frame's text: compact, non-ASCII as is (a lone surrogate, which UTF-8
+    cannot carry, written as its escape, as `compact_json` writes it)."""
+    data = frame_of(message)
+    try:
+        return _ENCODER.encode(data).decode("utf-8")
+    except UnicodeEncodeError:
+        return compact_json(data)
+
+
+def encode_beside(message: Message) -> str | None:
+    """The frame without its message: what stood beside it alone (None: nothing did)."""
+    return compact_json(message.beside) if message.beside else None
+
+
+# ---- audio passes undecoded -------------------------------------------------------------------------
+def audio_peek(*, upstream: bool = True) -> Callable[[str | bytes], str | None]:
+    """Whether a frame is media the relay forwards as it came (from the upstream, or from the
+    client with `upstream=False`), told without decoding it: `"audio"` for the model's speech,
+    `"media"` for any other media frame, None for a frame to decode (`gemini.media_frame`)."""
+    side = "upstream" if upstream else "client"
+    return lambda frame: media_frame(frame, side)   # type: ignore[arg-type]
+
+
+WIRE_NAMES = frozenset({*MESSAGES, *(key for shape in _SHAPES.values() for key in shape.camel.values()
+                                     if not key.islower())})
+"""Every name of the wire a module outside the dialects should not spell: the messages in either
+spelling and the members of more than one word in their camelCase spelling (their snake_case
+spelling, and a one-word `text`, `id` or `name`, are common words of Python code), what
+tests/test_wire_names.py counts."""
