@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
@@ -107,17 +107,33 @@ def first_key(frame: str | bytes) -> str | None:
     return key if isinstance(key, str) else key.decode("ascii")
 
 
-def media_frame(frame: str | bytes, side: Literal["upstream", "client"]) -> Literal["audio", "media"] | None:
+def media_peek(side: Literal["upstream", "client"]) -> Callable[[str | bytes], Literal["audio", "media"] | None]:
     """Whether a frame from `side` may be forwarded unparsed: an audio or video carrier
     (`serverContent` / `realtimeInput`) holding none of the state markers. `"audio"` when it
     carries an inline blob (the model's speech, in a `serverContent`), `"media"` for any other
-    such frame, None when it must be parsed."""
-    if first_key(frame) not in _MEDIA_KEYS[side]:
-        return None
-    markers = _STATE_MARKERS[side] if isinstance(frame, str) else _STATE_MARKER_BYTES[side]
-    if any(marker in frame for marker in markers):  # type: ignore[operator]
-        return None
-    return "audio" if any(marker in frame for marker in _AUDIO_BLOB_MARKERS[type(frame)]) else "media"  # type: ignore[operator]
+    such frame, None when it must be parsed. The side's keys and markers are bound once, so the
+    look costs one call per frame."""
+    media_keys = _MEDIA_KEYS[side]
+    markers = {str: _STATE_MARKERS[side], bytes: _STATE_MARKER_BYTES[side]}
+    blobs = _AUDIO_BLOB_MARKERS
+
+    def peek(frame: str | bytes) -> Literal["audio", "media"] | None:
+        if first_key(frame) not in media_keys:
+            return None
+        kind = type(frame)
+        if any(marker in frame for marker in markers[kind]):  # type: ignore[operator]
+            return None
+        return "audio" if any(marker in frame for marker in blobs[kind]) else "media"  # type: ignore[operator]
+
+    return peek
+
+
+_PEEKS = {side: media_peek(side) for side in ("upstream", "client")}   # type: ignore[arg-type]
+
+
+def media_frame(frame: str | bytes, side: Literal["upstream", "client"]) -> Literal["audio", "media"] | None:
+    """`media_peek(side)(frame)`: whether a frame from `side` may be forwarded unparsed."""
+    return _PEEKS[side](frame)
 
 
 # ---- where audio sits ----------------------------------------------------------------------------
@@ -216,7 +232,8 @@ def _compact(value: Any) -> str:
 @dataclass(frozen=True, kw_only=True)
 class GeminiDialect(Dialect):
     """How the relay reaches a Gemini Live upstream and writes to it: its tools as function
-    declarations, its answers as `toolResponse` messages."""
+    declarations, its answers as `FunctionResponse`s (which the codec, relay/dialects/gemini_codec.py,
+    sends in a `toolResponse`)."""
 
     wire: Literal["gemini"] = "gemini"
 
@@ -255,9 +272,6 @@ class GeminiDialect(Dialect):
         if will_continue is not None:
             answer["willContinue"] = will_continue
         return answer
-
-    def tool_response(self, function_responses: list[dict[str, Any]]) -> dict[str, Any]:
-        return {"toolResponse": {"functionResponses": function_responses}}
 
     def client_error_event(self, event_id: str, code: str, message: str, **details: Any) -> None:
         """None: Gemini Live has no error message; the close reason carries it."""

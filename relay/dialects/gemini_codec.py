@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 import msgspec
 from msgspec import UNSET
 
-from relay.dialects.gemini import media_frame, snake_case
+from relay.dialects.gemini import media_peek, snake_case
 from relay.dialects.jsontext import compact_json
 
 
@@ -349,6 +349,11 @@ def decode(frame: str | bytes) -> Message | Unknown:
     return Unknown(frame, event.member) if isinstance(event, Unknown) else event
 
 
+def member_names(cls: type[Obj]) -> frozenset[str]:
+    """Every key a `cls` reads as one of its fields, in either spelling."""
+    return frozenset(_SHAPES[cls].by_key)
+
+
 def given(value: Any, default: Any = None) -> Any:
     """A field's value, or `default` when the member was absent."""
     return default if value is UNSET else value
@@ -404,9 +409,8 @@ def encode_beside(message: Message) -> str | None:
 def audio_peek(*, upstream: bool = True) -> Callable[[str | bytes], str | None]:
     """Whether a frame is media the relay forwards as it came (from the upstream, or from the
     client with `upstream=False`), told without decoding it: `"audio"` for the model's speech,
-    `"media"` for any other media frame, None for a frame to decode (`gemini.media_frame`)."""
-    side = "upstream" if upstream else "client"
-    return lambda frame: media_frame(frame, side)   # type: ignore[arg-type]
+    `"media"` for any other media frame, None for a frame to decode (`gemini.media_peek`)."""
+    return media_peek("upstream" if upstream else "client")
 
 
 WIRE_NAMES = frozenset({*MESSAGES, *(key for shape in _SHAPES.values() for key in shape.camel.values()

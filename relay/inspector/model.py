@@ -27,7 +27,7 @@ frame toward the client, and how each relay call ended is the relay's `tool_call
 This module holds what every dialect shares: the frames and events, the audio tracks, feeding;
 the call book (relay/inspector/callbook.py) and the views (snapshot, delta, summary:
 relay/inspector/views.py) are parts of the model in modules of their own. Reading each wire is its
-parser's job: `relay.inspector.itembased` (the OpenAI family) and `relay.inspector.gemini` (Gemini
+parser's job: `relay.inspector.itembased` (the OpenAI family) and `relay.inspector.turnbased` (Gemini
 Live), which build through `relay.inspector.building.ModelBuilding`'s methods (the part of the
 model they see: they do not import this module, which chooses between them).
 """
@@ -40,8 +40,8 @@ from typing import Any, Iterable
 from relay.inspector.audio import DEFAULT_MAX_RATE, SideAudio
 from relay.inspector.building import ModelBuilding, WireParser, as_dict
 from relay.inspector.callbook import TrackedCall, TrackedResponse
-from relay.inspector.gemini import GeminiParser
 from relay.inspector.itembased import OpenAIParser
+from relay.inspector.turnbased import GeminiParser
 from relay.inspector.views import LANES, MODEL_VERSION, ModelViews, recording_dialect
 from relay.recording.format import (
     CLIENT_TO_RELAY,

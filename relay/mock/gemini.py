@@ -19,6 +19,10 @@ What it plays, from the same `MockScript` as the OpenAI modes:
 - a reply with `hold_before_done` leaves its turn open (no `turnComplete`) until `release()`;
   `withdraw()` cancels the open calls (`toolCallCancellation`) without an interruption.
 
+It reads and writes the wire through the family's codec (relay/dialects/gemini_codec.py): what
+a client sends arrives as a typed message, and what the mock says is built as one and handed to
+the server as the frame's object (`frame_of`), which the server records and sends.
+
 Like the real service it has no error events: a message it cannot accept closes the socket
 (1007 with the reason), including an answer for an unknown, cancelled or already answered call,
 `willContinue` on a BLOCKING function, or a function the setup declared twice. With
@@ -34,15 +38,40 @@ from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import Any
 
-from relay.dialects.gemini import (
-    CLIENT_MESSAGE_KEYS,
-    CLIENT_PATHS,
-    DEFAULT_PATH,
-    field,
-    key_of,
-    response_text,
-    snake_case,
+from msgspec.structs import replace
+
+from relay.dialects.gemini import CLIENT_PATHS, DEFAULT_PATH, response_text
+from relay.dialects.gemini_codec import (
+    CLIENT_MESSAGES,
+    MESSAGES,
+    Blob,
+    ClientContent,
+    Content,
+    FunctionCall,
+    FunctionDeclaration,
+    FunctionResponse,
+    GenerationConfig,
+    GoAway,
+    Message,
+    Part,
+    RealtimeInput,
+    ServerContent,
+    Setup,
+    SetupComplete,
+    Tool,
+    ToolCallCancellation,
+    ToolResponse,
+    Transcription,
+    UNSET,
+    Unknown,
+    event_of,
+    frame_of,
+    given,
+    member_names,
+    plain,
 )
+from relay.dialects.gemini_codec import ToolCall as CallsMessage
+from relay.dialects.openai import FUNCTION_CALL, FUNCTION_CALL_OUTPUT   # the script reads OpenAI-shaped items
 from relay.errors import RelayError
 from relay.mock.faults import Faults
 from relay.mock.quirks import Quirks
@@ -61,7 +90,7 @@ _FUNCTION_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$")
 _BEHAVIORS = ("BLOCKING", "NON_BLOCKING", "UNSPECIFIED")
 _SCHEDULINGS = ("SILENT", "WHEN_IDLE", "INTERRUPT", "SCHEDULING_UNSPECIFIED")
 _MODALITIES = ("TEXT", "AUDIO")
-_TOP_LEVEL = {key: key for key in CLIENT_MESSAGE_KEYS} | {snake_case(key): key for key in CLIENT_MESSAGE_KEYS}
+_ANSWER_MEMBERS = member_names(FunctionResponse) | {"parts"}   # what a FunctionResponse may hold
 
 
 @dataclass(frozen=True)
@@ -120,7 +149,8 @@ class GeminiMockSession:
         self.quirks = quirks or Quirks()
         self.query = dict(query or {})
         self.connections: list[MockConnection] = []
-        self.setup: dict[str, Any] | None = None
+        self.setup: dict[str, Any] | None = None   # the setup as the client sent it
+        self._setup: Setup | None = None
         self.declarations: dict[str, dict[str, Any]] = {}
         self.items: list[dict[str, Any]] = []   # the conversation, shaped as the script reads it
         self.calls: dict[str, MockCall] = {}
@@ -136,7 +166,7 @@ class GeminiMockSession:
     # -- views ---------------------------------------------------------------------------------
     @property
     def model(self) -> str | None:
-        return self.setup.get("model") if self.setup else None
+        return self._setup.model if isinstance(self._setup, Setup) else None
 
     @property
     def auth(self) -> str | None:
@@ -144,7 +174,7 @@ class GeminiMockSession:
 
     @property
     def modality(self) -> str:
-        modalities = field(field(self.setup, "generationConfig"), "responseModalities")
+        modalities = _modalities(self._setup)
         return modalities[0] if isinstance(modalities, list) and modalities else "AUDIO"
 
     @property
@@ -171,7 +201,7 @@ class GeminiMockSession:
     def interrupt(self) -> list[Any]:
         """The user barged in: the model stops, and its unanswered calls are cancelled."""
         self.held = False
-        return [Emit({"serverContent": {"interrupted": True}}), *self.withdraw()]
+        return [_emit(ServerContent(interrupted=True)), *self.withdraw()]
 
     def withdraw(self) -> list[Any]:
         """The model withdraws its unanswered calls (`toolCallCancellation`); no answer may follow."""
@@ -179,7 +209,7 @@ class GeminiMockSession:
         for call in cancelled:
             call.state = "cancelled"
         self._batch = []
-        return [Emit({"toolCallCancellation": {"ids": [call.id for call in cancelled]}})] if cancelled else []
+        return [_emit(ToolCallCancellation(ids=[call.id for call in cancelled]))] if cancelled else []
 
     def release(self) -> list[Any]:
         """A held turn ends (`turnComplete`); nothing when none is held."""
@@ -189,10 +219,10 @@ class GeminiMockSession:
         return self._complete()
 
     def _complete(self) -> list[Any]:
-        return [Emit({"serverContent": {"generationComplete": True}}), Emit({"serverContent": {"turnComplete": True}})]
+        return [_emit(ServerContent(generation_complete=True)), _emit(ServerContent(turn_complete=True))]
 
     def go_away(self, time_left: str) -> list[Any]:
-        return [Emit({"goAway": {"timeLeft": time_left}})]
+        return [_emit(GoAway(time_left=time_left))]
 
     # -- messages ------------------------------------------------------------------------------
     def _dispatch(self, event: Any) -> list[Any]:
@@ -201,78 +231,80 @@ class GeminiMockSession:
         if len(event) != 1:
             raise GeminiProtocolError("Invalid JSON payload received. A message carries exactly one of "
                                       "setup, clientContent, realtimeInput, toolResponse.")
-        (key, value), = event.items()
-        kind = _TOP_LEVEL.get(key)
-        if kind is None:
+        (key, _), = event.items()
+        if MESSAGES.get(key) not in CLIENT_MESSAGES:
             raise _unknown_name(key)
-        if not isinstance(value, dict):
+        message = event_of(event)
+        if isinstance(message, Unknown):
             raise GeminiProtocolError(f"Invalid value at '{key}': expected an object.")
-        if kind == "setup":
-            return self._setup(value)
+        if isinstance(message, Setup):
+            return self._setup_message(message)
         if self.setup is None:
             raise GeminiProtocolError("The first message must be setup.")
-        if kind == "clientContent":
-            return self._client_content(value)
-        if kind == "realtimeInput":
-            return self._realtime_input(value)
-        return self._tool_response(value)
+        if isinstance(message, ClientContent):
+            return self._client_content(message)
+        if isinstance(message, RealtimeInput):
+            return self._realtime_input(message)
+        assert isinstance(message, ToolResponse)
+        return self._tool_response(message)
 
-    def _setup(self, setup: dict[str, Any]) -> list[Any]:
+    def _setup_message(self, setup: Setup) -> list[Any]:
         if self.setup is not None:
             raise GeminiProtocolError("setup may be sent only once, as the first message.")
-        model = setup.get("model")
+        model = setup.model
         if not isinstance(model, str) or not model:
             raise GeminiProtocolError("setup.model is required.")
-        modalities = field(field(setup, "generationConfig"), "responseModalities")
+        modalities = _modalities(setup)
         if modalities is not None and (not isinstance(modalities, list) or len(modalities) != 1
                                        or modalities[0] not in _MODALITIES):
             raise GeminiProtocolError("generationConfig.responseModalities takes one of TEXT, AUDIO.")
-        self.declarations = self._check_tools(setup.get("tools"))
-        self.setup = copy.deepcopy(setup)
-        return [Emit({"setupComplete": {}})]
+        self.declarations = self._check_tools(given(setup.tools))
+        self.setup = copy.deepcopy(plain(setup))
+        self._setup = setup
+        return [_emit(SetupComplete())]
 
-    def _check_tools(self, tools: Any) -> dict[str, dict[str, Any]]:
+    def _check_tools(self, tools: Any) -> dict[str, FunctionDeclaration]:
         if tools is None:
             return {}
         if not isinstance(tools, list):
             raise GeminiProtocolError("Invalid value at 'setup.tools': expected a list.")
-        declared: dict[str, dict[str, Any]] = {}
+        declared: dict[str, FunctionDeclaration] = {}
         for entry in tools:
-            declarations = field(entry, "functionDeclarations", [])
-            if not isinstance(entry, dict) or not isinstance(declarations, list):
+            declarations = given(entry.function_declarations, []) if isinstance(entry, Tool) else None
+            if not isinstance(declarations, list):
                 raise GeminiProtocolError("Invalid value at 'setup.tools': expected Tool objects.")
             for declaration in declarations:
-                name = declaration.get("name") if isinstance(declaration, dict) else None
+                name = given(declaration.name) if isinstance(declaration, FunctionDeclaration) else None
                 if not isinstance(name, str) or not _FUNCTION_NAME.match(name):
                     raise GeminiProtocolError(f"Invalid function name {name!r}.")
                 if name in declared:
                     raise GeminiProtocolError(f"Duplicate function declaration: {name}.")
-                if key_of(declaration, "parameters") and key_of(declaration, "parametersJsonSchema"):
+                if declaration.parameters is not UNSET and declaration.parameters_json_schema is not UNSET:
                     raise GeminiProtocolError(f"{name}: set parameters or parametersJsonSchema, not both.")
-                if field(declaration, "behavior", "BLOCKING") not in _BEHAVIORS:
-                    raise GeminiProtocolError(f"{name}: unknown behavior {field(declaration, 'behavior')!r}.")
+                if given(declaration.behavior, "BLOCKING") not in _BEHAVIORS:
+                    raise GeminiProtocolError(f"{name}: unknown behavior {given(declaration.behavior)!r}.")
                 declared[name] = declaration
         return declared
 
-    def _client_content(self, content: dict[str, Any]) -> list[Any]:
-        turns = field(content, "turns", [])
+    def _client_content(self, content: ClientContent) -> list[Any]:
+        turns = given(content.turns, [])
         if not isinstance(turns, list):
             raise GeminiProtocolError("Invalid value at 'clientContent.turns': expected a list.")
         for turn in turns:
-            parts = turn.get("parts") if isinstance(turn, dict) else None
+            parts = turn.parts if isinstance(turn, Content) else None
             if not isinstance(parts, list):
                 raise GeminiProtocolError("Invalid value at 'clientContent.turns': expected Content objects.")
-            words = " ".join(p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str))
-            role = "assistant" if turn.get("role") == "model" else "user"
+            words = " ".join(p.text for p in parts if isinstance(p, Part) and isinstance(p.text, str))
+            role = "assistant" if turn.role == "model" else "user"
             if words:
                 self.items.append({"type": "message", "role": role,
                                    "content": [{"type": "input_text" if role == "user" else "text", "text": words}]})
-        if field(content, "turnComplete") is not True:
+        if content.turn_complete is not True:
             return []
         return self._user_turn_complete()
 
-    def _realtime_input(self, realtime_input: dict[str, Any]) -> list[Any]:
-        text = field(realtime_input, "text")
+    def _realtime_input(self, realtime_input: RealtimeInput) -> list[Any]:
+        text = realtime_input.text
         if not isinstance(text, str) or not text:
             return []   # audio, video and activity signals: the mock has no ears
         self.items.append({"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]})
@@ -282,19 +314,19 @@ class GeminiMockSession:
         actions = self.interrupt() if self.open_calls or self.held else []
         return actions + self._model_turn(self._reply())
 
-    def _tool_response(self, tool_response: dict[str, Any]) -> list[Any]:
-        responses = field(tool_response, "functionResponses")
+    def _tool_response(self, tool_response: ToolResponse) -> list[Any]:
+        responses = tool_response.function_responses
         if not isinstance(responses, list) or not responses:
             raise GeminiProtocolError("toolResponse.functionResponses must be a non-empty list.")
         speak = False
         for response in responses:
             call = self._answered_call(response)
-            will_continue = field(response, "willContinue", False) is True
-            call.answers.append(copy.deepcopy(response))
+            will_continue = response.will_continue is True
+            call.answers.append(copy.deepcopy(plain(response)))
             call.state = "continuing" if will_continue else "answered"
-            self.items.append({"type": "function_call_output", "call_id": call.id, "name": call.name,
-                               "output": response_text(response.get("response"))})
-            if not call.blocking and field(response, "scheduling") != "SILENT":
+            self.items.append({"type": FUNCTION_CALL_OUTPUT, "call_id": call.id, "name": call.name,
+                               "output": response_text(given(response.response))})
+            if not call.blocking and given(response.scheduling) != "SILENT":
                 speak = True
         if self._batch and all(not self.calls[call_id].open for call_id in self._batch):
             self._batch = []
@@ -303,24 +335,25 @@ class GeminiMockSession:
 
     def _answered_call(self, response: Any) -> MockCall:
         """The call a FunctionResponse answers, checked as the service checks it."""
-        if not isinstance(response, dict):
+        if not isinstance(response, FunctionResponse):
             raise GeminiProtocolError("Invalid value at 'toolResponse.functionResponses': expected objects.")
-        for name in response:
-            if name not in ("id", "name", "response", "willContinue", "will_continue", "scheduling", "parts"):
+        for name in response.extra:
+            if name not in _ANSWER_MEMBERS:
                 raise _unknown_name(name)
-        call = self.calls.get(response.get("id"))
+        call_id, name = given(response.id), given(response.name)
+        call = self.calls.get(call_id)
         if call is None:
-            raise GeminiProtocolError(f"FunctionResponse for unknown function call id {response.get('id')!r}.")
+            raise GeminiProtocolError(f"FunctionResponse for unknown function call id {call_id!r}.")
         if not call.open:
             raise GeminiProtocolError(f"FunctionResponse for function call {call.id}, which is {call.state}.")
-        if response.get("name") not in (None, call.name):
-            raise GeminiProtocolError(f"FunctionResponse name {response.get('name')!r} does not match the call "
+        if name not in (None, call.name):
+            raise GeminiProtocolError(f"FunctionResponse name {name!r} does not match the call "
                                       f"{call.id} to {call.name}.")
-        if "response" in response and not isinstance(response["response"], dict):
+        if response.response is not UNSET and not isinstance(response.response, dict):
             raise GeminiProtocolError("FunctionResponse.response must be an object.")
-        if field(response, "willContinue") is True and call.blocking:
+        if response.will_continue is True and call.blocking:
             raise GeminiProtocolError(f"willContinue is only for NON_BLOCKING functions; {call.name} is blocking.")
-        scheduling = field(response, "scheduling")
+        scheduling = given(response.scheduling)
         if scheduling is not None and scheduling not in _SCHEDULINGS:
             raise GeminiProtocolError(f"Invalid value at 'scheduling': {scheduling!r}.")
         return call
@@ -337,43 +370,46 @@ class GeminiMockSession:
         say = reply.say
         if not say and not calls and reply.calls:
             say = self.script.default.say
-        actions = self._speak(say) if say else []
+        said = self._speak(say) if say else []
         if calls:
             made = [MockCall(c.call_id or new_function_call_id(), c.name, c.arguments, self._blocking(c.name))
                     for c in calls]
             for call in made:
                 self.calls[call.id] = call
-                self.items.append({"type": "function_call", "call_id": call.id, "name": call.name,
+                self.items.append({"type": FUNCTION_CALL, "call_id": call.id, "name": call.name,
                                    "arguments": ToolCall(name=call.name, arguments=call.args).arguments_text()})
             self._batch = [call.id for call in made if call.blocking]
             if self.quirks.call_parts:
-                actions += self._call_parts(actions, made)
-            actions.append(Emit({"toolCall": {"functionCalls": [
-                {"id": call.id, "name": call.name, "args": copy.deepcopy(call.args)} for call in made]}}))
+                said += self._call_parts(said, made)
+            said.append(CallsMessage(function_calls=[
+                FunctionCall(id=call.id, name=call.name, args=copy.deepcopy(call.args)) for call in made]))
             if self._batch:
-                return actions   # the model waits for the blocking answers
+                return [_emit(message) for message in said]   # the model waits for the blocking answers
+        actions = [_emit(message) for message in said]
         if reply.hold_before_done:
             self.held = True
             return actions
         actions += self._complete()
         return actions
 
-    def _call_parts(self, said: list[Any], made: list[MockCall]) -> list[Any]:
+    def _call_parts(self, said: list[Message], made: list[MockCall]) -> list[Message]:
         """The double delivery (`Quirks.call_parts`): the calls as `functionCall` parts of the
         model's turn, beside its last words (text or audio) when it spoke first, else in a message
         of their own."""
-        parts = [{"functionCall": {"id": call.id, "name": call.name, "args": copy.deepcopy(call.args)}}
+        parts = [Part(function_call=FunctionCall(id=call.id, name=call.name, args=copy.deepcopy(call.args)))
                  for call in made]
-        for action in reversed(said):
-            event = action.event if isinstance(action, Emit) else None
-            turn = event.get("serverContent", {}).get("modelTurn") if isinstance(event, dict) else None
-            if isinstance(turn, dict):
-                turn["parts"] = turn["parts"] + parts
+        for index in range(len(said) - 1, -1, -1):
+            message = said[index]
+            if isinstance(message, ServerContent) and isinstance(message.model_turn, Content):
+                turn = message.model_turn
+                said[index] = replace(message, model_turn=replace(turn, parts=[*turn.parts, *parts]))
                 return []
-        return [Emit({"serverContent": {"modelTurn": {"role": "model", "parts": parts}}})]
+        return [_model_turn(parts)]
 
     def _blocking(self, name: str) -> bool:
-        return field(self.declarations.get(name), "behavior", "BLOCKING") != "NON_BLOCKING"
+        declaration = self.declarations.get(name)
+        behavior = given(declaration.behavior, "BLOCKING") if declaration is not None else "BLOCKING"
+        return behavior != "NON_BLOCKING"
 
     def _allowed(self, calls: tuple[ToolCall, ...]) -> list[ToolCall]:
         if not self.script.options.strict_tools:
@@ -383,18 +419,31 @@ class GeminiMockSession:
                 warn_not_offered(self._warned_names, call.name, self.declarations, self.id)
         return [call for call in calls if call.name in self.declarations]
 
-    def _speak(self, text: str) -> list[Any]:
+    def _speak(self, text: str) -> list[Message]:
         """The model's words: text parts, or audio chunks followed by their transcription."""
         self.items.append({"type": "message", "role": "assistant", "content": [{"type": "text", "text": text}]})
         size = self.script.options.text_chunk_chars
         pieces = [text[start:start + size] for start in range(0, len(text), size)]
         if self.modality == "TEXT":
-            return [Emit({"serverContent": {"modelTurn": {"role": "model", "parts": [{"text": piece}]}}})
-                    for piece in pieces]
+            return [_model_turn([Part(text=piece)]) for piece in pieces]
         audio = base64.b64encode(bytes(self.script.options.audio_chunk_bytes)).decode("ascii")
-        actions = [Emit({"serverContent": {"modelTurn": {"role": "model", "parts": [
-            {"inlineData": {"mimeType": OUTPUT_AUDIO_MIME, "data": audio}}]}}})
-            for _ in range(self.script.options.audio_chunks)]
-        if key_of(self.setup, "outputAudioTranscription") is not None:
-            actions += [Emit({"serverContent": {"outputTranscription": {"text": piece}}}) for piece in pieces]
-        return actions
+        said = [_model_turn([Part(inline_data=Blob(mime_type=OUTPUT_AUDIO_MIME, data=audio))])
+                for _ in range(self.script.options.audio_chunks)]
+        if self._setup is not None and self._setup.output_audio_transcription is not UNSET:
+            said += [ServerContent(output_transcription=Transcription(text=piece)) for piece in pieces]
+        return said
+
+
+def _emit(message: Message) -> Emit:
+    """A message the mock says, as the frame's object the server sends and records."""
+    return Emit(frame_of(message))
+
+
+def _model_turn(parts: list[Any]) -> ServerContent:
+    return ServerContent(model_turn=Content(role="model", parts=parts))
+
+
+def _modalities(setup: Setup | None) -> Any:
+    """The response modalities a setup asks for (None: it names none)."""
+    config = setup.generation_config if setup is not None else None
+    return given(config.response_modalities) if isinstance(config, GenerationConfig) else None

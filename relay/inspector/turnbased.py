@@ -1,5 +1,6 @@
-"""The inspector's reading of Gemini Live's wire: each frame of a recording into the shared model
-(relay/inspector/model.py). Gemini has no responses: a model turn (from its first output to
+"""The inspector's reading of a turn-based wire, Gemini Live's: each frame of a recording, as the
+family's codec types it (relay/dialects/gemini_codec.py), into the shared model
+(relay/inspector/model.py). The wire has no responses: a model turn (from its first output to
 `turnComplete` or `interrupted`) stands for one; calls come in `toolCall`, are withdrawn by
 `toolCallCancellation`, and are answered in `toolResponse` (interim answers with `willContinue`).
 Audio is 16 kHz in, 24 kHz out unless a blob's mime type says otherwise.
@@ -10,13 +11,28 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from relay.dialects.gemini import (
-    audio_slots,
-    is_error_response,
-    only_media,
-    response_text,
+from relay.dialects.gemini import audio_slots, is_error_response, only_media, response_text
+from relay.dialects.gemini_codec import (
+    ClientContent,
+    Content,
+    FunctionCall,
+    FunctionDeclaration,
+    FunctionResponse,
+    GoAway,
+    Message,
+    Part,
+    RealtimeInput,
+    ServerContent,
+    Setup,
+    Tool,
+    ToolCall,
+    ToolCallCancellation,
+    ToolResponse,
+    Transcription,
+    Unknown,
+    event_of,
+    given,
 )
-from relay.dialects.gemini import field as gemini_field
 from relay.inspector.audio import GEMINI_INPUT, GEMINI_OUTPUT, elided, mime_format
 from relay.inspector.building import ModelBuilding
 from relay.inspector.callbook import TrackedResponse
@@ -41,11 +57,11 @@ class GeminiParser:
     def feed(self, frame: Frame, event: dict[str, Any], binary: bool) -> None:
         t = frame.t
         direction = frame.direction
+        message = event_of(event)
         slots = audio_slots(event)
         caller = [slot for slot in slots if slot.side == "input"]
         model_audio = [slot for slot in slots if slot.side == "output"]
-        realtime = gemini_field(event, "realtimeInput")
-        if isinstance(realtime, dict) and direction in (CLIENT_TO_RELAY, RELAY_TO_UPSTREAM):
+        if isinstance(message, RealtimeInput) and direction in (CLIENT_TO_RELAY, RELAY_TO_UPSTREAM):
             if self.model.caller_direction is None:
                 self.model.caller_direction = direction
             if caller:
@@ -57,9 +73,8 @@ class GeminiParser:
                                              frame.audio_dropped // len(caller))
                 if only_media(event):
                     return
-        content = gemini_field(event, "serverContent")
         audio_only = False
-        if isinstance(content, dict) and direction == UPSTREAM_TO_RELAY:
+        if isinstance(message, ServerContent) and direction == UPSTREAM_TO_RELAY:
             if model_audio:
                 self.model.audio_frames += 1
                 turn = self._turn_of(t)
@@ -70,18 +85,20 @@ class GeminiParser:
                     self.model.add_audio("assistant", t, fmt, slot.holder.get(slot.key),
                                          frame.audio_dropped // len(model_audio))
                 audio_only = only_media(event)
-        elif isinstance(content, dict) and direction == RELAY_TO_CLIENT:
+        elif isinstance(message, ServerContent) and direction == RELAY_TO_CLIENT:
             if model_audio:
                 return     # the client's copy of the audio
         if audio_only:
             return
         index = self.model.store(frame, event, elided=elided(event, audio_slots))
+        if isinstance(message, Unknown):
+            return
         if direction == UPSTREAM_TO_RELAY:
-            self._upstream(t, event, index)
+            self._upstream(t, message, index)
         elif direction in (RELAY_TO_UPSTREAM, CLIENT_TO_RELAY):
-            self._sent(t, event, index, relay=direction == RELAY_TO_UPSTREAM)
+            self._sent(t, message, index, relay=direction == RELAY_TO_UPSTREAM)
         elif direction == RELAY_TO_CLIENT:
-            for call_id in _gemini_call_ids(event):
+            for call_id in _call_ids(message):
                 call = self.model.calls.get(call_id)
                 if call is not None and not call.seen_by_client:
                     call.seen_by_client = True
@@ -98,48 +115,45 @@ class GeminiParser:
             self.model.outputs_answered_by(response_id)
         return self._turn
 
-    def _upstream(self, t: float, event: dict[str, Any], index: int) -> None:
-        content = gemini_field(event, "serverContent")
-        if isinstance(content, dict):
+    def _upstream(self, t: float, message: Message, index: int) -> None:
+        if isinstance(message, ServerContent):
             turn = self._turn_of(t)
             self.model.touch(turn.event, index)
-            parts = gemini_field(gemini_field(content, "modelTurn"), "parts") or []
-            for part in parts if isinstance(parts, list) else []:
-                if isinstance(part, dict) and isinstance(part.get("text"), str):
-                    self._words("assistant", t, part["text"], index, turn)
-            for key, role in (("inputTranscription", "user"), ("outputTranscription", "assistant")):
-                text = gemini_field(gemini_field(content, key), "text")
-                if isinstance(text, str):
-                    self._words(role, t, text, index, turn)
-            if gemini_field(content, "interrupted"):
+            model_turn = message.model_turn
+            for part in _listed(model_turn.parts if isinstance(model_turn, Content) else None):
+                if isinstance(part, Part) and isinstance(part.text, str):
+                    self._words("assistant", t, part.text, index, turn)
+            for transcription, role in ((message.input_transcription, "user"),
+                                        (message.output_transcription, "assistant")):
+                if isinstance(transcription, Transcription) and isinstance(transcription.text, str):
+                    self._words(role, t, transcription.text, index, turn)
+            if message.interrupted:
                 self.model.audio["assistant"].restart()
                 self._end_turn(t, "interrupted", index)
-            elif gemini_field(content, "turnComplete"):
+            elif message.turn_complete:
                 self._end_turn(t, "completed", index)
             return
-        tool_call = gemini_field(event, "toolCall")
-        if isinstance(tool_call, dict):
+        if isinstance(message, ToolCall):
             turn = self._turn_of(t)
             self.model.touch(turn.event, index)
-            for call_data in gemini_field(tool_call, "functionCalls") or []:
-                if not isinstance(call_data, dict):
+            for call_data in _listed(message.function_calls):
+                if not isinstance(call_data, FunctionCall):
                     continue
-                call = self.model.track_call(t, call_data.get("id"), call_data.get("name"),
-                                             turn.event["response_id"], index)
+                call_id = given(call_data.id)
+                call = self.model.track_call(t, call_id, given(call_data.name), turn.event["response_id"], index)
                 if call is not None:
-                    arguments = call_data.get("args")
-                    self.model.call_ready(t, call_data.get("id"),
+                    arguments = given(call_data.args)
+                    self.model.call_ready(t, call_id,
                                           json.dumps(arguments if arguments is not None else {}, ensure_ascii=False),
                                           index)
             return
-        cancellation = gemini_field(event, "toolCallCancellation")
-        if isinstance(cancellation, dict):
-            for call_id in gemini_field(cancellation, "ids") or []:
+        if isinstance(message, ToolCallCancellation):
+            for call_id in _listed(message.ids):
                 call = self.model.calls.get(str(call_id))
                 if call is not None:
                     self.model.call_cancelled(call, t, "cancelled by the server (toolCallCancellation)", index)
             return
-        if gemini_field(event, "goAway") is not None:
+        if isinstance(message, GoAway):
             self.model.anomaly(t, "the server announced it will close the session (goAway)", source="upstream",
                           frames=[index], error=False)
 
@@ -168,44 +182,41 @@ class GeminiParser:
         self.model.touch(turn.event, index)
         self._turn = None
 
-    def _sent(self, t: float, event: dict[str, Any], index: int, *, relay: bool) -> None:
-        setup = gemini_field(event, "setup")
-        if isinstance(setup, dict):
+    def _sent(self, t: float, message: Message, index: int, *, relay: bool) -> None:
+        if isinstance(message, Setup):
             if relay:
                 names = []
-                for tool_entry in gemini_field(setup, "tools") or []:
-                    for declaration in gemini_field(tool_entry, "functionDeclarations") or []:
-                        if isinstance(declaration, dict) and declaration.get("name") in self.model.relay_tools:
-                            names.append(declaration["name"])
+                for tool_entry in _listed(message.tools):
+                    declarations = tool_entry.function_declarations if isinstance(tool_entry, Tool) else None
+                    for declaration in _listed(declarations):
+                        if isinstance(declaration, FunctionDeclaration) and declaration.name in self.model.relay_tools:
+                            names.append(declaration.name)
                 if names:
                     marker = self.model.relay_marker(t, "declare", f"declares {', '.join(names)}", index)
                     marker["tools"] = names
             return
-        client_content = gemini_field(event, "clientContent")
-        if isinstance(client_content, dict) and not relay:
-            for turn_data in gemini_field(client_content, "turns") or []:
-                if isinstance(turn_data, dict) and turn_data.get("role", "user") == "user":
-                    text = " ".join(p["text"] for p in turn_data.get("parts") or ()
-                                    if isinstance(p, dict) and isinstance(p.get("text"), str))
+        if isinstance(message, ClientContent) and not relay:
+            for turn_data in _listed(message.turns):
+                if isinstance(turn_data, Content) and given(turn_data.role, "user") == "user":
+                    text = " ".join(p.text for p in _listed(turn_data.parts)
+                                    if isinstance(p, Part) and isinstance(p.text, str))
                     if text:
                         words = self.model.add_event(self.model.new_id("user"), "user_words", "words", t, text,
                                                      role="user", text=text)
                         words["t1"] = words["t0"]
                         self.model.touch(words, index)
             return
-        realtime = gemini_field(event, "realtimeInput")
-        if isinstance(realtime, dict) and not relay and isinstance(realtime.get("text"), str):
-            words = self.model.add_event(self.model.new_id("user"), "user_words", "words", t, realtime["text"],
-                                         role="user", text=realtime["text"])
+        if isinstance(message, RealtimeInput) and not relay and isinstance(message.text, str):
+            words = self.model.add_event(self.model.new_id("user"), "user_words", "words", t, message.text,
+                                         role="user", text=message.text)
             words["t1"] = words["t0"]
             self.model.touch(words, index)
             return
-        tool_response = gemini_field(event, "toolResponse")
-        if isinstance(tool_response, dict):
-            for answer in gemini_field(tool_response, "functionResponses") or []:
-                if not isinstance(answer, dict):
+        if isinstance(message, ToolResponse):
+            for answer in _listed(message.function_responses):
+                if not isinstance(answer, FunctionResponse):
                     continue
-                call = self.model.calls.get(str(answer.get("id")))
+                call = self.model.calls.get(str(given(answer.id)))
                 if call is None:
                     continue
                 if not relay:
@@ -213,18 +224,23 @@ class GeminiParser:
                     if self.model.kind == "relay":
                         self.model.touch(call.event, index)
                         continue   # its forward (relay>upstream) is the answer that counted
-                body = answer.get("response")
+                body = given(answer.response)
                 text = response_text(body)
-                status = "incomplete" if gemini_field(answer, "willContinue") else "completed"
+                status = "incomplete" if answer.will_continue else "completed"
                 self.model.call_output(call, t, text, status, None, index)
-                call.event["answers"][-1]["will_continue"] = bool(gemini_field(answer, "willContinue"))
-                scheduling = gemini_field(answer, "scheduling")
+                call.event["answers"][-1]["will_continue"] = bool(answer.will_continue)
+                scheduling = given(answer.scheduling)
                 if scheduling is not None:
                     call.event["answers"][-1]["scheduling"] = scheduling
                 if call.event["outcome"] not in ("error",) and is_error_response(body):
                     call.event["outcome"] = "error"
 
 
-def _gemini_call_ids(event: dict[str, Any]) -> list[str]:
-    calls = gemini_field(gemini_field(event, "toolCall"), "functionCalls") or []
-    return [c["id"] for c in calls if isinstance(c, dict) and isinstance(c.get("id"), str)]
+def _listed(value: Any) -> list[Any]:
+    """A list field's entries; none when the member is absent or not a list."""
+    return value if isinstance(value, list) else []
+
+
+def _call_ids(message: Message) -> list[str]:
+    calls = _listed(message.function_calls) if isinstance(message, ToolCall) else []
+    return [c.id for c in calls if isinstance(c, FunctionCall) and isinstance(c.id, str)]
