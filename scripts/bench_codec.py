@@ -22,6 +22,14 @@ tool call), audio deltas left out (they pass through undecoded). The commands: t
 (a `function_call_output` item, a follow-up `response.create` with metadata, `response.cancel`, a
 `session.update` declaring tools), each built as the typed command and encoded to text.
 
+Gemini Live's codec (relay/dialects/gemini_codec.py) is measured beside them, as it is: a frame
+read by msgspec into plain objects and its message built as Structs in either spelling (`decode`),
+a decoded frame into its message (`event_of`), and the relay's answer (`toolResponse`) and a
+rewritten `toolCall` written back (`encode`), each against `json.loads` / `json.dumps` of the same
+frames. The frames: a scripted session with the in-process Gemini mock (words, a call delivered
+twice, answers, an interruption, `goAway`), both directions, media frames left out (they pass
+undecoded), in camelCase and again in snake_case.
+
 Usage: .venv/bin/python scripts/bench_codec.py [--repeat N] [--json FILE]
 """
 
@@ -42,7 +50,15 @@ import pydantic
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from relay.dialects import gemini_codec  # noqa: E402
+from relay.dialects.gemini import media_frame  # noqa: E402
 from relay.dialects.openai import OPENAI, READ_AS_GA  # noqa: E402
+from relay.mock import MockScript, Reply, Rule  # noqa: E402
+from relay.mock import ToolCall as ScriptedCall  # noqa: E402
+from relay.mock.faults import Faults  # noqa: E402
+from relay.mock.gemini import GeminiMockSession  # noqa: E402
+from relay.mock.quirks import Quirks  # noqa: E402
+from relay.mock.requests import Emit  # noqa: E402
 from tests.support.local_mock import LocalMock, model_call  # noqa: E402
 
 # ---- the closed set: GA name -> (fields as name: type) -----------------------------------------------
@@ -368,6 +384,67 @@ def as_data(event: Any) -> Any:
     return event.to_dict()
 
 
+# ---- Gemini Live -------------------------------------------------------------------------------------
+def _snake(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {"".join("_" + c.lower() if c.isupper() else c for c in key): _snake(value) for key, value in data.items()}
+    return [_snake(entry) for entry in data] if isinstance(data, list) else data
+
+
+def gemini_frames() -> list[str]:
+    """Both directions of a scripted Gemini session with the in-process mock, in camelCase and in
+    snake_case, media frames (which pass undecoded) left out."""
+    script = MockScript(rules=[Rule(match="weather", say="Let me look.",
+                                    calls=[ScriptedCall(name="get_weather", arguments={"city": "Paris"})])],
+                        after_outputs=Reply(say="It is sunny in Paris, 21 degrees."), default=Reply(say="Hello."))
+    mock = GeminiMockSession(script, Faults(), quirks=Quirks(call_parts=True))
+    client = [
+        {"setup": {"model": "models/gemini-live-2.5-flash", "generationConfig": {"responseModalities": ["AUDIO"]},
+                   "systemInstruction": {"parts": [{"text": "You are a helpful assistant."}]},
+                   "tools": [{"functionDeclarations": [{"name": "get_weather", "description": "The weather.",
+                                                        "parametersJsonSchema": {"type": "object", "properties": {
+                                                            "city": {"type": "string"}}}}]}],
+                   "outputAudioTranscription": {}, "inputAudioTranscription": {}}},
+        {"clientContent": {"turns": [{"role": "user", "parts": [{"text": "hello"}]}], "turnComplete": True}},
+        {"realtimeInput": {"text": "what is the weather in Paris"}},
+    ]
+    sent: list[dict[str, Any]] = []
+    for message in client:
+        sent += [message, *(a.event for a in mock.handle(message, 0) if isinstance(a, Emit))]
+    (call,) = mock.calls.values()
+    answer = {"toolResponse": {"functionResponses": [{"id": call.id, "name": call.name,
+                                                      "response": {"output": {"sky": "sunny", "temp_c": 21}}}]}}
+    sent += [answer, *(a.event for a in mock.handle(answer, 0) if isinstance(a, Emit))]
+    sent += [a.event for a in mock.interrupt() + mock.go_away("10s") if isinstance(a, Emit)]
+    texts = [json.dumps(event, separators=(",", ":")) for event in sent]
+    texts = [t for t in texts if media_frame(t, "upstream") is None and media_frame(t, "client") is None]
+    return texts + [json.dumps(_snake(json.loads(t)), separators=(",", ":")) for t in texts]
+
+
+def gemini_report(repeat: int) -> dict[str, Any]:
+    frames = gemini_frames()
+    assert not any(isinstance(gemini_codec.decode(f), gemini_codec.Unknown) for f in frames)
+    data = [json.loads(f) for f in frames]
+    baseline = per_item_ns(json.loads, frames, repeat * 10)
+    report: dict[str, Any] = {"frames": len(frames), "json.loads_ns": round(baseline),
+                              "decode_ratio": round(per_item_ns(gemini_codec.decode, frames, repeat * 10) / baseline, 2),
+                              "event_of_ratio": round(per_item_ns(gemini_codec.event_of, data, repeat * 10) / baseline, 2)}
+    answer = gemini_codec.ToolResponse(function_responses=[{"id": "function-call-1234567890123456789",
+                                                            "name": "get_weather",
+                                                            "response": {"output": {"sky": "sunny", "temp_c": 21}}}])
+    narrowed = gemini_codec.event_of({"toolCall": {"functionCalls": [
+        {"id": "function-call-1", "name": "get_weather", "args": {"city": "Paris"}},
+        {"id": "function-call-2", "name": "open_door", "args": {"door": "front"}}]}})
+    writes = [answer, msgspec.structs.replace(narrowed, function_calls=narrowed.function_calls[1:])]
+    plain = [gemini_codec.frame_of(w) for w in writes]
+    for write, expected in zip(writes, plain):
+        assert json.loads(gemini_codec.encode(write)) == expected
+    dumps = per_item_ns(lambda d: json.dumps(d, separators=(",", ":")), plain, repeat * 20)
+    report["encode"] = {"json.dumps_ns": round(dumps),
+                        "encode_ratio": round(per_item_ns(gemini_codec.encode, writes, repeat * 20) / dumps, 2)}
+    return report
+
+
 # ---- timing --------------------------------------------------------------------------------------
 def per_item_ns(fn: Callable[[Any], Any], items: list[Any], repeat: int) -> float:
     """The fastest of `repeat` passes over `items`, per item."""
@@ -423,6 +500,7 @@ def main() -> int:
         "dataclasses_ratio": round(per_item_ns(lambda c: dataclass_encode(c[2]), built, args.repeat * 20) / baseline, 2),
         "pydantic_ratio": round(per_item_ns(lambda c: pydantic_encode(c[3]), built, args.repeat * 20) / baseline, 2),
     }
+    report["gemini"] = gemini_report(args.repeat)
     report["versions"] = {"python": sys.version.split()[0], "msgspec": msgspec.__version__,
                           "pydantic": pydantic.VERSION}
     print(json.dumps(report, indent=2))
