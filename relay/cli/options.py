@@ -20,6 +20,7 @@ from typing import Any, Callable, Sequence
 from relay.dialects import DIALECT_CHOICES
 from relay.edges.config import (
     AUTH_TOKEN_ENV,
+    DEFAULT_LEASE_SECONDS,
     DEFAULT_PORT,
     DEFAULT_RECONNECT_ATTEMPTS,
     DEFAULT_RECONNECT_DELAY,
@@ -154,6 +155,10 @@ RECONNECT_ATTEMPTS = option(
 RECONNECT_DELAY = option(
     "--reconnect-delay", type=float, default=DEFAULT_RECONNECT_DELAY, metavar="S",
     help=f"wait before the first reconnect attempt, doubled for each next (default {DEFAULT_RECONNECT_DELAY})")
+LEASE_SECONDS = option(
+    "--lease-seconds", type=float, default=DEFAULT_LEASE_SECONDS, metavar="S",
+    help="with a redis:// --store: how long an attached call's lease lasts without renewal; another "
+         f"replica takes the call over once it expires (default {DEFAULT_LEASE_SECONDS:g})")
 STORE = option("--store", default=None, metavar="URL",
                help="where each session's tool calls are written ahead: memory (the default: this "
                     "process) or a redis://HOST:PORT/DB URL (pip install 'realtime-relay[store]'); "
@@ -194,6 +199,7 @@ SIDEBAND = (
     RECONNECT_ATTEMPTS,
     RECONNECT_DELAY,
     STORE,
+    LEASE_SECONDS,
     *LOGGING,
 )
 """What `relay attach` and `relay sidecar` share: tools, upstream, recording, reconnecting, logging."""

@@ -41,6 +41,7 @@ from relay.session.policy import (
 )
 from relay.session.transport import Backend
 from relay.store import StoreError, open_store
+from relay.store.lease import DEFAULT_LEASE_SECONDS
 from relay.store.writeahead import WriteAhead
 from relay.tools.render import DEFAULT_OUTPUT_LIMIT
 from relay.tools.mcp_config import McpSettings
@@ -209,6 +210,9 @@ class SidecarConfig(EdgeConfig):
     declare_tools: bool = False
     reconnect_attempts: int = DEFAULT_RECONNECT_ATTEMPTS
     reconnect_delay: float = DEFAULT_RECONNECT_DELAY
+    # with a shared store (redis://): each attached call is held under a lease of this many
+    # seconds, which another replica takes over once it expires (relay/store/lease.py)
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
 
     def check(self) -> Dialect:
         dialect = super().check()
@@ -216,6 +220,8 @@ class SidecarConfig(EdgeConfig):
             raise ConfigError(f"the {dialect.name} dialect has no call sideband: attach works with the OpenAI family only")
         if self.reconnect_attempts < 0 or self.reconnect_delay < 0:
             raise ConfigError("--reconnect-attempts and --reconnect-delay must be >= 0")
+        if not self.lease_seconds > 0:
+            raise ConfigError("--lease-seconds must be > 0")
         return dialect
 
     def reconnect_waits(self) -> list[float]:
@@ -235,6 +241,7 @@ class EdgeRuntime:
         self.dialect = config.check()
         self.mcp_listeners: list[Callable[[str, str, str], None]] = []
         self.store_listeners: list[Callable[[str], None]] = []   # the store's events (the metric)
+        self.store_latency_listeners: list[Callable[[float], None]] = []   # each write's seconds
         self.tool_set = ToolSet(config.tools, config.mcp, listener=self._mcp_event)
         self.config = config
         store_password = urlsplit(config.store).password if config.store else None
@@ -247,7 +254,8 @@ class EdgeRuntime:
             store = open_store(config.store)
         except StoreError as exc:
             raise ConfigError(f"--store: {exc}") from None
-        self.write_ahead = WriteAhead(store, on_event=self._store_event)   # the sessions' call records
+        self.write_ahead = WriteAhead(store, on_event=self._store_event,   # the sessions' call records
+                                      on_latency=self._store_latency)
 
     @property
     def tools(self) -> ToolRegistry:
@@ -268,6 +276,10 @@ class EdgeRuntime:
     def _store_event(self, event: str) -> None:
         for listener in list(self.store_listeners):
             listener(event)
+
+    def _store_latency(self, seconds: float) -> None:
+        for listener in list(self.store_latency_listeners):
+            listener(seconds)
 
     def _mcp_event(self, server: str, event: str, detail: str) -> None:
         for listener in list(self.mcp_listeners):
@@ -312,8 +324,11 @@ class EdgeRuntime:
     def health_fields(self, *, draining: bool, **open_now: int) -> dict[str, Any]:
         """What `/healthz` says: `ok` or `draining`, what is open now (`sessions=3`), and which
         upstream and dialect this process serves."""
-        return {"status": "draining" if draining else "ok", "version": __version__, **open_now,
-                "upstream": self.upstream.host, "dialect": self.dialect.name, "pid": os.getpid()}
+        fields = {"status": "draining" if draining else "ok", "version": __version__, **open_now,
+                  "upstream": self.upstream.host, "dialect": self.dialect.name, "pid": os.getpid()}
+        if self.config.store:   # asked for: what the call store is doing
+            fields["store"] = self.write_ahead.health()
+        return fields
 
     def missing_credentials(self) -> str | None:
         """Refuse a provider's upstream without a key or a token provider: every session would

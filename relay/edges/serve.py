@@ -133,6 +133,7 @@ class RelayServer(EdgeRuntime):
         self.metrics = Metrics()
         self.mcp_listeners.append(self.metrics.count_mcp)
         self.store_listeners.append(self.metrics.count_store)
+        self.store_latency_listeners.append(self.metrics.observe_store_write)
         self._engine_config = self.engine_settings(
             mode="proxy",
             hide_tool_events=not config.expose_tool_events,

@@ -17,21 +17,31 @@ while the call lives, logs and records. `relay attach` attaches to one call give
 `relay sidecar` to every incoming SIP call its webhooks announce. The configuration
 (`SidecarConfig`) is relay/edges/config.py's, the command lines relay/cli/attach.py's and
 relay/cli/sidecar.py's.
+
+With a shared store (`--store redis://`), the session is the call: its records are kept under the
+call's id, and once attached it is held under a lease (relay/store/lease.py) that its owner
+renews. An owner that loses the lease stops the call's tool work at once (no output sent, no
+handler started: its writes are fenced, and the loop drops what they guarded) and detaches. A
+replica that takes a call over (`takeover=True`) attaches, then takes the lease, then reads the
+old owner's records and finishes every owed call once (relay/edges/takeover.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import secrets
+import socket
 import time
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import anyio
 
 from relay.edges.config import EdgeRuntime, SidecarConfig
+from relay.edges.takeover import REFUSE, RUN, Adoption, Handovers, adopt
 from relay.edges.upstream import UpstreamUnavailable
-from relay.engine import Engine, Notice, OpenAIEngine
+from relay.engine import Engine, Notice, OpenAIEngine, Outcome, SendUpstream, StartHandler
 from relay.observe.logs import log_notice
 from relay.observe.tracing import SessionTrace, Tracing, tracing_for
 from relay.recording.taps import FrameTap, Taps
@@ -44,6 +54,7 @@ from relay.session.policy import (
     ended_in_failure,
 )
 from relay.session.transport import Transport, TransportClosed
+from relay.store.lease import SessionLease
 
 if TYPE_CHECKING:   # the live inspector is imported only by a command that serves it (startup)
     from relay.inspector.live import LiveHub, LiveTap
@@ -53,6 +64,7 @@ __all__ = ["CallEnded", "Sidecar", "SidecarConfig", "SidecarRuntime", "SidebandL
 log = logging.getLogger("relay.sidecar")
 
 Sleep = Callable[[float], Awaitable[None]]
+HANDLER_POLL_SECONDS = 0.05   # how often a handoff looks whether the call's handlers are done
 Tap = Callable[[str, str | bytes], None]
 
 
@@ -77,6 +89,14 @@ class SidecarRuntime(EdgeRuntime):
             hold_client_creates=False,
         )
         self._tracing: Tracing | None | bool = False   # decided at the first call (False: not yet)
+        # this process among the replicas sharing a store: who holds a lease
+        self.replica = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.handovers = Handovers()   # takeovers, handoffs and what they did with owed calls
+
+    @property
+    def leases(self) -> bool:
+        """Attached calls are held under leases: the store is shared with other replicas."""
+        return self.write_ahead.store.shared
 
     @property
     def tracing(self) -> Tracing | None:
@@ -102,6 +122,54 @@ class SidebandLoop(SessionLoop):
         super().__init__(engine, **options)
         self._reopen = reopen
         self._context = context
+        self.lease_lost: str | None = None   # why the session's lease was lost: it acts no more
+        self._adopted: dict[str, Any] = {}   # call_id -> Decision, for calls taken over
+
+    def lose_lease(self, reason: str, *, handed_off: bool = False) -> None:
+        """Another replica owns the call now (`handed_off`: the peer it was offered to): drop
+        every output and handler from here on, stop the running handlers, and detach (one log
+        line)."""
+        if self.lease_lost is not None or self.end is not None:
+            return
+        self.lease_lost = reason
+        if handed_off:
+            log.info("call handed off to a peer: detaching", extra=self._context)
+        else:
+            log.warning("lease lost (%s): this replica stops the call's tool work; another owns the call",
+                        reason, extra=self._context)
+        if self._runner is not None:
+            self._runner.cancel_all()
+        if self._task_group is not None:
+            self._task_group.start_soon(self.finish, "relay", DETACHED_CODE,
+                                        "handed off" if handed_off else "lease lost")
+
+    def act_send_upstream(self, action: SendUpstream) -> None:
+        if self.lease_lost is None:
+            super().act_send_upstream(action)
+
+    def act_start_handler(self, action: StartHandler) -> None:
+        if self.lease_lost is not None:
+            return
+        decision = self._adopted.pop(action.call_id, None)
+        if decision is None or decision.how == RUN:
+            super().act_start_handler(action)
+        elif self._task_group is not None:
+            self._task_group.start_soon(self._answer_adopted, action.call_id, decision.outcome)
+
+    def handlers_running(self) -> int:
+        return self._runner.running if self._runner is not None else 0
+
+    async def _answer_adopted(self, call_id: str, outcome: Outcome) -> None:
+        self._handler_finished(call_id, outcome)
+
+    async def adopt(self, adoption: Adoption) -> None:
+        """Tell the engine of the calls taken over (relay/edges/takeover.py), once the loop runs."""
+        await self.started.wait()
+        self._adopted.update(adoption.decisions)
+        for frame in adoption.frames:
+            if self.end is not None or self.lease_lost is not None:
+                return
+            self._apply(self.engine.receive_upstream(frame, self.clock()))
 
     async def upstream_lost(self, closed: TransportClosed) -> None:
         if self.end is not None:
@@ -145,10 +213,17 @@ class Sidecar:
         tap: Tap | None = None,
         sleep: Sleep = anyio.sleep,
         live: LiveHub | None = None,
+        takeover: bool = False,
     ) -> None:
         self.call_id = call_id
         self.runtime = setup if isinstance(setup, SidecarRuntime) else SidecarRuntime(setup)
         self.id = "sc_" + secrets.token_hex(6)
+        # the engine's and the store's name of the session: the call's own, where replicas share it
+        self.session_id = call_id if self.runtime.leases else self.id
+        self.takeover = takeover   # taking the call over from a replica that lost or offered it
+        self.lease: SessionLease | None = None
+        self.adoption: Adoption | None = None
+        self.handing_off = False   # offered to a peer: the lease is the peer's to end
         self.tap = tap
         self.live = live
         self.loop: SidebandLoop | None = None
@@ -185,18 +260,84 @@ class Sidecar:
             upstream = await self._attach()
             if upstream is None:
                 self.end = SessionEnd("relay", DETACHED_CODE, self._stopping or "stopped")
+            elif not await self._hold(upstream):
+                self.end = SessionEnd("relay", DETACHED_CODE, "held by another replica")
             else:
                 self.end = await self._serve(upstream)
         except UpstreamUnavailable as exc:
             log.error("cannot attach to the call: %s", exc, extra=self.context)
             self.end = SessionEnd("relay", INTERNAL_ERROR, str(exc))
+            if isinstance(exc, CallEnded) and self.takeover and await self._hold(None) and self.lease:
+                await self.lease.end()   # nothing left to take over: unlisted
             raise
         finally:
             self.end = self.end or SessionEnd("relay", INTERNAL_ERROR, "interrupted")
             with anyio.CancelScope(shield=True):
+                await self._let_go(self.end)
                 await self.runtime.close_tools()
             self.ended.set()
         return self.end
+
+    async def _hold(self, upstream: Transport | None) -> bool:
+        """With a shared store, take the call's lease once attached (make before break: a peer
+        offering the call keeps it until then); a takeover then reads what the old owner left.
+        False when another replica holds the call (the sideband is closed)."""
+        runtime = self.runtime
+        if not runtime.leases:
+            return True
+        lease = SessionLease(runtime.write_ahead, self.session_id, owner=runtime.replica, target=self.call_id,
+                             ttl=runtime.config.lease_seconds, on_lost=self._lease_lost)
+        held = await lease.hold()
+        if held is False:
+            log.info("the call is held by another replica: not attached", extra=self.context)
+            if upstream is not None:
+                await close_quietly(upstream, DETACHED_CODE, "held by another replica")
+            return False
+        if held:
+            self.lease = lease
+        if held and self.takeover and upstream is not None:
+            records = await runtime.write_ahead.read(self.session_id)
+            self.adoption = adopt(records, runtime.tools, family=runtime.dialect, id_prefix=self.id)
+            runtime.handovers.took_over(self.adoption)
+            log.info("call taken over", extra={**self.context, **self.adoption.counts()})
+        return True
+
+    def _lease_lost(self, reason: str) -> None:
+        if not self.handing_off:
+            self.runtime.handovers.lease_lost()
+        if self.loop is not None:
+            self.loop.lose_lease(reason, handed_off=self.handing_off)
+
+    async def hand_off(self) -> bool:
+        """Hand the call to a peer (a drain, make before break): once no handler of it runs,
+        offer the lease; a peer attaches and takes it; then this sideband closes. True once
+        handed off (the caller bounds the wait)."""
+        lease, loop = self.lease, self.loop
+        if lease is None or loop is None or lease.lost.is_set():
+            return False
+        while loop.handlers_running():   # a tool call takes seconds; the call may go on for minutes
+            await anyio.sleep(HANDLER_POLL_SECONDS)
+        self.handing_off = True
+        offered_at = time.monotonic()
+        if not await lease.offer():
+            self.handing_off = False
+            return False
+        log.info("call offered to a peer", extra=self.context)
+        await lease.lost.wait()
+        self.runtime.handovers.handed_off(time.monotonic() - offered_at)
+        await self.ended.wait()
+        return True
+
+    async def _let_go(self, end: SessionEnd) -> None:
+        """After the session: a call that ended is unlisted; one this replica detached from (a
+        stop, a sideband lost for good) is offered to a peer; one whose lease moved is left."""
+        lease = self.lease
+        if lease is None or lease.lost.is_set() or self.handing_off:
+            return
+        if end.by == "upstream":
+            await lease.end()
+        elif await lease.offer():
+            log.info("call offered to another replica", extra=self.context)
 
     async def stop(self, reason: str = "detached") -> None:
         """Detach: close the sideband (the call goes on, without the relay's tools); calls not
@@ -223,7 +364,7 @@ class Sidecar:
     async def _serve(self, upstream: Transport) -> SessionEnd:
         runtime = self.runtime
         engine = OpenAIEngine(runtime.tools, dialect=runtime.dialect, config=runtime.engine_config,
-                        session_id=self.id, id_prefix=self.id)
+                              session_id=self.session_id, id_prefix=self.id)
         recording = self._recording(engine)
         tracing = runtime.tracing
         self.trace = None if tracing is None else tracing.session(
@@ -255,7 +396,13 @@ class Sidecar:
         self.attached.set()
         end: SessionEnd | None = None
         try:
-            end = await loop.run(on_end=on_end)
+            async with anyio.create_task_group() as beside:
+                if self.lease is not None:
+                    beside.start_soon(self.lease.keep, name="lease")
+                if self.adoption is not None:
+                    beside.start_soon(loop.adopt, self.adoption, name="adoption")
+                end = await loop.run(on_end=on_end)
+                beside.cancel_scope.cancel()
             return end
         finally:
             final = end or SessionEnd("relay", INTERNAL_ERROR, "interrupted")

@@ -56,11 +56,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
 from relay.edges.config import SidecarConfig
+from relay.edges.fleet import Fleet
 from relay.edges.sideband import Sidecar, SidecarRuntime
 from relay.edges.upstream import UpstreamUnavailable, display_host
 from relay.errors import ConfigError, RelayError
 from relay.inspector.live import BASE_PATH as INSPECTOR_PATH
 from relay.inspector.live import LiveHub, asgi_app
+from relay.observe.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from relay.observe.metrics import Metrics
 from relay.session.access import page_hosts
 from relay.session.policy import DEFAULT_DRAIN_SECONDS
 from relay.transports.asgi import AppServer, BodyRefused, read_body
@@ -260,11 +263,12 @@ class SidecarServerConfig(SidecarConfig):
     tolerance: float = DEFAULT_TOLERANCE
     accept_timeout: float = 10.0
     drain_seconds: float = DEFAULT_DRAIN_SECONDS
+    scan_seconds: float | None = None   # with a shared store: how often to look for orphaned calls
 
 
 class SidecarServer:
-    """The webhook endpoint, `app` (ASGI): `POST /webhooks/openai` and `GET /healthz`, plus the
-    `routes` given. Attached calls are tasks of a task group that `running()` opens (and
+    """The webhook endpoint, `app` (ASGI): `POST /webhooks/openai`, `GET /healthz` and `GET
+    /metrics` (the call store's and the handovers' between replicas), plus the `routes` given. Attached calls are tasks of a task group that `running()` opens (and
     `lifespan` for an app's lifespan); when it closes, calls go on for up to `drain_seconds`, then
     the rest are detached. Without it, webhooks are answered 503.
 
@@ -289,6 +293,12 @@ class SidecarServer:
             raise ConfigError(f"--rest-base must be an http:// or https:// URL, not {config.rest_base!r}")
         self.calls_api = CallsAPI(self.runtime, config.rest_base, config.accept_timeout)
         self.calls: dict[str, Sidecar] = {}
+        self.metrics = Metrics()   # the store's and the handovers' (`GET /metrics`)
+        self.runtime.store_listeners.append(self.metrics.count_store)
+        self.runtime.store_latency_listeners.append(self.metrics.observe_store_write)
+        self.runtime.handovers.on_count = self.metrics.count_handover
+        self.fleet = Fleet(self.runtime, attach=lambda call_id: self._attach(call_id, takeover=True),
+                           attached=lambda: (*self.calls, *self._accepting), scan_seconds=config.scan_seconds)
         self._accepting: set[str] = set()
         self._deliveries = RecentIds(REMEMBERED_DELIVERIES)
         self._clock = clock
@@ -297,6 +307,7 @@ class SidecarServer:
         self._stop_event: anyio.Event | None = None
         self._stop_wanted = False
         self._calls_changed: anyio.Event | None = None
+        self._scan_scope: anyio.CancelScope | None = None
         self.draining = False
         if live is not None:   # the live inspector of the attached calls (`relay sidecar --inspector`)
             if inspector_token:
@@ -306,6 +317,7 @@ class SidecarServer:
                                                                   dialect=self.runtime.dialect, hosts=hosts))]
         self.app = Starlette(
             routes=[Route("/healthz", self._healthz, methods=["GET"]),
+                    Route("/metrics", self._metrics, methods=["GET"]),
                     Route(WEBHOOK_PATH, self._webhook, methods=["POST"]),
                     *routes],
             exception_handlers={404: _not_found, 405: _method_not_allowed})
@@ -327,7 +339,10 @@ class SidecarServer:
 
     def health(self) -> dict[str, Any]:
         serving = self._task_group is not None and not self.draining
-        return self.runtime.health_fields(draining=not serving, calls=len(self.calls))
+        fields = self.runtime.health_fields(draining=not serving, calls=len(self.calls))
+        if self.runtime.leases:   # replicas sharing a store: what moved between them
+            fields["handovers"] = self.runtime.handovers.as_fields()
+        return fields
 
     def request_stop(self) -> None:
         """Stop taking webhooks and let attached calls drain (what SIGTERM does)."""
@@ -347,8 +362,12 @@ class SidecarServer:
         try:
             async with anyio.create_task_group() as group:
                 self._task_group = group
+                if self.runtime.leases:   # replicas sharing a store take over each other's calls
+                    group.start_soon(self._scan, name="fleet")
                 yield
                 self.draining = True
+                if self._scan_scope is not None:   # a draining replica takes no call over
+                    self._scan_scope.cancel()
                 await self._drain(group)
         finally:
             self._task_group = None
@@ -385,8 +404,23 @@ class SidecarServer:
             listener.close()
             log.info("stopped")
 
+    async def _hand_off(self) -> None:
+        """With a shared store, a drain hands each call to a peer at once (make before break)
+        instead of waiting for the calls to end; what no peer took in `drain_seconds` is left."""
+        log.info("handing %d attached calls to peers", len(self.calls), extra={"calls": len(self.calls)})
+        with anyio.move_on_after(self.config.drain_seconds):
+            async with anyio.create_task_group() as handing:
+                for sidecar in list(self.calls.values()):
+                    handing.start_soon(sidecar.hand_off)
+
+    async def _scan(self) -> None:
+        with anyio.CancelScope() as self._scan_scope:
+            await self.fleet.run()
+
     async def _drain(self, group: anyio.abc.TaskGroup) -> None:
-        if self.calls and self.config.drain_seconds > 0:
+        if self.calls and self.runtime.leases and self.config.drain_seconds > 0:
+            await self._hand_off()
+        elif self.calls and self.config.drain_seconds > 0:
             log.info("draining %d attached calls for up to %g s", len(self.calls), self.config.drain_seconds,
                      extra={"calls": len(self.calls), "drain_seconds": self.config.drain_seconds})
             with anyio.move_on_after(self.config.drain_seconds):
@@ -399,6 +433,9 @@ class SidecarServer:
     # ---- HTTP --------------------------------------------------------------------------
     async def _healthz(self, request: Request) -> Response:
         return JSONResponse(self.health())
+
+    async def _metrics(self, request: Request) -> Response:
+        return Response(self.metrics.render(), media_type=METRICS_CONTENT_TYPE)
 
     async def _webhook(self, request: Request) -> Response:
         try:
@@ -467,9 +504,9 @@ class SidecarServer:
         with the provider key; raises `AcceptFailed`."""
         await self.calls_api.accept(call_id, self.session_config())
 
-    def _attach(self, call_id: str) -> None:
+    def _attach(self, call_id: str, *, takeover: bool = False) -> None:
         assert self._task_group is not None, "checked by the caller"
-        sidecar = Sidecar(call_id, self.runtime, live=self.live)
+        sidecar = Sidecar(call_id, self.runtime, live=self.live, takeover=takeover)
         self.calls[call_id] = sidecar
         self._task_group.start_soon(self._serve_call, sidecar, name=f"call {call_id}")
 

@@ -116,6 +116,16 @@ class _Families:
                                         "or slow: sessions run on what the process holds), recovered, "
                                         "write_failed, skipped (a record not written while degraded).",
                                         ["event"], registry=own)
+        self.store_writes = Histogram("relay_store_write_seconds", "How long the call store took to keep a "
+                                      "record written ahead (what a guarded action waited).",
+                                      buckets=LATENCY_BUCKETS, registry=own)
+        self.handovers = PromCounter("relay_handovers", "Attached calls that changed replica: takeover (an "
+                                     "expired or offered lease taken), handoff (offered on a drain and taken "
+                                     "by a peer), lease_lost (taken from this replica).", ["kind"], registry=own)
+        self.taken_over_calls = PromCounter("relay_calls_after_takeover", "Owed calls a takeover finished: "
+                                            "retried (run again: not started, idempotent or keyed), refused "
+                                            "(answered 'interrupted; not retried'), answered (the decided "
+                                            "output sent).", ["fate"], registry=own)
         self.loop_blocks = PromCounter("relay_tool_loop_blocks", "Steps of async tool handlers that held the "
                                        "event loop (every session of the process) too long, by tool.", ["tool"],
                                        registry=own)
@@ -221,6 +231,17 @@ class Metrics:
     def count_store(self, event: str) -> None:
         """The call store's event (relay.store.writeahead: a listener of the edge's)."""
         self._families.store_events.labels(event=event[:_MAX_LABEL_CHARS]).inc()
+
+    def observe_store_write(self, seconds: float) -> None:
+        self._families.store_writes.observe(seconds)
+
+    def count_handover(self, kind: str, count: int = 1) -> None:
+        """An attached call that changed replica (`takeover`, `handoff`, `lease_lost`), or, with
+        `calls_` before the fate, the owed calls a takeover finished that way."""
+        if kind.startswith("calls_"):
+            self._families.taken_over_calls.labels(fate=kind[6:]).inc(count)
+        else:
+            self._families.handovers.labels(kind=kind).inc(count)
 
     def count_error(self, source: str, code: Any) -> None:
         self._families.errors.labels(source=source, code=str(code or "unknown")[:_MAX_LABEL_CHARS]).inc()

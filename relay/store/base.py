@@ -5,8 +5,12 @@ A store keeps, per session, the latest `CallRecord` of each relay call (`put` re
 session under at most one lease (`acquire`, `renew`, `release`), whose token fences writes: a
 write carrying a token older than the session's newest is refused with `Fenced`, so an owner that
 lost its lease cannot overwrite its successor. A token of 0 is a write outside any lease (what a
-session that takes no lease writes). A store that cannot be reached raises `StoreError`; what it
-gives back that is not a record is skipped and counted (`skipped`), never raised.
+session that takes no lease writes). A leased session is also listed with its target (what a
+replica attaches to: the provider's call id) until it ends (`end`), so that another replica finds
+it once its lease expires (`orphans`); an owner that drains `offer`s its sessions, which makes
+them free to `acquire` at once although the lease still holds (the handoff). A store that
+cannot be reached raises `StoreError`; what it gives back that is not a record is skipped and
+counted (`skipped`), never raised.
 """
 
 from __future__ import annotations
@@ -38,11 +42,22 @@ class Lease:
     expires_at: float
 
 
+@dataclass(frozen=True, slots=True)
+class Orphan:
+    """A listed session no live owner holds: its id, its target, and whether its owner offered it
+    (a drain) rather than lost it."""
+
+    session_id: str
+    target: str
+    offered: bool = False
+
+
 class CallStore(ABC):
     """Where the call records of sessions are kept. `synchronous` stores (memory) also write with
     `put_now`, which the write-ahead uses so that nothing waits on them."""
 
     synchronous = False
+    shared = False   # other processes read it: sessions take leases, and replicas take them over
     name = "store"
 
     def __init__(self) -> None:
@@ -77,8 +92,23 @@ class CallStore(ABC):
         """The latest record of each call of the session, oldest decision first."""
 
     @abstractmethod
-    async def acquire(self, session_id: str, owner: str, ttl: float) -> Lease | None:
-        """Hold the session for `ttl` seconds with a new token, unless another owner holds it."""
+    async def acquire(self, session_id: str, owner: str, ttl: float, *, target: str = "") -> Lease | None:
+        """Hold the session for `ttl` seconds with a new token, unless another owner holds it (and
+        has not offered it). A `target` lists the session (for `orphans`) under that target."""
+
+    @abstractmethod
+    async def orphans(self, limit: int = 100) -> list[Orphan]:
+        """Listed sessions whose lease expired, or was offered, and that have not ended: the
+        sessions a replica may take over (its `acquire` decides)."""
+
+    @abstractmethod
+    async def offer(self, lease: Lease) -> bool:
+        """Offer the session to a peer (the owner drains): it stays held until a peer acquires it,
+        then `renew` tells the owner it is gone. False if the lease was already lost."""
+
+    @abstractmethod
+    async def end(self, lease: Lease) -> bool:
+        """The session is over: unlist it and release the lease (if still held)."""
 
     @abstractmethod
     async def renew(self, lease: Lease, ttl: float) -> Lease | None:

@@ -9,7 +9,7 @@ from collections import OrderedDict
 from typing import Any, Callable
 
 from relay.engine.records import CallRecord, Phase
-from relay.store.base import CallStore, Fenced, Lease, updated
+from relay.store.base import CallStore, Fenced, Lease, Orphan, updated
 
 DEFAULT_MAX_SESSIONS = 1024
 
@@ -28,6 +28,8 @@ class MemoryStore(CallStore):
         self._sessions: OrderedDict[str, dict[str, str]] = OrderedDict()   # session -> call_id -> JSON
         self._fences: dict[str, int] = {}
         self._leases: dict[str, Lease] = {}
+        self._listed: dict[str, str] = {}     # session -> target, while it lives
+        self._offered: set[str] = set()       # sessions their owner offered to a peer
 
     def _check(self, session_id: str, fence: int) -> None:
         if fence < self._fences.get(session_id, 0):
@@ -42,6 +44,7 @@ class MemoryStore(CallStore):
                 oldest, _ = self._sessions.popitem(last=False)
                 self._fences.pop(oldest, None)
                 self._leases.pop(oldest, None)
+                self._listed.pop(oldest, None)
         else:
             self._sessions.move_to_end(session_id)
         return calls
@@ -50,6 +53,8 @@ class MemoryStore(CallStore):
         self._sessions.pop(session_id, None)
         self._fences.pop(session_id, None)
         self._leases.pop(session_id, None)
+        self._listed.pop(session_id, None)
+        self._offered.discard(session_id)
 
     def put_now(self, record: CallRecord, *, fence: int = 0) -> None:
         self._check(record.session_id, fence)
@@ -70,19 +75,49 @@ class MemoryStore(CallStore):
     async def session_records(self, session_id: str) -> list[CallRecord]:
         return self._read(self._sessions.get(session_id, {}).values())
 
-    async def acquire(self, session_id: str, owner: str, ttl: float) -> Lease | None:
+    async def acquire(self, session_id: str, owner: str, ttl: float, *, target: str = "") -> Lease | None:
         now = self.clock()
         held = self._leases.get(session_id)
-        if held is not None and held.expires_at > now and held.owner != owner:
+        if (held is not None and held.expires_at > now and held.owner != owner
+                and session_id not in self._offered):
             return None
         token = self._fences.get(session_id, 0) + 1
         self._fences[session_id] = token
+        self._offered.discard(session_id)
+        if target:
+            self._listed[session_id] = target
         lease = self._leases[session_id] = Lease(session_id, owner, token, now + ttl)
         return lease
 
-    async def renew(self, lease: Lease, ttl: float) -> Lease | None:
+    async def orphans(self, limit: int = 100) -> list[Orphan]:
+        now, found = self.clock(), []
+        for session_id, target in self._listed.items():
+            held = self._leases.get(session_id)
+            offered = session_id in self._offered
+            if held is None or held.expires_at <= now or offered:
+                found.append(Orphan(session_id, target, offered))
+        return found[:limit]
+
+    async def offer(self, lease: Lease) -> bool:
+        if not self._holds(lease):
+            return False
+        self._offered.add(lease.session_id)
+        return True
+
+    async def end(self, lease: Lease) -> bool:
+        if self._fences.get(lease.session_id, 0) > lease.token:
+            return False   # a successor owns it now: it is not over
+        self._listed.pop(lease.session_id, None)
+        self._offered.discard(lease.session_id)
+        return await self.release(lease)
+
+    def _holds(self, lease: Lease) -> bool:
         held = self._leases.get(lease.session_id)
-        if held is None or (held.owner, held.token) != (lease.owner, lease.token) or held.expires_at <= self.clock():
+        return (held is not None and (held.owner, held.token) == (lease.owner, lease.token)
+                and held.expires_at > self.clock())
+
+    async def renew(self, lease: Lease, ttl: float) -> Lease | None:
+        if not self._holds(lease):
             return None
         renewed = self._leases[lease.session_id] = Lease(lease.session_id, lease.owner, lease.token,
                                                          self.clock() + ttl)

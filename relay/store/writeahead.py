@@ -11,13 +11,18 @@ one warning line says so, `on_event` hears `degraded` (the edge's metric), and f
 without waiting; the first write after that tries the store again, and a success says
 `recovered` in one line. Writes are whole snapshots: what was skipped meanwhile is repaired by the
 call's next record.
+
+A session held under a lease (relay/store/lease.py) writes with its lease's token (`guard`): a
+write the store fences is no store failure but the session's loss, told to the session's
+`on_fenced` at once (before the loop carries out what the write guarded) and never retried.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Callable
+from collections import deque
+from typing import Any, Callable
 
 import anyio
 
@@ -28,10 +33,11 @@ log = logging.getLogger("relay.store")
 
 DEFAULT_WRITE_TIMEOUT = 0.5    # seconds a guarded action waits for the store at the most
 DEFAULT_RETRY_AFTER = 5.0      # seconds of degraded mode before the store is tried again
+LATENCIES_KEPT = 512           # the latest writes' times, for /healthz
 
 StoreEvent = Callable[[str], None]
 """`degraded`, `recovered`, `write_failed` (a write that failed or took too long), `skipped` (a
-record not written while degraded)."""
+record not written while degraded), `fenced` (a write refused: its session's lease was lost)."""
 
 
 class WriteAhead:
@@ -40,12 +46,15 @@ class WriteAhead:
 
     def __init__(self, store: CallStore, *, timeout: float = DEFAULT_WRITE_TIMEOUT,
                  retry_after: float = DEFAULT_RETRY_AFTER, clock: Callable[[], float] = time.monotonic,
-                 on_event: StoreEvent | None = None, fence: int = 0) -> None:
+                 on_event: StoreEvent | None = None, fence: int = 0,
+                 on_latency: Callable[[float], None] | None = None) -> None:
         self.store = store
         self.timeout = timeout
         self.retry_after = retry_after
         self.clock = clock
         self.on_event = on_event
+        self.on_latency = on_latency   # each write's time in seconds (the edge's histogram)
+        self.latencies: deque[float] = deque(maxlen=LATENCIES_KEPT)
         self.fence = fence
         self.degraded = False
         self.reason = ""             # why the store is degraded, while it is
@@ -54,6 +63,29 @@ class WriteAhead:
         self.skipped = 0
         self.failed = 0
         self._users = 0   # the edges and attached calls that opened it and have not closed it
+        self._guards: dict[str, tuple[int, Callable[[], None]]] = {}   # session -> (token, on_fenced)
+        self.fenced = 0
+
+    def guard(self, session_id: str, token: int, on_fenced: Callable[[], None]) -> None:
+        """Write `session_id`'s records with `token` from now on; a write the store refuses as
+        fenced calls `on_fenced` (the session lost its lease)."""
+        self._guards[session_id] = (token, on_fenced)
+
+    def unguard(self, session_id: str) -> None:
+        self._guards.pop(session_id, None)
+
+    def fence_of(self, session_id: str) -> int:
+        guard = self._guards.get(session_id)
+        return self.fence if guard is None else guard[0]
+
+    def _refused(self, record: CallRecord) -> None:
+        """The store fenced a write of the record's session: its owner is told, the process is not
+        degraded."""
+        self.fenced += 1
+        self._event("fenced")
+        guard = self._guards.pop(record.session_id, None)
+        if guard is not None:
+            guard[1]()
 
     def _event(self, event: str) -> None:
         if self.on_event is not None:
@@ -89,8 +121,10 @@ class WriteAhead:
         (a synchronous store, or degraded mode, which skips it); False: `await write(record)`."""
         if self.store.synchronous:
             try:
-                self.store.put_now(record, fence=self.fence)
+                self.store.put_now(record, fence=self.fence_of(record.session_id))
                 self.written += 1
+            except Fenced:
+                self._refused(record)
             except Exception as exc:
                 self._failed(exc)
             return True
@@ -100,6 +134,16 @@ class WriteAhead:
             return True
         return False
 
+    async def read(self, session_id: str) -> list[CallRecord]:
+        """The session's records (a replica taking it over reads them); none, with a log line,
+        when the store does not answer."""
+        try:
+            with anyio.fail_after(self.timeout * 4):
+                return await self.store.session_records(session_id)
+        except Exception as exc:
+            self._degrade(_why(exc, "reading"))
+            return []
+
     def session_ended(self, session_id: str) -> None:
         """The session is over: a synchronous store lets its records go (nothing reads them after)."""
         if self.store.synchronous:
@@ -108,9 +152,13 @@ class WriteAhead:
     async def write(self, record: CallRecord) -> None:
         """Write `record` to the store, waiting `timeout` seconds at the most; never raises (but
         for the session's own cancellation)."""
+        started = time.perf_counter()
         try:
             with anyio.fail_after(self.timeout):
-                await self.store.put(record, fence=self.fence)
+                await self.store.put(record, fence=self.fence_of(record.session_id))
+            self._took(time.perf_counter() - started)
+        except Fenced:
+            self._refused(record)
         except Exception as exc:
             self._failed(exc)
         else:
@@ -120,6 +168,23 @@ class WriteAhead:
                 log.warning("call store reachable again: calls are written ahead once more",
                             extra={"store": self.store.name})
                 self._event("recovered")
+
+    def _took(self, seconds: float) -> None:
+        self.latencies.append(seconds)
+        if self.on_latency is not None:
+            self.on_latency(seconds)
+
+    def health(self) -> dict[str, Any]:
+        """What `/healthz` says of the store: its kind, whether it is degraded (and why), what was
+        written, skipped, failed and fenced, and the latest writes' median and 99th percentile."""
+        times = sorted(self.latencies)
+
+        def ms(share: float) -> float | None:
+            return round(times[min(len(times) - 1, int(share * len(times)))] * 1000, 3) if times else None
+
+        return {"kind": self.store.name, "degraded": self.degraded, "reason": self.reason or None,
+                "written": self.written, "skipped": self.skipped, "failed": self.failed, "fenced": self.fenced,
+                "write_ms_p50": ms(0.5), "write_ms_p99": ms(0.99)}
 
     def _failed(self, exc: BaseException) -> None:
         self.failed += 1

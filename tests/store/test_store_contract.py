@@ -3,33 +3,14 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator
 
 import pytest
 
 from relay.engine.records import CallRecord, Phase, idempotency_key
 from relay.store import CallStore, Fenced, MemoryStore, StoreError, open_store
+from tests.store.conftest import FakeClock
 
 _sessions = itertools.count()
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture(params=["memory", "redis"])
-async def store(request: pytest.FixtureRequest) -> AsyncIterator[CallStore]:
-    if request.param == "memory":
-        made: CallStore = MemoryStore()
-    else:
-        made = open_store(request.getfixturevalue("redis_url"))
-    await made.open()
-    yield made
-    await made.close()
 
 
 def new_session() -> str:

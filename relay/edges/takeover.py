@@ -1,0 +1,152 @@
+"""What a replica does with a call it takes over from another (relay/edges/sideband.py runs it).
+
+The old owner's ledger (its `CallRecord`s in the shared store) says how far each of its calls got.
+A call whose output went up (`sent`, `follow_up`) or that will never be answered (`skipped`) is
+done. Every other call is owed exactly one output, and the new owner's engine is told of it as the
+response that made it: an out-of-band `response.created` / `response.done` pair listing the owed
+calls' items (`Adoption.frames`, fed to the engine as the provider's own frames would be, so the
+engine's call book takes them by its usual rules, and its output lands appended to the
+conversation, answering the call by its `call_id`). When the engine then asks to start a handler
+for such a call, the loop does what `Adoption.decision` says:
+
+- `ready` (the handler never started): run it;
+- `started` (it may have run, wholly or in part): run it again only if the tool says it is
+  idempotent or takes the call's `IdempotencyKey` (the key is the same: the session is the call);
+  otherwise answer it without running it, with an honest error ("interrupted; not retried");
+- `decided` (its output was known, perhaps not sent): answer it with that output, without running it.
+
+This is the one place the store's phases become a new owner's actions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from relay.dialects.openai import FUNCTION_CALL, OPENAI, OpenAIFamily
+from relay.dialects.openai_codec import ResponseCreated, ResponseDone, encode
+from relay.engine import Outcome
+from relay.engine.records import CallRecord, Phase
+from relay.tools import ToolRegistry, ToolResult
+from relay.tools.render import error_in_output
+
+NOT_RETRIED = ("interrupted: the relay that was running this tool stopped before it finished, "
+               "and the tool is not idempotent; not retried")
+_DONE = frozenset({Phase.SENT, Phase.FOLLOW_UP, Phase.SKIPPED})
+RUN, REFUSE, ANSWER = "run", "refuse", "answer"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What a taken-over call gets: `run` its handler, or `outcome` reported without running it
+    (`refuse`: the error output; `answer`: the output the old owner had decided)."""
+
+    how: str
+    outcome: Outcome | None = None
+
+
+@dataclass
+class Adoption:
+    """The owed calls of a session taken over: the frames that tell the engine of them, what each
+    gets, and how many were already done."""
+
+    frames: list[str] = field(default_factory=list)
+    decisions: dict[str, Decision] = field(default_factory=dict)
+    done: int = 0
+
+    def counts(self) -> dict[str, int]:
+        """How many owed calls are run again (`retried`, `ready` ones included), refused, answered."""
+        found = {"retried": 0, "refused": 0, "answered": 0, "done": self.done}
+        for decision in self.decisions.values():
+            found[{RUN: "retried", REFUSE: "refused", ANSWER: "answered"}[decision.how]] += 1
+        return found
+
+
+class Handovers:
+    """What one process's takeovers and handoffs did (what `/healthz` and the metrics report):
+    calls taken over, offered to a peer (handoffs), leases lost, and the owed calls run again,
+    refused or answered with a decided output."""
+
+    def __init__(self) -> None:
+        self.takeovers = 0
+        self.handoffs = 0
+        self.lost = 0
+        self.calls = {"retried": 0, "refused": 0, "answered": 0}
+        self.handoff_seconds: list[float] = []   # offered to taken, per handoff (the latest 1000)
+        self.on_count: Callable[[str, int], None] | None = None   # the metric: `Metrics.count_handover`
+
+    def _count(self, kind: str, count: int = 1) -> None:
+        if self.on_count is not None and count:
+            self.on_count(kind, count)
+
+    def handed_off(self, seconds: float) -> None:
+        self.handoffs += 1
+        self.handoff_seconds = [*self.handoff_seconds[-999:], seconds]
+        self._count("handoff")
+
+    def lease_lost(self) -> None:
+        self.lost += 1
+        self._count("lease_lost")
+
+    def took_over(self, adoption: Adoption) -> None:
+        self.takeovers += 1
+        self._count("takeover")
+        for kind, count in adoption.counts().items():
+            if kind in self.calls:
+                self.calls[kind] += count
+                self._count(f"calls_{kind}", count)
+
+    def as_fields(self) -> dict[str, int]:
+        return {"takeovers": self.takeovers, "handoffs": self.handoffs, "leases_lost": self.lost,
+                **{f"calls_{kind}_after_takeover": count for kind, count in self.calls.items()}}
+
+
+def may_run_again(tools: ToolRegistry, name: str) -> bool:
+    """A started call may run again: its tool is idempotent or takes the idempotency key."""
+    spec = tools.get(name)
+    return spec is not None and (spec.idempotent or spec.key_parameter is not None)
+
+
+def decide(record: CallRecord, tools: ToolRegistry) -> Decision | None:
+    """What an owed call gets; None for a call that is done."""
+    if record.phase in _DONE:
+        return None
+    if record.phase is Phase.READY:
+        return Decision(RUN)
+    if record.phase is Phase.DECIDED and record.output is not None:
+        is_error, error = error_in_output(record.output)
+        value = ToolResult(error=error) if is_error else record.output
+        return Decision(ANSWER, Outcome.returned(value))
+    if may_run_again(tools, record.name):
+        return Decision(RUN)
+    return Decision(REFUSE, Outcome.returned(ToolResult(error=NOT_RETRIED)))
+
+
+def adopt(records: list[CallRecord], tools: ToolRegistry, *, family: OpenAIFamily = OPENAI,
+          id_prefix: str = "adopted") -> Adoption:
+    """The adoption of a session's calls from its records (as `CallStore.session_records` gives
+    them): one out-of-band response per original response, listing its owed calls in order."""
+    adoption = Adoption()
+    by_response: dict[str, list[CallRecord]] = {}
+    for record in records:
+        decision = decide(record, tools)
+        if decision is None:
+            adoption.done += 1
+            continue
+        adoption.decisions[record.call_id] = decision
+        by_response.setdefault(record.response_id or f"{id_prefix}_r_{record.call_id}", []).append(record)
+    for response_id, owed in by_response.items():
+        adoption.frames.extend(_response_frames(response_id, owed, family, id_prefix))
+    return adoption
+
+
+def _response_frames(response_id: str, owed: list[CallRecord], family: OpenAIFamily,
+                     id_prefix: str) -> list[str]:
+    items: list[dict[str, Any]] = [
+        {"type": FUNCTION_CALL, "id": f"{id_prefix}_i_{record.call_id}", "object": "realtime.item",
+         "status": "completed", "call_id": record.call_id, "name": record.name, "arguments": record.arguments}
+        for record in owed]
+    response: dict[str, Any] = {"object": "realtime.response", "id": response_id, "conversation_id": None,
+                                "metadata": None}
+    return [encode(ResponseCreated(response={**response, "status": "in_progress", "output": []}), family),
+            encode(ResponseDone(response={**response, "status": "completed", "output": items}), family)]

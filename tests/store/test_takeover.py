@@ -1,0 +1,250 @@
+"""Calls that outlive their relay: a `relay attach` subprocess owns a call (the mock's sideband
+attach) with Redis as the store, and is killed (SIGKILL) or paused (SIGSTOP) while a tool runs;
+a `relay sidecar` replica in the test's process, sharing the store, takes the call over. The
+mock sees each call answered exactly once, and the tools' effects (counted in Redis by
+idempotency key) are applied once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+import redis.asyncio as aioredis
+
+from relay.dialects.openai import OPENAI
+from relay.edges.sidecar import INCOMING_CALL, SidecarServer, SidecarServerConfig, signed_headers
+from relay.mock import MockScript, MockUpstream, Reply, Rule, ToolCall
+from relay.mock.session import MockSession
+from relay.store import open_store
+from relay.tools.sources import tool_registry
+from tests.support.frames import said
+from tests.support.processes import relay_process
+from tests.support.relays import http_request
+
+TOOLS = Path(__file__).parent / "tools" / "effects.py"
+SECRET = "whsec_dGVzdA=="
+LEASE = 1.0
+TIMEOUT = 20.0
+
+SCRIPT = MockScript(
+    rules=[Rule(match="refund", calls=[ToolCall(name="refund", arguments={"order": 7})]),
+           Rule(match="book", calls=[ToolCall(name="book", arguments={"slot": "9am"})])],
+    after_outputs=Reply(say="Done: {output}"),
+)
+
+
+@pytest.fixture
+async def effects(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[aioredis.Redis]:
+    monkeypatch.setenv("RELAY_TEST_REDIS", redis_url)
+    client = aioredis.Redis.from_url(redis_url)
+    await client.flushdb()
+    yield client
+    await client.aclose()
+
+
+async def accepted(mock: MockUpstream) -> tuple[str, MockSession]:
+    call_id = mock.create_call()
+    tools = OPENAI.tool_definitions(tool_registry([str(TOOLS)]))
+    response = await http_request("POST", f"{mock.rest_url}/realtime/calls/{call_id}/accept", {},
+                                  json.dumps({"type": "realtime", "tools": tools}).encode())
+    assert response.status_code == 200
+    session = mock.find_session(call_id)
+    assert session is not None
+    return call_id, session
+
+
+@asynccontextmanager
+async def owner(mock: MockUpstream, call_id: str, redis_url: str) -> AsyncIterator[Any]:
+    """`relay attach` on the call in a subprocess, once it holds the call's lease."""
+    async with relay_process("attach", "--call-id", call_id, "--upstream", mock.url, "--tools", str(TOOLS),
+                             "--store", redis_url, "--lease-seconds", str(LEASE), "--log-format", "json",
+                             env={"RELAY_TEST_REDIS": redis_url}) as process:
+        client = aioredis.Redis.from_url(redis_url)
+        try:
+            with anyio.fail_after(TIMEOUT):
+                while not await client.exists("relay:{" + call_id + "}:lease"):
+                    if process.returncode is not None:
+                        raise AssertionError(f"relay attach exited {process.returncode}: "
+                                             f"{(await process.stderr.read()).decode()}")
+                    await anyio.sleep(0.01)
+        finally:
+            await client.aclose()
+        yield process
+
+
+def replica_config(mock: MockUpstream, redis_url: str, **options: Any) -> SidecarServerConfig:
+    return SidecarServerConfig(**{
+        "tools": [str(TOOLS)], "upstream": mock.url, "dialect": "openai", "api_key": "sk-test", "store": redis_url,
+        "lease_seconds": LEASE, "scan_seconds": 0.05, "webhook_secret": SECRET, "rest_base": mock.rest_url,
+        "port": 0, **options})
+
+
+@asynccontextmanager
+async def replica(mock: MockUpstream, redis_url: str) -> AsyncIterator[SidecarServer]:
+    """A `relay sidecar` replica sharing the store, in this process, looking for orphans."""
+    server = SidecarServer(replica_config(mock, redis_url))
+    async with server.running():
+        yield server
+
+
+async def started_run(effects: aioredis.Redis) -> str:
+    """Wait for a tool run to start; which tool and pid."""
+    found = await effects.blpop(["started"], timeout=TIMEOUT)
+    assert found is not None, "no tool run started"
+    return found[1].decode()
+
+
+def outputs(mock: MockUpstream, call_id: str) -> list[str]:
+    return [r.event["item"]["output"] for r in mock.received
+            if r.event.get("type") == "conversation.item.create"
+            and r.event["item"].get("type") == "function_call_output" and r.event["item"]["call_id"] == call_id]
+
+
+async def answered(mock: MockUpstream, session: MockSession) -> tuple[str, dict[str, Any]]:
+    """The call the model made, once its output came and the model spoke about it."""
+    done = await mock.wait_for_sent(lambda e: e["type"] == "response.done" and "Done:" in said(e),
+                                    timeout=TIMEOUT, session=session)
+    [call] = model_calls(mock, session)
+    return call, done.event
+
+
+def model_calls(mock: MockUpstream, session: MockSession) -> list[str]:
+    """The call ids of the function calls the model made in the session (each once, though every
+    connection of the session was sent it)."""
+    return list(dict.fromkeys(
+        r.event["item"]["call_id"] for r in mock.sent if r.session_id == session.id
+        and r.event.get("type") == "response.output_item.done" and r.event["item"].get("type") == "function_call"))
+
+
+async def killed_mid_tool(mock: MockUpstream, redis_url: str, effects: aioredis.Redis, ask: str,
+                          tool: str, *, release: bool = False) -> MockSession:
+    """An owner in a subprocess runs `tool` for the call it owns and is killed (SIGKILL) while
+    the tool runs (having let go of its hold first, with `release`, so a run after it ends);
+    the call's session."""
+    call_id, session = await accepted(mock)
+    await effects.set("hold", 1)
+    async with owner(mock, call_id, redis_url) as process:
+        await mock.user_turn(session, ask)
+        assert (await started_run(effects)).startswith(f"{tool} {process.pid}")
+        if release:
+            await effects.delete("hold")
+        process.send_signal(signal.SIGKILL)
+        await process.wait()
+    return session
+
+
+async def test_a_killed_owner_s_non_idempotent_call_is_refused_once_not_run_again(
+        redis_url: str, effects: aioredis.Redis) -> None:
+    async with MockUpstream(script=SCRIPT) as mock, replica(mock, redis_url) as peer:
+        session = await killed_mid_tool(mock, redis_url, effects, "Please refund my order", "refund")
+        tool_call_id, done = await answered(mock, session)
+        [output] = outputs(mock, tool_call_id)
+        assert "not retried" in output and "error" in json.loads(output)
+        assert await effects.get("effects:refund:7") == b"1"
+        assert await effects.llen("started") == 0          # never run again
+        assert session.call_id in peer.calls
+        health = peer.health()
+        assert health["handovers"]["takeovers"] == 1 and health["handovers"]["calls_refused_after_takeover"] == 1
+        assert health["store"]["kind"] == "redis" and not health["store"]["degraded"]
+        assert health["store"]["write_ms_p50"] is not None
+        metrics = peer.metrics.render()
+        assert 'relay_handovers_total{kind="takeover"} 1.0' in metrics
+        assert 'relay_calls_after_takeover_total{fate="refused"} 1.0' in metrics
+        assert "relay_store_write_seconds_count" in metrics
+
+
+async def test_a_killed_owner_s_keyed_call_is_run_again_with_its_key_and_applied_once(
+        redis_url: str, effects: aioredis.Redis) -> None:
+    async with MockUpstream(script=SCRIPT) as mock, replica(mock, redis_url) as peer:
+        session = await killed_mid_tool(mock, redis_url, effects, "Please book me in", "book", release=True)
+        tool_call_id, done = await answered(mock, session)
+        assert outputs(mock, tool_call_id) == ["booked 9am"]
+        assert (await started_run(effects)).startswith(f"book {os.getpid()}")   # run again, here
+        assert await effects.get("effects:book") == b"1"                        # applied once
+        assert peer.runtime.handovers.calls["retried"] == 1
+
+
+async def test_a_paused_owner_that_lost_its_lease_sends_no_output_and_runs_no_handler(
+        redis_url: str, effects: aioredis.Redis) -> None:
+    async with MockUpstream(script=SCRIPT) as mock, replica(mock, redis_url) as peer:
+        call_id, session = await accepted(mock)
+        await effects.set("hold", 1)
+        async with owner(mock, call_id, redis_url) as process:
+            await mock.user_turn(session, "Please refund my order")
+            assert await started_run(effects) == f"refund {process.pid}"
+            process.send_signal(signal.SIGSTOP)          # paused past its lease, mid-tool
+            refund_call, _ = await answered(mock, session)
+            assert peer.runtime.handovers.takeovers == 1
+            await effects.delete("hold")
+            sent = len(mock.sent)
+            await mock.user_turn(session, "And book me in")   # a call the paused owner sees on resuming
+            await mock.wait_for_sent(lambda e: e["type"] == "response.done" and "booked" in said(e),
+                                     timeout=TIMEOUT, session=session, start=sent)
+            assert await started_run(effects) == f"book {os.getpid()}"
+            process.send_signal(signal.SIGCONT)
+            await effects.rpush(f"release:{process.pid}", 1)   # its refund run ends now
+            with anyio.fail_after(TIMEOUT):
+                await process.wait()
+            log = (await process.stderr.read()).decode()
+        calls = model_calls(mock, session)
+        assert len(calls) == 2
+        for made in calls:
+            assert len(outputs(mock, made)) == 1
+        assert "not retried" in outputs(mock, refund_call)[0]
+        assert await effects.llen("started") == 0          # no handler ran in the resumed owner
+        assert await effects.get("effects:refund:7") == b"1"
+        lost = [line for line in map(json.loads, log.splitlines()) if line["msg"].startswith("lease lost")]
+        assert len(lost) == 1, log
+
+
+async def test_a_draining_replica_hands_its_call_to_a_peer_without_waiting_for_it_to_end(
+        redis_url: str, effects: aioredis.Redis) -> None:
+    async with MockUpstream(script=SCRIPT) as mock, replica(mock, redis_url) as peer:
+        call_id = mock.create_call()
+        session = mock.find_session(call_id)
+        assert session is not None
+        draining = SidecarServer(replica_config(mock, redis_url, drain_seconds=TIMEOUT))
+        async with anyio.create_task_group() as group:
+            await group.start(draining.run)
+            body = json.dumps({"type": INCOMING_CALL, "data": {"call_id": call_id}}).encode()
+            headers = signed_headers(SECRET, body, webhook_id="wh_1", timestamp=int(time.time()))
+            assert (await http_request("POST", draining.url, headers, body)).status_code == 200
+            with anyio.fail_after(TIMEOUT):
+                await draining.calls[call_id].attached.wait()
+            await mock.user_turn(session, "Please book me in")
+            booked, _ = await answered(mock, session)
+            draining.request_stop()       # the call goes on: it is handed to the peer, not waited for
+        assert draining.runtime.handovers.handoffs == 1 and len(draining.runtime.handovers.handoff_seconds) == 1
+        assert 'relay_handovers_total{kind="handoff"} 1.0' in draining.metrics.render()
+        assert call_id in peer.calls and peer.runtime.handovers.takeovers == 1
+        sent = len(mock.sent)
+        await mock.user_turn(session, "Now refund my order")
+        await mock.wait_for_sent(lambda e: e["type"] == "response.done" and "refunded" in said(e),
+                                 timeout=TIMEOUT, session=session, start=sent)
+        refund_call = next(call for call in model_calls(mock, session) if call != booked)
+        assert outputs(mock, booked) == ["booked 9am"] and outputs(mock, refund_call) == ["refunded order 7"]
+        assert [await effects.lpop("started") for _ in range(2)] == [
+            f"book {os.getpid()}".encode(), f"refund {os.getpid()}".encode()]
+        assert peer.runtime.handovers.calls == {"retried": 0, "refused": 0, "answered": 0}
+
+
+async def test_an_orphaned_call_that_ended_meanwhile_is_unlisted_by_the_replica_that_finds_it(
+        redis_url: str, effects: aioredis.Redis) -> None:
+    store = open_store(redis_url)
+    try:
+        assert await store.acquire("rtc_gone", "a-dead-replica", ttl=0.001, target="rtc_gone") is not None
+        async with MockUpstream(script=SCRIPT) as mock, replica(mock, redis_url) as peer:
+            with anyio.fail_after(TIMEOUT):
+                while await store.orphans() or not peer.fleet.scans or peer.calls:
+                    await anyio.sleep(0.01)
+        assert await effects.hget("relay:sessions", "rtc_gone") is None
+    finally:
+        await store.close()
