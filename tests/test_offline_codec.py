@@ -112,3 +112,18 @@ def test_a_duplicate_delivery_repeats_the_frames_that_complete_the_nth_call() ->
     assert plan.deliveries(done("call_b")) == [done("call_b"), done("call_b")]
     assert plan.deliveries("not json") == ["not json"]
     assert target.marks == ["the upstream delivers call call_b twice"]
+
+
+def test_the_timeline_reads_a_variants_own_names_as_its_events() -> None:
+    from dataclasses import replace
+
+    from relay.offline.events import RESPONSE, RESPONSE_DONE
+    from relay.offline.timeline import Timeline
+
+    variant = replace(OPENAI, name="toy", renamed_events={"toy.response.started": "response.created",
+                                                          "toy.response.ended": "response.done"})
+    frames = [frame({"type": "toy.response.started", "response": {"id": "resp_1", "status": "in_progress"}}),
+              frame({"type": "toy.response.ended", "response": {"id": "resp_1", "status": "completed"}})]
+    kinds = [event.kind for event in Timeline.from_frames(frames, dialect=variant, source="toy").events]
+    assert kinds == [RESPONSE, RESPONSE_DONE]
+    assert Timeline.from_frames(frames, dialect=OPENAI, source="openai").events == []   # not OpenAI's names

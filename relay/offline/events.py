@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from relay.dialects.gemini import field as gemini_field
+from relay.dialects import OPENAI, OpenAIFamily
 from relay.dialects import openai_codec as wire
 from relay.dialects.gemini import response_text
 from relay.engine.sequencer import META_CALLS, META_KIND
@@ -187,15 +188,18 @@ class _Reader:
 
 
 class _OpenAIReader(_Reader):
-    def __init__(self, *args: Any) -> None:
+    """Reads the frames of a variant of the OpenAI family (`family`: its names) as its typed events."""
+
+    def __init__(self, *args: Any, family: OpenAIFamily = OPENAI) -> None:
         super().__init__(*args)
+        self.family = family
         self.active: dict[str, str] = {}            # response id -> who made it
         self.response_calls: dict[str, list[str]] = {}
         self.client_creates = 0                     # client creates gone up, not yet answered
         self.incomplete: set[str] = set()           # calls whose item ended incomplete: never to run
 
     def dispatch(self, direction: str, event: dict[str, Any]) -> None:
-        typed = wire.event_of(event)   # the family's codec: beta names read as GA
+        typed = wire.event_of(event, self.family)   # the family's codec: beta and the variant's names read as GA
         if isinstance(typed, wire.Unknown):
             return
         if direction == UPSTREAM_TO_RELAY:

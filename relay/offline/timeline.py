@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from relay.dialects import Dialect, GeminiDialect
+from relay.dialects import DIALECTS, Dialect, GeminiDialect, OpenAIFamily
 from relay.offline.events import CALL, OUTPUT, READERS, Event, decoded, upstream_bound
 from relay.recording.format import Frame, Recording
 from relay.recording.reader import read_recording
@@ -96,7 +96,9 @@ class Timeline(Sequence[Event]):
         frames = list(frames)
         gemini = isinstance(dialect, GeminiDialect) or dialect == "gemini"
         tools = frozenset(relay_tools)
-        reader = READERS["gemini" if gemini else "openai"](tools, outcomes or {}, upstream_bound(frames))
+        chosen = DIALECTS.get(dialect) if isinstance(dialect, str) else dialect
+        family = {"family": chosen} if isinstance(chosen, OpenAIFamily) else {}   # the variant's names
+        reader = READERS["gemini" if gemini else "openai"](tools, outcomes or {}, upstream_bound(frames), **family)
         for frame in frames:
             event = decoded(frame)
             if event is not None:
