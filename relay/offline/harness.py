@@ -39,6 +39,7 @@ from relay.engine import (
     StartHandler,
     new_engine,
 )
+from relay.engine.actions import TOOL_CALL
 from relay.engine.records import CallRecord
 from relay.offline.events import CLOSED, Event
 from relay.offline.expect import Expect, check_invariants, failure
@@ -48,7 +49,6 @@ from relay.recording.format import (
     CLIENT_TO_RELAY,
     RELAY_TO_CLIENT,
     RELAY_TO_UPSTREAM,
-    TOOL_CALL_NOTE,
     UPSTREAM_TO_RELAY,
     Frame,
 )
@@ -363,7 +363,7 @@ class HarnessSession:
             for frame in self.frames:
                 writer.record(frame.direction, frame.raw if frame.raw is not None else frame.binary or b"", t=frame.t)
             for notice in self.notices:
-                if notice.kind == TOOL_CALL_NOTE:
+                if notice.kind == TOOL_CALL:
                     writer.record_notice(notice.kind, notice.fields, t=self.now)
         self.saved = writer.path
         return writer.path

@@ -29,7 +29,8 @@ DIRECTIONS = (CLIENT_TO_RELAY, RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY, RELAY_TO_CL
 AudioPolicy = Literal["keep", "drop"]
 
 TOOL_CALL_NOTE = "tool_call"
-"""The kind of the `relay` line that says how the relay decided a call (the engine's notice of it)."""
+"""The kind of the `relay` line that says how the relay decided a call: the engine's notice of it
+(`relay.engine.actions.TOOL_CALL`), recorded under its kind."""
 # What the relay decided, written as `relay` lines beside the frames: for each kind of engine
 # notice recorded, the fields kept (docs/recording-format.md, "Relay lines").
 NOTE_FIELDS: dict[str, tuple[str, ...]] = {
