@@ -89,7 +89,8 @@ class ReplaySends:
         """For a send that answers a call: the call, the answer's text, its status; else None."""
         return None
 
-    def compared(self, part: dict[str, Any]) -> dict[str, Any]:
+    @staticmethod
+    def compared(part: dict[str, Any]) -> dict[str, Any]:
         """The part of a send that must match: ids the relay chose are left out."""
         return {k: v for k, v in part.items() if k not in ("event_id", "response_id")}
 
