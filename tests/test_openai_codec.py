@@ -84,3 +84,20 @@ def test_the_set_is_closed_and_names_each_event_once() -> None:
     assert len(wire.EVENTS) == len(set(wire.EVENTS.values()))
     assert wire.COMMANDS <= set(wire.EVENTS.values())
     assert all(issubclass(event, wire.Event) for event in wire.EVENTS.values())
+
+
+def test_a_frame_object_is_what_encode_writes_and_event_of_reads() -> None:
+    delta = wire.AudioTranscriptDelta(event_id="e1", response_id="r", item_id="i", output_index=0, content_index=0,
+                                      delta="he", obfuscation="x9")
+    for family in (OPENAI, OPENAI_BETA):
+        frame = wire.frame_object(delta, family)
+        assert frame == json.loads(wire.encode(delta, family))
+        assert list(frame)[:2] == ["type", "event_id"]
+        read = wire.event_of(frame, family)
+        assert wire.kind_of(read) is wire.AudioTranscriptDelta   # the beta name reads as the GA event
+        assert msgspec.structs.asdict(read) == msgspec.structs.asdict(delta)
+    item = {"id": "item_1", "type": wire.MESSAGE, "content": []}
+    added = wire.frame_object(wire.ItemAdded(event_id="e2", item=item))
+    assert added == {"type": "conversation.item.added", "event_id": "e2", "previous_item_id": None, "item": item}
+    assert added["item"] is not item   # the frame shares nothing with the event
+    assert wire.event_name(wire.ItemDone) == "conversation.item.done"

@@ -73,12 +73,13 @@ class _ItemEvent(Event):
     item: Any = None
 
 
-class ItemAdded(_ItemEvent, tag="conversation.item.added"):
-    """An item entered the conversation (beta: `conversation.item.created`)."""
+class ItemAdded(_ItemEvent, tag="conversation.item.added", omit_defaults=False):
+    """An item entered the conversation (beta: `conversation.item.created`). Written with every
+    field, as servers write it: the first item's `previous_item_id` is `null`, not absent."""
 
 
-class ItemDone(_ItemEvent, tag="conversation.item.done"):
-    pass
+class ItemDone(_ItemEvent, tag="conversation.item.done", omit_defaults=False):
+    """An item is final (written with every field, `previous_item_id: null` included)."""
 
 
 class ItemRetrieved(_ItemEvent, tag="conversation.item.retrieved"):
@@ -106,6 +107,7 @@ class InputTranscriptionDelta(_Transcription, tag="conversation.item.input_audio
 
 class InputTranscriptionCompleted(_Transcription, tag="conversation.item.input_audio_transcription.completed"):
     transcript: Any = None
+    usage: Any = None
 
 
 class InputTranscriptionFailed(_Transcription, tag="conversation.item.input_audio_transcription.failed"):
@@ -116,7 +118,9 @@ class InputTranscriptionSegment(_Transcription, tag="conversation.item.input_aud
     text: Any = None
 
 
-class InputAudioCommitted(Event, tag="input_audio_buffer.committed"):
+class InputAudioCommitted(Event, tag="input_audio_buffer.committed", omit_defaults=False):
+    """The caller's audio became an item (written with `previous_item_id: null` at the start)."""
+
     previous_item_id: Any = None
     item_id: Any = None
 
@@ -191,7 +195,10 @@ class ContentPartDone(_Part, tag="response.content_part.done"):
 
 
 class TextDelta(_Part, tag="response.output_text.delta"):
+    """A piece of text; `obfuscation` is the random padding servers add to streamed deltas."""
+
     delta: Any = None
+    obfuscation: Any = None
 
 
 class TextDone(_Part, tag="response.output_text.done"):
@@ -200,6 +207,7 @@ class TextDone(_Part, tag="response.output_text.done"):
 
 class AudioTranscriptDelta(_Part, tag="response.output_audio_transcript.delta"):
     delta: Any = None
+    obfuscation: Any = None
 
 
 class AudioTranscriptDone(_Part, tag="response.output_audio_transcript.done"):
@@ -226,6 +234,7 @@ class _Arguments(Event):
 class FunctionCallArgumentsDelta(_Arguments, tag="response.function_call_arguments.delta"):
     call_id: Any = None
     delta: Any = None
+    obfuscation: Any = None
 
 
 class FunctionCallArgumentsDone(_Arguments, tag="response.function_call_arguments.done"):
@@ -420,6 +429,24 @@ def encode(command: Event, family: OpenAIFamily = OPENAI) -> str:
     if written is None or not frame.startswith(head := '{"type":' + json.dumps(name)):
         return frame
     return '{"type":' + json.dumps(written) + frame[len(head):]
+
+
+def frame_object(event: Event, family: OpenAIFamily = OPENAI) -> dict[str, Any]:
+    """An event as the decoded frame `encode` would write (what a recording holds, what
+    `event_of` reads back): `type` by `family`'s server name, then `event_id`, then the fields.
+    Its containers are new: the frame shares nothing with the event."""
+    fields = msgspec.to_builtins(event)
+    name = fields.pop("type")
+    frame = {"type": family.server_names.get(name, name)}
+    if "event_id" in fields:
+        frame["event_id"] = fields.pop("event_id")
+    frame.update(fields)
+    return frame
+
+
+def event_name(kind: type[Event]) -> str:
+    """The GA name of an event class (`wire_type` names an event by the name it arrived by)."""
+    return str(kind.__struct_config__.tag)
 
 
 # ---- audio passes undecoded -------------------------------------------------------------------------

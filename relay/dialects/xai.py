@@ -22,8 +22,19 @@ documentation and which is inferred from other clients):
 
 from __future__ import annotations
 
+from typing import Any
+
 from relay.dialects.base import TOKEN_SUBPROTOCOL
 from relay.dialects.openai import REALTIME_PATHS, UPSTREAM_PASSTHROUGH, OpenAIFamily
+
+PING = "ping"
+"""xAI's keepalive event (`timestamp`: Unix milliseconds), outside OpenAI's set: passed through."""
+
+
+def ping(event_id: str, timestamp_ms: int) -> dict[str, Any]:
+    """A `ping` as xAI's server writes it."""
+    return {"type": PING, "event_id": event_id, "timestamp": timestamp_ms}
+
 
 XAI = OpenAIFamily(
     name="xai",
@@ -36,7 +47,7 @@ XAI = OpenAIFamily(
     client_auth_forms=f"Authorization: Bearer, api-key, or the xai-client-secret.<token> or "
                       f"{TOKEN_SUBPROTOCOL}<token> subprotocol",
     call_sideband=True,
-    upstream_passthrough=UPSTREAM_PASSTHROUGH | {"ping"},
+    upstream_passthrough=UPSTREAM_PASSTHROUGH | {PING},
     opening_events=("session.created", "conversation.created"),
     typed_session=False,
 )
