@@ -11,6 +11,13 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from relay.dialects.openai import (
+    FUNCTION_CALL,
+    FUNCTION_CALL_OUTPUT,
+    MCP_APPROVAL_REQUEST,
+    MCP_APPROVAL_RESPONSE,
+    MESSAGE,
+)
 from relay.mock.wire import ProtocolError, Wire, new_id
 
 ROOT = "root"
@@ -18,23 +25,23 @@ MAX_ITEM_ID_LENGTH = 32
 
 _COMMON_FIELDS = frozenset({"type", "id", "object", "status"})
 _ITEM_FIELDS = {
-    "message": _COMMON_FIELDS | {"role", "content"},
-    "function_call": _COMMON_FIELDS | {"name", "call_id", "arguments"},
-    "function_call_output": _COMMON_FIELDS | {"call_id", "output"},
-    "mcp_approval_response": _COMMON_FIELDS | {"approval_request_id", "approve", "reason"},
+    MESSAGE: _COMMON_FIELDS | {"role", "content"},
+    FUNCTION_CALL: _COMMON_FIELDS | {"name", "call_id", "arguments"},
+    FUNCTION_CALL_OUTPUT: _COMMON_FIELDS | {"call_id", "output"},
+    MCP_APPROVAL_RESPONSE: _COMMON_FIELDS | {"approval_request_id", "approve", "reason"},
 }
 # Azure AI Foundry accepts (and echoes) these on top of OpenAI's schema.
 _FOUNDRY_FIELDS = {
-    "message": frozenset(),
-    "function_call": frozenset({"response_id", "created_at"}),
-    "function_call_output": frozenset({"name", "response_id", "created_at"}),
-    "mcp_approval_response": frozenset(),
+    MESSAGE: frozenset(),
+    FUNCTION_CALL: frozenset({"response_id", "created_at"}),
+    FUNCTION_CALL_OUTPUT: frozenset({"name", "response_id", "created_at"}),
+    MCP_APPROVAL_RESPONSE: frozenset(),
 }
 _REQUIRED_STRINGS = {
-    "message": ("role",),
-    "function_call": ("name", "call_id", "arguments"),
-    "function_call_output": ("call_id", "output"),
-    "mcp_approval_response": ("approval_request_id",),
+    MESSAGE: ("role",),
+    FUNCTION_CALL: ("name", "call_id", "arguments"),
+    FUNCTION_CALL_OUTPUT: ("call_id", "output"),
+    MCP_APPROVAL_RESPONSE: ("approval_request_id",),
 }
 _PART_FIELDS = {
     "input_text": frozenset({"type", "text"}),
@@ -49,6 +56,12 @@ _GA_PARTS_BY_ROLE = {
     "assistant": ("output_text",),
 }
 _BETA_PARTS_BY_ROLE = {"system": ("input_text",), "user": ("input_text", "input_audio"), "assistant": ("text",)}
+
+
+def _supported(values: Any) -> str:
+    """The server's list of allowed values: `'a', 'b', and 'c'`."""
+    quoted = [f"'{value}'" for value in values]
+    return ", ".join(quoted[:-1]) + f", and {quoted[-1]}" if len(quoted) > 2 else " and ".join(quoted)
 
 
 def _missing(param: str) -> ProtocolError:
@@ -118,11 +131,11 @@ class Conversation:
         return self._items[-1].get("id") if self._items else None
 
     def function_call(self, call_id: str) -> dict[str, Any] | None:
-        return next((i for i in self._items if i.get("type") == "function_call" and i.get("call_id") == call_id), None)
+        return next((i for i in self._items if i.get("type") == FUNCTION_CALL and i.get("call_id") == call_id), None)
 
     def call_names(self) -> dict[str, str]:
         """call_id -> function name, for every function call in the conversation."""
-        return {i["call_id"]: i.get("name", "") for i in self._items if i.get("type") == "function_call"}
+        return {i["call_id"]: i.get("name", "") for i in self._items if i.get("type") == FUNCTION_CALL}
 
     def check_position(self, previous_item_id: str | None, param: str) -> None:
         if previous_item_id not in (None, ROOT) and self._index(previous_item_id) is None:
@@ -168,8 +181,7 @@ class Conversation:
         if item_type not in _ITEM_FIELDS:
             raise ProtocolError(
                 "invalid_value",
-                f"Invalid value: '{item_type}'. Supported values are: 'message', 'function_call', "
-                "'function_call_output', and 'mcp_approval_response'.",
+                f"Invalid value: '{item_type}'. Supported values are: {_supported(_ITEM_FIELDS)}.",
                 "item.type",
             )
         allowed = _ITEM_FIELDS[item_type] | (_FOUNDRY_FIELDS[item_type] if wire.foundry else frozenset())
@@ -196,7 +208,7 @@ class Conversation:
                 raise ProtocolError(
                     "duplicate_item_id", f"Item with id '{item_id}' already exists in the conversation.", "item.id"
                 )
-        if item_type == "message":
+        if item_type == MESSAGE:
             if item["role"] not in _GA_PARTS_BY_ROLE:
                 raise ProtocolError(
                     "invalid_value",
@@ -206,18 +218,19 @@ class Conversation:
             if "content" not in item:
                 raise _missing("item.content")
             _check_content(item["content"], item["role"], wire)
-        if item_type == "function_call_output" and self.function_call(item["call_id"]) is None:
+        if item_type == FUNCTION_CALL_OUTPUT and self.function_call(item["call_id"]) is None:
             code, message = wire.quirks.call_not_found   # the provider's words (xAI: invalid_tool_call_id)
             raise ProtocolError(code, message.format(call_id=item["call_id"]), "item.call_id")
-        if item_type == "mcp_approval_response":
+        if item_type == MCP_APPROVAL_RESPONSE:
             if not isinstance(item.get("approve"), bool):
                 raise _missing("item.approve") if "approve" not in item else _wrong_type("item.approve", "a boolean",
                                                                                         item["approve"])
-            if not any(i.get("type") == "mcp_approval_request" and i.get("id") == item["approval_request_id"]
+            if not any(i.get("type") == MCP_APPROVAL_REQUEST and i.get("id") == item["approval_request_id"]
                        for i in self._items):
                 raise item_not_found(item["approval_request_id"], "item.approval_request_id")
         fields = {k: copy.deepcopy(v) for k, v in item.items() if k not in ("id", "object", "status", "type")}
-        status = {} if item_type == "function_call_output" else {"status": "completed"}
+        # as the server stores them: an output and an MCP approval's answer without a status
+        status = {"status": "completed"} if item_type in (MESSAGE, FUNCTION_CALL) else {}
         return wire.item(id=item_id or new_id("item"), type=item_type, **status, **fields)
 
 

@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from relay.dialects import openai_codec as codec
 from relay.mock.script import McpCall
 from relay.mock.wire import Wire, new_id
 
@@ -67,18 +68,18 @@ def planned(calls: tuple[McpCall, ...], items: list[dict[str, Any]]) -> tuple[li
 
 
 def _latest_request(items: list[dict[str, Any]], call: McpCall) -> dict[str, Any] | None:
-    return next((item for item in reversed(items) if item.get("type") == "mcp_approval_request"
+    return next((item for item in reversed(items) if item.get("type") == codec.MCP_APPROVAL_REQUEST
                  and item.get("server_label") == call.server_label and item.get("name") == call.name), None)
 
 
 def _answer_to(items: list[dict[str, Any]], request: dict[str, Any]) -> dict[str, Any] | None:
-    return next((item for item in items if item.get("type") == "mcp_approval_response"
+    return next((item for item in items if item.get("type") == codec.MCP_APPROVAL_RESPONSE
                  and item.get("approval_request_id") == request["id"]), None)
 
 
 def _answered_call(items: list[dict[str, Any]], request: dict[str, Any]) -> bool:
     """Whether the approved call already ran (then a new turn asks again)."""
-    return any(item.get("type") == "mcp_call" and item.get("approval_request_id") == request["id"] for item in items)
+    return any(item.get("type") == codec.MCP_CALL and item.get("approval_request_id") == request["id"] for item in items)
 
 
 def call_steps(wire: Wire, response_id: str, output_index: int, planned_call: PlannedMcpCall,
@@ -86,26 +87,26 @@ def call_steps(wire: Wire, response_id: str, output_index: int, planned_call: Pl
     """The events of an `mcp_call` between its item's `.added` and `.done`; the item is given its
     arguments and its output or error on the way."""
     where = {"response_id": response_id, "item_id": item["id"], "output_index": output_index}
-    yield wire.event("response.mcp_call_arguments.delta", **where, delta=planned_call.arguments)
-    yield wire.event("response.mcp_call_arguments.done", **where, arguments=planned_call.arguments)
+    yield wire.frame(codec.McpCallArgumentsDelta(**where, delta=planned_call.arguments))
+    yield wire.frame(codec.McpCallArgumentsDone(**where, arguments=planned_call.arguments))
     item["arguments"] = planned_call.arguments
-    yield wire.event("response.mcp_call.in_progress", item_id=item["id"], output_index=output_index)
+    yield wire.frame(codec.McpCallInProgress(item_id=item["id"], output_index=output_index))
     if planned_call.error is None:
         item["output"] = planned_call.output or ""
-        yield wire.event("response.mcp_call.completed", item_id=item["id"], output_index=output_index)
+        yield wire.frame(codec.McpCallCompleted(item_id=item["id"], output_index=output_index))
     else:
         item["error"] = copy.deepcopy(planned_call.error)
-        yield wire.event("response.mcp_call.failed", item_id=item["id"], output_index=output_index)
+        yield wire.frame(codec.McpCallFailed(item_id=item["id"], output_index=output_index))
 
 
 def call_item(wire: Wire, planned_call: PlannedMcpCall) -> dict[str, Any]:
     extra = {"approval_request_id": planned_call.approval_request_id} if planned_call.approval_request_id else {}
-    return wire.item(id=new_id("item"), type="mcp_call", server_label=planned_call.server_label,
+    return wire.item(id=new_id("item"), type=codec.MCP_CALL, server_label=planned_call.server_label,
                      name=planned_call.name, arguments="", **extra)
 
 
 def approval_item(wire: Wire, request: PlannedApprovalRequest) -> dict[str, Any]:
-    return wire.item(id=new_id("item"), type="mcp_approval_request", server_label=request.server_label,
+    return wire.item(id=new_id("item"), type=codec.MCP_APPROVAL_REQUEST, server_label=request.server_label,
                      name=request.name, arguments=request.arguments)
 
 
@@ -121,13 +122,13 @@ def list_tools_events(wire: Wire, conversation: Any, tools: Any,
             continue
         label = str(tool.get("server_label"))
         listed.add(label)
-        item = wire.item(id=new_id("item"), type="mcp_list_tools", server_label=label, tools=[])
+        item = wire.item(id=new_id("item"), type=codec.MCP_LIST_TOOLS, server_label=label, tools=[])
         previous = conversation.insert(copy.deepcopy(item))
-        events.append(wire.event("conversation.item.added", previous_item_id=previous, item=copy.deepcopy(item)))
-        events.append(wire.event("mcp_list_tools.in_progress", item_id=item["id"]))
-        known = label in scripted
-        events.append(wire.event("mcp_list_tools.completed" if known else "mcp_list_tools.failed", item_id=item["id"]))
+        events.append(wire.frame(codec.ItemAdded(previous_item_id=previous, item=item)))
+        events.append(wire.frame(codec.McpListToolsInProgress(item_id=item["id"])))
+        listed_as = codec.McpListToolsCompleted if label in scripted else codec.McpListToolsFailed
+        events.append(wire.frame(listed_as(item_id=item["id"])))
         item["tools"] = [copy.deepcopy(dict(entry)) for entry in scripted.get(label, ())]
         conversation.replace(copy.deepcopy(item))
-        events.append(wire.event("conversation.item.done", previous_item_id=previous, item=item))
+        events.append(wire.frame(codec.ItemDone(previous_item_id=previous, item=item)))
     return events

@@ -17,6 +17,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
+from relay.dialects import openai_codec as codec
+from relay.dialects.openai import OPENAI
+from relay.dialects.xai import XAI as XAI_DIALECT
+
 _OPENAI_CALL_NOT_FOUND = ("function_call_not_found", "No function call with call_id '{call_id}' found in the "
                           "conversation for this function_call_output.")
 
@@ -45,7 +49,7 @@ class Quirks:
     - `missing_events`: OpenAI events the provider never sends (xAI: `conversation.item.done`,
       `rate_limits.updated`)."""
 
-    opening: tuple[str, ...] = ("session.created",)
+    opening: tuple[str, ...] = OPENAI.opening_events
     pings: bool = False
     calls: Literal["streamed", "in_done"] = "streamed"
     call_added_twice: bool = False
@@ -62,7 +66,7 @@ class Quirks:
 
 _AUDIO_FORMAT = {"format": None, "transport": None}
 XAI = Quirks(
-    opening=("session.created", "conversation.created"),
+    opening=XAI_DIALECT.opening_events,
     pings=True,
     call_added_twice=True,
     calls_join_at_done=True,
@@ -83,7 +87,7 @@ XAI = Quirks(
         "resumption": {"enabled": False},
     }),
     session_type=False,
-    missing_events=frozenset({"conversation.item.done", "rate_limits.updated"}),
+    missing_events=frozenset(codec.event_name(kind) for kind in (codec.ItemDone, codec.RateLimitsUpdated)),
 )
 
 VOICE_LIVE = Quirks(

@@ -83,7 +83,8 @@ class ResponseRequests:
     def active_response(self) -> ResponseRun | None:
         return next((run for run in reversed(self.responses) if run.active), None)
 
-    def _response_create(self, event: dict[str, Any]) -> list[Action]:
+    def _response_create(self, request: Any) -> list[Action]:
+        """A client's `response.create` (its `response` options, or None)."""
         if self._rejected < self.faults.reject_response_create:
             self._rejected += 1
             error = self.faults.reject_error
@@ -93,7 +94,6 @@ class ResponseRequests:
                 error.get("param"),
                 error.get("type", "server_error"),
             )
-        request = event.get("response")
         if request is None:
             request = {}
         if not isinstance(request, dict):
@@ -224,9 +224,9 @@ class ResponseRequests:
             plan = [PlannedMessage(self.script.default.say)]
         return plan
 
-    def _response_cancel(self, event: dict[str, Any]) -> list[Action]:
+    def _response_cancel(self, requested: Any) -> list[Action]:
+        """A client's `response.cancel` (of the response it names, or of the active one)."""
         active = self.active_response
-        requested = event.get("response_id")
         if active is None or (requested is not None and requested != active.id):
             raise ProtocolError("response_cancel_not_active", "Cancellation failed: no active response found.", None)
         active.cancel("client_cancelled")

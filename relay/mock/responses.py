@@ -1,6 +1,7 @@
 """One model response as a sans-I/O stream of server events.
 
-`ResponseRun.steps()` yields the events of a response in the order the real server sends them,
+`ResponseRun.steps()` yields the events of a response in the order the real server sends them
+(the OpenAI codec's typed events, written by the session's `Wire`),
 and `Pause` markers where time should pass (real-time audio pacing, a scripted hold). It never
 sleeps or touches a socket: the caller sends each event, honours each pause (waking early when the
 run is cancelled or released), and the generator reads the run's state again on every step, so a
@@ -18,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from relay.dialects import openai_codec as codec
 from relay.mock.conversation import Conversation
 from relay.mock.mcp import PlannedApprovalRequest, PlannedMcpCall, approval_item, call_item, call_steps
 from relay.mock.script import StreamOptions
@@ -166,7 +168,7 @@ class ResponseRun:
             response_id=self.id,
             status=self.status,
             status_details=self.status_details,
-            output=copy.deepcopy(self.output),
+            output=self.output,   # copied as the event is written (`Wire.frame`)
             conversation_id=self.conversation_id,
             modality=self.modality,
             voice=self.voice,
@@ -189,9 +191,9 @@ class ResponseRun:
     def steps(self) -> Iterator[dict[str, Any] | Pause]:
         if self.wire.quirks.pings:
             yield self.wire.ping()
-        yield self.wire.event("response.created", response=self._object(None))
-        if self.wire.has_event("rate_limits.updated"):
-            yield self.wire.event("rate_limits.updated", rate_limits=self._rate_limits())
+        yield self.wire.frame(codec.ResponseCreated(response=self._object(None)))
+        if self.wire.has_event(codec.RateLimitsUpdated):
+            yield self.wire.frame(codec.RateLimitsUpdated(rate_limits=self._rate_limits()))
         if not self.plan:
             yield from self._hold_point()
         for output_index, planned in enumerate(self.plan):
@@ -213,7 +215,7 @@ class ResponseRun:
         if self.conversation is not None:
             for item in self._joining:   # `Quirks.calls_join_at_done`, `calls="in_done"`
                 self.conversation.insert(copy.deepcopy(item))
-        yield self.wire.event("response.done", response=self._object(self._usage.to_wire()))
+        yield self.wire.frame(codec.ResponseDone(response=self._object(self._usage.to_wire())))
 
     def _rate_limits(self) -> list[dict[str, Any]]:
         return [
@@ -223,66 +225,62 @@ class ResponseRun:
 
     def _open_item(self, output_index: int, item: dict[str, Any]) -> Iterator[dict[str, Any]]:
         self.output.append(item)
-        yield self.wire.event(
-            "response.output_item.added", response_id=self.id, output_index=output_index, item=copy.deepcopy(item)
-        )
+        yield self.wire.frame(codec.OutputItemAdded(response_id=self.id, output_index=output_index, item=item))
         if self.conversation is None:
             return
         quirks = self.wire.quirks
-        call = item["type"] == "function_call"
+        call = item["type"] == codec.FUNCTION_CALL
         if call and quirks.calls_join_at_done:
             # announced where it will join: after the response's calls before it, else at the end
             previous = self._joining[-1]["id"] if self._joining else self.conversation.last_id()
             self._joining.append(item)
         else:
             previous = self.conversation.insert(copy.deepcopy(item))
-        added = self.wire.event("conversation.item.added", previous_item_id=previous, item=copy.deepcopy(item))
-        if call and quirks.call_added_twice:   # xAI: role "tool", and sent again
-            added["item"]["role"] = "tool"
+        if call and quirks.call_added_twice:
+            # the xAI quirk, off OpenAI's shape on purpose: the call's item says role "tool", twice
+            added = self.wire.frame(codec.ItemAdded(previous_item_id=previous, item={**item, "role": "tool"}))
             yield added
-            added = {**added, "event_id": new_id("event")}
-        yield added
+            yield {**added, "event_id": new_id("event")}
+            return
+        yield self.wire.frame(codec.ItemAdded(previous_item_id=previous, item=item))
 
     def _close_item(self, output_index: int, item: dict[str, Any]) -> Iterator[dict[str, Any]]:
-        item["status"] = "incomplete" if self._cancel_reason else "completed"
+        if item["type"] in (codec.MESSAGE, codec.FUNCTION_CALL):   # MCP items have no status on the wire
+            item["status"] = "incomplete" if self._cancel_reason else "completed"
         if self.conversation is not None:
             self.conversation.replace(copy.deepcopy(item))
-            if self.wire.has_event("conversation.item.done") and item not in self._joining:
-                yield self.wire.event(
-                    "conversation.item.done",
-                    previous_item_id=self.conversation.previous_id(item["id"]),
-                    item=copy.deepcopy(item),
-                )
-        yield self.wire.event(
-            "response.output_item.done", response_id=self.id, output_index=output_index, item=copy.deepcopy(item)
-        )
+            if self.wire.has_event(codec.ItemDone) and item not in self._joining:
+                yield self.wire.frame(codec.ItemDone(previous_item_id=self.conversation.previous_id(item["id"]),
+                                                     item=item))
+        yield self.wire.frame(codec.OutputItemDone(response_id=self.id, output_index=output_index, item=item))
 
     def _message(self, output_index: int, text: str) -> Iterator[dict[str, Any] | Pause]:
         audio = self.modality == "audio"
-        item = self.wire.item(id=new_id("item"), type="message", status="in_progress", role="assistant", content=[])
+        item = self.wire.item(id=new_id("item"), type=codec.MESSAGE, status="in_progress", role="assistant",
+                              content=[])
         yield from self._open_item(output_index, item)
         where = {"response_id": self.id, "item_id": item["id"], "output_index": output_index, "content_index": 0}
         text_key = "transcript" if audio else "text"
         kind = "audio" if audio else "text"
-        yield self.wire.event("response.content_part.added", **where, part={"type": kind, text_key: ""})
+        yield self.wire.frame(codec.ContentPartAdded(**where, part={"type": kind, text_key: ""}))
 
         size = self.options.text_chunk_chars
         text_deltas = [text[start : start + size] for start in range(0, len(text), size)]
         audio_count = self.options.audio_chunks if audio else 0
         chunk = base64.b64encode(bytes(self.options.audio_chunk_bytes)).decode("ascii")
         chunk_ms = self.options.audio_chunk_bytes / self.output_bytes_per_ms
-        text_event = "response.output_audio_transcript.delta" if audio else "response.output_text.delta"
+        text_delta = codec.AudioTranscriptDelta if audio else codec.TextDelta
         sent_text, sent_audio = "", 0
         for step in range(max(len(text_deltas), audio_count)):
             if self._cancel_reason:
                 break
             if step < len(text_deltas):
                 sent_text += text_deltas[step]
-                yield self.wire.event(text_event, **where, delta=text_deltas[step], obfuscation=obfuscation())
+                yield self.wire.frame(text_delta(**where, delta=text_deltas[step], obfuscation=obfuscation()))
                 yield from self._hold_point()
             if step < audio_count and not self._cancel_reason:
                 sent_audio += 1
-                yield self.wire.event("response.output_audio.delta", **where, delta=chunk)
+                yield self.wire.frame(codec.AudioDelta(**where, delta=chunk))
                 yield from self._hold_point()
             if step < audio_count and self.pace_audio and not self._cancel_reason:
                 yield Pause(chunk_ms / 1000)
@@ -290,12 +288,12 @@ class ResponseRun:
         if audio:
             self.audio_ms[item["id"]] = int(sent_audio * chunk_ms)
             self._usage.output_audio += int(sent_audio * chunk_ms) // 50
-            yield self.wire.event("response.output_audio.done", **where)
-            yield self.wire.event("response.output_audio_transcript.done", **where, transcript=sent_text)
+            yield self.wire.frame(codec.AudioDone(**where))
+            yield self.wire.frame(codec.AudioTranscriptDone(**where, transcript=sent_text))
         else:
-            yield self.wire.event("response.output_text.done", **where, text=sent_text)
+            yield self.wire.frame(codec.TextDone(**where, text=sent_text))
         self._usage.output_text += _tokens(sent_text)
-        yield self.wire.event("response.content_part.done", **where, part={"type": kind, text_key: sent_text})
+        yield self.wire.frame(codec.ContentPartDone(**where, part={"type": kind, text_key: sent_text}))
         item["content"] = [{"type": self.wire.assistant_part_type(kind), text_key: sent_text}]
         yield from self._close_item(output_index, item)
 
@@ -316,7 +314,7 @@ class ResponseRun:
         extra = {"response_id": self.id, "created_at": int(time.time())} if self.wire.foundry else {}
         item = self.wire.item(
             id=new_id("item"),
-            type="function_call",
+            type=codec.FUNCTION_CALL,
             status="in_progress",
             name=planned.name,
             call_id=call_id,
@@ -339,12 +337,10 @@ class ResponseRun:
             if self._cancel_reason:
                 break
             sent += delta
-            yield self.wire.event(
-                "response.function_call_arguments.delta", **where, delta=delta, obfuscation=obfuscation()
-            )
+            yield self.wire.frame(codec.FunctionCallArgumentsDelta(**where, delta=delta, obfuscation=obfuscation()))
             yield from self._hold_point()
-        name = {} if self.wire.beta else {"name": planned.name}
-        yield self.wire.event("response.function_call_arguments.done", **where, **name, arguments=sent)
+        name = None if self.wire.beta else planned.name   # beta's `.done` has no name
+        yield self.wire.frame(codec.FunctionCallArgumentsDone(**where, name=name, arguments=sent))
         self._usage.output_text += _tokens(sent)
         item["arguments"] = sent
         yield from self._close_item(output_index, item)

@@ -63,6 +63,8 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from relay.dialects.openai import FUNCTION_CALL_OUTPUT, MESSAGE
+
 log = logging.getLogger("relay.mock")
 
 _SAY_EXACTLY = re.compile(r"say exactly:\s*(.*)\Z", re.IGNORECASE | re.DOTALL)
@@ -210,7 +212,7 @@ def _say_exactly(instructions: str | None) -> str | None:
 def latest_user_text(items: Sequence[Mapping[str, Any]]) -> str | None:
     """Text of the latest user message: its text parts and audio transcripts joined."""
     for item in reversed(items):
-        if item.get("type") == "message" and item.get("role") == "user":
+        if item.get("type") == MESSAGE and item.get("role") == "user":
             texts = [part.get("text") or part.get("transcript") or "" for part in item.get("content") or []]
             return " ".join(t for t in texts if t)
     return None
@@ -219,7 +221,7 @@ def latest_user_text(items: Sequence[Mapping[str, Any]]) -> str | None:
 def _trailing_outputs(items: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     trailing: list[Mapping[str, Any]] = []
     for item in reversed(items):
-        if item.get("type") != "function_call_output":
+        if item.get("type") != FUNCTION_CALL_OUTPUT:
             break
         trailing.append(item)
     return trailing[::-1]

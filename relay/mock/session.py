@@ -1,9 +1,11 @@
 """One mock realtime session as a sans-I/O state machine.
 
-`MockSession.handle(event, origin)` takes a parsed client event and returns actions for the
-network edge to carry out: events to send (to every connection of the session, or only to the one
-whose event caused an `error`), response streams to run, and running streams to wake because a
-cancel or release changed their course. It never awaits; `MockUpstream` does the I/O.
+`MockSession.handle(event, origin)` takes a parsed client event, reads it as the OpenAI codec's
+typed event (`relay.dialects.openai_codec.event_of`, by the session's variant), dispatches on its
+class, and returns actions for the network edge to carry out: events to send (to every connection
+of the session, or only to the one whose event caused an `error`), response streams to run, and
+running streams to wake because a cancel or release changed their course. The events it sends are
+the codec's typed events, written by `Wire.frame`. It never awaits; `MockUpstream` does the I/O.
 
 Decisions worth knowing:
 - Any active response, in-conversation or out-of-band, blocks `response.create`
@@ -21,6 +23,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from relay.dialects import openai_codec as codec
 from relay.dialects.openai import CLIENT_EVENT_TYPES
 from relay.mock.conversation import Conversation, item_not_found
 from relay.mock.faults import Faults
@@ -62,11 +65,10 @@ class MockConnection:
 
 
 
-def _require(event: dict[str, Any], key: str, kind: type, param: str | None = None) -> Any:
-    param = param or key
-    if key not in event or event[key] is None:
+def _require(value: Any, param: str, kind: type) -> Any:
+    """A field of a client event the server requires (absent and `null` alike are missing)."""
+    if value is None:
         raise ProtocolError("missing_required_parameter", f"Missing required parameter: '{param}'.", param)
-    value = event[key]
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         expected = {str: "a string", int: "an integer", dict: "an object", list: "an array"}[kind]
         raise ProtocolError("invalid_type", f"Invalid type for '{param}': expected {expected}.", param)
@@ -140,11 +142,12 @@ class MockSession(ResponseRequests):
         xAI's `conversation.created`), then a `ping` where the provider pings."""
         self.connections.append(connection)
         opening = {
-            "session.created": lambda: self.wire.event("session.created", session=copy.deepcopy(self.config)),
-            "conversation.created": lambda: self.wire.event(
-                "conversation.created", conversation={"id": self.conversation_id, "object": "realtime.conversation"}),
+            codec.SessionCreated: lambda: codec.SessionCreated(session=self.config),
+            codec.ConversationCreated: lambda: codec.ConversationCreated(
+                conversation={"id": self.conversation_id, "object": "realtime.conversation"}),
         }
-        actions: list[Action] = [Emit(opening[kind](), to=connection.index) for kind in self.wire.quirks.opening]
+        actions: list[Action] = [Emit(self.wire.frame(opening[codec.EVENTS[name]]()), to=connection.index)
+                                 for name in self.wire.quirks.opening]
         if self.wire.quirks.pings:
             actions.append(Emit(self.wire.ping(), to=connection.index))
         return actions
@@ -170,55 +173,62 @@ class MockSession(ResponseRequests):
             return [Emit(self.wire.error(error, event_id if isinstance(event_id, str) else None), to=origin)]
 
     def _dispatch(self, event: Any) -> list[Action]:
-        if not isinstance(event, dict):
-            raise ProtocolError("invalid_type", "Invalid type for event: expected a JSON object.", None)
-        match _require(event, "type", str):
-            case "session.update":
-                return self._session_update(event)
-            case "input_audio_buffer.append":
-                return self._append(event)
-            case "input_audio_buffer.commit":
+        match self._command(event):
+            case codec.SessionUpdate(session=session):
+                return self._session_update(session)
+            case codec.InputAudioAppend(audio=audio):
+                return self._append(audio)
+            case codec.InputAudioCommit():
                 return self._commit()
-            case "input_audio_buffer.clear":
+            case codec.InputAudioClear():
                 self._buffered_audio_bytes = 0
-                return [Emit(self.wire.event("input_audio_buffer.cleared"))]
-            case "output_audio_buffer.clear":
+                return [Emit(self.wire.frame(codec.InputAudioCleared()))]
+            case codec.OutputAudioClear():
                 if not self.responses:
                     return []
-                return [Emit(self.wire.event("output_audio_buffer.cleared", response_id=self.responses[-1].id))]
-            case "conversation.item.create":
-                return self._item_create(event)
-            case "conversation.item.retrieve":
-                return [Emit(self.wire.event("conversation.item.retrieved", item=copy.deepcopy(self._item(event))))]
-            case "conversation.item.delete":
-                item_id = _require(event, "item_id", str)
+                return [Emit(self.wire.frame(codec.OutputAudioCleared(response_id=self.responses[-1].id)))]
+            case codec.ItemCreate() as create:
+                return self._item_create(create)
+            case codec.ItemRetrieve(item_id=item_id):
+                return [Emit(self.wire.frame(codec.ItemRetrieved(item=self._item(item_id))))]
+            case codec.ItemDelete(item_id=item_id):
+                item_id = _require(item_id, "item_id", str)
                 self.conversation.remove(item_id)
-                return [Emit(self.wire.event("conversation.item.deleted", item_id=item_id))]
-            case "conversation.item.truncate":
-                return self._truncate(event)
-            case "response.create":
-                return self._response_create(event)
-            case "response.cancel":
-                return self._response_cancel(event)
-            case unknown:
-                supported = ", ".join(f"'{name}'" for name in CLIENT_EVENTS)
-                raise ProtocolError(
-                    "invalid_value", f"Invalid value: '{unknown}'. Supported values are: {supported}.", "type"
-                )
+                return [Emit(self.wire.frame(codec.ItemDeleted(item_id=item_id)))]
+            case codec.ItemTruncate() as truncate:
+                return self._truncate(truncate)
+            case codec.ResponseCreate(response=response):
+                return self._response_create(response)
+            case codec.ResponseCancel(response_id=response_id):
+                return self._response_cancel(response_id)
+            case _:
+                raise AssertionError("every client event is dispatched")   # `_command` returns one of them
+
+    def _command(self, event: Any) -> codec.Event:
+        """A client event as the codec reads it, by the session's variant; what is not one of the
+        client's events is refused as the server refuses it."""
+        if not isinstance(event, dict):
+            raise ProtocolError("invalid_type", "Invalid type for event: expected a JSON object.", None)
+        name = _require(event.get("type"), "type", str)
+        command = codec.event_of(event, self.wire.family)
+        if isinstance(command, codec.Unknown) or type(command) not in codec.COMMANDS:
+            supported = ", ".join(f"'{client_event}'" for client_event in CLIENT_EVENTS)
+            raise ProtocolError("invalid_value", f"Invalid value: '{name}'. Supported values are: {supported}.", "type")
+        return command
 
     # -- session -------------------------------------------------------------------------------
-    def _session_update(self, event: dict[str, Any]) -> list[Action]:
-        update = _require(event, "session", dict)
+    def _session_update(self, session: Any) -> list[Action]:
+        update = _require(session, "session", dict)
         self.wire.check_session_update(update)
         merge_config(self.config, update)
-        return [Emit(self.wire.event("session.updated", session=copy.deepcopy(self.config))), *self._mcp_listings()]
+        return [Emit(self.wire.frame(codec.SessionUpdated(session=self.config))), *self._mcp_listings()]
 
     def accept(self, config: Any) -> list[Action]:
         """Apply a call's accept body (a GA session config); raises ProtocolError when invalid."""
         self.wire.check_session_update(config)
         self.accepts.append(copy.deepcopy(config))
         merge_config(self.config, config)
-        return [Emit(self.wire.event("session.updated", session=copy.deepcopy(self.config))), *self._mcp_listings()]
+        return [Emit(self.wire.frame(codec.SessionUpdated(session=self.config))), *self._mcp_listings()]
 
     def _mcp_listings(self) -> list[Action]:
         """The `mcp_list_tools` items of the session's provider-side MCP tools (relay/mock/mcp.py)."""
@@ -226,8 +236,8 @@ class MockSession(ResponseRequests):
                                                            self.script.mcp_tools, self._mcp_listed)]
 
     # -- input audio ---------------------------------------------------------------------------
-    def _append(self, event: dict[str, Any]) -> list[Action]:
-        audio = _require(event, "audio", str)
+    def _append(self, audio: Any) -> list[Action]:
+        audio = _require(audio, "audio", str)
         if len(audio) % 4:
             raise ProtocolError("invalid_value", "Invalid 'audio': not a valid base64 string.", "audio")
         size = len(audio) // 4 * 3 - (len(audio) - len(audio.rstrip("=")))
@@ -257,14 +267,14 @@ class MockSession(ResponseRequests):
         self._input_audio_ms += duration_ms
         item = self.wire.item(
             id=item_id,
-            type="message",
+            type=codec.MESSAGE,
             status="completed",
-            role="user",
+            role=codec.USER,
             content=[{"type": "input_audio", "transcript": None}],
         )
         previous = self.conversation.insert(item)
         actions: list[Action] = [
-            Emit(self.wire.event("input_audio_buffer.committed", previous_item_id=previous, item_id=item_id))
+            Emit(self.wire.frame(codec.InputAudioCommitted(previous_item_id=previous, item_id=item_id)))
         ]
         actions += self._announce_item(previous, item)
         if transcript is None and self._next_transcript < len(self.script.transcripts):
@@ -272,14 +282,13 @@ class MockSession(ResponseRequests):
             self._next_transcript += 1
         if transcript is not None:
             item["content"][0]["transcript"] = transcript
-            completed = self.wire.event(
-                "conversation.item.input_audio_transcription.completed",
+            completed = codec.InputTranscriptionCompleted(
                 item_id=item_id,
                 content_index=0,
                 transcript=transcript,
                 usage={"type": "duration", "seconds": duration_ms / 1000},
             )
-            actions.append(Emit(completed))
+            actions.append(Emit(self.wire.frame(completed)))
         return actions
 
     def commit_user_turn(self, transcript: str | None = None) -> list[Action]:
@@ -292,10 +301,8 @@ class MockSession(ResponseRequests):
         """Server VAD heard the user start: returns the new item id, the actions, and the response
         this barge-in cancelled (in-conversation responses only, unless `interrupt_response` is off)."""
         item_id = new_id("item")
-        started = self.wire.event(
-            "input_audio_buffer.speech_started", audio_start_ms=self._input_audio_ms, item_id=item_id
-        )
-        actions: list[Action] = [Emit(started)]
+        started = codec.SpeechStarted(audio_start_ms=self._input_audio_ms, item_id=item_id)
+        actions: list[Action] = [Emit(self.wire.frame(started))]
         detection = self.wire.turn_detection(self.config) or {}
         active = self.active_response
         interrupted = None
@@ -307,12 +314,8 @@ class MockSession(ResponseRequests):
 
     def speech_stopped(self, item_id: str, transcript: str | None, respond: bool | None) -> list[Action]:
         """Server VAD heard the user stop: commit the turn and, like `create_response`, answer it."""
-        stopped = self.wire.event(
-            "input_audio_buffer.speech_stopped",
-            audio_end_ms=self._input_audio_ms + SIMULATED_SPEECH_MS,
-            item_id=item_id,
-        )
-        actions: list[Action] = [Emit(stopped)]
+        stopped = codec.SpeechStopped(audio_end_ms=self._input_audio_ms + SIMULATED_SPEECH_MS, item_id=item_id)
+        actions: list[Action] = [Emit(self.wire.frame(stopped))]
         actions += self._add_user_audio(item_id, SIMULATED_SPEECH_MS, transcript)
         detection = self.wire.turn_detection(self.config)
         if respond is None:
@@ -323,44 +326,41 @@ class MockSession(ResponseRequests):
 
     # -- items ---------------------------------------------------------------------------------
     def _announce_item(self, previous: str | None, item: dict[str, Any]) -> list[Action]:
-        actions = [
-            Emit(self.wire.event("conversation.item.added", previous_item_id=previous, item=copy.deepcopy(item)))
-        ]
-        if self.wire.has_event("conversation.item.done"):
-            done = self.wire.event("conversation.item.done", previous_item_id=previous, item=copy.deepcopy(item))
-            actions.append(Emit(done))
+        actions = [Emit(self.wire.frame(codec.ItemAdded(previous_item_id=previous, item=item)))]
+        if self.wire.has_event(codec.ItemDone):
+            actions.append(Emit(self.wire.frame(codec.ItemDone(previous_item_id=previous, item=item))))
         return actions
 
-    def _item(self, event: dict[str, Any]) -> dict[str, Any]:
-        item_id = _require(event, "item_id", str)
+    def _item(self, item_id: Any) -> dict[str, Any]:
+        item_id = _require(item_id, "item_id", str)
         item = self.conversation.get(item_id)
         if item is None:
             raise item_not_found(item_id, "item_id")
         return item
 
-    def _item_create(self, event: dict[str, Any]) -> list[Action]:
-        previous_item_id = event.get("previous_item_id")
+    def _item_create(self, create: codec.ItemCreate) -> list[Action]:
+        previous_item_id = create.previous_item_id
         if previous_item_id is not None and not isinstance(previous_item_id, str):
             raise ProtocolError(
                 "invalid_type", "Invalid type for 'previous_item_id': expected a string.", "previous_item_id"
             )
         self.conversation.check_position(previous_item_id, "previous_item_id")
-        item = self.conversation.check_client_item(event.get("item"), self.wire)
+        item = self.conversation.check_client_item(create.item, self.wire)
         previous = self.conversation.insert(item, previous_item_id)
         actions = self._announce_item(previous, item)
         if (
-            item["type"] == "function_call_output"
+            item["type"] == codec.FUNCTION_CALL_OUTPUT
             and self.faults.auto_response_after_output
             and self.active_response is None
         ):
             actions += self.start_response({}, origin="server")[1]
         return actions
 
-    def _truncate(self, event: dict[str, Any]) -> list[Action]:
-        item = self._item(event)
-        content_index = _require(event, "content_index", int)
-        audio_end_ms = _require(event, "audio_end_ms", int)
-        if item.get("type") != "message" or item.get("role") != "assistant":
+    def _truncate(self, truncate: codec.ItemTruncate) -> list[Action]:
+        item = self._item(truncate.item_id)
+        content_index = _require(truncate.content_index, "content_index", int)
+        audio_end_ms = _require(truncate.audio_end_ms, "audio_end_ms", int)
+        if item.get("type") != codec.MESSAGE or item.get("role") != "assistant":
             raise ProtocolError(
                 "invalid_value", f"Item '{item['id']}' is not an assistant message and cannot be truncated.", "item_id"
             )
@@ -381,7 +381,5 @@ class MockSession(ResponseRequests):
         part = content[content_index]
         transcript = part.get("transcript") or ""
         part["transcript"] = transcript[: len(transcript) * audio_end_ms // total_ms] if total_ms else ""
-        truncated = self.wire.event(
-            "conversation.item.truncated", item_id=item["id"], content_index=content_index, audio_end_ms=audio_end_ms
-        )
-        return [Emit(truncated)]
+        truncated = codec.ItemTruncated(item_id=item["id"], content_index=content_index, audio_end_ms=audio_end_ms)
+        return [Emit(self.wire.frame(truncated))]

@@ -3,13 +3,15 @@
 The mock keeps its state in GA terms and translates only here, at the point an event or object is
 built, the same way the relay keeps one canonical vocabulary and adapts at its edges. A `Wire` says
 which flavour a session speaks: GA or beta event names and session shapes, and whether items carry
-the Azure AI Foundry extensions (`response_id`, `created_at`, and `name` on outputs). The event
-names are the relay's dialect's (`relay.dialects.openai`): one table for the relay and its mock.
+the Azure AI Foundry extensions (`response_id`, `created_at`, and `name` on outputs). The mock
+builds its events as the OpenAI codec's typed events (`relay.dialects.openai_codec`) and `frame`
+writes them by the codec, under the names of the session's variant: the mock spells no event name.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import random
 import secrets
@@ -19,7 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from relay.dialects.openai import BETA_NAMES, NOT_IN_BETA, OpenAIFamily
+from relay.dialects import openai_codec as codec
+from relay.dialects.openai import NOT_IN_BETA, OPENAI, OPENAI_BETA, OpenAIFamily
+from relay.dialects.xai import ping as xai_ping
 from relay.errors import RelayError
 from relay.mock.quirks import Quirks, quirks_of
 
@@ -191,32 +195,41 @@ class Wire:
                    quirks=quirks_of(dialect.name) if quirks is None else quirks)
 
     @functools.cached_property
-    def _names(self) -> dict[str, str]:
-        return {**(BETA_NAMES if self.beta else {}), **self.renamed}
+    def family(self) -> OpenAIFamily:
+        """The variant whose names the session's events are written by (GA or beta, and a
+        provider's own names)."""
+        base = OPENAI_BETA if self.beta else OPENAI
+        own = {name: ga for ga, name in self.renamed.items() if base.server_names.get(ga) != name}
+        return dataclasses.replace(base, renamed_events=own) if own else base
 
     # -- events --------------------------------------------------------------------------------
-    def has_event(self, ga_type: str) -> bool:
-        return not (self.beta and ga_type in NOT_IN_BETA) and ga_type not in self.quirks.missing_events
+    def has_event(self, kind: type[codec.Event]) -> bool:
+        """Whether the session's server sends this event at all (beta has no `conversation.item.done`;
+        a provider may lack some: `Quirks.missing_events`)."""
+        name = codec.event_name(kind)
+        return not (self.beta and name in NOT_IN_BETA) and name not in self.quirks.missing_events
 
-    def event(self, ga_type: str, **fields: Any) -> dict[str, Any]:
-        """A server event named for this wire, with a fresh server `event_id`."""
-        return {"type": self._names.get(ga_type, ga_type), "event_id": new_id("event"), **fields}
+    def frame(self, event: codec.Event) -> dict[str, Any]:
+        """A server event as this wire writes it (the codec's frame object, by the variant's
+        names), with a fresh server `event_id` unless it has one."""
+        if event.event_id is None:
+            event.event_id = new_id("event")
+        return codec.frame_object(event, self.family)
 
     def ping(self) -> dict[str, Any]:
-        """xAI's keepalive event (`Quirks.pings`): its time in Unix milliseconds."""
-        return self.event("ping", timestamp=int(time.time() * 1000))
+        """xAI's keepalive event (`Quirks.pings`): outside OpenAI's set, written as xAI's dialect
+        shapes it, its time in Unix milliseconds."""
+        timestamp = int(time.time() * 1000)
+        return xai_ping(new_id("event"), timestamp)
 
     def error(self, error: ProtocolError, client_event_id: str | None) -> dict[str, Any]:
-        return self.event(
-            "error",
-            error={
-                "type": error.type,
-                "code": error.code,
-                "message": error.message,
-                "param": error.param,
-                "event_id": client_event_id,
-            },
-        )
+        return self.frame(codec.Error(error={
+            "type": error.type,
+            "code": error.code,
+            "message": error.message,
+            "param": error.param,
+            "event_id": client_event_id,
+        }))
 
     # -- items ---------------------------------------------------------------------------------
     def assistant_part_type(self, modality: str) -> str:
