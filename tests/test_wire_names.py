@@ -1,11 +1,11 @@
 """The wire is spelt in relay/dialects/ only: outside it, a module reads and writes frames through
-a family's codec (`relay.dialects.openai_codec`, `relay.dialects.gemini_codec`) and its typed
-events, not by the wire's names.
+a family's codec (`relay.dialects.openai_codec`, `relay.dialects.gemini_codec`, `relay.dialects.live`)
+and its typed events, not by the wire's names.
 
 The count is of string literals (docstrings excluded, read from the AST) that are a name of a
 family's wire: an OpenAI-family event type in any vocabulary, an item type the relay acts on, a
 Gemini Live message in either spelling or a member of one named in camelCase (the Gemini codec's
-`WIRE_NAMES`). The bound is the count today: it may only go down (issue 45's aim: at most 20,
+`WIRE_NAMES`), a GPT-Live event (the Responses events its envelope nests too). The bound is the count today: it may only go down (issue 45's aim: at most 20,
 in at most 4 modules)."""
 
 from __future__ import annotations
@@ -16,13 +16,14 @@ from pathlib import Path
 
 from relay.dialects.gemini import CLIENT_MESSAGE_KEYS, SERVER_MESSAGE_KEYS, snake_case
 from relay.dialects.gemini_codec import WIRE_NAMES as GEMINI_CODEC_NAMES
+from relay.dialects.live import WIRE_NAMES as LIVE_NAMES
 from relay.dialects.openai_codec import WIRE_NAMES as OPENAI_NAMES
 from tests.support.paths import REPO
 
 GEMINI_NAMES = frozenset({*CLIENT_MESSAGE_KEYS, *SERVER_MESSAGE_KEYS,
                           *(snake_case(name) for name in (*CLIENT_MESSAGE_KEYS, *SERVER_MESSAGE_KEYS)),
                           *GEMINI_CODEC_NAMES})
-WIRE_NAMES = (OPENAI_NAMES | GEMINI_NAMES) - {"error"}
+WIRE_NAMES = (OPENAI_NAMES | GEMINI_NAMES | LIVE_NAMES) - {"error"}
 """`error` is left out: the event's name is also the member every error shape holds."""
 BOUND = 107
 """The count when the first codec landed (352 before it); lower it as consumers move to codecs.
