@@ -28,7 +28,8 @@ a decoded frame into its message (`event_of`), and the relay's answer (`toolResp
 rewritten `toolCall` written back (`encode`), each against `json.loads` / `json.dumps` of the same
 frames. The frames: a scripted session with the in-process Gemini mock (words, a call delivered
 twice, answers, an interruption, `goAway`), both directions, media frames left out (they pass
-undecoded), in camelCase and again in snake_case.
+undecoded), in camelCase (what the service and the SDK write) and again in snake_case, measured
+apart; the script checks that each frame is written back as it came.
 
 Usage: .venv/bin/python scripts/bench_codec.py [--repeat N] [--json FILE]
 """
@@ -391,9 +392,9 @@ def _snake(data: Any) -> Any:
     return [_snake(entry) for entry in data] if isinstance(data, list) else data
 
 
-def gemini_frames() -> list[str]:
-    """Both directions of a scripted Gemini session with the in-process mock, in camelCase and in
-    snake_case, media frames (which pass undecoded) left out."""
+def gemini_frames() -> tuple[list[str], list[str]]:
+    """Both directions of a scripted Gemini session with the in-process mock, (in camelCase, in
+    snake_case), media frames (which pass undecoded) left out."""
     script = MockScript(rules=[Rule(match="weather", say="Let me look.",
                                     calls=[ScriptedCall(name="get_weather", arguments={"city": "Paris"})])],
                         after_outputs=Reply(say="It is sunny in Paris, 21 degrees."), default=Reply(say="Hello."))
@@ -418,17 +419,20 @@ def gemini_frames() -> list[str]:
     sent += [a.event for a in mock.interrupt() + mock.go_away("10s") if isinstance(a, Emit)]
     texts = [json.dumps(event, separators=(",", ":")) for event in sent]
     texts = [t for t in texts if media_frame(t, "upstream") is None and media_frame(t, "client") is None]
-    return texts + [json.dumps(_snake(json.loads(t)), separators=(",", ":")) for t in texts]
+    return texts, [json.dumps(_snake(json.loads(t)), separators=(",", ":")) for t in texts]
 
 
 def gemini_report(repeat: int) -> dict[str, Any]:
-    frames = gemini_frames()
-    assert not any(isinstance(gemini_codec.decode(f), gemini_codec.Unknown) for f in frames)
-    data = [json.loads(f) for f in frames]
-    baseline = per_item_ns(json.loads, frames, repeat * 10)
-    report: dict[str, Any] = {"frames": len(frames), "json.loads_ns": round(baseline),
-                              "decode_ratio": round(per_item_ns(gemini_codec.decode, frames, repeat * 10) / baseline, 2),
-                              "event_of_ratio": round(per_item_ns(gemini_codec.event_of, data, repeat * 10) / baseline, 2)}
+    report: dict[str, Any] = {}
+    for label, frames in zip(("camel_case", "snake_case"), gemini_frames()):
+        readings = [gemini_codec.decode(f) for f in frames]
+        assert not any(isinstance(r, gemini_codec.Unknown) for r in readings)
+        assert [json.loads(gemini_codec.encode(r)) for r in readings] == [json.loads(f) for f in frames]
+        data = [json.loads(f) for f in frames]
+        baseline = per_item_ns(json.loads, frames, repeat * 10)
+        report[label] = {"frames": len(frames), "json.loads_ns": round(baseline),
+                         "decode_ratio": round(per_item_ns(gemini_codec.decode, frames, repeat * 10) / baseline, 2),
+                         "event_of_ratio": round(per_item_ns(gemini_codec.event_of, data, repeat * 10) / baseline, 2)}
     answer = gemini_codec.ToolResponse(function_responses=[{"id": "function-call-1234567890123456789",
                                                             "name": "get_weather",
                                                             "response": {"output": {"sky": "sunny", "temp_c": 21}}}])

@@ -20,32 +20,41 @@ they checked the shapes before. A frame outside the set (not an object, no messa
 message members, which the service refuses) is an `Unknown` that keeps the frame.
 
 The representation follows the OpenAI family's codec (relay/dialects/openai_codec.py; measured in
-scripts/bench_codec.py, docs/benchmarks.md "Typed events"). One difference, measured too: the
-frame's JSON is read by msgspec into plain objects and the messages built from them, since
-msgspec's own typed decoding knows one spelling per field and drops the members a struct does not
-name, both of which a rewritten message must keep.
+scripts/bench_codec.py, docs/benchmarks.md "Typed events"). msgspec's typed decoding knows one
+spelling per field, so it reads a message straight from the frame's text only when every member
+is camelCase and named (what the service and the SDK write: the Structs are renamed to camelCase
+and refuse a member they do not name); any other message is read member by member (`read`), from
+the frame's objects. Both give the same message (tests/gemini/test_gemini_codec.py).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import msgspec
-from msgspec import UNSET
+from msgspec import UNSET, UnsetType
 
 from relay.dialects.gemini import media_peek, snake_case
 from relay.dialects.jsontext import compact_json
 
 
-class Obj(msgspec.Struct, kw_only=True):
+_NOTHING = msgspec.Meta(max_length=0)
+"""What msgspec may read into a struct's own bookkeeping from a frame: nothing (a frame that holds
+a member by its name, `~extra`..., is read slowly, that member kept as any unnamed one)."""
+
+
+class Obj(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fields=True):
     """An object of the wire. Its named members are fields (`UNSET`: absent); `extra` holds the
     members it does not name, and `spelt` the spelling of each field that did not come in
-    camelCase (field -> key), both as they came, for `encode`."""
+    camelCase (field -> key), both as they came, for `encode`. msgspec reads a struct straight
+    from the frame when its members are camelCase and named (`rename`, `forbid_unknown_fields`);
+    `read` reads the others."""
 
-    extra: dict[str, Any] = {}
-    spelt: dict[str, str] = {}
+    extra: Annotated[dict[str, Any], _NOTHING] = msgspec.field(default={}, name="~extra")
+    spelt: Annotated[dict[str, str], _NOTHING] = msgspec.field(default={}, name="~spelt")
 
 
 # ---- inside the messages --------------------------------------------------------------------------
@@ -76,16 +85,16 @@ class FunctionResponse(Obj):
 class Part(Obj):
     text: Any = UNSET
     thought: Any = UNSET
-    inline_data: Any = UNSET        # Blob
-    function_call: Any = UNSET      # FunctionCall
-    function_response: Any = UNSET  # FunctionResponse
+    inline_data: Blob | UnsetType = UNSET
+    function_call: FunctionCall | UnsetType = UNSET
+    function_response: FunctionResponse | UnsetType = UNSET
 
 
 class Content(Obj):
     """A turn: the model's (`role` "model"), a user's, or a system instruction."""
 
     role: Any = UNSET
-    parts: Any = UNSET              # list of Part
+    parts: list[Part] | UnsetType = UNSET
 
 
 class Transcription(Obj):
@@ -102,7 +111,7 @@ class FunctionDeclaration(Obj):
 
 
 class Tool(Obj):
-    function_declarations: Any = UNSET   # list of FunctionDeclaration
+    function_declarations: list[FunctionDeclaration] | UnsetType = UNSET
 
 
 class GenerationConfig(Obj):
@@ -116,8 +125,8 @@ class Message(Obj):
     `usageMetadata` beside its message), as they came."""
 
     MEMBER: ClassVar[str]
-    key: str | None = None
-    beside: dict[str, Any] = {}
+    key: Annotated[str, _NOTHING] | None = msgspec.field(default=None, name="~key")
+    beside: Annotated[dict[str, Any], _NOTHING] = msgspec.field(default={}, name="~beside")
 
 
 class SetupComplete(Message):
@@ -130,17 +139,17 @@ class ServerContent(Message):
     the transcriptions, and the turn's end (`turn_complete`) or interruption."""
 
     MEMBER = "serverContent"
-    model_turn: Any = UNSET             # Content
+    model_turn: Content | UnsetType = UNSET
     turn_complete: Any = UNSET
     interrupted: Any = UNSET
     generation_complete: Any = UNSET
-    input_transcription: Any = UNSET    # Transcription
-    output_transcription: Any = UNSET   # Transcription
+    input_transcription: Transcription | UnsetType = UNSET
+    output_transcription: Transcription | UnsetType = UNSET
 
 
 class ToolCall(Message):
     MEMBER = "toolCall"
-    function_calls: Any = UNSET         # list of FunctionCall
+    function_calls: list[FunctionCall] | UnsetType = UNSET
 
 
 class ToolCallCancellation(Message):
@@ -183,16 +192,16 @@ class Setup(Message):
 
     MEMBER = "setup"
     model: Any = UNSET
-    generation_config: Any = UNSET      # GenerationConfig
-    system_instruction: Any = UNSET     # Content (or a plain string)
-    tools: Any = UNSET                  # list of Tool
+    generation_config: GenerationConfig | UnsetType = UNSET
+    system_instruction: Content | UnsetType = UNSET   # (or a plain string: read slowly)
+    tools: list[Tool] | UnsetType = UNSET
     input_audio_transcription: Any = UNSET
     output_audio_transcription: Any = UNSET
 
 
 class ClientContent(Message):
     MEMBER = "clientContent"
-    turns: Any = UNSET                  # list of Content (or one)
+    turns: list[Content] | UnsetType = UNSET   # (or one: read slowly)
     turn_complete: Any = UNSET
 
 
@@ -200,9 +209,9 @@ class RealtimeInput(Message):
     """The caller's media (forwarded undecoded: `audio_peek`), or a text or activity signal."""
 
     MEMBER = "realtimeInput"
-    audio: Any = UNSET                  # Blob
-    media_chunks: Any = UNSET           # list of Blob
-    video: Any = UNSET
+    audio: Blob | UnsetType = UNSET
+    media_chunks: list[Blob] | UnsetType = UNSET
+    video: Blob | UnsetType = UNSET
     text: Any = UNSET
     audio_stream_end: Any = UNSET
     activity_start: Any = UNSET
@@ -211,7 +220,7 @@ class RealtimeInput(Message):
 
 class ToolResponse(Message):
     MEMBER = "toolResponse"
-    function_responses: Any = UNSET     # list of FunctionResponse
+    function_responses: list[FunctionResponse] | UnsetType = UNSET
 
 
 class Unknown(msgspec.Struct):
@@ -313,37 +322,84 @@ def _typed(cls: type[Obj], value: Any) -> Any:
     return value
 
 
+def _message_member(keys: Iterable[str]) -> tuple[str, type[Message]] | None:
+    """The frame's message member and its message: one member of the set (the server's
+    `usageMetadata` may stand beside another); None for none, or for two messages in one frame
+    (which the service refuses)."""
+    found: tuple[str, type[Message]] | None = None
+    for key in keys:
+        cls = MESSAGES.get(key)
+        if cls is None or (cls is _BESIDE and found is not None):
+            continue
+        if found is not None and found[1] is not _BESIDE:
+            return None
+        found = (key, cls)
+    return found
+
+
 def event_of(data: Any) -> Message | Unknown:
     """A frame already decoded (a recording's, the engine's) into its message, or an `Unknown`
     holding it: an object with exactly one message member (the server's `usageMetadata` may stand
     beside it), whose value is an object."""
     if not isinstance(data, dict):
         return Unknown(data)
-    found: type[Message] | None = None
-    member = ""
-    for key in data:
-        cls = MESSAGES.get(key)
-        if cls is None or (cls is _BESIDE and found is not None):
-            continue
-        if found is not None and found is not _BESIDE:
-            return Unknown(data)   # two messages in one frame: the service refuses it
-        found, member = cls, key
+    found = _message_member(data)
     if found is None:
         return Unknown(data)
-    if not isinstance(data[member], dict):
+    member, cls = found
+    body = data[member]
+    if not isinstance(body, dict):
         return Unknown(data, member)
-    beside = {key: value for key, value in data.items() if key != member} if len(data) > 1 else {}
-    return read(found, data[member], key=None if member == found.MEMBER else member, beside=beside)
+    try:   # every member camelCase and named: msgspec builds it; else each member is read here
+        message = msgspec.convert(body, cls)
+    except msgspec.ValidationError:
+        message = read(cls, body)
+    return _placed(message, member, data)
 
 
+def _placed(message: Message, member: str, frame: Mapping[str, Any]) -> Message:
+    """The message as the frame held it: by `member`'s spelling, beside the frame's other members."""
+    message.key = None if member == message.MEMBER else member
+    message.beside = {key: value for key, value in frame.items() if key != member} if len(frame) > 1 else {}
+    return message
+
+
+_TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])   # a frame's members, their values still text
+_DECODERS = {cls: msgspec.json.Decoder(cls) for cls in (*SERVER_MESSAGES, *CLIENT_MESSAGES)}
 _DECODER = msgspec.json.Decoder()
 
 
 def decode(frame: str | bytes) -> Message | Unknown:
-    """A frame's text into its message, or an `Unknown` holding the frame."""
+    """A frame's text into its message, or an `Unknown` holding the frame. msgspec reads the
+    message straight into its Structs when its members are camelCase and named (the frame's own
+    member may be either spelling); a message it cannot read so is read by `read`, as
+    `event_of` reads it."""
     try:
-        data = _DECODER.decode(frame)
-    except msgspec.DecodeError:
+        members = _TOP.decode(frame)
+        found = _message_member(members)
+        if found is None:
+            return Unknown(frame)
+        member, cls = found
+        beside = {key: _DECODER.decode(raw) for key, raw in members.items() if key != member}
+        raw = members[member]
+        try:
+            message = _DECODERS[cls].decode(raw)
+        except msgspec.ValidationError:
+            body = _DECODER.decode(raw)
+            if not isinstance(body, dict):
+                return Unknown(frame, member)
+            message = read(cls, body)
+    except (msgspec.DecodeError, msgspec.ValidationError):   # not an object; or JSON msgspec refuses
+        return _decode_as_json(frame)
+    return _placed(message, member, {member: None, **beside})
+
+
+def _decode_as_json(frame: str | bytes) -> Message | Unknown:
+    """A frame msgspec does not read as an object, read by `json.loads` (which takes a lone
+    surrogate's escape and NaN, as the engine's own reading does)."""
+    try:
+        data = json.loads(frame)
+    except (ValueError, RecursionError):
         return Unknown(frame)
     event = event_of(data)
     return Unknown(frame, event.member) if isinstance(event, Unknown) else event

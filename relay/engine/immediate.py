@@ -59,10 +59,10 @@ from relay.dialects.gemini_codec import (
     Transcription,
     Unknown,
     audio_peek,
+    decode,
     empty,
     encode,
     encode_beside,
-    event_of,
     given,
     plain,
 )
@@ -129,14 +129,16 @@ class GeminiEngine(SessionEngine):
             self.ctx.out.append(SendClient(frame))   # the engine's own outbox: no call on the way
 
     def _read(self, frame: str | bytes) -> Message | Unknown | None:
-        """The frame's message; None (told as an anomaly) when it is not a JSON object."""
-        data = self.ctx.decode(frame)
-        if data is None:
+        """The frame's message (the codec reads it straight from the text); None (told as an
+        anomaly, as a bad frame is told) when it is not a JSON object."""
+        message = decode(frame)
+        if not isinstance(message, Unknown):
+            return message
+        if self.ctx.decode(frame) is None:
             return None
-        event = event_of(data)
-        if isinstance(event, Unknown) and event.member is not None:
-            self.ctx.anomaly(f"{event.member} is not an object", event.member)
-        return event
+        if message.member is not None:
+            self.ctx.anomaly(f"{message.member} is not an object", message.member)
+        return message
 
     # ==== upstream ======================================================================
     def _upstream_frame(self, frame: str | bytes) -> None:

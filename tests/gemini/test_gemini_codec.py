@@ -25,6 +25,8 @@ from relay.dialects.gemini_codec import (
     ToolResponse,
     Unknown,
 )
+from relay.engine import EngineConfig, SendClient, SendUpstream
+from relay.engine.immediate import GeminiEngine
 from relay.mock import MockScript, Reply, Rule
 from relay.mock import ToolCall as ScriptedCall
 from relay.mock.faults import Faults
@@ -76,6 +78,16 @@ def test_every_message_reads_into_its_struct_and_writes_back_the_same_in_either_
         assert codec.MESSAGES[next(iter(spelt))] is type(message)
         assert json.loads(codec.encode(message)) == spelt
         assert codec.event_of(spelt) == message
+
+
+@pytest.mark.parametrize("frame", SERVER + CLIENT, ids=lambda f: next(iter(f)))
+def test_msgspec_straight_from_the_text_and_the_member_by_member_reading_give_one_message(
+        frame: dict[str, Any]) -> None:
+    member = next(iter(frame))
+    message = codec.decode(json.dumps(frame))
+    slowly = codec.read(type(message), frame[member])
+    assert replace(message, beside={}) == slowly
+    assert codec.event_of(frame) == message
 
 
 def test_fields_are_typed_and_read_alike_whatever_the_spelling() -> None:
@@ -186,3 +198,18 @@ def test_what_the_mock_writes_is_read_by_the_sdk_and_by_the_codec(modality: str)
         assert not isinstance(message, Unknown), text
         kinds.add(type(message).__name__)
     assert {"SetupComplete", "ServerContent", "ToolCall", "GoAway"} <= kinds
+
+
+def test_the_engine_decodes_no_media_frame(monkeypatch: pytest.MonkeyPatch) -> None:
+    decoded: list[Any] = []
+    real = codec.decode
+    monkeypatch.setattr("relay.engine.immediate.decode", lambda frame: decoded.append(frame) or real(frame))
+    engine = GeminiEngine([], config=EngineConfig(strict=True))
+    audio = json.dumps({"serverContent": {"modelTurn": {"parts": [{"inlineData": {"data": "A" * 4000}}]}}}).encode()
+    mic = json.dumps(CLIENT[2])
+    assert [a.frame for a in engine.receive_upstream(audio, 0.0) if isinstance(a, SendClient)] == [audio]
+    assert [a.frame for a in engine.receive_client(mic, 0.0) if isinstance(a, SendUpstream)] == [mic]
+    assert decoded == []
+    words = json.dumps(SERVER[2])
+    engine.receive_upstream(words, 0.0)
+    assert decoded == [words]
