@@ -357,6 +357,14 @@ def event_of(data: Any) -> Message | Unknown:
     return _placed(message, member, data)
 
 
+def one_by_one(data: Any) -> list[tuple[str, Any, Message | Unknown]] | None:
+    """A frame of two or more messages (outside the set: the service refuses it), each member as
+    if it came alone: (the member, its value, its message); None for any other frame."""
+    if not isinstance(data, dict) or sum(key in MESSAGES for key in data) < 2:
+        return None
+    return [(key, value, event_of({key: value})) for key, value in data.items()]
+
+
 def _placed(message: Message, member: str, frame: Mapping[str, Any]) -> Message:
     """The message as the frame held it: by `member`'s spelling, beside the frame's other members."""
     message.key = None if member == message.MEMBER else member

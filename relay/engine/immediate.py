@@ -63,9 +63,12 @@ from relay.dialects.gemini_codec import (
     empty,
     encode,
     encode_beside,
+    frame_of,
     given,
+    one_by_one,
     plain,
 )
+from relay.dialects.jsontext import compact_json
 from relay.dialects.openai import FUNCTION_CALL
 from relay.engine.actions import Close, SendClient, SendUpstream
 from relay.engine.calls import CallEntry, CallState, Owner
@@ -84,6 +87,7 @@ POLICY_VIOLATION = 1008
 _SAME: Any = object()   # a message the engine leaves as it came
 _DROP: Any = object()   # a message the other side must not see (what stood beside it still goes)
 _STOP: Any = object()   # nothing of this frame goes anywhere
+_UNREAD: Any = object()   # a frame that is no JSON object
 _UPSTREAM_MEDIA = audio_peek(upstream=True)
 _CLIENT_MEDIA = audio_peek(upstream=False)
 
@@ -128,17 +132,42 @@ class GeminiEngine(SessionEngine):
         if self.config.has_client:
             self.ctx.out.append(SendClient(frame))   # the engine's own outbox: no call on the way
 
-    def _read(self, frame: str | bytes) -> Message | Unknown | None:
-        """The frame's message (the codec reads it straight from the text); None (told as an
-        anomaly, as a bad frame is told) when it is not a JSON object."""
+    def _handled(self, frame: str | bytes, handlers: dict[type, Callable[..., Any]]) -> Any:
+        """What goes on of a frame once its message is handled: the frame as it came, the message
+        rewritten, what stood beside a dropped one, nothing (None); `_UNREAD` (told as an
+        anomaly, as a bad frame is told) when it is no JSON object. The codec reads the frame
+        straight from its text."""
         message = decode(frame)
         if not isinstance(message, Unknown):
-            return message
-        if self.ctx.decode(frame) is None:
-            return None
+            handler = handlers.get(type(message))
+            return _result_frame(message, _SAME if handler is None else handler(self, message), frame)
+        data = self.ctx.decode(frame)
+        if data is None:
+            return _UNREAD
         if message.member is not None:
             self.ctx.anomaly(f"{message.member} is not an object", message.member)
-        return message
+        several = one_by_one(data)
+        return frame if several is None else self._several(several, handlers, frame)
+
+    def _several(self, messages: list[tuple[str, Any, Message | Unknown]],
+                 handlers: dict[type, Callable[..., Any]], frame: str | bytes) -> str | bytes | None:
+        """A frame of several messages (which the service refuses), each handled as if it came
+        alone, so that none slips past its rules: what is left of them goes on, in one frame."""
+        kept: dict[str, Any] = {}
+        changed = False
+        for member, value, message in messages:
+            handler = None if isinstance(message, Unknown) else handlers.get(type(message))
+            result = _SAME if handler is None else handler(self, message)
+            if result is _STOP:
+                return None
+            if result is _SAME:
+                kept[member] = value
+            elif result is not _DROP:
+                kept.update(frame_of(result))
+            changed = changed or result is not _SAME
+        if not changed:
+            return frame
+        return _as(compact_json(kept), frame) if kept else None
 
     # ==== upstream ======================================================================
     def _upstream_frame(self, frame: str | bytes) -> None:
@@ -148,14 +177,9 @@ class GeminiEngine(SessionEngine):
                 self.turns.model_audio()
             self._to_client(frame)
             return
-        message = self._read(frame)
-        if message is None:
+        forward = self._handled(frame, self._UPSTREAM_HANDLERS)
+        if forward is _UNREAD:
             return   # it cannot be told apart from a relay call the client must not see
-        if isinstance(message, Unknown):
-            self._to_client(frame)
-            return
-        handler = self._UPSTREAM_HANDLERS.get(type(message))
-        forward = _result_frame(message, _SAME if handler is None else handler(self, message), frame)
         if forward is not None:
             self._to_client(forward)
 
@@ -345,14 +369,10 @@ class GeminiEngine(SessionEngine):
         if _CLIENT_MEDIA(frame) is not None:
             self.ctx.emit(SendUpstream(frame))
             return
-        message = self._read(frame)
-        if message is None or isinstance(message, Unknown):
-            # the provider answers malformed input itself (a frame of two messages among it)
-            self.ctx.emit(SendUpstream(frame))
-            return
-        handler = self._CLIENT_HANDLERS.get(type(message))
-        forward = _result_frame(message, _SAME if handler is None else handler(self, message), frame)
-        if forward is not None:
+        forward = self._handled(frame, self._CLIENT_HANDLERS)
+        if forward is _UNREAD:
+            self.ctx.emit(SendUpstream(frame))   # the provider answers malformed input itself
+        elif forward is not None:
             self.ctx.emit(SendUpstream(forward))
 
     def _client_setup(self, setup: Setup) -> Any:
