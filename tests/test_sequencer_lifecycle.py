@@ -11,12 +11,15 @@ from __future__ import annotations
 import ast
 import itertools
 from enum import Enum
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from relay.dialects import OPENAI
+from relay.dialects import openai_codec as wire
 from relay.engine import EngineConfig, OpenAIEngine
 from relay.engine.calls import IllegalTransition
 from relay.engine.holding import STEPS as HOLDING_STEPS
@@ -31,7 +34,13 @@ ACTIVE = {"type": "invalid_request_error", "code": "conversation_already_has_act
 
 def new_sequencer(**options: Any) -> Sequencer:
     counter = itertools.count(1)
-    return Sequencer(new_event_id=lambda: f"t_e{next(counter)}", build_create=OPENAI.response_create, **options)
+    return Sequencer(new_event_id=lambda: f"t_e{next(counter)}", build_create=partial(wire.response_create, OPENAI),
+                     **options)
+
+
+def polled(sequencer: Sequencer, now: float) -> list[dict[str, Any]]:
+    """What the sequencer sends now, as the frames' JSON objects."""
+    return [msgspec.to_builtins(command) for command in sequencer.poll(now)]
 
 
 MACHINES: list[tuple[type[Machines], type[Enum]]] = [
@@ -144,7 +153,7 @@ def test_no_code_in_relay_sets_a_sequencer_state_but_move() -> None:
 
 def follow_up(sequencer: Sequencer, now: float = 0.0, *, interrupt: bool = False) -> dict[str, Any]:
     sequencer.request_follow_up(["call_1"], interrupt=interrupt, messages=[], confirm={"item_out"}, now=now)
-    [frame] = sequencer.poll(now)
+    [frame] = polled(sequencer, now)
     return frame
 
 
@@ -152,7 +161,7 @@ def test_a_create_is_sent_then_acknowledged_by_its_response() -> None:
     sequencer = new_sequencer()
     frame = follow_up(sequencer)
     assert frame["type"] == "response.create" and sequencer.create_state is CreateState.SENT
-    assert sequencer.busy(1.0) and sequencer.poll(1.0) == []
+    assert sequencer.busy(1.0) and polled(sequencer, 1.0) == []
     creator, ours = sequencer.response_created("resp_1", frame["response"]["metadata"], 1.0)
     assert creator == "relay" and ours is not None and ours.event_id == frame["event_id"]
     assert sequencer.create_state is CreateState.IDLE
@@ -162,14 +171,14 @@ def test_a_create_refused_behind_an_active_response_goes_again_after_its_done() 
     sequencer = new_sequencer()
     sequencer.response_created("resp_server", None, 0.0)          # someone else's response runs
     sequencer.request_follow_up(["call_1"], interrupt=False, messages=[], confirm={"item_out"}, now=0.0)
-    assert sequencer.poll(0.0) == [] and sequencer.create_state is CreateState.IDLE
+    assert polled(sequencer, 0.0) == [] and sequencer.create_state is CreateState.IDLE
     sequencer.response_done("resp_server")
-    [frame] = sequencer.poll(1.0)
+    [frame] = polled(sequencer, 1.0)
     sequencer.response_created("resp_other", None, 1.5)           # a second writer's, seen start
     assert sequencer.error_about({**ACTIVE, "event_id": frame["event_id"]}, 2.0) == ("response.create", None)
     assert sequencer.create_state is CreateState.RETRY and sequencer.pending()
     sequencer.response_done("resp_other")
-    assert sequencer.poll(3.0) == [frame] and sequencer.create_state is CreateState.SENT
+    assert polled(sequencer, 3.0) == [frame] and sequencer.create_state is CreateState.SENT
 
 
 def test_a_create_refused_with_no_response_in_sight_waits_for_the_next_done_but_not_forever() -> None:
@@ -179,22 +188,22 @@ def test_a_create_refused_with_no_response_in_sight_waits_for_the_next_done_but_
     assert sequencer.create_state is CreateState.RETRY_AFTER_DONE
     assert sequencer.next_deadline() == 16.0 and sequencer.busy(15.9)
     assert not sequencer.busy(16.0) and sequencer.create_state is CreateState.RETRY
-    assert sequencer.poll(16.0) == [frame]
+    assert polled(sequencer, 16.0) == [frame]
 
 
 def test_an_unacknowledged_create_is_sent_again_until_its_attempts_are_spent() -> None:
     sequencer = new_sequencer(ack_timeout=15.0, max_attempts=2)
     frame = follow_up(sequencer, 0.0)
     assert sequencer.next_deadline() == 15.0
-    assert sequencer.poll(15.0) == [frame] and sequencer.create_state is CreateState.SENT   # via retry
-    assert sequencer.poll(30.0) == [] and sequencer.create_state is CreateState.IDLE        # given up
+    assert polled(sequencer, 15.0) == [frame] and sequencer.create_state is CreateState.SENT   # via retry
+    assert polled(sequencer, 30.0) == [] and sequencer.create_state is CreateState.IDLE        # given up
 
 
 def test_a_create_in_flight_when_the_connection_is_replaced_is_not_sent_again_yet_recognised() -> None:
     sequencer = new_sequencer()
     frame = follow_up(sequencer)
     sequencer.reset_connection()
-    assert sequencer.create_state is CreateState.IDLE and sequencer.poll(1.0) == []
+    assert sequencer.create_state is CreateState.IDLE and polled(sequencer, 1.0) == []
     creator, ours = sequencer.response_created("resp_1", frame["response"]["metadata"], 2.0)
     assert creator == "relay" and ours is not None
 
@@ -203,12 +212,12 @@ def test_an_interrupting_follow_up_cancels_the_response_it_waits_behind_once() -
     sequencer = new_sequencer()
     sequencer.response_created("resp_user", None, 0.0)
     sequencer.request_follow_up(["call_1"], interrupt=True, messages=[], confirm={"item_out"}, now=0.0)
-    [cancel] = sequencer.poll(0.0)
+    [cancel] = polled(sequencer, 0.0)
     assert cancel == {"type": "response.cancel", "event_id": cancel["event_id"], "response_id": "resp_user"}
-    assert sequencer.cancel_state is CancelState.SENT and sequencer.poll(0.5) == []
+    assert sequencer.cancel_state is CancelState.SENT and polled(sequencer, 0.5) == []
     sequencer.response_done("resp_user")
     assert sequencer.cancel_state is CancelState.NONE
-    assert sequencer.poll(1.0)[0]["type"] == "response.create"
+    assert polled(sequencer, 1.0)[0]["type"] == "response.create"
 
 
 def test_held_creates_are_released_first_up_rest_refused_and_the_shift_is_followed() -> None:

@@ -34,6 +34,7 @@ from relay.dialects.openai import (   # the item types, named once in the family
     READ_AS_GA,
     OpenAIFamily,
 )
+from relay.dialects.jsontext import compact_json
 from relay.dialects.peek import pass_through_test
 
 
@@ -398,8 +399,8 @@ def decode(frame: str | bytes, family: OpenAIFamily = OPENAI) -> Event | Unknown
     reader = _OPENAI if family is OPENAI else _reader_of(family)
     try:
         return reader.decoder.decode(frame)
-    except (msgspec.ValidationError, msgspec.DecodeError):
-        return Unknown(frame)
+    except (msgspec.ValidationError, msgspec.DecodeError, UnicodeEncodeError, RecursionError):
+        return Unknown(frame)   # UnicodeEncodeError: a lone surrogate; RecursionError: nested too deep
 
 
 def event_of(data: Any, family: OpenAIFamily = OPENAI) -> Event | Unknown:
@@ -412,7 +413,7 @@ def event_of(data: Any, family: OpenAIFamily = OPENAI) -> Event | Unknown:
         return Unknown(data)
     try:
         return msgspec.convert(data, cls)
-    except msgspec.ValidationError:
+    except (msgspec.ValidationError, RecursionError):
         return Unknown(data)
 
 
@@ -423,7 +424,10 @@ _ENCODER = msgspec.json.Encoder()
 def encode(command: Event, family: OpenAIFamily = OPENAI) -> str:
     """A command (or, for the mock, a server event) as a frame's text, by the name `family`'s
     server writes (`server_names`: the beta and the variants' own)."""
-    frame = _ENCODER.encode(command).decode()
+    try:
+        frame = _ENCODER.encode(command).decode()
+    except UnicodeEncodeError:   # a lone surrogate (a tool's output may hold one): written as its escape
+        frame = compact_json(msgspec.to_builtins(command))
     name = wire_type(command)
     written = family.server_names.get(name)
     if written is None or not frame.startswith(head := '{"type":' + json.dumps(name)):
@@ -447,6 +451,53 @@ def frame_object(event: Event, family: OpenAIFamily = OPENAI) -> dict[str, Any]:
 def event_name(kind: type[Event]) -> str:
     """The GA name of an event class (`wire_type` names an event by the name it arrived by)."""
     return str(kind.__struct_config__.tag)
+
+
+# ---- the relay's commands, in the variant's shapes -------------------------------------------------
+def session_update(family: OpenAIFamily, session: dict[str, Any], event_id: str) -> SessionUpdate:
+    """A `session.update` carrying only these session fields, as the variant takes it (GA's
+    `type: realtime` where its session is typed)."""
+    return SessionUpdate(event_id=event_id, session=family.session_update(session, event_id)["session"])
+
+
+def response_create(family: OpenAIFamily, options: dict[str, Any], event_id: str) -> ResponseCreate:
+    """A `response.create` with these options and the variant's defaults (beta's `modalities`)."""
+    return ResponseCreate(event_id=event_id, response=family.response_create(options, event_id)["response"])
+
+
+def output_create(family: OpenAIFamily, event_id: str, previous_item_id: Any, **fields: Any) -> ItemCreate:
+    """The `function_call_output` item the relay injects (`fields`: as
+    `OpenAIFamily.function_call_output_item` takes them, Foundry's `name`... where the variant has
+    them), after `previous_item_id` (None: appended)."""
+    return ItemCreate(event_id=event_id, previous_item_id=previous_item_id,
+                      item=family.function_call_output_item(**fields))
+
+
+def system_message_create(event_id: str, item_id: str, text: str) -> ItemCreate:
+    """A system message item (what a streaming tool's later value becomes), appended."""
+    return ItemCreate(event_id=event_id, item={"type": MESSAGE, "role": "system", "id": item_id,
+                                               "content": [{"type": "input_text", "text": text}]})
+
+
+def approval_create(event_id: str, item_id: str, request_id: str, approve: bool, reason: str | None) -> ItemCreate:
+    """The answer to an `mcp_approval_request` item (`reason` only with a refusal)."""
+    item: dict[str, Any] = {"id": item_id, "type": MCP_APPROVAL_RESPONSE, "approval_request_id": request_id,
+                            "approve": approve}
+    if reason is not None:
+        item["reason"] = reason
+    return ItemCreate(event_id=event_id, item=item)
+
+
+def said_previous(event: ItemAdded | ItemDone, frame: str) -> bool:
+    """Whether an item event's frame (its text) says where its item goes, `previous_item_id`
+    (`null`: the first position); a frame that does not has its item appended."""
+    return event.previous_item_id is not None or '"previous_item_id"' in frame
+
+
+def client_error(family: OpenAIFamily, event_id: str, code: str, message: str, **details: Any) -> Error:
+    """The `error` event the relay tells a client what it refused with (`details`: as
+    `OpenAIFamily.client_error_event` takes them)."""
+    return Error(event_id=event_id, error=family.client_error_event(event_id, code, message, **details)["error"])
 
 
 # ---- audio passes undecoded -------------------------------------------------------------------------

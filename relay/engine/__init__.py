@@ -37,7 +37,7 @@ from relay.engine.core import (
     SessionEngine,
 )
 from relay.engine.immediate import GeminiEngine
-from relay.engine.openai import OpenAIEngine
+from relay.engine.itembased import OpenAIEngine
 from relay.tools import ToolRegistry
 from relay.tools.spec import ToolSpec
 

@@ -11,14 +11,14 @@ go). A request the policy does not decide is left to the client, as without the 
 
 from __future__ import annotations
 
-from typing import Any
-
+from relay.dialects import openai_codec as wire
+from relay.dialects.openai import MCP_APPROVAL_REQUEST
 from relay.engine.actions import Notice
 from relay.engine.context import OpenAIContext
 from relay.engine.conversation import ItemRecord, ResponseRecord
 from relay.tools.mcp_config import ApprovalPolicy
 
-APPROVAL_REQUEST = "mcp_approval_request"
+APPROVAL_REQUEST = MCP_APPROVAL_REQUEST
 
 
 class McpApprovals:
@@ -65,12 +65,8 @@ class McpApprovals:
         self.answered.add(record.id)
         item_id = ctx.new_id("i")
         ctx.origins.relay_sent(item_id)
-        item: dict[str, Any] = {"id": item_id, "type": "mcp_approval_response", "approval_request_id": record.id,
-                                "approve": approve}
-        if not approve:
-            item["reason"] = "refused by the relay's policy"
-        ctx.send_tagged({"type": "conversation.item.create", "event_id": ctx.new_event_id(), "item": item},
-                        "approval")
+        ctx.send_tagged(wire.approval_create(ctx.new_event_id(), item_id, record.id, approve,
+                                             None if approve else "refused by the relay's policy"), "approval")
         label = (record.extra or {}).get("server_label")
         ctx.emit(Notice("mcp_approval", {"server_label": label, "name": record.name, "approve": approve,
                                          "request_id": record.id}))

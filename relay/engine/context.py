@@ -9,16 +9,20 @@ the session's configuration, tools and dialect, the conversation and the call bo
 helpers that translate the wire write: `Turns` its records, `CallWatcher` new calls, their
 arguments and their one step of their own, to `streaming`), whether the upstream is connected
 and the session closed; for the OpenAI family (`OpenAIContext`) also the sequencer (its questions
-and requests) and whose each item is (`ItemOrigins`).
+and requests) and whose each item is (`ItemOrigins`). The OpenAI family's context reads a frame
+into its typed event and writes typed commands, both through the family's codec
+(`relay.dialects.openai_codec`), in the names and shapes of the session's variant.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import partial
 from enum import StrEnum
 from typing import Any, Callable, Literal
 
+from relay.dialects import openai_codec as wire
 from relay.dialects.jsontext import compact_json
 from relay.engine.actions import Action, Notice, Remember, SendClient, SendUpstream
 from relay.engine.calls import CallEntry, CallLedger, CallState, Owner
@@ -155,11 +159,18 @@ class SessionContext:
         """Tell the client what the relay refused: the dialect's `error` event where its protocol
         has one (Gemini Live has none: the edge closes with a reason instead), and a notice."""
         if self.config.has_client:
-            event = self.dialect.client_error_event("", code, message, param=param, client_event_id=client_event_id)
-            if event is not None:
-                event["event_id"] = self.new_id("e")
-                self.out.append(SendClient(_compact(event)))
+            frame = self._client_error_frame(code, message, param=param, client_event_id=client_event_id)
+            if frame is not None:
+                self.out.append(SendClient(frame))
         self.out.append(Notice("client_error", {"code": code, "message": message}))
+
+    def _client_error_frame(self, code: str, message: str, **details: Any) -> str | None:
+        """The dialect's `error` event, as a frame (None: its protocol has none)."""
+        event = self.dialect.client_error_event("", code, message, **details)
+        if event is None:
+            return None
+        event["event_id"] = self.new_id("e")
+        return _compact(event)
 
     def limit_reached(self, what: str, limit: str, client_event_id: Any = None) -> None:
         """The client's event would make the session keep more than `relay.engine.limits` allows
@@ -213,7 +224,7 @@ class OpenAIContext(SessionContext):
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
-        self.sequencer = Sequencer(new_event_id=self.new_event_id, build_create=self.dialect.response_create,
+        self.sequencer = Sequencer(new_event_id=self.new_event_id, build_create=partial(wire.response_create, self.dialect),
                                    strict=self.config.strict, on_refused=self.refused_step,
                                    fillers_in_conversation=self.config.fillers_in_conversation)
         self.origins = ItemOrigins()
@@ -225,8 +236,45 @@ class OpenAIContext(SessionContext):
         else:
             self.anomaly(message, None)
 
-    def send_tagged(self, event: dict[str, Any], what: str, call_id: str | None = None) -> None:
-        """Send one of the relay's own frames upstream, remembered (as `what`, about `call_id`)
-        so that an error the upstream aims at it is known for the relay's."""
-        self.sequencer.remember(event["event_id"], what, call_id)
-        self.send_upstream(event)
+    def read(self, frame: str) -> wire.Event | wire.Unknown | None:
+        """The frame as its typed event, or None with the reason recorded. A frame the codec does
+        not read (not JSON, not an object, no string `type`, a type outside the family's set, or
+        JSON the codec refuses and `json` takes) is looked at again as JSON, to tell which: an
+        event of another type is an `Unknown` (forwarded as it came)."""
+        event = wire.decode(frame, self.dialect)
+        if not isinstance(event, wire.Unknown):
+            return event
+        data = self.decode(frame)
+        if data is None:
+            return None
+        if not isinstance(data.get("type"), str):
+            self.bad_frame("missing_type", "event has no string `type` field")
+            return None
+        return wire.event_of(data, self.dialect)
+
+    def part(self, event: wire.Event, value: Any, missing: str, *, with_id: bool = False) -> dict[str, Any] | None:
+        """The object an event carries (`value`; with a string `id` if `with_id`), or None with
+        "<type> without <missing>" recorded."""
+        if isinstance(value, dict) and (not with_id or isinstance(value.get("id"), str)):
+            return value
+        event_type = wire.wire_type(event)
+        self.anomaly(f"{event_type} without {missing}", event_type)
+        return None
+
+    def write_upstream(self, command: wire.Event) -> None:
+        """A command upstream, in the names and shapes of the session's variant (the codec's)."""
+        self.out.append(SendUpstream(wire.encode(command, self.dialect)))
+
+    def write_client(self, event: wire.Event) -> None:
+        """An event to the client, when there is one (proxy mode), as the codec writes it."""
+        if self.config.has_client:
+            self.out.append(SendClient(wire.encode(event, self.dialect)))
+
+    def send_tagged(self, command: wire.Event, what: str | None = None, call_id: str | None = None) -> None:
+        """Send one of the relay's own commands upstream, remembered (as `what`, by default its
+        name, about `call_id`) so that an error the upstream aims at it is known for the relay's."""
+        self.sequencer.remember(command.event_id, what or wire.wire_type(command), call_id)
+        self.write_upstream(command)
+
+    def _client_error_frame(self, code: str, message: str, **details: Any) -> str | None:
+        return wire.encode(wire.client_error(self.dialect, self.new_id("e"), code, message, **details), self.dialect)

@@ -11,6 +11,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from relay.dialects import openai_codec as wire
 from relay.dialects.openai import FUNCTION_CALL
 from relay.engine.limits import MAX_PENDING_CLIENT_ID_CHARS, MAX_PENDING_CLIENT_ITEMS
 
@@ -342,57 +343,55 @@ class Conversation:
             record.set_text(content_index, text)
 
     # ---- what OpenAI-family events say of items' words and edits ----------------------------
-    def apply_words(self, event_type: str, event: dict[str, Any]) -> None:
-        """Text and transcripts (`event_type` is the GA name of `event`'s type): deltas build
-        them up, final values replace them."""
+    def apply_words(self, event: wire.Event) -> None:
+        """Text and transcripts (typed events of the family's codec): deltas build them up, final
+        values replace them."""
         index = _content_index(event)
-        if event_type.startswith("conversation.item.input_audio_transcription."):
-            record = self.item(event.get("item_id"))
+        kind = wire.kind_of(event)
+        item_id = getattr(event, "item_id", None)
+        if kind in _TRANSCRIPTION:
+            record = self.item(item_id)
             if record is None:
-                self._anomaly(f"transcription for unknown item {event.get('item_id')}", event["type"])
-                return
-            kind = event_type.rsplit(".", 1)[-1]
-            if kind == "delta" and isinstance(event.get("delta"), str):
-                record.add_text(index, event["delta"])
-            elif kind == "completed" and isinstance(event.get("transcript"), str):
-                record.set_text(index, event["transcript"])
-            elif kind == "failed":
-                error = event.get("error")
+                self._anomaly(f"transcription for unknown item {item_id}", wire.wire_type(event))
+            elif isinstance(event, wire.InputTranscriptionDelta):
+                if isinstance(event.delta, str):
+                    record.add_text(index, event.delta)
+            elif isinstance(event, wire.InputTranscriptionCompleted):
+                if isinstance(event.transcript, str):
+                    record.set_text(index, event.transcript)
+            elif isinstance(event, wire.InputTranscriptionFailed):
+                error = event.error
                 record.transcription_failed = (
                     error.get("message") if isinstance(error, dict) else str(error)
                 ) or "transcription failed"
-        elif event_type.startswith("response.content_part."):
-            part = event.get("part")
-            if event_type.endswith(".done") and isinstance(part, dict):
+        elif isinstance(event, wire.ContentPartDone):
+            part = event.part
+            if isinstance(part, dict):
                 text = part.get("text") if part.get("text") is not None else part.get("transcript")
                 if isinstance(text, str) and text:
-                    self.set_text(event.get("item_id"), index, text)
-        elif event_type.endswith(".delta"):
-            delta = event.get("delta")
-            if isinstance(delta, str):
-                self.add_text(event.get("item_id"), index, delta)
-        else:
-            text = event.get("text") if "text" in event else event.get("transcript")
+                    self.set_text(item_id, index, text)
+        elif kind in _WORDS:
+            text = _WORDS[kind](event)
             if isinstance(text, str):
-                self.set_text(event.get("item_id"), index, text)
+                (self.add_text if kind in _DELTAS else self.set_text)(item_id, index, text)
 
-    def apply_edit(self, event_type: str, event: dict[str, Any]) -> ItemRecord | None:
+    def apply_edit(self, event: wire.ItemRetrieved | wire.ItemTruncated | wire.ItemDeleted) -> ItemRecord | None:
         """An item retrieved, truncated or deleted; returns it (None when unknown)."""
-        if event_type == "conversation.item.retrieved":
-            data = event.get("item")
+        if isinstance(event, wire.ItemRetrieved):
+            data = event.item
             record = self.upsert(data) if isinstance(data, dict) else None
             if record is not None:
                 record.retrieved = True
             return record
-        if event_type == "conversation.item.truncated":
-            record = self.item(event.get("item_id"))
+        if isinstance(event, wire.ItemTruncated):
+            record = self.item(event.item_id)
             if record is None:
-                self._anomaly(f"truncation of unknown item {event.get('item_id')}", event["type"])
+                self._anomaly(f"truncation of unknown item {event.item_id}", wire.wire_type(event))
                 return None
-            record.audio_end_ms = event.get("audio_end_ms")
-            record.truncated_content_index = event.get("content_index")
+            record.audio_end_ms = event.audio_end_ms
+            record.truncated_content_index = event.content_index
             return record
-        return self.delete(str(event.get("item_id")), event["type"])
+        return self.delete(str(event.item_id), wire.wire_type(event))
 
     # ---- responses ---------------------------------------------------------------------
     def response(self, response_id: str, *, create: bool = True) -> ResponseRecord | None:
@@ -403,15 +402,14 @@ class Conversation:
             self.response_order.append(response_id)
         return record
 
-    def response_of(self, event: dict[str, Any]) -> ResponseRecord | None:
-        """The response an event names by `response_id` (an unknown one is an anomaly, and
-        recorded); None when it names none."""
-        response_id = event.get("response_id")
+    def response_of(self, response_id: Any, event_type: str) -> ResponseRecord | None:
+        """The response an event (of `event_type`) names by `response_id` (an unknown one is an
+        anomaly, and recorded); None when it names none."""
         if not isinstance(response_id, str):
             return None
         response = self.responses.get(response_id)
         if response is None:
-            self._anomaly(f"{event['type']} for unknown response {response_id}", event["type"])
+            self._anomaly(f"{event_type} for unknown response {response_id}", event_type)
             response = self.response(response_id)
         return response
 
@@ -450,6 +448,15 @@ class Conversation:
         return [self.items[i] for i in self.order]
 
 
-def _content_index(event: dict[str, Any]) -> int:
-    index = event.get("content_index")
+_TRANSCRIPTION = frozenset({wire.InputTranscriptionDelta, wire.InputTranscriptionCompleted,
+                            wire.InputTranscriptionFailed})
+_DELTAS = frozenset({wire.TextDelta, wire.AudioTranscriptDelta})
+_WORDS: dict[type, Any] = {   # an event of a response's words -> what it says
+    wire.TextDelta: lambda event: event.delta, wire.AudioTranscriptDelta: lambda event: event.delta,
+    wire.TextDone: lambda event: event.text, wire.AudioTranscriptDone: lambda event: event.transcript,
+}
+
+
+def _content_index(event: wire.Event) -> int:
+    index = getattr(event, "content_index", None)
     return index if isinstance(index, int) and index >= 0 else 0

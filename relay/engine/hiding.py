@@ -22,7 +22,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from relay.dialects.jsontext import compact_json
+from msgspec.structs import replace
+
+from relay.dialects import openai_codec as wire
 from relay.dialects.openai import FUNCTION_CALL, FUNCTION_CALL_OUTPUT
 from relay.engine.actions import SendUpstream
 from relay.engine.approving import McpApprovals
@@ -68,26 +70,25 @@ class ClientView:
         another party declared (only ours are replaced)."""
         ctx = self.ctx
         others = [t for t in current_tools or [] if not self.is_relay_tool(t)]
-        event = ctx.dialect.session_update({"tools": others + ctx.dialect.tool_definitions(ctx.tools)}, ctx.new_event_id())
-        ctx.send_tagged(event, "session.update")
+        ctx.send_tagged(wire.session_update(
+            ctx.dialect, {"tools": others + ctx.dialect.tool_definitions(ctx.tools)}, ctx.new_event_id()))
         self.tools_declared = True
 
-    def client_event(self, event: dict[str, Any]) -> Any:
+    def client_event(self, event: wire.Event | wire.Unknown) -> Any:
         """A client event on its way up, as the relay's tools require it."""
-        kind = event["type"]
-        if kind == "session.update":
+        if isinstance(event, wire.SessionUpdate):
             return self.session_update(event)
-        if kind == "response.create":
+        if isinstance(event, wire.ResponseCreate):
             return self.response_create(event)
-        if kind == "conversation.item.create":
+        if isinstance(event, wire.ItemCreate):
             return self.item_create(event)
         return SAME
 
-    def session_update(self, event: dict[str, Any]) -> Any:
+    def session_update(self, event: wire.SessionUpdate) -> Any:
         """A client's `session.update`: refused if it defines a relay tool; the relay's tools are
         added to the tools it sets (and to its first update, if none were declared yet)."""
         ctx = self.ctx
-        session = event.get("session")
+        session = event.session
         if not isinstance(session, dict) or not ctx.config.declare_tools or not len(ctx.tools):
             return SAME
         tools = session.get("tools")
@@ -100,9 +101,9 @@ class ClientView:
         elif not isinstance(tools, list):
             return SAME
         self.tools_declared = True
-        return {**event, "session": {**session, "tools": list(tools) + ctx.dialect.tool_definitions(ctx.tools)}}
+        return replace(event, session={**session, "tools": list(tools) + ctx.dialect.tool_definitions(ctx.tools)})
 
-    def response_create(self, event: dict[str, Any]) -> Any:
+    def response_create(self, event: wire.ResponseCreate) -> Any:
         """A client's `response.create`: tools it lists for this response get the relay's too.
         It waits (held by the sequencer) while a response is active or on its way, or relay
         calls are still to be answered: forwarded then, it would meet an active response (the
@@ -110,7 +111,7 @@ class ClientView:
         answer without the relay's results. `release_held_creates` decides what becomes of
         it."""
         ctx = self.ctx
-        options = event.get("response")
+        options = event.response
         rewritten = SAME
         if isinstance(options, dict) and isinstance(options.get("input"), list):
             for index, item in enumerate(options["input"]):
@@ -119,14 +120,15 @@ class ClientView:
         if isinstance(options, dict) and isinstance(options.get("tools"), list) and len(ctx.tools):
             if self._refuse_relay_tool_names(options["tools"], event, "response"):
                 return None
-            event = rewritten = {**event, "response": {**options, "tools": options["tools"] + ctx.dialect.tool_definitions(ctx.tools)}}
-        event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
+            event = rewritten = replace(
+                event, response={**options, "tools": options["tools"] + ctx.dialect.tool_definitions(ctx.tools)})
+        event_id = event.event_id if isinstance(event.event_id, str) else None
         if ctx.config.hold_client_creates and (ctx.ledger.unanswered() or ctx.sequencer.busy(ctx.now)):
             if not self.held.has_room(event_id):
                 ctx.limit_reached("response.create events held while a response is active",
                                   f"{MAX_HELD_CREATES} events or {MAX_HELD_CHARS:,} characters", event_id)
                 return None
-            self.held.hold(compact_json(event), event_id, for_relay=self.relay_at_work(), now=ctx.now)
+            self.held.hold(wire.encode(event, ctx.dialect), event_id, for_relay=self.relay_at_work(), now=ctx.now)
             return None
         ctx.sequencer.client_create_forwarded(event_id, ctx.now, answers_pending=False)
         return rewritten
@@ -211,11 +213,11 @@ class ClientView:
         ends = self._hold_ends()
         return ends is not None and self.ctx.now >= ends
 
-    def item_create(self, event: dict[str, Any]) -> Any:
+    def item_create(self, event: wire.ItemCreate) -> Any:
         """A client's `conversation.item.create`: its item is the client's; an output for a
         relay call, or a call of a relay tool, is refused."""
         ctx = self.ctx
-        item = event.get("item")
+        item = event.item
         if not isinstance(item, dict):
             return SAME
         if self._refuse_forgery(item, event, "item"):
@@ -223,13 +225,13 @@ class ClientView:
         if not ctx.origins.has_room():
             ctx.limit_reached("items the client created that are not in the conversation yet",
                               f"{MAX_PENDING_CLIENT_ITEMS} items or {MAX_PENDING_CLIENT_ID_CHARS:,} characters of ids",
-                              event.get("event_id"))
+                              event.event_id)
             return None
         ctx.origins.client_sent(item)
         self.held.client_added_item()
         return SAME
 
-    def _refuse_forgery(self, item: Any, event: dict[str, Any], where: str) -> bool:
+    def _refuse_forgery(self, item: Any, event: wire.Event, where: str) -> bool:
         """Refuse (`relay_owned_call`) a client's `item` that only the model or the relay may make:
         an output for a relay call (or, where the wire names it, for a relay tool), or a call of a
         relay tool, whose id is kept so that an output for it is refused too."""
@@ -245,7 +247,7 @@ class ClientView:
                 message = f"call {call_id} is of a relay tool; the relay sends the outputs of its calls"
             else:
                 return False
-            ctx.client_error("relay_owned_call", message, event.get("event_id"), param=f"{where}.call_id")
+            ctx.client_error("relay_owned_call", message, event.event_id, param=f"{where}.call_id")
             return True
         if kind == FUNCTION_CALL and isinstance(name, str) and name in ctx.tools:
             if isinstance(call_id, str):
@@ -253,11 +255,11 @@ class ClientView:
                 if len(self.forged_calls) > FORGED_CALLS_KEPT:
                     del self.forged_calls[next(iter(self.forged_calls))]
             ctx.client_error("relay_owned_call", f"{name} is a relay tool: only the model calls it, and the relay "
-                             "answers", event.get("event_id"), param=f"{where}.name")
+                             "answers", event.event_id, param=f"{where}.name")
             return True
         return False
 
-    def _refuse_relay_tool_names(self, tools: Any, event: dict[str, Any], where: str) -> bool:
+    def _refuse_relay_tool_names(self, tools: Any, event: wire.Event, where: str) -> bool:
         if not isinstance(tools, list):
             return False
         clashes = [t.get("name") for t in tools if self.is_relay_tool(t)]
@@ -267,11 +269,11 @@ class ClientView:
         self.ctx.client_error("relay_tool_redefined",
                               f"{where} defines {names}, which the relay provides; remove "
                               f"{'it' if len(clashes) == 1 else 'them'} from your tools",
-                              event.get("event_id"), param=f"{where}.tools")
+                              event.event_id, param=f"{where}.tools")
         return True
 
     # ==== what the client sees ==========================================================
-    def session_event(self, event: dict[str, Any], session: dict[str, Any]) -> Any:
+    def session_event(self, event: wire.SessionCreated | wire.SessionUpdated, session: dict[str, Any]) -> Any:
         """`session.created/updated` without the relay's tools."""
         if not self.ctx.config.hide_tool_events:
             return SAME
@@ -279,18 +281,18 @@ class ClientView:
         if not isinstance(tools, list) or not any(self.is_relay_tool(t) for t in tools):
             return SAME
         visible = [t for t in tools if not self.is_relay_tool(t)]
-        return {**event, "session": {**session, "tools": visible}}
+        return replace(event, session={**session, "tools": visible})
 
     def _is_relay_call_item(self, record: ItemRecord) -> bool:
         if self.approvals is not None and self.approvals.decides(record):
             return True   # the relay answers it: the client must not answer it too
         ledger = self.ctx.ledger
-        if record.type == "function_call":
+        if record.type == FUNCTION_CALL:
             entry = ledger.get(record.call_id)
             if entry is not None:
                 return entry.owner is Owner.RELAY
             return record.origin != "client" and record.name in self.ctx.tools
-        if record.type == "function_call_output":
+        if record.type == FUNCTION_CALL_OUTPUT:
             entry = ledger.get(record.call_id)
             return entry is not None and entry.owner is Owner.RELAY and record.origin != "client"
         return False
@@ -298,39 +300,38 @@ class ClientView:
     def hides_call(self, entry: CallEntry) -> bool:
         return self.hiding and entry.owner is Owner.RELAY
 
-    def item_event(self, event: dict[str, Any], record: ItemRecord) -> Any:
+    def item_event(self, event: wire.ItemAdded | wire.ItemDone, record: ItemRecord) -> Any:
         if record.hidden:
             return None
         return self.with_visible_predecessor(event)
 
-    def with_visible_predecessor(self, event: dict[str, Any]) -> Any:
+    def with_visible_predecessor(self, event: wire.ItemAdded | wire.ItemDone | wire.InputAudioCommitted) -> Any:
         """Rewrite `previous_item_id` when it names an item the client never saw."""
         if not self.hiding:
             return SAME
         conversation = self.ctx.conversation
-        previous = conversation.item(event.get("previous_item_id"))
+        previous = conversation.item(event.previous_item_id)
         if previous is None or not previous.hidden:
             return SAME
-        return {**event, "previous_item_id": conversation.visible_predecessor(previous.id)
-                if previous.in_conversation else None}
+        return replace(event, previous_item_id=conversation.visible_predecessor(previous.id)
+                       if previous.in_conversation else None)
 
-    def response_event(self, event: dict[str, Any], data: dict[str, Any]) -> Any:
+    def response_event(self, event: wire.ResponseCreated | wire.ResponseDone, data: dict[str, Any]) -> Any:
         """`response.created` / `response.done` as the client may see them: without hidden
         items, and the relay's own responses without the ids of the hidden calls they answer
         (kept in their metadata for the ledger and for replay)."""
         view = SAME
         metadata = data.get("metadata")
         if self.hiding and isinstance(metadata, dict) and META_CALLS in metadata and META_KIND in metadata:
-            visible_metadata = {k: v for k, v in metadata.items() if k != META_CALLS}
-            view = {**event, "response": {**data, "metadata": visible_metadata}}
+            data = {**data, "metadata": {k: v for k, v in metadata.items() if k != META_CALLS}}
+            view = replace(event, response=data)
         output = data.get("output")
         if not (self.hiding and isinstance(output, list)):
             return view
         visible = [o for o in output if not self._hidden_item(o)]
         if len(visible) == len(output):
             return view
-        base = event if view is SAME else view
-        return {**base, "response": {**base["response"], "output": visible}}
+        return replace(event, response={**data, "output": visible})
 
     def _hidden_item(self, item: Any) -> bool:
         if not isinstance(item, dict):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from relay.dialects import openai_codec as wire
 from relay.engine.calls import CallEntry, CallState, Owner
 from relay.engine.context import OpenAIContext
 from relay.engine.conversation import ResponseRecord
@@ -76,14 +77,10 @@ class Injector:
         entry.output_item_id = item_id
         entry.output_event_id = event_id
         ctx.origins.relay_sent(item_id)
-        event: dict[str, Any] = {"type": "conversation.item.create", "event_id": event_id}
-        if previous_item_id is not None:
-            event["previous_item_id"] = previous_item_id
-        event["item"] = ctx.dialect.function_call_output_item(
-            item_id=item_id, call_id=entry.call_id, output=entry.output or "",
-            status=entry.output_status or "completed", name=entry.name,
-            response_id=entry.response_id, created_at=int(ctx.now))
-        ctx.send_tagged(event, "output", entry.call_id)
+        ctx.send_tagged(wire.output_create(
+            ctx.dialect, event_id, previous_item_id, item_id=item_id, call_id=entry.call_id,
+            output=entry.output or "", status=entry.output_status or "completed", name=entry.name,
+            response_id=entry.response_id, created_at=int(ctx.now)), "output", entry.call_id)
         if entry.state is not CallState.ANSWERED:
             ctx.rules.output_sent(entry)
             self.unlinked_outputs.add(entry.call_id)
@@ -173,11 +170,7 @@ class Injector:
         item_id = ctx.new_id("i")
         event_id = ctx.new_event_id()
         ctx.origins.relay_sent(item_id)
-        ctx.send_tagged({
-            "type": "conversation.item.create", "event_id": event_id,
-            "item": {"type": "message", "role": "system", "id": item_id,
-                     "content": [{"type": "input_text", "text": text}]},
-        }, "update", entry.call_id)
+        ctx.send_tagged(wire.system_message_create(event_id, item_id, text), "update", entry.call_id)
         response = ctx.conversation.response(entry.response_id or "", create=False)
         if response is None or not response.batch_handled:
             return  # the batch's own follow-up, still to come, covers what this update says

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable, Iterable
 
+from relay.dialects.openai_codec import Event, ResponseCancel, ResponseCreate, event_name, wire_type
 from relay.engine.actions import Notice
 from relay.engine.states import Machines, Steps
 
@@ -33,6 +34,7 @@ META_CALLS = "call_ids"
 MAX_META_VALUE = 512
 
 ACTIVE_RESPONSE_CODE = "conversation_already_has_active_response"
+_CREATE = event_name(ResponseCreate)   # what the relay's creates are remembered as
 _REMEMBERED_FRAMES = 64   # errors come right after the frame they refuse: the latest are enough
 
 
@@ -119,7 +121,7 @@ class SentCreate:
     event_id: str
     purpose: str                 # follow_up | filler
     call_ids: list[str]
-    frame: dict[str, Any]
+    frame: ResponseCreate
     sent_at: float
     messages: list[str] = field(default_factory=list)
     interrupt: bool = False
@@ -154,7 +156,7 @@ class Sequencer(Machines):
         self,
         *,
         new_event_id: Callable[[], str],
-        build_create: Callable[[dict[str, Any], str], dict[str, Any]],
+        build_create: Callable[[dict[str, Any], str], ResponseCreate],
         strict: bool = True,
         on_refused: Callable[[str], None] | None = None,
         ack_timeout: float = 15.0,
@@ -304,8 +306,8 @@ class Sequencer(Machines):
         if ours is None:
             if self._create_refused(event_id, error, now) is None:
                 return None
-            return ("response.create", None)
-        if ours[0] == "response.create":
+            return (_CREATE, None)
+        if ours[0] == _CREATE:
             self._create_refused(event_id, error, now)
         return ours
 
@@ -429,7 +431,7 @@ class Sequencer(Machines):
         self._delayed_fillers.pop(call_id, None)
 
     # ---- decisions ----------------------------------------------------------------------
-    def poll(self, now: float) -> list[dict[str, Any]]:
+    def poll(self, now: float) -> list[Event]:
         """Frames to send now: at most one `response.create`, or one `response.cancel` when an
         `interrupt` follow-up waits behind someone else's response."""
         if self.busy(now):
@@ -447,7 +449,7 @@ class Sequencer(Machines):
             return [self._send_filler(filler, now)]
         return []
 
-    def _maybe_interrupt(self) -> list[dict[str, Any]]:
+    def _maybe_interrupt(self) -> list[Event]:
         if self.cancel_state is _CANCEL_SENT or self.create_state is _SENT:
             return []
         if not any(f.interrupt for f in self._follow_ups):
@@ -458,19 +460,20 @@ class Sequencer(Machines):
         self._cancel_target = target
         self.move(_CANCEL_SENT)
         event_id = self._new_event_id()
-        self.remember(event_id, "response.cancel", None)
-        return [{"type": "response.cancel", "event_id": event_id, "response_id": target}]
+        command = ResponseCancel(event_id=event_id, response_id=target)
+        self.remember(event_id, wire_type(command), None)
+        return [command]
 
-    def _create(self, options: dict[str, Any], event_id: str) -> dict[str, Any]:
-        self.remember(event_id, "response.create", None)
+    def _create(self, options: dict[str, Any], event_id: str) -> ResponseCreate:
+        self.remember(event_id, _CREATE, None)
         return self._build_create(options, event_id)
 
-    def _send(self, sent: SentCreate) -> dict[str, Any]:
+    def _send(self, sent: SentCreate) -> ResponseCreate:
         self._own = sent
         self.move(_SENT)
         return sent.frame
 
-    def _send_follow_up(self, follow_ups: list[FollowUp], now: float) -> dict[str, Any]:
+    def _send_follow_up(self, follow_ups: list[FollowUp], now: float) -> ResponseCreate:
         call_ids: list[str] = []
         messages: list[str] = []
         confirm: set[str] = set()
@@ -486,7 +489,7 @@ class Sequencer(Machines):
         return self._send(SentCreate(event_id, "follow_up", call_ids, frame, now, messages,
                                      any(f.interrupt for f in follow_ups), confirm_item_ids=confirm))
 
-    def _send_filler(self, filler: Filler, now: float) -> dict[str, Any]:
+    def _send_filler(self, filler: Filler, now: float) -> ResponseCreate:
         event_id = self._new_event_id()
         metadata = _metadata("filler", event_id, [filler.call_id])
         metadata["filler"] = filler.kind
@@ -502,13 +505,13 @@ class Sequencer(Machines):
         return self._send(SentCreate(event_id, "filler", [filler.call_id], frame, now, [filler.text]))
 
 
-def sent_notice(frame: dict[str, Any]) -> Notice | None:
+def sent_notice(command: Event) -> Notice | None:
     """The notice for a `response.create` the sequencer sent (`follow_up` or `filler`)."""
-    if frame["type"] != "response.create":
+    if not isinstance(command, ResponseCreate):
         return None
-    metadata = frame.get("response", {}).get("metadata", {})
+    metadata = (command.response or {}).get("metadata", {})
     return Notice("follow_up" if metadata.get(META_KIND) == "follow_up" else "filler",
-                  {"event_id": frame["event_id"], "call_ids": metadata.get(META_CALLS, "")})
+                  {"event_id": command.event_id, "call_ids": metadata.get(META_CALLS, "")})
 
 
 def _metadata(kind: str, event_id: str, call_ids: list[str]) -> dict[str, str]:

@@ -10,8 +10,7 @@ core's rules (`context.CallRules`), through the session's context only.
 
 from __future__ import annotations
 
-from typing import Any
-
+from relay.dialects import openai_codec as wire
 from relay.dialects.openai import FUNCTION_CALL, FUNCTION_CALL_OUTPUT
 from relay.engine.calls import CallEntry, CallState, Owner
 from relay.engine.context import OpenAIContext
@@ -74,12 +73,12 @@ class CallWatcher:
         if record.arguments and record.status == "completed":
             entry.arguments = record.arguments
 
-    def arguments_delta(self, event: dict[str, Any]) -> CallEntry | None:
-        """`response.function_call_arguments.delta`: its call (None when unknown)."""
+    def arguments_delta(self, event: wire.FunctionCallArgumentsDelta) -> CallEntry | None:
+        """An arguments delta: its call (None when unknown)."""
         entry = self._call_of_event(event)
         if entry is None:
             return None
-        delta = event.get("delta")
+        delta = event.delta
         if isinstance(delta, str):
             entry.arguments += delta
             entry.delta_count += 1
@@ -87,32 +86,33 @@ class CallWatcher:
             self.ctx.ledger.move(entry, CallState.STREAMING, self.ctx.now)
         return entry
 
-    def arguments_done(self, event: dict[str, Any]) -> CallEntry | None:
-        """`response.function_call_arguments.done`: the final arguments win over the deltas."""
+    def arguments_done(self, event: wire.FunctionCallArgumentsDone) -> CallEntry | None:
+        """The arguments done: the final arguments win over the deltas."""
         entry = self._call_of_event(event)
         if entry is None:
             return None
-        final = event.get("arguments")
+        final = event.arguments
         if isinstance(final, str):
             if entry.delta_count and entry.arguments != final:
+                event_type = wire.wire_type(event)
                 self.ctx.anomaly(
                     f"arguments of call {entry.call_id} assembled from {entry.delta_count} deltas "
-                    f"differ from response.function_call_arguments.done", event["type"])
+                    f"differ from {event_type}", event_type)
             entry.arguments_from_done = final
             entry.arguments = final
         return entry
 
-    def _call_of_event(self, event: dict[str, Any]) -> CallEntry | None:
+    def _call_of_event(self, event: wire.FunctionCallArgumentsDelta | wire.FunctionCallArgumentsDone) -> CallEntry | None:
         ctx = self.ctx
-        entry = ctx.ledger.by_item(event.get("item_id")) or ctx.ledger.get(event.get("call_id"))
+        call_id, item_id = event.call_id, event.item_id
+        entry = ctx.ledger.by_item(item_id) or ctx.ledger.get(call_id)
         if entry is None:
-            ctx.anomaly(f"{event['type']} for unknown call {event.get('call_id') or event.get('item_id')}",
-                        event["type"])
-            call_id, item_id = event.get("call_id"), event.get("item_id")
+            event_type = wire.wire_type(event)
+            ctx.anomaly(f"{event_type} for unknown call {call_id or item_id}", event_type)
             if isinstance(call_id, str) and isinstance(item_id, str):
                 # a log that elided the item's announcement: keep the arguments, own nothing
-                response_id = event.get("response_id")
-                entry = ctx.ledger.add(CallEntry(call_id, str(event.get("name") or ""), item_id,
+                response_id = event.response_id
+                entry = ctx.ledger.add(CallEntry(call_id, str(getattr(event, "name", None) or ""), item_id,
                                                  response_id if isinstance(response_id, str) else None,
                                                  Owner.CLIENT, announced_at=ctx.now))
         return entry

@@ -1,5 +1,6 @@
-"""The OpenAI-family engine (GA, beta, Azure, Foundry): the realtime protocol's events
-translated into the shared conversation, call book and sequencer, and back into frames.
+"""The engine of an item-based wire, the OpenAI family's (GA, beta, Azure, Foundry, xAI, Voice
+Live): a conversation of items with a response lifecycle, translated into the shared conversation,
+call book and sequencer, and back into frames.
 
 Upstream events keep the conversation (items in `previous_item_id` order, responses, words) and
 say what happens to calls: announced by their item, complete when it is done, skipped when their
@@ -10,7 +11,9 @@ items and events say of calls is `watching.CallWatcher`'s; what the client may s
 tools is `hiding.ClientView`'s; when `response.create` goes up is the sequencer's. The helpers act
 through the session's context (`context.OpenAIContext`) only. The frames the dialect passes
 through (audio) are forwarded without being parsed (`receive_upstream`/`receive_client`); every
-other event is read by its GA name.
+other frame is decoded once by the family's codec (`relay.dialects.openai_codec`) into its typed
+event, handled by what it is (its GA event, whatever name it arrived by), and what the engine
+writes is a typed command the codec encodes in the variant's names.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable, Iterable
 
-from relay.dialects.openai import OPENAI, OpenAIFamily
+from relay.dialects import openai_codec as wire
+from relay.dialects.openai import FUNCTION_CALL, OPENAI, OpenAIFamily
 from relay.dialects.peek import pass_through_test
 from relay.engine.actions import Action, Notice, SendClient, SendUpstream
 from relay.engine.approving import APPROVAL_REQUEST, McpApprovals
@@ -51,9 +55,9 @@ class OpenAIEngine(SessionEngine):
         # the audio fast path: the dialect's pass-through sets, each as one test of a frame
         self.forwards_upstream = pass_through_test(self.dialect.upstream_passthrough)   # type: ignore[method-assign]
         self.forwards_client = pass_through_test(self.dialect.client_passthrough)   # type: ignore[method-assign]
-        self._ga_names = self.dialect.ga_names
         self._opening_left = set(self.dialect.opening_events)   # opening events not seen yet
         self._session_seen = False
+        self._frame = ""   # the upstream frame being handled (its text)
         self.sequencer = self.ctx.sequencer     # when response.create (or response.cancel) goes up
         self.watcher = CallWatcher(self.ctx)    # what items and events say of calls
         self.view = ClientView(self.ctx)        # what the client sees of the relay's tools
@@ -87,53 +91,36 @@ class OpenAIEngine(SessionEngine):
         self.view.release_held_creates()
         self._pump()
 
-    def _parse(self, frame: str) -> dict[str, Any] | None:
-        """The frame as an event dict, or None with the reason recorded."""
-        event = self.ctx.decode(frame)
-        if event is not None and not isinstance(event.get("type"), str):
-            self.ctx.bad_frame("missing_type", "event has no string `type` field")
-            return None
-        return event
-
-    def _part(self, event: dict[str, Any], key: str, missing: str, *, with_id: bool = False) -> dict[str, Any] | None:
-        """The object an event carries under `key` (with a string `id` if `with_id`), or None with
-        "<type> without <missing>" recorded."""
-        value = event.get(key)
-        if isinstance(value, dict) and (not with_id or isinstance(value.get("id"), str)):
-            return value
-        self.ctx.anomaly(f"{event['type']} without {missing}", event["type"])
-        return None
-
     # ==== upstream ======================================================================
     def _upstream_frame(self, frame: str | bytes) -> None:
         if not isinstance(frame, str):
             self.ctx.anomaly("binary frame from upstream dropped", None)
             return
-        event = self._parse(frame)
+        event = self.ctx.read(frame)
         if event is None:
             return
-        event_type = event["type"]
-        handler = self._UPSTREAM_HANDLERS.get(self._ga_names.get(event_type, event_type))
+        self._frame = frame
+        handler = self._UPSTREAM_HANDLERS.get(wire.kind_of(event))
         result = _SAME if handler is None else handler(self, event)
         if not self.config.has_client or result is None:
             return
         if result is _SAME:
             self.ctx.out.append(SendClient(frame))   # the engine's own outbox: no call on the way
         else:
-            self.ctx.send_client(result)
+            self.ctx.write_client(result)
 
     # ---- session ----
-    def _on_session(self, event: dict[str, Any]) -> Any:
-        session = self._part(event, "session", "a session object")
+    def _on_session(self, event: wire.SessionCreated | wire.SessionUpdated) -> Any:
+        session = self.ctx.part(event, event.session, "a session object")
         if session is None:
             return _SAME
         self.conversation.session.update(session)
         self._session_seen = True
-        self._opening(event["type"])
+        self._opening(wire.wire_type(event))
         return self.view.session_event(event, session)
 
-    def _on_conversation_created(self, event: dict[str, Any]) -> Any:
-        self._opening(event["type"])
+    def _on_conversation_created(self, event: wire.ConversationCreated) -> Any:
+        self._opening(wire.wire_type(event))
         return _SAME
 
     def _opening(self, event_type: str) -> None:
@@ -145,13 +132,13 @@ class OpenAIEngine(SessionEngine):
         left.discard(event_type)
         if not self._session_seen or not self.view.may_declare():
             return
-        if not left or (self.config.mode == "sidecar" and left <= {"session.created"}):
+        if not left or (self.config.mode == "sidecar" and left <= _SESSION_CREATED):
             self.view.declare(self.conversation.session.get("tools"))
 
     # ---- items ----
-    def _item_of(self, event: dict[str, Any]) -> ItemRecord | None:
+    def _item_of(self, event: wire.ItemAdded | wire.ItemDone) -> ItemRecord | None:
         """Record the item an item event carries, and who produced it."""
-        data = self._part(event, "item", "an item")
+        data = self.ctx.part(event, event.item, "an item")
         if data is None:
             return None
         record = self.conversation.upsert(data)
@@ -159,25 +146,30 @@ class OpenAIEngine(SessionEngine):
             self.view.classify(record)
         return record
 
-    def _on_item_added(self, event: dict[str, Any]) -> Any:
+    def _previous(self, event: wire.ItemAdded | wire.ItemDone) -> Any:
+        """Where an item event places its item: `previous_item_id` (None: first), or ABSENT when
+        its frame does not say."""
+        return event.previous_item_id if wire.said_previous(event, self._frame) else ABSENT
+
+    def _on_item_added(self, event: wire.ItemAdded) -> Any:
         record = self._item_of(event)
         if record is None:
             return _SAME
-        self.conversation.insert(record.id, event.get("previous_item_id", ABSENT), event["type"])
+        self.conversation.insert(record.id, self._previous(event), wire.wire_type(event))
         if record.origin == "relay":
             self.sequencer.item_confirmed(record.id)
         self.ctx.origins.placed(record)
         self.watcher.track(record)
         return self.view.item_event(event, record)
 
-    def _on_item_done(self, event: dict[str, Any]) -> Any:
+    def _on_item_done(self, event: wire.ItemDone) -> Any:
         record = self._item_of(event)
         if record is None:
             return _SAME
         if not record.in_conversation and record.origin != "model":
-            self.conversation.insert(record.id, event.get("previous_item_id", ABSENT), event["type"])
+            self.conversation.insert(record.id, self._previous(event), wire.wire_type(event))
         self.watcher.track(record)
-        if record.type == "function_call" and record.status == "completed" and record.response_id:
+        if record.type == FUNCTION_CALL and record.status == "completed" and record.response_id:
             entry = self.ledger.by_item(record.id)
             if entry is not None:
                 self.watcher.item_complete(entry)
@@ -185,27 +177,28 @@ class OpenAIEngine(SessionEngine):
             self.approvals.item_done(record)
         return self.view.item_event(event, record)
 
-    def _on_item_edit(self, event: dict[str, Any]) -> Any:
-        record = self.conversation.apply_edit(self.dialect.canonical_type(event["type"]), event)
+    def _on_item_edit(self, event: wire.ItemRetrieved | wire.ItemTruncated | wire.ItemDeleted) -> Any:
+        record = self.conversation.apply_edit(event)
         return None if record is not None and record.hidden else _SAME
 
-    def _on_words(self, event: dict[str, Any]) -> Any:
-        self.conversation.apply_words(self.dialect.canonical_type(event["type"]), event)
+    def _on_words(self, event: wire.Event) -> Any:
+        self.conversation.apply_words(event)
         return _SAME
 
-    def _on_committed(self, event: dict[str, Any]) -> Any:
+    def _on_committed(self, event: wire.InputAudioCommitted) -> Any:
         return self.view.with_visible_predecessor(event)
 
     # ---- responses ----
-    def _on_response_created(self, event: dict[str, Any]) -> Any:
-        data = self._part(event, "response", "a response id", with_id=True)
+    def _on_response_created(self, event: wire.ResponseCreated) -> Any:
+        data = self.ctx.part(event, event.response, "a response id", with_id=True)
         if data is None:
             return _SAME
         response = self.conversation.response(data["id"])
         assert response is not None
         if response.seen_created or response.done:
-            self.ctx.anomaly(f"response.created for {response.id}, which was already "
-                             f"{'done' if response.done else 'created'}", event["type"])
+            event_type = wire.wire_type(event)
+            self.ctx.anomaly(f"{event_type} for {response.id}, which was already "
+                             f"{'done' if response.done else 'created'}", event_type)
             return _SAME
         response.seen_created = True
         response.created_at = self.ctx.now
@@ -219,17 +212,17 @@ class OpenAIEngine(SessionEngine):
         self.injector.response_started(response, ours)
         return self.view.response_event(event, data)
 
-    def _on_output_item(self, event: dict[str, Any]) -> Any:
-        response = self.conversation.response_of(event)
-        data = self._part(event, "item", "an item")
+    def _on_output_item(self, event: wire.OutputItemAdded | wire.OutputItemDone) -> Any:
+        response = self.conversation.response_of(event.response_id, wire.wire_type(event))
+        data = self.ctx.part(event, event.item, "an item")
         if data is None:
             return _SAME
-        record = self._output_item(response, data, event.get("output_index"))
+        record = self._output_item(response, data, event.output_index)
         if record is None:
             return _SAME
         if response is not None:
-            record.output_index = event.get("output_index")
-        if (event["type"] == "response.output_item.done" and record.type == "function_call"
+            record.output_index = event.output_index
+        if (isinstance(event, wire.OutputItemDone) and record.type == FUNCTION_CALL
                 and record.status == "completed"):
             entry = self.ledger.by_item(record.id)
             if entry is not None:
@@ -248,25 +241,26 @@ class OpenAIEngine(SessionEngine):
         self.watcher.track(record)
         return record
 
-    def _on_arguments_delta(self, event: dict[str, Any]) -> Any:
+    def _on_arguments_delta(self, event: wire.FunctionCallArgumentsDelta) -> Any:
         entry = self.watcher.arguments_delta(event)
         return None if entry is not None and self.view.hides_call(entry) else _SAME
 
-    def _on_arguments_done(self, event: dict[str, Any]) -> Any:
+    def _on_arguments_done(self, event: wire.FunctionCallArgumentsDone) -> Any:
         entry = self.watcher.arguments_done(event)
         return None if entry is not None and self.view.hides_call(entry) else _SAME
 
-    def _on_response_done(self, event: dict[str, Any]) -> Any:
-        data = self._part(event, "response", "a response id", with_id=True)
+    def _on_response_done(self, event: wire.ResponseDone) -> Any:
+        data = self.ctx.part(event, event.response, "a response id", with_id=True)
         if data is None:
             return _SAME
         response = self.conversation.response(data["id"])
         assert response is not None
+        event_type = wire.wire_type(event)
         if response.done:
-            self.ctx.anomaly(f"duplicate response.done for {response.id}", event["type"])
+            self.ctx.anomaly(f"duplicate {event_type} for {response.id}", event_type)
             return self.view.response_event(event, data)
         if not response.seen_created:
-            self.ctx.anomaly(f"response.done without response.created for {response.id}", event["type"])
+            self.ctx.anomaly(f"{event_type} without {_RESPONSE_CREATED} for {response.id}", event_type)
             if response.metadata is None:
                 response.metadata = data.get("metadata")
         response.status = sys.intern(str(data.get("status") or "completed"))
@@ -291,8 +285,8 @@ class OpenAIEngine(SessionEngine):
         return self.view.response_event(event, data)
 
     # ---- errors ----
-    def _on_error(self, event: dict[str, Any]) -> Any:
-        error = self._part(event, "error", "an error object")
+    def _on_error(self, event: wire.Error) -> Any:
+        error = self.ctx.part(event, event.error, "an error object")
         if error is None:
             return _SAME
         ours = self.sequencer.error_about(error, self.ctx.now)
@@ -310,38 +304,38 @@ class OpenAIEngine(SessionEngine):
         return None  # errors about the relay's own frames are not the client's business
 
     # ---- barge-in ----
-    def _on_speech_started(self, event: dict[str, Any]) -> Any:
-        self._barge_in("input_audio_buffer.speech_started")
+    def _on_speech_started(self, event: wire.SpeechStarted) -> Any:
+        self._barge_in(wire.event_name(wire.SpeechStarted))
         return _SAME
 
-    # GA event type -> handler returning _SAME (forward as is), None (hide) or a rewritten event
-    _UPSTREAM_HANDLERS: dict[str, Callable[["OpenAIEngine", dict[str, Any]], Any]] = {
-        "session.created": _on_session,
-        "session.updated": _on_session,
-        "conversation.created": _on_conversation_created,
-        "conversation.item.added": _on_item_added,
-        "conversation.item.done": _on_item_done,
-        "conversation.item.retrieved": _on_item_edit,
-        "conversation.item.truncated": _on_item_edit,
-        "conversation.item.deleted": _on_item_edit,
-        "conversation.item.input_audio_transcription.delta": _on_words,
-        "conversation.item.input_audio_transcription.completed": _on_words,
-        "conversation.item.input_audio_transcription.failed": _on_words,
-        "input_audio_buffer.committed": _on_committed,
-        "input_audio_buffer.speech_started": _on_speech_started,
-        "response.created": _on_response_created,
-        "response.output_item.added": _on_output_item,
-        "response.output_item.done": _on_output_item,
-        "response.content_part.added": _on_words,
-        "response.content_part.done": _on_words,
-        "response.output_text.delta": _on_words,
-        "response.output_audio_transcript.delta": _on_words,
-        "response.output_text.done": _on_words,
-        "response.output_audio_transcript.done": _on_words,
-        "response.function_call_arguments.delta": _on_arguments_delta,
-        "response.function_call_arguments.done": _on_arguments_done,
-        "response.done": _on_response_done,
-        "error": _on_error,
+    # GA event -> handler returning _SAME (forward as is), None (hide) or a rewritten event
+    _UPSTREAM_HANDLERS: dict[type[wire.Event], Callable[["OpenAIEngine", Any], Any]] = {
+        wire.SessionCreated: _on_session,
+        wire.SessionUpdated: _on_session,
+        wire.ConversationCreated: _on_conversation_created,
+        wire.ItemAdded: _on_item_added,
+        wire.ItemDone: _on_item_done,
+        wire.ItemRetrieved: _on_item_edit,
+        wire.ItemTruncated: _on_item_edit,
+        wire.ItemDeleted: _on_item_edit,
+        wire.InputTranscriptionDelta: _on_words,
+        wire.InputTranscriptionCompleted: _on_words,
+        wire.InputTranscriptionFailed: _on_words,
+        wire.InputAudioCommitted: _on_committed,
+        wire.SpeechStarted: _on_speech_started,
+        wire.ResponseCreated: _on_response_created,
+        wire.OutputItemAdded: _on_output_item,
+        wire.OutputItemDone: _on_output_item,
+        wire.ContentPartAdded: _on_words,
+        wire.ContentPartDone: _on_words,
+        wire.TextDelta: _on_words,
+        wire.AudioTranscriptDelta: _on_words,
+        wire.TextDone: _on_words,
+        wire.AudioTranscriptDone: _on_words,
+        wire.FunctionCallArgumentsDelta: _on_arguments_delta,
+        wire.FunctionCallArgumentsDone: _on_arguments_done,
+        wire.ResponseDone: _on_response_done,
+        wire.Error: _on_error,
     }
 
     # ==== calls =========================================================================
@@ -404,10 +398,11 @@ class OpenAIEngine(SessionEngine):
             self.ctx.client_error("binary_frame_not_supported",
                                   "binary frames are not part of the realtime protocol; send JSON text")
             return
-        event = self._parse(frame)
+        event = self.ctx.read(frame)
         if event is None:
             return
-        if self.view.may_declare() and event["type"] != "session.update" and self.dialect.updates_before_opening:
+        if (self.view.may_declare() and not isinstance(event, wire.SessionUpdate)
+                and self.dialect.updates_before_opening):
             # the client acts before session.created reached us: the tools must be there first
             # (a server that ignores an update before its opening gets them when it is over)
             self.view.declare(None)
@@ -417,7 +412,7 @@ class OpenAIEngine(SessionEngine):
         if result is _SAME:
             self.ctx.out.append(SendUpstream(frame))
         else:
-            self.ctx.send_upstream(result)
+            self.ctx.write_upstream(result)
 
     # ==== sequencing ====================================================================
     def _pump(self) -> None:
@@ -425,11 +420,17 @@ class OpenAIEngine(SessionEngine):
         if not self.ctx.upstream_connected:
             return
         ctx = self.ctx
-        for frame in self.sequencer.poll(ctx.now):
-            ctx.send_upstream(frame)
-            notice = sent_notice(frame)
+        for command in self.sequencer.poll(ctx.now):
+            ctx.write_upstream(command)
+            notice = sent_notice(command)
             if notice is not None:
                 ctx.emit(notice)
+
+
+_SESSION_CREATED = frozenset({wire.event_name(wire.SessionCreated)})
+_RESPONSE_CREATED = wire.event_name(wire.ResponseCreated)
+
+
 
 
 __all__ = ["OpenAIEngine"]
