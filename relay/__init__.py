@@ -11,6 +11,8 @@ _EXPORTS = {
     "ToolRegistry": "relay.tools",
     "Scheduling": "relay.tools",
     "Interruption": "relay.tools",
+    "delegate": "relay.tools",
+    "Delegation": "relay.tools",
     "Engine": "relay.engine",
     "EngineConfig": "relay.engine",
     "GeminiEngine": "relay.engine",

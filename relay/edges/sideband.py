@@ -41,7 +41,7 @@ import anyio
 from relay.edges.config import EdgeRuntime, SidecarConfig
 from relay.edges.takeover import REFUSE, RUN, Adoption, Handovers, adopt
 from relay.edges.upstream import UpstreamUnavailable
-from relay.engine import Engine, Notice, OpenAIEngine, Outcome, SendUpstream, StartHandler
+from relay.engine import Engine, Notice, Outcome, SendUpstream, StartHandler, new_engine
 from relay.observe.logs import log_notice
 from relay.observe.tracing import SessionTrace, Tracing, tracing_for
 from relay.recording.taps import FrameTap, Taps
@@ -363,8 +363,8 @@ class Sidecar:
 
     async def _serve(self, upstream: Transport) -> SessionEnd:
         runtime = self.runtime
-        engine = OpenAIEngine(runtime.tools, dialect=runtime.dialect, config=runtime.engine_config,
-                              session_id=self.session_id, id_prefix=self.id)
+        engine = new_engine(runtime.tools, dialect=runtime.dialect, config=runtime.engine_config,
+                            session_id=self.session_id, id_prefix=self.id)
         recording = self._recording(engine)
         tracing = runtime.tracing
         self.trace = None if tracing is None else tracing.session(

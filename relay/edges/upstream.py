@@ -16,10 +16,10 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Iterable, Protocol
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from relay import __version__
-from relay.dialects import DIALECTS, Dialect
+from relay.dialects import DIALECTS, Dialect, LiveDialect
 from relay.errors import RelayError
 from relay.observe.logs import WEBSOCKET_LOGGER, RedactingLogger
 from relay.recording.format import upstream_host
@@ -142,10 +142,13 @@ def merged_url(base: str, client_query: Iterable[tuple[str, str]]) -> str:
     return urlunsplit(parts._replace(query=urlencode(params)))
 
 
-def call_url(base: str, call_id: str) -> str:
+def call_url(base: str, call_id: str, dialect: Dialect | None = None) -> str:
     """The sideband URL of a live call: the upstream URL with `call_id` in place of the
-    `model`/`deployment` that would open a new session."""
+    `model`/`deployment` that would open a new session; for GPT-Live (`LiveDialect`) the session's
+    own path, `…/live/sessions/{id}/attach`, under the upstream's."""
     parts = urlsplit(base)
+    if isinstance(dialect, LiveDialect):
+        return urlunsplit(parts._replace(path=dialect.attach_path(quote(call_id, safe=""), base)))
     params = {name: value for name, value in parse_qsl(parts.query, keep_blank_values=True)
               if name not in SESSION_PARAMS}
     params["call_id"] = call_id
@@ -234,9 +237,10 @@ class Upstream:
         return await self._open(merged_url(dialect.upstream_url(self.url, client_path), client_query), dialect)
 
     async def connect_call(self, dialect: Dialect, call_id: str) -> Transport:
-        """Open a sideband connection to a live call (`?call_id=`): it sees the session's events
-        and may send client events beside the call's own connection."""
-        return await self._open(call_url(self.url, call_id), dialect)
+        """Open a sideband connection to a live call (`?call_id=`; GPT-Live: the session's
+        `/attach` path): it sees the session's events and may send client events beside the
+        call's own connection."""
+        return await self._open(call_url(self.url, call_id, dialect), dialect)
 
     async def _open(self, url: str, dialect: Dialect) -> Transport:
         try:

@@ -1,5 +1,6 @@
 """What a tool author imports: `@tool`, `ToolResult`, the `Scheduling` and `Interruption`
-choices, `IdempotencyKey` (the type of a parameter that asks for the call's idempotency key), `ToolRegistry` (to hand a set of tools to `relay.serve`, `relay.attach` or an engine in a
+choices, `IdempotencyKey` (the type of a parameter that asks for the call's idempotency key), `delegate`
+and `Delegation` (GPT-Live's client delegations), `ToolRegistry` (to hand a set of tools to `relay.serve`, `relay.attach` or an engine in a
 test), and the two errors defining and loading tools raise, for tests that expect them.
 
     from relay.tools import ToolResult, tool
@@ -12,12 +13,14 @@ configured), `mcp` (one connection per server per process), `mcp_tools` (their t
 `sources` builds a configuration's tools from both.
 """
 
+from relay.tools.delegation import Delegation, delegate
 from relay.tools.errors import ToolDefinitionError, ToolLoadError
 from relay.tools.registry import ToolRegistry
 from relay.tools.result import IdempotencyKey, Interruption, Scheduling, ToolResult
 from relay.tools.spec import tool
 
 __all__ = [
+    "Delegation",
     "IdempotencyKey",
     "Interruption",
     "Scheduling",
@@ -25,5 +28,6 @@ __all__ = [
     "ToolLoadError",
     "ToolRegistry",
     "ToolResult",
+    "delegate",
     "tool",
 ]

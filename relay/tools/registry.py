@@ -1,5 +1,6 @@
 """The tools of one relay, by name (`ToolRegistry`): what serve, attach, the sidecar, replay and
-export hand to every session's engine."""
+export hand to every session's engine; and GPT-Live's delegate beside them, if any
+(relay/tools/delegation.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,15 @@ from relay.tools.spec import ToolSpec, build_spec, handler_name, spec_of
 
 class ToolRegistry:
     """The tools of one relay, by name, in registration order. Read-only once sessions start:
-    sessions share it and keep their own state elsewhere."""
+    sessions share it and keep their own state elsewhere.
+
+    A delegate (`ToolSpec.delegate`) is kept apart: it is `delegate`, found by `get` under its
+    name (the engine runs it as it runs a call) but not a tool: not iterated, not in `names`,
+    not `in` the registry, so no session declares it to a model."""
 
     def __init__(self, tools: Iterable[ToolSpec | Callable[..., Any]] = ()) -> None:
         self._specs: dict[str, ToolSpec] = {}
+        self.delegate: ToolSpec | None = None
         for item in tools:
             self.add(item)
 
@@ -31,17 +37,31 @@ class ToolRegistry:
             spec = build_spec(tool)
         else:
             raise ToolDefinitionError(f"cannot register {tool!r}: not a function or ToolSpec")
-        existing = self._specs.get(spec.name)
+        existing = self.get(spec.name)
+        if spec.delegate and self.delegate is not None and existing is None:
+            raise ToolDefinitionError(
+                f"two delegates: {_origin(spec.handler)} and {_origin(self.delegate.handler)}; "
+                "a session has one"
+            )
         if existing is not None:
             raise ToolDefinitionError(
                 f"duplicate tool name {spec.name!r}: {_origin(spec.handler)} and "
                 f"{_origin(existing.handler)} both use it"
             )
-        self._specs[spec.name] = spec
+        if spec.delegate:
+            self.delegate = spec
+        else:
+            self._specs[spec.name] = spec
         return spec
 
     def get(self, name: object) -> ToolSpec | None:
-        return self._specs.get(name) if isinstance(name, str) else None
+        """The tool of this name, or the delegate if it is its name."""
+        if not isinstance(name, str):
+            return None
+        found = self._specs.get(name)
+        if found is None and self.delegate is not None and self.delegate.name == name:
+            return self.delegate
+        return found
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and name in self._specs

@@ -83,6 +83,8 @@ class ToolSpec:
     """The tool's author says a second run of the same call has no second effect."""
     key_parameter: str | None = None
     """The handler's parameter the runner gives the call's idempotency key (`IdempotencyKey`)."""
+    delegate: bool = False
+    """GPT-Live's delegate (relay/tools/delegation.py), not a tool: never declared to a model."""
 
     def __post_init__(self) -> None:
         def set_field(name: str, value: Any) -> None:  # normalising a frozen instance's fields

@@ -1,0 +1,222 @@
+"""GPT-Live's Responses delegation, as engine rules: the backend's function calls read from their
+`response.event` envelopes, run once, answered once, and each batch continued once.
+
+The backend's events arrive wrapped in `response.event`; a function call is read only from the
+nested `response.output_item.done` (never from the terminal snapshot, whose `output` is empty), is
+recorded in the call book once whatever repeats, and is the relay's when it calls one of its
+tools (or a function nobody declared: it is answered with an error, so that its batch can go
+on). A relay call's output goes up as one `response.item.create` once its backend response
+completed; the batch's one `response.create` when `batches.Batches` says it is due. A client's
+output for one of its own calls is passed on (and may complete the batch), one for a relay call
+is refused; a client's `response.create` for a batch of both is taken into the relay's one.
+While the upstream is away (a sideband reconnecting) answers wait and go up, in order, on its
+return. `delegations.LiveEngine` builds on these rules.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from relay.dialects import live
+from relay.engine.actions import SendUpstream
+from relay.engine.batches import Batch, Batches
+from relay.engine.calls import CallEntry, CallOutcome, CallState, Owner
+from relay.engine.core import SessionEngine
+from relay.tools.render import render_error
+
+DELEGATED, BACKEND_CALL = "delegation", "backend call"   # the shapes a relay call arrives in
+SAME: Any = object()   # forward the frame as it came
+DROP: Any = None       # the other side does not see it
+
+
+class ResponsesDelegation(SessionEngine):
+    """The Responses delegation's rules of a GPT-Live session (see the module)."""
+
+    def __init__(self, *args: Any, **options: Any) -> None:
+        super().__init__(*args, **options)
+        self._hiding = self.config.hide_tool_events and self.config.has_client
+        self.delegate = self.tools.delegate
+        self.batches = Batches(self.ledger.get)
+        self._client_tools: set[str] | None = None    # functions the client declared (None: not seen)
+        self._relay_items: set[str] = set()           # backend item ids of relay calls (hidden)
+        self._unsent: list[tuple[CallEntry | None, list[live.Event]]] = []   # while the upstream is away
+        self._after_forward: list[Batch] = []         # batches to look at once a client's frame went up
+
+    def _send(self, event: live.Event) -> None:
+        """One of the relay's commands upstream, with an event id of its own."""
+        if event.event_id is None:
+            event.event_id = self.ctx.new_event_id()
+        self.ctx.emit(SendUpstream(live.encode(event)))
+
+    def _on_backend(self, envelope: live.ResponseEnvelope) -> Any:
+        nested = live.backend_event(envelope)
+        key = envelope.delegation_id if isinstance(envelope.delegation_id, str) else None
+        if isinstance(nested, live.BackendCreated):
+            response_id = _response_id(nested.response)
+            self.batches.response_started(key or response_id or "", response_id)
+        elif isinstance(nested, live.BackendItemAdded):
+            return self._call_item(nested.item, announce=False)
+        elif isinstance(nested, live.BackendItemDone):
+            return self._call_item(nested.item, announce=True, key=key)
+        elif isinstance(nested, (live.BackendArgumentsDelta, live.BackendArgumentsDone)):
+            return DROP if self._hiding and nested.item_id in self._relay_items else SAME
+        elif isinstance(nested, live.BackendCompleted):
+            self._response_over(key or _response_id(nested.response) or "", failed=False)
+        elif isinstance(nested, (live.BackendFailed, live.BackendIncomplete)):
+            self._response_over(key or _response_id(nested.response) or "", failed=True)
+        return SAME
+
+    def _call_item(self, item: Any, *, announce: bool, key: str | None = None) -> Any:
+        """A backend output item: a function call is read (once) from its `output_item.done`;
+        a relay call's items are hidden from the client."""
+        if not isinstance(item, dict) or item.get("type") != live.FUNCTION_CALL:
+            return SAME
+        call_id, name = item.get("call_id"), item.get("name")
+        if isinstance(item.get("id"), str) and self._owner_of(name if isinstance(name, str) else "") is Owner.RELAY:
+            self._relay_items.add(item["id"])
+        if announce:
+            entry = self._announce(item, key)
+            relay = entry is not None and entry.owner is Owner.RELAY
+        else:
+            relay = isinstance(item.get("id"), str) and item["id"] in self._relay_items
+        if isinstance(call_id, str) and self.ledger.get(call_id) is not None:
+            relay = self.ledger.get(call_id).owner is Owner.RELAY   # type: ignore[union-attr]
+        return DROP if self._hiding and relay else SAME
+
+    def _announce(self, item: dict[str, Any], key: str | None) -> CallEntry | None:
+        call_id, name, arguments = item.get("call_id"), item.get("name"), item.get("arguments")
+        if not isinstance(call_id, str) or not call_id:
+            self.ctx.anomaly(f"function call {name!r} without a call_id: left to the client", live.FUNCTION_CALL)
+            return None
+        existing = self.ledger.get(call_id)
+        if existing is not None:
+            self.ctx.anomaly(f"call {call_id} delivered again; run once", live.FUNCTION_CALL)
+            return existing
+        if key is None:
+            self.ctx.anomaly(f"call {call_id} arrived in an uncorrelated response.event", live.FUNCTION_CALL)
+        elif self.batches.get(key) is None:
+            self.ctx.anomaly(f"call {call_id} for delegation {key}, which the relay never saw created", live.FUNCTION_CALL)
+        batch = self.batches.open(key or "")
+        name = name if isinstance(name, str) else ""
+        arguments = arguments if isinstance(arguments, str) else ""
+        entry = self.ledger.add(CallEntry(
+            call_id, name, item.get("id") if isinstance(item.get("id"), str) else None, batch.response_id,
+            self._owner_of(name), arguments=arguments, arguments_from_done=arguments, announced_at=self.ctx.now,
+            delivered_as=(BACKEND_CALL,)))
+        self.batches.add_call(batch, call_id)
+        if entry.owner is Owner.RELAY and self.delegate is not None and name == self.delegate.name:
+            # the delegate answers delegations, not calls: a call by its name is of an unknown tool
+            self.ledger.move(entry, CallState.READY, self.ctx.now)
+            self._decide(entry, render_error(f"unknown tool {name!r}", limit=self.config.output_limit),
+                         CallOutcome.UNKNOWN_TOOL)
+        else:
+            self._call_complete(entry)
+        return entry
+
+    def _response_over(self, key: str, *, failed: bool) -> None:
+        """The backend response of `key` ended: its decided outputs go up, and the batch is
+        continued if that made it whole. A failed response cannot be continued."""
+        batch = self.batches.get(key)
+        if batch is None:
+            return
+        batch.completed, batch.failed = True, failed
+        if failed and self.batches.relay_calls(batch):
+            self.ctx.anomaly(f"backend response of {key} ended without completing: its batch is not continued",
+                             "backend")
+        for entry in self.batches.relay_calls(batch):
+            if entry.state is CallState.FINISHED:
+                self._send_output(entry)
+        self._continue(batch)
+
+    # ==== answers =======================================================================
+    def _owner_of(self, name: str, *, client_made: bool = False) -> Owner:
+        """As the core's, and a call of a function the client did not declare (its session is
+        known) is the relay's to answer: with an error, so that its batch can go on."""
+        owner = super()._owner_of(name, client_made=client_made)
+        if owner is Owner.CLIENT and not client_made and self._client_tools is not None:
+            return Owner.CLIENT if name in self._client_tools else Owner.RELAY
+        return owner
+
+    def _client_declares(self, name: str) -> bool:
+        return self._client_tools is not None and name in self._client_tools
+
+    def _send_output(self, entry: CallEntry) -> None:
+        self._answer(entry, [self.dialect.function_call_output(entry.call_id, entry.output or "")])
+
+    def _answer(self, entry: CallEntry, events: list[live.Event]) -> None:
+        """A call's (or a delegation's) answer upstream, once; kept while the upstream is away."""
+        if not self.ctx.upstream_connected:
+            self._unsent.append((entry, events))
+            return
+        for event in events:
+            self._send(event)
+        self._injected(entry)
+
+    def _continue(self, batch: Batch) -> None:
+        """The batch's one `response.create`, when it is due (`Batches.due`)."""
+        if not self.batches.due(batch):
+            return
+        batch.continued = True
+        event = live.ResponseCreate(event_id=self.ctx.new_event_id())
+        if not self.ctx.upstream_connected:
+            self._unsent.append((None, [event]))
+        else:
+            self._send(event)
+        self.ctx.notice("follow_up", {"delegation_id": batch.key, "response_id": batch.response_id,
+                                      "event_id": event.event_id, "calls": list(batch.calls),
+                                      "client_creates_absorbed": batch.absorbed_creates})
+
+    # ==== lifecycle =====================================================================
+    def _on_reconnect(self) -> None:
+        super()._on_reconnect()
+        unsent, self._unsent = self._unsent, []
+        for entry, events in unsent:
+            if entry is None:
+                for event in events:
+                    self._send(event)
+            elif entry.state is CallState.FINISHED:
+                self._answer(entry, events)
+
+    def _client_item(self, event: live.ResponseItemCreate) -> Any:
+        """A client's backend item: its output for a call of its own is seen (and may complete a
+        batch); one for a relay call is refused."""
+        item = event.item if isinstance(event.item, dict) else {}
+        if item.get("type") != live.FUNCTION_CALL_OUTPUT:
+            return SAME
+        entry = self.ledger.get(item.get("call_id"))
+        if entry is None:
+            return SAME
+        if entry.owner is Owner.RELAY:
+            self.ctx.client_error("relay_owned_call", f"call {entry.call_id} ({entry.name}) belongs to a relay tool; "
+                                  "the relay answers it", event.event_id)
+            return DROP
+        self._client_answered(entry)
+        batch = self.batches.of_call(entry.call_id)
+        if batch is not None:   # once the client's output went up: it may complete the batch
+            self._after_forward.append(batch)
+        return SAME
+
+    def _forwarded(self) -> None:
+        """A client's frame went up: the batches it may have completed are continued now."""
+        batches, self._after_forward = self._after_forward, []
+        for batch in batches:
+            self._continue(batch)
+
+    def _client_create(self, event: live.ResponseCreate) -> Any:
+        """A client's `response.create` for a batch with calls of both: the relay sends the
+        batch's one create when every output is in, so the client's is taken in its place."""
+        for batch in self.batches.awaiting_relay():
+            if self.batches.has_client_calls(batch):
+                batch.absorbed_creates += 1
+                self.ctx.notice("client_create_absorbed", {"delegation_id": batch.key, "event_id": event.event_id,
+                                                           "missing": self.batches.missing(batch)})
+                return DROP
+        return SAME
+
+
+def _response_id(response: Any) -> str | None:
+    found = response.get("id") if isinstance(response, dict) else None
+    return found if isinstance(found, str) else None
+
+
+__all__ = ["BACKEND_CALL", "DELEGATED", "DROP", "SAME", "ResponsesDelegation"]

@@ -1,0 +1,128 @@
+"""GPT-Live's Responses delegation: the batch rule, when the one `response.create` of a batch may
+go up.
+
+A Responses delegation runs a backend response; the function calls it makes arrive (nested in
+`response.event`) as finished output items, and its end as the nested `response.completed`, whose
+snapshot lists no output even when calls are pending. The calls of one response are a batch: each
+gets one `function_call_output`, and then exactly one `response.create` continues the response.
+Results do not continue it by themselves, and a create before every result is in is a partial
+batch, which the server rejects. So a batch is continued when, and only when, its response has
+completed, it holds a call of the relay's, every call of it has its output (the relay's sent, the
+client's seen on their way up) and it was not continued before. A batch with no relay call is the
+client's to continue, as it would be without the relay. The continuation is a new response of the
+same delegation: a new round of the batch.
+
+The batch of each delegation (or, for an event the server could not correlate, of its
+response) is data here; the engine (`delegations.LiveEngine`) feeds it and sends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from relay.engine.calls import CallEntry, CallState, Owner
+
+MAX_BATCHES_KEPT = 64
+"""Batches a session keeps: the recent ones (a continued batch older than these is over)."""
+
+
+@dataclass(slots=True)
+class Batch:
+    """One delegation's current round: its response, its calls in order, whether the response
+    completed (or failed), whether the relay continued it, and how many creates of the client's
+    the relay took in its place."""
+
+    key: str
+    response_id: str | None = None
+    calls: list[str] = field(default_factory=list)
+    completed: bool = False
+    failed: bool = False
+    continued: bool = False
+    absorbed_creates: int = 0
+    rounds: int = 1
+
+
+class Batches:
+    """The batches of one session's Responses delegations, by delegation id."""
+
+    def __init__(self, lookup: Callable[[str], CallEntry | None]) -> None:
+        self._lookup = lookup                   # the call book's entry of a call id
+        self._by_key: dict[str, Batch] = {}
+        self._by_call: dict[str, str] = {}
+
+    def __iter__(self):   # type: ignore[no-untyped-def]
+        return iter(list(self._by_key.values()))
+
+    def get(self, key: str) -> Batch | None:
+        return self._by_key.get(key)
+
+    def of_call(self, call_id: str) -> Batch | None:
+        key = self._by_call.get(call_id)
+        return self._by_key.get(key) if key is not None else None
+
+    def open(self, key: str, response_id: str | None = None) -> Batch:
+        """The batch of `key`, made if it is new."""
+        batch = self._by_key.get(key)
+        if batch is None:
+            batch = self._by_key[key] = Batch(key, response_id)
+            self._forget_old()
+        elif response_id is not None and batch.response_id is None:
+            batch.response_id = response_id
+        return batch
+
+    def response_started(self, key: str, response_id: str | None) -> Batch:
+        """A backend response of `key` began: after a continuation (or an end), a new round."""
+        batch = self.open(key, response_id)
+        if batch.continued or batch.completed or batch.failed:
+            batch.calls.clear()
+            batch.completed = batch.failed = batch.continued = False
+            batch.absorbed_creates = 0
+            batch.rounds += 1
+        if response_id is not None:
+            batch.response_id = response_id
+        return batch
+
+    def add_call(self, batch: Batch, call_id: str) -> None:
+        batch.calls.append(call_id)
+        self._by_call[call_id] = batch.key
+
+    def relay_calls(self, batch: Batch) -> list[CallEntry]:
+        return [entry for entry in self._entries(batch) if entry.owner is Owner.RELAY]
+
+    def has_client_calls(self, batch: Batch) -> bool:
+        return any(entry.owner is Owner.CLIENT for entry in self._entries(batch))
+
+    def missing(self, batch: Batch) -> list[str]:
+        """The calls of the batch whose output is not in yet (the relay's not sent, the client's
+        not seen)."""
+        return [call_id for call_id in batch.calls
+                if (entry := self._lookup(call_id)) is not None and entry.state is not CallState.ANSWERED]
+
+    def due(self, batch: Batch) -> bool:
+        """Whether the relay continues the batch now: its response completed, it holds a relay
+        call, every output is in, and it was not continued yet."""
+        return (batch.completed and not batch.failed and not batch.continued
+                and bool(self.relay_calls(batch)) and not self.missing(batch))
+
+    def awaiting_relay(self) -> list[Batch]:
+        """Batches the relay will continue once complete: a relay call, not continued, not
+        failed. A client's create meant for one of them is the relay's to send."""
+        return [batch for batch in self._by_key.values()
+                if not batch.continued and not batch.failed and self.relay_calls(batch)]
+
+    def _entries(self, batch: Batch) -> list[CallEntry]:
+        return [entry for call_id in batch.calls if (entry := self._lookup(call_id)) is not None]
+
+    def _forget_old(self) -> None:
+        if len(self._by_key) <= MAX_BATCHES_KEPT:
+            return
+        for key in list(self._by_key)[: len(self._by_key) - MAX_BATCHES_KEPT]:
+            batch = self._by_key[key]
+            if batch.continued or batch.failed or (batch.completed and not self.relay_calls(batch)):
+                del self._by_key[key]
+                for call_id in batch.calls:
+                    self._by_call.pop(call_id, None)
+
+
+__all__ = ["Batch", "Batches", "MAX_BATCHES_KEPT"]

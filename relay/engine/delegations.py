@@ -1,0 +1,344 @@
+"""The sans-I/O engine for GPT-Live sessions (`/v1/live/sessions`): tool work handed over as
+delegations, with the same entry points, call book, outcomes, records and guarantees as the
+Realtime and Gemini engines.
+
+    engine.receive_upstream(frame, now)  -> actions
+    engine.receive_client(frame, now)    -> actions
+    engine.handler_finished(call_id, outcome, now) -> actions
+    engine.tick(now)                     -> actions      (timeouts)
+
+GPT-Live's model makes no function calls of its own: it delegates. What the relay does depends on
+the session's delegation mode (from `session.start`, or `session.started` on a sideband):
+
+- **Responses delegation**: the relay adds its tools to `session.delegation.responses.tools`
+  (and to a `session.update` that sets them), reads each function call from the nested
+  `response.output_item.done` of a `response.event` envelope, runs the relay's once, and answers
+  each with one `response.item.create` (a `function_call_output` for its `call_id`) once the
+  backend response completed; one `response.create` continues the batch when every output of it
+  is in (`batches.Batches`: a client's own create for a mixed batch waits, and is sent as that
+  one). Calls of tools the client declared are the client's; a call of a tool nobody declared is
+  answered with an error, so that its batch can go on.
+- **Client delegation** (the default): with a delegate registered (`relay.tools.delegate`), each
+  `session.delegation.created` is a relay call of the delegate, given a `Delegation` (its id, its
+  offset, the transcript so far on both sides); its answer goes up as appends
+  (`appends.answer_appends`: the result silent, the message spoken, a failure or a timeout spoken
+  honestly; each at most 500 tokens) naming the delegation, once. Without a delegate the
+  delegations are the client's.
+- **Decisions delegation** is relayed untouched.
+
+Proxied, the client sees none of the relay's: its tools are left out of the session it is shown,
+the nested events of its calls are dropped, a delegation its delegate answers is not shown, and a
+client's output or append for one of them is refused (`--expose-tool-events` shows them). A
+barge-in cancels nothing in GPT-Live; the caller speaking again while a delegate runs applies the
+delegate's `Interruption` (`cancel`: the late result is dropped and the delegation answered
+silently; `finish_silently`: kept as silent context; `finish_and_speak`: spoken).
+
+The wire is read and written through the Live codec only (relay/dialects/live.py): events are
+its typed events, and what the engine sends are its commands. Audio passes unparsed.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+from relay.dialects import live
+from relay.dialects.live import LIVE, LiveDialect
+from relay.engine.actions import Close, SendClient, SendUpstream
+from relay.engine.appends import Channel, answer_appends
+from relay.engine.backend_calls import DELEGATED, DROP, SAME, ResponsesDelegation
+from relay.engine.calls import CallEntry, CallOutcome, CallState, Owner
+from relay.engine.transcript import Transcript
+from relay.tools.delegation import Delegation, delegation_parameter
+from relay.tools.render import RenderedOutput
+
+CLIENT, RESPONSES, DECISIONS = live.DELEGATION_TARGETS
+POLICY_VIOLATION = 1008
+BARGE_IN_GRACE_MS = 1000
+"""Caller's words this long after a delegation's offset are new speech, not the tail of the
+sentence that asked (the delegation can be created before that sentence is transcribed)."""
+
+
+class LiveEngine(ResponsesDelegation):
+    """One GPT-Live session's state and rules."""
+
+    default_dialect: LiveDialect = LIVE
+    dialect: LiveDialect
+
+    def __init__(self, *args: Any, **options: Any) -> None:
+        """As `SessionEngine`: tools (and a delegate among them), and the dialect, config,
+        session_id and id_prefix options."""
+        super().__init__(*args, **options)
+        if not isinstance(self.dialect, LiveDialect):
+            raise TypeError(f"LiveEngine speaks GPT-Live, not {self.dialect.name}")
+        self.forwards_upstream = live.audio_peek(upstream=True)   # type: ignore[method-assign]
+        self.forwards_client = live.audio_peek(upstream=False)    # type: ignore[method-assign]
+        self.mode: str | None = None                  # the session's delegation target, once known
+        self.transcript = Transcript()
+        self._client_delegations: set[str] = set()    # delegations left to the client
+        self._offsets: dict[str, int] = {}            # a running delegation's offset (ms)
+        self._told: set[tuple[str, str]] = set()      # (side, type) of unknown events already told
+        self._declared = False                        # the relay's tools are in the session
+        self._refused = False                         # the client's session.start was refused
+
+    # ==== plumbing ======================================================================
+    def _to_client(self, frame: str | bytes) -> None:
+        if self.config.has_client:
+            self.ctx.out.append(SendClient(frame))
+
+    def _unknown(self, frame: str | bytes, side: str) -> str | None:
+        """A frame the codec does not know: its `type` when it is a JSON object with one (told
+        once per type), None when it is malformed."""
+        try:
+            data = json.loads(frame)
+        except (ValueError, RecursionError):
+            return None
+        kind = data.get("type") if isinstance(data, dict) else None
+        if not isinstance(kind, str):
+            return None
+        if (side, kind) not in self._told:
+            self._told.add((side, kind))
+            self.ctx.anomaly(f"{side} event of an unknown type or shape {kind!r}: passed on as it came", kind)
+        return kind
+
+    def _after_input(self) -> None:
+        self.ctx.forget_old()
+
+    # ==== upstream ======================================================================
+    def _upstream_frame(self, frame: str | bytes) -> None:
+        if self.forwards_upstream(frame):   # audio (the edges' express lane forwards it before)
+            self._to_client(frame)
+            return
+        event = live.decode(frame)
+        if isinstance(event, live.Unknown):
+            if self._unknown(frame, "upstream") is not None:
+                self._to_client(frame)
+            else:
+                self.ctx.anomaly("upstream frame is not a JSON event: dropped", None)
+            return
+        handler = self._UPSTREAM.get(type(event))
+        result = SAME if handler is None else handler(self, event)
+        if result is SAME:
+            self._to_client(frame)
+        elif result is not DROP:
+            self._to_client(live.encode(result))
+
+    def _on_session(self, event: live.SessionStarted | live.SessionUpdated) -> Any:
+        session = event.session if isinstance(event.session, dict) else {}
+        mode = _delegation_type(session)
+        if mode is not None or isinstance(event, live.SessionStarted):
+            self.mode = mode or CLIENT
+        tools = _responses_tools(session)
+        ours = set(self.tools.names)
+        if tools is not None and ours and ours <= {_name(tool) for tool in tools}:
+            self._declared = True
+        if (not self.config.has_client and self.mode == RESPONSES and self.config.declare_tools
+                and ours and not self._declared):
+            self._declare_on_sideband(tools or [])
+        if not self._hiding or tools is None or not any(_name(tool) in ours for tool in tools):
+            return SAME
+        shown = _with_tools(session, [tool for tool in tools if _name(tool) not in ours])
+        return type(event)(event_id=event.event_id, client_event_id=event.client_event_id, session=shown)
+
+    def _declare_on_sideband(self, tools: list[Any]) -> None:
+        """Attached (no `session.start` of ours): the relay's tools join the session's Responses
+        tools with a `session.update` (which changes only what it names)."""
+        self._client_tools = {_name(tool) for tool in tools if _name(tool)}
+        clashes = self._client_tools & set(self.tools.names)
+        merged = [tool for tool in tools if _name(tool) not in clashes] + self._definitions()
+        self._declared = True
+        self._send(live.SessionUpdate(session={"delegation": {"type": RESPONSES, "responses": {"tools": merged}}}))
+
+    def _on_transcript(self, event: live.InputTranscriptDelta | live.OutputTranscriptDelta) -> Any:
+        if not isinstance(event.delta, str):
+            return SAME
+        user = isinstance(event, live.InputTranscriptDelta)
+        self.transcript.add("user" if user else "assistant", event.delta)
+        if user and isinstance(event.start_ms, int):
+            self._caller_spoke(event.start_ms)
+        return SAME
+
+    def _caller_spoke(self, at_ms: int) -> None:
+        """The caller's words at `at_ms`: a barge-in for each running delegate that was handed its
+        work well before (the delegate's interruption policy applies)."""
+        for call_id, offset in list(self._offsets.items()):
+            entry = self.ledger.get(call_id)
+            if entry is None or call_id not in self.running or entry.interrupted:
+                continue
+            if at_ms >= offset + BARGE_IN_GRACE_MS:
+                self._interrupt(entry, "the caller spoke again")
+
+    def _on_delegation(self, event: live.DelegationCreated) -> Any:
+        delegation = event.delegation
+        if delegation.target == RESPONSES:
+            self.batches.open(delegation.id, delegation.response_id if isinstance(delegation.response_id, str) else None)
+            return SAME
+        if delegation.target != CLIENT:
+            return SAME   # decisions: relayed untouched
+        if self.delegate is None:
+            self._client_delegations.add(delegation.id)
+            return SAME
+        if delegation.id in self.ledger:
+            self.ctx.anomaly(f"delegation {delegation.id} created again; answered once", "delegation")
+            return DROP if self._hiding else SAME
+        offset = event.offset_ms if isinstance(event.offset_ms, int) else None
+        entry = self.ledger.add(CallEntry(
+            delegation.id, self.delegate.name, None, None, Owner.RELAY, announced_at=self.ctx.now,
+            arguments=json.dumps({"delegation_id": delegation.id, "offset_ms": offset}), delivered_as=(DELEGATED,)))
+        entry.arguments_from_done = entry.arguments
+        if offset is not None:
+            self._offsets[delegation.id] = offset
+        given = Delegation(delegation.id, offset, self.transcript.turns())
+        self._call_complete(entry, {delegation_parameter(self.delegate): given})
+        return DROP if self._hiding else SAME
+
+    def _on_error(self, event: live.Error) -> Any:
+        error = event.error if isinstance(event.error, dict) else {}
+        aimed = error.get("client_event_id") or event.client_event_id
+        if isinstance(aimed, str) and aimed.startswith(self.ctx.id_prefix + "_"):
+            self.ctx.notice("upstream_error", {"what": aimed, "call_id": None, "code": error.get("code"),
+                                               "message": error.get("message")})
+            return DROP if self._hiding else SAME
+        return SAME
+
+    _UPSTREAM: dict[type, Callable[["LiveEngine", Any], Any]] = {
+        live.SessionStarted: _on_session,
+        live.SessionUpdated: _on_session,
+        live.InputTranscriptDelta: _on_transcript,
+        live.OutputTranscriptDelta: _on_transcript,
+        live.DelegationCreated: _on_delegation,
+        live.ResponseEnvelope: ResponsesDelegation._on_backend,
+        live.Error: _on_error,
+    }
+
+    def _deliver(self, entry: CallEntry, rendered: RenderedOutput) -> None:
+        if DELEGATED in entry.delivered_as:
+            self._offsets.pop(entry.call_id, None)
+            tool = self.tools.get(entry.name)
+            appends = answer_appends(rendered.output, is_error=rendered.is_error, message=entry.message,
+                                     speak=entry.speak, on_failure=tool.on_failure if tool is not None else None)
+            kinds = {Channel.THINKING: live.ThinkingAppend, Channel.COMMENTARY: live.CommentaryAppend}
+            self._answer(entry, [kinds[a.channel](delegation_id=entry.call_id, content=a.content) for a in appends])
+            return
+        batch = self.batches.of_call(entry.call_id)
+        if batch is None or batch.completed:
+            self._send_output(entry)
+            if batch is not None:
+                self._continue(batch)
+        # else: it goes up once the backend response completed (`_response_over`)
+
+    def _streamed(self, entry: CallEntry, value: Any, rendered: RenderedOutput) -> None:
+        """A streaming tool's first value is its answer (a Live call takes one output)."""
+        if entry.state is CallState.RUNNING:
+            self._decide(entry, rendered, CallOutcome.OK, self.tools.get(entry.name), handler_done=False)
+
+    def _on_close(self) -> None:
+        self._unsent.clear()
+        self._offsets.clear()
+
+    # ==== client ========================================================================
+    def _client_frame(self, frame: str | bytes) -> None:
+        if self._refused:
+            return   # the session is closing: nothing more of this client goes up
+        if self.forwards_client(frame):
+            self.ctx.emit(SendUpstream(frame))
+            return
+        event = live.decode(frame)
+        if isinstance(event, live.Unknown):
+            if self._unknown(frame, "client") is not None:
+                self.ctx.emit(SendUpstream(frame))   # the server answers it in its own words
+            else:
+                self.ctx.client_error("invalid_event", "the frame is not a JSON object with a string `type`")
+            return
+        handler = self._CLIENT.get(type(event))
+        result = SAME if handler is None else handler(self, event)
+        if result is SAME:
+            self.ctx.emit(SendUpstream(frame))
+        elif result is not DROP:
+            self.ctx.emit(SendUpstream(live.encode(result)))
+        self._forwarded()
+
+    def _client_session(self, event: live.SessionStart | live.SessionUpdate) -> Any:
+        """The client's session: the relay's tools join its Responses tools (a clash with one of
+        them is refused)."""
+        session = event.session if isinstance(event.session, dict) else None
+        if session is None:
+            return SAME
+        mode = _delegation_type(session)
+        if isinstance(event, live.SessionStart):
+            self.mode = mode or CLIENT
+        tools = _responses_tools(session)
+        if mode != RESPONSES or tools is None and isinstance(event, live.SessionUpdate):
+            return SAME
+        tools = tools or []
+        self._client_tools = {_name(tool) for tool in tools if _name(tool)}
+        if not self.config.declare_tools or not len(self.tools):
+            return SAME
+        clashes = sorted(self._client_tools & set(self.tools.names))
+        if clashes:
+            names = ", ".join(clashes)
+            self.ctx.client_error("relay_tool_redefined",
+                                  f"the session declares {names}, which the relay provides; remove it from your tools",
+                                  event.event_id)
+            if isinstance(event, live.SessionStart):
+                self.ctx.emit(Close("client", POLICY_VIOLATION, f"relay tool redefined: {names}"))
+                self._refused = True
+            return DROP
+        self._declared = True
+        return type(event)(event_id=event.event_id, session=_with_tools(session, [*tools, *self._definitions()]))
+
+    def _client_append(self, event: live.InstructionsAppend | live.ThinkingAppend | live.CommentaryAppend) -> Any:
+        delegation_id = event.delegation_id
+        if not isinstance(delegation_id, str):
+            return SAME
+        entry = self.ledger.get(delegation_id)
+        if entry is not None and DELEGATED in entry.delivered_as:
+            self.ctx.client_error("relay_owned_delegation", f"delegation {delegation_id} is answered by the relay's "
+                                  "delegate; the client's append was not forwarded", event.event_id)
+            return DROP
+        if delegation_id not in self._client_delegations:
+            self.ctx.anomaly(f"the client's append names delegation {delegation_id}, which the relay never saw",
+                             "append")
+        return SAME
+
+    _CLIENT: dict[type, Callable[["LiveEngine", Any], Any]] = {
+        live.SessionStart: _client_session,
+        live.SessionUpdate: _client_session,
+        live.ResponseItemCreate: ResponsesDelegation._client_item,
+        live.ResponseCreate: ResponsesDelegation._client_create,
+        live.InstructionsAppend: _client_append,
+        live.ThinkingAppend: _client_append,
+        live.CommentaryAppend: _client_append,
+    }
+
+    def _definitions(self) -> list[dict[str, Any]]:
+        return [self.dialect.function_tool(spec.name, spec.description, spec.parameters) for spec in self.tools]
+
+
+# ---- the session object's parts (a dict as the wire gave it) ----
+def _delegation_type(session: dict[str, Any]) -> str | None:
+    delegation = session.get("delegation")
+    kind = delegation.get("type") if isinstance(delegation, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
+def _responses_tools(session: dict[str, Any]) -> list[Any] | None:
+    delegation = session.get("delegation")
+    responses = delegation.get(RESPONSES) if isinstance(delegation, dict) else None
+    tools = responses.get("tools") if isinstance(responses, dict) else None
+    return tools if isinstance(tools, list) else None
+
+
+def _with_tools(session: dict[str, Any], tools: list[Any]) -> dict[str, Any]:
+    """The session with `tools` as its Responses tools (a copy: the frame's own stays)."""
+    delegation = session.get("delegation") if isinstance(session.get("delegation"), dict) else {}
+    responses = delegation.get(RESPONSES) if isinstance(delegation.get(RESPONSES), dict) else {}
+    return {**session, "delegation": {**delegation, RESPONSES: {**responses, "tools": tools}}}
+
+
+def _name(tool: Any) -> str:
+    name = tool.get("name") if isinstance(tool, dict) else None
+    return name if isinstance(name, str) else ""
+
+
+__all__ = ["BARGE_IN_GRACE_MS", "LiveEngine"]
