@@ -153,18 +153,25 @@ class ResponsesDelegation(SessionEngine):
         self._injected(entry)
 
     def _continue(self, batch: Batch) -> None:
-        """The batch's one `response.create`, when it is due (`Batches.due`)."""
+        """The batch's one `response.create`, when it is due (`Batches.due`): the relay's own for a
+        batch of relay calls only; for a batch of both, the client's (it asks, as on Realtime),
+        held until then. A batch of both whose client has not asked yet waits for it."""
         if not self.batches.due(batch):
             return
+        mixed = self.batches.has_client_calls(batch)
+        if mixed and batch.held_create is None:
+            return
         batch.continued = True
-        event = live.ResponseCreate(event_id=self.ctx.new_event_id())
+        event = batch.held_create if mixed else live.ResponseCreate(event_id=self.ctx.new_event_id())
+        batch.held_create = None
+        assert event is not None
         if not self.ctx.upstream_connected:
             self._unsent.append((None, [event]))
         else:
             self._send(event)
         self.ctx.notice("follow_up", {"delegation_id": batch.key, "response_id": batch.response_id,
                                       "event_id": event.event_id, "calls": list(batch.calls),
-                                      "client_creates_absorbed": batch.absorbed_creates})
+                                      "by": "client" if mixed else "relay"})
 
     # ==== lifecycle =====================================================================
     def _on_reconnect(self) -> None:
@@ -203,16 +210,23 @@ class ResponsesDelegation(SessionEngine):
             self._continue(batch)
 
     def _client_create(self, event: live.ResponseCreate) -> Any:
-        """A client's `response.create` for a batch with calls of both: the relay sends the
-        batch's one create when every output is in, so the client's is taken in its place."""
+        """A client's `response.create` for a batch of both the relay's calls and its own: the
+        batch's one create, held until the batch is whole (its response completed, every output
+        in), then sent as it came. A second one for the same batch is not sent."""
         for batch in self.batches.awaiting_relay():
-            if self.batches.has_client_calls(batch):
-                batch.absorbed_creates += 1
-                self.ctx.notice("client_create_absorbed", {"delegation_id": batch.key, "event_id": event.event_id,
-                                                           "missing": self.batches.missing(batch)})
+            if not self.batches.has_client_calls(batch):
+                continue
+            if batch.held_create is not None:
+                self.ctx.client_error("response_create_pending", "the batch's response.create is already "
+                                      "waiting for its outputs; this one was not forwarded", event.event_id)
                 return DROP
+            batch.held_create = event
+            if not self.batches.due(batch):
+                self.ctx.notice("client_create_held", {"delegation_id": batch.key, "event_id": event.event_id,
+                                                       "missing": self.batches.missing(batch)})
+            self._continue(batch)
+            return DROP
         return SAME
-
 
 def _response_id(response: Any) -> str | None:
     found = response.get("id") if isinstance(response, dict) else None

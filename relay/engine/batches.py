@@ -8,8 +8,10 @@ gets one `function_call_output`, and then exactly one `response.create` continue
 Results do not continue it by themselves, and a create before every result is in is a partial
 batch, which the server rejects. So a batch is continued when, and only when, its response has
 completed, it holds a call of the relay's, every call of it has its output (the relay's sent, the
-client's seen on their way up) and it was not continued before. A batch with no relay call is the
-client's to continue, as it would be without the relay. The continuation is a new response of the
+client's seen on their way up) and it was not continued before. Who sends that create is as on
+Realtime: the relay for a batch of its calls only; the client for a batch with calls of its own
+(it asks, and its create waits until the batch is whole); a batch with no relay call is the
+client's alone, as it would be without the relay. The continuation is a new response of the
 same delegation: a new round of the batch.
 
 The batch of each delegation (or, for an event the server could not correlate, of its
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from relay.engine.calls import CallEntry, CallState, Owner
 
@@ -30,8 +33,7 @@ MAX_BATCHES_KEPT = 64
 @dataclass(slots=True)
 class Batch:
     """One delegation's current round: its response, its calls in order, whether the response
-    completed (or failed), whether the relay continued it, and how many creates of the client's
-    the relay took in its place."""
+    completed (or failed), whether it was continued, and the client's create held for it."""
 
     key: str
     response_id: str | None = None
@@ -39,7 +41,7 @@ class Batch:
     completed: bool = False
     failed: bool = False
     continued: bool = False
-    absorbed_creates: int = 0
+    held_create: Any = None   # a client's create for a batch of both, until the batch is whole
     rounds: int = 1
 
 
@@ -77,7 +79,7 @@ class Batches:
         if batch.continued or batch.completed or batch.failed:
             batch.calls.clear()
             batch.completed = batch.failed = batch.continued = False
-            batch.absorbed_creates = 0
+            batch.held_create = None
             batch.rounds += 1
         if response_id is not None:
             batch.response_id = response_id

@@ -15,8 +15,8 @@ the session's delegation mode (from `session.start`, or `session.started` on a s
   `response.output_item.done` of a `response.event` envelope, runs the relay's once, and answers
   each with one `response.item.create` (a `function_call_output` for its `call_id`) once the
   backend response completed; one `response.create` continues the batch when every output of it
-  is in (`batches.Batches`: a client's own create for a mixed batch waits, and is sent as that
-  one). Calls of tools the client declared are the client's; a call of a tool nobody declared is
+  is in (`batches.Batches`: the relay's own; for a batch with calls of the client's too, the
+  client's create, held until then, as on Realtime). Calls of tools the client declared are the client's; a call of a tool nobody declared is
   answered with an error, so that its batch can go on.
 - **Client delegation** (the default): with a delegate registered (`relay.tools.delegate`), each
   `session.delegation.created` is a relay call of the delegate, given a `Delegation` (its id, its

@@ -93,22 +93,38 @@ def test_a_batch_completed_before_its_results_is_continued_after_the_last_one_on
     assert [e["item"]["call_id"] for e in driver.outputs()] == ["c2", "c1", "c3"]
 
 
-def test_a_mixed_batch_waits_for_the_clients_output_and_sends_one_create() -> None:
+def test_a_mixed_batch_holds_the_clients_create_until_every_output_is_in() -> None:
     driver = responses_driver(client_tools=("show_map",))
     driver.batch("item_1", "resp_1", [call_item("c1", "get_weather", {"city": "Paris"}),
                                       call_item("c2", "show_map")])
     assert set(driver.started) == {"c1"}, "the client's call is the client's"
-    driver.finish("c1", "sunny")
-    driver.client({"type": "response.create", "event_id": "evt_client_create"})
-    assert driver.sent_of("response.create") == [], "the client's create came before its own output"
+    driver.client({"type": "response.create", "event_id": "evt_early"})
     driver.client({"type": "response.item.create",
                    "item": {"type": "function_call_output", "call_id": "c2", "output": "shown"}})
+    assert driver.sent_of("response.create") == [], "never a create before the batch is whole"
+    driver.client({"type": "response.create", "event_id": "evt_second"})
+    assert driver.errors_to_client()[-1]["error"]["code"] == "response_create_pending"
+    driver.finish("c1", "sunny")
     sent = driver.sent()[1:]
     assert types_of(sent) == ["response.item.create", "response.item.create", "response.create"]
-    assert [e["item"]["call_id"] for e in sent[:2]] == ["c1", "c2"]
+    assert [e["item"]["call_id"] for e in sent[:2]] == ["c2", "c1"]
+    assert sent[2]["event_id"] == "evt_early", "the client's create, as it came"
     shown = "".join(driver.client_frames)
     assert "c2" in shown and "show_map" in shown, "the client sees its own call"
     assert "get_weather" not in shown and '"c1"' not in shown, "nothing relay-owned reaches the client"
+
+
+def test_a_mixed_batch_whose_client_asks_last_gets_its_create_at_once() -> None:
+    driver = responses_driver(client_tools=("show_map",))
+    driver.batch("item_1", "resp_1", [call_item("c1", "get_weather", {"city": "Paris"}),
+                                      call_item("c2", "show_map")])
+    driver.finish("c1", "sunny")
+    driver.client({"type": "response.item.create",
+                   "item": {"type": "function_call_output", "call_id": "c2", "output": "shown"}})
+    assert driver.sent_of("response.create") == [], "the client asks for a batch with its calls"
+    driver.client({"type": "response.create", "event_id": "evt_create"})
+    assert types_of(driver.sent()[1:]) == ["response.item.create", "response.item.create", "response.create"]
+    assert driver.sent()[-1]["event_id"] == "evt_create"
 
 
 def test_expose_tool_events_shows_the_relay_calls() -> None:
