@@ -103,7 +103,7 @@ class ResponsesDelegation(SessionEngine):
             call_id, name, item.get("id") if isinstance(item.get("id"), str) else None, batch.response_id,
             self._owner_of(name), arguments=arguments, arguments_from_done=arguments, announced_at=self.ctx.now,
             delivered_as=(BACKEND_CALL,)))
-        self.batches.add_call(batch, call_id)
+        self.batches.add_call(batch, call_id, entry.owner)
         if entry.owner is Owner.RELAY and self.delegate is not None and name == self.delegate.name:
             # the delegate answers delegations, not calls: a call by its name is of an unknown tool
             self.ledger.move(entry, CallState.READY, self.ctx.now)
@@ -120,7 +120,7 @@ class ResponsesDelegation(SessionEngine):
         if batch is None:
             return
         batch.completed, batch.failed = True, failed
-        if failed and self.batches.relay_calls(batch):
+        if failed and self.batches.has_relay_calls(batch):
             self.ctx.anomaly(f"backend response of {key} ended without completing: its batch is not continued",
                              "backend")
         for entry in self.batches.relay_calls(batch):

@@ -38,6 +38,7 @@ class Batch:
     key: str
     response_id: str | None = None
     calls: list[str] = field(default_factory=list)
+    owners: dict[str, Owner] = field(default_factory=dict)   # each call's owner, as it came
     completed: bool = False
     failed: bool = False
     continued: bool = False
@@ -78,6 +79,7 @@ class Batches:
         batch = self.open(key, response_id)
         if batch.continued or batch.completed or batch.failed:
             batch.calls.clear()
+            batch.owners.clear()
             batch.completed = batch.failed = batch.continued = False
             batch.held_create = None
             batch.rounds += 1
@@ -85,15 +87,21 @@ class Batches:
             batch.response_id = response_id
         return batch
 
-    def add_call(self, batch: Batch, call_id: str) -> None:
+    def add_call(self, batch: Batch, call_id: str, owner: Owner) -> None:
         batch.calls.append(call_id)
+        batch.owners[call_id] = owner
         self._by_call[call_id] = batch.key
 
     def relay_calls(self, batch: Batch) -> list[CallEntry]:
         return [entry for entry in self._entries(batch) if entry.owner is Owner.RELAY]
 
-    def has_client_calls(self, batch: Batch) -> bool:
-        return any(entry.owner is Owner.CLIENT for entry in self._entries(batch))
+    @staticmethod
+    def has_relay_calls(batch: Batch) -> bool:
+        return Owner.RELAY in batch.owners.values()
+
+    @staticmethod
+    def has_client_calls(batch: Batch) -> bool:
+        return Owner.CLIENT in batch.owners.values()
 
     def missing(self, batch: Batch) -> list[str]:
         """The calls of the batch whose output is not in yet (the relay's not sent, the client's
@@ -105,13 +113,13 @@ class Batches:
         """Whether the relay continues the batch now: its response completed, it holds a relay
         call, every output is in, and it was not continued yet."""
         return (batch.completed and not batch.failed and not batch.continued
-                and bool(self.relay_calls(batch)) and not self.missing(batch))
+                and self.has_relay_calls(batch) and not self.missing(batch))
 
     def awaiting_relay(self) -> list[Batch]:
         """Batches the relay will continue once complete: a relay call, not continued, not
         failed. A client's create meant for one of them is the relay's to send."""
         return [batch for batch in self._by_key.values()
-                if not batch.continued and not batch.failed and self.relay_calls(batch)]
+                if not batch.continued and not batch.failed and self.has_relay_calls(batch)]
 
     def _entries(self, batch: Batch) -> list[CallEntry]:
         return [entry for call_id in batch.calls if (entry := self._lookup(call_id)) is not None]
@@ -121,7 +129,7 @@ class Batches:
             return
         for key in list(self._by_key)[: len(self._by_key) - MAX_BATCHES_KEPT]:
             batch = self._by_key[key]
-            if batch.continued or batch.failed or (batch.completed and not self.relay_calls(batch)):
+            if batch.continued or batch.failed or (batch.completed and not self.has_relay_calls(batch)):
                 del self._by_key[key]
                 for call_id in batch.calls:
                     self._by_call.pop(call_id, None)
