@@ -169,8 +169,8 @@ class ResponsesDelegation(SessionEngine):
             self._unsent.append((None, [event]))
         else:
             self._send(event)
-        self.ctx.notice("follow_up", {"delegation_id": batch.key, "response_id": batch.response_id,
-                                      "event_id": event.event_id, "calls": list(batch.calls),
+        self.ctx.notice("follow_up", {"event_id": event.event_id, "call_ids": ",".join(batch.calls),
+                                      "delegation_id": batch.key, "response_id": batch.response_id,
                                       "by": "client" if mixed else "relay"})
 
     # ==== lifecycle =====================================================================

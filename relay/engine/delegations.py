@@ -40,17 +40,18 @@ its typed events, and what the engine sends are its commands. Audio passes unpar
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from relay.dialects import live
 from relay.dialects.live import LIVE, LiveDialect
 from relay.engine.actions import Close, SendClient, SendUpstream
-from relay.engine.appends import Channel, answer_appends
+from relay.engine.appends import Channel, answer_appends, split_text
 from relay.engine.backend_calls import DELEGATED, DROP, SAME, ResponsesDelegation
 from relay.engine.calls import CallEntry, CallOutcome, CallState, Owner
 from relay.engine.transcript import Transcript
 from relay.tools.delegation import Delegation, delegation_parameter
 from relay.tools.render import RenderedOutput
+from relay.tools.spec import ToolSpec
 
 CLIENT, RESPONSES, DECISIONS = live.DELEGATION_TARGETS
 POLICY_VIOLATION = 1008
@@ -77,6 +78,7 @@ class LiveEngine(ResponsesDelegation):
         self.transcript = Transcript()
         self._client_delegations: set[str] = set()    # delegations left to the client
         self._offsets: dict[str, int] = {}            # a running delegation's offset (ms)
+        self._fillers: dict[str, tuple[float, str]] = {}   # a running delegate's filler: (when, text)
         self._told: set[tuple[str, str]] = set()      # (side, type) of unknown events already told
         self._declared = False                        # the relay's tools are in the session
         self._refused = False                         # the client's session.start was refused
@@ -226,6 +228,29 @@ class LiveEngine(ResponsesDelegation):
             if batch is not None:
                 self._continue(batch)
         # else: it goes up once the backend response completed (`_response_over`)
+
+    # ---- a delegate's progress filler (`on_delay`) ----
+    def _handler_started(self, entry: CallEntry, tool: ToolSpec) -> None:
+        if DELEGATED in entry.delivered_as and tool.on_delay is not None:
+            milliseconds, text = tool.on_delay
+            self._fillers[entry.call_id] = (self.ctx.now + milliseconds / 1000.0, text)
+
+    def _drop_fillers(self, call_id: str) -> None:
+        self._fillers.pop(call_id, None)
+
+    def _other_deadlines(self) -> Iterable[float]:
+        return [when for when, _ in self._fillers.values()]
+
+    def _tick(self) -> None:
+        super()._tick()
+        for call_id, (when, text) in list(self._fillers.items()):
+            if when <= self.ctx.now:
+                del self._fillers[call_id]   # spoken while the delegate still works: not its answer
+                pieces = [live.CommentaryAppend(delegation_id=call_id, content=piece) for piece in split_text(text)]
+                for piece in pieces:
+                    self._send(piece)
+                self.ctx.notice("filler", {"event_id": pieces[0].event_id if pieces else None, "call_ids": call_id,
+                                           "text": text})
 
     def _streamed(self, entry: CallEntry, value: Any, rendered: RenderedOutput) -> None:
         """A streaming tool's first value is its answer (a Live call takes one output)."""

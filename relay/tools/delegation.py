@@ -71,13 +71,14 @@ class Delegation:
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
-_SETTINGS = frozenset({"timeout", "interruption", "on_failure", "idempotent"})
+_SETTINGS = frozenset({"timeout", "interruption", "on_failure", "on_delay", "idempotent"})
 
 
 def delegate_spec(fn: Callable[..., Any], **settings: Any) -> ToolSpec:
     """The spec of a delegate: `fn` takes exactly one parameter (any name), the `Delegation`.
     `settings`: timeout (seconds), interruption, on_failure (what is said when it fails or times
-    out), idempotent."""
+    out), on_delay ((milliseconds, text): a spoken progress filler while it still runs),
+    idempotent."""
     unknown = sorted(set(settings) - _SETTINGS)
     name = getattr(fn, "__name__", None) or "delegate"
     if unknown:
@@ -107,7 +108,8 @@ def delegate(fn: _F, /) -> _F: ...
 
 @overload
 def delegate(fn: None = None, /, *, timeout: float = 30.0, interruption: Interruption | str | None = None,
-             on_failure: str | None = None, idempotent: bool = False) -> Callable[[_F], _F]: ...
+             on_failure: str | None = None, on_delay: tuple[float, str] | None = None,
+             idempotent: bool = False) -> Callable[[_F], _F]: ...
 
 
 def delegate(fn: Callable[..., Any] | None = None, /, **settings: Any) -> Any:

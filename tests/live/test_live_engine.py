@@ -333,3 +333,20 @@ def test_appends_name_their_delegation_and_decode_back() -> None:
     driver.upstream(delegation_created("item_d1"))
     driver.finish("item_d1", ToolResult(result={"temp": 21}, message="Mild."))
     assert json.loads(driver.appends()[0]["content"]) == {"temp": 21}
+
+
+def test_a_slow_delegate_says_its_filler_once_and_a_quick_one_never() -> None:
+    @delegate(on_delay=(500, "One moment, I am checking."))
+    def slow(delegation: Delegation) -> ToolResult:
+        return ToolResult(result="r")
+
+    driver = client_driver(slow)
+    driver.upstream(delegation_created("item_d1"), delegation_created("item_d2"))
+    driver.finish("item_d2", ToolResult(result="quick", message="Done."))
+    driver.advance(0.6)
+    driver.advance(5)
+    fillers = [e for e in driver.appends() if e["content"] == "One moment, I am checking."]
+    assert [(e["type"], e["delegation_id"]) for e in fillers] == [("session.commentary.append", "item_d1")]
+    driver.finish("item_d1", ToolResult(result="slow", message="Here it is."))
+    assert [e["content"] for e in driver.appends() if e["delegation_id"] == "item_d1"] == [
+        "One moment, I am checking.", "slow", "Here it is."]
