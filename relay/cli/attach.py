@@ -30,7 +30,8 @@ from relay.session.policy import CLEAN_CLOSE_CODES
 
 ATTACH_OPTIONS = (
     option("--call-id", field=None, required=True, metavar="ID",
-           help="the call to attach to (rtc_...: from the WebRTC answer or the SIP webhook)"),
+           help="the call to attach to (rtc_...: from the WebRTC answer or the SIP webhook; "
+                "live_...: a GPT-Live session, attached at /v1/live/sessions/ID/attach)"),
     *SIDEBAND,
     option("--declare-tools", action="store_true",
            help="add the tools to the session (keeping the other party's) instead of "
