@@ -18,6 +18,7 @@ from relay.engine import (
     EngineConfig,
     Notice,
     Outcome,
+    Remember,
     SendClient,
     SendUpstream,
     StartHandler,
@@ -95,6 +96,7 @@ class LiveDriver:
         self.cancelled: list[CancelHandler] = []
         self.notices: list[Notice] = []
         self.closes: list[Close] = []
+        self.actions: list[Any] = []   # every action, in order
         self.check_shapes = True
         """Check every frame against the SDK's models (off for a test that forwards bad input)."""
 
@@ -149,6 +151,7 @@ class LiveDriver:
         self._act(self.engine.close(self.now))
 
     def _act(self, actions: list[Any]) -> None:
+        self.actions.extend(actions)
         for action in actions:
             if isinstance(action, SendUpstream):
                 if self.check_shapes:   # what the relay writes is a Live client event
@@ -183,6 +186,9 @@ class LiveDriver:
 
     def appends(self) -> list[Message]:
         return [e for e in self.sent() if e["type"] in ("session.thinking.append", "session.commentary.append")]
+
+    def records(self) -> list[Remember]:
+        return [action for action in self.actions if isinstance(action, Remember)]
 
     def anomalies(self) -> list[str]:
         return [n.fields["message"] for n in self.notices if n.kind == "anomaly"]

@@ -350,3 +350,19 @@ def test_a_slow_delegate_says_its_filler_once_and_a_quick_one_never() -> None:
     driver.finish("item_d1", ToolResult(result="slow", message="Here it is."))
     assert [e["content"] for e in driver.appends() if e["delegation_id"] == "item_d1"] == [
         "One moment, I am checking.", "slow", "Here it is."]
+
+
+def test_a_delegation_and_a_backend_call_are_written_ahead_like_any_relay_call() -> None:
+    driver = client_driver(assistant)
+    driver.upstream(delegation_created("item_d1"))
+    driver.finish("item_d1", ToolResult(result="r", message="m"))
+    phases = [record.record.phase.value for record in driver.records()]
+    assert phases == ["ready", "started", "decided", "sent"]
+    decided = next(i for i, a in enumerate(driver.actions)
+                   if getattr(a, "record", None) is not None and a.record.phase.value == "decided")
+    first_append = next(i for i, a in enumerate(driver.actions) if "session.thinking.append" in str(a))
+    assert decided < first_append, "the decision is recorded ahead of the answer it guards"
+    responses = responses_driver()
+    responses.batch("item_1", "resp_1", [call_item("c1", "get_weather", {"city": "Paris"})])
+    responses.finish("c1", "sunny")
+    assert [r.record.call_id for r in responses.records()] == ["c1"] * 4
