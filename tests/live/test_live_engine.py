@@ -366,3 +366,16 @@ def test_a_delegation_and_a_backend_call_are_written_ahead_like_any_relay_call()
     responses.batch("item_1", "resp_1", [call_item("c1", "get_weather", {"city": "Paris"})])
     responses.finish("c1", "sunny")
     assert [r.record.call_id for r in responses.records()] == ["c1"] * 4
+
+
+def test_a_clients_session_update_of_its_tools_keeps_the_relays() -> None:
+    driver = responses_driver(client_tools=("show_map",))
+    driver.client({"type": "session.update", "session": {"delegation": {
+        "type": "responses", "responses": {"tools": [function_tool("show_route")]}}}})
+    update = driver.sent_of("session.update")[-1]
+    assert [t["name"] for t in update["session"]["delegation"]["responses"]["tools"]] == [
+        "show_route", "get_weather", "get_time"]
+    driver.client({"type": "session.update", "session": {"delegation": {
+        "type": "responses", "responses": {"max_output_tokens": 200}}}})
+    assert "tools" not in driver.sent_of("session.update")[-1]["session"]["delegation"]["responses"], \
+        "a sparse update that leaves the tools alone goes up as it came"
