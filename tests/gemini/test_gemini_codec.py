@@ -5,6 +5,7 @@ writes (and what the mock writes) read by the official SDK's own types."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,13 +28,16 @@ from relay.dialects.gemini_codec import (
 )
 from relay.engine import EngineConfig, SendClient, SendUpstream
 from relay.engine.immediate import GeminiEngine
+from relay.inspector import build_model
 from relay.mock import MockScript, Reply, Rule
 from relay.mock import ToolCall as ScriptedCall
 from relay.mock.faults import Faults
 from relay.mock.gemini import GeminiMockSession
 from relay.mock.quirks import Quirks
 from relay.mock.requests import Emit
+from relay.recording.reader import read_recording
 from relay.tools import tool
+from tests.inspector import synth
 
 SERVER = [
     {"setupComplete": {}},
@@ -234,3 +238,14 @@ def test_a_frame_of_two_messages_is_read_one_by_one_and_none_slips_past_its_rule
     sent = [json.loads(a.frame) for a in engine.receive_client(json.dumps(forged), 0.0) if isinstance(a, SendUpstream)]
     assert sent == [{"realtimeInput": {"text": "hi"}}], "a forged answer bundled with another message stays"
     assert codec.one_by_one({"setupComplete": {}}) is None
+
+
+def test_the_inspector_reads_a_frame_of_two_messages_one_by_one(tmp_path: Path) -> None:
+    writer = synth.Writer(tmp_path, dialect="gemini", tools=["get_weather"], session_id="sess_two")
+    writer.send("client>relay", {"setup": {"model": "models/m"}})
+    writer.upstream({"setupComplete": {}}, binary=True)
+    writer.at(1.0).upstream({"toolCall": {"functionCalls": [{"id": "fc_1", "name": "get_weather", "args": {"city": "Rome"}}]},
+                             "serverContent": {"outputTranscription": {"text": "Looking."}}}, binary=True, forward=False)
+    snapshot = build_model(read_recording(writer.close())).snapshot(audio_data=False)
+    assert [e["call_id"] for e in snapshot["events"] if e["kind"] == "call"] == ["fc_1"]
+    assert [e["text"] for e in snapshot["events"] if e["kind"] == "words"] == ["Looking."]
