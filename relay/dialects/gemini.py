@@ -6,7 +6,7 @@ The server accepts camelCase and snake_case field names (the `google-genai` SDK 
 the relay writes is camelCase. The server sends its JSON in binary WebSocket frames.
 
 Here: the paths and messages, the cheap look at a frame that lets audio pass unparsed
-(`first_key`, `media_frame`), where audio sits (`audio_slots`), how a relay tool is declared and
+(`first_key`, `media_peek`), where audio sits (`audio_slots`), how a relay tool is declared and
 answered (`FunctionResponse.response` is `{"output": ...}` or `{"error": ...}`: `response_body`)
 and how an answer reads back as the text of a `function_call_output` item (`response_text`).
 """
