@@ -19,6 +19,7 @@ from relay.errors import ANOTHER_PORT, UnusableInput, cannot_listen
 from relay.mock.gemini import GEMINI
 from relay.mock.script import MockScript
 from relay.mock.server import MockUpstream, RestPortUnavailable
+from relay.mock.live import LIVE
 from relay.mock.wire import DIALECTS
 
 DEFAULT_PORT = 8765
@@ -31,8 +32,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rest-port", type=port_number, default=None,
                         help="port of the fake REST API (default: --port + 1, or any if --port is 0)")
     parser.add_argument("--script", metavar="FILE", help="JSON script of what the mock model says and calls")
-    parser.add_argument("--dialect", choices=(*DIALECTS, GEMINI), default="openai",
-                        help="protocol flavour (default: openai; gemini serves Gemini Live)")
+    parser.add_argument("--dialect", choices=(*DIALECTS, GEMINI, LIVE), default="openai",
+                        help="protocol flavour (default: openai; gemini serves Gemini Live, live GPT-Live)")
     parser.add_argument("--api-key", default=None, help="require this key from clients (default: accept any)")
     for opt in (*LOGGING, LOOP):
         opt.add_to(parser)

@@ -258,9 +258,9 @@ class DelegationCreated(_Answer, tag="session.delegation.created", kw_only=True)
 class ResponseEnvelope(_Answer, tag="response.event"):
     """A Responses backend event, wrapped (`event`: the nested event as it came, a `BackendEvent`
     when the relay or the mock writes one; `backend_event` types it). `delegation_id`: the
-    delegation it works for, null when uncorrelated."""
+    delegation it works for, null (or absent: `msgspec.UNSET`, falsy) when uncorrelated."""
 
-    delegation_id: Any = None
+    delegation_id: Any = msgspec.UNSET
     event: Any = None
 
 
@@ -299,9 +299,11 @@ class DecisionItemDeleted(_Answer, tag="decision.item.deleted"):
 
 class DecisionEvent(Event, tag="decision.event"):
     """A Decision API event (`event`: `{"type": "decision.completed", "decision": …}`) for a
-    delegation, or for a transcript trigger (`trigger_id`, `source_event_id`, `source_event_type`)."""
+    delegation (`delegation_id`; null, or absent: `msgspec.UNSET`, for a trigger or a
+    `decision.create`), or for a transcript trigger (`trigger_id`, `source_event_id`,
+    `source_event_type`)."""
 
-    delegation_id: Any = None
+    delegation_id: Any = msgspec.UNSET
     event: Any = None
     trigger_id: Any = None
     source_event_id: Any = None
@@ -350,6 +352,9 @@ APPENDS = (InstructionsAppend, ThinkingAppend, CommentaryAppend)
 APPENDED: Mapping[type[Event], type[Event]] = {
     InstructionsAppend: InstructionsAppended, ThinkingAppend: ThinkingAppended, CommentaryAppend: CommentaryAppended}
 """Each append -> the event that acknowledges it on the timeline."""
+APPEND_TOKEN_LIMIT = 500
+"""The most an append's `content` may hold, in tokens (`append_tokens` counts them as the relay
+and the mock agree to: the server's tokenizer is not public)."""
 FUNCTION_CALL = "function_call"
 FUNCTION_CALL_OUTPUT = "function_call_output"
 DELEGATION_TARGETS = ("client", "responses", "decisions")
@@ -397,6 +402,12 @@ def encode(event: Event) -> str:
     """A command (or, for the mock, a server event) as a frame's text: `type` first, then the
     fields given (a nested `BackendEvent` written in place)."""
     return _ENCODER.encode(event).decode()
+
+
+def append_tokens(text: str) -> int:
+    """An upper estimate of the tokens of an append's text: a token per word, or per four
+    characters, whichever is more."""
+    return max(len(text.split()), -(-len(text) // 4))
 
 
 def to_builtins(event: Event | BackendEvent) -> dict[str, Any]:

@@ -33,7 +33,9 @@ Dialects: `openai` (GA; beta when the client sends `OpenAI-Beta: realtime=v1`), 
 (always beta), `azure` (GA on `/openai/v1/realtime`, beta on the preview path
 `/openai/realtime?api-version=...`, accepts the `api-key` query parameter), `foundry` (azure plus
 the Foundry item fields), `xai` (xAI's quirks), `voicelive` (Voice Live's path and quirks) and
-`gemini` (Gemini Live's BidiGenerateContent paths). Scripts are described in
+`gemini` (Gemini Live's BidiGenerateContent paths) and `live` (OpenAI's GPT-Live at
+`/v1/live/sessions`: `LiveMockSession`, `mock.live_options = LiveOptions(...)`,
+`await mock.user_turn(session, text)`, `await mock.close_live(session, reason)`). Scripts are described in
 `relay.mock.script`, faults in `relay.mock.faults`, the session rules in `relay.mock.session`;
 `docs/mock.md` has the full guide.
 """
@@ -41,6 +43,8 @@ the Foundry item fields), `xai` (xAI's quirks), `voicelive` (Voice Live's path a
 from __future__ import annotations
 
 from relay.mock.faults import Faults
+from relay.mock.live import LiveMockSession
+from relay.mock.live_backend import LiveOptions
 from relay.mock.responses import ResponseRun
 from relay.mock.script import MockScript, Reply, Rule, StreamOptions, ToolCall
 from relay.mock.server import MockUpstream, Record
@@ -51,6 +55,8 @@ __all__ = [
     "DIALECTS",
     "Dialect",
     "Faults",
+    "LiveMockSession",
+    "LiveOptions",
     "MockConnection",
     "MockScript",
     "MockSession",

@@ -18,6 +18,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal, NamedTuple
 
 from websockets.asyncio.server import Server, ServerConnection, serve
@@ -31,6 +32,8 @@ from relay.mock.faults import Faults
 from relay.mock.gemini import GEMINI, GeminiMockSession, Hangup
 from relay.mock.gemini import URL_PATH as GEMINI_URL_PATH
 from relay.mock.handshake import VOICE_LIVE_PATH, Refusal, Route, route_handshake
+from relay.mock.live import LIVE, LiveMockSession, live_route
+from relay.mock.live_backend import LiveOptions
 from relay.mock.quirks import Quirks, quirks_of
 from relay.mock.requests import Action, Emit, Stream, Wake
 from relay.mock.responses import Pause, ResponseRun
@@ -46,7 +49,8 @@ log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 VOICE_LIVE_API_VERSION = "2026-07-15"
-_URL_PATHS = {GEMINI: GEMINI_URL_PATH, "voicelive": f"{VOICE_LIVE_PATH}?api-version={VOICE_LIVE_API_VERSION}"}
+_URL_PATHS = {GEMINI: GEMINI_URL_PATH, "voicelive": f"{VOICE_LIVE_PATH}?api-version={VOICE_LIVE_API_VERSION}",
+              LIVE: "/v1/live/sessions"}
 AZURE_PREVIEW_MODEL = "gpt-4o-realtime-preview-2024-12-17"
 
 
@@ -131,7 +135,7 @@ class MockUpstream:
     def __init__(
         self,
         script: MockScript | None = None,
-        dialect: Dialect | Literal["gemini"] = "openai",
+        dialect: Dialect | Literal["gemini", "live"] = "openai",
         api_key: str | None = None,
         faults: Faults | None = None,
         *,
@@ -140,8 +144,8 @@ class MockUpstream:
         rest_port: int = 0,
         quirks: Quirks | None = None,
     ) -> None:
-        if dialect not in DIALECTS and dialect != GEMINI:
-            raise ValueError(f"unknown dialect {dialect!r}; expected one of {', '.join((*DIALECTS, GEMINI))}")
+        if dialect not in DIALECTS and dialect not in (GEMINI, LIVE):
+            raise ValueError(f"unknown dialect {dialect!r}; expected one of {', '.join((*DIALECTS, GEMINI, LIVE))}")
         self.script = script or MockScript()
         self.dialect = dialect
         self.api_key = api_key
@@ -150,7 +154,8 @@ class MockUpstream:
         """What the provider's server does differently (relay/mock/quirks.py): its documented
         behaviour unless given."""
         self.host = host
-        self.sessions: list[MockSession | GeminiMockSession] = []
+        self.sessions: list[MockSession | GeminiMockSession | LiveMockSession] = []
+        self.live_options = LiveOptions()   # GPT-Live sessions' behaviour (relay/mock/live_backend.py)
         self._requested_ports = (port, rest_port)
         self._received = _Journal()
         self._sent = _Journal()
@@ -257,6 +262,10 @@ class MockUpstream:
         """Like `wait_for`, over the server events sent."""
         return await self._sent.wait_for(predicate, timeout, start, session.id if session else None)
 
+    async def close_live(self, session: LiveMockSession, reason: str = "expired") -> None:
+        """GPT-Live: the service ends the session (`expired`, `content`, `remote_hangup`...)."""
+        await self._run(session, session.close(reason))
+
     def find_session(self, call_id: str) -> MockSession | None:
         return next((s for s in self.sessions if isinstance(s, MockSession) and s.call_id == call_id), None)
 
@@ -286,6 +295,9 @@ class MockUpstream:
         in-conversation response with `turn_detected`, a barge-in), speech stopped, the commit, the
         user item with its transcript (given, else the script's next), then a response if
         `respond` (default: the session's `turn_detection.create_response`)."""
+        if isinstance(session, LiveMockSession):   # GPT-Live: the transcript, then the script's reply
+            await self._run(session, session.user_turn(transcript or ""))
+            return
         item_id, actions, interrupted = session.speech_started()
         await self._run(session, actions)
         if interrupted is not None:
@@ -336,8 +348,11 @@ class MockUpstream:
 
     def _process_request(self, connection: ServerConnection, request: WsRequest) -> WsResponse | None:
         offered = [p.strip() for value in request.headers.get_all("Sec-WebSocket-Protocol") for p in value.split(",")]
-        decided = route_handshake(self.dialect, self.api_key, request.path, _headers(request.headers), offered,
-                                  self.find_session)
+        if self.dialect == LIVE:
+            decided = live_route(self.api_key, request.path, _headers(request.headers), offered, self.sessions)
+        else:
+            decided = route_handshake(self.dialect, self.api_key, request.path, _headers(request.headers), offered,
+                                      self.find_session)
         if isinstance(decided, Refusal):
             return connection.respond(decided.status, decided.body)
         self._routes[connection] = decided
@@ -357,8 +372,9 @@ class MockUpstream:
     async def _serve_socket(self, ws: ServerConnection) -> None:
         route = self._routes.pop(ws)
         session: MockSession | GeminiMockSession | None = route.session
-        if self.dialect == GEMINI:
-            session = GeminiMockSession(self.script, copy.deepcopy(self.faults), route.query, self.quirks)
+        if self.dialect in (GEMINI, LIVE) and session is None:   # a new session (a Live sideband joins one)
+            make = GeminiMockSession if self.dialect == GEMINI else partial(LiveMockSession, options=self.live_options)
+            session = make(self.script, copy.deepcopy(self.faults), route.query, self.quirks)
             self.sessions.append(session)
             self._ended[session.id] = asyncio.Event()
         elif session is None:
