@@ -15,10 +15,11 @@ from openai import AsyncOpenAI
 from openai.types.live import ServerEvent
 from pydantic import TypeAdapter
 
+from relay.edges.sideband import Sidecar, SidecarConfig
 from relay.mock import MockScript, MockUpstream, Reply, Rule, ToolCall
 from relay.tools import Delegation, ToolResult, delegate, tool
 from tests.support.clients import TIMEOUT
-from tests.support.keys import RELAY_TOKEN
+from tests.support.keys import PROVIDER_KEY, RELAY_TOKEN
 from tests.support.relays import relay_for
 
 SERVER_EVENT: TypeAdapter[Any] = TypeAdapter(ServerEvent)
@@ -107,3 +108,42 @@ async def test_client_delegation_against_the_mock_is_answered_by_the_delegate() 
         ("session.thinking.append", "forecast for Paris"), ("session.commentary.append", "It is sunny in Paris.")]
     assert not any(e["type"] == "error" for e in (r.event for r in mock.sent)), "the mock refused something"
     assert delegation_id not in shown, "the relay's delegation reached the client"
+
+
+async def test_attach_beside_an_sdk_session_answers_its_calls_on_the_sideband() -> None:
+    declared = [{"type": "function", "name": spec.name, "description": spec.description, "parameters": spec.parameters}
+                for spec in (get_weather.__relay_tool__, get_time.__relay_tool__)]   # type: ignore[attr-defined]
+    async with MockUpstream(script=SCRIPT, dialect="live") as mock:
+        client = AsyncOpenAI(api_key="sk-test", websocket_base_url=mock.base_url + "/v1")
+        async with client.live.connect() as connection, anyio.create_task_group() as group:
+            await connection.send({"type": "session.start", "session": {"model": "gpt-live-1", "delegation": {
+                "type": "responses", "responses": {"model": "gpt-5.4", "tools": declared}}}})
+            with anyio.fail_after(TIMEOUT):
+                while SERVER_EVENT.validate_json(await connection.recv_bytes()).type != "session.started":
+                    pass
+                session = mock.sessions[-1]
+                sidecar = Sidecar(session.id, SidecarConfig(tools=[get_weather, get_time], upstream=mock.url,
+                                                            dialect="live", api_key=PROVIDER_KEY))
+                group.start_soon(sidecar.run)
+                await sidecar.attached.wait()
+                await mock.wait_for_sent(lambda e: e["type"] == "session.started", TIMEOUT, start=1)
+                await connection.send({"type": "session.input_audio.append", "audio": AUDIO})
+                await mock.user_turn(session, "What's the weather in Paris?")
+                await mock.wait_for(lambda e: e["type"] == "response.create", TIMEOUT)
+                for _ in range(30):
+                    await connection.send({"type": "session.input_audio.append", "audio": AUDIO})
+                heard = ""
+                while "Here it is" not in heard:
+                    event = SERVER_EVENT.validate_json(await connection.recv_bytes())
+                    if event.type == "session.output_transcript.delta":
+                        heard += event.delta
+            await sidecar.stop()
+    sideband = [record for record in mock.received if record.connection != 0]
+    kinds = [record.event["type"] for record in sideband]
+    assert "session.start" not in kinds, "an attached relay never starts the session"
+    outputs = [record.event["item"] for record in sideband if record.event["type"] == "response.item.create"]
+    assert sorted(item["output"] for item in outputs) == ["noon in Paris", "sunny in Paris"]
+    assert kinds.count("response.create") == 1 and kinds[-1] == "response.create"
+    primary = [record.event["type"] for record in mock.received if record.connection == 0]
+    assert "response.item.create" not in primary and "response.create" not in primary
+    assert not any(r.event["type"] == "error" for r in mock.sent), "the mock refused something"
