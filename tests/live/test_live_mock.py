@@ -26,7 +26,9 @@ SERVER_EVENT: TypeAdapter[Any] = TypeAdapter(ServerEvent)
 AUDIO = base64.b64encode(bytes(4800)).decode()   # 100 ms of PCM16 at 24 kHz
 SCRIPT = MockScript(
     rules=[Rule(match="weather", calls=[ToolCall(name="get_weather", arguments={"city": "Paris"}),
-                                        ToolCall(name="get_time", arguments={"city": "Paris"})])],
+                                        ToolCall(name="get_time", arguments={"city": "Paris"})]),
+           Rule(match="map", calls=[ToolCall(name="get_weather", arguments={"city": "Paris"}),
+                                    ToolCall(name="show_map", arguments={"city": "Paris"})])],
     after_outputs=Reply(say="Here it is: {output}"),
 )
 
@@ -51,7 +53,7 @@ def assistant(delegation: Delegation) -> ToolResult:
 
 
 async def conversation(mock: MockUpstream, port: int, delegation: dict[str, Any], *, answered: str,
-                       says: str) -> str:
+                       says: str, turn: str = "What's the weather in Paris?", client_answers: bool = False) -> str:
     """Start a session through the relay, play the caller's turn, wait until the mock received
     `answered`, then let the timeline run until the model's words hold `says`. Returns what the
     client received, raw."""
@@ -66,7 +68,9 @@ async def conversation(mock: MockUpstream, port: int, delegation: dict[str, Any]
             received.append(raw.decode())
             await connection.send({"type": "session.input_audio.append", "audio": AUDIO})
             session = mock.sessions[-1]
-            await mock.user_turn(session, "What's the weather in Paris?")
+            await mock.user_turn(session, turn)
+            if client_answers:   # the client runs its own call, as an SDK application does
+                await answer_own_call(connection, received)
             await mock.wait_for(lambda e: e["type"] == answered, TIMEOUT)
             for _ in range(30):   # 3 s of the caller's silence: the timeline reaches the model's words
                 await connection.send({"type": "session.input_audio.append", "audio": AUDIO})
@@ -78,6 +82,21 @@ async def conversation(mock: MockUpstream, port: int, delegation: dict[str, Any]
                     heard += event.delta
         await connection.send({"type": "session.close"})
     return "\n".join(received)
+
+
+async def answer_own_call(connection: Any, received: list[str]) -> None:
+    """Read until the client's own function call arrives; answer it and ask for the continuation."""
+    while True:
+        raw = await connection.recv_bytes()
+        received.append(raw.decode())
+        event = SERVER_EVENT.validate_json(raw)
+        nested = event.event if event.type == "response.event" else {}
+        item = nested.get("item") if nested.get("type") == "response.output_item.done" else None
+        if isinstance(item, dict) and item.get("type") == "function_call":
+            await connection.send({"type": "response.item.create", "item": {
+                "type": "function_call_output", "call_id": item["call_id"], "output": "map shown"}})
+            await connection.send({"type": "response.create"})
+            return
 
 
 async def test_responses_delegation_against_the_mock_with_the_sdk() -> None:
@@ -94,6 +113,24 @@ async def test_responses_delegation_against_the_mock_with_the_sdk() -> None:
     assert kinds.index("response.create") > max(i for i, kind in enumerate(kinds) if kind == "response.item.create")
     assert not any(e["type"] == "error" for e in (r.event for r in mock.sent)), "the mock refused something"
     assert "get_weather" not in shown and "get_time" not in shown and "function_call" not in shown
+
+
+async def test_a_mixed_batch_waits_for_the_clients_output_and_gets_one_create() -> None:
+    show_map = {"type": "function", "name": "show_map", "description": "Show a map of a city.",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
+    async with MockUpstream(script=SCRIPT, dialect="live") as mock:
+        async with relay_for(mock, path="/v1/live/sessions", dialect="live", tools=[get_weather]) as server:
+            shown = await conversation(mock, server.port, {"type": "responses", "responses": {
+                "model": "gpt-5.4", "tools": [show_map]}}, answered="response.create", says="Here it is",
+                turn="Show me a map of Paris", client_answers=True)
+    received = [record.event for record in mock.received]
+    kinds = [event["type"] for event in received]
+    outputs = [event["item"]["output"] for event in received if event["type"] == "response.item.create"]
+    assert sorted(outputs) == ["map shown", "sunny in Paris"]
+    assert kinds.count("response.create") == 1, "the client's create, held until the relay's output was in"
+    assert kinds.index("response.create") > max(i for i, kind in enumerate(kinds) if kind == "response.item.create")
+    assert not any(e["type"] == "error" for e in (r.event for r in mock.sent)), "the mock refused something"
+    assert "show_map" in shown and "get_weather" not in shown
 
 
 async def test_client_delegation_against_the_mock_is_answered_by_the_delegate() -> None:
