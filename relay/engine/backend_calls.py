@@ -53,7 +53,7 @@ class ResponsesDelegation(SessionEngine):
         key = envelope.delegation_id if isinstance(envelope.delegation_id, str) else None
         if isinstance(nested, live.BackendCreated):
             response_id = _response_id(nested.response)
-            self.batches.response_started(key or response_id or "", response_id)
+            self.batches.response_started(key or "", response_id)
         elif isinstance(nested, live.BackendItemAdded):
             return self._call_item(nested.item, announce=False)
         elif isinstance(nested, live.BackendItemDone):
@@ -61,9 +61,9 @@ class ResponsesDelegation(SessionEngine):
         elif isinstance(nested, (live.BackendArgumentsDelta, live.BackendArgumentsDone)):
             return DROP if self._hiding and nested.item_id in self._relay_items else SAME
         elif isinstance(nested, live.BackendCompleted):
-            self._response_over(key or _response_id(nested.response) or "", failed=False)
+            self._response_over(key or "", failed=False)
         elif isinstance(nested, (live.BackendFailed, live.BackendIncomplete)):
-            self._response_over(key or _response_id(nested.response) or "", failed=True)
+            self._response_over(key or "", failed=True)
         return SAME
 
     def _call_item(self, item: Any, *, announce: bool, key: str | None = None) -> Any:

@@ -379,3 +379,11 @@ def test_a_clients_session_update_of_its_tools_keeps_the_relays() -> None:
         "type": "responses", "responses": {"max_output_tokens": 200}}}})
     assert "tools" not in driver.sent_of("session.update")[-1]["session"]["delegation"]["responses"], \
         "a sparse update that leaves the tools alone goes up as it came"
+
+
+def test_an_uncorrelated_backend_response_is_still_one_batch() -> None:
+    driver = responses_driver()
+    driver.batch(None, "resp_9", [call_item("c1", "get_weather", {"city": "Paris"})])   # type: ignore[arg-type]
+    driver.finish("c1", "sunny")
+    assert len(driver.outputs()) == 1 and len(driver.sent_of("response.create")) == 1
+    assert any("uncorrelated" in message for message in driver.anomalies())
