@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 import anyio
 
 from relay.edges.config import EdgeRuntime, SidecarConfig
-from relay.edges.takeover import REFUSE, RUN, Adoption, Handovers, adopt
+from relay.edges.takeover import RUN, Adoption, Handovers, adopt
 from relay.edges.upstream import UpstreamUnavailable
 from relay.engine import Engine, Notice, Outcome, SendUpstream, StartHandler, new_engine
 from relay.observe.logs import log_notice
