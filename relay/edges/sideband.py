@@ -40,7 +40,7 @@ import anyio
 
 from relay.dialects.openai import OpenAIFamily
 from relay.edges.config import EdgeRuntime, SidecarConfig
-from relay.edges.takeover import RUN, Adoption, Handovers, adopt
+from relay.edges.takeover import RUN, Adoption, Handovers, adopt, output_call_id
 from relay.edges.upstream import UpstreamUnavailable
 from relay.engine import Engine, Notice, Outcome, SendUpstream, StartHandler, new_engine
 from relay.observe.logs import log_notice
@@ -124,6 +124,9 @@ class SidebandLoop(SessionLoop):
         self._reopen = reopen
         self._context = context
         self.lease_lost: str | None = None   # why the session's lease was lost: it acts no more
+        self.lease: SessionLease | None = None   # the call's lease, with a shared store
+        self._family = engine.dialect
+        self._marked: set[int] = set()       # outputs whose record is marked sent: they go up now
         self._adopted: dict[str, Any] = {}   # call_id -> Decision, for calls taken over
 
     def lose_lease(self, reason: str, *, handed_off: bool = False) -> None:
@@ -145,8 +148,27 @@ class SidebandLoop(SessionLoop):
                                         "handed off" if handed_off else "lease lost")
 
     def act_send_upstream(self, action: SendUpstream) -> None:
-        if self.lease_lost is None:
-            super().act_send_upstream(action)
+        """With a lease, a call's output waits (with what follows it) until its record is marked
+        sent under the lease: an output never goes up from two replicas."""
+        if self.lease_lost is not None:
+            return
+        if self.lease is not None and id(action) not in self._marked and self._task_group is not None:
+            call_id = output_call_id(action.frame, self._family)
+            if call_id is not None:
+                self._carry_out.hold()
+                self._task_group.start_soon(self._send_marked, action, call_id, name="mark sent")
+                return
+        self._marked.discard(id(action))
+        super().act_send_upstream(action)
+
+    async def _send_marked(self, action: SendUpstream, call_id: str) -> None:
+        assert self.lease is not None
+        kept = await self.lease.mark_sent(call_id)
+        held = self._carry_out.release()
+        if not kept or self.lease_lost is not None:
+            return   # the lease was lost: `lose_lease` stopped the session's work
+        self._marked.add(id(action))
+        self._apply([action, *held])
 
     def act_start_handler(self, action: StartHandler) -> None:
         if self.lease_lost is not None:
@@ -395,6 +417,7 @@ class Sidecar:
             handler_scope=self.trace.handler_scope if self.trace is not None else None,
             write_ahead=runtime.write_ahead,
         )
+        loop.lease = self.lease
         self.attached_at = time.time()
         log.info("session start", extra={**self.context, "mode": "sidecar", "upstream": runtime.upstream.host,
                                          "dialect": runtime.dialect.name, "tools": runtime.tools.names})

@@ -23,8 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from relay.dialects.openai import FUNCTION_CALL, OPENAI, OpenAIFamily
-from relay.dialects.openai_codec import ResponseCreated, ResponseDone, encode
+from relay.dialects.openai import FUNCTION_CALL, FUNCTION_CALL_OUTPUT, OPENAI, OpenAIFamily
+from relay.dialects.openai_codec import ItemCreate, ResponseCreated, ResponseDone, decode, encode
 from relay.engine import Outcome
 from relay.engine.records import CallRecord, Phase
 from relay.tools import ToolRegistry, ToolResult
@@ -150,3 +150,15 @@ def _response_frames(response_id: str, owed: list[CallRecord], family: OpenAIFam
                                 "metadata": None}
     return [encode(ResponseCreated(response={**response, "status": "in_progress", "output": []}), family),
             encode(ResponseDone(response={**response, "status": "completed", "output": items}), family)]
+
+
+def output_call_id(frame: str | bytes, family: Any) -> str | None:
+    """The call a frame going upstream answers (an OpenAI-family `function_call_output` item),
+    else None."""
+    if not isinstance(family, OpenAIFamily):
+        return None
+    event = decode(frame, family)
+    item = event.item if isinstance(event, ItemCreate) else None
+    if isinstance(item, dict) and item.get("type") == FUNCTION_CALL_OUTPUT and isinstance(item.get("call_id"), str):
+        return item["call_id"]
+    return None

@@ -6,7 +6,9 @@ write-ahead's `guard`), so a store refuses the writes of an owner that lost the 
 is lost when a renewal is refused (it expired and another replica took it, or a peer took it
 after `offer`) or when a write is fenced: `lost` is set and `on_lost` hears why, once. A store
 that does not answer a renewal is no loss: the session runs on (the store's degraded mode) and
-the next renewal tries again; only the store's own answer ends a lease.
+the next renewal tries again; only the store's own answer ends a lease. An output waits for its
+call's record to be marked `sent` under the lease (`mark_sent`), so that whatever moment the lease
+moves at, the output goes up from one replica only.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from typing import Callable
 
 import anyio
 
-from relay.store.base import Lease, StoreError
+from relay.engine.records import Phase
+from relay.store.base import Fenced, Lease, StoreError
 from relay.store.writeahead import WriteAhead
 
 log = logging.getLogger("relay.store")
@@ -106,6 +109,23 @@ class SessionLease:
             self.lose("the lease expired or was taken by another replica")
             return False
         self.lease = renewed
+        return True
+
+    async def mark_sent(self, call_id: str) -> bool:
+        """Before a call's output goes up: its record moves to `sent` under the lease's token, so
+        that a replica that takes the session over afterwards never sends it again. False when
+        the write was fenced (the lease is lost: the output must not go); a store that does not
+        answer is no reason to hold the output back (True)."""
+        if self.lease is None or self.lost.is_set():
+            return self.lease is None
+        try:
+            with anyio.fail_after(self.write_ahead.timeout):
+                await self.store.update(self.session_id, call_id, Phase.SENT, fence=self.lease.token)
+        except Fenced:
+            self.lose("a write was fenced")
+            return False
+        except (StoreError, TimeoutError):
+            pass
         return True
 
     async def offer(self) -> bool:
