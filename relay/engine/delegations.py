@@ -39,6 +39,7 @@ its typed events, and what the engine sends are its commands. Audio passes unpar
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any, Callable, Iterable
 
@@ -137,10 +138,19 @@ class LiveEngine(ResponsesDelegation):
         if (not self.config.has_client and self.mode == RESPONSES and self.config.declare_tools
                 and ours and not self._declared):
             self._declare_on_sideband(tools or [])
+        return self._without_relay_tools(event)
+
+    def _without_relay_tools(self, event: live.SessionStarted | live.SessionUpdated | live.SessionClosed) -> Any:
+        """The session as the client is shown it (started, updated, and the final snapshot of
+        `session.closed`): without the relay's tools."""
+        session = event.session if isinstance(event.session, dict) else {}
+        tools = _responses_tools(session)
+        ours = set(self.tools.names)
         if not self._hiding or tools is None or not any(_name(tool) in ours for tool in tools):
             return SAME
-        shown = _with_tools(session, [tool for tool in tools if _name(tool) not in ours])
-        return type(event)(event_id=event.event_id, client_event_id=event.client_event_id, session=shown)
+        shown = copy.copy(event)
+        shown.session = _with_tools(session, [tool for tool in tools if _name(tool) not in ours])
+        return shown
 
     def _declare_on_sideband(self, tools: list[Any]) -> None:
         """Attached (no `session.start` of ours): the relay's tools join the session's Responses
@@ -206,6 +216,7 @@ class LiveEngine(ResponsesDelegation):
     _UPSTREAM: dict[type, Callable[["LiveEngine", Any], Any]] = {
         live.SessionStarted: _on_session,
         live.SessionUpdated: _on_session,
+        live.SessionClosed: _without_relay_tools,
         live.InputTranscriptDelta: _on_transcript,
         live.OutputTranscriptDelta: _on_transcript,
         live.DelegationCreated: _on_delegation,

@@ -61,6 +61,13 @@ def test_the_relay_tools_join_the_responses_tools_and_the_client_never_sees_them
     driver.upstream(started({"type": "responses", "responses": {
         "model": "gpt-5.4", "tools": start["session"]["delegation"]["responses"]["tools"]}}))
     assert b"get_weather" not in "".join(driver.client_frames).encode()
+    final = started({"type": "responses", "responses": {
+        "model": "gpt-5.4", "tools": start["session"]["delegation"]["responses"]["tools"]}})["session"]
+    driver.upstream({"type": "session.closed", "event_id": "event_c", "reason": "close_requested",
+                     "session": final, "usage": {"seconds": 3}})
+    closed = driver.to_client()[-1]
+    assert closed["type"] == "session.closed" and closed["reason"] == "close_requested"
+    assert [t["name"] for t in closed["session"]["delegation"]["responses"]["tools"]] == ["show_map"]
 
 
 def test_one_create_per_batch_after_completed_and_every_result() -> None:
