@@ -183,6 +183,9 @@ class ResponsesDelegation(SessionEngine):
                     self._send(event)
             elif entry.state is CallState.FINISHED:
                 self._answer(entry, events)
+                batch = self.batches.of_call(entry.call_id)
+                if batch is not None:   # its output may have been the last the batch waited for
+                    self._continue(batch)
 
     def _client_item(self, event: live.ResponseItemCreate) -> Any:
         """A client's backend item: its output for a call of its own is seen (and may complete a

@@ -394,3 +394,18 @@ def test_an_uncorrelated_backend_response_is_still_one_batch() -> None:
     driver.finish("c1", "sunny")
     assert len(driver.outputs()) == 1 and len(driver.sent_of("response.create")) == 1
     assert any("uncorrelated" in message for message in driver.anomalies())
+
+
+def test_answers_decided_while_the_sideband_is_away_go_up_on_its_return() -> None:
+    driver = LiveDriver([get_weather, assistant], config=EngineConfig(strict=True, mode="sidecar"))
+    driver.upstream(started({"type": "responses", "responses": {"model": "gpt-5.4", "tools": []}}))
+    driver.upstream(delegation_created("item_1", target="responses", response_id="resp_1"))
+    driver.batch("item_1", "resp_1", [call_item("c1", "get_weather", {"city": "Paris"})])
+    driver._act(driver.engine.upstream_disconnected(driver.now))
+    driver.finish("c1", "sunny")
+    assert driver.outputs() == [] and driver.sent_of("response.create") == []
+    driver._act(driver.engine.upstream_reconnected(driver.now))
+    assert [e["item"]["output"] for e in driver.outputs()] == ["sunny"]
+    assert len(driver.sent_of("response.create")) == 1
+    (entry,) = driver.engine.calls
+    assert entry.state.value == "answered"
