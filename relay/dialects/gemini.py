@@ -18,7 +18,7 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 from relay.dialects.base import AudioSlot, Dialect, Side
@@ -229,6 +229,27 @@ def _compact(value: Any) -> str:
 
 
 # ---- the dialect ---------------------------------------------------------------------------------
+class TurnCodec(Protocol):
+    """What the turn-based engine asks of a wire family's codec: its frames as the typed messages
+    of `relay.dialects.gemini_codec` and back (`encode_beside`: what stood beside a message the
+    engine drops; `one_by_one` and `frame_of`: a frame of several messages taken apart and put
+    together), and the audio peek (`gemini_codec` is one)."""
+
+    def decode(self, frame: str | bytes) -> Any: ...
+
+    def encode(self, message: Any) -> str: ...
+
+    def encode_beside(self, message: Any) -> str | None: ...
+
+    def audio_peek(self, *, upstream: bool = True) -> Callable[[str | bytes], str | None]: ...
+
+    def one_by_one(self, data: Any) -> list[tuple[str, Any, Any]] | None:
+        """A decoded frame of several messages, each as if it came alone (None: not such a frame)."""
+
+    def frame_of(self, message: Any) -> dict[str, Any]:
+        """A message as the frame's object."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class GeminiDialect(Dialect):
     """How the relay reaches a Gemini Live upstream and writes to it: its tools as function
@@ -236,6 +257,12 @@ class GeminiDialect(Dialect):
     sends in a `toolResponse`)."""
 
     wire: Literal["gemini"] = "gemini"
+
+    codec: TurnCodec | None = None
+    """The codec the turn-based engine (relay/engine/immediate.py) reads and writes this wire
+    through; None: Gemini Live's own, `relay.dialects.gemini_codec`. A wire family of the same
+    tool flow (a call comes whole, its answer goes up at once) gives its own, which decodes into
+    the same typed messages (docs/adding-a-provider.md)."""
 
     def function_declaration(self, spec: ToolSpec) -> dict[str, Any]:
         """A relay tool as a `FunctionDeclaration`: the JSON Schema, narrowed to what Gemini takes

@@ -19,9 +19,10 @@ engine forwards keeps the kind it arrived in, and what it writes itself goes up 
 as the OpenAI engine, with OpenAI-shaped items (a model turn is a synthetic response), so export,
 replay, metrics and dumps read both engines alike: `turns.Turns` makes those records.
 
-Frames are read and written through the family's codec (relay/dialects/gemini_codec.py): the
-engine takes typed messages (`ToolCall`, `ServerContent`, `Setup`, ...) and writes back a message
-it changed, in the spellings it came in. Fast path: most bytes are audio. A client's media frame,
+Frames are read and written through the dialect's codec (`dialect.codec`; Gemini Live's is
+relay/dialects/gemini_codec.py, and another wire of this flow brings its own, decoding into the
+same typed messages): the engine takes typed messages (`ToolCall`, `ServerContent`, `Setup`, ...)
+and writes back a message it changed through the codec (Gemini's keeps the spellings it came in). Fast path: most bytes are audio. A client's media frame,
 and a model's turn in which nothing the engine follows appears (words, a transcription, the turn's
 end or interruption, a call, another message), is forwarded undecoded: the codec's `audio_peek`
 tells them.
@@ -39,7 +40,8 @@ from typing import Any, Callable
 
 from msgspec.structs import replace
 
-from relay.dialects.gemini import GEMINI, GeminiDialect, response_body
+from relay.dialects import gemini_codec
+from relay.dialects.gemini import GEMINI, GeminiDialect, TurnCodec, response_body
 from relay.dialects.gemini_codec import (
     UNSET,
     ClientContent,
@@ -58,14 +60,8 @@ from relay.dialects.gemini_codec import (
     ToolResponse,
     Transcription,
     Unknown,
-    audio_peek,
-    decode,
     empty,
-    encode,
-    encode_beside,
-    frame_of,
     given,
-    one_by_one,
     plain,
 )
 from relay.dialects.jsontext import compact_json
@@ -88,8 +84,6 @@ _SAME: Any = object()   # a message the engine leaves as it came
 _DROP: Any = object()   # a message the other side must not see (what stood beside it still goes)
 _STOP: Any = object()   # nothing of this frame goes anywhere
 _UNREAD: Any = object()   # a frame that is no JSON object
-_UPSTREAM_MEDIA = audio_peek(upstream=True)
-_CLIENT_MEDIA = audio_peek(upstream=False)
 
 
 def _as(text: str, like: str | bytes) -> str | bytes:
@@ -97,17 +91,17 @@ def _as(text: str, like: str | bytes) -> str | bytes:
     return text if isinstance(like, str) else text.encode("utf-8")
 
 
-def _result_frame(message: Message, result: Any, like: str | bytes) -> str | bytes | None:
-    """What goes on for a handled message: the frame as it came, the message rewritten, what stood
-    beside a dropped message, or nothing."""
+def _result_frame(codec: TurnCodec, message: Message, result: Any, like: str | bytes) -> str | bytes | None:
+    """What goes on for a handled message: the frame as it came, the message rewritten (by
+    `codec`), what stood beside a dropped message, or nothing."""
     if result is _SAME:
         return like
     if result is _STOP:
         return None
     if result is _DROP:
-        rest = encode_beside(message)
+        rest = codec.encode_beside(message)
         return None if rest is None else _as(rest, like)
-    return _as(encode(result), like)
+    return _as(codec.encode(result), like)
 
 
 class GeminiEngine(SessionEngine):
@@ -127,6 +121,9 @@ class GeminiEngine(SessionEngine):
         self._unsent: list[tuple[str, dict[str, Any], bool]] = []    # (call_id, answer, final)
         self._refused = False                         # the client's setup was refused
         self.turns = Turns(self.ctx, hiding=self._hiding)   # the conversation record
+        self._codec: TurnCodec = self.dialect.codec or gemini_codec   # the wire, read and written
+        self._upstream_media = self._codec.audio_peek(upstream=True)
+        self._client_media = self._codec.audio_peek(upstream=False)
 
     def _to_client(self, frame: str | bytes) -> None:
         if self.config.has_client:
@@ -137,16 +134,16 @@ class GeminiEngine(SessionEngine):
         rewritten, what stood beside a dropped one, nothing (None); `_UNREAD` (told as an
         anomaly, as a bad frame is told) when it is no JSON object. The codec reads the frame
         straight from its text."""
-        message = decode(frame)
+        message = self._codec.decode(frame)
         if not isinstance(message, Unknown):
             handler = handlers.get(type(message))
-            return _result_frame(message, _SAME if handler is None else handler(self, message), frame)
+            return _result_frame(self._codec, message, _SAME if handler is None else handler(self, message), frame)
         data = self.ctx.decode(frame)
         if data is None:
             return _UNREAD
         if message.member is not None:
             self.ctx.anomaly(f"{message.member} is not an object", message.member)
-        several = one_by_one(data)
+        several = self._codec.one_by_one(data)
         return frame if several is None else self._several(several, handlers, frame)
 
     def _several(self, messages: list[tuple[str, Any, Message | Unknown]],
@@ -163,7 +160,7 @@ class GeminiEngine(SessionEngine):
             if result is _SAME:
                 kept[member] = value
             elif result is not _DROP:
-                kept.update(frame_of(result))
+                kept.update(self._codec.frame_of(result))
             changed = changed or result is not _SAME
         if not changed:
             return frame
@@ -171,7 +168,7 @@ class GeminiEngine(SessionEngine):
 
     # ==== upstream ======================================================================
     def _upstream_frame(self, frame: str | bytes) -> None:
-        media = _UPSTREAM_MEDIA(frame)
+        media = self._upstream_media(frame)
         if media is not None:
             if media == "audio":
                 self.turns.model_audio()
@@ -344,7 +341,7 @@ class GeminiEngine(SessionEngine):
         self._send_answer(entry, answer, final)
 
     def _send_answer(self, entry: CallEntry, answer: dict[str, Any], final: bool) -> None:
-        self.ctx.emit(SendUpstream(encode(ToolResponse(function_responses=[answer]))))
+        self.ctx.emit(SendUpstream(self._codec.encode(ToolResponse(function_responses=[answer]))))
         self.turns.record_output(entry, answer["response"], "relay", final=final,
                                  status=(entry.output_status or "completed") if final else "completed")
         if final:
@@ -366,7 +363,7 @@ class GeminiEngine(SessionEngine):
     def _client_frame(self, frame: str | bytes) -> None:
         if self._refused:
             return   # the session is closing: nothing more of this client goes up
-        if _CLIENT_MEDIA(frame) is not None:
+        if self._client_media(frame) is not None:
             self.ctx.emit(SendUpstream(frame))
             return
         forward = self._handled(frame, self._CLIENT_HANDLERS)

@@ -208,7 +208,7 @@ def test_what_the_mock_writes_is_read_by_the_sdk_and_by_the_codec(modality: str)
 def test_the_engine_decodes_no_media_frame(monkeypatch: pytest.MonkeyPatch) -> None:
     decoded: list[Any] = []
     real = codec.decode
-    monkeypatch.setattr("relay.engine.immediate.decode", lambda frame: decoded.append(frame) or real(frame))
+    monkeypatch.setattr(codec, "decode", lambda frame: decoded.append(frame) or real(frame))
     engine = GeminiEngine([], config=EngineConfig(strict=True))
     audio = json.dumps({"serverContent": {"modelTurn": {"parts": [{"inlineData": {"data": "A" * 4000}}]}}}).encode()
     mic = json.dumps(CLIENT[2])
