@@ -1,9 +1,16 @@
-"""docs/adding-a-provider.md, followed with a toy provider of the OpenAI family defined here: its
+"""docs/adding-a-provider.md, followed twice.
+
+A provider of an existing family: a toy provider of the OpenAI family defined here: its
 own name, key variable and key header, endpoint, client path, a server event of its own that
 passes through unparsed (`toy.heartbeat`, as xAI's `ping`) and an event it names its own way
 (`conversation.item.appended` for GA's `conversation.item.added`). Registered (the one registry
 line, made here with monkeypatch), it is found by name and by URL, an engine session on it runs a
-tool call against the mock speaking its wire, and a recording made on it replays and exports."""
+tool call against the mock speaking its wire, and a recording made on it replays and exports.
+
+A new wire family: the toy wire of tests/support/toy.py (one module: its dialect and its codec),
+registered the same way, runs a relay tool through a `SessionLoop` over in-memory transports (the
+call answered exactly once, a client's own call left to the client, audio forwarded undecoded)
+and through `relay serve` against a toy upstream on loopback."""
 
 from __future__ import annotations
 
@@ -14,6 +21,19 @@ from pathlib import Path
 
 import anyio
 import pytest
+from websockets.asyncio.client import connect
+from websockets.asyncio.server import ServerConnection
+
+from relay.dialects.gemini_codec import Setup, ToolCall, ToolResponse, Unknown
+from relay.engine import EngineConfig, new_engine
+from relay.engine.calls import CallState
+from relay.session.loop import SessionLoop
+from tests.support import toy
+from tests.support.clients import TIMEOUT
+from tests.support.keys import PROVIDER_KEY, RELAY_TOKEN
+from tests.support.peers import MemoryPeer
+from tests.support.relays import bare_upstream, relay_for
+from tests.support.toy import TOYWIRE
 
 from relay.dialects import DIALECTS, OPENAI, OpenAIFamily, dialect_of_path, infer_dialect, resolve_dialect
 from relay.dialects.openai import UPSTREAM_PASSTHROUGH
@@ -110,3 +130,120 @@ def test_a_recording_made_on_it_replays_and_exports(tmp_path: Path) -> None:
     exported = export_recording(path, "openai-chat")
     answers = [m for m in exported.document["messages"] if m["role"] == "tool"]
     assert len(answers) == 3 and "no such order" in answers[2]["content"]
+
+
+# ---- a new wire family: the toy wire (tests/support/toy.py) ---------------------------------------
+VOICE = '{"t":"voice","pcm":"AAAAAAAA"}'
+MIC = '{"t":"mic","pcm":"BBBBBBBB"}'
+CALL = '{"t":"call","id":"call_1","fn":"get_weather","args":{"city":"Paris"}}'
+DONE = '{"t":"done"}'
+CLIENT_CALL = '{"t":"call","id":"call_2","fn":"transfer","args":{"to":"desk"}}'
+HELLO = '{"t":"hello","tools":[{"name":"transfer","description":"The client\'s own.","parameters":{"type":"object"}}]}'
+
+
+def test_a_new_family_is_found_by_name_and_by_url_and_gets_the_engine_of_its_flow(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(DIALECTS, TOYWIRE.name, TOYWIRE)
+    assert resolve_dialect("toywire", "ws://127.0.0.1:1/anything") is TOYWIRE
+    assert resolve_dialect(None, "wss://voice.toy.example/v1/talk") is TOYWIRE
+    assert default_upstream("toywire") == "wss://voice.toy.example/v1/talk"
+    assert new_engine([get_weather_data], dialect=TOYWIRE).dialect is TOYWIRE
+
+
+def test_its_codec_reads_its_frames_as_typed_messages_and_writes_them_back() -> None:
+    call = toy.decode(CALL)
+    assert isinstance(call, ToolCall) and [(c.id, c.name, c.args) for c in call.function_calls] == [
+        ("call_1", "get_weather", {"city": "Paris"})]
+    assert toy.encode(call) == CALL
+    hello = toy.decode(HELLO)
+    assert isinstance(hello, Setup) and toy.encode(hello) == HELLO
+    result = toy.decode('{"t":"result","id":"call_2","output":{"output":"ok"}}')
+    assert isinstance(result, ToolResponse) and toy.encode(result) == '{"t":"result","id":"call_2","output":{"output":"ok"}}'
+    assert toy.decode('{"t":"later"}') == Unknown('{"t":"later"}') and isinstance(toy.decode("not json"), Unknown)
+    upstream, client = toy.audio_peek(), toy.audio_peek(upstream=False)
+    assert upstream(VOICE) == upstream(VOICE.encode()) == "audio" and upstream(CALL) is None
+    assert client(MIC) == "media" and client(HELLO) is None and upstream(MIC) is None
+
+
+async def test_a_session_on_a_new_family_runs_a_relay_tool_once_and_forwards_audio_undecoded(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(DIALECTS, TOYWIRE.name, TOYWIRE)
+    decoded: list[str | bytes] = []
+    reading = toy.Codec.decode
+    monkeypatch.setattr(toy.Codec, "decode", staticmethod(lambda frame: decoded.append(frame) or reading(frame)))
+    engine = new_engine([get_weather_data], dialect=TOYWIRE, config=EngineConfig(mode="proxy", strict=True))
+    upstream, client = MemoryPeer(), MemoryPeer()
+    loop = SessionLoop(engine, upstream=upstream, client=client)
+    try:
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as group:
+                group.start_soon(loop.run)
+                await loop.started.wait()
+                await client.feed(HELLO)
+                hello = await upstream.wait_for(lambda f: f["t"] == "hello")
+                await client.feed(MIC)
+                await upstream.feed(VOICE)
+                await upstream.feed(CALL)
+                await upstream.feed(CLIENT_CALL)
+                answer = await upstream.wait_for(lambda f: f["t"] == "result")
+                await upstream.feed(VOICE)
+                await client.wait_for(lambda f: f["t"] == "call")
+                await client.feed('{"t":"result","id":"call_2","output":{"output":"put through"}}')
+                await upstream.wait_for(lambda f: f["t"] == "result" and f["id"] == "call_2")
+                await upstream.feed(None)
+    finally:
+        upstream.close_streams()
+        client.close_streams()
+
+    # the relay's tool was declared beside the client's, on the toy's wire
+    assert [t["name"] for t in hello["tools"]] == ["transfer", "get_weather"]
+    assert hello["tools"][1]["parameters"]["properties"]["city"]["type"] == "string"
+    # the relay's call answered exactly once, on the toy's wire; the client's call left to the client
+    results = [json.loads(f) for f in upstream.sent if json.loads(f)["t"] == "result"]
+    assert [r["id"] for r in results] == ["call_1", "call_2"]
+    assert answer == {"t": "result", "id": "call_1", "output": {"output": {"city": "Paris", "temp_c": 21}}}
+    assert engine.ledger.get("call_1").state is CallState.ANSWERED
+    assert engine.ledger.get("call_2").state is CallState.ANSWERED
+    # the client saw its own call and the model's speech, never the relay's call
+    assert [f for f in client.sent if f != VOICE] == [CLIENT_CALL]
+    # audio went on as it came, both ways, and the codec never decoded it
+    assert [f for f in client.sent if f == VOICE] == [VOICE, VOICE] and MIC in upstream.sent
+    assert VOICE not in decoded and MIC not in decoded and CALL in decoded
+    assert engine.anomalies == []
+
+
+async def test_relay_serve_speaks_the_new_family_to_a_toy_upstream_on_loopback(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(DIALECTS, TOYWIRE.name, TOYWIRE)
+    received: list[str] = []    # what the toy upstream got from the relay
+    keys: list[str | None] = []
+
+    async def toy_model(connection: ServerConnection) -> None:
+        """The toy provider: a call once the client said hello, speech and the turn's end once
+        it is answered."""
+        keys.append(connection.request.headers.get("x-toy-key") if connection.request else None)
+        async for frame in connection:
+            received.append(str(frame))
+            kind = json.loads(frame)["t"]
+            if kind == "hello":
+                await connection.send(VOICE)
+                await connection.send(CALL)
+            elif kind == "result":
+                await connection.send(VOICE)
+                await connection.send(DONE)
+
+    heard: list[str | bytes] = []
+    async with bare_upstream(toy_model) as realtime_url:
+        url = realtime_url.replace("/v1/realtime", "/v1/talk")
+        async with relay_for(url, dialect="toywire", tools=[get_weather_data]) as server:
+            async with connect(f"ws://127.0.0.1:{server.port}/v1/talk",
+                               additional_headers={"Authorization": f"Bearer {RELAY_TOKEN}"}) as client:
+                await client.send(HELLO)
+                await client.send(MIC)
+                with anyio.fail_after(TIMEOUT):
+                    while (frame := await client.recv()) != DONE:
+                        heard.append(frame)
+
+    assert keys == [PROVIDER_KEY]   # reached with its own key header
+    assert [json.loads(f)["t"] for f in received] == ["hello", "mic", "result"]
+    assert json.loads(received[2]) == {"t": "result", "id": "call_1", "output": {"output": {"city": "Paris", "temp_c": 21}}}
+    assert received[1] == MIC and heard == [VOICE, VOICE]   # audio as it came; the relay's call unseen
