@@ -365,6 +365,21 @@ def one_by_one(data: Any) -> list[tuple[str, Any, Message | Unknown]] | None:
     return [(key, value, event_of({key: value})) for key, value in data.items()]
 
 
+def messages_of(data: Any) -> list[Message]:
+    """A decoded frame's messages: its one message; each message of a frame of several (which the
+    service refuses, but the engine reads one by one too); none for another frame outside the set."""
+    message = event_of(data)
+    if not isinstance(message, Unknown):
+        return [message]
+    return [one for _, _, one in one_by_one(data) or () if not isinstance(one, Unknown)]
+
+
+def entries(value: Any, cls: type[Obj]) -> list[Any]:
+    """The entries of a list field that are `cls` objects; none when the member is absent or not
+    a list (an entry that was not an object is skipped, as readers skip it)."""
+    return [entry for entry in value if isinstance(entry, cls)] if isinstance(value, list) else []
+
+
 def _placed(message: Message, member: str, frame: Mapping[str, Any]) -> Message:
     """The message as the frame held it: by `member`'s spelling, beside the frame's other members."""
     message.key = None if member == message.MEMBER else member

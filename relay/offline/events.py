@@ -12,8 +12,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from relay.dialects.gemini import field as gemini_field
 from relay.dialects import OPENAI, OpenAIFamily
+from relay.dialects import gemini_codec as gemini
 from relay.dialects import openai_codec as wire
 from relay.dialects.gemini import response_text
 from relay.engine.sequencer import META_CALLS, META_KIND
@@ -330,6 +330,9 @@ class _OpenAIReader(_Reader):
 
 
 class _GeminiReader(_Reader):
+    """Reads Gemini Live's frames as the codec's typed messages (`relay.dialects.gemini_codec`):
+    a frame of two messages, which the service refuses, is read one message at a time."""
+
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         self.turn_open = False
@@ -338,77 +341,75 @@ class _GeminiReader(_Reader):
         self.heard: list[str] = []       # the caller's transcribed words not yet told
 
     def dispatch(self, direction: str, event: dict[str, Any]) -> None:
+        messages = gemini.messages_of(event)
         if direction == UPSTREAM_TO_RELAY:
-            self.upstream(event)
+            for message in sorted(messages, key=_upstream_order):
+                self.upstream(message)
         elif direction in (RELAY_TO_UPSTREAM, CLIENT_TO_RELAY):
-            self.sent(direction, event)
+            answers = [message for message in messages if isinstance(message, gemini.ToolResponse)]
+            for message in answers or messages:   # a frame that answers is read for its answers only
+                self.sent(direction, message)
 
-    def sent(self, direction: str, event: dict[str, Any]) -> None:
-        tool_response = gemini_field(event, "toolResponse")
-        if isinstance(tool_response, dict):
-            for answer in gemini_field(tool_response, "functionResponses") or ():
-                if isinstance(answer, dict):
-                    final = gemini_field(answer, "willContinue") is not True
-                    if gemini_field(answer, "scheduling") == "SILENT" and isinstance(answer.get("id"), str):
-                        self.silent.add(answer["id"])
-                    self.output(direction, answer.get("id"), response_text(answer.get("response")),
-                                "completed" if final else "interim", final=final)
+    def sent(self, direction: str, message: gemini.Message) -> None:
+        if isinstance(message, gemini.ToolResponse):
+            for answer in gemini.entries(message.function_responses, gemini.FunctionResponse):
+                final = answer.will_continue is not True
+                call_id = gemini.given(answer.id)
+                if answer.scheduling == "SILENT" and isinstance(call_id, str):
+                    self.silent.add(call_id)
+                self.output(direction, call_id, response_text(gemini.given(answer.response)),
+                            "completed" if final else "interim", final=final)
             return
         if direction != CLIENT_TO_RELAY:
             return
-        realtime = gemini_field(event, "realtimeInput")
-        if isinstance(realtime, dict) and isinstance(realtime.get("text"), str) and realtime["text"]:
-            self.add(USER, text=realtime["text"], by="caller")
-        content = gemini_field(event, "clientContent")
-        if isinstance(content, dict):
-            for turn in gemini_field(content, "turns") or ():
-                if isinstance(turn, dict) and turn.get("role", "user") == "user":
-                    words = " ".join(p["text"] for p in turn.get("parts") or ()
-                                     if isinstance(p, dict) and isinstance(p.get("text"), str))
+        if isinstance(message, gemini.RealtimeInput) and isinstance(message.text, str) and message.text:
+            self.add(USER, text=message.text, by="caller")
+        if isinstance(message, gemini.ClientContent):
+            for turn in gemini.entries(message.turns, gemini.Content):
+                if gemini.given(turn.role, "user") == "user":
+                    words = " ".join(p.text for p in gemini.entries(turn.parts, gemini.Part) if isinstance(p.text, str))
                     if words:
                         self.add(USER, text=words, by="caller")
 
-    def upstream(self, event: dict[str, Any]) -> None:
-        tool_call = gemini_field(event, "toolCall")
-        if isinstance(tool_call, dict):
+    def upstream(self, message: gemini.Message) -> None:
+        if isinstance(message, gemini.ToolCall):
             self.model_output()
             self.flush_words()
-            for call in gemini_field(tool_call, "functionCalls") or ():
-                if isinstance(call, dict):
-                    self.call(call.get("id"), call.get("name"), call.get("args"), self.turn_id())
-        cancellation = gemini_field(event, "toolCallCancellation")
-        if isinstance(cancellation, dict):
-            ids = tuple(i for i in cancellation.get("ids") or () if isinstance(i, str) and i in self.open_calls)
+            for call in gemini.entries(message.function_calls, gemini.FunctionCall):
+                self.call(gemini.given(call.id), gemini.given(call.name), gemini.given(call.args), self.turn_id())
+        elif isinstance(message, gemini.ToolCallCancellation):
+            ids = tuple(i for i in _ids(message.ids) if isinstance(i, str) and i in self.open_calls)
             if ids:
-                self.add(CANCELLED, call_ids=ids, text="toolCallCancellation", by="upstream")
+                self.add(CANCELLED, call_ids=ids, text=gemini.ToolCallCancellation.MEMBER, by="upstream")
                 self.open_calls.difference_update(ids)
-        content = gemini_field(event, "serverContent")
-        if not isinstance(content, dict):
-            return
-        heard = gemini_field(content, "inputTranscription")
-        if isinstance(heard, dict) and isinstance(heard.get("text"), str):
-            self.heard.append(heard["text"])
-        parts = gemini_field(gemini_field(content, "modelTurn"), "parts")
-        for part in parts if isinstance(parts, list) else []:
-            if isinstance(part, dict) and not part.get("thought"):
+        elif isinstance(message, gemini.ServerContent):
+            self.content(message)
+
+    def content(self, content: gemini.ServerContent) -> None:
+        heard = content.input_transcription
+        if isinstance(heard, gemini.Transcription) and isinstance(heard.text, str):
+            self.heard.append(heard.text)
+        turn = content.model_turn
+        for part in gemini.entries(turn.parts, gemini.Part) if isinstance(turn, gemini.Content) else ():
+            if not part.thought:
                 self.model_output()
-                if isinstance(part.get("text"), str):
-                    self.said.append(part["text"])
-                call = gemini_field(part, "functionCall")
-                if isinstance(call, dict):   # a call's second delivery (the toolCall is the other)
+                if isinstance(part.text, str):
+                    self.said.append(part.text)
+                call = part.function_call
+                if isinstance(call, gemini.FunctionCall):   # a call's second delivery (the toolCall is the other)
                     self.flush_words()
-                    self.call(call.get("id"), call.get("name"), call.get("args"), self.turn_id())
-        transcription = gemini_field(content, "outputTranscription")
-        if isinstance(transcription, dict) and isinstance(transcription.get("text"), str):
+                    self.call(gemini.given(call.id), gemini.given(call.name), gemini.given(call.args), self.turn_id())
+        transcription = content.output_transcription
+        if isinstance(transcription, gemini.Transcription) and isinstance(transcription.text, str):
             self.model_output()
-            self.said.append(transcription["text"])
-        if gemini_field(content, "interrupted") is True:
+            self.said.append(transcription.text)
+        if content.interrupted is True:
             self.flush_words()
             self.add(BARGE_IN, by="caller")
             self.end_turn("cancelled")
-        if gemini_field(content, "generationComplete") is True:
+        if content.generation_complete is True:
             self.flush_words()
-        if gemini_field(content, "turnComplete") is True:
+        if content.turn_complete is True:
             self.flush_words()
             self.end_turn("completed")
 
@@ -440,6 +441,19 @@ class _GeminiReader(_Reader):
 
 
 # ---- wire details --------------------------------------------------------------------------------
+_UPSTREAM_ORDER = (gemini.ToolCall, gemini.ToolCallCancellation, gemini.ServerContent)
+
+
+def _ids(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _upstream_order(message: gemini.Message) -> int:
+    """A frame of several messages is read calls first, then withdrawals, then content."""
+    kind = type(message)
+    return _UPSTREAM_ORDER.index(kind) if kind in _UPSTREAM_ORDER else len(_UPSTREAM_ORDER)
+
+
 def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 

@@ -28,13 +28,12 @@ expectations, invariants, report.
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Protocol
 
 from relay.dialects import Dialect
+from relay.dialects import gemini_codec as gemini
 from relay.dialects import openai_codec as wire
-from relay.dialects.gemini import field as gemini_field
 from relay.dialects.openai import FUNCTION_CALL
 from relay.engine import Outcome, StartHandler
 from relay.offline.replaying import json_object as decode
@@ -209,20 +208,19 @@ class FaultPlan:
         return [frame]
 
     def _gemini_deliveries(self, frame: str | bytes, event: dict[str, Any], wanted: list[int | None]) -> list[str | bytes]:
-        calls = gemini_field(gemini_field(event, "toolCall"), "functionCalls")
-        if not isinstance(calls, list):
-            return [frame]
         again = []
-        for call in calls:
-            if isinstance(call, dict):
-                self._seen(call.get("id"))
-                if self._number(call.get("id")) in wanted:
+        for message in gemini.messages_of(event):
+            if not isinstance(message, gemini.ToolCall):
+                continue
+            for call in gemini.entries(message.function_calls, gemini.FunctionCall):
+                self._seen(gemini.given(call.id))
+                if self._number(gemini.given(call.id)) in wanted:
                     again.append(call)
         if not again:
             return [frame]
         for repeated in again:
-            self._duplicated(str(repeated.get("id")))
-        repeat = json.dumps({"toolCall": {"functionCalls": again}})
+            self._duplicated(str(gemini.given(repeated.id)))
+        repeat = gemini.encode(gemini.ToolCall(function_calls=again))
         return [frame, repeat.encode() if isinstance(frame, bytes) else repeat]
 
     def _duplicated(self, call_id: str) -> None:

@@ -7,11 +7,11 @@ upstream cannot answer the new course anyway) and the tools run for real on that
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Iterable
 
 from relay.dialects import Dialect, get_dialect
+from relay.dialects import gemini_codec as gemini
 from relay.dialects import openai_codec as wire
 from relay.engine import EngineConfig
 from relay.offline.faults import Fault
@@ -71,8 +71,7 @@ class RecordedSession(HarnessSession):
     def barge_in_now(self, text: str | None = None) -> None:
         """The caller speaks over the assistant: what the upstream would say of it."""
         if self.gemini:
-            message: dict[str, Any] = {"serverContent": {"interrupted": True}}
-            self.from_upstream([json.dumps(message).encode()])
+            self.from_upstream([gemini.encode(gemini.ServerContent(interrupted=True)).encode()])
         else:
             speech = wire.SpeechStarted(event_id="harness_barge_in", audio_start_ms=int(self.now * 1000),
                                         item_id="harness_item")

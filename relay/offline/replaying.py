@@ -12,7 +12,8 @@ from typing import Any
 
 from relay.dialects import Dialect, OpenAIFamily
 from relay.dialects import openai_codec as wire
-from relay.dialects.gemini import field, first_key, key_of, media_frame, response_text
+from relay.dialects import gemini_codec as gemini
+from relay.dialects.gemini import first_key, media_frame, response_text
 from relay.dialects.openai import FUNCTION_CALL, FUNCTION_CALL_OUTPUT, MCP_APPROVAL_RESPONSE, MESSAGE
 from relay.engine.sequencer import META_CALLS, META_EVENT, META_KIND
 from relay.recording.format import CLIENT_TO_RELAY, RELAY_TO_UPSTREAM, Frame
@@ -229,8 +230,15 @@ def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-_GEMINI_CALL_KEYS = frozenset({"toolCall", "tool_call", "toolCallCancellation", "tool_call_cancellation"})
-_GEMINI_SENT_KEYS = frozenset({"setup", "toolResponse", "tool_response"})
+def _members(*kinds: type[gemini.Message]) -> frozenset[str]:
+    """The message members, in either spelling, of the Gemini messages `kinds`."""
+    return frozenset(member for member, kind in gemini.MESSAGES.items() if kind in kinds)
+
+
+_GEMINI_CALL_KEYS = _members(gemini.ToolCall, gemini.ToolCallCancellation)
+_GEMINI_SENT_KEYS = _members(gemini.Setup, gemini.ToolResponse)
+SETUP = gemini.Setup.MEMBER
+"""A Gemini setup's key: the message's name."""
 
 
 class GeminiSends(ReplaySends):
@@ -238,22 +246,26 @@ class GeminiSends(ReplaySends):
     numbered per call in the order sent (the n-th answer recorded meets the n-th replayed; a
     streaming tool answers several times). Gemini frames carry no ids the relay chose, so answers
     forwarded from the client are compared too; they come out the same as long as the client's
-    frames do. The server's JSON comes in binary frames, fed as they were."""
+    frames do. The server's JSON comes in binary frames, fed as they were. Frames are read as the
+    codec's messages (`relay.dialects.gemini_codec`); a part compared is the object as it came."""
 
     def __init__(self) -> None:
         self._answers: dict[str, int] = {}
 
     def __call__(self, event: dict[str, Any]) -> list[Sent]:
-        setup_key = key_of(event, "setup")
-        if setup_key is not None and isinstance(event[setup_key], dict):
-            return [(("setup",), event[setup_key])]
-        responses = field(field(event, "toolResponse"), "functionResponses")
+        messages = gemini.messages_of(event)
+        for message in messages:
+            if isinstance(message, gemini.Setup):
+                return [((SETUP,), gemini.plain(message))]
         sent: list[Sent] = []
-        for response in responses if isinstance(responses, list) else []:
-            if isinstance(response, dict) and isinstance(response.get("id"), str):
-                count = self._answers.get(response["id"], 0)
-                self._answers[response["id"]] = count + 1
-                sent.append((("answer", response["id"], str(count)), response))
+        for message in messages:
+            if not isinstance(message, gemini.ToolResponse):
+                continue
+            for response in gemini.entries(message.function_responses, gemini.FunctionResponse):
+                if isinstance(response.id, str):
+                    count = self._answers.get(response.id, 0)
+                    self._answers[response.id] = count + 1
+                    sent.append((("answer", response.id, str(count)), gemini.plain(response)))
         return sent
 
     @staticmethod
@@ -261,8 +273,9 @@ class GeminiSends(ReplaySends):
         """For an answer: the call, the response as text, and whether more answers follow."""
         if key[0] != "answer":
             return None
-        return key[1], response_text(part.get("response")), \
-            "interim" if field(part, "willContinue") is True else "final"
+        response = gemini.read(gemini.FunctionResponse, part)
+        return key[1], response_text(gemini.given(response.response)), \
+            "interim" if response.will_continue is True else "final"
 
     def sent_event(self, frame: Frame) -> dict[str, Any] | None:
         if frame.event is None and frame.binary is not None and first_key(frame.binary) in _GEMINI_SENT_KEYS:
@@ -280,17 +293,16 @@ class GeminiSends(ReplaySends):
         payload = frame.binary if frame.binary is not None else frame_text(frame)
         if payload is None or first_key(payload) not in _GEMINI_CALL_KEYS:
             return []
-        message = json_object(payload)
-        lines = []
-        calls = field(field(message, "toolCall"), "functionCalls")
-        for call in calls if isinstance(calls, list) else []:
-            if isinstance(call, dict):
-                lines.append(f"recv  call {call.get('name')}({clip(json.dumps(call.get('args')))}) "
-                             f"call_id={call.get('id')}")
-        ids = field(field(message, "toolCallCancellation"), "ids")
-        if isinstance(ids, list):
-            lines.append(f"recv  cancellation of {', '.join(map(str, ids))}")
-        return lines
+        calls: list[str] = []
+        cancellations: list[str] = []
+        for message in gemini.messages_of(json_object(payload)):
+            if isinstance(message, gemini.ToolCall):
+                for call in gemini.entries(message.function_calls, gemini.FunctionCall):
+                    calls.append(f"recv  call {gemini.given(call.name)}({clip(json.dumps(gemini.given(call.args)))}) "
+                                 f"call_id={gemini.given(call.id)}")
+            elif isinstance(message, gemini.ToolCallCancellation) and isinstance(message.ids, list):
+                cancellations.append(f"recv  cancellation of {', '.join(map(str, message.ids))}")
+        return calls + cancellations
 
 
 class Requests:

@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from relay.dialects import gemini_codec as gemini
 from relay.dialects import openai_codec as wire
 from relay.mock import (
     Faults,
@@ -188,7 +189,7 @@ class ScriptedSession(HarnessSession):
 
     def say_now(self, text: str) -> None:
         if self.gemini:
-            self.from_caller([json.dumps({"realtimeInput": {"text": text}})])
+            self.from_caller([gemini.encode(gemini.RealtimeInput(text=text))])
         else:
             self.from_upstream(self.model.user(text))
 
@@ -202,13 +203,14 @@ class ScriptedSession(HarnessSession):
     def _caller_opening(self) -> list[str | bytes]:
         """What the caller sends first: its tools (OpenAI), its setup (Gemini)."""
         if self.gemini:
-            setup: dict[str, Any] = {"model": GEMINI_MODEL, "generationConfig": {"responseModalities": ["AUDIO"]},
-                                     "outputAudioTranscription": {}}
+            setup = gemini.Setup(model=GEMINI_MODEL,
+                                 generation_config=gemini.GenerationConfig(response_modalities=["AUDIO"]),
+                                 output_audio_transcription={})
             if len(self.client_tools):
-                setup["tools"] = [{"functionDeclarations": [
-                    {"name": s.name, "description": s.description, "parameters": s.parameters}
-                    for s in self.client_tools]}]
-            return [json.dumps({"setup": setup})]
+                setup.tools = [gemini.Tool(function_declarations=[
+                    gemini.FunctionDeclaration(name=s.name, description=s.description, parameters=s.parameters)
+                    for s in self.client_tools])]
+            return [gemini.encode(setup)]
         if not len(self.client_tools):
             return []
         session = self.dialect.session_update({"tools": [s.definition() for s in self.client_tools]}, "caller_e1")
@@ -220,10 +222,12 @@ class ScriptedSession(HarnessSession):
         if event is None or not len(self.client_tools):
             return []
         if self.gemini:
-            calls = (event.get("toolCall") or {}).get("functionCalls") or []
-            answers = [{"id": c["id"], "name": c["name"], "response": {"output": self._client_answer(c["name"], c.get("args"))}}
-                       for c in calls if isinstance(c, dict) and c.get("name") in self.client_tools]
-            return [json.dumps({"toolResponse": {"functionResponses": answers}})] if answers else []
+            calls = [call for message in gemini.messages_of(event) if isinstance(message, gemini.ToolCall)
+                     for call in gemini.entries(message.function_calls, gemini.FunctionCall)]
+            answers = [gemini.FunctionResponse(id=c.id, name=c.name, response={
+                           "output": self._client_answer(c.name, gemini.given(c.args))})
+                       for c in calls if isinstance(c.name, str) and c.name in self.client_tools]
+            return [gemini.encode(gemini.ToolResponse(function_responses=answers))] if answers else []
         done = wire.event_of(event)
         if not isinstance(done, wire.ResponseDone) or (done.response or {}).get("status") != "completed":
             return []
