@@ -20,6 +20,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from relay.dialects.openai import OPENAI
+from relay.engine import CallState
 from relay.edges.sidecar import INCOMING_CALL, SidecarServer, SidecarServerConfig, signed_headers
 from relay.mock import MockScript, MockUpstream, Reply, Rule, ToolCall
 from relay.mock.session import MockSession
@@ -27,7 +28,7 @@ from relay.store import open_store
 from relay.tools.sources import tool_registry
 from tests.support.frames import said
 from tests.support.processes import relay_process
-from tests.support.relays import http_request
+from tests.support.relays import http_request, sidecar_on
 
 TOOLS = Path(__file__).parent / "tools" / "effects.py"
 SECRET = "whsec_dGVzdA=="
@@ -248,3 +249,27 @@ async def test_an_orphaned_call_that_ended_meanwhile_is_unlisted_by_the_replica_
         assert await effects.hget("relay:sessions", "rtc_gone") is None
     finally:
         await store.close()
+
+
+async def test_an_output_decided_before_the_lease_moved_does_not_go_up_after(
+        redis_url: str, effects: aioredis.Redis) -> None:
+    held_call = MockScript(rules=[Rule(match="book", calls=[
+        ToolCall(name="book", arguments={"slot": "9am"}, hold_after=True)])], after_outputs=Reply(say="Done: {output}"))
+    async with MockUpstream(script=held_call) as mock:
+        call_id, session = await accepted(mock)
+        async with sidecar_on(mock, call_id, [str(TOOLS)], store=redis_url, lease_seconds=30) as (sidecar, _):
+            await mock.user_turn(session, "Please book me in")
+            assert (await started_run(effects)).startswith("book ")
+            with anyio.fail_after(TIMEOUT):   # decided; its output waits for the response's end
+                while not any(entry.state is CallState.FINISHED for entry in sidecar.engine.ledger):
+                    await anyio.sleep(0.01)
+            await effects.delete("relay:{" + call_id + "}:lease")   # another replica takes the call
+            store = open_store(redis_url)
+            assert await store.acquire(call_id, "another-replica", ttl=30) is not None
+            await store.close()
+            mock.release(session)
+            with anyio.fail_after(TIMEOUT):
+                await sidecar.ended.wait()
+            assert sidecar.loop is not None and sidecar.loop.lease_lost == "a write was fenced"
+        [made] = model_calls(mock, session)
+        assert outputs(mock, made) == []
