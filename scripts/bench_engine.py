@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import gc
 import json
 import os
 import statistics
@@ -164,9 +165,13 @@ def respond(engine: OpenAIEngine, actions: list) -> list[SendUpstream]:
     return sent
 
 
-def once(work: str, count: int, passes: int) -> None:
-    """`passes` passes of `count` tool calls (or audio frames) through a fresh engine each."""
+def once(work: str, count: int, passes: int, gc_off: bool = False) -> None:
+    """`passes` passes of `count` tool calls (or audio frames) through a fresh engine each
+    (`gc_off`: with the cyclic garbage collector off, whose runs fall where allocations make them)."""
     frames = recorded_calls(count) if work == "calls" else [audio_delta()] * count
+    if gc_off:
+        gc.collect()
+        gc.disable()
     for _ in range(passes):
         engine = OpenAIEngine([instant], config=EngineConfig(mode="proxy"), id_prefix="b")
         receive = engine.receive_upstream
@@ -181,11 +186,12 @@ def audio_delta() -> str:
                       separators=(",", ":"))
 
 
-def callgrind_total(work: str, count: int, passes: int) -> int:
+def callgrind_total(work: str, count: int, passes: int, gc_off: bool = False) -> int:
     with tempfile.TemporaryDirectory() as directory:
         out = Path(directory) / "callgrind.out"
         subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, __file__,
-                        "--once", work, "--count", str(count), "--passes", str(passes)], check=True,
+                        "--once", work, "--count", str(count), "--passes", str(passes),
+                        *(["--gc-off"] if gc_off else [])], check=True,
                        capture_output=True, env={**os.environ, "PYTHONHASHSEED": "0"})
         for line in out.read_text().splitlines():
             if line.startswith(("totals:", "summary:")):
@@ -193,9 +199,9 @@ def callgrind_total(work: str, count: int, passes: int) -> int:
     raise RuntimeError("no totals in callgrind's output")
 
 
-def instructions(work: str, count: int) -> float:
+def instructions(work: str, count: int, gc_off: bool = False) -> float:
     """Instructions per tool call (or audio frame): two passes less one, over `count`."""
-    return (callgrind_total(work, count, 2) - callgrind_total(work, count, 1)) / count
+    return (callgrind_total(work, count, 2, gc_off) - callgrind_total(work, count, 1, gc_off)) / count
 
 
 def main() -> int:
@@ -208,12 +214,15 @@ def main() -> int:
     parser.add_argument("--once", choices=("calls", "audio"), help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, default=200, help=argparse.SUPPRESS)
     parser.add_argument("--passes", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--gc-off", action="store_true",
+                        help="with --callgrind: the cyclic garbage collector off during the passes")
     args = parser.parse_args()
     if args.once:
-        once(args.once, args.count, args.passes)
+        once(args.once, args.count, args.passes, args.gc_off)
         return 0
     if args.callgrind:
-        calls, audio = instructions("calls", args.calls), instructions("audio", 20 * args.calls)
+        calls = instructions("calls", args.calls, args.gc_off)
+        audio = instructions("audio", 20 * args.calls, args.gc_off)
         print(f"instructions per tool call: {calls:,.0f}; per audio frame through the engine: {audio:,.0f}")
         return 0
     figures = {"throughput": throughput(args.seconds), "turnaround": turnaround(args.calls)}
