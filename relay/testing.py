@@ -32,6 +32,10 @@ session, faults on demand, and replays of recordings.
   calls delivered twice...), played by the mock model: `Script.start(..., quirks=...)`. By default
   the dialect's provider as documented (xAI's and Voice Live's quirks on); what the documentation
   leaves open is switched on by hand (Gemini's double delivery: `Quirks(call_parts=True)`).
+- `explore(script, tools=..., budget=...)` runs a conversation under many schedules (barge-ins
+  at each point of each call, handlers finishing at each provider event, the providers' quirks,
+  tools that hang, raise or answer twice), checks every invariant on each, and hands back the
+  smallest failing schedule as a recording (relay/offline/explore.py).
 - `replay` runs a recorded session against the given tools (decorated functions, ToolSpecs or
   `--tools` SPEC strings) and returns the calls, every frame the relay sent, and the divergences.
 
@@ -51,6 +55,7 @@ from relay.offline import faults
 from relay.offline.events import Event
 from relay.offline.expect import INVARIANTS, Expect, ExpectationFailed
 from relay.offline.expect import check_invariants as _check_invariants
+from relay.offline.explore import ExploreResult as _ExploreResult
 from relay.offline.faults import Fault
 from relay.offline.harness import HarnessSession as _HarnessSession
 from relay.offline.recorded import RecordedSession, replay_with_faults
@@ -72,6 +77,33 @@ from relay.offline.scripted import (
 from relay.offline.timeline import Timeline
 from relay.offline.virtual import VirtualTimeError
 from relay.recording.format import Recording as _Recording
+
+
+def explore(conversation: _Any, tools: _Any = (), *, budget: int = 2000, seed: int = 0, dialect: str = "openai",
+            lines: _Any = None, barge_in: str | None = None, invariants: _Any = None, reset: _Any = None,
+            time_budget: float | None = None, out: _Any = None) -> _ExploreResult:
+    """Run `conversation` (a `Script`, a script file or recording path, or an explorer
+    `Conversation`) with `tools` under up to `budget` schedules (relay.offline.explore) and
+    return what held and what broke, each finding shrunk and written as a recording:
+    `assert result.ok, result.report()`. `lines`: what the caller says (default: one line a
+    turn); `barge_in`: what the caller says when it barges in (default: nothing, it only speaks
+    over the assistant); `invariants`: your own, by name, each a function of the explored session
+    returning what broke or None; `reset`: called before each schedule (to clear a tool's state)."""
+    from relay.offline.explore import explore as _explore
+    from relay.offline.explore_input import from_file, from_script
+    from relay.offline.explore_session import Conversation
+    from relay.tools.sources import tool_registry
+
+    registry = tool_registry(tools)
+    if isinstance(conversation, Script):
+        conversation = from_script(conversation, registry, dialect=dialect,
+                                   lines=tuple(lines) if lines is not None else None, barge_text=barge_in)
+    elif isinstance(conversation, (str, _Path)):
+        conversation = from_file(conversation, registry, dialect=dialect)
+    elif not isinstance(conversation, Conversation):
+        raise TypeError(f"not a conversation to explore: {conversation!r} (a Script, a path or a Conversation)")
+    return _explore(conversation, budget=budget, seed=seed, time_budget=time_budget, invariants=invariants,
+                    reset=reset, out=out)
 
 
 def timeline_of(session: _Any) -> Timeline:
@@ -102,6 +134,6 @@ def check_invariants(session: _Any, *names: str, silent: _Any = ()) -> None:
 __all__ = [
     "INVARIANTS", "Call", "Divergence", "Event", "Expect", "ExpectationFailed", "Fault", "RecordedSession",
     "Quirks", "ReplayCall", "ReplayResult", "Script", "ScriptError", "ScriptedSession", "Timeline", "Turn",
-    "VirtualTimeError", "call", "check_invariants", "expect", "faults", "replay", "replay_async",
+    "VirtualTimeError", "call", "check_invariants", "expect", "explore", "faults", "replay", "replay_async",
     "quirks_of", "replay_with_faults", "timeline_of",
 ]

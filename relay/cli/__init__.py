@@ -33,6 +33,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "mock": ("relay.cli.mock", "run the mock realtime upstream (no key, no network)"),
     "replay": ("relay.cli.replay",
                "replay a recorded session against your tools and report what changed"),
+    "explore": ("relay.cli.explore",
+                "run a recording or a script under every schedule a session could take; check the invariants"),
     "inspect": ("relay.cli.inspect",
                 "write a recorded session as one HTML page: a timeline to look at and listen to"),
     "export": ("relay.cli.export",

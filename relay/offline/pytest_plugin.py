@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 
 RECORDINGS_OPTION = "--relay-recordings"
 TOOLS_OPTION = "--relay-tools"
+EXPLORE_OPTION = "--relay-explore"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -62,6 +63,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--relay-mcp-answers", choices=("recording", "live"), default="recording",
                     help="answer recorded MCP tools from the recording (default) or from the live servers of "
                          "--relay-mcp-config")
+    group.addoption(EXPLORE_OPTION, type=int, default=0, metavar="BUDGET",
+                    help="also explore each recording under up to BUDGET schedules (relay explore): one more "
+                         "item per recording, failing with the smallest schedule that breaks an invariant")
     group.addoption("--relay-mcp-config", default=None, metavar="FILE",
                     help="the MCP servers live answers come from, as `relay --mcp-config` (docs/mcp.md)")
 
@@ -257,6 +261,8 @@ class RecordingFile(pytest.File):
                 if item.expectations.promotion:
                     item.add_marker(item.expectations.promotion)
         yield item
+        if self.config.getoption(EXPLORE_OPTION) > 0:
+            yield ExploreItem.from_parent(self, name="explore")
 
 
 class RecordingItem(pytest.Item):
@@ -295,3 +301,26 @@ class RecordingItem(pytest.Item):
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, None, f"replay of {self.path.name}"
+
+
+class ExploreItem(pytest.Item):
+    """One recording explored (`--relay-explore BUDGET`, relay/offline/explore.py): its caller's
+    lines and its model's responses under up to BUDGET schedules; fails with the findings."""
+
+    def runtest(self) -> None:
+        from relay.offline.explore import explore
+        from relay.offline.explore_input import from_recording
+
+        conversation = from_recording(self.path, tool_registry_for(self.config))
+        result = explore(conversation, budget=self.config.getoption(EXPLORE_OPTION),
+                         tools_arg=" --tools ".join(self.config.getoption(TOOLS_OPTION)))
+        if not result.ok:
+            raise ReplayFailed(f"exploring {self.path.name}:\n{result.report()}")
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        if isinstance(excinfo.value, ReplayFailed):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, f"exploration of {self.path.name}"

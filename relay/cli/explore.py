@@ -1,0 +1,103 @@
+"""`relay explore`: a recording or a scripted conversation run under every schedule a real session
+could take (within a budget), the relay's invariants checked on each, and the smallest failing
+schedule handed back as a recording with its `relay replay` command (relay/offline/explore.py).
+
+Exits 0 when every invariant held, 1 with a finding, 2 for input it cannot use (a file that is
+neither a recording nor a script, tools that do not import, a budget of zero)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from relay.cli.options import TOOLS, Command, option, tools_from_working_directory
+from relay.dialects import DIALECT_CHOICES
+from relay.errors import UnusableInput
+
+DEMO = "demo"
+
+EXPLORE_OPTIONS = (
+    option("source", field=None, metavar="RECORDING|SCRIPT",
+           help="a relay recording (.jsonl), a script file (JSON: the mock's script and the caller's `lines`), "
+                f"or `{DEMO}` (the demo's conversation with the example tools)"),
+    TOOLS,
+    option("--budget", type=int, default=2000, help="at most this many schedules (default 2000)"),
+    option("--seed", type=int, default=0, help="the seed of the random schedules (default 0)"),
+    option("--time-budget", type=float, default=None, metavar="SECONDS", help="stop after this many seconds"),
+    option("--dialect", choices=DIALECT_CHOICES, help="the dialect to explore (default: the input's, else openai)"),
+    option("--invariant", field=None, action="append", default=[], metavar="FILE:FUNCTION",
+           help="an invariant of your own (repeatable): a function of the explored session returning what broke or "
+                "None, from a .py file or a module; its `reset` attribute, if any, is called before each schedule"),
+    option("--out", metavar="DIR", help="where a failing schedule's recording is written"),
+    option("--json", field=None, action="store_true", help="print the result as JSON"),
+)
+
+
+def run(args: argparse.Namespace) -> int:
+    tools_from_working_directory()
+    if args.budget < 1:
+        raise UnusableInput("--budget must be at least 1")
+    if args.time_budget is not None and args.time_budget <= 0:
+        raise UnusableInput("--time-budget must be more than 0 seconds")
+    from relay.offline.explore import explore
+    from relay.offline.explore_input import from_file
+    from relay.offline.explore_session import Conversation
+    from relay.tools.sources import tool_registry
+
+    specs = list(args.tools)
+    if args.source == DEMO:
+        from relay.cli.demo import EXAMPLE_TOOLS, TURNS, demo_script
+        specs = specs or [EXAMPLE_TOOLS]
+        conversation = Conversation(DEMO, demo_script(), TURNS, tool_registry(specs)).with_dialect(
+            args.dialect or "openai")
+    else:
+        conversation = from_file(args.source, tool_registry(specs), dialect=args.dialect)
+    tty = sys.stderr.isatty()
+
+    def progress(result: object) -> None:
+        tried = getattr(result, "tried", 0)
+        found = len(getattr(result, "findings", ()))
+        line = f"explored {tried}/{args.budget} schedules, {found} invariant(s) broken"
+        print(f"\r{line}" if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
+
+    own = dict(load_invariant(spec) for spec in args.invariant)
+    resets = [getattr(check, "reset") for check in own.values() if callable(getattr(check, "reset", None))]
+    result = explore(conversation, budget=args.budget, seed=args.seed, time_budget=args.time_budget, out=args.out,
+                     tools_arg=" --tools ".join(specs), progress=progress, invariants=own,
+                     reset=(lambda: [reset() for reset in resets]) if resets else None)
+    if tty:
+        print(file=sys.stderr)
+    print(json.dumps(result.to_json(), indent=2) if args.json else result.report())
+    return 0 if result.ok else 1
+
+
+def load_invariant(spec: str) -> tuple[str, Callable[..., Any]]:
+    """`FILE.py:NAME` or `module:NAME`: the function, by its name. A file is imported by its name
+    with its directory on the import path (as `--tools` does), so that it shares the modules its
+    tools import."""
+    where, _, name = spec.rpartition(":")
+    if not where or not name:
+        raise UnusableInput(f"--invariant {spec}: say FILE.py:FUNCTION or module:FUNCTION")
+    module_name = where
+    if where.endswith(".py"):
+        path = Path(where).resolve()
+        if not path.is_file():
+            raise UnusableInput(f"--invariant {spec}: no such file {where}")
+        if str(path.parent) not in sys.path:
+            sys.path.insert(0, str(path.parent))
+        module_name = path.stem
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:   # any error of the user's module is unusable input, in one line
+        raise UnusableInput(f"--invariant {spec}: cannot import {where}: {type(exc).__name__}: {exc}") from None
+    check = getattr(module, name, None)
+    if not callable(check):
+        raise UnusableInput(f"--invariant {spec}: {where} has no function {name}")
+    return name, check
+
+
+COMMAND = Command(EXPLORE_OPTIONS, run)

@@ -1,0 +1,345 @@
+"""The explorer: a scripted conversation run under many schedules a real session could take, every
+invariant checked on each, and the smallest failing schedule handed back as a recording.
+
+    from relay.testing import explore
+    result = explore(conversation, budget=2000, seed=7)    # or a Script, with tools=
+    assert result.ok, result.report()
+
+A schedule is a set of perturbations (`relay.offline.explore_session.Perturbation`) of the
+conversation as scripted: a barge-in at each point of each call's life, a handler finishing
+after each provider event of its turn, past its filler or its timeout, raising, hanging,
+answered twice, the provider's quirks (a call delivered twice, `response.done` before the call's
+item, Gemini's model-turn parts), the connection dropping mid-call. The explorer runs the
+conversation once as scripted to learn its shape (its calls, the anchors each reaches, the
+provider events after each handler starts), then: every single perturbation (the boundaries),
+every pair when the budget holds them all, and seeded random schedules of two and three
+perturbations after that, each distinct schedule once, until the schedule budget or the time
+budget is spent.
+
+Our own enumeration and shrinking, not Hypothesis: the space is a small, finite set of named
+perturbations known only after the first run, coverage of every boundary is the point (singles
+first, exhaustively), and shrinking a failing set is deleting members, which a greedy pass does
+in a handful of runs; Hypothesis's strategies would add a dependency to the package, draw the
+same schedule many times over, and shrink towards its own idea of simple, not towards fewer
+perturbations.
+
+When an invariant breaks, the schedule is shrunk to the fewest perturbations that still break
+the same invariant, written as a recording (with its inspector page) and the result names the
+`relay replay` command that reproduces it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from relay.offline.explore_checks import DESCRIPTIONS, REPLAY_INVARIANT, Check, broken
+from relay.offline.explore_session import (
+    ANCHORS,
+    Conversation,
+    ExploredSession,
+    Observed,
+    Perturbation,
+    Schedule,
+)
+
+DEFAULT_BUDGET = 2000
+SETTLES = "settles"
+"""The invariant every run keeps before the others are read: the conversation runs to its end (no
+endless exchange, no deadline its tick leaves behind, no rule the engine refuses in strict mode)."""
+MAX_PERTURBATIONS = 3
+HANDLER_BEHAVIOURS = ("past_timeout", "raises", "hangs", "answers_twice")
+
+
+_DESCRIBED = {SETTLES: "the conversation runs to its end", **DESCRIPTIONS}
+
+
+@dataclass
+class Finding:
+    """A broken invariant and the shrunk schedule that breaks it."""
+
+    invariant: str
+    message: str
+    schedule: Schedule
+    original: Schedule
+    recording: Path | None = None
+    page: Path | None = None
+    command: str | None = None
+
+    def describe(self) -> str:
+        lines = [f"invariant broken: {self.invariant} ({_DESCRIBED.get(self.invariant, 'yours')})",
+                 f"  {self.message}",
+                 f"  shrunk from {len(self.original)} to {len(self.schedule)} perturbation(s):"]
+        lines += [f"    - {p.describe()}" for p in self.schedule] or ["    - none: the conversation as scripted"]
+        if self.recording is not None:
+            lines.append(f"  recording: {self.recording}")
+        if self.page is not None:
+            lines.append(f"  inspector page: {self.page}")
+        if self.command:
+            lines.append(f"  reproduce it: {self.command}")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"invariant": self.invariant, "message": self.message,
+                "schedule": [p.to_json() for p in self.schedule], "original": [p.to_json() for p in self.original],
+                "recording": str(self.recording) if self.recording else None,
+                "page": str(self.page) if self.page else None, "command": self.command}
+
+
+@dataclass
+class ExploreResult:
+    """What an exploration tried and found (`report()` the summary table, `to_json()` the same)."""
+
+    conversation: str
+    seed: int
+    tried: int = 0
+    distinct: int = 0
+    boundaries: int = 0
+    covered: int = 0
+    seconds: float = 0.0
+    held: dict[str, int] = field(default_factory=dict)     # invariant -> schedules it held on
+    findings: list[Finding] = field(default_factory=list)
+    stopped: str = "space"                                 # space | budget | time
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    def report(self) -> str:
+        rate = self.tried / self.seconds if self.seconds > 0 else 0.0
+        rows = [("conversation", self.conversation), ("schedules tried", str(self.tried)),
+                ("distinct schedules", str(self.distinct)),
+                ("boundaries covered", f"{self.covered} of {self.boundaries}"),
+                ("stopped by", {"space": "the space was explored", "budget": "the schedule budget",
+                                "time": "the time budget"}[self.stopped]),
+                ("seed", str(self.seed)), ("schedules per second", f"{rate:.0f}")]
+        width = max(len(name) for name, _ in rows)
+        lines = [f"{name:<{width}}  {value}" for name, value in rows] + ["", "invariants:"]
+        failed = {finding.invariant for finding in self.findings}
+        for name, count in self.held.items():
+            lines.append(f"  {'BROKEN' if name in failed else 'held  '}  {name:<30} {count} schedule(s)")
+        for finding in self.findings:
+            lines += ["", finding.describe()]
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"conversation": self.conversation, "seed": self.seed, "tried": self.tried, "distinct": self.distinct,
+                "boundaries": self.boundaries, "covered": self.covered, "seconds": round(self.seconds, 3),
+                "stopped": self.stopped, "ok": self.ok, "held": self.held,
+                "findings": [finding.to_json() for finding in self.findings]}
+
+
+@dataclass
+class _Run:
+    schedule: Schedule
+    broken: list[tuple[str, str]]
+    observed: Observed
+    session: ExploredSession
+
+
+def run_schedule(conversation: Conversation, schedule: Schedule, own: dict[str, Check] | None = None,
+                 reset: Callable[[], Any] | None = None, keep: bool = False) -> _Run:
+    """Run `conversation` on one schedule and check every invariant; `keep` leaves the session
+    open (to save it)."""
+    if reset is not None:
+        reset()
+    session = ExploredSession(conversation, schedule)
+    try:
+        session.play()
+        found = broken(session, own or {})
+    except Exception as exc:   # a step the harness refused (a loop, a stuck deadline, an engine error)
+        found = [(SETTLES, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")]
+    finally:
+        if not keep:
+            session.close()
+    return _Run(schedule, found, session.observed, session)
+
+
+def boundaries(conversation: Conversation, base: Observed) -> list[Perturbation]:
+    """Every single perturbation the conversation's shape allows (see the module docstring)."""
+    space: list[Perturbation] = []
+    gemini = conversation.dialect == "gemini"
+    for number in range(1, len(base.calls) + 1):
+        space += [Perturbation("barge_in", number, anchor) for anchor in ANCHORS if (number, anchor) in base.anchors]
+        if (number, "running") not in base.anchors:
+            continue
+        turn = base.events_after_start.get(number, 0)
+        space += [Perturbation("finish", number, step=step) for step in range(turn + 1)]
+        if number in base.has_filler:
+            space.append(Perturbation("past_filler", number))
+        space += [Perturbation(kind, number) for kind in HANDLER_BEHAVIOURS]
+        space += [Perturbation("duplicate", number), Perturbation("drop", number)]
+        if not gemini:
+            space.append(Perturbation("done_first", number))
+    if gemini and base.calls:
+        space.append(Perturbation("call_parts", 1))
+    return space
+
+
+def _compatible(schedule: Schedule) -> bool:
+    """At most one handler behaviour per call (a handler cannot both hang and raise)."""
+    handler_calls = [p.call for p in schedule if p.kind in ("finish", "past_filler", *HANDLER_BEHAVIOURS)]
+    return len(handler_calls) == len(set(handler_calls)) and len(set(schedule)) == len(schedule)
+
+
+def schedules(space: list[Perturbation], budget: int, seed: int) -> Any:
+    """The schedules to try, in order: the empty one, every single, every pair when the budget
+    holds them, then seeded random sets of 2 and 3, each distinct set once."""
+    seen: set[Schedule] = set()
+
+    def fresh(schedule: Schedule) -> bool:
+        key = tuple(sorted(schedule))
+        if key in seen or not _compatible(key):
+            return False
+        seen.add(key)
+        return True
+
+    yield ()
+    seen.add(())
+    for single in space:
+        if fresh((single,)):
+            yield (single,)
+    pairs = list(itertools.combinations(space, 2))
+    if len(pairs) + len(seen) <= budget:
+        for pair in pairs:
+            if fresh(pair):
+                yield pair
+    draw = random.Random(seed)
+    misses = 0
+    while misses < 1000 and len(space) >= 2:
+        size = draw.choice((2, 3)) if len(space) >= 3 else 2
+        schedule = tuple(sorted(draw.sample(space, size)))
+        if fresh(schedule):
+            misses = 0
+            yield schedule
+        else:
+            misses += 1
+
+
+def shrink(conversation: Conversation, schedule: Schedule, invariant: str, own: dict[str, Check],
+           reset: Callable[[], Any] | None) -> Schedule:
+    """The fewest perturbations of `schedule` that still break `invariant`: drop members one at a
+    time while it still breaks, until no single one can go."""
+    current = tuple(sorted(schedule))
+    changed = True
+    while changed and current:
+        changed = False
+        for index in range(len(current)):
+            candidate = current[:index] + current[index + 1:]
+            if any(name == invariant for name, _ in run_schedule(conversation, candidate, own, reset).broken):
+                current, changed = candidate, True
+                break
+    return current
+
+
+def explore(conversation: Conversation, *, budget: int = DEFAULT_BUDGET, seed: int = 0,
+            time_budget: float | None = None, invariants: dict[str, Check] | None = None,
+            reset: Callable[[], Any] | None = None, out: str | Path | None = None, tools_arg: str = "",
+            replay_check: bool = True, progress: Callable[[ExploreResult], None] | None = None) -> ExploreResult:
+    """Explore `conversation` (see the module docstring): at most `budget` schedules and
+    `time_budget` seconds; `invariants` the user's own; `reset` is called before each schedule
+    (to clear a tool's own state); a finding is written under `out` (default: the harness's
+    sessions folder), its replay command naming `tools_arg`."""
+    if budget <= 0:
+        raise ValueError("the schedule budget must be at least 1")
+    own = dict(invariants or {})
+    result = ExploreResult(conversation.name, seed, held={name: 0 for name in (SETTLES, *DESCRIPTIONS, *own)})
+    started = time.perf_counter()
+    base = run_schedule(conversation, (), own, reset)
+    space = boundaries(conversation, base.observed)
+    result.boundaries = len(space)
+    covered: set[Perturbation] = set()
+    fingerprints: set[tuple[Perturbation, ...]] = set()
+    failed: set[str] = set()
+    source = schedules(space, budget, seed)
+    result.stopped = "space"
+    for schedule in source:
+        if result.tried >= budget:
+            result.stopped = "budget"
+            break
+        if time_budget is not None and time.perf_counter() - started > time_budget:
+            result.stopped = "time"
+            break
+        run = base if not schedule else run_schedule(conversation, schedule, own, reset)
+        result.tried += 1
+        fired = tuple(sorted(run.observed.fired))
+        fingerprints.add(fired)
+        covered.update(fired)
+        names = {name for name, _ in run.broken}
+        for name in result.held:
+            if name not in names and name != REPLAY_INVARIANT:
+                result.held[name] += 1
+        for name, message in run.broken:
+            if name in failed:
+                continue
+            failed.add(name)
+            result.findings.append(_finding(conversation, schedule, name, message, own, reset, out, tools_arg))
+        if progress is not None and result.tried % 50 == 0:
+            result.seconds = time.perf_counter() - started
+            progress(result)
+    result.distinct = len(fingerprints)
+    result.covered = len(covered)
+    if replay_check:
+        _check_replay(conversation, result, own, reset, out, tools_arg)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _finding(conversation: Conversation, schedule: Schedule, invariant: str, message: str, own: dict[str, Check],
+             reset: Callable[[], Any] | None, out: str | Path | None, tools_arg: str) -> Finding:
+    smallest = shrink(conversation, schedule, invariant, own, reset)
+    run = run_schedule(conversation, smallest, own, reset, keep=True)
+    message = next((text for name, text in run.broken if name == invariant), message)
+    finding = Finding(invariant, message, smallest, tuple(sorted(schedule)))
+    _write(run.session, finding, out, tools_arg)
+    return finding
+
+
+def _write(session: ExploredSession, finding: Finding, out: str | Path | None, tools_arg: str) -> None:
+    try:
+        finding.recording = session.save(out)
+    except OSError:
+        return
+    finally:
+        session.close()
+    try:
+        from relay.inspector.model import build_model
+        from relay.inspector.page import write_page
+        from relay.recording.reader import load_recording
+
+        finding.page = write_page(build_model(load_recording(finding.recording)),
+                                  finding.recording.with_suffix(".html"))
+    except (OSError, ValueError):
+        finding.page = None
+    tools = f" --tools {tools_arg}" if tools_arg else ""
+    finding.command = f"relay replay {finding.recording}{tools}"
+
+
+def _check_replay(conversation: Conversation, result: ExploreResult, own: dict[str, Check],
+                  reset: Callable[[], Any] | None, out: str | Path | None, tools_arg: str) -> None:
+    """`replays_same`, on the conversation as scripted: its recording, replayed against the same
+    tools, sends what it recorded."""
+    import tempfile
+
+    from relay.offline.replay import replay
+
+    with tempfile.TemporaryDirectory(prefix="relay-explore-") as folder:
+        run = run_schedule(conversation, (), own, reset, keep=True)
+        path = run.session.save(folder)
+        run.session.close()
+        if reset is not None:
+            reset()
+        replayed = replay(path, conversation.tools)
+        if replayed.ok:
+            result.held[REPLAY_INVARIANT] += 1
+            return
+    divergence = replayed.divergences[0].describe().splitlines()[0] if replayed.divergences else "it diverged"
+    result.findings.append(_finding(conversation, (), REPLAY_INVARIANT, divergence, own, reset, out, tools_arg))
+
+
+__all__ = ["DEFAULT_BUDGET", "ExploreResult", "Finding", "boundaries", "explore", "run_schedule", "schedules",
+           "shrink"]

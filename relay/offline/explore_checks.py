@@ -1,0 +1,111 @@
+"""The invariants the explorer checks on every schedule, each with a name a user can read.
+
+Five read the session's timeline and are the harness's own (`relay.offline.expect.INVARIANTS`);
+the others read what the explored session saw (`relay.offline.explore_session.Observed`), its
+call book at the end of the conversation, and the frames the caller was sent. A user's own
+invariant is a function of the explored session that returns what broke (a message) or None,
+given by name: `explore(..., invariants={"refund_once": refund_once})`.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from relay.engine.calls import CallState
+from relay.offline.events import FOLLOW_UP
+from relay.offline.expect import INVARIANTS, violations
+from relay.offline.explore_session import ExploredSession
+from relay.recording.format import RELAY_TO_CLIENT
+
+Check = Callable[[ExploredSession], "str | None"]
+
+TIMELINE_INVARIANTS = tuple(INVARIANTS)
+"""answered_once, one_response_at_a_time, no_create_while_active, spoke_after_tools, one_follow_up"""
+
+
+def handler_once(session: ExploredSession) -> str | None:
+    twice = [call_id for call_id, count in session.observed.starts.items() if count > 1]
+    return f"the handler of {twice[0]} ran {session.observed.starts[twice[0]]} times" if twice else None
+
+
+def cancelled_not_spoken(session: ExploredSession) -> str | None:
+    """A call the relay did not answer for the model to hear (withdrawn, skipped, cancelled by a
+    barge-in) is never the subject of a follow-up."""
+    gone = {entry.call_id for entry in session.engine.ledger if entry.relay_owned and (
+        entry.state == CallState.SKIPPED or (entry.outcome is not None and entry.outcome.value == "cancelled"))}
+    if not gone:
+        return None
+    for event in session.timeline.of(FOLLOW_UP):
+        spoken = gone.intersection(event.call_ids)
+        if spoken:
+            return f"the model was asked to speak about {sorted(spoken)[0]}, a call that was cancelled"
+    return None
+
+
+def client_never_sees_relay_call(session: ExploredSession) -> str | None:
+    owned = [entry.call_id for entry in session.engine.ledger if entry.relay_owned]
+    if not owned:
+        return None
+    for frame in session.frames:
+        if frame.direction != RELAY_TO_CLIENT:
+            continue
+        text = frame.raw if frame.raw is not None else (frame.binary or b"").decode("utf-8", "replace")
+        seen = next((call_id for call_id in owned if call_id in text), None)
+        if seen is not None:
+            return f"the client was sent {seen}, a call the relay owns (frame {frame.line})"
+    return None
+
+
+def nothing_owed(session: ExploredSession) -> str | None:
+    """At the end of the conversation (before the session closes) every relay call is answered or
+    rightly not (skipped); one the session's end abandoned counts only when the connection dropped."""
+    dropped = session.closed
+    for entry in session.engine.ledger:
+        if not entry.relay_owned or entry.state in (CallState.ANSWERED, CallState.SKIPPED):
+            continue
+        if entry.state == CallState.ABANDONED and dropped:
+            continue
+        return f"{entry.call_id} ({entry.name}) is still owed at the end ({entry.state.value})"
+    return None
+
+
+SESSION_INVARIANTS: dict[str, tuple[str, Check]] = {
+    "handler_once": ("no handler runs twice for one call", handler_once),
+    "cancelled_not_spoken": ("a cancelled call's output is never spoken", cancelled_not_spoken),
+    "client_never_sees_relay_call": ("the client never sees a call the relay owns", client_never_sees_relay_call),
+    "nothing_owed": ("nothing is left owed at the end of the session", nothing_owed),
+}
+
+REPLAY_INVARIANT = "replays_same"
+DESCRIPTIONS: dict[str, str] = {
+    **{name: text for name, (text, _) in INVARIANTS.items()},
+    **{name: text for name, (text, _) in SESSION_INVARIANTS.items()},
+    REPLAY_INVARIANT: "the recording replays to the same outcome",
+}
+"""Every built-in invariant's name and what it says."""
+
+
+def broken(session: ExploredSession, own: dict[str, Check]) -> list[tuple[str, str]]:
+    """(invariant, message) for each invariant `session` breaks: the built-in ones, then `own`."""
+    found: list[tuple[str, str]] = []
+    timeline = session.timeline
+    seen: set[str] = set()
+    abandoned = {entry.call_id for entry in session.engine.ledger if entry.state == CallState.ABANDONED}
+    for name, violation in violations(timeline):
+        if session.closed and abandoned and any(call_id in violation.message for call_id in abandoned):
+            continue   # the connection dropped: an abandoned call is owed nothing more (see nothing_owed)
+        if name not in seen:
+            seen.add(name)
+            found.append((name, violation.message))
+    for name, (_, check) in SESSION_INVARIANTS.items():
+        message = check(session)
+        if message:
+            found.append((name, message))
+    for name, check in own.items():
+        message = check(session)
+        if message:
+            found.append((name, str(message)))
+    return found
+
+
+__all__ = ["DESCRIPTIONS", "REPLAY_INVARIANT", "SESSION_INVARIANTS", "TIMELINE_INVARIANTS", "broken"]

@@ -1,0 +1,122 @@
+"""What the explorer starts from, read into a `Conversation` (relay.offline.explore_session):
+
+- a `Script` of `relay.testing` (its turns; the caller says one line a turn that starts a response);
+- a script file: a JSON object `{"lines": [...], "script": {...}, "dialect": ..., "barge_in": ...}`
+  whose `script` is the mock's script (`relay mock --script`: rules, turns, `after_outputs`) and
+  `lines` what the caller says, one at a time, each once the session is quiet; a bare mock script
+  is read too, its caller saying each rule's `match` in turn;
+- a relay recording: what the caller said (its user turns) and what the model did in each of its
+  responses (the words and the calls, in order), played back as the model's turns.
+
+Each reader raises `UnusableInput` with one line for input it cannot use.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from relay.errors import UnusableInput
+from relay.mock import MockScript, Reply, ToolCall
+from relay.offline.events import CALL, FILLER, RESPONSE, SPOKEN, USER
+from relay.offline.explore_session import Conversation
+from relay.offline.scripted import Script
+
+DEFAULT_LINE = "Hello."
+
+
+def from_script(script: Script, tools: Any, *, dialect: str = "openai", lines: tuple[str, ...] | None = None,
+                barge_text: str | None = None, name: str = "script") -> Conversation:
+    """A `relay.testing.Script`: its turns, in order, the caller saying `lines` (default: one
+    line for each turn that is not a follow-up of the one before: a turn after a turn with calls
+    answers their outputs)."""
+    mock = script.mock_script()
+    if lines is None:
+        count, follows = 0, False
+        for turn in script.turns:
+            if not follows:
+                count += 1
+            follows = bool(turn.calls)
+        lines = (DEFAULT_LINE,) * max(count, 1)
+    return Conversation(f"{name} ({dialect})", mock, tuple(lines), tools, dialect=dialect, barge_text=barge_text,
+                        turns=tuple(script.turns))
+
+
+def from_file(path: str | Path, tools: Any, *, dialect: str | None = None) -> Conversation:
+    """A script file or a relay recording (told by its content: a recording is JSON lines)."""
+    source = Path(path)
+    if not source.is_file():
+        raise UnusableInput(f"{path}: no such file")
+    text = source.read_text(encoding="utf-8", errors="replace")
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError:
+        document = None
+    if isinstance(document, dict):
+        return _from_script_file(document, source, tools, dialect)
+    return from_recording(source, tools, dialect=dialect)
+
+
+def _from_script_file(document: dict[str, Any], source: Path, tools: Any, dialect: str | None) -> Conversation:
+    body = document.get("script", document) if "lines" in document or "script" in document else document
+    try:
+        mock = MockScript.model_validate(body)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first.get("loc", ())) or "the script"
+        raise UnusableInput(f"{source}: not a script: {where}: {first.get('msg')}") from None
+    lines = document.get("lines")
+    if lines is None:
+        lines = [rule.match for rule in mock.rules if not rule.regex] or [DEFAULT_LINE] * max(len(mock.turns), 1)
+    if not isinstance(lines, list) or not all(isinstance(line, str) for line in lines):
+        raise UnusableInput(f"{source}: `lines` must be a list of strings (what the caller says)")
+    chosen = dialect or document.get("dialect") or "openai"
+    barge = document.get("barge_in")
+    return Conversation(f"{source.name} ({chosen})", mock, tuple(lines), tools, dialect=str(chosen),
+                        barge_text=barge if isinstance(barge, str) else None)
+
+
+def from_recording(path: str | Path, tools: Any, *, dialect: str | None = None) -> Conversation:
+    """A relay recording: its caller's lines and its model's responses as turns."""
+    from relay.offline.timeline import Timeline
+    from relay.recording.reader import load_recording
+
+    recording = load_recording(path, allow_incomplete=True, audio="drop")
+    timeline = Timeline.from_recording(recording)
+    fillers = {e.response_id for e in timeline if e.kind == RESPONSE and e.by == "relay filler"}
+    fillers |= {e.response_id for e in timeline if e.kind == FILLER and e.response_id}
+    order: list[str] = []
+    said: dict[str, list[str]] = {}
+    calls: dict[str, list[ToolCall]] = {}
+    lines: list[str] = []
+    current: str | None = None
+    for event in timeline:
+        if event.kind == USER and event.text:
+            lines.append(event.text)
+        if event.kind == RESPONSE and event.response_id and event.response_id not in fillers:
+            current = event.response_id
+            if current not in order:
+                order.append(current)
+            continue
+        rid = event.response_id or (current if event.kind == CALL else None)
+        if rid is None or rid in fillers:
+            continue
+        if event.kind == SPOKEN and event.text:
+            said.setdefault(rid, []).append(event.text)
+        elif event.kind == CALL and event.name:
+            arguments = event.arguments if isinstance(event.arguments, (dict, str)) else {}
+            calls.setdefault(rid, []).append(ToolCall(name=event.name, arguments=arguments))
+    if not order:
+        raise UnusableInput(f"{path}: the recording holds no response of the model to explore")
+    turns = tuple(Reply(say=" ".join(said.get(rid, [])) or None, calls=tuple(calls.get(rid, ()))) for rid in order)
+    recorded = recording.dialect
+    chosen = dialect or (recorded if isinstance(recorded, str) else getattr(recorded, "name", None)) or "openai"
+    mock = MockScript(turns=turns, default=Reply(say="Okay."), after_outputs=Reply(say="{joined}"))
+    return Conversation(f"{Path(path).name} ({chosen})", mock, tuple(lines) or (DEFAULT_LINE,), tools,
+                        dialect=chosen)
+
+
+__all__ = ["from_file", "from_recording", "from_script"]

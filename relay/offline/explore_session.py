@@ -1,0 +1,339 @@
+"""One schedule of the explorer (`relay.offline.explore`), run: a scripted conversation on virtual
+time whose upstream frames are paced and whose perturbations land where the schedule says.
+
+The mock model writes a whole response at once; here its frames reach the relay one every `STEP`
+virtual seconds, as a real server streams them, so a handler can finish before, between or after
+the provider events of its turn, and a barge-in can land between any two of them. A perturbation
+is anchored on what the relay did with the Nth call it owns (`ANCHORS`: the call seen, its
+handler started, its output sent, its follow-up begun), read from the engine's call book after
+every step, so it lands at the same place of the conversation whatever the perturbations before
+it moved in time. Frames the caller's speech makes (a barge-in) go ahead of the frames still in
+flight: the server interleaves its voice-activity events with a response it streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+from relay.dialects import openai_codec as wire
+from relay.engine import Action, Outcome, StartHandler
+from relay.engine.calls import CallState
+from relay.mock import MockScript, StreamOptions
+from relay.offline import faults as fault_kinds
+from relay.offline.replaying import json_object as decode
+from relay.offline.harness import SessionOver
+from relay.offline.scripted import Script, ScriptedSession, Turn
+
+STEP = 0.01
+"""Virtual seconds between two upstream frames."""
+
+ANCHORS = ("announced", "running", "answered", "follow_up")
+"""Where on a call's life a perturbation lands: the call seen (before it is complete), its
+handler started (while it runs), its output sent (before the follow-up), its follow-up begun."""
+
+MAX_UPSTREAM_FRAMES = 2000
+"""Upstream frames one schedule may take before it is called a loop."""
+
+_STREAMING = StreamOptions(audio_chunks=1, audio_chunk_bytes=480, argument_deltas=2)
+
+
+@dataclass(frozen=True, order=True)
+class Perturbation:
+    """One thing that goes differently in a schedule: `kind` on the relay's `call`th call (from 1),
+    at `anchor`, with `step` (a count of provider events, for a handler's finish)."""
+
+    kind: str
+    call: int = 1
+    anchor: str = "running"
+    step: int = 0
+
+    def describe(self) -> str:
+        where = {"announced": "before it is complete", "running": "while its handler runs",
+                 "answered": "between its output and the follow-up", "follow_up": "during its follow-up"}
+        text = {
+            "barge_in": f"the caller barges in {where.get(self.anchor, self.anchor)}",
+            "finish": f"the handler finishes after {self.step} more provider event(s)",
+            "past_filler": "the handler runs past its filler",
+            "past_timeout": "the handler runs past its timeout, then answers",
+            "raises": "the handler raises",
+            "hangs": "the handler never returns",
+            "answers_twice": "the handler's answer is reported twice",
+            "duplicate": "the provider delivers the call twice",
+            "call_parts": "the provider delivers the call twice (Gemini: as a model-turn part too)",
+            "done_first": "response.done arrives before the call's item is done",
+            "drop": "the upstream connection drops",
+        }.get(self.kind, self.kind)
+        return f"call {self.call}: {text}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "call": self.call, "anchor": self.anchor, "step": self.step}
+
+
+Schedule = tuple[Perturbation, ...]
+
+
+@dataclass
+class Conversation:
+    """What the explorer perturbs: the model's script, what the caller says (one line a turn),
+    the relay's tools, the dialect, and what the caller says when it barges in (None: it only
+    speaks over the assistant)."""
+
+    name: str
+    script: MockScript
+    lines: tuple[str, ...]
+    tools: Any
+    dialect: str = "openai"
+    barge_text: str | None = None
+    quirks: Any = None
+    turns: tuple[Any, ...] = ()   # a `Script`'s turns (how each ends), when made from one
+
+    def with_dialect(self, dialect: str) -> Conversation:
+        return replace(self, dialect=dialect, name=f"{self.name.split(' (')[0]} ({dialect})")
+
+
+class _ScriptOf(Script):
+    """A `Script` over a given mock script (rules and turns), never strict about turns: a
+    perturbed conversation asks the model for responses the script did not foresee."""
+
+    def __init__(self, mock: MockScript, turns: tuple[Turn, ...] = ()) -> None:
+        super().__init__(*(turns or tuple(Turn(say=reply.say) for reply in mock.turns)), strict=False)
+        self._mock = mock.model_copy(update={"options": _STREAMING})
+
+    def mock_script(self) -> MockScript:
+        return self._mock
+
+
+@dataclass
+class Observed:
+    """What one run saw, for the invariants and the coverage: per call (by its number), the anchors
+    reached and the provider events of its turn after its handler started."""
+
+    calls: list[str] = field(default_factory=list)            # the relay's call ids, in order seen
+    anchors: set[tuple[int, str]] = field(default_factory=set)
+    starts: dict[str, int] = field(default_factory=dict)      # call id -> handler starts
+    events_after_start: dict[int, int] = field(default_factory=dict)
+    fired: list[Perturbation] = field(default_factory=list)
+    has_filler: set[int] = field(default_factory=set)
+
+
+class ExploredSession(ScriptedSession):
+    """A scripted session run on one schedule (see the module docstring)."""
+
+    kind = "explored session"
+
+    def __init__(self, conversation: Conversation, schedule: Schedule, **options: Any) -> None:
+        self.conversation = conversation
+        self.schedule = schedule
+        self.observed = Observed()
+        self._paced: deque[Any] = deque()   # frames, or what makes them when their turn comes
+        self._release_at: float | None = None
+        self._released = 0
+        self._moved: set[Any] = set()   # the calls whose items a `done_first` moved
+        self._pending: list[Perturbation] = sorted(p for p in schedule if p.kind == "barge_in" or p.kind == "drop")
+        self._handler_kinds = {p.call: p for p in schedule if p.kind in HANDLER_KINDS}
+        self._done_first = {p.call for p in schedule if p.kind == "done_first"}
+        quirks = conversation.quirks
+        if any(p.kind == "call_parts" for p in schedule):
+            from relay.mock.quirks import quirks_of
+            quirks = replace(quirks or quirks_of(conversation.dialect), call_parts=True)
+        duplicates = [fault_kinds.duplicate_delivery(p.call) for p in schedule if p.kind == "duplicate"]
+        super().__init__(_ScriptOf(conversation.script, conversation.turns), conversation.tools, dialect=conversation.dialect,
+                         faults=duplicates, quirks=quirks, **options)
+
+    # ---- pacing ---------------------------------------------------------------------------------
+    def _queue_upstream(self, frames: list[str | bytes]) -> None:
+        delivered = [copy for frame in frames for copy in self.faults.deliveries(frame)]
+        if self._done_first and not self.gemini:
+            delivered = self._reordered(delivered)
+        self._paced.extend(delivered)
+        self._schedule_release()
+
+    def _queue_first(self, frames: list[Any]) -> None:
+        """Ahead of the frames in flight: the caller's speech, which the server hears (and the mock
+        model acts on: a Gemini barge-in withdraws its calls) when its turn to be delivered comes,
+        so that no answer of the relay's crosses a withdrawal it could not have seen."""
+        self._paced.extendleft(reversed(frames))
+        self._schedule_release()
+
+    def _schedule_release(self) -> None:
+        if self._paced and self._release_at is None:
+            self._release_at = self.now + STEP
+            self.loop.call_at(self._release_at, self._release)
+
+    def _release(self) -> None:
+        self._release_at = None
+        if self.closed or not self._paced:
+            self._paced.clear()
+            return
+        self._released += 1
+        if self._released > MAX_UPSTREAM_FRAMES:
+            self._paced.clear()
+            self._problems.append(SessionOver(f"the session does not settle: more than {MAX_UPSTREAM_FRAMES} "
+                                              "upstream frames (the relay and the model answer each other in a loop?)"))
+            self.end("the session does not settle")
+            return
+        head = self._paced.popleft()
+        if callable(head):   # the caller's speech reaches the server now: what it sends back
+            self._paced.extendleft(reversed([copy for frame in head() for copy in self.faults.deliveries(frame)]))
+            self._schedule_release()
+            return
+        self._inbox.append(("upstream", head))
+        counts = self.observed.events_after_start
+        for number in counts:
+            if (number, "answered") not in self.observed.anchors:
+                counts[number] += 1
+        self._pump()
+        self._schedule_release()
+
+    def _reordered(self, frames: list[str | bytes]) -> list[str | bytes]:
+        """`done_first`: a response's calls' `response.output_item.done` arrive after its
+        `response.done` (everything else of the response before it, as it was)."""
+        kinds = [wire.event_of(decode(frame) or {}) for frame in frames]
+        done = next((i for i, kind in enumerate(kinds) if isinstance(kind, wire.ResponseDone)), None)
+        late = [i for i, kind in enumerate(kinds[:done]) if isinstance(kind, wire.OutputItemDone)
+                and (kind.item or {}).get("type") == wire.FUNCTION_CALL]
+        if done is None or not late:
+            return frames
+        self._moved.update((kinds[i].item or {}).get("call_id") for i in late)   # type: ignore[union-attr]
+        kept = [frame for i, frame in enumerate(frames[:done + 1]) if i not in late]
+        return kept + [frames[i] for i in late] + frames[done + 1:]
+
+    def _fire_quirk(self, kind: str, call_ids: set[Any]) -> None:
+        for perturbation in self.schedule:
+            if perturbation.kind == kind and perturbation not in self.observed.fired:
+                number = perturbation.call
+                if number <= len(self.observed.calls) and self.observed.calls[number - 1] in call_ids:
+                    self.observed.fired.append(perturbation)
+
+    def pending(self) -> bool:
+        """Something is still to happen: a frame in flight, a handler, a timer or a fault."""
+        return bool(self._paced or self._handlers or self.engine.next_deadline() is not None
+                    or self.faults.pending())
+
+    # ---- anchors ---------------------------------------------------------------------------------
+    def _act(self, actions: list[Action]) -> None:
+        super()._act(actions)
+        self._look()
+
+    def _look(self) -> None:
+        observed = self.observed
+        for entry in self.engine.ledger:
+            if not entry.relay_owned:
+                continue
+            if entry.call_id not in observed.calls:
+                observed.calls.append(entry.call_id)
+            number = observed.calls.index(entry.call_id) + 1
+            if entry.state in (CallState.ANNOUNCED, CallState.STREAMING):
+                self._reached(number, "announced")
+            if entry.state == CallState.ANSWERED:
+                self._reached(number, "answered")
+            if entry.follow_up_response_id is not None:
+                self._reached(number, "follow_up")
+
+    def _reached(self, number: int, anchor: str) -> None:
+        if (number, anchor) in self.observed.anchors:
+            return
+        self.observed.anchors.add((number, anchor))
+        for perturbation in [p for p in self._pending if p.call == number and p.anchor == anchor]:
+            self._pending.remove(perturbation)
+            self.observed.fired.append(perturbation)
+            self.loop.call_soon(self._happen, perturbation)
+
+    def _happen(self, perturbation: Perturbation) -> None:
+        if self.closed:
+            return
+        if perturbation.kind == "drop":
+            self.mark("fault", "the upstream connection dropped")
+            self.end("upstream closed the session")
+            return
+        self.mark("fault", "the caller barges in")
+        text = self.conversation.barge_text
+        if self.gemini:
+            self._queue_first([lambda: self.model.barge_in()])
+            if text is not None:
+                self.say_now(text)
+            return
+        self._queue_first([lambda: self._speech(text)])
+
+    def _speech(self, text: str | None) -> list[str | bytes]:
+        """The server hears the caller (OpenAI family): its speech starts now, ahead of the frames
+        in flight; what its end brings (a new response, with words) follows them, as a server
+        ends the response it streams before it starts the next."""
+        mock = self.model.mock   # type: ignore[attr-defined]
+        item_id, actions, _ = mock.speech_started()
+        first = self.model._carry(actions)   # type: ignore[attr-defined]
+        rest = self.model._carry(mock.speech_stopped(item_id, text, None if text is not None else False))  # type: ignore[attr-defined]
+        self._paced.extend(copy for frame in rest for copy in self.faults.deliveries(frame))
+        return first
+
+    # ---- handlers ---------------------------------------------------------------------------------
+    def act_start_handler(self, action: StartHandler) -> None:
+        self._look()
+        starts = self.observed.starts
+        starts[action.call_id] = starts.get(action.call_id, 0) + 1
+        super().act_start_handler(action)
+        if action.call_id in self.observed.calls:
+            number = self.observed.calls.index(action.call_id) + 1
+            self.observed.events_after_start.setdefault(number, 0)
+            if action.tool.on_delay is not None:
+                self.observed.has_filler.add(number)
+            self._reached(number, "running")
+
+    def _handler(self, action: StartHandler) -> Callable[[], Any]:
+        original = super()._handler(action)
+        number = self.observed.calls.index(action.call_id) + 1 if action.call_id in self.observed.calls else 0
+        perturbation = self._handler_kinds.get(number)
+        if perturbation is None:
+            return original
+        self.observed.fired.append(perturbation)
+        tool = action.tool
+        waits = {"finish": (perturbation.step + 0.5) * STEP,
+                 "past_filler": (tool.on_delay[0] / 1000 if tool.on_delay else 0.0) + STEP / 2,
+                 "past_timeout": tool.timeout + STEP}
+
+        async def perturbed() -> Any:
+            if perturbation.kind == "hangs":
+                await asyncio.Event().wait()
+            if perturbation.kind == "raises":
+                raise fault_kinds.InjectedFault("raised by the explorer")
+            outcome = await original()
+            await asyncio.sleep(waits.get(perturbation.kind, 0.0))
+            return outcome
+
+        return perturbed
+
+    async def _report(self, call_id: str, run: Callable[[], Any]) -> None:
+        await super()._report(call_id, run)
+        number = self.observed.calls.index(call_id) + 1 if call_id in self.observed.calls else 0
+        twice = self._handler_kinds.get(number)
+        if twice is not None and twice.kind == "answers_twice" and not self.closed:
+            # the same call's answer reported again, as a runner that fires twice would
+            self._engine_input(lambda: self.engine.handler_finished(call_id, Outcome.returned("again"), self.now))
+
+    # ---- driving ----------------------------------------------------------------------------------
+    def play(self, limit: float = 600.0) -> None:
+        """The caller's lines, each once the session is quiet, then until nothing is left to do."""
+        self.settle(limit)
+        for line in self.conversation.lines:
+            if self.closed:
+                break
+            self.say_now(line)
+            self.settle(limit)
+        self.settle(limit)
+        repeated = set(self.faults._repeated)   # the calls a duplicate delivery hit
+        self._fire_quirk("duplicate", repeated)
+        self._fire_quirk("done_first", self._moved)
+        if self.observed.calls:
+            self._fire_quirk("call_parts", {self.observed.calls[0]})
+
+    def settle(self, limit: float) -> None:
+        start = self.now
+        while not self.closed and self.pending() and self.now - start < limit:
+            nearest = [t for t in (self._release_at, self.engine.next_deadline(), self.now + 1.0) if t is not None]
+            self._run(max(self.now, min(nearest)))
+
+
+HANDLER_KINDS = frozenset({"finish", "past_filler", "past_timeout", "raises", "hangs", "answers_twice"})

@@ -1,0 +1,147 @@
+"""`relay explore` (issue 48): the explorer runs a conversation under many schedules on virtual
+time, checks the invariants on each, and hands back the smallest failing schedule as a recording
+that `relay replay` reproduces; bad input is one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from relay.cli import main
+from relay.cli.demo import EXAMPLE_TOOLS, TURNS, demo_script
+from relay.offline.explore import boundaries, explore, run_schedule, schedules
+from relay.offline.explore_input import from_file, from_recording
+from relay.offline.explore_session import ANCHORS, Conversation, Perturbation
+from relay.testing import Script, Turn, call
+from relay.testing import explore as explore_script
+from relay.tools import tool
+from relay.tools.sources import tool_registry
+from tests.support.paths import REPO
+
+EXAMPLES = REPO / "docs" / "examples" / "testing"
+REFUND_SCRIPT = EXAMPLES / "refund.script.json"
+
+
+@pytest.fixture
+def bank() -> dict[str, list[str]]:
+    """The refund example's payment provider (docs/examples/testing/bank.py), emptied."""
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        import bank as module
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    module.BANK.clear()
+    yield module.BANK
+    module.BANK.clear()
+
+
+def refund(tools: str, bank_module_bank: dict[str, list[str]]) -> Conversation:
+    return from_file(REFUND_SCRIPT, tool_registry([str(EXAMPLES / f"{tools}.py")]))
+
+
+def refunded_once(bank: dict[str, list[str]]):
+    def check(session: object) -> str | None:
+        twice = [order for order, paid in bank.items() if len(paid) > 1]
+        return f"order {twice[0]} was refunded {len(bank[twice[0]])} times" if twice else None
+    return check
+
+
+def test_the_refund_that_pays_twice_is_found_shrunk_and_replayed(bank: dict[str, list[str]], tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    conversation = refund("refunds", bank)
+    result = explore(conversation, budget=60, seed=3, invariants={"refunded_once": refunded_once(bank)},
+                     reset=bank.clear, out=tmp_path, tools_arg=str(EXAMPLES / "refunds.py"), replay_check=False)
+    finding = next(f for f in result.findings if f.invariant == "refunded_once")
+    assert 1 <= len(finding.schedule) <= 3
+    assert Perturbation("barge_in", 1, "running") in finding.schedule
+    assert finding.recording is not None and finding.recording.exists() and finding.page.exists()
+    assert finding.command == f"relay replay {finding.recording} --tools {EXAMPLES / 'refunds.py'}"
+    # the recording reproduces it: the relay sends what it recorded, and the order is paid twice again
+    bank.clear()
+    status = main(["replay", str(finding.recording), "--tools", str(EXAMPLES / "refunds.py")])
+    assert status == 0, capsys.readouterr().out
+    assert len(bank["A1"]) == 2
+    # the fixed tool passes every schedule the buggy one failed, and the rest
+    fixed = explore(refund("refunds_fixed", bank), budget=60, seed=3, reset=bank.clear,
+                    invariants={"refunded_once": refunded_once(bank)}, replay_check=False)
+    assert fixed.ok, fixed.report()
+
+
+def test_the_command_explores_a_script_and_says_what_held(bank: dict[str, list[str]],
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    status = main(["explore", str(REFUND_SCRIPT), "--tools", str(EXAMPLES / "refunds_fixed.py"), "--budget", "12",
+                   "--seed", "1", "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert status == 0, result
+    assert result["ok"] and result["tried"] == 12 and result["boundaries"] > 12
+    assert result["held"]["replays_same"] == 1
+    assert set(result["held"]) >= {"answered_once", "handler_once", "nothing_owed", "cancelled_not_spoken"}
+
+
+@pytest.mark.xfail(strict=True, reason="a finding of issue 48, not fixed: the replay of the demo's explored "
+                                       "recording misses search_flights' filler and asks for the follow-up again "
+                                       "every 15 s (relay/offline/replay.py)")
+def test_the_demo_replays_to_the_same_outcome() -> None:
+    conversation = Conversation("demo", demo_script(), TURNS, tool_registry([EXAMPLE_TOOLS]))
+    result = explore(conversation, budget=1)
+    assert result.ok, result.report()
+
+
+@pytest.mark.parametrize("case", ["not_a_recording", "bad_script", "tools", "budget"])
+def test_bad_input_is_one_line_and_exit_2(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    foreign = tmp_path / "notes.jsonl"
+    foreign.write_text('{"hello": 1}\n{"world": 2}\n')
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"lines": ["hi"], "script": {"rules": [{"say": "no match given"}]}}))
+    broken = tmp_path / "broken_tools.py"
+    broken.write_text("def broken(:\n    pass\n")
+    argv = {"not_a_recording": ["explore", str(foreign)],
+            "bad_script": ["explore", str(script)],
+            "tools": ["explore", "demo", "--tools", str(broken)],
+            "budget": ["explore", "demo", "--budget", "0"]}[case]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("relay explore: "), err
+
+
+def test_every_boundary_of_a_call_is_a_schedule_of_its_own() -> None:
+    @tool
+    def lookup(order: str) -> str:
+        """Look an order up."""
+        return f"order {order}: shipped"
+
+    script = Script(Turn(say="Let me look.", calls=[call("lookup", order="A1")]), Turn(say="It shipped."))
+    conversation = Conversation("lookup", script.mock_script(), ("Where is A1?",), tool_registry([lookup]))
+    base = run_schedule(conversation, ())
+    assert base.broken == [] and len(base.observed.calls) == 1
+    space = boundaries(conversation, base.observed)
+    assert {p.anchor for p in space if p.kind == "barge_in"} == set(ANCHORS)
+    finishes = [p.step for p in space if p.kind == "finish"]
+    assert finishes == list(range(len(finishes))) and len(finishes) >= 2
+    tried = list(schedules(space, budget=10_000, seed=0))
+    assert tried[0] == () and all((p,) in tried for p in space)
+    assert len(tried) == len(set(tried))
+    for single in space:   # each lands where it says
+        assert single in run_schedule(conversation, (single,)).observed.fired, single
+
+
+@pytest.mark.parametrize("dialect", ["openai", "azure", "foundry", "xai", "voicelive", "gemini"])
+def test_the_demo_holds_every_invariant_on_every_dialect(dialect: str) -> None:
+    """CI's exploration of our own scripted conversation (a fixed seed and budget)."""
+    conversation = Conversation("demo", demo_script(), TURNS, tool_registry([EXAMPLE_TOOLS])).with_dialect(dialect)
+    result = explore(conversation, budget=40, seed=48, replay_check=False)
+    assert result.ok, result.report()
+    assert result.tried == 40 and result.distinct > 1
+
+
+def test_a_script_and_a_recording_explore_through_the_public_api(tmp_path: Path) -> None:
+    result = explore_script(Script(Turn(say="Let me check.", calls=[call("lookup_order", order_id="A1001")]),
+                                   Turn(say="It shipped.")), [EXAMPLE_TOOLS], budget=10)
+    assert result.ok, result.report()
+    conversation = from_recording(REPO / "docs" / "examples" / "recordings" / "demo.jsonl",
+                                  tool_registry([EXAMPLE_TOOLS]))
+    assert conversation.lines and conversation.script.turns
+    assert explore(conversation, budget=5, replay_check=False).tried == 5
