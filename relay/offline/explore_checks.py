@@ -94,6 +94,8 @@ def broken(session: ExploredSession, own: dict[str, Check]) -> list[tuple[str, s
     for name, violation in violations(timeline):
         if session.closed and abandoned and any(call_id in violation.message for call_id in abandoned):
             continue   # the connection dropped: an abandoned call is owed nothing more (see nothing_owed)
+        if session.closed and name == "spoke_after_tools":
+            continue   # the connection dropped: no model is left to speak after what was answered
         if name not in seen:
             seen.add(name)
             found.append((name, violation.message))

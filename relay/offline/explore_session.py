@@ -332,8 +332,9 @@ class ExploredSession(ScriptedSession):
     def settle(self, limit: float) -> None:
         start = self.now
         while not self.closed and self.pending() and self.now - start < limit:
-            nearest = [t for t in (self._release_at, self.engine.next_deadline(), self.now + 1.0) if t is not None]
-            self._run(max(self.now, min(nearest)))
+            # the loop runs every frame release and handler step on the way, in order
+            nearest = [t for t in (self.engine.next_deadline(), self.now + 1.0) if t is not None]
+            self._run(max(self.now + STEP, min(nearest)))
 
 
 HANDLER_KINDS = frozenset({"finish", "past_filler", "past_timeout", "raises", "hangs", "answers_twice"})
