@@ -25,12 +25,13 @@ GEMINI_NAMES = frozenset({*CLIENT_MESSAGE_KEYS, *SERVER_MESSAGE_KEYS,
                           *GEMINI_CODEC_NAMES})
 WIRE_NAMES = (OPENAI_NAMES | GEMINI_NAMES | LIVE_NAMES) - {"error"}
 """`error` is left out: the event's name is also the member every error shape holds."""
-BOUND = 11
-"""The count when the offline layer read and wrote Gemini Live through its codec (57 before it;
-352 before the first codec landed); lower it as consumers move to codecs. (The Gemini codec's
+BOUND = 8
+"""The count when the offline layer read and wrote Gemini Live through its codec, the
+`generateContent` export too (57 before it; 352 before the first codec landed); lower it as consumers move to codecs. (The Gemini codec's
 camelCase members joined the vocabulary at 195.)"""
-MODULES = 4
-"""Issue 45's bound on the modules outside relay/dialects/ that spell the wire: it may only go down."""
+MODULES = 3
+"""The modules outside relay/dialects/ that spell the wire today (issue 45's aim: at most 4); it
+may only go down."""
 
 
 def docstrings(tree: ast.AST) -> set[int]:

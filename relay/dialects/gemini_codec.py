@@ -118,6 +118,14 @@ class GenerationConfig(Obj):
     response_modalities: Any = UNSET
 
 
+class GenerateContentRequest(Obj):
+    """Not Live: a `generateContent` request (Gemini's REST API), what `relay export --format
+    gemini` writes. Its turns are Live's `Content` and `Part` (the SDK's one `types.Content`)."""
+
+    system_instruction: Content | UnsetType = UNSET
+    contents: list[Content] | UnsetType = UNSET
+
+
 # ---- the messages ---------------------------------------------------------------------------------
 class Message(Obj):
     """A frame's message: the member the frame is keyed by (`MEMBER`, camelCase). `key` is how
@@ -251,6 +259,7 @@ _INSIDE: dict[type, dict[str, type[Obj]]] = {
     ToolCall: {"function_calls": FunctionCall},
     Setup: {"generation_config": GenerationConfig, "system_instruction": Content, "tools": Tool},
     ClientContent: {"turns": Content},
+    GenerateContentRequest: {"system_instruction": Content, "contents": Content},
     RealtimeInput: {"audio": Blob, "media_chunks": Blob, "video": Blob},
     ToolResponse: {"function_responses": FunctionResponse},
 }

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, get_args
 
+from relay.dialects import gemini_codec as gemini
 from relay.engine import CallLedger, Engine, EngineConfig, new_engine
 from relay.engine.conversation import Conversation
 from relay.errors import UnusableInput
@@ -177,19 +178,14 @@ def _to_gemini(flow: Flow, notes: list[ExportNote]) -> dict[str, Any]:
                 role = "model" if step.role == "assistant" else "user"
                 _merged(role, [{"text": step.text}], contents, "parts")
         elif isinstance(step, Called):
-            _merged("model", [{"functionCall": {"id": step.call_id, "name": step.name,
-                                                "args": _arguments_object(step, notes)}}],
-                    contents, "parts")
+            call = gemini.FunctionCall(id=step.call_id, name=step.name, args=_arguments_object(step, notes))
+            _merged("model", [gemini.plain(gemini.Part(function_call=call))], contents, "parts")
         else:
-            _merged("user", [{"functionResponse": {"id": step.call_id, "name": step.name,
-                                                   "response": _gemini_response(step)}}],
-                    contents, "parts")
-    document: dict[str, Any] = {}
+            answer = gemini.FunctionResponse(id=step.call_id, name=step.name, response=_gemini_response(step))
+            _merged("user", [gemini.plain(gemini.Part(function_response=answer))], contents, "parts")
     system = _system_text(flow, notes)
-    if system:
-        document["systemInstruction"] = {"parts": [{"text": system}]}
-    document["contents"] = contents
-    return document
+    instruction = gemini.Content(parts=[gemini.Part(text=system)]) if system else gemini.UNSET
+    return gemini.plain(gemini.GenerateContentRequest(system_instruction=instruction, contents=contents))
 
 
 def _to_vapi(flow: Flow, notes: list[ExportNote]) -> dict[str, Any]:
