@@ -114,3 +114,16 @@ def test_the_codec_lists_a_frame_s_messages() -> None:
     calls = gemini.messages_of({"toolCall": {"functionCalls": [{"id": "a"}, "b", None]}})[0]
     assert [call.id for call in gemini.entries(calls.function_calls, gemini.FunctionCall)] == ["a"]
     assert gemini.entries(gemini.UNSET, gemini.FunctionCall) == []
+
+
+def test_the_codec_finds_a_server_frame_s_streamed_text_in_place() -> None:
+    frame = {"server_content": {"output_transcription": {"text": "a"}, "inputTranscription": {"text": "b"},
+                                "model_turn": {"parts": [{"text": "c"}, {"inlineData": {}}, "d"]},
+                                "turn_complete": True}}
+    holders, ended = gemini.streamed_text(frame)
+    assert [(stream, holder["text"]) for stream, holder in holders] == \
+        [("output_transcription", "a"), ("input_transcription", "b"), ("text", "c")]
+    assert holders[0][1] is frame["server_content"]["output_transcription"], "the frame's own object"
+    assert not ended, "as the redaction always read it: only a camelCase turnComplete ends the streams"
+    assert gemini.streamed_text({"serverContent": {"interrupted": True}}) == ([], True)
+    assert gemini.streamed_text({"toolCall": {}}) == ([], False) and gemini.streamed_text([1]) == ([], False)

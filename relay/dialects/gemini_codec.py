@@ -493,6 +493,31 @@ def encode_beside(message: Message) -> str | None:
     return compact_json(message.beside) if message.beside else None
 
 
+# ---- text held in place (redaction) -------------------------------------------------------------------
+_TRANSCRIPTIONS = (("outputTranscription", "output_transcription"), ("inputTranscription", "input_transcription"))
+
+
+def streamed_text(data: Any) -> tuple[list[tuple[str, dict[str, Any]]], bool]:
+    """The objects of a decoded server frame that hold a piece of streamed text under `text`, each
+    with the stream it belongs to (the transcriptions, in either spelling, then the model's
+    parts), and whether the frame ends the streams (`turnComplete` or `interrupted`). They are
+    the frame's own objects, not copies: a redaction rewrites their `text` in place."""
+    content = data.get("serverContent") or data.get("server_content") if isinstance(data, dict) else None
+    if not isinstance(content, dict):
+        return [], False
+    holders: list[tuple[str, dict[str, Any]]] = []
+    for spellings in _TRANSCRIPTIONS:
+        for key in spellings:
+            words = content.get(key)
+            if isinstance(words, dict) and isinstance(words.get("text"), str):
+                holders.append((spellings[1], words))
+    turn = content.get("modelTurn") or content.get("model_turn")
+    for part in (turn or {}).get("parts") or () if isinstance(turn, dict) else ():
+        if isinstance(part, dict) and isinstance(part.get("text"), str):
+            holders.append(("text", part))
+    return holders, content.get("turnComplete") is True or content.get("interrupted") is True
+
+
 # ---- audio passes undecoded -------------------------------------------------------------------------
 def audio_peek(*, upstream: bool = True) -> Callable[[str | bytes], str | None]:
     """Whether a frame is media the relay forwards as it came (from the upstream, or from the

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from relay.dialects import gemini_codec as gemini
 from relay.dialects.openai import AUDIO_EVENTS
 from relay.errors import UnusableInput
 from relay.offline.replaying import json_object as _json_object
@@ -54,7 +55,6 @@ _FAKE_EMAIL = re.compile(r"user[1-9]\d*@example\.com")
 _FAKE_PHONE_DIGITS = re.compile(r"5{3,}0[1-9]\d{2,3}")
 _FAKE_CARD_DIGITS = re.compile(r"40000000\d{5,11}")
 _PATTERN_LINE = re.compile(r"^(?:(?P<label>[a-z][a-z0-9_]*):\s*)?(?P<body>.+)$")
-_GEMINI_TEXT_KEYS = ("outputTranscription", "output_transcription", "inputTranscription", "input_transcription")
 
 
 def luhn_ok(digits: str) -> bool:
@@ -411,18 +411,10 @@ class RecordingRedactor:
                 key = (kind, event.get("item_id"), event.get("content_index"), event.get("call_id"))
                 self._piece(key, event, "delta")
             return
-        content = event.get("serverContent") or event.get("server_content")
-        if not isinstance(content, dict):
-            return
-        for name in _GEMINI_TEXT_KEYS:
-            words = content.get(name)
-            if isinstance(words, dict) and isinstance(words.get("text"), str):
-                self._piece(("gemini", name.lower().replace("_", "")), words, "text")
-        turn = content.get("modelTurn") or content.get("model_turn")
-        for part in (turn or {}).get("parts") or () if isinstance(turn, dict) else ():
-            if isinstance(part, dict) and isinstance(part.get("text"), str):
-                self._piece(("gemini", "text"), part, "text")
-        if content.get("turnComplete") is True or content.get("interrupted") is True:
+        holders, ended = gemini.streamed_text(event)
+        for stream, holder in holders:
+            self._piece(("gemini", stream), holder, "text")
+        if ended:
             for key in [key for key in self._streams if key[0] == "gemini"]:
                 self._streams[("gemini-done", len(self._streams), *key)] = self._streams.pop(key)
 
