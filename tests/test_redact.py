@@ -8,7 +8,7 @@ import string
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from relay.errors import ConfigError
@@ -60,6 +60,7 @@ def test_each_spelling_is_searched_behind_a_character_audio_frames_do_not_hold()
        before=st.text(alphabet=string.ascii_letters + string.digits + '+/={}:,"_ ', max_size=60),
        after=st.text(alphabet=string.ascii_letters + string.digits + '+/={}:,"_ ', max_size=60))
 def test_a_secret_is_never_left_in_a_frame_whatever_its_characters(secret: str, before: str, after: str) -> None:
+    assume(secret not in REDACTED)   # the placeholder itself holds it: nothing to look for
     redactor = Redactor([secret])
     for frame in (before + secret + after, before + secret.replace("/", "\\/") + after):
         assert secret not in redactor.frame(frame)

@@ -155,6 +155,8 @@ class ResponseRecord:
     done_at: float | None = None
     seen_created: bool = False
     batch_handled: bool = False   # the follow-up for its relay calls was decided
+    asked_before_outputs: bool = False   # a client's create held for its relay calls went up at the
+    # hold limit, before their outputs: the outputs then get the relay's own follow-up
 
     @property
     def done(self) -> bool:

@@ -178,6 +178,8 @@ class ClientView:
         first, refused = held.release()
         if first is not None:
             frame, event_id = first
+            if not outputs_in:   # the create answers the user, not the outputs still to come
+                self._asked_before_outputs()
             # with the outputs in, it answers them: the follow-ups waiting are delegated to it
             sequencer.client_create_forwarded(event_id, ctx.now, answers_pending=outputs_in)
             ctx.emit(SendUpstream(frame))
@@ -185,6 +187,16 @@ class ClientView:
             ctx.client_error(ACTIVE_RESPONSE_CODE, "Conversation already has an active response in progress: "
                              "this response.create was not sent (the relay held it while a response was "
                              "active and forwarded the first one held with it, if any)", event_id)
+
+    def _asked_before_outputs(self) -> None:
+        """Mark the responses whose relay calls still run when a held create goes up at the hold
+        limit: the client's ask for them is spent, so their outputs get the relay's own follow-up
+        (`injection.Injector`), even beside the client's own calls."""
+        responses = self.ctx.conversation.responses
+        for entry in self.ctx.ledger.unanswered():
+            response = responses.get(entry.response_id or "")
+            if response is not None:
+                response.asked_before_outputs = True
 
     def hold_deadline(self) -> float | None:
         """When held creates stop waiting for the relay's running tools, while that is still to

@@ -102,7 +102,7 @@ class Injector:
         if not live or any(c.state is not CallState.ANSWERED for c in live):
             return
         response.batch_handled = True
-        if self.has_client_calls(response):
+        if self.has_client_calls(response) and not response.asked_before_outputs:
             return  # the client answers its calls and asks for the response itself
         speakers = [c for c in live if c.speak and c.scheduling != _SILENT]
         if not speakers:
