@@ -3,8 +3,10 @@ replica runs them in a subprocess, another in the test's process, and Redis sees
 
 `refund` is not idempotent: each run applies its effect. `book` takes the call's idempotency key
 and applies its effect once per key, however often it runs. Each run says it started (the list
-`started`); while the key `hold` exists a run blocks after its effect, as a slow tool would, until
-its process is killed or the test pushes to `release:<pid>`."""
+`started`); a run that began while the key `hold` existed blocks after its effect, as a slow tool
+would, until its process is killed or the test pushes to `release:<pid>`. Whether it blocks is read
+before it says it started, so a test that deletes `hold` on seeing the start (to let a later run
+through) cannot let this run finish before the kill."""
 
 from __future__ import annotations
 
@@ -21,8 +23,8 @@ def _client() -> redis.Redis:
     return redis.Redis.from_url(os.environ["RELAY_TEST_REDIS"])
 
 
-def _hold(client: redis.Redis) -> None:
-    if client.exists("hold"):
+def _hold(client: redis.Redis, held: bool) -> None:
+    if held:
         client.blpop([f"release:{os.getpid()}"], timeout=HOLD_SECONDS)
 
 
@@ -30,9 +32,10 @@ def _hold(client: redis.Redis) -> None:
 def refund(order: int) -> str:
     """Refund an order (not idempotent)."""
     client = _client()
+    held = bool(client.exists("hold"))
     client.incr(f"effects:refund:{order}")
     client.rpush("started", f"refund {os.getpid()}")
-    _hold(client)
+    _hold(client, held)
     return f"refunded order {order}"
 
 
@@ -40,8 +43,9 @@ def refund(order: int) -> str:
 def book(slot: str, key: IdempotencyKey) -> str:
     """Book a slot (idempotent by the call's key)."""
     client = _client()
+    held = bool(client.exists("hold"))
     if client.set(f"effects:book:{key}", 1, nx=True):
         client.incr("effects:book")
     client.rpush("started", f"book {os.getpid()}")
-    _hold(client)
+    _hold(client, held)
     return f"booked {slot}"
