@@ -32,7 +32,7 @@ from relay.dialects.gemini_codec import (
     Unknown,
     event_of,
     given,
-    one_by_one,
+    messages_of,
 )
 from relay.inspector.audio import GEMINI_INPUT, GEMINI_OUTPUT, elided, mime_format
 from relay.inspector.building import ModelBuilding
@@ -92,7 +92,7 @@ class GeminiParser:
         if audio_only:
             return
         index = self.model.store(frame, event, elided=elided(event, audio_slots))
-        for one in _messages(message, event):
+        for one in messages_of(event):   # a frame of several: each on its own
             self._read(t, direction, one, index)
 
     def _read(self, t: float, direction: str, message: Message, index: int) -> None:
@@ -237,14 +237,6 @@ class GeminiParser:
                     call.event["answers"][-1]["scheduling"] = scheduling
                 if call.event["outcome"] not in ("error",) and is_error_response(body):
                     call.event["outcome"] = "error"
-
-
-def _messages(message: Message | Unknown, event: Any) -> list[Message]:
-    """The frame's message; each of a frame of several (which the service refuses, but the
-    engine reads one by one too); none for another frame outside the set."""
-    if not isinstance(message, Unknown):
-        return [message]
-    return [one for _, _, one in one_by_one(event) or () if not isinstance(one, Unknown)]
 
 
 def _listed(value: Any) -> list[Any]:
