@@ -99,10 +99,11 @@ class ClientRun:
 
 @asynccontextmanager
 async def client(name: str, relay: RelayServer, *, turns: list[dict[str, str]] = (), until: list[str] = (),
-                 until_errors: list[str] = (), audio_in: bool = False, options: dict[str, Any] | None = None
-                 ) -> AsyncIterator[ClientRun]:
-    """clients/NAME_client.py under the framework's own Python, pointed at `relay`, with this plan; the
-    block runs while it does, and at its end the client must have finished (printed `done`)."""
+                 until_errors: list[str] = (), audio_in: bool = False, options: dict[str, Any] | None = None,
+                 program: str | None = None) -> AsyncIterator[ClientRun]:
+    """clients/NAME_client.py (or clients/PROGRAM_client.py) under the framework NAME's own Python,
+    pointed at `relay`, with this plan; the block runs while it does, and at its end the client must
+    have finished (printed `done`)."""
     python = framework_python(name)
     plan = {"url": relay.url, "token": RELAY_TOKEN, "turns": list(turns), "until": list(until),
             "until_errors": list(until_errors),
@@ -110,7 +111,7 @@ async def client(name: str, relay: RelayServer, *, turns: list[dict[str, str]] =
     environment = {key: value for key, value in os.environ.items()
                    if key not in ("OPENAI_API_KEY", "RELAY_AUTH_TOKEN", "PYTHONPATH")}
     process = await asyncio.create_subprocess_exec(
-        str(python), str(CLIENTS / f"{name}_client.py"), json.dumps(plan), cwd=CLIENTS, env=environment,
+        str(python), str(CLIENTS / f"{program or name}_client.py"), json.dumps(plan), cwd=CLIENTS, env=environment,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True)
     run = ClientRun(process)
     reader = asyncio.create_task(run.read())
