@@ -49,7 +49,14 @@ SCRIPT = MockScript(
 
 
 def framework_python(name: str) -> Path:
-    """The interpreter of .venv-fw-NAME; skips the test (fails it in CI) when it is not there."""
+    """The interpreter of .venv-fw-NAME; skips the test (fails it in CI) when it is not there.
+    With RELAY_FRAMEWORKS_NEWEST=1, that of .venv-fw-NAME-newest (`scripts/frameworks --newest`:
+    the framework's release newer than its lock), skipping the test when there is none."""
+    if os.environ.get("RELAY_FRAMEWORKS_NEWEST"):
+        python = REPO / f".venv-fw-{name}-newest" / "bin" / "python"
+        if not python.exists():
+            pytest.skip(f"{name}: no release newer than its lock (scripts/frameworks --newest)")
+        return python
     python = REPO / f".venv-fw-{name}" / "bin" / "python"
     if not python.exists():
         message = f"{name} is not installed: scripts/frameworks {name}"
