@@ -26,7 +26,9 @@ from relay.cli.options import (
 from relay.edges.config import AUTH_TOKEN_ENV, is_loopback
 from relay.edges.process import run_until_signalled
 from relay.edges.sidecar import (
+    DEFAULT_LIVE_MODEL,
     DEFAULT_MODEL,
+    DELEGATIONS,
     DEFAULT_REST_BASE,
     SidecarServer,
     SidecarServerConfig,
@@ -40,7 +42,13 @@ SIDECAR_OPTIONS = (
     PORT.but(default=WEBHOOK_PORT, help=f"port (default {WEBHOOK_PORT}; 0 picks one)"),
     *SIDEBAND,
     option("--instructions", field=None, metavar="FILE", help="session instructions for accepted calls, from a file"),
-    option("--model", default=DEFAULT_MODEL, help=f"model of accepted calls (default {DEFAULT_MODEL})"),
+    option("--model", default=None,
+           help=f"model of accepted calls (default {DEFAULT_MODEL}; with --dialect live, {DEFAULT_LIVE_MODEL})"),
+    option("--delegation", default=None, choices=DELEGATIONS,
+           help="GPT-Live: the delegation accepted calls get (default client with a @delegate among the "
+                "tools, else responses: the tools in delegation.responses.tools)"),
+    option("--responses-model", default=None, metavar="MODEL",
+           help="GPT-Live: the backend model of Responses delegation (required for it)"),
     option("--rest-base", default=DEFAULT_REST_BASE, metavar="URL",
            help=f"provider REST API that accepts calls (default {DEFAULT_REST_BASE})"),
     DRAIN_SECONDS.but(help="on SIGTERM/SIGINT, how long attached calls keep their tools (default 10)"),

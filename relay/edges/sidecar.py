@@ -1,10 +1,12 @@
 """`relay sidecar`: the webhook entry. The provider announces an incoming SIP call with a signed
-webhook (`realtime.call.incoming`); the relay checks the signature, accepts the call with its
-tools through the provider's REST API, answers 200, and attaches a sidecar to the call.
+webhook (`realtime.call.incoming`; GPT-Live's `live.transport.incoming`, with `--dialect live`);
+the relay checks the signature, accepts the call with its tools through the provider's REST API,
+answers 200, and attaches a sidecar to the call.
 
     phone --SIP--> provider --POST /webhooks/openai--> SidecarServer --accept (REST)--> provider
                        ^                                     |
                        +------ws ?call_id=... (one Sidecar per call, in the server's task group)
+                              (GPT-Live: /v1/live/sessions/{session_id}/attach)
 
 The endpoint is an ASGI application (Starlette), `SidecarServer.app`: `relay sidecar` serves it
 with uvicorn in its own task group (`run()`), and an application that already receives the
@@ -16,50 +18,57 @@ provider's webhooks mounts it in its own app and runs the attached calls in its 
 
 `SidecarServer(config, routes=[...])` adds routes or mounts to that app (a page beside the
 endpoint); `live=LiveHub()` mounts the live inspector of the attached calls at `/inspector`
-(`relay sidecar --inspector`), behind `inspector_token`. The provider's REST calls (accept, reject, hang up) go through httpx (`CallsAPI`).
+(`relay sidecar --inspector`), behind `inspector_token`. The provider's REST calls (accept, and
+reject, refer, hang up for the application) go through httpx (`CallsAPI`, relay/edges/calls.py).
 
-Signatures follow Standard Webhooks as OpenAI applies them: headers `webhook-id`,
-`webhook-timestamp` (Unix seconds) and `webhook-signature` (space-separated `v1,<base64>`
-entries), each entry an HMAC-SHA256 of `{id}.{timestamp}.{body}`. The key is the secret from
-`OPENAI_WEBHOOK_SECRET`: base64-decoded after a `whsec_` prefix, else its UTF-8 bytes (as in the
-`openai` package). A delivery more than five minutes old (or ahead) is refused, and a delivery
-repeated with the same `webhook-id` is answered 200 and otherwise ignored. The check is written
-here (checked against the `openai` package's verifier in the tests) rather than taken from the
-`standardwebhooks` package, which reads the wall clock itself, has a fixed tolerance, raises
-ValueError or UnicodeDecodeError on a malformed signature header or a non-UTF-8 body, and takes a
-plain secret for base64.
+The signatures (Standard Webhooks as OpenAI applies them) and the incoming-call events are
+relay/dialects/webhooks.py's. The key is the secret from `OPENAI_WEBHOOK_SECRET`. A delivery more
+than five minutes old (or ahead) is refused, and a delivery repeated with the same `webhook-id` is
+answered 200 and otherwise ignored.
+
+A GPT-Live call is accepted with `{"session": {"type": "live", "model", "instructions",
+"delegation"}}`: Responses delegation with the relay's tools in `delegation.responses.tools` (the
+backend model is `responses_model`), or client delegation when the tools hold a delegate (or
+`delegation="client"`); then the sidecar attaches at the session's `/attach` path.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
-import hmac
 import json
 import logging
 import os
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Callable
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
 import anyio
 import anyio.abc
-import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
+from relay.dialects.live import LiveDialect
+from relay.dialects.webhooks import (
+    DEFAULT_TOLERANCE,
+    REALTIME_CALL_INCOMING,
+    InvalidSignature,
+    call_family,
+    signature,
+    signed_headers,
+    signing_key,
+    verify,
+)
+from relay.edges.calls import AcceptFailed, CallRequestFailed, CallsAPI
 from relay.edges.config import SidecarConfig
 from relay.edges.fleet import Fleet
 from relay.edges.sideband import Sidecar, SidecarRuntime
 from relay.edges.upstream import UpstreamUnavailable, display_host
-from relay.errors import ConfigError, RelayError
+from relay.errors import ConfigError
 from relay.inspector.live import BASE_PATH as INSPECTOR_PATH
 from relay.inspector.live import LiveHub, asgi_app
 from relay.observe.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -68,77 +77,23 @@ from relay.session.access import page_hosts
 from relay.session.policy import DEFAULT_DRAIN_SECONDS
 from relay.transports.asgi import AppServer, BodyRefused, read_body
 
+__all__ = ["AcceptFailed", "CallRequestFailed", "CallsAPI", "InvalidSignature", "RecentIds", "SidecarServer",
+           "SidecarServerConfig", "signature", "signed_headers", "signing_key", "verify"]
+
 log = logging.getLogger("relay.webhooks")
 
 WEBHOOK_PATH = "/webhooks/openai"
-INCOMING_CALL = "realtime.call.incoming"
+INCOMING_CALL = REALTIME_CALL_INCOMING
 WEBHOOK_SECRET_ENV = "OPENAI_WEBHOOK_SECRET"
-SECRET_PREFIX = "whsec_"
-DEFAULT_TOLERANCE = 300.0
 DEFAULT_REST_BASE = "https://api.openai.com/v1"
 DEFAULT_MODEL = "gpt-realtime"
+DEFAULT_LIVE_MODEL = "gpt-live-1"
 DEFAULT_PORT = 8080
 REMEMBERED_DELIVERIES = 4096
-CREDENTIAL_HEADERS = ("Authorization", "api-key")
+DELEGATIONS = ("responses", "client")
 
 
-# ---- Standard Webhooks signatures ------------------------------------------------------------
-
-class InvalidSignature(RelayError):
-    """The delivery is not signed with the secret, or is too old or too far ahead; the message
-    says which."""
-
-
-def signing_key(secret: str) -> bytes:
-    """The HMAC key of a webhook secret: `whsec_<base64>` is decoded, any other string is used as
-    its UTF-8 bytes. Raises ValueError for a `whsec_` secret that is not base64."""
-    if secret.startswith(SECRET_PREFIX):
-        try:
-            return base64.b64decode(secret[len(SECRET_PREFIX):], validate=True)
-        except binascii.Error:
-            raise ValueError(f"the webhook secret starts with {SECRET_PREFIX} but the rest is not base64") from None
-    return secret.encode()
-
-
-def signature(key: bytes, webhook_id: str, timestamp: str, body: bytes) -> str:
-    """One `webhook-signature` entry: `v1,` and the base64 HMAC-SHA256 of `{id}.{timestamp}.{body}`."""
-    mac = hmac.new(key, f"{webhook_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()
-    return "v1," + base64.b64encode(mac).decode("ascii")
-
-
-def signed_headers(secret: str, body: bytes, *, webhook_id: str, timestamp: int) -> dict[str, str]:
-    """The headers a sender puts on a delivery: to test a deployment's endpoint end to end."""
-    return {
-        "webhook-id": webhook_id,
-        "webhook-timestamp": str(timestamp),
-        "webhook-signature": signature(signing_key(secret), webhook_id, str(timestamp), body),
-    }
-
-
-def verify(key: bytes, headers: Mapping[str, str], body: bytes, *, now: float,
-           tolerance: float = DEFAULT_TOLERANCE) -> str:
-    """Check a delivery (header names in lower case) and return its `webhook-id`; raises
-    `InvalidSignature`. Any one matching `v1` entry is enough, so a secret can be rotated."""
-    webhook_id = headers.get("webhook-id")
-    timestamp = headers.get("webhook-timestamp")
-    signatures = headers.get("webhook-signature")
-    if not webhook_id or not timestamp or not signatures:
-        missing = [name for name, value in (("webhook-id", webhook_id), ("webhook-timestamp", timestamp),
-                                            ("webhook-signature", signatures)) if not value]
-        raise InvalidSignature(f"missing header {', '.join(missing)}")
-    try:
-        sent_at = int(timestamp)
-    except ValueError:
-        raise InvalidSignature("webhook-timestamp is not a Unix time in seconds") from None
-    if now - sent_at > tolerance:
-        raise InvalidSignature(f"the delivery is older than {tolerance:g} s")
-    if sent_at - now > tolerance:
-        raise InvalidSignature(f"the delivery is dated more than {tolerance:g} s ahead")
-    expected = signature(key, webhook_id, timestamp, body).encode()
-    if not any(hmac.compare_digest(expected, entry.encode()) for entry in signatures.split()):
-        raise InvalidSignature("no webhook-signature entry matches the secret")
-    return webhook_id
-
+# ---- deliveries -----------------------------------------------------------------------------
 
 class RecentIds:
     """A bounded memory of the ids seen lately; the oldest is forgotten first."""
@@ -166,100 +121,25 @@ class RecentIds:
         self._ids.pop(item, None)
 
 
-# ---- the provider's REST API for calls ---------------------------------------------------------
-
-class CallRequestFailed(RelayError):
-    """The provider did not do what a REST call asked; the message says why (safe to log)."""
-
-
-class AcceptFailed(CallRequestFailed):
-    """The provider did not accept the call."""
-
-
-_VERBS = {"accept": "accept", "reject": "reject", "hangup": "hang up"}
-
-
-class CallsAPI:
-    """The provider's REST API for SIP calls, `{rest_base}/realtime/calls/{call_id}/accept`,
-    `/reject` and `/hangup`, through one httpx client (opened on first use, closed by `aclose`).
-    The provider key comes from the runtime's upstream credentials and never appears in an error.
-    Each call is bounded by `timeout` seconds in all."""
-
-    def __init__(self, runtime: SidecarRuntime, rest_base: str, timeout: float) -> None:
-        self.runtime = runtime
-        self.rest_base = rest_base.rstrip("/")
-        self.host = display_host(rest_base)
-        self.timeout = timeout
-        self._client: httpx.AsyncClient | None = None
-
-    async def accept(self, call_id: str, session: dict[str, Any]) -> None:
-        """Accept the call with `session` (a GA session config); raises `AcceptFailed`."""
-        try:
-            await self._post(call_id, "accept", session)
-        except CallRequestFailed as exc:
-            raise AcceptFailed(str(exc)) from None
-
-    async def reject(self, call_id: str, status_code: int | None = None) -> None:
-        """Decline the call (the provider's default SIP status is 603, or `status_code`)."""
-        await self._post(call_id, "reject", {} if status_code is None else {"status_code": status_code})
-
-    async def hangup(self, call_id: str) -> None:
-        """End the call."""
-        await self._post(call_id, "hangup", None)
-
-    async def aclose(self) -> None:
-        if self._client is not None:
-            client, self._client = self._client, None
-            await client.aclose()
-
-    async def _post(self, call_id: str, operation: str, body: dict[str, Any] | None) -> None:
-        runtime, host, verb = self.runtime, self.host, _VERBS[operation]
-        url = f"{self.rest_base}/realtime/calls/{quote(call_id, safe='')}/{operation}"
-        try:
-            credentials = await runtime.upstream.headers(runtime.dialect)
-        except Exception as exc:
-            raise CallRequestFailed(runtime.redactor(
-                f"could not get an access token: {type(exc).__name__}: {exc}")) from None
-        headers = {name: value for name, value in credentials.items() if name in CREDENTIAL_HEADERS}
-        if self._client is None:
-            self._client = httpx.AsyncClient(timeout=self.timeout, headers={"User-Agent": "relay"})
-        try:
-            with anyio.fail_after(self.timeout):
-                response = await self._client.post(url, headers=headers, json=body)
-        except (TimeoutError, httpx.TimeoutException):
-            raise CallRequestFailed(f"{host} did not answer the {verb} within {self.timeout:g} s") from None
-        except httpx.HTTPError as exc:
-            raise CallRequestFailed(runtime.redactor(
-                f"cannot reach {host}: {str(exc) or type(exc).__name__}")) from None
-        if not response.is_success:
-            raise CallRequestFailed(runtime.redactor(
-                f"{host} refused to {verb} call {call_id}: HTTP {response.status_code} {_error_message(response)}"))
-
-
-def _error_message(response: httpx.Response) -> str:
-    """The provider's error message from an error response, shortened."""
-    try:
-        message = response.json()["error"]["message"]
-    except (ValueError, KeyError, TypeError):
-        message = response.content.decode("utf-8", "replace")
-    message = " ".join(str(message).split())
-    return message if len(message) <= 200 else message[:197] + "..."
-
-
 # ---- the server --------------------------------------------------------------------------------
 
 @dataclass
 class SidecarServerConfig(SidecarConfig):
     """`relay sidecar`: the sidecar settings, plus where to listen, the REST API that accepts
-    calls, and the session each accepted call gets (`model`, `instructions`, the tools).
+    calls, and the session each accepted call gets (`model`, `instructions`, the tools; `model`
+    None: `gpt-realtime`, or `gpt-live-1` with `dialect="live"`). GPT-Live only: `delegation`
+    (`responses`, `client`; None: `client` when the tools hold a delegate, else `responses`) and
+    `responses_model`, the backend model of Responses delegation (required for it).
     `webhook_secret=None` reads `OPENAI_WEBHOOK_SECRET`."""
 
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
     rest_base: str = DEFAULT_REST_BASE
     webhook_secret: str | None = None
-    model: str = DEFAULT_MODEL
+    model: str | None = None
     instructions: str | None = None
+    delegation: str | None = None
+    responses_model: str | None = None
     tolerance: float = DEFAULT_TOLERANCE
     accept_timeout: float = 10.0
     drain_seconds: float = DEFAULT_DRAIN_SECONDS
@@ -281,6 +161,8 @@ class SidecarServer:
         self.config = config
         self.runtime = SidecarRuntime(config)
         self.live = live
+        self.family = call_family(self.runtime.dialect.wire)   # how its calls are announced and decided
+        self._check_live_session()
         secret = config.webhook_secret if config.webhook_secret is not None else os.environ.get(WEBHOOK_SECRET_ENV, "")
         if not secret.strip():
             raise ConfigError(f"no webhook secret: set {WEBHOOK_SECRET_ENV} to the secret of the webhook endpoint")
@@ -457,14 +339,13 @@ class SidecarServer:
         if delivery in self._deliveries:
             log.info("webhook delivered again; ignored", extra=fields)
             return Response(status_code=200)
-        if event.get("type") != INCOMING_CALL:
+        call_id = self.family.call_id(event)
+        if call_id is None:
             self._deliveries.add(delivery)
-            log.info("webhook ignored: not an incoming call", extra=fields)
+            log.info("webhook ignored: not an incoming call for %s", self.runtime.dialect.name, extra=fields)
             return Response(status_code=200)
-        data = event.get("data")
-        call_id = data.get("call_id") if isinstance(data, dict) else None
-        if not isinstance(call_id, str) or not call_id:
-            return _error(400, f"{INCOMING_CALL} without data.call_id", "invalid_event")
+        if not call_id:
+            return _error(400, f"{event['type']} without data.{self.family.id_field}", "invalid_event")
         fields["realtime_call_id"] = call_id
         if self.draining or self._task_group is None:
             return _error(503, "not serving calls now; deliver again later", "unavailable")
@@ -491,17 +372,57 @@ class SidecarServer:
 
     # ---- calls -------------------------------------------------------------------------
     def session_config(self) -> dict[str, Any]:
-        """The GA session an accepted call gets: the model, the instructions, the relay's tools."""
-        session: dict[str, Any] = {"type": "realtime", "model": self.config.model}
-        if self.config.instructions is not None:
-            session["instructions"] = self.config.instructions
-        if len(self.runtime.tools):
-            session["tools"] = self.runtime.dialect.tool_definitions(self.runtime.tools)
+        """The session an accepted call gets: the model, the instructions, the relay's tools (a
+        Realtime GA session; GPT-Live's: its delegation, the tools in Responses delegation's)."""
+        config, tools = self.config, self.runtime.tools
+        if self.family.wraps_session:
+            return self._live_session()
+        session: dict[str, Any] = {"type": "realtime", "model": config.model or DEFAULT_MODEL}
+        if config.instructions is not None:
+            session["instructions"] = config.instructions
+        if len(tools):
+            session["tools"] = self.runtime.dialect.tool_definitions(tools)
+        return session
+
+    def _live_delegation(self) -> str:
+        if self.config.delegation is not None:
+            return self.config.delegation
+        return "client" if self.runtime.tools.delegate is not None else "responses"
+
+    def _check_live_session(self) -> None:
+        """A GPT-Live sidecar's settings: a known delegation, and a backend model for Responses."""
+        config = self.config
+        if not self.family.wraps_session:
+            if config.delegation is not None or config.responses_model is not None:
+                raise ConfigError("--delegation and --responses-model are GPT-Live's (--dialect live)")
+            return
+        if config.delegation not in (None, *DELEGATIONS):
+            raise ConfigError(f"--delegation must be one of {', '.join(DELEGATIONS)}, not {config.delegation!r}")
+        if self._live_delegation() == "responses" and not config.responses_model:
+            raise ConfigError("GPT-Live calls are accepted in Responses delegation with the relay's tools: "
+                              "set --responses-model (the backend model, e.g. the one your Responses app uses)")
+
+    def _live_session(self) -> dict[str, Any]:
+        """GPT-Live's accept session (`openai.types.live.session_accept_params.Session`): no
+        `audio.format` (SIP negotiates it)."""
+        config = self.config
+        session: dict[str, Any] = {"type": "live", "model": config.model or DEFAULT_LIVE_MODEL}
+        if config.instructions is not None:
+            session["instructions"] = config.instructions
+        if self._live_delegation() == "client":
+            session["delegation"] = {"type": "client"}
+            return session
+        responses: dict[str, Any] = {"model": config.responses_model}
+        dialect = self.runtime.dialect
+        if len(self.runtime.tools) and isinstance(dialect, LiveDialect):
+            responses["tools"] = [dialect.function_tool(spec.name, spec.description, spec.parameters)
+                                  for spec in self.runtime.tools]
+        session["delegation"] = {"type": "responses", "responses": responses}
         return session
 
     async def accept(self, call_id: str) -> None:
-        """Accept the call through the provider's REST API (`POST .../realtime/calls/{id}/accept`)
-        with the provider key; raises `AcceptFailed`."""
+        """Accept the call through the provider's REST API (`POST .../realtime/calls/{id}/accept`,
+        GPT-Live's `.../live/sessions/{id}/accept`) with the provider key; raises `AcceptFailed`."""
         await self.calls_api.accept(call_id, self.session_config())
 
     def _attach(self, call_id: str, *, takeover: bool = False) -> None:

@@ -35,7 +35,8 @@ Dialects: `openai` (GA; beta when the client sends `OpenAI-Beta: realtime=v1`), 
 the Foundry item fields), `xai` (xAI's quirks), `voicelive` (Voice Live's path and quirks) and
 `gemini` (Gemini Live's BidiGenerateContent paths) and `live` (OpenAI's GPT-Live at
 `/v1/live/sessions`: `LiveMockSession`, `mock.live_options = LiveOptions(...)`,
-`await mock.user_turn(session, text)`, `await mock.close_live(session, reason)`). Scripts are described in
+`await mock.user_turn(session, text)`, `await mock.close_live(session, reason)`; SIP calls and their
+signed webhook: `mock.live_calls`). Scripts are described in
 `relay.mock.script`, faults in `relay.mock.faults`, the session rules in `relay.mock.session`;
 `docs/mock.md` has the full guide.
 """

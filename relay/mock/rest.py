@@ -4,6 +4,8 @@ uvicorn on its `rest_url`:
     POST /v1/realtime/calls/{call_id}/accept   a GA session config; checked like a session.update
     POST /v1/realtime/calls/{call_id}/reject   optional {"status_code": <SIP code>}; ends the call
     POST /v1/realtime/calls/{call_id}/hangup   ends the call, its sockets closed normally
+    POST /v1/live/sessions/{session_id}/accept|reject|refer|hangup   GPT-Live's SIP calls
+                                               (relay/mock/live_calls.py: 409 for a second decision)
 
 Each needs the key when the mock has one (401), answers 404 for an unknown or ended call or an
 unknown endpoint, 405 for another method, 400 for a bad body, and 200 with an empty body when
@@ -21,6 +23,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from relay.dialects.webhooks import CALL_OPERATIONS
+from relay.mock.live_calls import DecisionMade, LiveCalls
+from relay.mock.live_config import LiveRefusal
 from relay.mock.session import MockSession
 from relay.mock.wire import ProtocolError
 from relay.session.policy import NORMAL_CLOSURE
@@ -32,12 +37,14 @@ class CallControl(Protocol):
     """What the REST API drives (`MockUpstream` has it): the calls of the mock and their end."""
 
     api_key: str | None
+    live_calls: LiveCalls
 
     def find_session(self, call_id: str) -> MockSession | None: ...
     async def close_session(self, session: MockSession, code: int = ..., reason: str = "") -> None: ...
     async def accept_call(self, session: MockSession, config: Any) -> None: ...
 
 CALLS = "/v1/realtime/calls/{call_id}"
+LIVE_SESSIONS = "/v1/live/sessions/{session_id}"
 SIP_STATUS_RANGE = range(400, 700)
 
 
@@ -89,6 +96,28 @@ def rest_app(mock: CallControl) -> Starlette:
             return error_body(400, error.message, error.code, error.param)
         return Response(status_code=200)
 
+    async def live_operation(request: Request) -> Response:
+        if not authorized(request):
+            return error_body(401, "Incorrect API key provided.", "invalid_api_key")
+        session_id = request.path_params["session_id"]
+        operation = request.url.path.rsplit("/", 1)[1]
+        call = mock.live_calls.find(session_id)
+        if call is None or call.session.ended:
+            return error_body(404, f"Session '{session_id}' not found.", "session_not_found")
+        try:
+            body = await read_body(request)
+            config: Any = json.loads(body) if body else None
+        except BodyRefused as refused:
+            return error_body(refused.status, str(refused), "invalid_body")
+        except ValueError:
+            return error_body(400, "The body is not valid JSON.", "invalid_json")
+        try:
+            await mock.live_calls.decide(call, operation, config)
+        except LiveRefusal as refusal:
+            return error_body(409 if isinstance(refusal, DecisionMade) else 400, refusal.message, refusal.code,
+                              refusal.param)
+        return Response(status_code=200)
+
     async def not_found(request: Request, exc: Exception) -> Response:
         return error_body(404, f"Unknown endpoint {request.method} {request.url.path}.", "not_found")
 
@@ -97,4 +126,5 @@ def rest_app(mock: CallControl) -> Starlette:
 
     routes = [Route(f"{CALLS}/{operation}", call_operation, methods=["POST"])
               for operation in ("accept", "reject", "hangup")]
+    routes += [Route(f"{LIVE_SESSIONS}/{operation}", live_operation, methods=["POST"]) for operation in CALL_OPERATIONS]
     return Starlette(routes=routes, exception_handlers={404: not_found, 405: method_not_allowed})

@@ -34,6 +34,7 @@ from relay.mock.gemini import URL_PATH as GEMINI_URL_PATH
 from relay.mock.handshake import VOICE_LIVE_PATH, Refusal, Route, route_handshake
 from relay.mock.live import LIVE, LiveMockSession, live_route
 from relay.mock.live_backend import LiveOptions
+from relay.mock.live_calls import LiveCalls
 from relay.mock.quirks import Quirks, quirks_of
 from relay.mock.requests import Action, Emit, Stream, Wake
 from relay.mock.responses import Pause, ResponseRun
@@ -151,11 +152,11 @@ class MockUpstream:
         self.api_key = api_key
         self.faults = faults or Faults()
         self.quirks = quirks or quirks_of(dialect)
-        """What the provider's server does differently (relay/mock/quirks.py): its documented
-        behaviour unless given."""
+        """What the provider's server does differently (relay/mock/quirks.py): as documented unless given."""
         self.host = host
         self.sessions: list[MockSession | GeminiMockSession | LiveMockSession] = []
         self.live_options = LiveOptions()   # GPT-Live sessions' behaviour (relay/mock/live_backend.py)
+        self.live_calls = LiveCalls(self)   # GPT-Live's SIP calls (relay/mock/live_calls.py)
         self._requested_ports = (port, rest_port)
         self._received = _Journal()
         self._sent = _Journal()
@@ -271,8 +272,10 @@ class MockUpstream:
 
     # -- driving sessions from tests -----------------------------------------------------------
     def create_call(self, model: str = DEFAULT_MODEL) -> str:
-        """Create a session with no socket (like an incoming SIP call) and return its call_id,
-        for a sideband connection (`?call_id=`) and the REST accept/reject/hangup endpoints."""
+        """Create a session with no socket (like an incoming SIP call) and return its call_id, for a
+        sideband (`?call_id=`) and the REST accept/reject/hangup (GPT-Live: `live_calls.create()`)."""
+        if self.dialect == LIVE:
+            return self.live_calls.create().id
         return self._new_session(self._wire(beta=False), model, {}, is_call=True).call_id
 
     def start_response(

@@ -127,4 +127,4 @@ def test_attach_and_sidecar_are_relay_subcommands() -> None:
     attach = build_parser().parse_args(["attach", "--call-id", "rtc_1", "--tools", "t.py", "--declare-tools"])
     assert (attach.call_id, attach.tools, attach.declare_tools, attach.reconnect_attempts) == ("rtc_1", ["t.py"], True, 6)
     sidecar = build_parser().parse_args(["sidecar", "--tools", "t.py"])
-    assert (sidecar.port, sidecar.rest_base, sidecar.model) == (8080, "https://api.openai.com/v1", "gpt-realtime")
+    assert (sidecar.port, sidecar.rest_base, sidecar.model) == (8080, "https://api.openai.com/v1", None)   # the dialect's
