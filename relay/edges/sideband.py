@@ -38,11 +38,13 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import anyio
 
+from relay.dialects import live
+from relay.dialects.live import LiveDialect
 from relay.dialects.openai import OpenAIFamily
 from relay.edges.config import EdgeRuntime, SidecarConfig
 from relay.edges.takeover import RUN, Adoption, Handovers, adopt, output_call_id
 from relay.edges.upstream import UpstreamUnavailable
-from relay.engine import Engine, Notice, Outcome, SendUpstream, StartHandler, new_engine
+from relay.engine import CallState, Engine, Notice, Outcome, SendUpstream, StartHandler, new_engine
 from relay.observe.logs import log_notice
 from relay.observe.tracing import SessionTrace, Tracing, tracing_for
 from relay.recording.taps import FrameTap, Taps
@@ -127,6 +129,7 @@ class SidebandLoop(SessionLoop):
         self.lease: SessionLease | None = None   # the call's lease, with a shared store
         self._family = engine.dialect
         self._marked: set[int] = set()       # outputs whose record is marked sent: they go up now
+        self._sent_calls: set[str] = set()   # calls marked sent (a delegation's answer: several appends)
         self._adopted: dict[str, Any] = {}   # call_id -> Decision, for calls taken over
 
     def lose_lease(self, reason: str, *, handed_off: bool = False) -> None:
@@ -148,18 +151,36 @@ class SidebandLoop(SessionLoop):
                                         "handed off" if handed_off else "lease lost")
 
     def act_send_upstream(self, action: SendUpstream) -> None:
-        """With a lease, a call's output waits (with what follows it) until its record is marked
-        sent under the lease: an output never goes up from two replicas."""
+        """With a lease, a call's output (GPT-Live: a backend call's output, or the appends that
+        answer a delegation) waits, with what follows it, until its record is marked sent under
+        the lease: an answer never goes up from two replicas. The further appends of an answer
+        already marked go up behind the first."""
         if self.lease_lost is not None:
             return
         if self.lease is not None and id(action) not in self._marked and self._task_group is not None:
-            call_id = output_call_id(action.frame, self._family)
+            call_id = self._answers(action.frame)
             if call_id is not None:
                 self._carry_out.hold()
                 self._task_group.start_soon(self._send_marked, action, call_id, name="mark sent")
                 return
         self._marked.discard(id(action))
         super().act_send_upstream(action)
+
+    def _answers(self, frame: str | bytes) -> str | None:
+        """The relay call a frame going up answers and whose record is not yet marked sent."""
+        if not isinstance(self._family, LiveDialect):
+            return output_call_id(frame, self._family)
+        event = live.decode(frame)
+        if isinstance(event, live.ResponseItemCreate):
+            item = event.item if isinstance(event.item, dict) else {}
+            call_id = item.get("call_id") if item.get("type") == live.FUNCTION_CALL_OUTPUT else None
+        elif isinstance(event, live.APPENDS) and isinstance(event.delegation_id, str):
+            entry = self.engine.ledger.get(event.delegation_id)
+            # a filler while the delegate runs is progress, not the answer: never marked sent
+            call_id = event.delegation_id if entry is not None and entry.state is not CallState.RUNNING else None
+        else:
+            return None
+        return call_id if isinstance(call_id, str) and call_id not in self._sent_calls else None
 
     async def _send_marked(self, action: SendUpstream, call_id: str) -> None:
         assert self.lease is not None
@@ -168,6 +189,7 @@ class SidebandLoop(SessionLoop):
         if not kept or self.lease_lost is not None:
             return   # the lease was lost: `lose_lease` stopped the session's work
         self._marked.add(id(action))
+        self._sent_calls.add(call_id)
         self._apply([action, *held])
 
     def act_start_handler(self, action: StartHandler) -> None:
