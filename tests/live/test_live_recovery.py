@@ -204,3 +204,31 @@ async def test_an_answer_decided_before_another_replica_took_the_lease_never_goe
     finally:
         await store.close()
         await effects.aclose()
+
+
+async def test_a_call_hung_up_mid_tool_ends_the_sideband_and_its_late_answer_is_dropped() -> None:
+    gated = Gated()
+    waits: list[float] = []
+
+    async def backoff(seconds: float) -> None:
+        waits.append(seconds)
+
+    async with MockUpstream(script=SCRIPT, dialect="live") as mock:
+        session = await accepted_call(mock, gated, RESPONSES)
+        async with attached(mock, session, gated.tools(RESPONSES), backoff) as (sidecar, _):
+            await mock.user_turn(session, "What's the weather in Paris?")
+            with anyio.fail_after(TIMEOUT):
+                await gated.entered.wait()
+            await AsyncOpenAI(api_key="sk-test", base_url=mock.rest_url, max_retries=0).live.sessions.hangup(session.id)
+            with anyio.fail_after(TIMEOUT):
+                await sidecar.ended.wait()
+            gated.opened.set()   # the late result: nobody to give it to
+            assert sidecar.engine is not None
+            weather = next(entry for entry in sidecar.engine.calls if entry.name == "get_weather")
+    assert sidecar.end is not None and (sidecar.end.by, sidecar.end.reason) == ("upstream", "call ended")
+    assert waits == [0.2], "one attempt to re-attach, refused with 404: the session is over"
+    assert weather.state is not CallState.ANSWERED
+    assert weather.call_id not in [call_id for _, _, call_id in answers(mock, session)]
+    assert creates(mock) == []
+    closed = [r.event for r in mock.sent if r.event["type"] == "session.closed"]
+    assert [e["reason"] for e in closed] == ["close_requested"]

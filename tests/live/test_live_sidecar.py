@@ -26,6 +26,7 @@ from openai.types.live.session_accept_params import SessionAcceptParams
 from openai.types.webhooks import LiveCallIncomingWebhookEvent, LiveTransportIncomingWebhookEvent
 from pydantic import TypeAdapter
 
+from relay.cli import main
 from relay.dialects.webhooks import signed_headers
 from relay.edges.sidecar import CallRequestFailed, SidecarServer, SidecarServerConfig
 from relay.errors import ConfigError
@@ -33,6 +34,7 @@ from relay.mock import MockUpstream
 from relay.session.loop import SessionEnd
 from tests.live.test_live_mock import SCRIPT, SERVER_EVENT, assistant, get_time, get_weather
 from tests.support.clients import TIMEOUT
+from tests.support.paths import REPO
 
 SECRET = "whsec_" + base64.b64encode(b"live webhook key for tests").decode()
 INSTRUCTIONS = "You answer the phone for a weather service."
@@ -221,3 +223,14 @@ def test_a_live_sidecar_needs_a_backend_model_for_its_tools_and_knows_its_delega
                                              "upstream": "wss://api.openai.com/v1/realtime"}, responses_model="x"))
     client = SidecarServer(SidecarServerConfig(**base, delegation="client"))
     assert client.session_config() == {"type": "live", "model": "gpt-live-1", "delegation": {"type": "client"}}
+
+
+def test_relay_sidecar_for_gpt_live_without_a_backend_model_says_so_in_one_line_and_exits_2(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], restore_logging: None) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("OPENAI_WEBHOOK_SECRET", SECRET)
+    tools = str(REPO / "tests" / "fixtures" / "weather_tools.py")
+    assert main(["sidecar", "--port", "0", "--tools", tools, "--upstream", "wss://api.openai.com/v1/live/sessions"]) == 2
+    err = capsys.readouterr().err
+    assert "set --responses-model" in err and "Traceback" not in err
+    assert len([line for line in err.splitlines() if line.strip()]) == 1
