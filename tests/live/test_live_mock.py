@@ -80,8 +80,22 @@ async def conversation(mock: MockUpstream, port: int, delegation: dict[str, Any]
                 event = SERVER_EVENT.validate_json(raw)
                 if event.type == "session.output_transcript.delta":
                     heard += event.delta
-        await connection.send({"type": "session.close"})
+        await close_reading(connection, received)
     return "\n".join(received)
+
+
+async def close_reading(connection: Any, received: list[str] | None = None) -> None:
+    """Close the session as a client that keeps reading does: `session.close`, then every event
+    until `session.closed`. (A client that stops reading leaves the server's close frame behind
+    the audio it has not read, and its closing handshake waits out its timeout.)"""
+    await connection.send({"type": "session.close"})
+    with anyio.fail_after(TIMEOUT):
+        while True:
+            raw = await connection.recv_bytes()
+            if received is not None:
+                received.append(raw.decode())
+            if SERVER_EVENT.validate_json(raw).type == "session.closed":
+                return
 
 
 async def answer_own_call(connection: Any, received: list[str]) -> None:
@@ -175,6 +189,7 @@ async def test_attach_beside_an_sdk_session_answers_its_calls_on_the_sideband() 
                     if event.type == "session.output_transcript.delta":
                         heard += event.delta
             await sidecar.stop()
+            await close_reading(connection)
     sideband = [record for record in mock.received if record.connection != 0]
     kinds = [record.event["type"] for record in sideband]
     assert "session.start" not in kinds, "an attached relay never starts the session"
