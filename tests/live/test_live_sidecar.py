@@ -35,6 +35,7 @@ from relay.session.loop import SessionEnd
 from tests.live.test_live_mock import SCRIPT, SERVER_EVENT, assistant, get_time, get_weather
 from tests.support.clients import TIMEOUT
 from tests.support.paths import REPO
+from tests.support.tools import Gate
 
 SECRET = "whsec_" + base64.b64encode(b"live webhook key for tests").decode()
 INSTRUCTIONS = "You answer the phone for a weather service."
@@ -60,9 +61,12 @@ def sdk(mock: MockUpstream) -> AsyncOpenAI:
 
 async def heard(mock: MockUpstream, session: Any, says: str) -> None:
     """Let the caller's audio run until the model said `says` (its transcript on the timeline)."""
+    def spoken() -> str:   # each piece once, whichever sidebands it reached
+        return "".join({r.event["event_id"]: r.event["delta"] for r in mock.sent if r.session_id == session.id
+                        and r.event["type"] == "session.output_transcript.delta"}.values())
+
     with anyio.fail_after(TIMEOUT):
-        while says not in "".join(r.event["delta"] for r in mock.sent if r.session_id == session.id
-                                  and r.event["type"] == "session.output_transcript.delta" and r.connection == 0):
+        while says not in spoken():
             await mock.live_calls.caller_audio(session, 200)
 
 
@@ -234,3 +238,30 @@ def test_relay_sidecar_for_gpt_live_without_a_backend_model_says_so_in_one_line_
     err = capsys.readouterr().err
     assert "set --responses-model" in err and "Traceback" not in err
     assert len([line for line in err.splitlines() if line.strip()]) == 1
+
+
+async def test_a_sidecar_call_whose_sideband_drops_mid_tool_re_attaches_and_answers_once() -> None:
+    gate = Gate()
+    async with MockUpstream(script=SCRIPT, dialect="live") as mock, \
+            live_sidecar(mock, [gate.tool, get_time], reconnect_delay=0.0) as server:
+        session = mock.live_calls.create()
+        assert (await mock.live_calls.announce(session, server.url, SECRET)).status_code == 200
+        sidecar = server.calls[session.id]
+        with anyio.fail_after(TIMEOUT):
+            await sidecar.attached.wait()
+        await mock.user_turn(session, "What's the weather in Paris?")
+        with anyio.fail_after(TIMEOUT):
+            await gate.entered.wait()
+        await mock.live_calls.drop(session)
+        await mock.wait_for_sent(lambda e: e["type"] == "session.started", TIMEOUT, start=1)
+        gate.opened.set()
+        await mock.wait_for(lambda e: e["type"] == "response.create", TIMEOUT)
+        await heard(mock, session, "Here it is")
+        await sdk(mock).live.sessions.hangup(session.id)
+        with anyio.fail_after(TIMEOUT):
+            await sidecar.ended.wait()
+    assert len(session.connections) == 2 and sidecar.reconnects >= 1
+    outputs = [r.event["item"]["call_id"] for r in mock.received if r.event["type"] == "response.item.create"]
+    assert sorted(outputs) == sorted(session.backend.calls), "each call answered once"
+    assert [r.connection for r in mock.received if r.event["type"] == "response.create"] == [1]
+    assert not any(e["type"] == "error" for e in validated(mock)), "the mock refused something"
