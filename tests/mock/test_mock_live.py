@@ -353,6 +353,9 @@ async def test_the_sdk_holds_a_client_delegation_and_a_sideband_attaches() -> No
                 await connection.session.close()
                 closed = await _until(connection, "session.closed")
                 assert closed.reason == "close_requested"
+                # read on to the sideband's own session.closed, as a client does: what it leaves
+                # unread holds its closing handshake up until the timeout
+                assert (await _until(sideband, "session.closed")).reason == "close_requested"
     for record in mock.sent:
         validated(record.event, sideband=record.connection != 0)
     assert json.loads(json.dumps(mock.received[0].event))["type"] == "session.start"
