@@ -228,6 +228,10 @@ async def test_a_fleet_of_three_keeps_every_call_through_a_kill_and_a_drain(redi
         except BaseException:
             for session, n in turns.stuck:
                 print("STUCK", n, session.call_id, [c.closed for c in session.connections])
+                for record in mock.received:   # what reached the provider from each sideband
+                    if record.session_id == session.id:
+                        item = record.event.get("item") or {}
+                        print("  received on", record.connection, record.event.get("type"), item.get("call_id", ""))
                 for r, made in enumerate(replicas):
                     for line in made.lines:
                         if line.get("realtime_call_id") == session.call_id:
