@@ -10,9 +10,11 @@ from relay.dialects.openai import OpenAIFamily
 
 _AZURE_KEYS = ("AZURE_OPENAI_API_KEY",)
 _AZURE_HOSTS = (".openai.azure.com", ".cognitiveservices.azure.com")
+_AZURE_MINUTES = 30   # an Azure realtime session's maximum duration (OpenAI's: 60)
 
 AZURE = OpenAIFamily(
     name="azure",
+    session_minutes=_AZURE_MINUTES,
     auth_header="api-key",
     key_env=_AZURE_KEYS,
     default_url=None,
@@ -21,6 +23,7 @@ AZURE = OpenAIFamily(
 )
 AZURE_PREVIEW = OpenAIFamily(
     name="azure-preview",
+    session_minutes=_AZURE_MINUTES,
     wire="beta",
     auth_header="api-key",
     key_env=_AZURE_KEYS,
@@ -29,6 +32,7 @@ AZURE_PREVIEW = OpenAIFamily(
 )
 FOUNDRY = OpenAIFamily(
     name="foundry",
+    session_minutes=_AZURE_MINUTES,
     foundry_fields=True,
     auth_header="api-key",
     key_env=_AZURE_KEYS,

@@ -151,6 +151,8 @@ class OpenAIFamily(Dialect):
     opening_events: tuple[str, ...] = ("session.created",)
     typed_session: bool = True
     response_defaults: Mapping[str, Any] = field(default_factory=dict)
+    session_minutes: int = 60
+    """The session's maximum duration: then the server says `SESSION_EXPIRED` and closes it."""
     ga_names: Mapping[str, str] = field(init=False, repr=False, compare=False)
     """Every name an event of this variant may arrive by -> its GA name (the engine's lookup)."""
     server_names: Mapping[str, str] = field(init=False, repr=False, compare=False)
@@ -243,6 +245,17 @@ class OpenAIFamily(Dialect):
         if self.wire == "beta" and "output_modalities" in options:
             options["modalities"] = options.pop("output_modalities")
         return {"type": "response.create", "event_id": event_id, "response": options}
+
+
+SESSION_EXPIRED = "session_expired"
+"""The `error` code a session gets at its maximum duration (`OpenAIFamily.session_minutes`), before
+the server closes it (as OpenAI's and Azure's servers are reported to send it)."""
+
+
+def expiry_message(family: Dialect) -> str:
+    """The message of that error."""
+    minutes = family.session_minutes if isinstance(family, OpenAIFamily) else 60
+    return f"Your session hit the maximum duration of {minutes} minutes."
 
 
 OPENAI_BETA = OpenAIFamily(

@@ -37,7 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from relay.offline import explore_quirks as quirks
 from relay.offline.explore_checks import DESCRIPTIONS, REPLAY_INVARIANT, Check, broken
+from relay.offline.explore_quirks import PerturbedSession, describe
 from relay.offline.explore_session import (
     ANCHORS,
     Conversation,
@@ -74,7 +76,7 @@ class Finding:
         lines = [f"invariant broken: {self.invariant} ({_DESCRIBED.get(self.invariant, 'yours')})",
                  f"  {self.message}",
                  f"  shrunk from {len(self.original)} to {len(self.schedule)} perturbation(s):"]
-        lines += [f"    - {p.describe()}" for p in self.schedule] or ["    - none: the conversation as scripted"]
+        lines += [f"    - {describe(p)}" for p in self.schedule] or ["    - none: the conversation as scripted"]
         if self.recording is not None:
             lines.append(f"  recording: {self.recording}")
         if self.page is not None:
@@ -147,7 +149,7 @@ def run_schedule(conversation: Conversation, schedule: Schedule, own: dict[str, 
     open (to save it)."""
     if reset is not None:
         reset()
-    session = ExploredSession(conversation, schedule)
+    session = PerturbedSession(conversation, schedule)
     try:
         session.play()
         found = broken(session, own or {})
@@ -159,8 +161,9 @@ def run_schedule(conversation: Conversation, schedule: Schedule, own: dict[str, 
     return _Run(schedule, found, session.observed, session)
 
 
-def boundaries(conversation: Conversation, base: Observed) -> list[Perturbation]:
-    """Every single perturbation the conversation's shape allows (see the module docstring)."""
+def boundaries(conversation: Conversation, base: Observed, names: dict[str, str] | None = None) -> list[Perturbation]:
+    """Every single perturbation the conversation's shape allows (see the module docstring);
+    `names`: call id -> its tool's name, in the run as scripted (for `mcp_dies`)."""
     space: list[Perturbation] = []
     gemini = conversation.dialect == "gemini"
     for number in range(1, len(base.calls) + 1):
@@ -177,12 +180,13 @@ def boundaries(conversation: Conversation, base: Observed) -> list[Perturbation]
             space.append(Perturbation("done_first", number))
     if gemini and base.calls:
         space.append(Perturbation("call_parts", 1))
-    return space
+    return space + quirks.space(conversation, base, names or {})
 
 
 def _compatible(schedule: Schedule) -> bool:
     """At most one handler behaviour per call (a handler cannot both hang and raise)."""
-    handler_calls = [p.call for p in schedule if p.kind in ("finish", "past_filler", *HANDLER_BEHAVIOURS)]
+    handler_calls = [p.call for p in schedule
+                     if p.kind in ("finish", "past_filler", *HANDLER_BEHAVIOURS, *quirks.HANDLER_KINDS)]
     return len(handler_calls) == len(set(handler_calls)) and len(set(schedule)) == len(schedule)
 
 
@@ -250,7 +254,7 @@ def explore(conversation: Conversation, *, budget: int = DEFAULT_BUDGET, seed: i
     result = ExploreResult(conversation.name, seed, held={name: 0 for name in (SETTLES, *DESCRIPTIONS, *own)})
     started = time.perf_counter()
     base = run_schedule(conversation, (), own, reset)
-    space = boundaries(conversation, base.observed)
+    space = boundaries(conversation, base.observed, {entry.call_id: entry.name for entry in base.session.engine.ledger})
     result.boundaries = len(space)
     covered: set[Perturbation] = set()
     fingerprints: set[tuple[Perturbation, ...]] = set()

@@ -69,11 +69,21 @@ def nothing_owed(session: ExploredSession) -> str | None:
     return None
 
 
+def nothing_sent_while_away(session: ExploredSession) -> str | None:
+    """While the upstream connection is away (a `reconnect`), the relay sends nothing upstream (it
+    would be lost): what it decided waits for the connection's return."""
+    lost = getattr(session, "sent_while_away", ())
+    if not lost:
+        return None
+    return f"the relay sent {len(lost)} frame(s) upstream while the connection was away: {lost[0][:80]}"
+
+
 SESSION_INVARIANTS: dict[str, tuple[str, Check]] = {
     "handler_once": ("no handler runs twice for one call", handler_once),
     "cancelled_not_spoken": ("a cancelled call's output is never spoken", cancelled_not_spoken),
     "client_never_sees_relay_call": ("the client never sees a call the relay owns", client_never_sees_relay_call),
     "nothing_owed": ("nothing is left owed at the end of the session", nothing_owed),
+    "nothing_sent_while_away": ("nothing goes upstream while the connection is away", nothing_sent_while_away),
 }
 
 REPLAY_INVARIANT = "replays_same"
@@ -91,7 +101,10 @@ def broken(session: ExploredSession, own: dict[str, Check]) -> list[tuple[str, s
     timeline = session.timeline
     seen: set[str] = set()
     abandoned = {entry.call_id for entry in session.engine.ledger if entry.state == CallState.ABANDONED}
+    unseen = session.unseen_calls() if hasattr(session, "unseen_calls") else set()
     for name, violation in violations(timeline):
+        if any(call_id in violation.message for call_id in unseen):
+            continue   # a call whose frames the connection lost: the relay never knew of it
         if session.closed and abandoned and any(call_id in violation.message for call_id in abandoned):
             continue   # the connection dropped: an abandoned call is owed nothing more (see nothing_owed)
         if session.closed and name == "spoke_after_tools":

@@ -89,6 +89,7 @@ class Conversation:
     barge_text: str | None = None
     quirks: Any = None
     turns: tuple[Any, ...] = ()   # a `Script`'s turns (how each ends), when made from one
+    client_tools: tuple[Any, ...] = ()   # the caller's own tools (functions it declares and answers)
 
     def with_dialect(self, dialect: str) -> Conversation:
         return replace(self, dialect=dialect, name=f"{self.name.split(' (')[0]} ({dialect})")
@@ -141,7 +142,7 @@ class ExploredSession(ScriptedSession):
             quirks = replace(quirks or quirks_of(conversation.dialect), call_parts=True)
         duplicates = [fault_kinds.duplicate_delivery(p.call) for p in schedule if p.kind == "duplicate"]
         super().__init__(_ScriptOf(conversation.script, conversation.turns), conversation.tools, dialect=conversation.dialect,
-                         faults=duplicates, quirks=quirks, **options)
+                         faults=duplicates, quirks=quirks, client_tools=conversation.client_tools, **options)
 
     # ---- pacing ---------------------------------------------------------------------------------
     def _queue_upstream(self, frames: list[str | bytes]) -> None:

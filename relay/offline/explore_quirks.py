@@ -1,0 +1,379 @@
+"""The explorer's perturbations of the connection and of the provider's server beyond the session's
+own (relay/offline/explore_session.py), as data: each kind names the fact it plays (the dialect's
+field, the mock's quirk, the section of the protocol notes), the dialects it applies to and where
+on a call's life it lands.
+
+| kind | what happens | where the fact is |
+|---|---|---|
+| `reconnect` | the upstream connection drops, frames in flight are lost, the relay reconnects at its first attempt (0.2 s) or its last (12.6 s) (`upstream_disconnected` / `upstream_reconnected`) | `Dialect.call_sideband`: the attached call reopens its sideband |
+| `server_cancel` | the server ends the call's response `cancelled` (OpenAI family: the rest of its items `incomplete`; Gemini: `toolCallCancellation` without a barge-in) | a call is safe only when its response did not end cancelled; Gemini's `toolCallCancellation` |
+| `late_arguments` | the response is cancelled while the call's arguments stream, and its arguments and item arrive after `response.done` | the `.done` events are also sent for the items of a cancelled response |
+| `goes_away` | Gemini warns (`goAway`, one second left) and closes the connection | connections last about ten minutes; `goAway` warns before the close |
+| `expiry` | the OpenAI family's session reaches its maximum duration: `error` `session_expired`, then the close | sessions last at most 60 minutes (Azure: 30) |
+| `mcp_dies` | the MCP server of a relay MCP tool dies while the call is in flight: the call fails as the connection fails it | relay/mcp/connection.py: a call in flight fails when its connection ends |
+
+The relay has no reconnect path for Gemini Live (its `goAway` goes to the client, which resumes the
+session on a new connection: a new relay session), so Gemini gets `goes_away`, not `reconnect`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+from msgspec.structs import replace as struct_replace
+
+from relay.dialects import Dialect, OpenAIFamily
+from relay.dialects import openai_codec as wire
+from relay.dialects.openai import SESSION_EXPIRED, expiry_message
+from relay.engine import SendUpstream, StartHandler
+from relay.mock.quirks import Quirks, quirks_of
+from relay.offline.explore_session import STEP, Conversation, ExploredSession, Observed, Perturbation
+from relay.offline.replaying import json_object as decode
+from relay.offline.timeline import Timeline
+from relay.recording.format import RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY, Frame
+from relay.tools.mcp_tools import McpToolHandler
+
+RECONNECT_DELAY = 0.2
+"""The attached call's first wait before it reopens its sideband, doubled before each next attempt
+(`relay.edges.config.DEFAULT_RECONNECT_DELAY`)."""
+RECONNECT_ATTEMPTS = (1, 6)
+"""A `reconnect`'s attempts (its `step`): the first succeeds (0.2 s away), or the sixth, the
+attached call's last (`DEFAULT_RECONNECT_ATTEMPTS`: 12.6 s away)."""
+
+
+def away_for(attempts: int) -> float:
+    """The seconds the connection is away when the `attempts`th attempt succeeds."""
+    return sum(RECONNECT_DELAY * 2 ** attempt for attempt in range(max(attempts, 1)))
+GO_AWAY_LEFT = "1s"
+"""The time a `goAway` gives before the connection closes."""
+
+
+@dataclass(frozen=True)
+class QuirkKind:
+    """One kind of perturbation of this module: `applies` to a dialect (with the provider's quirks
+    the session plays) and lands at `anchors` of each call it applies to."""
+
+    kind: str
+    text: str
+    anchors: tuple[str, ...]
+    fact: str
+    applies: Callable[[Dialect, Quirks], bool]
+    handler: bool = False   # a handler behaviour: at most one per call (see relay.offline.explore)
+
+
+def _openai(dialect: Dialect, quirks: Quirks) -> bool:
+    return isinstance(dialect, OpenAIFamily)
+
+
+def _streamed(dialect: Dialect, quirks: Quirks) -> bool:
+    """The OpenAI family where calls stream (not xAI's reported `calls: in_done`)."""
+    return isinstance(dialect, OpenAIFamily) and quirks.calls == "streamed"
+
+
+KINDS: dict[str, QuirkKind] = {kind.kind: kind for kind in (
+    QuirkKind("reconnect", "the upstream connection drops and the relay reconnects", ("running", "answered"),
+              "Dialect.call_sideband (the attached call reopens its sideband)",
+              lambda dialect, quirks: dialect.call_sideband),
+    QuirkKind("server_cancel", "the server cancels the call's response", ("announced", "running"),
+              "PROTOCOL.md 1 and 4: a call is safe only when its response did not end cancelled; toolCallCancellation",
+              lambda dialect, quirks: True),
+    QuirkKind("late_arguments", "the response is cancelled and the call's arguments arrive after it", ("announced",),
+              "PROTOCOL.md 1: the .done events are also sent for items of a cancelled response", _streamed),
+    QuirkKind("goes_away", "the server says goAway and closes the connection", ("running",),
+              "PROTOCOL.md 4: goAway warns before the connection closes",
+              lambda dialect, quirks: not isinstance(dialect, OpenAIFamily)),
+    QuirkKind("expiry", "the session expires (error session_expired) and the connection closes", ("running",),
+              "PROTOCOL.md 1 and 3: sessions last at most 60 minutes (Azure: 30)", _openai),
+    QuirkKind("mcp_dies", "its MCP server dies while the call is in flight", ("running",),
+              "relay/mcp/connection.py: a call in flight fails when its connection ends",
+              lambda dialect, quirks: True, handler=True),
+)}
+
+SESSION_KINDS = frozenset(kind for kind, spec in KINDS.items() if not spec.handler)
+HANDLER_KINDS = frozenset(kind for kind, spec in KINDS.items() if spec.handler)
+
+
+def describe(perturbation: Perturbation) -> str:
+    """What a perturbation does, in words (this module's kinds and the session's own)."""
+    spec = KINDS.get(perturbation.kind)
+    if spec is None:
+        return perturbation.describe()
+    where = "" if len(spec.anchors) == 1 else {
+        "announced": " before the call is complete", "running": " while its handler runs",
+        "answered": " between its output and the follow-up"}.get(perturbation.anchor, "")
+    if spec.kind == "reconnect":
+        where += f", {away_for(perturbation.step):g} s later (attempt {max(perturbation.step, 1)})"
+    return f"call {perturbation.call}: {spec.text}{where}"
+
+
+def space(conversation: Conversation, observed: Observed, tool_names: dict[str, str]) -> list[Perturbation]:
+    """This module's perturbations that the conversation's shape allows: each kind that applies to
+    its dialect, at each anchor each call reached in the run as scripted (`mcp_dies` on the calls
+    of an MCP tool; `tool_names`: call id -> the tool's name)."""
+    from relay.dialects import get_dialect
+    from relay.tools.sources import tool_registry
+
+    dialect = get_dialect(conversation.dialect)
+    quirks = conversation.quirks or quirks_of(conversation.dialect)
+    registry = tool_registry(conversation.tools)
+    found: list[Perturbation] = []
+    for number, call_id in enumerate(observed.calls, start=1):
+        for spec in KINDS.values():
+            if not spec.applies(dialect, quirks):
+                continue
+            if spec.kind == "mcp_dies":
+                tool = registry.get(tool_names.get(call_id, ""))
+                if tool is None or not isinstance(tool.handler, McpToolHandler):
+                    continue
+            steps = RECONNECT_ATTEMPTS if spec.kind == "reconnect" else (0,)
+            found += [Perturbation(spec.kind, number, anchor, step) for anchor in spec.anchors for step in steps
+                      if (number, anchor) in observed.anchors]
+    return found
+
+
+class PerturbedSession(ExploredSession):
+    """An explored session that also plays this module's perturbations (see the module docstring)."""
+
+    def __init__(self, conversation: Conversation, schedule: tuple[Perturbation, ...], **options: Any) -> None:
+        self._away = False              # the connection is down, the relay reconnecting
+        self._closing = False           # the server said it closes (goAway): the close is still to come
+        self.sent_while_away: list[str] = []
+        self._lost: list[tuple[int, Frame]] = []   # (frames kept before it, the frame the server sent)
+        self._deaths = {p.call: p for p in schedule if p.kind in HANDLER_KINDS}
+        super().__init__(conversation, schedule, **options)
+        self._pending = sorted([*self._pending, *(p for p in schedule if p.kind in SESSION_KINDS)])
+
+    def pending(self) -> bool:
+        return self._away or self._closing or super().pending()
+
+    # ---- the connection ------------------------------------------------------------------------
+    def act_send_upstream(self, action: SendUpstream) -> None:
+        if not self._away:
+            super().act_send_upstream(action)
+            return
+        self._log_lost(action.frame)
+
+    def _log_lost(self, frame: str | bytes) -> None:
+        """A frame the relay sent while the connection was away: recorded, never delivered."""
+        self._log(RELAY_TO_UPSTREAM, frame)
+        self.sent_while_away.append(frame if isinstance(frame, str) else frame.decode("utf-8", "replace"))
+
+    def _queue_upstream(self, frames: list[str | bytes]) -> None:
+        if not self._away:
+            super()._queue_upstream(frames)
+            return
+        self._lose(frames)   # while away, what the server sends is lost
+
+    def _lose(self, frames: list[Any]) -> None:
+        for frame in frames:
+            if isinstance(frame, (str, bytes)):
+                text, data = (frame, None) if isinstance(frame, str) else (None, frame)
+                self._lost.append((len(self.frames), Frame(self.now, UPSTREAM_TO_RELAY, None, text, data, 0)))
+
+    @property
+    def timeline(self) -> Timeline:
+        """What happened, as the server did it: the frames the connection lost while away (which
+        the recording, what crossed the relay's sockets, does not hold) where the server sent them.
+        The invariants read this: a response that ended while the relay was away did end."""
+        if not self._lost:
+            return super().timeline
+        kept = self.frames
+        merged: list[Frame] = []
+        lost = iter(self._lost)
+        pending = next(lost, None)
+        for index, frame in enumerate([*kept, None]):
+            while pending is not None and pending[0] <= index:
+                merged.append(replace(pending[1], line_no=merged[-1].line_no if merged else 1))
+                pending = next(lost, None)
+            if frame is not None:
+                merged.append(frame)
+        self.frames = merged
+        try:
+            return super().timeline
+        finally:
+            self.frames = kept
+
+    def unseen_calls(self) -> set[str]:
+        """The calls the server made whose every frame the connection lost: the relay never knew
+        of them, and owes them nothing."""
+        if not self._lost:
+            return set()
+        from relay.offline.events import CALL
+
+        return {event.call_id for event in self.timeline.of(CALL)
+                if event.call_id and self.engine.ledger.get(event.call_id) is None}
+
+    def _happen(self, perturbation: Perturbation) -> None:
+        act = _SESSION_ACTS.get(perturbation.kind)
+        if act is None:
+            super()._happen(perturbation)
+        elif not self.closed:
+            act(self, perturbation)
+
+    def _reconnect(self, perturbation: Perturbation) -> None:
+        self.mark("fault", "the upstream connection dropped; the relay reconnects")
+        self._lose(list(self._paced))   # what was on its way is lost with the connection
+        self._paced.clear()
+        self._away = True
+        self._engine_input(lambda: self.engine.upstream_disconnected(self.now))
+        self.loop.call_at(self.now + away_for(perturbation.step), self._reconnected)
+
+    def _reconnected(self) -> None:
+        self._away = False
+        if self.closed:
+            return
+        self.mark("fault", "the relay reconnected")
+        self._engine_input(lambda: self.engine.upstream_reconnected(self.now))
+
+    def _go_away(self, perturbation: Perturbation) -> None:
+        self.mark("fault", f"the server says goAway ({GO_AWAY_LEFT} left)")
+        self._closing = True
+        self._queue_first(self.model._carry(self.model.mock.go_away(GO_AWAY_LEFT)))   # type: ignore[attr-defined]
+        self.loop.call_at(self.now + float(GO_AWAY_LEFT.rstrip("s")), self._server_closes)
+
+    def _expiry(self, perturbation: Perturbation) -> None:
+        self.mark("fault", "the session reaches its maximum duration")
+        self._closing = True
+        error = wire.Error(error={"type": "invalid_request_error", "code": SESSION_EXPIRED,
+                                  "message": expiry_message(self.dialect), "param": None, "event_id": None})
+        self._queue_first([wire.encode(error, self.dialect), self._server_closes])   # type: ignore[arg-type]
+
+    def _server_closes(self) -> list[str | bytes]:
+        self._closing = False
+        if not self.closed:
+            self.mark("fault", "the upstream connection closed")
+            self.loop.call_soon(self.end, "upstream closed the session")
+        return []
+
+    # ---- the response --------------------------------------------------------------------------
+    def _server_cancel(self, perturbation: Perturbation) -> None:
+        self.mark("fault", "the server cancels the response")
+        if self.gemini:
+            self._queue_first([lambda: self.model._carry(self.model.mock.withdraw())])   # type: ignore[attr-defined]
+            return
+        self._cut(perturbation, late=False)
+
+    def _late_arguments(self, perturbation: Perturbation) -> None:
+        self.mark("fault", "the response is cancelled while the call's arguments stream")
+        self._cut(perturbation, late=True)
+
+    def _cut(self, perturbation: Perturbation, *, late: bool) -> None:
+        """The call's response ends `cancelled` now: its `response.done` (rewritten: its items not
+        done yet `incomplete`, those not begun gone) goes ahead of its frames still in flight,
+        which are dropped (an `incomplete` `response.output_item.done` for each item begun) or,
+        `late`, delivered after it as they were."""
+        entry = self.engine.ledger.get(self.observed.calls[perturbation.call - 1])
+        response_id = entry.response_id if entry is not None else None
+        if response_id is None:
+            return
+        ours, others, done = _split(list(self._paced), response_id, self.dialect)
+        if done is None:
+            return   # its end has been delivered already: nothing is left to cancel
+        begun = _item_ids(ours, wire.OutputItemAdded, self.dialect)
+        # a call whose arguments are done is complete: its item ends `completed` all the same
+        unfinished = _item_ids(ours, wire.OutputItemDone, self.dialect) - _argued(ours, self.dialect)
+        output = [item if item.get("id") not in unfinished else {**item, "status": "incomplete"}
+                  for item in (done.response or {}).get("output") or [] if late or item.get("id") not in begun]
+        cancelled = struct_replace(done, response={**(done.response or {}), "status": "cancelled", "output": output,
+                                            "status_details": {"type": "cancelled", "reason": "turn_detected"}})
+        head = [wire.encode(cancelled, self.dialect)]
+        if late:
+            head += [frame for frame in ours if not isinstance(_typed(frame, self.dialect), wire.ResponseDone)]
+        else:
+            head = [wire.encode(wire.OutputItemDone(response_id=response_id, output_index=index, item=item),
+                                self.dialect)
+                    for index, item in enumerate(output) if item.get("id") in unfinished] + head
+        self._paced.clear()
+        self._paced.extend(others)
+        self._queue_first(head)
+
+    # ---- handlers ------------------------------------------------------------------------------
+    def _handler(self, action: StartHandler) -> Callable[[], Any]:
+        number = self.observed.calls.index(action.call_id) + 1 if action.call_id in self.observed.calls else 0
+        death = self._deaths.get(number)
+        handler = action.tool.handler
+        if death is None or not isinstance(handler, McpToolHandler):
+            return super()._handler(action)
+        self.observed.fired.append(death)
+        dying = McpToolHandler(_DyingServer(handler.connection), handler.tool)
+        return super()._handler(replace(action, tool=replace(action.tool, handler=dying)))
+
+
+_SESSION_ACTS: dict[str, Callable[[PerturbedSession, Perturbation], None]] = {
+    "reconnect": PerturbedSession._reconnect,
+    "server_cancel": PerturbedSession._server_cancel,
+    "late_arguments": PerturbedSession._late_arguments,
+    "goes_away": PerturbedSession._go_away,
+    "expiry": PerturbedSession._expiry,
+}
+
+
+class _DyingServer:
+    """An MCP server's connection that dies while the call is in flight: the call fails as
+    `relay.mcp.connection.McpConnection.call` fails it when its connection ends."""
+
+    def __init__(self, connection: Any) -> None:
+        self.connection = connection
+        self.name = connection.name
+
+    async def call(self, tool: str, arguments: dict[str, Any], *, idempotency_key: str | None = None) -> Any:
+        from relay.mcp.connection import McpUnavailable
+
+        await asyncio.sleep(STEP / 2)   # the request is out; the server dies before it answers
+        raise McpUnavailable(f"MCP server {self.name} was lost during the call (the server closed the connection); "
+                             "the relay is reconnecting")
+
+
+def _typed(frame: Any, dialect: Dialect) -> Any:
+    event = decode(frame) if isinstance(frame, (str, bytes)) else None
+    return wire.event_of(event, dialect) if event is not None else None   # type: ignore[arg-type]
+
+
+def _split(frames: list[Any], response_id: str, dialect: Dialect) -> tuple[list[Any], list[Any], Any]:
+    """The frames in flight of one response (its events and its items'), the others, and its
+    `response.done` (None when it has been delivered)."""
+    items: set[Any] = set()
+    ours: list[Any] = []
+    others: list[Any] = []
+    done = None
+    for frame in frames:
+        typed = _typed(frame, dialect)
+        mine = False
+        if isinstance(typed, (wire.ResponseDone, wire.ResponseCreated)):
+            mine = (typed.response or {}).get("id") == response_id
+            if mine and isinstance(typed, wire.ResponseDone):
+                done = typed
+                items.update(item.get("id") for item in (typed.response or {}).get("output") or [])
+        elif typed is not None and getattr(typed, "response_id", None) is not None:
+            mine = typed.response_id == response_id
+            if mine and isinstance(getattr(typed, "item", None), dict):
+                items.add(typed.item.get("id"))
+        (ours if mine else others).append(frame)
+    # conversation.item.* of its items carry no response id
+    ours += [frame for frame in others if isinstance(_typed(frame, dialect), (wire.ItemAdded, wire.ItemDone))
+             and (_typed(frame, dialect).item or {}).get("id") in items]
+    others = [frame for frame in others if frame not in ours]
+    return ours, others, done
+
+
+def _argued(ours: list[Any], dialect: Dialect) -> set[Any]:
+    """The items of calls whose `response.function_call_arguments.done` has been delivered (is not
+    among `ours`, the response's frames in flight)."""
+    waiting = {typed.item_id for typed in (_typed(frame, dialect) for frame in ours)
+               if isinstance(typed, wire.FunctionCallArgumentsDone)}
+    return {typed.item.get("id") for typed in (_typed(frame, dialect) for frame in ours)
+            if isinstance(typed, wire.OutputItemDone) and isinstance(typed.item, dict)
+            and typed.item.get("type") == wire.FUNCTION_CALL and typed.item.get("id") not in waiting}
+
+
+def _item_ids(frames: list[Any], kind: type, dialect: Dialect) -> set[Any]:
+    """The ids of the items whose `kind` event (`response.output_item.added` or `.done`) is among
+    `frames` (still in flight)."""
+    return {typed.item.get("id") for typed in (_typed(frame, dialect) for frame in frames)
+            if isinstance(typed, kind) and isinstance(typed.item, dict)}
+
+
+__all__ = ["GO_AWAY_LEFT", "HANDLER_KINDS", "KINDS", "PerturbedSession", "QuirkKind", "RECONNECT_ATTEMPTS",
+           "RECONNECT_DELAY", "SESSION_KINDS", "away_for", "describe", "space"]
