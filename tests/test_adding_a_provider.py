@@ -38,7 +38,10 @@ from tests.support.toy import TOYWIRE
 from relay.dialects import DIALECTS, OPENAI, OpenAIFamily, dialect_of_path, infer_dialect, resolve_dialect
 from relay.dialects.openai import UPSTREAM_PASSTHROUGH
 from relay.edges.upstream import default_upstream, key_from_environment
+from relay.inspector.model import build_model
+from relay.offline.expect import violations
 from relay.offline.export import export_recording
+from relay.offline.timeline import Timeline
 from relay.recording.reader import read_recording
 from relay.testing import replay
 from relay.tools import tool
@@ -212,7 +215,8 @@ async def test_a_session_on_a_new_family_runs_a_relay_tool_once_and_forwards_aud
     assert engine.anomalies == []
 
 
-async def test_relay_serve_speaks_the_new_family_to_a_toy_upstream_on_loopback(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_relay_serve_speaks_the_new_family_to_a_toy_upstream_on_loopback(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setitem(DIALECTS, TOYWIRE.name, TOYWIRE)
     received: list[str] = []    # what the toy upstream got from the relay
     keys: list[str | None] = []
@@ -234,7 +238,7 @@ async def test_relay_serve_speaks_the_new_family_to_a_toy_upstream_on_loopback(m
     heard: list[str | bytes] = []
     async with bare_upstream(toy_model) as realtime_url:
         url = realtime_url.replace("/v1/realtime", "/v1/talk")
-        async with relay_for(url, dialect="toywire", tools=[get_weather_data]) as server:
+        async with relay_for(url, dialect="toywire", tools=[get_weather_data], record_dir=str(tmp_path)) as server:
             async with connect(f"ws://127.0.0.1:{server.port}/v1/talk",
                                additional_headers={"Authorization": f"Bearer {RELAY_TOKEN}"}) as client:
                 await client.send(HELLO)
@@ -247,3 +251,16 @@ async def test_relay_serve_speaks_the_new_family_to_a_toy_upstream_on_loopback(m
     assert [json.loads(f)["t"] for f in received] == ["hello", "mic", "result"]
     assert json.loads(received[2]) == {"t": "result", "id": "call_1", "output": {"output": {"city": "Paris", "temp_c": 21}}}
     assert received[1] == MIC and heard == [VOICE, VOICE]   # audio as it came; the relay's call unseen
+
+    # its recording is read by the readers of its flow, through its codec, with nothing else added
+    (path,) = tmp_path.glob("*.jsonl")
+    timeline = Timeline.from_recording(path)
+    assert [(e.kind, e.call_id, e.by) for e in timeline.of("call", "output")] == [
+        ("call", "call_1", "relay"), ("output", "call_1", "relay")]
+    assert json.loads(timeline.outputs("call_1")[0].text or "") == {"city": "Paris", "temp_c": 21}
+    assert violations(timeline, "answered_once") == []
+    model = build_model(read_recording(path), strict=True)
+    model.snapshot()
+    (call,) = model.calls.values()
+    assert (call.event["name"], call.event["owner"], call.event["outcome"], call.event["hidden"]) == (
+        "get_weather", "relay", "ok", True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, NamedTuple, Protocol
+from typing import Any, ClassVar, NamedTuple, Protocol
 
 from relay.dialects.schemas import object_parameters
 
@@ -33,6 +33,23 @@ class Side(StrEnum):
 
     INPUT = "input"
     OUTPUT = "output"
+
+
+class ToolFlow(StrEnum):
+    """How a wire family's tool work flows, which says what reads its frames: the engine that runs
+    it (`relay.engine.new_engine`) and the readers of its recordings (the timeline, the inspector,
+    replay and export each register one reader per flow). A family's codec decodes into the typed
+    events of its flow, so a new family of a known flow is read by that flow's readers through its
+    codec; a family of a new flow registers its own readers (docs/adding-a-provider.md)."""
+
+    ITEMS = "items"
+    """Calls are items of a conversation, answered by an output item and a request for a response
+    (the OpenAI Realtime family)."""
+    TURNS = "turns"
+    """A call comes whole, its answer goes up at once, the model goes on (Gemini Live)."""
+    DELEGATIONS = "delegations"
+    """The model delegates; the application answers with appends or a Responses backend's
+    function call outputs (GPT-Live)."""
 
 
 class AudioSlot(NamedTuple):
@@ -65,6 +82,9 @@ class Dialect(ABC):
     server can open a second connection to a live call (`call_sideband`, what `relay attach`
     needs). An export asks whether the upstream echoes every item created, so that its frames
     alone are the conversation (`echoes_conversation`)."""
+
+    flow: ClassVar[ToolFlow]
+    """The family's tool flow: which engine runs it and which readers read its recordings."""
 
     name: str
     wire: str

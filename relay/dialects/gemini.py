@@ -18,10 +18,10 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
-from relay.dialects.base import AudioSlot, Dialect, Side
+from relay.dialects.base import AudioSlot, Dialect, Side, ToolFlow
 from relay.dialects.schemas import gemini_parameters
 from relay.tools import Scheduling
 from relay.tools.render import RenderedOutput, error_in_output
@@ -243,6 +243,9 @@ class TurnCodec(Protocol):
 
     def audio_peek(self, *, upstream: bool = True) -> Callable[[str | bytes], str | None]: ...
 
+    def event_of(self, data: Any) -> Any:
+        """An already decoded frame (a recording's) as its typed message, or an `Unknown`."""
+
     def one_by_one(self, data: Any) -> list[tuple[str, Any, Any]] | None:
         """A decoded frame of several messages, each as if it came alone (None: not such a frame)."""
 
@@ -256,6 +259,7 @@ class GeminiDialect(Dialect):
     declarations, its answers as `FunctionResponse`s (which the codec, relay/dialects/gemini_codec.py,
     sends in a `toolResponse`)."""
 
+    flow: ClassVar[ToolFlow] = ToolFlow.TURNS
     wire: Literal["gemini"] = "gemini"
 
     codec: TurnCodec | None = None

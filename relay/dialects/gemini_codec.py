@@ -37,7 +37,7 @@ from typing import Annotated, Any, ClassVar
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from relay.dialects.gemini import media_peek, snake_case
+from relay.dialects.gemini import TurnCodec, media_peek, snake_case
 from relay.dialects.jsontext import compact_json
 
 
@@ -374,13 +374,22 @@ def one_by_one(data: Any) -> list[tuple[str, Any, Message | Unknown]] | None:
     return [(key, value, event_of({key: value})) for key, value in data.items()]
 
 
-def messages_of(data: Any) -> list[Message]:
+def messages_of(data: Any, codec: TurnCodec | None = None) -> list[Message]:
     """A decoded frame's messages: its one message; each message of a frame of several (which the
-    service refuses, but the engine reads one by one too); none for another frame outside the set."""
-    message = event_of(data)
+    service refuses, but the engine reads one by one too); none for another frame outside the set.
+    `codec`: the wire's (`turn_codec`), when it is another family of the turn-based flow."""
+    read, split = (event_of, one_by_one) if codec is None else (codec.event_of, codec.one_by_one)
+    message = read(data)
     if not isinstance(message, Unknown):
         return [message]
-    return [one for _, _, one in one_by_one(data) or () if not isinstance(one, Unknown)]
+    return [one for _, _, one in split(data) or () if not isinstance(one, Unknown)]
+
+
+def turn_codec(dialect: Any) -> TurnCodec | None:
+    """The codec a turn-based dialect's frames are read through when it is not Gemini Live's (a
+    `GeminiDialect` with a `codec` of its own, as a new family of this flow has); None for
+    Gemini Live's, this module."""
+    return getattr(dialect, "codec", None)
 
 
 def entries(value: Any, cls: type[Obj]) -> list[Any]:

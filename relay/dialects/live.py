@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Union
+from typing import Any, ClassVar, Literal, Union
 from urllib.parse import urlsplit
 
 import msgspec
 
-from relay.dialects.base import AudioSlot, Dialect, Side
+from relay.dialects.base import AudioSlot, Dialect, Side, ToolFlow
 from relay.dialects.peek import pass_through_test
 from relay.dialects.responses_stream import (   # noqa: F401  (the nested events: read with the envelope)
     BACKEND_EVENTS,
@@ -447,6 +447,7 @@ class LiveDialect(Dialect):
     `/v1/live/sessions` (Azure's: `/openai/v1/live/sessions`) and start with `session.start`; a
     sideband attaches to a running session at `attach_path(session_id)`, never sending it."""
 
+    flow: ClassVar[ToolFlow] = ToolFlow.DELEGATIONS
     wire: Literal["live"] = "live"
     key_env: tuple[str, ...] = ("OPENAI_API_KEY",)
     client_paths: frozenset[str] = frozenset({LIVE_PATH, AZURE_LIVE_PATH})

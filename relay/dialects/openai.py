@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal, NamedTuple
+from typing import Any, ClassVar, Literal, NamedTuple
 
-from relay.dialects.base import TOKEN_SUBPROTOCOL, AudioSlot, Dialect, HeaderLookup, Side
+from relay.dialects.base import TOKEN_SUBPROTOCOL, AudioSlot, Dialect, HeaderLookup, Side, ToolFlow
 from relay.tools.spec import ToolSpec
 
 # ---- event names ---------------------------------------------------------------------------------
@@ -136,6 +136,7 @@ class OpenAIFamily(Dialect):
     carries (Voice Live's `cancel_previous: false`: its create would otherwise cancel the response
     in progress)."""
 
+    flow: ClassVar[ToolFlow] = ToolFlow.ITEMS
     wire: Literal["ga", "beta"] = "ga"
     key_env: tuple[str, ...] = ("OPENAI_API_KEY",)
     default_url: str | None = "wss://api.openai.com/v1/realtime"

@@ -156,6 +156,17 @@ class CallBook:
         self._unanswered_outputs.append(event["call_id"])
         self.touch(event, index)
 
+    def client_answered(self, call: TrackedCall, index: int) -> bool:
+        """A client's answer to `call` seen on its way to the relay: the call is the client's
+        unless it is a relay tool's. True when the answer that counts is its forward (a relay
+        recording: relay>upstream); False when this is the one (a plain event log)."""
+        event = call.event
+        event["owner"] = "client" if event["name"] not in self.relay_tools else "relay"
+        if self.kind != "relay":
+            return False
+        self.touch(event, index)
+        return True
+
     def call_cancelled(self, call: TrackedCall, t: float, reason: str, index: int) -> None:
         """The server withdrew the call; unanswered, it ends cancelled."""
         event = call.event

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from relay.dialects import DIALECTS, OPENAI, OpenAIFamily
+from relay.dialects import OPENAI, Dialect, OpenAIFamily
 from relay.dialects import openai_codec as wire
 from relay.dialects.openai import AUDIO_EVENTS, audio_slots
 from relay.engine.sequencer import META_CALLS, META_EVENT, META_KIND
@@ -168,9 +168,8 @@ class OpenAIParser:
     needs: items' words, the session's audio formats and its responses; the relay's own lane is
     `RelayRequests`'. Events are read by their GA names, in the recording's dialect."""
 
-    def __init__(self, model: ModelBuilding) -> None:
+    def __init__(self, model: ModelBuilding, dialect: Dialect = OPENAI) -> None:
         self.model = model
-        dialect = DIALECTS.get(model.dialect or "")
         self.dialect = dialect if isinstance(dialect, OpenAIFamily) else OPENAI
         self.requests = RelayRequests(model)
         self._formats: dict[str, AudioFormat | None] = {"input": None, "output": None}

@@ -35,14 +35,17 @@ model they see: they do not import this module, which chooses between them).
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
+from relay.dialects import OPENAI, Dialect
+from relay.dialects.base import ToolFlow
 from relay.inspector.audio import DEFAULT_MAX_RATE, SideAudio
 from relay.inspector.building import ModelBuilding, WireParser, as_dict
 from relay.inspector.callbook import TrackedCall, TrackedResponse
+from relay.inspector.delegations import DelegationParser
 from relay.inspector.itembased import OpenAIParser
 from relay.inspector.turnbased import GeminiParser
-from relay.inspector.views import LANES, MODEL_VERSION, ModelViews, recording_dialect
+from relay.inspector.views import LANES, MODEL_VERSION, ModelViews, recording_dialect, wire_dialect
 from relay.recording.format import (
     CLIENT_TO_RELAY,
     RELAY_TO_CLIENT,
@@ -53,7 +56,19 @@ from relay.recording.format import (
     Recording,
 )
 
-__all__ = ["LANES", "MODEL_VERSION",
+PARSERS: dict[ToolFlow, Callable[[ModelBuilding, Dialect], WireParser]] = {
+    ToolFlow.ITEMS: OpenAIParser, ToolFlow.TURNS: GeminiParser, ToolFlow.DELEGATIONS: DelegationParser}
+"""The inspector's reader of each tool flow (`Dialect.flow`), made with the model and the session's
+dialect: a family of a known flow is read by its flow's parser through its codec; a family of a
+new flow registers its parser here (`register_parser`)."""
+
+
+def register_parser(flow: ToolFlow, parser: Callable[[ModelBuilding, Dialect], WireParser]) -> None:
+    """Make `parser` the inspector's reader of `flow`'s recordings and live sessions."""
+    PARSERS[flow] = parser
+
+
+__all__ = ["LANES", "MODEL_VERSION", "PARSERS", "register_parser",
            "SessionModel", "TrackedCall", "TrackedResponse", "WireParser", "as_dict", "build_model",
            "recording_dialect"]
 
@@ -80,7 +95,6 @@ class SessionModel(ModelBuilding, ModelViews):
         self.kind = kind
         self.name = name
         self.dialect: str | None = None
-        self.gemini = False
         self.id_prefix = self.header.get("id_prefix") if isinstance(self.header.get("id_prefix"), str) else None
         self.relay_tools = {t for t in self.header.get("tools") or () if isinstance(t, str)}
         self.record_audio = self.header.get("record_audio")
@@ -98,6 +112,7 @@ class SessionModel(ModelBuilding, ModelViews):
         }
         self.caller_direction: str | None = None   # which way the caller's audio was seen first
         self._parser: WireParser | None = None
+        self._wire: Dialect = OPENAI
         self._has_client = False
         self._counters: dict[str, int] = {}
         self._dirty: set[str] = set()
@@ -130,7 +145,7 @@ class SessionModel(ModelBuilding, ModelViews):
             self._has_client = True
         if self.dialect is None and (event is not None or self.header):
             self.dialect = recording_dialect(self.header, event)
-            self.gemini = self.dialect == "gemini"
+            self._wire = wire_dialect(self.dialect, event)
         if event is None:
             index = self.store(frame, None)
             if frame.direction in (UPSTREAM_TO_RELAY, CLIENT_TO_RELAY):
@@ -143,10 +158,10 @@ class SessionModel(ModelBuilding, ModelViews):
         self._wire_parser().feed(frame, event, binary)
 
     def _wire_parser(self) -> WireParser:
-        """The parser of the session's dialect, made on the first frame that is an event (the
-        dialect is known by then)."""
+        """The parser of the session's tool flow (`PARSERS`), made on the first frame that is an
+        event (the dialect is known by then), reading through the dialect's codec."""
         if self._parser is None:
-            self._parser = GeminiParser(self) if self.gemini else OpenAIParser(self)
+            self._parser = PARSERS[self._wire.flow](self, self._wire)
         return self._parser
 
     def finish(self, end: dict[str, Any] | None, warnings: Iterable[str] = (), *, end_t: float | None = None) -> None:

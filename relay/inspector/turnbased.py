@@ -1,5 +1,6 @@
-"""The inspector's reading of a turn-based wire, Gemini Live's: each frame of a recording, as the
-family's codec types it (relay/dialects/gemini_codec.py), into the shared model
+"""The inspector's reading of a turn-based wire, Gemini Live's (or a new family's of the same flow,
+through its codec): each frame of a recording, as the codec types it (into the messages of
+relay/dialects/gemini_codec.py), into the shared model
 (relay/inspector/model.py). The wire has no responses: a model turn (from its first output to
 `turnComplete` or `interrupted`) stands for one; calls come in `toolCall`, are withdrawn by
 `toolCallCancellation`, and are answered in `toolResponse` (interim answers with `willContinue`).
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from relay.dialects import GEMINI, Dialect
 from relay.dialects.gemini import audio_slots, is_error_response, only_media, response_text
 from relay.dialects.gemini_codec import (
     ClientContent,
@@ -33,6 +35,7 @@ from relay.dialects.gemini_codec import (
     event_of,
     given,
     messages_of,
+    turn_codec,
 )
 from relay.inspector.audio import GEMINI_INPUT, GEMINI_OUTPUT, elided, mime_format
 from relay.inspector.building import ModelBuilding
@@ -50,15 +53,16 @@ class GeminiParser:
     """Reads a Gemini Live session into `model`, frame by frame, keeping what only this wire
     needs: the model turn in progress and the words still being transcribed."""
 
-    def __init__(self, model: ModelBuilding) -> None:
+    def __init__(self, model: ModelBuilding, dialect: Dialect = GEMINI) -> None:
         self.model = model
+        self.codec = turn_codec(dialect)   # None: Gemini Live's own
         self._turn: TrackedResponse | None = None
         self._open_words: dict[str, dict[str, Any] | None] = {"user": None, "assistant": None}
 
     def feed(self, frame: Frame, event: dict[str, Any], binary: bool) -> None:
         t = frame.t
         direction = frame.direction
-        message = event_of(event)
+        message = (event_of if self.codec is None else self.codec.event_of)(event)
         slots = audio_slots(event)
         caller = [slot for slot in slots if slot.side == "input"]
         model_audio = [slot for slot in slots if slot.side == "output"]
@@ -92,7 +96,7 @@ class GeminiParser:
         if audio_only:
             return
         index = self.model.store(frame, event, elided=elided(event, audio_slots))
-        for one in messages_of(event):   # a frame of several: each on its own
+        for one in messages_of(event, self.codec):   # a frame of several: each on its own
             self._read(t, direction, one, index)
 
     def _read(self, t: float, direction: str, message: Message, index: int) -> None:
@@ -222,11 +226,8 @@ class GeminiParser:
                 call = self.model.calls.get(str(given(answer.id)))
                 if call is None:
                     continue
-                if not relay:
-                    call.event["owner"] = "client" if call.event["name"] not in self.model.relay_tools else "relay"
-                    if self.model.kind == "relay":
-                        self.model.touch(call.event, index)
-                        continue   # its forward (relay>upstream) is the answer that counted
+                if not relay and self.model.client_answered(call, index):
+                    continue   # its forward (relay>upstream) is the answer that counted
                 body = given(answer.response)
                 text = response_text(body)
                 status = "incomplete" if answer.will_continue else "completed"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 from typing import Any, Iterable
 
+from relay.dialects import DIALECTS, GEMINI, OPENAI, Dialect
 from relay.dialects.gemini import is_gemini_message
 from relay.inspector.audio import SideAudio
 
@@ -36,6 +37,15 @@ def recording_dialect(header: dict[str, Any] | None, first_event: Any) -> str:
     if isinstance(named, str) and named:
         return named
     return "gemini" if is_gemini_message(first_event) else "openai"
+
+
+def wire_dialect(name: str, first_event: Any) -> Dialect:
+    """The dialect whose codec reads the session: the registered one of that name; for a name
+    this relay does not know, Gemini Live when the first event is a Gemini message, else OpenAI."""
+    known = DIALECTS.get(name)
+    if known is not None:
+        return known
+    return GEMINI if is_gemini_message(first_event) else OPENAI
 
 
 class ModelViews:

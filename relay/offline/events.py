@@ -1,5 +1,6 @@
 """Reading a session's frames into events: what `relay.offline.timeline.Timeline` holds, one
-reader per wire (the OpenAI family; Gemini Live), and the event kinds (see the timeline's
+reader per tool flow (`ItemReader`: the OpenAI family; `TurnReader`: Gemini Live and any wire of
+its flow; GPT-Live's delegations: relay/offline/delegation_events.py), and the event kinds (see the timeline's
 docstring). The OpenAI family's frames are read as typed events through its codec
 (`relay.dialects.openai_codec`: beta names as GA), Gemini's with the dialect's spellings; the
 relay's own requests are told by the metadata it puts on them.
@@ -12,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from relay.dialects import OPENAI, OpenAIFamily
+from relay.dialects import OPENAI, Dialect, OpenAIFamily
 from relay.dialects import gemini_codec as gemini
 from relay.dialects import openai_codec as wire
 from relay.dialects.gemini import response_text
@@ -30,6 +31,7 @@ USER, BARGE_IN, CALL, OUTPUT = "user", "barge_in", "call", "output"
 FILLER, FOLLOW_UP, SPOKEN = "filler", "follow_up", "spoken"
 CANCELLED, CANCEL, ERROR, UPDATE = "cancelled", "cancel", "error", "update"
 RESPONSE, RESPONSE_DONE, CREATE, CLOSED = "response", "response_done", "create", "closed"
+APPEND, APPENDED = "append", "appended"
 BOOKKEEPING = frozenset({RESPONSE, RESPONSE_DONE, CREATE, CLOSED})
 """Kinds the expectations walk over: every session has them, and they say nothing by themselves."""
 
@@ -93,6 +95,8 @@ class Event:
             return f'"{_clip(self.text or "", 80)}"'
         if kind == CANCELLED:
             return f"{', '.join(self.call_ids)}: {self.text}"
+        if kind in (APPEND, APPENDED):
+            return f"{self.call_id or '(no delegation)'} [{self.status}] by the {self.by}: {_clip(self.text or '', 70)}"
         if kind == ERROR:
             return f"{self.status}: {_clip(self.text or '', 80)}"
         if kind in (RESPONSE, RESPONSE_DONE):
@@ -123,11 +127,15 @@ def upstream_bound(frames: list[Frame]) -> str:
     return RELAY_TO_UPSTREAM if any(f.direction == RELAY_TO_UPSTREAM for f in frames) else CLIENT_TO_RELAY
 
 
-class _Reader:
-    """What both wires' readers share: the events made so far, who owns which call, and which
-    client answers the relay only forwarded."""
+class Reader:
+    """What every flow's reader shares: the events made so far, who owns which call, and which
+    client answers the relay only forwarded. A flow's reader is made with the session's dialect
+    (`dialect`), whose codec it reads the frames through, and reads each frame's decoded event in
+    `dispatch`."""
 
-    def __init__(self, relay_tools: frozenset[str], outcomes: dict[str, str], upstream_bound: str) -> None:
+    def __init__(self, relay_tools: frozenset[str], outcomes: dict[str, str], upstream_bound: str, *,
+                 dialect: Dialect) -> None:
+        self.dialect = dialect
         self.relay_tools = relay_tools
         self.outcomes = outcomes
         self.upstream_bound = upstream_bound
@@ -151,6 +159,24 @@ class _Reader:
 
     def dispatch(self, direction: str, event: dict[str, Any]) -> None:
         raise NotImplementedError
+
+    def route(self, direction: str, typed: Any, refusal: dict[str, Any] | None) -> None:
+        """A typed event to the reader's side: `upstream` (what the server sent) or `sent` (what
+        went up); toward the client, an `error` event (`refusal`: its error object), which the
+        relay wrote to refuse something."""
+        if direction == UPSTREAM_TO_RELAY:
+            self.upstream(typed)
+        elif direction in (RELAY_TO_UPSTREAM, CLIENT_TO_RELAY):
+            self.sent(direction, typed)
+        elif direction == RELAY_TO_CLIENT and refusal is not None:
+            self.add(ERROR, status=str(refusal.get("code") or "error"), text=str(refusal.get("message") or ""),
+                     by="relay")
+
+    def upstream(self, typed: Any) -> None:
+        """What the server sent, typed (the flows whose readers `route`)."""
+
+    def sent(self, direction: str, typed: Any) -> None:
+        """What went up, typed (the flows whose readers `route`)."""
 
     def finish(self) -> None:
         """The frames are over."""
@@ -187,12 +213,12 @@ class _Reader:
             self.open_calls.discard(call_id)
 
 
-class _OpenAIReader(_Reader):
-    """Reads the frames of a variant of the OpenAI family (`family`: its names) as its typed events."""
+class ItemReader(Reader):
+    """Reads the frames of a variant of the OpenAI family (the dialect's names) as its typed events."""
 
-    def __init__(self, *args: Any, family: OpenAIFamily = OPENAI) -> None:
-        super().__init__(*args)
-        self.family = family
+    def __init__(self, *args: Any, dialect: Dialect) -> None:
+        super().__init__(*args, dialect=dialect)
+        self.family = dialect if isinstance(dialect, OpenAIFamily) else OPENAI
         self.active: dict[str, str] = {}            # response id -> who made it
         self.response_calls: dict[str, list[str]] = {}
         self.client_creates = 0                     # client creates gone up, not yet answered
@@ -200,16 +226,8 @@ class _OpenAIReader(_Reader):
 
     def dispatch(self, direction: str, event: dict[str, Any]) -> None:
         typed = wire.event_of(event, self.family)   # the family's codec: beta and the variant's names read as GA
-        if isinstance(typed, wire.Unknown):
-            return
-        if direction == UPSTREAM_TO_RELAY:
-            self.upstream(typed)
-        elif direction in (RELAY_TO_UPSTREAM, CLIENT_TO_RELAY):
-            self.sent(direction, typed)
-        elif direction == RELAY_TO_CLIENT and isinstance(typed, wire.Error):
-            error = _dict(typed.error)
-            self.add(ERROR, status=str(error.get("code") or "error"), text=str(error.get("message") or ""),
-                     by="relay")
+        if not isinstance(typed, wire.Unknown):
+            self.route(direction, typed, _dict(typed.error) if isinstance(typed, wire.Error) else None)
 
     # -- what went to the upstream
     def sent(self, direction: str, event: wire.Event) -> None:
@@ -279,7 +297,7 @@ class _OpenAIReader(_Reader):
     def item_call(self, item: dict[str, Any], response_id: Any) -> None:
         """A function_call item is done: a call, which may never run if the item is incomplete."""
         call_id = item.get("call_id")
-        self.call(call_id, item.get("name"), _arguments(item.get("arguments")), response_id)
+        self.call(call_id, item.get("name"), json_arguments(item.get("arguments")), response_id)
         self.link(response_id, call_id)
         if item.get("status") != "completed" and isinstance(call_id, str):
             self.incomplete.add(call_id)
@@ -329,19 +347,21 @@ class _OpenAIReader(_Reader):
             self.open_calls.difference_update(withdrawn)
 
 
-class _GeminiReader(_Reader):
-    """Reads Gemini Live's frames as the codec's typed messages (`relay.dialects.gemini_codec`):
-    a frame of two messages, which the service refuses, is read one message at a time."""
+class TurnReader(Reader):
+    """Reads a turn-based wire's frames as the typed messages of `relay.dialects.gemini_codec`,
+    through the dialect's codec (Gemini Live's, or a new family's of this flow): a frame of two
+    messages, which the service refuses, is read one message at a time."""
 
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
+    def __init__(self, *args: Any, dialect: Dialect) -> None:
+        super().__init__(*args, dialect=dialect)
+        self.codec = gemini.turn_codec(dialect)
         self.turn_open = False
         self.turns = 0
         self.said: list[str] = []        # the model's words of the turn so far
         self.heard: list[str] = []       # the caller's transcribed words not yet told
 
     def dispatch(self, direction: str, event: dict[str, Any]) -> None:
-        messages = gemini.messages_of(event)
+        messages = gemini.messages_of(event, self.codec)
         if direction == UPSTREAM_TO_RELAY:
             for message in sorted(messages, key=_upstream_order):
                 self.upstream(message)
@@ -458,7 +478,7 @@ def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _arguments(text: Any) -> Any:
+def json_arguments(text: Any) -> Any:
     """A call's arguments as an object where they are JSON, else the text as it came."""
     if isinstance(text, str):
         try:
@@ -481,5 +501,3 @@ def _said(instructions: Any) -> str | None:
     return instructions[at + len(_SAY_EXACTLY):].strip() if at >= 0 else None
 
 
-
-READERS = {"openai": _OpenAIReader, "gemini": _GeminiReader}

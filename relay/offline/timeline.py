@@ -36,8 +36,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from relay.dialects import DIALECTS, Dialect, GeminiDialect, OpenAIFamily
-from relay.offline.events import CALL, OUTPUT, READERS, Event, decoded, upstream_bound
+from relay.dialects import DIALECTS, GEMINI, OPENAI, Dialect
+from relay.dialects.base import ToolFlow
+from relay.dialects.gemini import is_gemini_message
+from relay.offline.delegation_events import DelegationReader
+from relay.offline.events import CALL, OUTPUT, Event, ItemReader, Reader, TurnReader, decoded, upstream_bound
 from relay.recording.format import Frame, Recording
 from relay.recording.reader import read_recording
 
@@ -51,6 +54,7 @@ class Timeline(Sequence[Event]):
     """What the session is: a recording's path, `scripted session (openai)`..."""
     relay_tools: frozenset[str] = frozenset()
     dialect: str = "openai"
+    """The name of the dialect the session's frames were read in."""
     silent_calls: frozenset[str] = frozenset()
     """Relay calls not owed speech after their answer (silent scheduling, interrupted)."""
     inspect: Callable[[], str | None] = field(default=lambda: None, repr=False)
@@ -94,18 +98,16 @@ class Timeline(Sequence[Event]):
         """Read frames (in order) into a timeline. `outcomes`: the relay's decided outcome of
         each call, by call id, where known (a recording's notes, a scripted session's engine)."""
         frames = list(frames)
-        gemini = isinstance(dialect, GeminiDialect) or dialect == "gemini"
         tools = frozenset(relay_tools)
-        chosen = DIALECTS.get(dialect) if isinstance(dialect, str) else dialect
-        family = {"family": chosen} if isinstance(chosen, OpenAIFamily) else {}   # the variant's names
-        reader = READERS["gemini" if gemini else "openai"](tools, outcomes or {}, upstream_bound(frames), **family)
+        chosen = wire_dialect(dialect, frames)
+        reader = READERS[chosen.flow](tools, outcomes or {}, upstream_bound(frames), dialect=chosen)
         for frame in frames:
             event = decoded(frame)
             if event is not None:
                 reader.read(frame, event)
         reader.finish()
         silent = frozenset(reader.silent) | options.pop("silent_calls", frozenset())
-        return cls(reader.events, source, tools, "gemini" if gemini else "openai", silent, **options)
+        return cls(reader.events, source, tools, chosen.name, silent, **options)
 
     @classmethod
     def from_recording(cls, recording: str | Path | Recording, *, relay_tools: Iterable[str] | None = None) -> Timeline:
@@ -134,6 +136,31 @@ class Timeline(Sequence[Event]):
                                silent_calls=silent, inspect=lambda: f"relay inspect {path}")
 
 
+READERS: dict[ToolFlow, type[Reader]] = {
+    ToolFlow.ITEMS: ItemReader, ToolFlow.TURNS: TurnReader, ToolFlow.DELEGATIONS: DelegationReader}
+"""The timeline's reader of each tool flow (`Dialect.flow`), made with the session's dialect: a
+family of a known flow is read by its flow's reader through its codec; a family of a new flow
+registers its reader here (`register_reader`)."""
+
+
+def register_reader(flow: ToolFlow, reader: type[Reader]) -> None:
+    """Make `reader` the timeline's reader of `flow`'s sessions."""
+    READERS[flow] = reader
+
+
+def wire_dialect(dialect: Dialect | str, frames: Sequence[Frame] = ()) -> Dialect:
+    """The dialect a session's frames are read in: `dialect`, or the registered one of that
+    name; for a name this relay does not know, Gemini Live when the first event is a Gemini
+    message, else OpenAI (as a recording without a header is read)."""
+    if isinstance(dialect, Dialect):
+        return dialect
+    known = DIALECTS.get(dialect)
+    if known is not None:
+        return known
+    first = next((event for event in map(decoded, frames) if event is not None), None)
+    return GEMINI if is_gemini_message(first) else OPENAI
+
+
 def decided_outcomes(ledger: Iterable[Any]) -> dict[str, str]:
     """How the engine decided each call ended, by call id, as the outcome's name (`timeout`,
     `cancelled`...). The one place the harness reads the engine's outcomes: a `CallOutcome`'s
@@ -149,4 +176,4 @@ def not_owed_speech(ledger: Iterable[Any]) -> frozenset[str]:
                      if entry.relay_owned and (not entry.speak or entry.scheduling == "silent"))
 
 
-__all__ = ["Timeline", "decided_outcomes", "not_owed_speech"]
+__all__ = ["READERS", "Timeline", "decided_outcomes", "not_owed_speech", "register_reader", "wire_dialect"]
