@@ -112,3 +112,26 @@ def test_a_conversation_built_from_your_tools_calls_each_with_arguments_its_sche
     assert not conversation.script.rules[0].matches("Please use book. And ping.")
     assert conversation_for(ToolRegistry.load([EXAMPLE_TOOLS])).turns is TURNS
     assert tools_conversation(ToolRegistry.load([EXAMPLE_TOOLS])).turns[0] == "Please use get_weather."
+
+
+async def test_the_demo_runs_on_the_gpt_live_mock_and_its_recording_replays(tmp_path: Path) -> None:
+    """`relay demo --dialect live`: the same tools in Responses delegation; each relay call runs
+    once, each batch is continued with one response.create, the model speaks every answer."""
+    out = io.StringIO()
+    assert await run_demo(tools=str(EXAMPLE_TOOLS), record_dir=str(tmp_path), color=False, out=out,
+                          dialect="live") == 0
+    text = out.getvalue()
+    timeline, table = text.split("\ncalls\n", 1)
+    assert "/v1/live/sessions" in text
+    assert timeline.count("calls get_weather") == 2 and timeline.count("tool  get_weather ok") == 2
+    assert "lookup_order error in " in timeline and "LookupError: order Z9 not found" in timeline
+    assert timeline.count("response.create: the model answers") == 4, "one per batch"
+    assert timeline.count("Here is what I found") == 4, "every answer spoken"
+    assert [row.split()[1:3] for row in table.splitlines()[1:] if row.startswith("call_")] == [
+        ["get_weather", "ok"], ["get_weather", "ok"], ["lookup_order", "ok"], ["lookup_order", "error"],
+        ["search_flights", "ok"]]
+    [recording] = tmp_path.glob("*.jsonl")
+    assert "demo-provider-key" not in recording.read_text()
+    result = await replay_async(recording, [str(EXAMPLE_TOOLS)])
+    assert result.ok, [d.describe() for d in result.divergences]
+    assert sorted(c.outcome for c in result.calls) == ["error", "ok", "ok", "ok", "ok"]

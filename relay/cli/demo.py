@@ -37,6 +37,8 @@ from relay.cli.options import (
     check_record_dir,
     option,
 )
+from relay.cli import demo_delegations as delegations
+from relay.dialects import LIVE, OPENAI, get_dialect
 from relay.dialects import openai_codec as wire
 from relay.edges.process import run_in_loop
 from relay.edges.serve import RelayServer, ServerConfig
@@ -52,6 +54,9 @@ from relay.tools.sources import tool_registry
 EXAMPLE_TOOLS = "relay.examples.tools"
 RELAY_TOKEN = "demo-relay-token"          # what the client presents to the relay
 PROVIDER_KEY = "demo-provider-key"        # what only the relay presents to the (mock) provider
+
+DEMO_DIALECTS = (OPENAI.name, LIVE.name)
+"""The wires the demo speaks: the mock's Realtime and its GPT-Live."""
 
 TURNS = (
     "What's the weather in Paris and in Rome?",
@@ -335,7 +340,7 @@ def summary(server_engine: Any, style: Style) -> str:
 
 
 async def run_demo(*, tools: str, record_dir: str | None, color: bool, out: Any = sys.stdout,
-                   transport: str = "auto") -> int:
+                   transport: str = "auto", dialect: str = "openai") -> int:
     style = Style(color)
     timeline = Timeline(style, out)
     registry = tool_registry([tools])
@@ -344,15 +349,19 @@ async def run_demo(*, tools: str, record_dir: str | None, color: bool, out: Any 
           file=out)
     if conversation.turns is not TURNS:
         print("the mock model calls each of your tools once, with example arguments from its schema", file=out)
-    async with MockUpstream(script=conversation.script, api_key=PROVIDER_KEY) as mock:
-        config = ServerConfig(upstream=mock.url, dialect="openai", tools=registry, host="127.0.0.1", port=0,
+    async with MockUpstream(script=conversation.script, api_key=PROVIDER_KEY, dialect=dialect) as mock:
+        upstream = mock.base_url + get_dialect(dialect).client_path
+        config = ServerConfig(upstream=upstream, dialect=dialect, tools=registry, host="127.0.0.1", port=0,
                               auth_token=RELAY_TOKEN, api_key=PROVIDER_KEY, record_dir=record_dir,
                               on_notice=timeline.notice, drain_seconds=1, transport=transport)
         async with RelayServer(config) as server:
             timeline.server = server
-            print(f"mock upstream {mock.url}   relay {server.url}   tools {', '.join(server.tools.names)}\n",
+            print(f"mock upstream {upstream}   relay {server.url}   tools {', '.join(server.tools.names)}\n",
                   file=out)
-            await converse(server.url, timeline, server, conversation.turns)
+            if dialect == LIVE.name:
+                await delegations.converse(server.url, timeline, server, mock, conversation.turns, RELAY_TOKEN)
+            else:
+                await converse(server.url, timeline, server, conversation.turns)
     print("\n" + style("calls", "1"), file=out)
     for engine in timeline.engines.values():
         print(summary(engine, style), file=out)
@@ -383,10 +392,11 @@ def write_inspector_page(recording: Path) -> Path:
 
 
 def run_demo_command(*, tools: str, record_dir: str | None, color: bool, loop: str = "auto",
-                     transport: str = "auto") -> int:
+                     transport: str = "auto", dialect: str = "openai") -> int:
     """`relay demo`: the whole demo, in a new event loop (`loop`: relay.edges.process.LOOPS), the
-    relay's sockets on `transport` (relay.transports.TRANSPORTS)."""
-    return run_in_loop(lambda: run_demo(tools=tools, record_dir=record_dir, color=color, transport=transport), loop)
+    relay's sockets on `transport` (relay.transports.TRANSPORTS), on the mock speaking `dialect`."""
+    return run_in_loop(lambda: run_demo(tools=tools, record_dir=record_dir, color=color, transport=transport,
+                                        dialect=dialect), loop)
 
 
 # ---- the command ---------------------------------------------------------------------------
@@ -400,6 +410,9 @@ DEMO_OPTIONS = (
     option("--no-record", field=None, action="store_true", help="do not record the session"),
     option("--color", field=None, choices=("auto", "always", "never"), default="auto",
            help="colour the timeline (default auto: when standard output is a terminal)"),
+    option("--dialect", choices=DEMO_DIALECTS, default="openai",
+           help="the wire the mock and the relay speak: openai (Realtime, the default) or live (GPT-Live, "
+                "in Responses delegation)"),
     LOOP,
     TRANSPORT,
 )
@@ -411,7 +424,7 @@ def run(args: argparse.Namespace) -> int:
         check_record_dir(args.record)
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
     return run_demo_command(tools=args.tools, record_dir=None if args.no_record else args.record, color=color,
-                            loop=args.loop, transport=args.transport)
+                            loop=args.loop, transport=args.transport, dialect=args.dialect)
 
 
 

@@ -5,6 +5,9 @@ Teams replay it elsewhere: as an OpenAI Chat Completions message list, an Anthro
 request, a Gemini `generateContent` request, or the tool-call results a Vapi server returns. The
 export works on the engine's `Conversation` and `CallLedger` only, never on raw events, so any
 dialect that fills them can be exported: Gemini Live recordings go through the `GeminiEngine`.
+GPT-Live keeps no conversation of items: its recordings are read from their timeline (the words
+of both sides, the backend's function calls, each client delegation as a call named
+`delegation` answered by its appends' words), into the same steps (`FLOWS`: per tool flow).
 
 Each target format has rules the realtime conversation does not follow, and the export keeps the
 document valid for its format rather than copying the conversation blindly:
@@ -30,6 +33,8 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, get_args
 
 from relay.dialects import gemini_codec as gemini
+from relay.dialects import live
+from relay.dialects.base import ToolFlow
 from relay.engine import CallLedger, Engine, EngineConfig, new_engine
 from relay.engine.conversation import Conversation
 from relay.errors import UnusableInput
@@ -41,7 +46,9 @@ from relay.offline.export_steps import (
     Flow,
     Said,
     read_flow,
+    timeline_flow,
 )
+from relay.offline.timeline import Timeline
 from relay.recording.format import (
     CLIENT_TO_RELAY,
     RELAY_TO_UPSTREAM,
@@ -303,12 +310,38 @@ def export_recording(path: str | Path | Recording, format: str) -> Export:
     else the tool's `on_complete` / `on_failure`). A recording without those lines (written
     before the relay kept them, or a plain event log) tells errors by the output itself (a JSON
     object whose only key is `error`) and has no message."""
-    _formatter(format)  # an unknown format fails before the file is read
-    path = _recording(path)
-    engine, warnings = engine_from_recording(path)
-    exported = _export(engine.conversation, engine.ledger, format, path.tool_calls_decided())
-    notes = [ExportNote("recording", warning) for warning in warnings] + exported.report
-    return Export(exported.format, exported.document, notes)
+    formatter = _formatter(format)  # an unknown format fails before the file is read
+    recording = _recording(path)
+    flow, warnings = FLOWS[recording.dialect.flow](recording)
+    notes = list(flow.notes)
+    document = formatter(flow, notes)
+    return Export(format, document, [ExportNote("recording", warning) for warning in warnings] + notes)
+
+
+def _engine_flow(recording: Recording) -> tuple[Flow, list[str]]:
+    """The steps of a recording whose engine keeps the conversation (`engine_from_recording`)."""
+    engine, warnings = engine_from_recording(recording)
+    return read_flow(engine.conversation, engine.ledger, recording.tool_calls_decided()), warnings
+
+
+def _timeline_flow(recording: Recording) -> tuple[Flow, list[str]]:
+    """The steps of a GPT-Live recording, read from its timeline: the words of both sides, the
+    backend's function calls and the client delegations (a call named `delegation`, answered by
+    its appends' words), with the instructions of its `session.start`."""
+    starts = (live.event_of(f.event) for f in recording.frames if f.event is not None
+              and f.direction in (CLIENT_TO_RELAY, RELAY_TO_UPSTREAM))
+    session = next((e.session for e in starts if isinstance(e, live.SessionStart)), None)
+    instructions = session.get("instructions") if isinstance(session, dict) else None
+    timeline = Timeline.from_recording(recording)
+    return timeline_flow(timeline.events, recording.tool_calls_decided(),
+                         instructions if isinstance(instructions, str) and instructions else None), recording.warnings
+
+
+FLOWS: dict[ToolFlow, Callable[[Recording], tuple[Flow, list[str]]]] = {
+    ToolFlow.ITEMS: _engine_flow, ToolFlow.TURNS: _engine_flow, ToolFlow.DELEGATIONS: _timeline_flow}
+"""How a recording of each tool flow is read into the export's steps: through an engine of its
+dialect, whose conversation it fills, or through its timeline (a flow without a conversation of
+items). A family of a new flow registers its reading here."""
 
 
 # ---- the command -------------------------------------------------------------------------------
@@ -334,6 +367,6 @@ def run_export(path: str, format: str, *, out: str | None = None, allow_incomple
 
 
 __all__ = [
-    "AUDIO_WITHOUT_TRANSCRIPT", "Export", "ExportError", "ExportNote", "FORMATS", "Format",
+    "AUDIO_WITHOUT_TRANSCRIPT", "Export", "ExportError", "ExportNote", "FLOWS", "FORMATS", "Format",
     "engine_from_recording", "export_conversation", "export_recording",
 ]

@@ -1,7 +1,9 @@
 """A session's conversation read once into format-neutral steps, for the export's formats
 (`relay.offline.export`): what was said, by whom, the calls made and their answers, in the order
 every target format wants (a call's outputs right after the assistant turn that made it), with a
-note for everything changed, dropped or not known on the way.
+note for everything changed, dropped or not known on the way. Read from the engine's conversation
+(`read_flow`: the item-based and turn-based flows), or from the session's timeline
+(`timeline_flow`: GPT-Live's delegations, which keep no conversation of items).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any, Mapping
 from relay.dialects.openai import FUNCTION_CALL, FUNCTION_CALL_OUTPUT, MCP_CALL, MESSAGE
 from relay.engine import CallLedger, CallState, Owner
 from relay.engine.conversation import Conversation, ItemRecord
+from relay.offline.events import CALL, OUTPUT, SPOKEN, USER, Event
 from relay.tools.render import error_in_output
 
 AUDIO_WITHOUT_TRANSCRIPT = "[audio without transcript]"
@@ -279,3 +282,74 @@ def read_flow(conversation: Conversation, ledger: CallLedger,
     instructions = conversation.session.get("instructions")
     return Flow(instructions if isinstance(instructions, str) and instructions else None,
                  steps, reader.notes)
+
+
+class TimelineFlow:
+    """A session's steps read from its timeline (`relay.offline.timeline.Timeline`), for a flow
+    whose conversation is not a list of items the engine keeps (GPT-Live's delegations): the
+    words of both sides, and each call (a backend's function call, a client delegation named
+    `delegation`) with its answer right after the assistant turn that made it, in call order."""
+
+    def __init__(self, events: list[Event], decided: Mapping[str, Mapping[str, Any]]) -> None:
+        self.events = events
+        self.decided = decided
+        self.notes: list[ExportNote] = []
+        self.steps: list[Step] = []
+        self.run: list[Called] = []
+        self.answers: dict[str, Event] = {}
+        for event in events:
+            if event.kind == OUTPUT and event.final and event.call_id:
+                self.answers.setdefault(event.call_id, event)
+
+    def read(self) -> list[Step]:
+        seen: set[str] = set()
+        answered: set[str] = set()      # calls answered by this point of the session
+        for event in self.events:
+            if event.kind == OUTPUT and event.call_id:
+                answered.add(event.call_id)
+            if event.kind == CALL and event.call_id and event.call_id not in seen:
+                seen.add(event.call_id)
+                arguments = event.arguments if isinstance(event.arguments, str) else json.dumps(event.arguments)
+                called = Called(event.call_id, str(event.name or ""), arguments, event.call_id)
+                self.steps.append(called)
+                self.run.append(called)
+            elif event.kind == SPOKEN and event.text:
+                if any(called.call_id in answered for called in self.run):
+                    self.end_run()   # words after the answers: the turn that continues from them
+                self.steps.append(Said("assistant", event.text))
+            elif event.kind == USER and event.text:
+                self.end_run()
+                self.steps.append(Said("user", event.text))
+        self.end_run()
+        return self.steps
+
+    def end_run(self) -> None:
+        for called in self.run:
+            answer = self.answers.get(called.call_id)
+            self.steps.append(self.unanswered(called) if answer is None else self.answered(called, answer.text or ""))
+        self.run = []
+
+    def answered(self, called: Called, output: str) -> Answered:
+        is_error, error = error_in_output(output)
+        decided = self.decided.get(called.call_id) or {}
+        if isinstance(decided.get("is_error"), bool):
+            if decided["is_error"] and not is_error:
+                error = output
+            is_error = decided["is_error"]
+        message = decided.get("message") if isinstance(decided.get("message"), str) else None
+        return Answered(called.call_id, called.name, output, is_error, error if is_error else None, message,
+                        synthetic=False)
+
+    def unanswered(self, called: Called) -> Answered:
+        self.notes.append(ExportNote("unanswered_call", f"call {called.call_id} ({called.name}) has no output: "
+                                     f"{SESSION_ENDED}", call_id=called.call_id))
+        error = f"no output: {SESSION_ENDED}"
+        return Answered(called.call_id, called.name, json.dumps({"error": error}), True, error, None, synthetic=True)
+
+
+def timeline_flow(events: list[Event], decided: Mapping[str, Mapping[str, Any]] | None = None,
+                  instructions: str | None = None) -> Flow:
+    """The steps of a session read from its timeline's events (see `TimelineFlow`)."""
+    reader = TimelineFlow(events, decided or {})
+    steps = reader.read()
+    return Flow(instructions, steps, reader.notes)

@@ -16,7 +16,7 @@ from relay.dialects import openai_codec as wire
 from relay.engine import EngineConfig
 from relay.offline.faults import Fault
 from relay.offline.harness import HarnessSession
-from relay.offline.replaying import replay_sends
+from relay.offline.sends import replay_sends
 from relay.recording.format import CLIENT_TO_RELAY, UPSTREAM_TO_RELAY, Recording
 from relay.recording.reader import load_recording
 from relay.tools.sources import ToolSources

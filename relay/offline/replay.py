@@ -68,8 +68,8 @@ from relay.offline.replaying import (
     clip,
     counted,
     json_object,
-    replay_sends,
 )
+from relay.offline.sends import replay_sends
 from relay.offline.timeline import Timeline
 from relay.recording.format import (
     CLIENT_TO_RELAY,

@@ -1,7 +1,8 @@
 """How a recorded session of each wire is read back for replay: which frames the engine under
 test is fed, which of the relay's sends are compared and by what key (free of the ids the relay
 chose), what part of each must match, and what the timeline shows of the upstream's frames.
-`relay.offline.replay` runs the comparison; `replay_sends` gives a side of it its reader here.
+`relay.offline.replay` runs the comparison; `relay.offline.sends.replay_sends` gives a side of it
+its reader (one per tool flow: the item-based and turn-based flows' are here).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import json
 from collections import Counter
 from typing import Any
 
-from relay.dialects import Dialect, OpenAIFamily
+from relay.dialects import OpenAIFamily
 from relay.dialects import openai_codec as wire
 from relay.dialects import gemini_codec as gemini
 from relay.dialects.gemini import first_key, media_frame, response_text
@@ -334,12 +335,3 @@ class Requests:
         self._ids.add(event_id)
         self._sent[key] += 1
         return self._sent[key] > self._recorded[key]
-
-
-def replay_sends(dialect: Dialect, id_prefix: str | None) -> ReplaySends:
-    """What replay compares of the frames sent to `dialect`'s upstream, for a relay whose own
-    event ids start with `id_prefix`: Gemini's setups and answers numbered per call, or the
-    OpenAI family's events keyed free of the relay's ids."""
-    if isinstance(dialect, OpenAIFamily):
-        return OpenAISends(dialect, id_prefix)
-    return GeminiSends()

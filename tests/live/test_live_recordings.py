@@ -1,20 +1,29 @@
 """GPT-Live recordings made through `relay serve --record` against the GPT-Live mock, with the
 official SDK as the client (tests/live/test_live_mock.py's conversation), read back: the timeline
 and the inspector show the delegations, the appends and their acknowledgements, a Responses
-batch's calls, outputs and its one `response.create`."""
+batch's calls, outputs and its one `response.create`; the export writes the calls (a client
+delegation as a call named `delegation`) with their answers; replay runs the handlers again and
+sends the same outputs and appends, and a changed one is a divergence (`relay replay` exits 1)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from relay.cli import main
 from relay.inspector.model import build_model
 from relay.mock import MockUpstream
 from relay.offline.expect import violations
+from relay.offline.export import FORMATS, export_recording
+from relay.offline.replay import replay_async
+from relay.offline.replay_result import render_report
 from relay.offline.timeline import Timeline
+from relay.recording.format import RELAY_TO_UPSTREAM
 from relay.recording.reader import read_recording
+from relay.tools import Delegation, ToolResult, delegate, tool
 from tests.live.test_live_mock import SCRIPT, assistant, conversation, get_time, get_weather
 from tests.support.relays import relay_for
 
@@ -34,12 +43,12 @@ async def record(directory: Path, delegation: dict[str, Any], tools: list[Any], 
 
 @pytest.fixture
 async def responses_recording(tmp_path: Path) -> Path:
-    return await record(tmp_path, RESPONSES, [get_weather, get_time], answered="response.create", says="Here it is")
+    return await record(tmp_path / "responses", RESPONSES, [get_weather, get_time], answered="response.create", says="Here it is")
 
 
 @pytest.fixture
 async def client_recording(tmp_path: Path) -> Path:
-    return await record(tmp_path, CLIENT, [get_weather, assistant], answered="session.commentary.append",
+    return await record(tmp_path / "client", CLIENT, [get_weather, assistant], answered="session.commentary.append",
                         says="sunny in Paris")
 
 
@@ -98,3 +107,78 @@ def test_a_client_delegation_recording_shows_the_delegation_its_appends_and_thei
     for append in appends:   # open from when it went up to its acknowledgement, placed on the timeline
         assert append["t1"] is not None and append["t1"] > append["t0"]
         assert isinstance(append["start_ms"], int) and append["end_ms"] >= append["start_ms"]
+
+
+def test_export_writes_the_batch_and_the_delegation_as_calls_with_their_answers(
+        responses_recording: Path, client_recording: Path) -> None:
+    chat = export_recording(responses_recording, "openai-chat").document["messages"]
+    assert [m["role"] for m in chat] == ["user", "assistant", "tool", "tool", "assistant"]
+    assert chat[0]["content"] == "What's the weather in Paris?"
+    calls = chat[1]["tool_calls"]
+    assert sorted(c["function"]["name"] for c in calls) == ["get_time", "get_weather"]
+    assert [m["tool_call_id"] for m in chat[2:4]] == [c["id"] for c in calls], "each answer after its call, in order"
+    assert sorted(m["content"] for m in chat[2:4]) == ["noon in Paris", "sunny in Paris"]
+    assert "Here it is" in chat[4]["content"], "the words after the answers come after them"
+    for format in FORMATS:
+        assert export_recording(responses_recording, format).report == []
+
+    vapi = export_recording(client_recording, "vapi").document["results"]
+    assert [(r["name"], r["result"], r["message"]["content"]) for r in vapi] == [
+        ("delegation", "forecast for Paris It is sunny in Paris.", "It is sunny in Paris.")]
+
+
+@tool(name="get_weather")
+def rainy_weather(city: str) -> str:
+    """Current weather in a city (changed: it rains)."""
+    return f"rainy in {city}"
+
+
+@delegate(timeout=5)
+def gloomy_assistant(delegation: Delegation) -> ToolResult:
+    """Answers the caller from the transcript (changed: it rains)."""
+    return ToolResult(result="forecast: rain", message="It is rainy.")
+
+
+async def test_replay_runs_the_handlers_again_and_sends_the_same_outputs_and_appends(
+        responses_recording: Path, client_recording: Path) -> None:
+    for path, tools in ((responses_recording, [get_weather, get_time]), (client_recording, [get_weather, assistant])):
+        first, second = [await replay_async(path, tools) for _ in range(2)]
+        assert first.divergences == [] and second.divergences == [], render_report(first)
+        recorded = [f.event for f in read_recording(path).frames if f.direction == RELAY_TO_UPSTREAM and f.event]
+        sent = own(recorded, read_recording(path).header["id_prefix"])
+        assert sent, "the relay's outputs or appends were recorded"
+        # the same sends each time (parallel handlers may finish in either order: compared as sets)
+        assert own(first.sent, first.engine.id_prefix) == own(second.sent, second.engine.id_prefix) == sent
+    outputs = {call.name: call.output for call in first.calls}
+    assert outputs == {"assistant": "forecast for Paris"}
+
+
+async def test_replay_reports_a_changed_output_or_append_as_a_divergence(
+        responses_recording: Path, client_recording: Path) -> None:
+    changed = await replay_async(responses_recording, [rainy_weather, get_time])
+    (divergence,) = changed.divergences
+    assert divergence.kind == "changed" and divergence.call_id is not None and "rainy in Paris" in divergence.diff
+    changed = await replay_async(client_recording, [get_weather, gloomy_assistant])
+    assert [d.kind for d in changed.divergences] == ["changed", "changed"]
+    assert "forecast: rain" in changed.divergences[0].diff and "It is rainy." in changed.divergences[1].diff
+
+
+def test_relay_replay_exits_1_on_a_divergence(responses_recording: Path, tmp_path: Path, capsys: Any) -> None:
+    tools = tmp_path / "changed_tools.py"
+    tools.write_text(CHANGED_TOOLS)
+    assert main(["replay", str(responses_recording), "--tools", str(tools)]) == 1
+    assert "changed: output of" in capsys.readouterr().out
+    assert main(["replay", str(responses_recording), "--tools", "tests/live/test_live_mock.py"]) == 0
+
+
+CHANGED_TOOLS = """\
+from tests.live.test_live_mock import get_time
+from tests.live.test_live_recordings import rainy_weather
+"""
+
+
+def own(events: list[dict[str, Any]], id_prefix: str) -> list[str]:
+    """The relay's own sends among `events` (by the event ids it chose), without those ids, as
+    sorted JSON texts."""
+    return sorted(json.dumps({k: v for k, v in e.items() if k != "event_id"}, sort_keys=True) for e in events
+                  if str(e.get("event_id", "")).startswith(f"{id_prefix}_e"))
