@@ -21,7 +21,7 @@ MCP tools (the recording's header lists them) are answered from the recording by
 live servers with `mcp_answers="live"` (relay/offline/mcp_answers.py).
 
 The recording says its dialect (`Recording.dialect`), and the dialect says how its frames are
-read back (`replay_sends` in relay/offline/replaying.py): which are fed to the engine, which
+read back (`replay_sends` in relay/offline/sends.py, a reader per tool flow): which are fed to the engine, which
 sends are compared and by what key. Gemini Live recordings replay on a `GeminiEngine`, with the
 server's binary frames as they were; there the relay's sends are its answers, one
 `FunctionResponse` at a time, matched by call id and by their order for that call, and the setup
