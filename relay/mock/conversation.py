@@ -111,6 +111,10 @@ class Conversation:
         """A snapshot of the items in order."""
         return [copy.deepcopy(item) for item in self._items]
 
+    def current(self) -> list[dict[str, Any]]:
+        """The items in order, as stored (not copied): for a reader that changes none of them."""
+        return list(self._items)
+
     def __len__(self) -> int:
         return len(self._items)
 

@@ -154,7 +154,8 @@ class ResponseRequests:
         self, request: dict[str, Any], *, origin: str, reply: Reply | None = None
     ) -> tuple[ResponseRun, list[Action]]:
         """Start a response (the request is already validated). `origin` is "client" or "server"."""
-        items = self._input_items(request["input"]) if "input" in request else self.conversation.items
+        # read only (the reply's pick, the input's tokens): the conversation's items, not a copy
+        items = self._input_items(request["input"]) if "input" in request else self.conversation.current()
         if reply is None:
             reply = self._pick(items, request.get("instructions"))
         beta = self.wire.beta

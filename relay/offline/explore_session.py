@@ -37,6 +37,10 @@ handler started (while it runs), its output sent (before the follow-up), its fol
 MAX_UPSTREAM_FRAMES = 2000
 """Upstream frames one schedule may take before it is called a loop."""
 
+_EARLY = (CallState.ANNOUNCED, CallState.STREAMING)
+_FINAL = frozenset({CallState.ANSWERED, CallState.SKIPPED, CallState.ABANDONED})
+"""States a call never leaves: once its follow-up is known too, `_look` reads it no more."""
+
 _STREAMING = StreamOptions(audio_chunks=1, audio_chunk_bytes=480, argument_deltas=2)
 
 
@@ -133,6 +137,7 @@ class ExploredSession(ScriptedSession):
         self._release_at: float | None = None
         self._released = 0
         self._moved: set[Any] = set()   # the calls whose items a `done_first` moved
+        self._settled: dict[int, Any] = {}   # call book entries `_look` has nothing more to read of
         self._pending: list[Perturbation] = sorted(p for p in schedule if p.kind == "barge_in" or p.kind == "drop")
         self._handler_kinds = {p.call: p for p in schedule if p.kind in HANDLER_KINDS}
         self._done_first = {p.call for p in schedule if p.kind == "done_first"}
@@ -221,18 +226,25 @@ class ExploredSession(ScriptedSession):
 
     def _look(self) -> None:
         observed = self.observed
+        settled = self._settled
         for entry in self.engine.ledger:
+            if settled.get(id(entry)) is entry:
+                continue
             if not entry.relay_owned:
+                settled[id(entry)] = entry
                 continue
             if entry.call_id not in observed.calls:
                 observed.calls.append(entry.call_id)
             number = observed.calls.index(entry.call_id) + 1
-            if entry.state in (CallState.ANNOUNCED, CallState.STREAMING):
+            state = entry.state
+            if state in _EARLY:
                 self._reached(number, "announced")
-            if entry.state == CallState.ANSWERED:
+            if state == CallState.ANSWERED:
                 self._reached(number, "answered")
             if entry.follow_up_response_id is not None:
                 self._reached(number, "follow_up")
+                if state in _FINAL:   # no anchor of this entry is left to reach
+                    settled[id(entry)] = entry
 
     def _reached(self, number: int, anchor: str) -> None:
         if (number, anchor) in self.observed.anchors:

@@ -218,8 +218,10 @@ class ScriptedSession(HarnessSession):
 
     def _caller_receive(self, frame: str | bytes) -> list[str | bytes]:
         """The caller answers its own tools' calls, as a client application does."""
+        if not len(self.client_tools):
+            return []   # nothing to answer: the frame is not even read
         event = decode(frame)
-        if event is None or not len(self.client_tools):
+        if event is None:
             return []
         if self.gemini:
             calls = [call for message in gemini.messages_of(event) if isinstance(message, gemini.ToolCall)

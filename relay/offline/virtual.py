@@ -14,7 +14,8 @@ ready (a thread handing back its result) is served first, at the current virtual
 What cannot be virtual is work done outside the loop: a sync tool runs in a worker thread (as the
 relay runs it) and a tool may hand work to `asyncio.to_thread` / `loop.run_in_executor`. While such
 work is pending the clock stands still and the loop waits for it in real time (it takes no
-virtual time at all), for at most `thread_limit` real seconds: a sync tool blocking in
+virtual time at all), for at most `thread_limit` real seconds (a sync tool's thread is first waited
+for where the loop stands, so that a quick tool's answer comes at the same place on every run): a sync tool blocking in
 `time.sleep(3)` costs three real seconds and no virtual one, and one that blocks for longer than the
 limit stops the run with `VirtualTimeError`. Threads the loop is not told about (anyio's worker
 threads) are not waited for: their results arrive whenever real time brings them.
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import queue
 import selectors
 import threading
 import time
@@ -40,6 +42,34 @@ from typing import Any, Callable
 from relay.errors import RelayError
 
 DEFAULT_THREAD_LIMIT = 10.0
+PROMPT_WAIT = 1.0   # or the loop's `thread_limit`, if less
+"""Real seconds the loop waits for a thread's work where it stands, before going on at the same
+virtual instant and waiting when it idles (see `VirtualLoop.run_in_thread`)."""
+
+
+class _Handoff:
+    """A worker's outcome handed to the loop that waits for it, or, once the loop stopped waiting,
+    left for the worker to post (`give` says which)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._given = threading.Event()
+        self._outcome: Callable[[], None] | None = None
+        self._waiting = True
+
+    def give(self, outcome: Callable[[], None]) -> bool:
+        with self._lock:
+            if not self._waiting:
+                return False
+            self._outcome = outcome
+        self._given.set()
+        return True
+
+    def take(self, timeout: float) -> Callable[[], None] | None:
+        self._given.wait(timeout)
+        with self._lock:
+            self._waiting = False
+            return self._outcome
 
 
 class VirtualTimeError(RelayError, RuntimeError):
@@ -55,6 +85,7 @@ class _NeverSleeps(selectors.BaseSelector):
     def __init__(self) -> None:
         self.real = selectors.DefaultSelector()
         self.on_idle: Callable[[float | None], list[Any]] = lambda timeout: []
+        self.threads_pending: Callable[[], bool] = lambda: True
 
     def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
         return self.real.register(fileobj, events, data)
@@ -66,10 +97,17 @@ class _NeverSleeps(selectors.BaseSelector):
         return self.real.modify(fileobj, events, data)
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        if self.quiet():
+            # nothing can be ready: no work in a thread is awaited and no socket but the loop's
+            # own wake-up pipe is registered (the poll would be a system call per step for nothing)
+            return [] if timeout == 0 else self.on_idle(timeout)
         ready = self.real.select(0)
         if ready or timeout == 0:
             return ready
         return self.on_idle(timeout)
+
+    def quiet(self) -> bool:
+        return len(self.real.get_map()) <= 1 and not self.threads_pending()
 
     def get_map(self) -> Any:
         return self.real.get_map()
@@ -86,11 +124,13 @@ class VirtualLoop(asyncio.SelectorEventLoop):
         selector = _NeverSleeps()
         super().__init__(selector)
         selector.on_idle = self._idle
+        selector.threads_pending = lambda: bool(self._threads)
         self._never_sleeps = selector
         self._now = start
         self._horizon = start
         self.thread_limit = thread_limit
         self._threads: set[asyncio.Future[Any]] = set()
+        self._free_workers: list[queue.SimpleQueue[Any]] = []   # idle worker threads' inboxes
 
     def time(self) -> float:
         return self._now
@@ -104,15 +144,20 @@ class VirtualLoop(asyncio.SelectorEventLoop):
         return future
 
     def run_in_thread(self, func: Callable[[], Any]) -> asyncio.Future[Any]:
-        """Run `func` in a daemon thread of its own (a sync tool: one that never returns must not
-        keep the test process alive); the loop waits for it as for executor work."""
+        """Run `func` in a daemon worker thread of this loop (a sync tool: one that never returns
+        must not keep the test process alive, and keeps its thread: the next work gets another).
+        The loop first waits for it where it stands, at most `PROMPT_WAIT` real seconds, so a quick
+        tool's answer takes the same place in the loop's order on every run; work that takes longer
+        is waited for as executor work. A free worker takes the next work, so a session's sync
+        tools, one after the other, start one thread, not one each."""
         future: asyncio.Future[Any] = self.create_future()
+        handoff = _Handoff()
 
         def report(outcome: Callable[[], None]) -> None:
             if not future.done():
                 outcome()
 
-        def work() -> None:
+        def work(jobs: queue.SimpleQueue[Any]) -> None:
             try:
                 value = func()
             except BaseException as exc:  # handed to the awaiting task, whatever it is
@@ -120,15 +165,43 @@ class VirtualLoop(asyncio.SelectorEventLoop):
                 outcome = lambda: future.set_exception(error)  # noqa: E731
             else:
                 outcome = lambda: future.set_result(value)  # noqa: E731
+            self._free_workers.append(jobs)   # free before the loop hears: its next work comes here
+            if handoff.give(outcome):
+                return   # the loop waited for it and reports it
             try:
                 self.call_soon_threadsafe(report, outcome)
             except RuntimeError:
                 pass   # the loop was closed meanwhile: nobody waits for this thread any more
 
-        self._threads.add(future)
-        future.add_done_callback(self._threads.discard)
-        threading.Thread(target=work, name="relay-harness-tool", daemon=True).start()
+        if self._free_workers:
+            self._free_workers.pop().put(work)
+        else:
+            jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+            jobs.put(work)
+            threading.Thread(target=self._worker, args=(jobs,), name="relay-harness-tool", daemon=True).start()
+        outcome = handoff.take(min(PROMPT_WAIT, self.thread_limit))
+        if outcome is not None:
+            self.call_soon(report, outcome)
+        else:
+            self._threads.add(future)
+            future.add_done_callback(self._threads.discard)
         return future
+
+    def _worker(self, jobs: queue.SimpleQueue[Any]) -> None:
+        """A worker thread: runs the work it is given until the loop closes (None)."""
+        while True:
+            job = jobs.get()
+            if job is None or self.is_closed():
+                return
+            job(jobs)
+            if self.is_closed():   # it ended meanwhile: nothing will come
+                return
+
+    def close(self) -> None:
+        """Close the loop; its free worker threads end (a busy one ends when its work does)."""
+        super().close()
+        while self._free_workers:
+            self._free_workers.pop().put(None)
 
     def run_until(self, moment: float) -> None:
         """Run everything due up to `moment` (the clock ends there), and what that causes at once."""
