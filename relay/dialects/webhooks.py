@@ -17,7 +17,8 @@ call by `data.call_id` (`rtc_…`), accepted at `/realtime/calls/{call_id}/accep
 `live.transport.incoming` (and the deprecated `live.call.incoming`, without `data.type`) by
 `data.session_id` (`live_…`), accepted at `/live/sessions/{session_id}/accept` with the session
 wrapped as `{"session": …}`. The same pending call can be announced in both families; the first
-accept picks the runtime.
+accept picks the runtime. GPT-Live's `live.transport.connected` names a session already running
+(a direct WebRTC session): it is attached to, never accepted.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ LIVE_TRANSPORT_INCOMING = "live.transport.incoming"
 LIVE_CALL_INCOMING = "live.call.incoming"
 """The deprecated name of `live.transport.incoming` (no `data.type`), still delivered to old
 subscriptions."""
+LIVE_TRANSPORT_CONNECTED = "live.transport.connected"
+"""A direct WebRTC session (or an Instant Connect one) is running: attach to it, no accept."""
 CALL_OPERATIONS = ("accept", "reject", "refer", "hangup")
 
 
@@ -110,15 +113,20 @@ class CallFamily:
     id_field: str
     controls: str           # the path of a call's controls under the REST base, `{id}` in it
     wraps_session: bool     # the accept's body is `{"session": …}` (else the session itself)
+    running_by: tuple[str, ...] = ()   # events of a session already running: attached to, not accepted
 
     def call_id(self, event: Mapping[str, Any]) -> str | None:
-        """The call an incoming-call event names: its id (empty when the event holds none), or
-        None when the event is not one of this family's announcements."""
-        if event.get("type") not in self.announced_by:
+        """The call an incoming-call (or running-session) event names: its id (empty when the
+        event holds none), or None when the event is not one of this family's announcements."""
+        if event.get("type") not in (*self.announced_by, *self.running_by):
             return None
         data = event.get("data")
         found = data.get(self.id_field) if isinstance(data, dict) else None
         return found if isinstance(found, str) else ""
+
+    def needs_accept(self, event: Mapping[str, Any]) -> bool:
+        """The event announces a call waiting to be accepted (else a session already running)."""
+        return event.get("type") in self.announced_by
 
     def control_path(self, call_id: str, operation: str) -> str:
         """`accept`, `reject`, `refer` or `hangup` of a call, under the REST base."""
@@ -130,12 +138,18 @@ class CallFamily:
 
 REALTIME_CALLS = CallFamily((REALTIME_CALL_INCOMING,), "call_id", "/realtime/calls/{id}", wraps_session=False)
 LIVE_CALLS = CallFamily((LIVE_TRANSPORT_INCOMING, LIVE_CALL_INCOMING), "session_id", "/live/sessions/{id}",
-                        wraps_session=True)
+                        wraps_session=True, running_by=(LIVE_TRANSPORT_CONNECTED,))
 
 
 def call_family(wire: str) -> CallFamily:
     """The calls of a dialect's wire (`Dialect.wire`): GPT-Live's, or the Realtime family's."""
     return LIVE_CALLS if wire == "live" else REALTIME_CALLS
+
+
+def live_connected_event(session_id: str, *, event_id: str, created_at: int) -> dict[str, Any]:
+    """A `live.transport.connected` delivery's body (a WebRTC session), as the provider writes it."""
+    return {"id": event_id, "object": "event", "created_at": created_at, "type": LIVE_TRANSPORT_CONNECTED,
+            "data": {"session_id": session_id, "type": "webrtc"}}
 
 
 def live_incoming_event(session_id: str, *, event_id: str, created_at: int,

@@ -29,11 +29,14 @@ answered 200 and otherwise ignored.
 A GPT-Live call is accepted with `{"session": {"type": "live", "model", "instructions",
 "delegation"}}`: Responses delegation with the relay's tools in `delegation.responses.tools` (the
 backend model is `responses_model`), or client delegation when the tools hold a delegate (or
-`delegation="client"`); then the sidecar attaches at the session's `/attach` path.
+`delegation="client"`); then the sidecar attaches at the session's `/attach` path. A
+`live.transport.connected` delivery names a session already running (a direct WebRTC one): it is
+attached to without an accept, and the relay's tools are added with a `session.update`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -163,6 +166,8 @@ class SidecarServer:
         self.live = live
         self.family = call_family(self.runtime.dialect.wire)   # how its calls are announced and decided
         self._check_live_session()
+        if self.family.running_by:   # a running session it attaches to may lack the tools: a session.update adds them
+            self.runtime.engine_config = dataclasses.replace(self.runtime.engine_config, declare_tools=True)
         secret = config.webhook_secret if config.webhook_secret is not None else os.environ.get(WEBHOOK_SECRET_ENV, "")
         if not secret.strip():
             raise ConfigError(f"no webhook secret: set {WEBHOOK_SECRET_ENV} to the secret of the webhook endpoint")
@@ -354,6 +359,10 @@ class SidecarServer:
             log.info("webhook for a call already attached; ignored", extra=fields)
             return Response(status_code=200)
         self._deliveries.add(delivery)
+        if not self.family.needs_accept(event):   # a session already running (GPT-Live's WebRTC)
+            log.info("session running: attaching", extra=fields)
+            self._attach(call_id)
+            return Response(status_code=200)
         self._accepting.add(call_id)
         try:
             await self.accept(call_id)

@@ -5,6 +5,7 @@ controls that decide it (relay/mock/rest.py serves them at `/v1/live/sessions/{i
 
     session = mock.live_calls.create()                          # a pending call: no socket, not started
     await mock.live_calls.announce(session, webhook_url, secret)  # the signed webhook, POSTed
+                                                                  # (connected=True: a running session's)
     await mock.user_turn(session, "What's the weather?")          # the caller speaks (the script replies)
     await mock.live_calls.caller_audio(session, 3000)             # 3 s of the caller's audio: the timeline
     await mock.live_calls.drop(session)                           # the sideband's socket dies (no close)
@@ -30,7 +31,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from relay.dialects.webhooks import live_incoming_event, signed_headers
+from relay.dialects.webhooks import live_connected_event, live_incoming_event, signed_headers
 from relay.mock.faults import Faults
 from relay.mock.live import LiveMockSession
 from relay.mock.live_backend import LiveOptions
@@ -112,9 +113,19 @@ class LiveCalls:
         headers = signed_headers(secret, body, webhook_id=webhook_id or new_id("wh"), timestamp=now)
         return {**headers, "content-type": "application/json"}, body
 
-    async def announce(self, session: LiveMockSession, url: str, secret: str, **options: Any) -> httpx.Response:
-        """POST the signed `live.transport.incoming` delivery to `url`, as the provider does."""
-        headers, body = self.incoming(session, secret, **options)
+    def connected(self, session: LiveMockSession, secret: str) -> tuple[dict[str, str], bytes]:
+        """The signed `live.transport.connected` delivery of a running session (a WebRTC one's,
+        as the provider announces it; here, any session the mock runs)."""
+        now = int(time.time())
+        body = json.dumps(live_connected_event(session.id, event_id=new_id("evt"), created_at=now)).encode()
+        return {**signed_headers(secret, body, webhook_id=new_id("wh"), timestamp=now),
+                "content-type": "application/json"}, body
+
+    async def announce(self, session: LiveMockSession, url: str, secret: str, *, connected: bool = False,
+                       **options: Any) -> httpx.Response:
+        """POST the signed `live.transport.incoming` delivery to `url`, as the provider does
+        (`connected`: `live.transport.connected`, for a session already running)."""
+        headers, body = self.connected(session, secret) if connected else self.incoming(session, secret, **options)
         async with httpx.AsyncClient(timeout=30.0) as client:
             return await client.post(url, headers=headers, content=body)
 

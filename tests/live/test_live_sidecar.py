@@ -32,7 +32,7 @@ from relay.edges.sidecar import CallRequestFailed, SidecarServer, SidecarServerC
 from relay.errors import ConfigError
 from relay.mock import MockUpstream
 from relay.session.loop import SessionEnd
-from tests.live.test_live_mock import SCRIPT, SERVER_EVENT, assistant, get_time, get_weather
+from tests.live.test_live_mock import AUDIO, SCRIPT, SERVER_EVENT, assistant, get_time, get_weather
 from tests.support.clients import TIMEOUT
 from tests.support.paths import REPO
 from tests.support.tools import Gate
@@ -264,4 +264,45 @@ async def test_a_sidecar_call_whose_sideband_drops_mid_tool_re_attaches_and_answ
     outputs = [r.event["item"]["call_id"] for r in mock.received if r.event["type"] == "response.item.create"]
     assert sorted(outputs) == sorted(session.backend.calls), "each call answered once"
     assert [r.connection for r in mock.received if r.event["type"] == "response.create"] == [1]
+    assert not any(e["type"] == "error" for e in validated(mock)), "the mock refused something"
+
+
+async def test_a_running_session_announced_as_connected_is_attached_without_an_accept_and_served() -> None:
+    """`live.transport.connected` (a direct WebRTC session): the SDK's `client.live.connect()` is
+    the session's other party here, with none of the relay's tools; the relay attaches, adds them
+    with a `session.update`, and answers the backend's calls."""
+    async with MockUpstream(script=SCRIPT, dialect="live") as mock, \
+            live_sidecar(mock, [get_weather, get_time]) as server:
+        client = AsyncOpenAI(api_key="sk-test", websocket_base_url=mock.base_url + "/v1")
+        async with client.live.connect() as connection:
+            await connection.send({"type": "session.start", "session": {"model": "gpt-live-1", "delegation": {
+                "type": "responses", "responses": {"model": "gpt-5.4", "tools": []}}}})
+            with anyio.fail_after(TIMEOUT):
+                while SERVER_EVENT.validate_json(await connection.recv_bytes()).type != "session.started":
+                    pass
+            session = mock.sessions[-1]
+            headers, body = mock.live_calls.connected(session, SECRET)
+            event = AsyncOpenAI(api_key="sk-test", webhook_secret=SECRET).webhooks.unwrap(body, headers)
+            assert event.type == "live.transport.connected" and event.data.session_id == session.id
+            assert (await mock.live_calls.announce(session, server.url, SECRET, connected=True)).status_code == 200
+            await mock.wait_for(lambda e: e["type"] == "session.update", TIMEOUT)
+            await connection.send({"type": "session.input_audio.append", "audio": AUDIO})
+            await mock.user_turn(session, "What's the weather in Paris?")
+            await mock.wait_for(lambda e: e["type"] == "response.create", TIMEOUT)
+            heard = ""
+            with anyio.fail_after(TIMEOUT):
+                while "Here it is" not in heard:
+                    await connection.send({"type": "session.input_audio.append", "audio": AUDIO})
+                    event = SERVER_EVENT.validate_json(await connection.recv_bytes())
+                    if event.type == "session.output_transcript.delta":
+                        heard += event.delta
+            await connection.send({"type": "session.close"})
+            with anyio.fail_after(TIMEOUT):
+                while SERVER_EVENT.validate_json(await connection.recv_bytes()).type != "session.closed":
+                    pass
+    assert session.id not in mock.live_calls.calls, "never accepted: it was running"
+    sideband = [record.event for record in mock.received if record.connection == 1]
+    outputs = [e["item"]["call_id"] for e in sideband if e["type"] == "response.item.create"]
+    assert sorted(outputs) == sorted(session.backend.calls), "each call answered once, on the sideband"
+    assert [e["type"] for e in sideband].count("response.create") == 1
     assert not any(e["type"] == "error" for e in validated(mock)), "the mock refused something"
