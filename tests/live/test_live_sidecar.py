@@ -306,3 +306,15 @@ async def test_a_running_session_announced_as_connected_is_attached_without_an_a
     assert sorted(outputs) == sorted(session.backend.calls), "each call answered once, on the sideband"
     assert [e["type"] for e in sideband].count("response.create") == 1
     assert not any(e["type"] == "error" for e in validated(mock)), "the mock refused something"
+
+
+async def test_a_live_call_the_provider_will_not_accept_gets_502_and_a_later_delivery_may_try_again() -> None:
+    async with MockUpstream(script=SCRIPT, dialect="live") as mock, live_sidecar(mock, [get_weather]) as server:
+        session = mock.live_calls.create()
+        await sdk(mock).live.sessions.reject(session.id, status_code=486)   # the caller hung up first
+        refused = await mock.live_calls.announce(session, server.url, SECRET, webhook_id="wh_once")
+        assert refused.status_code == 502 and refused.json()["error"]["code"] == "accept_failed"
+        assert "HTTP 404" in refused.json()["error"]["message"] and "sk-test" not in refused.text
+        assert server.calls == {}
+        again = await mock.live_calls.announce(session, server.url, SECRET, webhook_id="wh_once")
+        assert again.status_code == 502, "a failed accept is not remembered as delivered"
