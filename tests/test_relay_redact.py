@@ -299,6 +299,7 @@ class CountingPlaceholders(dict):  # type: ignore[type-arg]
             yield key
 
 
+@pytest.mark.timeout(240)   # a hang guard: ~9 s alone, past the default 60 s on a loaded 2-core machine
 def test_a_recording_of_100k_lines_is_redacted_in_two_passes_a_line_at_a_time(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Time linear and memory bounded, counted rather than timed: each line is read twice (once to
