@@ -99,8 +99,7 @@ SAMPLES: dict[type[wire.Event], wire.Event] = {event.__class__: event for event 
                                                    "content": "Paris?"}),
     wire.DecisionItemDelete(item_id="di_1"),
     wire.DecisionItemDeleted(event_id="e21", item_id="di_1"),
-    wire.DecisionEvent(event_id="e22", delegation_id="item_3",
-                       event={"type": "decision.completed", "decision": DECISION}),
+    wire.DecisionEvent(event_id="e22", delegation_id="item_3", event=wire.DecisionCompleted(decision=DECISION)),
     wire.DtmfSend(event="5"),
     wire.DtmfSent(event_id="e23", event="5"),
     wire.DtmfReceived(event_id="e24", event="#"),
@@ -188,6 +187,51 @@ def test_an_unknown_or_malformed_nested_event_stays_in_its_envelope() -> None:
             assert isinstance(wire.backend_event(envelope), wire.BackendCompleted)   # fields are as the wire gave
         else:
             assert wire.backend_event(envelope) == wire.Unknown(nested)
+
+
+# ---- Decisions delegation ----
+DECISION_ITEMS = (
+    {"type": "function_call", "call_id": "call_7", "name": "book_table", "arguments": '{"seats":2}'},
+    {"type": "function_call_output", "call_id": "call_7", "output": "booked"},
+    {"type": "custom_tool_call", "call_id": "call_8", "name": "note", "input": "vip"},
+    {"type": "message", "role": "system", "content": "The caller is a member."},
+)
+
+
+@pytest.mark.parametrize("item", DECISION_ITEMS, ids=lambda item: item["type"])
+def test_decision_items_are_client_events_and_their_stored_copies_server_events(item: dict[str, Any]) -> None:
+    """`function_call` and `function_call_output` are Decision *inputs* the client appends (the
+    service stores them with an id): written by the codec, read by the SDK's unions as they are."""
+    command = json.loads(wire.encode(wire.DecisionItemCreate(event_id="c9", item=item)))
+    assert CLIENT.validate_python(command).model_dump(exclude_unset=True) == command
+    stored = wire.DecisionItemCreated(event_id="e9", client_event_id="c9", item={**item, "id": "di_9"})
+    frame = json.loads(wire.encode(stored))
+    assert SERVER.validate_python(frame).model_dump(exclude_unset=True) == frame
+    assert wire.decode(json.dumps(frame)) == wire.event_of(frame) == wire.DecisionItemCreated(
+        event_id="e9", client_event_id="c9", item={**item, "id": "di_9"})
+
+
+def test_a_decision_event_is_typed_for_a_delegation_a_create_and_a_trigger() -> None:
+    completed = wire.DecisionCompleted(decision=DECISION)
+    for event in (wire.DecisionEvent(event_id="e1", delegation_id="item_1", event=completed),
+                  wire.DecisionEvent(event_id="e2", delegation_id=None, event=completed),
+                  wire.DecisionEvent(event_id="e3", delegation_id=None, event=completed, trigger_id="trig_1",
+                                     source_event_id="event_t", source_event_type="session.input_transcript.delta")):
+        frame = wire.encode(event)
+        model = SERVER.validate_json(frame)
+        assert model.type == "decision.event" and model.event.decision.answers[0].probability == 0.9
+        assert json.loads(frame)["event"] == {"type": "decision.completed", "decision": DECISION}
+        decoded = wire.decode(frame)
+        assert isinstance(decoded, wire.DecisionEvent) and isinstance(decoded.event, dict)
+        assert wire.decision_of(decoded) == completed and wire.decision_of(event) is completed
+        assert wire.encode(decoded) == frame
+
+
+def test_a_decision_event_of_another_shape_reads_as_unknown() -> None:
+    for nested in (None, "text", [1], {"no": "type"}, {"type": "decision.failed", "error": {}},
+                   {"type": "decision.completed"}, {"type": "decision.completed", "decision": "yes"}):
+        assert wire.decision_of(wire.DecisionEvent(event=nested)) == wire.Unknown(nested)
+    assert "decision.completed" in wire.WIRE_NAMES
 
 
 class _Capture:

@@ -7,8 +7,9 @@ frame) and writes one back (`encode`): msgspec Structs tagged by `type`, as in
 `relay.dialects.openai_codec` (the measured choice, docs/benchmarks.md "Typed events"); a frame
 outside the set, or not of its event's shape, is an `Unknown` keeping the frame. A `response.event`
 envelope keeps its nested Responses event as the wire gave it (unknown nested types are tolerated);
-`backend_event` types it. Audio passes undecoded (`audio_peek`). The facts are `openai.types.live`'s
-(the tests validate what `encode` writes against its models).
+`backend_event` types it, as `decision_of` types the Decision API event a `decision.event`
+carries. Audio passes undecoded (`audio_peek`). The facts are `openai.types.live`'s (the tests
+validate what `encode` writes against its models).
 """
 
 from __future__ import annotations
@@ -310,6 +311,19 @@ class DecisionEvent(Event, tag="decision.event"):
     source_event_type: Any = None
 
 
+class DecisionCompleted(msgspec.Struct, tag_field="type", tag="decision.completed", kw_only=True):
+    """The event a `decision.event` carries: the Decision API's evaluation of the configured
+    questions (`decision`: `answers` in question order, each a predicate's probability, a choice,
+    a score or a refusal; `model`; `usage`). It holds answers only: a Decision evaluation makes no
+    function call (`function_call` items are inputs the client appends with `decision.item.create`)."""
+
+    decision: dict[str, Any]
+
+
+DECISION_EVENTS: Mapping[str, type[DecisionCompleted]] = {"decision.completed": DecisionCompleted}
+"""Name -> the event a `decision.event` carries (the closed set `decision_of` reads)."""
+
+
 # telephony, on a sideband
 class DtmfSend(_Answer, tag="transport.dtmf.send"):
     """A keypress to send (a sideband's command); older servers' name for `transport.dtmf.sent`."""
@@ -358,6 +372,8 @@ and the mock agree to: the server's tokenizer is not public)."""
 FUNCTION_CALL = "function_call"
 FUNCTION_CALL_OUTPUT = "function_call_output"
 DELEGATION_TARGETS = ("client", "responses", "decisions")
+TRIGGER_EVENTS = (InputTranscriptDelta.__struct_config__.tag, OutputTranscriptDelta.__struct_config__.tag)
+"""The events a Decisions trigger (`session.triggers[].event_type`) can fire on."""
 CLOSE_REASONS = ("close_requested", "expired", "content", "remote_hangup", "connection_lost")
 
 _DECODER = msgspec.json.Decoder(Union[tuple(EVENTS.values())])   # noqa: UP007
@@ -396,6 +412,14 @@ def backend_event(envelope: ResponseEnvelope) -> BackendEvent | Unknown:
     if isinstance(envelope.event, BackendEvent):
         return envelope.event
     return _typed(envelope.event, BACKEND_EVENTS)
+
+
+def decision_of(event: DecisionEvent) -> DecisionCompleted | Unknown:
+    """The Decision API event a `decision.event` carries, typed; an `Unknown` holding it for a
+    nested type outside `DECISION_EVENTS` or a nested event not of its shape."""
+    if isinstance(event.event, DecisionCompleted):
+        return event.event
+    return _typed(event.event, DECISION_EVENTS)
 
 
 def encode(event: Event) -> str:
@@ -522,6 +546,6 @@ def live_variant(url: str) -> LiveDialect:
     return LIVE_AZURE if LIVE_AZURE.serves_host(host) else LIVE
 
 
-WIRE_NAMES = frozenset({*EVENTS, *BACKEND_EVENTS, FUNCTION_CALL, FUNCTION_CALL_OUTPUT}) - {"error", "info"}
+WIRE_NAMES = frozenset({*EVENTS, *BACKEND_EVENTS, *DECISION_EVENTS, FUNCTION_CALL, FUNCTION_CALL_OUTPUT}) - {"error", "info"}
 """Every name of the Live wire a module outside the dialects should not spell, what
 tests/test_wire_names.py counts (`error` and `info` are ordinary words too)."""

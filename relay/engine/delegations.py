@@ -24,7 +24,12 @@ the session's delegation mode (from `session.start`, or `session.started` on a s
   (`appends.answer_appends`: the result silent, the message spoken, a failure or a timeout spoken
   honestly; each at most 500 tokens) naming the delegation, once. Without a delegate the
   delegations are the client's.
-- **Decisions delegation** is relayed untouched.
+- **Decisions delegation** has no function calls to answer: its config is a Decision model and
+  its questions (no tools, and the strict config refuses any), and a `decision.event` carries the
+  Decision API's answers, which are the client's to act on; `function_call` items exist only as
+  inputs the client appends (`decision.item.create`). So the relay adds nothing there (one line
+  says its tools are not offered), runs nothing and owes nothing; the `decision.*` events pass
+  both ways, and a decision naming a delegation the relay never saw, or not of its shape, is told.
 
 Proxied, the client sees none of the relay's: its tools are left out of the session it is shown,
 the nested events of its calls are dropped, a delegation its delegate answers is not shown, and a
@@ -42,6 +47,8 @@ from __future__ import annotations
 import copy
 import json
 from typing import Any, Callable, Iterable
+
+import msgspec
 
 from relay.dialects import live
 from relay.dialects.live import LIVE, LiveDialect
@@ -78,6 +85,7 @@ class LiveEngine(ResponsesDelegation):
         self.mode: str | None = None                  # the session's delegation target, once known
         self.transcript = Transcript()
         self._client_delegations: set[str] = set()    # delegations left to the client
+        self._decisions: dict[str, bool] = {}         # a Decisions delegation -> its decision came
         self._offsets: dict[str, int] = {}            # a running delegation's offset (ms)
         self._fillers: dict[str, tuple[float, str]] = {}   # a running delegate's filler: (when, text)
         self._told: set[tuple[str, str]] = set()      # (side, type) of unknown events already told
@@ -135,6 +143,8 @@ class LiveEngine(ResponsesDelegation):
         ours = set(self.tools.names)
         if tools is not None and ours and ours <= {_name(tool) for tool in tools}:
             self._declared = True
+        if isinstance(event, live.SessionStarted) and not self.config.has_client:
+            self._no_tool_channel()
         if (not self.config.has_client and self.mode == RESPONSES and self.config.declare_tools
                 and ours and not self._declared):
             self._declare_on_sideband(tools or [])
@@ -185,8 +195,13 @@ class LiveEngine(ResponsesDelegation):
         if delegation.target == RESPONSES:
             self.batches.open(delegation.id, delegation.response_id if isinstance(delegation.response_id, str) else None)
             return SAME
+        if delegation.target == DECISIONS:
+            self._decisions.setdefault(delegation.id, False)   # the Decision API answers it, to the client
+            return SAME
         if delegation.target != CLIENT:
-            return SAME   # decisions: relayed untouched
+            self.ctx.anomaly(f"delegation {delegation.id} has an unknown target {delegation.target!r}: passed on",
+                             live.wire_type(event))
+            return SAME
         if self.delegate is None:
             self._client_delegations.add(delegation.id)
             return SAME
@@ -203,6 +218,30 @@ class LiveEngine(ResponsesDelegation):
         given = Delegation(delegation.id, offset, self.transcript.turns())
         self._call_complete(entry, {delegation_parameter(self.delegate): given})
         return DROP if self._hiding else SAME
+
+    def _on_decision(self, event: live.DecisionEvent) -> Any:
+        """A Decision evaluation, passed on: its answers are the client's to act on (it makes no
+        call, so nothing in it is the relay's to run or answer). One that carries no
+        `decision.completed` of its shape, or names a delegation the relay never saw, is told."""
+        kind = live.wire_type(event)
+        if isinstance(live.decision_of(event), live.Unknown):
+            nested = event.event.get("type") if isinstance(event.event, dict) else None
+            self.ctx.anomaly(f"{kind} carries no decision of the known shape (nested {nested!r}): passed on", kind)
+        delegation_id = event.delegation_id
+        if isinstance(delegation_id, str):
+            if delegation_id not in self._decisions:
+                self.ctx.anomaly(f"{kind} names delegation {delegation_id}, which the relay never saw: passed on", kind)
+            self._decisions[delegation_id] = True
+        elif delegation_id not in (None, msgspec.UNSET):
+            self.ctx.anomaly(f"{kind} has a delegation_id that is not a string: passed on", kind)
+        return SAME
+
+    def _no_tool_channel(self) -> None:
+        """Decisions delegation has nowhere to declare a tool and makes no call: said once, when
+        the relay has tools or a delegate the session will not use."""
+        if self.mode == DECISIONS and (len(self.tools) or self.delegate is not None):
+            self.ctx.anomaly("Decisions delegation has no tool channel: the relay's tools and delegate are not "
+                             "offered to this session (its delegations are answered by the Decision API)", None)
 
     def _on_error(self, event: live.Error) -> Any:
         error = event.error if isinstance(event.error, dict) else {}
@@ -221,6 +260,7 @@ class LiveEngine(ResponsesDelegation):
         live.OutputTranscriptDelta: _on_transcript,
         live.DelegationCreated: _on_delegation,
         live.ResponseEnvelope: ResponsesDelegation._on_backend,
+        live.DecisionEvent: _on_decision,
         live.Error: _on_error,
     }
 
@@ -303,6 +343,7 @@ class LiveEngine(ResponsesDelegation):
         mode = _delegation_type(session)
         if isinstance(event, live.SessionStart):
             self.mode = mode or CLIENT
+            self._no_tool_channel()
         tools = _responses_tools(session)
         if mode != RESPONSES or tools is None and isinstance(event, live.SessionUpdate):
             return SAME

@@ -20,7 +20,9 @@ What it plays, from the same `MockScript` as the other modes (relay/mock/script.
   responses (the nested `response.event` stream, with `output: []` snapshots and the calls in
   `response.output_item.done` only; the continuation runs after every output
   (`response.item.create`) and one `response.create`, a partial batch refused with an error), or
-  decisions (a `decision.event` answering the configured questions: `LiveOptions.decision_answers`).
+  decisions (a `decision.event` answering the configured questions: `LiveOptions.decision_answers`;
+  `decision.create` and `decision.item.*` answered as the service does). A transcript delta fires
+  the session's trigger for its type (`triggers`), in any mode: a `decision.event` naming it.
   A turn while the model speaks stops its speech and cancels nothing.
 - Appends need `delegation_id` (null or a known client delegation), ≤ 500 tokens
   (`relay.dialects.live.append_tokens`). `session.close` (or `close(reason)` from a test) fails each
@@ -148,10 +150,11 @@ class LiveMockSession:
         """The caller says `text`: its transcript on the timeline, then the script's reply (a turn
         while the model speaks stops the speech; delegations carry on)."""
         self.speech.clear()
-        actions = [self._all(wire.InputTranscriptDelta(event_id=new_id("event"), delta=piece,
-                                                       start_ms=self.timeline_ms + index * GRID_MS,
-                                                       end_ms=self.timeline_ms + (index + 1) * GRID_MS))
-                   for index, piece in enumerate(self.pieces(text))]
+        actions: list[Any] = []
+        for index, piece in enumerate(self.pieces(text)):
+            actions += self._transcribed(wire.InputTranscriptDelta(
+                event_id=new_id("event"), delta=piece, start_ms=self.timeline_ms + index * GRID_MS,
+                end_ms=self.timeline_ms + (index + 1) * GRID_MS))
         self.items.append({"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]})
         return actions + self._respond(self.next_reply())
 
@@ -284,9 +287,9 @@ class LiveMockSession:
         actions = []
         while self.speech and self._speech_at + GRID_MS <= end:
             piece = self.speech.pop(0)
-            actions.append(self._all(wire.OutputTranscriptDelta(event_id=new_id("event"), delta=piece,
-                                                                start_ms=self._speech_at,
-                                                                end_ms=self._speech_at + GRID_MS)))
+            actions += self._transcribed(wire.OutputTranscriptDelta(event_id=new_id("event"), delta=piece,
+                                                                    start_ms=self._speech_at,
+                                                                    end_ms=self._speech_at + GRID_MS))
             self._speech_at += GRID_MS
         return actions
 
@@ -360,6 +363,10 @@ class LiveMockSession:
         return [text[start:start + size] for start in range(0, len(text), size)]
 
     # -- sending -------------------------------------------------------------------------------
+    def _transcribed(self, delta: wire.InputTranscriptDelta | wire.OutputTranscriptDelta) -> list[Any]:
+        """A transcript delta, then the decisions its trigger fires (`Backend.transcribed`)."""
+        return [self._all(delta), *self.backend.transcribed(delta)]
+
     def _all(self, event: wire.Event) -> Emit:
         return Emit(wire.to_builtins(event))
 

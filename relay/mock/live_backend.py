@@ -227,15 +227,30 @@ class Backend:
         return self._emit(wire.ResponseEnvelope(event_id=new_id("event"), delegation_id=delegation_id, event=event))
 
     # -- Decisions -----------------------------------------------------------------------------
-    def _decision(self, delegation_id: str | None) -> Emit:
+    def transcribed(self, delta: wire.InputTranscriptDelta | wire.OutputTranscriptDelta) -> list[Emit]:
+        """A transcript delta fires the session's trigger for its event type (in any delegation
+        mode): a `decision.event` naming the delta, with no delegation."""
+        kind = wire.wire_type(delta)
+        fired = []
+        for trigger in (self.session.config or {}).get("triggers") or []:
+            if isinstance(trigger, dict) and trigger.get("event_type") == kind:
+                questions = (trigger.get("decisions") or {}).get("questions") or []
+                fired.append(self._decision(None, questions, trigger_id=new_id("trig"), source_event_id=delta.event_id,
+                                            source_event_type=kind))
+        return fired
+
+    def _decision(self, delegation_id: str | None, questions: list[Any] | None = None, **trigger: Any) -> Emit:
+        """The Decision API's answers to `questions` (the delegation config's when None), for a
+        delegation, a `decision.create` (no delegation) or a trigger (`trigger`: its fields)."""
         settings = (self.session.config or {}).get("delegation", {}).get("decisions") or {}
-        answers = [self._answer(question) for question in settings.get("questions") or []]
+        asked = settings.get("questions") or [] if questions is None else questions
+        answers = [self._answer(question) for question in asked]
         usage = {"input_tokens": 0, "input_tokens_details": {"cache_write_tokens": 0, "cached_tokens": 0},
                  "output_tokens": len(answers), "output_tokens_details": {"reasoning_tokens": 0},
                  "total_tokens": len(answers)}
         decision = {"answers": answers, "model": settings.get("model", "gpt-5-mini"), "usage": usage}
         return self._emit(wire.DecisionEvent(event_id=new_id("event"), delegation_id=delegation_id,
-                                             event={"type": "decision.completed", "decision": decision}))
+                                             event=wire.DecisionCompleted(decision=decision), **trigger))
 
     def _answer(self, question: dict[str, Any]) -> dict[str, Any]:
         name = question.get("name")

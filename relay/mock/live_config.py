@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from relay.dialects import live as wire
 from relay.errors import RelayError
 
 _SESSION = {"model", "audio", "client", "delegation", "input", "instructions", "safety_identifier", "store",
@@ -23,6 +24,7 @@ _RESPONSES = {"model", "instructions", "max_output_tokens", "parallel_tool_calls
               "text", "tool_choice", "tools"}
 _FUNCTION_TOOL = {"type", "name", "description", "parameters", "strict"}
 _DECISIONS = {"model", "questions"}
+_TRIGGER = {"type", "event_type", "decisions"}
 _QUESTION_TYPES = ("choice", "predicate", "score")
 _MESSAGE = {"type", "role", "content", "id", "status"}
 _ROLES = ("developer", "user", "assistant")
@@ -69,6 +71,8 @@ def start_config(session: Any) -> dict[str, Any]:
     resolved["audio"] = _audio(config.get("audio"))
     resolved["delegation"] = delegation(config.get("delegation"), "session.delegation")
     resolved["input"] = _input(config.get("input"))
+    if config.get("triggers") is not None:
+        resolved["triggers"] = triggers(config["triggers"], "session.triggers")
     for absent in ("client", "store", "triggers", "safety_identifier", "instructions"):
         if resolved.get(absent) is None:
             resolved.pop(absent, None)
@@ -162,6 +166,28 @@ def _questions(settings: dict[str, Any], param: str, update: bool) -> None:
                               f"{param}.questions[{index}].type")
 
 
+def triggers(value: Any, param: str) -> list[Any]:
+    """A session's Decisions triggers: each `{"type": "decisions", "event_type": <a transcript
+    delta's type>, "decisions": {"questions": [...]}}`, at most one per event type."""
+    if not isinstance(value, list):
+        raise LiveRefusal("invalid_type", f"Invalid type for '{param}': expected an array.", param)
+    seen: set[str] = set()
+    for index, trigger in enumerate(value):
+        where = f"{param}[{index}]"
+        _known(_object(trigger, where), _TRIGGER, where)
+        if trigger.get("type") != "decisions":
+            raise LiveRefusal("invalid_value", "A trigger's type is 'decisions'.", f"{where}.type")
+        kind = trigger.get("event_type")
+        if kind not in wire.TRIGGER_EVENTS or kind in seen:
+            raise LiveRefusal("invalid_value", "A trigger's event_type is a transcript delta's type, at most one "
+                              "trigger per type.", f"{where}.event_type")
+        seen.add(kind)
+        settings = _object(trigger.get("decisions"), f"{where}.decisions")
+        _known(settings, {"questions"}, f"{where}.decisions")
+        _questions(settings, f"{where}.decisions", False)
+    return copy.deepcopy(value)
+
+
 def _input(value: Any) -> list[Any]:
     if value is None:
         return []
@@ -193,7 +219,7 @@ def updated_config(current: dict[str, Any], session: Any) -> dict[str, Any]:
                               f"session.{name}")
     changed = copy.deepcopy(current)
     if "triggers" in update:
-        changed["triggers"] = copy.deepcopy(update["triggers"])
+        changed["triggers"] = triggers(update["triggers"], "session.triggers")
     if "delegation" not in update:
         return changed
     wanted = update["delegation"]
