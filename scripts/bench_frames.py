@@ -45,6 +45,22 @@ def input_append(stamp_ns: int) -> str:
     return f"{_APPEND_HEAD}{stamp_ns}{_APPEND_TAIL}"
 
 
+# GPT-Live's audio frames, as its primary socket carries them (no event id, no timing on the model's
+# track): the same audio, under the Live names
+_LIVE_DELTA = f'{{"type":"session.output_audio.delta","delta":"{AUDIO_B64}"}}'
+_LIVE_APPEND = f'{{"type":"session.input_audio.append","audio":"{AUDIO_B64}"}}'
+
+
+def live_output_delta(stamp_ns: int = 0) -> str:
+    """A GPT-Live `session.output_audio.delta` of the same audio (it has no event id to stamp)."""
+    return _LIVE_DELTA
+
+
+def live_input_append(stamp_ns: int = 0) -> str:
+    """A GPT-Live `session.input_audio.append` of the same audio (unstamped, as `live_output_delta`)."""
+    return _LIVE_APPEND
+
+
 def stamp_of(frame: str | bytes) -> int | None:
     """The send time in a stamped audio frame, or None for any other frame."""
     if isinstance(frame, bytes):

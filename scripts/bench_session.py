@@ -25,25 +25,30 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import platform
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from websockets.asyncio.connection import Connection
+from websockets.frames import Frame as WireFrame
+from websockets.frames import Opcode
 from websockets.protocol import OPEN
 from websockets.server import ServerProtocol
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench_frames import output_delta  # noqa: E402
+from bench_frames import input_append, live_input_append, live_output_delta, output_delta  # noqa: E402
 
-from relay.dialects import OPENAI  # noqa: E402
+from relay.dialects import LIVE, OPENAI, Dialect  # noqa: E402
 from relay.edges.config import ServerConfig  # noqa: E402
 from relay.edges.serve import RelayServer  # noqa: E402
-from relay.engine import EngineConfig, OpenAIEngine  # noqa: E402
+from relay.engine import EngineConfig, new_engine  # noqa: E402
 from relay.inspector.live import FeedConnection, LiveHub, LiveSession  # noqa: E402
 from relay.observe.metrics import Metrics, TrafficTap  # noqa: E402
 from relay.recording.taps import Taps  # noqa: E402
@@ -54,6 +59,12 @@ from relay.tools.loading import load_tools  # noqa: E402
 from relay.transports.websockets import WebsocketsTransport  # noqa: E402
 
 REPEATS = 5
+AUDIO_FRAMES: dict[str, Callable[[], str]] = {OPENAI.name: lambda: output_delta(time.monotonic_ns()),
+                                              LIVE.name: live_output_delta}
+"""Each dialect's output-audio frame, 20 ms of the same audio."""
+INPUT_FRAMES: dict[str, Callable[[], str]] = {OPENAI.name: lambda: input_append(time.monotonic_ns()),
+                                              LIVE.name: live_input_append}
+"""Each dialect's input-audio frame (the caller's), 20 ms of the same audio."""
 # what the live inspector's hub needs of an edge (tools, redactor, upstream URL); never started
 EDGE = RelayServer(ServerConfig(upstream="ws://127.0.0.1:9/v1/realtime", dialect="openai", api_key="sk-bench",
                                 inspector=True))
@@ -64,10 +75,10 @@ class FloodingUpstream:
     all; it tells, as websockets does, whether the next frame comes without waiting (the rest of
     the current burst)."""
 
-    def __init__(self, frames: int, burst: int) -> None:
+    def __init__(self, frames: int, burst: int, frame: str | None = None) -> None:
         self.remaining = frames
         self.burst = burst
-        self.frame = output_delta(time.monotonic_ns())
+        self.frame = frame or output_delta(time.monotonic_ns())
         self.drained = asyncio.Event()
 
     async def recv(self) -> str:
@@ -177,19 +188,21 @@ STOPPED: list[bool] = []   # per watched pass: whether the view fell behind and 
 
 
 async def relay_pass(tools: ToolRegistry, frames: int, burst: int, inspector: str = "off",
-                     clock: Callable[[], float] = time.perf_counter) -> float:
+                     clock: Callable[[], float] = time.perf_counter, dialect: Dialect = OPENAI) -> float:
     """The relay's time for `frames` frames (by `clock`); `inspector`: `off` (relay serve), `on`
     (--inspector, nobody watching), `watched` (one page watching this session, its feed's
-    messages dropped)."""
-    upstream = FloodingUpstream(frames, burst)
+    messages dropped); `dialect`: the session's (its engine, and its audio frames: `OPENAI`'s
+    Realtime deltas or `LIVE`'s GPT-Live deltas, the same audio)."""
+    upstream = FloodingUpstream(frames, burst, AUDIO_FRAMES[dialect.name]())
     client, transport = counting_client(upstream, frames)
-    engine = OpenAIEngine(tools, config=EngineConfig(mode="proxy"))
+    engine = new_engine(tools, dialect=dialect, config=EngineConfig(mode="proxy"))
     recorders = Taps(TrafficTap(Metrics()))   # as `relay serve` builds them, without a recording
     hub = LiveHub()
     header = EDGE.session_header(session_id="rs_bench", dialect=OPENAI, mode="proxy", extra_header={})
     tap = hub.open_session("rs_bench", header=header, as_recorded=EDGE.recording_filter(None), recording=None,
                            taps=recorders) if inspector != "off" else recorders
-    loop = SessionLoop(engine, upstream=upstream, client=WebsocketsTransport(client), recorder=tap)
+    loop = SessionLoop(engine, upstream=upstream, client=WebsocketsTransport(client), recorder=tap,
+                       close_timeout=0.0)   # the pass is timed before the close: no wait for it
     page = DroppingPage()
     page.session = hub.find("rs_bench")
     start = clock()
@@ -208,6 +221,53 @@ async def relay_pass(tools: ToolRegistry, frames: int, burst: int, inspector: st
     assert transport.written == transport.expected
     if inspector == "watched":
         STOPPED.append(page.view_stopped)
+    return elapsed
+
+
+class CountingUpstream(FloodingUpstream):
+    """An upstream that only takes: it counts the frames the session sends it, and is done once
+    `frames` have come (`progress` is set on every write, for the feeder)."""
+
+    def __init__(self, frames: int) -> None:
+        super().__init__(frames, 1)
+        self.taken = 0
+        self.progress = asyncio.Event()
+
+    async def recv(self) -> str:
+        await self.drained.wait()
+        raise TransportClosed(1000, "", received=True, initiated_here=False)
+
+    async def send(self, frames: Sequence[Frame]) -> None:
+        self.taken += len(frames)
+        self.progress.set()
+        if self.taken >= self.remaining:
+            self.drained.set()
+
+
+async def relay_input_pass(tools: ToolRegistry, frames: int, burst: int, dialect: Dialect,
+                           clock: Callable[[], float] = time.process_time) -> float:
+    """The relay's time (by `clock`) for `frames` input-audio frames of `dialect`'s, from a client
+    (a real websockets connection fed masked frames, `burst` per read, as a socket's reader hands
+    them over) to the upstream, through the session loop and engine."""
+    upstream = CountingUpstream(frames)
+    client = Connection(ServerProtocol(state=OPEN), close_timeout=0)
+    client.connection_made(CountingTransport(1 << 62, upstream.drained))
+    payload = INPUT_FRAMES[dialect.name]().encode()
+    read = WireFrame(Opcode.TEXT, payload).serialize(mask=True) * burst
+    engine = new_engine(tools, dialect=dialect, config=EngineConfig(mode="proxy"))
+    loop = SessionLoop(engine, upstream=upstream, client=WebsocketsTransport(client),
+                       recorder=Taps(TrafficTap(Metrics())), close_timeout=0.0)
+    start = clock()
+    async with asyncio.TaskGroup() as group:
+        running = group.create_task(loop.run())
+        for fed in range(burst, frames + burst, burst):
+            client.data_received(read)
+            while upstream.taken < min(fed, frames):   # the session forwarded this read's frames
+                upstream.progress.clear()
+                await upstream.progress.wait()
+        elapsed = clock() - start
+        running.cancel()
+    assert upstream.taken >= frames
     return elapsed
 
 
@@ -301,6 +361,50 @@ def measure_inspector(frames: int, burst: int, repeats: int = 3 * REPEATS) -> di
     return asyncio.run(measure_inspector_async(frames, burst, repeats))
 
 
+async def measure_dialects_async(frames: int, burst: int, repeats: int) -> dict[str, Any]:
+    tools = ToolRegistry(load_tools(str(ROOT / "scripts" / "bench_tools.py")))
+    dialects = [OPENAI, LIVE]
+    passes: dict[str, list[float]] = {dialect.name: [] for dialect in dialects}
+    inputs: dict[str, list[float]] = {dialect.name: [] for dialect in dialects}
+    for dialect in dialects:   # warm: the first pass pays for first uses
+        await relay_pass(tools, frames, burst, dialect=dialect)
+        await relay_input_pass(tools, frames, burst, dialect)
+    for repeat in range(repeats):
+        # one pass of each, back to back, in turns of order (as measure_inspector)
+        for dialect in dialects[repeat % 2:] + dialects[:repeat % 2]:
+            passes[dialect.name].append(await relay_pass(tools, frames, burst, clock=time.process_time,
+                                                         dialect=dialect))
+            inputs[dialect.name].append(await relay_input_pass(tools, frames, burst, dialect))
+    figures: dict[str, Any] = {"frames": frames, "burst": burst, "repeats": repeats}
+    for direction, measured in (("output", passes), ("input", inputs)):
+        for name, seconds in measured.items():
+            figures[f"{name}_{direction}_cpu_us_per_frame"] = statistics.median(seconds) / frames * 1e6
+        ratios = [live / realtime for live, realtime in zip(measured[LIVE.name], measured[OPENAI.name])]
+        figures[f"live_vs_openai_{direction}"] = statistics.median(ratios)
+        figures[f"live_vs_openai_{direction}_range"] = [min(ratios), max(ratios)]
+    return figures
+
+
+def measure_dialects(frames: int, burst: int, repeats: int = 3 * REPEATS) -> dict[str, Any]:
+    """The relay's CPU time per forwarded audio frame (the process's, every thread), the model's
+    (`output`) and the caller's (`input`), in a Realtime session (`openai`) and in a GPT-Live
+    session (`live`), through the same transport and session loop, one pass of each per round:
+    medians over `repeats` rounds, and the median (and range) of the per-round ratio Live /
+    Realtime."""
+    return asyncio.run(measure_dialects_async(frames, burst, repeats))
+
+
+def machine() -> dict[str, Any]:
+    """Where the figures were measured: cores, Python, the load average before, the commit."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                                check=False).stdout.strip()
+    except OSError:
+        commit = ""
+    return {"cpus": os.cpu_count(), "python": platform.python_version(), "load_average": os.getloadavg()[0],
+            "commit": commit}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--frames", type=int, default=200_000)
@@ -308,7 +412,22 @@ def main() -> int:
     parser.add_argument("--json", help="write the figures to this file")
     parser.add_argument("--inspector", action="store_true",
                         help="the relay without the live inspector, with it, and watched (not inline forwarding)")
+    parser.add_argument("--dialects", action="store_true",
+                        help="a Realtime session's audio frames beside a GPT-Live session's (not inline forwarding)")
     args = parser.parse_args()
+    if args.dialects:
+        written: dict[str, Any] = {"machine": machine()}
+        for burst in (args.burst, 1):
+            figures = written[f"burst_{burst}"] = measure_dialects(args.frames, burst)
+            for direction in ("output", "input"):
+                low, high = figures[f"live_vs_openai_{direction}_range"]
+                print(f"relay CPU per {direction}-audio frame, without sockets, bursts of {burst}: Realtime "
+                      f"{figures[f'openai_{direction}_cpu_us_per_frame']:.2f} us, GPT-Live "
+                      f"{figures[f'live_{direction}_cpu_us_per_frame']:.2f} us (Live / Realtime "
+                      f"x{figures[f'live_vs_openai_{direction}']:.3f}, rounds x{low:.3f} to x{high:.3f})")
+        if args.json:
+            Path(args.json).write_text(json.dumps(written, indent=2) + "\n")
+        return 0
     if args.inspector:
         figures = measure_inspector(args.frames, args.burst)
         print(f"relay CPU per frame, without sockets: {figures['off_cpu_us_per_frame']:.2f} us without the inspector; "

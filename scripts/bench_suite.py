@@ -607,10 +607,21 @@ def replay_speed(plan: Plan) -> dict[str, Any]:
 def relay_overhead(plan: Plan) -> dict[str, Any]:
     """What the relay adds per frame without sockets (scripts/bench_session.py), when frames come
     in bursts (floods) and one at a time (realtime audio)."""
-    figures = {f"burst_{burst}": bench_session.measure(plan.overhead_frames, burst) for burst in (16, 1)}
+    figures: dict[str, Any] = {f"burst_{burst}": bench_session.measure(plan.overhead_frames, burst)
+                               for burst in (16, 1)}
     report("relay per frame without sockets: adds " + ", ".join(
         f"{f['relay_added_us_per_frame']:.2f} us in bursts of {f['burst']}" for f in figures.values())
         + " to inline forwarding")
+    # a GPT-Live session's audio frames beside a Realtime session's, through the same transport
+    # (a smoke run, one round of few frames: that the figures come)
+    full = plan.rounds > 1
+    dialects = figures["audio_dialects"] = {
+        f"burst_{burst}": bench_session.measure_dialects(plan.overhead_frames // (4 if full else 20), burst,
+                                                         repeats=3 * bench_session.REPEATS if full else 1)
+        for burst in (16, 1)}
+    report("GPT-Live / Realtime CPU per audio frame without sockets: " + ", ".join(
+        f"{f[f'live_vs_openai_{direction}']:.2f}x ({direction}, bursts of {f['burst']})"
+        for f in dialects.values() for direction in ("output", "input")))
     return figures
 
 

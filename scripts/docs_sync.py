@@ -14,6 +14,9 @@ Each generated block sits between two marker comments, kept so that the next run
 - `<!-- bench-table: RESULTS -->` ... `<!-- /bench-table -->` and `<!-- bench-claim: RESULTS -->`
   ... `<!-- /bench-claim -->`: the benchmark's table and its one-paragraph claim, from a results
   file `scripts/bench --json` wrote.
+- `<!-- bench-audio: RESULTS -->` ... `<!-- /bench-audio -->`: the relay's CPU per audio frame in a
+  Realtime session beside a GPT-Live session's, from the file `scripts/bench_session.py --dialects
+  --json` wrote.
 
 Usage: scripts/docs [--check]
 """
@@ -31,7 +34,7 @@ from typing import Any, Callable
 REPO = Path(__file__).resolve().parents[1]
 PAGES = ("README.md", "docs/**/*.md")
 
-BLOCK = re.compile(r"^<!-- (?P<kind>include|options|bench-table|bench-claim): (?P<arg>\S+) -->\n"
+BLOCK = re.compile(r"^<!-- (?P<kind>include|options|bench-table|bench-claim|bench-audio): (?P<arg>\S+) -->\n"
                    r"(?P<body>.*?)"
                    r"^<!-- /(?P=kind) -->$", re.M | re.S)
 LANGUAGES = {".py": "python", ".sh": "sh", ".json": "json", ".toml": "toml", ".yaml": "yaml", ".yml": "yaml",
@@ -179,6 +182,31 @@ def bench_claim(page: Path, path: str) -> str:
     return "\n" + wrap(text) + "\n\n"
 
 
+def bench_audio(page: Path, path: str) -> str:
+    """The table of the relay's CPU per audio frame, Realtime beside GPT-Live, per direction and
+    burst, from `scripts/bench_session.py --dialects --json`."""
+    figures = results(path)
+    lines = ["| audio frames, bursts of | Realtime, µs CPU per frame | GPT-Live, µs CPU per frame | "
+             "GPT-Live / Realtime (median of rounds; range) |", "|---|---:|---:|---:|"]
+    rounds = "?"
+    for key, run in figures.items():
+        if not key.startswith("burst_"):
+            continue
+        rounds = run["repeats"]
+        for direction, label in (("output", "the model's"), ("input", "the caller's")):
+            low, high = run[f"live_vs_openai_{direction}_range"]
+            lines.append(f"| {label}, {run['burst']} | {run[f'openai_{direction}_cpu_us_per_frame']:.2f} | "
+                         f"{run[f'live_{direction}_cpu_us_per_frame']:.2f} | "
+                         f"{run[f'live_vs_openai_{direction}']:.2f}x ({low:.2f}x to {high:.2f}x) |")
+    machine = figures.get("machine", {})
+    frames = next((run["frames"] for key, run in figures.items() if key.startswith("burst_")), 0)
+    note = (f"From [`{path}`]({_link(page, path)}): {machine.get('cpus', '?')} CPUs, Python "
+            f"{machine.get('python', '?')}, load average {machine.get('load_average', 0):.1f} at the start, on "
+            f"{machine.get('commit') or 'an unnamed commit'}; {rounds} rounds of one pass each, {frames:,} frames a "
+            "pass.")
+    return "\n" + "\n".join(lines) + "\n\n" + wrap(note) + "\n\n"
+
+
 def wrap(text: str, width: int = 100) -> str:
     lines: list[str] = []
     for word in text.split(" "):
@@ -195,7 +223,8 @@ def render(page: str, text: str) -> str:
     """`text` (the page at `page`, relative to the repository) with every generated block rewritten."""
     writers: dict[str, Callable[[str], str]] = {
         "include": lambda arg: include(Path(page), arg), "options": options_table,
-        "bench-table": lambda arg: bench_table(Path(page), arg), "bench-claim": lambda arg: bench_claim(Path(page), arg)}
+        "bench-table": lambda arg: bench_table(Path(page), arg), "bench-claim": lambda arg: bench_claim(Path(page), arg),
+        "bench-audio": lambda arg: bench_audio(Path(page), arg)}
 
     def block(found: re.Match[str]) -> str:
         kind, arg = found["kind"], found["arg"]

@@ -99,6 +99,11 @@ def test_quick_benchmark_reports_every_figure(tmp_path: Path) -> None:
     for burst in ("burst_16", "burst_1"):
         assert figure(figures, "relay_overhead", burst, "relay_us_per_frame") > 0
         figure(figures, "relay_overhead", burst, "relay_added_us_per_frame")
+        for direction in ("output", "input"):   # a GPT-Live session's audio beside a Realtime session's
+            for dialect in ("openai", "live"):
+                assert figure(figures, "relay_overhead", "audio_dialects", burst,
+                              f"{dialect}_{direction}_cpu_us_per_frame") > 0
+            assert figure(figures, "relay_overhead", "audio_dialects", burst, f"live_vs_openai_{direction}") > 0
 
     # every target is reported beside its figure; the quick ladder stops below 100 sessions
     assert set(figures["targets"]) >= {"throughput_relay_vs_raw_min", "realtime_added_p99_relay_minus_raw_ms_at_100",
