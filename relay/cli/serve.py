@@ -49,6 +49,9 @@ SERVE_OPTIONS = (
     option("--hold-limit", type=float, default=DEFAULT_HOLD_LIMIT, metavar="SECONDS",
            help="the longest a client's response.create waits for the relay's running tools before "
                 f"it goes up without their outputs, which follow with their own response (default {DEFAULT_HOLD_LIMIT:g})"),
+    option("--live-reseed", action="store_true",
+           help="GPT-Live: when the upstream connection drops, carry the session on in a new one seeded with "
+                "its configuration and conversation, for the client (docs/gpt-live.md, Recovery)"),
     option("--fillers-in-conversation", action="store_true",
            help="let the relay's fillers join the provider's conversation, as a client that keeps what it hears "
                 "(pipecat, LiveKit Agents, the Agents SDK) has them, instead of staying out of band"),

@@ -148,6 +148,9 @@ class ServerConfig(EdgeConfig):
     insecure_no_auth: bool = False
     allow_origins: Sequence[str] = ()
     expose_tool_events: bool = False
+    # GPT-Live: a session whose upstream connection drops is carried on in a new session seeded
+    # with its configuration and conversation (relay/edges/reseed.py)
+    live_reseed: bool = False
     # how long a client's response.create waits for the relay's running tools before it goes up
     # without their outputs (None: until they are in); clients give up on their own creates
     hold_limit: float | None = DEFAULT_HOLD_LIMIT

@@ -39,8 +39,9 @@ from relay.dialects import Dialect
 from relay.edges.config import EdgeRuntime, ServerConfig, is_loopback
 from relay.edges.handshake import Handshake
 from relay.edges.process import run_until_signalled
+from relay.edges.reseed import ReseedingLoop
 from relay.edges.upstream import UpstreamUnavailable
-from relay.engine import Engine, Notice, new_engine
+from relay.engine import Engine, LiveEngine, Notice, new_engine
 from relay.errors import ANOTHER_PORT, ConfigError, cannot_listen
 from relay.inspector.live import InspectorEndpoint, LiveHub, LiveTap
 from relay.observe.logs import (
@@ -369,14 +370,16 @@ class RelayServer(EdgeRuntime):
             await session.client.close(code, reason)
             return SessionEnd("client" if session._closing is None else "relay", code, reason)
         try:
-            session.loop, recorder = self._session_loop(session, upstream)
+            session.loop, recorder = self._session_loop(session, upstream, query)
         except BaseException:   # the upstream connection is the session's until its loop owns it
             upstream.abort()
             raise
         return await session.loop.run(on_end=recorder.close)
 
-    def _session_loop(self, session: ProxySession, upstream: Transport) -> tuple[SessionLoop, Taps | LiveTap]:
-        """The engine, recording and loop of a session whose upstream just connected."""
+    def _session_loop(self, session: ProxySession, upstream: Transport,
+                      query: list[tuple[str, str]]) -> tuple[SessionLoop, Taps | LiveTap]:
+        """The engine, recording and loop of a session whose upstream just connected (a GPT-Live
+        session under `--live-reseed`: a `ReseedingLoop`, which reconnects with `query`)."""
         engine = new_engine(self.tools, dialect=session.dialect, config=self._engine_config,
                             session_id=session.id, id_prefix=session.id)
         recording = self.recording(session_id=session.id, dialect=session.dialect, mode="proxy",
@@ -388,8 +391,14 @@ class RelayServer(EdgeRuntime):
                                          extra_header=engine.recording_header())
             recorder = self.live.open_session(session.id, header=header, as_recorded=self.recording_filter(recording),
                                               recording=recording, taps=taps)
-        loop = SessionLoop(
+        loop_type: Any = SessionLoop
+        reseeding: dict[str, Any] = {}
+        if self.config.live_reseed and isinstance(engine, LiveEngine):
+            loop_type, reseeding = ReseedingLoop, {"reconnect": lambda: self.upstream.connect(
+                session.dialect, query, client_path=session.path)}
+        loop = loop_type(
             engine,
+            **reseeding,
             upstream=upstream,
             client=session.client,
             recorder=recorder,

@@ -55,7 +55,10 @@ from relay.dialects.live import LIVE, LiveDialect
 from relay.engine.actions import Close, SendClient, SendUpstream
 from relay.engine.appends import Channel, answer_appends, split_text
 from relay.engine.backend_calls import DELEGATED, DROP, SAME, ResponsesDelegation
+from relay.engine.batches import Batches
 from relay.engine.calls import CallEntry, CallOutcome, CallState, Owner
+from relay.engine.context import Source
+from relay.engine.reseed import done_note, seeded_note, seeded_session
 from relay.engine.transcript import Transcript
 from relay.tools.delegation import Delegation, delegation_parameter
 from relay.tools.render import RenderedOutput
@@ -91,6 +94,10 @@ class LiveEngine(ResponsesDelegation):
         self._told: set[tuple[str, str]] = set()      # (side, type) of unknown events already told
         self._declared = False                        # the relay's tools are in the session
         self._refused = False                         # the client's session.start was refused
+        self._started: dict[str, Any] | None = None   # the session as its session.start went up
+        self._ended = False                           # the server closed the session (session.closed)
+        self._carried: set[str] = set()               # relay calls of a dropped session, answered in the next
+        self._notes: set[str] = set()                 # what seeded a new session of what the relay's tools did
 
     # ==== plumbing ======================================================================
     def _to_client(self, frame: str | bytes) -> None:
@@ -152,15 +159,24 @@ class LiveEngine(ResponsesDelegation):
 
     def _without_relay_tools(self, event: live.SessionStarted | live.SessionUpdated | live.SessionClosed) -> Any:
         """The session as the client is shown it (started, updated, and the final snapshot of
-        `session.closed`): without the relay's tools."""
+        `session.closed`): without the relay's tools, nor the notes of what they did that seeded
+        a session carrying on a dropped one."""
         session = event.session if isinstance(event.session, dict) else {}
         tools = _responses_tools(session)
         ours = set(self.tools.names)
-        if not self._hiding or tools is None or not any(_name(tool) in ours for tool in tools):
+        history = session.get("input") if isinstance(session.get("input"), list) else []
+        notes = [item for item in history if seeded_note(item) in self._notes]
+        if not self._hiding or not (notes or tools is not None and any(_name(tool) in ours for tool in tools)):
             return SAME
         shown = copy.copy(event)
-        shown.session = _with_tools(session, [tool for tool in tools if _name(tool) not in ours])
+        shown.session = session if tools is None else _with_tools(session, [t for t in tools if _name(t) not in ours])
+        if notes:
+            shown.session = {**shown.session, "input": [item for item in history if item not in notes]}
         return shown
+
+    def _on_closed(self, event: live.SessionClosed) -> Any:
+        self._ended = True   # over for good: a new connection would not carry it on
+        return self._without_relay_tools(event)
 
     def _declare_on_sideband(self, tools: list[Any]) -> None:
         """Attached (no `session.start` of ours): the relay's tools join the session's Responses
@@ -255,7 +271,7 @@ class LiveEngine(ResponsesDelegation):
     _UPSTREAM: dict[type, Callable[["LiveEngine", Any], Any]] = {
         live.SessionStarted: _on_session,
         live.SessionUpdated: _on_session,
-        live.SessionClosed: _without_relay_tools,
+        live.SessionClosed: _on_closed,
         live.InputTranscriptDelta: _on_transcript,
         live.OutputTranscriptDelta: _on_transcript,
         live.DelegationCreated: _on_delegation,
@@ -265,6 +281,10 @@ class LiveEngine(ResponsesDelegation):
     }
 
     def _deliver(self, entry: CallEntry, rendered: RenderedOutput) -> None:
+        if entry.call_id in self._carried:   # asked in a dropped session: told to the new one, silently
+            self._answer(entry, [live.ThinkingAppend(delegation_id=None, content=piece) for piece in split_text(
+                done_note(entry.name, _asked(entry), rendered.output))])
+            return
         if DELEGATED in entry.delivered_as:
             self._offsets.pop(entry.call_id, None)
             tool = self.tools.get(entry.name)
@@ -312,6 +332,51 @@ class LiveEngine(ResponsesDelegation):
         self._unsent.clear()
         self._offsets.clear()
 
+    # ==== a new session for a dropped one (`relay serve --live-reseed`) ====================
+    def new_session(self, now: float) -> tuple[str | None, list[Any]]:
+        """The upstream connection dropped (`upstream_disconnected` first): the `session.start`
+        of a new session that carries this one on (`relay.engine.reseed`), and the actions of
+        the switch; None when there is nothing to carry on (no `session.start` went up, as on a
+        sideband, or the server closed the session). What the relay's tools answered goes into
+        the new session's history (a developer note each) and is not sent again; a call or
+        delegation still running is answered in the new session, once, as silent context (its
+        call_id and delegation_id are the dropped session's); batches and delegations of the
+        dropped session are forgotten, its calls' outputs wait for `upstream_reconnected`."""
+        frame: list[str | None] = [None]
+
+        def switch() -> None:
+            frame[0] = self._new_session()
+
+        actions = self._run(now, Source.UPSTREAM, switch)
+        return frame[0], actions
+
+    def _new_session(self) -> str | None:
+        if self._started is None or self._ended or self.ctx.closed:
+            return None
+        notes = []
+        for entry in self.ledger:
+            if entry.owner is not Owner.RELAY:
+                continue
+            if entry.state in (CallState.FINISHED, CallState.ANSWERED) and entry.output is not None:
+                notes.append(done_note(entry.name, _asked(entry), entry.output))
+                if entry.state is CallState.FINISHED:
+                    self._injected(entry)   # answered by the note, once
+            elif entry.state in (CallState.READY, CallState.RUNNING):
+                self._carried.add(entry.call_id)
+        self._unsent = [(entry, events) for entry, events in self._unsent
+                        if entry is not None and entry.call_id in self._carried]
+        self.batches = Batches(self.ledger.get)
+        self._client_delegations.clear()
+        self._decisions.clear()
+        self._offsets.clear()
+        self._fillers.clear()   # a filler names its delegation, which the new session does not know
+        self.mode = _delegation_type(self._started) or CLIENT
+        session = seeded_session(self._started, self.transcript.turns(), notes)
+        self._notes.update(notes)
+        self.ctx.anomaly(f"the upstream connection dropped: a new session carries it on, seeded with "
+                         f"{len(session['input'])} messages", None)
+        return live.encode(live.SessionStart(event_id=self.ctx.new_event_id(), session=session))
+
     # ==== client ========================================================================
     def _client_frame(self, frame: str | bytes) -> None:
         if self._refused:
@@ -343,6 +408,7 @@ class LiveEngine(ResponsesDelegation):
         mode = _delegation_type(session)
         if isinstance(event, live.SessionStart):
             self.mode = mode or CLIENT
+            self._started = session
             self._no_tool_channel()
         tools = _responses_tools(session)
         if mode != RESPONSES or tools is None and isinstance(event, live.SessionUpdate):
@@ -362,7 +428,10 @@ class LiveEngine(ResponsesDelegation):
                 self._refused = True
             return DROP
         self._declared = True
-        return type(event)(event_id=event.event_id, session=_with_tools(session, [*tools, *self._definitions()]))
+        sent = _with_tools(session, [*tools, *self._definitions()])
+        if isinstance(event, live.SessionStart):
+            self._started = sent
+        return type(event)(event_id=event.event_id, session=sent)
 
     def _client_append(self, event: live.InstructionsAppend | live.ThinkingAppend | live.CommentaryAppend) -> Any:
         delegation_id = event.delegation_id
@@ -411,6 +480,11 @@ def _with_tools(session: dict[str, Any], tools: list[Any]) -> dict[str, Any]:
     delegation = session.get("delegation") if isinstance(session.get("delegation"), dict) else {}
     responses = delegation.get(RESPONSES) if isinstance(delegation.get(RESPONSES), dict) else {}
     return {**session, "delegation": {**delegation, RESPONSES: {**responses, "tools": tools}}}
+
+
+def _asked(entry: CallEntry) -> str | None:
+    """A call's arguments as the note tells them (a delegation's are the relay's own: none)."""
+    return None if DELEGATED in entry.delivered_as else entry.arguments
 
 
 def _name(tool: Any) -> str:

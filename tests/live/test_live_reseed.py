@@ -1,0 +1,154 @@
+"""A new GPT-Live session for one whose upstream connection dropped (`relay serve --live-reseed`),
+as engine rules on a fake clock: the new `session.start` carries the first one's configuration
+(the relay's tools in it) and the conversation so far as its `input`, within GPT-Live's limits;
+what the relay's tools already answered is told in it once, never sent again; a call still running
+is answered once in the new session, silently; nothing is carried on after the server closed the
+session, or where no `session.start` went up (a sideband)."""
+
+from __future__ import annotations
+
+import json
+
+from relay.engine import EngineConfig
+from relay.engine.reseed import MAX_INPUT_MESSAGES, MAX_INPUT_TOKENS, seeded_session
+from relay.tools import Delegation, ToolResult, delegate
+from relay.tools.delegation import Turn
+from tests.live.driver import (
+    CLIENT_EVENT,
+    MODEL,
+    LiveDriver,
+    Message,
+    call_item,
+    delegation_created,
+    started,
+    transcript,
+)
+from tests.live.test_live_engine import get_time, get_weather
+
+
+@delegate(timeout=30)
+def assistant(delegation: Delegation) -> ToolResult:
+    """Answers client delegations."""
+    return ToolResult(result="facts")
+
+
+SEED = {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "The caller is Ann."}]}
+RESPONSES = {"type": "responses", "responses": {"model": "gpt-5.4", "tools": []}}
+
+
+def dropped_mid_conversation() -> LiveDriver:
+    """A Responses session: get_weather answered and its batch continued, then get_time running
+    when the connection drops."""
+    driver = LiveDriver([get_weather, get_time])
+    driver.client({"type": "session.start", "session": {"model": MODEL, "instructions": "Be brief.",
+                                                         "input": [SEED], "delegation": RESPONSES}})
+    driver.upstream(started(RESPONSES))
+    driver.upstream(transcript("input", "Weather in Paris?", 200))
+    driver.upstream(delegation_created("item_1", target="responses", response_id="resp_1"))
+    driver.batch("item_1", "resp_1", [call_item("c1", "get_weather", {"city": "Paris"})])
+    driver.finish("c1", "sunny in Paris")
+    driver.upstream(transcript("output", "It is sunny in Paris.", 1400))
+    driver.upstream(transcript("input", "And the time?", 2600))
+    driver.upstream(delegation_created("item_2", target="responses", response_id="resp_2"))
+    driver.batch("item_2", "resp_2", [call_item("c2", "get_time", {"city": "Paris"})])
+    assert set(driver.started) == {"c1", "c2"}
+    return driver
+
+
+def reseed(driver: LiveDriver) -> Message | None:
+    driver._act(driver.engine.upstream_disconnected(driver.now))
+    frame, actions = driver.engine.new_session(driver.now)   # type: ignore[attr-defined]
+    driver._act(actions)
+    if frame is None:
+        return None
+    CLIENT_EVENT.validate_json(frame)
+    driver._act(driver.engine.upstream_reconnected(driver.now))
+    return json.loads(frame)
+
+
+def texts(session: Message) -> list[tuple[str, str]]:
+    return [(item["role"], item["content"][0]["text"]) for item in session["input"]]
+
+
+def test_the_new_session_carries_the_config_the_history_and_what_the_tools_did() -> None:
+    driver = dropped_mid_conversation()
+    sent_before = len(driver.sent())
+    start = reseed(driver)
+    assert start is not None and start["type"] == "session.start"
+    session = start["session"]
+    first = driver.sent()[0]["session"]
+    assert {k: v for k, v in session.items() if k != "input"} == {k: v for k, v in first.items() if k != "input"}
+    assert [t["name"] for t in session["delegation"]["responses"]["tools"]] == ["get_weather", "get_time"]
+    said = texts(session)
+    assert said[0] == ("developer", "The caller is Ann."), "the first session's own input comes first"
+    assert said[1][0] == "developer" and "get_weather" in said[1][1] and "sunny in Paris" in said[1][1]
+    assert not any("get_time" in text for _, text in said), "a call still running is not told as done"
+    assert said[2:] == [("user", "Weather in Paris?"), ("assistant", "It is sunny in Paris."),
+                        ("user", "And the time?")]
+    assert len(driver.sent()) == sent_before, "the engine sends nothing itself: the edge sends the start first"
+    assert any("new session carries it on" in message for message in driver.anomalies())
+
+
+def test_a_call_running_at_the_drop_is_answered_once_in_the_new_session_silently() -> None:
+    driver = dropped_mid_conversation()
+    reseed(driver)
+    before = len(driver.sent())
+    driver.upstream(started(RESPONSES, session_id="live_2"))
+    driver.finish("c2", "noon")
+    after = driver.sent()[before:]
+    assert [e["type"] for e in after] == ["session.thinking.append"]
+    assert after[0]["delegation_id"] is None and "get_time" in after[0]["content"] and "noon" in after[0]["content"]
+    assert driver.outputs() == [o for o in driver.outputs() if o["item"]["call_id"] == "c1"], \
+        "no function_call_output for a call of the dropped session"
+    assert len(driver.sent_of("response.create")) == 1, "the dropped session's second batch is not continued"
+    driver.advance(60)
+    assert driver.sent()[before:] == after, "answered once"
+    assert {entry.call_id: entry.state.value for entry in driver.engine.calls} == {"c1": "answered", "c2": "answered"}
+
+
+def test_the_new_sessions_calls_are_answered_as_usual() -> None:
+    driver = dropped_mid_conversation()
+    reseed(driver)
+    driver.upstream(started(RESPONSES, session_id="live_2"))
+    driver.upstream(delegation_created("item_9", target="responses", response_id="resp_9"))
+    driver.batch("item_9", "resp_9", [call_item("c9", "get_weather", {"city": "Rome"})])
+    driver.finish("c9", "sunny in Rome")
+    assert [o["item"]["call_id"] for o in driver.outputs()] == ["c1", "c9"]
+    assert len(driver.sent_of("response.create")) == 2
+
+
+def test_a_delegate_running_at_the_drop_answers_in_the_new_session_without_its_old_id() -> None:
+    driver = LiveDriver([assistant])
+    driver.client({"type": "session.start", "session": {"model": MODEL, "delegation": {"type": "client"}}})
+    driver.upstream(started({"type": "client"}))
+    driver.upstream(transcript("input", "Book a table", 200))
+    driver.upstream(delegation_created("item_d", offset_ms=400))
+    (call_id,) = driver.started
+    start = reseed(driver)
+    assert start is not None and texts(start["session"]) == [("user", "Book a table")]
+    driver.finish(call_id, ToolResult(result="booked for two"))
+    (told,) = driver.appends()
+    assert told["type"] == "session.thinking.append" and told["delegation_id"] is None
+    assert "booked for two" in told["content"]
+
+
+def test_nothing_is_carried_on_after_the_server_closed_the_session_or_on_a_sideband() -> None:
+    driver = dropped_mid_conversation()
+    driver.upstream({"type": "session.closed", "event_id": "event_c", "reason": "expired",
+                     "session": started(RESPONSES)["session"], "usage": {"seconds": 30}})
+    assert reseed(driver) is None
+    sideband = LiveDriver([get_weather], config=EngineConfig(strict=True, mode="sidecar"))
+    sideband.upstream(started(RESPONSES))
+    assert reseed(sideband) is None
+
+
+def test_the_seeded_history_keeps_within_the_limits_the_latest_first() -> None:
+    turns = [Turn("user" if n % 2 == 0 else "assistant", f"turn {n} " + "word " * 20) for n in range(400)]
+    session = seeded_session({"model": MODEL}, turns, ["note " * 10])
+    items = session["input"]
+    assert len(items) <= MAX_INPUT_MESSAGES
+    assert sum(len(item["content"][0]["text"].encode()) for item in items) <= MAX_INPUT_TOKENS
+    assert items[0]["role"] == "developer" and items[-1]["content"][0]["text"].startswith("turn 399")
+    long_turn = [Turn("user", "é" * 10_000)]
+    (cut,) = seeded_session({"model": MODEL}, long_turn, [])["input"]
+    assert 0 < len(cut["content"][0]["text"].encode()) <= MAX_INPUT_TOKENS and set(cut["content"][0]["text"]) == {"é"}
