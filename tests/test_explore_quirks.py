@@ -17,7 +17,7 @@ from relay.engine.calls import CallState
 from relay.engine.core import SessionEngine
 from relay.engine.hiding import ClientView
 from relay.mock.quirks import quirks_of
-from relay.offline.explore import boundaries, explore, run_schedule
+from relay.offline.explore import REPLAY_EVERY, boundaries, explore, replayable, replays_same, run_schedule
 from relay.offline.explore_input import from_script
 from relay.offline.explore_quirks import KINDS, away_for, describe
 from relay.offline.explore_session import Conversation, Perturbation
@@ -202,3 +202,44 @@ def test_a_reverted_relay_fix_is_found_and_shrunk(monkeypatch: pytest.MonkeyPatc
     finding = next(f for f in result.findings if f.invariant == "spoke_after_tools")
     assert len(finding.schedule) == 1
     assert finding.schedule[0].kind in ("past_timeout", "hangs") and finding.schedule[0].call == 1
+
+
+def test_replays_same_is_checked_on_a_named_share_of_the_schedules() -> None:
+    """`replays_same` on the scripted run and every REPLAY_EVERY-th schedule a recording can carry
+    (a replay runs the tools on the real clock: every schedule would cost hours)."""
+    assert not replayable((Perturbation("reconnect", 1, "running", 1),))
+    assert not replayable((Perturbation("barge_in", 1), Perturbation("raises", 1)))
+    assert replayable((Perturbation("barge_in", 1), Perturbation("duplicate", 1)))
+    assert replayable((Perturbation("server_cancel", 1),), "gemini")
+    assert replayable((Perturbation("drop", 1),)) and not replayable((Perturbation("drop", 1),), "gemini")
+    result = explore(conversation(), budget=2 * REPLAY_EVERY, seed=5)
+    assert result.ok, result.report()
+    assert 2 <= result.replayed <= 3 and result.held["replays_same"] == result.replayed
+    assert f"every {REPLAY_EVERY}th schedule" in result.report()
+
+
+@pytest.mark.parametrize("dialect", ["openai", "azure", "foundry", "xai", "voicelive", "gemini"])
+def test_the_demo_holds_under_every_new_perturbation_on_every_dialect(dialect: str) -> None:
+    """CI's exploration of the demo's conversation under each single perturbation of this kind."""
+    from relay.cli.demo import EXAMPLE_TOOLS, TURNS, demo_script
+
+    conv = Conversation("demo", demo_script(), TURNS, tool_registry([EXAMPLE_TOOLS])).with_dialect(dialect)
+    mine = [p for p in space_of(conv) if p.kind in KINDS]
+    assert mine
+    for single in mine:
+        run = run_schedule(conv, (single,))
+        assert single in run.observed.fired and run.broken == [], (describe(single), run.broken)
+
+
+@pytest.mark.parametrize("dialect, gap", [("openai", Perturbation("server_cancel", 4, "running")),
+                                          ("xai", Perturbation("server_cancel", 2, "announced")),
+                                          ("openai", Perturbation("late_arguments", 2, "announced")),
+                                          ("gemini", Perturbation("drop", 5))])
+def test_the_replay_gaps_the_check_found_are_still_there(dialect: str, gap: Perturbation) -> None:
+    """`replays_same` found these on the demo (NOT_REPLAYABLE names them, and skips them): when the
+    replay learns to reproduce one, this fails, and its entry there goes."""
+    from relay.cli.demo import EXAMPLE_TOOLS, TURNS, demo_script
+
+    conv = Conversation("demo", demo_script(), TURNS, tool_registry([EXAMPLE_TOOLS])).with_dialect(dialect)
+    assert not replayable((gap,), dialect if dialect == "gemini" else "openai")
+    assert replays_same(conv, (gap,), {}, None) is not None
