@@ -28,6 +28,7 @@ from relay.dialects import Dialect, OpenAIFamily
 from relay.dialects import openai_codec as wire
 from relay.dialects.openai import SESSION_EXPIRED, expiry_message
 from relay.engine import SendUpstream, StartHandler
+from relay.engine.calls import CallState
 from relay.mock.quirks import Quirks, quirks_of
 from relay.offline.explore_session import STEP, Conversation, ExploredSession, Observed, Perturbation
 from relay.offline.replaying import json_object as decode
@@ -35,6 +36,7 @@ from relay.offline.timeline import Timeline
 from relay.recording.format import RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY, Frame
 from relay.tools.mcp_tools import McpToolHandler
 
+_OPEN = (CallState.ANNOUNCED, CallState.STREAMING)
 RECONNECT_DELAY = 0.2
 """The attached call's first wait before it reopens its sideband, doubled before each next attempt
 (`relay.edges.config.DEFAULT_RECONNECT_DELAY`)."""
@@ -272,8 +274,9 @@ class PerturbedSession(ExploredSession):
         if done is None:
             return   # its end has been delivered already: nothing is left to cancel
         begun = _item_ids(ours, wire.OutputItemAdded, self.dialect)
-        # a call whose arguments are done is complete: its item ends `completed` all the same
-        unfinished = _item_ids(ours, wire.OutputItemDone, self.dialect) - _argued(ours, self.dialect)
+        # a call the relay has seen complete (its `conversation.item.done` came first) stays complete
+        seen_done = {entry.item_id for entry in self.engine.ledger if entry.state not in _OPEN}
+        unfinished = _item_ids(ours, wire.OutputItemDone, self.dialect) - seen_done
         output = [item if item.get("id") not in unfinished else {**item, "status": "incomplete"}
                   for item in (done.response or {}).get("output") or [] if late or item.get("id") not in begun]
         cancelled = struct_replace(done, response={**(done.response or {}), "status": "cancelled", "output": output,
@@ -356,16 +359,6 @@ def _split(frames: list[Any], response_id: str, dialect: Dialect) -> tuple[list[
              and (_typed(frame, dialect).item or {}).get("id") in items]
     others = [frame for frame in others if frame not in ours]
     return ours, others, done
-
-
-def _argued(ours: list[Any], dialect: Dialect) -> set[Any]:
-    """The items of calls whose `response.function_call_arguments.done` has been delivered (is not
-    among `ours`, the response's frames in flight)."""
-    waiting = {typed.item_id for typed in (_typed(frame, dialect) for frame in ours)
-               if isinstance(typed, wire.FunctionCallArgumentsDone)}
-    return {typed.item.get("id") for typed in (_typed(frame, dialect) for frame in ours)
-            if isinstance(typed, wire.OutputItemDone) and isinstance(typed.item, dict)
-            and typed.item.get("type") == wire.FUNCTION_CALL and typed.item.get("id") not in waiting}
 
 
 def _item_ids(frames: list[Any], kind: type, dialect: Dialect) -> set[Any]:
