@@ -42,6 +42,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from relay.dialects import gemini_codec as gemini
+from relay.dialects import get_dialect
+from relay.dialects.base import ToolFlow
 from relay.dialects import openai_codec as wire
 from relay.mock import (
     Faults,
@@ -58,8 +60,9 @@ from relay.mock.quirks import Quirks, quirks_of
 from relay.mock.requests import Emit, Stream, Wake
 from relay.mock.responses import Pause
 from relay.mock.wire import DEFAULT_MODEL, Wire, seed_ids
-from relay.offline.expect import ExpectationFailed, failure
+from relay.offline.expect import ExpectationFailed
 from relay.offline.harness import HarnessSession
+from relay.offline.scripted_delegations import DelegatingSession, StrictScript
 from relay.offline.replaying import json_object as decode
 from relay.tools import ToolRegistry
 from relay.tools.sources import ToolSources
@@ -128,11 +131,14 @@ class Script:
                           after_outputs=Reply(say="{joined}"), options=_STREAMING)
 
     def start(self, tools: ToolSources = (), *, dialect: str = "openai", **options: Any) -> ScriptedSession:
-        """A session of this script against the relay with `tools` (see `ScriptedSession`)."""
+        """A session of this script against the relay with `tools` (see `ScriptedSession`; on a
+        delegating wire, GPT-Live's, `relay.offline.scripted_delegations.DelegatingSession`)."""
+        if get_dialect(dialect).flow is ToolFlow.DELEGATIONS:
+            return DelegatingSession(self, tools, dialect=dialect, **options)   # type: ignore[return-value]
         return ScriptedSession(self, tools, dialect=dialect, **options)
 
 
-class ScriptedSession(HarnessSession):
+class ScriptedSession(StrictScript, HarnessSession):
     """One scripted conversation (see the module docstring). Options: `client_tools` (the caller's
     own tools: functions it declares and answers), `faults` (`relay.testing.faults`), `config` (an
     `EngineConfig`), `strict` (default: the script's), `quirks` (what the provider's server does
@@ -263,23 +269,8 @@ class ScriptedSession(HarnessSession):
                           f"{'s' if used != 1 else ''} were used")
         self._picks_seen = len(picks)
 
-    def upstream_error(self, what: str) -> None:
-        if self.strict:
-            self.fail("no error from the upstream", what)
-
-    def __exit__(self, exc_type: Any, *rest: Any) -> None:
-        self.close()
-        if exc_type is None:
-            self.check_script_used()
-
-    def check_script_used(self) -> None:
-        """Strict mode: every turn of the script was used."""
-        used = self.model.picks.count("turn")
-        if self.strict and used < len(self.script.turns):
-            turn = self.script.turns[used]
-            raise failure(self.timeline, f"the model to use all {len(self.script.turns)} turns of the script",
-                          f"turn {used + 1} ({turn.say or ', '.join(c.name for c in turn.calls) or 'empty'}) "
-                          "was never used: the relay did not ask the model for that response", None)
+    def script_picks(self) -> list[str]:
+        return self.model.picks
 
 
 # ---- the mock, in-process --------------------------------------------------------------------------

@@ -3,11 +3,13 @@ official SDK as the client (tests/live/test_live_mock.py's conversation), read b
 and the inspector show the delegations, the appends and their acknowledgements, a Responses
 batch's calls, outputs and its one `response.create`; the export writes the calls (a client
 delegation as a call named `delegation`) with their answers; replay runs the handlers again and
-sends the same outputs and appends, and a changed one is a divergence (`relay replay` exits 1)."""
+sends the same outputs and appends, and a changed one is a divergence (`relay replay` exits 1, the
+pytest plugin's item fails)."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ from relay.tools import Delegation, ToolResult, delegate, tool
 from tests.live.test_live_mock import SCRIPT, assistant, conversation, get_time, get_weather
 from tests.support.relays import relay_for
 
+pytest_plugins = ["pytester"]
 RESPONSES = {"type": "responses", "responses": {"model": "gpt-5.4"}}
 CLIENT = {"type": "client"}
 
@@ -171,6 +174,24 @@ def test_relay_replay_exits_1_on_a_divergence(responses_recording: Path, tmp_pat
     assert main(["replay", str(responses_recording), "--tools", "tests/live/test_live_mock.py"]) == 0
 
 
+def test_the_pytest_plugin_replays_a_live_recording_as_its_own_item(
+        responses_recording: Path, pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    recordings = pytester.mkdir("recordings")
+    shutil.copy(responses_recording, recordings / "live_session.jsonl")
+    pytester.makepyfile(tools=RECORDED_TOOLS, changed=CHANGED_TOOLS)
+    quiet = ("-p", "no:hypothesispytest", "-p", "no:cacheprovider")
+    passed = pytester.runpytest(*quiet, "--relay-recordings", "recordings", "--relay-tools", "tools.py", "-v")
+    passed.assert_outcomes(passed=1)
+    passed.stdout.fnmatch_lines(["recordings/live_session.jsonl::replay PASSED*"])
+    failed = pytester.runpytest(*quiet, "--relay-recordings", "recordings", "--relay-tools", "changed.py")
+    failed.assert_outcomes(failed=1)
+    failed.stdout.fnmatch_lines(["*changed: output of call_*", '*+*"output": "rainy in Paris"*'])
+
+
+RECORDED_TOOLS = """\
+from tests.live.test_live_mock import get_time, get_weather
+"""
 CHANGED_TOOLS = """\
 from tests.live.test_live_mock import get_time
 from tests.live.test_live_recordings import rainy_weather
