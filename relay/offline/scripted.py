@@ -41,6 +41,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import msgspec
+
 from relay.dialects import gemini_codec as gemini
 from relay.dialects import get_dialect
 from relay.dialects.base import ToolFlow
@@ -295,6 +297,12 @@ class _Model:
         raise NotImplementedError
 
 
+def _text(event: dict[str, Any]) -> str:
+    """A server event of the in-process mock as its frame's text, compact as servers write it
+    (msgspec: a fifth of `json.dumps`'s cost, on every frame of every scripted response)."""
+    return msgspec.json.encode(event).decode()
+
+
 def _connection() -> MockConnection:
     return MockConnection(index=0, path="/v1/realtime", query={"model": DEFAULT_MODEL}, headers={}, auth="bearer")
 
@@ -342,7 +350,7 @@ class _OpenAIModel(_Model):
                 error = wire.event_of(event, self.session.dialect) if isinstance(event, dict) else None
                 if isinstance(error, wire.Error):
                     self.session.upstream_error(f"error {json.dumps(error.error)}")
-                frames.append(event if isinstance(event, (str, bytes)) else json.dumps(event))
+                frames.append(event if isinstance(event, (str, bytes)) else _text(event))
             elif isinstance(action, Stream):
                 self._endings[action.run.id] = self._ending()
                 frames += self._step(action.run, action.run.steps())
@@ -367,7 +375,7 @@ class _OpenAIModel(_Model):
         frames: list[str | bytes] = []
         for step in stream:
             if not isinstance(step, Pause):
-                frames.append(json.dumps(step))
+                frames.append(_text(step))
                 if self._endings.get(run.id) == "cancelled" and self._cuts(step):
                     run.cancel("client_cancelled")
                 continue
@@ -378,7 +386,7 @@ class _OpenAIModel(_Model):
                 continue
             if ending == "interrupted":
                 item_id, actions, _ = self.mock.speech_started()
-                frames += [json.dumps(a.event) for a in actions if isinstance(a, Emit)]
+                frames += [_text(a.event) for a in actions if isinstance(a, Emit)]
                 self._endings[run.id] = "done"
                 frames += self._step(run, stream)
                 return frames + self._carry(self.mock.speech_stopped(item_id, None, False))
