@@ -280,6 +280,7 @@ def explore(conversation: Conversation, *, budget: int = DEFAULT_BUDGET, seed: i
     sessions folder), its replay command naming `tools_arg`."""
     if budget <= 0:
         raise ValueError("the schedule budget must be at least 1")
+    refuse_delegations(conversation.dialect)
     own = dict(invariants or {})
     result = ExploreResult(conversation.name, seed, held={name: 0 for name in (SETTLES, *DESCRIPTIONS, *own)})
     started = time.perf_counter()
@@ -357,6 +358,20 @@ def _write(session: ExploredSession, finding: Finding, out: str | Path | None, t
         finding.page = None
     tools = f" --tools {tools_arg}" if tools_arg else ""
     finding.command = f"relay replay {finding.recording}{tools}"
+
+
+def refuse_delegations(dialect: str) -> None:
+    """UnusableInput for a dialect whose tools come as delegations (GPT-Live): the explorer's
+    schedules are written for the Realtime and Gemini wires (their mocks, their barge-ins, their
+    anchors); GPT-Live's scripted sessions (`relay.offline.scripted_delegations`) are not explored
+    yet."""
+    from relay.dialects import get_dialect
+    from relay.dialects.base import ToolFlow
+    from relay.errors import UnusableInput
+
+    if get_dialect(dialect).flow is ToolFlow.DELEGATIONS:
+        raise UnusableInput(f"{dialect}: GPT-Live conversations are not explored yet (the explorer plays the "
+                            "Realtime and Gemini wires)")
 
 
 def replayable(schedule: Schedule, family: str = "openai") -> bool:
