@@ -60,8 +60,13 @@ def test_each_record_comes_before_the_action_it_guards() -> None:
     assert trail == [
         ("remember", Phase.READY), ("remember", Phase.STARTED), ("start", trail[2][1]),
         ("remember", Phase.DECIDED), ("upstream", "output"), ("remember", Phase.SENT),
-        ("remember", Phase.FOLLOW_UP), ("upstream", "response.create"),
+        ("remember", Phase.FOLLOW_UP), ("remember", Phase.FOLLOWED_UP), ("upstream", "response.create"),
+        ("remember", Phase.FOLLOWED_UP),   # the provider echoed the output: delivered
     ]
+    *before, delivered = driver.records
+    assert delivered.delivered and not any(record.delivered for record in before)
+    sent = next(record for record in before if record.phase is Phase.SENT)
+    assert delivered.item_id == sent.item_id == driver.outputs[0]["item"]["id"]
 
 
 def test_the_records_say_what_was_decided_with_the_engine_s_times() -> None:

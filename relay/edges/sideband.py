@@ -42,9 +42,9 @@ from relay.dialects import live
 from relay.dialects.live import LiveDialect
 from relay.dialects.openai import OpenAIFamily
 from relay.edges.config import EdgeRuntime, SidecarConfig
-from relay.edges.takeover import RUN, Adoption, Handovers, adopt, output_call_id
+from relay.edges.takeover import RUN, Adoption, Handovers, adopt, output_of
 from relay.edges.upstream import UpstreamUnavailable
-from relay.engine import CallState, Engine, Notice, Outcome, SendUpstream, StartHandler, new_engine
+from relay.engine import CallState, Engine, Notice, OpenAIEngine, Outcome, SendUpstream, StartHandler, new_engine
 from relay.observe.logs import log_notice
 from relay.observe.tracing import SessionTrace, Tracing, tracing_for
 from relay.recording.taps import FrameTap, Taps
@@ -158,18 +158,19 @@ class SidebandLoop(SessionLoop):
         if self.lease_lost is not None:
             return
         if self.lease is not None and id(action) not in self._marked and self._task_group is not None:
-            call_id = self._answers(action.frame)
-            if call_id is not None:
+            output = self._answers(action.frame)
+            if output is not None:
                 self._carry_out.hold()
-                self._task_group.start_soon(self._send_marked, action, call_id, name="mark sent")
+                self._task_group.start_soon(self._send_marked, action, *output, name="mark sent")
                 return
         self._marked.discard(id(action))
         super().act_send_upstream(action)
 
-    def _answers(self, frame: str | bytes) -> str | None:
-        """The relay call a frame going up answers and whose record is not yet marked sent."""
+    def _answers(self, frame: str | bytes) -> tuple[str, str] | None:
+        """The relay call a frame going up answers and whose record is not yet marked sent, with
+        the output item's id where the wire has one (the OpenAI family's)."""
         if not isinstance(self._family, LiveDialect):
-            return output_call_id(frame, self._family)
+            return output_of(frame, self._family)
         event = live.decode(frame)
         if isinstance(event, live.ResponseItemCreate):
             item = event.item if isinstance(event.item, dict) else {}
@@ -180,11 +181,11 @@ class SidebandLoop(SessionLoop):
             call_id = event.delegation_id if entry is not None and entry.state is not CallState.RUNNING else None
         else:
             return None
-        return call_id if isinstance(call_id, str) and call_id not in self._sent_calls else None
+        return (call_id, "") if isinstance(call_id, str) and call_id not in self._sent_calls else None
 
-    async def _send_marked(self, action: SendUpstream, call_id: str) -> None:
+    async def _send_marked(self, action: SendUpstream, call_id: str, item_id: str) -> None:
         assert self.lease is not None
-        kept = await self.lease.mark_sent(call_id)
+        kept = await self.lease.mark_sent(call_id, item_id)
         held = self._carry_out.release()
         if not kept or self.lease_lost is not None:
             return   # the lease was lost: `lose_lease` stopped the session's work
@@ -199,10 +200,21 @@ class SidebandLoop(SessionLoop):
         if decision is None or decision.how == RUN:
             super().act_start_handler(action)
         elif self._task_group is not None:
+            engine = self.engine
+            if decision.item_id and isinstance(engine, OpenAIEngine):   # sent before, perhaps lost
+                engine.injector.resend_as(action.call_id, decision.item_id, followed_up=decision.followed_up)
             self._task_group.start_soon(self._answer_adopted, action.call_id, decision.outcome)
 
     def handlers_running(self) -> int:
         return self._runner.running if self._runner is not None else 0
+
+    def mid_call(self) -> bool:
+        """A step of a call is under way that a peer taking the session now would have to guess
+        at: a handler runs, a record is being written, or a create of the relay's waits or awaits
+        its response (a follow-up recorded neither owed nor sent for sure)."""
+        sequencer = getattr(self.engine, "sequencer", None)
+        return bool(self.handlers_running() or self._carry_out.holding
+                    or (sequencer is not None and (sequencer.pending() or sequencer.in_flight())))
 
     async def _answer_adopted(self, call_id: str, outcome: Outcome) -> None:
         self._handler_finished(call_id, outcome)
@@ -215,6 +227,9 @@ class SidebandLoop(SessionLoop):
             if self.end is not None or self.lease_lost is not None:
                 return
             self._apply(self.engine.receive_upstream(frame, self.clock()))
+        engine = self.engine
+        if adoption.follow_ups and isinstance(engine, OpenAIEngine) and self.end is None and self.lease_lost is None:
+            self._apply(engine.adopt_follow_ups(adoption.follow_ups, self.clock()))
 
     async def upstream_lost(self, closed: TransportClosed) -> None:
         if self.end is not None:
@@ -364,7 +379,7 @@ class Sidecar:
         lease, loop = self.lease, self.loop
         if lease is None or loop is None or lease.lost.is_set():
             return False
-        while loop.handlers_running():   # a tool call takes seconds; the call may go on for minutes
+        while loop.mid_call():   # a tool call takes seconds; the call may go on for minutes
             await anyio.sleep(HANDLER_POLL_SECONDS)
         self.handing_off = True
         offered_at = time.monotonic()

@@ -1,9 +1,14 @@
 """What a replica does with a call it takes over from another (relay/edges/sideband.py runs it).
 
 The old owner's ledger (its `CallRecord`s in the shared store) says how far each of its calls got.
-A call whose output went up (`sent`, `follow_up`) or that will never be answered (`skipped`) is
-done. Every other call is owed exactly one output, and the new owner's engine is told of it as the
-response that made it: an out-of-band `response.created` / `response.done` pair listing the owed
+A call whose output went up (`sent`, `follow_up`, `followed_up`) or that will never be answered
+(`skipped`) is done with. One whose follow-up was owed (`follow_up`: recorded once its
+response's outputs were in, and replaced by `followed_up` right before the relay's
+`response.create` about it went up) is owed that follow-up still: the new owner's engine asks for
+it once (`Adoption.follow_ups`, `OpenAIEngine.adopt_follow_ups`), unless a response about its
+outputs is seen first (any response that begins in the conversation, or the old owner's
+follow-up ending). Every other call is owed exactly one output, and the new owner's engine is
+told of it as the response that made it: an out-of-band `response.created` / `response.done` pair listing the owed
 calls' items (`Adoption.frames`, fed to the engine as the provider's own frames would be, so the
 engine's call book takes them by its usual rules, and its output lands appended to the
 conversation, answering the call by its `call_id`). When the engine then asks to start a handler
@@ -32,31 +37,37 @@ from relay.tools.render import error_in_output
 
 NOT_RETRIED = ("interrupted: the relay that was running this tool stopped before it finished, "
                "and the tool is not idempotent; not retried")
-_DONE = frozenset({Phase.SENT, Phase.FOLLOW_UP, Phase.SKIPPED})
-RUN, REFUSE, ANSWER = "run", "refuse", "answer"
+_DONE = frozenset({Phase.SENT, Phase.FOLLOWED_UP, Phase.SKIPPED})
+_SENT = frozenset({Phase.SENT, Phase.FOLLOW_UP, Phase.FOLLOWED_UP})
+RUN, REFUSE, ANSWER, FOLLOW_UP = "run", "refuse", "answer", "follow_up"
 
 
 @dataclass(frozen=True, slots=True)
 class Decision:
     """What a taken-over call gets: `run` its handler, or `outcome` reported without running it
-    (`refuse`: the error output; `answer`: the output the old owner had decided)."""
+    (`refuse`: the error output; `answer`: the output the old owner had decided); or, its output
+    being in, the `follow_up` the old owner owed."""
 
     how: str
     outcome: Outcome | None = None
+    item_id: str = ""          # `answer` again: the output the old owner sent, never delivered, as that item
+    followed_up: bool = False  # ... and its follow-up was recorded as gone with it
 
 
 @dataclass
 class Adoption:
     """The owed calls of a session taken over: the frames that tell the engine of them, what each
-    gets, and how many were already done."""
+    gets, the answered calls whose follow-up is owed, and how many were already done."""
 
     frames: list[str] = field(default_factory=list)
     decisions: dict[str, Decision] = field(default_factory=dict)
+    follow_ups: list[CallRecord] = field(default_factory=list)
     done: int = 0
 
     def counts(self) -> dict[str, int]:
-        """How many owed calls are run again (`retried`, `ready` ones included), refused, answered."""
-        found = {"retried": 0, "refused": 0, "answered": 0, "done": self.done}
+        """How many owed calls are run again (`retried`, `ready` ones included), refused, answered,
+        and how many answered calls get the follow-up their old owner owed (`followed_up`)."""
+        found = {"retried": 0, "refused": 0, "answered": 0, "followed_up": len(self.follow_ups), "done": self.done}
         for decision in self.decisions.values():
             found[{RUN: "retried", REFUSE: "refused", ANSWER: "answered"}[decision.how]] += 1
         return found
@@ -71,7 +82,7 @@ class Handovers:
         self.takeovers = 0
         self.handoffs = 0
         self.lost = 0
-        self.calls = {"retried": 0, "refused": 0, "answered": 0}
+        self.calls = {"retried": 0, "refused": 0, "answered": 0, "followed_up": 0}
         self.handoff_seconds: list[float] = []   # offered to taken, per handoff (the latest 1000)
         self.on_count: Callable[[str, int], None] | None = None   # the metric: `Metrics.count_handover`
 
@@ -109,17 +120,28 @@ def may_run_again(tools: ToolRegistry, name: str) -> bool:
 
 def decide(record: CallRecord, tools: ToolRegistry) -> Decision | None:
     """What an owed call gets; None for a call that is done."""
+    if record.phase in _SENT and not record.delivered and record.item_id and record.output is not None:
+        # marked sent, never echoed: perhaps lost with the old owner's socket. Sent again as the
+        # same item, which the provider refuses if it has it (relay/engine/injection.py)
+        return Decision(ANSWER, _outcome_of(record.output), item_id=record.item_id,
+                        followed_up=record.phase is Phase.FOLLOWED_UP)
     if record.phase in _DONE:
         return None
+    if record.phase is Phase.FOLLOW_UP:
+        return Decision(FOLLOW_UP)
     if record.phase is Phase.READY:
         return Decision(RUN)
     if record.phase is Phase.DECIDED and record.output is not None:
-        is_error, error = error_in_output(record.output)
-        value = ToolResult(error=error) if is_error else record.output
-        return Decision(ANSWER, Outcome.returned(value))
+        return Decision(ANSWER, _outcome_of(record.output))
     if may_run_again(tools, record.name):
         return Decision(RUN)
     return Decision(REFUSE, Outcome.returned(ToolResult(error=NOT_RETRIED)))
+
+
+def _outcome_of(output: str) -> Outcome:
+    """The outcome a recorded output says (an error output as the error it renders)."""
+    is_error, error = error_in_output(output)
+    return Outcome.returned(ToolResult(error=error) if is_error else output)
 
 
 def adopt(records: list[CallRecord], tools: ToolRegistry, *, family: OpenAIFamily = OPENAI,
@@ -132,6 +154,9 @@ def adopt(records: list[CallRecord], tools: ToolRegistry, *, family: OpenAIFamil
         decision = decide(record, tools)
         if decision is None:
             adoption.done += 1
+            continue
+        if decision.how == FOLLOW_UP:
+            adoption.follow_ups.append(record)
             continue
         adoption.decisions[record.call_id] = decision
         by_response.setdefault(record.response_id or f"{id_prefix}_r_{record.call_id}", []).append(record)
@@ -152,13 +177,14 @@ def _response_frames(response_id: str, owed: list[CallRecord], family: OpenAIFam
             encode(ResponseDone(response={**response, "status": "completed", "output": items}), family)]
 
 
-def output_call_id(frame: str | bytes, family: Any) -> str | None:
-    """The call a frame going upstream answers (an OpenAI-family `function_call_output` item),
-    else None."""
+def output_of(frame: str | bytes, family: Any) -> tuple[str, str] | None:
+    """The call a frame going upstream answers and the output item's id (an OpenAI-family
+    `function_call_output` item), else None."""
     if not isinstance(family, OpenAIFamily):
         return None
     event = decode(frame, family)
     item = event.item if isinstance(event, ItemCreate) else None
     if isinstance(item, dict) and item.get("type") == FUNCTION_CALL_OUTPUT and isinstance(item.get("call_id"), str):
-        return item["call_id"]
+        item_id = item.get("id")
+        return item["call_id"], item_id if isinstance(item_id, str) else ""
     return None

@@ -144,6 +144,8 @@ class CallEntry:
     output_retried: bool = False            # the output was sent again (its predecessor vanished)
     delivered_as: tuple[str, ...] = ()      # the shapes the call arrived in (Gemini: toolCall, a model-turn part)
     idempotency_key: str = ""               # set when it becomes ready (relay-owned): engine/records.py
+    recorded: tuple[Any, bool] | None = None   # its latest record's (phase, follow_up): engine/records.py
+    delivered: bool = False                 # the provider echoed its output item
     announced_at: float | None = None
     ready_at: float | None = None
     started_at: float | None = None

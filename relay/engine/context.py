@@ -135,11 +135,12 @@ class SessionContext:
 
     def remember(self, entry: CallEntry, phase: Phase, *, follow_up: bool = False) -> None:
         """A relay call's record, ahead of the actions it guards (`Remember`)."""
+        entry.recorded = (phase, follow_up)
         self.out.append(Remember(CallRecord(
             session_id=self.session_id, call_id=entry.call_id, name=entry.name, phase=phase, at=self.now,
             arguments=entry.arguments, idempotency_key=entry.idempotency_key, response_id=entry.response_id,
             output=entry.output, outcome=None if entry.outcome is None else str(entry.outcome),
-            follow_up=follow_up)))
+            follow_up=follow_up, item_id=entry.output_item_id or "", delivered=entry.delivered)))
 
     def anomaly(self, message: str, event_type: str | None, *, internal: bool = False) -> None:
         """Something odd in the input (or a refused step; `internal`: the engine's own failure):

@@ -27,12 +27,13 @@ from relay.dialects.peek import pass_through_test
 from relay.engine.actions import Action, Notice, SendClient, SendUpstream
 from relay.engine.approving import APPROVAL_REQUEST, McpApprovals
 from relay.engine.calls import CallEntry, CallOutcome, CallState
-from relay.engine.context import OpenAIContext
+from relay.engine.context import OpenAIContext, Source
 from relay.engine.conversation import ABSENT, ItemRecord, ResponseRecord
 from relay.engine.core import SessionEngine
 from relay.engine.hiding import SAME as _SAME
 from relay.engine.hiding import ClientView
 from relay.engine.injection import Injector
+from relay.engine.records import CallRecord
 from relay.engine.sequencer import sent_notice
 from relay.engine.watching import CANCEL_STATES, CallWatcher
 from relay.tools.render import RenderedOutput
@@ -158,6 +159,7 @@ class OpenAIEngine(SessionEngine):
         self.conversation.insert(record.id, self._previous(event), wire.wire_type(event))
         if record.origin == "relay":
             self.sequencer.item_confirmed(record.id)
+            self.injector.output_echoed(record.id)
         self.ctx.origins.placed(record)
         self.watcher.track(record)
         return self.view.item_event(event, record)
@@ -274,6 +276,7 @@ class OpenAIEngine(SessionEngine):
                 self._output_item(response, item, index)
         self.watcher.settle(response)
         self.sequencer.response_done(response.id)
+        self.injector.response_ended(response)
         self.approvals.response_done(response)
         self.sequencer.forget_confirmed(self.injector.unlinked_item_ids())
         if response.status == "cancelled" and response.reason == "turn_detected":
@@ -293,14 +296,15 @@ class OpenAIEngine(SessionEngine):
         if ours is None:
             return _SAME
         what, call_id = ours
+        self.injector.follow_up_refused(self.sequencer.follow_up_call_ids(retrying=True))
         message = f"{error.get('code') or error.get('type')}: {error.get('message')}"
         self.ctx.emit(Notice("upstream_error", {"what": what, "call_id": call_id, "code": error.get("code"),
                                                 "message": error.get("message")}))
         entry = self.ledger.get(call_id)
         if entry is not None:
             entry.upstream_errors += (message,)
-            if what == "output" and error.get("param") == "previous_item_id":
-                self.injector.reinject_appended(entry)
+            if what == "output":
+                self.injector.output_refused(entry, error)
         return None  # errors about the relay's own frames are not the client's business
 
     # ---- barge-in ----
@@ -368,6 +372,11 @@ class OpenAIEngine(SessionEngine):
             if entry.call_id in self.running and not entry.interrupted:
                 self._interrupt(entry, f"response {response.status}")
 
+    def adopt_follow_ups(self, records: list[CallRecord], now: float) -> list[Action]:
+        """Calls another relay answered and owed a follow-up for when it stopped (a session taken
+        over, relay/edges/takeover.py): the model is asked to speak about them once."""
+        return self._run(now, Source.UPSTREAM, self.injector.adopt_follow_ups, records)
+
     # ==== timers ========================================================================
     def _tick(self) -> None:
         super()._tick()
@@ -421,6 +430,8 @@ class OpenAIEngine(SessionEngine):
             return
         ctx = self.ctx
         for command in self.sequencer.poll(ctx.now):
+            if isinstance(command, wire.ResponseCreate):   # recorded "followed_up" before it goes
+                self.injector.follow_up_going(self.sequencer.follow_up_call_ids())
             ctx.write_upstream(command)
             notice = sent_notice(command)
             if notice is not None:

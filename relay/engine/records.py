@@ -25,6 +25,7 @@ class Phase(StrEnum):
     DECIDED = "decided"          # its output is decided, not yet sent
     SENT = "sent"                # its output went upstream
     FOLLOW_UP = "follow_up"      # sent, and the model is owed one response about it
+    FOLLOWED_UP = "followed_up"  # the create asking for it goes up now (or another response answers it)
     SKIPPED = "skipped"          # it will never be answered (its response ended without it)
 
 
@@ -43,6 +44,8 @@ class CallRecord:
     output: str | None = None
     outcome: str | None = None
     follow_up: bool = False
+    item_id: str = ""        # its output item's id (the relay chooses it), once sent
+    delivered: bool = False  # the provider echoed that item: the output is in the conversation
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -68,9 +71,9 @@ class CallRecord:
                 if isinstance(value, bool) or not isinstance(value, (int, float)):
                     raise ValueError("a call record's time is not a number")
                 value = float(value)
-            elif spec.name == "follow_up":
+            elif spec.name == "follow_up" or spec.name == "delivered":
                 value = bool(value)
-            elif spec.name == "arguments" or spec.name == "idempotency_key":
+            elif spec.name in ("arguments", "idempotency_key", "item_id"):
                 value = value if isinstance(value, str) else ""
             elif value is not None and not isinstance(value, str):
                 raise ValueError(f"a call record's {spec.name} is not text")

@@ -265,11 +265,15 @@ class Sequencer(Machines):
         confirmed = self._confirmed
         self._follow_ups = [f for f in self._follow_ups if not f.confirm_item_ids <= confirmed]
         self._delegated = [f for f in self._delegated if not f.confirm_item_ids <= confirmed]
+        self._own_follow_up_answered(lambda own: own.confirm_item_ids <= confirmed)
+
+    def _own_follow_up_answered(self, answers: Callable[[SentCreate], bool]) -> None:
+        """Another response answers our follow-up create, if `answers` it: one on its way will be
+        refused as "already active" and is never retried; one waiting to go again does not go."""
         own = self._own
-        if own is None or own.purpose != "follow_up" or not own.confirm_item_ids <= confirmed:
+        if own is None or own.purpose != "follow_up" or not answers(own):
             return
         if self.create_state is _SENT:
-            # our create is on its way and will be refused as "already active": never retry it
             own.taken_over = True
         else:
             self._own = None
@@ -283,6 +287,21 @@ class Sequencer(Machines):
         if self.create_state is _RETRY_AFTER_DONE:
             self.move(_RETRY)
         return self._ours.pop(response_id, None)
+
+    def follow_up_call_ids(self, *, retrying: bool = False) -> list[str]:
+        """The calls the relay's own follow-up create is about (`retrying`: one refused that is to
+        go again); none when its create is not a follow-up."""
+        own = self._own
+        if own is None or own.purpose != "follow_up" or (retrying and self.create_state not in _RETRYING):
+            return []
+        return own.call_ids
+
+    def answered_elsewhere(self, call_ids: set[str]) -> None:
+        """Another relay's follow-up about `call_ids` was seen (a session taken over): a
+        follow-up of ours for nothing but them does not go up, and one refused meanwhile is not
+        sent again."""
+        self._follow_ups = [f for f in self._follow_ups if not set(f.call_ids) <= call_ids]
+        self._own_follow_up_answered(lambda own: set(own.call_ids) <= call_ids)
 
     def forget_confirmed(self, keep: set[str]) -> None:
         """Drop confirmations nothing waits for any more (a long session makes thousands)."""

@@ -125,7 +125,8 @@ class _Families:
         self.taken_over_calls = PromCounter("relay_calls_after_takeover", "Owed calls a takeover finished: "
                                             "retried (run again: not started, idempotent or keyed), refused "
                                             "(answered 'interrupted; not retried'), answered (the decided "
-                                            "output sent).", ["fate"], registry=own)
+                                            "output sent), followed_up (answered already, the follow-up the "
+                                            "old owner owed asked for).", ["fate"], registry=own)
         self.loop_blocks = PromCounter("relay_tool_loop_blocks", "Steps of async tool handlers that held the "
                                        "event loop (every session of the process) too long, by tool.", ["tool"],
                                        registry=own)

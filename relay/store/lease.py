@@ -111,16 +111,19 @@ class SessionLease:
         self.lease = renewed
         return True
 
-    async def mark_sent(self, call_id: str) -> bool:
-        """Before a call's output goes up: its record moves to `sent` under the lease's token, so
-        that a replica that takes the session over afterwards never sends it again. False when
+    async def mark_sent(self, call_id: str, item_id: str = "") -> bool:
+        """Before a call's output goes up: its record moves to `sent` (as the output item
+        `item_id`) under the lease's token, so that a replica that takes the session over
+        afterwards sends it again only as that same item (which the provider refuses if it has
+        it: relay/edges/takeover.py), never as a second answer. False when
         the write was fenced (the lease is lost: the output must not go); a store that does not
         answer is no reason to hold the output back (True)."""
         if self.lease is None or self.lost.is_set():
             return self.lease is None
         try:
             with anyio.fail_after(self.write_ahead.timeout):
-                await self.store.update(self.session_id, call_id, Phase.SENT, fence=self.lease.token)
+                await self.store.update(self.session_id, call_id, Phase.SENT, fence=self.lease.token,
+                                        item_id=item_id, delivered=False)
         except Fenced:
             self.lose("a write was fenced")
             return False

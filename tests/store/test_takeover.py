@@ -24,13 +24,16 @@ from relay.engine import CallState
 from relay.edges.sidecar import INCOMING_CALL, SidecarServer, SidecarServerConfig, signed_headers
 from relay.mock import MockScript, MockUpstream, Reply, Rule, ToolCall
 from relay.mock.session import MockSession
-from relay.store import open_store
+from relay.engine.records import Phase
+from relay.store import CallStore, open_store
 from relay.tools.sources import tool_registry
 from tests.support.frames import said
-from tests.support.processes import relay_process
+from tests.support.processes import next_log_line, relay_process
+from tests.store.conftest import Writes
 from tests.support.relays import http_request, sidecar_on
 
 TOOLS = Path(__file__).parent / "tools" / "effects.py"
+PAUSING_TOOLS = Path(__file__).parent / "tools" / "pauses.py"   # pause an owner between two steps
 SECRET = "whsec_dGVzdA=="
 LEASE = 1.0
 TIMEOUT = 20.0
@@ -51,9 +54,9 @@ async def effects(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> AsyncItera
     await client.aclose()
 
 
-async def accepted(mock: MockUpstream) -> tuple[str, MockSession]:
+async def accepted(mock: MockUpstream, tools_path: Path = TOOLS) -> tuple[str, MockSession]:
     call_id = mock.create_call()
-    tools = OPENAI.tool_definitions(tool_registry([str(TOOLS)]))
+    tools = OPENAI.tool_definitions(tool_registry([str(tools_path)]))
     response = await http_request("POST", f"{mock.rest_url}/realtime/calls/{call_id}/accept", {},
                                   json.dumps({"type": "realtime", "tools": tools}).encode())
     assert response.status_code == 200
@@ -63,22 +66,24 @@ async def accepted(mock: MockUpstream) -> tuple[str, MockSession]:
 
 
 @asynccontextmanager
-async def owner(mock: MockUpstream, call_id: str, redis_url: str) -> AsyncIterator[Any]:
-    """`relay attach` on the call in a subprocess, once it holds the call's lease."""
-    async with relay_process("attach", "--call-id", call_id, "--upstream", mock.url, "--tools", str(TOOLS),
+async def owner(mock: MockUpstream, call_id: str, redis_url: str, tools: Path = TOOLS,
+                **env: str) -> AsyncIterator[Any]:
+    """`relay attach` on the call in a subprocess (with `env` besides), once it holds the call's lease."""
+    async with relay_process("attach", "--call-id", call_id, "--upstream", mock.url, "--tools", str(tools),
                              "--store", redis_url, "--lease-seconds", str(LEASE), "--log-format", "json",
-                             env={"RELAY_TEST_REDIS": redis_url}) as process:
-        client = aioredis.Redis.from_url(redis_url)
-        try:
-            with anyio.fail_after(TIMEOUT):
-                while not await client.exists("relay:{" + call_id + "}:lease"):
-                    if process.returncode is not None:
-                        raise AssertionError(f"relay attach exited {process.returncode}: "
-                                             f"{(await process.stderr.read()).decode()}")
-                    await anyio.sleep(0.01)
-        finally:
-            await client.aclose()
+                             env={"RELAY_TEST_REDIS": redis_url, **env}) as process:
+        # it says "session start" once it holds the lease (relay/edges/sideband.py: hold, then serve)
+        await next_log_line(process.stderr, lambda line: line["msg"] == "session start", [], TIMEOUT)
+        assert await store_holds(redis_url, call_id)
         yield process
+
+
+async def store_holds(redis_url: str, call_id: str) -> bool:
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        return bool(await client.exists("relay:{" + call_id + "}:lease"))
+    finally:
+        await client.aclose()
 
 
 def replica_config(mock: MockUpstream, redis_url: str, **options: Any) -> SidecarServerConfig:
@@ -89,9 +94,9 @@ def replica_config(mock: MockUpstream, redis_url: str, **options: Any) -> Sideca
 
 
 @asynccontextmanager
-async def replica(mock: MockUpstream, redis_url: str) -> AsyncIterator[SidecarServer]:
+async def replica(mock: MockUpstream, redis_url: str, tools: Path = TOOLS) -> AsyncIterator[SidecarServer]:
     """A `relay sidecar` replica sharing the store, in this process, looking for orphans."""
-    server = SidecarServer(replica_config(mock, redis_url))
+    server = SidecarServer(replica_config(mock, redis_url, tools=[str(tools)]))
     async with server.running():
         yield server
 
@@ -234,19 +239,31 @@ async def test_a_draining_replica_hands_its_call_to_a_peer_without_waiting_for_i
         assert outputs(mock, booked) == ["booked 9am"] and outputs(mock, refund_call) == ["refunded order 7"]
         assert [await effects.lpop("started") for _ in range(2)] == [
             f"book {os.getpid()}".encode(), f"refund {os.getpid()}".encode()]
-        assert peer.runtime.handovers.calls == {"retried": 0, "refused": 0, "answered": 0}
+        assert peer.runtime.handovers.calls == {"retried": 0, "refused": 0, "answered": 0, "followed_up": 0}
 
 
 async def test_an_orphaned_call_that_ended_meanwhile_is_unlisted_by_the_replica_that_finds_it(
         redis_url: str, effects: aioredis.Redis) -> None:
     store = open_store(redis_url)
     try:
-        assert await store.acquire("rtc_gone", "a-dead-replica", ttl=0.001, target="rtc_gone") is not None
         async with MockUpstream(script=SCRIPT) as mock, replica(mock, redis_url) as peer:
+            found: list[Any] = []
+            attached = anyio.Event()
+            attach = peer.fleet.attach
+
+            def taking(call_id: str) -> None:   # the replica's takeover of what its scan finds
+                attach(call_id)
+                found.append(peer.calls[call_id])
+                attached.set()
+
+            peer.fleet.attach = taking
+            assert await store.acquire("rtc_gone", "a-dead-replica", ttl=0.001, target="rtc_gone") is not None
             with anyio.fail_after(TIMEOUT):
-                while await store.orphans() or not peer.fleet.scans or peer.calls:
-                    await anyio.sleep(0.01)
+                await attached.wait()
+                await found[0].ended.wait()   # the mock has no such call (404): unlisted, then ended
+        assert [sidecar.call_id for sidecar in found] == ["rtc_gone"]
         assert await effects.hget("relay:sessions", "rtc_gone") is None
+        assert await store.orphans() == []
     finally:
         await store.close()
 
@@ -258,11 +275,14 @@ async def test_an_output_decided_before_the_lease_moved_does_not_go_up_after(
     async with MockUpstream(script=held_call) as mock:
         call_id, session = await accepted(mock)
         async with sidecar_on(mock, call_id, [str(TOOLS)], store=redis_url, lease_seconds=30) as (sidecar, _):
+            writes = Writes(sidecar.runtime.write_ahead)
             await mock.user_turn(session, "Please book me in")
             assert (await started_run(effects)).startswith("book ")
-            with anyio.fail_after(TIMEOUT):   # decided; its output waits for the response's end
-                while not any(entry.state is CallState.FINISHED for entry in sidecar.engine.ledger):
-                    await anyio.sleep(0.01)
+
+            async def decided() -> bool:   # its output waits for the response's end
+                return any(entry.state is CallState.FINISHED for entry in sidecar.engine.ledger)
+
+            await writes.until(decided, timeout=TIMEOUT)   # the decided record is written as it is decided
             await effects.delete("relay:{" + call_id + "}:lease")   # another replica takes the call
             store = open_store(redis_url)
             assert await store.acquire(call_id, "another-replica", ttl=30) is not None
@@ -273,3 +293,87 @@ async def test_an_output_decided_before_the_lease_moved_does_not_go_up_after(
             assert sidecar.loop is not None and sidecar.loop.lease_lost == "a write was fenced"
         [made] = model_calls(mock, session)
         assert outputs(mock, made) == []
+
+
+async def phase_of(store: CallStore, session_id: str, call_id: str, phase: Phase) -> bool:
+    return any(kept.call_id == call_id and kept.phase is phase for kept in await store.session_records(session_id))
+
+
+def follow_up_creates(mock: MockUpstream, session: MockSession) -> list[dict[str, Any]]:
+    """The relays' follow-up `response.create`s the mock received in the session."""
+    return [r.event for r in mock.received if r.session_id == session.id and r.event.get("type") == "response.create"
+            and (r.event.get("response") or {}).get("metadata", {}).get("relay") == "follow_up"]
+
+
+LOOKED_UP = MockScript(rules=[Rule(match="look", calls=[ToolCall(name="lookup", arguments={"order": 7})])],
+                       after_outputs=Reply(say="Done: {output}"))
+
+
+async def killed_paused(mock: MockUpstream, redis_url: str, effects: aioredis.Redis, pause: str,
+                        said_key: str) -> tuple[str, MockSession, str]:
+    """An owner in a subprocess that pauses at `pause` (tests/store/tools/pauses.py) as it answers
+    the model's call, and is SIGKILLed there; the session's call id, the session, the call."""
+    call_id, session = await accepted(mock, PAUSING_TOOLS)
+    await effects.set(pause, 1)
+    async with owner(mock, call_id, redis_url, PAUSING_TOOLS, RELAY_TEST_PAUSES="1") as process:
+        await mock.user_turn(session, "Please look up my order")
+        found = await effects.blpop([said_key], timeout=TIMEOUT)
+        assert found is not None, f"the owner never paused at {pause}"
+        paused_call, pid = found[1].decode().split()
+        assert pid == str(process.pid)
+        await effects.delete(pause)
+        if pause == "pause_follow_up":   # its output went up before it paused
+            await mock.wait_for(lambda e: e["type"] == "conversation.item.create"
+                                and e["item"].get("call_id") == paused_call, timeout=TIMEOUT)
+        assert follow_up_creates(mock, session) == []
+        process.send_signal(signal.SIGKILL)
+        await process.wait()
+    return call_id, session, paused_call
+
+
+async def test_an_output_marked_sent_that_never_left_a_killed_owner_is_sent_once_by_the_survivor(
+        redis_url: str, effects: aioredis.Redis) -> None:
+    async with MockUpstream(script=LOOKED_UP) as mock, replica(mock, redis_url, PAUSING_TOOLS) as peer:
+        writes = Writes(peer.runtime.write_ahead)
+        call_id, session, lost = await killed_paused(mock, redis_url, effects, "pause_output", "output_marked")
+        assert outputs(mock, lost) == []           # marked "sent", never sent
+        made, done = await answered(mock, session)
+        assert made == lost and "Done: order 7 ships today" in said(done)
+        assert outputs(mock, made) == ["order 7 ships today"]   # once, as the old owner's item
+        assert len(follow_up_creates(mock, session)) == 1
+        assert peer.runtime.handovers.calls["answered"] == 1
+        store = open_store(redis_url)
+        try:   # the survivor's output was echoed: delivered
+            await writes.until(lambda: delivered(store, call_id, made), timeout=TIMEOUT)
+        finally:
+            await store.close()
+
+
+async def delivered(store: CallStore, session_id: str, call_id: str) -> bool:
+    return any(kept.call_id == call_id and kept.delivered for kept in await store.session_records(session_id))
+
+
+async def test_a_follow_up_a_killed_owner_owed_is_sent_once_by_the_replica_that_takes_over(
+        redis_url: str, effects: aioredis.Redis) -> None:
+    async with MockUpstream(script=LOOKED_UP) as mock, replica(mock, redis_url, PAUSING_TOOLS) as peer:
+        writes = Writes(peer.runtime.write_ahead)
+        call_id, session, owed_call = await killed_paused(mock, redis_url, effects, "pause_follow_up",
+                                                          "follow_up_owed")
+        made, done = await answered(mock, session)
+        assert made == owed_call and "Done: order 7 ships today" in said(done)
+        # the survivor did not know the output was delivered (the owner paused before its echo was
+        # recorded): it sent it again as the same item, and the mock refused the duplicate
+        assert outputs(mock, made) == ["order 7 ships today"] * 2
+        assert [e["error"]["code"] for e in sent_errors(mock, session)] == ["duplicate_item_id"]
+        [create] = follow_up_creates(mock, session)
+        assert create["response"]["metadata"]["call_ids"] == made
+        assert peer.runtime.handovers.takeovers == 1
+        store = open_store(redis_url)
+        try:   # the survivor's "followed_up" went ahead of its create
+            await writes.until(lambda: phase_of(store, call_id, made, Phase.FOLLOWED_UP), timeout=TIMEOUT)
+        finally:
+            await store.close()
+
+
+def sent_errors(mock: MockUpstream, session: MockSession) -> list[dict[str, Any]]:
+    return [r.event for r in mock.sent if r.session_id == session.id and r.event.get("type") == "error"]

@@ -104,7 +104,7 @@ async def test_an_output_waits_until_its_decided_record_is_written() -> None:
 
     await run_session(WriteAhead(store), scenario)
     [kept] = await store.session_records("sess-1")
-    assert kept.phase is Phase.FOLLOW_UP and kept.output == "refunded 7"
+    assert kept.phase is Phase.FOLLOWED_UP and kept.output == "refunded 7"   # written ahead of the create
 
 
 async def test_the_memory_store_keeps_a_session_s_records_while_it_lasts() -> None:
@@ -120,7 +120,7 @@ async def test_the_memory_store_keeps_a_session_s_records_while_it_lasts() -> No
     write_ahead = WriteAhead(store)
     await write_ahead.open()
     await run_session(write_ahead, scenario)
-    assert [record.phase for record in kept] in ([Phase.SENT], [Phase.FOLLOW_UP])
+    assert [record.phase for record in kept] in ([Phase.SENT], [Phase.FOLLOW_UP], [Phase.FOLLOWED_UP])
     assert await store.session_records("sess-1") == []   # the session ended: nothing outlives it here
 
 
@@ -139,9 +139,9 @@ async def test_records_reach_redis_before_the_output_goes_up(redis_url: str) -> 
         await upstream.wait_for(lambda e: e["type"] == "response.create")
 
     await run_session(write_ahead, scenario)
-    assert seen and seen[0] in (Phase.DECIDED, Phase.SENT, Phase.FOLLOW_UP)
-    [kept] = await store.session_records("sess-1")
-    assert kept.phase is Phase.FOLLOW_UP and kept.idempotency_key.startswith("sess-1:")
+    assert seen and seen[0] in (Phase.DECIDED, Phase.SENT, Phase.FOLLOW_UP, Phase.FOLLOWED_UP)
+    [kept] = await store.session_records("sess-1")   # "followed_up" went ahead of the create
+    assert kept.phase is Phase.FOLLOWED_UP and kept.idempotency_key.startswith("sess-1:")
     assert not write_ahead.degraded and write_ahead.written >= 5
     await write_ahead.close()
 
