@@ -250,17 +250,21 @@ async def test_a_fleet_of_three_keeps_every_call_through_a_kill_and_a_drain(redi
         event = record.event
         if event.get("type") == "response.output_item.done" and event["item"].get("type") == "function_call":
             calls[event["item"]["call_id"]] = json.loads(event["item"]["arguments"])["n"]
-    outputs: dict[str, list[str]] = {}
-    for record in mock.received:
+    # what the provider took into the conversation: an output a new owner sent again as the old
+    # owner's item, and that the provider refused as a duplicate, is no second answer
+    outputs: dict[str, dict[str, str]] = {}   # call id -> output item id -> output
+    for record in mock.sent:
         item = record.event.get("item")
-        if record.event.get("type") == "conversation.item.create" and isinstance(item, dict) \
-                and item.get("type") == "function_call_output":
-            outputs.setdefault(item["call_id"], []).append(item["output"])
+        if record.event.get("type") in ("conversation.item.added", "conversation.item.created") \
+                and isinstance(item, dict) and item.get("type") == "function_call_output":
+            outputs.setdefault(item["call_id"], {})[item["id"]] = item["output"]
+    duplicates = sum(1 for record in mock.sent if record.event.get("type") == "error"
+                     and record.event["error"].get("code") == "duplicate_item_id")
     assert len(calls) == SESSIONS * TURNS
-    assert all(len(outputs.get(call_id, [])) == 1 for call_id in calls), \
-        {call_id: outputs.get(call_id) for call_id in calls if len(outputs.get(call_id, [])) != 1}
+    assert all(len(outputs.get(call_id, {})) == 1 for call_id in calls), \
+        {call_id: outputs.get(call_id) for call_id in calls if len(outputs.get(call_id, {})) != 1}
     # every effect applied once
-    refused = {calls[call_id] for call_id, [output] in outputs.items() if "not retried" in output}
+    refused = {calls[call_id] for call_id, taken in outputs.items() if "not retried" in [*taken.values()][0]}
     for n in range(SESSIONS * TURNS):
         if n % 2 == 0:
             count = int(await effects.get(f"charge:{n}") or 0)
@@ -284,7 +288,7 @@ async def test_a_fleet_of_three_keeps_every_call_through_a_kill_and_a_drain(redi
     print(json.dumps({
         "calls": len(calls), "refused": len(refused), "keyed_run_again": len(retried),
         "turns_under_way_at_kill": len(mid_tool), "owed_calls_after_handovers": fates,
-        "answered_without_follow_up": turns.silent,
+        "answered_without_follow_up": turns.silent, "outputs_resent_refused_as_duplicates": duplicates,
         "takeovers": len(takeovers), "takeover_p50_s": round(statistics.median(takeovers), 3),
         "takeover_p99_s": round(percentile(takeovers, 0.99), 3),
         "handoffs": len(handoffs), "handoff_p50_s": round(statistics.median(handoffs), 3),
