@@ -45,6 +45,8 @@ from relay.edges.config import EdgeRuntime, SidecarConfig
 from relay.edges.takeover import RUN, Adoption, Handovers, adopt, output_of
 from relay.edges.upstream import UpstreamUnavailable
 from relay.engine import CallState, Engine, Notice, OpenAIEngine, Outcome, SendUpstream, StartHandler, new_engine
+from relay.engine.actions import TOOL_CALL
+from relay.engine.calls import CallOutcome
 from relay.observe.logs import log_notice
 from relay.observe.tracing import SessionTrace, Tracing, tracing_for
 from relay.recording.taps import FrameTap, Taps
@@ -67,6 +69,7 @@ __all__ = ["CallEnded", "Sidecar", "SidecarConfig", "SidecarRuntime", "SidebandL
 log = logging.getLogger("relay.sidecar")
 
 Sleep = Callable[[float], Awaitable[None]]
+HANDED_TO_PEER = "handed_to_peer"   # a stopped call's outcome once another replica owns its session
 HANDLER_POLL_SECONDS = 0.05   # how often a handoff looks whether the call's handlers are done
 Tap = Callable[[str, str | bytes], None]
 
@@ -192,6 +195,15 @@ class SidebandLoop(SessionLoop):
         self._marked.add(id(action))
         self._sent_calls.add(call_id)
         self._apply([action, *held])
+
+    def act_notice(self, action: Notice) -> None:
+        """A call this replica stops because another replica owns the session now is not
+        abandoned: that replica answers it (relay/edges/takeover.py). Said so in its line."""
+        if (self.lease_lost is not None and action.kind == TOOL_CALL
+                and action.fields.get("outcome") == CallOutcome.ABANDONED):
+            action = Notice(action.kind, {**action.fields, "outcome": HANDED_TO_PEER,
+                                          "reason": f"{action.fields.get('reason')}: another replica answers it"})
+        super().act_notice(action)
 
     def act_start_handler(self, action: StartHandler) -> None:
         if self.lease_lost is not None:

@@ -7,6 +7,7 @@ idempotency key) are applied once."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import time
@@ -207,8 +208,36 @@ async def test_a_paused_owner_that_lost_its_lease_sends_no_output_and_runs_no_ha
         assert "not retried" in outputs(mock, refund_call)[0]
         assert await effects.llen("started") == 0          # no handler ran in the resumed owner
         assert await effects.get("effects:refund:7") == b"1"
-        lost = [line for line in map(json.loads, log.splitlines()) if line["msg"].startswith("lease lost")]
+        lines = list(map(json.loads, log.splitlines()))
+        lost = [line for line in lines if line["msg"].startswith("lease lost")]
         assert len(lost) == 1, log
+        # its refund call is the peer's to answer, which it did: never logged "abandoned"
+        told = [line["outcome"] for line in lines if line["msg"] == "tool call" and line.get("call_id") == refund_call]
+        assert "abandoned" not in told, told
+
+
+async def test_a_call_an_owner_stops_on_losing_its_lease_is_logged_as_handed_to_the_peer(
+        redis_url: str, effects: aioredis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="relay.sidecar")
+    async with MockUpstream(script=SCRIPT) as mock:
+        call_id, session = await accepted(mock)
+        await effects.set("hold", 1)
+        async with sidecar_on(mock, call_id, [str(TOOLS)], store=redis_url, lease_seconds=LEASE) as (sidecar, _):
+            await mock.user_turn(session, "Please book me in")
+            assert (await started_run(effects)).startswith("book ")
+            await effects.delete("relay:{" + call_id + "}:lease")   # another replica takes the call
+            store = open_store(redis_url)
+            assert await store.acquire(call_id, "another-replica", ttl=30) is not None
+            await store.close()
+            assert sidecar.lease is not None
+            with anyio.fail_after(TIMEOUT):
+                await sidecar.lease.lost.wait()                    # its next renewal is refused
+            await effects.rpush(f"release:{os.getpid()}", 1)      # the book run's thread may end now
+            with anyio.fail_after(TIMEOUT):
+                await sidecar.ended.wait()
+    told = [record for record in caplog.records if record.getMessage() == "tool call"]
+    assert [getattr(record, "outcome", None) for record in told] == ["handed_to_peer"]
+    assert "another replica answers it" in getattr(told[0], "reason", "")
 
 
 async def test_a_draining_replica_hands_its_call_to_a_peer_without_waiting_for_it_to_end(
