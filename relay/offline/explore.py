@@ -51,13 +51,13 @@ from relay.offline.explore_session import (
 
 DEFAULT_BUDGET = 2000
 REPLAY_EVERY = 50
-"""`replays_same` is checked on the conversation as scripted and on every 50th schedule tried whose
-perturbations a recording carries (`replayable`), not on every schedule: a replay runs the tools
+"""`replays_same` is checked on the conversation as scripted and on every 50th of the schedules tried
+whose perturbations a recording carries (`replayable`), not on every schedule: a replay runs the tools
 on the real clock (a tool's sleep is slept; the demo's replay takes about 1.3 s, 40 ms of it CPU,
 where a schedule takes about 25 ms of CPU), so checking all of 10,000 schedules would take hours."""
-_CANCELLED_WHILE_RUNNING = ("the server cancels a response while a relay call of it runs: a recording does not say "
-                            "whether the handler finished before the cancelled response.done (which decides a "
-                            "finish_silently tool's follow-up), and the replay releases that frame at once")
+_CANCELLED_WHILE_RUNNING = ("an interruption (the caller's speech, the server's cancel) may land while a relay call "
+                            "runs: a recording does not say whether the handler finished before it (which decides "
+                            "a finish_silently tool's follow-up), and the replay releases that frame at once")
 NOT_REPLAYABLE: tuple[tuple[str, str | None, str | None, str], ...] = (
     # (kind, anchor or None: any, "gemini" / "openai" or None: either family, why)
     ("past_timeout", None, None, "the handler's behaviour is the explorer's: the replay runs the real tool"),
@@ -66,6 +66,7 @@ NOT_REPLAYABLE: tuple[tuple[str, str | None, str | None, str], ...] = (
     ("mcp_dies", None, None, "the server's death is the explorer's: the replay runs the real tool"),
     ("reconnect", None, None, "a recording holds no mark of a reconnect: its replay cannot reconnect where it did"),
     # gaps of the replay this check found (tests/test_explore_quirks.py keeps each, to say when it closes)
+    ("barge_in", None, "openai", _CANCELLED_WHILE_RUNNING),
     ("server_cancel", None, "openai", _CANCELLED_WHILE_RUNNING),
     ("late_arguments", None, "openai", _CANCELLED_WHILE_RUNNING),
     ("drop", None, "gemini", "the replay of a Gemini session plays on past the recording's end: it answers the "
@@ -142,7 +143,7 @@ class ExploreResult:
                 ("stopped by", {"space": "the space was explored", "budget": "the schedule budget",
                                 "time": "the time budget"}[self.stopped]),
                 ("seed", str(self.seed)), ("schedules per second", f"{rate:.0f}"),
-                ("replays checked", f"{self.replayed} (the scripted run and every {REPLAY_EVERY}th schedule)"
+                ("replays checked", f"{self.replayed} (the scripted run and every {REPLAY_EVERY}th replayable schedule)"
                  if self.replayed else "none")]
         width = max(len(name) for name, _ in rows)
         lines = [f"{name:<{width}}  {value}" for name, value in rows] + ["", "invariants:"]
@@ -285,6 +286,7 @@ def explore(conversation: Conversation, *, budget: int = DEFAULT_BUDGET, seed: i
     result = ExploreResult(conversation.name, seed, held={name: 0 for name in (SETTLES, *DESCRIPTIONS, *own)})
     started = time.perf_counter()
     family = "gemini" if conversation.dialect == "gemini" else "openai"
+    carried = 0   # schedules a recording can carry since the last replayed (see REPLAY_EVERY)
     base = run_schedule(conversation, (), own, reset)
     space = boundaries(conversation, base.observed, {entry.call_id: entry.name for entry in base.session.engine.ledger})
     result.boundaries = len(space)
@@ -314,8 +316,9 @@ def explore(conversation: Conversation, *, budget: int = DEFAULT_BUDGET, seed: i
                 continue
             failed.add(name)
             result.findings.append(_finding(conversation, schedule, name, message, own, reset, out, tools_arg))
-        if (replay_check and schedule and result.tried % REPLAY_EVERY == 0 and replayable(schedule, family)
-                and REPLAY_INVARIANT not in failed):
+        carried += bool(replay_check and schedule and replayable(schedule, family))
+        if carried == REPLAY_EVERY and REPLAY_INVARIANT not in failed:
+            carried = 0
             _check_replay(conversation, schedule, result, own, reset, out, tools_arg)
             failed.update(finding.invariant for finding in result.findings)
         if progress is not None and result.tried % 50 == 0:
