@@ -240,7 +240,9 @@ async def sidecar_on(mock: MockUpstream, call_id: str, tools: list[Any], **optio
     sidecar = Sidecar(call_id, config, tap=tap, sleep=sleep, live=live)
     async with anyio.create_task_group() as group:
         group.start_soon(sidecar.run)
-        await tap.wait_for("upstream>relay", lambda e: e["type"] == "session.created")
+        # its tools first (an MCP server over stdio is a Python process to start: seconds on a
+        # loaded machine), then the attach
+        await tap.wait_for("upstream>relay", lambda e: e["type"] == "session.created", timeout=TIMEOUT)
         yield sidecar, tap
         await sidecar.stop()
 
