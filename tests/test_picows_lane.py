@@ -25,7 +25,7 @@ from relay.dialects import OPENAI   # noqa: E402
 from relay.dialects.peek import pass_through_test   # noqa: E402
 from relay.recording.format import CLIENT_TO_RELAY, RELAY_TO_CLIENT, RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY   # noqa: E402
 from relay.recording.reader import read_recording   # noqa: E402
-from relay.session.transport import ExpressPlan, FrameQueue   # noqa: E402
+from relay.session.transport import ForwardRule, FrameQueue, Pipe   # noqa: E402
 from relay.transports import picows_connection   # noqa: E402
 from tests.support.clients import TIMEOUT, realtime_client   # noqa: E402
 from tests.support.frames import session_created   # noqa: E402
@@ -39,10 +39,9 @@ def lane_testing(kinds: frozenset[str]) -> tuple[object, object]:
     """The compiled lane over `kinds` (no session behind it: only its test is asked) and the
     Python test it stands for."""
     passes = pass_through_test(kinds)
-    plan = ExpressPlan(session=None, to_client=True, client=None, queue=FrameQueue(1 << 20), budget=None,
-                       redactor=None, counts=None, prefixes=passes.prefixes,   # type: ignore[attr-defined]
-                       after_type=passes.after_type, received="", sent_as="")   # type: ignore[attr-defined]
-    return compiled_lane_or_skip()(plan), passes
+    rule = ForwardRule(passes, passes.prefixes, passes.after_type)   # type: ignore[attr-defined]
+    pipe = Pipe(rule, peer=None, queue=FrameQueue(1 << 20), counts=None, record=None, received="", sent_as="")
+    return compiled_lane_or_skip()(pipe), passes
 
 
 # pieces of frames: the prefixes the tests look for, the characters they look at, and others
@@ -116,8 +115,8 @@ def lanes_made(lane: str, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     if lane == "compiled":
         real = compiled_lane_or_skip()
 
-        def counting(plan: ExpressPlan) -> Any:
-            made.append(real(plan))
+        def counting(pipe: Pipe) -> Any:
+            made.append(real(pipe))
             return made[-1]
         monkeypatch.setattr(picows_connection, "FrameLane", counting)
     else:

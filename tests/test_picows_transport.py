@@ -105,7 +105,7 @@ class RawClient:
 async def echo(transport: Transport, request: Request) -> None:
     """Each message back, through a FrameQueue as the session loop writes."""
     queue = FrameQueue(1 << 24)
-    queue._waiter = asyncio.get_running_loop().create_future()   # the writer task sleeps: flush writes
+    queue.waiter = asyncio.get_running_loop().create_future()   # the writer task sleeps: flush writes
 
     def deliver(message: str | bytes) -> None:
         queue.put(message, wake=False)
@@ -272,7 +272,7 @@ async def test_a_batch_toward_a_client_is_framed_as_one_write_and_arrives_intact
 async def test_a_paused_socket_leaves_the_frames_to_the_writer_task_and_a_closed_one_raises() -> None:
     async def check(transport: Transport, request: Request) -> None:
         queue = FrameQueue(1 << 20)
-        queue._waiter = asyncio.get_running_loop().create_future()
+        queue.waiter = asyncio.get_running_loop().create_future()
         transport.pause_writing()   # type: ignore[attr-defined]  (what the socket calls over its high-water mark)
         queue.put("while paused", wake=False)
         transport.flush(queue)

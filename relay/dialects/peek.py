@@ -136,7 +136,7 @@ def pass_through_test(kinds: frozenset[str]) -> Callable[[str | bytes], bool]:
             return True
         return compact_object(frame, after_type) is not None   # type: ignore[arg-type]
 
-    # what a lane over raw payloads tests the same way (relay.session.transport.ExpressPlan)
+    # what a lane over raw payloads tests the same way (relay.session.transport.ForwardRule)
     passes.prefixes = prefixes   # type: ignore[attr-defined]
     passes.after_type = after_type   # type: ignore[attr-defined]
     return passes

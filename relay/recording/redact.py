@@ -86,9 +86,10 @@ class Redactor:
     def __init__(self, secrets: Iterable[str | None] = ()) -> None:
         self._secrets: list[str] = []        # as added, without duplicates
         # every spelling searched for, longest first, behind its anchor: replaced, never changed in
-        # place (the loop's express lane reads it for every audio frame, see `text`)
+        # place (both forwarding lanes read them for every audio frame, see `text`; the compiled
+        # one the bytes)
         self.texts: list[tuple[str, str]] = []
-        self._bytes: list[tuple[bytes, bytes]] = []
+        self.byte_texts: list[tuple[bytes, bytes]] = []
         for secret in secrets:
             self.add(secret)
 
@@ -114,7 +115,7 @@ class Redactor:
         the old ones."""
         spellings = {*self._secrets, *(secret.replace("/", "\\/") for secret in self._secrets if "/" in secret)}
         self.texts = [(anchor_of(text), text) for text in sorted(spellings, key=len, reverse=True)]
-        self._bytes = [(anchor.encode(), text.encode()) for anchor, text in self.texts]
+        self.byte_texts = [(anchor.encode(), text.encode()) for anchor, text in self.texts]
 
     @property
     def secrets(self) -> list[str]:
@@ -157,10 +158,10 @@ class Redactor:
     def data(self, value: bytes) -> bytes:
         """`value`, a binary frame's bytes, without the secrets (as UTF-8), as written or in JSON
         escapes."""
-        for anchor, secret in self._bytes:
+        for anchor, secret in self.byte_texts:
             if anchor in value and secret in value:
                 value = value.replace(secret, _REDACTED_BYTES)
-        if b"\\" in value and self._bytes:
+        if b"\\" in value and self.byte_texts:
             try:
                 text = value.decode()
             except UnicodeDecodeError:   # not text: no JSON escape to read

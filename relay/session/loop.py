@@ -63,9 +63,10 @@ from relay.session.runner import DEFAULT_BLOCK_SECONDS, HandlerRunner, HandlerSc
 from relay.session.transport import (
     BATCH_BYTES,
     Express,
-    ExpressPlan,
+    ForwardRule,
     Frame,
     FrameQueue,
+    Pipe,
     QueueOverflow,
     Transport,
     TransportClosed,
@@ -125,7 +126,7 @@ class SessionLoop:
         self._held: list[str] = []      # sides whose frames wait for the round to end
         self._untold: list[Notice] = []   # notices told once the frames of their actions are written
         self._carry_out = ActionInterpreter(self)   # the engine's actions, each to its act_ method
-        self._client_cut_off = False    # over its event budget: what it still sends is dropped
+        self._to_upstream: Pipe | None = None   # the client reader's pipe (its peer follows `upstream`)
         self.client_budget = client_budget   # None: the client may send as fast as it likes
         self.redactor = redactor   # applied to every frame for the client: the provider may echo a secret
         self._echoes = Echoes(redactor) if redactor is not None else None   # ... split across its deltas too
@@ -230,18 +231,20 @@ class SessionLoop:
         budget = self.client_budget
         client = self.client
         express = express_lane(self, CLIENT_TO_RELAY, "upstream", self.engine.forwards_client, budget)
+        pipe = self._to_upstream = express.pipe   # type: ignore[attr-defined]
+        rule = pipe.rule
 
         def deliver(frame: Frame) -> None:
-            if not self._client_cut_off and (budget is None or budget.take()):
+            if not rule.cut_off and (budget is None or budget.take()):
                 if recorder is not None:
                     recorder.record(CLIENT_TO_RELAY, frame)
                 feed(receive, frame, client)
                 return
             if recorder is not None:
                 recorder.record(CLIENT_TO_RELAY, frame)
-            if self._client_cut_off:
+            if rule.cut_off:
                 return   # read on, so that the client's answer to the close is seen
-            self._client_cut_off = True
+            rule.cut_off = True
             assert self._task_group is not None
             self._task_group.start_soon(self._client_too_fast, budget)
 
@@ -296,6 +299,8 @@ class SessionLoop:
         so nothing queued for the old socket is lost."""
         assert self._task_group is not None, "the loop is not running"
         self.upstream = upstream
+        if self._to_upstream is not None:
+            self._to_upstream.peer = upstream
         replaced, self._peer_replaced = self._peer_replaced, anyio.Event()
         replaced.set()
         self._task_group.start_soon(self._read_upstream, name="upstream reader")
@@ -485,19 +490,23 @@ def express_lane(session: SessionLoop, received: str, side: str, passes: Callabl
                  budget: EventBudget | None = None) -> Express:
     """The express lane of `session`'s reader (`Transport.receive`): a frame the engine forwards
     as it came (audio: `passes` is `engine.forwards_upstream` / `forwards_client`) goes to `side`
-    here, without the engine's round. It does what `_feed` and `_apply` would do with the engine's
-    `SendClient(frame)` / `SendUpstream(frame)`: the frame redacted for a client, queued,
-    recorded as `received` and as sent, and written at once unless `more` frames of the same
-    read follow (one write after the last frame of a burst; should the burst stop short, a
-    flush once the event loop's turn comes). A lone frame (realtime audio) with nothing queued
-    ahead of it and the writer asleep goes to the socket without being queued (`send_now`).
-    Whatever needs more than that (a client over its event budget or cut off, a full queue) is
-    left to `deliver`, which runs the full round: it returns False then, having changed nothing
-    (so a client's frame spends its budget once). It needs no task context (a transport may
-    call it from its own read callback), and it runs on every audio frame: one call each for
-    the test and the socket (or the queue), the redaction inline, and the recorders' counts as
-    integer adds. A transport that reads raw payloads may run it over them instead, as its
-    `plan` says (`ExpressPlan`), for the frames whose type a prefix tells."""
+    here, without the engine's round. The reader's forwarding is declared once here, as a
+    `ForwardRule` (the frame kinds, the redactor of a client's frames, the client's budget, its
+    cut-off) and a `Pipe` (where the frames go, what the recording counts): this lane and picows'
+    compiled one read those and nothing else of the session; the lane carries the pipe as
+    `express.pipe`.
+
+    It does what `_feed` and `_apply` would do with the engine's `SendClient(frame)` /
+    `SendUpstream(frame)`: the frame redacted for a client, queued, recorded as `received` and as
+    sent, and written at once unless `more` frames of the same read follow (one write after the
+    last frame of a burst; should the burst stop short, a flush once the event loop's turn comes).
+    A lone frame (realtime audio) with nothing queued ahead of it and the writer asleep goes to the
+    socket without being queued (`send_now`). Whatever needs more than that (a client over its
+    event budget or cut off, a full queue) is left to `deliver`, which runs the full round: it
+    returns False then, having changed nothing (so a client's frame spends its budget once). It
+    needs no task context (a transport may call it from its own read callback), and it runs on
+    every audio frame: one call each for the test and the socket (or the queue), the redaction
+    inline, and the recorders' counts as integer adds."""
     to_client = side == "client"
     recorder, redactor = session.recorder, session.redactor if to_client else None
     sent_as = RELAY_TO_CLIENT if to_client else RELAY_TO_UPSTREAM
@@ -505,16 +514,18 @@ def express_lane(session: SessionLoop, received: str, side: str, passes: Callabl
     lane_of = getattr(recorder, "lane", None)
     lane = lane_of(received, sent_as) if lane_of is not None else None
     record_forwarded = forwarding_of(recorder) if recorder is not None and lane is None else None
-    client = session.client
     queue = session.to_client if to_client else session.to_upstream
     hold, queued = queue.hold, queue.frames
+    rule = ForwardRule(passes, getattr(passes, "prefixes", None), getattr(passes, "after_type", 0), redactor, budget)
+    pipe = Pipe(rule, session.client if to_client else session.upstream, queue, lane, record_forwarded, received,
+                sent_as)
 
     def express(frame: Frame, more: bool) -> bool:
         if not passes(frame):
             return False
-        if budget is not None and (session._client_cut_off or not queue.fits(frame) or not budget.take()):
+        if budget is not None and (rule.cut_off or not queue.fits(frame) or not budget.take()):
             return False   # a full queue first: `deliver` would charge the budget a second time
-        peer = client if to_client else session.upstream
+        peer = pipe.peer
         if peer is None:   # no client (a sidecar): the frame was only to be seen
             if recorder is not None:
                 recorder.record(received, frame)
@@ -553,12 +564,7 @@ def express_lane(session: SessionLoop, received: str, side: str, passes: Callabl
                 peer.flush_soon(queue)
         return True
 
-    prefixes = getattr(passes, "prefixes", None)
-    if prefixes is not None and record_forwarded is None:   # the same lane, over raw payloads
-        express.plan = ExpressPlan(   # type: ignore[attr-defined]
-            session=session, to_client=to_client, client=client, queue=queue, budget=budget, redactor=redactor,
-            counts=lane, prefixes=prefixes, after_type=passes.after_type,   # type: ignore[attr-defined]
-            received=received, sent_as=sent_as)
+    express.pipe = pipe   # type: ignore[attr-defined]
     return express
 
 

@@ -40,25 +40,45 @@ and then (True) or leaves it to `deliver` (False); `more`: another message of th
 follows at once (`more_buffered`)."""
 
 
-@dataclass(frozen=True, slots=True)
-class ExpressPlan:
-    """What a reader's express lane does, spelled out for a transport that runs it over the raw
-    payloads of its reads (picows' compiled lane, relay/transports/_picows_lane.pyx): an
-    `Express` built by `relay.session.loop.express_lane` carries one as `express.plan` when its
-    frames can be told apart by a prefix of their bytes. Such a transport takes only the frames
-    the plan covers and hands every other one to `express` itself."""
+@dataclass(slots=True)
+class ForwardRule:
+    """What a session forwards without the engine in one direction, declared once (by
+    `relay.session.loop.forward_rules`, from the engine's declaration of the frames it forwards as
+    they came): the frame kinds, the redaction anchors, the client's event budget and its cut-off.
+    Both lanes that carry it out, the Python one (`relay.session.loop.express_lane`) and picows'
+    compiled one (relay/transports/_picows_lane.pyx), read this and their `Pipe`, nothing else of
+    the session. `cut_off` is the one field that changes: set once the client went over its
+    budget (nothing more of it passes, here or in the engine's round)."""
 
-    session: Any                   # the SessionLoop: its `upstream`, `_client_cut_off`
-    to_client: bool                # the lane's side (else the upstream)
-    client: Any                    # the session's client when the lane was built (a lane to it)
-    queue: FrameQueue
-    budget: Any                    # the client's EventBudget (a lane to the upstream), or None
-    redactor: Any                  # the Redactor of frames to the client, or None
-    counts: Any                    # the recorder chain's ForwardLane, or None: no recorder
-    prefixes: tuple[str, ...]      # a frame forwarded as it came starts with one of these...
-    after_type: int                # ... and holds no second "type" after this offset
-    received: str                  # the directions the recording counts the frame under
+    passes: Callable[[Frame], bool]   # the frame kinds: the engine's `forwards_upstream` / `forwards_client`
+    prefixes: tuple[str, ...] | None  # the same kinds as compact prefixes of a frame (None: not told by a prefix)...
+    after_type: int                   # ... which hold no second "type" after this offset
+    redactor: Any = None              # the Redactor of frames to a client (its `texts`, `byte_texts`), or None
+    budget: Any = None                # the client's EventBudget (its frames only), or None
+    cut_off: bool = False             # the client went over its budget: nothing more of it is forwarded
+
+
+@dataclass(slots=True)
+class Pipe:
+    """Where a `ForwardRule`'s frames go, from one reader to the other side: the other side's
+    socket and its queue, and what the recording counts. An `Express` built by
+    `relay.session.loop.express_lane` carries its pipe as `express.pipe`; a transport that reads raw
+    payloads (picows' compiled lane) runs the rule over them from it when the pipe is `raw`, and
+    hands every frame the rule's prefixes do not cover to `express` itself."""
+
+    rule: ForwardRule
+    peer: Any                      # the other side's Transport; None: none (a sidecar's client); replaced on reconnect
+    queue: FrameQueue              # the other side's queue
+    counts: Any                    # the recorder chain's ForwardLane, or None
+    record: Any                    # else the recorder's call for a forwarded frame, or None: no recorder
+    received: str                  # the directions the recording counts a frame under
     sent_as: str
+
+    @property
+    def raw(self) -> bool:
+        """A lane over raw payloads can run it: its frames are told by a prefix, and what the
+        recording takes of them is counts."""
+        return self.rule.prefixes is not None and self.record is None
 
 
 # what a writer takes from its queue at once and hands to the socket in one write (a frame bigger
@@ -110,14 +130,16 @@ class FrameQueue:
     the per-frame path: it is a bare asyncio future (every backend runs on an asyncio loop), not a
     new `anyio.Event` each time (whose backend lookup costs more than the rest of the hand-off)."""
 
-    __slots__ = ("max_bytes", "frames", "size", "_waiter", "high_water", "low_water", "full", "takes_while_full",
+    __slots__ = ("max_bytes", "frames", "size", "waiter", "high_water", "low_water", "full", "takes_while_full",
                  "watcher", "_fills_at")
 
     def __init__(self, max_bytes: int, high_water: int | None = None) -> None:
         self.max_bytes = max_bytes
         self.frames: deque[Frame] = deque()   # read by a transport's `flush` (anything left?); changed only here
         self.size = 0
-        self._waiter: asyncio.Future[None] | None = None
+        # the writer task's wake-up while it sleeps (None while it is awake): read by the compiled
+        # forwarding lane (relay/transports/_picows_lane.pyx) as `writer_idle`
+        self.waiter: asyncio.Future[None] | None = None
         # under the limit, so that the relay's own frames still fit once its source is paused (no
         # mark asked: full only at the limit, where `put` refuses)
         self.high_water = max_bytes if high_water is None else min(high_water, max_bytes // 2)
@@ -172,19 +194,19 @@ class FrameQueue:
         self.size = size
         if size >= self._fills_at:
             self._filled()
-        return len(frames) if self._waiter is not None else 0
+        return len(frames) if self.waiter is not None else 0
 
     def wake(self) -> None:
-        waiter = self._waiter
+        waiter = self.waiter
         if waiter is not None:
-            self._waiter = None
+            self.waiter = None
             if not waiter.done():
                 waiter.set_result(None)
 
     @property
     def writer_idle(self) -> bool:
         """The writer sleeps until it is woken: it holds no frame on its way to the socket."""
-        return self._waiter is not None
+        return self.waiter is not None
 
     def push_back_front(self, frames: Sequence[Frame]) -> None:
         """Put back, in their order, frames a writer took but could not send."""
@@ -221,13 +243,13 @@ class FrameQueue:
     def take_unsent(self, max_bytes: int = BATCH_BYTES) -> list[Frame]:
         """What a `flush` writes: `take_batch` while the writer task sleeps; nothing while it is
         awake (it sends what waits itself, after the batch it holds)."""
-        return self.take_batch(max_bytes) if self._waiter is not None else []
+        return self.take_batch(max_bytes) if self.waiter is not None else []
 
     async def get_batch(self, max_bytes: int = BATCH_BYTES) -> list[Frame]:
         """`take_batch`, once there is something to take (the writer task's wait)."""
         while not self.frames:
-            self._waiter = asyncio.get_running_loop().create_future()
-            await self._waiter
+            self.waiter = asyncio.get_running_loop().create_future()
+            await self.waiter
         return self.take_batch(max_bytes)
 
 

@@ -197,12 +197,12 @@ cdef dict PREFIXES_AS_BYTES = {}
 
 cdef class FrameLane:
     """One reader's express lane over raw payloads (built by `PicowsTransport.receive` from the
-    `ExpressPlan` the session publishes): `offer` forwards a frame the Python lane would forward
-    as it came, or says why it did not."""
+    `Pipe` the session's express lane carries): `offer` forwards a frame the Python lane would
+    forward as it came, or says why it did not. It reads the pipe and its `ForwardRule`, public
+    fields both, and nothing of the session (tests/test_forwarding_rule.py reads this source)."""
 
-    cdef object session
-    cdef bint to_client
-    cdef object client           # the session's client when the lane was built
+    cdef object pipe             # its `peer` is read for each frame (the sidecar replaces the upstream)
+    cdef object rule             # its `cut_off` is read for each frame of a budgeted client
     cdef object queue
     cdef object frames           # the queue's deque
     cdef object budget
@@ -220,22 +220,22 @@ cdef class FrameLane:
     cdef WSTransport burst_to
     cdef readonly Py_ssize_t bursts_written   # writes of bursts (for the tests, beside `forwarded`)
 
-    def __init__(self, plan):
-        self.session = plan.session
-        self.to_client = plan.to_client
-        self.client = plan.client
-        self.queue = plan.queue
-        self.frames = plan.queue.frames
-        self.budget = plan.budget
-        self.redactor = plan.redactor
-        self.counts = plan.counts
-        prefixes = PREFIXES_AS_BYTES.get(plan.prefixes)
+    def __init__(self, pipe):
+        rule = pipe.rule
+        self.pipe = pipe
+        self.rule = rule
+        self.queue = pipe.queue
+        self.frames = pipe.queue.frames
+        self.budget = rule.budget
+        self.redactor = rule.redactor
+        self.counts = pipe.counts
+        prefixes = PREFIXES_AS_BYTES.get(rule.prefixes)
         if prefixes is None:
-            prefixes = PREFIXES_AS_BYTES[plan.prefixes] = tuple(prefix.encode("ascii") for prefix in plan.prefixes)
+            prefixes = PREFIXES_AS_BYTES[rule.prefixes] = tuple(prefix.encode("ascii") for prefix in rule.prefixes)
         self.prefixes = prefixes
-        self.after_type = plan.after_type
-        self.received = plan.received
-        self.sent_as = plan.sent_as
+        self.after_type = rule.after_type
+        self.received = pipe.received
+        self.sent_as = pipe.sent_as
 
     def __dealloc__(self):
         free(self.burst)
@@ -298,19 +298,18 @@ cdef class FrameLane:
         cdef bint written = False
         if not self.passes(data, size):
             return 0
-        session = self.session
-        peer = self.client if self.to_client else session.upstream
+        peer = self.pipe.peer
         if peer is None:
             return 0   # a sidecar: the frame is only recorded
         redactor = self.redactor
         if redactor is not None:
-            for anchor, secret in redactor._bytes:
+            for anchor, secret in redactor.byte_texts:
                 if contains(data, size, anchor) and contains(data, size, secret):
                     return 0   # the Python lane redacts it
         queue = self.queue
         budget = self.budget
         if budget is not None:
-            if session._client_cut_off or queue.size + size > queue.max_bytes or not budget.take():
+            if self.rule.cut_off or queue.size + size > queue.max_bytes or not budget.take():
                 return -1
         counts = self.counts
         others = counts.others if counts is not None else None
@@ -318,7 +317,7 @@ cdef class FrameLane:
         if others is not None:
             text = ascii_text(data, size)
         waiting = 0
-        if not self.frames and queue._waiter is not None:   # nothing queued, the writer asleep
+        if not self.frames and queue.waiter is not None:   # nothing queued, the writer asleep
             if isinstance(peer, FastListener):
                 listener = <FastListener>peer
                 ws = listener.ws

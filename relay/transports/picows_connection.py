@@ -358,9 +358,9 @@ class PicowsTransport(ListenerBase):  # type: ignore[valid-type, misc]
         self._reader = asyncio.current_task()
         self._reader_context = contextvars.copy_context()
         self._deliver, self._express = deliver, express
-        plan = getattr(express, "plan", None)
-        if plan is not None and FrameLane is not None:
-            self._fast_lane = FrameLane(plan)
+        pipe = getattr(express, "pipe", None)
+        if pipe is not None and pipe.raw and FrameLane is not None:
+            self._fast_lane = FrameLane(pipe)
         try:
             self._release_waiting()   # what came before anyone received, in order; then the socket
             if not self._disconnected.done() and self._failure is None:

@@ -47,8 +47,8 @@ def compiled_lane_or_skip() -> Any:
 
 def compiled_lane_of(express: Express | None) -> Any:
     """The compiled lane a picows transport would build for `express`, when a test asks for it."""
-    plan = getattr(express, "plan", None)
-    return COMPILED_LANE(plan) if COMPILED_LANE is not None and plan is not None else None
+    pipe = getattr(express, "pipe", None)
+    return COMPILED_LANE(pipe) if COMPILED_LANE is not None and pipe is not None and pipe.raw else None
 
 
 def hand_over(message: Frame, more: bool, deliver: Callable[[Frame], None], express: Express | None,
