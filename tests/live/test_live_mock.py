@@ -8,6 +8,7 @@ delegation is answered once, and nothing relay-owned reaches the client."""
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -16,6 +17,7 @@ from openai.types.live import ServerEvent
 from pydantic import TypeAdapter
 
 from relay.edges.sideband import Sidecar, SidecarConfig
+from relay.offline.replay import replay_async
 from relay.mock import MockScript, MockUpstream, Reply, Rule, ToolCall
 from relay.tools import Delegation, ToolResult, delegate, tool
 from tests.support.clients import TIMEOUT
@@ -161,7 +163,7 @@ async def test_client_delegation_against_the_mock_is_answered_by_the_delegate() 
     assert delegation_id not in shown, "the relay's delegation reached the client"
 
 
-async def test_attach_beside_an_sdk_session_answers_its_calls_on_the_sideband() -> None:
+async def test_attach_beside_an_sdk_session_answers_its_calls_on_the_sideband(tmp_path: Path) -> None:
     declared = [{"type": "function", "name": spec.name, "description": spec.description, "parameters": spec.parameters}
                 for spec in (get_weather.__relay_tool__, get_time.__relay_tool__)]   # type: ignore[attr-defined]
     async with MockUpstream(script=SCRIPT, dialect="live") as mock:
@@ -174,7 +176,8 @@ async def test_attach_beside_an_sdk_session_answers_its_calls_on_the_sideband() 
                     pass
                 session = mock.sessions[-1]
                 sidecar = Sidecar(session.id, SidecarConfig(tools=[get_weather, get_time], upstream=mock.url,
-                                                            dialect="live", api_key=PROVIDER_KEY))
+                                                            dialect="live", api_key=PROVIDER_KEY,
+                                                            record_dir=str(tmp_path)))
                 group.start_soon(sidecar.run)
                 await sidecar.attached.wait()
                 await mock.wait_for_sent(lambda e: e["type"] == "session.started", TIMEOUT, start=1)
@@ -199,3 +202,7 @@ async def test_attach_beside_an_sdk_session_answers_its_calls_on_the_sideband() 
     primary = [record.event["type"] for record in mock.received if record.connection == 0]
     assert "response.item.create" not in primary and "response.create" not in primary
     assert not any(r.event["type"] == "error" for r in mock.sent), "the mock refused something"
+    # relay attach --record: the sideband's session is recorded, and its recording replays as it went
+    (recording,) = tmp_path.glob("*.jsonl")
+    replayed = await replay_async(recording, [get_weather, get_time])
+    assert replayed.ok and sorted(str(c.output) for c in replayed.calls) == ["noon in Paris", "sunny in Paris"]
