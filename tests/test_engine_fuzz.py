@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -76,6 +77,7 @@ def mutated_streams(draw) -> list[str]:
     return frames
 
 
+@pytest.mark.timeout(240)   # a hang guard: 400 examples take ~35 s alone on a loaded 2-core machine
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutated_streams(), st.sampled_from(["proxy", "sidecar", "replay"]), st.randoms(use_true_random=False))
 def test_mutated_streams_never_raise_and_invariants_hold(frames, mode, rng) -> None:
