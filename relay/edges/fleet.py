@@ -15,7 +15,7 @@ from typing import Callable, Collection
 
 import anyio
 
-from relay.edges.sideband import SidecarRuntime
+from relay.edges.sideband import SidecarRuntime, call_field
 from relay.store import StoreError
 
 log = logging.getLogger("relay.sidecar")
@@ -60,7 +60,7 @@ class Fleet:
         attached, taken = set(self.attached()), 0
         for orphan in orphans:
             if orphan.target and orphan.target not in attached:
-                log.info("taking over a call", extra={"realtime_call_id": orphan.target,
+                log.info("taking over a call", extra={call_field(self.runtime.dialect): orphan.target,
                                                       "offered": orphan.offered})
                 self.attach(orphan.target)
                 taken += 1

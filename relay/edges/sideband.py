@@ -64,7 +64,7 @@ from relay.store.lease import SessionLease
 if TYPE_CHECKING:   # the live inspector is imported only by a command that serves it (startup)
     from relay.inspector.live import LiveHub, LiveTap
 
-__all__ = ["CallEnded", "Sidecar", "SidecarConfig", "SidecarRuntime", "SidebandLoop"]
+__all__ = ["CallEnded", "Sidecar", "call_field", "SidecarConfig", "SidecarRuntime", "SidebandLoop"]
 
 log = logging.getLogger("relay.sidecar")
 
@@ -110,6 +110,12 @@ class SidecarRuntime(EdgeRuntime):
         if self._tracing is False:
             self._tracing = tracing_for(self.config.tracer_provider)
         return self._tracing or None
+
+
+def call_field(dialect: Any) -> str:
+    """The log field that names an attached call: `live_session_id` for a GPT-Live session,
+    `realtime_call_id` for a Realtime call (docs/observability.md)."""
+    return "live_session_id" if isinstance(dialect, LiveDialect) else "realtime_call_id"
 
 
 def _may_pass(failure: UpstreamUnavailable) -> bool:
@@ -246,6 +252,11 @@ class SidebandLoop(SessionLoop):
     async def upstream_lost(self, closed: TransportClosed) -> None:
         if self.end is not None:
             return   # the session closed the socket itself
+        ended = self.engine.ended_by_provider
+        if ended is not None:   # the provider said the session is over (GPT-Live): an end, not a drop
+            log.info("call ended", extra={**self._context, "reason": ended, "code": closed.code})
+            await self.finish("upstream", NORMAL_CLOSURE, "call ended")
+            return
         log.warning("sideband lost; reconnecting", extra={**self._context, "code": closed.code,
                                                             "reason": closed.reason})
         self._apply(self.engine.upstream_disconnected(self.clock()))
@@ -317,7 +328,7 @@ class Sidecar:
     @property
     def context(self) -> dict[str, str]:
         """The fields that name this session in its log lines."""
-        return {"session_id": self.id, "realtime_call_id": self.call_id}
+        return {"session_id": self.id, call_field(self.runtime.dialect): self.call_id}
 
     async def run(self) -> SessionEnd:
         """Attach and serve the call until it ends or `stop()`; returns how the session ended.

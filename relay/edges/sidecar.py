@@ -69,7 +69,7 @@ from relay.dialects.webhooks import (
 from relay.edges.calls import AcceptFailed, CallRequestFailed, CallsAPI
 from relay.edges.config import SidecarConfig
 from relay.edges.fleet import Fleet
-from relay.edges.sideband import Sidecar, SidecarRuntime
+from relay.edges.sideband import Sidecar, SidecarRuntime, call_field
 from relay.edges.upstream import UpstreamUnavailable, display_host
 from relay.errors import ConfigError
 from relay.inspector.live import BASE_PATH as INSPECTOR_PATH
@@ -351,7 +351,7 @@ class SidecarServer:
             return Response(status_code=200)
         if not call_id:
             return _error(400, f"{event['type']} without data.{self.family.id_field}", "invalid_event")
-        fields["realtime_call_id"] = call_id
+        fields[call_field(self.runtime.dialect)] = call_id
         if self.draining or self._task_group is None:
             return _error(503, "not serving calls now; deliver again later", "unavailable")
         if call_id in self.calls or call_id in self._accepting:

@@ -135,6 +135,7 @@ class SessionEngine:
         self.anomalies: list[Anomaly] = self.ctx.anomalies
         self.running = RunningHandlers()               # the calls whose handler runs
         self._deadline: Any = _UNKNOWN                 # next_deadline(), until the state changes
+        self.ended_by_provider: str | None = None   # why the provider said it is over (GPT-Live's session.closed)
 
     # ==== public entry points ===========================================================
     def forwards_upstream(self, frame: str | bytes) -> bool:

@@ -95,7 +95,6 @@ class LiveEngine(ResponsesDelegation):
         self._declared = False                        # the relay's tools are in the session
         self._refused = False                         # the client's session.start was refused
         self._started: dict[str, Any] | None = None   # the session as its session.start went up
-        self._ended = False                           # the server closed the session (session.closed)
         self._carried: set[str] = set()               # relay calls of a dropped session, answered in the next
         self._notes: set[str] = set()                 # what seeded a new session of what the relay's tools did
 
@@ -175,7 +174,10 @@ class LiveEngine(ResponsesDelegation):
         return shown
 
     def _on_closed(self, event: live.SessionClosed) -> Any:
-        self._ended = True   # over for good: a new connection would not carry it on
+        """The session is over, as the provider says before it closes the socket: for good (a
+        new connection would not carry it on), and an edge that sees the socket close next knows
+        the call ended (a hangup, the duration limit...) and is not to come back for it."""
+        self.ended_by_provider = event.reason if isinstance(event.reason, str) and event.reason else "closed"
         return self._without_relay_tools(event)
 
     def _declare_on_sideband(self, tools: list[Any]) -> None:
@@ -351,7 +353,7 @@ class LiveEngine(ResponsesDelegation):
         return frame[0], actions
 
     def _new_session(self) -> str | None:
-        if self._started is None or self._ended or self.ctx.closed:
+        if self._started is None or self.ended_by_provider is not None or self.ctx.closed:
             return None
         notes = []
         for entry in self.ledger:

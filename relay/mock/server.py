@@ -129,9 +129,8 @@ class Wait:
 
 
 class MockUpstream:
-    """A protocol-faithful fake of the realtime API, on 127.0.0.1 by default.
-
-    Use as `async with MockUpstream(...) as mock:`; see `relay.mock` for the whole API."""
+    """A protocol-faithful fake of the realtime API, on 127.0.0.1 by default:
+    `async with MockUpstream(...) as mock:`; see `relay.mock` for the whole API."""
 
     def __init__(
         self,
@@ -157,6 +156,7 @@ class MockUpstream:
         self.sessions: list[MockSession | GeminiMockSession | LiveMockSession] = []
         self.live_options = LiveOptions()   # GPT-Live sessions' behaviour (relay/mock/live_backend.py)
         self.live_calls = LiveCalls(self)   # GPT-Live's SIP calls (relay/mock/live_calls.py)
+        self.handshakes: list[tuple[str, int | None]] = []   # every one got: (path, a refusal's status or None)
         self._requested_ports = (port, rest_port)
         self._received = _Journal()
         self._sent = _Journal()
@@ -354,8 +354,8 @@ class MockUpstream:
         if self.dialect == LIVE:
             decided = live_route(self.api_key, request.path, _headers(request.headers), offered, self.sessions)
         else:
-            decided = route_handshake(self.dialect, self.api_key, request.path, _headers(request.headers), offered,
-                                      self.find_session)
+            decided = route_handshake(self.dialect, self.api_key, request.path, _headers(request.headers), offered, self.find_session)
+        self.handshakes.append((request.path, decided.status if isinstance(decided, Refusal) else None))
         if isinstance(decided, Refusal):
             return connection.respond(decided.status, decided.body)
         self._routes[connection] = decided

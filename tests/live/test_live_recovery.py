@@ -10,6 +10,7 @@ and, where the test says so, lets the handler finish while the relay is away."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -27,8 +28,9 @@ from relay.store import open_store
 from relay.tools import Delegation, ToolResult, delegate, tool
 from tests.live.test_live_mock import SCRIPT, get_time
 from tests.support.clients import TIMEOUT
+from tests.support.hooks import returned
 from tests.support.redis_server import redis_server
-from tests.support.relays import SidecarTap
+from tests.support.relays import SidecarTap, captured_logs
 
 RESPONSES, CLIENT = "responses", "client"
 
@@ -69,9 +71,8 @@ async def accepted_call(mock: MockUpstream, gated: Gated, mode: str) -> LiveMock
         tools = [{"type": "function", "name": spec.name, "description": spec.description, "parameters": spec.parameters}
                  for spec in (gated.tool.__relay_tool__, get_time.__relay_tool__)]   # type: ignore[attr-defined]
         delegation = {"type": RESPONSES, "responses": {"model": "gpt-5.4", "tools": tools}}
-    client = AsyncOpenAI(api_key="sk-test", base_url=mock.rest_url, max_retries=0)
-    await client.live.sessions.accept(session.id, session={"type": "live", "model": "gpt-live-1",
-                                                           "delegation": delegation})   # type: ignore[typeddict-item]
+    await sdk(mock).live.sessions.accept(session.id, session={"type": "live", "model": "gpt-live-1",
+                                                               "delegation": delegation})   # type: ignore[typeddict-item]
     return session
 
 
@@ -102,6 +103,21 @@ def answers(mock: MockUpstream, session: LiveMockSession) -> list[tuple[int, str
     return found
 
 
+def sdk(mock: MockUpstream) -> AsyncOpenAI:
+    return AsyncOpenAI(api_key="sk-test", base_url=mock.rest_url, max_retries=0)
+
+
+def sideband_lines(logs: Any) -> list[tuple[str, str, str | None]]:
+    """The sidecar's log lines about the call: (level, message, the reason of a `call ended`),
+    each naming the session by `live_session_id`, never by Realtime's `realtime_call_id`."""
+    found = []
+    for line in map(json.loads, logs.getvalue().splitlines()):
+        if line["logger"] == "relay.sidecar":
+            assert "live_session_id" in line and "realtime_call_id" not in line, line
+            found.append((line["level"], line["msg"], line.get("reason") if line["msg"] == "call ended" else None))
+    return found
+
+
 def creates(mock: MockUpstream) -> list[int]:
     return [record.connection for record in mock.received if record.event["type"] == "response.create"]
 
@@ -118,27 +134,37 @@ async def test_the_sideband_drops_mid_tool_and_each_answer_arrives_once_after_re
         async def backoff(seconds: float) -> None:
             waits.append(seconds)
             if handler_finishes == "while disconnected":
-                assert sidecar.engine is not None and not sidecar.engine.upstream_connected
-                gated.opened.set()
-                with anyio.fail_after(TIMEOUT):   # decided while away: it waits for the new sideband
-                    while not any(e.state is CallState.FINISHED for e in sidecar.engine.calls):
-                        await anyio.sleep(0.01)
+                engine = sidecar.engine
+                assert engine is not None and not engine.upstream_connected
+                gated_id = next(entry.call_id for entry in engine.calls if entry.name != "get_time")
+                with returned(engine, "handler_finished", lambda call_id, *_: call_id == gated_id) as finished:
+                    gated.opened.set()
+                    with anyio.fail_after(TIMEOUT):
+                        await finished.wait()
+                # decided while away: it waits for the new sideband
+                assert engine.ledger.get(gated_id).state is CallState.FINISHED  # type: ignore[union-attr]
 
-        async with attached(mock, session, gated.tools(mode), backoff) as (sidecar, tap):
-            await mock.user_turn(session, "What's the weather in Paris?")
-            with anyio.fail_after(TIMEOUT):
-                await gated.entered.wait()
-            await mock.live_calls.drop(session)
-            await tap.wait_for("upstream>relay", lambda e: e["type"] == "session.started", start=1)
-            gated.opened.set()
-            if mode == RESPONSES:
-                await mock.wait_for(lambda e: e["type"] == "response.create", TIMEOUT)
-            else:
-                await mock.wait_for(lambda e: e["type"] == "session.commentary.append", TIMEOUT)
-            await mock.live_calls.caller_audio(session, 3000)   # the model speaks what was answered
-            assert sidecar.engine is not None
-            entries = list(sidecar.engine.calls)
+        with captured_logs() as logs:
+            async with attached(mock, session, gated.tools(mode), backoff) as (sidecar, tap):
+                await mock.user_turn(session, "What's the weather in Paris?")
+                with anyio.fail_after(TIMEOUT):
+                    await gated.entered.wait()
+                await mock.live_calls.drop(session)
+                await tap.wait_for("upstream>relay", lambda e: e["type"] == "session.started", start=1)
+                gated.opened.set()
+                if mode == RESPONSES:
+                    await mock.wait_for(lambda e: e["type"] == "response.create", TIMEOUT)
+                else:
+                    await mock.wait_for(lambda e: e["type"] == "session.commentary.append", TIMEOUT)
+                await mock.live_calls.caller_audio(session, 3000)   # the model speaks what was answered
+                assert sidecar.engine is not None
+                entries = list(sidecar.engine.calls)
     assert len(session.connections) == 2 and waits == [0.2] and sidecar.reconnects == 1
+    attach = f"/v1/live/sessions/{session.id}/attach"
+    assert mock.handshakes == [(attach, None), (attach, None)], "a drop is re-attached"
+    lines = sideband_lines(logs)
+    assert ("warning", "sideband lost; reconnecting", None) in lines and ("info", "sideband reconnected", None) in lines
+    assert "call ended" not in [msg for _, msg, _ in lines]
     assert all(entry.state is CallState.ANSWERED for entry in entries)
     got = answers(mock, session)
     if mode == RESPONSES:
@@ -176,13 +202,15 @@ async def test_an_answer_decided_before_another_replica_took_the_lease_never_goe
             async def backoff(seconds: float) -> None:
                 """While the relay is away: the gated call is decided and its record written, then
                 another replica takes the call."""
-                gated.opened.set()
                 assert sidecar.engine is not None
                 entry = next(e for e in sidecar.engine.calls if e.name != "get_time")
-                with anyio.fail_after(TIMEOUT):
-                    while not any(r.call_id == entry.call_id and r.phase == "decided"
-                                  for r in await store.session_records(session.id)):
-                        await anyio.sleep(0.01)
+                with returned(sidecar.runtime.write_ahead, "write",
+                              lambda record: record.call_id == entry.call_id and record.phase == "decided") as kept:
+                    gated.opened.set()
+                    with anyio.fail_after(TIMEOUT):
+                        await kept.wait()
+                assert any(r.call_id == entry.call_id and r.phase == "decided"
+                           for r in await store.session_records(session.id)), "written to the shared store"
                 await effects.delete("relay:{" + session.id + "}:lease")
                 assert await store.acquire(session.id, "another-replica", ttl=30) is not None
                 owed.append(entry.call_id)
@@ -213,20 +241,26 @@ async def test_a_call_hung_up_mid_tool_ends_the_sideband_and_its_late_answer_is_
     async def backoff(seconds: float) -> None:
         waits.append(seconds)
 
-    async with MockUpstream(script=SCRIPT, dialect="live") as mock:
-        session = await accepted_call(mock, gated, RESPONSES)
-        async with attached(mock, session, gated.tools(RESPONSES), backoff) as (sidecar, _):
-            await mock.user_turn(session, "What's the weather in Paris?")
-            with anyio.fail_after(TIMEOUT):
-                await gated.entered.wait()
-            await AsyncOpenAI(api_key="sk-test", base_url=mock.rest_url, max_retries=0).live.sessions.hangup(session.id)
-            with anyio.fail_after(TIMEOUT):
-                await sidecar.ended.wait()
-            gated.opened.set()   # the late result: nobody to give it to
-            assert sidecar.engine is not None
-            weather = next(entry for entry in sidecar.engine.calls if entry.name == "get_weather")
+    with captured_logs() as logs:
+        async with MockUpstream(script=SCRIPT, dialect="live") as mock:
+            session = await accepted_call(mock, gated, RESPONSES)
+            async with attached(mock, session, gated.tools(RESPONSES), backoff) as (sidecar, _):
+                await mock.user_turn(session, "What's the weather in Paris?")
+                with anyio.fail_after(TIMEOUT):
+                    await gated.entered.wait()
+                await sdk(mock).live.sessions.hangup(session.id)
+                with anyio.fail_after(TIMEOUT):
+                    await sidecar.ended.wait()
+                gated.opened.set()   # the late result: nobody to give it to
+                assert sidecar.engine is not None
+                weather = next(entry for entry in sidecar.engine.calls if entry.name == "get_weather")
     assert sidecar.end is not None and (sidecar.end.by, sidecar.end.reason) == ("upstream", "call ended")
-    assert waits == [0.2], "one attempt to re-attach, refused with 404: the session is over"
+    assert waits == [] and sidecar.reconnects == 0, "session.closed said the call is over: no re-attach"
+    assert mock.handshakes == [(f"/v1/live/sessions/{session.id}/attach", None)], "one attach, never another"
+    lines = sideband_lines(logs)
+    assert ("info", "call ended", "close_requested") in lines and lines[-1][1] == "session end"
+    assert [line for line in lines if line[0] != "info"] == [], "an ended call is no warning"
+    assert weather.outcome == "abandoned", "owed and unanswered when the call ended"
     assert weather.state is not CallState.ANSWERED
     assert weather.call_id not in [call_id for _, _, call_id in answers(mock, session)]
     assert creates(mock) == []

@@ -112,7 +112,8 @@ async def test_a_live_call_is_accepted_with_the_tools_attached_and_each_call_ans
     kinds = [e["type"] for e in received]
     assert kinds.count("response.create") == 1 and kinds[-1] == "response.create", "one create, after the batch"
     assert not any(e["type"] == "error" for e in validated(mock)), "the mock refused something"
-    assert sidecar.end == SessionEnd("upstream", 1000, "call ended"), "closed, then 404 on re-attach"
+    assert sidecar.end == SessionEnd("upstream", 1000, "call ended"), "session.closed, then the socket closed"
+    assert len(mock.handshakes) == 1, "a call that ended is not re-attached"
     assert session.id not in server.calls
 
 

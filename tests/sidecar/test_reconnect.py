@@ -200,6 +200,9 @@ async def test_a_hung_up_call_ends_the_session_and_cancels_its_handler() -> None
     lines = [(line["msg"], line.get("realtime_call_id")) for line in log_messages(logs)
              if line["logger"] == "relay.sidecar"]
     assert ("call ended", call_id) in lines and lines[-1] == ("session end", call_id)
+    # Realtime says nothing before a hung-up call's sideband closes: a drop until the 404 says otherwise
+    assert ("sideband lost; reconnecting", call_id) in lines
+    assert [status for _, status in mock.handshakes] == [None, 404], "the one re-attach, refused"
 
 
 async def test_reconnecting_gives_up_after_the_configured_attempts() -> None:
