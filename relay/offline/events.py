@@ -152,6 +152,10 @@ class Reader:
         self.events.append(event)
         return event
 
+    def wants(self, frame: Frame) -> bool:
+        """Whether the frame may say something to this reader (one that cannot is not decoded)."""
+        return True
+
     def read(self, frame: Frame, event: dict[str, Any]) -> None:
         self.t = frame.t
         self.line = frame.line_no if frame.line_no > 0 else None
@@ -219,10 +223,16 @@ class ItemReader(Reader):
     def __init__(self, *args: Any, dialect: Dialect) -> None:
         super().__init__(*args, dialect=dialect)
         self.family = dialect if isinstance(dialect, OpenAIFamily) else OPENAI
+        self.error_name = self.family.server_names.get(_ERROR, _ERROR)
         self.active: dict[str, str] = {}            # response id -> who made it
         self.response_calls: dict[str, list[str]] = {}
         self.client_creates = 0                     # client creates gone up, not yet answered
         self.incomplete: set[str] = set()           # calls whose item ended incomplete: never to run
+
+    def wants(self, frame: Frame) -> bool:
+        """A frame toward the client says something only as an `error` event: one whose text has
+        not even the event's name in it is not decoded (half of a session's frames)."""
+        return frame.direction != RELAY_TO_CLIENT or frame.raw is None or self.error_name in frame.raw
 
     def dispatch(self, direction: str, event: dict[str, Any]) -> None:
         typed = wire.event_of(event, self.family)   # the family's codec: beta and the variant's names read as GA
@@ -461,6 +471,7 @@ class TurnReader(Reader):
 
 
 # ---- wire details --------------------------------------------------------------------------------
+_ERROR = wire.event_name(wire.Error)
 _UPSTREAM_ORDER = (gemini.ToolCall, gemini.ToolCallCancellation, gemini.ServerContent)
 
 

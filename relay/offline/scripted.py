@@ -433,7 +433,7 @@ class _GeminiModel(_Model):
             if isinstance(action, Emit):
                 event = action.event
                 frames.append(event if isinstance(event, bytes) else
-                              (event.encode() if isinstance(event, str) else json.dumps(event).encode()))
+                              (event.encode() if isinstance(event, str) else msgspec.json.encode(event)))
             elif isinstance(action, Hangup):
                 self.session.upstream_error(f"the upstream closed the session ({action.code}: {action.reason})")
                 self.session.mark("closed", f"the upstream closed the session ({action.code}: {action.reason})")

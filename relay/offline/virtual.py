@@ -86,12 +86,17 @@ class _NeverSleeps(selectors.BaseSelector):
         self.real = selectors.DefaultSelector()
         self.on_idle: Callable[[float | None], list[Any]] = lambda timeout: []
         self.threads_pending: Callable[[], bool] = lambda: True
+        self._registered = 0   # what is registered with `real` (the loop's own wake-up pipe: 1)
 
     def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
-        return self.real.register(fileobj, events, data)
+        key = self.real.register(fileobj, events, data)
+        self._registered += 1
+        return key
 
     def unregister(self, fileobj: Any) -> selectors.SelectorKey:
-        return self.real.unregister(fileobj)
+        key = self.real.unregister(fileobj)
+        self._registered -= 1
+        return key
 
     def modify(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
         return self.real.modify(fileobj, events, data)
@@ -107,7 +112,7 @@ class _NeverSleeps(selectors.BaseSelector):
         return self.on_idle(timeout)
 
     def quiet(self) -> bool:
-        return len(self.real.get_map()) <= 1 and not self.threads_pending()
+        return self._registered <= 1 and not self.threads_pending()
 
     def get_map(self) -> Any:
         return self.real.get_map()
