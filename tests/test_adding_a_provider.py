@@ -14,6 +14,7 @@ and through `relay serve` against a toy upstream on loopback."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import functools
 import json
@@ -25,7 +26,9 @@ from websockets.asyncio.client import connect
 from websockets.asyncio.server import ServerConnection
 
 from relay.dialects.gemini_codec import Setup, ToolCall, ToolResponse, Unknown
-from relay.engine import EngineConfig, new_engine
+import relay.engine
+from relay.dialects import openai_codec
+from relay.engine import ENGINES, EngineConfig, new_engine
 from relay.engine.calls import CallState
 from relay.session.loop import SessionLoop
 from tests.support import toy
@@ -117,6 +120,54 @@ def test_a_session_runs_a_tool_call_on_its_wire_and_passes_its_own_event_untouch
     assert h.engine.conversation.order[-3:-1] == [h.engine.ledger.get("call_paris").item_id, output["id"]]
     assert not [e for e in h.to_client if (e.get("item") or {}).get("id") == output["id"]]
     assert h.engine.anomalies == []
+
+
+class CountingCodec:
+    """The OpenAI family's codec, each frame it reads and writes counted: a variant's own codec,
+    as a family of the item-based flow brings one."""
+
+    def __init__(self) -> None:
+        self.read: list[str | bytes] = []
+        self.written: list[str] = []
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(openai_codec, name)
+
+    def decode(self, frame: str | bytes, family: object = None) -> object:
+        self.read.append(frame)
+        return openai_codec.decode(frame, family)   # type: ignore[arg-type]
+
+    def encode(self, command: object, family: object = None) -> str:
+        frame = openai_codec.encode(command, family)   # type: ignore[arg-type]
+        self.written.append(frame)
+        return frame
+
+
+def test_the_item_based_engine_reads_and_writes_the_wire_through_the_dialect_s_codec() -> None:
+    codec = CountingCodec()
+    h = EngineDriver([get_weather_data], dialect=dataclasses.replace(TOY, codec=codec))
+    h.connect()
+    h.upstream(h.mock.user_turn("weather in Paris?"))
+    h.respond([model_call("get_weather", json.dumps({"city": "Paris"}), "call_paris")])
+    h.run_all()
+    assert json.loads(h.output_for("call_paris")["output"])["city"] == "Paris"
+    # every frame the engine decoded and every command it wrote went through the dialect's codec
+    assert any('"response.done"' in frame for frame in map(str, codec.read))
+    written = [json.loads(frame)["type"] for frame in codec.written]
+    assert {"session.update", "conversation.item.create", "response.create"} <= set(written)
+
+
+def test_no_engine_imports_a_family_s_codec_and_each_runs_the_flow_its_family_registers() -> None:
+    for path in Path(relay.engine.__file__).parent.glob("*.py"):
+        imported = {node.module for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ImportFrom)}
+        imported |= {f"{node.module}.{alias.name}" for node in ast.walk(ast.parse(path.read_text()))
+                     if isinstance(node, ast.ImportFrom) for alias in node.names}
+        assert "relay.dialects.openai_codec" not in imported, path.name
+    for dialect in DIALECTS.values():
+        assert type(new_engine([], dialect=dialect)) is ENGINES[dialect.flow], dialect.name
+    pigeon = type("PigeonFamily", (OpenAIFamily,), {"flow": "relay-by-pigeon"})   # a flow no engine runs
+    with pytest.raises(TypeError, match="tool flow"):
+        new_engine([], dialect=pigeon(**{f.name: getattr(TOY, f.name) for f in dataclasses.fields(TOY) if f.init}))
 
 
 def test_a_recording_made_on_it_replays_and_exports(tmp_path: Path) -> None:

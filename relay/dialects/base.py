@@ -66,7 +66,8 @@ class AudioSlot(NamedTuple):
 class Dialect(ABC):
     """How one provider is reached, and what its clients send the relay.
 
-    `wire` names the event vocabulary (`ga`, `beta`, `gemini`). The upstream's key comes from the
+    `wire` names the event vocabulary (`ga`, `beta`, `gemini`); `flow` the tool flow of its
+    family, by which the family's engine is chosen (`ToolFlow`, `relay.engine.ENGINES`). The upstream's key comes from the
     first variable of `key_env` that is set and goes in `auth_header` (`bearer`: `Authorization:
     Bearer`, else the name of the header that carries it), beside `extra_headers`. `default_url`
     is the endpoint used when none is configured (None: every user has their own, as Azure's

@@ -20,36 +20,26 @@ from typing import Any, ClassVar, Literal, NamedTuple
 from relay.dialects.base import TOKEN_SUBPROTOCOL, AudioSlot, Dialect, HeaderLookup, Side, ToolFlow
 from relay.tools.spec import ToolSpec
 
-# ---- event names ---------------------------------------------------------------------------------
-# Every event the two vocabularies name differently: (GA name, beta name, older names still read).
-# Incoming events are accepted in either vocabulary; the engine reads them by their GA name. GA
-# servers still type `conversation.item.created`, meaning `added`; early WebRTC logs show the
-# output buffer's events as `audio_started`, `audio_stopped`, `audio_cleared`.
-EVENT_NAMES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("conversation.item.added", "conversation.item.created", ()),
-    ("response.output_text.delta", "response.text.delta", ()),
-    ("response.output_text.done", "response.text.done", ()),
-    ("response.output_audio.delta", "response.audio.delta", ()),
-    ("response.output_audio.done", "response.audio.done", ()),
-    ("response.output_audio_transcript.delta", "response.audio_transcript.delta", ()),
-    ("response.output_audio_transcript.done", "response.audio_transcript.done", ()),
-    ("output_audio_buffer.started", "output_audio_buffer.started", ("output_audio_buffer.audio_started",)),
-    ("output_audio_buffer.stopped", "output_audio_buffer.stopped", ("output_audio_buffer.audio_stopped",)),
-    ("output_audio_buffer.cleared", "output_audio_buffer.cleared", ("output_audio_buffer.audio_cleared",)),
+from relay.dialects import openai_codec
+from relay.dialects.items import ItemCodec
+from relay.dialects.openai_names import (   # named once there, read here and by the codec
+    BETA_NAMES,
+    CLIENT_PASSTHROUGH,
+    EVENT_NAMES,
+    FUNCTION_CALL,
+    FUNCTION_CALL_OUTPUT,
+    MCP_APPROVAL_REQUEST,
+    MCP_APPROVAL_RESPONSE,
+    MCP_CALL,
+    MCP_ITEM_TYPES,
+    MCP_LIST_TOOLS,
+    MESSAGE,
+    NOT_IN_BETA,
+    READ_AS_GA,
+    UPSTREAM_PASSTHROUGH,
 )
-BETA_NAMES: Mapping[str, str] = MappingProxyType({ga: beta for ga, beta, _ in EVENT_NAMES if beta != ga})
-"""GA name -> the beta wire's name, where they differ (what a beta server sends)."""
-READ_AS_GA: Mapping[str, str] = MappingProxyType(
-    {other: ga for ga, beta, older in EVENT_NAMES for other in (beta, *older) if other != ga})
-"""Every other name an event arrives by -> its GA name."""
-NOT_IN_BETA = frozenset({"conversation.item.done"})
-"""GA server events the beta wire does not have."""
 
-# The item types the relay acts on (an item's `type`).
-FUNCTION_CALL, FUNCTION_CALL_OUTPUT, MESSAGE = "function_call", "function_call_output", "message"
-MCP_CALL, MCP_LIST_TOOLS = "mcp_call", "mcp_list_tools"
-MCP_APPROVAL_REQUEST, MCP_APPROVAL_RESPONSE = "mcp_approval_request", "mcp_approval_response"
-MCP_ITEM_TYPES = (MCP_CALL, MCP_LIST_TOOLS, MCP_APPROVAL_REQUEST, MCP_APPROVAL_RESPONSE)
+# ---- event names, item types and what passes unparsed: `relay.dialects.openai_names` ------------
 
 # The client events of the OpenAI Realtime API (GA; beta uses the same names), in the order of
 # the API reference.
@@ -89,11 +79,6 @@ whole point is audio. Besides these, items carry audio in their content parts (`
 _ITEM_EVENTS = "conversation.item."
 AUDIO_MARKERS: tuple[bytes, ...] = (*(name.encode() for name in AUDIO_EVENTS), _ITEM_EVENTS.encode())
 """Substrings one of which every audio-bearing event contains: a frame without any holds no audio."""
-
-# The frames forwarded as the same text without being parsed: the audio the engine only forwards.
-UPSTREAM_PASSTHROUGH = frozenset({"response.output_audio.delta", "response.audio.delta"})
-CLIENT_PASSTHROUGH = frozenset({"input_audio_buffer.append"})
-
 
 def audio_slots(event: dict[str, Any]) -> list[AudioSlot]:
     """Every base64 audio payload of a decoded event, found from its type alone: the event is
@@ -154,6 +139,8 @@ class OpenAIFamily(Dialect):
     response_defaults: Mapping[str, Any] = field(default_factory=dict)
     session_minutes: int = 60
     """The session's maximum duration: then the server says `SESSION_EXPIRED` and closes it."""
+    codec: ItemCodec = field(default=openai_codec, repr=False, compare=False)   # type: ignore[assignment]
+    """The family's codec: what the item-based engine reads and writes this wire through."""
     ga_names: Mapping[str, str] = field(init=False, repr=False, compare=False)
     """Every name an event of this variant may arrive by -> its GA name (the engine's lookup)."""
     server_names: Mapping[str, str] = field(init=False, repr=False, compare=False)

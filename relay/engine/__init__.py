@@ -7,14 +7,15 @@
     engine.tick(now)                     -> actions
 
 `Engine` is the type every edge holds (the shared core, `core.SessionEngine`); `new_engine` picks
-the dialect's engine. docs/architecture.md maps the modules.
+the engine of the tool flow the dialect's family registers (`Dialect.flow`, `ENGINES`). docs/architecture.md maps the modules.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
-from relay.dialects import OPENAI, Dialect, GeminiDialect, LiveDialect, OpenAIFamily
+from relay.dialects import OPENAI, Dialect
+from relay.dialects.base import ToolFlow
 from relay.engine.actions import (
     Action,
     ActionInterpreter,
@@ -46,22 +47,27 @@ Engine = SessionEngine
 """The type of any session's engine, whatever its dialect."""
 
 
+ENGINES: dict[ToolFlow, type[SessionEngine]] = {
+    ToolFlow.ITEMS: OpenAIEngine,        # the OpenAI Realtime family (GA, beta, Azure, Foundry, xAI, Voice Live)
+    ToolFlow.TURNS: GeminiEngine,        # Gemini Live, and any wire whose calls come whole (`dialect.codec`)
+    ToolFlow.DELEGATIONS: LiveEngine,    # GPT-Live
+}
+"""The engine of each tool flow: a family's dialect names its flow (`Dialect.flow`), and the
+engine of that flow runs it, reading and writing its wire through the family's codec."""
+
+
 def new_engine(tools: ToolRegistry | Iterable[ToolSpec | Callable[..., Any]] = (), *, dialect: Dialect = OPENAI,
                **options: Any) -> Engine:
-    """The engine for a dialect: `OpenAIEngine` for the OpenAI family (GA, beta, Azure, Foundry),
-    `GeminiEngine` for Gemini Live, `LiveEngine` for GPT-Live. `options`: `config`, `session_id`,
-    `id_prefix`."""
-    if isinstance(dialect, OpenAIFamily):
-        return OpenAIEngine(tools, dialect=dialect, **options)
-    if isinstance(dialect, GeminiDialect):
-        return GeminiEngine(tools, dialect=dialect, **options)
-    if isinstance(dialect, LiveDialect):
-        return LiveEngine(tools, dialect=dialect, **options)
-    raise TypeError(f"no engine speaks the {dialect.name} dialect's family ({type(dialect).__name__})")
+    """The engine for a dialect: the one of the tool flow its family registers (`ENGINES` by
+    `dialect.flow`). `options`: `config`, `session_id`, `id_prefix`."""
+    engine = ENGINES.get(getattr(dialect, "flow", None))   # type: ignore[arg-type]
+    if engine is None:
+        raise TypeError(f"no engine runs the {dialect.name} dialect's tool flow ({getattr(dialect, 'flow', None)!r})")
+    return engine(tools, dialect=dialect, **options)
 
 
 __all__ = [
-    "DEFAULT_HISTORY_LIMIT", "DEFAULT_HOLD_LIMIT", "Action", "ActionInterpreter", "ActionSink", "Anomaly", "CallEntry", "CallLedger", "CallState", "CancelHandler",
+    "DEFAULT_HISTORY_LIMIT", "DEFAULT_HOLD_LIMIT", "ENGINES", "Action", "ActionInterpreter", "ActionSink", "Anomaly", "CallEntry", "CallLedger", "CallState", "CancelHandler",
     "Close", "Engine", "EngineConfig", "GeminiEngine", "LiveEngine", "Notice", "OpenAIEngine", "Outcome", "Owner",
     "Remember", "SendClient", "SendUpstream", "SessionEngine", "StartHandler", "new_engine",
 ]

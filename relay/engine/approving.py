@@ -11,7 +11,7 @@ go). A request the policy does not decide is left to the client, as without the 
 
 from __future__ import annotations
 
-from relay.dialects import openai_codec as wire
+from relay.dialects import items as wire
 from relay.dialects.openai import MCP_APPROVAL_REQUEST
 from relay.engine.actions import Notice
 from relay.engine.context import OpenAIContext
@@ -65,8 +65,8 @@ class McpApprovals:
         self.answered.add(record.id)
         item_id = ctx.new_id("i")
         ctx.origins.relay_sent(item_id)
-        ctx.send_tagged(wire.approval_create(ctx.new_event_id(), item_id, record.id, approve,
-                                             None if approve else "refused by the relay's policy"), "approval")
+        ctx.send_tagged(ctx.codec.approval_create(ctx.new_event_id(), item_id, record.id, approve,
+                                                  None if approve else "refused by the relay's policy"), "approval")
         label = (record.extra or {}).get("server_label")
         ctx.emit(Notice("mcp_approval", {"server_label": label, "name": record.name, "approve": approve,
                                          "request_id": record.id}))

@@ -10,8 +10,9 @@ helpers that translate the wire write: `Turns` its records, `CallWatcher` new ca
 arguments and their one step of their own, to `streaming`), whether the upstream is connected
 and the session closed; for the OpenAI family (`OpenAIContext`) also the sequencer (its questions
 and requests) and whose each item is (`ItemOrigins`). The OpenAI family's context reads a frame
-into its typed event and writes typed commands, both through the family's codec
-(`relay.dialects.openai_codec`), in the names and shapes of the session's variant.
+into its typed event (`relay.dialects.items`) and writes typed commands, both through the
+family's codec (`dialect.codec`: the OpenAI family's is `relay.dialects.openai_codec`), in the
+names and shapes of the session's variant.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from functools import partial
 from enum import StrEnum
 from typing import Any, Callable, Literal
 
-from relay.dialects import openai_codec as wire
+from relay.dialects import items as wire
+from relay.dialects.items import ItemCodec
 from relay.dialects.jsontext import compact_json
 from relay.engine.actions import Action, Notice, Remember, SendClient, SendUpstream
 from relay.engine.calls import CallEntry, CallLedger, CallState, Owner
@@ -225,7 +227,8 @@ class OpenAIContext(SessionContext):
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
-        self.sequencer = Sequencer(new_event_id=self.new_event_id, build_create=partial(wire.response_create, self.dialect),
+        self.codec: ItemCodec = self.dialect.codec   # the family's: every frame read and written through it
+        self.sequencer = Sequencer(new_event_id=self.new_event_id, build_create=partial(self.codec.response_create, self.dialect),
                                    strict=self.config.strict, on_refused=self.refused_step,
                                    fillers_in_conversation=self.config.fillers_in_conversation)
         self.origins = ItemOrigins()
@@ -242,7 +245,7 @@ class OpenAIContext(SessionContext):
         not read (not JSON, not an object, no string `type`, a type outside the family's set, or
         JSON the codec refuses and `json` takes) is looked at again as JSON, to tell which: an
         event of another type is an `Unknown` (forwarded as it came)."""
-        event = wire.decode(frame, self.dialect)
+        event = self.codec.decode(frame, self.dialect)
         if not isinstance(event, wire.Unknown):
             return event
         data = self.decode(frame)
@@ -251,7 +254,7 @@ class OpenAIContext(SessionContext):
         if not isinstance(data.get("type"), str):
             self.bad_frame("missing_type", "event has no string `type` field")
             return None
-        return wire.event_of(data, self.dialect)
+        return self.codec.event_of(data, self.dialect)
 
     def part(self, event: wire.Event, value: Any, missing: str, *, with_id: bool = False) -> dict[str, Any] | None:
         """The object an event carries (`value`; with a string `id` if `with_id`), or None with
@@ -264,12 +267,12 @@ class OpenAIContext(SessionContext):
 
     def write_upstream(self, command: wire.Event) -> None:
         """A command upstream, in the names and shapes of the session's variant (the codec's)."""
-        self.out.append(SendUpstream(wire.encode(command, self.dialect)))
+        self.out.append(SendUpstream(self.codec.encode(command, self.dialect)))
 
     def write_client(self, event: wire.Event) -> None:
         """An event to the client, when there is one (proxy mode), as the codec writes it."""
         if self.config.has_client:
-            self.out.append(SendClient(wire.encode(event, self.dialect)))
+            self.out.append(SendClient(self.codec.encode(event, self.dialect)))
 
     def send_tagged(self, command: wire.Event, what: str | None = None, call_id: str | None = None) -> None:
         """Send one of the relay's own commands upstream, remembered (as `what`, by default its
@@ -278,4 +281,5 @@ class OpenAIContext(SessionContext):
         self.write_upstream(command)
 
     def _client_error_frame(self, code: str, message: str, **details: Any) -> str | None:
-        return wire.encode(wire.client_error(self.dialect, self.new_id("e"), code, message, **details), self.dialect)
+        codec = self.codec
+        return codec.encode(codec.client_error(self.dialect, self.new_id("e"), code, message, **details), self.dialect)

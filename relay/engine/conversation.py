@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from relay.dialects import openai_codec as wire
+from relay.dialects import items as wire
 from relay.dialects.openai import FUNCTION_CALL
 from relay.engine.limits import MAX_PENDING_CLIENT_ID_CHARS, MAX_PENDING_CLIENT_ITEMS
 

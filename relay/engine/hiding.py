@@ -24,7 +24,7 @@ from typing import Any
 
 from msgspec.structs import replace
 
-from relay.dialects import openai_codec as wire
+from relay.dialects import items as wire
 from relay.dialects.openai import FUNCTION_CALL, FUNCTION_CALL_OUTPUT
 from relay.engine.actions import SendUpstream
 from relay.engine.approving import McpApprovals
@@ -70,7 +70,7 @@ class ClientView:
         another party declared (only ours are replaced)."""
         ctx = self.ctx
         others = [t for t in current_tools or [] if not self.is_relay_tool(t)]
-        ctx.send_tagged(wire.session_update(
+        ctx.send_tagged(ctx.codec.session_update(
             ctx.dialect, {"tools": others + ctx.dialect.tool_definitions(ctx.tools)}, ctx.new_event_id()))
         self.tools_declared = True
 
@@ -128,7 +128,7 @@ class ClientView:
                 ctx.limit_reached("response.create events held while a response is active",
                                   f"{MAX_HELD_CREATES} events or {MAX_HELD_CHARS:,} characters", event_id)
                 return None
-            self.held.hold(wire.encode(event, ctx.dialect), event_id, for_relay=self.relay_at_work(), now=ctx.now)
+            self.held.hold(ctx.codec.encode(event, ctx.dialect), event_id, for_relay=self.relay_at_work(), now=ctx.now)
             return None
         ctx.sequencer.client_create_forwarded(event_id, ctx.now, answers_pending=False)
         return rewritten

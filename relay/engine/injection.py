@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Iterable
 
-from relay.dialects import openai_codec as wire
+from relay.dialects import items as wire
 from relay.engine.actions import Remember
 from relay.engine.calls import CallEntry, CallState, Owner
 from relay.engine.context import OpenAIContext
@@ -90,7 +90,7 @@ class Injector:
         entry.output_event_id = event_id
         self._unechoed[item_id] = entry.call_id
         ctx.origins.relay_sent(item_id)
-        ctx.send_tagged(wire.output_create(
+        ctx.send_tagged(ctx.codec.output_create(
             ctx.dialect, event_id, previous_item_id, item_id=item_id, call_id=entry.call_id,
             output=entry.output or "", status=entry.output_status or "completed", name=entry.name,
             response_id=entry.response_id, created_at=int(ctx.now)), "output", entry.call_id)
@@ -321,7 +321,7 @@ class Injector:
         item_id = ctx.new_id("i")
         event_id = ctx.new_event_id()
         ctx.origins.relay_sent(item_id)
-        ctx.send_tagged(wire.system_message_create(event_id, item_id, text), "update", entry.call_id)
+        ctx.send_tagged(ctx.codec.system_message_create(event_id, item_id, text), "update", entry.call_id)
         response = ctx.conversation.response(entry.response_id or "", create=False)
         if response is None or not response.batch_handled:
             return  # the batch's own follow-up, still to come, covers what this update says

@@ -11,8 +11,9 @@ items and events say of calls is `watching.CallWatcher`'s; what the client may s
 tools is `hiding.ClientView`'s; when `response.create` goes up is the sequencer's. The helpers act
 through the session's context (`context.OpenAIContext`) only. The frames the dialect passes
 through (audio) are forwarded without being parsed (`receive_upstream`/`receive_client`); every
-other frame is decoded once by the family's codec (`relay.dialects.openai_codec`) into its typed
-event, handled by what it is (its GA event, whatever name it arrived by), and what the engine
+other frame is decoded once by the family's codec (`dialect.codec`; the OpenAI family's is
+`relay.dialects.openai_codec`) into its typed event (`relay.dialects.items`, the flow's
+vocabulary), handled by what it is (its GA event, whatever name it arrived by), and what the engine
 writes is a typed command the codec encodes in the variant's names.
 """
 
@@ -21,7 +22,8 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable, Iterable
 
-from relay.dialects import openai_codec as wire
+from relay.dialects import items as wire
+from relay.dialects.base import ToolFlow
 from relay.dialects.openai import FUNCTION_CALL, OPENAI, OpenAIFamily
 from relay.dialects.peek import pass_through_test
 from relay.engine.actions import Action, Notice, SendClient, SendUpstream
@@ -51,8 +53,8 @@ class OpenAIEngine(SessionEngine):
     def __init__(self, *args: Any, **options: Any) -> None:
         """As `SessionEngine`: tools, and the dialect, config, session_id and id_prefix options."""
         super().__init__(*args, **options)
-        if not isinstance(self.dialect, OpenAIFamily):
-            raise TypeError(f"OpenAIEngine speaks the OpenAI family, not {self.dialect.name}")
+        if getattr(self.dialect, "flow", None) is not ToolFlow.ITEMS:
+            raise TypeError(f"OpenAIEngine runs the item-based tool flow, not {self.dialect.name}'s")
         # the audio fast path: the dialect's pass-through sets, each as one test of a frame
         self.forwards_upstream = pass_through_test(self.dialect.upstream_passthrough)   # type: ignore[method-assign]
         self.forwards_client = pass_through_test(self.dialect.client_passthrough)   # type: ignore[method-assign]
@@ -150,7 +152,7 @@ class OpenAIEngine(SessionEngine):
     def _previous(self, event: wire.ItemAdded | wire.ItemDone) -> Any:
         """Where an item event places its item: `previous_item_id` (None: first), or ABSENT when
         its frame does not say."""
-        return event.previous_item_id if wire.said_previous(event, self._frame) else ABSENT
+        return event.previous_item_id if self.ctx.codec.said_previous(event, self._frame) else ABSENT
 
     def _on_item_added(self, event: wire.ItemAdded) -> Any:
         record = self._item_of(event)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable, Iterable
 
-from relay.dialects.openai_codec import Event, ResponseCancel, ResponseCreate, event_name, wire_type
+from relay.dialects.items import Event, ResponseCancel, ResponseCreate, event_name, wire_type
 from relay.engine.actions import Notice
 from relay.engine.states import Machines, Steps
 

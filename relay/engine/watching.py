@@ -10,7 +10,7 @@ core's rules (`context.CallRules`), through the session's context only.
 
 from __future__ import annotations
 
-from relay.dialects import openai_codec as wire
+from relay.dialects import items as wire
 from relay.dialects.openai import FUNCTION_CALL, FUNCTION_CALL_OUTPUT
 from relay.engine.calls import CallEntry, CallState, Owner
 from relay.engine.context import OpenAIContext
