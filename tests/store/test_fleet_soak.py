@@ -8,7 +8,7 @@ and the calls answered whose follow-up `response.create` died with the killed ow
 then says nothing about them until the next turn: docs/guarantees.md says so).
 
 While a replica is killed or drained, no new user turn starts (`Turns.gate`), and a call's next
-turn waits until a replica is attached to it: what the provider says while no replica is
+turn waits until a replica serves it (`Turns.owned`): what the provider says while no replica is
 attached is not replayed to the next one (docs/guarantees.md), and this soak measures what the
 relay promises, not that gap."""
 
@@ -108,8 +108,9 @@ class Turns:
     """The sessions' user turns, each waiting for its call's answer at the provider, then for the
     model to speak about it."""
 
-    def __init__(self, mock: MockUpstream) -> None:
+    def __init__(self, mock: MockUpstream, replicas: list[Replica]) -> None:
         self.mock = mock
+        self.replicas = replicas
         self.gate = anyio.Event()
         self.gate.set()
         self.in_turn: dict[str, int] = {}   # session id -> the call number of its turn under way
@@ -123,8 +124,8 @@ class Turns:
             await self.gate.wait()
             self.in_turn[session.id] = n   # at once: a turn past the gate is one `quiet` waits for
             with anyio.fail_after(TIMEOUT):
-                while not any(not connection.closed for connection in session.connections):
-                    await anyio.sleep(0.01)   # no replica attached this instant: the next one comes
+                while not self.owned(session):
+                    await anyio.sleep(0.01)   # no replica serves the call this instant: the next one comes
             sent, received = len(self.mock.sent), len(self.mock.received)
             await self.mock.user_turn(session, f"Please handle call #{n:04d}.")
             try:
@@ -145,6 +146,27 @@ class Turns:
                 self.silent.append(n)
             del self.in_turn[session.id]
             self.done += 1
+
+    def owned(self, session: MockSession) -> bool:
+        """A replica serves the call: a live one said "session start" for it and no "session end"
+        since, and a sideband is open. An open sideband alone is not enough: a replica that lost
+        the race for a call's lease attaches for a moment before it learns so and lets go, and
+        what the provider says meanwhile reaches nobody who acts on it (docs/guarantees.md)."""
+        if not any(not connection.closed for connection in session.connections):
+            return False
+        for replica in self.replicas:
+            if replica.process.returncode is not None:
+                continue
+            serving = False
+            for line in replica.lines:
+                if line.get("realtime_call_id") == session.call_id:
+                    if line.get("msg") == "session start":
+                        serving = True
+                    elif line.get("msg") == "session end":
+                        serving = False
+            if serving:
+                return True
+        return False
 
     async def quiet(self, started: dict[int, list[int]]) -> None:
         """Close the gate, and return once every turn under way has its tool started (`started`:
@@ -177,6 +199,8 @@ async def drive(turns: Turns, sessions: list[MockSession], owners: dict[str, Rep
                          for connection in session.connections if not connection.closed]
         killed.process.send_signal(signal.SIGKILL)
         killed_at = time.time()
+        with anyio.fail_after(TIMEOUT):   # reaped: `Turns.owned` counts it out from here on
+            await killed.process.wait()
         with anyio.fail_after(TIMEOUT):   # the mock has seen them go: a turn from now on waits for the next
             while not all(connection.closed for connection in its_sidebands):
                 await anyio.sleep(0.01)
@@ -222,7 +246,7 @@ async def test_a_fleet_of_three_keeps_every_call_through_a_kill_and_a_drain(redi
             assert (await http_request("POST", owner.url, headers, body)).status_code == 200
             owners[session.id] = owner
             sessions.append(session)
-        turns = Turns(mock)
+        turns = Turns(mock, replicas)
         try:
             mid_tool, killed_at = await drive(turns, sessions, owners, replicas, started)
         except BaseException:
