@@ -252,6 +252,11 @@ async def test_a_fleet_of_three_keeps_every_call_through_a_kill_and_a_drain(redi
         except BaseException:
             for session, n in turns.stuck:
                 print("STUCK", n, session.call_id, [c.closed for c in session.connections])
+                # the mock's own state: a response still active, or the conversation's tail
+                print("  active response", session.active_response,
+                      [(run.id, run.status, run.origin, run.out_of_band) for run in session.responses][-4:])
+                print("  last items", [(item.get("type"), item.get("role"), item.get("call_id"))
+                                       for item in session.items][-6:])
                 for record in mock.received:   # what reached the provider from each sideband
                     if record.session_id == session.id:
                         item = record.event.get("item") or {}
