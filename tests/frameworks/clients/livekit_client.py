@@ -8,6 +8,7 @@ LiveKit gives the application (plan.py). With the option `api: run`, the first t
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from livekit import rtc
@@ -113,6 +114,11 @@ async def with_agent_session(plan: Plan, model: openai.realtime.RealtimeModel) -
                                          if event.type == "message" and event.item.role == "assistant"])
         else:
             say(text)
+    await finish(plan, session, finished)
+
+
+async def finish(plan: Plan, session: AgentSession, finished: asyncio.Event) -> None:
+    """Once the plan is fulfilled: what LiveKit played and kept, then the session closed."""
     await asyncio.wait_for(finished.wait(), plan.timeout)
     emit("audio_out", bytes=plan.audio_bytes)
     emit("history", items=[{"role": getattr(item, "role", item.type), "text": message_text(item)}
@@ -120,13 +126,17 @@ async def with_agent_session(plan: Plan, model: openai.realtime.RealtimeModel) -
     await session.aclose()
 
 
-async def main(plan: Plan) -> None:
-    model = relayed_model(plan.url, plan.token)
+async def run_model(plan: Plan, model: Any, session: Callable[[Plan, Any], Awaitable[None]]) -> None:
+    """The plan through `session` on `model`, the model closed after, then `done`."""
     try:
-        await with_agent_session(plan, model)
+        await session(plan, model)
     finally:
         await model.aclose()
     emit("done")
+
+
+async def main(plan: Plan) -> None:
+    await run_model(plan, relayed_model(plan.url, plan.token), with_agent_session)
 
 
 if __name__ == "__main__":

@@ -11,25 +11,14 @@ import asyncio
 from typing import Any
 
 from livekit import rtc
-from livekit.agents import Agent, AgentSession, function_tool
+from livekit.agents import AgentSession
 from livekit.agents.voice import io
 
-from livekit_client import Speaker
+from livekit_client import Assistant, Speaker, finish, run_model
 from livekit_live_relay import relayed_live_model
 from plan import AUDIO_RATE, Plan, emit
 
 FRAME_SECONDS = 0.1
-
-
-class Assistant(Agent):
-    def __init__(self) -> None:
-        super().__init__(instructions="You are helpful.")
-
-    @function_tool
-    async def get_time(self, city: str) -> str:
-        """The local time in a city."""
-        emit("tool", name="get_time", arguments={"city": city})
-        return f"noon in {city}"
 
 
 class SilentMicrophone(io.AudioInput):
@@ -48,20 +37,14 @@ class SilentMicrophone(io.AudioInput):
 async def with_agent_session(plan: Plan, model: Any) -> None:
     session = AgentSession(llm=model)
     finished = asyncio.Event()
-    spoken: list[str] = []
-
-    def heard(text: str) -> None:
-        if text:
-            plan.hear(text)
-            if plan.finished():
-                finished.set()
 
     @session.on("conversation_item_added")
     def _added(event: Any) -> None:
         item = event.item
         if item.type == "message" and item.role == "assistant" and item.text_content:
-            spoken.append(item.text_content)
-            heard(item.text_content)
+            plan.hear(item.text_content)
+            if plan.finished():
+                finished.set()
 
     @session.on("error")
     def _error(event: Any) -> None:
@@ -73,22 +56,9 @@ async def with_agent_session(plan: Plan, model: Any) -> None:
     session.input.audio = SilentMicrophone()
     await session.start(Assistant(), record=False)
     emit("connected")
-    await asyncio.wait_for(finished.wait(), plan.timeout)
-    emit("audio_out", bytes=plan.audio_bytes)
-    emit("history", items=[{"role": getattr(item, "role", item.type),
-                            "text": item.text_content if item.type == "message" else ""}
-                           for item in session.history.items])
-    await session.aclose()
-
-
-async def main(plan: Plan) -> None:
-    model = relayed_live_model(plan.url, plan.token)
-    try:
-        await with_agent_session(plan, model)
-    finally:
-        await model.aclose()
-    emit("done")
+    await finish(plan, session, finished)
 
 
 if __name__ == "__main__":
-    asyncio.run(main(Plan.from_argv()))
+    plan = Plan.from_argv()
+    asyncio.run(run_model(plan, relayed_live_model(plan.url, plan.token), with_agent_session))
