@@ -9,9 +9,13 @@ them. Each package is restored to its newest version before the next is tried, s
 environment ends as it began.
 
     python scripts/drift.py --lock requirements/dev.lock [--failed NODEID ...]
+    python scripts/drift.py --lock requirements/dev.lock --check
 
 Exit status: 0 nothing drifted or nothing failed; 1 a finding (tests failed: the report names the
-package, or says that no single package explains the failures); 2 unusable input.
+package, or says that no single package explains the failures); 2 unusable input. With `--check`
+(run by `scripts/test --newest` before its pass) no test is looked at: 1 when this environment
+differs from the lock (a package at another version, or one the lock does not pin), 0 when it
+holds exactly the locked versions, so that the pass would repeat the lock's own.
 """
 
 from __future__ import annotations
@@ -70,6 +74,17 @@ def drifted(locked: dict[str, str], installed: dict[str, str]) -> list[Drift]:
     return [Drift(name, locked[name], installed[name])
             for name in sorted(locked)
             if name in installed and installed[name] != locked[name] and name != OWN_DISTRIBUTION]
+
+
+# What a virtual environment holds beside what the lock pins, whichever releases it was made from.
+INSTALLER_TOOLS = frozenset({"pip", "setuptools", "wheel"})
+
+
+def unlocked(locked: dict[str, str], installed: dict[str, str]) -> list[str]:
+    """The packages installed that the lock does not pin (a newer release's new dependency), in
+    name order, less the installer's own tools and the project itself."""
+    return sorted(name for name in installed
+                  if name not in locked and name not in INSTALLER_TOOLS and name != OWN_DISTRIBUTION)
 
 
 def culprits(drifts: Sequence[Drift], pin: Callable[[str, str], None],
@@ -148,13 +163,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, default=Path(".pytest_cache/v/cache/lastfailed"),
                         help="pytest's record of the last run's failures (when --failed is not given)")
     parser.add_argument("--failed", nargs="*", default=None, help="the failing tests' node ids")
+    parser.add_argument("--check", action="store_true",
+                        help="only say whether this environment differs from the lock (exit 1 if so)")
     args = parser.parse_args(argv)
     try:
         locked = read_lock(args.lock.read_text().splitlines(), marker_check())
     except (OSError, ValueError) as exc:
         print(f"drift: cannot read the lock {args.lock}: {exc}", file=sys.stderr)
         return 2
-    drifts = drifted(locked, installed_versions())
+    installed = installed_versions()
+    drifts = drifted(locked, installed)
+    if args.check:
+        new = unlocked(locked, installed)
+        for line in report(drifts, [], None):
+            print(f"drift: {line}")
+        if new:
+            print(f"drift: not in the lock ({len(new)}): {', '.join(new)}")
+        return 1 if drifts or new else 0
     failed = args.failed if args.failed is not None else last_failed(args.cache)
     found = None
     if failed and drifts and len(drifts) <= MAX_TRIED:

@@ -82,3 +82,31 @@ def test_without_failures_the_report_lists_the_drift_and_the_exit_is_zero(tmp_pa
 def test_an_unreadable_lock_is_unusable_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert drift.main(["--lock", str(tmp_path / "missing.lock")]) == 2
     assert capsys.readouterr().err.startswith("drift: cannot read the lock")
+
+
+def test_check_finds_a_package_at_another_version_than_the_lock(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    lock = tmp_path / "dev.lock"
+    lock.write_text("".join(f"{name}=={version}\n" for name, version in drift.installed_versions().items()
+                            if name != "pytest") + "pytest==0.0.1\n")
+    assert drift.main(["--lock", str(lock), "--check"]) == 1
+    assert "pytest 0.0.1 ->" in capsys.readouterr().out
+
+
+def test_check_finds_a_package_the_lock_does_not_pin(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lock = tmp_path / "dev.lock"
+    lock.write_text("".join(f"{name}=={version}\n" for name, version in drift.installed_versions().items()
+                            if name != "pytest"))
+    assert drift.main(["--lock", str(lock), "--check"]) == 1
+    assert "not in the lock (1): pytest" in capsys.readouterr().out
+
+
+def test_check_passes_an_environment_that_holds_exactly_the_lock(tmp_path: Path) -> None:
+    lock = tmp_path / "dev.lock"
+    lock.write_text("".join(f"{name}=={version}\n" for name, version in drift.installed_versions().items()))
+    assert drift.main(["--lock", str(lock), "--check"]) == 0
+
+
+def test_the_installer_tools_and_the_project_are_not_unlocked_packages() -> None:
+    installed = {"pip": "24.0", "setuptools": "70.0", "wheel": "0.43", drift.OWN_DISTRIBUTION: "1.0", "anyio": "4.0"}
+    assert drift.unlocked({}, installed) == ["anyio"]
