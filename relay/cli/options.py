@@ -24,6 +24,7 @@ from relay.edges.config import (
     DEFAULT_PORT,
     DEFAULT_RECONNECT_ATTEMPTS,
     DEFAULT_RECONNECT_DELAY,
+    DEFAULT_RESUME_SECONDS,
     EdgeRuntime,
 )
 from relay.edges.process import LOOPS
@@ -157,8 +158,13 @@ RECONNECT_DELAY = option(
     help=f"wait before the first reconnect attempt, doubled for each next (default {DEFAULT_RECONNECT_DELAY})")
 LEASE_SECONDS = option(
     "--lease-seconds", type=float, default=DEFAULT_LEASE_SECONDS, metavar="S",
-    help="with a redis:// --store: how long an attached call's lease lasts without renewal; another "
-         f"replica takes the call over once it expires (default {DEFAULT_LEASE_SECONDS:g})")
+    help="with a --store: how long a session's lease lasts without renewal (an attached call's, with redis://: "
+         "another replica takes the call over once it expires; a proxied session's: the one connection that "
+         f"holds it, resumable elsewhere once it expires) (default {DEFAULT_LEASE_SECONDS:g})")
+RESUME_SECONDS = option(
+    "--resume-seconds", type=float, default=DEFAULT_RESUME_SECONDS, metavar="S",
+    help="with a --store: how long after its client left a session may be resumed with its resume token, "
+         f"on any replica sharing the store (default {DEFAULT_RESUME_SECONDS:g}; docs/deploy.md)")
 STORE = option("--store", default=None, metavar="URL",
                help="where each session's tool calls are written ahead: memory (the default: this "
                     "process) or a redis://HOST:PORT/DB URL (pip install 'realtime-relay[store]'); "

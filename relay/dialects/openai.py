@@ -226,6 +226,26 @@ class OpenAIFamily(Dialect):
             session.setdefault("type", "realtime")
         return {"type": "session.update", "event_id": event_id, "session": session}
 
+    def seed_item(self, item: dict[str, Any]) -> dict[str, Any] | None:
+        """An item of a conversation as the relay kept it (words, no audio), as an item a new
+        session takes in with `conversation.item.create` (a resumed session, relay/edges/resume.py):
+        a message keeps its words, audio parts as their transcripts (user and system parts as
+        `input_text`, the assistant's as the wire's output text); a call and its output keep their
+        fields. None for an item that cannot be taken in (no words kept, another type)."""
+        kind, item_id = item.get("type"), item.get("id")
+        if kind in (FUNCTION_CALL, FUNCTION_CALL_OUTPUT):
+            fields = ("call_id", "name", "arguments") if kind == FUNCTION_CALL else ("call_id", "output")
+            if not all(isinstance(item.get(name), str) for name in fields):
+                return None
+            return {"type": kind, "id": item_id, **{name: item[name] for name in fields}}
+        role = item.get("role")
+        if kind != MESSAGE or role not in ("user", "system", "assistant"):
+            return None
+        part_type = ("text" if self.wire == "beta" else "output_text") if role == "assistant" else "input_text"
+        parts = [{"type": part_type, "text": text} for part in item.get("content") or []
+                 if isinstance(part, dict) and isinstance(text := part.get("text", part.get("transcript")), str) and text]
+        return {"type": MESSAGE, "id": item_id, "role": role, "content": parts} if parts else None
+
     def response_create(self, response: dict[str, Any], event_id: str) -> dict[str, Any]:
         """A `response.create` with these options (and the wire's `response_defaults`), renamed
         for the wire where names differ."""

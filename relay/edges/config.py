@@ -53,6 +53,7 @@ DEFAULT_PORT = 8000
 AUTH_TOKEN_ENV = "RELAY_AUTH_TOKEN"
 DEFAULT_RECONNECT_ATTEMPTS = 6
 DEFAULT_RECONNECT_DELAY = 0.2
+DEFAULT_RESUME_SECONDS = 600.0   # a session may be resumed this long after its client left
 
 log = logging.getLogger("relay.config")
 
@@ -167,6 +168,10 @@ class ServerConfig(EdgeConfig):
     tls_key: str | Path | None = None
     # Serve the live session inspector at /inspector on the same port, behind the same token.
     inspector: bool = False
+    # with a store: how long after its client left a session may be resumed with its token, and
+    # the lease that holds a session for one connection at a time (relay/edges/resume.py)
+    resume_seconds: float = DEFAULT_RESUME_SECONDS
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
 
     def check(self) -> Dialect:
         """Refuse a configuration that cannot work or would be unsafe; returns the dialect."""
@@ -185,6 +190,8 @@ class ServerConfig(EdgeConfig):
             raise ConfigError("--drain-seconds must be >= 0")
         if self.max_sessions is not None and self.max_sessions < 1:
             raise ConfigError("--max-sessions must be >= 1 (0: no limit)")
+        if not self.resume_seconds > 0 or not self.lease_seconds > 0:
+            raise ConfigError("--resume-seconds and --lease-seconds must be > 0")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError("--tls-cert and --tls-key go together")
         return dialect

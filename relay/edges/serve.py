@@ -18,6 +18,10 @@ A stop (SIGTERM) drains: the listener stays open so that a load balancer sees `/
 and new sessions refused with 503 (and sends them elsewhere) while open sessions run to their
 end, up to `drain_seconds`; then the listener closes and what is left is closed with 1001
 (policy.SHUTDOWN_CODE).
+
+With a store (`--store`), a session of the OpenAI Realtime family is resumable: its client gets a
+resume token and may reconnect with it to any replica sharing the store and carry the session on
+(relay/edges/resume.py).
 """
 
 from __future__ import annotations
@@ -40,8 +44,20 @@ from relay.edges.config import EdgeRuntime, ServerConfig, is_loopback
 from relay.edges.handshake import Handshake
 from relay.edges.process import run_until_signalled
 from relay.edges.reseed import ReseedingLoop
+from relay.edges.resume import (
+    RESUME_QUERY,
+    ResumeKeeper,
+    ResumeRefused,
+    Resumes,
+    ResumingLoop,
+    Resumption,
+    new_token,
+    resume_token_of,
+    run_resumable,
+)
 from relay.edges.upstream import UpstreamUnavailable
-from relay.engine import Engine, LiveEngine, Notice, new_engine
+from relay.engine import Engine, LiveEngine, Notice, OpenAIEngine, new_engine
+from relay.engine.actions import TOOL_CALL
 from relay.errors import ANOTHER_PORT, ConfigError, cannot_listen
 from relay.inspector.live import InspectorEndpoint, LiveHub, LiveTap
 from relay.observe.logs import (
@@ -68,6 +84,7 @@ from relay.session.loop import SessionEnd, SessionLoop
 from relay.session.policy import (
     INTERNAL_ERROR,
     NORMAL_CLOSURE,
+    POLICY_VIOLATION,
     SHUTDOWN_CODE,
     TRY_AGAIN_LATER,
     EventBudget,
@@ -96,6 +113,8 @@ class ProxySession:
     end: SessionEnd | None = None
     anomalies: AnomalyLog = field(default_factory=AnomalyLog)
     trace: SessionTrace | None = None   # its spans, when tracing is on
+    resume_token: str | None = None   # the token the client presented to resume a session
+    keeper: ResumeKeeper | None = None   # its resume state in the store, when resumable
     _connect_scope: anyio.CancelScope | None = field(default=None, repr=False)
     _closing: tuple[int, str] | None = field(default=None, repr=False)
     _closed: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
@@ -161,6 +180,13 @@ class RelayServer(EdgeRuntime):
         self._hurry = asyncio.Event()
         self._shutdown_done: asyncio.Event | None = None
         self._tracing: Tracing | None = None   # decided in start(): in the process that serves
+        # resumable sessions, with a store (relay/edges/resume.py)
+        self.resumes = Resumes(self.write_ahead, credential=config.auth_token, seconds=config.resume_seconds,
+                               lease_seconds=config.lease_seconds,
+                               owner=f"{os.uname().nodename}:{os.getpid()}:{secrets.token_hex(3)}"
+                               ) if config.store else None
+        if self.resumes is not None:
+            self.resumes.on_count = self.metrics.count_resume
 
     # ---- public surface ----------------------------------------------------------------
     @property
@@ -302,8 +328,11 @@ class RelayServer(EdgeRuntime):
         """`/healthz`: open sessions of every worker (`relay serve --workers N`: from the shared
         metrics), by worker pid, and which worker answered (`pid`)."""
         by_worker = self.metrics.open_sessions_by_worker()
-        return self.health_fields(draining=self.draining, sessions=sum(by_worker.values())) | {
+        fields = self.health_fields(draining=self.draining, sessions=sum(by_worker.values())) | {
             "workers": {str(pid): sessions for pid, sessions in by_worker.items()}}
+        if self.resumes is not None:
+            fields["resumes"] = dict(self.resumes.counts)
+        return fields
 
     # ---- sessions ----------------------------------------------------------------------
     async def _serve_client(self, client: Transport, request: Request) -> None:
@@ -320,8 +349,9 @@ class RelayServer(EdgeRuntime):
             remote=request.remote,
             path=request.path,
             dialect=self.dialect.for_client(request.headers),
+            resume_token=resume_token_of(request),
         )
-        query = request.query
+        query = [(name, value) for name, value in request.query if name != RESUME_QUERY]
         if self._tracing is not None:
             session.trace = self._tracing.session(
                 session_id=session.id, mode="proxy", dialect=session.dialect.name, upstream=self.upstream.host,
@@ -350,6 +380,42 @@ class RelayServer(EdgeRuntime):
                 "tool_calls": len(engine.calls) if engine is not None else 0})
 
     async def _run_session(self, session: ProxySession, query: list[tuple[str, str]]) -> SessionEnd:
+        resumption: Resumption | None = None
+        lease = None
+        if session.resume_token is not None:
+            try:
+                resumption, lease = await self._resumed(session)
+            except ResumeRefused as refused:
+                return await self._refuse(session, refused.code, str(refused), POLICY_VIOLATION, "resume refused")
+        try:
+            return await self._connect_and_run(session, query, resumption, lease)
+        finally:
+            if lease is not None and session.keeper is None:   # never ran: let the session go
+                with anyio.CancelScope(shield=True):
+                    await lease.end()
+
+    async def _resumed(self, session: ProxySession) -> tuple[Resumption, Any]:
+        """The session a client's resume token names, held for this connection (ResumeRefused)."""
+        assert session.resume_token is not None
+        if self.resumes is None:
+            raise ResumeRefused("resume_not_supported", "this relay keeps no sessions to resume (no --store)")
+        try:
+            resumption, lease = await self.resumes.find(session.resume_token, session.dialect, self.tools, session.id,
+                                                        lambda reason: self._lose(session, reason))
+        except ResumeRefused as refused:
+            self.resumes.count(f"refused_{refused.code}")
+            raise
+        self.resumes.count("resumed")
+        log.info("session resumed", extra={"session_id": session.id, "resumes": resumption.state.session_id,
+                                           "items": len(resumption.seed), **resumption.adoption.counts()})
+        return resumption, lease
+
+    def _lose(self, session: ProxySession, reason: str) -> None:
+        if isinstance(session.loop, ResumingLoop):
+            session.loop.lose(reason)
+
+    async def _connect_and_run(self, session: ProxySession, query: list[tuple[str, str]],
+                               resumption: Resumption | None, lease: Any) -> SessionEnd:
         upstream = None
         failure: str | None = None
         async with anyio.create_task_group() as connecting:
@@ -370,18 +436,30 @@ class RelayServer(EdgeRuntime):
             await session.client.close(code, reason)
             return SessionEnd("client" if session._closing is None else "relay", code, reason)
         try:
-            session.loop, recorder = self._session_loop(session, upstream, query)
+            session.loop, recorder = self._session_loop(session, upstream, query, resumption)
         except BaseException:   # the upstream connection is the session's until its loop owns it
             upstream.abort()
             raise
-        return await session.loop.run(on_end=recorder.close)
+        if not isinstance(session.loop, ResumingLoop):
+            return await session.loop.run(on_end=recorder.close)
+        assert self.resumes is not None and isinstance(session.loop.engine, OpenAIEngine)
+        if lease is None:   # a new session: held under its lease for this connection
+            lease = self.resumes.lease(session.loop.engine.session_id, session.id,
+                                       lambda reason: self._lose(session, reason))
+            if not await lease.hold():
+                lease = None
+            self.resumes.count("issued")
+        session.keeper = ResumeKeeper(self.resumes, session.loop.token, session.loop.engine, lease)
+        return await run_resumable(session.loop, session.keeper, resumption, recorder.close)
 
-    def _session_loop(self, session: ProxySession, upstream: Transport,
-                      query: list[tuple[str, str]]) -> tuple[SessionLoop, Taps | LiveTap]:
+    def _session_loop(self, session: ProxySession, upstream: Transport, query: list[tuple[str, str]],
+                      resumption: Resumption | None = None) -> tuple[SessionLoop, Taps | LiveTap]:
         """The engine, recording and loop of a session whose upstream just connected (a GPT-Live
-        session under `--live-reseed`: a `ReseedingLoop`, which reconnects with `query`)."""
+        session under `--live-reseed`: a `ReseedingLoop`, which reconnects with `query`; with a
+        store, an OpenAI Realtime session: a `ResumingLoop`, `resumption` its start if resumed)."""
         engine = new_engine(self.tools, dialect=session.dialect, config=self._engine_config,
-                            session_id=session.id, id_prefix=session.id)
+                            session_id=resumption.state.session_id if resumption else session.id,
+                            id_prefix=session.id)
         recording = self.recording(session_id=session.id, dialect=session.dialect, mode="proxy",
                                    extra_header=engine.recording_header(), writer=RecordingWriter)
         taps = Taps(self.metrics.tap(), recording)
@@ -396,6 +474,9 @@ class RelayServer(EdgeRuntime):
         if self.config.live_reseed and isinstance(engine, LiveEngine):
             loop_type, reseeding = ReseedingLoop, {"reconnect": lambda: self.upstream.connect(
                 session.dialect, query, client_path=session.path)}
+        elif self.resumes is not None and self.resumes.supports(session.dialect) and isinstance(engine, OpenAIEngine):
+            loop_type, reseeding = ResumingLoop, {"token": session.resume_token or new_token(),
+                                                  "expires_in": self.config.resume_seconds}
         loop = loop_type(
             engine,
             **reseeding,
@@ -414,26 +495,31 @@ class RelayServer(EdgeRuntime):
         return loop, recorder
 
     async def _upstream_unavailable(self, session: ProxySession, message: str) -> SessionEnd:
-        """Tell the client why there is no session, in the protocol's own error event, and close.
-        A protocol without one (Gemini Live) has the close reason say it."""
-        self.metrics.count_error("relay", UpstreamUnavailable.code)
-        log.warning("upstream unavailable: %s", message, extra={"session_id": session.id})
-        event = session.dialect.client_error_event(f"{session.id}_e0", UpstreamUnavailable.code, message,
-                                                   error_type="server_error")
+        return await self._refuse(session, UpstreamUnavailable.code, message, INTERNAL_ERROR, "upstream unavailable")
+
+    async def _refuse(self, session: ProxySession, code: str, message: str, close_code: int, what: str) -> SessionEnd:
+        """Tell the client why there is no session (`what`: `message`), in the protocol's own error
+        event, and close with `close_code`. A protocol without one (Gemini Live) has the close
+        reason say it."""
+        self.metrics.count_error("relay", code)
+        log.warning("%s: %s", what, message, extra={"session_id": session.id})
+        event = session.dialect.client_error_event(f"{session.id}_e0", code, message, error_type="server_error")
         try:
             if event is None:
-                await session.client.close(INTERNAL_ERROR, short_close_reason(f"upstream unavailable: {message}"))
+                await session.client.close(close_code, short_close_reason(f"{what}: {message}"))
             else:
                 frame = json.dumps(event)
                 await session.client.send([frame])
                 self.metrics.count_frame(RELAY_TO_CLIENT, frame)
-                await session.client.close(INTERNAL_ERROR, "upstream unavailable")
+                await session.client.close(close_code, what)
         except TransportClosed:
             pass
-        return SessionEnd("relay", INTERNAL_ERROR, "upstream unavailable")
+        return SessionEnd("relay", close_code, what)
 
     def _on_notice(self, session: ProxySession, notice: Notice) -> None:
         self.metrics.count_notice(notice, self.tools)
+        if session.keeper is not None and (notice.kind == TOOL_CALL or notice.fields.get("phase") == "done"):
+            session.keeper.changed()   # a call answered, a response ended: its resume state is written
         if session.trace is not None:
             session.trace.notice(notice)
         if self.config.on_notice is not None:

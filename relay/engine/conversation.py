@@ -243,6 +243,7 @@ class Conversation:
         self.responses: dict[str, ResponseRecord] = {}
         self.response_order: list[str] = []
         self.session: dict[str, Any] = {}
+        self.client_session: dict[str, Any] = {}   # the client's own session.update fields, merged
 
     # ---- items -------------------------------------------------------------------------
     def item(self, item_id: object) -> ItemRecord | None:

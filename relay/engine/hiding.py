@@ -89,11 +89,15 @@ class ClientView:
         added to the tools it sets (and to its first update, if none were declared yet)."""
         ctx = self.ctx
         session = event.session
-        if not isinstance(session, dict) or not ctx.config.declare_tools or not len(ctx.tools):
+        if not isinstance(session, dict):
             return SAME
+        ours = ctx.config.declare_tools and len(ctx.tools)
         tools = session.get("tools")
-        if self._refuse_relay_tool_names(tools, event, "session"):
+        if ours and self._refuse_relay_tool_names(tools, event, "session"):
             return None
+        ctx.conversation.client_session.update(session)   # what a resumed session sets again
+        if not ours:
+            return SAME
         if tools is None:
             if self.tools_declared:
                 return SAME
@@ -102,6 +106,21 @@ class ClientView:
             return SAME
         self.tools_declared = True
         return replace(event, session={**session, "tools": list(tools) + ctx.dialect.tool_definitions(ctx.tools)})
+
+    def seed(self, items: list[dict[str, Any]], session: dict[str, Any]) -> None:
+        """A resumed session's start (relay/edges/resume.py): the client's session configuration
+        as it last set it goes up as its update would (the relay's tools added), then the
+        conversation so far in order, each item created as the relay's own, so that the client,
+        which has them, is not shown them again."""
+        ctx = self.ctx
+        if session:
+            update = wire.SessionUpdate(event_id=ctx.new_event_id(), session=session)
+            shown = self.session_update(update)
+            if shown is not None:
+                ctx.write_upstream(update if shown is SAME else shown)
+        for item in items:
+            ctx.origins.relay_sent(item["id"])
+            ctx.write_upstream(wire.ItemCreate(event_id=ctx.new_event_id(), item=item))
 
     def response_create(self, event: wire.ResponseCreate) -> Any:
         """A client's `response.create`: tools it lists for this response get the relay's too.

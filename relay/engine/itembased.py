@@ -374,6 +374,10 @@ class OpenAIEngine(SessionEngine):
             if entry.call_id in self.running and not entry.interrupted:
                 self._interrupt(entry, f"response {response.status}")
 
+    def seed(self, items: list[dict[str, Any]], session: dict[str, Any], now: float) -> list[Action]:
+        """A resumed session's start (relay/edges/resume.py): `ClientView.seed`."""
+        return self._run(now, Source.CLIENT, self.view.seed, items, session)
+
     def adopt_follow_ups(self, records: list[CallRecord], now: float) -> list[Action]:
         """Calls another relay answered and owed a follow-up for when it stopped (a session taken
         over, relay/edges/takeover.py): the model is asked to speak about them once."""

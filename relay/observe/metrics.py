@@ -127,6 +127,10 @@ class _Families:
                                             "(answered 'interrupted; not retried'), answered (the decided "
                                             "output sent), followed_up (answered already, the follow-up the "
                                             "old owner owed asked for).", ["fate"], registry=own)
+        self.resumes = PromCounter("relay_resumes", "Resumable proxied sessions (with a store): issued (a "
+                                   "resume token handed out), resumed (a client reconnected with one), "
+                                   "refused_<code> (resume_token_invalid, resume_token_in_use, "
+                                   "store_unavailable, resume_not_supported).", ["result"], registry=own)
         self.loop_blocks = PromCounter("relay_tool_loop_blocks", "Steps of async tool handlers that held the "
                                        "event loop (every session of the process) too long, by tool.", ["tool"],
                                        registry=own)
@@ -244,6 +248,10 @@ class Metrics:
         else:
             self._families.handovers.labels(kind=kind).inc(count)
 
+    def count_resume(self, result: str) -> None:
+        """A resume token issued, a session resumed, or a resume refused (relay.edges.resume)."""
+        self._families.resumes.labels(result=result[:_MAX_LABEL_CHARS]).inc()
+
     def count_error(self, source: str, code: Any) -> None:
         self._families.errors.labels(source=source, code=str(code or "unknown")[:_MAX_LABEL_CHARS]).inc()
 
@@ -344,6 +352,10 @@ class Metrics:
     @property
     def store_events(self) -> Counter[str]:
         return self._own("store_events", "event")
+
+    @property
+    def resumes(self) -> Counter[str]:
+        return self._own("resumes", "result")
 
     @property
     def loop_blocks(self) -> Counter[str]:

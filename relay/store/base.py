@@ -11,6 +11,11 @@ it once its lease expires (`orphans`); an owner that drains `offer`s its session
 them free to `acquire` at once although the lease still holds (the handoff). A store that
 cannot be reached raises `StoreError`; what it gives back that is not a record is skipped and
 counted (`skipped`), never raised.
+
+A proxied session that a client may resume (relay/edges/resume.py) also keeps its resume state:
+one text under a key derived from the resume token (`keep_resume`, replaced by each write and
+expiring `ttl` seconds after the latest), read back by whichever replica the client reconnects to
+(`resume_state`). While a session's resume state lives, its call records live too.
 """
 
 from __future__ import annotations
@@ -117,6 +122,14 @@ class CallStore(ABC):
     @abstractmethod
     async def release(self, lease: Lease) -> bool:
         """Let the session go, if the lease still holds it."""
+
+    async def keep_resume(self, key: str, session_id: str, state: str, ttl: float) -> None:
+        """Keep `state` (the resume state of `session_id`) under `key` for `ttl` seconds."""
+        raise StoreError(f"the {self.name} store keeps no resume state")
+
+    async def resume_state(self, key: str) -> str | None:
+        """The resume state kept under `key`; None once it expired (or was never kept)."""
+        raise StoreError(f"the {self.name} store keeps no resume state")
 
     def _read(self, texts: Any) -> list[CallRecord]:
         """Records from stored JSON texts, the bad ones skipped (and counted), by time."""

@@ -30,6 +30,8 @@ class MemoryStore(CallStore):
         self._leases: dict[str, Lease] = {}
         self._listed: dict[str, str] = {}     # session -> target, while it lives
         self._offered: set[str] = set()       # sessions their owner offered to a peer
+        self._resumes: dict[str, tuple[str, float]] = {}   # resume key -> (state, expires at)
+        self._resumable: dict[str, float] = {}   # session -> until when a client may resume it
 
     def _check(self, session_id: str, fence: int) -> None:
         if fence < self._fences.get(session_id, 0):
@@ -50,6 +52,9 @@ class MemoryStore(CallStore):
         return calls
 
     def forget_now(self, session_id: str) -> None:
+        if self._resumable.get(session_id, 0.0) > self.clock():
+            return   # a client may resume it: its records are read then
+        self._resumable.pop(session_id, None)
         self._sessions.pop(session_id, None)
         self._fences.pop(session_id, None)
         self._leases.pop(session_id, None)
@@ -129,3 +134,20 @@ class MemoryStore(CallStore):
             return False
         del self._leases[lease.session_id]
         return True
+
+    async def keep_resume(self, key: str, session_id: str, state: str, ttl: float) -> None:
+        now = self.clock()
+        for old in [old for old, (_, until) in self._resumes.items() if until <= now]:
+            del self._resumes[old]
+        for ended in [ended for ended, until in self._resumable.items() if until <= now]:
+            del self._resumable[ended]
+            self.forget_now(ended)   # its session ended and can no longer be resumed
+        self._resumes[key] = (state, now + ttl)
+        self._resumable[session_id] = now + ttl
+
+    async def resume_state(self, key: str) -> str | None:
+        kept = self._resumes.get(key)
+        if kept is None or kept[1] <= self.clock():
+            self._resumes.pop(key, None)
+            return None
+        return kept[0]

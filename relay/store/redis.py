@@ -2,7 +2,9 @@
 `store` extra). Per session, one hash of call records (`relay:{session}:calls`, call id -> the
 record's JSON), the session's newest fencing token (`relay:{session}:fence`) and its lease
 (`relay:{session}:lease`, "owner token", expiring by itself). The braces keep a session's keys in
-one slot of a cluster. Every write checks the token in a Lua script, so the check and the write
+one slot of a cluster. A resumable proxied session's resume state is one string,
+`relay:resume:{key}` (the key derived from its resume token, never the token), expiring by itself.
+Every write checks the token in a Lua script, so the check and the write
 are one step on the server. Records expire `record_ttl` seconds after their session's last write.
 
 The leased sessions are listed in three keys every replica reads: `relay:sessions` (a hash,
@@ -226,6 +228,13 @@ class RedisStore(CallStore):
                                                   args=[_held(lease), lease.session_id, lease.token]))
         return bool(ended)
 
+    async def keep_resume(self, key: str, session_id: str, state: str, ttl: float) -> None:
+        await self._call("keep resume state", self._client.set(_resume_key(key), state, px=_ms(ttl)))
+
+    async def resume_state(self, key: str) -> str | None:
+        state = await self._call("read resume state", self._client.get(_resume_key(key)))
+        return None if state is None else _text(state)
+
     async def orphans(self, limit: int = 100) -> list[Orphan]:
         found = await self._call("scan", self._orphans(keys=[LISTED, EXPIRY, OFFERED], args=[limit]))
         orphans = []
@@ -233,6 +242,10 @@ class RedisStore(CallStore):
             session, target, offered = found[at:at + 3]
             orphans.append(Orphan(_text(session), _text(target), bool(offered)))
         return orphans
+
+
+def _resume_key(key: str) -> str:
+    return "relay:resume:{" + key + "}"
 
 
 def _held(lease: Lease) -> str:
