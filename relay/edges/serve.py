@@ -443,7 +443,7 @@ class RelayServer(EdgeRuntime):
         if not isinstance(session.loop, ResumingLoop):
             return await session.loop.run(on_end=recorder.close)
         assert self.resumes is not None and isinstance(session.loop.engine, OpenAIEngine)
-        if lease is None:   # a new session: held under its lease for this connection
+        if lease is None and not self.write_ahead.degraded:   # a new session: held for this connection
             lease = self.resumes.lease(session.loop.engine.session_id, session.id,
                                        lambda reason: self._lose(session, reason))
             if not await lease.hold():

@@ -167,7 +167,8 @@ async def test_a_call_cut_off_by_the_drop_is_finished_once_on_resume(idempotent:
         await left.wait_closed()
         assert left.end is not None and left.end.by == "client"
 
-        async with realtime_client(server, headers={"x-relay-resume": token}) as client:
+        # the query form this time (not passed upstream): `?resume=`
+        async with realtime_client(server, path=f"/v1/realtime?model=gpt-realtime&resume={token}") as client:
             done = await client.wait_for(lambda e: e["type"] == "response.done" and "Booked" in json.dumps(e))
 
     outputs = [e["item"]["output"] for e in (r.event for r in mock.received)
@@ -179,6 +180,7 @@ async def test_a_call_cut_off_by_the_drop_is_finished_once_on_resume(idempotent:
         assert started == [""]   # never run twice
         assert len(outputs) == 1 and "not retried" in outputs[0]
     assert "book" not in json.dumps(done["response"]["output"][0].get("name", ""))
+    assert mock.sessions[1].connections[0].query == {"model": "gpt-realtime"}
     [call] = [item for item in mock.sessions[1].items if item["type"] == "function_call"]
     assert call["name"] == "book"   # the model's new session has the call its output answers
 
@@ -332,3 +334,18 @@ async def test_a_state_the_store_cannot_read_is_refused_as_invalid(weather_mock:
         await server.write_ahead.store.keep_resume(resume_key("t" * 43, RELAY_TOKEN), "rs_x", "not json", 60)
         error, code = await refused(server, "t" * 43)
     assert (error["code"], code) == ("resume_token_invalid", 1008)
+
+
+async def test_a_connection_whose_session_was_taken_stops_and_closes(weather_mock: MockUpstream) -> None:
+    async with relay_for(weather_mock, store="memory", lease_seconds=0.3) as server:
+        store = server.write_ahead.store
+        clock = FakeMonotonic()
+        store.clock = clock   # type: ignore[attr-defined]
+        async with realtime_client(server) as client:
+            await client.wait_type("session.created")
+            session = only_session(server)
+            assert session.keeper is not None and session.keeper.lease is not None
+            clock.now += 1   # its lease expired (the store's clock): another connection takes the session
+            assert await store.acquire(session.keeper.engine.session_id, "another", ttl=60) is not None
+            code, reason = await client.closed()
+    assert (code, reason) == (1008, "session resumed on another connection")
