@@ -103,7 +103,7 @@ async def test_an_unreachable_upstream_closes_the_client_with_1011() -> None:
 
 
 def test_gemini_defaults_key_and_header() -> None:
-    server = RelayServer(ServerConfig(dialect="gemini", api_key="k"))
+    server = RelayServer(ServerConfig(dialect="gemini", api_key="gemini-key-of-the-defaults-test"))
     assert server.upstream.url == DEFAULT_URL and server.dialect is GEMINI
     assert infer_dialect(DEFAULT_URL) is GEMINI
     assert key_from_environment(GEMINI, {"GEMINI_API_KEY": " g-key ", "OPENAI_API_KEY": "o"}) == "g-key"
