@@ -1,6 +1,7 @@
 """One action interpreter and one handler runner: the live session loop, the scripted harness and
-the replay carry out the engine's actions through `ActionInterpreter` and run tools through
-`run_handler`, so a rule changed there is changed for all three."""
+the replay are each a `DriverCore` (relay/session/driver.py): they carry out the engine's actions
+through its `ActionInterpreter` and run tools through its `HandlerRunner` (`run_handler`, the
+error-output policy, the loop watch), so a rule changed there is changed for all three."""
 
 from __future__ import annotations
 
@@ -24,9 +25,10 @@ from relay.engine import (
 )
 from relay.engine.records import CallRecord, Phase
 from relay.offline.harness import HarnessSession
-from relay.offline.replay import replay
+from relay.offline.replay import _Replayer, replay
 from relay.recording.reader import read_recording
 from relay.session import runner
+from relay.session.driver import DriverCore
 from relay.session.loop import SessionLoop
 from relay.testing import Script, Turn, call
 from relay.tools import tool
@@ -136,3 +138,62 @@ def test_a_change_to_how_handlers_run_is_seen_live_replayed_and_scripted(tmp_pat
         session.user("Where is order 7?")
     [output] = session.timeline.outputs()
     assert output.text == f"order 7 is on its way{MARK}"
+
+
+DRIVERS = [SessionLoop, HarnessSession, _Replayer]
+SHARED = ["act_remember", "_apply", "_fire_deadline", "_next_due", "_run_handlers", "_written_ahead"]
+
+
+@pytest.mark.parametrize("driver", DRIVERS, ids=lambda d: d.__name__)
+def test_every_driver_is_an_engine_driver_and_keeps_its_shared_steps(driver: type) -> None:
+    assert issubclass(driver, DriverCore)
+    assert all(getattr(driver, name) is getattr(DriverCore, name) for name in SHARED)
+
+
+POLICY = "the runner's policy says: "
+
+
+@pytest.fixture
+def changed_policy(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Two changes made in the runner alone: its error-output policy (what a handler's raise
+    becomes) and its loop watch (each timed step of a handler, noted by its tool's name)."""
+    watched: list[str] = []
+    step = runner.LoopWatch.step
+
+    def noted(self: runner.LoopWatch, call_id: str, tool: str, started: float, ended: float) -> None:
+        watched.append(tool)
+        step(self, call_id, tool, started, ended)
+
+    monkeypatch.setattr(runner, "failed", lambda error: Outcome.returned(f"{POLICY}{error}"))
+    monkeypatch.setattr(runner.LoopWatch, "step", noted)
+    return watched
+
+
+@tool(name="lookup_order")
+async def failing_lookup(order_id: str) -> str:
+    """An async handler's raise goes through the runner's own `except`, not a thread's."""
+    await anyio.sleep(0)
+    raise LookupError(f"no such order {order_id}")
+
+
+def test_a_change_to_the_runner_s_error_policy_and_loop_watch_is_seen_by_all_three_drivers(
+        tmp_path: Path, changed_policy: list[str]) -> None:
+    # live: the session loop with the in-process mock upstream, recorded
+    path = anyio.run(functools.partial(record_session, tmp_path, [get_weather, failing_lookup]))
+    assert f"{POLICY}no such order missing" in outputs_of_recording(path)
+    assert "lookup_order" in changed_policy
+    # replayed: the same recording against the same tools, the policy's output sent again
+    changed_policy.clear()
+    replayed = replay(path, [get_weather, failing_lookup])
+    assert replayed.ok, replayed.divergences
+    [looked_up] = [c for c in replayed.calls if c.name == "lookup_order"]
+    assert looked_up.output == f"{POLICY}no such order missing"
+    assert "lookup_order" in changed_policy
+    # scripted: the harness on virtual time
+    changed_policy.clear()
+    script = Script(Turn(calls=[call("lookup_order", order_id="7")]), Turn(say="{output}"))
+    with script.start([failing_lookup]) as session:
+        session.user("Where is order 7?")
+    [output] = session.timeline.outputs()
+    assert output.text == f"{POLICY}no such order 7"
+    assert "lookup_order" in changed_policy

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from relay.dialects import openai_codec as wire
-from relay.engine import Action, Outcome, StartHandler
+from relay.engine import Outcome, StartHandler
 from relay.engine.calls import CallState
 from relay.mock import MockScript, StreamOptions
 from relay.offline import faults as fault_kinds
@@ -220,8 +220,8 @@ class ExploredSession(ScriptedSession):
                     or self.faults.pending())
 
     # ---- anchors ---------------------------------------------------------------------------------
-    def _act(self, actions: list[Action]) -> None:
-        super()._act(actions)
+    def _round_over(self, outermost: bool, source: Any) -> None:
+        super()._round_over(outermost, source)
         self._look()
 
     def _look(self) -> None:
@@ -318,8 +318,8 @@ class ExploredSession(ScriptedSession):
 
         return perturbed
 
-    async def _report(self, call_id: str, run: Callable[[], Any]) -> None:
-        await super()._report(call_id, run)
+    def _handler_finished(self, call_id: str, outcome: Outcome) -> None:
+        super()._handler_finished(call_id, outcome)
         number = self.observed.calls.index(call_id) + 1 if call_id in self.observed.calls else 0
         twice = self._handler_kinds.get(number)
         if twice is not None and twice.kind == "answers_twice" and not self.closed:

@@ -8,14 +8,17 @@ actions are carried out at once (frames to the upstream and the caller, handlers
 cancelled, the session closed), its timers are loop timers, and the tools' own `asyncio.sleep`s are
 too. So `advance(3)` runs three virtual seconds of the session, in order, in no real time.
 
-How handlers run mirrors the relay's runner (relay/session/runner.py): async functions as tasks,
-async generators as streaming tools, sync functions in a thread (here: their own daemon thread,
-which the loop waits for with its clock standing still: see `relay.offline.virtual`).
+The session is a driver of the engine as the live session loop is (`relay.session.driver`): the
+same action interpreter, and handlers run by the relay's own `HandlerRunner`, its error-output
+policy, loop watch, idempotency key and streaming tools included: async functions as tasks of the
+virtual loop, async generators as streaming tools, sync functions in a thread (here: their own
+daemon thread, which the loop waits for with its clock standing still: see
+`relay.offline.virtual`). What the harness supplies are the driver's ports: the scripted peers
+frames go to, the virtual clock and its timer, and the faults that stand in for a handler.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import tempfile
 from collections import deque
@@ -26,14 +29,11 @@ from typing import Any, Callable
 from relay.dialects import Dialect, GeminiDialect, get_dialect
 from relay.engine import (
     Action,
-    ActionInterpreter,
-    CancelHandler,
     Close,
     Engine,
     EngineConfig,
     Notice,
     Outcome,
-    Remember,
     SendClient,
     SendUpstream,
     StartHandler,
@@ -54,7 +54,8 @@ from relay.recording.format import (
 )
 from relay.tools import ToolRegistry
 from relay.tools.sources import ToolSources, tool_registry
-from relay.session.runner import run_handler
+from relay.session.driver import DriverCore
+from relay.session.runner import LoopTasks, Run, TaskScope
 
 EngineFactory = Callable[..., Engine]
 """Builds the engine under test, as `relay.engine.new_engine` (tools, dialect=, config=,
@@ -71,7 +72,7 @@ class SessionOver(RuntimeError):
     """A step was asked of a session that has ended (closed, or its upstream dropped)."""
 
 
-class HarnessSession:
+class HarnessSession(DriverCore):
     """One session of the relay under test on virtual time (see the module docstring). Subclasses
     say what the upstream is (`_upstream_receive`) and what the caller does with what it gets
     (`_caller_receive`)."""
@@ -90,23 +91,22 @@ class HarnessSession:
         self.name = name or f"{self.kind} ({self.dialect.name})"
         self.loop = VirtualLoop(thread_limit=thread_limit)
         self.config = config or EngineConfig(mode="proxy", strict=strict)
-        self.engine: Engine = (engine or new_engine)(self.tools, dialect=self.dialect, config=self.config,
-                                                     session_id="harness", id_prefix="relay")
+        built: Engine = (engine or new_engine)(self.tools, dialect=self.dialect, config=self.config,
+                                               session_id="harness", id_prefix="relay")
+        self.records: list[CallRecord] = []   # what the engine wrote ahead (`Remember`), in order
+        self._init_driver(built, records=self.records)
         self.frames: list[Frame] = []
         self.notices: list[Notice] = []
-        self.records: list[CallRecord] = []   # what the engine wrote ahead (`Remember`), in order
         self.marks: list[tuple[int, float, str, str]] = []   # (frames before it, t, kind, text)
         self.closed = False
         self.saved: Path | None = None
         self.faults = FaultPlan(faults, self)
         self._inbox: deque[tuple[str, str | bytes]] = deque()
         self._pumping = False
-        self._handlers: dict[str, asyncio.Task[Any]] = {}
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: Any = None   # the loop's timer for the engine's next deadline
         self._timer_at: float | None = None
-        self._stuck_deadline: float | None = None   # a deadline a tick did not move (see _tick)
         self._problems: list[BaseException] = []
-        self._interpret = ActionInterpreter(self)
+        self._run_handlers(LoopTasks(self.loop), cancel_scope=TaskScope, run_sync=self.loop.run_in_thread)
 
     # ---- time --------------------------------------------------------------------------------
     @property
@@ -126,9 +126,10 @@ class HarnessSession:
         start = self.now
         while self.now - start < limit and not self.closed:
             deadline = self.engine.next_deadline()
-            if not self._handlers and deadline is None and not self.faults.pending():
+            running = self._handlers
+            if not running and deadline is None and not self.faults.pending():
                 break
-            self._run(min(start + limit, deadline if deadline is not None and not self._handlers
+            self._run(min(start + limit, deadline if deadline is not None and not running
                           else self.now + 1.0))
         return self.now - start
 
@@ -197,10 +198,15 @@ class HarnessSession:
             self._pumping = False
 
     def _act(self, actions: list[Action]) -> None:
-        self._interpret(actions)
+        self._apply(actions)
+
+    # ---- the driver's ports (relay/session/driver.py) -------------------------------------------
+    def _moment(self) -> float:
+        return self.loop.time()
+
+    def _round_over(self, outermost: bool, source: Any) -> None:
         self._schedule_tick()
 
-    # ---- the engine's actions (`ActionSink`; `_interpret` is their `ActionInterpreter`) ----
     def act_send_upstream(self, action: SendUpstream) -> None:
         self._log(RELAY_TO_UPSTREAM, action.frame)
         self._queue_upstream(self._upstream_receive(action.frame))
@@ -210,18 +216,11 @@ class HarnessSession:
         self._inbox.extend(("client", frame) for frame in self._caller_receive(action.frame))
 
     def act_start_handler(self, action: StartHandler) -> None:
-        self._start(action)
-
-    def act_cancel_handler(self, action: CancelHandler) -> None:
-        task = self._handlers.pop(action.call_id, None)
-        if task is not None:
-            task.cancel()
+        super().act_start_handler(action)
+        self.faults.started(action)
 
     def act_notice(self, action: Notice) -> None:
         self.notices.append(action)
-
-    def act_remember(self, action: Remember) -> None:
-        self.records.append(action.record)
 
     def act_close(self, action: Close) -> None:
         self.mark(CLOSED, f"the relay closed the {action.target} ({action.code}: {action.reason})")
@@ -240,42 +239,38 @@ class HarnessSession:
     def _tick(self) -> None:
         self._timer = self._timer_at = None
         if not self.closed:
-            self._act(self.engine.tick(self.now))
-            after = self.engine.next_deadline()
-            if after is not None and after <= self.now:
-                # the engine's fault: firing that deadline again would never move virtual time,
-                # and the step would hang; it fails instead, and the deadline is not fired again
-                self._stuck_deadline = after
-                self.fail("a deadline ahead after the engine's timer fired",
-                          f"a deadline its tick did not move ({self.now - after:.3f} s in the past)")
-                self._schedule_tick()
+            self._fire_deadline(self.now)
             self._pump()
 
-    # ---- handlers -----------------------------------------------------------------------------
-    def _start(self, action: StartHandler) -> None:
-        run = self.faults.handler(action) or self._handler(action)
-        self._handlers[action.call_id] = self.loop.create_task(self._report(action.call_id, run))
-        self.faults.started(action)
+    def _deadline_left_behind(self, now: float, after: float) -> None:
+        # firing that deadline again would never move virtual time, and the step would hang; it
+        # fails instead, and the deadline is not fired again
+        self.fail("a deadline ahead after the engine's timer fired",
+                  f"a deadline its tick did not move ({now - after:.3f} s in the past)")
+        self._schedule_tick()
 
-    def _handler(self, action: StartHandler) -> Callable[[], Any]:
-        """The tool's own handler, run by the relay's own `run_handler` (a sync tool in a thread
-        of the virtual loop)."""
+    # ---- handlers: the relay's runner, on the virtual loop ----------------------------------------
+    @property
+    def _handlers(self) -> Any:
+        """The calls whose handler runs (those the runner has not reported or been told to cancel)."""
+        assert self._runner is not None
+        return self._runner.calls
 
-        def yielded(call_id: str, value: Any) -> None:
-            self._engine_input(lambda: self.engine.handler_yielded(call_id, value, self.now))
+    def _stand_in(self, action: StartHandler) -> Run:
+        return self.faults.handler(action) or self._handler(action)
 
-        return lambda: run_handler(action, yielded, run_sync=self.loop.run_in_thread)
+    def _handler(self, action: StartHandler) -> Run:
+        """The tool's own handler, as the relay's runner runs it (a sync tool in a thread of the
+        virtual loop): what a fault or the explorer's perturbation wraps."""
+        runner = self._runner
+        assert runner is not None
+        return lambda: runner.call_handler(action)
 
-    async def _report(self, call_id: str, run: Callable[[], Any]) -> None:
-        try:
-            outcome = await run()
-        except BaseException as exc:  # a handler's failure is an output, as in the relay
-            if isinstance(exc, asyncio.CancelledError) and self._handlers.get(call_id) is None:
-                return   # the engine decided this call's output when it asked for the cancel
-            outcome = Outcome.raised(exc)
-        if self._handlers.get(call_id) is not None:
-            del self._handlers[call_id]
-            self._engine_input(lambda: self.engine.handler_finished(call_id, outcome, self.now))
+    def _handler_finished(self, call_id: str, outcome: Outcome) -> None:
+        self._engine_input(lambda: self.engine.handler_finished(call_id, outcome, self.now))
+
+    def _handler_yielded(self, call_id: str, value: Any) -> None:
+        self._engine_input(lambda: self.engine.handler_yielded(call_id, value, self.now))
 
     def _engine_input(self, give: Callable[[], list[Action]]) -> None:
         if not self.closed:
@@ -291,9 +286,8 @@ class HarnessSession:
         self._act(self.engine.close(self.now, reason))
         self.mark(CLOSED, reason)
         self.closed = True
-        for task in self._handlers.values():
-            task.cancel()
-        self._handlers.clear()
+        if self._runner is not None:
+            self._runner.cancel_all()
         if self._timer is not None:
             self._timer.cancel()
 

@@ -42,14 +42,11 @@ import anyio
 
 from relay.dialects import DIALECT_CHOICES, DIALECTS, Dialect, get_dialect
 from relay.engine import (
-    Action,
-    ActionInterpreter,
     CancelHandler,
     Close,
     EngineConfig,
     Notice,
     Outcome,
-    Remember,
     SendClient,
     SendUpstream,
     StartHandler,
@@ -80,7 +77,7 @@ from relay.recording.format import (
 )
 from relay.recording.audio import without_audio
 from relay.recording.reader import iter_frames, read_recording
-from relay.session.runner import HandlerRunner
+from relay.session.driver import DriverCore
 from relay.tools import ToolRegistry
 from relay.tools.mcp_config import ApprovalPolicy, McpSettings
 from relay.tools.sources import ToolSources
@@ -150,7 +147,11 @@ def _replace_strings(value: Any, mapping: dict[str, str]) -> Any:
 
 
 # ---- the replay --------------------------------------------------------------------------------
-class _Replayer:
+class _Replayer(DriverCore):
+    """The replay's driver of the engine (relay/session/driver.py): its ports compare what the
+    relay sends with the recording and answer what it asks of the provider; its clock is the
+    recording's."""
+
     def __init__(self, recording: Recording, registry: ToolRegistry, *, dialect: Dialect | None,
                  realtime: bool, gate_timeout: float, progress: Callable[[int, int], None] | None,
                  moments: Moments | None = None) -> None:
@@ -169,9 +170,10 @@ class _Replayer:
             mcp_approvals=recorded_policy(header.get("mcp_approvals")),
         )
         dialect = dialect or recording.dialect
-        self.engine = new_engine(registry, dialect=dialect, config=config,
-                                 session_id=str(header.get("session_id", recording.path.stem)),
-                                 id_prefix=self.id_prefix or "replay")
+        self.records: list[CallRecord] = []   # what the replayed engine wrote ahead (`Remember`)
+        self._init_driver(new_engine(registry, dialect=dialect, config=config,
+                                     session_id=str(header.get("session_id", recording.path.stem)),
+                                     id_prefix=self.id_prefix or "replay"), records=self.records)
         self._produced_sends = replay_sends(dialect, self.engine.id_prefix)
         self._recorded_sends = replay_sends(dialect, self.id_prefix)
         self._requests = Requests(recording.frames, replay_sends(dialect, self.id_prefix))
@@ -179,7 +181,6 @@ class _Replayer:
         self._answering = False   # see _answer_requests
         self.base_time = _epoch(header.get("started_at"))
         self.now = self.base_time
-        self._stuck_deadline: float | None = None   # see _advance_to
         self.realtime = realtime
         self.gate_timeout = gate_timeout
         self.progress = progress
@@ -188,20 +189,18 @@ class _Replayer:
         self.unmatched: list[tuple[Key, dict[str, Any], float]] = []   # with when it was sent
         self.divergences: list[Divergence] = []
         self.timeline: list[str] = []
-        self.records: list[CallRecord] = []   # what the replayed engine wrote ahead (`Remember`)
         self.recorded_outputs: dict[str, str] = {}
         self.frames: list[Frame] = []                     # the session as replayed
         self._progress = anyio.Event()
-        self._runner: HandlerRunner | None = None
         self.moments = moments or Moments()   # handlers waiting for a recorded moment
-        self._interpret = ActionInterpreter(self)
 
-    # -- engine plumbing --
-    def _apply(self, actions: list[Action]) -> None:
-        self._interpret(actions)
+    # ---- the driver's ports (relay/session/driver.py) ----
+    def _moment(self) -> float:
+        return self.now
+
+    def _round_over(self, outermost: bool, source: Any) -> None:
         self._answer_requests()
 
-    # ---- the engine's actions (`ActionSink`; `_interpret` is their `ActionInterpreter`) ----
     def act_send_upstream(self, action: SendUpstream) -> None:
         event = json_object(action.frame)   # Gemini forwards a client's malformed frame as it is
         if event is None:
@@ -218,12 +217,10 @@ class _Replayer:
     def act_start_handler(self, action: StartHandler) -> None:
         self.timeline.append(f"{self._t():9.3f}  run   {action.tool.name}({_args(action)}) "
                              f"call_id={action.call_id}")
-        assert self._runner is not None
-        self._runner.start(action)
+        super().act_start_handler(action)
 
     def act_cancel_handler(self, action: CancelHandler) -> None:
-        if self._runner is not None:
-            self._runner.cancel(action.call_id)
+        super().act_cancel_handler(action)
         self.timeline.append(f"{self._t():9.3f}  cancel {action.call_id}: {action.reason}")
 
     def act_send_client(self, action: SendClient) -> None:
@@ -235,9 +232,6 @@ class _Replayer:
 
     def act_close(self, action: Close) -> None:
         """The recording decides when the replayed session ends."""
-
-    def act_remember(self, action: Remember) -> None:
-        self.records.append(action.record)
 
     def _answer_requests(self) -> None:
         """Answer the requests no recorded frame answers, as a provider would, once the actions
@@ -268,12 +262,9 @@ class _Replayer:
         else:
             self.timeline.append(f"{self._t():9.3f}  send  {self._produced_sends.describe(key)}")
 
-    def _finished(self, call_id: str, outcome: Outcome) -> None:
-        self._apply(self.engine.handler_finished(call_id, outcome, self.now))
+    def _handler_finished(self, call_id: str, outcome: Outcome) -> None:
+        super()._handler_finished(call_id, outcome)
         self._progress.set()
-
-    def _yielded(self, call_id: str, value: Any) -> None:
-        self._apply(self.engine.handler_yielded(call_id, value, self.now))
 
     def _t(self) -> float:
         return self.now - self.base_time
@@ -281,29 +272,24 @@ class _Replayer:
     def _advance_to(self, moment: float) -> None:
         """Move virtual time forward, firing the engine's timers on their way. A deadline that a
         tick leaves where it was (the engine's fault) is logged and not fired again: firing it
-        would never move time, and the replay would hang (as the live loop's timer does)."""
+        would never move time, and the replay would hang (`DriverCore._fire_deadline`)."""
         while True:
-            deadline = self._next_deadline()
+            deadline = self._next_due()
             if deadline is None or deadline > moment:
                 break
             self.now = max(self.now, deadline)
             self.moments.release(self._t())
-            self._apply(self.engine.tick(self.now))
-            after = self.engine.next_deadline()
-            if after is not None and after <= self.now:
-                self._stuck_deadline = after
-                log.error("the engine kept a deadline its tick did not move; ignoring it",
-                          extra={"t": self._t(), "overdue_seconds": self.now - after})
+            self._fire_deadline(self.now)
         self.now = max(self.now, moment)
         self.moments.release(self._t())
 
-    def _next_deadline(self) -> float | None:
-        deadline = self.engine.next_deadline()
-        return None if deadline == self._stuck_deadline else deadline
+    def _deadline_left_behind(self, now: float, after: float) -> None:
+        log.error("the engine kept a deadline its tick did not move; ignoring it",
+                  extra={"t": self._t(), "overdue_seconds": now - after})
 
     def _fire_next_timer(self) -> bool:
         """Move virtual time to the engine's next deadline; False when it has none."""
-        deadline = self._next_deadline()
+        deadline = self._next_due()
         if deadline is None:
             return False
         self._advance_to(deadline)
@@ -367,7 +353,7 @@ class _Replayer:
         total = len(self.recording.frames)
         start_wall = time.monotonic()
         async with anyio.create_task_group() as task_group:
-            self._runner = HandlerRunner(task_group, on_finished=self._finished, on_yield=self._yielded)
+            self._run_handlers(task_group)
             for index, frame in enumerate(self._frames()):
                 if self.realtime:
                     delay = frame.t - (time.monotonic() - start_wall)

@@ -17,23 +17,18 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 import anyio
 import anyio.abc
 
 from relay.engine import (
     Action,
-    ActionInterpreter,
-    CancelHandler,
     Close,
     Engine,
     Notice,
-    Outcome,
-    Remember,
     SendClient,
     SendUpstream,
-    StartHandler,
 )
 from relay.engine.actions import TOOL_CALL
 from relay.errors import REDACTED
@@ -45,6 +40,7 @@ from relay.recording.format import (
 )
 from relay.recording.redact import Echoes, Redactor
 from relay.recording.taps import Recorder, forwarding_of
+from relay.session.driver import LOOP_BLOCKED, DriverCore
 from relay.session.flow import BackPressure
 from relay.session.policy import (
     BAD_GATEWAY,
@@ -59,7 +55,7 @@ from relay.session.policy import (
     sendable_close_code,
     short_close_reason,
 )
-from relay.session.runner import DEFAULT_BLOCK_SECONDS, HandlerRunner, HandlerScope
+from relay.session.runner import DEFAULT_BLOCK_SECONDS, HandlerScope
 from relay.session.transport import (
     BATCH_BYTES,
     Express,
@@ -86,8 +82,9 @@ class SessionEnd:
     reason: str
 
 
-class SessionLoop:
-    """Runs one engine between an upstream socket and, in proxy mode, a client socket."""
+class SessionLoop(DriverCore):
+    """Runs one engine between an upstream socket and, in proxy mode, a client socket: the live
+    driver of the engine (relay/session/driver.py), whose ports are the sockets' queues."""
 
     def __init__(
         self,
@@ -109,7 +106,7 @@ class SessionLoop:
         block_seconds: float = DEFAULT_BLOCK_SECONDS,
         write_ahead: WriteAhead | None = None,
     ) -> None:
-        self.engine = engine
+        self._init_driver(engine, write_ahead=write_ahead)   # where the engine's records go (None: nowhere)
         self.upstream = upstream
         self.client = client
         self.clock = clock
@@ -122,20 +119,16 @@ class SessionLoop:
         # a full queue pauses the reading of the side its frames come from; the timer watches it
         self.flow = BackPressure(self.to_client, self.to_upstream, self._source_of, clock=clock,
                                  stall_seconds=stall_seconds, on_watch=self._wake_timer, on_stalled=self._overflow)
-        self._holding = False           # a round is under way: what it queues is written as it ends
         self._held: list[str] = []      # sides whose frames wait for the round to end
         self._untold: list[Notice] = []   # notices told once the frames of their actions are written
-        self._carry_out = ActionInterpreter(self)   # the engine's actions, each to its act_ method
         self._to_upstream: Pipe | None = None   # the client reader's pipe (its peer follows `upstream`)
         self.client_budget = client_budget   # None: the client may send as fast as it likes
         self.redactor = redactor   # applied to every frame for the client: the provider may echo a secret
         self._echoes = Echoes(redactor) if redactor is not None else None   # ... split across its deltas too
         self.handler_scope = handler_scope   # what each handler runs in (its tracing span)
         self.block_seconds = block_seconds   # a handler step holding the event loop this long is told
-        self.write_ahead = write_ahead   # where the engine's records go (None: nowhere)
         self.end: SessionEnd | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
-        self._runner: HandlerRunner | None = None
         self._timer_wake = anyio.Event()
         self._armed_deadline: float | None = None
         self._overflowed_sides: set[str] = set()
@@ -151,10 +144,8 @@ class SessionLoop:
         try:
             async with anyio.create_task_group() as task_group:
                 self._task_group = task_group
-                self._runner = HandlerRunner(task_group, on_finished=self._handler_finished,
-                                             on_yield=self._handler_yielded, thread_limit=self.thread_limit,
-                                             handler_scope=self.handler_scope, on_blocked=self._handler_blocked,
-                                             block_seconds=self.block_seconds)
+                self._run_handlers(task_group, thread_limit=self.thread_limit, handler_scope=self.handler_scope,
+                                   block_seconds=self.block_seconds)
                 task_group.start_soon(self._read_upstream, name="upstream reader")
                 task_group.start_soon(self._write, self.to_upstream, "upstream", name="upstream writer")
                 if self.client is not None:
@@ -319,11 +310,9 @@ class SessionLoop:
         """The engine's deadlines, and the back-pressure's stall checks while a queue is full.
         A deadline that a tick leaves in the past (the engine's fault) is logged and ignored:
         ticking again at once would never yield, freezing every session of the process."""
-        ignored: float | None = None   # a past deadline a tick did not move
         while True:
-            deadline = self.engine.next_deadline()
-            self._armed_deadline = deadline
-            deadline = None if deadline == ignored else deadline
+            self._armed_deadline = self.engine.next_deadline()
+            deadline = self._next_due()
             self._timer_wake = anyio.Event()
             due, check = deadline, self.flow.next_check()
             if check is not None:
@@ -340,40 +329,30 @@ class SessionLoop:
             if check is not None:
                 self.flow.check(now)
             if deadline is not None and deadline <= now:
-                self._apply(self.engine.tick(now))
-                after = self.engine.next_deadline()
-                if after is not None and after <= now:
-                    ignored = after
-                    log.error("the engine kept a deadline its tick did not move; ignoring it",
-                              extra={"session_id": self.engine.session_id, "overdue_seconds": now - after})
+                self._fire_deadline(now)
 
-    # ---- handlers ----------------------------------------------------------------------
-    def _handler_finished(self, call_id: str, outcome: Outcome) -> None:
-        self._apply(self.engine.handler_finished(call_id, outcome, self.clock()))
+    # ---- the driver's ports (relay/session/driver.py) -------------------------------------
+    def _moment(self) -> float:
+        return self.clock()
 
-    def _handler_yielded(self, call_id: str, value: Any) -> None:
-        self._apply(self.engine.handler_yielded(call_id, value, self.clock()))
+    def _start_task(self, work: Callable[..., Awaitable[Any]], *args: Any, name: str) -> bool:
+        if self._task_group is None or self.end is not None:
+            return False
+        self._task_group.start_soon(work, *args, name=name)
+        return True
 
     def _handler_blocked(self, call_id: str, tool: str, seconds: float) -> None:
         """A step of a handler held the event loop (every session of the process) `seconds`: a
-        `loop_blocked` notice, for the edge's log line and metric."""
+        `loop_blocked` notice, told at once, for the edge's log line and metric."""
         if self.on_notice is not None:
-            self.on_notice(Notice("loop_blocked", {"call_id": call_id, "name": tool, "seconds": round(seconds, 3)}))
+            self.on_notice(Notice(LOOP_BLOCKED, {"call_id": call_id, "name": tool, "seconds": round(seconds, 3)}))
 
-    # ---- actions -----------------------------------------------------------------------
-    def _apply(self, actions: list[Action], source: Transport | None = None) -> None:
-        """Carry out what the engine asked, then write what it queued, one write per side (for a
-        reader's frame, from `source`, after the last frame of its burst: `_release_held`), then
-        tell its notices: a notice's log line, metrics and trace span come after the writes, so
-        they never hold a tool's output back from the model. A round started while another is
-        under way leaves the writes and the notices to that one."""
-        outermost = not self._holding
-        self._holding = True
-        try:
-            self._carry_out(actions)
-        finally:
-            if outermost:
-                self._holding = False
+    def _round_over(self, outermost: bool, source: Transport | None) -> None:
+        """After the engine's actions: write what they queued, one write per side (for a reader's
+        frame, from `source`, after the last frame of its burst: `_release_held`), then tell their
+        notices: a notice's log line, metrics and trace span come after the writes, so they never
+        hold a tool's output back from the model. A round started while another is under way
+        leaves the writes and the notices to that one."""
         if self.engine.next_deadline() != self._armed_deadline:
             self._timer_wake.set()
         if outermost:
@@ -389,39 +368,17 @@ class SessionLoop:
                 for notice in untold:
                     self.on_notice(notice)
 
-    # ---- the engine's actions (`ActionSink`; `_carry_out` is their `ActionInterpreter`) ----
+    # ---- the engine's actions: where frames, notices and closes go (the rest: DriverCore) ----
     def act_send_client(self, action: SendClient) -> None:
         self._enqueue(self.to_client, "client", action.frame)
 
     def act_send_upstream(self, action: SendUpstream) -> None:
         self._enqueue(self.to_upstream, "upstream", action.frame)
 
-    def act_start_handler(self, action: StartHandler) -> None:
-        assert self._runner is not None
-        self._runner.start(action)
-
-    def act_cancel_handler(self, action: CancelHandler) -> None:
-        if self._runner is not None:
-            self._runner.cancel(action.call_id)
-
     def act_notice(self, action: Notice) -> None:
         if action.kind == TOOL_CALL and self.recorder is not None:
             self.recorder.record_notice(action.kind, action.fields)
         self._untold.append(action)
-
-    def act_remember(self, action: Remember) -> None:
-        """The record goes to the store before what follows it: at once to a synchronous one;
-        else the guarded actions wait for the write (`ActionInterpreter.hold`)."""
-        writes = self.write_ahead
-        if writes is None or writes.write_now(action.record) or self._task_group is None or self.end:
-            return
-        self._carry_out.hold()
-        self._task_group.start_soon(self._written_ahead, action.record, name="write-ahead")
-
-    async def _written_ahead(self, record: Any) -> None:
-        assert self.write_ahead is not None
-        await self.write_ahead.write(record)   # done, failed or timed out: never raises
-        self._apply(self._carry_out.release())
 
     def act_close(self, action: Close) -> None:
         if self._task_group is not None:

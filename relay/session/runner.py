@@ -26,7 +26,7 @@ import time
 import types
 from contextlib import AbstractContextManager, nullcontext
 from collections.abc import Coroutine, Generator
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Protocol
 
 import anyio
 import anyio.abc
@@ -41,6 +41,17 @@ Report = Callable[[str, Outcome], None]
 YieldReport = Callable[[str, Any], None]
 HandlerScope = Callable[[str], AbstractContextManager[Any]]
 BlockReport = Callable[[str, str, float], None]
+Run = Callable[[], Awaitable[Outcome]]
+"""A call's handler run to its outcome: the tool's own (`HandlerRunner.call_handler`), or a
+stand-in the harness puts in its place (a fault, the explorer's perturbation) around it."""
+RunSync = Callable[[Callable[[], Outcome]], Awaitable[Outcome]]
+
+
+def failed(error: BaseException) -> Outcome:
+    """The runner's error-output policy: what a handler raises, whatever it is (`SystemExit`,
+    `KeyboardInterrupt`, a `CancelledError` of its own), is its call's outcome, never the session's
+    end. The one place it is decided, for every driver."""
+    return Outcome.raised(error)
 
 DEFAULT_BLOCK_SECONDS = 0.1
 """How long one step of an async handler may hold the event loop before it is reported: a
@@ -95,10 +106,25 @@ def timed_steps(coroutine: Coroutine[Any, Any, Any], clock: Callable[[], float],
             del suspended_on
 
 
+class Tasks(Protocol):
+    """Where handlers run: the session's anyio task group, or `LoopTasks` on a loop that no task
+    group runs (the harness's virtual loop)."""
+
+    @property
+    def cancel_scope(self) -> Any: ...   # its `cancel_called`: the session is ending
+    def start_soon(self, func: Callable[..., Awaitable[Any]], *args: Any, name: object = None) -> None: ...
+
+
 class HandlerRunner:
+    """Runs the handlers of one session: the one runner of every driver (the live session loop,
+    the scripted harness on its virtual loop, the replay). `tasks` is where each handler's task
+    runs and `cancel_scope` what cancels it (anyio's, or `TaskScope` on the virtual loop);
+    `run_sync` where a sync handler runs (default: a worker thread under the session's limiter;
+    the harness's loop waits for its own threads with its clock standing still)."""
+
     def __init__(
         self,
-        task_group: anyio.abc.TaskGroup,
+        task_group: Tasks,
         *,
         on_finished: Report,
         on_yield: YieldReport,
@@ -107,6 +133,8 @@ class HandlerRunner:
         on_blocked: BlockReport | None = None,
         block_seconds: float = DEFAULT_BLOCK_SECONDS,
         clock: Callable[[], float] = time.perf_counter,
+        run_sync: RunSync | None = None,
+        cancel_scope: Callable[[], Any] = anyio.CancelScope,
     ) -> None:
         self._task_group = task_group
         self._on_finished = on_finished
@@ -114,17 +142,28 @@ class HandlerRunner:
         self._handler_scope = handler_scope
         self._watch = LoopWatch(on_blocked, block_seconds) if on_blocked is not None else None
         self._clock = clock
-        self._limiter = anyio.CapacityLimiter(thread_limit)
-        self._scopes: dict[str, anyio.CancelScope] = {}
+        self._thread_limit = thread_limit
+        self._limiter: anyio.CapacityLimiter | None = None   # made on first use, inside the loop
+        if run_sync is not None:
+            self._run_sync = run_sync   # type: ignore[method-assign]
+        self._new_scope = cancel_scope
+        self._scopes: dict[str, Any] = {}
 
     @property
     def running(self) -> int:
         return len(self._scopes)
 
-    def start(self, action: StartHandler) -> None:
-        scope = anyio.CancelScope()
+    @property
+    def calls(self) -> Any:
+        """The ids of the calls whose handler runs (a live view)."""
+        return self._scopes.keys()
+
+    def start(self, action: StartHandler, run: Run | None = None) -> None:
+        """Run the call's handler (or `run`, a stand-in for it) as a task; its outcome goes to
+        `on_finished` unless the relay cancelled it first."""
+        scope = self._new_scope()
         self._scopes[action.call_id] = scope
-        self._task_group.start_soon(self._run, action, scope, name=f"tool {action.tool.name} {action.call_id}")
+        self._task_group.start_soon(self._run, action, scope, run, name=f"tool {action.tool.name} {action.call_id}")
 
     def cancel(self, call_id: str) -> None:
         scope = self._scopes.pop(call_id, None)
@@ -135,17 +174,17 @@ class HandlerRunner:
         for call_id in list(self._scopes):
             self.cancel(call_id)
 
-    async def _run(self, action: StartHandler, scope: anyio.CancelScope) -> None:
+    async def _run(self, action: StartHandler, scope: Any, run: Run | None) -> None:
         outcome: Outcome | None = None
         try:
             with scope:
                 try:
                     with self._handler_scope(action.call_id) if self._handler_scope else nullcontext():
-                        outcome = await self._call(action)
+                        outcome = await (run() if run is not None else self.call_handler(action))
                 except BaseException as exc:  # a handler's failure is an output, not a crash
                     if self._cancelled_by_relay(exc, scope):
                         raise
-                    outcome = Outcome.raised(exc)
+                    outcome = failed(exc)
         finally:
             if self._scopes.get(action.call_id) is scope:
                 del self._scopes[action.call_id]
@@ -153,7 +192,7 @@ class HandlerRunner:
             return  # the engine decided this call's output when it asked for the cancel
         self._on_finished(action.call_id, outcome)
 
-    def _cancelled_by_relay(self, exc: BaseException, scope: anyio.CancelScope) -> bool:
+    def _cancelled_by_relay(self, exc: BaseException, scope: Any) -> bool:
         """Whether `exc` is a cancellation the relay asked for (this call's, the session's, or the
         task's own, as when the process stops), not one the handler raised by itself."""
         if not isinstance(exc, anyio.get_cancelled_exc_class()):
@@ -171,16 +210,67 @@ class HandlerRunner:
         call_id, tool, clock = action.call_id, action.tool.name, self._clock
         return timed_steps(awaitable, clock, lambda started, ended: watch.step(call_id, tool, started, ended))
 
-    async def _call(self, action: StartHandler) -> Outcome:
-        return await run_handler(action, self._on_yield, run_sync=self._run_sync,
-                                 timed=functools.partial(self._timed, action))
+    def call_handler(self, action: StartHandler) -> Awaitable[Outcome]:
+        """The tool's own handler run to its outcome, as `run_handler` runs it (its values to
+        `on_yield`, its steps timed against the loop watch, a sync one through `run_sync`): what a
+        stand-in wraps."""
+        return run_handler(action, self._on_yield, run_sync=self._run_sync,
+                           timed=functools.partial(self._timed, action))
 
     async def _run_sync(self, work: Callable[[], Outcome]) -> Outcome:
+        if self._limiter is None:
+            self._limiter = anyio.CapacityLimiter(self._thread_limit)
         return await anyio.to_thread.run_sync(
             work,
             abandon_on_cancel=True,   # a blocked thread cannot be killed; stop waiting for it
             limiter=self._limiter,
         )
+
+
+class LoopTasks:
+    """`Tasks` on a plain asyncio loop stepped from outside (the harness's virtual loop, which no
+    anyio task group runs): each handler is one task of the loop's. Nothing cancels them as a
+    group; the driver cancels each handler when the session ends."""
+
+    cancel_called = False
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    @property
+    def cancel_scope(self) -> LoopTasks:
+        return self
+
+    def start_soon(self, func: Callable[..., Awaitable[Any]], *args: Any, name: object = None) -> None:
+        self._loop.create_task(func(*args), name=None if name is None else str(name))   # type: ignore[arg-type]
+
+
+class TaskScope:
+    """A cancel scope for `LoopTasks`: cancelling it cancels the task it is entered in, and can be
+    done from outside the running loop (the harness carries out the engine's `CancelHandler`
+    between the loop's steps, where anyio's scopes cannot be reached). A scope cancelled before its
+    task began cancels the task as it enters."""
+
+    __slots__ = ("cancel_called", "_task")
+
+    def __init__(self) -> None:
+        self.cancel_called = False
+        self._task: asyncio.Task[Any] | None = None
+
+    def __enter__(self) -> TaskScope:
+        if self.cancel_called:
+            raise asyncio.CancelledError("cancelled before it began")
+        self._task = asyncio.current_task()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> bool:
+        self._task = None
+        return False
+
+    def cancel(self) -> None:
+        self.cancel_called = True
+        if self._task is not None:
+            self._task.cancel()
 
 
 async def run_handler(action: StartHandler, on_yield: YieldReport, *,
@@ -222,4 +312,4 @@ def _outcome_in_thread(handler: Callable[..., Any], arguments: dict[str, Any]) -
     try:
         return Outcome.returned(handler(**arguments))
     except BaseException as exc:   # the tool's failure, whatever it is, is its call's output
-        return Outcome.raised(exc)
+        return failed(exc)
