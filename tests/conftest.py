@@ -44,12 +44,29 @@ relay.transports.AUTO_ORDER = (TEST_TRANSPORT,)
 MARKERS_BY_FIXTURE = {"browser": "browser", "haproxy": "cluster"}
 
 
+# The slow kinds that hold one worker longest first (installs into fresh virtual environments,
+# then the benchmarks' smoke runs, the docs site, the soaks...): see `pytest_collection_modifyitems`.
+LONGEST_FIRST = ("packaging", "bench", "docs", "soak", "cluster", "browser")
+
+
+def _start_rank(item: pytest.Item) -> int:
+    for rank, marker in enumerate(LONGEST_FIRST):
+        if item.get_closest_marker(marker) is not None:
+            return rank
+    return len(LONGEST_FIRST)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A test that drives the browser or HAProxy is of that slow kind, whoever wrote it."""
+    """A test that drives the browser or HAProxy is of that slow kind, whoever wrote it. The slow
+    kinds then run first, longest kinds ahead (a stable sort: each kind's tests keep their order,
+    a module's together): pytest-xdist hands tests out in this order, so a test that holds a worker
+    for a minute or more starts while the others fill the other workers around it, instead of
+    starting last and leaving them idle at the end."""
     for item in items:
         for fixture, marker in MARKERS_BY_FIXTURE.items():
             if fixture in getattr(item, "fixturenames", ()):
                 item.add_marker(marker)
+    items.sort(key=_start_rank)
 
 
 @pytest.fixture(autouse=True)
