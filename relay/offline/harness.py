@@ -267,10 +267,16 @@ class HarnessSession(DriverCore):
         return lambda: runner.call_handler(action)
 
     def _handler_finished(self, call_id: str, outcome: Outcome) -> None:
-        self._engine_input(lambda: self.engine.handler_finished(call_id, outcome, self.now))
+        """The runner's report, to the engine as every driver gives it (unless the session is
+        over), and what it causes delivered."""
+        if not self.closed:
+            super()._handler_finished(call_id, outcome)
+            self._pump()
 
     def _handler_yielded(self, call_id: str, value: Any) -> None:
-        self._engine_input(lambda: self.engine.handler_yielded(call_id, value, self.now))
+        if not self.closed:
+            super()._handler_yielded(call_id, value)
+            self._pump()
 
     def _engine_input(self, give: Callable[[], list[Action]]) -> None:
         if not self.closed:
