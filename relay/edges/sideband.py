@@ -42,9 +42,9 @@ from relay.dialects import live
 from relay.dialects.live import LiveDialect
 from relay.dialects.openai import OpenAIFamily
 from relay.edges.config import EdgeRuntime, SidecarConfig
-from relay.edges.takeover import RUN, Adoption, Handovers, adopt, output_of
+from relay.edges.takeover import RUN, Adoption, Handovers, adopt, adopt_live, output_of
 from relay.edges.upstream import UpstreamUnavailable
-from relay.engine import CallState, Engine, Notice, OpenAIEngine, Outcome, SendUpstream, StartHandler, new_engine
+from relay.engine import CallState, Engine, LiveEngine, Notice, OpenAIEngine, Outcome, SendUpstream, StartHandler, new_engine
 from relay.engine.actions import TOOL_CALL
 from relay.engine.calls import CallOutcome
 from relay.observe.logs import log_notice
@@ -177,7 +177,8 @@ class SidebandLoop(SessionLoop):
 
     def _answers(self, frame: str | bytes) -> tuple[str, str] | None:
         """The relay call a frame going up answers and whose record is not yet marked sent, with
-        the output item's id where the wire has one (the OpenAI family's)."""
+        what the provider echoes once it has it: the output item's id (the OpenAI family's), the
+        event id of the answer's last frame (GPT-Live's: relay/engine/live_records.py)."""
         if not isinstance(self._family, LiveDialect):
             return output_of(frame, self._family)
         event = live.decode(frame)
@@ -190,7 +191,10 @@ class SidebandLoop(SessionLoop):
             call_id = event.delegation_id if entry is not None and entry.state is not CallState.RUNNING else None
         else:
             return None
-        return (call_id, "") if isinstance(call_id, str) and call_id not in self._sent_calls else None
+        if not isinstance(call_id, str) or call_id in self._sent_calls:
+            return None
+        answered = self.engine.ledger.get(call_id)
+        return call_id, (answered.output_item_id or "") if answered is not None else ""
 
     async def _send_marked(self, action: SendUpstream, call_id: str, item_id: str) -> None:
         assert self.lease is not None
@@ -246,7 +250,11 @@ class SidebandLoop(SessionLoop):
                 return
             self._apply(self.engine.receive_upstream(frame, self.clock()))
         engine = self.engine
-        if adoption.follow_ups and isinstance(engine, OpenAIEngine) and self.end is None and self.lease_lost is None:
+        if self.end is not None or self.lease_lost is not None:
+            return
+        if isinstance(engine, LiveEngine) and (adoption.records or adoption.follow_ups):
+            self._apply(engine.adopt_records(adoption.records, adoption.follow_ups, self.clock()))
+        elif adoption.follow_ups and isinstance(engine, OpenAIEngine):
             self._apply(engine.adopt_follow_ups(adoption.follow_ups, self.clock()))
 
     async def upstream_lost(self, closed: TransportClosed) -> None:
@@ -380,13 +388,19 @@ class Sidecar:
             self.lease = lease
         if held and self.takeover and upstream is not None:
             records = await runtime.write_ahead.read(self.session_id)
-            if not isinstance(runtime.dialect, OpenAIFamily):   # GPT-Live's delegations: not yet
+            if isinstance(runtime.dialect, LiveDialect):
+                self.adoption = adopt_live(records, runtime.tools)
+            elif isinstance(runtime.dialect, OpenAIFamily):
+                self.adoption = adopt(records, runtime.tools, family=runtime.dialect, id_prefix=self.id)
+            else:
                 log.warning("call taken over, but its owed calls are not finished: taking over a %s "
                             "session's calls is not supported", runtime.dialect.name, extra=self.context)
                 return True
-            self.adoption = adopt(records, runtime.tools, family=runtime.dialect, id_prefix=self.id)
             runtime.handovers.took_over(self.adoption)
             log.info("call taken over", extra={**self.context, **self.adoption.counts()})
+            if self.adoption.unconfirmed and isinstance(runtime.dialect, LiveDialect):
+                log.warning("%d answers the old owner sent were never shown delivered: not sent again (GPT-Live "
+                            "cannot refuse a duplicate)", self.adoption.unconfirmed, extra=self.context)
         return True
 
     def _lease_lost(self, reason: str) -> None:

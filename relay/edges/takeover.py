@@ -20,6 +20,14 @@ for such a call, the loop does what `Adoption.decision` says:
   otherwise answer it without running it, with an honest error ("interrupted; not retried");
 - `decided` (its output was known, perhaps not sent): answer it with that output, without running it.
 
+A GPT-Live session's calls (`adopt_live`) get the same decisions, with one difference: an answer
+recorded as sent is done with, delivered or not. GPT-Live's wire has no id the provider would
+refuse twice (an append's event id is only echoed, and a `response.item.create` is not even
+acknowledged), so an answer sent again could be taken twice: the new owner never sends it again
+(never twice), and counts it as `unconfirmed` when the provider had not shown it has it. Its owed
+calls are told to the new engine as records (`Adoption.records`, `LiveEngine.adopt_records`),
+not as frames: GPT-Live has no out-of-band response to list them in.
+
 This is the one place the store's phases become a new owner's actions.
 """
 
@@ -63,11 +71,14 @@ class Adoption:
     decisions: dict[str, Decision] = field(default_factory=dict)
     follow_ups: list[CallRecord] = field(default_factory=list)
     done: int = 0
+    records: list[CallRecord] = field(default_factory=list)   # GPT-Live: the owed calls' records
+    unconfirmed: int = 0   # GPT-Live: answers sent, never shown delivered, not sent again
 
     def counts(self) -> dict[str, int]:
         """How many owed calls are run again (`retried`, `ready` ones included), refused, answered,
         and how many answered calls get the follow-up their old owner owed (`followed_up`)."""
-        found = {"retried": 0, "refused": 0, "answered": 0, "followed_up": len(self.follow_ups), "done": self.done}
+        found = {"retried": 0, "refused": 0, "answered": 0, "followed_up": len(self.follow_ups), "done": self.done,
+                 "unconfirmed": self.unconfirmed}
         for decision in self.decisions.values():
             found[{RUN: "retried", REFUSE: "refused", ANSWER: "answered"}[decision.how]] += 1
         return found
@@ -118,9 +129,10 @@ def may_run_again(tools: ToolRegistry, name: str) -> bool:
     return spec is not None and (spec.idempotent or spec.key_parameter is not None)
 
 
-def decide(record: CallRecord, tools: ToolRegistry) -> Decision | None:
-    """What an owed call gets; None for a call that is done."""
-    if record.phase in _SENT and not record.delivered and record.item_id and record.output is not None:
+def decide(record: CallRecord, tools: ToolRegistry, *, resend: bool = True) -> Decision | None:
+    """What an owed call gets; None for a call that is done. `resend`: an output recorded sent
+    and never delivered goes again as the same item (the provider refuses a duplicate)."""
+    if resend and record.phase in _SENT and not record.delivered and record.item_id and record.output is not None:
         # marked sent, never echoed: perhaps lost with the old owner's socket. Sent again as the
         # same item, which the provider refuses if it has it (relay/engine/injection.py)
         return Decision(ANSWER, _outcome_of(record.output), item_id=record.item_id,
@@ -132,16 +144,37 @@ def decide(record: CallRecord, tools: ToolRegistry) -> Decision | None:
     if record.phase is Phase.READY:
         return Decision(RUN)
     if record.phase is Phase.DECIDED and record.output is not None:
-        return Decision(ANSWER, _outcome_of(record.output))
+        return Decision(ANSWER, _outcome_of(record.output, record.message))
     if may_run_again(tools, record.name):
         return Decision(RUN)
     return Decision(REFUSE, Outcome.returned(ToolResult(error=NOT_RETRIED)))
 
 
-def _outcome_of(output: str) -> Outcome:
-    """The outcome a recorded output says (an error output as the error it renders)."""
+def _outcome_of(output: str, message: str | None = None) -> Outcome:
+    """The outcome a recorded output says (an error output as the error it renders), with what
+    it asked the model to say (a GPT-Live delegation's spoken message)."""
     is_error, error = error_in_output(output)
-    return Outcome.returned(ToolResult(error=error) if is_error else output)
+    if is_error:
+        return Outcome.returned(ToolResult(error=error, message=message))
+    return Outcome.returned(output if message is None else ToolResult(result=output, message=message))
+
+
+def adopt_live(records: list[CallRecord], tools: ToolRegistry) -> Adoption:
+    """The adoption of a GPT-Live session's calls from its records: the owed ones as records for
+    the new engine, the follow-ups owed, and the answers sent that are never sent again."""
+    adoption = Adoption()
+    for record in records:
+        decision = decide(record, tools, resend=False)
+        if decision is None:
+            adoption.done += 1
+            adoption.unconfirmed += record.phase in _SENT and not record.delivered
+        elif decision.how == FOLLOW_UP:
+            adoption.follow_ups.append(record)
+            adoption.unconfirmed += not record.delivered
+        else:
+            adoption.decisions[record.call_id] = decision
+            adoption.records.append(record)
+    return adoption
 
 
 def adopt(records: list[CallRecord], tools: ToolRegistry, *, family: OpenAIFamily = OPENAI,

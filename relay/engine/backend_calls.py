@@ -22,6 +22,7 @@ from relay.engine.actions import SendUpstream
 from relay.engine.batches import Batch, Batches
 from relay.engine.calls import CallEntry, CallOutcome, CallState, Owner
 from relay.engine.core import SessionEngine
+from relay.engine.records import Phase
 from relay.tools.render import render_error
 
 DELEGATED, BACKEND_CALL = "delegation", "backend call"   # the shapes a relay call arrives in
@@ -41,6 +42,7 @@ class ResponsesDelegation(SessionEngine):
         self._relay_items: set[str] = set()           # backend item ids of relay calls (hidden)
         self._unsent: list[tuple[CallEntry | None, list[live.Event]]] = []   # while the upstream is away
         self._after_forward: list[Batch] = []         # batches to look at once a client's frame went up
+        self._owed_by_create: dict[str, list[CallEntry]] = {}   # the relay's create -> the calls it follows up
 
     def _send(self, event: live.Event) -> None:
         """One of the relay's commands upstream, with an event id of its own."""
@@ -53,6 +55,10 @@ class ResponsesDelegation(SessionEngine):
         key = envelope.delegation_id if isinstance(envelope.delegation_id, str) else None
         if isinstance(nested, live.BackendCreated):
             response_id = _response_id(nested.response)
+            continued = self.batches.get(key or "")
+            if continued is not None and continued.continued:   # the batch's continuation: its outputs are in
+                self._delivered([entry for entry in self.batches.relay_calls(continued)
+                                 if entry.state is CallState.ANSWERED])
             self.batches.response_started(key or "", response_id)
         elif isinstance(nested, live.BackendItemAdded):
             return self._call_item(nested.item, announce=False)
@@ -165,13 +171,40 @@ class ResponsesDelegation(SessionEngine):
         event = batch.held_create if mixed else live.ResponseCreate(event_id=self.ctx.new_event_id())
         batch.held_create = None
         assert event is not None
+        if not mixed:
+            self._follow_up_owed(batch, event)
         if not self.ctx.upstream_connected:
             self._unsent.append((None, [event]))
         else:
-            self._send(event)
+            self._send_create(event)
         self.ctx.notice("follow_up", {"event_id": event.event_id, "call_ids": ",".join(batch.calls),
                                       "delegation_id": batch.key, "response_id": batch.response_id,
                                       "by": "client" if mixed else "relay"})
+
+    # ==== the follow-up's records (a replica taking the session over reads them) ===========
+    def _follow_up_owed(self, batch: Batch, create: live.ResponseCreate) -> None:
+        """The relay's create for `batch` is due: each of its answered calls is recorded as owed
+        a follow-up (written ahead), as on Realtime (relay/engine/injection.py)."""
+        calls = [entry for entry in self.batches.relay_calls(batch) if entry.state is CallState.ANSWERED]
+        for entry in calls:
+            self.ctx.remember(entry, Phase.FOLLOW_UP, follow_up=True)
+        if create.event_id is not None:
+            self._owed_by_create[create.event_id] = calls
+
+    def _send_create(self, event: live.Event) -> None:
+        """A create upstream; the relay's own follows its calls' `followed_up` records (written
+        ahead of it: a new owner that finds `follow_up` knows it never left)."""
+        for entry in self._owed_by_create.pop(event.event_id or "", []):
+            self.ctx.remember(entry, Phase.FOLLOWED_UP, follow_up=True)
+        self._send(event)
+
+    def _delivered(self, entries: list[CallEntry]) -> None:
+        """The provider showed it has these answers: their records say `delivered`."""
+        for entry in entries:
+            if not entry.delivered:
+                entry.delivered = True
+                if entry.recorded is not None and entry.recorded[0] in _SENT_PHASES:
+                    self.ctx.remember(entry, entry.recorded[0], follow_up=entry.recorded[1])
 
     # ==== lifecycle =====================================================================
     def _on_reconnect(self) -> None:
@@ -180,7 +213,7 @@ class ResponsesDelegation(SessionEngine):
         for entry, events in unsent:
             if entry is None:
                 for event in events:
-                    self._send(event)
+                    self._send_create(event)
             elif entry.state is CallState.FINISHED:
                 self._answer(entry, events)
                 batch = self.batches.of_call(entry.call_id)
@@ -230,6 +263,9 @@ class ResponsesDelegation(SessionEngine):
             self._continue(batch)
             return DROP
         return SAME
+
+_SENT_PHASES = frozenset({Phase.SENT, Phase.FOLLOW_UP, Phase.FOLLOWED_UP})
+
 
 def _response_id(response: Any) -> str | None:
     found = response.get("id") if isinstance(response, dict) else None

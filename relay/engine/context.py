@@ -101,6 +101,8 @@ class SessionContext:
         self.closed = False
         self.id_prefix = id_prefix[:16]
         self._counter = 0
+        # what an engine adds to a call's record beyond the call book's (GPT-Live: its delegation)
+        self.record_extras: Callable[[CallEntry], dict[str, Any]] | None = None
 
     def new_id(self, kind: str) -> str:
         """A new id for something the relay makes: `e` an event, `i` an item, `r` a response."""
@@ -142,7 +144,8 @@ class SessionContext:
             session_id=self.session_id, call_id=entry.call_id, name=entry.name, phase=phase, at=self.now,
             arguments=entry.arguments, idempotency_key=entry.idempotency_key, response_id=entry.response_id,
             output=entry.output, outcome=None if entry.outcome is None else str(entry.outcome),
-            follow_up=follow_up, item_id=entry.output_item_id or "", delivered=entry.delivered)))
+            follow_up=follow_up, item_id=entry.output_item_id or "", delivered=entry.delivered,
+            **(self.record_extras(entry) if self.record_extras is not None else {}))))
 
     def anomaly(self, message: str, event_type: str | None, *, internal: bool = False) -> None:
         """Something odd in the input (or a refused step; `internal`: the engine's own failure):

@@ -55,12 +55,12 @@ from relay.dialects.live import LIVE, LiveDialect
 from relay.engine.actions import Close, SendClient, SendUpstream
 from relay.engine.appends import Channel, answer_appends, split_text
 from relay.engine.backend_calls import DELEGATED, DROP, SAME, ResponsesDelegation
+from relay.engine.live_records import LiveRecords
 from relay.engine.batches import Batches
 from relay.engine.calls import CallEntry, CallOutcome, CallState, Owner
 from relay.engine.context import Source
 from relay.engine.reseed import done_note, seeded_note, seeded_session
 from relay.engine.transcript import Transcript
-from relay.tools.delegation import Delegation, delegation_parameter
 from relay.tools.render import RenderedOutput
 from relay.tools.spec import ToolSpec
 
@@ -71,7 +71,7 @@ BARGE_IN_GRACE_MS = 1000
 sentence that asked (the delegation can be created before that sentence is transcribed)."""
 
 
-class LiveEngine(ResponsesDelegation):
+class LiveEngine(LiveRecords):
     """One GPT-Live session's state and rules."""
 
     default_dialect: LiveDialect = LIVE
@@ -89,7 +89,6 @@ class LiveEngine(ResponsesDelegation):
         self.transcript = Transcript()
         self._client_delegations: set[str] = set()    # delegations left to the client
         self._decisions: dict[str, bool] = {}         # a Decisions delegation -> its decision came
-        self._offsets: dict[str, int] = {}            # a running delegation's offset (ms)
         self._fillers: dict[str, tuple[float, str]] = {}   # a running delegate's filler: (when, text)
         self._told: set[tuple[str, str]] = set()      # (side, type) of unknown events already told
         self._declared = False                        # the relay's tools are in the session
@@ -227,14 +226,7 @@ class LiveEngine(ResponsesDelegation):
             self.ctx.anomaly(f"delegation {delegation.id} created again; answered once", "delegation")
             return DROP if self._hiding else SAME
         offset = event.offset_ms if isinstance(event.offset_ms, int) else None
-        entry = self.ledger.add(CallEntry(
-            delegation.id, self.delegate.name, None, None, Owner.RELAY, announced_at=self.ctx.now,
-            arguments=json.dumps({"delegation_id": delegation.id, "offset_ms": offset}), delivered_as=(DELEGATED,)))
-        entry.arguments_from_done = entry.arguments
-        if offset is not None:
-            self._offsets[delegation.id] = offset
-        given = Delegation(delegation.id, offset, self.transcript.turns())
-        self._call_complete(entry, {delegation_parameter(self.delegate): given})
+        self._take_delegation(delegation.id, offset, self.transcript.turns())
         return DROP if self._hiding else SAME
 
     def _on_decision(self, event: live.DecisionEvent) -> Any:
@@ -280,6 +272,9 @@ class LiveEngine(ResponsesDelegation):
         live.ResponseEnvelope: ResponsesDelegation._on_backend,
         live.DecisionEvent: _on_decision,
         live.Error: _on_error,
+        live.InstructionsAppended: LiveRecords._on_appended,
+        live.ThinkingAppended: LiveRecords._on_appended,
+        live.CommentaryAppended: LiveRecords._on_appended,
     }
 
     def _deliver(self, entry: CallEntry, rendered: RenderedOutput) -> None:

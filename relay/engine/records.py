@@ -44,8 +44,16 @@ class CallRecord:
     output: str | None = None
     outcome: str | None = None
     follow_up: bool = False
-    item_id: str = ""        # its output item's id (the relay chooses it), once sent
+    item_id: str = ""        # what the provider echoes once it has the output: the output item's id
+                             # (the relay chooses it), or GPT-Live's event id of the answer's last frame
     delivered: bool = False  # the provider echoed that item: the output is in the conversation
+    # GPT-Live: the delegation the call answers or belongs to (a client delegation's own id, a
+    # backend call's batch); what the answer asks the model to say, and whether it stays silent
+    # (the caller moved on); a delegation's transcript when it was delegated (JSON turns)
+    delegation_id: str = ""
+    message: str | None = None
+    silent: bool = False
+    transcript: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -71,9 +79,9 @@ class CallRecord:
                 if isinstance(value, bool) or not isinstance(value, (int, float)):
                     raise ValueError("a call record's time is not a number")
                 value = float(value)
-            elif spec.name == "follow_up" or spec.name == "delivered":
+            elif spec.name in _FLAGS:
                 value = bool(value)
-            elif spec.name in ("arguments", "idempotency_key", "item_id"):
+            elif spec.name in _OPTIONAL_TEXTS:
                 value = value if isinstance(value, str) else ""
             elif value is not None and not isinstance(value, str):
                 raise ValueError(f"a call record's {spec.name} is not text")
@@ -91,6 +99,8 @@ class CallRecord:
 
 
 _TEXTS = frozenset({"session_id", "call_id", "name", "phase"})
+_FLAGS = frozenset({"follow_up", "delivered", "silent"})
+_OPTIONAL_TEXTS = frozenset({"arguments", "idempotency_key", "item_id", "delegation_id", "transcript"})
 
 
 def idempotency_key(session_id: str, call_id: str, arguments: str) -> str:

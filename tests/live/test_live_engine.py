@@ -372,7 +372,13 @@ def test_a_delegation_and_a_backend_call_are_written_ahead_like_any_relay_call()
     responses = responses_driver()
     responses.batch("item_1", "resp_1", [call_item("c1", "get_weather", {"city": "Paris"})])
     responses.finish("c1", "sunny")
-    assert [r.record.call_id for r in responses.records()] == ["c1"] * 4
+    written = [(r.record.call_id, r.record.phase.value, r.record.delegation_id) for r in responses.records()]
+    assert written == [("c1", phase, "item_1") for phase in
+                       ("ready", "started", "decided", "sent", "follow_up", "followed_up")]
+    followed = next(i for i, a in enumerate(responses.actions)
+                    if getattr(a, "record", None) is not None and a.record.phase.value == "followed_up")
+    create = next(i for i, a in enumerate(responses.actions) if '"response.create"' in str(a))
+    assert followed < create, "the follow-up is recorded sent ahead of the create"
 
 
 def test_a_clients_session_update_of_its_tools_keeps_the_relays() -> None:

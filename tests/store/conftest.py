@@ -102,3 +102,14 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[CallStore]:
     await made.open()
     yield made
     await made.close()
+
+
+@pytest.fixture
+async def effects(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[aioredis.Redis]:
+    """The module's Redis, emptied, as the tools in tests/store/tools/ count their effects in it
+    (at RELAY_TEST_REDIS, set for the test's process and the relays it starts)."""
+    monkeypatch.setenv("RELAY_TEST_REDIS", redis_url)
+    client = aioredis.Redis.from_url(redis_url)
+    await client.flushdb()
+    yield client
+    await client.aclose()

@@ -65,7 +65,8 @@ def test_the_owed_calls_are_told_as_one_out_of_band_response_per_original() -> N
     adoption = adopt([record("c1", "refund", Phase.STARTED), record("c2", "book", Phase.READY),
                       record("c3", "lookup", Phase.SENT, output="order 7"),
                       record("c4", "refund", Phase.READY, response_id="resp_2")], TOOLS)
-    assert adoption.counts() == {"retried": 2, "refused": 1, "answered": 0, "followed_up": 0, "done": 1}
+    assert adoption.counts() == {"retried": 2, "refused": 1, "answered": 0, "followed_up": 0, "done": 1,
+                                 "unconfirmed": 0}
     events = [decode(frame) for frame in adoption.frames]
     assert [type(event) for event in events] == [ResponseCreated, ResponseDone] * 2
     first_done = events[1]

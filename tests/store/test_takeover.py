@@ -46,15 +46,6 @@ SCRIPT = MockScript(
 )
 
 
-@pytest.fixture
-async def effects(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[aioredis.Redis]:
-    monkeypatch.setenv("RELAY_TEST_REDIS", redis_url)
-    client = aioredis.Redis.from_url(redis_url)
-    await client.flushdb()
-    yield client
-    await client.aclose()
-
-
 async def accepted(mock: MockUpstream, tools_path: Path = TOOLS) -> tuple[str, MockSession]:
     call_id = mock.create_call()
     tools = OPENAI.tool_definitions(tool_registry([str(tools_path)]))

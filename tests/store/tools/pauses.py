@@ -5,7 +5,9 @@ module as its tools makes the owner stop, while a key of Redis (at RELAY_TEST_RE
 - `pause_output`: right after a call's output is marked "sent" under the lease, before the
   output frame goes (`SessionLease.mark_sent`); it pushes "<call id> <pid>" to `output_marked`;
 - `pause_follow_up`: right after a "follow_up" record is written (the follow-up owed, ahead of
-  its `response.create`: `WriteAhead.write`); it pushes "<call id> <pid>" to `follow_up_owed`.
+  its `response.create`: `WriteAhead.write`); it pushes "<call id> <pid>" to `follow_up_owed`;
+- `pause_decided`: right after a "decided" record is written (the output known, ahead of its
+  send); it pushes "<call id> <pid>" to `output_decided`.
 
 It waits there until it is killed or the test pushes to `release:<pid>`. Only that task waits:
 the owner keeps renewing its lease, as a live owner does. Elsewhere (the test's own process reads
@@ -42,6 +44,8 @@ async def _write_then_pause(self: WriteAhead, record: CallRecord) -> None:
     await _write(self, record)
     if record.phase is Phase.FOLLOW_UP:
         await _pause("pause_follow_up", "follow_up_owed", record.call_id)
+    elif record.phase is Phase.DECIDED:
+        await _pause("pause_decided", "output_decided", record.call_id)
 
 
 async def _mark_then_pause(self: SessionLease, call_id: str, *args: Any) -> bool:

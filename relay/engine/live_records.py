@@ -1,0 +1,166 @@
+"""GPT-Live's calls as the records a shared store keeps, and their adoption by the engine of a
+replica that takes the session over (relay/edges/takeover.py decides what each owed call gets).
+
+A Live session's relay calls are recorded as the Realtime family's are (relay/engine/records.py:
+ready, started, decided, sent; a batch's follow-up owed, then sent, written ahead of its
+`response.create` by relay/engine/backend_calls.py), with what a new owner needs beyond the call
+book's: the delegation a call answers or belongs to (a client delegation's own id, a backend
+call's batch), what the answer asks the model to say and whether it stays silent, and, for a
+client delegation, the recent transcript the delegate was given (`TRANSCRIPT_TURNS` turns of at
+most `TRANSCRIPT_CHARS` characters: what a delegate run again works the request out from).
+
+Delivered. The record of a sent answer also names what the provider echoes once it has it
+(`item_id`): the event id of the answer's last append, which the provider's
+`session.*.appended` names as `client_event_id` once the append is on the timeline (appends are
+placed in order, so the last one's acknowledgement says every one of them is in). A backend
+call's `response.item.create` gets no acknowledgement; its batch's continuation (the nested
+`response.created` of the delegation after the relay's `response.create`) shows every output of
+the batch was taken. Either way the record then says `delivered` (one more write, which nothing
+waits for). Nothing on GPT-Live's wire refuses an answer sent twice (an append carries no id the
+provider would refuse again, and the SDK's types have no way to read a session's history back),
+so a new owner never sends again an answer recorded as sent, delivered or not: never twice, where
+the Realtime family's duplicate item id lets a new owner send an undelivered output again.
+
+Adoption (`adopt_records`): each owed call is told to the new engine as it first came, rebuilt
+from its record: a client delegation as the delegate's call (given its recorded transcript), a
+backend call in its delegation's batch, whose response is over (the outputs go up as they are
+decided, then the batch's one `response.create`); each then starts, and the edge's loop answers
+it by its `Decision` (run, refused as "interrupted; not retried", or answered with the recorded
+output). A call that had started keeps its `started` record until its next step, so that another
+takeover in between still sees that it may have run. A batch whose follow-up was owed
+(`follow_up` recorded, `followed_up` not: its create never left) gets its `response.create`, once.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+from relay.dialects import live
+from relay.engine.actions import Action, Remember
+from relay.engine.backend_calls import DELEGATED, SAME, ResponsesDelegation
+from relay.engine.calls import CallEntry, Owner
+from relay.engine.context import Source
+from relay.engine.records import CallRecord, Phase
+from relay.tools.delegation import Delegation, Turn, delegation_parameter
+
+TRANSCRIPT_TURNS = 8
+TRANSCRIPT_CHARS = 1000
+
+
+class LiveRecords(ResponsesDelegation):
+    """The records of a GPT-Live session's calls, their delivery, and their adoption."""
+
+    def __init__(self, *args: Any, **options: Any) -> None:
+        super().__init__(*args, **options)
+        self._offsets: dict[str, int] = {}        # a running delegation's offset (ms)
+        self._witnesses: dict[str, str] = {}      # the event id of an answer's last append -> its delegation
+        self._turns_of: dict[str, str] = {}       # a delegation -> its transcript when delegated (JSON)
+        self.ctx.record_extras = self._record_extras
+
+    def _record_extras(self, entry: CallEntry) -> dict[str, Any]:
+        if DELEGATED in entry.delivered_as:
+            return {"delegation_id": entry.call_id, "message": entry.message, "silent": not entry.speak,
+                    "transcript": self._turns_of.get(entry.call_id, "")}
+        batch = self.batches.of_call(entry.call_id)
+        return {"delegation_id": batch.key if batch is not None else ""}
+
+    # ==== a client delegation, as the delegate's call ======================================
+    def _take_delegation(self, delegation_id: str, offset: int | None, turns: tuple[Turn, ...]) -> CallEntry:
+        """The delegate's call for a delegation: recorded ready, then started."""
+        assert self.delegate is not None
+        entry = self.ledger.add(CallEntry(
+            delegation_id, self.delegate.name, None, None, Owner.RELAY,
+            announced_at=self.ctx.now, delivered_as=(DELEGATED,),
+            arguments=json.dumps({"delegation_id": delegation_id, "offset_ms": offset})))
+        entry.arguments_from_done = entry.arguments
+        if offset is not None:
+            self._offsets[delegation_id] = offset
+        kept = [[turn.speaker, turn.text[-TRANSCRIPT_CHARS:]] for turn in turns[-TRANSCRIPT_TURNS:]]
+        self._turns_of[delegation_id] = json.dumps(kept, ensure_ascii=False) if kept else ""
+        self._call_complete(entry, {delegation_parameter(self.delegate): Delegation(delegation_id, offset, turns)})
+        return entry
+
+    # ==== delivered: what the provider echoes ===============================================
+    def _answer(self, entry: CallEntry, events: list[live.Event]) -> None:
+        """An answer's frames get their event ids before they go (or wait): the last one's is
+        what its record names, and what the appends' acknowledgement echoes."""
+        for event in events:
+            if event.event_id is None:
+                event.event_id = self.ctx.new_event_id()
+        if events and entry is not None:
+            entry.output_item_id = events[-1].event_id
+            if DELEGATED in entry.delivered_as and entry.output_item_id is not None:
+                self._witnesses[entry.output_item_id] = entry.call_id
+        super()._answer(entry, events)
+
+    def _on_appended(self, event: live.InstructionsAppended | live.ThinkingAppended | live.CommentaryAppended) -> Any:
+        """An append reached the timeline: the last of a delegation's answer delivers it."""
+        call_id = self._witnesses.pop(event.client_event_id, None) if isinstance(event.client_event_id, str) else None
+        entry = self.ledger.get(call_id) if call_id is not None else None
+        if entry is not None:
+            self._delivered([entry])
+        return SAME
+
+    # ==== adoption: the calls a replica takes over =========================================
+    def adopt_records(self, owed: list[CallRecord], follow_ups: list[CallRecord], now: float) -> list[Action]:
+        """The calls another relay owed when it stopped (a session taken over): each told to
+        this engine as it first came, and each batch whose follow-up was owed continued once."""
+        return self._run(now, Source.UPSTREAM, self._adopt, owed, follow_ups)
+
+    def _adopt(self, owed: list[CallRecord], follow_ups: list[CallRecord]) -> None:
+        batches: dict[str, list[CallRecord]] = {}
+        for record in owed:
+            if record.call_id in self.ledger:
+                continue   # seen already (the provider told this replica of it)
+            if self.delegate is not None and record.delegation_id == record.call_id and record.name == self.delegate.name:
+                self._adopt_delegation(record)
+            else:
+                batches.setdefault(record.delegation_id or record.response_id or record.call_id, []).append(record)
+        for key, records in batches.items():
+            self.batches.open(key, records[0].response_id)
+            for record in records:
+                self._announce({"type": live.FUNCTION_CALL, "call_id": record.call_id, "name": record.name,
+                                "arguments": record.arguments}, key)
+                self._keep_record(record)
+            self._response_over(key, failed=False)
+        by_batch: dict[str, list[CallRecord]] = {}
+        for record in follow_ups:
+            by_batch.setdefault(record.delegation_id or record.response_id or record.call_id, []).append(record)
+        for key, records in by_batch.items():
+            create = live.ResponseCreate(event_id=self.ctx.new_event_id())
+            for record in records:   # written ahead of the create, as the old owner's would have been
+                self.ctx.emit(Remember(replace(record, phase=Phase.FOLLOWED_UP, at=self.ctx.now)))
+            self._send(create)
+            self.ctx.notice("follow_up", {"event_id": create.event_id, "call_ids": ",".join(r.call_id for r in records),
+                                          "delegation_id": key, "response_id": records[0].response_id,
+                                          "by": "relay", "adopted": True})
+
+    def _adopt_delegation(self, record: CallRecord) -> None:
+        try:
+            offset = json.loads(record.arguments or "{}").get("offset_ms")
+            kept = json.loads(record.transcript) if record.transcript else []
+            turns = tuple(Turn(speaker, text) for speaker, text in kept)
+        except (ValueError, TypeError, AttributeError):
+            offset, turns = None, ()
+        entry = self._take_delegation(record.call_id, offset if isinstance(offset, int) else None, turns)
+        self._turns_of[record.call_id] = record.transcript
+        if record.silent:
+            entry.speak = False
+        self._keep_record(record)
+
+    def _keep_record(self, record: CallRecord) -> None:
+        """A call taken over keeps its record (`started`, `decided`) until it makes a step past
+        it: a takeover in between must not run as never started a call that may have run, nor
+        lose an output that was decided."""
+        earlier = _EARLIER.get(record.phase, frozenset())
+        self.ctx.out[:] = [action for action in self.ctx.out if not (
+            isinstance(action, Remember) and action.record.call_id == record.call_id
+            and action.record.phase in earlier)]
+
+
+_EARLIER = {Phase.STARTED: frozenset({Phase.READY}), Phase.DECIDED: frozenset({Phase.READY, Phase.STARTED})}
+
+
+__all__ = ["LiveRecords", "TRANSCRIPT_CHARS", "TRANSCRIPT_TURNS"]
