@@ -7,10 +7,14 @@ tool), and every live call has an owner. Prints the takeover and handoff latenci
 and the calls answered whose follow-up `response.create` died with the killed owner (the model
 then says nothing about them until the next turn: docs/guarantees.md says so).
 
-While a replica is killed or drained, no new user turn starts (`Turns.gate`), and a call's next
-turn waits until a replica serves it (`Turns.owned`): what the provider says while no replica is
-attached is not replayed to the next one (docs/guarantees.md), and this soak measures what the
-relay promises, not that gap."""
+The kill comes while a tool of the killed replica has KILL_MARGIN seconds to run at least (each
+run says when it ends at the earliest). While a replica is killed or drained, no new user turn
+starts (the gate, `Turns.open`: closed and checked in one step with a turn's start), and a call's
+next turn waits until a live replica serves it (`Turns.owned`; a replica killed serves nothing
+from the kill on, reaped or not): what the provider says while no replica is attached is not
+replayed to the next one (docs/guarantees.md), and this soak measures what the relay promises, not
+that gap. Every wait is on an event (`Changes`: a log line, a tool's start, a turn's step), with a
+timeout."""
 
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ import json
 import signal
 import statistics
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import datetime
 from pathlib import Path
@@ -44,6 +48,7 @@ SESSIONS, TURNS = 40, 5
 LEASE = 2.0
 TIMEOUT = 60.0
 FOLLOW_UP_WAIT = 10.0   # how long a turn waits for the model to speak once its call is answered
+KILL_MARGIN = 0.3   # the kill comes while a tool of the replica killed has this many seconds to run at least
 
 
 def script() -> MockScript:
@@ -64,56 +69,95 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
-class Replica:
-    """One `relay sidecar` subprocess: its process, port and the log lines it wrote."""
+class Changes:
+    """What the soak waits for changes only when one of its sources says so: a replica's log line
+    (or the end of its log), a tool's start, a turn's step, the gate. `changed()` wakes every wait
+    to look again; `until(check)` returns once `check()` holds, at once and without yielding when
+    it holds already, so that what the caller does next happens in the same step as the check."""
 
-    def __init__(self, process: Any, port: int) -> None:
+    def __init__(self) -> None:
+        self._event = anyio.Event()
+
+    def changed(self) -> None:
+        self._event.set()
+        self._event = anyio.Event()
+
+    async def until(self, check: Callable[[], bool], timeout: float = TIMEOUT) -> None:
+        with anyio.fail_after(timeout):
+            while not check():
+                await self._event.wait()
+
+
+class Replica:
+    """One `relay sidecar` subprocess: its process, port, the log lines it wrote, and the calls it
+    serves by its log."""
+
+    def __init__(self, process: Any, port: int, changes: Changes) -> None:
         self.process = process
         self.port = port
+        self.changes = changes
         self.lines: list[dict[str, Any]] = []
+        self.serving: set[str] = set()   # call ids it said "session start" for, and no "session end" since
+        self.listening = False
+        self.log_ended = False
+        self.killed = False   # SIGKILLed by the test: it serves nothing from that instant, reaped or not
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/webhooks/openai"
 
+    @property
+    def alive(self) -> bool:
+        return not self.killed and self.process.returncode is None
+
     async def read_log(self) -> None:
         async for line in self.process.stderr:
             try:
-                self.lines.append(json.loads(line))
+                record = json.loads(line)
             except ValueError:
-                pass
+                continue
+            self.lines.append(record)
+            message, call_id = str(record.get("msg", "")), record.get("realtime_call_id")
+            if message == "session start" and call_id:
+                self.serving.add(call_id)
+            elif message == "session end":
+                self.serving.discard(call_id)
+            self.listening = self.listening or message.startswith("listening on")
+            self.changes.changed()
+        self.log_ended = True
+        self.changes.changed()
 
     def said(self, message: str) -> list[dict[str, Any]]:
         return [line for line in self.lines if line.get("msg") == message]
 
 
 @asynccontextmanager
-async def replica(group: Any, mock: MockUpstream, redis_url: str) -> AsyncIterator[Replica]:
+async def replica(group: Any, mock: MockUpstream, redis_url: str, changes: Changes) -> AsyncIterator[Replica]:
     """A `relay sidecar` subprocess on the store, once it listens (its log read in `group`)."""
     port = free_port()
     async with relay_process(
             "sidecar", "--port", str(port), "--upstream", mock.url, "--rest-base", mock.rest_url,
             "--tools", str(TOOLS), "--store", redis_url, "--lease-seconds", str(LEASE), "--drain-seconds", "30",
             "--log-format", "json", env={"RELAY_TEST_REDIS": redis_url, "OPENAI_WEBHOOK_SECRET": SECRET}) as process:
-        made = Replica(process, port)
+        made = Replica(process, port, changes)
         group.start_soon(made.read_log)
-        with anyio.fail_after(TIMEOUT):
-            while not any(str(line.get("msg", "")).startswith("listening on") for line in made.lines):
-                assert process.returncode is None, made.lines
-                await anyio.sleep(0.02)
+        await changes.until(lambda: made.listening or made.log_ended)
+        assert made.listening, made.lines
         yield made
 
 
 class Turns:
     """The sessions' user turns, each waiting for its call's answer at the provider, then for the
-    model to speak about it."""
+    model to speak about it; and the gate that holds new turns back while a replica is killed or
+    drained."""
 
-    def __init__(self, mock: MockUpstream, replicas: list[Replica]) -> None:
+    def __init__(self, mock: MockUpstream, replicas: list[Replica], changes: Changes) -> None:
         self.mock = mock
         self.replicas = replicas
-        self.gate = anyio.Event()
-        self.gate.set()
+        self.changes = changes
+        self.open = True   # the gate
         self.in_turn: dict[str, int] = {}   # session id -> the call number of its turn under way
+        self.started: dict[int, list[tuple[int, float]]] = {}   # call number -> (pid, until) of each run
         self.stuck: list[tuple[MockSession, int]] = []   # turns never answered (what a failure shows)
         self.silent: list[int] = []   # calls answered whose follow-up response never came
         self.done = 0
@@ -121,11 +165,11 @@ class Turns:
     async def run(self, session: MockSession, first: int) -> None:
         for turn in range(TURNS):
             n = first + turn
-            await self.gate.wait()
-            self.in_turn[session.id] = n   # at once: a turn past the gate is one `quiet` waits for
-            with anyio.fail_after(TIMEOUT):
-                while not self.owned(session):
-                    await anyio.sleep(0.01)   # no replica serves the call this instant: the next one comes
+            # the gate's check and the turn's entry in `in_turn` are one step: a kill or a drain
+            # that closes the gate finds every turn past it in `in_turn`, none on its way
+            await self.changes.until(lambda: self.open, TIMEOUT * 2)
+            self.in_turn[session.id] = n
+            await self.changes.until(lambda: self.owned(session))
             sent, received = len(self.mock.sent), len(self.mock.received)
             await self.mock.user_turn(session, f"Please handle call #{n:04d}.")
             try:
@@ -146,95 +190,107 @@ class Turns:
                 self.silent.append(n)
             del self.in_turn[session.id]
             self.done += 1
+            self.changes.changed()
 
     def owned(self, session: MockSession) -> bool:
-        """A replica serves the call: a live one said "session start" for it and no "session end"
-        since, and a sideband is open. An open sideband alone is not enough: a replica that lost
-        the race for a call's lease attaches for a moment before it learns so and lets go, and
-        what the provider says meanwhile reaches nobody who acts on it (docs/guarantees.md)."""
-        if not any(not connection.closed for connection in session.connections):
-            return False
-        for replica in self.replicas:
-            if replica.process.returncode is not None:
-                continue
-            serving = False
-            for line in replica.lines:
-                if line.get("realtime_call_id") == session.call_id:
-                    if line.get("msg") == "session start":
-                        serving = True
-                    elif line.get("msg") == "session end":
-                        serving = False
-            if serving:
-                return True
-        return False
+        """A replica serves the call: one alive that said "session start" for it and no "session
+        end" since. It says so once attached and holding the call's lease, so the provider has its
+        sideband and what the provider says from then on reaches a replica that acts on it. One
+        that lost the race for the lease attaches for a moment and never says it; one killed is
+        counted out at the kill, before it is reaped: a turn played to it is said while no replica
+        is attached, which docs/guarantees.md does not promise to carry (it is not replayed)."""
+        return any(session.call_id in replica.serving for replica in self.replicas if replica.alive)
 
-    async def quiet(self, started: dict[int, list[int]]) -> None:
-        """Close the gate, and return once every turn under way has its tool started (`started`:
-        the call numbers whose run began)."""
-        self.gate = anyio.Event()
-        with anyio.fail_after(TIMEOUT):
-            while not set(self.in_turn.values()) <= started.keys():
-                await anyio.sleep(0.01)
+    def started_tool(self, record: str) -> None:
+        """A tool's run began (`<tool> <n> <pid> <until>`, tests/store/tools/soak_tools.py)."""
+        _, n, pid, until = record.split()
+        self.started.setdefault(int(n), []).append((int(pid), float(until)))
+        self.changes.changed()
+
+    def runs_on(self, replica: Replica, *, for_at_least: float | None = None) -> list[int]:
+        """The turns under way whose tool ran on `replica` (and runs `for_at_least` seconds more)."""
+        now = time.time()
+        return [n for n in self.in_turn.values()
+                if any(pid == replica.process.pid and (for_at_least is None or until - now >= for_at_least)
+                       for pid, until in self.started.get(n, []))]
+
+    async def quiet(self) -> None:
+        """Close the gate, and return once every turn under way has its tool started."""
+        self.open = False
+        await self.changes.until(lambda: set(self.in_turn.values()) <= self.started.keys())
 
     def reopen(self) -> None:
-        self.gate.set()
+        self.open = True
+        self.changes.changed()
 
 
-async def drive(turns: Turns, sessions: list[MockSession], owners: dict[str, Replica],
-                replicas: list[Replica], started: dict[int, list[int]]) -> tuple[list[int], float]:
+class Kill:
+    """The kill as the figures and checks need it: the call numbers whose tool ran on the killed
+    replica at its death, the calls it served then, and when it died."""
+
+    def __init__(self, mid_tool: list[int], orphaned: set[str], at: float) -> None:
+        self.mid_tool = mid_tool
+        self.orphaned = orphaned
+        self.at = at
+
+
+async def kill_mid_tool(turns: Turns, killed: Replica) -> Kill:
+    """SIGKILL `killed` while a tool of it runs for KILL_MARGIN seconds more at least: the gate
+    closes, and once every turn under way has its tool started, the kill comes if such a tool is
+    among them; else the gate opens until the replica starts another tool, and again."""
+    while True:
+        await turns.quiet()
+        if turns.runs_on(killed, for_at_least=KILL_MARGIN):
+            break
+        turns.reopen()
+        runs = sum(pid == killed.process.pid for started in turns.started.values() for pid, _ in started)
+        await turns.changes.until(lambda: sum(pid == killed.process.pid for started in turns.started.values()
+                                              for pid, _ in started) > runs)
+    kill = Kill(turns.runs_on(killed), set(killed.serving), time.time())
+    killed.process.send_signal(signal.SIGKILL)
+    killed.killed = True
+    with anyio.fail_after(TIMEOUT):
+        await killed.process.wait()
+    turns.reopen()
+    return kill
+
+
+async def drive(turns: Turns, sessions: list[MockSession], replicas: list[Replica]) -> Kill:
     """Every session's turns, with the first replica killed mid-tool once a third of the turns
-    are done and the second drained at two thirds: the call numbers whose tool ran on the killed
-    replica at its death, and when it died."""
+    are done and the second drained at two thirds."""
     async with anyio.create_task_group() as driving:
         for index, session in enumerate(sessions):
             driving.start_soon(turns.run, session, index * TURNS)
         killed, drained = replicas[0], replicas[1]
-        # the kill: once a third of the turns are done, mid-tool on the replica killed
-        with anyio.fail_after(TIMEOUT * 2):
-            while turns.done < SESSIONS * TURNS // 3:
-                await anyio.sleep(0.05)
-        await turns.quiet(started)
-        mid_tool = [n for session_id, n in turns.in_turn.items() if owners[session_id] is killed]
-        its_sidebands = [connection for session in sessions if owners[session.id] is killed
-                         for connection in session.connections if not connection.closed]
-        killed.process.send_signal(signal.SIGKILL)
-        killed_at = time.time()
-        with anyio.fail_after(TIMEOUT):   # reaped: `Turns.owned` counts it out from here on
-            await killed.process.wait()
-        with anyio.fail_after(TIMEOUT):   # the mock has seen them go: a turn from now on waits for the next
-            while not all(connection.closed for connection in its_sidebands):
-                await anyio.sleep(0.01)
-        turns.reopen()
-        # the drain: once two thirds are done
-        with anyio.fail_after(TIMEOUT * 2):
-            while turns.done < 2 * SESSIONS * TURNS // 3:
-                await anyio.sleep(0.05)
-        await turns.quiet(started)
+        await turns.changes.until(lambda: turns.done >= SESSIONS * TURNS // 3, TIMEOUT * 2)
+        kill = await kill_mid_tool(turns, killed)
+        await turns.changes.until(lambda: turns.done >= 2 * SESSIONS * TURNS // 3, TIMEOUT * 2)
+        await turns.quiet()
         drained.process.send_signal(signal.SIGTERM)
         with anyio.fail_after(TIMEOUT):
             await drained.process.wait()
         turns.reopen()
-    return mid_tool, killed_at
+    return kill
 
 
 @pytest.mark.timeout(600)
 async def test_a_fleet_of_three_keeps_every_call_through_a_kill_and_a_drain(redis_url: str) -> None:
     effects = aioredis.Redis.from_url(redis_url)
     await effects.flushdb()
-    started: dict[int, list[int]] = {}   # call number -> pids that ran it
-
-    async def watch_starts() -> None:
-        while True:
-            found = await effects.blpop(["started"], timeout=1)
-            if found is not None:
-                _, n, pid = found[1].decode().split()
-                started.setdefault(int(n), []).append(int(pid))
+    changes = Changes()
 
     async with MockUpstream(script=script()) as mock, AsyncExitStack() as stack, \
             anyio.create_task_group() as group:
+        replicas = [await stack.enter_async_context(replica(group, mock, redis_url, changes)) for _ in range(3)]
+        turns = Turns(mock, replicas, changes)
+
+        async def watch_starts() -> None:
+            while True:
+                found = await effects.blpop(["started"], timeout=1)
+                if found is not None:
+                    turns.started_tool(found[1].decode())
+
         group.start_soon(watch_starts)
-        replicas = [await stack.enter_async_context(replica(group, mock, redis_url)) for _ in range(3)]
-        owners: dict[str, Replica] = {}
         sessions = []
         for index in range(SESSIONS):
             call_id = mock.create_call()
@@ -244,11 +300,9 @@ async def test_a_fleet_of_three_keeps_every_call_through_a_kill_and_a_drain(redi
             body = json.dumps({"type": INCOMING_CALL, "data": {"call_id": call_id}}).encode()
             headers = signed_headers(SECRET, body, webhook_id=f"wh_{index}", timestamp=int(time.time()))
             assert (await http_request("POST", owner.url, headers, body)).status_code == 200
-            owners[session.id] = owner
             sessions.append(session)
-        turns = Turns(mock, replicas)
         try:
-            mid_tool, killed_at = await drive(turns, sessions, owners, replicas, started)
+            kill = await drive(turns, sessions, replicas)
         except BaseException:
             for session, n in turns.stuck:
                 print("STUCK", n, session.call_id, [c.closed for c in session.connections])
@@ -272,7 +326,7 @@ async def test_a_fleet_of_three_keeps_every_call_through_a_kill_and_a_drain(redi
         assert await effects.scard("relay:offered") == 0
         group.cancel_scope.cancel()
 
-    killed, drained, survivor = replicas
+    _, drained, survivor = replicas
     # every call the model made answered exactly once
     calls = {}
     for record in mock.sent:
@@ -301,13 +355,12 @@ async def test_a_fleet_of_three_keeps_every_call_through_a_kill_and_a_drain(redi
     reserved = await effects.keys("reserve:*")
     assert len(reserved) == SESSIONS * TURNS // 2
     # the figures
-    orphaned = {s.call_id for s in sessions if owners[s.id] is killed}
     taken: dict[str, float] = {}   # each of the killed replica's calls: when it was first taken over
     for line in survivor.said("call taken over") + drained.said("call taken over"):
         at = seconds(line)
-        if line.get("realtime_call_id") in orphaned and at > killed_at:
+        if line.get("realtime_call_id") in kill.orphaned and at > kill.at:
             taken[line["realtime_call_id"]] = min(at, taken.get(line["realtime_call_id"], at))
-    takeovers = [at - killed_at for at in taken.values()]
+    takeovers = [at - kill.at for at in taken.values()]
     fates = {fate: sum(line.get(fate, 0) for line in survivor.said("call taken over") + drained.said("call taken over"))
              for fate in ("retried", "refused", "answered")}   # what the takeovers and handoffs did
     offered = {line["realtime_call_id"]: seconds(line) for line in drained.said("call offered to a peer")}
@@ -316,15 +369,15 @@ async def test_a_fleet_of_three_keeps_every_call_through_a_kill_and_a_drain(redi
     retried = [n for n in range(1, SESSIONS * TURNS, 2) if int(await effects.get(f"reserve_runs:{n}") or 0) > 1]
     print(json.dumps({
         "calls": len(calls), "refused": len(refused), "keyed_run_again": len(retried),
-        "turns_under_way_at_kill": len(mid_tool), "owed_calls_after_handovers": fates,
+        "turns_under_way_at_kill": len(kill.mid_tool), "owed_calls_after_handovers": fates,
         "answered_without_follow_up": turns.silent, "outputs_resent_refused_as_duplicates": duplicates,
         "takeovers": len(takeovers), "takeover_p50_s": round(statistics.median(takeovers), 3),
         "takeover_p99_s": round(percentile(takeovers, 0.99), 3),
         "handoffs": len(handoffs), "handoff_p50_s": round(statistics.median(handoffs), 3),
         "handoff_p99_s": round(percentile(handoffs, 0.99), 3)}))
-    assert mid_tool and len(takeovers) == len(orphaned) and handoffs
+    assert kill.mid_tool and len(takeovers) == len(kill.orphaned) and handoffs
     assert refused or retried                         # the kill caught a tool mid-run
-    assert refused | set(retried) <= set(mid_tool)   # only a call caught mid-tool is refused or run again
-    assert set(turns.silent) <= set(mid_tool)        # a follow-up is lost only with the owner that owed it
+    assert refused | set(retried) <= set(kill.mid_tool)   # only a call caught mid-tool is refused or run again
+    assert set(turns.silent) <= set(kill.mid_tool)       # a follow-up is lost only with the owner that owed it
     assert all(n % 2 == 0 for n in refused) and all(n % 2 == 1 for n in retried)
     await effects.aclose()
