@@ -197,6 +197,7 @@ class ResumeKeeper:
     token: str
     engine: OpenAIEngine
     lease: SessionLease | None = None
+    items: list[dict[str, Any]] = field(default_factory=list)   # the last state's (a resumed one's seed first)
     _dirty: anyio.Event = field(default_factory=anyio.Event)
     _failed: bool = False
 
@@ -216,7 +217,9 @@ class ResumeKeeper:
 
     async def write(self) -> None:
         resumes = self.resumes
-        state = state_of(self.engine).to_json()
+        kept = state_of(self.engine, self.items)
+        self.items = kept.items
+        state = kept.to_json()
         try:
             with anyio.fail_after(resumes.write_ahead.timeout * 4):
                 await resumes.store.keep_resume(resume_key(self.token, resumes.credential), self.engine.session_id,

@@ -449,7 +449,8 @@ class RelayServer(EdgeRuntime):
             if not await lease.hold():
                 lease = None
             self.resumes.count("issued")
-        session.keeper = ResumeKeeper(self.resumes, session.loop.token, session.loop.engine, lease)
+        session.keeper = ResumeKeeper(self.resumes, session.loop.token, session.loop.engine, lease,
+                                      list(resumption.seed) if resumption is not None else [])
         return await run_resumable(session.loop, session.keeper, resumption, recorder.close)
 
     def _session_loop(self, session: ProxySession, upstream: Transport, query: list[tuple[str, str]],

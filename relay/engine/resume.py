@@ -22,6 +22,7 @@ from relay.dialects.openai import FUNCTION_CALL, FUNCTION_CALL_OUTPUT, OpenAIFam
 from relay.engine.itembased import OpenAIEngine
 
 VERSION = 1
+MAX_ITEMS = 1000   # the items a state keeps at the most (the most recent)
 
 
 @dataclass(frozen=True)
@@ -72,13 +73,37 @@ def resumable(engine: object) -> bool:
     return isinstance(engine, OpenAIEngine) and isinstance(engine.dialect, OpenAIFamily)
 
 
-def state_of(engine: OpenAIEngine) -> ResumeState:
-    """The engine's session now, as a resume state."""
+def state_of(engine: OpenAIEngine, kept: list[dict[str, Any]] | None = None) -> ResumeState:
+    """The engine's session now, as a resume state. The engine keeps only its recent past
+    (`--history-items`), so what a state kept before (`kept`: the previous state's items, or the
+    items a resumed session was seeded with) is merged in: an item the engine still has is taken
+    as the engine has it now, a new one goes after the item it follows, and one the engine no
+    longer has stays where it was (it was forgotten, or was seeded and has not come back yet),
+    unless the engine knows it deleted (`MAX_ITEMS` at the most, the oldest dropped)."""
     family = engine.dialect
     conversation = engine.conversation
-    items = [seeded for record in conversation.visible_items()
-             if (seeded := family.seed_item(record.data)) is not None]
-    return ResumeState(engine.session_id, family.name, dict(conversation.client_session), items)
+    current = [seeded for record in conversation.visible_items()
+               if (seeded := family.seed_item(record.data)) is not None]
+    gone = {item_id for item_id, record in conversation.items.items() if not record.in_conversation}
+    items = merged(kept or [], current, gone)
+    return ResumeState(engine.session_id, family.name, dict(conversation.client_session), items[-MAX_ITEMS:])
 
 
-__all__ = ["ResumeState", "resumable", "state_of"]
+def merged(kept: list[dict[str, Any]], current: list[dict[str, Any]], gone: set[str]) -> list[dict[str, Any]]:
+    """`kept` updated by `current` (both in conversation order), without the items of `gone`."""
+    result = [item for item in kept if item["id"] not in gone]
+    where = {item["id"]: index for index, item in enumerate(result)}
+    after = -1
+    for item in current:
+        index = where.get(item["id"])
+        if index is None:
+            index = after + 1
+            result.insert(index, item)
+            where = {other["id"]: at for at, other in enumerate(result)}
+        else:
+            result[index] = item
+        after = index
+    return result
+
+
+__all__ = ["MAX_ITEMS", "ResumeState", "merged", "resumable", "state_of"]

@@ -17,7 +17,7 @@ from openai.resources.realtime.realtime import AsyncRealtimeConnection
 
 from relay.edges.resume import resume_key
 from relay.edges.serve import ProxySession, RelayServer
-from relay.engine.resume import ResumeState
+from relay.engine.resume import ResumeState, merged
 from relay.mock import MockScript, MockSession, MockUpstream, Reply, Rule, ToolCall
 from relay.tools import IdempotencyKey, tool
 from tests.support.clients import TIMEOUT, realtime_client
@@ -349,3 +349,57 @@ async def test_a_connection_whose_session_was_taken_stops_and_closes(weather_moc
             assert await store.acquire(session.keeper.engine.session_id, "another", ttl=60) is not None
             code, reason = await client.closed()
     assert (code, reason) == (1008, "session resumed on another connection")
+
+
+async def test_an_unreachable_store_leaves_sessions_running_and_refuses_their_resume(weather_mock: MockUpstream) -> None:
+    from tests.support.redis_server import free_port
+    from tests.support.relays import weather_turn
+
+    with captured_logs() as logs:
+        async with relay_for(weather_mock, tools=[counted_weather(Counter())],
+                             store=f"redis://127.0.0.1:{free_port()}/0") as server:
+            async with realtime_client(server) as client:
+                token = (await client.wait_type("session.created"))["relay"]["resume_token"]
+                await weather_turn(client, says="sunny in Paris")
+                left = only_session(server)
+            await left.wait_closed()
+            error, code = await refused(server, token)
+    assert (error["code"], code) == ("store_unavailable", 1008)
+    lines = [json.loads(line) for line in logs.getvalue().splitlines()]
+    assert len([line for line in lines if line["msg"].startswith("resume state not kept")]) == 1
+    assert not [line for line in lines if line["level"] == "error" or "Traceback" in line.get("exc", "")]
+
+
+def test_a_state_merges_what_the_engine_forgot_and_what_has_not_come_back_yet() -> None:
+    def items(*ids: str) -> list[dict[str, Any]]:
+        return [{"id": item_id, "type": "message"} for item_id in ids]
+
+    forgotten = merged(items("a", "b", "c"), items("c", "d"), gone=set())
+    assert [item["id"] for item in forgotten] == ["a", "b", "c", "d"]
+    seeded = merged(items("a", "b", "c"), items("a", "b"), gone=set())   # c not echoed yet
+    assert [item["id"] for item in seeded] == ["a", "b", "c"]
+    deleted = merged(items("a", "b", "c"), items("a", "c", "e"), gone={"b"})
+    assert [item["id"] for item in deleted] == ["a", "c", "e"]
+    updated = merged([{"id": "a", "text": "hel"}], [{"id": "a", "text": "hello"}], gone=set())
+    assert updated == [{"id": "a", "text": "hello"}]
+
+
+async def test_a_long_conversation_resumes_whole_twice_though_the_engine_keeps_its_recent_past(
+        weather_mock: MockUpstream) -> None:
+    said = [f"note {n}" for n in range(6)]
+    async with relay_for(weather_mock, store="memory", history_limit=4) as server:
+        token = ""
+        for round_ in range(3):   # a session, then two resumes, each adding turns
+            headers = {"x-relay-resume": token} if token else {}
+            async with realtime_client(server, headers=headers) as client:
+                token = (await client.wait_type("session.created"))["relay"]["resume_token"]
+                for text in said[2 * round_:2 * round_ + 2]:
+                    await client.send({"type": "conversation.item.create", "item": {
+                        "type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}})
+                    await client.send({"type": "response.create"})
+                    await client.wait_type("response.done")
+                left = only_session(server)
+            await left.wait_closed()
+    last = mock_words = words(weather_mock.sessions[2])
+    assert [text for role, text in mock_words if role == "user"] == said[:6], last
+    assert len(mock_words) == 12   # six user turns, six answers, in order
