@@ -97,6 +97,11 @@ DESCRIPTIONS: dict[str, str] = {
 
 def broken(session: ExploredSession, own: dict[str, Check]) -> list[tuple[str, str]]:
     """(invariant, message) for each invariant `session` breaks: the built-in ones, then `own`."""
+    with session.checking():
+        return _broken(session, own)
+
+
+def _broken(session: ExploredSession, own: dict[str, Check]) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
     timeline = session.timeline
     seen: set[str] = set()

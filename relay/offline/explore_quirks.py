@@ -174,13 +174,12 @@ class PerturbedSession(ExploredSession):
                 text, data = (frame, None) if isinstance(frame, str) else (None, frame)
                 self._lost.append((len(self.frames), Frame(self.now, UPSTREAM_TO_RELAY, None, text, data, 0)))
 
-    @property
-    def timeline(self) -> Timeline:
+    def _timeline(self) -> Timeline:
         """What happened, as the server did it: the frames the connection lost while away (which
         the recording, what crossed the relay's sockets, does not hold) where the server sent them.
         The invariants read this: a response that ended while the relay was away did end."""
         if not self._lost:
-            return super().timeline
+            return super()._timeline()
         kept = self.frames
         merged: list[Frame] = []
         lost = iter(self._lost)
@@ -193,7 +192,7 @@ class PerturbedSession(ExploredSession):
                 merged.append(frame)
         self.frames = merged
         try:
-            return super().timeline
+            return super()._timeline()
         finally:
             self.frames = kept
 

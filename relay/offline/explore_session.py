@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from relay.dialects import openai_codec as wire
 from relay.engine import Outcome, StartHandler
@@ -138,6 +139,7 @@ class ExploredSession(ScriptedSession):
         self._released = 0
         self._moved: set[Any] = set()   # the calls whose items a `done_first` moved
         self._settled: dict[int, Any] = {}   # call book entries `_look` has nothing more to read of
+        self._checked: Any = None   # the timeline the invariants read (see `checking`)
         self._pending: list[Perturbation] = sorted(p for p in schedule if p.kind == "barge_in" or p.kind == "drop")
         self._handler_kinds = {p.call: p for p in schedule if p.kind in HANDLER_KINDS}
         self._done_first = {p.call for p in schedule if p.kind == "done_first"}
@@ -213,6 +215,25 @@ class ExploredSession(ScriptedSession):
                 number = perturbation.call
                 if number <= len(self.observed.calls) and self.observed.calls[number - 1] in call_ids:
                     self.observed.fired.append(perturbation)
+
+    @property
+    def timeline(self) -> Any:
+        """What happened so far (the harness's), or, while the invariants are checked
+        (`checking`), the one timeline read for all of them."""
+        return self._checked if self._checked is not None else self._timeline()
+
+    def _timeline(self) -> Any:
+        return super().timeline
+
+    @contextmanager
+    def checking(self) -> Iterator[None]:
+        """The invariants of a run that ended are checked: its timeline is read once for them all
+        (nothing happens meanwhile), not once by each check that reads it."""
+        self._checked = self._timeline()
+        try:
+            yield
+        finally:
+            self._checked = None
 
     def pending(self) -> bool:
         """Something is still to happen: a frame in flight, a handler, a timer or a fault."""

@@ -42,6 +42,11 @@ from typing import Any, Callable
 from relay.errors import RelayError
 
 DEFAULT_THREAD_LIMIT = 10.0
+_FREE_WORKERS: list[queue.SimpleQueue[Any]] = []
+"""Idle worker threads' inboxes, shared by every virtual loop of the process: a run of many short
+sessions (the explorer's schedules) starts a thread once, not once a session."""
+MAX_FREE_WORKERS = 4
+"""Idle workers kept for the next work; one freed beyond them ends."""
 PROMPT_WAIT = 1.0   # or the loop's `thread_limit`, if less
 """Real seconds the loop waits for a thread's work where it stands, before going on at the same
 virtual instant and waiting when it idles (see `VirtualLoop.run_in_thread`)."""
@@ -70,6 +75,14 @@ class _Handoff:
         with self._lock:
             self._waiting = False
             return self._outcome
+
+
+def _free(jobs: queue.SimpleQueue[Any]) -> None:
+    """A worker's work is done: it waits for the next (any loop's), or ends when enough wait."""
+    if len(_FREE_WORKERS) < MAX_FREE_WORKERS:
+        _FREE_WORKERS.append(jobs)
+    else:
+        jobs.put(None)
 
 
 class VirtualTimeError(RelayError, RuntimeError):
@@ -135,7 +148,6 @@ class VirtualLoop(asyncio.SelectorEventLoop):
         self._horizon = start
         self.thread_limit = thread_limit
         self._threads: set[asyncio.Future[Any]] = set()
-        self._free_workers: list[queue.SimpleQueue[Any]] = []   # idle worker threads' inboxes
 
     def time(self) -> float:
         return self._now
@@ -154,7 +166,8 @@ class VirtualLoop(asyncio.SelectorEventLoop):
         The loop first waits for it where it stands, at most `PROMPT_WAIT` real seconds, so a quick
         tool's answer takes the same place in the loop's order on every run; work that takes longer
         is waited for as executor work. A free worker takes the next work, so a session's sync
-        tools, one after the other, start one thread, not one each."""
+        tools, one after the other, start one thread, not one each (and the sessions after it
+        none: the free workers are the process's, `_FREE_WORKERS`)."""
         future: asyncio.Future[Any] = self.create_future()
         handoff = _Handoff()
 
@@ -170,7 +183,7 @@ class VirtualLoop(asyncio.SelectorEventLoop):
                 outcome = lambda: future.set_exception(error)  # noqa: E731
             else:
                 outcome = lambda: future.set_result(value)  # noqa: E731
-            self._free_workers.append(jobs)   # free before the loop hears: its next work comes here
+            _free(jobs)   # free before the loop hears: its next work comes here
             if handoff.give(outcome):
                 return   # the loop waited for it and reports it
             try:
@@ -178,9 +191,9 @@ class VirtualLoop(asyncio.SelectorEventLoop):
             except RuntimeError:
                 pass   # the loop was closed meanwhile: nobody waits for this thread any more
 
-        if self._free_workers:
-            self._free_workers.pop().put(work)
-        else:
+        try:
+            _FREE_WORKERS.pop().put(work)
+        except IndexError:
             jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
             jobs.put(work)
             threading.Thread(target=self._worker, args=(jobs,), name="relay-harness-tool", daemon=True).start()
@@ -192,21 +205,14 @@ class VirtualLoop(asyncio.SelectorEventLoop):
             future.add_done_callback(self._threads.discard)
         return future
 
-    def _worker(self, jobs: queue.SimpleQueue[Any]) -> None:
-        """A worker thread: runs the work it is given until the loop closes (None)."""
+    @staticmethod
+    def _worker(jobs: queue.SimpleQueue[Any]) -> None:
+        """A worker thread: runs the work any loop gives it until it is told to end (None)."""
         while True:
             job = jobs.get()
-            if job is None or self.is_closed():
+            if job is None:
                 return
             job(jobs)
-            if self.is_closed():   # it ended meanwhile: nothing will come
-                return
-
-    def close(self) -> None:
-        """Close the loop; its free worker threads end (a busy one ends when its work does)."""
-        super().close()
-        while self._free_workers:
-            self._free_workers.pop().put(None)
 
     def run_until(self, moment: float) -> None:
         """Run everything due up to `moment` (the clock ends there), and what that causes at once."""
