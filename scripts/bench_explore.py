@@ -40,7 +40,7 @@ def measure(conversation: Conversation, budget: int) -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=int, default=1000)
-    parser.add_argument("--dialects", default="openai,azure,foundry,xai,voicelive,gemini")
+    parser.add_argument("--dialects", default="openai,azure,foundry,xai,voicelive,gemini,live")
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args()
     tools = tool_registry([EXAMPLE_TOOLS])

@@ -139,8 +139,9 @@ class DelegationReader(Reader):
             if item.get("type") == wire.FUNCTION_CALL:
                 call_id = item.get("call_id")
                 self.call(call_id, item.get("name"), json_arguments(item.get("arguments")), self.open_response)
-                if isinstance(call_id, str) and self.open_response is not None:
-                    self.response_calls.setdefault(self.open_response, []).append(call_id)
+                batch = self.response_calls.setdefault(self.open_response, []) if self.open_response else None
+                if isinstance(call_id, str) and batch is not None and call_id not in batch:
+                    batch.append(call_id)   # once, though the call be delivered twice (GPT-LIVE.md 5.7)
         elif type(nested) in _ENDS:
             response_id = _dict(nested.response).get("id")
             status = _ENDS[type(nested)]

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from relay.offline import explore_live as live
 from relay.offline import explore_quirks as quirks
 from relay.offline.explore_checks import DESCRIPTIONS, REPLAY_INVARIANT, Check, broken
 from relay.offline.explore_quirks import PerturbedSession, describe
@@ -99,7 +100,7 @@ class Finding:
         lines = [f"invariant broken: {self.invariant} ({_DESCRIBED.get(self.invariant, 'yours')})",
                  f"  {self.message}",
                  f"  shrunk from {len(self.original)} to {len(self.schedule)} perturbation(s):"]
-        lines += [f"    - {describe(p)}" for p in self.schedule] or ["    - none: the conversation as scripted"]
+        lines += [f"    - {live.describe(p) or describe(p)}" for p in self.schedule] or ["    - none: the conversation as scripted"]
         if self.recording is not None:
             lines.append(f"  recording: {self.recording}")
         if self.page is not None:
@@ -176,7 +177,7 @@ def run_schedule(conversation: Conversation, schedule: Schedule, own: dict[str, 
     open (to save it)."""
     if reset is not None:
         reset()
-    session = PerturbedSession(conversation, schedule)
+    session = (live.ExploredLiveSession if delegates(conversation.dialect) else PerturbedSession)(conversation, schedule)
     try:
         session.play()
         found = broken(session, own or {})
@@ -193,6 +194,7 @@ def boundaries(conversation: Conversation, base: Observed, names: dict[str, str]
     `names`: call id -> its tool's name, in the run as scripted (for `mcp_dies`)."""
     space: list[Perturbation] = []
     gemini = conversation.dialect == "gemini"
+    delegating = delegates(conversation.dialect)
     for number in range(1, len(base.calls) + 1):
         space += [Perturbation("barge_in", number, anchor) for anchor in ANCHORS if (number, anchor) in base.anchors]
         if (number, "running") not in base.anchors:
@@ -203,10 +205,12 @@ def boundaries(conversation: Conversation, base: Observed, names: dict[str, str]
             space.append(Perturbation("past_filler", number))
         space += [Perturbation(kind, number) for kind in HANDLER_BEHAVIOURS]
         space += [Perturbation("duplicate", number), Perturbation("drop", number)]
-        if not gemini:
+        if not gemini and not delegating:
             space.append(Perturbation("done_first", number))
     if gemini and base.calls:
         space.append(Perturbation("call_parts", 1))
+    if delegating:
+        return space + live.space(conversation, base)
     return space + quirks.space(conversation, base, names or {})
 
 
@@ -281,11 +285,10 @@ def explore(conversation: Conversation, *, budget: int = DEFAULT_BUDGET, seed: i
     sessions folder), its replay command naming `tools_arg`."""
     if budget <= 0:
         raise ValueError("the schedule budget must be at least 1")
-    refuse_delegations(conversation.dialect)
     own = dict(invariants or {})
     result = ExploreResult(conversation.name, seed, held={name: 0 for name in (SETTLES, *DESCRIPTIONS, *own)})
     started = time.perf_counter()
-    family = "gemini" if conversation.dialect == "gemini" else "openai"
+    family = "gemini" if conversation.dialect == "gemini" else "live" if delegates(conversation.dialect) else "openai"
     carried = 0   # schedules a recording can carry since the last replayed (see REPLAY_EVERY)
     base = run_schedule(conversation, (), own, reset)
     space = boundaries(conversation, base.observed, {entry.call_id: entry.name for entry in base.session.engine.ledger})
@@ -363,18 +366,12 @@ def _write(session: ExploredSession, finding: Finding, out: str | Path | None, t
     finding.command = f"relay replay {finding.recording}{tools}"
 
 
-def refuse_delegations(dialect: str) -> None:
-    """UnusableInput for a dialect whose tools come as delegations (GPT-Live): the explorer's
-    schedules are written for the Realtime and Gemini wires (their mocks, their barge-ins, their
-    anchors); GPT-Live's scripted sessions (`relay.offline.scripted_delegations`) are not explored
-    yet."""
+def delegates(dialect: str) -> bool:
+    """Whether the dialect's tools come as delegations (GPT-Live: `relay.offline.explore_live`)."""
     from relay.dialects import get_dialect
     from relay.dialects.base import ToolFlow
-    from relay.errors import UnusableInput
 
-    if get_dialect(dialect).flow is ToolFlow.DELEGATIONS:
-        raise UnusableInput(f"{dialect}: GPT-Live conversations are not explored yet (the explorer plays the "
-                            "Realtime and Gemini wires)")
+    return get_dialect(dialect).flow is ToolFlow.DELEGATIONS
 
 
 def replayable(schedule: Schedule, family: str = "openai") -> bool:

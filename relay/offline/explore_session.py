@@ -125,12 +125,15 @@ class Observed:
     has_filler: set[int] = field(default_factory=set)
 
 
-class ExploredSession(ScriptedSession):
-    """A scripted session run on one schedule (see the module docstring)."""
+class Exploring:
+    """What runs a conversation on one schedule (see the module docstring), on a scripted session
+    of any wire: `ExploredSession` (the Realtime and Gemini wires), and GPT-Live's
+    (`relay.offline.explore_live.ExploredLiveSession`). `_explore` sets it up, before the session
+    starts."""
 
     kind = "explored session"
 
-    def __init__(self, conversation: Conversation, schedule: Schedule, **options: Any) -> None:
+    def _explore(self, conversation: Conversation, schedule: Schedule) -> None:
         self.conversation = conversation
         self.schedule = schedule
         self.observed = Observed()
@@ -143,17 +146,10 @@ class ExploredSession(ScriptedSession):
         self._pending: list[Perturbation] = sorted(p for p in schedule if p.kind == "barge_in" or p.kind == "drop")
         self._handler_kinds = {p.call: p for p in schedule if p.kind in HANDLER_KINDS}
         self._done_first = {p.call for p in schedule if p.kind == "done_first"}
-        quirks = conversation.quirks
-        if any(p.kind == "call_parts" for p in schedule):
-            from relay.mock.quirks import quirks_of
-            quirks = replace(quirks or quirks_of(conversation.dialect), call_parts=True)
-        duplicates = [fault_kinds.duplicate_delivery(p.call) for p in schedule if p.kind == "duplicate"]
-        super().__init__(_ScriptOf(conversation.script, conversation.turns), conversation.tools, dialect=conversation.dialect,
-                         faults=duplicates, quirks=quirks, client_tools=conversation.client_tools, **options)
 
     # ---- pacing ---------------------------------------------------------------------------------
     def _queue_upstream(self, frames: list[str | bytes]) -> None:
-        delivered = [copy for frame in frames for copy in self.faults.deliveries(frame)]
+        delivered = [copy for frame in frames for copy in self._deliveries(frame)]
         if self._done_first and not self.gemini:
             delivered = self._reordered(delivered)
         self._paced.extend(delivered)
@@ -185,7 +181,7 @@ class ExploredSession(ScriptedSession):
             return
         head = self._paced.popleft()
         if callable(head):   # the caller's speech reaches the server now: what it sends back
-            self._paced.extendleft(reversed([copy for frame in head() for copy in self.faults.deliveries(frame)]))
+            self._paced.extendleft(reversed([copy for frame in head() for copy in self._deliveries(frame)]))
             self._schedule_release()
             return
         self._inbox.append(("upstream", head))
@@ -195,6 +191,14 @@ class ExploredSession(ScriptedSession):
                 counts[number] += 1
         self._pump()
         self._schedule_release()
+
+    def _deliveries(self, frame: str | bytes) -> list[str | bytes]:
+        """The frames delivered for one the upstream sent (twice: a `duplicate` delivery)."""
+        return self.faults.deliveries(frame)
+
+    def _repeated(self) -> set[Any]:
+        """The calls a `duplicate` delivery hit."""
+        return set(self.faults._repeated)
 
     def _reordered(self, frames: list[str | bytes]) -> list[str | bytes]:
         """`done_first`: a response's calls' `response.output_item.done` arrive after its
@@ -357,8 +361,7 @@ class ExploredSession(ScriptedSession):
             self.say_now(line)
             self.settle(limit)
         self.settle(limit)
-        repeated = set(self.faults._repeated)   # the calls a duplicate delivery hit
-        self._fire_quirk("duplicate", repeated)
+        self._fire_quirk("duplicate", self._repeated())
         self._fire_quirk("done_first", self._moved)
         if self.observed.calls:
             self._fire_quirk("call_parts", {self.observed.calls[0]})
@@ -369,6 +372,20 @@ class ExploredSession(ScriptedSession):
             # the loop runs every frame release and handler step on the way, in order
             nearest = [t for t in (self.engine.next_deadline(), self.now + 1.0) if t is not None]
             self._run(max(self.now + STEP, min(nearest)))
+
+
+class ExploredSession(Exploring, ScriptedSession):
+    """A scripted session of the Realtime or Gemini wire run on one schedule."""
+
+    def __init__(self, conversation: Conversation, schedule: Schedule, **options: Any) -> None:
+        self._explore(conversation, schedule)
+        quirks = conversation.quirks
+        if any(p.kind == "call_parts" for p in schedule):
+            from relay.mock.quirks import quirks_of
+            quirks = replace(quirks or quirks_of(conversation.dialect), call_parts=True)
+        duplicates = [fault_kinds.duplicate_delivery(p.call) for p in schedule if p.kind == "duplicate"]
+        super().__init__(_ScriptOf(conversation.script, conversation.turns), conversation.tools, dialect=conversation.dialect,
+                         faults=duplicates, quirks=quirks, client_tools=conversation.client_tools, **options)
 
 
 HANDLER_KINDS = frozenset({"finish", "past_filler", "past_timeout", "raises", "hangs", "answers_twice"})
