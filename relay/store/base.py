@@ -117,7 +117,9 @@ class CallStore(ABC):
 
     @abstractmethod
     async def renew(self, lease: Lease, ttl: float) -> Lease | None:
-        """Extend a lease still held; None once it was lost (expired and taken, or released)."""
+        """Extend a lease still held; None once it was lost (expired and taken, or released). A
+        lease that expired while no other owner took it is taken back with the same token: the
+        store answering a renewal late (a slow Redis) costs the owner nothing it still holds."""
 
     @abstractmethod
     async def release(self, lease: Lease) -> bool:

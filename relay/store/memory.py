@@ -122,7 +122,9 @@ class MemoryStore(CallStore):
                 and held.expires_at > self.clock())
 
     async def renew(self, lease: Lease, ttl: float) -> Lease | None:
-        if not self._holds(lease):
+        # An expired lease no other owner took (its entry is still this token's) is taken back.
+        held = self._leases.get(lease.session_id)
+        if held is None or (held.owner, held.token) != (lease.owner, lease.token):
             return None
         renewed = self._leases[lease.session_id] = Lease(lease.session_id, lease.owner, lease.token,
                                                          self.clock() + ttl)

@@ -53,10 +53,19 @@ if redis.call('HEXISTS', KEYS[3], ARGV[4]) == 1 then
 end
 return token
 """
-# KEYS: lease, expiry, offered; ARGV: "owner token", ttl ms, session. 1 renewed, 0 lost.
+# KEYS: lease, expiry, offered, fence, listed; ARGV: "owner token", ttl ms, session, token.
+# 1 renewed, 0 lost. A lease that expired while no other replica took it (the fence still at this
+# token, the session still listed) is taken back: a renewal the store answered late is no loss.
 _RENEW = _NOW + """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
+local held = redis.call('GET', KEYS[1])
+if held == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+elseif not held and tonumber(redis.call('GET', KEYS[4]) or '0') == tonumber(ARGV[4])
+    and redis.call('HEXISTS', KEYS[5], ARGV[3]) == 1 then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+else
+  return 0
+end
 if redis.call('SISMEMBER', KEYS[3], ARGV[3]) == 0 then
   redis.call('ZADD', KEYS[2], 'XX', now + tonumber(ARGV[2]), ARGV[3])
 end
@@ -203,10 +212,10 @@ class RedisStore(CallStore):
         return Lease(session_id, owner, int(token), started + ttl)
 
     async def renew(self, lease: Lease, ttl: float) -> Lease | None:
-        _, _, lease_key = _keys(lease.session_id)
+        _, fence_key, lease_key = _keys(lease.session_id)
         started = time.monotonic()
-        renewed = await self._call("renew", self._renew(keys=[lease_key, EXPIRY, OFFERED], args=[
-            _held(lease), _ms(ttl), lease.session_id]))
+        renewed = await self._call("renew", self._renew(keys=[lease_key, EXPIRY, OFFERED, fence_key, LISTED], args=[
+            _held(lease), _ms(ttl), lease.session_id, lease.token]))
         if not renewed:
             return None
         return Lease(lease.session_id, lease.owner, lease.token, started + ttl)

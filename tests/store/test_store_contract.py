@@ -84,6 +84,48 @@ async def test_an_expired_lease_is_taken_by_another_owner() -> None:
     assert await store.renew(first, ttl=5) is None
 
 
+async def test_an_expired_lease_no_one_took_is_taken_back_by_its_owner() -> None:
+    """A renewal the store answers after the lease ran out (a slow store) keeps the session when no
+    other owner claimed it meanwhile; once one did, the old owner has lost it."""
+    clock = FakeClock()
+    store = MemoryStore(clock=clock)
+    first = await store.acquire("s", "a", ttl=5, target="call")
+    assert first is not None
+    clock.now += 6
+    kept = await store.renew(first, ttl=5)
+    assert kept is not None and kept.token == first.token and kept.expires_at == clock.now + 5
+    assert await store.acquire("s", "b", ttl=5) is None
+    clock.now += 6
+    second = await store.acquire("s", "b", ttl=5)
+    assert second is not None and await store.renew(first, ttl=5) is None
+
+
+async def test_redis_takes_back_an_expired_lease_only_while_its_token_is_the_newest(redis_url: str) -> None:
+    """The same on Redis, whose lease key vanishes when it expires (deleted here, as Redis would)."""
+    import redis.asyncio as aioredis
+
+    store = open_store(redis_url)
+    raw = aioredis.Redis.from_url(redis_url)
+    session = new_session()
+    lease_key = "relay:{" + session + "}:lease"
+    first = await store.acquire(session, "replica-a", ttl=30, target="call")
+    assert first is not None
+    await raw.delete(lease_key)
+    kept = await store.renew(first, ttl=30)
+    assert kept is not None and kept.token == first.token
+    assert await store.acquire(session, "replica-b", ttl=30) is None
+    await raw.delete(lease_key)
+    second = await store.acquire(session, "replica-b", ttl=30)
+    assert second is not None and second.token > first.token
+    await raw.delete(lease_key)
+    assert await store.renew(first, ttl=30) is None, "a peer took it: the old owner may not take it back"
+    ended = await store.acquire(new_session(), "replica-a", ttl=30, target="call")
+    assert ended is not None and await store.end(ended)
+    assert await store.renew(ended, ttl=30) is None, "an ended session is not held again"
+    await raw.aclose()
+    await store.close()
+
+
 async def test_bad_data_in_redis_is_skipped_not_raised(redis_url: str) -> None:
     import redis.asyncio as aioredis
 
