@@ -292,6 +292,19 @@ class Conversation:
             return
         order.insert(position + 1, item_id)
 
+    def insert_before(self, item_id: str, next_item_id: Any) -> None:
+        """Place an item right before `next_item_id` (an item whose event named it as its
+        previous); appended when that one is not in the order."""
+        record = self.items[item_id]
+        if record.in_conversation:
+            return
+        record.in_conversation = True
+        position = self._position_from_end(next_item_id) if isinstance(next_item_id, str) else None
+        if position is None:
+            self.order.append(item_id)
+        else:
+            self.order.insert(position, item_id)
+
     def delete(self, item_id: str, event_type: str) -> ItemRecord | None:
         record = self.items.get(item_id)
         if record is None:

@@ -36,6 +36,7 @@ from relay.engine.hiding import SAME as _SAME
 from relay.engine.hiding import ClientView
 from relay.engine.injection import Injector
 from relay.engine.records import CallRecord
+from relay.engine.recovery import LostItems
 from relay.engine.sequencer import sent_notice
 from relay.engine.watching import CANCEL_STATES, CallWatcher
 from relay.tools.render import RenderedOutput
@@ -65,6 +66,7 @@ class OpenAIEngine(SessionEngine):
         self.watcher = CallWatcher(self.ctx)    # what items and events say of calls
         self.view = ClientView(self.ctx)        # what the client sees of the relay's tools
         self.injector = Injector(self.ctx)      # where and when outputs go in, and the follow-up
+        self.lost = LostItems(self.ctx, self.watcher, self.injector)   # calls a reconnect lost
         # the provider's own MCP approval requests the operator's policy answers
         self.approvals = self.view.approvals = McpApprovals(self.ctx, self.config.mcp_approvals)
 
@@ -158,7 +160,8 @@ class OpenAIEngine(SessionEngine):
         record = self._item_of(event)
         if record is None:
             return _SAME
-        self.conversation.insert(record.id, self._previous(event), wire.wire_type(event))
+        self.lost.named(previous := self._previous(event), record.id)   # asked for if a reconnect lost it
+        self.conversation.insert(record.id, previous, wire.wire_type(event))
         if record.origin == "relay":
             self.sequencer.item_confirmed(record.id)
             self.injector.output_echoed(record.id)
@@ -171,7 +174,8 @@ class OpenAIEngine(SessionEngine):
         if record is None:
             return _SAME
         if not record.in_conversation and record.origin != "model":
-            self.conversation.insert(record.id, self._previous(event), wire.wire_type(event))
+            self.lost.named(previous := self._previous(event), record.id)
+            self.conversation.insert(record.id, previous, wire.wire_type(event))
         self.watcher.track(record)
         if record.type == FUNCTION_CALL and record.status == "completed" and record.response_id:
             entry = self.ledger.by_item(record.id)
@@ -182,6 +186,8 @@ class OpenAIEngine(SessionEngine):
         return self.view.item_event(event, record)
 
     def _on_item_edit(self, event: wire.ItemRetrieved | wire.ItemTruncated | wire.ItemDeleted) -> Any:
+        if isinstance(event, wire.ItemRetrieved) and self.lost.retrieved(event):
+            return None   # the relay's own request, for an item a reconnect lost
         record = self.conversation.apply_edit(event)
         return None if record is not None and record.hidden else _SAME
 
@@ -190,6 +196,7 @@ class OpenAIEngine(SessionEngine):
         return _SAME
 
     def _on_committed(self, event: wire.InputAudioCommitted) -> Any:
+        self.lost.named(event.previous_item_id, event.item_id)
         return self.view.with_visible_predecessor(event)
 
     # ---- responses ----
@@ -213,6 +220,7 @@ class OpenAIEngine(SessionEngine):
         if creator == "relay":
             response.metadata = None   # ours: the creator says it all, and long sessions make many
         self.ctx.response_notice(response, "created", ours)
+        self.lost.response_began(response)
         self.injector.response_started(response, ours)
         return self.view.response_event(event, data)
 
@@ -261,7 +269,8 @@ class OpenAIEngine(SessionEngine):
         assert response is not None
         event_type = wire.wire_type(event)
         if response.done:
-            self.ctx.anomaly(f"duplicate {event_type} for {response.id}", event_type)
+            if not self.lost.late_end(response, data, self._output_item):   # not an end the reconnect lost
+                self.ctx.anomaly(f"duplicate {event_type} for {response.id}", event_type)
             return self.view.response_event(event, data)
         if not response.seen_created:
             self.ctx.anomaly(f"{event_type} without {_RESPONSE_CREATED} for {response.id}", event_type)
@@ -277,6 +286,7 @@ class OpenAIEngine(SessionEngine):
             if isinstance(item, dict):
                 self._output_item(response, item, index)
         self.watcher.settle(response)
+        self.lost.response_ended(response)
         self.sequencer.response_done(response.id)
         self.injector.response_ended(response)
         self.approvals.response_done(response)
@@ -392,16 +402,7 @@ class OpenAIEngine(SessionEngine):
     def _on_reconnect(self) -> None:
         super()._on_reconnect()
         self.sequencer.reset_connection()
-        for response_id in list(self.conversation.response_order):
-            response = self.conversation.responses[response_id]
-            if not response.done:
-                # its end was lost with the connection: the calls that completed still count
-                response.status = "unknown"
-                response.done_at = self.ctx.now
-                self.ctx.response_notice(response, "done")
-                self.watcher.settle(response)
-        for response_id in list(self.conversation.response_order):
-            self.injector.inject_ready(self.conversation.responses[response_id])
+        self.lost.reconnected()
         self.injector.send_pending_updates()
 
     def _on_close(self) -> None:

@@ -109,7 +109,7 @@ def _broken(session: ExploredSession, own: dict[str, Check]) -> list[tuple[str, 
     unseen = session.unseen_calls() if hasattr(session, "unseen_calls") else set()
     for name, violation in violations(timeline):
         if any(call_id in violation.message for call_id in unseen):
-            continue   # a call whose frames the connection lost: the relay never knew of it
+            continue   # a call nothing the relay received names: it could not know of it
         if session.closed and abandoned and any(call_id in violation.message for call_id in abandoned):
             continue   # the connection dropped: an abandoned call is owed nothing more (see nothing_owed)
         if session.closed and name == "spoke_after_tools":

@@ -197,14 +197,27 @@ class PerturbedSession(ExploredSession):
             self.frames = kept
 
     def unseen_calls(self) -> set[str]:
-        """The calls the server made whose every frame the connection lost: the relay never knew
-        of them, and owes them nothing."""
+        """The calls the server made that nothing the relay received tells it of: every frame of
+        theirs lost while away, and their item named by no frame after (a later item's
+        `previous_item_id` names it, and the relay asks for it: relay/engine/recovery.py). The
+        relay owes these nothing (docs/guarantees.md: the window a reconnect leaves)."""
         if not self._lost:
             return set()
         from relay.offline.events import CALL
 
+        items: dict[Any, Any] = {}   # call id -> its item's id, as the lost frames carry it
+        for _, frame in self._lost:
+            typed = _typed(frame.raw if frame.raw is not None else frame.binary, self.dialect)
+            response = getattr(typed, "response", None)
+            for item in [getattr(typed, "item", None), *((response or {}).get("output") or []
+                                                        if isinstance(response, dict) else [])]:
+                if isinstance(item, dict) and item.get("type") == wire.FUNCTION_CALL:
+                    items[item.get("call_id")] = item.get("id")
+        received = [frame.raw for frame in self.frames if frame.direction == UPSTREAM_TO_RELAY and frame.raw]
         return {event.call_id for event in self.timeline.of(CALL)
-                if event.call_id and self.engine.ledger.get(event.call_id) is None}
+                if event.call_id and self.engine.ledger.get(event.call_id) is None
+                and not any(isinstance(items.get(event.call_id), str) and f'"{items[event.call_id]}"' in text
+                            for text in received)}
 
     def _happen(self, perturbation: Perturbation) -> None:
         act = _SESSION_ACTS.get(perturbation.kind)

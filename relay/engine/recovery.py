@@ -1,0 +1,189 @@
+"""The calls a sideband's reconnect lost, learnt back from what the wire still says (the OpenAI
+family).
+
+While the upstream is away the provider goes on: the model may make a call, and every frame of it
+(its items, its `response.done`) is lost with the connection. A re-attached Realtime sideband is
+sent `session.created` and what happens from then on, no history; but what comes after names
+what came before. Two ways, both read here:
+
+- **a response's end, late**: a response whose end the reconnect took for lost (its status
+  `END_LOST`) may still end on the new connection; its `response.done` lists every output item,
+  calls the relay never saw among them (`OpenAIEngine._on_response_done`).
+- **a `previous_item_id` the relay does not know**, named by an item event or a committed input
+  buffer after the reconnect: the item right before it in the conversation. The relay asks for
+  it (`conversation.item.retrieve`) and a `function_call` it has no entry for, `completed`,
+  becomes a call of a response whose end was lost (the retrieved item names no response; Foundry's
+  `response_id` field, when there, is used). Its output goes in right after it and its batch
+  gets its one follow-up, as any call's.
+
+What the wire gives no way to learn: a lost item no later event names. Each item event names the
+one item before it, so of several items lost in a row only the last is named (a response that
+made two calls while the sideband was away, neither seen: the second is answered, the first is
+not). The window is written down in docs/guarantees.md. The relay asks only while the gap is
+open: from the reconnect until a response begun after it ends (everything lost lies before that
+response's items), for at most `MAX_ASKED` items; an id it asked for and was never answered is
+dropped at the next reconnect.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable
+
+from relay.dialects import items as wire
+from relay.dialects.openai import FUNCTION_CALL
+from relay.engine.context import OpenAIContext
+from relay.engine.conversation import ResponseRecord
+from relay.engine.injection import Injector
+from relay.engine.watching import CallWatcher
+
+END_LOST = "unknown"
+"""The status of a response whose end was lost with the connection (no wire status is this)."""
+MAX_ASKED = 16
+"""Items asked for in one gap, at most: the relay's own requests stay bounded whatever the wire
+names."""
+
+
+class LostItems:
+    """One session's items lost to a reconnect, asked for by the ids later events name."""
+
+    def __init__(self, ctx: OpenAIContext, watcher: CallWatcher, injector: Injector) -> None:
+        self.ctx = ctx
+        self.watcher = watcher
+        self.injector = injector
+        self.open = False                       # a reconnect happened and no response since has ended
+        self.asked: dict[str, Any] = {}         # item id asked for -> the item that named it
+        self._began: set[str] = set()           # responses created since the reconnect
+
+    # ---- the gap -------------------------------------------------------------------------
+    def reconnected(self) -> None:
+        """The upstream is back: a response still running when it went is taken as ended (its end
+        was lost with the connection; the calls of it that completed still count), the outputs
+        that waited go in, and the gap opens."""
+        ctx = self.ctx
+        conversation = ctx.conversation
+        for response_id in list(conversation.response_order):
+            response = conversation.responses[response_id]
+            if not response.done:
+                response.status = END_LOST
+                response.done_at = ctx.now
+                ctx.response_notice(response, "done")
+                self.watcher.settle(response)
+        for response_id in list(conversation.response_order):
+            self.injector.inject_ready(conversation.responses[response_id])
+        self.open = True
+        self.asked.clear()
+        self._began.clear()
+
+    def response_began(self, response: ResponseRecord) -> None:
+        if self.open:
+            self._began.add(response.id)
+
+    def response_ended(self, response: ResponseRecord) -> None:
+        """A response begun after the reconnect ended with items in the conversation: what was
+        lost lies before them, and has been named by now if anything names it."""
+        if response.id in self._began and not response.out_of_band and response.output_item_ids:
+            self.open = False
+            self._began.clear()
+
+    def named(self, previous: Any, following: Any) -> None:
+        """An event placed `following` right after `previous`: an item the relay does not know,
+        named while the gap is open, is asked for (once)."""
+        if not self.open or not isinstance(previous, str) or not previous or previous == "root":
+            return
+        ctx = self.ctx
+        if previous in self.asked or ctx.conversation.item(previous) is not None or len(self.asked) >= MAX_ASKED:
+            return
+        self.asked[previous] = following
+        ctx.send_tagged(wire.ItemRetrieve(event_id=ctx.new_event_id(), item_id=previous), "retrieve")
+
+    # ---- what the provider answers ---------------------------------------------------------
+    def retrieved(self, event: wire.ItemRetrieved) -> bool:
+        """`conversation.item.retrieved`: True when it answers the relay's own request (the
+        client, if any, never asked for it); a lost call in it becomes a call."""
+        item = event.item
+        item_id = item.get("id") if isinstance(item, dict) else None
+        if not isinstance(item_id, str) or item_id not in self.asked:
+            return False
+        following = self.asked.pop(item_id)
+        ctx = self.ctx
+        known = ctx.conversation.item(item_id) is not None
+        record = ctx.conversation.upsert(item)   # type: ignore[arg-type]
+        if record is None or known:
+            return True   # it arrived meanwhile by another way: what said so handled it
+        ctx.conversation.insert_before(item_id, following)
+        call_id = record.call_id
+        if (record.type != FUNCTION_CALL or record.status != "completed" or not isinstance(call_id, str)
+                or ctx.ledger.get(call_id) is not None):
+            # not a call; or one still being made (its later events announce it) or cut short
+            # (an incomplete item is never run); or a call the relay already has
+            return True
+        response = self._response_of(item)
+        record.response_id = response.id
+        ctx.origins.classify(record)
+        ctx.conversation.link_output(response, item_id, None)
+        self.watcher.track(record)
+        entry = ctx.ledger.by_item(item_id)
+        if entry is not None:
+            self.watcher.item_complete(entry)
+        self.injector.inject_ready(response)
+        return True
+
+    def late_end(self, response: ResponseRecord, data: dict[str, Any],
+                 read_output: Callable[[ResponseRecord, dict[str, Any], Any], Any]) -> bool:
+        """`response.done` for a response already done: True when it is the end of one the
+        reconnect took for lost, come on the new connection (False: a duplicate). Its
+        output (each item read by `read_output`) lists every item, calls the relay never saw among
+        them. What was decided at the reconnect stands; a call first seen here runs unless this
+        end says it was cut short."""
+        if response.status != END_LOST:
+            return False
+        response.status = sys.intern(str(data.get("status") or "completed"))
+        details = data.get("status_details")
+        response.status_details = details if isinstance(details, dict) else None
+        before = set(response.output_item_ids)
+        output = data.get("output")
+        for index, item in enumerate(output if isinstance(output, list) else []):
+            if isinstance(item, dict):
+                read_output(response, item, index)
+        fresh = [item_id for item_id in response.output_item_ids if item_id not in before]
+        if fresh and response.batch_handled:
+            response = self.rest_of(response, fresh)   # a batch of their own: one follow-up each
+        self.watcher.settle(response)
+        self.ctx.sequencer.response_done(response.id)   # a create refused while it ran goes now
+        self.injector.inject_ready(response)
+        return True
+
+    def rest_of(self, response: ResponseRecord, item_ids: list[str]) -> ResponseRecord:
+        """The items of `response` first seen at its late end, when the batch of its calls seen
+        before had its follow-up already: moved to a response of their own (ended as it did), so
+        that they get one follow-up and those calls no second one."""
+        ctx = self.ctx
+        rest = ctx.conversation.response(ctx.new_id("r"))
+        assert rest is not None
+        rest.status, rest.status_details, rest.done_at = response.status, response.status_details, ctx.now
+        for item_id in item_ids:
+            response.output_item_ids.remove(item_id)
+            ctx.conversation.link_output(rest, item_id, None)
+            record = ctx.conversation.item(item_id)
+            if record is not None:
+                record.response_id = rest.id
+            entry = ctx.ledger.by_item(item_id)
+            if entry is not None:
+                entry.response_id = rest.id
+        return rest
+
+    def _response_of(self, item: dict[str, Any]) -> ResponseRecord:
+        """The response a retrieved call was made in: the one its item names (Foundry's
+        `response_id`), else one of the relay's making whose end was lost."""
+        conversation = self.ctx.conversation
+        named = item.get("response_id")
+        response = conversation.response(named if isinstance(named, str) and named else self.ctx.new_id("r"))
+        assert response is not None
+        if response.id != named and not response.done:
+            response.status = END_LOST
+            response.done_at = self.ctx.now
+        return response
+
+
+__all__ = ["END_LOST", "MAX_ASKED", "LostItems"]

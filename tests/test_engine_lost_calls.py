@@ -1,0 +1,126 @@
+"""Calls the model made while a sideband was away, every frame of them lost: the relay learns of
+each one the wire still names after the reconnect and answers it once (relay/engine/recovery.py);
+the one no frame names stays unknown, as docs/guarantees.md says. Fake clock, the mock upstream
+in-process, no sockets."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from relay.engine import CallState, EngineConfig
+from relay.engine.sequencer import META_CALLS
+from relay.mock import ToolCall
+from tests.support.engine import EngineDriver
+from tests.support.local_mock import model_call
+from tests.support.tools import get_weather_data
+
+SIDECAR = EngineConfig(mode="sidecar", declare_tools=False, strict=True)
+
+
+def sidecar() -> EngineDriver:
+    h = EngineDriver([get_weather_data], config=SIDECAR)
+    h.connect()
+    h.upstream(h.mock.user_turn("what's the weather?"))
+    return h
+
+
+def weather(city: str) -> ToolCall:
+    return model_call("get_weather", json.dumps({"city": city}))
+
+
+def lost_while_away(h: EngineDriver, outputs: list[Any]) -> list[dict[str, Any]]:
+    """The sideband drops, the model answers the caller meanwhile (every frame lost), and the
+    sideband comes back; the function_call items the server holds now."""
+    h.disconnect()
+    h.mock.respond(outputs)   # what the server sent while nobody was attached: lost
+    h.reconnect()
+    return [item for item in h.mock.items if item["type"] == "function_call"]
+
+
+def test_a_call_whose_every_frame_was_lost_is_asked_for_by_the_id_a_later_item_names_and_answered_once() -> None:
+    h = sidecar()
+    [lost] = lost_while_away(h, [weather("Paris")])
+    assert h.engine.ledger.get(lost["call_id"]) is None and h.sent == []
+    h.upstream(h.mock.user_turn("hello?"))   # its item names the lost one as the item before it
+    assert [e["item_id"] for e in h.sent_of("conversation.item.retrieve")] == [lost["id"]]
+    entry = h.engine.ledger.get(lost["call_id"])
+    assert entry is not None and entry.state is CallState.RUNNING
+    h.run_all()
+    [output] = h.outputs
+    assert output["item"]["call_id"] == lost["call_id"] and output["previous_item_id"] == lost["id"]
+    assert "Paris" in output["item"]["output"]
+    assert len(h.creates) == 1 and entry.state is CallState.ANSWERED
+    # the item the relay asked for sits where the server has it, right before the one that named it
+    order = h.engine.conversation.order
+    assert order[order.index(lost["id"]) + 1] == output["item"]["id"]
+    h.upstream(h.mock.user_turn("thanks"))
+    assert len(h.sent_of("conversation.item.retrieve")) == 1 and len(h.outputs) == 1
+
+
+def test_an_item_the_relay_knows_or_a_lost_call_cut_short_is_never_run() -> None:
+    h = sidecar()
+    h.respond(["Let me look."])
+    h.upstream(h.mock.user_turn("and now?"))
+    assert h.sent_of("conversation.item.retrieve") == []   # no gap: nothing is asked for
+    h.disconnect()
+    h.mock.respond([weather("Oslo")], finish=False, stop=lambda e: e["type"].endswith("arguments.delta"))
+    h.mock.barge_in()   # the response is cut mid-arguments: its call's item ends incomplete
+    h.reconnect()
+    assert [item["status"] for item in h.mock.items if item["type"] == "function_call"] == ["incomplete"]
+    h.upstream(h.mock.user_turn("hello?"))
+    assert len(h.sent_of("conversation.item.retrieve")) == 1
+    assert h.started == {} and h.outputs == [] and h.creates == []
+
+
+def test_of_two_calls_lost_in_a_row_only_the_last_is_named_and_answered() -> None:
+    """The window docs/guarantees.md names: each item names only the one before it."""
+    h = sidecar()
+    first, second = lost_while_away(h, [weather("Paris"), weather("Rome")])
+    h.upstream(h.mock.user_turn("hello?"))
+    h.run_all()
+    assert [o["item"]["call_id"] for o in h.outputs] == [second["call_id"]]
+    assert h.engine.ledger.get(first["call_id"]) is None
+
+
+def test_a_response_whose_end_comes_after_the_reconnect_brings_the_call_it_never_saw() -> None:
+    h = sidecar()
+    events = h.mock.respond([weather("Paris")], finish=False)
+    h.upstream(json.dumps(events[0]))   # response.created reached the relay; the rest was lost
+    h.disconnect()
+    h.reconnect()   # the response's end is taken for lost
+    [done] = h.mock.finish_response()
+    assert done["type"] == "response.done"
+    h.upstream(json.dumps(done))
+    [call] = [item for item in done["response"]["output"] if item["type"] == "function_call"]
+    assert list(h.started) == [call["call_id"]]
+    h.run_all()
+    assert [o["item"]["call_id"] for o in h.outputs] == [call["call_id"]] and len(h.creates) == 1
+
+
+def test_a_call_first_seen_at_a_late_end_whose_batch_was_answered_gets_a_follow_up_of_its_own() -> None:
+    """Call A was seen and answered when the sideband came back (its response's end taken for
+    lost, its follow-up asked for); the response's late end lists call B too: B runs, is answered
+    once, and its batch gets its own follow-up, A no second one."""
+    h = sidecar()
+    events = h.mock.respond([weather("Paris"), weather("Rome")], finish=False)
+    a_id, b_id = [e["item"]["call_id"] for e in events
+                  if e["type"] == "response.output_item.added" and e["item"]["type"] == "function_call"]
+    cut = next(i for i, e in enumerate(events)
+               if e["type"] == "response.output_item.added" and e["item"].get("call_id") == b_id)
+    h.upstream(events[:cut])   # A's frames came; B's were lost
+    assert list(h.started) == [a_id]
+    h.disconnect()
+    h.run_all()   # A finishes while the sideband is away
+    h.reconnect()
+    assert [o["item"]["call_id"] for o in h.outputs] == [a_id]
+    [done] = h.mock.finish_response()
+    h.upstream(json.dumps(done))
+    assert list(h.started) == [a_id, b_id]
+    h.run_all()
+    assert [o["item"]["call_id"] for o in h.outputs] == [a_id, b_id]
+    a, b = h.engine.ledger.get(a_id), h.engine.ledger.get(b_id)
+    assert a is not None and b is not None and a.state is b.state is CallState.ANSWERED
+    # A's follow-up (refused while the response ran, sent again at its end), then B's own
+    assert [create["response"]["metadata"][META_CALLS] for create in h.creates] == [a_id, a_id, b_id]
+    assert None is not a.follow_up_response_id != b.follow_up_response_id is not None

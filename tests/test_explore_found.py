@@ -1,0 +1,40 @@
+"""What the explorer found in the relay itself, each shrunk schedule kept as a regression test
+(issue 48, item 5): the schedule still fires where it did, and every invariant holds on it.
+
+- **A call lost whole to a sideband's reconnect** (the demo, call 1's handler running, the
+  sideband away 0.2 s or 12.6 s): the parallel call of the same response was made while the
+  connection was down, every frame of it lost, and was never answered (`answered_once`). The
+  relay now asks for the item the next item names as its previous (relay/engine/recovery.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from relay.cli.demo import EXAMPLE_TOOLS, TURNS, demo_script
+from relay.offline.events import CALL
+from relay.offline.explore import run_schedule
+from relay.offline.explore_session import Conversation, Perturbation
+from relay.tools.sources import tool_registry
+
+
+def demo(dialect: str) -> Conversation:
+    return Conversation("demo", demo_script(), TURNS, tool_registry([EXAMPLE_TOOLS])).with_dialect(dialect)
+
+
+@pytest.mark.parametrize("dialect", ["openai", "azure", "foundry", "xai"])
+@pytest.mark.parametrize("attempt", [1, 6])
+def test_a_call_lost_whole_to_a_reconnect_is_answered_once(dialect: str, attempt: int) -> None:
+    schedule = (Perturbation("reconnect", 1, "running", attempt),)
+    run = run_schedule(demo(dialect), schedule, keep=True)
+    try:
+        session = run.session
+        assert run.observed.fired == list(schedule)
+        assert run.broken == []
+        made = {event.call_id for event in session.timeline.of(CALL)}
+        retrieved = [frame for frame in session.frames if frame.raw and "conversation.item.retrieve\"" in frame.raw]
+        if dialect != "xai":   # xAI's calls come whole in response.done: none is lost alone
+            assert retrieved, "the lost call was asked for"
+        assert session.unseen_calls() == set()
+        assert made <= {entry.call_id for entry in session.engine.ledger}
+    finally:
+        run.session.close()
