@@ -4,7 +4,8 @@
 - **A call lost whole to a sideband's reconnect** (the demo, call 1's handler running, the
   sideband away 0.2 s or 12.6 s): the parallel call of the same response was made while the
   connection was down, every frame of it lost, and was never answered (`answered_once`). The
-  relay now asks for the item the next item names as its previous (relay/engine/recovery.py)."""
+  relay now asks for the item the next item names as its previous (relay/engine/recovery.py).
+- **A Gemini session dropped mid-call did not replay to the same outcome** (`replays_same`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 from relay.cli.demo import EXAMPLE_TOOLS, TURNS, demo_script
 from relay.offline.events import CALL
-from relay.offline.explore import run_schedule
+from relay.offline.explore import replayable, replays_same, run_schedule
 from relay.offline.explore_session import Conversation, Perturbation
 from relay.tools.sources import tool_registry
 
@@ -38,3 +39,15 @@ def test_a_call_lost_whole_to_a_reconnect_is_answered_once(dialect: str, attempt
         assert made <= {entry.call_id for entry in session.engine.ledger}
     finally:
         run.session.close()
+
+
+def test_a_gemini_session_dropped_mid_call_replays_to_the_same_outcome() -> None:
+    """`replays_same` found it (the demo on Gemini, the connection dropping while call 5 runs):
+    the replay played on past the recording's end and answered the call the dropped session had
+    abandoned. A replay now ends where a recording that abandoned a call does."""
+    schedule = (Perturbation("drop", 5),)
+    conversation = demo("gemini")
+    run = run_schedule(conversation, schedule)
+    assert run.observed.fired == list(schedule) and run.broken == []
+    assert replayable(schedule, "gemini")
+    assert replays_same(conversation, schedule, {}, None) is None

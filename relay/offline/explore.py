@@ -70,8 +70,6 @@ NOT_REPLAYABLE: tuple[tuple[str, str | None, str | None, str], ...] = (
     ("barge_in", None, "openai", _CANCELLED_WHILE_RUNNING),
     ("server_cancel", None, "openai", _CANCELLED_WHILE_RUNNING),
     ("late_arguments", None, "openai", _CANCELLED_WHILE_RUNNING),
-    ("drop", None, "gemini", "the replay of a Gemini session plays on past the recording's end: it answers the "
-     "call the dropped session abandoned"),
 )
 """The perturbations whose schedules `replays_same` is not checked on, and why."""
 SETTLES = "settles"

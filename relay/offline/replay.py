@@ -52,6 +52,7 @@ from relay.engine import (
     StartHandler,
     new_engine,
 )
+from relay.engine.calls import CallOutcome
 from relay.engine.records import CallRecord
 from relay.errors import UnusableInput
 from relay.mcp.servers import ToolSet
@@ -363,7 +364,11 @@ class _Replayer(DriverCore):
                 await self._play(frame)
                 if self.progress is not None:
                     self.progress(index + 1, total)
-            await self._drain()
+            running = set(self.engine.running.call_ids())
+            if running and running <= self._abandoned():   # their answers went nowhere: it ends here, as it did
+                self._apply(self.engine.close(self.now, "the recorded session ended"))
+            else:
+                await self._drain()
             self._apply(self.engine.close(self.now, "replay finished"))
             task_group.cancel_scope.cancel()
         sends = self._produced_sends
@@ -376,6 +381,14 @@ class _Replayer(DriverCore):
         unseen = self._calls_unseen()
         if unseen is not None:
             self.divergences.insert(0, unseen)
+
+    def _abandoned(self) -> set[str]:
+        """The calls the recorded session ended with unanswered (the relay's note says
+        `abandoned`: its connection went first). When the handlers still running at the
+        recording's end are all theirs, the replay ends there, as the session did, instead of
+        waiting for answers that went nowhere."""
+        return {call_id for call_id, fields in self.recording.tool_calls_decided().items()
+                if fields.get("outcome") == CallOutcome.ABANDONED.value}
 
     def _calls_unseen(self) -> Divergence | None:
         """A replay that saw none of the calls the recording holds compared nothing that matters:
