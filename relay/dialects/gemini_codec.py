@@ -205,6 +205,7 @@ class Setup(Message):
     tools: list[Tool] | UnsetType = UNSET
     input_audio_transcription: Any = UNSET
     output_audio_transcription: Any = UNSET
+    session_resumption: Any = UNSET   # {handle?, transparent?}: the server then sends resumption handles
 
 
 class ClientContent(Message):
@@ -454,6 +455,20 @@ def member_names(cls: type[Obj]) -> frozenset[str]:
 def given(value: Any, default: Any = None) -> Any:
     """A field's value, or `default` when the member was absent."""
     return default if value is UNSET else value
+
+
+def resumption_handle(setup: Any) -> str | None:
+    """The session resumption handle a setup resumes with (`sessionResumption.handle`), if any."""
+    config = given(setup.session_resumption) if isinstance(setup, Setup) else None
+    handle = config.get("handle") if isinstance(config, dict) else None
+    return handle if isinstance(handle, str) and handle else None
+
+
+def with_resumption_handle(setup: Setup, handle: str) -> Setup:
+    """The setup that resumes the session of `handle` (its other resumption options kept)."""
+    config = given(setup.session_resumption)
+    return msgspec.structs.replace(setup, session_resumption={**(config if isinstance(config, dict) else {}),
+                                                              "handle": handle})
 
 
 def empty(obj: Obj) -> bool:

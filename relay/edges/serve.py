@@ -41,6 +41,7 @@ import anyio
 from relay import __version__
 from relay.dialects import Dialect
 from relay.edges.config import EdgeRuntime, ServerConfig, is_loopback
+from relay.edges.going_away import GoingAwayLoop
 from relay.edges.handshake import Handshake
 from relay.edges.process import run_until_signalled
 from relay.edges.reseed import ReseedingLoop
@@ -56,7 +57,7 @@ from relay.edges.resume import (
     run_resumable,
 )
 from relay.edges.upstream import UpstreamUnavailable
-from relay.engine import Engine, LiveEngine, Notice, OpenAIEngine, new_engine
+from relay.engine import Engine, GeminiEngine, LiveEngine, Notice, OpenAIEngine, new_engine
 from relay.engine.actions import TOOL_CALL
 from relay.errors import ANOTHER_PORT, ConfigError, cannot_listen
 from relay.inspector.live import InspectorEndpoint, LiveHub, LiveTap
@@ -457,7 +458,8 @@ class RelayServer(EdgeRuntime):
                       resumption: Resumption | None = None) -> tuple[SessionLoop, Taps | LiveTap]:
         """The engine, recording and loop of a session whose upstream just connected (a GPT-Live
         session under `--live-reseed`: a `ReseedingLoop`, which reconnects with `query`; with a
-        store, an OpenAI Realtime session: a `ResumingLoop`, `resumption` its start if resumed)."""
+        store, an OpenAI Realtime session: a `ResumingLoop`, `resumption` its start if resumed; a
+        Gemini Live session: a `GoingAwayLoop`, which resumes upstream when the service says goAway)."""
         engine = new_engine(self.tools, dialect=session.dialect, config=self._engine_config,
                             session_id=resumption.state.session_id if resumption else session.id,
                             id_prefix=session.id)
@@ -472,9 +474,11 @@ class RelayServer(EdgeRuntime):
                                               recording=recording, taps=taps)
         loop_type: Any = SessionLoop
         reseeding: dict[str, Any] = {}
+        reconnect = {"reconnect": lambda: self.upstream.connect(session.dialect, query, client_path=session.path)}
         if self.config.live_reseed and isinstance(engine, LiveEngine):
-            loop_type, reseeding = ReseedingLoop, {"reconnect": lambda: self.upstream.connect(
-                session.dialect, query, client_path=session.path)}
+            loop_type, reseeding = ReseedingLoop, reconnect
+        elif isinstance(engine, GeminiEngine):   # a goAway is met by resuming (relay/edges/going_away.py)
+            loop_type, reseeding = GoingAwayLoop, reconnect
         elif self.resumes is not None and self.resumes.supports(session.dialect) and isinstance(engine, OpenAIEngine):
             loop_type, reseeding = ResumingLoop, {"token": session.resume_token or new_token(),
                                                   "expires_in": self.config.resume_seconds}

@@ -49,11 +49,14 @@ from relay.dialects.gemini_codec import (
     FunctionCall,
     FunctionDeclaration,
     FunctionResponse,
+    GoAway,
     Message,
     Part,
     RealtimeInput,
     ServerContent,
+    SessionResumptionUpdate,
     Setup,
+    SetupComplete,
     Tool,
     ToolCall,
     ToolCallCancellation,
@@ -66,10 +69,12 @@ from relay.dialects.gemini_codec import (
 )
 from relay.dialects.jsontext import compact_json
 from relay.dialects.openai import FUNCTION_CALL
-from relay.engine.actions import Close, SendClient, SendUpstream
+from relay.engine.actions import Action, Close, Notice, SendClient, SendUpstream
 from relay.engine.calls import CallEntry, CallState, Owner
 from relay.engine.conversation import ResponseRecord
+from relay.engine.context import Source
 from relay.engine.core import SessionEngine
+from relay.engine.going_away import GOING_AWAY, Resumption
 from relay.engine.turns import Turns
 from relay.tools import Scheduling
 from relay.tools.render import RenderedOutput
@@ -122,6 +127,7 @@ class GeminiEngine(SessionEngine):
         self._refused = False                         # the client's setup was refused
         self.turns = Turns(self.ctx, hiding=self._hiding)   # the conversation record
         self._codec: TurnCodec = self.dialect.codec or gemini_codec   # the wire, read and written
+        self.resumption = Resumption(self.ctx, self._codec)   # a goAway met with a resumption handle
         self._upstream_media = self._codec.audio_peek(upstream=True)
         self._client_media = self._codec.audio_peek(upstream=False)
 
@@ -255,10 +261,34 @@ class GeminiEngine(SessionEngine):
                 visible.append(call_id)
         return _narrowed(cancellation, "ids", visible, len(ids))
 
+    # ---- goAway: the session carried over to a new connection (relay/engine/going_away.py) ----
+    def _on_go_away(self, message: GoAway) -> Any:
+        carried = self.config.has_client and self.resumption.go_away(given(message.time_left))
+        return _STOP if carried else _SAME   # carried over, the client's connection stays
+
+    def _on_resumption_update(self, message: SessionResumptionUpdate) -> Any:
+        self.resumption.update(message)
+        return _SAME
+
+    def _on_setup_complete(self, message: SetupComplete) -> Any:
+        if not self.resumption.completed():
+            return _SAME
+        self._on_reconnect()   # the answers that waited go up on the resumed connection
+        return _STOP           # the client had its own
+
+    def resumption_setup(self, now: float) -> tuple[str | None, list[Action]]:
+        """After a `going_away` notice, with a new upstream connection: the setup to open it with
+        (None: none to make) and the actions of the switch (`Resumption.begin`)."""
+        actions = self._run(now, Source.UPSTREAM, self.resumption.begin, self._on_disconnect)
+        return self.resumption.begun, actions
+
     _UPSTREAM_HANDLERS: dict[type, Callable[["GeminiEngine", Any], Any]] = {
         ServerContent: _on_server_content,
         ToolCall: _on_tool_call,
         ToolCallCancellation: _on_cancellation,
+        GoAway: _on_go_away,
+        SessionResumptionUpdate: _on_resumption_update,
+        SetupComplete: _on_setup_complete,
     }
 
     # ==== calls =========================================================================
@@ -350,6 +380,7 @@ class GeminiEngine(SessionEngine):
     # ==== lifecycle =====================================================================
     def _on_reconnect(self) -> None:
         super()._on_reconnect()
+        self.resumption.completed()   # a carry-over the edge gave up on is over too
         unsent, self._unsent = self._unsent, []
         for call_id, answer, final in unsent:
             entry = self.ledger.get(call_id)
@@ -373,6 +404,12 @@ class GeminiEngine(SessionEngine):
             self.ctx.emit(SendUpstream(forward))
 
     def _client_setup(self, setup: Setup) -> Any:
+        result = self._setup_going_up(setup)
+        if result is not _STOP:
+            self.resumption.setup = setup if result is _SAME else result   # what a resumed connection is set up with
+        return result
+
+    def _setup_going_up(self, setup: Setup) -> Any:
         instruction = setup.system_instruction
         parts = instruction.parts if isinstance(instruction, Content) else None
         if isinstance(parts, list):

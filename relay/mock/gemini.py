@@ -14,6 +14,13 @@ What it plays, from the same `MockScript` as the OpenAI modes:
 - a user turn arriving while calls are unanswered is a barge-in: `serverContent.interrupted`, then
   `toolCallCancellation` for those calls; `MockUpstream.interrupt()` plays the same from a test;
 - `MockUpstream.go_away()` sends `goAway`;
+- a setup with `sessionResumption` gets `sessionResumptionUpdate`s: a new handle, `resumable`,
+  after `setupComplete` and at each turn's end; `resumable: false` and no handle while the model
+  waits for its calls' answers (as the service says it cannot be resumed then). A new connection
+  whose setup carries one of the session's handles continues it (`MockUpstream` routes it by the
+  handle): `setupComplete`, and the session as it is, except the calls made after that handle,
+  which are lost (the service's "data loss" when resuming from an earlier handle); the earlier
+  connections get nothing more;
 - with `Quirks.call_parts` (relay/mock/quirks.py) the calls come twice, as Gemini Live may deliver
   them: as `functionCall` parts of the model's turn (beside its text), then in the `toolCall`;
 - a reply with `hold_before_done` leaves its turn open (no `turnComplete`) until `release()`;
@@ -57,6 +64,7 @@ from relay.dialects.gemini_codec import (
     RealtimeInput,
     ServerContent,
     Setup,
+    SessionResumptionUpdate,
     SetupComplete,
     Tool,
     ToolCallCancellation,
@@ -69,6 +77,7 @@ from relay.dialects.gemini_codec import (
     given,
     member_names,
     plain,
+    resumption_handle,
 )
 from relay.dialects.gemini_codec import ToolCall as CallsMessage
 from relay.dialects.openai import FUNCTION_CALL, FUNCTION_CALL_OUTPUT   # the script reads OpenAI-shaped items
@@ -158,6 +167,7 @@ class GeminiMockSession:
         self._batch: list[str] = []             # blocking calls of the latest toolCall
         self.held = False                       # a turn waits for `release()` before turnComplete
         self.picks: list[str] = []              # where each reply came from (`MockScript.pick`)
+        self.handles: dict[str, frozenset[str]] = {}   # resumption handle -> the calls made before it
         self._warned_names: set[str] = set()    # scripted calls to functions it lacks, said in the log
 
     def __repr__(self) -> str:
@@ -219,7 +229,8 @@ class GeminiMockSession:
         return self._complete()
 
     def _complete(self) -> list[Any]:
-        return [_emit(ServerContent(generation_complete=True)), _emit(ServerContent(turn_complete=True))]
+        return [_emit(ServerContent(generation_complete=True)), _emit(ServerContent(turn_complete=True)),
+                *self._resumption_update()]
 
     def go_away(self, time_left: str) -> list[Any]:
         return [_emit(GoAway(time_left=time_left))]
@@ -249,6 +260,9 @@ class GeminiMockSession:
         return self._tool_response(message)
 
     def _setup_message(self, setup: Setup) -> list[Any]:
+        handle = self.resumed_by(setup)
+        if self.setup is not None and handle is not None:
+            return self._resume(handle)
         if self.setup is not None:
             raise GeminiProtocolError("setup may be sent only once, as the first message.")
         model = setup.model
@@ -261,7 +275,34 @@ class GeminiMockSession:
         self.declarations = self._check_tools(given(setup.tools))
         self.setup = copy.deepcopy(plain(setup))
         self._setup = setup
-        return [_emit(SetupComplete())]
+        return [_emit(SetupComplete()), *self._resumption_update()]
+
+    def resumed_by(self, setup: Any) -> str | None:
+        """The handle of this session a new connection's setup (a typed `Setup`) resumes with."""
+        handle = resumption_handle(setup)
+        return handle if handle in self.handles and not self.ended else None
+
+    def _resume(self, handle: str) -> list[Any]:
+        """A new connection continues the session from `handle`: the calls made after it are lost,
+        and the earlier connections get nothing more."""
+        for call in self.open_calls:
+            if call.id not in self.handles[handle]:
+                call.state = "cancelled"
+        self._batch = [call_id for call_id in self._batch if self.calls[call_id].open]
+        for connection in self.connections[:-1]:
+            connection.closed = True
+        return [_emit(SetupComplete()), *self._resumption_update()]
+
+    def _resumption_update(self) -> list[Any]:
+        """A `sessionResumptionUpdate` when the setup asked for them: a new handle while no call
+        waits for its answer, else `resumable: false`."""
+        if self._setup is None or not isinstance(given(self._setup.session_resumption), dict):
+            return []
+        if self.open_calls:
+            return [_emit(SessionResumptionUpdate(new_handle="", resumable=False))]
+        handle = f"{self.id}-{len(self.handles) + 1}"
+        self.handles[handle] = frozenset(self.calls)
+        return [_emit(SessionResumptionUpdate(new_handle=handle, resumable=True))]
 
     def _check_tools(self, tools: Any) -> dict[str, FunctionDeclaration]:
         if tools is None:
@@ -383,8 +424,8 @@ class GeminiMockSession:
                 said += self._call_parts(said, made)
             said.append(CallsMessage(function_calls=[
                 FunctionCall(id=call.id, name=call.name, args=copy.deepcopy(call.args)) for call in made]))
-            if self._batch:
-                return [_emit(message) for message in said]   # the model waits for the blocking answers
+            if self._batch:   # the model waits for the blocking answers
+                return [_emit(message) for message in said] + self._resumption_update()
         actions = [_emit(message) for message in said]
         if reply.hold_before_done:
             self.held = True

@@ -29,6 +29,7 @@ from websockets.http11 import Response as WsResponse
 
 from relay.errors import RelayError
 from relay.mock.faults import Faults
+from relay.dialects.gemini_codec import event_of as gemini_event_of
 from relay.mock.gemini import GEMINI, GeminiMockSession, Hangup
 from relay.mock.gemini import URL_PATH as GEMINI_URL_PATH
 from relay.mock.handshake import VOICE_LIVE_PATH, Refusal, Route, route_handshake
@@ -375,6 +376,9 @@ class MockUpstream:
     async def _serve_socket(self, ws: ServerConnection) -> None:
         route = self._routes.pop(ws)
         session: MockSession | GeminiMockSession | None = route.session
+        first: str | bytes | None = None
+        if self.dialect == GEMINI and session is None:   # a setup with a handle continues a session
+            first, session = await _resumed_session(ws, self.sessions)
         if self.dialect in (GEMINI, LIVE) and session is None:   # a new session (a Live sideband joins one)
             make = GeminiMockSession if self.dialect == GEMINI else partial(LiveMockSession, options=self.live_options)
             session = make(self.script, copy.deepcopy(self.faults), route.query, self.quirks)
@@ -386,17 +390,12 @@ class MockUpstream:
         elif session.ended:
             await ws.close(NORMAL_CLOSURE, "call ended")
             return
-        connection = MockConnection(
-            index=len(session.connections),
-            path=route.path,
-            query=route.query,
-            headers=route.headers,
-            auth=route.auth,
-            subprotocol=ws.subprotocol,
-        )
+        connection = _connection(route, len(session.connections), ws)
         self._sockets[(session.id, connection.index)] = ws
         try:
             await self._run(session, session.connected(connection))
+            if first is not None:
+                await self._on_frame(session, connection, first)
             async for message in ws:
                 await self._on_frame(session, connection, message)
         except ConnectionClosed:
@@ -528,6 +527,27 @@ class MockUpstream:
         """A REST accept: apply `config` (a GA session config) to the call and send what follows;
         raises ProtocolError for an invalid config."""
         await self._run(session, session.accept(config))
+
+
+async def _resumed_session(ws: ServerConnection, sessions: list[Any]) -> tuple[str | bytes | None, GeminiMockSession | None]:
+    """A new Gemini connection's first message, and the session it continues when it is a setup
+    with one of that session's resumption handles (None: a new session)."""
+    try:
+        first = await ws.recv()
+        data = json.loads(first)
+    except ConnectionClosed:
+        return None, None
+    except (ValueError, RecursionError):
+        return first, None
+    message = gemini_event_of(data) if isinstance(data, dict) else None
+    return first, next((session for session in sessions
+                        if isinstance(session, GeminiMockSession) and session.resumed_by(message)), None)
+
+
+def _connection(route: Route, index: int, ws: ServerConnection) -> MockConnection:
+    """The mock's record of a socket of a session, as its handshake was routed."""
+    return MockConnection(index=index, path=route.path, query=route.query, headers=route.headers, auth=route.auth,
+                          subprotocol=ws.subprotocol)
 
 
 def _headers(headers: Headers) -> dict[str, str]:

@@ -12,8 +12,10 @@ on a call's life it lands.
 | `expiry` | the OpenAI family's session reaches its maximum duration: `error` `session_expired`, then the close | sessions last at most 60 minutes (Azure: 30) |
 | `mcp_dies` | the MCP server of a relay MCP tool dies while the call is in flight: the call fails as the connection fails it | relay/mcp/connection.py: a call in flight fails when its connection ends |
 
-The relay has no reconnect path for Gemini Live (its `goAway` goes to the client, which resumes the
-session on a new connection: a new relay session), so Gemini gets `goes_away`, not `reconnect`.
+Gemini Live has no sideband to reconnect: its `goAway` goes to the client (which resumes the session
+on a new connection: a new relay session), unless the client enabled session resumption, when
+`relay serve` resumes upstream itself (relay/edges/going_away.py; the explored conversations'
+client does not), so Gemini gets `goes_away`, not `reconnect`.
 """
 
 from __future__ import annotations

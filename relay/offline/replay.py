@@ -45,6 +45,7 @@ from relay.engine import (
     CancelHandler,
     Close,
     EngineConfig,
+    GeminiEngine,
     Notice,
     Outcome,
     SendClient,
@@ -53,6 +54,7 @@ from relay.engine import (
     new_engine,
 )
 from relay.engine.calls import CallOutcome
+from relay.engine.going_away import GOING_AWAY
 from relay.engine.records import CallRecord
 from relay.errors import UnusableInput
 from relay.mcp.servers import ToolSet
@@ -229,7 +231,13 @@ class _Replayer(DriverCore):
         recording through the upstream's side only."""
 
     def act_notice(self, action: Notice) -> None:
-        """A replay reports divergences and its timeline, not the live session's notices."""
+        """A replay reports divergences and its timeline, not the live session's notices; a Gemini
+        session the service sent away resumes as the live one did (relay/edges/going_away.py)."""
+        if action.kind == GOING_AWAY and isinstance(self.engine, GeminiEngine):
+            frame, actions = self.engine.resumption_setup(self.now)
+            if frame is not None:
+                self.act_send_upstream(SendUpstream(frame))
+            self._apply(actions)
 
     def act_close(self, action: Close) -> None:
         """The recording decides when the replayed session ends."""

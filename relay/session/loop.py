@@ -198,7 +198,8 @@ class SessionLoop(DriverCore):
         try:
             await upstream.receive(deliver, express)
         except TransportClosed as closed:
-            await self.upstream_lost(closed)
+            if upstream is self.upstream:   # not a socket the session moved off (`replace_upstream`)
+                await self.upstream_lost(closed)
 
     async def upstream_lost(self, closed: TransportClosed) -> None:
         """The upstream socket closed. The proxy ends the session and passes the code on; the
