@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 import threading
 import weakref
@@ -25,6 +26,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from relay.dialects.jsontext import utf8_safe
 from relay.engine.actions import TOOL_CALL
+from relay.errors import REDACTED
 from relay.recording.redact import Redactor
 
 if TYPE_CHECKING:
@@ -194,9 +196,27 @@ def configure_logging(
     return handler
 
 
+# What names a credential, in a header's or a query parameter's name: its value is not logged even
+# when it is no secret the relay knows (a client's wrong token, a session's resume token).
+_CREDENTIAL_NAME = r"[\w-]*(?:auth|key|token|secret|resume|cookie|signature)[\w-]*"
+# A handshake's debug line for one header ("> Authorization: Bearer ..."), and a query parameter
+# in its request line ("< GET /v1/realtime?resume=... HTTP/1.1").
+_CREDENTIAL_HEADER = re.compile(rf"^([<>] {_CREDENTIAL_NAME}:\s*(?:(?:Bearer|Basic|Token)\s+)?).+$",
+                                re.IGNORECASE)
+_CREDENTIAL_PARAMETER = re.compile(rf"([?&]{_CREDENTIAL_NAME}=)[^&\s]*", re.IGNORECASE)
+
+
+def without_credentials(line: str) -> str:
+    """A handshake's debug line with the values of credential headers and query parameters
+    replaced by the redaction mark."""
+    line = _CREDENTIAL_HEADER.sub(lambda found: found.group(1) + REDACTED, line)
+    return _CREDENTIAL_PARAMETER.sub(lambda found: found.group(1) + REDACTED, line)
+
+
 class RedactingLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
     """A logger for websockets that removes secrets from what it logs (its handshake debug lines
-    print every header, `Authorization` included)."""
+    print every header, `Authorization` included): the secrets the redactor knows, and the values
+    of every header and query parameter whose name says it holds a credential."""
 
     def __init__(self, logger: logging.Logger, redactor: Redactor) -> None:
         super().__init__(logger, {})
@@ -211,7 +231,7 @@ class RedactingLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
             text = str(msg) % args if args else str(msg)
         except Exception as exc:
             text = f"{msg} [arguments not printable: {type(exc).__name__}: {exc}]"
-        super().log(level, self.redactor(text), **kwargs)
+        super().log(level, without_credentials(self.redactor(text)), **kwargs)
 
 
 class AnomalyLog:

@@ -39,6 +39,22 @@ def test_frame_debug_lines_are_redacted_and_an_unprintable_frame_does_not_break_
     assert "Logging error" not in capfd.readouterr().err
 
 
+def test_handshake_debug_lines_carry_no_credential_the_relay_does_not_know(caplog: pytest.LogCaptureFixture) -> None:
+    """A session's resume token (header or query) and a client's wrong token are no secrets the
+    redactor knows, but the handshake's debug lines print them: their values are masked by name."""
+    logger = RedactingLogger(logging.getLogger("relay.websocket.test"), Redactor([PROVIDER_KEY]))
+    with caplog.at_level(logging.DEBUG, logger="relay.websocket.test"):
+        logger.debug("< GET %s HTTP/1.1", "/v1/realtime?model=gpt-realtime&resume=rt-secret-1&x=2")
+        logger.debug("< %s: %s", "X-Relay-Resume", "rt-secret-2")
+        logger.debug("< %s: %s", "Authorization", "Bearer wrong-token-3")
+        logger.debug("> %s: %s", "api-key", "azure-4")
+        logger.debug("< %s: %s", "Upgrade", "websocket")
+    lines = [record.getMessage() for record in caplog.records]
+    assert lines == ["< GET /v1/realtime?model=gpt-realtime&resume=" + REDACTED + "&x=2 HTTP/1.1",
+                     "< X-Relay-Resume: " + REDACTED, "< Authorization: Bearer " + REDACTED, "> api-key: " + REDACTED,
+                     "< Upgrade: websocket"]
+
+
 def test_the_redactor_cleans_text_and_binary_frames_and_forgets_a_discarded_secret() -> None:
     redactor = Redactor(["short", PROVIDER_KEY, f"{PROVIDER_KEY}-longer"])
     assert redactor(f"a {PROVIDER_KEY}-longer b {PROVIDER_KEY}") == f"a {REDACTED} b {REDACTED}"
