@@ -42,7 +42,7 @@ from relay.dialects import live
 from relay.dialects.live import LiveDialect
 from relay.dialects.openai import OpenAIFamily
 from relay.edges.config import EdgeRuntime, SidecarConfig
-from relay.edges.takeover import RUN, Adoption, Handovers, adopt, adopt_live, output_of
+from relay.edges.takeover import RUN, Adoption, Handovers, adopt, adopt_live, kept_records, output_of
 from relay.edges.upstream import UpstreamUnavailable
 from relay.engine import CallState, Engine, LiveEngine, Notice, OpenAIEngine, Outcome, SendUpstream, StartHandler, new_engine
 from relay.engine.actions import TOOL_CALL
@@ -248,7 +248,7 @@ class SidebandLoop(SessionLoop):
         for frame in adoption.frames:
             if self.end is not None or self.lease_lost is not None:
                 return
-            self._apply(self.engine.receive_upstream(frame, self.clock()))
+            self._apply(kept_records(self.engine.receive_upstream(frame, self.clock()), adoption.decisions))
         engine = self.engine
         if self.end is not None or self.lease_lost is not None:
             return

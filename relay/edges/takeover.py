@@ -38,7 +38,7 @@ from typing import Any, Callable
 
 from relay.dialects.openai import FUNCTION_CALL, FUNCTION_CALL_OUTPUT, OPENAI, OpenAIFamily
 from relay.dialects.openai_codec import ItemCreate, ResponseCreated, ResponseDone, decode, encode
-from relay.engine import Outcome
+from relay.engine import Outcome, Remember
 from relay.engine.records import CallRecord, Phase
 from relay.tools import ToolRegistry, ToolResult
 from relay.tools.render import error_in_output
@@ -157,6 +157,16 @@ def _outcome_of(output: str, message: str | None = None) -> Outcome:
     if is_error:
         return Outcome.returned(ToolResult(error=error, message=message))
     return Outcome.returned(output if message is None else ToolResult(result=output, message=message))
+
+
+def kept_records(actions: list[Any], decisions: dict[str, Decision]) -> list[Any]:
+    """The actions of telling a new engine of its owed calls (`Adoption.frames`) without the
+    `ready` and `started` records of the calls it answers without running them: a call refused or
+    answered keeps its old record (started, decided, sent) until its answer is decided, so that a
+    takeover in between never runs it as one that never started."""
+    return [action for action in actions if not (
+        isinstance(action, Remember) and action.record.phase in (Phase.READY, Phase.STARTED)
+        and (decision := decisions.get(action.record.call_id)) is not None and decision.how != RUN)]
 
 
 def adopt_live(records: list[CallRecord], tools: ToolRegistry) -> Adoption:

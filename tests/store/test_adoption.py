@@ -12,7 +12,7 @@ import pytest
 from relay.dialects.openai_codec import ResponseCreated, ResponseDone, decode
 from relay.engine import EngineConfig, Remember
 from relay.engine.records import CallRecord, Phase
-from relay.edges.takeover import ANSWER, FOLLOW_UP, NOT_RETRIED, REFUSE, RUN, adopt, decide
+from relay.edges.takeover import ANSWER, FOLLOW_UP, NOT_RETRIED, REFUSE, RUN, adopt, decide, kept_records
 from relay.tools import IdempotencyKey, tool
 from relay.tools.render import error_output
 from relay.tools.sources import tool_registry
@@ -242,3 +242,18 @@ def test_a_resent_output_refused_as_a_duplicate_was_delivered_and_its_record_say
     driver.advance(60)
     assert len(driver.creates) == creates
     assert any(kept.delivered for kept in driver.records)
+
+
+def test_a_call_answered_without_running_keeps_its_old_record_until_its_answer_is_decided() -> None:
+    """A new owner killed while it answers a refused or decided call leaves the old record, not
+    `ready`: a third owner never runs as never started a call that may have run."""
+    driver = sidecar_driver()
+    adoption = adopt([record("c1", "refund", Phase.STARTED), record("c2", "refund", Phase.DECIDED, output="refunded 7"),
+                      record("c3", "refund", Phase.READY)], TOOLS)
+    for frame in adoption.frames:
+        driver._act(kept_records(driver.engine.receive_upstream(frame, driver.now), adoption.decisions))
+    assert driver.phases("c1") == [] and driver.phases("c2") == []
+    assert driver.phases("c3") == [Phase.READY, Phase.STARTED]   # run: its steps are recorded as they come
+    for call_id in ("c1", "c2"):
+        driver.finish(call_id, adoption.decisions[call_id].outcome.value)
+        assert driver.phases(call_id)[0] is Phase.DECIDED
