@@ -52,16 +52,12 @@ async def coalescing_pipe(source: ServerConnection | ClientConnection,
         except TransportClosed:
             pass   # `source`'s loop ends too, when the other pipe closes it
 
-    def forward(message: str | bytes) -> None:
-        more = reader.more_buffered()
-        if queue.writer_idle and not more and not queue.frames and writer.send_now(message):
+    def forward(message: str | bytes, more: bool) -> None:
+        if not more and writer.write(queue, message):
             return   # a lone frame, nothing queued ahead of it
         if queue.writer_idle:
             queue.put(message, wake=False)
-            if more:
-                writer.flush_soon(queue)   # one write after the burst's last frame
-            else:
-                writer.flush(queue)
+            writer.write(queue, None, more)   # with more: one write after the burst's last frame
         else:
             queue.put(message)
 

@@ -53,7 +53,7 @@ from relay.inspector.live import FeedConnection, LiveHub, LiveSession  # noqa: E
 from relay.observe.metrics import Metrics, TrafficTap  # noqa: E402
 from relay.recording.taps import Taps  # noqa: E402
 from relay.session.loop import SessionLoop  # noqa: E402
-from relay.session.transport import Express, Frame, FrameQueue, TransportClosed  # noqa: E402
+from relay.session.transport import Deliver, Express, Frame, FrameQueue, TransportClosed  # noqa: E402
 from relay.tools import ToolRegistry  # noqa: E402
 from relay.tools.loading import load_tools  # noqa: E402
 from relay.transports.websockets import WebsocketsTransport  # noqa: E402
@@ -90,43 +90,33 @@ class FloodingUpstream:
             raise TransportClosed(1000, "", received=True, initiated_here=False)
         return self.frame
 
-    async def receive(self, deliver: Callable[[Frame], None], express: Express | None = None) -> None:
+    async def receive(self, deliver: Deliver, express: Express | None = None) -> None:
         recv, more_buffered = self.recv, self.more_buffered
         while True:
             message = await recv()
-            if express is None or not express(message, more_buffered()):
-                deliver(message)
+            more = more_buffered()
+            if express is None or not express(message, more):
+                deliver(message, more)
 
     def more_buffered(self) -> bool:
         remaining = self.remaining
         return remaining > 0 and (remaining - 1) % self.burst > 0
 
+    def hold_reading(self, held: bool) -> None:
+        pass   # its queue never fills: the writer task sends nothing, the frames are counted
+
     async def send(self, frames: Sequence[Frame]) -> None:
         pass
 
-    def send_now(self, frame: Frame) -> bool:
-        return False   # the writer task sends it (see flush)
-
-    def pause_reading(self) -> None:
-        pass   # its queue never fills: the writer task sends nothing, the frames are counted
-
-    def resume_reading(self) -> None:
-        pass
-
-    def flush(self, queue: FrameQueue) -> None:
-        queue.wake()   # the writer task sends it (it sends nothing: the session forwards audio only)
-
-    def flush_soon(self, queue: FrameQueue) -> None:
+    def write(self, queue: FrameQueue, frame: Frame | None = None, soon: bool = False) -> bool:
+        if frame is not None:
+            return False   # the writer task sends it (it sends nothing: the session forwards audio only)
         queue.wake()
+        return True
 
-    async def close(self, code: int, reason: str) -> None:
-        pass
-
-    def abort(self) -> None:
-        pass
-
-    async def wait_closed(self) -> None:
-        await self.drained.wait()
+    async def close(self, code: int | None, reason: str = "", *, abort: bool = False) -> None:
+        if code is None and not abort:
+            await self.drained.wait()
 
 
 class CountingTransport(asyncio.Transport):

@@ -59,7 +59,7 @@ async def collect(transport: Transport, messages: list[str | bytes]) -> Transpor
 async def collect_with(transport: Transport, take: Callable[[str | bytes], None]) -> TransportClosed:
     """Hand each message to `take` until the connection closes; how it closed."""
     with pytest.raises(TransportClosed) as closed:
-        await transport.receive(take)
+        await transport.receive(lambda message, more: take(message))
     return closed.value
 
 
@@ -105,14 +105,11 @@ class RawClient:
 async def echo(transport: Transport, request: Request) -> None:
     """Each message back, through a FrameQueue as the session loop writes."""
     queue = FrameQueue(1 << 24)
-    queue.waiter = asyncio.get_running_loop().create_future()   # the writer task sleeps: flush writes
+    queue.waiter = asyncio.get_running_loop().create_future()   # the writer task sleeps: `write` writes
 
-    def deliver(message: str | bytes) -> None:
+    def deliver(message: str | bytes, more: bool) -> None:
         queue.put(message, wake=False)
-        if transport.more_buffered():
-            transport.flush_soon(queue)
-        else:
-            transport.flush(queue)
+        transport.write(queue, None, more)   # at the loop's next turn while more of the read follows
 
     try:
         await transport.receive(deliver)
@@ -185,7 +182,7 @@ async def test_messages_read_before_anyone_receives_wait_and_then_the_socket_is_
 
     async def handler(transport: Transport, request: Request) -> None:
         waiting.set_result(transport)   # type: ignore[arg-type]
-        await transport.wait_closed()
+        await transport.close(None)
 
     async with server(handler) as port:
         client = await RawClient.open(port)
@@ -200,7 +197,7 @@ async def test_messages_read_before_anyone_receives_wait_and_then_the_socket_is_
         assert transport._reading_paused
         received: list[str | bytes] = []
 
-        def deliver(message: str | bytes) -> None:
+        def deliver(message: str | bytes, more: bool) -> None:
             received.append(message)
             if len(received) == count:
                 raise LookupError("enough")
@@ -259,7 +256,7 @@ async def test_a_batch_toward_a_client_is_framed_as_one_write_and_arrives_intact
 
     async def handler(transport: Transport, request: Request) -> None:
         await transport.send(frames)
-        await transport.wait_closed()
+        await transport.close(None)
 
     from websockets.asyncio.client import connect
 
@@ -275,7 +272,7 @@ async def test_a_paused_socket_leaves_the_frames_to_the_writer_task_and_a_closed
         queue.waiter = asyncio.get_running_loop().create_future()
         transport.pause_writing()   # type: ignore[attr-defined]  (what the socket calls over its high-water mark)
         queue.put("while paused", wake=False)
-        transport.flush(queue)
+        transport.write(queue)
         assert len(queue) == 1 and not queue.writer_idle   # woken, not written
         sending = asyncio.ensure_future(transport.send(queue.take_batch()))
         await asyncio.sleep(0)
@@ -294,15 +291,20 @@ async def test_a_paused_socket_leaves_the_frames_to_the_writer_task_and_a_closed
         assert client.close_code == 1000
 
 
-async def test_send_now_writes_a_lone_frame_at_once_and_refuses_while_paused_or_closing() -> None:
+async def test_a_lone_frame_is_written_at_once_and_refused_while_paused_or_closing_or_behind_others() -> None:
     async def check(transport: Transport, request: Request) -> None:
-        assert transport.send_now("first")
+        queue = FrameQueue(1 << 20)
+        queue.waiter = asyncio.get_running_loop().create_future()   # the writer task sleeps
+        assert transport.write(queue, "first")
         transport.pause_writing()   # type: ignore[attr-defined]  (what the socket calls over its high-water mark)
-        assert not transport.send_now("while paused")
+        assert not transport.write(queue, "while paused")
         transport.resume_writing()   # type: ignore[attr-defined]
-        assert transport.send_now(b"\x00binary")
+        queue.put("queued", wake=False)
+        assert not transport.write(queue, "behind a queued one")   # order: it queues behind
+        queue.take_batch()
+        assert transport.write(queue, b"\x00binary")
         await transport.close(1000, "done")
-        assert not transport.send_now("too late")
+        assert not transport.write(queue, "too late")
 
     from websockets.asyncio.client import connect
 
@@ -312,7 +314,7 @@ async def test_send_now_writes_a_lone_frame_at_once_and_refuses_while_paused_or_
         assert client.close_code == 1000
 
 
-async def test_pause_reading_holds_back_the_rest_of_a_read_until_resume_reading_hands_it_on_in_order_even_past_a_close() -> None:
+async def test_holding_reading_holds_back_the_rest_of_a_read_until_released_in_order_even_past_a_close() -> None:
     burst = [f"message {n}" for n in range(6)]
     received: list[str | bytes] = []
     resuming: list[asyncio.Task[None]] = []
@@ -323,14 +325,14 @@ async def test_pause_reading_holds_back_the_rest_of_a_read_until_resume_reading_
         loop = asyncio.get_running_loop()
 
         async def resume() -> None:
-            await transport.wait_closed()   # the close is in: it is reported only after the rest
+            await transport.close(None)   # the close is in: it is reported only after the rest
             at_pause.append(list(received))
-            transport.resume_reading()
+            transport.hold_reading(False)
 
         def take(message: str | bytes) -> None:
             received.append(message)
             if len(received) == 2:   # the other side's queue is full, say
-                transport.pause_reading()
+                transport.hold_reading(True)
                 resuming.append(loop.create_task(resume()))
             if len(received) == len(burst):
                 everything.set_result(None)
@@ -358,7 +360,7 @@ async def test_a_close_the_peer_never_answers_drops_the_connection(monkeypatch: 
     async def handler(transport: Transport, request: Request) -> None:
         await transport.close(1001, "going")
         with pytest.raises(TransportClosed) as ended:
-            await transport.receive(lambda message: None)
+            await transport.receive(lambda message, more: None)
         closed.set_result(ended.value)
 
     async with server(handler) as port:

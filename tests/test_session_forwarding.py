@@ -27,7 +27,7 @@ from relay.recording.redact import Redactor
 from relay.recording.taps import Taps
 from relay.session.loop import SessionLoop, express_lane
 from relay.session.policy import INTERNAL_ERROR, POLICY_VIOLATION, RATE_LIMIT_CLOSE, EventBudget
-from relay.session.transport import Express, Frame, FrameQueue
+from relay.session.transport import Deliver, Express, Frame, FrameQueue
 from tests.support.clients import TIMEOUT
 from tests.support.frames import ListRecorder
 from tests.support.local_mock import LocalMock
@@ -58,19 +58,19 @@ def append(text: str = "AAAA") -> str:
 
 class BurstPeer(MemoryPeer):
     """A socket whose reads come in bursts: `burst(frames)` hands them over one after the other
-    from one callback (as a socket's read does), `more_buffered` true for all but the last, unless
-    the burst stops short (`cut_short`: the last frame delivered still says more follows). `flush`
-    writes synchronously, one write per flush."""
+    from one callback (as a socket's read does), with `more` true for all but the last, unless
+    the burst stops short (`cut_short`: the last frame delivered still says more follows).
+    `write(queue)` writes synchronously, one write per call."""
 
     def __init__(self) -> None:
         super().__init__()
         self.writes: list[list[Frame]] = []
-        self._deliver: Callable[[Frame], None] | None = None
+        self._deliver: Deliver | None = None
         self._express: Express | None = None
         self._more = False
         self.receiving = anyio.Event()
 
-    async def receive(self, deliver: Callable[[Frame], None], express: Express | None = None) -> None:
+    async def receive(self, deliver: Deliver, express: Express | None = None) -> None:
         self._deliver, self._express = deliver, express
         self.receiving.set()
         await super().receive(deliver, express)
@@ -84,15 +84,14 @@ class BurstPeer(MemoryPeer):
             hand_over(frame, self._more, self._deliver, self._express, lane)
         self._more = False
 
-    def more_buffered(self) -> bool:
-        return self._more
-
-    def flush(self, queue: FrameQueue) -> None:
-        if queue.writer_idle and queue:
+    def write(self, queue: FrameQueue, frame: Frame | None = None, soon: bool = False) -> bool:
+        if frame is not None:
+            return False   # no lone frame written at once (DirectPeer's socket takes one)
+        if soon:
+            asyncio.get_running_loop().call_soon(self.write, queue)
+        elif queue.writer_idle and queue:
             self.writes.append(queue.take_batch())
-
-    def flush_soon(self, queue: FrameQueue) -> None:
-        asyncio.get_running_loop().call_soon(self.flush, queue)
+        return True
 
 
 async def run(scenario: Callable[..., Any], *, client: MemoryPeer | None = None, upstream: MemoryPeer | None = None,
@@ -220,15 +219,18 @@ async def test_a_burst_is_written_once_after_its_last_frame_and_a_burst_cut_shor
 
 
 class DirectPeer(BurstPeer):
-    """A BurstPeer whose socket takes a lone frame at once (`send_now`) while `accepting`."""
+    """A BurstPeer whose socket takes a lone frame at once (`write(queue, frame)`) while
+    `accepting` and nothing waits ahead of it."""
 
     def __init__(self) -> None:
         super().__init__()
         self.accepting = True
         self.sent_now: list[Frame] = []
 
-    def send_now(self, frame: Frame) -> bool:
-        if not self.accepting:
+    def write(self, queue: FrameQueue, frame: Frame | None = None, soon: bool = False) -> bool:
+        if frame is None:
+            return super().write(queue, None, soon)
+        if not self.accepting or queue.frames or not queue.writer_idle:
             return False
         self.sent_now.append(frame)
         self.writes.append([frame])
@@ -335,14 +337,13 @@ class HeldBackPeer(MemoryPeer):
         self.pauses = self.resumes = 0
         self.paused = anyio.Event()
 
-    def pause_reading(self) -> None:
-        self.pauses += 1
-        self.paused.set()
-        super().pause_reading()
-
-    def resume_reading(self) -> None:
-        self.resumes += 1
-        super().resume_reading()
+    def hold_reading(self, held: bool) -> None:
+        if held:
+            self.pauses += 1
+            self.paused.set()
+        else:
+            self.resumes += 1
+        super().hold_reading(held)
 
 
 async def test_a_slow_client_holds_the_upstream_back_and_then_gets_every_frame_in_order() -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from relay.engine import OpenAIEngine, EngineConfig
 from relay.session.loop import SessionLoop
-from relay.session.transport import FrameQueue, QueueOverflow
+from relay.session.transport import Frame, FrameQueue, QueueOverflow
 from relay.tools import tool
 from tests.support.clients import TIMEOUT
 from tests.support.engine import DeadlineStuckInThePast
@@ -173,18 +173,20 @@ def test_a_frame_queue_marks_full_below_its_limit_so_the_relay_s_own_frames_stil
 
 
 class WritingPeer(MemoryPeer):
-    """A socket whose `flush` writes at once, as a real one does (MemoryPeer leaves every frame to
-    the loop's writer task)."""
+    """A socket whose `write(queue)` writes at once, as a real one does (MemoryPeer leaves every
+    frame to the loop's writer task)."""
 
-    def flush(self, queue: FrameQueue) -> None:
-        if queue.writer_idle and queue:
-            for frame in queue.take_batch():
-                self.sent.append(frame)
+    def write(self, queue: FrameQueue, frame: Frame | None = None, soon: bool = False) -> bool:
+        if frame is not None:
+            return False   # a lone frame is queued, then written as the queue is
+        if soon:
+            asyncio.get_running_loop().call_soon(self.write, queue)
+        elif queue.writer_idle and queue:
+            for queued in queue.take_batch():
+                self.sent.append(queued)
             self.got_frame.set()
             self.got_frame = anyio.Event()
-
-    def flush_soon(self, queue: FrameQueue) -> None:
-        asyncio.get_running_loop().call_soon(self.flush, queue)
+        return True
 
 
 answered: list[anyio.Event] = []

@@ -6,6 +6,7 @@ and binary as binary; a closed connection raises TransportClosed."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 import logging
@@ -129,10 +130,11 @@ class Flushed:
     def __init__(self, name: str, log: list[str], fails: bool = False) -> None:
         self.name, self.log, self.fails = name, log, fails
 
-    def flush(self, queue: FrameQueue) -> None:
+    def write(self, queue: FrameQueue, frame: str | bytes | None = None, soon: bool = False) -> bool:
         self.log.append(self.name)
         if self.fails:
             raise RuntimeError("broken transport")
+        return True
 
 
 def test_flushes_asked_for_in_one_turn_run_in_one_callback_in_their_order(
@@ -204,18 +206,23 @@ async def _with_echo_server(check) -> list[str | bytes]:  # type: ignore[no-unty
     return received
 
 
-async def test_send_now_writes_a_lone_frame_at_once_and_refuses_while_paused_or_closed() -> None:
+async def test_a_lone_frame_is_written_at_once_and_refused_while_paused_or_closed_or_behind_others() -> None:
     async def check(client) -> None:  # type: ignore[no-untyped-def]
         transport = WebsocketsTransport(client)
         counted = _counting_writes(client)
-        assert transport.send_now("first")
+        queue = FrameQueue(1 << 20)
+        queue.waiter = asyncio.get_running_loop().create_future()   # the writer task sleeps
+        assert transport.write(queue, "first")
         assert counted == [len("first") + 6]   # written in the call: one masked frame
         client.pause_writing()   # what asyncio calls over the socket's high-water mark
-        assert not transport.send_now("while paused")
+        assert not transport.write(queue, "while paused")
         client.resume_writing()
-        assert transport.send_now(b"\x00binary")
+        queue.put("queued", wake=False)
+        assert not transport.write(queue, "behind a queued one")   # order: it queues behind
+        queue.take_batch()
+        assert transport.write(queue, b"\x00binary")
         await client.close()
-        assert not transport.send_now("too late")
+        assert not transport.write(queue, "too late")
 
     assert await _with_echo_server(check) == ["first", b"\x00binary"]
 
@@ -276,7 +283,7 @@ class WriterTask:
         """What SessionLoop._enqueue does."""
         if self.queue.writer_idle:
             self.queue.put(frame, wake=False)
-            self.writer.flush_soon(self.queue)
+            self.writer.write(self.queue, soon=True)
         else:
             self.queue.put(frame)
 
@@ -381,11 +388,17 @@ async def test_websockets_tells_whether_a_message_waits_to_be_read() -> None:
     async def check(client) -> None:  # type: ignore[no-untyped-def]
         transport = WebsocketsTransport(client)
         await client.send("go")
-        assert await client.recv() == "first"   # the three came in one write: the rest wait
-        assert transport.more_buffered()
-        assert await client.recv() == "second"
-        assert await client.recv() == "third"
-        assert not transport.more_buffered()
+        delivered: list[tuple[str | bytes, bool]] = []
+
+        def deliver(message: str | bytes, more: bool) -> None:
+            delivered.append((message, more))
+            if len(delivered) == 3:
+                raise LookupError("all three")   # ends `receive`
+
+        with pytest.raises(LookupError):
+            await transport.receive(deliver)
+        # the three came in one write: the rest wait, and `more` says so
+        assert delivered == [("first", True), ("second", True), ("third", False)]
 
     async def handler(connection: ServerConnection) -> None:
         await connection.recv()

@@ -430,7 +430,7 @@ class RelayServer(EdgeRuntime):
         if failure is not None:
             return await self._upstream_unavailable(session, failure)
         if upstream is not None and session._closing is not None:   # connected as the server began closing
-            upstream.abort()
+            await upstream.close(None, abort=True)
             upstream = None
         if upstream is None:   # the client left, or the server is closing, while we connected
             code, reason = session._closing or (NORMAL_CLOSURE, "client left before the upstream connected")
@@ -439,7 +439,7 @@ class RelayServer(EdgeRuntime):
         try:
             session.loop, recorder = self._session_loop(session, upstream, query, resumption)
         except BaseException:   # the upstream connection is the session's until its loop owns it
-            upstream.abort()
+            await upstream.close(None, abort=True)   # drops it before it awaits anything
             raise
         if not isinstance(session.loop, ResumingLoop):
             return await session.loop.run(on_end=recorder.close)
@@ -533,7 +533,7 @@ class RelayServer(EdgeRuntime):
 
 
 async def _cancel_when_closed(client: Transport, scope: anyio.CancelScope) -> None:
-    await client.wait_closed()
+    await client.close(None)   # no close of ours: until the client's (nobody reads it meanwhile)
     scope.cancel()
 
 

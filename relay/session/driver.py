@@ -81,7 +81,7 @@ class DriverCore:
         return self._runner
 
     # ---- a round of actions ------------------------------------------------------------------
-    def _apply(self, actions: list[Action], source: Any = None) -> None:
+    def _apply(self, actions: list[Action], more: bool = False) -> None:
         """Carry out what the engine asked, in its order, then what the driver does after a round
         (`_round_over`). A round started while another is under way (an action's step feeding the
         engine again) is not the outermost: the outer round's end covers it."""
@@ -92,10 +92,11 @@ class DriverCore:
         finally:
             if outermost:
                 self._in_round = False
-        self._round_over(outermost, source)
+        self._round_over(outermost, more)
 
-    def _round_over(self, outermost: bool, source: Any) -> None:
-        """After a round (`source`: the transport whose frame caused it, if any)."""
+    def _round_over(self, outermost: bool, more: bool) -> None:
+        """After a round (`more`: it was a reader's frame, and more of the same read follows at
+        once)."""
 
     # ---- the steps every driver shares (`ActionSink`) ------------------------------------------
     def act_start_handler(self, action: StartHandler) -> None:

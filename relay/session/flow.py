@@ -63,7 +63,7 @@ class BackPressure:
         source = self.source_of(side)
         if source is None:
             return   # a sidecar's upstream queue (filled by handlers alone, bounded by its limit)
-        source.pause_reading()
+        source.hold_reading(True)
         now = self.clock()
         if self.stalls is None:
             self.stalls = {}
@@ -77,7 +77,7 @@ class BackPressure:
             self.stalls.pop(side, None)
         source = self.source_of(side)
         if source is not None:
-            source.resume_reading()
+            source.hold_reading(False)
 
     def next_check(self) -> float | None:
         """When the timer should call `check` next (None: no queue is full)."""

@@ -5,7 +5,7 @@ queue, a timer that calls `engine.tick` when the engine's next deadline comes, a
 running handler (via HandlerRunner). Every decision is the engine's; this module only carries
 out its actions. Cancellation flows down the tree; nothing is spawned without an owner. (While a
 writer task sleeps, its queue is written by the reader's step or an event-loop callback instead,
-see `Transport.flush`: a synchronous step, not a task, that only ever writes to the socket or
+see `Transport.write`: a synchronous step, not a task, that only ever writes to the socket or
 wakes the writer.) The sockets are `Transport`s (relay/session/transport.py), whichever library
 holds them: the edges open them and hand them over. What the loop tolerates and which close
 codes it sends are `relay.session.policy`'s; the error event a client gets is its dialect's.
@@ -190,10 +190,10 @@ class SessionLoop(DriverCore):
         upstream = self.upstream
         express = express_lane(self, UPSTREAM_TO_RELAY, "client", self.engine.forwards_upstream)
 
-        def deliver(frame: Frame) -> None:
+        def deliver(frame: Frame, more: bool) -> None:
             if recorder is not None:
                 recorder.record(UPSTREAM_TO_RELAY, frame)
-            feed(receive, frame, upstream)
+            feed(receive, frame, more)
 
         try:
             await upstream.receive(deliver, express)
@@ -226,11 +226,11 @@ class SessionLoop(DriverCore):
         pipe = self._to_upstream = express.pipe   # type: ignore[attr-defined]
         rule = pipe.rule
 
-        def deliver(frame: Frame) -> None:
+        def deliver(frame: Frame, more: bool) -> None:
             if not rule.cut_off and (budget is None or budget.take()):
                 if recorder is not None:
                     recorder.record(CLIENT_TO_RELAY, frame)
-                feed(receive, frame, client)
+                feed(receive, frame, more)
                 return
             if recorder is not None:
                 recorder.record(CLIENT_TO_RELAY, frame)
@@ -348,17 +348,17 @@ class SessionLoop(DriverCore):
         if self.on_notice is not None:
             self.on_notice(Notice(LOOP_BLOCKED, {"call_id": call_id, "name": tool, "seconds": round(seconds, 3)}))
 
-    def _round_over(self, outermost: bool, source: Transport | None) -> None:
+    def _round_over(self, outermost: bool, more: bool) -> None:
         """After the engine's actions: write what they queued, one write per side (for a reader's
-        frame, from `source`, after the last frame of its burst: `_release_held`), then tell their
-        notices: a notice's log line, metrics and trace span come after the writes, so they never
-        hold a tool's output back from the model. A round started while another is under way
-        leaves the writes and the notices to that one."""
+        frame with `more` of its read to come, after the last frame of its burst:
+        `_release_held`), then tell their notices: a notice's log line, metrics and trace span
+        come after the writes, so they never hold a tool's output back from the model. A round
+        started while another is under way leaves the writes and the notices to that one."""
         if self.engine.next_deadline() != self._armed_deadline:
             self._timer_wake.set()
         if outermost:
             if self._held:
-                self._release_held(source)
+                self._release_held(more)
             self._tell_untold()
 
     def _tell_untold(self) -> None:
@@ -412,28 +412,23 @@ class SessionLoop(DriverCore):
                         extra={"session_id": self.engine.session_id})
             self._task_group.start_soon(self._overflowed, side)
 
-    def _feed(self, receive: Callable[[Frame, float], list[Action]], frame: Frame,
-              source: Transport) -> None:
+    def _feed(self, receive: Callable[[Frame, float], list[Action]], frame: Frame, more: bool) -> None:
         """A reader's frame into the engine; what it produces for the sockets is written once the
         frame is done (see `_release_held`)."""
-        self._apply(receive(frame, self.clock()), source)
+        self._apply(receive(frame, self.clock()), more)
 
-    def _release_held(self, source: Transport | None) -> None:
-        """After the reader's frame: write what it queued now, unless more frames wait to be read
-        at once from `source` (a burst), in which case one write after the last of them covers
-        them all (the callback stays as a safety net, should the next frame wait after all).
-        Without a `source` (not a reader's frame): now."""
-        more_to_read = source is not None and source.more_buffered()
+    def _release_held(self, more_to_read: bool) -> None:
+        """After the reader's frame: write what it queued now, unless more frames of its read
+        wait to be handed on at once (`more_to_read`: a burst), in which case one write after the
+        last of them covers them all (the callback stays as a safety net, should the next frame
+        wait after all). Not a reader's frame: now."""
         for side in self._held:
             if side == "client":
                 peer, queue = self.client, self.to_client
             else:
                 peer, queue = self.upstream, self.to_upstream
             assert peer is not None
-            if more_to_read:
-                peer.flush_soon(queue)
-            else:
-                peer.flush(queue)
+            peer.write(queue, None, more_to_read)
         self._held.clear()
 
     async def _overflowed(self, side: str) -> None:
@@ -457,11 +452,12 @@ def express_lane(session: SessionLoop, received: str, side: str, passes: Callabl
     It does what `_feed` and `_apply` would do with the engine's `SendClient(frame)` /
     `SendUpstream(frame)`: the frame redacted for a client, queued, recorded as `received` and as
     sent, and written at once unless `more` frames of the same read follow (one write after the
-    last frame of a burst; should the burst stop short, a flush once the event loop's turn comes).
+    last frame of a burst; should the burst stop short, a write once the event loop's turn comes).
     A lone frame (realtime audio) with nothing queued ahead of it and the writer asleep goes to the
-    socket without being queued (`send_now`). Whatever needs more than that (a client over its
-    event budget or cut off, a full queue) is left to `deliver`, which runs the full round: it
-    returns False then, having changed nothing (so a client's frame spends its budget once). It
+    socket without being queued (`Transport.write(queue, frame)`). Whatever needs more than that
+    (a client over its event budget or cut off, a full queue) is left to `deliver`, which runs the
+    full round: it returns False then, having changed nothing (so a client's frame spends its
+    budget once). It
     needs no task context (a transport may call it from its own read callback), and it runs on
     every audio frame: one call each for the test and the socket (or the queue), the redaction
     inline, and the recorders' counts as integer adds."""
@@ -496,7 +492,7 @@ def express_lane(session: SessionLoop, received: str, side: str, passes: Callabl
                         sent = sent.replace(secret, REDACTED)   # type: ignore[union-attr]
             except TypeError:   # a binary frame (no engine forwards one unparsed today)
                 sent = redactor.frame(frame)
-        if more or queued or not queue.writer_idle or not peer.send_now(sent):
+        if more or queued or queue.waiter is None or not peer.write(queue, sent):   # (`write` checks too)
             try:
                 waiting = hold(sent)
             except QueueOverflow:
@@ -517,9 +513,9 @@ def express_lane(session: SessionLoop, received: str, side: str, passes: Callabl
             record_forwarded(received, frame, sent_as, sent)
         if waiting:   # the writer task sleeps: the reader writes
             if not more:
-                peer.flush(queue)
+                peer.write(queue)
             elif waiting == 1:
-                peer.flush_soon(queue)
+                peer.write(queue, None, True)
         return True
 
     express.pipe = pipe   # type: ignore[attr-defined]
@@ -537,4 +533,4 @@ async def close_quietly(peer: Transport, code: int, reason: str, timeout: float 
             return
         except Exception as exc:  # closing an already broken socket is not worth a crash
             log.debug("close failed: %r", exc)
-    peer.abort()
+    await peer.close(code, reason, abort=True)

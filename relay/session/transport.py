@@ -10,12 +10,15 @@ the live inspector's feed) reach a WebSocket library only through it.
                                                      lets it open and calls `handler(transport,
                                                      request)`
 
-A `Transport` is one open WebSocket: messages are handed to a callback as they arrive (a library
-that reads with `await recv()` loops over it; one that calls listeners delivers from them), and
-frames go out in batches, from the loop's writer task (`send`) or straight from a reader's step
-(`flush`, `flush_soon`), out of a `FrameQueue`, or, for a lone frame with nothing queued
-ahead of it, at once (`send_now`). What closes it comes back as `TransportClosed`:
-the close code and reason, whether the peer sent a close frame, and which side began the close.
+A `Transport` is one open WebSocket, five methods: messages are handed to a callback as they
+arrive (`receive`; a library that reads with `await recv()` loops over it, one that calls
+listeners delivers from them), offered first to the reader's forwarding rule; reading stops and
+resumes with the other side's queue (`hold_reading`); frames go out in batches, from the loop's
+writer task (`send`) or straight from a reader's step, now or at the loop's next turn (`write`),
+out of a `FrameQueue`, or, for a lone frame with nothing queued ahead of it, at once (`write`
+with the frame); `close` closes it (or drops it, or waits for the peer's close). What closes it
+comes back as `TransportClosed`: the close code and reason, whether the peer sent a close frame,
+and which side began the close.
 """
 
 from __future__ import annotations
@@ -34,10 +37,12 @@ from relay.session.http import Answer, Request
 log = logging.getLogger("relay.session")
 
 Frame = str | bytes
+Deliver = Callable[[Frame, bool], None]
+"""A reader's step (`Transport.receive`): `deliver(message, more)`; `more`: another message of the
+same read follows at once."""
 Express = Callable[[Frame, bool], bool]
 """A reader's express lane (`Transport.receive`): `express(message, more)` takes a message there
-and then (True) or leaves it to `deliver` (False); `more`: another message of the same read
-follows at once (`more_buffered`)."""
+and then (True) or leaves it to `deliver` (False); `more` as `deliver`'s."""
 
 
 @dataclass(slots=True)
@@ -119,7 +124,7 @@ class QueueWatcher(Protocol):
 class FrameQueue:
     """Frames on their way to one socket, bounded by the bytes it holds: a peer that stops
     reading is cut off, not buffered without end. The loop's writer task waits on it
-    (`get_batch`); a transport's `flush` empties it while that task sleeps.
+    (`get_batch`); a transport's `write` empties it while that task sleeps.
 
     Back-pressure: once `high_water` bytes wait, it is `full` and tells its `watcher`
     (`queue_full`: the loop stops reading the side these frames come from); once a take leaves a
@@ -135,7 +140,7 @@ class FrameQueue:
 
     def __init__(self, max_bytes: int, high_water: int | None = None) -> None:
         self.max_bytes = max_bytes
-        self.frames: deque[Frame] = deque()   # read by a transport's `flush` (anything left?); changed only here
+        self.frames: deque[Frame] = deque()   # read by a transport's `write` (anything left?); changed only here
         self.size = 0
         # the writer task's wake-up while it sleeps (None while it is awake): read by the compiled
         # forwarding lane (relay/transports/_picows_lane.pyx) as `writer_idle`
@@ -183,7 +188,7 @@ class FrameQueue:
         return self.size + len(frame) <= self.max_bytes
 
     def hold(self, frame: Frame) -> int:
-        """Queue `frame` without waking the writer: how many frames wait for a `flush` while it
+        """Queue `frame` without waking the writer: how many frames wait for a `write` while it
         sleeps (whoever queued them writes them), 0 when it is awake (it takes them itself). The
         reader's per-frame `put`."""
         size = self.size + len(frame)
@@ -241,7 +246,7 @@ class FrameQueue:
         return batch
 
     def take_unsent(self, max_bytes: int = BATCH_BYTES) -> list[Frame]:
-        """What a `flush` writes: `take_batch` while the writer task sleeps; nothing while it is
+        """What a `Transport.write` writes: `take_batch` while the writer task sleeps; nothing while it is
         awake (it sends what waits itself, after the batch it holds)."""
         return self.take_batch(max_bytes) if self.waiter is not None else []
 
@@ -253,14 +258,14 @@ class FrameQueue:
         return self.take_batch(max_bytes)
 
 
-class Flushable(Protocol):
-    """What a `FlushRound` flushes: a transport (its `Transport.flush`)."""
+class Writable(Protocol):
+    """What a `FlushRound` writes: a transport (its `Transport.write`)."""
 
-    def flush(self, queue: FrameQueue) -> None: ...
+    def write(self, queue: FrameQueue, frame: Frame | None = None, soon: bool = False) -> bool: ...
 
 
 class FlushRound:
-    """The `flush_soon`s asked for on one event loop, carried out together in one callback at the
+    """The `write(queue, soon=True)`s asked for on one event loop, carried out together in one callback at the
     loop's next turn. A flooded reader asks for one per read (its burst's safety net: the write
     after its last frame covers it, should the burst stop short); one loop callback per read cost
     more than the rest of the read's Python, so asking is a dict insert, and one callback serves
@@ -273,10 +278,10 @@ class FlushRound:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = weakref.ref(loop)   # the loop keeps its round (in _ROUNDS), not the other way
-        self._pending: dict[Flushable, FrameQueue] = {}
+        self._pending: dict[Writable, FrameQueue] = {}
 
-    def add(self, transport: Flushable, queue: FrameQueue) -> None:
-        """`transport.flush(queue)` at the loop's next turn, unless one is pending already."""
+    def add(self, transport: Writable, queue: FrameQueue) -> None:
+        """`transport.write(queue)` at the loop's next turn, unless one is pending already."""
         pending = self._pending
         if transport in pending:
             return
@@ -291,7 +296,7 @@ class FlushRound:
         for transport, queue in pending.items():
             if queue.frames:   # mostly not: the write after the burst's last frame took them
                 try:
-                    transport.flush(queue)
+                    transport.write(queue)
                 except Exception:   # one transport's fault is not the others'
                     log.exception("a scheduled flush failed")
 
@@ -309,62 +314,63 @@ def flush_round(loop: asyncio.AbstractEventLoop) -> FlushRound:
 
 class Transport(Protocol):
     """One open WebSocket, whichever library holds it: what the session loop, the edges and the
-    live inspector's feed do with a connection."""
+    live inspector's feed do with a connection. Five methods, what every transport must do: read
+    (`receive`, with the reader's forwarding rule), stop reading (`hold_reading`, back-pressure),
+    write from a task (`send`, which waits for the socket) and from a reader's step (`write`, which
+    never waits), and close (`close`: the handshake, an abort, or waiting for the peer's)."""
 
-    async def receive(self, deliver: Callable[[Frame], None], express: Express | None = None) -> None:
-        """Hand every message (text as str, binary as bytes) to `deliver`, in order, as it
-        arrives, until the connection closes; then raise TransportClosed (it never returns). On
-        its per-frame path a transport offers the message to `express` first, and `deliver` gets
-        it only if that did not take it (returned False); a message `express` is not offered (a
-        fragmented one, say) goes to `deliver`, which handles every message alike, only at more
+    async def receive(self, deliver: Deliver, express: Express | None = None) -> None:
+        """Hand every message (text as str, binary as bytes) to `deliver(message, more)`, in
+        order, as it arrives, until the connection closes; then raise TransportClosed (it never
+        returns). `more`: another message of the same read is delivered at once, without waiting
+        for the socket (a burst), so the reader's step can leave its writes to one `write` after
+        the last of them. On its per-frame path a transport offers the message to `express`
+        first (the reader's forwarding rule, `relay.session.loop.express_lane`; its `Pipe` is
+        `express.pipe`, which a transport that reads raw payloads may run itself), and `deliver`
+        gets it only if that did not take it (returned False); a message `express` is not offered
+        (a fragmented one, say) goes to `deliver`, which handles every message alike, only at more
         cost. What either raises ends `receive` with it. Both are synchronous: they run on the
         per-frame path. `deliver` runs in the context of the task that called `receive` (a library
         that reads in its own callbacks makes that task the current one); `express` needs no task
         context, so a library may call it straight from its read callback, the cheapest path an
         audio frame can take."""
 
-    def pause_reading(self) -> None:
-        """Hand no more messages on until `resume_reading` (back-pressure: the other side's queue
-        is full): the socket is no longer read, and TCP slows the peer down; what the library has
-        read already waits in the transport (or the library) and comes after `resume_reading`,
-        in order."""
-
-    def resume_reading(self) -> None:
-        """Undo `pause_reading`."""
-
-    def more_buffered(self) -> bool:
-        """Another message has been read already and is delivered without waiting for the socket
-        (a burst): the reader's step can leave its writes to one `flush` after the last of them."""
+    def hold_reading(self, held: bool) -> None:
+        """`held`: hand no more messages on until `hold_reading(False)` (back-pressure: the other
+        side's queue is full): the socket is no longer read, and TCP slows the peer down; what
+        the library has read already waits in the transport (or the library) and comes once
+        reading resumes, in order. Only the transport can stop its socket's reads, so this stays
+        on the seam (the loop's `BackPressure` calls it from the queue's per-frame path)."""
 
     async def send(self, frames: Sequence[Frame]) -> None:
         """Send `frames` in order, in one write when the library allows, once the socket takes
-        data (waiting while flow control holds it). TransportClosed: the connection is closed and
-        none of `frames` went out."""
+        data (waiting while flow control holds it): the loop's writer task. TransportClosed: the
+        connection is closed and none of `frames` went out."""
 
-    def send_now(self, frame: Frame) -> bool:
-        """Now, synchronously: write `frame` if the socket takes data at once (open, and flow
-        control not holding it); False when nothing was written (queue it instead). For a frame
-        nothing waits ahead of (its queue empty, the writer task asleep): a lone frame at
-        realtime pace goes out without the queue's round trip."""
+    def write(self, queue: FrameQueue, frame: Frame | None = None, soon: bool = False) -> bool:
+        """Now, synchronously, what `queue`'s writer task would send while it sleeps, so that a
+        reader's step (or an event-loop callback) writes instead of waking that task; the queue
+        says what is pending.
 
-    def flush(self, queue: FrameQueue) -> None:
-        """Now, synchronously: write what `queue` holds while its writer task sleeps
-        (`queue.writer_idle`) and the socket takes data; what cannot be written now is left to
-        the writer task, woken (`queue.wake()`). A transport that cannot write synchronously
-        just wakes it."""
+        - `write(queue)`: the frames `queue` holds while its writer task sleeps
+          (`queue.writer_idle`), as far as the socket takes data; what cannot be written now is
+          left to the writer task, woken (`queue.wake()`). A transport that cannot write
+          synchronously just wakes it.
+        - `write(queue, soon=True)`: the same once the code running now yields to the event loop
+          (one pending per transport: `FlushRound`), the safety net of a burst's writes.
+        - `write(queue, frame)`: `frame`, on its way to the end of `queue`, written alone at once
+          if nothing waits ahead of it (the queue empty, its writer asleep) and the socket takes
+          data now: a lone frame at realtime pace goes out without the queue's round trip.
+          False: nothing was written (queue it instead).
 
-    def flush_soon(self, queue: FrameQueue) -> None:
-        """`flush` once the code running now yields to the event loop (one per queue pending)."""
+        True otherwise."""
 
-    async def close(self, code: int, reason: str) -> None:
+    async def close(self, code: int | None, reason: str = "", *, abort: bool = False) -> None:
         """The closing handshake with `code` and `reason` (what policy.sendable_close_code and
-        short_close_reason allow); returns once the connection is closed."""
-
-    def abort(self) -> None:
-        """Drop the TCP connection at once, without a closing handshake."""
-
-    async def wait_closed(self) -> None:
-        """Return once the connection is closed (by either side), whether or not anyone reads."""
+        short_close_reason allow); returns once the connection is closed. `abort`: drop the TCP
+        connection at once, without a handshake, and return (a peer that does not answer, or
+        cannot). `code` None, without `abort`: begin no close, and return once the connection is
+        closed by either side, whether or not anyone reads."""
 
 
 # ---- opening and serving connections ----------------------------------------------------------

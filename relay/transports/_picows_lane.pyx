@@ -327,7 +327,7 @@ cdef class FrameLane:
             elif not more:
                 if text is None:
                     text = ascii_text(data, size)
-                written = bool(peer.send_now(text))
+                written = bool(peer.write(queue, text))
         if not written:
             if self.burst_size:
                 self.write_burst()   # before what the queue will write
@@ -347,9 +347,9 @@ cdef class FrameLane:
                 counts.settle()
         if waiting:   # the writer task sleeps: the reader writes
             if not more:
-                peer.flush(queue)
+                peer.write(queue)
             elif waiting == 1:
-                peer.flush_soon(queue)
+                peer.write(queue, None, True)
         self.forwarded += 1
         return 1
 
@@ -411,7 +411,7 @@ cdef class FastListener(WSListener):
 
     cdef public WSTransport ws
     cdef public bint _paused          # flow control: the socket's buffer is over its high-water mark
-    cdef public bint _held_back       # `pause_reading`: the other side's queue is full
+    cdef public bint _held_back       # `hold_reading(True)`: the other side's queue is full
     cdef public bint _more            # the frame just delivered is not the last of its read
     cdef public object _message_type  # of a fragmented message being read
     cdef public FrameLane _fast_lane  # the reader's compiled lane, while `receive` runs

@@ -22,7 +22,7 @@ from picows import WSFrame, WSListener, WSMsgType, WSTransport
 from picows import __version__ as picows_version
 
 from relay.session.policy import NO_CLOSE_FRAME, NORMAL_CLOSURE
-from relay.session.transport import BATCH_BYTES, Express, Frame, FrameQueue, TransportClosed, flush_round
+from relay.session.transport import BATCH_BYTES, Deliver, Express, Frame, FrameQueue, TransportClosed, flush_round
 
 log = logging.getLogger("relay.server")
 
@@ -160,13 +160,14 @@ class PicowsTransport(ListenerBase):  # type: ignore[valid-type, misc]
     calls with its frames.
 
     - `receive`: each whole message goes to `deliver` from picows' frame callback, in the read
-      that completed it; messages that come before anyone receives wait (a few, then the socket
-      is no longer read until someone does).
-    - `more_buffered`: the frame just delivered is not the last of its read.
-    - `flush`, `flush_soon`, `send`: what waits goes out in one write on a server's connection
-      (framed here), one masked frame after the other on a client's (framed by picows);
-      `send_now`: a lone frame, framed by picows.
-    - `close`: the closing handshake, bounded by CLOSE_TIMEOUT; `abort` drops the connection."""
+      that completed it, with `more` when it is not the last frame of its read; messages that
+      come before anyone receives wait (a few, then the socket is no longer read until someone
+      does).
+    - `write`, `send`: what waits goes out in one write on a server's connection (framed here),
+      one masked frame after the other on a client's (framed by picows); `write` with a frame: a
+      lone frame, framed by picows.
+    - `close`: the closing handshake, bounded by CLOSE_TIMEOUT; with `abort`, the connection
+      dropped."""
 
     __slots__ = ("server_side", "max_message_bytes", "on_open", "_loop", "_deliver", "_waiting", "_express",
                  "_reading_paused", "_fragments", "_message_bytes", "_resumed", "_receiving", "_failure",
@@ -179,12 +180,12 @@ class PicowsTransport(ListenerBase):  # type: ignore[valid-type, misc]
         self.max_message_bytes = max_message_bytes
         self.on_open: Callable[[PicowsTransport], None] | None = None   # a server's: start the handler
         self._loop = asyncio.get_running_loop()
-        self._deliver: Callable[[Frame], None] | None = None
+        self._deliver: Deliver | None = None
         self._express: Express | None = None   # the reader's express lane, tried first
         self._fast_lane = None   # ... and before it, its compiled lane (the compiled base's)
         self._waiting: deque[Frame] = deque()   # messages read before anyone receives them
         self._reading_paused = False
-        self._held_back = False   # `pause_reading`: the other side's queue is full
+        self._held_back = False   # `hold_reading(True)`: the other side's queue is full
         self._more = False
         self._message_type: WSMsgType | None = None   # of a fragmented message being read
         self._fragments: list[bytes] = []
@@ -194,7 +195,7 @@ class PicowsTransport(ListenerBase):  # type: ignore[valid-type, misc]
         self._receiving: asyncio.Future[None] | None = None
         self._failure: BaseException | None = None   # what `deliver` raised
         self._disconnected: asyncio.Future[TransportClosed] = self._loop.create_future()
-        self._flush_round = flush_round(self._loop)   # where `flush_soon` asks
+        self._flush_round = flush_round(self._loop)   # where `write(queue, soon=True)` asks
         self._close_timer: asyncio.TimerHandle | None = None
         self._reader: asyncio.Task[Any] | None = None   # the task in `receive`
         self._reader_context: contextvars.Context | None = None
@@ -248,7 +249,7 @@ class PicowsTransport(ListenerBase):  # type: ignore[valid-type, misc]
                 except RuntimeError:   # already inside a task (picows calls back from the event loop: never)
                     reader = None
                 try:
-                    self._reader_context.run(deliver, message)   # type: ignore[union-attr]
+                    self._reader_context.run(deliver, message, self._more)   # type: ignore[union-attr]
                 except BaseException as exc:   # ends `receive` with it
                     self._delivery_failed(exc)
                 finally:
@@ -314,7 +315,7 @@ class PicowsTransport(ListenerBase):  # type: ignore[valid-type, misc]
         except RuntimeError:   # already inside a task (picows calls back from the event loop: never)
             reader = None
         try:
-            self._reader_context.run(deliver, message)   # type: ignore[union-attr]
+            self._reader_context.run(deliver, message, self._more)   # type: ignore[union-attr]
         except BaseException as exc:   # ends `receive` with it
             self._delivery_failed(exc)
         finally:
@@ -354,7 +355,7 @@ class PicowsTransport(ListenerBase):  # type: ignore[valid-type, misc]
         self._wake_writer()
 
     # ---- the seam ------------------------------------------------------------------------
-    async def receive(self, deliver: Callable[[Frame], None], express: Express | None = None) -> None:
+    async def receive(self, deliver: Deliver, express: Express | None = None) -> None:
         self._reader = asyncio.current_task()
         self._reader_context = contextvars.copy_context()
         self._deliver, self._express = deliver, express
@@ -370,7 +371,7 @@ class PicowsTransport(ListenerBase):  # type: ignore[valid-type, misc]
                 # closed while messages were held back: they are handed on first, in order
                 if self._held_back:
                     self._receiving = self._loop.create_future()
-                    await self._receiving   # until `resume_reading`
+                    await self._receiving   # until `hold_reading(False)`
                 else:
                     self._release_waiting()
             if self._failure is not None:
@@ -382,14 +383,14 @@ class PicowsTransport(ListenerBase):  # type: ignore[valid-type, misc]
             self._receiving = None
             self._reader = self._reader_context = None
 
-    def pause_reading(self) -> None:
-        """The socket is paused at once; the messages of the read in progress wait in `_waiting`
-        (picows parses a whole read in one go, and one read can bring megabytes), so what is
-        handed on stops here."""
-        self._held_back = True
-        self._pause_reading()
-
-    def resume_reading(self) -> None:
+    def hold_reading(self, held: bool) -> None:
+        """Held: the socket is paused at once; the messages of the read in progress wait in
+        `_waiting` (picows parses a whole read in one go, and one read can bring megabytes), so
+        what is handed on stops here."""
+        if held:
+            self._held_back = True
+            self._pause_reading()
+            return
         self._held_back = False
         if self._waiting and self._deliver is not None:
             if self._disconnected.done():
@@ -400,7 +401,7 @@ class PicowsTransport(ListenerBase):  # type: ignore[valid-type, misc]
             self._resume_socket()
 
     def _release_waiting(self) -> None:
-        """The messages waiting (read before `receive`, or held back by `pause_reading`), in order
+        """The messages waiting (read before `receive`, or held back by `hold_reading`), in order
         until held back again, then the socket. What `express` or `deliver` raises ends `receive`
         with it."""
         waiting = self._waiting
@@ -426,9 +427,6 @@ class PicowsTransport(ListenerBase):  # type: ignore[valid-type, misc]
             self._reading_paused = False
             self._underlying().resume_reading()
 
-    def more_buffered(self) -> bool:
-        return self._more
-
     def _writable(self) -> bool:
         ws = self.ws
         return not self._paused and ws is not None and not ws.is_close_frame_sent and not ws.is_disconnected
@@ -443,24 +441,26 @@ class PicowsTransport(ListenerBase):  # type: ignore[valid-type, misc]
         for frame in frames:
             send(TEXT if type(frame) is str else BINARY, frame)
 
-    def send_now(self, frame: Frame) -> bool:
-        ws = self.ws   # `_writable` inline: once per frame at realtime pace
-        if self._paused or ws is None or ws.is_close_frame_sent or ws.is_disconnected:
-            return False
-        ws.send(TEXT if type(frame) is str else BINARY, frame)
-        return True
-
-    def flush(self, queue: FrameQueue) -> None:
+    def write(self, queue: FrameQueue, frame: Frame | None = None, soon: bool = False) -> bool:
         # once per read on the per-frame path: `_writable` and `_write` inline, one frame (paced
         # audio) sent by picows, several framed here and written at once (a server's burst)
         ws = self.ws
+        if frame is not None:   # a lone frame, unless something waits ahead of it
+            if queue.frames or queue.waiter is None or self._paused or ws is None or ws.is_close_frame_sent \
+                    or ws.is_disconnected:
+                return False
+            ws.send(TEXT if type(frame) is str else BINARY, frame)
+            return True
+        if soon:
+            self._flush_round.add(self, queue)
+            return True
         while not self._paused and ws is not None and not ws.is_close_frame_sent and not ws.is_disconnected:
             frames = queue.take_unsent(BATCH_BYTES)
             if len(frames) == 1:
                 frame = frames[0]
                 ws.send(TEXT if type(frame) is str else BINARY, frame)
             elif not frames:
-                return
+                return True
             elif self.server_side:
                 ws.underlying_transport.writelines(framed(frames))
             else:
@@ -468,12 +468,10 @@ class PicowsTransport(ListenerBase):  # type: ignore[valid-type, misc]
                 for frame in frames:
                     send(TEXT if type(frame) is str else BINARY, frame)
             if not queue.frames:
-                return
+                return True
         if queue.frames:
             queue.wake()   # paused or closing: the writer task waits for the socket
-
-    def flush_soon(self, queue: FrameQueue) -> None:
-        self._flush_round.add(self, queue)
+        return True
 
     async def send(self, frames: Sequence[Frame]) -> None:
         while not self._writable():
@@ -484,22 +482,23 @@ class PicowsTransport(ListenerBase):  # type: ignore[valid-type, misc]
             await self._resumed
         self._write(frames)
 
-    async def close(self, code: int, reason: str) -> None:
+    async def close(self, code: int | None, reason: str = "", *, abort: bool = False) -> None:
+        if abort:
+            self._abort()
+            return
         ws = self.ws
-        if ws is not None and not ws.is_disconnected:
+        if code is not None and ws is not None and not ws.is_disconnected:
             if not ws.is_close_frame_sent:
                 ws.send_close(code, reason.encode())
             if self._close_timer is None:
-                self._close_timer = self._loop.call_later(CLOSE_TIMEOUT, self.abort)
-        await self.wait_closed()
+                self._close_timer = self._loop.call_later(CLOSE_TIMEOUT, self._abort)
+        await asyncio.shield(self._disconnected)
 
-    def abort(self) -> None:
+    def _abort(self) -> None:
+        """Drop the connection at once, without a closing handshake."""
         ws = self.ws
         if ws is not None:
             ws.disconnect(graceful=False)
-
-    async def wait_closed(self) -> None:
-        await asyncio.shield(self._disconnected)
 
     # ---- helpers -------------------------------------------------------------------------
     def _fail(self, code: int, reason: str) -> None:

@@ -51,6 +51,7 @@ from relay.session.transport import (
     BATCH_BYTES,
     ChooseSubprotocol,
     Decide,
+    Deliver,
     Express,
     FlushRound,
     Frame,
@@ -83,13 +84,14 @@ def transport_closed(closed: ConnectionClosed) -> TransportClosed:
 class WebsocketsTransport:
     """One websockets connection (client or server side) as a `Transport`.
 
-    - `receive`: websockets' own `recv`, each message handed on at once.
-    - `flush`: frames a reader queued while the writer task sleeps are written by the reader
-      itself once it is done with its frame and no other frame waits to be read at once (see
-      SessionLoop._release_held): a lone frame at real-time pace costs no wake-up of the writer
-      task (which costs more than the relay's own work on the frame), and a burst the reader
-      takes in one go (the model streams audio faster than real time) becomes one socket write.
-    - `flush_soon`: the same from a callback once the producing code (a handler's completion,
+    - `receive`: websockets' own `recv`, each message handed on at once; `more` is whether
+      websockets' assembler holds another frame it read already (the next `recv` returns at once).
+    - `write(queue)`: frames a reader queued while the writer task sleeps are written by the
+      reader itself once it is done with its frame and no other frame waits to be read at once
+      (see SessionLoop._release_held): a lone frame at real-time pace costs no wake-up of the
+      writer task (which costs more than the relay's own work on the frame), and a burst the
+      reader takes in one go (the model streams audio faster than real time) becomes one socket
+      write. `soon`: the same from a callback once the producing code (a handler's completion,
       the timer, a reader in the middle of a burst) yields to the event loop.
     - `send`: the writer task's path, when the socket is paused or the callback left frames:
       what waits goes in one write, inside the connection's own `send_context` (state checks,
@@ -102,10 +104,10 @@ class WebsocketsTransport:
     def __init__(self, connection: Connection) -> None:
         self.connection = connection
         self._flush_round: FlushRound | None = None   # its loop's, looked up once (the loop lookup is a system call)
-        self._held_back: asyncio.Future[None] | None = None   # `pause_reading` until `resume_reading`
+        self._held_back: asyncio.Future[None] | None = None   # `hold_reading(True)` until `hold_reading(False)`
         read_in_smaller_chunks(connection)
 
-    async def receive(self, deliver: Callable[[Frame], None], express: Express | None = None) -> None:
+    async def receive(self, deliver: Deliver, express: Express | None = None) -> None:
         recv = self.connection.recv
         buffered = self.connection.recv_messages.frames
         try:
@@ -113,24 +115,20 @@ class WebsocketsTransport:
                 if self._held_back is not None:   # websockets stops reading once its own queue fills
                     await self._held_back
                 message = await recv()
-                if express is None or not express(message, len(buffered) > 0):
-                    deliver(message)
+                more = len(buffered) > 0
+                if express is None or not express(message, more):
+                    deliver(message, more)
         except ConnectionClosed as closed:
             raise transport_closed(closed) from None
 
-    def pause_reading(self) -> None:
-        if self._held_back is None:
-            self._held_back = asyncio.get_running_loop().create_future()
-
-    def resume_reading(self) -> None:
+    def hold_reading(self, held: bool) -> None:
+        if held:
+            if self._held_back is None:
+                self._held_back = asyncio.get_running_loop().create_future()
+            return
         held_back, self._held_back = self._held_back, None
         if held_back is not None and not held_back.done():
             held_back.set_result(None)
-
-    def more_buffered(self) -> bool:
-        """websockets keeps the frames it has read from the socket but not yet handed out in its
-        assembler: the next `recv` returns at once."""
-        return len(self.connection.recv_messages.frames) > 0
 
     def _frame_and_write(self, frames: Sequence[Frame]) -> None:
         protocol = self.connection.protocol
@@ -150,27 +148,27 @@ class WebsocketsTransport:
         return not connection.paused and connection.protocol.state is State.OPEN \
             and not connection.transport.is_closing()
 
-    def send_now(self, frame: Frame) -> bool:
-        if not self.writable():
-            return False
-        self._frame_and_write((frame,))
-        return True
-
-    def flush_soon(self, queue: FrameQueue) -> None:
-        if self._flush_round is None:
-            self._flush_round = flush_round(asyncio.get_running_loop())
-        self._flush_round.add(self, queue)
-
-    def flush(self, queue: FrameQueue) -> None:
+    def write(self, queue: FrameQueue, frame: Frame | None = None, soon: bool = False) -> bool:
+        if frame is not None:   # a lone frame, unless something waits ahead of it
+            if queue.frames or queue.waiter is None or not self.writable():
+                return False
+            self._frame_and_write((frame,))
+            return True
+        if soon:
+            if self._flush_round is None:
+                self._flush_round = flush_round(asyncio.get_running_loop())
+            self._flush_round.add(self, queue)
+            return True
         while self.writable():
             frames = queue.take_unsent(BATCH_BYTES)
             if not frames:
-                return
+                return True
             self._frame_and_write(frames)
             if not queue.frames:
-                return
+                return True
         if queue.frames:
             queue.wake()   # paused or closing: the writer task waits for the socket
+        return True
 
     async def send(self, frames: Sequence[Frame]) -> None:
         try:
@@ -179,14 +177,19 @@ class WebsocketsTransport:
         except ConnectionClosed as closed:
             raise transport_closed(closed) from None
 
-    async def close(self, code: int, reason: str) -> None:
-        await self.connection.close(code, reason)
+    async def close(self, code: int | None, reason: str = "", *, abort: bool = False) -> None:
+        if abort:
+            self.connection.transport.abort()   # what the module's `abort` does (the parameter hides it)
+        elif code is not None:
+            await self.connection.close(code, reason)
+        else:
+            await self.connection.wait_closed()
 
-    def abort(self) -> None:
-        abort(self.connection)
 
-    async def wait_closed(self) -> None:
-        await self.connection.wait_closed()
+def abort(connection: Connection) -> None:
+    """Drop the TCP connection under `connection` without a closing handshake (a peer that
+    does not answer the close, or a fault the mock plays)."""
+    connection.transport.abort()
 
 
 def read_in_smaller_chunks(connection: Connection) -> None:
@@ -201,12 +204,6 @@ def read_in_smaller_chunks(connection: Connection) -> None:
     transport = connection.transport
     if isinstance(getattr(transport, "max_size", None), int):
         transport.max_size = READ_BYTES   # type: ignore[attr-defined]
-
-
-def abort(connection: Connection) -> None:
-    """Drop the TCP connection under `connection` without a closing handshake (a peer that
-    does not answer the close, or a fault the mock plays)."""
-    connection.transport.abort()
 
 
 # ---- the relay's connections to the provider ----------------------------------------------------

@@ -48,7 +48,7 @@ async def test_an_upstream_that_never_answers_the_close_is_cut_off(guard: LeakGu
         await asyncio.wait_for(session.wait_closed(), 3)
         assert session.loop is not None
         # the provider connection is dropped, not left open in CLOSING for ever
-        await asyncio.wait_for(session.loop.upstream.wait_closed(), TIMEOUT)
+        await asyncio.wait_for(session.loop.upstream.close(None), TIMEOUT)
 
 
 # ---- the upstream goes away ----------------------------------------------------------------
@@ -272,7 +272,7 @@ async def test_a_client_that_stops_reading_holds_the_upstream_back_then_is_dropp
             await client.send({"type": "response.create"})
             async with asyncio.timeout(TIMEOUT):
                 end = await session.wait_closed()
-                await session.client.wait_closed()   # the TCP connection is gone, not only the session
+                await session.client.close(None)   # the TCP connection is gone, not only the session
             client.ws.transport.abort()
             read_from_upstream = server.metrics.frames[UPSTREAM_TO_RELAY]
     largest_frame = 200_000   # 96,000 bytes of audio in base64, in JSON

@@ -18,7 +18,7 @@ from relay.engine import EngineConfig, OpenAIEngine
 from relay.mock.quirks import Quirks
 from relay.recording.writer import RecordingWriter
 from relay.session.loop import SessionLoop
-from relay.session.transport import Express, Frame, FrameQueue, TransportClosed
+from relay.session.transport import Deliver, Express, Frame, FrameQueue, TransportClosed
 from tests.support.local_mock import LocalMock, model_call
 
 
@@ -51,8 +51,7 @@ def compiled_lane_of(express: Express | None) -> Any:
     return COMPILED_LANE(pipe) if COMPILED_LANE is not None and pipe is not None and pipe.raw else None
 
 
-def hand_over(message: Frame, more: bool, deliver: Callable[[Frame], None], express: Express | None,
-              lane: Any = None) -> None:
+def hand_over(message: Frame, more: bool, deliver: Deliver, express: Express | None, lane: Any = None) -> None:
     """What a transport does with a message it read: the compiled lane first (as the picows
     transport offers it the payload's bytes), then the express lane, then `deliver`."""
     if lane is not None and type(message) is str:
@@ -60,10 +59,10 @@ def hand_over(message: Frame, more: bool, deliver: Callable[[Frame], None], expr
         if taken > 0:
             return
         if taken < 0:   # the lane would leave it to `deliver` and has spent the budget already
-            deliver(message)
+            deliver(message, more)
             return
     if express is None or not express(message, more):
-        deliver(message)
+        deliver(message, more)
 
 
 class InMemoryTransport:
@@ -72,7 +71,10 @@ class InMemoryTransport:
     left to the loop's writer task (no synchronous write)."""
 
     aborted = False
-    reading_paused: anyio.Event | None = None   # set by `resume_reading`
+    closed: tuple[int, str] | None = None   # the code and reason of the last `close`
+    _ended: anyio.Event | None = None   # set by a close or an abort
+    reading_paused: anyio.Event | None = None   # set by `hold_reading(False)`
+    more = False   # what `receive` says of each message: another follows at once (a burst)
 
     async def recv(self) -> Frame:
         raise NotImplementedError
@@ -80,41 +82,52 @@ class InMemoryTransport:
     async def send_one(self, message: Frame) -> None:
         raise NotImplementedError
 
-    async def receive(self, deliver: Callable[[Frame], None], express: Express | None = None) -> None:
+    async def receive(self, deliver: Deliver, express: Express | None = None) -> None:
         lane = compiled_lane_of(express)
         while True:
             if self.reading_paused is not None:
                 await self.reading_paused.wait()
             message = await self.recv()
-            hand_over(message, self.more_buffered(), deliver, express, lane)
+            hand_over(message, self.more, deliver, express, lane)
 
-    def pause_reading(self) -> None:
-        if self.reading_paused is None:
-            self.reading_paused = anyio.Event()
-
-    def resume_reading(self) -> None:
+    def hold_reading(self, held: bool) -> None:
+        if held:
+            if self.reading_paused is None:
+                self.reading_paused = anyio.Event()
+            return
         paused, self.reading_paused = self.reading_paused, None
         if paused is not None:
             paused.set()
-
-    def more_buffered(self) -> bool:
-        return False
 
     async def send(self, frames: Sequence[Frame]) -> None:
         for frame in frames:
             await self.send_one(frame)
 
-    def send_now(self, frame: Frame) -> bool:
-        return False   # no synchronous write: the writer task sends it
-
-    def flush(self, queue: FrameQueue) -> None:
+    def write(self, queue: FrameQueue, frame: Frame | None = None, soon: bool = False) -> bool:
+        """No synchronous write: a lone frame is refused (queued instead), and the writer task
+        sends what is queued."""
+        if frame is not None:
+            return False
         queue.wake()
+        return True
 
-    def flush_soon(self, queue: FrameQueue) -> None:
-        queue.wake()
+    async def close(self, code: int | None, reason: str = "", *, abort: bool = False) -> None:
+        """A close (`closed`: its code and reason) or an abort (`aborted`) ends at
+        once; `close(None)` waits for either."""
+        if abort:
+            self.aborted = True
+        elif code is not None:
+            self.closed = (code, reason)
+        else:
+            while self.closed is None and not self.aborted:
+                await self._ending().wait()
+            return
+        self._ending().set()
 
-    def abort(self) -> None:
-        self.aborted = True
+    def _ending(self) -> anyio.Event:
+        if self._ended is None:
+            self._ended = anyio.Event()
+        return self._ended
 
 
 class MemoryPeer(InMemoryTransport):
@@ -123,7 +136,6 @@ class MemoryPeer(InMemoryTransport):
     def __init__(self) -> None:
         self._send, self._receive = anyio.create_memory_object_stream[str | bytes | None](100)
         self.sent: list[str | bytes] = []
-        self.closed: tuple[int, str] | None = None
         self.got_frame = anyio.Event()
 
     def close_streams(self) -> None:
@@ -148,9 +160,6 @@ class MemoryPeer(InMemoryTransport):
         self.got_frame.set()
         self.got_frame = anyio.Event()
 
-    async def close(self, code: int = 1000, reason: str = "") -> None:
-        self.closed = (code, reason)
-
     async def wait_for(self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 5.0) -> dict[str, Any]:
         """The first frame sent that satisfies `predicate`, waiting (on the sends) until there is one."""
         with anyio.fail_after(timeout):
@@ -169,7 +178,6 @@ class MockPeer(InMemoryTransport):
     def __init__(self, mock: LocalMock) -> None:
         self.mock = mock
         self._send, self._receive = anyio.create_memory_object_stream[str | None](10_000)
-        self.closed: tuple[int, str] | None = None
         self.frames: list[dict[str, Any]] = []
         """Every frame the relay sent, parsed."""
         self._changed = anyio.Event()
@@ -197,9 +205,6 @@ class MockPeer(InMemoryTransport):
         self.emit(self.mock.receive(message))
         self._changed.set()
         self._changed = anyio.Event()
-
-    async def close(self, code: int = 1000, reason: str = "") -> None:
-        self.closed = (code, reason)
 
     async def wait_until(self, predicate: Callable[[MockPeer], bool], timeout: float = 5.0) -> None:
         """Wait (on the relay's own sends, not a clock) until predicate(self) holds."""

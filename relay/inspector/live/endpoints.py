@@ -203,11 +203,11 @@ class TransportChannel:
         except TransportClosed:
             pass
         except anyio.WouldBlock:   # a page that floods its feed with messages is not worth reading
-            self.transport.abort()
+            await self.transport.close(None, abort=True)
         finally:
             self._incoming.close()
 
-    def _deliver(self, message: Frame) -> None:
+    def _deliver(self, message: Frame, more: bool) -> None:
         if isinstance(message, str):
             self._incoming.send_nowait(message)
 
