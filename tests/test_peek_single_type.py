@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -86,10 +87,10 @@ MEMBERS = st.lists(st.tuples(KEYS, st.one_of(st.text(alphabet='ab"_{}[],:', max_
 
 @given(st.lists(st.one_of(st.tuples(MEMBERS, st.sampled_from(["AAAA", "", "A}"])), st.lists(PIECES, max_size=12)),
                 min_size=1, max_size=8))
-def test_the_test_remembers_the_last_head_s_tail_without_changing_a_verdict(frames: list[object]) -> None:
-    """The test matches only what lies before the tail of the last head it took, when a frame's
-    head ends with that tail (an audio stream's frames differ in their event ids): over any
-    sequence of frames, alike or not, one test function decides each frame as a fresh one does."""
+def test_the_test_remembers_the_last_layout_without_changing_a_verdict(frames: list[object]) -> None:
+    """The test compares a frame with the layout of the last audio frame it matched in full (an
+    audio stream's frames differ in their event ids and payloads): over any sequence of frames,
+    alike or not, one test function decides each frame as a fresh one does."""
     remembering = pass_through_test(KINDS)
     for drawn in frames:
         if isinstance(drawn, tuple):
@@ -98,8 +99,59 @@ def test_the_test_remembers_the_last_head_s_tail_without_changing_a_verdict(fram
         else:
             frame = "".join(drawn)
         assert remembering(frame) == pass_through_test(KINDS)(frame), frame
-    same_tail = audio_frame([("event_id", "e1"), ("item", "i1")], "AAAA")
-    assert remembering(same_tail) and remembering(same_tail.replace('"e1"', '"e2"'))
-    assert not remembering(same_tail.replace('"e1"', '"e2" '))   # what lies before the tail is still matched
-    assert not remembering(same_tail.replace('"e1"', '["e2"]'))
-    assert not remembering(same_tail.replace('"event_id":"e1"', '"type":"session.update"'))
+    same_layout = audio_frame([("event_id", "e1"), ("item", "i1")], "AAAA")
+    assert remembering(same_layout) and remembering(same_layout.replace('"e1"', '"e2"'))
+    assert remembering(same_layout.replace('"AAAA"', '"BBBBBBBB"'))   # the payload's length is free
+    assert not remembering(same_layout.replace('"e1"', '"e2" '))   # what lies outside the value is compared
+    assert not remembering(same_layout.replace('"e1"', '"["]'))
+    assert not remembering(same_layout.replace('"e1"', '""1"'))   # a quote in the value, its length kept
+    assert not remembering(same_layout.replace('"event_id":"e1"', '"type":"session.update"'))
+
+
+# what a frame of the remembered layout may have in place of any of its characters: JSON's
+# punctuation, a backslash, a control character, the start of a second `type`
+SUBSTITUTES = '"\\{}[],: \x01tA0-'
+LAYOUTS = [[("event_id", "event_0123")], [("event_id", "e1"), ("item_id", "item_1"), ("output_index", 0)], [],
+           [("output_index", 0)], [("event_id", "")], [("event_id", "e1"), ("type_of", "t")]]
+
+
+@pytest.mark.parametrize("members", LAYOUTS)
+@pytest.mark.parametrize("payload", ["AAAA", ""])
+def test_a_frame_like_the_remembered_one_passes_only_as_a_fresh_test_lets_it(
+        members: list[tuple[str, object]], payload: str) -> None:
+    """The remembered layout's shortcut, attacked where it is weakest: frames of the remembered
+    one's length (so its slices line up) with any one character replaced by JSON punctuation, a
+    backslash or a control character (in the lead, the event id, the tail, the payload, its
+    closing quote and brace), or removed. Each is decided as a fresh test decides it, only JSON
+    of a forwarded type passes, and the layout remembered still serves afterwards."""
+    remembering = pass_through_test(KINDS)
+    remembered = audio_frame(members, payload)
+    assert remembering(remembered)
+    variants = [remembered[:at] + substitute + remembered[at + 1:]
+                for at in range(len(remembered)) for substitute in SUBSTITUTES]
+    variants += [remembered[:at] + remembered[at + 1:] for at in range(len(remembered))]
+    for frame in variants:
+        assert remembering(frame) == pass_through_test(KINDS)(frame), frame
+        if remembering(frame):
+            assert json.loads(frame, strict=False)["type"] in KINDS
+        assert remembering(remembered)
+
+
+@given(st.sampled_from(LAYOUTS), st.sampled_from(["AAAA", "", "AB+/=="]), st.sampled_from(["", "A", "}", '"}']),
+       st.data())
+def test_frames_changed_in_several_places_are_decided_as_fresh(
+        members: list[tuple[str, object]], payload: str, suffix: str, data: st.DataObject) -> None:
+    """The same, with up to three characters replaced at once, and the frame cut short or grown."""
+    remembering = pass_through_test(KINDS)
+    remembered = audio_frame(members, payload)
+    assert remembering(remembered)
+    characters = list(remembered)
+    changes = data.draw(st.lists(st.tuples(st.integers(0, len(characters) - 1), st.sampled_from(SUBSTITUTES)),
+                                 min_size=1, max_size=3))
+    for position, substitute in changes:
+        characters[position] = substitute
+    for frame in ("".join(characters), "".join(characters)[:-1], "".join(characters) + suffix):
+        assert remembering(frame) == pass_through_test(KINDS)(frame), frame
+        if remembering(frame):
+            assert json.loads(frame, strict=False)["type"] in KINDS
+        assert remembering(remembered)

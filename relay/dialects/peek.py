@@ -14,13 +14,13 @@ A frame forwarded unparsed is one JSON object the upstream (or the client) parse
 claims to be (raw control characters inside its strings aside, see `_STRING`): a flat object (its
 values strings, numbers, `true`, `false` or `null`), nothing after its closing brace. When its
 last value is a string (audio's payload), that string is only checked to hold no quote and no
-backslash, by the scans the test makes anyway: the payload is never walked by a parser, the rest
-of the object (its head, a hundred characters) is matched by one regular expression, or only its
-part before the tail the last head ended with (the frames of an audio stream differ in their
-`event_id` and payload alone: `pass_through_test`). Otherwise (a
-ping ending with its timestamp) the whole object is matched. Anything else (garbage after the
-object, an array nested in it, a second `type`) is parsed in full, where bad JSON gets its error
-event.
+backslash, by C scans (`in`, `find`): the payload is never walked by a parser. The rest of the
+object (its head, a hundred characters) is matched by one regular expression the first time; an
+audio stream's next frames differ from it only in their payload and the value of their first
+member (the `event_id`), so the test remembers where that value and the payload lie and compares
+the rest as two slices (`pass_through_test`). Otherwise (a ping ending with its timestamp) the
+whole object is matched. Anything else (garbage after the object, an array nested in it, a second
+`type`) is parsed in full, where bad JSON gets its error event.
 """
 
 from __future__ import annotations
@@ -45,11 +45,10 @@ _SCALAR = rf'(?:{_STRING}|-?+(?:0|[1-9][0-9]*+)(?:\.[0-9]++)?+(?:[eE][-+]?+[0-9]
 # compact, matched from just after `{"type"`: `:"<kind>"` (the kind checked by the prefix), the
 # other members, the payload's key; or, when the last value is no string, the whole object
 _COMPACT_HEAD = re.compile(rf':{_STRING}(?:,{_KEY}:{_SCALAR})*+,{_KEY}:')
-# the same head in two parts, for the test's memory of the last head's tail (`pass_through_test`):
-# the members after the type's value up to a tail already seen; and where such a tail may begin
-# (after the first member, which is where a frame's own `event_id` sits)
-_HEAD_BEFORE_TAIL = re.compile(rf':{_STRING}(?:,{_KEY}:{_SCALAR})*+')
-_TAIL_START = re.compile(rf':{_STRING}(?:,{_KEY}:{_SCALAR}(?=,))?+')
+# where the value of the first member after the type lies (group 1), when that value is a string
+# and not the payload (matched up to the payload's opening quote): what the test lets vary from
+# frame to frame (`pass_through_test`)
+_FIRST_STRING = re.compile(r':"[^"]*+","[^"]*+":"([^"]*+)"')
 _COMPACT_OBJECT = re.compile(rf':{_STRING}(?:,{_KEY}:{_SCALAR})*+\}}')
 # with whitespace, matched from the frame's start (`type` anywhere, found by `peek_type`; that it
 # is there once is `has_single_plain_type`'s)
@@ -80,37 +79,55 @@ def peek_type(frame: str) -> str | None:
 def passes_unparsed(frame: str, kinds: frozenset[str]) -> bool:
     """Whether a text frame is of one of the event types `kinds` and may be forwarded as the same
     text without being parsed: its `type` is read cheaply and no second `type` can hide in it.
-    Called on every audio frame (as `pass_through_test(kinds)`): the compact `type`-first case
-    costs two string scans and the check of `has_single_plain_type`, nothing more."""
+    Called on every audio frame (as `pass_through_test(kinds)`, which remembers the last audio
+    frame's layout: this call starts with none)."""
     return pass_through_test(kinds)(frame)
 
 
 def pass_through_test(kinds: frozenset[str]) -> Callable[[str | bytes], bool]:
     """`passes_unparsed` over `kinds` as one function of the frame alone (a binary frame never
     passes): what the engine asks of every frame a reader hands over. The same decision, taken
-    with the fewest C calls (on CPython 3.11 `rfind` and its kin parse their arguments with
-    `PyArg_ParseTuple`, at about the cost of a scan of the frame):
-    the compact `type`-first case is one `startswith` over the kinds' own prefixes (the type's
-    closing quote included), then `has_single_plain_type` inline, its second `type` looked for
-    between the first one and the last quote before the frame's end."""
+    with the fewest operations of the interpreter (each costs about a thousand instructions: a
+    slice compared, a method called; `in` a third of that, with its scan in C).
+
+    The frames of an audio stream differ only in their payload and their `event_id`, whose value
+    keeps its length (real servers' ids are of fixed length; the bench's carry a 19-digit
+    timestamp). So the test remembers the layout of the last compact frame whose head it matched:
+    the `lead` (from `{` to the opening quote of its first member's value, its type included),
+    the `tail` (from that value's closing quote to the payload's opening quote) and where each
+    lies. A frame that has the same lead and tail at the same places, no backslash, no quote in
+    that value and none in its payload, which ends the frame with `"}`, is the same flat object
+    with other string contents: it passes with no regular expression run (two slices compared,
+    three C scans). Any other frame takes the full test below, and a compact audio frame that
+    passes it becomes the layout remembered. When the first member is the payload itself, or no
+    string, the lead is the whole head (up to the payload's opening quote) and the tail is empty.
+
+    The full test: the compact `type`-first case is one `startswith` over the kinds' own
+    prefixes (the type's closing quote included); the frame holds no backslash; it ends with its
+    payload's closing quote and brace and its head (up to the payload's opening quote, the last
+    before that end) matches `_COMPACT_HEAD`, or it is a flat object whose last value is no
+    string (`_COMPACT_OBJECT`). A frame that is not compact is read the slow way (`peek_type`,
+    `has_single_plain_type`, `is_flat_object`)."""
     prefixes = tuple(f'{_COMPACT_TYPE_FIRST}{kind}"' for kind in sorted(kinds))
     after_type = len('{"type"')
     compact_head = _COMPACT_HEAD.fullmatch
     compact_object = _COMPACT_OBJECT.fullmatch
-    head_before_tail = _HEAD_BEFORE_TAIL.fullmatch
-    tail_start = _TAIL_START.match
-    # The tail of the last head that matched, from its second member on (`,"<key>":<scalar>` any
-    # number of times, then `,"<payload key>":`): an audio stream's frames differ in their first
-    # member (the `event_id`) and their payload only, so the next frame's head ends with the same
-    # tail, and only what lies between its type and that tail is matched (a few dozen characters
-    # instead of the whole head: the regular expression costs about 20 instructions a character).
-    # Sound: the head is in `_COMPACT_HEAD`'s language exactly when its part before a tail that
-    # matched once is in `_MEMBERS`' (no backslash in the frame, so its quotes pair up as strings).
-    # A backslash (in no frame that gets here) stands for "none yet".
-    tail = "\\"
+    first_string = _FIRST_STRING.match
+    # The layout remembered: frame[:lead_end] is `lead`, frame[value_end:payload_at] is `tail`
+    # (the value's closing quote to the payload's opening one, both included), and what lies
+    # between (the first member's value) or after (the payload) holds no quote. Sound: the last
+    # frame with this layout matched in full, and with no backslash anywhere its quotes pair up
+    # as strings, so a frame that differs from it only inside those two strings is the same flat
+    # object. A lead of a backslash (in no frame that gets past the lead) stands for "none yet".
+    lead, lead_end, tail, value_end, payload_at = "\\", 1, "", 0, 0
 
     def passes(frame: str | bytes) -> bool:
-        nonlocal tail
+        nonlocal lead, lead_end, tail, value_end, payload_at
+        # (a binary frame: bytes compare unequal to the lead, a str)
+        if (frame[:lead_end] == lead and frame[value_end:payload_at] == tail and "\\" not in frame
+                and '"' not in frame[lead_end:value_end]   # type: ignore[operator]
+                and frame.find('"', payload_at) == len(frame) - 2 and frame[-1] == "}"):   # type: ignore[arg-type]
+            return True
         try:
             typed = frame.startswith(prefixes)   # type: ignore[arg-type]
         except TypeError:   # bytes: a binary frame never passes
@@ -119,22 +136,19 @@ def pass_through_test(kinds: frozenset[str]) -> Callable[[str | bytes], bool]:
             # compact with another type, or not compact: read the type the slow way
             return (not frame.startswith(_COMPACT_TYPE_FIRST) and peek_type(frame) in kinds   # type: ignore[arg-type]
                     and has_single_plain_type(frame) and is_flat_object(frame))   # type: ignore[arg-type]
-        # a str from here on (startswith took str prefixes): it holds no backslash, and it ends
-        # with its payload's closing quote and brace, its head (up to the payload's opening
-        # quote, the last before that end) matching; or it is a flat object whose last value is
-        # no string
+        # a str from here on (startswith took str prefixes)
         if "\\" in frame:   # type: ignore[operator]
             return False
-        if frame.endswith('"}'):   # type: ignore[arg-type]
-            end = frame.rfind('"', 0, -2)   # type: ignore[union-attr]
-            cut = end - len(tail)
-            if frame[cut:end] == tail:   # a slice: `endswith` with bounds parses its arguments at more cost
-                return head_before_tail(frame, after_type, cut) is not None   # type: ignore[arg-type]
-            if compact_head(frame, after_type, end) is None:   # type: ignore[arg-type]
-                return False
-            tail = frame[tail_start(frame, after_type, end).end():end]   # type: ignore[union-attr, index]
-            return True
-        return compact_object(frame, after_type) is not None   # type: ignore[arg-type]
+        if not frame.endswith('"}'):   # type: ignore[arg-type]
+            return compact_object(frame, after_type) is not None   # type: ignore[arg-type]
+        end = frame.rfind('"', 0, -2)   # type: ignore[union-attr]
+        if compact_head(frame, after_type, end) is None:   # type: ignore[arg-type]
+            return False
+        first = first_string(frame, after_type, end)   # type: ignore[arg-type]
+        payload_at = end + 1
+        lead_end, value_end = first.span(1) if first is not None else (payload_at, payload_at)
+        lead, tail = frame[:lead_end], frame[value_end:payload_at]   # type: ignore[assignment]
+        return True
 
     # what a lane over raw payloads tests the same way (relay.session.transport.ForwardRule)
     passes.prefixes = prefixes   # type: ignore[attr-defined]
