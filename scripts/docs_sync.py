@@ -17,6 +17,9 @@ Each generated block sits between two marker comments, kept so that the next run
 - `<!-- bench-audio: RESULTS -->` ... `<!-- /bench-audio -->`: the relay's CPU per audio frame in a
   Realtime session beside a GPT-Live session's, from the file `scripts/bench_session.py --dialects
   --json` wrote.
+- `<!-- bench-framing: RESULTS -->` ... `<!-- /bench-framing -->`: the audio fast path's framing
+  check beside the prefix-only test it replaced, per transport, from the file
+  `scripts/bench_framing.py --json` wrote.
 
 Usage: scripts/docs [--check]
 """
@@ -34,7 +37,7 @@ from typing import Any, Callable
 REPO = Path(__file__).resolve().parents[1]
 PAGES = ("README.md", "docs/**/*.md")
 
-BLOCK = re.compile(r"^<!-- (?P<kind>include|options|bench-table|bench-claim|bench-audio): (?P<arg>\S+) -->\n"
+BLOCK = re.compile(r"^<!-- (?P<kind>include|options|bench-table|bench-claim|bench-audio|bench-framing): (?P<arg>\S+) -->\n"
                    r"(?P<body>.*?)"
                    r"^<!-- /(?P=kind) -->$", re.M | re.S)
 LANGUAGES = {".py": "python", ".sh": "sh", ".json": "json", ".toml": "toml", ".yaml": "yaml", ".yml": "yaml",
@@ -207,6 +210,39 @@ def bench_audio(page: Path, path: str) -> str:
     return "\n" + "\n".join(lines) + "\n\n" + wrap(note) + "\n\n"
 
 
+def bench_framing(page: Path, path: str) -> str:
+    """The table of the framing check's cost beside the prefix-only test, per transport, from
+    `scripts/bench_framing.py --json`: instructions and CPU time per frame, their ratios, and
+    whether the difference is within the run-to-run noise."""
+    figures = results(path)
+    lines = ["| transport | instructions per frame: framing check / prefix-only (ratio) | the same relay counted twice "
+             "differs by | µs CPU per frame: framing check / prefix-only | ratio, median of rounds (range) | "
+             "within the run-to-run noise |", "|---|---:|---:|---:|---:|---|"]
+    for transport, label in (("websockets", "websockets"), ("picows", "picows")):
+        row = figures.get(transport)
+        if row is None:
+            continue
+        if transport == "picows":
+            label += ", compiled lane" if row.get("compiled_lane") else ", Python lane"
+        low, high = row["cpu_ratio_range"]
+        counted = (f"{_count(row['framing_instructions_per_frame'])} / {_count(row['prefix_instructions_per_frame'])} "
+                   f"({row['instructions_ratio']:.4f}x)" if "instructions_ratio" in row else "-")
+        noise = _count(row.get("instructions_noise_per_frame"))
+        within = row.get("within_noise", {})
+        verdict = "; ".join(f"{measure}: {'yes' if within[measure] else 'no'}" for measure in ("cpu", "instructions")
+                            if measure in within).replace("cpu", "CPU")
+        lines.append(f"| {label} | {counted} | {noise} | {row['framing_us_per_frame']:.2f} / "
+                     f"{row['prefix_us_per_frame']:.2f} | {row['cpu_ratio']:.3f}x ({low:.3f}x to {high:.3f}x) | "
+                     f"{verdict or '-'} |")
+    machine = figures.get("machine", {})
+    note = (f"From [`{path}`]({_link(page, path)}): {machine.get('cpus', '?')} CPUs, Python "
+            f"{machine.get('python', '?')}, load average {machine.get('load_average', 0):.1f} at the start, on "
+            f"{machine.get('commit') or 'an unnamed commit'}; {figures.get('rounds', '?')} rounds of one pass of "
+            f"each, {figures.get('frames', 0):,} frames a pass (each way on websockets); callgrind over "
+            f"{figures.get('callgrind_frames') or 0:,} and twice as many.")
+    return "\n" + "\n".join(lines) + "\n\n" + wrap(note) + "\n\n"
+
+
 def wrap(text: str, width: int = 100) -> str:
     lines: list[str] = []
     for word in text.split(" "):
@@ -224,7 +260,8 @@ def render(page: str, text: str) -> str:
     writers: dict[str, Callable[[str], str]] = {
         "include": lambda arg: include(Path(page), arg), "options": options_table,
         "bench-table": lambda arg: bench_table(Path(page), arg), "bench-claim": lambda arg: bench_claim(Path(page), arg),
-        "bench-audio": lambda arg: bench_audio(Path(page), arg)}
+        "bench-audio": lambda arg: bench_audio(Path(page), arg),
+        "bench-framing": lambda arg: bench_framing(Path(page), arg)}
 
     def block(found: re.Match[str]) -> str:
         kind, arg = found["kind"], found["arg"]

@@ -4,24 +4,14 @@ The index is replaced by canned `pip index versions` output; the .in and .lock f
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-from tests.support.paths import REPO
+from tests.support.paths import REPO, script_module
 
 
-def load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("frameworks_newest", REPO / "scripts" / "frameworks_newest.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-newest = load()
+newest = script_module("frameworks_newest")
 INDEX = "livekit-agents (1.9.0)\nAvailable versions: 1.9.0rc1, 1.8.10, 1.8.9, 1.10.0a1, 0.12.4\n"
 
 
