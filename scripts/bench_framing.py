@@ -22,9 +22,9 @@ to a real websockets connection and the caller's appends from one to the upstrea
 both in turns between two real picows connections (the compiled lane takes them). Per transport:
 
 - instructions per frame of each variant, counted by callgrind (`--callgrind-frames` N: two runs
-  of one pass, N and 2N frames, the difference over N; steady on a shared machine), and the
-  shipped variant counted a second time, the difference between its two counts being this
-  figure's run-to-run noise;
+  of one pass, N and 2N frames, the difference over the frames added; steadier than time on a
+  shared machine), `--estimates` times each: the median is the figure, and the widest spread
+  between the counts of one variant this figure's run-to-run noise;
 - CPU time per frame (`time.process_time`), `--rounds` rounds of one pass of each variant back to
   back, in turns of order: the median of each variant, and the median and range of the per-round
   ratio framing / prefix (the range is the run-to-run noise of the ratio).
@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import os
@@ -178,15 +179,26 @@ def callgrind_total(transport: str, variant: str, frames: int) -> int:
     raise RuntimeError("no totals in callgrind's output")
 
 
-def instructions_per_frame(transport: str, variant: str, frames: int) -> float:
-    small = callgrind_total(transport, variant, frames)
-    large = callgrind_total(transport, variant, 2 * frames)
-    return (large - small) / (frames_of(transport, 2 * frames) - frames_of(transport, frames))
+def instructions_per_frame(transport: str, frames: int, estimates: int) -> dict[str, list[float]]:
+    """`estimates` counts of each variant's instructions per frame on `transport`, each the
+    difference of two callgrind runs (`frames` and twice as many) over the frames it adds. The
+    runs go at once, each in its own process (on a shared machine they would otherwise wait their
+    turn for the cores many times over); a count does not depend on what else runs."""
+    runs = [(variant, size) for variant in VARIANTS for _ in range(estimates) for size in (frames, 2 * frames)]
+    with concurrent.futures.ThreadPoolExecutor(len(runs)) as pool:
+        totals = list(pool.map(lambda run: callgrind_total(transport, run[0], run[1]), runs))
+    added = frames_of(transport, 2 * frames) - frames_of(transport, frames)
+    counts: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
+    for index in range(0, len(runs), 2):
+        counts[runs[index][0]].append((totals[index + 1] - totals[index]) / added)
+    return counts
 
 
-def measure(transports: list[str], frames: int, rounds: int, callgrind_frames: int | None) -> dict[str, Any]:
+def measure(transports: list[str], frames: int, rounds: int, callgrind_frames: int | None,
+            estimates: int = 3) -> dict[str, Any]:
     figures: dict[str, Any] = {"machine": bench_session.machine(), "frames": frames, "rounds": rounds,
-                               "callgrind_frames": callgrind_frames}
+                               "callgrind_frames": callgrind_frames,
+                               "callgrind_estimates": estimates}
     for transport in transports:
         row: dict[str, Any] = {}
         figures[transport] = row
@@ -205,10 +217,11 @@ def measure(transports: list[str], frames: int, rounds: int, callgrind_frames: i
         row["cpu_ratio"] = statistics.median(ratios)
         row["cpu_ratio_range"] = [min(ratios), max(ratios)]
         if callgrind_frames:
+            counts = row["instructions_per_frame_counts"] = instructions_per_frame(transport, callgrind_frames, estimates)
             for variant in VARIANTS:
-                row[f"{variant}_instructions_per_frame"] = instructions_per_frame(transport, variant, callgrind_frames)
-            again = instructions_per_frame(transport, "framing", callgrind_frames)
-            row["instructions_noise_per_frame"] = abs(again - row["framing_instructions_per_frame"])
+                row[f"{variant}_instructions_per_frame"] = statistics.median(counts[variant])
+            # the run-to-run noise: how far apart the counts of one relay came, the wider of the two
+            row["instructions_noise_per_frame"] = max(max(counts[variant]) - min(counts[variant]) for variant in VARIANTS)
             row["instructions_added_per_frame"] = (row["framing_instructions_per_frame"]
                                                    - row["prefix_instructions_per_frame"])
             row["instructions_ratio"] = row["framing_instructions_per_frame"] / row["prefix_instructions_per_frame"]
@@ -241,7 +254,7 @@ def report(figures: dict[str, Any]) -> None:
             print(f"{transport}{lane}: instructions per frame, framing check {row['framing_instructions_per_frame']:,.0f},"
                   f" prefix-only {row['prefix_instructions_per_frame']:,.0f}: {row['instructions_added_per_frame']:+,.0f}"
                   f" (x{row['instructions_ratio']:.4f}); the same relay counted twice differs by "
-                  f"{row['instructions_noise_per_frame']:,.0f}")
+                  f"up to {row['instructions_noise_per_frame']:,.0f}")
 
 
 def main() -> int:
@@ -249,6 +262,8 @@ def main() -> int:
     parser.add_argument("--frames", type=int, default=20_000, help="frames per pass (each way on websockets)")
     parser.add_argument("--rounds", type=int, default=9, help="rounds of one pass of each variant")
     parser.add_argument("--callgrind-frames", type=int, default=2000, help="frames of callgrind's smaller pass")
+    parser.add_argument("--estimates", type=int, default=3,
+                        help="callgrind counts of each variant (their median is the figure, their spread the noise)")
     parser.add_argument("--no-callgrind", action="store_true", help="CPU time alone")
     parser.add_argument("--transport", choices=TRANSPORTS, action="append", help="only this one (repeatable)")
     parser.add_argument("--once", nargs=2, metavar=("TRANSPORT", "VARIANT"), help=argparse.SUPPRESS)
@@ -260,7 +275,7 @@ def main() -> int:
         return 0
     check_switch()
     figures = measure(args.transport or list(TRANSPORTS), args.frames, args.rounds,
-                      None if args.no_callgrind else args.callgrind_frames)
+                      None if args.no_callgrind else args.callgrind_frames, args.estimates)
     report(figures)
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")

@@ -215,8 +215,8 @@ def bench_framing(page: Path, path: str) -> str:
     `scripts/bench_framing.py --json`: instructions and CPU time per frame, their ratios, and
     whether the difference is within the run-to-run noise."""
     figures = results(path)
-    lines = ["| transport | instructions per frame: framing check / prefix-only (ratio) | the same relay counted twice "
-             "differs by | µs CPU per frame: framing check / prefix-only | ratio, median of rounds (range) | "
+    lines = ["| transport | instructions per frame: framing check / prefix-only (ratio) | counts of one relay differ "
+             "by up to | µs CPU per frame: framing check / prefix-only | ratio, median of rounds (range) | "
              "within the run-to-run noise |", "|---|---:|---:|---:|---:|---|"]
     for transport, label in (("websockets", "websockets"), ("picows", "picows")):
         row = figures.get(transport)
@@ -238,8 +238,9 @@ def bench_framing(page: Path, path: str) -> str:
     note = (f"From [`{path}`]({_link(page, path)}): {machine.get('cpus', '?')} CPUs, Python "
             f"{machine.get('python', '?')}, load average {machine.get('load_average', 0):.1f} at the start, on "
             f"{machine.get('commit') or 'an unnamed commit'}; {figures.get('rounds', '?')} rounds of one pass of "
-            f"each, {figures.get('frames', 0):,} frames a pass (each way on websockets); callgrind over "
-            f"{figures.get('callgrind_frames') or 0:,} and twice as many.")
+            f"each, {figures.get('frames', 0):,} frames a pass (each way on websockets); instructions: the median of "
+            f"{figures.get('callgrind_estimates', 1)} counts of each, each from callgrind runs over "
+            f"{figures.get('callgrind_frames') or 0:,} frames and twice as many.")
     return "\n" + "\n".join(lines) + "\n\n" + wrap(note) + "\n\n"
 
 
