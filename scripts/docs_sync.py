@@ -238,9 +238,10 @@ def bench_framing(page: Path, path: str) -> str:
     note = (f"From [`{path}`]({_link(page, path)}): {machine.get('cpus', '?')} CPUs, Python "
             f"{machine.get('python', '?')}, load average {machine.get('load_average', 0):.1f} at the start, on "
             f"{machine.get('commit') or 'an unnamed commit'}; {figures.get('rounds', '?')} rounds of one pass of "
-            f"each, {figures.get('frames', 0):,} frames a pass (each way on websockets); instructions: the median of "
-            f"{figures.get('callgrind_estimates', 1)} counts of each, each from callgrind runs over "
-            f"{figures.get('callgrind_frames') or 0:,} frames and twice as many.")
+            f"each, {figures.get('frames', 0):,} frames a pass (each way on websockets); " + (
+                f"instructions: the median of {figures.get('callgrind_estimates', 1)} counts of each, each from "
+                f"callgrind runs over {figures['callgrind_frames']:,} frames and twice as many."
+                if figures.get("callgrind_frames") else "no instructions counted (`--no-callgrind`)."))
     return "\n" + "\n".join(lines) + "\n\n" + wrap(note) + "\n\n"
 
 
