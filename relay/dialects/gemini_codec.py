@@ -471,6 +471,20 @@ def with_resumption_handle(setup: Setup, handle: str) -> Setup:
                                                               "handle": handle})
 
 
+def resumption_update(frame: str | bytes) -> SessionResumptionUpdate | None:
+    """The frame's `sessionResumptionUpdate`, when it is one (read only when its text names it)."""
+    name = SessionResumptionUpdate.MEMBER
+    if (name if isinstance(frame, str) else name.encode()) not in frame[:200]:
+        return None
+    message = decode(frame)
+    return message if isinstance(message, SessionResumptionUpdate) else None
+
+
+def with_new_handle(update: SessionResumptionUpdate, handle: str) -> str:
+    """The update's frame with `newHandle` set to `handle` (what stood beside it kept)."""
+    return encode(msgspec.structs.replace(update, new_handle=handle))
+
+
 def empty(obj: Obj) -> bool:
     """Whether an object has no member left."""
     return not obj.extra and all(getattr(obj, name) is UNSET for name in _SHAPES[type(obj)].fields)

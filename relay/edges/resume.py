@@ -156,13 +156,7 @@ class Resumes:
         state = await self._state(key)
         if state.dialect != dialect.name:
             raise ResumeRefused("resume_token_invalid", "the resume token belongs to a session of another dialect")
-        lease = self.lease(state.session_id, connection, on_lost)
-        held = await lease.hold()
-        if held is None:
-            raise ResumeRefused("store_unavailable", "the relay's store did not answer; try again")
-        if not held:
-            raise ResumeRefused("resume_token_in_use", "the session of this resume token is open on another "
-                                "connection; resume it once that one has ended")
+        lease = await self.hold(state.session_id, connection, on_lost)
         try:
             state = await self._state(key)   # the last one its previous connection wrote, before it let go
             records = await self.write_ahead.read(state.session_id)
@@ -172,6 +166,35 @@ class Resumes:
             raise
         assert isinstance(dialect, OpenAIFamily)
         return plan(state, records, tools, dialect), lease
+
+    async def hold(self, session_id: str, connection: str, on_lost: Callable[[str], None]) -> SessionLease:
+        """The lease of a session being resumed, held for `connection`; ResumeRefused if not."""
+        lease = self.lease(session_id, connection, on_lost)
+        held = await lease.hold()
+        if held is None:
+            raise ResumeRefused("store_unavailable", "the relay's store did not answer; try again")
+        if not held:
+            raise ResumeRefused("resume_token_in_use", "the session of this resume token is open on another "
+                                "connection; resume it once that one has ended")
+        return lease
+
+    async def keep(self, token: str, session_id: str, state: str, *, warn: str | None) -> bool:
+        """Write a session's resume state under its token's key: whether it was kept. Not kept,
+        one log line for the session `warn` names (None: it had its line; the store's own
+        degraded line says the rest)."""
+        try:
+            with anyio.fail_after(self.write_ahead.timeout * 4):
+                await self.store.keep_resume(resume_key(token, self.credential), session_id, state, self.seconds)
+        except (StoreError, TimeoutError) as exc:
+            if warn is not None:
+                log.warning("resume state not kept (%s): a reconnect may not find this session",
+                            exc or "the store did not answer", extra={"session_id": warn})
+            return False
+        return True
+
+    async def state_of(self, token: str) -> ResumeState:
+        """The state kept for `token` (with the relay's credential); ResumeRefused if none."""
+        return await self._state(resume_key(token, self.credential))
 
     async def _state(self, key: str) -> ResumeState:
         try:
@@ -219,15 +242,8 @@ class ResumeKeeper:
         resumes = self.resumes
         kept = state_of(self.engine, self.items)
         self.items = kept.items
-        state = kept.to_json()
-        try:
-            with anyio.fail_after(resumes.write_ahead.timeout * 4):
-                await resumes.store.keep_resume(resume_key(self.token, resumes.credential), self.engine.session_id,
-                                                state, resumes.seconds)
-        except (StoreError, TimeoutError) as exc:
-            if not self._failed:   # once per session; the store's own degraded line says the rest
-                log.warning("resume state not kept (%s): a reconnect may not find this session",
-                            exc or "the store did not answer", extra={"session_id": self.engine.session_id})
+        session_id = self.engine.session_id
+        if not await resumes.keep(self.token, session_id, kept.to_json(), warn=None if self._failed else session_id):
             self._failed = True
 
     async def close(self) -> None:
@@ -322,12 +338,17 @@ class ResumingLoop(SessionLoop):
         if self.lost is not None or self.end is not None:
             return
         self.lost = reason
-        log.warning("session resumed elsewhere (%s): closing this connection", reason,
-                    extra={"session_id": self.engine.session_id})
-        if self._runner is not None:
-            self._runner.cancel_all()
-        if self._task_group is not None:
-            self._task_group.start_soon(self.finish, "relay", POLICY_VIOLATION, "session resumed on another connection")
+        close_lost(self, reason)
+
+
+def close_lost(loop: SessionLoop, reason: str) -> None:
+    """A session another connection took (`reason`): its handlers stop, and `loop` closes (one log line)."""
+    log.warning("session resumed elsewhere (%s): closing this connection", reason,
+                extra={"session_id": loop.engine.session_id})
+    if loop._runner is not None:
+        loop._runner.cancel_all()
+    if loop._task_group is not None:
+        loop._task_group.start_soon(loop.finish, "relay", POLICY_VIOLATION, "session resumed on another connection")
 
 
 async def run_resumable(loop: ResumingLoop, keeper: ResumeKeeper, resumption: Resumption | None,
@@ -350,5 +371,5 @@ def new_token() -> str:
     return secrets.token_urlsafe(32)
 
 
-__all__ = ["RESUME_HEADER", "RESUME_QUERY", "ResumeKeeper", "ResumeRefused",
+__all__ = ["RESUME_HEADER", "RESUME_QUERY", "ResumeKeeper", "ResumeRefused", "close_lost",
            "Resumes", "ResumingLoop", "Resumption", "plan", "resume_key", "resume_token_of", "run_resumable"]

@@ -41,6 +41,7 @@ import anyio
 from relay import __version__
 from relay.dialects import Dialect
 from relay.edges.config import EdgeRuntime, ServerConfig, is_loopback
+from relay.edges.gemini_resume import GeminiResumingLoop
 from relay.edges.going_away import GoingAwayLoop
 from relay.edges.handshake import Handshake
 from relay.edges.process import run_until_signalled
@@ -477,6 +478,8 @@ class RelayServer(EdgeRuntime):
         reconnect = {"reconnect": lambda: self.upstream.connect(session.dialect, query, client_path=session.path)}
         if self.config.live_reseed and isinstance(engine, LiveEngine):
             loop_type, reseeding = ReseedingLoop, reconnect
+        elif isinstance(engine, GeminiEngine) and self.resumes is not None:   # relay/edges/gemini_resume.py
+            loop_type, reseeding = GeminiResumingLoop, {**reconnect, "resumes": self.resumes, "connection": session.id}
         elif isinstance(engine, GeminiEngine):   # a goAway is met by resuming (relay/edges/going_away.py)
             loop_type, reseeding = GoingAwayLoop, reconnect
         elif self.resumes is not None and self.resumes.supports(session.dialect) and isinstance(engine, OpenAIEngine):

@@ -20,7 +20,8 @@ What it plays, from the same `MockScript` as the OpenAI modes:
   whose setup carries one of the session's handles continues it (`MockUpstream` routes it by the
   handle): `setupComplete`, and the session as it is, except the calls made after that handle,
   which are lost (the service's "data loss" when resuming from an earlier handle); the earlier
-  connections get nothing more;
+  connections get nothing more. A session whose connections all closed is resumed so too (the
+  service keeps a session's handles valid for a while after it ended);
 - with `Quirks.call_parts` (relay/mock/quirks.py) the calls come twice, as Gemini Live may deliver
   them: as `functionCall` parts of the model's turn (beside its text), then in the `toolCall`;
 - a reply with `hold_before_done` leaves its turn open (no `turnComplete`) until `release()`;
@@ -280,7 +281,7 @@ class GeminiMockSession:
     def resumed_by(self, setup: Any) -> str | None:
         """The handle of this session a new connection's setup (a typed `Setup`) resumes with."""
         handle = resumption_handle(setup)
-        return handle if handle in self.handles and not self.ended else None
+        return handle if handle in self.handles else None   # an ended session's too, as the service keeps them
 
     def _resume(self, handle: str) -> list[Any]:
         """A new connection continues the session from `handle`: the calls made after it are lost,

@@ -379,6 +379,8 @@ class MockUpstream:
         first: str | bytes | None = None
         if self.dialect == GEMINI and session is None:   # a setup with a handle continues a session
             first, session = await _resumed_session(ws, self.sessions)
+            if session is not None and session.ended:   # resumed after its connections all closed
+                session.ended, self._ended[session.id] = False, asyncio.Event()
         if self.dialect in (GEMINI, LIVE) and session is None:   # a new session (a Live sideband joins one)
             make = GeminiMockSession if self.dialect == GEMINI else partial(LiveMockSession, options=self.live_options)
             session = make(self.script, copy.deepcopy(self.faults), route.query, self.quirks)
