@@ -113,3 +113,39 @@ async def test_a_gemini_client_resumes_on_another_replica_with_the_relays_handle
     assert first.resumes.counts["issued"] == 1 and second.resumes.counts["resumed"] == 1
     assert first.resumes.counts["refused_resume_token_in_use"] == 1
     assert second.resumes.counts["refused_resume_token_invalid"] == 1
+
+
+async def test_a_call_cut_off_by_the_drop_is_not_run_again_after_the_resume(
+        loopback_certificate: Certificate, tmp_path: Path) -> None:  # noqa: F811
+    started = asyncio.Event()
+    runs: list[str] = []
+
+    @tool(name="get_weather")
+    async def get_weather(city: str) -> dict:
+        """Current weather in a city."""
+        runs.append(city)
+        started.set()
+        await asyncio.Event().wait()   # never answers: the client leaves while it runs
+        return {"city": city}
+
+    seen: list[genai_types.LiveServerMessage] = []
+    config = {"response_modalities": ["TEXT"], "session_resumption": {}}
+    async with MockUpstream(script=GEMINI_SCRIPT, dialect="gemini", api_key=GEMINI_KEY) as mock, \
+            replica(mock, loopback_certificate, "memory", get_weather) as server:
+        async with sdk_client(server, loopback_certificate).aio.live.connect(model=MODEL, config=config) as session:
+            handle = await handed_handle(session, seen)   # the one after setupComplete
+            await session.send_client_content(turns={"role": "user", "parts": [{"text": "What's the weather?"}]})
+            async with asyncio.timeout(TIMEOUT):
+                await started.wait()
+            [left] = server.sessions.values()
+        await left.wait_closed()
+        resumed_config = {"response_modalities": ["TEXT"], "session_resumption": {"handle": handle}}
+        async with sdk_client(server, loopback_certificate).aio.live.connect(model=MODEL,
+                                                                              config=resumed_config) as session:
+            await session.send_client_content(turns={"role": "user", "parts": [{"text": "hello"}]})
+            words, _ = await model_turn(session)
+            assert words == "Hello from the mock."
+    [upstream] = mock.sessions
+    assert isinstance(upstream, GeminiMockSession) and len(upstream.connections) == 2
+    assert [call.state for call in upstream.calls.values()] == ["cancelled"]   # lost with its turn, as the service does
+    assert len(runs) == 1 and relay_answers(mock) == []   # started once, never run again nor answered late
