@@ -18,12 +18,19 @@ from google.genai import types as genai_types
 from relay.edges.serve import RelayServer, ServerConfig
 from relay.mock import MockUpstream
 from relay.mock.gemini import GeminiMockSession
+from relay.offline.replay import replay_async
 from relay.tools import tool
 from tests.gemini.conftest import loopback_certificate  # noqa: F401  (the fixture, for this directory)
 from tests.gemini.test_gemini_sdk import MODEL, model_turn, relay_answers, sdk_client
 from tests.support.clients import TIMEOUT, Certificate
 from tests.support.keys import GEMINI_KEY, RELAY_TOKEN
 from tests.support.tools import GEMINI_SCRIPT
+
+
+@tool(name="get_weather")
+def weather(city: str) -> dict:
+    """Current weather in a city."""
+    return {"city": city, "sky": "sunny"}
 
 
 @asynccontextmanager
@@ -149,3 +156,24 @@ async def test_a_call_cut_off_by_the_drop_is_not_run_again_after_the_resume(
     assert isinstance(upstream, GeminiMockSession) and len(upstream.connections) == 2
     assert [call.state for call in upstream.calls.values()] == ["cancelled"]   # lost with its turn, as the service does
     assert len(runs) == 1 and relay_answers(mock) == []   # started once, never run again nor answered late
+
+
+async def test_the_recording_keeps_no_relay_handle_sent_and_replays(
+        loopback_certificate: Certificate, tmp_path: Path) -> None:  # noqa: F811
+    seen: list[genai_types.LiveServerMessage] = []
+    config = {"response_modalities": ["TEXT"], "session_resumption": {}}
+    async with MockUpstream(script=GEMINI_SCRIPT, dialect="gemini", api_key=GEMINI_KEY) as mock:
+        settings = ServerConfig(upstream=mock.url, dialect="gemini", tools=[weather], port=0, api_key=GEMINI_KEY,
+                                auth_token=RELAY_TOKEN, drain_seconds=0.0, tls_cert=loopback_certificate.cert,
+                                tls_key=loopback_certificate.key, store="memory", record_dir=tmp_path)
+        async with RelayServer(settings) as server:
+            async with sdk_client(server, loopback_certificate).aio.live.connect(model=MODEL, config=config) as session:
+                await session.send_client_content(turns={"role": "user", "parts": [{"text": "What's the weather?"}]})
+                await model_turn(session)
+                handle = await handed_handle(session, seen)
+            [left] = server.sessions.values()
+            await left.wait_closed()
+    [recording] = tmp_path.glob("*.jsonl")
+    assert handle not in recording.read_text(encoding="utf-8")
+    replayed = await replay_async(recording, [weather])
+    assert replayed.ok, [divergence.describe() for divergence in replayed.divergences]
