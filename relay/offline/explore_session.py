@@ -245,8 +245,8 @@ class Exploring:
                     or self.faults.pending())
 
     # ---- anchors ---------------------------------------------------------------------------------
-    def _round_over(self, outermost: bool, source: Any) -> None:
-        super()._round_over(outermost, source)
+    def _round_over(self, outermost: bool, more: bool) -> None:
+        super()._round_over(outermost, more)
         self._look()
 
     def _look(self) -> None:

@@ -204,7 +204,7 @@ class HarnessSession(DriverCore):
     def _moment(self) -> float:
         return self.loop.time()
 
-    def _round_over(self, outermost: bool, source: Any) -> None:
+    def _round_over(self, outermost: bool, more: bool) -> None:
         self._schedule_tick()
 
     def act_send_upstream(self, action: SendUpstream) -> None:

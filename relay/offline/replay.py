@@ -201,7 +201,7 @@ class _Replayer(DriverCore):
     def _moment(self) -> float:
         return self.now
 
-    def _round_over(self, outermost: bool, source: Any) -> None:
+    def _round_over(self, outermost: bool, more: bool) -> None:
         self._answer_requests()
 
     def act_send_upstream(self, action: SendUpstream) -> None:
