@@ -65,6 +65,10 @@ _SESSION_CREATED = items.event_name(items.SessionCreated)
 _SENT = frozenset({Phase.SENT, Phase.FOLLOW_UP, Phase.FOLLOWED_UP})
 
 
+Planner = Callable[[ResumeState, list[CallRecord], ToolRegistry], "Resumption"]
+"""A resumed session's plan for a dialect outside the OpenAI Realtime family (relay/edges/live_resume.py)."""
+
+
 class ResumeRefused(Exception):
     """A resume the relay refuses: `code` for the client's error event and the metric."""
 
@@ -123,8 +127,9 @@ class Resumes:
     `/healthz` and the metrics report)."""
 
     def __init__(self, write_ahead: WriteAhead, *, credential: str | None, seconds: float,
-                 lease_seconds: float, owner: str) -> None:
+                 lease_seconds: float, owner: str, plans: dict[str, Planner] | None = None) -> None:
         self.write_ahead = write_ahead
+        self.plans = plans or {}   # a dialect's name -> its plan, for the dialects of other families
         self.store = write_ahead.store
         self.credential = credential
         self.seconds = seconds
@@ -138,9 +143,8 @@ class Resumes:
         if self.on_count is not None:
             self.on_count(what)
 
-    @staticmethod
-    def supports(dialect: Dialect) -> bool:
-        return isinstance(dialect, OpenAIFamily)
+    def supports(self, dialect: Dialect) -> bool:
+        return isinstance(dialect, OpenAIFamily) or dialect.name in self.plans
 
     def lease(self, session_id: str, connection: str, on_lost: Callable[[str], None]) -> SessionLease:
         """The lease that holds `session_id` for one `connection` (its owner: this replica and it)."""
@@ -164,6 +168,8 @@ class Resumes:
             with anyio.CancelScope(shield=True):
                 await lease.end()
             raise
+        if dialect.name in self.plans:
+            return self.plans[dialect.name](state, records, tools), lease
         assert isinstance(dialect, OpenAIFamily)
         return plan(state, records, tools, dialect), lease
 
@@ -218,7 +224,7 @@ class ResumeKeeper:
 
     resumes: Resumes
     token: str
-    engine: OpenAIEngine
+    engine: Any   # the OpenAI Realtime family's engine here; another family's in its keeper (`state`)
     lease: SessionLease | None = None
     items: list[dict[str, Any]] = field(default_factory=list)   # the last state's (a resumed one's seed first)
     _dirty: anyio.Event = field(default_factory=anyio.Event)
@@ -238,9 +244,13 @@ class ResumeKeeper:
                 with anyio.move_on_after(self.resumes.seconds / 3):
                     await self._dirty.wait()
 
+    def state(self) -> ResumeState:
+        """The session now, as a resume state."""
+        return state_of(self.engine, self.items)
+
     async def write(self) -> None:
         resumes = self.resumes
-        kept = state_of(self.engine, self.items)
+        kept = self.state()
         self.items = kept.items
         session_id = self.engine.session_id
         if not await resumes.keep(self.token, session_id, kept.to_json(), warn=None if self._failed else session_id):
@@ -259,6 +269,8 @@ class ResumingLoop(SessionLoop):
     seeds a resumed session and finishes its owed calls (`resume`), and stops for good when
     another connection took the session (`lose`)."""
 
+    token_event = _SESSION_CREATED   # the first event of this type the client gets carries the token
+
     def __init__(self, engine: OpenAIEngine, *, token: str, expires_in: float, **options: Any) -> None:
         super().__init__(engine, **options)
         self._token = token
@@ -273,11 +285,11 @@ class ResumingLoop(SessionLoop):
 
     def act_send_client(self, action: SendClient) -> None:
         frame = action.frame
-        if not self._token_due or not isinstance(frame, str) or _SESSION_CREATED not in frame[:120]:
+        if not self._token_due or not isinstance(frame, str) or self.token_event not in frame[:120]:
             super().act_send_client(action)
             return
         event = json.loads(frame)
-        if event.get("type") != _SESSION_CREATED:
+        if event.get("type") != self.token_event:
             super().act_send_client(action)
             return
         self._token_due = False
@@ -311,6 +323,11 @@ class ResumingLoop(SessionLoop):
         if self._task_group is not None and decision.outcome is not None:
             outcome = decision.outcome
             self._task_group.start_soon(self._answered, action.call_id, outcome)
+
+    def keeper(self, resumes: Resumes, lease: SessionLease | None, resumption: Resumption | None) -> ResumeKeeper:
+        """What keeps this session's state in the store (a resumed one's seed its first items)."""
+        assert isinstance(self.engine, OpenAIEngine)
+        return ResumeKeeper(resumes, self._token, self.engine, lease, list(resumption.seed) if resumption else [])
 
     async def _answered(self, call_id: str, outcome: Any) -> None:
         self._handler_finished(call_id, outcome)
@@ -371,5 +388,5 @@ def new_token() -> str:
     return secrets.token_urlsafe(32)
 
 
-__all__ = ["RESUME_HEADER", "RESUME_QUERY", "ResumeKeeper", "ResumeRefused", "close_lost",
+__all__ = ["Planner", "RESUME_HEADER", "RESUME_QUERY", "ResumeKeeper", "ResumeRefused", "close_lost",
            "Resumes", "ResumingLoop", "Resumption", "plan", "resume_key", "resume_token_of", "run_resumable"]

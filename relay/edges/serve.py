@@ -45,6 +45,8 @@ from relay.edges.gemini_resume import GeminiResumingLoop
 from relay.edges.going_away import GoingAwayLoop
 from relay.edges.handshake import Handshake
 from relay.edges.process import run_until_signalled
+from relay.edges.live_resume import PLANS as LIVE_PLANS
+from relay.edges.live_resume import LiveResumingLoop, live_loop_options
 from relay.edges.reseed import ReseedingLoop
 from relay.edges.resume import (
     RESUME_QUERY,
@@ -185,8 +187,8 @@ class RelayServer(EdgeRuntime):
         # resumable sessions, with a store (relay/edges/resume.py)
         self.resumes = Resumes(self.write_ahead, credential=config.auth_token, seconds=config.resume_seconds,
                                lease_seconds=config.lease_seconds,
-                               owner=f"{os.uname().nodename}:{os.getpid()}:{secrets.token_hex(3)}"
-                               ) if config.store else None
+                               owner=f"{os.uname().nodename}:{os.getpid()}:{secrets.token_hex(3)}",
+                               plans=LIVE_PLANS) if config.store else None
         if self.resumes is not None:
             self.resumes.on_count = self.metrics.count_resume
 
@@ -444,15 +446,14 @@ class RelayServer(EdgeRuntime):
             raise
         if not isinstance(session.loop, ResumingLoop):
             return await session.loop.run(on_end=recorder.close)
-        assert self.resumes is not None and isinstance(session.loop.engine, OpenAIEngine)
+        assert self.resumes is not None
         if lease is None and not self.write_ahead.degraded:   # a new session: held for this connection
             lease = self.resumes.lease(session.loop.engine.session_id, session.id,
                                        lambda reason: self._lose(session, reason))
             if not await lease.hold():
                 lease = None
             self.resumes.count("issued")
-        session.keeper = ResumeKeeper(self.resumes, session.loop.token, session.loop.engine, lease,
-                                      list(resumption.seed) if resumption is not None else [])
+        session.keeper = session.loop.keeper(self.resumes, lease, resumption)
         return await run_resumable(session.loop, session.keeper, resumption, recorder.close)
 
     def _session_loop(self, session: ProxySession, upstream: Transport, query: list[tuple[str, str]],
@@ -476,7 +477,10 @@ class RelayServer(EdgeRuntime):
         loop_type: Any = SessionLoop
         reseeding: dict[str, Any] = {}
         reconnect = {"reconnect": lambda: self.upstream.connect(session.dialect, query, client_path=session.path)}
-        if self.config.live_reseed and isinstance(engine, LiveEngine):
+        if self.resumes is not None and isinstance(engine, LiveEngine):   # relay/edges/live_resume.py
+            loop_type, reseeding = LiveResumingLoop, live_loop_options(
+                session.resume_token, self.config.resume_seconds, reconnect, self.config.live_reseed)
+        elif self.config.live_reseed and isinstance(engine, LiveEngine):
             loop_type, reseeding = ReseedingLoop, reconnect
         elif isinstance(engine, GeminiEngine) and self.resumes is not None:   # relay/edges/gemini_resume.py
             loop_type, reseeding = GeminiResumingLoop, {**reconnect, "resumes": self.resumes, "connection": session.id}

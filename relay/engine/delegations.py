@@ -94,8 +94,6 @@ class LiveEngine(LiveRecords):
         self._declared = False                        # the relay's tools are in the session
         self._refused = False                         # the client's session.start was refused
         self._started: dict[str, Any] | None = None   # the session as its session.start went up
-        self._carried: set[str] = set()               # relay calls of a dropped session, answered in the next
-        self._notes: set[str] = set()                 # what seeded a new session of what the relay's tools did
 
     # ==== plumbing ======================================================================
     def _to_client(self, frame: str | bytes) -> None:
@@ -396,6 +394,14 @@ class LiveEngine(LiveRecords):
             self.ctx.emit(SendUpstream(live.encode(result)))
         self._forwarded()
 
+    def _client_start(self, event: live.SessionStart) -> Any:
+        """The client's `session.start`: seeded with the conversation so far when it resumes a
+        session (`seeded_start`), then as any session's."""
+        session = event.session if isinstance(event.session, dict) else None
+        seeded = event if session is None else live.SessionStart(event_id=event.event_id, session=self.seeded_start(session))
+        result = self._client_session(seeded)
+        return seeded if result is SAME and seeded.session is not session else result
+
     def _client_session(self, event: live.SessionStart | live.SessionUpdate) -> Any:
         """The client's session: the relay's tools join its Responses tools (a clash with one of
         them is refused)."""
@@ -445,7 +451,7 @@ class LiveEngine(LiveRecords):
         return SAME
 
     _CLIENT: dict[type, Callable[["LiveEngine", Any], Any]] = {
-        live.SessionStart: _client_session,
+        live.SessionStart: _client_start,
         live.SessionUpdate: _client_session,
         live.ResponseItemCreate: ResponsesDelegation._client_item,
         live.ResponseCreate: ResponsesDelegation._client_create,

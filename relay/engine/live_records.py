@@ -29,6 +29,11 @@ it by its `Decision` (run, refused as "interrupted; not retried", or answered wi
 output). A call that had started keeps its `started` record until its next step, so that another
 takeover in between still sees that it may have run. A batch whose follow-up was owed
 (`follow_up` recorded, `followed_up` not: its create never left) gets its `response.create`, once.
+
+Resumed (`resume_with`, relay/edges/live_resume.py): a client reconnected, and this engine's
+upstream session is a new one. The client's `session.start` is seeded with the conversation so
+far, and the owed calls are told as the earlier session's (`_carried`): each is answered once in
+this session as a silent note, never as an answer to a delegation or batch this session never had.
 """
 
 from __future__ import annotations
@@ -39,10 +44,11 @@ from typing import Any
 
 from relay.dialects import live
 from relay.engine.actions import Action, Remember
-from relay.engine.backend_calls import DELEGATED, SAME, ResponsesDelegation
+from relay.engine.backend_calls import BACKEND_CALL, DELEGATED, SAME, ResponsesDelegation
 from relay.engine.calls import CallEntry, Owner
 from relay.engine.context import Source
 from relay.engine.records import CallRecord, Phase
+from relay.engine.reseed import seeded_session
 from relay.tools.delegation import Delegation, Turn, delegation_parameter
 
 TRANSCRIPT_TURNS = 8
@@ -57,6 +63,9 @@ class LiveRecords(ResponsesDelegation):
         self._offsets: dict[str, int] = {}        # a running delegation's offset (ms)
         self._witnesses: dict[str, str] = {}      # the event id of an answer's last append -> its delegation
         self._turns_of: dict[str, str] = {}       # a delegation -> its transcript when delegated (JSON)
+        self._carried: set[str] = set()           # relay calls of an earlier session, answered in this one
+        self._notes: set[str] = set()             # what seeded a new session of what the relay's tools did
+        self._resumed: tuple[tuple[Turn, ...], list[str], list[CallRecord]] | None = None
         self.ctx.record_extras = self._record_extras
 
     def _record_extras(self, entry: CallEntry) -> dict[str, Any]:
@@ -158,6 +167,38 @@ class LiveRecords(ResponsesDelegation):
         self.ctx.out[:] = [action for action in self.ctx.out if not (
             isinstance(action, Remember) and action.record.call_id == record.call_id
             and action.record.phase in earlier)]
+
+
+    # ==== a client's session resumed on a new connection (relay/edges/live_resume.py) ========
+    def resume_with(self, turns: tuple[Turn, ...], notes: list[str], owed: list[CallRecord]) -> None:
+        """This session carries on one whose client reconnected: its client's `session.start`
+        is seeded with `turns` and `notes` (`seeded_start`), and the `owed` calls are then told to
+        this engine as calls of the earlier session, each answered once in this one as silent
+        context (a note: the earlier session's delegations and batches are not this one's)."""
+        self._resumed = (turns, notes, owed)
+
+    def seeded_start(self, session: dict[str, Any]) -> dict[str, Any]:
+        """The client's `session.start` of a resumed session: its `input` the conversation so far;
+        the owed calls start (their answers go up after this start). Unchanged when not resumed."""
+        if self._resumed is None:
+            return session
+        turns, notes, owed = self._resumed
+        self._resumed = None
+        self._notes.update(notes)
+        for record in owed:
+            if record.call_id in self.ledger:
+                continue
+            self._carried.add(record.call_id)
+            if self.delegate is not None and record.delegation_id == record.call_id and record.name == self.delegate.name:
+                self._adopt_delegation(record)
+                self._offsets.pop(record.call_id, None)   # the earlier session's timeline, not this one's
+            else:
+                entry = self.ledger.add(CallEntry(
+                    record.call_id, record.name, None, None, Owner.RELAY, arguments=record.arguments or "",
+                    arguments_from_done=record.arguments or "", announced_at=self.ctx.now, delivered_as=(BACKEND_CALL,)))
+                self._call_complete(entry)
+                self._keep_record(record)
+        return seeded_session(session, turns, notes)
 
 
 _EARLIER = {Phase.STARTED: frozenset({Phase.READY}), Phase.DECIDED: frozenset({Phase.READY, Phase.STARTED})}

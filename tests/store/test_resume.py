@@ -126,14 +126,16 @@ BOOK_SCRIPT = MockScript(rules=[Rule(match="book", calls=[ToolCall(name="book", 
                          after_outputs=Reply(say="Booked: {output}"))
 
 
-def blocking_book(started: list[str], *, idempotent: bool) -> Any:
-    """A tool that records each start (with its idempotency key, if it takes it) and does not
-    finish its first run."""
+def blocking_book(started: list[str], *, idempotent: bool, ran: asyncio.Event | None = None) -> Any:
+    """A tool that records each start (with its idempotency key, if it takes it), sets `ran`,
+    and does not finish its first run."""
     if idempotent:
         @tool(name="book")
         async def book_keyed(table: int, key: IdempotencyKey) -> str:
             """Book a table."""
             started.append(str(key))
+            if ran is not None:
+                ran.set()
             if len(started) == 1:
                 await asyncio.Event().wait()
             return f"table {table} booked"
@@ -143,6 +145,8 @@ def blocking_book(started: list[str], *, idempotent: bool) -> Any:
     async def book(table: int) -> str:
         """Book a table."""
         started.append("")
+        if ran is not None:
+            ran.set()
         await asyncio.Event().wait()
         return f"table {table} booked"
     return book
