@@ -460,7 +460,8 @@ class RelayServer(EdgeRuntime):
                       resumption: Resumption | None = None) -> tuple[SessionLoop, Taps | LiveTap]:
         """The engine, recording and loop of a session whose upstream just connected (a GPT-Live
         session under `--live-reseed`: a `ReseedingLoop`, which reconnects with `query`; with a
-        store, an OpenAI Realtime session: a `ResumingLoop`, `resumption` its start if resumed; a
+        store, an OpenAI Realtime session: a `ResumingLoop`, `resumption` its start if resumed, and
+        a GPT-Live one a `LiveResumingLoop`, which also reseeds under `--live-reseed`; a
         Gemini Live session: a `GoingAwayLoop`, which resumes upstream when the service says goAway)."""
         engine = new_engine(self.tools, dialect=session.dialect, config=self._engine_config,
                             session_id=resumption.state.session_id if resumption else session.id,

@@ -23,7 +23,7 @@ from relay.tools import tool
 from tests.support.clients import TIMEOUT, realtime_client
 from tests.support.keys import RELAY_TOKEN
 from tests.support.relays import captured_logs, relay_for
-from tests.store.test_resume import blocking_book, counted_weather
+from tests.store.test_resume import FakeMonotonic, blocking_book, counted_weather
 
 SERVER_EVENT: TypeAdapter[Any] = TypeAdapter(ServerEvent)
 AUDIO = base64.b64encode(bytes(4800)).decode()   # 100 ms of PCM16 at 24 kHz
@@ -92,12 +92,19 @@ async def test_a_live_client_resumes_on_another_replica_seeded_with_the_conversa
             resumed = await again.until(lambda: any(e.type == "session.started" for e in again.shown))
             assert resumed.relay["resume_token"] == token
             assert len(mock.sessions) == 2
+            [left] = second.sessions.values()
+        await left.wait_closed()
+        async with sdk(first, **{"x-relay-resume": token}) as connection:   # and back: resumed twice
+            third = Caller(connection)
+            await connection.send(START)
+            await third.until(lambda: any(e.type == "session.started" for e in third.shown))
         received = list(mock.received)
         refused = [record.event for record in mock.sent if record.event["type"] == "error"]
 
     assert refused == [], "the mock refused something the relay sent"
     starts = [r.event["session"] for r in received if r.event["type"] == "session.start"]
-    assert len(starts) == 2 and starts[1]["instructions"] == "Be brief."
+    assert len(starts) == 3 and starts[1]["instructions"] == "Be brief."
+    assert starts[2]["input"] == starts[1]["input"], "the second resume lost what the first was seeded with"
     assert [t["name"] for t in starts[1]["delegation"]["responses"]["tools"]] == ["get_weather"]
     history = [(item["role"], item["content"][0]["text"]) for item in starts[1]["input"]]
     assert history[0][0] == "developer" and "get_weather" in history[0][1] and "sunny in Paris" in history[0][1]
@@ -107,6 +114,7 @@ async def test_a_live_client_resumes_on_another_replica_seeded_with_the_conversa
     assert not any("get_weather" in str(e.model_dump()) for e in again.shown), "the relay's tool reached the client"
     assert first.resumes is not None and second.resumes is not None
     assert first.resumes.counts["issued"] == 1 and second.resumes.counts["resumed"] == 1
+    assert first.resumes.counts["resumed"] == 1
 
 
 @pytest.mark.parametrize("idempotent", [False, True], ids=["not-retried", "keyed-run-again"])
@@ -153,18 +161,25 @@ async def refused(server: RelayServer, token: str) -> tuple[dict[str, Any], int]
     return error["error"], code
 
 
-async def test_a_live_token_unknown_or_in_use_is_refused_with_an_error_and_a_close() -> None:
+async def test_a_live_token_unknown_in_use_or_expired_is_refused_with_an_error_and_a_close() -> None:
     async with MockUpstream(script=SCRIPT, dialect="live") as mock, live_relay(mock, "memory", []) as server:
+        clock = FakeMonotonic()
+        server.write_ahead.store.clock = clock   # type: ignore[attr-defined]
         with captured_logs() as logs:
             async with realtime_client(server, path=PATH) as client:
                 await client.send(START)
                 token = (await client.wait_type("session.started"))["relay"]["resume_token"]
                 in_use, code = await refused(server, token)
                 assert (in_use["code"], code) == ("resume_token_in_use", 1008)
+                left = next(iter(server.sessions.values()))   # the first connection's (the refused one may linger)
+            await left.wait_closed()
             unknown, code = await refused(server, "not-a-token")
             assert (unknown["code"], code) == ("resume_token_invalid", 1008)
+            clock.now += server.config.resume_seconds + 1
+            expired, code = await refused(server, token)
+            assert (expired["code"], code) == ("resume_token_invalid", 1008)
         lines = [json.loads(line) for line in logs.getvalue().splitlines()]
         said = [line["msg"].split(":")[0] for line in lines if line["logger"] == "relay.server" and "resume" in line["msg"]]
-        assert said == ["resume refused"] * 2   # one line each
+        assert said == ["resume refused"] * 3   # one line each
         assert server.metrics.resumes == {"issued": 1, "refused_resume_token_in_use": 1,
-                                          "refused_resume_token_invalid": 1}
+                                          "refused_resume_token_invalid": 2}
