@@ -155,7 +155,9 @@ class Resumes:
                    on_lost: Callable[[str], None]) -> tuple[Resumption, SessionLease]:
         """The session `token` resumes, held under its lease, with its plan. ResumeRefused if not."""
         if not self.supports(dialect):
-            raise ResumeRefused("resume_not_supported", f"sessions of the {dialect.name} dialect cannot be resumed")
+            raise ResumeRefused("resume_not_supported",
+                                f"sessions of the {dialect.name} dialect are not resumed with a resume token "
+                                "(Gemini Live: with the relay's handle in the setup's sessionResumption)")
         key = resume_key(token, self.credential)
         state = await self._state(key)
         if state.dialect != dialect.name:
