@@ -64,7 +64,8 @@ class Caller:
 
 def sdk(server: RelayServer, **headers: str) -> Any:
     client = AsyncOpenAI(api_key=RELAY_TOKEN, websocket_base_url=f"ws://127.0.0.1:{server.port}/v1")
-    return client.live.connect(extra_headers=headers, max_retries=0)
+    # an unbounded queue: the model's audio left unread does not hold the close up for its timeout
+    return client.live.connect(extra_headers=headers, max_retries=0, websocket_connection_options={"max_queue": None})
 
 
 async def test_a_live_client_resumes_on_another_replica_seeded_with_the_conversation(redis_url: str) -> None:
