@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 from collections import Counter
 from typing import Any
 
@@ -23,7 +22,8 @@ from relay.tools import tool
 from tests.support.clients import TIMEOUT, realtime_client
 from tests.support.keys import RELAY_TOKEN
 from tests.support.relays import captured_logs, relay_for
-from tests.store.test_resume import FakeMonotonic, blocking_book, counted_weather
+from tests.store.test_resume import (FakeMonotonic, blocking_book, counted_weather,
+                                     three_refusals_logged_and_counted, unknown_and_expired_are_refused)
 
 SERVER_EVENT: TypeAdapter[Any] = TypeAdapter(ServerEvent)
 AUDIO = base64.b64encode(bytes(4800)).decode()   # 100 ms of PCM16 at 24 kHz
@@ -174,13 +174,5 @@ async def test_a_live_token_unknown_in_use_or_expired_is_refused_with_an_error_a
                 assert (in_use["code"], code) == ("resume_token_in_use", 1008)
                 left = next(iter(server.sessions.values()))   # the first connection's (the refused one may linger)
             await left.wait_closed()
-            unknown, code = await refused(server, "not-a-token")
-            assert (unknown["code"], code) == ("resume_token_invalid", 1008)
-            clock.now += server.config.resume_seconds + 1
-            expired, code = await refused(server, token)
-            assert (expired["code"], code) == ("resume_token_invalid", 1008)
-        lines = [json.loads(line) for line in logs.getvalue().splitlines()]
-        said = [line["msg"].split(":")[0] for line in lines if line["logger"] == "relay.server" and "resume" in line["msg"]]
-        assert said == ["resume refused"] * 3   # one line each
-        assert server.metrics.resumes == {"issued": 1, "refused_resume_token_in_use": 1,
-                                          "refused_resume_token_invalid": 2}
+            await unknown_and_expired_are_refused(server, token, clock, refused)
+        three_refusals_logged_and_counted(server, logs)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -197,6 +197,29 @@ async def refused(server: RelayServer, token: str) -> tuple[dict[str, Any], int]
     return error["error"], code
 
 
+Refuse = Callable[[RelayServer, str], Awaitable[tuple[dict[str, Any], int]]]
+
+
+async def unknown_and_expired_are_refused(server: RelayServer, token: str, clock: FakeMonotonic,
+                                          refuse: Refuse) -> None:
+    """Once the token's session has ended: a token nobody was given, then the real one past its
+    time, each refused as invalid with a 1008 close."""
+    unknown, code = await refuse(server, "not-a-token")
+    assert (unknown["code"], code) == ("resume_token_invalid", 1008)
+    clock.now += server.config.resume_seconds + 1
+    expired, code = await refuse(server, token)
+    assert (expired["code"], code) == ("resume_token_invalid", 1008)
+
+
+def three_refusals_logged_and_counted(server: RelayServer, logs: Any) -> None:
+    """One token in use, then unknown, then expired: one log line and one count each."""
+    lines = [json.loads(line) for line in logs.getvalue().splitlines()]
+    said = [line["msg"].split(":")[0] for line in lines if line["logger"] == "relay.server" and "resume" in line["msg"]]
+    assert said == ["resume refused"] * 3   # one line each
+    assert server.metrics.resumes == {"issued": 1, "refused_resume_token_in_use": 1,
+                                      "refused_resume_token_invalid": 2}
+
+
 async def test_a_token_in_use_unknown_or_expired_is_refused_with_an_error_and_a_close(weather_mock: MockUpstream) -> None:
     async with relay_for(weather_mock, store="memory") as server:
         clock = FakeMonotonic()
@@ -210,16 +233,8 @@ async def test_a_token_in_use_unknown_or_expired_is_refused_with_an_error_and_a_
                 await client.wait_type("input_audio_buffer.cleared")
                 left = only_session(server)
             await left.wait_closed()
-            unknown, code = await refused(server, "not-a-token")
-            assert (unknown["code"], code) == ("resume_token_invalid", 1008)
-            clock.now += server.config.resume_seconds + 1
-            expired, code = await refused(server, token)
-            assert (expired["code"], code) == ("resume_token_invalid", 1008)
-        lines = [json.loads(line) for line in logs.getvalue().splitlines()]
-        said = [line["msg"].split(":")[0] for line in lines if line["logger"] == "relay.server" and "resume" in line["msg"]]
-        assert said == ["resume refused"] * 3   # one line each
-        assert server.metrics.resumes == {"issued": 1, "refused_resume_token_in_use": 1,
-                                          "refused_resume_token_invalid": 2}
+            await unknown_and_expired_are_refused(server, token, clock, refused)
+        three_refusals_logged_and_counted(server, logs)
 
 
 class FakeMonotonic:
