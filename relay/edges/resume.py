@@ -42,7 +42,7 @@ import anyio
 
 from relay.dialects import Dialect, items
 from relay.dialects.openai import FUNCTION_CALL, FUNCTION_CALL_OUTPUT, OpenAIFamily
-from relay.edges.takeover import RUN, Adoption, Decision, adopt
+from relay.edges.takeover import RUN, Adoption, Decision, adopt, resend_if_lost
 from relay.engine import OpenAIEngine, SendClient, StartHandler
 from relay.engine.records import CallRecord, Phase
 from relay.engine.resume import ResumeState, state_of
@@ -319,9 +319,7 @@ class ResumingLoop(SessionLoop):
         if decision is None or decision.how == RUN:
             super().act_start_handler(action)
             return
-        engine = self.engine
-        if decision.item_id and isinstance(engine, OpenAIEngine):   # sent before, perhaps never delivered
-            engine.injector.resend_as(action.call_id, decision.item_id, followed_up=decision.followed_up)
+        resend_if_lost(self.engine, action.call_id, decision)
         if self._task_group is not None and decision.outcome is not None:
             outcome = decision.outcome
             self._task_group.start_soon(self._answered, action.call_id, outcome)

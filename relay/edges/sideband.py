@@ -42,7 +42,8 @@ from relay.dialects import live
 from relay.dialects.live import LiveDialect
 from relay.dialects.openai import OpenAIFamily
 from relay.edges.config import EdgeRuntime, SidecarConfig
-from relay.edges.takeover import RUN, Adoption, Handovers, adopt, adopt_live, kept_records, output_of
+from relay.edges.takeover import (RUN, Adoption, Handovers, adopt, adopt_live, kept_records, output_of,
+                                  resend_if_lost)
 from relay.edges.upstream import UpstreamUnavailable
 from relay.engine import CallState, Engine, LiveEngine, Notice, OpenAIEngine, Outcome, SendUpstream, StartHandler, new_engine
 from relay.engine.actions import TOOL_CALL
@@ -222,9 +223,7 @@ class SidebandLoop(SessionLoop):
         if decision is None or decision.how == RUN:
             super().act_start_handler(action)
         elif self._task_group is not None:
-            engine = self.engine
-            if decision.item_id and isinstance(engine, OpenAIEngine):   # sent before, perhaps lost
-                engine.injector.resend_as(action.call_id, decision.item_id, followed_up=decision.followed_up)
+            resend_if_lost(self.engine, action.call_id, decision)
             self._task_group.start_soon(self._answer_adopted, action.call_id, decision.outcome)
 
     def handlers_running(self) -> int:

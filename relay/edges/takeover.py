@@ -38,7 +38,7 @@ from typing import Any, Callable
 
 from relay.dialects.openai import FUNCTION_CALL, FUNCTION_CALL_OUTPUT, OPENAI, OpenAIFamily
 from relay.dialects.openai_codec import ItemCreate, ResponseCreated, ResponseDone, decode, encode
-from relay.engine import Outcome, Remember
+from relay.engine import OpenAIEngine, Outcome, Remember
 from relay.engine.records import CallRecord, Phase
 from relay.tools import ToolRegistry, ToolResult
 from relay.tools.render import error_in_output
@@ -121,6 +121,13 @@ class Handovers:
     def as_fields(self) -> dict[str, int]:
         return {"takeovers": self.takeovers, "handoffs": self.handoffs, "leases_lost": self.lost,
                 **{f"calls_{kind}_after_takeover": count for kind, count in self.calls.items()}}
+
+
+def resend_if_lost(engine: object, call_id: str, decision: Decision) -> None:
+    """A call answered without running whose output the old owner sent but the provider never
+    echoed: the engine sends it again as that same item (the provider refuses it if it had it)."""
+    if decision.item_id and isinstance(engine, OpenAIEngine):
+        engine.injector.resend_as(call_id, decision.item_id, followed_up=decision.followed_up)
 
 
 def may_run_again(tools: ToolRegistry, name: str) -> bool:
