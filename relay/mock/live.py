@@ -36,7 +36,7 @@ from __future__ import annotations
 import base64
 import copy
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from http import HTTPStatus
 from urllib.parse import parse_qsl, urlsplit
 from dataclasses import dataclass
@@ -78,8 +78,10 @@ class LiveMockSession:
     call_id = None
 
     def __init__(self, script: MockScript, faults: Faults, query: dict[str, str] | None = None,
-                 quirks: Quirks | None = None, options: LiveOptions | None = None) -> None:
+                 quirks: Quirks | None = None, options: LiveOptions | None = None,
+                 wall: Callable[[], float] = time.time) -> None:
         self.id = new_id("live")
+        self.wall = wall                       # the epoch seconds `expires_at` and `created_at` read
         self.script = script
         self.faults = faults
         self.quirks = quirks or Quirks()
@@ -216,7 +218,7 @@ class LiveMockSession:
         if self.config is not None:
             raise LiveRefusal("invalid_request_error", "session.start may be sent only once.", "type")
         self.config = start_config(event.session)
-        self.expires_at = int(time.time()) + self.options.expires_in_s
+        self.expires_at = int(self.wall()) + self.options.expires_in_s
         return [self._all(wire.SessionStarted(event_id=new_id("event"), client_event_id=event.event_id,
                                               session=self.resource()))]
 

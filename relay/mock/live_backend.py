@@ -9,8 +9,7 @@ configured questions, `decision.item.*` inputs). `relay.mock.live.LiveMockSessio
 from __future__ import annotations
 
 import copy
-import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -62,6 +61,7 @@ class Delegator(Protocol):
     options: LiveOptions
     script: MockScript
     items: list[dict[str, Any]]
+    wall: Callable[[], float]
 
     @property
     def mode(self) -> str: ...
@@ -216,7 +216,7 @@ class Backend:
     def _snapshot(self, response_id: str, status: str) -> dict[str, Any]:
         """A forwarded snapshot: `output`, `tools` empty and no instructions, even with calls pending."""
         settings = (self.session.config or {}).get("delegation", {}).get("responses") or {}
-        return {"id": response_id, "object": "response", "created_at": int(time.time()),
+        return {"id": response_id, "object": "response", "created_at": int(self.session.wall()),
                 "model": settings.get("model", "gpt-5"), "status": status, "output": [],
                 "parallel_tool_calls": settings.get("parallel_tool_calls", True),
                 "tool_choice": settings.get("tool_choice", "auto"), "tools": [], "instructions": None}

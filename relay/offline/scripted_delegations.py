@@ -48,6 +48,8 @@ from relay.tools.sources import ToolSources
 MODEL = "gpt-live-1"
 BACKEND_MODEL = "gpt-5.4"
 AUDIO_STEP = 0.1
+START_EPOCH = 1_767_225_600   # 2026-01-01T00:00:00Z: the mock's wall clock at virtual time 0, so its
+                              # `expires_at` and `created_at` are the same on every run
 """Seconds of input audio the scripted caller sends at a time (silence, PCM16 at 24 kHz)."""
 _SILENCE = base64.b64encode(bytes(int(24_000 * 2 * AUDIO_STEP))).decode()
 CLIENT, RESPONSES, _ = wire.DELEGATION_TARGETS
@@ -113,7 +115,7 @@ class DelegatingSession(StrictScript, HarnessSession):
         self.client_tools = ToolRegistry(client_tools)
         self._owed: list[dict[str, Any]] = []     # the caller's calls of the batch in progress
         seed_ids(0)   # the mock's ids: the same on every run
-        self.mock = LiveMockSession(script.mock_script(), Faults())
+        self.mock = LiveMockSession(script.mock_script(), Faults(), wall=lambda: START_EPOCH + self.now)
         self.from_upstream(self._carry(self.mock.connected(
             MockConnection(index=0, path=wire.LIVE_PATH, query={}, headers={}, auth="bearer"))))
         self.from_caller([self._session_start()])

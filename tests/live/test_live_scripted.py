@@ -5,9 +5,13 @@ moving as virtual time passes."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from relay.offline.scripted_delegations import DelegatingSession
+from relay.mock import LiveOptions
+from relay.offline.scripted_delegations import START_EPOCH, DelegatingSession
+from relay.recording.format import UPSTREAM_TO_RELAY
 from relay.testing import Script, Turn, call
 from relay.tools import tool
 from tests.live.test_live_mock import assistant, get_weather
@@ -81,6 +85,20 @@ def test_the_same_script_plays_the_same_session_each_time() -> None:
         return [f"{f.t:.3f} {f.direction} {f.raw}" for f in session.frames]
 
     assert frames() == frames()
+
+
+def test_the_mocks_timestamps_are_read_from_the_virtual_clock() -> None:
+    """`expires_at` and a forwarded response's `created_at` are the scripted start epoch plus
+    virtual time, not the machine's clock: a run that crosses a second boundary is no different."""
+    with WEATHER.start([get_weather, get_time], dialect="live") as session:
+        session.user("What's the weather in Paris?")
+        session.advance(4)
+    events = [json.loads(f.raw) for f in session.frames if f.direction == UPSTREAM_TO_RELAY and f.raw]
+    (started,) = [e for e in events if e["type"] == "session.started"]
+    assert started["session"]["expires_at"] == START_EPOCH + LiveOptions().expires_in_s
+    created = {e["event"]["response"]["created_at"] for e in events
+               if e["type"] == "response.event" and "response" in e.get("event", {})}
+    assert created and all(START_EPOCH <= t <= START_EPOCH + 4 for t in created)
 
 
 def test_a_turn_ending_otherwise_than_done_is_refused() -> None:
