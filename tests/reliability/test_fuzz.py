@@ -168,7 +168,7 @@ async def test_a_few_hundred_mutated_frames_through_a_socket_break_nothing(
             frame = mutated_frame(rng, relay_call_id)
             await client.ws.send(frame)
         await client.send({"type": "input_audio_buffer.clear", "event_id": "marker"})
-        await mock.wait_for(lambda e: e.get("event_id") == "marker")
+        await mock.wait_for(lambda e: e.get("event_id") == "marker", timeout=30)
         [session] = server.sessions.values()
         assert session.engine is not None
         internal = [a for a in session.engine.anomalies if a.internal]
