@@ -236,11 +236,13 @@ def test_the_demo_holds_under_every_new_perturbation_on_every_dialect(dialect: s
                                           ("xai", Perturbation("server_cancel", 2, "announced")),
                                           ("voicelive", Perturbation("barge_in", 2, "running")),
                                           ("openai", Perturbation("late_arguments", 2, "announced"))])
-def test_the_replay_gaps_the_check_found_are_still_there(dialect: str, gap: Perturbation) -> None:
-    """`replays_same` found these on the demo (NOT_REPLAYABLE names them, and skips them): when the
-    replay learns to reproduce one, this fails, and its entry there goes."""
+def test_the_replay_gaps_the_check_found_are_closed(dialect: str, gap: Perturbation) -> None:
+    """`replays_same` found these on the demo: an interruption that landed while a relay call ran
+    replayed with the handler's finish elsewhere. The recording now says where each handler
+    finished (its `handler_finished` lines), the replay lands it there, and NOT_REPLAYABLE no
+    longer names them (tests/test_replay_finishes.py)."""
     from relay.cli.demo import EXAMPLE_TOOLS, TURNS, demo_script
 
     conv = Conversation("demo", demo_script(), TURNS, tool_registry([EXAMPLE_TOOLS])).with_dialect(dialect)
-    assert not replayable((gap,), dialect if dialect == "gemini" else "openai")
-    assert replays_same(conv, (gap,), {}, None) is not None
+    assert replayable((gap,), "openai")
+    assert replays_same(conv, (gap,), {}, None) is None

@@ -645,7 +645,8 @@ async def test_an_older_recording_without_relay_lines_still_reads_and_exports(tm
     path = await recorded_proxy_session(tmp_path / "recordings")
     old = tmp_path / "old.jsonl"
     lines = path.read_text().splitlines(keepends=True)
-    assert sum("relay" in json.loads(line) for line in lines) == 3
+    kinds = [json.loads(line)["relay"]["kind"] for line in lines if "relay" in json.loads(line)]
+    assert sorted(kinds) == ["handler_finished"] * 3 + ["tool_call"] * 3   # each call's finish, and its outcome
     old.write_text("".join(line for line in lines if "relay" not in json.loads(line)))
     recording = read_recording(old)
     assert recording.complete and not recording.notes and not recording.warnings

@@ -205,7 +205,24 @@ async def when_released() -> str:
     return "released"
 
 
-async def sent_when_told(tool_name: str, scenario) -> list[str]:
+class ListRecorder:
+    """A recorder that keeps what it is given, in order: frames by direction and type, relay lines
+    by kind and call."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str | None]] = []
+
+    def record(self, direction: str, frame: str | bytes) -> None:
+        self.lines.append((direction, json.loads(frame).get("type")))
+
+    def record_notice(self, kind: str, fields: dict) -> None:
+        self.lines.append(("relay", f"{kind} {fields.get('call_id')} {fields.get('name')}"))
+
+    def close(self, reason: str) -> None:
+        pass
+
+
+async def sent_when_told(tool_name: str, scenario, recorder: ListRecorder | None = None) -> list[str]:
     """The types of the frames written to the upstream when the loop told of the call's notice
     (`on_notice`, where the edges log the `tool call` line and count it)."""
     mock = LocalMock()
@@ -219,7 +236,7 @@ async def sent_when_told(tool_name: str, scenario) -> list[str]:
             told_event.set()
 
     engine = OpenAIEngine([at_once, when_released], config=EngineConfig(mode="proxy", strict=True, declare_tools=False))
-    loop = SessionLoop(engine, upstream=upstream, client=client, on_notice=on_notice)
+    loop = SessionLoop(engine, upstream=upstream, client=client, on_notice=on_notice, recorder=recorder)
     with anyio.fail_after(TIMEOUT):
         async with anyio.create_task_group() as tg:
             tg.start_soon(loop.run)
@@ -258,3 +275,25 @@ async def test_a_handler_done_after_the_response_has_its_output_written_before_i
 
     written = await sent_when_told("when_released", scenario)
     assert written[-2:] == ["conversation.item.create", "response.create"], written
+
+
+async def test_the_recording_says_where_a_handler_finished_among_the_frames() -> None:
+    """The `handler_finished` relay line comes after the frames received before the handler ended
+    (here `response.done`) and before what its outcome causes (the output): a replay lands the
+    finish there (relay/offline/replay_finishes.py)."""
+    released.append(anyio.Event())
+    recorder = ListRecorder()
+
+    async def scenario(mock, upstream, client, frames) -> None:
+        for frame in frames:
+            await upstream.feed(frame)
+        await client.wait_for(lambda event: event["type"] == "response.done")
+        released[-1].set()
+
+    await sent_when_told("when_released", scenario, recorder)
+    finished = [index for index, line in enumerate(recorder.lines) if line[1].startswith("handler_finished ")]
+    assert len(finished) == 1 and recorder.lines[finished[0]][1].endswith(" when_released")
+    before, after = recorder.lines[:finished[0]], recorder.lines[finished[0] + 1:]
+    assert ("upstream>relay", "response.done") in before
+    assert ("relay>upstream", "conversation.item.create") in after
+    assert ("relay>upstream", "conversation.item.create") not in before

@@ -56,9 +56,6 @@ REPLAY_EVERY = 50
 whose perturbations a recording carries (`replayable`), not on every schedule: a replay runs the tools
 on the real clock (a tool's sleep is slept; the demo's replay takes about 1.3 s, 40 ms of it CPU,
 where a schedule takes about 25 ms of CPU), so checking all of 10,000 schedules would take hours."""
-_CANCELLED_WHILE_RUNNING = ("an interruption (the caller's speech, the server's cancel) may land while a relay call "
-                            "runs: a recording does not say whether the handler finished before it (which decides "
-                            "a finish_silently tool's follow-up), and the replay releases that frame at once")
 NOT_REPLAYABLE: tuple[tuple[str, str | None, str | None, str], ...] = (
     # (kind, anchor or None: any, "gemini" / "openai" or None: either family, why)
     ("past_timeout", None, None, "the handler's behaviour is the explorer's: the replay runs the real tool"),
@@ -66,10 +63,6 @@ NOT_REPLAYABLE: tuple[tuple[str, str | None, str | None, str], ...] = (
     ("hangs", None, None, "the handler's behaviour is the explorer's: the replay runs the real tool"),
     ("mcp_dies", None, None, "the server's death is the explorer's: the replay runs the real tool"),
     ("reconnect", None, None, "a recording holds no mark of a reconnect: its replay cannot reconnect where it did"),
-    # gaps of the replay this check found (tests/test_explore_quirks.py keeps each, to say when it closes)
-    ("barge_in", None, "openai", _CANCELLED_WHILE_RUNNING),
-    ("server_cancel", None, "openai", _CANCELLED_WHILE_RUNNING),
-    ("late_arguments", None, "openai", _CANCELLED_WHILE_RUNNING),
 )
 """The perturbations whose schedules `replays_same` is not checked on, and why."""
 SETTLES = "settles"

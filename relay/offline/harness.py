@@ -47,6 +47,7 @@ from relay.offline.timeline import Timeline, decided_outcomes, not_owed_speech
 from relay.offline.virtual import DEFAULT_THREAD_LIMIT, VirtualLoop
 from relay.recording.format import (
     CLIENT_TO_RELAY,
+    HANDLER_FINISHED_NOTE,
     RELAY_TO_CLIENT,
     RELAY_TO_UPSTREAM,
     UPSTREAM_TO_RELAY,
@@ -97,6 +98,7 @@ class HarnessSession(DriverCore):
         self._init_driver(built, records=self.records)
         self.frames: list[Frame] = []
         self.notices: list[Notice] = []
+        self.notes: list[tuple[int, float, str, dict[str, Any]]] = []   # relay lines: (frames before, t, kind, fields)
         self.marks: list[tuple[int, float, str, str]] = []   # (frames before it, t, kind, text)
         self.closed = False
         self.saved: Path | None = None
@@ -221,6 +223,8 @@ class HarnessSession(DriverCore):
 
     def act_notice(self, action: Notice) -> None:
         self.notices.append(action)
+        if action.kind == TOOL_CALL:
+            self.notes.append((len(self.frames), self.now, action.kind, action.fields))
 
     def act_close(self, action: Close) -> None:
         self.mark(CLOSED, f"the relay closed the {action.target} ({action.code}: {action.reason})")
@@ -270,6 +274,7 @@ class HarnessSession(DriverCore):
         """The runner's report, to the engine as every driver gives it (unless the session is
         over), and what it causes delivered."""
         if not self.closed:
+            self.notes.append((len(self.frames), self.now, HANDLER_FINISHED_NOTE, self._finish_note(call_id)))
             super()._handler_finished(call_id, outcome)
             self._pump()
 
@@ -359,12 +364,17 @@ class HarnessSession(DriverCore):
         writer = RecordingWriter(target, session_id=f"{self.kind}-{self.dialect.name}", dialect=self.dialect.name,
                                  upstream="harness", tools=[spec.name for spec in self.tools], mode="proxy",
                                  clock=lambda: 0.0, extra_header=self.engine.recording_header())
-        with writer:
-            for frame in self.frames:
+        def frames_up_to(end: int) -> None:
+            for frame in self.frames[written:end]:
                 writer.record(frame.direction, frame.raw if frame.raw is not None else frame.binary or b"", t=frame.t)
-            for notice in self.notices:
-                if notice.kind == TOOL_CALL:
-                    writer.record_notice(notice.kind, notice.fields, t=self.now)
+
+        written = 0
+        with writer:   # each relay line after the frames that came before it, at its virtual time
+            for before, t, kind, fields in self.notes:
+                frames_up_to(before)
+                written = max(written, before)
+                writer.record_notice(kind, fields, t=t)
+            frames_up_to(len(self.frames))
         self.saved = writer.path
         return writer.path
 

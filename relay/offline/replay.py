@@ -33,6 +33,7 @@ from __future__ import annotations
 import difflib
 import json
 import logging
+import math
 import time
 from itertools import islice
 from pathlib import Path
@@ -59,6 +60,7 @@ from relay.engine.records import CallRecord
 from relay.errors import UnusableInput
 from relay.mcp.servers import ToolSet
 from relay.offline.mcp_answers import MCP_ANSWERS, Moments, with_recorded_mcp_tools
+from relay.offline.replay_finishes import RecordedFinishes
 from relay.offline.replay_result import Divergence, ReplayCall, ReplayResult, render_report
 from relay.offline.replaying import (
     REQUEST,
@@ -196,6 +198,7 @@ class _Replayer(DriverCore):
         self.frames: list[Frame] = []                     # the session as replayed
         self._progress = anyio.Event()
         self.moments = moments or Moments()   # handlers waiting for a recorded moment
+        self.finishes = RecordedFinishes(recording)   # each handler's finish where it was recorded
 
     # ---- the driver's ports (relay/session/driver.py) ----
     def _moment(self) -> float:
@@ -224,6 +227,7 @@ class _Replayer(DriverCore):
 
     def act_cancel_handler(self, action: CancelHandler) -> None:
         super().act_cancel_handler(action)
+        self.finishes.release(action.call_id)   # a finish held for a cancelled call is never heard
         self.timeline.append(f"{self._t():9.3f}  cancel {action.call_id}: {action.reason}")
 
     def act_send_client(self, action: SendClient) -> None:
@@ -272,8 +276,26 @@ class _Replayer(DriverCore):
             self.timeline.append(f"{self._t():9.3f}  send  {self._produced_sends.describe(key)}")
 
     def _handler_finished(self, call_id: str, outcome: Outcome) -> None:
-        super()._handler_finished(call_id, outcome)
+        if not self.finishes.hold(call_id, outcome):   # else it lands where it was recorded
+            super()._handler_finished(call_id, outcome)
         self._progress.set()
+
+    async def _finishes_before(self, line_no: float) -> None:
+        """The handlers' finishes recorded before line `line_no`, each at its recorded moment: a
+        handler still running is waited for (at most the gate timeout), one that finished early
+        was held (`RecordedFinishes`)."""
+        for note in self.finishes.reached(line_no):
+            call_id = str(note.fields["call_id"])
+            deadline = time.monotonic() + self.gate_timeout
+            while (self._runner is not None and call_id in self._runner.calls and not self.finishes.held(call_id)
+                   and time.monotonic() < deadline):
+                self._progress = anyio.Event()
+                with anyio.move_on_after(max(0.0, deadline - time.monotonic())):
+                    await self._progress.wait()
+            self._advance_to(self.base_time + note.t)
+            outcome = self.finishes.release(call_id)
+            if outcome is not None:
+                super()._handler_finished(call_id, outcome)
 
     def _t(self) -> float:
         return self.now - self.base_time
@@ -368,10 +390,12 @@ class _Replayer(DriverCore):
                     delay = frame.t - (time.monotonic() - start_wall)
                     if delay > 0:
                         await anyio.sleep(delay)
+                await self._finishes_before(frame.line_no)
                 self._advance_to(self.base_time + frame.t)
                 await self._play(frame)
                 if self.progress is not None:
                     self.progress(index + 1, total)
+            await self._finishes_before(math.inf)
             running = set(self.engine.running.call_ids())
             if running and running <= self._abandoned():   # their answers went nowhere: it ends here, as it did
                 self._apply(self.engine.close(self.now, "the recorded session ended"))

@@ -33,8 +33,13 @@ TOOL_CALL_NOTE = "tool_call"
 (`relay.engine.actions.TOOL_CALL`), recorded under its kind."""
 # What the relay decided, written as `relay` lines beside the frames: for each kind of engine
 # notice recorded, the fields kept (docs/recording-format.md, "Relay lines").
+HANDLER_FINISHED_NOTE = "handler_finished"
+"""The kind of the `relay` line that says when a relay call's handler finished (its outcome went to
+the engine), placed among the frames where it happened: a replay holds that handler's finish until
+its own play reaches the same place (relay/offline/replay_finishes.py)."""
 NOTE_FIELDS: dict[str, tuple[str, ...]] = {
     TOOL_CALL_NOTE: ("call_id", "name", "outcome", "is_error", "message", "output_item_id", "response_id"),
+    HANDLER_FINISHED_NOTE: ("call_id", "name"),
 }
 
 

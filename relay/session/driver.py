@@ -158,6 +158,12 @@ class DriverCore:
     def _handler_finished(self, call_id: str, outcome: Outcome) -> None:
         self._apply(self.engine.handler_finished(call_id, outcome, self._moment()))
 
+    def _finish_note(self, call_id: str) -> dict[str, Any]:
+        """The fields of the `handler_finished` relay line a driver that records writes when the
+        runner reports a handler done, before the engine hears it (relay/recording/format.py)."""
+        entry = self.engine.ledger.get(call_id)
+        return {"call_id": call_id, "name": entry.name if entry is not None else None}
+
     def _handler_yielded(self, call_id: str, value: Any) -> None:
         self._apply(self.engine.handler_yielded(call_id, value, self._moment()))
 

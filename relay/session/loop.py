@@ -27,6 +27,7 @@ from relay.engine import (
     Close,
     Engine,
     Notice,
+    Outcome,
     SendClient,
     SendUpstream,
 )
@@ -34,6 +35,7 @@ from relay.engine.actions import TOOL_CALL
 from relay.errors import REDACTED
 from relay.recording.format import (
     CLIENT_TO_RELAY,
+    HANDLER_FINISHED_NOTE,
     RELAY_TO_CLIENT,
     RELAY_TO_UPSTREAM,
     UPSTREAM_TO_RELAY,
@@ -375,6 +377,12 @@ class SessionLoop(DriverCore):
 
     def act_send_upstream(self, action: SendUpstream) -> None:
         self._enqueue(self.to_upstream, "upstream", action.frame)
+
+    def _handler_finished(self, call_id: str, outcome: Outcome) -> None:
+        """The recording says where the handler finished, among the frames, before what it causes."""
+        if self.recorder is not None:
+            self.recorder.record_notice(HANDLER_FINISHED_NOTE, self._finish_note(call_id))
+        super()._handler_finished(call_id, outcome)
 
     def act_notice(self, action: Notice) -> None:
         if action.kind == TOOL_CALL and self.recorder is not None:

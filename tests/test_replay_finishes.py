@@ -1,0 +1,95 @@
+"""Where each handler finished, recorded and replayed (issue 48): the harness writes a
+`handler_finished` line among the frames where the handler reported, at its virtual time; the
+replay lands each finish there (relay/offline/replay_finishes.py), so a barge-in or a server's
+cancel that came while a handler ran replays to the same outcome on the OpenAI family."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from relay.offline.explore import replayable, replays_same, run_schedule
+from relay.offline.explore_input import from_script
+from relay.offline.explore_session import Conversation, Perturbation
+from relay.offline.replay import replay
+from relay.recording.format import HANDLER_FINISHED_NOTE, RELAY_TO_UPSTREAM, TOOL_CALL_NOTE
+from relay.recording.reader import read_recording
+from relay.testing import Script, Turn, call
+from relay.tools import tool
+from relay.tools.sources import tool_registry
+
+OPENAI_FAMILY = ["openai", "azure", "xai", "foundry"]
+
+
+@tool
+async def lookup(order: str) -> str:
+    """Look an order up (five provider events' time, on either clock)."""
+    await asyncio.sleep(0.05)
+    return f"order {order}: shipped"
+
+
+TWO = Script(Turn(say="Let me look.", calls=[call("lookup", order="A1"), call("lookup", order="B2")]),
+             Turn(say="Both shipped."))
+
+
+def two_lookups(dialect: str) -> Conversation:
+    """Two calls in one response: with a barge-in while the second runs, the first finished before it
+    (its answer owed speech) and the second after (unspoken: `finish_silently`)."""
+    return from_script(TWO, tool_registry([lookup]), dialect=dialect, lines=("Where are A1 and B2?",))
+
+
+def saved(conversation: Conversation, schedule: tuple[Perturbation, ...], folder: Path) -> Path:
+    run = run_schedule(conversation, schedule, keep=True)
+    assert run.broken == [], run.broken
+    try:
+        return run.session.save(folder)
+    finally:
+        run.session.close()
+
+
+def test_the_harness_writes_each_finish_where_and_when_it_happened(tmp_path: Path) -> None:
+    path = saved(two_lookups("openai"), (), tmp_path)
+    recording = read_recording(path)
+    finishes = [note for note in recording.notes if note.kind == HANDLER_FINISHED_NOTE]
+    assert [note.fields["name"] for note in finishes] == ["lookup", "lookup"]
+    assert len({note.fields["call_id"] for note in finishes}) == 2
+    end = max(frame.t for frame in recording.frames)
+    for note in finishes:
+        # at its virtual time, not the session's end; before the output it caused, after its start
+        assert 0 < note.t < end
+        output = next(frame for frame in recording.frames if frame.direction == RELAY_TO_UPSTREAM
+                      and note.fields["call_id"] in str(frame.event) and "function_call_output" in str(frame.event))
+        assert note.line_no < output.line_no and note.t <= output.t
+    decided = [note for note in recording.notes if note.kind == TOOL_CALL_NOTE]
+    assert len(decided) == 2 and all(note.t < end for note in decided)
+
+
+@pytest.mark.parametrize("dialect", OPENAI_FAMILY)
+@pytest.mark.parametrize("perturbation", [Perturbation("barge_in", 2, "running"),
+                                          Perturbation("server_cancel", 2, "running"),
+                                          Perturbation("late_arguments", 2, "announced")],
+                         ids=lambda p: f"{p.kind}-{p.anchor}")
+def test_an_interruption_while_a_handler_runs_replays_to_the_same_outcome(dialect: str,
+                                                                          perturbation: Perturbation) -> None:
+    conversation = two_lookups(dialect)
+    assert perturbation in run_schedule(conversation, (perturbation,)).observed.fired
+    assert replayable((perturbation,), "openai")
+    assert replays_same(conversation, (perturbation,), {}, None) is None
+
+
+def test_without_the_finish_lines_the_replay_lands_a_finish_elsewhere(tmp_path: Path) -> None:
+    """A recording written before the lines existed still reads and replays, each finish taken when
+    it comes: the one that finished after the barge-in then finishes before it, and the follow-up
+    the relay sent is missing. The lines are what makes it replay the same."""
+    conversation = two_lookups("openai")
+    path = saved(conversation, (Perturbation("barge_in", 2, "running"),), tmp_path)
+    assert replay(path, conversation.tools).ok
+    older = tmp_path / "older.jsonl"
+    older.write_text("".join(line for line in path.read_text().splitlines(keepends=True)
+                             if f'"kind":"{HANDLER_FINISHED_NOTE}"' not in line))
+    assert read_recording(older).complete
+    diverged = replay(older, conversation.tools)
+    assert [d.kind for d in diverged.divergences] == ["missing"], diverged.divergences
+    assert "follow-up" in diverged.divergences[0].describe()
