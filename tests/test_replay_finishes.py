@@ -1,7 +1,9 @@
 """Where each handler finished, recorded and replayed (issue 48): the harness writes a
 `handler_finished` line among the frames where the handler reported, at its virtual time; the
 replay lands each finish there (relay/offline/replay_finishes.py), so a barge-in or a server's
-cancel that came while a handler ran replays to the same outcome on the OpenAI family."""
+cancel that came while a handler ran replays to the same outcome on the OpenAI family; and an
+explorer's finding under such a barge-in replays, with `relay replay --invariant`, to the same
+verdict."""
 
 from __future__ import annotations
 
@@ -10,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from relay.offline.explore import replayable, replays_same, run_schedule
-from relay.offline.explore_input import from_script
+from relay.cli import main
+from relay.offline.explore import explore, replayable, replays_same, run_schedule
+from relay.offline.explore_input import from_file, from_script
 from relay.offline.explore_session import Conversation, Perturbation
 from relay.offline.replay import replay
 from relay.recording.format import HANDLER_FINISHED_NOTE, RELAY_TO_UPSTREAM, TOOL_CALL_NOTE
@@ -19,7 +22,10 @@ from relay.recording.reader import read_recording
 from relay.testing import Script, Turn, call
 from relay.tools import tool
 from relay.tools.sources import tool_registry
+from tests.support.paths import REPO
+from tests.test_explore import bank  # noqa: F401   # the refund example's payment provider, emptied
 
+EXAMPLES = REPO / "docs" / "examples" / "testing"
 OPENAI_FAMILY = ["openai", "azure", "xai", "foundry"]
 
 
@@ -93,3 +99,43 @@ def test_without_the_finish_lines_the_replay_lands_a_finish_elsewhere(tmp_path: 
     diverged = replay(older, conversation.tools)
     assert [d.kind for d in diverged.divergences] == ["missing"], diverged.divergences
     assert "follow-up" in diverged.divergences[0].describe()
+
+
+@pytest.mark.parametrize("dialect, replays", [("openai", 2), ("azure", 1), ("xai", 1), ("foundry", 1)])
+def test_the_refund_paid_twice_under_a_barge_in_replays_to_the_same_verdict(
+        dialect: str, replays: int, bank: dict[str, list[str]], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The seeded bug (docs/examples/testing/refunds.py: the money leaves before a barge-in cancels
+    the handler) is found under a barge-in while the handler runs; the finding's command, `relay
+    replay ... --invariant bank.py:refunded_once`, breaks the same invariant: exit 1, the same
+    report each time."""
+    import bank as module   # the fixture's, on the path the invariant spec imports it by
+
+    tools, invariant = str(EXAMPLES / "refunds.py"), f"{EXAMPLES / 'bank.py'}:refunded_once"
+    conversation = from_file(EXAMPLES / "refund.script.json", tool_registry([tools]), dialect=dialect)
+    result = explore(conversation, budget=20, seed=3, invariants={"refunded_once": module.refunded_once},
+                     reset=bank.clear, out=tmp_path, tools_arg=tools, invariant_args=(invariant,),
+                     replay_check=False)
+    finding = next(f for f in result.findings if f.invariant == "refunded_once")
+    assert finding.schedule == (Perturbation("barge_in", 1, "running"),)
+    assert finding.command == f"relay replay {finding.recording} --tools {tools} --invariant {invariant}"
+    capsys.readouterr()
+    reports = []
+    for _ in range(replays):
+        assert main(finding.command.split()[1:]) == 1
+        reports.append(capsys.readouterr().out)
+        assert reports[-1].rstrip().endswith("verdict: invariant broken: refunded_once "
+                                             "(order A1 was refunded 2 times (rf_A1_1, rf_A1_2))"), reports[-1]
+    assert len(set(reports)) == 1
+    # the fix passes the same replay's invariant, and says how its answer differs from the recording's
+    assert main(["replay", str(finding.recording), "--tools", str(EXAMPLES / "refunds_fixed.py"),
+                 "--invariant", invariant]) == 1
+    fixed = capsys.readouterr().out
+    assert "invariant broken" not in fixed and "changed: output of" in fixed
+
+
+def test_an_invariant_that_does_not_load_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    demo = REPO / "docs" / "examples" / "recordings" / "demo.jsonl"
+    assert main(["replay", str(demo), "--tools", "relay.examples.tools", "--invariant", "nowhere.py:check"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no such file nowhere.py" in err, err

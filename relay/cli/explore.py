@@ -67,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
     own = dict(load_invariant(spec) for spec in args.invariant)
     resets = [getattr(check, "reset") for check in own.values() if callable(getattr(check, "reset", None))]
     result = explore(conversation, budget=args.budget, seed=args.seed, time_budget=args.time_budget, out=args.out,
-                     tools_arg=" --tools ".join(specs), progress=progress, invariants=own,
+                     tools_arg=" --tools ".join(specs), invariant_args=tuple(args.invariant), progress=progress,
+                     invariants=own,
                      reset=(lambda: [reset() for reset in resets]) if resets else None)
     if tty:
         print(file=sys.stderr)

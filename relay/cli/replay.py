@@ -16,6 +16,7 @@ from relay.cli.options import (
     option,
     tools_from_working_directory,
 )
+from relay.cli.explore import load_invariant
 from relay.errors import UnusableInput
 from relay.offline.replay import (
     DEFAULT_GATE_TIMEOUT,
@@ -45,6 +46,9 @@ REPLAY_OPTIONS = (
                 "refusing it, to see what the relay would do"),
     option("--allow-incomplete", field=None, action="store_true",
            help="replay a recording that lost frames (cut short, no end line) instead of refusing it"),
+    option("--invariant", field=None, action="append", default=[], metavar="FILE:FUNCTION",
+           help="an invariant of your own (repeatable), as `relay explore` takes it: a function of the replay's "
+                "result returning what broke or None; its `reset` attribute, if any, is called before the replay"),
 )
 
 ALLOW_EMPTY_OPTION = "--allow-empty"
@@ -53,8 +57,9 @@ ALLOW_EMPTY_OPTION = "--allow-empty"
 def run_replay(path: str, tools: ToolSources, *, dialect: str | None = None, as_json: bool = False,
                realtime: bool = False, gate_timeout: float = DEFAULT_GATE_TIMEOUT, html: str | None = None,
                allow_empty: bool = False, allow_incomplete: bool = False, mcp_answers: str = "recording",
-               mcp: McpSettings | None = None) -> int:
-    """`relay replay`: print the report (or its JSON); 0 without divergence, 1 with. Input it
+               mcp: McpSettings | None = None, invariants: list[str] | None = None) -> int:
+    """`relay replay`: print the report (or its JSON); 0 without divergence or broken invariant
+    (`invariants`: `FILE:FUNCTION` specs of the caller's own), 1 with. Input it
     cannot use raises (`relay.cli.exits`): a file that is not a recording, an incomplete recording
     (unless `allow_incomplete`), and one with nothing to compare, a plain event log that records
     no relay sends (unless `allow_empty`: then the report says what the relay would do)."""
@@ -66,9 +71,14 @@ def run_replay(path: str, tools: ToolSources, *, dialect: str | None = None, as_
         what = "a plain event log: it records no relay sends" if recording.frames else "a recording without frames"
         raise UnusableInput(f"{path} is {what}, so there is nothing to compare; pass {ALLOW_EMPTY_OPTION} "
                             "to see what the relay would do with it")
+    own = dict(load_invariant(spec) for spec in invariants or ())
+    for check in own.values():
+        reset = getattr(check, "reset", None)
+        if callable(reset):
+            reset()
     progress = _ProgressBar(len(recording.frames)) if len(recording.frames) > 2000 and sys.stderr.isatty() else None
     result = replay(recording, tools, dialect=dialect, realtime=realtime, gate_timeout=gate_timeout,
-                    progress=progress, mcp_answers=mcp_answers, mcp=mcp)
+                    progress=progress, mcp_answers=mcp_answers, mcp=mcp, invariants=own)
     if progress is not None:
         progress.close()
     if html:
@@ -92,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     return run_replay(args.recording, args.tools, dialect=args.dialect, as_json=args.json, realtime=args.realtime,
                       gate_timeout=args.gate_timeout, html=args.html, allow_empty=args.allow_empty,
                       allow_incomplete=args.allow_incomplete, mcp_answers=args.mcp_answers,
-                      mcp=mcp_settings(args))
+                      mcp=mcp_settings(args), invariants=args.invariant)
 
 
 class _ProgressBar:

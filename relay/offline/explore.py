@@ -269,14 +269,18 @@ def shrink(conversation: Conversation, schedule: Schedule, invariant: str, own: 
 def explore(conversation: Conversation, *, budget: int = DEFAULT_BUDGET, seed: int = 0,
             time_budget: float | None = None, invariants: dict[str, Check] | None = None,
             reset: Callable[[], Any] | None = None, out: str | Path | None = None, tools_arg: str = "",
-            replay_check: bool = True, progress: Callable[[ExploreResult], None] | None = None) -> ExploreResult:
+            invariant_args: tuple[str, ...] = (), replay_check: bool = True,
+            progress: Callable[[ExploreResult], None] | None = None) -> ExploreResult:
     """Explore `conversation` (see the module docstring): at most `budget` schedules and
     `time_budget` seconds; `invariants` the user's own; `reset` is called before each schedule
     (to clear a tool's own state); a finding is written under `out` (default: the harness's
-    sessions folder), its replay command naming `tools_arg`."""
+    sessions folder), its replay command naming `tools_arg` and `invariant_args` (the `FILE:FUNCTION`
+    specs of `invariants`, which `relay replay --invariant` checks on the replayed session)."""
     if budget <= 0:
         raise ValueError("the schedule budget must be at least 1")
     own = dict(invariants or {})
+    replay_args = (f" --tools {tools_arg}" if tools_arg else "") + "".join(
+        f" --invariant {spec}" for spec in invariant_args)
     result = ExploreResult(conversation.name, seed, held={name: 0 for name in (SETTLES, *DESCRIPTIONS, *own)})
     started = time.perf_counter()
     family = "gemini" if conversation.dialect == "gemini" else "live" if delegates(conversation.dialect) else "openai"
@@ -309,11 +313,11 @@ def explore(conversation: Conversation, *, budget: int = DEFAULT_BUDGET, seed: i
             if name in failed:
                 continue
             failed.add(name)
-            result.findings.append(_finding(conversation, schedule, name, message, own, reset, out, tools_arg))
+            result.findings.append(_finding(conversation, schedule, name, message, own, reset, out, replay_args))
         carried += bool(replay_check and schedule and replayable(schedule, family))
         if carried == REPLAY_EVERY and REPLAY_INVARIANT not in failed:
             carried = 0
-            _check_replay(conversation, schedule, result, own, reset, out, tools_arg)
+            _check_replay(conversation, schedule, result, own, reset, out, replay_args)
             failed.update(finding.invariant for finding in result.findings)
         if progress is not None and result.tried % 50 == 0:
             result.seconds = time.perf_counter() - started
@@ -321,23 +325,23 @@ def explore(conversation: Conversation, *, budget: int = DEFAULT_BUDGET, seed: i
     result.distinct = len(fingerprints)
     result.covered = len(covered)
     if replay_check and REPLAY_INVARIANT not in failed:
-        _check_replay(conversation, (), result, own, reset, out, tools_arg)
+        _check_replay(conversation, (), result, own, reset, out, replay_args)
     result.seconds = time.perf_counter() - started
     return result
 
 
 def _finding(conversation: Conversation, schedule: Schedule, invariant: str, message: str, own: dict[str, Check],
-             reset: Callable[[], Any] | None, out: str | Path | None, tools_arg: str,
+             reset: Callable[[], Any] | None, out: str | Path | None, replay_args: str,
              breaks: Callable[[Schedule], bool] | None = None) -> Finding:
     smallest = shrink(conversation, schedule, invariant, own, reset, breaks)
     run = run_schedule(conversation, smallest, own, reset, keep=True)
     message = next((text for name, text in run.broken if name == invariant), message)
     finding = Finding(invariant, message, smallest, tuple(sorted(schedule)))
-    _write(run.session, finding, out, tools_arg)
+    _write(run.session, finding, out, replay_args)
     return finding
 
 
-def _write(session: ExploredSession, finding: Finding, out: str | Path | None, tools_arg: str) -> None:
+def _write(session: ExploredSession, finding: Finding, out: str | Path | None, replay_args: str) -> None:
     try:
         finding.recording = session.save(out)
     except OSError:
@@ -353,8 +357,7 @@ def _write(session: ExploredSession, finding: Finding, out: str | Path | None, t
                                   finding.recording.with_suffix(".html"))
     except (OSError, ValueError):
         finding.page = None
-    tools = f" --tools {tools_arg}" if tools_arg else ""
-    finding.command = f"relay replay {finding.recording}{tools}"
+    finding.command = f"relay replay {finding.recording}{replay_args}"
 
 
 def delegates(dialect: str) -> bool:
@@ -393,14 +396,14 @@ def replays_same(conversation: Conversation, schedule: Schedule, own: dict[str, 
 
 
 def _check_replay(conversation: Conversation, schedule: Schedule, result: ExploreResult, own: dict[str, Check],
-                  reset: Callable[[], Any] | None, out: str | Path | None, tools_arg: str) -> None:
+                  reset: Callable[[], Any] | None, out: str | Path | None, replay_args: str) -> None:
     result.replayed += 1
     divergence = replays_same(conversation, schedule, own, reset)
     if divergence is None:
         result.held[REPLAY_INVARIANT] += 1
         return
     result.findings.append(_finding(
-        conversation, schedule, REPLAY_INVARIANT, divergence, own, reset, out, tools_arg,
+        conversation, schedule, REPLAY_INVARIANT, divergence, own, reset, out, replay_args,
         breaks=lambda candidate: replays_same(conversation, candidate, own, reset) is not None))
 
 

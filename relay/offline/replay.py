@@ -538,9 +538,11 @@ async def replay_async(
     progress: Callable[[int, int], None] | None = None,
     mcp_answers: str = "recording",
     mcp: McpSettings | None = None,
+    invariants: dict[str, Callable[[ReplayResult], Any]] | None = None,
 ) -> ReplayResult:
     """See `replay`. `mcp_answers`: where MCP tools' answers come from (`recording` or `live`,
-    with the servers `mcp` names)."""
+    with the servers `mcp` names); `invariants`: the caller's own, each a function of the result
+    that returns what broke (a message) or None, checked once the replay is over."""
     if mcp_answers not in MCP_ANSWERS:
         raise UnusableInput(f"mcp_answers is recording or live, not {mcp_answers!r}")
     if mcp_answers == "live" and (mcp is None or not mcp.servers):
@@ -562,6 +564,10 @@ async def replay_async(
         await tool_set.close()
     result = replayer.result()
     result.warnings += warnings
+    for name, check in (invariants or {}).items():
+        message = check(result)
+        if message:
+            result.broken.append((name, str(message)))
     return result
 
 

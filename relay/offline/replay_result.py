@@ -62,24 +62,30 @@ class ReplayResult:
     the replay's times (what `relay.testing.Timeline.from_replay` reads)."""
     internal_errors: list[str] = dataclass_field(default_factory=list)
     """The engine's own failures during the replay (a bug in the relay, not a divergence)."""
+    broken: list[tuple[str, str]] = dataclass_field(default_factory=list)
+    """The invariants of the caller's own (`replay(..., invariants=)`, `--invariant`) that the session
+    as replayed breaks: (name, what broke). An explorer's finding replays to the same one."""
 
     @property
     def ok(self) -> bool:
-        return not self.divergences
+        return not self.divergences and not self.broken
 
     def verdict(self) -> str:
         if self.ok and self.kind == "event-log":
             return "event log (no relay sends recorded): nothing to compare"
         if self.ok:
             return "no divergence: the relay under test sent what was recorded"
-        return counted(len(self.divergences), "divergence")
+        found = [counted(len(self.divergences), "divergence")] if self.divergences or not self.broken else []
+        found += [f"invariant broken: {name} ({message})" for name, message in self.broken]
+        return "; ".join(found)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "path": str(self.path), "kind": self.kind, "ok": self.ok, "verdict": self.verdict(),
             "calls": [vars(c) for c in self.calls], "sent": self.sent,
             "divergences": [vars(d) for d in self.divergences], "warnings": self.warnings,
-            "anomalies": self.anomalies,
+            "anomalies": self.anomalies, "broken": [{"invariant": name, "message": message}
+                                                    for name, message in self.broken],
         }
 
 
