@@ -31,7 +31,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 STAMP="$VENV/.relay-installed"
 NEWEST="${RELAY_NEWEST:-0}"
-WANT="$( (cat pyproject.toml setup.py relay/transports/_picows_lane.pyx requirements/*.lock; grep "^__version__" relay/__init__.py || true; echo "newest=$NEWEST") | cksum)"
+WANT="$( (cat pyproject.toml setup.py relay/transports/_picows_lane.pyx relay/dialects/_peek.pyx relay/dialects/_peek.pxd requirements/*.lock; grep "^__version__" relay/__init__.py || true; echo "newest=$NEWEST") | cksum)"
 HAVE="$(cat "$STAMP" 2>/dev/null || true)"
 # the stamp: the checksum, then the extra installed with it
 if [ "$HAVE" != "$WANT dev" ] && [ "$HAVE" != "$WANT $EXTRA" ]; then

@@ -3,16 +3,19 @@
 in one run, on both transports.
 
 The fast path forwards an audio frame as it came when its test says it is one flat JSON object of
-a forwarded type (relay/dialects/peek.py `pass_through_test` in Python, `FrameLane.passes` in
-picows' compiled lane). Before the framing check, the test looked at the prefix alone: the type,
-no backslash, no second `"type"` before the payload. This script runs the same relay two ways:
+a forwarded type (relay/dialects/peek.py `pass_through_test`: compiled, relay/dialects/_peek.pyx,
+where setup.py built it, else in Python; `FrameLane.passes` in picows' compiled lane). Before the
+framing check, the test looked at the prefix alone: the type, no backslash, no second `"type"`
+before the payload. This script runs the same relay two ways:
 
     framing   the relay as it ships
     prefix    the same relay with the test replaced by the prefix-only one: the engine's test
               (`relay.engine.itembased.pass_through_test`) swapped for `prefix_only_test` below,
               and the compiled lane's benchmark switch (`_picows_lane.bench_prefix_only`) on
 
-A switch of this benchmark's, not an option of the relay's. Before it measures, the script checks
+A switch of this benchmark's, not an option of the relay's. On websockets it runs twice: with the
+test as it ships (compiled) and as an install without a C compiler has it (`websockets_python`:
+`peek.compiled_test` set to None while the engines are built). Before it measures, the script checks
 that each variant decides as it should (a frame with garbage after it passes the prefix-only test
 alone, in both lanes).
 
@@ -57,13 +60,13 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import bench_session   # noqa: E402
 import bench_session_picows   # noqa: E402
 
-from relay.dialects import OPENAI   # noqa: E402
+from relay.dialects import OPENAI, peek   # noqa: E402
 from relay.engine import EngineConfig, OpenAIEngine, itembased   # noqa: E402
 from relay.session.transport import ForwardRule, FrameQueue, Pipe   # noqa: E402
 from relay.transports import picows_connection   # noqa: E402
 
 VARIANTS = ("framing", "prefix")
-TRANSPORTS = ("websockets", "picows")
+TRANSPORTS = ("websockets", "websockets_python", "picows")
 # an append with garbage after its object: the prefix-only test passes it, the framing check not
 GARBAGE = '{"type":"input_audio_buffer.append","event_id":"e1","audio":"AAAA"}}}garbage'
 
@@ -86,6 +89,18 @@ def prefix_only_test(kinds: frozenset[str]) -> Callable[[str | bytes], bool]:
     passes.prefixes = prefixes   # type: ignore[attr-defined]
     passes.after_type = after_type   # type: ignore[attr-defined]
     return passes
+
+
+@contextlib.contextmanager
+def python_test(on: bool) -> Iterator[None]:
+    """While inside with `on`, engines get the Python test, as where the compiled one is not built."""
+    compiled = peek.compiled_test
+    if on:
+        peek.compiled_test = None
+    try:
+        yield
+    finally:
+        peek.compiled_test = compiled
 
 
 @contextlib.contextmanager
@@ -128,8 +143,9 @@ def verdicts(variant: str) -> dict[str, bool]:
 
 
 def check_switch() -> None:
-    for variant in VARIANTS:
-        found = verdicts(variant)
+    for variant, python in ((variant, python) for variant in VARIANTS for python in (False, True)):
+        with python_test(python):
+            found = verdicts(variant)
         if any(passed != (variant == "prefix") for passed in found.values()):
             raise SystemExit(f"the {variant} variant does not decide as it should on a frame with garbage "
                              f"after it: {found}")
@@ -156,12 +172,12 @@ def picows_pass(frames: int) -> float:
 
 def frames_of(transport: str, frames: int) -> int:
     """The frames a pass of `frames` forwards."""
-    return 2 * frames if transport == "websockets" else bench_session_picows.Workload("realtime", frames, 1).frames
+    return 2 * frames if transport != "picows" else bench_session_picows.Workload("realtime", frames, 1).frames
 
 
 def one_pass(transport: str, variant: str, frames: int) -> float:
-    with checked_by(variant):
-        return websockets_pass(frames) if transport == "websockets" else picows_pass(frames)
+    with checked_by(variant), python_test(transport == "websockets_python"):
+        return websockets_pass(frames) if transport != "picows" else picows_pass(frames)
 
 
 # ---- the figures --------------------------------------------------------------------------------
@@ -204,6 +220,8 @@ def measure(transports: list[str], frames: int, rounds: int, callgrind_frames: i
         figures[transport] = row
         if transport == "picows":
             row["compiled_lane"] = compiled_module() is not None
+        if transport == "websockets":
+            row["compiled_test"] = peek.compiled_test is not None
         for variant in VARIANTS:
             one_pass(transport, variant, min(frames, 2000))   # warm: the first pass pays for first uses
         seconds: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
@@ -246,7 +264,9 @@ def report(figures: dict[str, Any]) -> None:
             continue
         row["within_noise"] = within_noise(row)
         low, high = row["cpu_ratio_range"]
-        lane = "" if transport == "websockets" else (" (compiled lane)" if row["compiled_lane"] else " (Python lane)")
+        lane = {"websockets": " (compiled test)" if row.get("compiled_test") else " (Python test)",
+                "websockets_python": " (Python test)"}.get(transport) or (
+                    " (compiled lane)" if row["compiled_lane"] else " (Python lane)")
         print(f"{transport}{lane}: CPU per frame, framing check {row['framing_us_per_frame']:.2f} us, prefix-only "
               f"{row['prefix_us_per_frame']:.2f} us; ratio x{row['cpu_ratio']:.3f} (rounds x{low:.3f} to x{high:.3f}"
               f"{', within the noise' if row['within_noise']['cpu'] else ''})")

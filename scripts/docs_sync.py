@@ -218,10 +218,13 @@ def bench_framing(page: Path, path: str) -> str:
     lines = ["| transport | instructions per frame: framing check / prefix-only (ratio) | counts of one relay differ "
              "by up to | µs CPU per frame: framing check / prefix-only | ratio, median of rounds (range) | "
              "within the run-to-run noise |", "|---|---:|---:|---:|---:|---|"]
-    for transport, label in (("websockets", "websockets"), ("picows", "picows")):
+    for transport, label in (("websockets", "websockets"), ("websockets_python", "websockets, Python test (no C "
+                             "compiler at install)"), ("picows", "picows")):
         row = figures.get(transport)
         if row is None:
             continue
+        if transport == "websockets" and "compiled_test" in row:
+            label += ", compiled test" if row["compiled_test"] else ", Python test"
         if transport == "picows":
             label += ", compiled lane" if row.get("compiled_lane") else ", Python lane"
         low, high = row["cpu_ratio_range"]

@@ -26,6 +26,8 @@ from libc.string cimport memchr, memcmp, memcpy
 
 from picows.picows cimport WSFrame, WSListener, WSMsgType, WSTransport
 
+from relay.dialects._peek cimport compact_passes, holds_type_key
+
 from relay.session.transport import BATCH_BYTES, QueueOverflow
 
 # a burst is written once it holds this much (what a flush writes at once). Its buffer is made on
@@ -80,100 +82,6 @@ cdef inline bint is_ascii(const char* data, Py_ssize_t size) noexcept nogil:
         seen |= <unsigned char>data[i]
         i += 1
     return (seen & 0x8080808080808080ULL) == 0
-
-
-cdef inline bint holds_type_key(const char* data, Py_ssize_t start, Py_ssize_t end) noexcept nogil:
-    """`"type"` starts somewhere in data[start:end - 5]: from quote to quote. The test the framing
-    check replaced, kept for the benchmark's switch (`bench_prefix_only`) alone."""
-    cdef const char* at = data + start
-    cdef const char* stop = data + end
-    cdef const char* quote
-    while stop - at >= 6:
-        quote = <const char*>memchr(at, b'"', stop - at - 5)
-        if quote == NULL:
-            return False
-        if memcmp(quote, b'"type"', 6) == 0:
-            return True
-        at = quote + 1
-    return False
-
-
-cdef inline Py_ssize_t string_end(const char* data, Py_ssize_t at, Py_ssize_t end) noexcept nogil:
-    """Just past the JSON string whose opening quote is at `at` and which ends before `end`, or -1
-    (a backslash is in no frame that gets here; control characters are not looked for, as in
-    `relay.dialects.peek`)."""
-    cdef const char* closing
-    if at >= end or data[at] != b'"':
-        return -1
-    closing = <const char*>memchr(data + at + 1, b'"', end - at - 1)
-    return (closing - data) + 1 if closing != NULL else -1
-
-
-cdef inline Py_ssize_t digits_end(const char* data, Py_ssize_t at, Py_ssize_t end) noexcept nogil:
-    """Just past the digits that start at `at` (at least one), or -1."""
-    cdef Py_ssize_t i = at
-    while i < end and b'0' <= data[i] <= b'9':
-        i += 1
-    return i if i > at else -1
-
-
-cdef inline Py_ssize_t scalar_end(const char* data, Py_ssize_t at, Py_ssize_t end) noexcept nogil:
-    """Just past the JSON string, number, `true`, `false` or `null` at `at`, or -1."""
-    cdef char first
-    if at >= end:
-        return -1
-    first = data[at]
-    if first == b'"':
-        return string_end(data, at, end)
-    if first == b't':
-        return at + 4 if end - at >= 4 and memcmp(data + at, b"true", 4) == 0 else -1
-    if first == b'f':
-        return at + 5 if end - at >= 5 and memcmp(data + at, b"false", 5) == 0 else -1
-    if first == b'n':
-        return at + 4 if end - at >= 4 and memcmp(data + at, b"null", 4) == 0 else -1
-    if first == b'-':
-        at += 1
-    if at < end and data[at] == b'0':
-        at += 1
-    else:
-        at = digits_end(data, at, end)
-        if at < 0:
-            return -1
-    if at < end and data[at] == b'.':
-        at = digits_end(data, at + 1, end)
-        if at < 0:
-            return -1
-    if at < end and (data[at] == b'e' or data[at] == b'E'):
-        at += 1
-        if at < end and (data[at] == b'+' or data[at] == b'-'):
-            at += 1
-        at = digits_end(data, at, end)
-    return at
-
-
-cdef inline bint flat_members(const char* data, Py_ssize_t at, Py_ssize_t end, bint open_payload) noexcept nogil:
-    """data[at:end] is what `relay.dialects.peek` matches after `{"type"`: `:"<kind>"`, then
-    `,"<key>":<scalar>` any number of times, then with `open_payload` `,"<key>":` (the payload's
-    key: its string follows `end`), else `}`; no key is `type`."""
-    if at >= end or data[at] != b':':
-        return False
-    at = string_end(data, at + 1, end)
-    while at >= 0:
-        if not open_payload and at == end - 1 and data[at] == b'}':
-            return True
-        if at >= end or data[at] != b',':
-            return False
-        at += 1
-        if end - at >= 6 and memcmp(data + at, b'"type"', 6) == 0:
-            return False
-        at = string_end(data, at, end)
-        if at < 0 or at >= end or data[at] != b':':
-            return False
-        at += 1
-        if open_payload and at == end:
-            return True
-        at = scalar_end(data, at, end)
-    return False
 
 
 cdef inline str ascii_text(const char* data, Py_ssize_t size):
@@ -282,10 +190,8 @@ cdef class FrameLane:
 
     cdef bint passes(self, const char* data, Py_ssize_t size):
         """`relay.dialects.peek.pass_through_test`'s compact case over bytes, for ASCII frames:
-        the frame starts with one of the prefixes and holds no backslash; when it ends with `"}`,
-        what lies between its type and the last quote before its last two characters (the
-        payload's opening one) is a flat object's head, else the rest is a flat object
-        (`flat_members`)."""
+        the frame starts with one of the prefixes, and the rest is `compact_passes`'s (the C scans
+        `relay/dialects/_peek.pyx` runs on a str's data, shared through `_peek.pxd`)."""
         cdef bytes prefix
         cdef Py_ssize_t prefix_size
         cdef const char* quote
@@ -295,15 +201,14 @@ cdef class FrameLane:
             if size >= prefix_size and memcmp(data, PyBytes_AS_STRING(prefix), prefix_size) == 0:
                 typed = True
                 break
-        if not typed or not is_ascii(data, size) or memchr(data, b'\\', size) != NULL:
+        if not typed or not is_ascii(data, size):
             return False
         if PREFIX_ONLY:
+            if memchr(data, b'\\', size) != NULL:
+                return False
             quote = <const char*>memrchr(data, b'"', size - 2)
             return not holds_type_key(data, self.after_type, (quote - data) + 1 if quote != NULL else 0)
-        if data[size - 2] == b'"' and data[size - 1] == b'}':
-            quote = <const char*>memrchr(data, b'"', size - 2)
-            return quote != NULL and flat_members(data, self.after_type, quote - data, True)
-        return flat_members(data, self.after_type, size, False)
+        return compact_passes(data, size, self.after_type)
 
     cdef int offer(self, const char* data, Py_ssize_t size, bint more) except -2:
         """1: forwarded (written, added to the read's burst or queued) and counted; 0: not taken,
