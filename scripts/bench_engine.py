@@ -34,7 +34,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+# the relay measured: this checkout's, or another's (RELAY_TREE: scripts/bench_against.py measures an
+# older commit's relay with this harness)
+ROOT = Path(os.environ.get("RELAY_TREE") or Path(__file__).resolve().parents[1])
 sys.path.insert(0, str(ROOT))
 
 from relay.engine import OpenAIEngine, EngineConfig, Outcome, SendUpstream, StartHandler  # noqa: E402

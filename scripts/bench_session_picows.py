@@ -44,7 +44,9 @@ from typing import Any, Callable
 from picows import WSAutoPingStrategy, WSFrame, WSListener, WSMsgType, WSTransport, WSUpgradeResponse, WSUpgradeResponseWithListener
 from picows.picows import WSProtocol
 
-ROOT = Path(__file__).resolve().parents[1]
+# the relay measured: this checkout's, or another's (RELAY_TREE: scripts/bench_against.py measures an
+# older commit's relay with this harness)
+ROOT = Path(os.environ.get("RELAY_TREE") or Path(__file__).resolve().parents[1])
 sys.path.insert(0, str(ROOT))
 
 from bench_frames import input_append, output_delta  # noqa: E402

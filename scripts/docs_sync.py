@@ -20,6 +20,9 @@ Each generated block sits between two marker comments, kept so that the next run
 - `<!-- bench-framing: RESULTS -->` ... `<!-- /bench-framing -->`: the audio fast path's framing
   check beside the prefix-only test it replaced, per transport, from the file
   `scripts/bench_framing.py --json` wrote.
+- `<!-- bench-against: RESULTS -->` ... `<!-- /bench-against -->`: this checkout's instructions per
+  tool call and per audio frame beside an older commit's, from the file `scripts/bench_against.py
+  --json` wrote.
 
 Usage: scripts/docs [--check]
 """
@@ -37,7 +40,7 @@ from typing import Any, Callable
 REPO = Path(__file__).resolve().parents[1]
 PAGES = ("README.md", "docs/**/*.md")
 
-BLOCK = re.compile(r"^<!-- (?P<kind>include|options|bench-table|bench-claim|bench-audio|bench-framing): (?P<arg>\S+) -->\n"
+BLOCK = re.compile(r"^<!-- (?P<kind>include|options|bench-table|bench-claim|bench-audio|bench-framing|bench-against): (?P<arg>\S+) -->\n"
                    r"(?P<body>.*?)"
                    r"^<!-- /(?P=kind) -->$", re.M | re.S)
 LANGUAGES = {".py": "python", ".sh": "sh", ".json": "json", ".toml": "toml", ".yaml": "yaml", ".yml": "yaml",
@@ -248,6 +251,39 @@ def bench_framing(page: Path, path: str) -> str:
     return "\n" + "\n".join(lines) + "\n\n" + wrap(note) + "\n\n"
 
 
+def bench_against(page: Path, path: str) -> str:
+    """The table of this checkout's instructions beside an older commit's, from
+    `scripts/bench_against.py --json`: per tool call, per audio frame through the engine, per
+    audio frame through the relay on picows, each with its ratio and whether it is within the limit."""
+    figures = results(path)
+    base, head, limit = figures["base"], figures["head"], figures["limit"]
+    lines = [f"| measure | {base['commit']} | {head['commit']} | ratio | within +{(limit - 1) * 100:.0f} % |",
+             "|---|---:|---:|---:|---|"]
+    for name, label in (("instructions_per_tool_call", "per tool call (the engine, a whole call's round)"),
+                        ("instructions_per_engine_audio_frame", "per audio frame through the engine"),
+                        ("instructions_per_picows_audio_frame", "per audio frame through the relay on picows")):
+        ratio = figures["ratios"][name]
+        lines.append(f"| {label} | {_count(base[name])} | {_count(head[name])} | {ratio:.3f}x | "
+                     f"{'yes' if ratio <= limit else 'no'} |")
+    beside = figures.get("haproxy", {})
+    for name, label in (("relay_fast_vs_haproxy_cpu_at_10", "flooded, 10 sessions: relay_fast's CPU per event / HAProxy's"),
+                        ("relay_fast_vs_haproxy_cpu_at_100", "flooded, 100 sessions: relay_fast's CPU per event / HAProxy's"),
+                        ("relay_fast_vs_haproxy_events_at_10", "flooded, 10 sessions: relay_fast's events/s / HAProxy's"),
+                        ("relay_fast_vs_haproxy_events_at_100", "flooded, 100 sessions: relay_fast's events/s / HAProxy's")):
+        if name in beside.get("base", {}) and name in beside.get("head", {}):
+            lines.append(f"| {label} | {beside['base'][name]:.2f}x | {beside['head'][name]:.2f}x | "
+                         f"{beside['head'][name] / beside['base'][name]:.3f}x | - |")
+    machine = figures.get("machine", {})
+    note = (f"From [`{path}`]({_link(page, path)}): {machine.get('cpus', '?')} CPUs, Python "
+            f"{machine.get('python', '?')}, load average {machine.get('load_average', 0):.1f} at the start; "
+            f"{figures['calls']:,} tool calls and {20 * figures['calls']:,} audio "
+            f"frames through the engine, {figures['frames']:,} frames through the relay, each the difference of "
+            "two callgrind runs, the garbage collector off in the engine's" + (
+                f"; beside HAProxy: each commit's `scripts/bench --only throughput --rounds "
+                f"{figures['haproxy_rounds']}`, one after the other." if beside else "."))
+    return "\n" + "\n".join(lines) + "\n\n" + wrap(note) + "\n\n"
+
+
 def wrap(text: str, width: int = 100) -> str:
     lines: list[str] = []
     for word in text.split(" "):
@@ -266,7 +302,8 @@ def render(page: str, text: str) -> str:
         "include": lambda arg: include(Path(page), arg), "options": options_table,
         "bench-table": lambda arg: bench_table(Path(page), arg), "bench-claim": lambda arg: bench_claim(Path(page), arg),
         "bench-audio": lambda arg: bench_audio(Path(page), arg),
-        "bench-framing": lambda arg: bench_framing(Path(page), arg)}
+        "bench-framing": lambda arg: bench_framing(Path(page), arg),
+        "bench-against": lambda arg: bench_against(Path(page), arg)}
 
     def block(found: re.Match[str]) -> str:
         kind, arg = found["kind"], found["arg"]
