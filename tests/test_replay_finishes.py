@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from relay.cli import main
-from relay.offline.explore import explore, replayable, replays_same, run_schedule
+from relay.offline.explore import boundaries, explore, replayable, replays_same, run_schedule
 from relay.offline.explore_input import from_file, from_script
 from relay.offline.explore_session import Conversation, Perturbation
 from relay.offline.replay import replay
@@ -99,6 +99,23 @@ def test_without_the_finish_lines_the_replay_lands_a_finish_elsewhere(tmp_path: 
     diverged = replay(older, conversation.tools)
     assert [d.kind for d in diverged.divergences] == ["missing"], diverged.divergences
     assert "follow-up" in diverged.divergences[0].describe()
+
+
+def test_the_explorer_checks_replays_same_on_interruptions_while_a_handler_runs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With every replayable schedule replayed (REPLAY_EVERY 1), the explorer replays each single
+    perturbation of two calls, the barge-ins, server cancels and late arguments on the OpenAI
+    family among them, and each replays to the same outcome."""
+    from relay.offline import explore as explorer
+
+    monkeypatch.setattr(explorer, "REPLAY_EVERY", 1)
+    conversation = two_lookups("openai")
+    space = boundaries(conversation, run_schedule(conversation, ()).observed)
+    carried = [p for p in space if replayable((p,), "openai")]
+    assert {"barge_in", "server_cancel", "late_arguments"} <= {p.kind for p in carried}
+    result = explore(conversation, budget=len(space) + 1, seed=1)
+    assert result.ok, result.report()
+    assert result.replayed == len(carried) + 1 == result.held["replays_same"]   # and the run as scripted
 
 
 @pytest.mark.parametrize("dialect, replays", [("openai", 2), ("azure", 1), ("xai", 1), ("foundry", 1)])
