@@ -17,7 +17,7 @@ from relay.offline.explore import boundaries, explore, replayable, replays_same,
 from relay.offline.explore_input import from_file, from_script
 from relay.offline.explore_session import Conversation, Perturbation
 from relay.offline.replay import replay
-from relay.recording.format import HANDLER_FINISHED_NOTE, RELAY_TO_UPSTREAM, TOOL_CALL_NOTE
+from relay.recording.format import HANDLER_FINISHED_NOTE, HANDLER_YIELDED_NOTE, RELAY_TO_UPSTREAM, TOOL_CALL_NOTE
 from relay.recording.reader import read_recording
 from relay.testing import Script, Turn, call
 from relay.tools import tool
@@ -83,6 +83,33 @@ def test_an_interruption_while_a_handler_runs_replays_to_the_same_outcome(dialec
     assert perturbation in run_schedule(conversation, (perturbation,)).observed.fired
     assert replayable((perturbation,), "openai")
     assert replays_same(conversation, (perturbation,), {}, None) is None
+
+
+@tool
+async def prices(symbol: str):
+    """Stream a symbol's prices: the first is the output, the others updates."""
+    for price in (1, 2, 3):
+        yield {"symbol": symbol, "price": price}
+        await asyncio.sleep(0.02)
+
+
+@pytest.mark.parametrize("schedule", [(), (Perturbation("barge_in", 2, "running"),),
+                                      (Perturbation("finish", 1, step=2),)], ids=["scripted", "barge_in", "finish"])
+def test_a_streaming_handler_s_values_land_where_they_came(schedule: tuple[Perturbation, ...], tmp_path: Path) -> None:
+    """A streaming tool's values are placed as its finish is (`handler_yielded` lines): held, they
+    keep their order with its finish, and the updates and follow-ups replay the same."""
+    script = Script(Turn(say="Let me look.", calls=[call("lookup", order="A1"), call("prices", symbol="X")]),
+                    Turn(say="Done."))
+    conversation = from_script(script, tool_registry([lookup, prices]), dialect="openai", lines=("Go",))
+    run = run_schedule(conversation, schedule, keep=True)   # (one_follow_up breaks here: a relay finding of its own)
+    try:
+        path = run.session.save(tmp_path)
+    finally:
+        run.session.close()
+    kinds = [note.kind for note in read_recording(path).notes
+             if note.fields.get("name") == "prices" and note.kind != TOOL_CALL_NOTE]
+    assert kinds == [HANDLER_YIELDED_NOTE] * 3 + [HANDLER_FINISHED_NOTE], kinds
+    assert replay(path, conversation.tools).ok
 
 
 def test_without_the_finish_lines_the_replay_lands_a_finish_elsewhere(tmp_path: Path) -> None:

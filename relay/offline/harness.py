@@ -48,6 +48,7 @@ from relay.offline.virtual import DEFAULT_THREAD_LIMIT, VirtualLoop
 from relay.recording.format import (
     CLIENT_TO_RELAY,
     HANDLER_FINISHED_NOTE,
+    HANDLER_YIELDED_NOTE,
     RELAY_TO_CLIENT,
     RELAY_TO_UPSTREAM,
     UPSTREAM_TO_RELAY,
@@ -280,6 +281,7 @@ class HarnessSession(DriverCore):
 
     def _handler_yielded(self, call_id: str, value: Any) -> None:
         if not self.closed:
+            self.notes.append((len(self.frames), self.now, HANDLER_YIELDED_NOTE, self._finish_note(call_id)))
             super()._handler_yielded(call_id, value)
             self._pump()
 

@@ -60,7 +60,7 @@ from relay.engine.records import CallRecord
 from relay.errors import UnusableInput
 from relay.mcp.servers import ToolSet
 from relay.offline.mcp_answers import MCP_ANSWERS, Moments, with_recorded_mcp_tools
-from relay.offline.replay_finishes import RecordedFinishes
+from relay.offline.replay_finishes import RecordedFinishes, Report
 from relay.offline.replay_result import Divergence, ReplayCall, ReplayResult, render_report
 from relay.offline.replaying import (
     REQUEST,
@@ -75,6 +75,8 @@ from relay.offline.sends import replay_sends
 from relay.offline.timeline import Timeline
 from relay.recording.format import (
     CLIENT_TO_RELAY,
+    HANDLER_FINISHED_NOTE,
+    HANDLER_YIELDED_NOTE,
     RELAY_TO_UPSTREAM,
     UPSTREAM_TO_RELAY,
     Frame,
@@ -227,7 +229,7 @@ class _Replayer(DriverCore):
 
     def act_cancel_handler(self, action: CancelHandler) -> None:
         super().act_cancel_handler(action)
-        self.finishes.release(action.call_id)   # a finish held for a cancelled call is never heard
+        self.finishes.drop(action.call_id)   # what a cancelled call's handler reported is never heard
         self.timeline.append(f"{self._t():9.3f}  cancel {action.call_id}: {action.reason}")
 
     def act_send_client(self, action: SendClient) -> None:
@@ -276,14 +278,27 @@ class _Replayer(DriverCore):
             self.timeline.append(f"{self._t():9.3f}  send  {self._produced_sends.describe(key)}")
 
     def _handler_finished(self, call_id: str, outcome: Outcome) -> None:
-        if not self.finishes.hold(call_id, outcome):   # else it lands where it was recorded
+        if not self.finishes.hold(call_id, HANDLER_FINISHED_NOTE, outcome):   # else it lands where it was recorded
             super()._handler_finished(call_id, outcome)
         self._progress.set()
 
+    def _handler_yielded(self, call_id: str, value: Any) -> None:
+        if not self.finishes.hold(call_id, HANDLER_YIELDED_NOTE, value):
+            super()._handler_yielded(call_id, value)
+        self._progress.set()
+
+    def _report(self, call_id: str, report: Report) -> None:
+        kind, value = report
+        if kind == HANDLER_FINISHED_NOTE:
+            super()._handler_finished(call_id, value)
+        else:
+            super()._handler_yielded(call_id, value)
+
     async def _finishes_before(self, line_no: float) -> None:
-        """The handlers' finishes recorded before line `line_no`, each at its recorded moment: a
-        handler still running is waited for (at most the gate timeout), one that finished early
-        was held (`RecordedFinishes`)."""
+        """What the handlers reported (finishes, a streaming handler's values) recorded before line
+        `line_no`, each at its recorded moment: a handler still running is waited for (at most the
+        gate timeout), what came early was held (`RecordedFinishes`); after the last line, all
+        that is still held."""
         for note in self.finishes.reached(line_no):
             call_id = str(note.fields["call_id"])
             deadline = time.monotonic() + self.gate_timeout
@@ -293,9 +308,11 @@ class _Replayer(DriverCore):
                 with anyio.move_on_after(max(0.0, deadline - time.monotonic())):
                     await self._progress.wait()
             self._advance_to(self.base_time + note.t)
-            outcome = self.finishes.release(call_id)
-            if outcome is not None:
-                super()._handler_finished(call_id, outcome)
+            for report in self.finishes.release(call_id):
+                self._report(call_id, report)
+        if line_no == math.inf:
+            for call_id, report in self.finishes.left():
+                self._report(call_id, report)
 
     def _t(self) -> float:
         return self.now - self.base_time

@@ -6,46 +6,52 @@ plays the frames on virtual time, so a handler's finish would otherwise land whe
 brings it: before a barge-in it recorded after, or after one it recorded before, and what the relay
 does next (a follow-up or none, an output spoken or withdrawn) changes. With the lines, a finish
 that comes early is held until the replay's play reaches its line, and a frame recorded after the
-line waits (at most the gate timeout) for the handler to finish. A recording without them (written
-before they were) replays as before: each finish is taken when it comes.
+line waits (at most the gate timeout) for the handler to finish. A streaming handler's values
+(`handler_yielded`) are placed the same way. A recording without them (written before they were)
+replays as before: each finish is taken when it comes.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from typing import Any
 
-from relay.engine import Outcome
-from relay.recording.format import HANDLER_FINISHED_NOTE, Note, Recording
+from relay.recording.format import HANDLER_FINISHED_NOTE, HANDLER_YIELDED_NOTE, Note, Recording
+
+Report = tuple[str, Any]
+"""What a handler reported: its note's kind (finished or yielded) and its outcome or value."""
 
 
 class RecordedFinishes:
-    """The recording's handler finishes, in order, and the outcomes the replay holds until each is
-    reached."""
+    """The recording's handler finishes (and a streaming handler's values), in order, and what the
+    replay's handlers reported early, held until each is reached."""
 
     def __init__(self, recording: Recording) -> None:
-        notes = [note for note in recording.notes
-                 if note.kind == HANDLER_FINISHED_NOTE and isinstance(note.fields.get("call_id"), str)]
+        notes = [note for note in recording.notes if note.kind in (HANDLER_FINISHED_NOTE, HANDLER_YIELDED_NOTE)
+                 and isinstance(note.fields.get("call_id"), str)]
         # a recording built in memory has no line numbers: nothing says where its finishes were
         self._ahead: deque[Note] = deque(notes if all(note.line_no > 0 for note in notes) else ())
-        self._due: dict[str, int] = {}   # call id -> its finishes not reached yet
+        self._due: dict[str, int] = {}   # call id -> its reports recorded and not reached yet
         for note in self._ahead:
             call_id = str(note.fields["call_id"])
             self._due[call_id] = self._due.get(call_id, 0) + 1
-        self._held: dict[str, Outcome] = {}
+        self._held: dict[str, deque[Report]] = {}
 
-    def hold(self, call_id: str, outcome: Outcome) -> bool:
-        """Keep a handler's outcome that came before its recorded finish was reached; False when
-        nothing recorded says where it lands (it is taken at once)."""
-        if not self._due.get(call_id):
+    def hold(self, call_id: str, kind: str, value: Any) -> bool:
+        """Keep what a handler reported before its recorded place was reached, or after a report of
+        its still held (the order stays its own); False when nothing recorded says where it lands
+        (it is taken at once)."""
+        held = self._held.setdefault(call_id, deque())
+        if not held and self._due.get(call_id, 0) == 0:
             return False
-        self._held[call_id] = outcome
+        held.append((kind, value))
         return True
 
     def held(self, call_id: str) -> bool:
-        return call_id in self._held
+        return bool(self._held.get(call_id))
 
     def reached(self, line_no: float) -> list[Note]:
-        """The finishes recorded before line `line_no` not reached yet, in order: each is now."""
+        """The reports recorded before line `line_no` not reached yet, in order: each is now."""
         passed: list[Note] = []
         while self._ahead and self._ahead[0].line_no < line_no:
             note = self._ahead.popleft()
@@ -53,9 +59,25 @@ class RecordedFinishes:
             passed.append(note)
         return passed
 
-    def release(self, call_id: str) -> Outcome | None:
-        """The outcome held for the call, if any (it goes to the engine now)."""
-        return self._held.pop(call_id, None)
+    def release(self, call_id: str) -> list[Report]:
+        """The call's first report held, if any, and, once no place of the call's is left ahead,
+        all its others (they go to the engine now, in order)."""
+        held = self._held.get(call_id)
+        if not held:
+            return []
+        if self._due.get(call_id, 0) == 0:
+            return [held.popleft() for _ in range(len(held))]
+        return [held.popleft()]
+
+    def drop(self, call_id: str) -> None:
+        """The relay cancelled the call's handler: what it reported is never heard."""
+        self._held.pop(call_id, None)
+
+    def left(self) -> list[tuple[str, Report]]:
+        """Every report still held (the recording's places all passed), in the order they came per call."""
+        left = [(call_id, report) for call_id, held in self._held.items() for report in held]
+        self._held.clear()
+        return left
 
 
-__all__ = ["RecordedFinishes"]
+__all__ = ["RecordedFinishes", "Report"]

@@ -37,9 +37,12 @@ HANDLER_FINISHED_NOTE = "handler_finished"
 """The kind of the `relay` line that says when a relay call's handler finished (its outcome went to
 the engine), placed among the frames where it happened: a replay holds that handler's finish until
 its own play reaches the same place (relay/offline/replay_finishes.py)."""
+HANDLER_YIELDED_NOTE = "handler_yielded"
+"""The same for each value a streaming tool's handler yielded (its updates, its first output)."""
 NOTE_FIELDS: dict[str, tuple[str, ...]] = {
     TOOL_CALL_NOTE: ("call_id", "name", "outcome", "is_error", "message", "output_item_id", "response_id"),
     HANDLER_FINISHED_NOTE: ("call_id", "name"),
+    HANDLER_YIELDED_NOTE: ("call_id", "name"),
 }
 
 

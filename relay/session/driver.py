@@ -159,8 +159,9 @@ class DriverCore:
         self._apply(self.engine.handler_finished(call_id, outcome, self._moment()))
 
     def _finish_note(self, call_id: str) -> dict[str, Any]:
-        """The fields of the `handler_finished` relay line a driver that records writes when the
-        runner reports a handler done, before the engine hears it (relay/recording/format.py)."""
+        """The fields of the `handler_finished` (`handler_yielded`) relay line a driver that records
+        writes when the runner reports a handler done (a streaming handler's value), before the
+        engine hears it (relay/recording/format.py)."""
         entry = self.engine.ledger.get(call_id)
         return {"call_id": call_id, "name": entry.name if entry is not None else None}
 

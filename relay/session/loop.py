@@ -36,6 +36,7 @@ from relay.errors import REDACTED
 from relay.recording.format import (
     CLIENT_TO_RELAY,
     HANDLER_FINISHED_NOTE,
+    HANDLER_YIELDED_NOTE,
     RELAY_TO_CLIENT,
     RELAY_TO_UPSTREAM,
     UPSTREAM_TO_RELAY,
@@ -383,6 +384,12 @@ class SessionLoop(DriverCore):
         if self.recorder is not None:
             self.recorder.record_notice(HANDLER_FINISHED_NOTE, self._finish_note(call_id))
         super()._handler_finished(call_id, outcome)
+
+    def _handler_yielded(self, call_id: str, value: Any) -> None:
+        """As a finish: where a streaming handler's value came, among the frames."""
+        if self.recorder is not None:
+            self.recorder.record_notice(HANDLER_YIELDED_NOTE, self._finish_note(call_id))
+        super()._handler_yielded(call_id, value)
 
     def act_notice(self, action: Notice) -> None:
         if action.kind == TOOL_CALL and self.recorder is not None:
