@@ -70,9 +70,13 @@ class _Handoff:
         self._given.set()
         return True
 
-    def take(self, timeout: float) -> Callable[[], None] | None:
+    def take(self, timeout: float, giving_up: Callable[[], None]) -> Callable[[], None] | None:
+        """The outcome, if given within `timeout`; else None, `giving_up` called first (before
+        the worker can see that nobody waits and post its outcome to the loop instead)."""
         self._given.wait(timeout)
         with self._lock:
+            if self._outcome is None:
+                giving_up()
             self._waiting = False
             return self._outcome
 
@@ -96,10 +100,16 @@ class _NeverSleeps(selectors.BaseSelector):
     virtual clock (`VirtualLoop._idle`)."""
 
     def __init__(self) -> None:
-        self.real = selectors.DefaultSelector()
+        self._real: selectors.BaseSelector | None = None   # made when first needed (most loops never do)
         self.on_idle: Callable[[float | None], list[Any]] = lambda timeout: []
-        self.threads_pending: Callable[[], bool] = lambda: True
+        self.threads: Any = (None,)   # the loop's work in threads it waits for (set by the loop)
         self._registered = 0   # what is registered with `real` (the loop's own wake-up pipe: 1)
+
+    @property
+    def real(self) -> selectors.BaseSelector:
+        if self._real is None:
+            self._real = selectors.DefaultSelector()
+        return self._real
 
     def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
         key = self.real.register(fileobj, events, data)
@@ -115,7 +125,7 @@ class _NeverSleeps(selectors.BaseSelector):
         return self.real.modify(fileobj, events, data)
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        if self.quiet():
+        if self._registered <= 1 and not self.threads:   # `quiet()`, without its call: once a loop step
             # nothing can be ready: no work in a thread is awaited and no socket but the loop's
             # own wake-up pipe is registered (the poll would be a system call per step for nothing)
             return [] if timeout == 0 else self.on_idle(timeout)
@@ -125,13 +135,14 @@ class _NeverSleeps(selectors.BaseSelector):
         return self.on_idle(timeout)
 
     def quiet(self) -> bool:
-        return self._registered <= 1 and not self.threads_pending()
+        return self._registered <= 1 and not self.threads
 
     def get_map(self) -> Any:
         return self.real.get_map()
 
     def close(self) -> None:
-        self.real.close()
+        if self._real is not None:
+            self._real.close()
 
 
 class VirtualLoop(asyncio.SelectorEventLoop):
@@ -142,19 +153,35 @@ class VirtualLoop(asyncio.SelectorEventLoop):
         selector = _NeverSleeps()
         super().__init__(selector)
         selector.on_idle = self._idle
-        selector.threads_pending = lambda: bool(self._threads)
         self._never_sleeps = selector
         self._now = start
         self._horizon = start
         self.thread_limit = thread_limit
         self._threads: set[asyncio.Future[Any]] = set()
+        selector.threads = self._threads
 
     def time(self) -> float:
         return self._now
 
+    def _make_self_pipe(self) -> None:
+        """The loop's wake-up pipe (what a thread writes to when it hands the loop a callback) is
+        made only once a thread's work is waited for (`_wakeable`): a session whose tools never
+        leave the loop opens no socket, and the explorer runs thousands of them."""
+        self._ssock = self._csock = None
+
+    def _wakeable(self) -> None:
+        """The wake-up pipe, made before a thread may need it (in the loop's thread)."""
+        if self._ssock is None:
+            super()._make_self_pipe()   # type: ignore[misc]
+
+    def _close_self_pipe(self) -> None:
+        if self._ssock is not None:
+            super()._close_self_pipe()   # type: ignore[misc]
+
     def run_in_executor(self, executor: concurrent.futures.Executor | None, func: Callable[..., Any],
                         *args: Any) -> asyncio.Future[Any]:
         """As asyncio's, and the loop waits for the work (in real time, its clock standing still)."""
+        self._wakeable()
         future = super().run_in_executor(executor, func, *args)
         self._threads.add(future)
         future.add_done_callback(self._threads.discard)
@@ -197,7 +224,7 @@ class VirtualLoop(asyncio.SelectorEventLoop):
             jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
             jobs.put(work)
             threading.Thread(target=self._worker, args=(jobs,), name="relay-harness-tool", daemon=True).start()
-        outcome = handoff.take(min(PROMPT_WAIT, self.thread_limit))
+        outcome = handoff.take(min(PROMPT_WAIT, self.thread_limit), self._wakeable)
         if outcome is not None:
             self.call_soon(report, outcome)
         else:
