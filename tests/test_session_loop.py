@@ -190,6 +190,12 @@ class WritingPeer(MemoryPeer):
 
 
 answered: list[anyio.Event] = []
+
+
+@tool
+async def streamed():
+    for part in ("one", "two"):
+        yield part
 released: list[anyio.Event] = []
 
 
@@ -235,7 +241,7 @@ async def sent_when_told(tool_name: str, scenario, recorder: ListRecorder | None
             told.append([json.loads(frame)["type"] for frame in upstream.sent])
             told_event.set()
 
-    engine = OpenAIEngine([at_once, when_released], config=EngineConfig(mode="proxy", strict=True, declare_tools=False))
+    engine = OpenAIEngine([at_once, when_released, streamed], config=EngineConfig(mode="proxy", strict=True, declare_tools=False))
     loop = SessionLoop(engine, upstream=upstream, client=client, on_notice=on_notice, recorder=recorder)
     with anyio.fail_after(TIMEOUT):
         async with anyio.create_task_group() as tg:
@@ -297,3 +303,16 @@ async def test_the_recording_says_where_a_handler_finished_among_the_frames() ->
     assert ("upstream>relay", "response.done") in before
     assert ("relay>upstream", "conversation.item.create") in after
     assert ("relay>upstream", "conversation.item.create") not in before
+
+
+async def test_the_recording_says_where_a_streaming_handler_yielded() -> None:
+    recorder = ListRecorder()
+
+    async def scenario(mock, upstream, client, frames) -> None:
+        for frame in frames:
+            await upstream.feed(frame)
+
+    await sent_when_told("streamed", scenario, recorder)
+    notes = [line[1].split()[0] for line in recorder.lines
+             if line[0] == "relay" and line[1].endswith(" streamed") and not line[1].startswith("tool_call ")]
+    assert notes == ["handler_yielded", "handler_yielded", "handler_finished"], notes
