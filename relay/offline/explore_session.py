@@ -168,10 +168,24 @@ class Exploring:
             self.loop.call_at(self._release_at, self._release)
 
     def _release(self) -> None:
-        self._release_at = None
-        if self.closed or not self._paced:
-            self._paced.clear()
-            return
+        """The next frame in flight reaches the relay; then the next, each `STEP` later, for as
+        long as nothing else of the loop's comes first (`VirtualLoop.skip_to`: the same order,
+        without a round of the loop per frame); else at its own timer."""
+        while True:
+            self._release_at = None
+            if self.closed or not self._paced:
+                self._paced.clear()
+                return
+            self._release_at = self.now + STEP   # what the frame causes queues behind it, no timer yet
+            self._release_one()
+            if not self._paced:
+                self._release_at = None
+                return
+            if not self.loop.skip_to(self._release_at):
+                self.loop.call_at(self._release_at, self._release)
+                return
+
+    def _release_one(self) -> None:
         self._released += 1
         if self._released > MAX_UPSTREAM_FRAMES:
             self._paced.clear()
@@ -182,7 +196,6 @@ class Exploring:
         head = self._paced.popleft()
         if callable(head):   # the caller's speech reaches the server now: what it sends back
             self._paced.extendleft(reversed([copy for frame in head() for copy in self._deliveries(frame)]))
-            self._schedule_release()
             return
         self._inbox.append(("upstream", head))
         counts = self.observed.events_after_start
@@ -190,7 +203,6 @@ class Exploring:
             if (number, "answered") not in self.observed.anchors:
                 counts[number] += 1
         self._pump()
-        self._schedule_release()
 
     def _deliveries(self, frame: str | bytes) -> list[str | bytes]:
         """The frames delivered for one the upstream sent (twice: a `duplicate` delivery)."""

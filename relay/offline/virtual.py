@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import heapq
 import queue
 import selectors
 import threading
@@ -240,6 +241,23 @@ class VirtualLoop(asyncio.SelectorEventLoop):
             if job is None:
                 return
             job(jobs)
+
+    def skip_to(self, moment: float) -> bool:
+        """Move the clock to `moment` at once when the loop has nothing to do before it (nothing
+        ready, no timer due by then, no thread or socket to wait for, within the horizon), as its
+        idle step would, without a round of the loop; False, the clock unmoved, otherwise. The
+        explorer releases its paced frames this way (a loop round a frame was a tenth of its cost)."""
+        scheduled = self._scheduled   # cancelled timers at its head are dropped, as a round does
+        while scheduled and scheduled[0]._cancelled:
+            self._timer_cancelled_count -= 1
+            heapq.heappop(scheduled)._scheduled = False
+        timeout = max(0.0, moment - self._now)
+        if (self._ready or self._stopping or not self._never_sleeps.quiet() or self._now >= self._horizon
+                or self._now + timeout > self._horizon
+                or (scheduled and scheduled[0]._when <= moment + self._clock_resolution)):
+            return False
+        self._now += timeout
+        return True
 
     def run_until(self, moment: float) -> None:
         """Run everything due up to `moment` (the clock ends there), and what that causes at once."""
