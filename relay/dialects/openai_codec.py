@@ -189,6 +189,14 @@ def event_of(data: Any, family: Variant | None = None) -> Event | Unknown:
         return Unknown(data)
 
 
+def names_of(kinds: tuple[type[Event], ...], family: Variant | None = None) -> frozenset[str]:
+    """Every name an event of `kinds` (or a subclass) arrives by in `family` (None: GA): GA's,
+    beta's and the variant's own (what a reader that reads only these may test a frame's peeked
+    `type` against before it decodes the frame)."""
+    reader = _OPENAI if family is None else _reader_of(family)
+    return frozenset(name for name, cls in reader.by_name.items() if issubclass(cls, kinds))
+
+
 # ---- writing ----------------------------------------------------------------------------------------
 _ENCODER = msgspec.json.Encoder()
 

@@ -17,6 +17,7 @@ from relay.dialects import OPENAI, Dialect, OpenAIFamily
 from relay.dialects import gemini_codec as gemini
 from relay.dialects import openai_codec as wire
 from relay.dialects.gemini import response_text
+from relay.dialects.peek import has_single_plain_type, peek_type
 from relay.engine.sequencer import META_CALLS, META_KIND
 from relay.offline.replaying import json_object
 from relay.recording.format import (
@@ -217,6 +218,18 @@ class Reader:
             self.open_calls.discard(call_id)
 
 
+_UPSTREAM_NAMES: dict[int, tuple[OpenAIFamily, frozenset[str]]] = {}
+
+
+def _read_upstream(family: OpenAIFamily) -> frozenset[str]:
+    """The names the upstream's events that `ItemReader.upstream` reads arrive by in `family`
+    (worked out once a variant)."""
+    known = _UPSTREAM_NAMES.get(id(family))
+    if known is None or known[0] is not family:
+        known = _UPSTREAM_NAMES[id(family)] = (family, wire.names_of(ItemReader.UPSTREAM_READS, family))
+    return known[1]
+
+
 class ItemReader(Reader):
     """Reads the frames of a variant of the OpenAI family (the dialect's names) as its typed events."""
 
@@ -228,11 +241,20 @@ class ItemReader(Reader):
         self.response_calls: dict[str, list[str]] = {}
         self.client_creates = 0                     # client creates gone up, not yet answered
         self.incomplete: set[str] = set()           # calls whose item ended incomplete: never to run
+        self.read_upstream = _read_upstream(self.family)
 
     def wants(self, frame: Frame) -> bool:
         """A frame toward the client says something only as an `error` event: one whose text has
-        not even the event's name in it is not decoded (half of a session's frames)."""
-        return frame.direction != RELAY_TO_CLIENT or frame.raw is None or self.error_name in frame.raw
+        not even the event's name in it is not decoded (half of a session's frames). One from the
+        upstream says something only as an event `upstream` reads (`UPSTREAM_READS`): one whose
+        peeked `type` (the only one it has) is another is not decoded (the deltas, most of the
+        rest)."""
+        raw = frame.raw
+        if raw is None:
+            return True
+        if frame.direction == UPSTREAM_TO_RELAY:
+            return peek_type(raw) in self.read_upstream or not has_single_plain_type(raw)
+        return frame.direction != RELAY_TO_CLIENT or self.error_name in raw
 
     def dispatch(self, direction: str, event: dict[str, Any]) -> None:
         typed = wire.event_of(event, self.family)   # the family's codec: beta and the variant's names read as GA
@@ -280,6 +302,11 @@ class ItemReader(Reader):
             self.add(UPDATE, text=text, by="relay")
 
     # -- what the upstream said
+    UPSTREAM_READS: tuple[type[wire.Event], ...] = (
+        wire.SpeechStarted, wire.InputTranscriptionCompleted, wire.ResponseCreated, wire.OutputItemDone, wire.ItemDone,
+        wire.AudioTranscriptDone, wire.TextDone, wire.ResponseDone, wire.Error)
+    """The upstream's events `upstream` reads (the frames of others are not decoded: `wants`)."""
+
     def upstream(self, event: wire.Event) -> None:
         if isinstance(event, wire.SpeechStarted):
             if self.active or self.open_calls:
