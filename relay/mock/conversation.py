@@ -8,7 +8,6 @@ or a Foundry-only field to OpenAI, gets the same `error` it would get in product
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from relay.dialects.openai import (
@@ -19,6 +18,7 @@ from relay.dialects.openai import (
     MESSAGE,
 )
 from relay.mock.wire import ProtocolError, Wire, new_id
+from relay.tools.render import json_copy
 
 ROOT = "root"
 MAX_ITEM_ID_LENGTH = 32
@@ -109,7 +109,7 @@ class Conversation:
     @property
     def items(self) -> list[dict[str, Any]]:
         """A snapshot of the items in order."""
-        return [copy.deepcopy(item) for item in self._items]
+        return [json_copy(item) for item in self._items]
 
     def current(self) -> list[dict[str, Any]]:
         """The items in order, as stored (not copied): for a reader that changes none of them."""
@@ -232,7 +232,7 @@ class Conversation:
             if not any(i.get("type") == MCP_APPROVAL_REQUEST and i.get("id") == item["approval_request_id"]
                        for i in self._items):
                 raise item_not_found(item["approval_request_id"], "item.approval_request_id")
-        fields = {k: copy.deepcopy(v) for k, v in item.items() if k not in ("id", "object", "status", "type")}
+        fields = {k: json_copy(v) for k, v in item.items() if k not in ("id", "object", "status", "type")}
         # as the server stores them: an output and an MCP approval's answer without a status
         status = {"status": "completed"} if item_type in (MESSAGE, FUNCTION_CALL) else {}
         return wire.item(id=item_id or new_id("item"), type=item_type, **status, **fields)

@@ -90,6 +90,7 @@ from relay.mock.script import MockScript, Reply, ToolCall, warn_not_offered
 from relay.mock.session import MockConnection
 from relay.mock.wire import new_digits, new_id
 from relay.session.policy import INTERNAL_ERROR
+from relay.tools.render import json_copy
 
 GEMINI = "gemini"
 PATHS = tuple(sorted(CLIENT_PATHS))
@@ -274,7 +275,7 @@ class GeminiMockSession:
                                        or modalities[0] not in _MODALITIES):
             raise GeminiProtocolError("generationConfig.responseModalities takes one of TEXT, AUDIO.")
         self.declarations = self._check_tools(given(setup.tools))
-        self.setup = copy.deepcopy(plain(setup))
+        self.setup = json_copy(plain(setup))
         self._setup = setup
         return [_emit(SetupComplete()), *self._resumption_update()]
 

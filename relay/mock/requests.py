@@ -6,7 +6,6 @@ input items), the reply the script picks and the plan it becomes, the run starte
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from relay.mock.wire import (
     check_tool_choice,
     check_tools,
 )
+from relay.tools.render import json_copy
 
 log = logging.getLogger("relay.mock.session")
 
@@ -176,12 +176,12 @@ class ResponseRequests:
             output_format=output_format or self.wire.output_format(self.config),
             output_bytes_per_ms=self.wire.output_bytes_per_ms(self.config),
             max_output_tokens=max_tokens or self.wire.max_output_tokens(self.config),
-            metadata=copy.deepcopy(request.get("metadata")),
+            metadata=json_copy(request.get("metadata")),
             input_tokens=(
                 _text_tokens(items) + _text_tokens(instructions) + _text_tokens(self.config.get("tools")),
                 self._input_audio_ms // 50,
             ),
-            request=copy.deepcopy(request),
+            request=json_copy(request),
             origin=origin,
             hold=reply.hold,
             hold_before_done=reply.hold_before_done or self.script.options.hold_before_done,

@@ -13,7 +13,6 @@ says `cancelled`.
 from __future__ import annotations
 
 import base64
-import copy
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from relay.mock.conversation import Conversation
 from relay.mock.mcp import PlannedApprovalRequest, PlannedMcpCall, approval_item, call_item, call_steps
 from relay.mock.script import StreamOptions
 from relay.mock.wire import Wire, new_call_id, new_id, obfuscation
+from relay.tools.render import json_copy
 
 
 @dataclass(frozen=True)
@@ -214,7 +214,7 @@ class ResponseRun:
             self.status = "completed"
         if self.conversation is not None:
             for item in self._joining:   # `Quirks.calls_join_at_done`, `calls="in_done"`
-                self.conversation.insert(copy.deepcopy(item))
+                self.conversation.insert(json_copy(item))
         yield self.wire.frame(codec.ResponseDone(response=self._object(self._usage.to_wire())))
 
     def _rate_limits(self) -> list[dict[str, Any]]:
@@ -235,7 +235,7 @@ class ResponseRun:
             previous = self._joining[-1]["id"] if self._joining else self.conversation.last_id()
             self._joining.append(item)
         else:
-            previous = self.conversation.insert(copy.deepcopy(item))
+            previous = self.conversation.insert(json_copy(item))
         if call and quirks.call_added_twice:
             # the xAI quirk, off OpenAI's shape on purpose: the call's item says role "tool", twice
             added = self.wire.frame(codec.ItemAdded(previous_item_id=previous, item={**item, "role": "tool"}))
@@ -248,7 +248,7 @@ class ResponseRun:
         if item["type"] in (codec.MESSAGE, codec.FUNCTION_CALL):   # MCP items have no status on the wire
             item["status"] = "incomplete" if self._cancel_reason else "completed"
         if self.conversation is not None:
-            self.conversation.replace(copy.deepcopy(item))
+            self.conversation.replace(json_copy(item))
             if self.wire.has_event(codec.ItemDone) and item not in self._joining:
                 yield self.wire.frame(codec.ItemDone(previous_item_id=self.conversation.previous_id(item["id"]),
                                                      item=item))

@@ -38,6 +38,7 @@ from relay.mock.wire import (
     new_id,
     new_session_call_id,
 )
+from relay.tools.render import json_copy
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +130,7 @@ class MockSession(ResponseRequests):
 
     @property
     def tools(self) -> list[dict[str, Any]]:
-        return copy.deepcopy(self.config.get("tools") or [])
+        return json_copy(self.config.get("tools") or [])
 
     @property
     def auth(self) -> str | None:

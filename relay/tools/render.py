@@ -12,6 +12,7 @@ wire: Gemini Live's answers carry the same `error` member (`relay.dialects.gemin
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import datetime
 import enum
@@ -251,3 +252,19 @@ def _container_jsonable(value: Any, path: str, active: set[int]) -> list[Any] | 
             raise _NotJSONable(key, path, is_key=True)
         converted[key] = _jsonable(item, f"{path}.{key}" if path else str(key), active)
     return converted
+
+
+def json_copy(value: Any) -> Any:
+    """A copy of JSON-shaped data (dicts, lists and tuples of strings, numbers, booleans and None)
+    that shares nothing with it, as `copy.deepcopy` makes, several times faster (no memo: a value
+    the data holds twice is copied twice). Anything else in it is deep-copied."""
+    kind = type(value)
+    if kind is dict:
+        return {key: json_copy(item) for key, item in value.items()}
+    if kind is list:
+        return [json_copy(item) for item in value]
+    if kind is str or kind is int or kind is float or kind is bool or value is None:
+        return value
+    if kind is tuple:
+        return tuple(json_copy(item) for item in value)
+    return copy.deepcopy(value)

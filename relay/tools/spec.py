@@ -9,7 +9,6 @@ import: the engine, which holds specs, loads it only once a tool is defined.
 
 from __future__ import annotations
 
-import copy
 import enum
 import inspect
 import math
@@ -19,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from relay.tools.errors import ToolDefinitionError
+from relay.tools.render import json_copy
 from relay.tools.result import IdempotencyKey, Interruption, Scheduling, coerce_choice
 
 if TYPE_CHECKING:
@@ -133,7 +133,7 @@ class ToolSpec:
             "type": "function",
             "name": self.name,
             "description": self.description,
-            "parameters": copy.deepcopy(self.parameters),
+            "parameters": json_copy(self.parameters),
         }
 
     def parse_arguments(self, arguments: str) -> dict[str, Any]:
