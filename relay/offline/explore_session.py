@@ -142,6 +142,7 @@ class Exploring:
         self._released = 0
         self._moved: set[Any] = set()   # the calls whose items a `done_first` moved
         self._settled: dict[int, Any] = {}   # call book entries `_look` has nothing more to read of
+        self._looked = -1   # the call book's size when `_look` last found every entry settled
         self._checked: Any = None   # the timeline the invariants read (see `checking`)
         self._pending: list[Perturbation] = sorted(p for p in schedule if p.kind == "barge_in" or p.kind == "drop")
         self._handler_kinds = {p.call: p for p in schedule if p.kind in HANDLER_KINDS}
@@ -262,14 +263,19 @@ class Exploring:
         self._look()
 
     def _look(self) -> None:
+        ledger = self.engine.ledger
+        if len(ledger) == self._looked:
+            return   # every entry settled, and none added since (the book forgets none: no history limit)
         observed = self.observed
         settled = self._settled
-        for entry in self.engine.ledger:
+        open_entries = 0
+        for entry in ledger:
             if settled.get(id(entry)) is entry:
                 continue
             if not entry.relay_owned:
                 settled[id(entry)] = entry
                 continue
+            open_entries += 1
             if entry.call_id not in observed.calls:
                 observed.calls.append(entry.call_id)
             number = observed.calls.index(entry.call_id) + 1
@@ -282,6 +288,9 @@ class Exploring:
                 self._reached(number, "follow_up")
                 if state in _FINAL:   # no anchor of this entry is left to reach
                     settled[id(entry)] = entry
+                    open_entries -= 1
+        if not open_entries and self.engine.config.history_limit is None:
+            self._looked = len(ledger)
 
     def _reached(self, number: int, anchor: str) -> None:
         if (number, anchor) in self.observed.anchors:
