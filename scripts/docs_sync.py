@@ -23,6 +23,9 @@ Each generated block sits between two marker comments, kept so that the next run
 - `<!-- bench-against: RESULTS -->` ... `<!-- /bench-against -->`: this checkout's instructions per
   tool call and per audio frame beside an older commit's, from the file `scripts/bench_against.py
   --json` wrote.
+- `<!-- bench-explore: RESULTS -->` ... `<!-- /bench-explore -->`: the explorer's schedules per CPU
+  second, before and after a change, per conversation, from the file `scripts/bench_explore.py
+  --json` wrote.
 
 Usage: scripts/docs [--check]
 """
@@ -40,7 +43,7 @@ from typing import Any, Callable
 REPO = Path(__file__).resolve().parents[1]
 PAGES = ("README.md", "docs/**/*.md")
 
-BLOCK = re.compile(r"^<!-- (?P<kind>include|options|bench-table|bench-claim|bench-audio|bench-framing|bench-against): (?P<arg>\S+) -->\n"
+BLOCK = re.compile(r"^<!-- (?P<kind>include|options|bench-table|bench-claim|bench-audio|bench-framing|bench-against|bench-explore): (?P<arg>\S+) -->\n"
                    r"(?P<body>.*?)"
                    r"^<!-- /(?P=kind) -->$", re.M | re.S)
 LANGUAGES = {".py": "python", ".sh": "sh", ".json": "json", ".toml": "toml", ".yaml": "yaml", ".yml": "yaml",
@@ -284,6 +287,31 @@ def bench_against(page: Path, path: str) -> str:
     return "\n" + "\n".join(lines) + "\n\n" + wrap(note) + "\n\n"
 
 
+def _rates(rates: list[float]) -> str:
+    return " / ".join(f"{rate:.0f}" for rate in rates) or "-"
+
+
+def bench_explore(page: Path, path: str) -> str:
+    """The table of the explorer's schedules per CPU second, each round's figure before and after,
+    with what the run after tried, from `scripts/bench_explore.py --json`."""
+    figures = results(path)
+    before = figures.get("machine", {}).get("before")
+    lines = ["| conversation | schedules per CPU second" + (f": before (`{before}`) | after" if before else "") +
+             " | distinct / tried | boundaries covered | every invariant held |",
+             "|---|" + ("---:|" if before else "") + "---:|---:|---:|---|"]
+    for name, row in figures.get("conversations", {}).items():
+        rates = (f"{_rates(row.get('before', []))} | " if before else "") + _rates(row.get("after", []))
+        lines.append(f"| {name} | {rates} | {row['distinct']} / {row['tried']} | {row['covered']} of "
+                     f"{row['boundaries']} | {'yes' if row['ok'] else 'no'} |")
+    machine = figures.get("machine", {})
+    note = (f"From [`{path}`]({_link(page, path)}): {machine.get('cpus', '?')} CPUs, Python "
+            f"{machine.get('python', '?')}, load average {machine.get('load_average', 0):.1f} at the start, on "
+            f"{machine.get('commit') or 'an unnamed commit'}; budget {figures.get('budget', '?')}, seed "
+            f"{figures.get('seed', '?')}, {figures.get('rounds', '?')} round(s), each measuring every conversation"
+            + (" before and after, one after the other, in fresh processes." if before else " in a fresh process."))
+    return "\n" + "\n".join(lines) + "\n\n" + wrap(note) + "\n\n"
+
+
 def wrap(text: str, width: int = 100) -> str:
     lines: list[str] = []
     for word in text.split(" "):
@@ -303,7 +331,8 @@ def render(page: str, text: str) -> str:
         "bench-table": lambda arg: bench_table(Path(page), arg), "bench-claim": lambda arg: bench_claim(Path(page), arg),
         "bench-audio": lambda arg: bench_audio(Path(page), arg),
         "bench-framing": lambda arg: bench_framing(Path(page), arg),
-        "bench-against": lambda arg: bench_against(Path(page), arg)}
+        "bench-against": lambda arg: bench_against(Path(page), arg),
+        "bench-explore": lambda arg: bench_explore(Path(page), arg)}
 
     def block(found: re.Match[str]) -> str:
         kind, arg = found["kind"], found["arg"]
