@@ -56,7 +56,7 @@ def client_never_sees_relay_call(session: ExploredSession) -> str | None:
             continue
         seen = next((call_id for call_id in owned if call_id in text), None)
         if seen is not None:
-            return f"the client was sent {seen}, a call the relay owns (frame {frame.line})"
+            return f"the client was sent {seen}, a call the relay owns (frame {frame.line_no})"
     return None
 
 

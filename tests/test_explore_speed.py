@@ -1,0 +1,73 @@
+"""What the explorer's faster loop rests on (issue 48's speed): the virtual loop's clock moved at
+once only when nothing of the loop's comes first, a timeline that decodes fewer frames and reads
+the same, the copy of JSON the mock makes, and the check of the client's frames that scans each
+frame once. tests/test_explore_fixed.py holds the schedules and verdicts of fixed seeds."""
+
+from __future__ import annotations
+
+import copy
+from types import SimpleNamespace
+
+from relay.cli.demo import EXAMPLE_TOOLS, TURNS, demo_script
+from relay.offline import events
+from relay.offline.explore import run_schedule
+from relay.offline.explore_checks import client_never_sees_relay_call
+from relay.offline.explore_session import Conversation
+from relay.offline.virtual import VirtualLoop
+from relay.recording.format import RELAY_TO_CLIENT, Frame
+from relay.tools.render import json_copy
+from relay.tools.sources import tool_registry
+
+
+def test_skip_to_moves_the_clock_only_when_nothing_comes_first() -> None:
+    loop = VirtualLoop()
+    seen: list[tuple[bool, float]] = []
+
+    def step() -> None:
+        seen.append((loop.skip_to(0.5), loop.time()))    # nothing before 0.5: the clock moves
+        seen.append((loop.skip_to(1.5), loop.time()))    # a timer at 1.0 comes first
+        loop.call_soon(lambda: None)
+        seen.append((loop.skip_to(0.7), loop.time()))    # a callback is ready
+
+    loop.call_soon(step)
+    loop.call_at(1.0, lambda: seen.append((loop.skip_to(2.5), loop.time())))   # past the horizon
+    try:
+        loop.run_until(2.0)
+    finally:
+        loop.close()
+    assert seen == [(True, 0.5), (False, 0.5), (False, 0.5), (False, 1.0)]
+
+
+def test_a_timeline_reads_the_same_when_it_decodes_only_what_it_reads(monkeypatch) -> None:
+    conversation = Conversation("demo", demo_script(), TURNS, tool_registry([EXAMPLE_TOOLS]))
+    run = run_schedule(conversation, (), keep=True)
+    try:
+        skipped = run.session._timeline().events
+        monkeypatch.setattr(events.ItemReader, "read_upstream", frozenset(events.wire.names_of((events.wire.Event,))),
+                            raising=False)
+        monkeypatch.setattr(events.ItemReader, "wants", lambda self, frame: True)
+        every = run.session._timeline().events
+    finally:
+        run.session.close()
+    assert skipped == every
+    assert any(event.kind == events.FOLLOW_UP for event in every)
+
+
+def test_json_copy_copies_as_deepcopy_does_and_shares_nothing() -> None:
+    value = {"a": [1, 2.5, {"b": None, "c": True}], "d": ("x", {"e": "f"}), "g": {"h": []}}
+    copied = json_copy(value)
+    assert copied == copy.deepcopy(value)
+    copied["a"][2]["b"] = 1
+    copied["g"]["h"].append(1)
+    copied["d"][1]["e"] = "changed"
+    assert value == {"a": [1, 2.5, {"b": None, "c": True}], "d": ("x", {"e": "f"}), "g": {"h": []}}
+
+
+def test_the_client_seeing_a_relay_call_is_still_found() -> None:
+    owned = [SimpleNamespace(call_id=f"call_{n}abc", relay_owned=True) for n in range(3)]
+    frames = [Frame(0.0, RELAY_TO_CLIENT, None, '{"type":"response.output_audio.delta","delta":"AAAA"}', None, 2),
+              Frame(0.1, RELAY_TO_CLIENT, None, '{"type":"x","call_id":"call_2abc"}', None, 3)]
+    session = SimpleNamespace(engine=SimpleNamespace(ledger=owned), frames=frames)
+    assert client_never_sees_relay_call(session) == "the client was sent call_2abc, a call the relay owns (frame 3)"
+    session.frames = frames[:1]
+    assert client_never_sees_relay_call(session) is None
