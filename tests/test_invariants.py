@@ -13,8 +13,12 @@ from typing import Any
 import pytest
 
 from relay.engine import Action, SendUpstream, new_engine
+from relay.offline.events import FOLLOW_UP, UPDATE
+from relay.offline.explore import run_schedule
+from relay.offline.explore_input import from_script
 from relay.testing import ExpectationFailed, Script, Turn, call, check_invariants
 from relay.tools import tool
+from relay.tools.sources import tool_registry
 
 
 @tool
@@ -170,3 +174,29 @@ def test_a_relay_asking_again_after_the_answer_was_spoken_breaks_one_follow_up()
 def test_an_unknown_invariant_is_named() -> None:
     with pytest.raises(ValueError, match="unknown invariant 'polite'; the invariants are answered_once"):
         check_invariants(run("openai"), "polite")
+
+
+@tool
+async def ticker(symbol: str):
+    """Stream a symbol's prices: the first is the output, the others updates."""
+    for price in (1, 2, 3):
+        yield {"symbol": symbol, "price": price}
+        await asyncio.sleep(0.02)
+
+
+def test_an_update_sent_after_the_follow_up_was_asked_for_may_be_spoken_about_again() -> None:
+    """A streaming tool's later values go in after its batch's follow-up was asked for, so that
+    response cannot cover them: the relay's next follow-up about the call speaks them and is no
+    second answer. Two follow-ups with no update after the first ask still break it (above)."""
+    script = Script(Turn(say="Let me look.", calls=[call("ticker", symbol="X"), call("ticker", symbol="Y")]),
+                    Turn(say="Done."))
+    conversation = from_script(script, tool_registry([ticker]), dialect="openai", lines=("Go",))
+    run = run_schedule(conversation, (), keep=True)
+    try:
+        events = list(run.session.timeline)
+    finally:
+        run.session.close()
+    assert run.broken == [], run.broken
+    asks = [e.index for e in events if e.kind == FOLLOW_UP]
+    updates = [e.index for e in events if e.kind == UPDATE]
+    assert len(asks) == 2 and any(asks[0] < u < asks[1] for u in updates), "an update came between the two asks"

@@ -101,7 +101,7 @@ def test_a_streaming_handler_s_values_land_where_they_came(schedule: tuple[Pertu
     script = Script(Turn(say="Let me look.", calls=[call("lookup", order="A1"), call("prices", symbol="X")]),
                     Turn(say="Done."))
     conversation = from_script(script, tool_registry([lookup, prices]), dialect="openai", lines=("Go",))
-    run = run_schedule(conversation, schedule, keep=True)   # (one_follow_up breaks here: a relay finding of its own)
+    run = run_schedule(conversation, schedule, keep=True)
     try:
         path = run.session.save(tmp_path)
     finally:

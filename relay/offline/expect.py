@@ -384,20 +384,28 @@ def _spoke_after_tools(timeline: Timeline) -> list[Violation]:
 
 
 def _one_follow_up(timeline: Timeline) -> list[Violation]:
+    """A second follow-up about a call breaks the invariant unless a streaming tool's update went in
+    after the first was asked for: a response covers only what the conversation held when it was
+    asked for, so an update sent after that ask is news the model has yet to speak about."""
     violations = []
-    spoken_about: dict[str, Event] = {}     # call id -> the follow-up response that covered it
+    asked_at: dict[str, int] = {}                       # call id -> the latest follow-up asked about it
+    spoken_about: dict[str, tuple[Event, int]] = {}     # call id -> the follow-up that covered it, and its ask
+    last_update = -1
     for event in timeline:
-        if event.kind == RESPONSE and event.by == "relay follow-up":
+        if event.kind == FOLLOW_UP:
+            for call_id in event.call_ids:
+                asked_at[call_id] = event.index
+        elif event.kind == RESPONSE and event.by == "relay follow-up":
             for call_id in event.call_ids:
                 earlier = spoken_about.get(call_id)
-                if earlier is not None:
+                if earlier is not None and earlier[1] > last_update:
                     violations.append(Violation(event.index, f"the model was asked twice to speak about {call_id}: "
-                                                             f"responses {earlier.response_id} and {event.response_id}"))
-                spoken_about[call_id] = event
+                                                             f"responses {earlier[0].response_id} and {event.response_id}"))
+                spoken_about[call_id] = (event, asked_at.get(call_id, event.index))
         elif event.kind == OUTPUT and event.by == "relay" and event.call_id:
             spoken_about.pop(event.call_id, None)
         elif event.kind == UPDATE:
-            spoken_about.clear()
+            last_update = event.index
     return violations
 
 
