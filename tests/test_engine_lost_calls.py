@@ -83,6 +83,42 @@ def test_of_two_calls_lost_in_a_row_only_the_last_is_named_and_answered() -> Non
     assert h.engine.ledger.get(first["call_id"]) is None
 
 
+def test_a_question_lost_with_a_second_drop_is_asked_again_once_and_its_call_answered_once() -> None:
+    """The relay asked for a lost call's item, and the sideband dropped again before the answer
+    came (the explorer's schedule: two reconnects in a row): the question went with the
+    connection, so it is asked again on the next one, and the call is answered once."""
+    h = sidecar()
+    [lost] = lost_while_away(h, [weather("Paris")])
+    h.deliver = False
+    h.upstream(h.mock.user_turn("hello?"))
+    assert [e["item_id"] for e in h.sent_of("conversation.item.retrieve")] == [lost["id"]]
+    h.disconnect()
+    h.undelivered.clear()   # the question was lost with the connection
+    h.deliver = True
+    h.reconnect()
+    assert [e["item_id"] for e in h.sent_of("conversation.item.retrieve")] == [lost["id"]] * 2
+    h.run_all()
+    assert [o["item"]["call_id"] for o in h.outputs] == [lost["call_id"]] and len(h.creates) == 1
+    h.disconnect()
+    h.reconnect()
+    assert len(h.sent_of("conversation.item.retrieve")) == 2, "an answered question is not asked again"
+
+
+def test_a_question_unanswered_on_two_connections_is_dropped() -> None:
+    """Asked again once, not forever: a question unanswered on its second connection too is
+    dropped at the third, and the relay's questions stay bounded."""
+    h = sidecar()
+    lost_while_away(h, [weather("Paris")])
+    h.deliver = False
+    h.upstream(h.mock.user_turn("hello?"))
+    for _ in range(3):
+        h.disconnect()
+        h.undelivered.clear()
+        h.reconnect()
+    assert len(h.sent_of("conversation.item.retrieve")) == 2
+    assert h.engine.lost.asked == {}
+
+
 def test_a_response_whose_end_comes_after_the_reconnect_brings_the_call_it_never_saw() -> None:
     h = sidecar()
     events = h.mock.respond([weather("Paris")], finish=False)

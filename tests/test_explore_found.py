@@ -5,9 +5,15 @@
   sideband away 0.2 s or 12.6 s): the parallel call of the same response was made while the
   connection was down, every frame of it lost, and was never answered (`answered_once`). The
   relay now asks for the item the next item names as its previous (relay/engine/recovery.py).
+- **A lost call's question lost to a second reconnect** (the demo, the sideband away 12.6 s while
+  call 1's handler runs and again while call 2's does): the relay asked for the lost call's item,
+  the answer went with the second drop, and the call was never answered (`answered_once`). The
+  relay now asks an unanswered question once more on the next connection.
 - **A Gemini session dropped mid-call did not replay to the same outcome** (`replays_same`)."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -15,6 +21,7 @@ from relay.cli.demo import EXAMPLE_TOOLS, TURNS, demo_script
 from relay.offline.events import CALL
 from relay.offline.explore import replayable, replays_same, run_schedule
 from relay.offline.explore_session import Conversation, Perturbation
+from relay.recording.format import RELAY_TO_UPSTREAM
 from relay.tools.sources import tool_registry
 
 
@@ -37,6 +44,23 @@ def test_a_call_lost_whole_to_a_reconnect_is_answered_once(dialect: str, attempt
             assert retrieved, "the lost call was asked for"
         assert session.unseen_calls() == set()
         assert made <= {entry.call_id for entry in session.engine.ledger}
+    finally:
+        run.session.close()
+
+
+@pytest.mark.parametrize("dialect", ["openai", "azure", "foundry"])
+def test_a_question_lost_to_a_second_reconnect_is_asked_again_and_its_call_answered_once(dialect: str) -> None:
+    schedule = (Perturbation("reconnect", 1, "running", 6), Perturbation("reconnect", 2, "running", 6))
+    run = run_schedule(demo(dialect), schedule, keep=True)
+    try:
+        session = run.session
+        assert run.observed.fired == list(schedule)
+        assert run.broken == []
+        asked = [json.loads(frame.raw)["item_id"] for frame in session.frames
+                 if frame.direction == RELAY_TO_UPSTREAM and frame.raw and "conversation.item.retrieve\"" in frame.raw]
+        assert len(asked) > len(set(asked)), "the question lost with the second drop was asked again"
+        made = {event.call_id for event in session.timeline.of(CALL)}
+        assert made - session.unseen_calls() <= {entry.call_id for entry in session.engine.ledger}
     finally:
         run.session.close()
 

@@ -21,8 +21,9 @@ one item before it, so of several items lost in a row only the last is named (a 
 made two calls while the sideband was away, neither seen: the second is answered, the first is
 not). The window is written down in docs/guarantees.md. The relay asks only while the gap is
 open: from the reconnect until a response begun after it ends (everything lost lies before that
-response's items), for at most `MAX_ASKED` items; an id it asked for and was never answered is
-dropped at the next reconnect.
+response's items), for at most `MAX_ASKED` items. A question still unanswered when the connection
+drops again went with it, or its answer did: the relay asks it once more on the next connection,
+and drops it if that one too goes unanswered.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ class LostItems:
         self.injector = injector
         self.open = False                       # a reconnect happened and no response since has ended
         self.asked: dict[str, Any] = {}         # item id asked for -> the item that named it
+        self._again: set[str] = set()           # ids asked once more after a reconnect
         self._began: set[str] = set()           # responses created since the reconnect
 
     # ---- the gap -------------------------------------------------------------------------
@@ -72,8 +74,14 @@ class LostItems:
         for response_id in list(conversation.response_order):
             self.injector.inject_ready(conversation.responses[response_id])
         self.open = True
-        self.asked.clear()
         self._began.clear()
+        for item_id in list(self.asked):
+            if item_id in self._again or conversation.item(item_id) is not None:
+                del self.asked[item_id]   # asked twice, or come meanwhile by another way
+            else:
+                self._again.add(item_id)  # the question or its answer went with the connection
+                ctx.send_tagged(wire.ItemRetrieve(event_id=ctx.new_event_id(), item_id=item_id), "retrieve")
+        self._again.intersection_update(self.asked)
 
     def response_began(self, response: ResponseRecord) -> None:
         if self.open:
