@@ -9,6 +9,9 @@
   call 1's handler runs and again while call 2's does): the relay asked for the lost call's item,
   the answer went with the second drop, and the call was never answered (`answered_once`). The
   relay now asks an unanswered question once more on the next connection.
+- **The explorer's own check**, not the relay: a session that expired while the relay's question
+  for a lost call's item was unanswered counted that call as owed (`answered_once`); the relay
+  never learnt that the item was a call, so it is owed nothing (`unseen_calls`).
 - **A Gemini session dropped mid-call did not replay to the same outcome** (`replays_same`)."""
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from relay.cli.demo import EXAMPLE_TOOLS, TURNS, demo_script
 from relay.offline.events import CALL
 from relay.offline.explore import replayable, replays_same, run_schedule
 from relay.offline.explore_session import Conversation, Perturbation
-from relay.recording.format import RELAY_TO_UPSTREAM
+from relay.recording.format import RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY
 from relay.tools.sources import tool_registry
 
 
@@ -61,6 +64,24 @@ def test_a_question_lost_to_a_second_reconnect_is_asked_again_and_its_call_answe
         assert len(asked) > len(set(asked)), "the question lost with the second drop was asked again"
         made = {event.call_id for event in session.timeline.of(CALL)}
         assert made - session.unseen_calls() <= {entry.call_id for entry in session.engine.ledger}
+    finally:
+        run.session.close()
+
+
+def test_a_session_ending_before_a_lost_items_answer_owes_that_call_nothing() -> None:
+    schedule = (Perturbation("expiry", 3, "running"), Perturbation("late_arguments", 2, "announced"),
+                Perturbation("reconnect", 1, "answered", 6))
+    run = run_schedule(demo("openai"), schedule, keep=True)
+    try:
+        session = run.session
+        assert sorted(run.observed.fired, key=repr) == sorted(schedule, key=repr)
+        assert session.closed and run.broken == []
+        asked = [json.loads(frame.raw)["item_id"] for frame in session.frames
+                 if frame.direction == RELAY_TO_UPSTREAM and frame.raw and "conversation.item.retrieve\"" in frame.raw]
+        answered = [frame.raw for frame in session.frames
+                    if frame.direction == UPSTREAM_TO_RELAY and frame.raw and "conversation.item.retrieved" in frame.raw]
+        assert [item_id for item_id in asked if not any(item_id in text for text in answered)], (
+            "the session ended with the relay's question unanswered")
     finally:
         run.session.close()
 

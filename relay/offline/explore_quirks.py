@@ -202,7 +202,9 @@ class PerturbedSession(ExploredSession):
         """The calls the server made that nothing the relay received tells it of: every frame of
         theirs lost while away, and their item named by no frame after (a later item's
         `previous_item_id` names it, and the relay asks for it: relay/engine/recovery.py). The
-        relay owes these nothing (docs/guarantees.md: the window a reconnect leaves)."""
+        relay owes these nothing (docs/guarantees.md: the window a reconnect leaves). Nor a call
+        whose item the relay asked for when the session ended before the answer came: it never
+        learnt that the item was a call."""
         if not self._lost:
             return set()
         from relay.offline.events import CALL
@@ -216,10 +218,21 @@ class PerturbedSession(ExploredSession):
                 if isinstance(item, dict) and item.get("type") == wire.FUNCTION_CALL:
                     items[item.get("call_id")] = item.get("id")
         received = [frame.raw for frame in self.frames if frame.direction == UPSTREAM_TO_RELAY and frame.raw]
+        unanswered: set[str] = set()   # items the relay asked for, no answer come when the session ended
+        if self.closed:
+            for frame in self.frames:
+                if frame.raw and f'"{wire.ItemRetrieve.__struct_config__.tag}"' in frame.raw:
+                    asked = decode(frame.raw).get("item_id")
+                    if frame.direction == RELAY_TO_UPSTREAM and isinstance(asked, str):
+                        unanswered.add(asked)
+            unanswered = {item_id for item_id in unanswered
+                          if not any(f'"{item_id}"' in text and f'"{wire.ItemRetrieved.__struct_config__.tag}"' in text
+                                     for text in received)}
         return {event.call_id for event in self.timeline.of(CALL)
                 if event.call_id and self.engine.ledger.get(event.call_id) is None
-                and not any(isinstance(items.get(event.call_id), str) and f'"{items[event.call_id]}"' in text
-                            for text in received)}
+                and (items.get(event.call_id) in unanswered
+                     or not any(isinstance(items.get(event.call_id), str) and f'"{items[event.call_id]}"' in text
+                                for text in received))}
 
     def _happen(self, perturbation: Perturbation) -> None:
         act = _SESSION_ACTS.get(perturbation.kind)
