@@ -83,7 +83,7 @@ def test_of_two_calls_lost_in_a_row_only_the_last_is_named_and_answered() -> Non
     assert h.engine.ledger.get(first["call_id"]) is None
 
 
-def test_a_question_lost_with_a_second_drop_is_asked_again_once_and_its_call_answered_once() -> None:
+def test_a_question_lost_with_a_second_drop_is_asked_again_and_its_call_answered_once() -> None:
     """The relay asked for a lost call's item, and the sideband dropped again before the answer
     came (the explorer's schedule: two reconnects in a row): the question went with the
     connection, so it is asked again on the next one, and the call is answered once."""
@@ -104,18 +104,26 @@ def test_a_question_lost_with_a_second_drop_is_asked_again_once_and_its_call_ans
     assert len(h.sent_of("conversation.item.retrieve")) == 2, "an answered question is not asked again"
 
 
-def test_a_question_unanswered_on_two_connections_is_dropped() -> None:
-    """Asked again once, not forever: a question unanswered on its second connection too is
-    dropped at the third, and the relay's questions stay bounded."""
+def test_a_question_is_asked_on_each_new_connection_until_it_is_answered() -> None:
+    """Three drops in a row, each taking the question with it (the explorer's schedule: three
+    reconnects): the relay asks on each new connection, and the answer to the last is the one
+    that comes; the call is answered once."""
     h = sidecar()
-    lost_while_away(h, [weather("Paris")])
+    [lost] = lost_while_away(h, [weather("Paris")])
     h.deliver = False
     h.upstream(h.mock.user_turn("hello?"))
-    for _ in range(3):
+    for _ in range(2):
         h.disconnect()
         h.undelivered.clear()
         h.reconnect()
-    assert len(h.sent_of("conversation.item.retrieve")) == 2
+    assert [e["item_id"] for e in h.sent_of("conversation.item.retrieve")] == [lost["id"]] * 3
+    h.disconnect()
+    h.undelivered.clear()
+    h.deliver = True
+    h.reconnect()
+    h.run_all()
+    assert len(h.sent_of("conversation.item.retrieve")) == 4
+    assert [o["item"]["call_id"] for o in h.outputs] == [lost["call_id"]] and len(h.creates) == 1
     assert h.engine.lost.asked == {}
 
 

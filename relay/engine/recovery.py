@@ -22,8 +22,8 @@ made two calls while the sideband was away, neither seen: the second is answered
 not). The window is written down in docs/guarantees.md. The relay asks only while the gap is
 open: from the reconnect until a response begun after it ends (everything lost lies before that
 response's items), for at most `MAX_ASKED` items. A question still unanswered when the connection
-drops again went with it, or its answer did: the relay asks it once more on the next connection,
-and drops it if that one too goes unanswered.
+drops again went with it, or its answer did: the relay asks it again on each new connection until
+it is answered or the item comes another way (the questions outstanding stay at most `MAX_ASKED`).
 """
 
 from __future__ import annotations
@@ -54,7 +54,6 @@ class LostItems:
         self.injector = injector
         self.open = False                       # a reconnect happened and no response since has ended
         self.asked: dict[str, Any] = {}         # item id asked for -> the item that named it
-        self._again: set[str] = set()           # ids asked once more after a reconnect
         self._began: set[str] = set()           # responses created since the reconnect
 
     # ---- the gap -------------------------------------------------------------------------
@@ -76,12 +75,10 @@ class LostItems:
         self.open = True
         self._began.clear()
         for item_id in list(self.asked):
-            if item_id in self._again or conversation.item(item_id) is not None:
-                del self.asked[item_id]   # asked twice, or come meanwhile by another way
-            else:
-                self._again.add(item_id)  # the question or its answer went with the connection
+            if conversation.item(item_id) is not None:
+                del self.asked[item_id]   # come meanwhile by another way
+            else:                         # the question or its answer went with the connection
                 ctx.send_tagged(wire.ItemRetrieve(event_id=ctx.new_event_id(), item_id=item_id), "retrieve")
-        self._again.intersection_update(self.asked)
 
     def response_began(self, response: ResponseRecord) -> None:
         if self.open:
