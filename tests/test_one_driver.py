@@ -1,7 +1,9 @@
 """One action interpreter and one handler runner: the live session loop, the scripted harness and
 the replay are each a `DriverCore` (relay/session/driver.py): they carry out the engine's actions
 through its `ActionInterpreter` and run tools through its `HandlerRunner` (`run_handler`, the
-error-output policy, the loop watch), so a rule changed there is changed for all three."""
+error-output policy, the loop watch), so a rule changed there is changed for all three. The
+harness's driver is the live `SessionLoop` itself (`HarnessLoop`, on the virtual loop between
+in-memory sockets), so a change to how the loop carries out an action is seen scripted too."""
 
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from relay.engine import (
     StartHandler,
 )
 from relay.engine.records import CallRecord, Phase
-from relay.offline.harness import HarnessSession
+from relay.offline.peers import HarnessLoop
 from relay.offline.replay import _Replayer, replay
 from relay.recording.reader import read_recording
 from relay.session import runner
@@ -79,7 +81,7 @@ def test_something_that_is_not_an_action_is_refused_by_name() -> None:
         ActionInterpreter(Sink())([SendUpstream("a"), "b"])   # type: ignore[list-item]
 
 
-@pytest.mark.parametrize("driver", [SessionLoop, HarnessSession])
+@pytest.mark.parametrize("driver", [SessionLoop, HarnessLoop])
 def test_every_driver_is_an_action_sink(driver: type) -> None:
     steps = {name for name in vars(Sink) if name.startswith("act_")}
     assert steps <= set(dir(driver))
@@ -140,7 +142,28 @@ def test_a_change_to_how_handlers_run_is_seen_live_replayed_and_scripted(tmp_pat
     assert output.text == f"order 7 is on its way{MARK}"
 
 
-DRIVERS = [SessionLoop, HarnessSession, _Replayer]
+def test_the_harness_runs_the_relay_s_session_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A change to how the live loop carries out an action (`SessionLoop._enqueue`: every frame
+    the engine sends either way), made in the loop alone, is seen by the scripted harness: its
+    relay under test is the loop itself, not a copy of it."""
+    written: list[tuple[str, str]] = []
+    enqueue = SessionLoop._enqueue
+
+    def counted(self: SessionLoop, queue: Any, side: str, frame: Any) -> None:
+        written.append((side, str(frame)))
+        enqueue(self, queue, side, frame)
+
+    monkeypatch.setattr(SessionLoop, "_enqueue", counted)
+    script = Script(Turn(calls=[call("where_is", order="7")]), Turn(say="{output}"))
+    with script.start([where_is]) as session:
+        assert isinstance(session.session, SessionLoop)
+        session.user("Where is order 7?")
+    [output] = session.timeline.outputs()
+    assert any(side == "upstream" and output.text in frame for side, frame in written)   # the output, up
+    assert any(side == "client" for side, _ in written)
+
+
+DRIVERS = [SessionLoop, HarnessLoop, _Replayer]
 SHARED = ["act_remember", "_apply", "_fire_deadline", "_next_due", "_run_handlers", "_written_ahead"]
 
 

@@ -1,7 +1,8 @@
 """The `Transport` seam (relay/session/transport.py) holds what every transport must do, at most
 five methods (receive, hold_reading, send, write, close), and every transport implements the same
-five with the same parameters: the websockets and picows transports, and the in-memory one the
-tests run the session loop over."""
+five with the same parameters: the websockets and picows transports, the in-memory one the
+tests run the session loop over, and the harness's (`relay.offline.peers.PeerTransport`, the
+sockets of the relay under test on virtual time), whose behaviour on the seam is checked here too."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ import ast
 import inspect
 from pathlib import Path
 
+import anyio
 import pytest
 
+from relay.offline.peers import PeerTransport
 from relay.session import transport as seam
+from relay.session.transport import FrameQueue, TransportClosed
 from relay.transports.websockets import WebsocketsTransport
 from tests.support.peers import InMemoryTransport
 
@@ -43,7 +47,7 @@ def test_the_count_sees_every_method() -> None:
 
 
 def transports() -> list[type]:
-    found: list[type] = [WebsocketsTransport, InMemoryTransport]
+    found: list[type] = [WebsocketsTransport, InMemoryTransport, PeerTransport]
     try:
         from relay.transports.picows_connection import PicowsTransport
     except ImportError:   # picows is the `fast` extra's
@@ -59,3 +63,61 @@ def test_every_transport_implements_the_seam_with_its_parameters(implementation:
         assert list(implemented.parameters) == list(declared.parameters), name
         assert inspect.iscoroutinefunction(getattr(implementation, name)) == \
             inspect.iscoroutinefunction(getattr(seam.Transport, name)), name
+
+
+def test_the_harness_s_peer_reads_writes_holds_and_closes_as_the_seam_says() -> None:
+    answered: list[str] = []
+    peer = PeerTransport(answered.append)
+    delivered: list[tuple[str, bool]] = []
+    expressed: list[str] = []
+
+    def express(frame: str, more: bool) -> bool:   # takes the audio, leaves the rest to `deliver`
+        if frame.startswith("audio"):
+            expressed.append(frame)
+            return True
+        return False
+
+    async def main() -> None:
+        ended: list[TransportClosed] = []
+
+        async def read() -> None:
+            try:
+                await peer.receive(lambda frame, more: delivered.append((frame, more)), express)
+            except TransportClosed as closed:
+                ended.append(closed)
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(read)
+            await anyio.sleep(0)
+            peer.arrive("a")
+            peer.arrive("audio 1")
+            peer.hold_reading(True)   # held: kept, in order, until reading resumes
+            peer.arrive("b")
+            peer.arrive("c")
+            assert delivered == [("a", False)]
+            peer.hold_reading(False)
+            queue = FrameQueue(1000)
+            queue.put("x", wake=False)
+            queue.put("y", wake=False)
+            assert peer.write(queue) and not queue.frames and queue.size == 0   # written, all of it
+            assert peer.write(queue, "z")   # a lone frame, nothing ahead of it: at once
+            queue.put("w", wake=False)
+            assert not peer.write(queue, "v")   # frames wait ahead of it: refused, to be queued
+            await peer.send(["s"])
+            await peer.close(1000, "bye")
+        assert [c.code for c in ended] == [1000]
+        peer.arrive("after")   # nobody reads any more: dropped
+        with pytest.raises(TransportClosed):
+            await peer.send(["late"])
+
+    anyio.run(main)
+    assert delivered == [("a", False), ("b", False), ("c", False)] and expressed == ["audio 1"]
+    assert answered == ["x", "y", "z", "s"]
+
+
+def test_a_peer_without_the_express_lane_hands_every_frame_to_deliver() -> None:
+    peer = PeerTransport(lambda frame: None, express=False)
+    delivered: list[str] = []
+    peer.read_by(lambda frame, more: delivered.append(frame), lambda frame, more: True)
+    peer.arrive("audio 1")
+    assert delivered == ["audio 1"]

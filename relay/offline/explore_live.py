@@ -29,7 +29,6 @@ import base64
 from typing import Any
 
 from relay.dialects import live as wire
-from relay.engine import SendUpstream
 from relay.mock.gemini import Hangup
 from relay.offline.explore_session import (
     Conversation,
@@ -143,10 +142,9 @@ class ExploredLiveSession(Exploring, DelegatingSession):
         return set(self._delivered_twice)
 
     # ---- anchors ---------------------------------------------------------------------------------
-    def act_send_upstream(self, action: SendUpstream) -> None:
+    def _upstream_gets(self, frame: str | bytes) -> None:
         """The batch's `response.create` begins the follow-up of every call answered before it."""
-        super().act_send_upstream(action)
-        frame = action.frame
+        super()._upstream_gets(frame)
         if isinstance(frame, str) and '"response.create"' in frame:
             self._look()   # the outputs it follows went up in the same step
             for number in range(1, len(self.observed.calls) + 1):

@@ -29,7 +29,7 @@ from msgspec.structs import replace as struct_replace
 from relay.dialects import Dialect, OpenAIFamily
 from relay.dialects import openai_codec as wire
 from relay.dialects.openai import SESSION_EXPIRED, expiry_message
-from relay.engine import SendUpstream, StartHandler
+from relay.engine import StartHandler
 from relay.engine.calls import CallState
 from relay.mock.quirks import Quirks, quirks_of
 from relay.offline.explore_session import STEP, Conversation, ExploredSession, Observed, Perturbation
@@ -153,15 +153,15 @@ class PerturbedSession(ExploredSession):
         return self._away or self._closing or super().pending()
 
     # ---- the connection ------------------------------------------------------------------------
-    def act_send_upstream(self, action: SendUpstream) -> None:
+    def _upstream_gets(self, frame: str | bytes) -> None:
         if not self._away:
-            super().act_send_upstream(action)
+            super()._upstream_gets(frame)
             return
-        self._log_lost(action.frame)
+        self._log_lost(frame)
 
     def _log_lost(self, frame: str | bytes) -> None:
-        """A frame the relay sent while the connection was away: recorded, never delivered."""
-        self._log(RELAY_TO_UPSTREAM, frame)
+        """A frame the relay sent while the connection was away: recorded (by the loop's recorder),
+        never delivered."""
         self.sent_while_away.append(frame if isinstance(frame, str) else frame.decode("utf-8", "replace"))
 
     def _queue_upstream(self, frames: list[str | bytes]) -> None:

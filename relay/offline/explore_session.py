@@ -131,6 +131,8 @@ class Exploring:
     (`relay.offline.explore_live.ExploredLiveSession`). `_explore` sets it up, before the session
     starts."""
 
+    express_lane = False   # every frame through the engine's round: few of a schedule's are audio
+
     kind = "explored session"
 
     def _explore(self, conversation: Conversation, schedule: Schedule) -> None:

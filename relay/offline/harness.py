@@ -3,18 +3,18 @@ caller, every frame kept. What a scripted conversation (`relay.offline.scripted`
 played with faults (`relay.offline.faults`) share; they differ in where the upstream's frames come
 from.
 
-Everything happens on one `VirtualLoop`: the engine is given each frame at the loop's time, its
-actions are carried out at once (frames to the upstream and the caller, handlers started as tasks,
-cancelled, the session closed), its timers are loop timers, and the tools' own `asyncio.sleep`s are
-too. So `advance(3)` runs three virtual seconds of the session, in order, in no real time.
-
-The session is a driver of the engine as the live session loop is (`relay.session.driver`): the
-same action interpreter, and handlers run by the relay's own `HandlerRunner`, its error-output
-policy, loop watch, idempotency key and streaming tools included: async functions as tasks of the
-virtual loop, async generators as streaming tools, sync functions in a thread (here: their own
-daemon thread, which the loop waits for with its clock standing still: see
-`relay.offline.virtual`). What the harness supplies are the driver's ports: the scripted peers
-frames go to, the virtual clock and its timer, and the faults that stand in for a handler.
+The relay under test is the relay's own driver: a `SessionLoop` (relay/session/loop.py) on one
+`VirtualLoop`, between two in-memory sockets (`relay.offline.peers.PeerTransport`): the upstream (a
+scripted model, or a recording's upstream) and the caller. The loop reads each frame and gives it
+to the engine at the loop's time, carries out its actions as it does live (frames to the sockets,
+recorded; handlers started and cancelled by its runner, with its error-output policy, loop watch,
+idempotency key and streaming tools; records written ahead; the session closed), and its timer
+fires the engine's deadlines; the tools' own `asyncio.sleep`s are virtual too. So `advance(3)` runs
+three virtual seconds of the session, in order, in no real time. What differs from a live session
+is around the loop, not in it (`relay.offline.peers.HarnessLoop`): the peers answer at once, the
+recorder keeps the frames here, the faults stand in for a handler, sync handlers run in the
+virtual loop's own daemon threads, which it waits for with its clock standing still (see
+`relay.offline.virtual`).
 """
 
 from __future__ import annotations
@@ -27,37 +27,18 @@ from pathlib import Path
 from typing import Any, Callable
 
 from relay.dialects import Dialect, GeminiDialect, get_dialect
-from relay.engine import (
-    Action,
-    Close,
-    Engine,
-    EngineConfig,
-    Notice,
-    Outcome,
-    SendClient,
-    SendUpstream,
-    StartHandler,
-    new_engine,
-)
-from relay.engine.actions import TOOL_CALL
+from relay.engine import Action, Close, Engine, EngineConfig, Notice, Outcome, StartHandler, new_engine
 from relay.engine.records import CallRecord
 from relay.offline.events import CLOSED, Event
 from relay.offline.expect import Expect, check_invariants, failure
+from relay.offline.peers import HarnessLoop, KeptFrames, PeerTransport, Remembered
 from relay.offline.timeline import Timeline, decided_outcomes, not_owed_speech
 from relay.offline.virtual import DEFAULT_THREAD_LIMIT, VirtualLoop
-from relay.recording.format import (
-    CLIENT_TO_RELAY,
-    HANDLER_FINISHED_NOTE,
-    HANDLER_YIELDED_NOTE,
-    RELAY_TO_CLIENT,
-    RELAY_TO_UPSTREAM,
-    UPSTREAM_TO_RELAY,
-    Frame,
-)
+from relay.recording.format import Frame
 from relay.tools import ToolRegistry
 from relay.tools.sources import ToolSources, tool_registry
-from relay.session.driver import DriverCore
-from relay.session.runner import LoopTasks, Run, TaskScope
+from relay.session.policy import NORMAL_CLOSURE
+from relay.session.runner import Run
 
 EngineFactory = Callable[..., Engine]
 """Builds the engine under test, as `relay.engine.new_engine` (tools, dialect=, config=,
@@ -74,12 +55,15 @@ class SessionOver(RuntimeError):
     """A step was asked of a session that has ended (closed, or its upstream dropped)."""
 
 
-class HarnessSession(DriverCore):
+class HarnessSession:
     """One session of the relay under test on virtual time (see the module docstring). Subclasses
     say what the upstream is (`_upstream_receive`) and what the caller does with what it gets
     (`_caller_receive`)."""
 
     kind = "session"
+    express_lane = True
+    """Whether the sockets offer the loop's express lane (audio forwarded without the engine's
+    round, as live), or hand every frame to the engine's round (`PeerTransport`'s `express`)."""
 
     def __init__(self, tools: ToolSources, *, dialect: str | Dialect = "openai", config: EngineConfig | None = None,
                  engine: EngineFactory | None = None, faults: Any = (), strict: bool = True,
@@ -92,24 +76,29 @@ class HarnessSession(DriverCore):
         self.strict = strict
         self.name = name or f"{self.kind} ({self.dialect.name})"
         self.loop = VirtualLoop(thread_limit=thread_limit)
+        self._time = self.loop.time
         self.config = config or EngineConfig(mode="proxy", strict=strict)
         built: Engine = (engine or new_engine)(self.tools, dialect=self.dialect, config=self.config,
                                                session_id="harness", id_prefix="relay")
+        self.engine = built
         self.records: list[CallRecord] = []   # what the engine wrote ahead (`Remember`), in order
-        self._init_driver(built, records=self.records)
         self.frames: list[Frame] = []
         self.notices: list[Notice] = []
         self.notes: list[tuple[int, float, str, dict[str, Any]]] = []   # relay lines: (frames before, t, kind, fields)
         self.marks: list[tuple[int, float, str, str]] = []   # (frames before it, t, kind, text)
-        self.closed = False
+        self.closed = False   # the session has ended (closed, or its upstream dropped)
         self.saved: Path | None = None
         self.faults = FaultPlan(faults, self)
-        self._inbox: deque[tuple[str, str | bytes]] = deque()
+        self._inbox: deque[tuple[str, str | bytes]] = deque()   # the wire: frames on their way in
         self._pumping = False
-        self._timer: Any = None   # the loop's timer for the engine's next deadline
-        self._timer_at: float | None = None
         self._problems: list[BaseException] = []
-        self._run_handlers(LoopTasks(self.loop), cancel_scope=TaskScope, run_sync=self.loop.run_in_thread)
+        self.upstream = PeerTransport(self._upstream_gets, express=self.express_lane)
+        self.caller = PeerTransport(self._caller_gets, express=self.express_lane)
+        self.session = HarnessLoop(self, self.loop, built, upstream=self.upstream,
+                                   client=self.caller if self.config.has_client else None, clock=self.loop.time,
+                                   recorder=KeptFrames(self._log, self._note), on_notice=self.notices.append,
+                                   write_ahead=Remembered(self.records))   # type: ignore[arg-type]
+        self.session.open()   # its readers start reading as the loop first runs
 
     # ---- time --------------------------------------------------------------------------------
     @property
@@ -155,9 +144,18 @@ class HarnessSession(DriverCore):
 
     # ---- frames between the engine and its peers ------------------------------------------------
     def _log(self, direction: str, frame: str | bytes) -> None:
-        text, data = (frame, None) if isinstance(frame, str) else (None, frame)
+        """The loop's recorder (`KeptFrames`): a frame as it crossed, at the loop's time."""
+        frames = self.frames
         # numbered as the lines of the recording `save` writes (its header is line 1)
-        self.frames.append(Frame(self.now, direction, None, text, data, len(self.frames) + 2))
+        if type(frame) is str:
+            frames.append(Frame(self._time(), direction, None, frame, None, len(frames) + 2))
+        else:
+            frames.append(Frame(self._time(), direction, None, None, frame, len(frames) + 2))   # type: ignore[arg-type]
+
+    def _note(self, kind: str, fields: dict[str, Any]) -> None:
+        """The loop's recorder: a relay line (a tool call's notice, a handler's finish), after the
+        frames kept so far, at the loop's time."""
+        self.notes.append((len(self.frames), self._time(), kind, fields))
 
     def mark(self, kind: str, text: str, *, ahead: int = 0) -> None:
         """Something the timeline should show that is no frame (the session closing, a fault), after
@@ -176,12 +174,25 @@ class HarnessSession(DriverCore):
         self._inbox.extend(("client", frame) for frame in frames)
         self._pump()
 
+    def _upstream_gets(self, frame: str | bytes) -> None:
+        """The relay wrote `frame` on the upstream's socket: what the upstream answers joins the
+        wire (handed to the relay once the round that wrote it is over)."""
+        self._queue_upstream(self._upstream_receive(frame))
+
+    def _caller_gets(self, frame: str | bytes) -> None:
+        """The relay wrote `frame` on the caller's socket: what the caller answers joins the wire."""
+        answers = self._caller_receive(frame)
+        if answers:
+            self._inbox.extend(("client", answer) for answer in answers)
+
     def _pump(self) -> None:
-        """Give the engine what arrived, in order; what it causes arrives after (never nested)."""
+        """Hand the loop's readers what arrived, in order; what it causes arrives after (never
+        nested: the loop's rounds end with a pump, which the outer one carries on)."""
         if self._pumping:
             return
         self._pumping = True
         passed = 0
+        upstream, caller = self.upstream, self.caller
         try:
             while self._inbox and not self.closed:
                 passed += 1
@@ -191,75 +202,30 @@ class HarnessSession(DriverCore):
                                       f"{self.now:.3f} s without a pause (the relay and its peers answer each other "
                                       "in a loop?)")
                 side, frame = self._inbox.popleft()
-                if side == "upstream":
-                    self._log(UPSTREAM_TO_RELAY, frame)
-                    self._act(self.engine.receive_upstream(frame, self.now))
-                else:
-                    self._log(CLIENT_TO_RELAY, frame)
-                    self._act(self.engine.receive_client(frame, self.now))
+                (upstream if side == "upstream" else caller).arrive(frame)
         finally:
             self._pumping = False
 
-    def _act(self, actions: list[Action]) -> None:
-        self._apply(actions)
-
-    # ---- the driver's ports (relay/session/driver.py) -------------------------------------------
-    def _moment(self) -> float:
-        return self.loop.time()
-
+    # ---- what the relay's loop tells the harness (relay/offline/peers.py) -------------------------
     def _round_over(self, outermost: bool, more: bool) -> None:
-        self._schedule_tick()
-
-    def act_send_upstream(self, action: SendUpstream) -> None:
-        self._log(RELAY_TO_UPSTREAM, action.frame)
-        self._queue_upstream(self._upstream_receive(action.frame))
-
-    def act_send_client(self, action: SendClient) -> None:
-        self._log(RELAY_TO_CLIENT, action.frame)
-        self._inbox.extend(("client", frame) for frame in self._caller_receive(action.frame))
+        """The loop carried out a round of the engine's actions (its frames written)."""
 
     def act_start_handler(self, action: StartHandler) -> None:
-        super().act_start_handler(action)
+        """The engine starts a handler: the loop's runner runs it (or a fault's stand-in)."""
+        self.session.start_handler(action)
         self.faults.started(action)
 
-    def act_notice(self, action: Notice) -> None:
-        self.notices.append(action)
-        if action.kind == TOOL_CALL:
-            self.notes.append((len(self.frames), self.now, action.kind, action.fields))
-
-    def act_close(self, action: Close) -> None:
+    def relay_closes(self, action: Close) -> None:
+        """The engine closes the session (the loop ends it)."""
         self.mark(CLOSED, f"the relay closed the {action.target} ({action.code}: {action.reason})")
-
-    def _schedule_tick(self) -> None:
-        deadline = None if self.closed else self.engine.next_deadline()
-        if deadline == self._stuck_deadline:
-            deadline = None
-        if deadline == self._timer_at:
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer_at = deadline
-        self._timer = None if deadline is None else self.loop.call_at(deadline, self._tick)
-
-    def _tick(self) -> None:
-        self._timer = self._timer_at = None
-        if not self.closed:
-            self._fire_deadline(self.now)
-            self._pump()
-
-    def _deadline_left_behind(self, now: float, after: float) -> None:
-        # firing that deadline again would never move virtual time, and the step would hang; it
-        # fails instead, and the deadline is not fired again
-        self.fail("a deadline ahead after the engine's timer fired",
-                  f"a deadline its tick did not move ({now - after:.3f} s in the past)")
-        self._schedule_tick()
 
     # ---- handlers: the relay's runner, on the virtual loop ----------------------------------------
     @property
     def _handlers(self) -> Any:
         """The calls whose handler runs (those the runner has not reported or been told to cancel)."""
-        assert self._runner is not None
-        return self._runner.calls
+        runner = self.session._runner
+        assert runner is not None
+        return runner.calls
 
     def _stand_in(self, action: StartHandler) -> Run:
         return self.faults.handler(action) or self._handler(action)
@@ -267,42 +233,28 @@ class HarnessSession(DriverCore):
     def _handler(self, action: StartHandler) -> Run:
         """The tool's own handler, as the relay's runner runs it (a sync tool in a thread of the
         virtual loop): what a fault or the explorer's perturbation wraps."""
-        runner = self._runner
+        runner = self.session._runner
         assert runner is not None
         return lambda: runner.call_handler(action)
 
     def _handler_finished(self, call_id: str, outcome: Outcome) -> None:
         """The runner's report, to the engine as every driver gives it (unless the session is
-        over), and what it causes delivered."""
+        over); what it causes is delivered as the round ends."""
         if not self.closed:
-            self.notes.append((len(self.frames), self.now, HANDLER_FINISHED_NOTE, self._finish_note(call_id)))
-            super()._handler_finished(call_id, outcome)
-            self._pump()
-
-    def _handler_yielded(self, call_id: str, value: Any) -> None:
-        if not self.closed:
-            self.notes.append((len(self.frames), self.now, HANDLER_YIELDED_NOTE, self._finish_note(call_id)))
-            super()._handler_yielded(call_id, value)
-            self._pump()
+            self.session.report_finished(call_id, outcome)
 
     def _engine_input(self, give: Callable[[], list[Action]]) -> None:
+        """Something for the engine beside the loop's own inputs (what a perturbation makes): its
+        actions carried out by the loop."""
         if not self.closed:
-            self._act(give())
-            self._pump()
+            self.session._apply(give())
 
     # ---- ending -------------------------------------------------------------------------------
     def end(self, reason: str) -> None:
         """The session is over (the relay closes it): running handlers are cancelled, unanswered
         calls abandoned."""
-        if self.closed:
-            return
-        self._act(self.engine.close(self.now, reason))
-        self.mark(CLOSED, reason)
-        self.closed = True
-        if self._runner is not None:
-            self._runner.cancel_all()
-        if self._timer is not None:
-            self._timer.cancel()
+        if self.session.stop("relay", NORMAL_CLOSURE, reason):
+            self.mark(CLOSED, reason)
 
     def close(self) -> None:
         """End the session (if it has not ended) and free its loop."""

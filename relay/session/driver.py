@@ -1,9 +1,10 @@
 """How the engine's actions are carried out and its handlers run: one core for every driver.
 
-The engine answers every input with a list of actions (relay/engine/actions.py). Three drivers
-feed it: the live `SessionLoop` (relay/session/loop.py), the scripted harness on its virtual loop
-(relay/offline/harness.py) and the replay of a recording (relay/offline/replay.py). Each is an
-`DriverCore`, and so shares, rather than copies:
+The engine answers every input with a list of actions (relay/engine/actions.py). Two drivers
+feed it: the `SessionLoop` (relay/session/loop.py), live and, on the harness's virtual loop
+between in-memory sockets, for scripted sessions and the explorer (relay/offline/peers.py), and
+the replay of a recording (relay/offline/replay.py). Each is a `DriverCore`, and so shares,
+rather than copies:
 
 - the one `ActionInterpreter`: each action to its `act_` step, in the engine's order, the actions
   a record guards held while the record is written ahead (`act_remember`, with a store);
@@ -16,8 +17,8 @@ feed it: the live `SessionLoop` (relay/session/loop.py), the scripted harness on
   reported once (`_deadline_left_behind`) and never fired again (firing it would never move time).
 
 What differs between the drivers are the ports each supplies: `act_send_upstream` and
-`act_send_client` (where frames go: the loop's queues and sockets, the harness's scripted peers,
-the replay's comparison with the recording), `act_notice` and `act_close`, `_moment` (the clock:
+`act_send_client` (where frames go: the loop's queues and sockets, live or the harness's
+in-memory peers; the replay's comparison with the recording), `act_notice` and `act_close`, `_moment` (the clock:
 wall time, the virtual loop's, the recording's), `_round_over` (what follows a round: writes,
 arming the timer, answering requests), `_start_task` (where a record's write runs), and the tasks
 the runner's handlers run in (`_run_handlers`: an anyio task group, or the virtual loop's

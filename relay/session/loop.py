@@ -23,7 +23,6 @@ import anyio
 import anyio.abc
 
 from relay.engine import (
-    Action,
     Close,
     Engine,
     Notice,
@@ -61,6 +60,7 @@ from relay.session.policy import (
 from relay.session.runner import DEFAULT_BLOCK_SECONDS, HandlerScope
 from relay.session.transport import (
     BATCH_BYTES,
+    Deliver,
     Express,
     ForwardRule,
     Frame,
@@ -74,6 +74,28 @@ from relay.store.writeahead import WriteAhead
 
 log = logging.getLogger("relay.session")
 
+
+
+class _Signal:
+    """A loop's `anyio.Event` (`started`, `ended`), made when first asked for (set if what it
+    signals has happened): a session nobody waits on (the harness's, by thousands) makes none."""
+
+    def __init__(self, happened: Callable[[Any], bool]) -> None:
+        self.happened, self.slot = happened, ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot = f"_{name}"
+
+    def __get__(self, loop: Any, owner: type | None = None) -> Any:
+        if loop is None:
+            return self
+        event = getattr(loop, self.slot)
+        if event is None:
+            event = anyio.Event()
+            if self.happened(loop):
+                event.set()
+            setattr(loop, self.slot, event)
+        return event
 
 
 @dataclass
@@ -132,14 +154,18 @@ class SessionLoop(DriverCore):
         self.block_seconds = block_seconds   # a handler step holding the event loop this long is told
         self.end: SessionEnd | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
-        self._timer_wake = anyio.Event()
+        # the events are made when first needed (by `run`, or by whoever waits: `_Signal`)
+        self._timer_wake: anyio.Event | None = None
         self._armed_deadline: float | None = None
         self._overflowed_sides: set[str] = set()
-        self._peer_replaced = anyio.Event()
-        self.started = anyio.Event()
-        self.ended = anyio.Event()
+        self._peer_replaced: anyio.Event | None = None
+        self._started: anyio.Event | None = None
+        self._ended: anyio.Event | None = None
 
     # ---- lifecycle ---------------------------------------------------------------------
+    started = _Signal(lambda loop: loop._task_group is not None)   # the session's tasks are started
+    ended = _Signal(lambda loop: loop.end is not None)   # the session has ended (`end`)
+
     async def run(self, on_end: Callable[[str], None] | None = None) -> SessionEnd:
         """Run the session until it ends; how it ended. With `on_end`, the edge's: it is called
         with the reason however the loop ended, and a loop that failed or was cancelled closes the
@@ -166,15 +192,23 @@ class SessionLoop(DriverCore):
         assert self.end is not None
         return self.end
 
-    async def finish(self, by: str, code: int, reason: str) -> None:
-        """End the session: tell the engine, close both sockets, stop every task."""
+    def end_now(self, by: str, code: int, reason: str) -> bool:
+        """`finish`'s first step, at once: the session's end said, the engine told (what it sends
+        as it closes still goes out), every handler cancelled. False: it had ended already."""
         if self.end is not None:
-            return
+            return False
         self.end = SessionEnd(by, code, reason)
-        self.ended.set()
+        if self._ended is not None:
+            self._ended.set()
         self._apply(self.engine.close(self.clock(), reason or f"{by} closed"))
         if self._runner is not None:
             self._runner.cancel_all()
+        return True
+
+    async def finish(self, by: str, code: int, reason: str) -> None:
+        """End the session: tell the engine, close both sockets, stop every task."""
+        if not self.end_now(by, code, reason):
+            return
         with anyio.CancelScope(shield=True):   # each close is bounded by close_timeout
             async with anyio.create_task_group() as closers:
                 if by != "upstream":
@@ -189,20 +223,25 @@ class SessionLoop(DriverCore):
 
     # ---- readers -----------------------------------------------------------------------
     async def _read_upstream(self) -> None:
-        recorder, feed, receive = self.recorder, self._feed, self.engine.receive_upstream
         upstream = self.upstream
+        try:
+            await upstream.receive(*self._upstream_reader())
+        except TransportClosed as closed:
+            if upstream is self.upstream:   # not a socket the session moved off (`replace_upstream`)
+                await self.upstream_lost(closed)
+
+    def _upstream_reader(self) -> tuple[Deliver, Express]:
+        """What the upstream's reader hands each frame to (`Transport.receive`'s two): the express
+        lane, and `deliver` (recorded, then the engine's round)."""
+        recorder, apply, clock, receive = self.recorder, self._apply, self.clock, self.engine.receive_upstream
         express = express_lane(self, UPSTREAM_TO_RELAY, "client", self.engine.forwards_upstream)
 
         def deliver(frame: Frame, more: bool) -> None:
             if recorder is not None:
                 recorder.record(UPSTREAM_TO_RELAY, frame)
-            feed(receive, frame, more)
+            apply(receive(frame, clock()), more)   # what it queues is written as the round ends
 
-        try:
-            await upstream.receive(deliver, express)
-        except TransportClosed as closed:
-            if upstream is self.upstream:   # not a socket the session moved off (`replace_upstream`)
-                await self.upstream_lost(closed)
+        return deliver, express
 
     async def upstream_lost(self, closed: TransportClosed) -> None:
         """The upstream socket closed. The proxy ends the session and passes the code on; the
@@ -222,9 +261,16 @@ class SessionLoop(DriverCore):
 
     async def _read_client(self) -> None:
         assert self.client is not None
-        recorder, feed, receive = self.recorder, self._feed, self.engine.receive_client
+        try:
+            await self.client.receive(*self._client_reader())
+        except TransportClosed as closed:
+            await self.finish("client", closed.code, closed.reason)
+
+    def _client_reader(self) -> tuple[Deliver, Express]:
+        """`_upstream_reader`'s for the client: its frames within its budget (`client_budget`);
+        one over it cuts the client off (nothing more of it forwarded, `_client_too_fast`)."""
+        recorder, apply, clock, receive = self.recorder, self._apply, self.clock, self.engine.receive_client
         budget = self.client_budget
-        client = self.client
         express = express_lane(self, CLIENT_TO_RELAY, "upstream", self.engine.forwards_client, budget)
         pipe = self._to_upstream = express.pipe   # type: ignore[attr-defined]
         rule = pipe.rule
@@ -233,7 +279,7 @@ class SessionLoop(DriverCore):
             if not rule.cut_off and (budget is None or budget.take()):
                 if recorder is not None:
                     recorder.record(CLIENT_TO_RELAY, frame)
-                feed(receive, frame, more)
+                apply(receive(frame, clock()), more)
                 return
             if recorder is not None:
                 recorder.record(CLIENT_TO_RELAY, frame)
@@ -243,10 +289,7 @@ class SessionLoop(DriverCore):
             assert self._task_group is not None
             self._task_group.start_soon(self._client_too_fast, budget)
 
-        try:
-            await client.receive(deliver, express)
-        except TransportClosed as closed:
-            await self.finish("client", closed.code, closed.reason)
+        return deliver, express
 
     async def _client_too_fast(self, budget: EventBudget) -> None:
         """Tell the client why it is closed (an `error` event where its protocol has one; the
@@ -286,6 +329,8 @@ class SessionLoop(DriverCore):
         puts another socket on that side. In the proxy that never happens: the session ends
         and cancels this wait."""
         while (self.upstream if side == "upstream" else self.client) is failed:
+            if self._peer_replaced is None:
+                self._peer_replaced = anyio.Event()
             await self._peer_replaced.wait()
 
     def replace_upstream(self, upstream: Transport) -> None:
@@ -296,13 +341,19 @@ class SessionLoop(DriverCore):
         self.upstream = upstream
         if self._to_upstream is not None:
             self._to_upstream.peer = upstream
-        replaced, self._peer_replaced = self._peer_replaced, anyio.Event()
-        replaced.set()
+        replaced, self._peer_replaced = self._peer_replaced, None
+        if replaced is not None:
+            replaced.set()
         self._task_group.start_soon(self._read_upstream, name="upstream reader")
 
     # ---- timer -------------------------------------------------------------------------
     def _wake_timer(self) -> None:
-        self._timer_wake.set()
+        if self._timer_wake is not None:
+            self._timer_wake.set()
+
+    def _deadline_moved(self, deadline: float | None) -> None:
+        """A round moved the engine's next deadline (to `deadline`) from the one the timer waits for."""
+        self._wake_timer()
 
     def _source_of(self, side: str) -> Transport | None:
         """The socket whose frames fill `side`'s queue (none once the session is over)."""
@@ -357,12 +408,14 @@ class SessionLoop(DriverCore):
         `_release_held`), then tell their notices: a notice's log line, metrics and trace span
         come after the writes, so they never hold a tool's output back from the model. A round
         started while another is under way leaves the writes and the notices to that one."""
-        if self.engine.next_deadline() != self._armed_deadline:
-            self._timer_wake.set()
+        deadline = self.engine.next_deadline()
+        if deadline != self._armed_deadline:
+            self._deadline_moved(deadline)
         if outermost:
             if self._held:
                 self._release_held(more)
-            self._tell_untold()
+            if self._untold:
+                self._tell_untold()
 
     def _tell_untold(self) -> None:
         """The notices of the frames just written, to `on_notice`."""
@@ -409,7 +462,7 @@ class SessionLoop(DriverCore):
         if self.recorder is not None:
             self.recorder.record(RELAY_TO_CLIENT if side == "client" else RELAY_TO_UPSTREAM, frame)
         try:
-            if queue.writer_idle:
+            if queue.waiter is not None:   # the writer sleeps (`writer_idle`)
                 queue.put(frame, wake=False)   # written as the round ends (`_release_held`)
                 if side not in self._held:
                     self._held.append(side)
@@ -426,11 +479,6 @@ class SessionLoop(DriverCore):
             log.warning("%s is not reading: %s; closing it", side, overflow,
                         extra={"session_id": self.engine.session_id})
             self._task_group.start_soon(self._overflowed, side)
-
-    def _feed(self, receive: Callable[[Frame, float], list[Action]], frame: Frame, more: bool) -> None:
-        """A reader's frame into the engine; what it produces for the sockets is written once the
-        frame is done (see `_release_held`)."""
-        self._apply(receive(frame, self.clock()), more)
 
     def _release_held(self, more_to_read: bool) -> None:
         """After the reader's frame: write what it queued now, unless more frames of its read
@@ -464,7 +512,7 @@ def express_lane(session: SessionLoop, received: str, side: str, passes: Callabl
     compiled one read those and nothing else of the session; the lane carries the pipe as
     `express.pipe`.
 
-    It does what `_feed` and `_apply` would do with the engine's `SendClient(frame)` /
+    It does what `deliver`'s round would do with the engine's `SendClient(frame)` /
     `SendUpstream(frame)`: the frame redacted for a client, queued, recorded as `received` and as
     sent, and written at once unless `more` frames of the same read follow (one write after the
     last frame of a burst; should the burst stop short, a write once the event loop's turn comes).
