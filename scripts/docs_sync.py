@@ -209,9 +209,7 @@ def bench_audio(page: Path, path: str) -> str:
                          f"{run[f'live_vs_openai_{direction}']:.2f}x ({low:.2f}x to {high:.2f}x) |")
     machine = figures.get("machine", {})
     frames = next((run["frames"] for key, run in figures.items() if key.startswith("burst_")), 0)
-    note = (f"From [`{path}`]({_link(page, path)}): {machine.get('cpus', '?')} CPUs, Python "
-            f"{machine.get('python', '?')}, load average {machine.get('load_average', 0):.1f} at the start, on "
-            f"{machine.get('commit') or 'an unnamed commit'}; {rounds} rounds of one pass each, {frames:,} frames a "
+    note = (f"{_measured(page, path, machine)}, on {machine.get('commit') or 'an unnamed commit'}; {rounds} rounds of one pass each, {frames:,} frames a "
             "pass.")
     return "\n" + "\n".join(lines) + "\n\n" + wrap(note) + "\n\n"
 
@@ -244,9 +242,7 @@ def bench_framing(page: Path, path: str) -> str:
                      f"{row['prefix_us_per_frame']:.2f} | {row['cpu_ratio']:.3f}x ({low:.3f}x to {high:.3f}x) | "
                      f"{verdict or '-'} |")
     machine = figures.get("machine", {})
-    note = (f"From [`{path}`]({_link(page, path)}): {machine.get('cpus', '?')} CPUs, Python "
-            f"{machine.get('python', '?')}, load average {machine.get('load_average', 0):.1f} at the start, on "
-            f"{machine.get('commit') or 'an unnamed commit'}; {figures.get('rounds', '?')} rounds of one pass of "
+    note = (f"{_measured(page, path, machine)}, on {machine.get('commit') or 'an unnamed commit'}; {figures.get('rounds', '?')} rounds of one pass of "
             f"each, {figures.get('frames', 0):,} frames a pass (each way on websockets); " + (
                 f"instructions: the median of {figures.get('callgrind_estimates', 1)} counts of each, each from "
                 f"callgrind runs over {figures['callgrind_frames']:,} frames and twice as many."
@@ -277,14 +273,19 @@ def bench_against(page: Path, path: str) -> str:
             lines.append(f"| {label} | {beside['base'][name]:.2f}x | {beside['head'][name]:.2f}x | "
                          f"{beside['head'][name] / beside['base'][name]:.3f}x | - |")
     machine = figures.get("machine", {})
-    note = (f"From [`{path}`]({_link(page, path)}): {machine.get('cpus', '?')} CPUs, Python "
-            f"{machine.get('python', '?')}, load average {machine.get('load_average', 0):.1f} at the start; "
+    note = (f"{_measured(page, path, machine)}; "
             f"{figures['calls']:,} tool calls and {20 * figures['calls']:,} audio "
             f"frames through the engine, {figures['frames']:,} frames through the relay, each the difference of "
             "two callgrind runs, the garbage collector off in the engine's" + (
                 f"; beside HAProxy: each commit's `scripts/bench --only throughput --rounds "
                 f"{figures['haproxy_rounds']}`, one after the other." if beside else "."))
     return "\n" + "\n".join(lines) + "\n\n" + wrap(note) + "\n\n"
+
+
+def _measured(page: Path, path: str, machine: dict) -> str:
+    """A generated table's note opening: its JSON file, linked, and the machine it was measured on."""
+    return (f"From [`{path}`]({_link(page, path)}): {machine.get('cpus', '?')} CPUs, Python "
+            f"{machine.get('python', '?')}, load average {machine.get('load_average', 0):.1f} at the start")
 
 
 def _rates(rates: list[float]) -> str:
@@ -304,9 +305,7 @@ def bench_explore(page: Path, path: str) -> str:
         lines.append(f"| {name} | {rates} | {row['distinct']} / {row['tried']} | {row['covered']} of "
                      f"{row['boundaries']} | {'yes' if row['ok'] else 'no'} |")
     machine = figures.get("machine", {})
-    note = (f"From [`{path}`]({_link(page, path)}): {machine.get('cpus', '?')} CPUs, Python "
-            f"{machine.get('python', '?')}, load average {machine.get('load_average', 0):.1f} at the start, on "
-            f"{machine.get('commit') or 'an unnamed commit'}; budget {figures.get('budget', '?')}, seed "
+    note = (f"{_measured(page, path, machine)}, on {machine.get('commit') or 'an unnamed commit'}; budget {figures.get('budget', '?')}, seed "
             f"{figures.get('seed', '?')}, {figures.get('rounds', '?')} round(s), each measuring every conversation"
             + (" before and after, one after the other, in fresh processes." if before else " in a fresh process."))
     return "\n" + "\n".join(lines) + "\n\n" + wrap(note) + "\n\n"
