@@ -88,7 +88,7 @@ def test_the_harness_s_peer_reads_writes_holds_and_closes_as_the_seam_says() -> 
 
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(read)
-            await anyio.sleep(0)
+            await anyio.wait_all_tasks_blocked()   # the reader is reading
             peer.arrive("a")
             peer.arrive("audio 1")
             peer.hold_reading(True)   # held: kept, in order, until reading resumes
