@@ -20,7 +20,8 @@ What each event of the session becomes (the kinds: relay/offline/events.py):
     follow_up       the relay's `response.create` continuing a batch (`call_ids`: the batch)
     create          the client's `response.create`, as it went up
     response / response_done
-                    a backend response began or ended (`status`)
+                    a backend response began or ended (`status`; one still open when a new session
+                    carries a dropped one on ended `incomplete` with it)
     error / closed  the upstream refused something; the session closed
 """
 
@@ -74,6 +75,7 @@ class DelegationReader(Reader):
         self.client_creates = 0
         self.appends: dict[str, Event] = {}           # an append's event id -> its event
         self.relay_answers: set[str] = set()          # delegations the relay's appends answered
+        self.sessions = 0                             # the server sessions started (a reseed starts another)
 
     def dispatch(self, direction: str, event: dict[str, Any]) -> None:
         typed = wire.event_of(event)
@@ -108,7 +110,9 @@ class DelegationReader(Reader):
             return
         if isinstance(typed, _TOLD):
             self.flush()
-        if isinstance(typed, wire.DelegationCreated):
+        if isinstance(typed, wire.SessionStarted):
+            self.session_started()
+        elif isinstance(typed, wire.DelegationCreated):
             delegation = typed.delegation
             if delegation.target == _CLIENT:
                 self.call(delegation.id, DELEGATION_CALL, {"offset_ms": typed.offset_ms})
@@ -124,6 +128,17 @@ class DelegationReader(Reader):
                      by="upstream")
         elif isinstance(typed, wire.SessionClosed):
             self.add(CLOSED, by="upstream", text=str(typed.reason or ""))
+
+    def session_started(self) -> None:
+        """A session started: after the first, a new one that carries a dropped one on
+        (`relay serve --live-reseed`), and the backend response the dropped one had open ended
+        with it."""
+        if self.sessions and self.open_response is not None:
+            self.flush()
+            self.add(RESPONSE_DONE, response_id=self.open_response, status="incomplete", by="server")
+            self.open_response = None
+        self.batch = ()
+        self.sessions += 1
 
     def backend(self, nested: Any) -> None:
         if isinstance(nested, wire.BackendCreated):

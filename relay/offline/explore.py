@@ -63,6 +63,8 @@ NOT_REPLAYABLE: tuple[tuple[str, str | None, str | None, str], ...] = (
     ("hangs", None, None, "the handler's behaviour is the explorer's: the replay runs the real tool"),
     ("mcp_dies", None, None, "the server's death is the explorer's: the replay runs the real tool"),
     ("reconnect", None, None, "a recording holds no mark of a reconnect: its replay cannot reconnect where it did"),
+    ("reseed", None, None, "a recording holds no mark of the new session: its replay cannot start one where it did"),
+    ("interruption", None, None, "the delegate's interruption policy is the explorer's: the replay runs the real one"),
 )
 """The perturbations whose schedules `replays_same` is not checked on, and why."""
 SETTLES = "settles"

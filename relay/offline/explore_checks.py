@@ -12,11 +12,14 @@ from __future__ import annotations
 import os
 from typing import Callable
 
+from relay.dialects import live
 from relay.engine.calls import CallState
+from relay.offline.delegation_checks import INJECTION_INCOMPLETE, delegation_appends
 from relay.offline.events import FOLLOW_UP
 from relay.offline.expect import INVARIANTS, violations
 from relay.offline.explore_session import ExploredSession
 from relay.recording.format import RELAY_TO_CLIENT
+from relay.tools import Interruption
 
 Check = Callable[[ExploredSession], "str | None"]
 
@@ -82,12 +85,71 @@ def nothing_sent_while_away(session: ExploredSession) -> str | None:
     return f"the relay sent {len(lost)} frame(s) upstream while the connection was away: {lost[0][:80]}"
 
 
+def delegation_answered_once(session: ExploredSession) -> str | None:
+    """Client delegation: each delegation the relay's delegate answers is answered by one run of
+    appends (sent together), never a second run after it (a progress filler is not an answer)."""
+    appends = delegation_appends(session)
+    if appends is None:
+        return None
+    runs: dict[str, list[float]] = {}
+    for frame, append in appends.sent:
+        if not appends.filler(append):
+            times = runs.setdefault(str(append.delegation_id), [])
+            if frame.t not in times:
+                times.append(frame.t)
+    for call_id, times in runs.items():
+        if len(times) > 1:
+            return (f"delegation {call_id} was answered by {len(times)} runs of appends "
+                    f"(at {', '.join(f'{t:.3f}' for t in times)} s)")
+    return None
+
+
+def interrupted_not_spoken(session: ExploredSession) -> str | None:
+    """Client delegation: a delegation whose delegate the caller interrupted, under `cancel` or
+    `finish_silently`, is answered silently: no append of its answer asks the model to speak."""
+    appends = delegation_appends(session)
+    if appends is None:
+        return None
+    quiet = {entry.call_id for entry in session.engine.ledger if entry.relay_owned and entry.interrupted
+             and appends.policy(entry.name) is not Interruption.FINISH_AND_SPEAK}
+    for frame, append in appends.sent:
+        if (append.delegation_id in quiet and isinstance(append, live.CommentaryAppend)
+                and not appends.filler(append)):
+            return (f"delegation {append.delegation_id} was interrupted ({appends.policy(str(append.delegation_id))}) "
+                    f"and its answer was spoken anyway (frame {frame.line_no})")
+    return None
+
+
+def appends_placed(session: ExploredSession) -> str | None:
+    """GPT-Live: every append the relay sent is placed on the session's timeline (acknowledged),
+    or failed because the session ended first (`context_injection_incomplete`, or the connection
+    dropped, its session carried on in a new one or not); the server refuses none."""
+    appends = delegation_appends(session, every=True)
+    if appends is None:
+        return None
+    for event_id, code in appends.refused.items():
+        if code != INJECTION_INCOMPLETE:
+            return f"the server refused the relay's append {event_id} ({code})"
+    if session.closed:
+        return None
+    reseeds = getattr(session, "reseeds", ())
+    dropped = max(reseeds) if reseeds else -1.0   # what went up before lost its connection (explore_live)
+    for frame, append in appends.sent:
+        if frame.t > dropped and append.event_id not in appends.placed and append.event_id not in appends.refused:
+            return f"the relay's append {append.event_id} was never placed on the timeline (frame {frame.line_no})"
+    return None
+
+
 SESSION_INVARIANTS: dict[str, tuple[str, Check]] = {
     "handler_once": ("no handler runs twice for one call", handler_once),
     "cancelled_not_spoken": ("a cancelled call's output is never spoken", cancelled_not_spoken),
     "client_never_sees_relay_call": ("the client never sees a call the relay owns", client_never_sees_relay_call),
     "nothing_owed": ("nothing is left owed at the end of the session", nothing_owed),
     "nothing_sent_while_away": ("nothing goes upstream while the connection is away", nothing_sent_while_away),
+    "delegation_answered_once": ("each client delegation is answered by one run of appends", delegation_answered_once),
+    "interrupted_not_spoken": ("an interrupted delegation's answer is spoken only if its delegate says so",
+                               interrupted_not_spoken),
+    "appends_placed": ("every append of the relay's is placed, unless the session ended first", appends_placed),
 }
 
 REPLAY_INVARIANT = "replays_same"
@@ -111,9 +173,13 @@ def _broken(session: ExploredSession, own: dict[str, Check]) -> list[tuple[str, 
     seen: set[str] = set()
     abandoned = {entry.call_id for entry in session.engine.ledger if entry.state == CallState.ABANDONED}
     unseen = session.unseen_calls() if hasattr(session, "unseen_calls") else set()
+    carried = session.carried_calls() if hasattr(session, "carried_calls") else set()
     for name, violation in violations(timeline):
         if any(call_id in violation.message for call_id in unseen):
             continue   # a call nothing the relay received names: it could not know of it
+        if (name == "spoke_after_tools" or "never answered" in violation.message) and any(
+                call_id in violation.message for call_id in carried):
+            continue   # answered in a new session that carries a dropped one on, as a note (explore_live)
         if session.closed and abandoned and any(call_id in violation.message for call_id in abandoned):
             continue   # the connection dropped: an abandoned call is owed nothing more (see nothing_owed)
         if session.closed and name == "spoke_after_tools":

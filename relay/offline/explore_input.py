@@ -1,7 +1,8 @@
 """What the explorer starts from, read into a `Conversation` (relay.offline.explore_session):
 
 - a `Script` of `relay.testing` (its turns; the caller says one line a turn that starts a response);
-- a script file: a JSON object `{"lines": [...], "script": {...}, "dialect": ..., "barge_in": ...}`
+- a script file: a JSON object `{"lines": [...], "script": {...}, "dialect": ..., "barge_in": ...,
+  "delegation": ...}` (GPT-Live's mode: `responses`, the default, or `client`)
   whose `script` is the mock's script (`relay mock --script`: rules, turns, `after_outputs`) and
   `lines` what the caller says, one at a time, each once the session is quiet; a bare mock script
   is read too, its caller saying each rule's `match` in turn;
@@ -24,15 +25,16 @@ from relay.mock import MockScript, Reply, ToolCall
 from relay.offline.events import CALL, FILLER, RESPONSE, SPOKEN, USER
 from relay.offline.explore_session import Conversation
 from relay.offline.scripted import Script
+from relay.offline.scripted_delegations import DELEGATIONS
 
 DEFAULT_LINE = "Hello."
 
 
 def from_script(script: Script, tools: Any, *, dialect: str = "openai", lines: tuple[str, ...] | None = None,
-                barge_text: str | None = None, name: str = "script") -> Conversation:
+                barge_text: str | None = None, name: str = "script", delegation: str | None = None) -> Conversation:
     """A `relay.testing.Script`: its turns, in order, the caller saying `lines` (default: one
     line for each turn that is not a follow-up of the one before: a turn after a turn with calls
-    answers their outputs)."""
+    answers their outputs); `delegation`: GPT-Live's mode (`responses`, the default, or `client`)."""
     mock = script.mock_script()
     if lines is None:
         count, follows = 0, False
@@ -42,7 +44,7 @@ def from_script(script: Script, tools: Any, *, dialect: str = "openai", lines: t
             follows = bool(turn.calls)
         lines = (DEFAULT_LINE,) * max(count, 1)
     return Conversation(f"{name} ({dialect})", mock, tuple(lines), tools, dialect=dialect, barge_text=barge_text,
-                        turns=tuple(script.turns))
+                        turns=tuple(script.turns), delegation=_delegation(delegation, name))
 
 
 def from_file(path: str | Path, tools: Any, *, dialect: str | None = None) -> Conversation:
@@ -76,7 +78,15 @@ def _from_script_file(document: dict[str, Any], source: Path, tools: Any, dialec
     chosen = dialect or document.get("dialect") or "openai"
     barge = document.get("barge_in")
     return Conversation(f"{source.name} ({chosen})", mock, tuple(lines), tools, dialect=str(chosen),
-                        barge_text=barge if isinstance(barge, str) else None)
+                        barge_text=barge if isinstance(barge, str) else None,
+                        delegation=_delegation(document.get("delegation"), str(source)))
+
+
+def _delegation(value: Any, source: str) -> str | None:
+    """GPT-Live's delegation mode a conversation asks for (None: Responses delegation)."""
+    if value is None or value in DELEGATIONS:
+        return value
+    raise UnusableInput(f"{source}: `delegation` is one of {', '.join(DELEGATIONS)}, not {value!r}")
 
 
 def from_recording(path: str | Path, tools: Any, *, dialect: str | None = None) -> Conversation:

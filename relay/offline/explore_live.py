@@ -1,5 +1,6 @@
-"""The explorer on GPT-Live (`relay explore --dialect live`): a scripted conversation of Responses
-delegation (`relay.offline.scripted_delegations`) run on one schedule, as the other wires' are
+"""The explorer on GPT-Live (`relay explore --dialect live`): a scripted conversation
+(`relay.offline.scripted_delegations`) in Responses delegation or in client delegation
+(`Conversation.delegation`), run on one schedule as the other wires' are
 (`relay.offline.explore_session`): the upstream's frames paced one every `STEP`, each
 perturbation anchored on what the relay did with its Nth call, every invariant checked.
 
@@ -7,29 +8,49 @@ GPT-Live's timeline moves with the input audio only (../shared/GPT-LIVE.md 5.6):
 is still to happen (a frame in flight, a handler, a timer, words the model has still to say, an
 append not yet acknowledged) the caller sends 100 ms of silence at a time, as a client must.
 
+Responses delegation: a call is announced and complete in one nested event
+(`response.output_item.done`: GPT-LIVE.md 4.2), so no perturbation lands before it is complete;
+`answered` is its output sent, and the follow-up begins with the relay's `response.create` for
+the batch. Client delegation (GPT-LIVE.md 4.1): the relay's call is its delegate's run for one
+`session.delegation.created`; `running` is while the delegate runs, `answered` between its
+answer's appends and their acknowledgement, and `follow_up` the continuation, once the server
+acknowledged the answer's last append (the model then speaks it).
+
 What is perturbed, and the fact each plays:
 
 | kind | what happens | where the fact is |
 |---|---|---|
-| `barge_in` | the caller speaks a turn while the call's handler runs, between its output and the batch's `response.create`, or during the continuation; nothing is cancelled | GPT-LIVE.md 4.1, 4.2: a spoken interruption does not cancel backend work |
-| `finish`, `past_filler`, `past_timeout`, `raises`, `hangs`, `answers_twice` | the handler's own behaviours, as on every wire | relay/offline/explore_session.py |
-| `duplicate` | the call's nested `response.output_item.done` is delivered twice | GPT-LIVE.md 5.7: events fan out to every connection; claim each `call_id` once |
-| `drop` | the connection drops while the call runs | GPT-LIVE.md 6: no resume; a new connection is a new session |
-| `expired` | the session reaches its duration limit while the call runs: pending appends fail (`context_injection_incomplete`), `session.closed` with `reason: expired`, the close | GPT-LIVE.md 2.4, 6: no GoAway or expiry warning |
+| `barge_in` | the caller speaks a turn while the call's handler runs, between its output and the batch's `response.create` (client: between the appends and their acknowledgement), or during the continuation; nothing is cancelled. Client delegation also at `running` with `step` `LATE`: once the timeline is past the delegation's own words, when the engine applies the delegate's `Interruption` | GPT-LIVE.md 4.1, 4.2: a spoken interruption does not cancel backend work; relay/engine/delegations.py `BARGE_IN_GRACE_MS` |
+| `finish`, `past_filler`, `past_timeout`, `raises`, `hangs`, `answers_twice` | the handler's (the delegate's) own behaviours, as on every wire | relay/offline/explore_session.py |
+| `interruption` | client delegation: the delegate runs under another `Interruption` (`cancel`, `finish_silently`, `finish_and_speak`) than it was written with | relay/tools/delegation.py |
+| `duplicate` | the call's nested `response.output_item.done` (client: its `session.delegation.created`) is delivered twice | GPT-LIVE.md 5.7: events fan out to every connection; claim each `call_id` and delegation id once |
+| `drop` | the connection drops while the call runs (client: also while its appends wait to be placed); the session ends | GPT-LIVE.md 6: no resume; a new connection is a new session |
+| `reseed` | the connection drops while the call runs or between its answer and the acknowledgement (what was in flight is lost), and the relay carries the session on in a new one, as `relay serve --live-reseed` does: the engine's history-seeded `session.start` goes up on a new connection to a new server session (the model's script carries on where it was), then the session goes on | GPT-LIVE.md 6: a new session seeded with `input`; relay/edges/reseed.py |
+| `expired` | the session reaches its duration limit while the call runs (client: also while its appends wait to be placed): pending appends fail (`context_injection_incomplete`), `session.closed` with `reason: expired`, the close | GPT-LIVE.md 2.4, 6: no GoAway or expiry warning |
 
-A call is announced and complete in one nested event (`response.output_item.done`: GPT-LIVE.md
-4.2), so no perturbation lands before it is complete; the follow-up begins with the relay's
-`response.create` for the batch. Client delegation (the relay's delegate answering with appends)
-is not explored yet.
+What `reseed` does not explore: the resume of a client that reconnects itself (`relay serve
+--store`: relay/edges/live_resume.py), which needs a second client connection and a store, neither
+of which the harness has (tests/store/test_live_resume.py covers it); a second drop while the new
+session opens, or a new connection that fails (the loop's attempts); and the relay's `--live-reseed`
+loop itself, whose steps this module plays on the harness's loop as `ReseedingLoop.upstream_lost`
+takes them. A call carried into the new session is answered there once, as a note the model is
+not asked to speak (docs/gpt-live.md), so the timeline's invariants owe it neither an answer naming
+it nor a follow-up (`carried_calls`), and an append lost with the dropped connection is not owed a
+placement.
 """
 
 from __future__ import annotations
 
 import base64
+from dataclasses import replace
 from typing import Any
 
 from relay.dialects import live as wire
+from relay.engine.calls import CallState
+from relay.engine.delegations import BARGE_IN_GRACE_MS
+from relay.mock import Faults, MockConnection
 from relay.mock.gemini import Hangup
+from relay.mock.live import LiveMockSession
 from relay.offline.explore_session import (
     Conversation,
     Exploring,
@@ -39,34 +60,78 @@ from relay.offline.explore_session import (
     _ScriptOf,
 )
 from relay.offline.replaying import json_object as decode
-from relay.offline.scripted_delegations import AUDIO_STEP, RESPONSES, DelegatingSession
+from relay.recording.format import RELAY_TO_UPSTREAM
+from relay.offline.scripted_delegations import AUDIO_STEP, CLIENT, RESPONSES, DelegatingSession
+from relay.tools import Interruption, ToolRegistry
+from relay.tools.sources import tool_registry
 
 BARGE_LINE = "Wait, one more thing."
 """What the caller says when it barges in, unless the conversation gives its own line."""
 ANCHORS = ("running", "answered", "follow_up")
 """Where a perturbation can land on a GPT-Live call's life (`explore_session.ANCHORS`, but the
 call is never seen before it is complete)."""
-SESSION_KINDS = ("expired",)
-"""GPT-Live's own perturbations of the session (the module docstring), each at `running`."""
+SESSION_KINDS = ("expired", "reseed")
+"""GPT-Live's own perturbations of the session (the module docstring): at `running`, and `reseed`
+at `answered` too."""
+INTERRUPTION = "interruption"
+"""Client delegation: the delegate runs under another `Interruption` (its `step`: the index in
+`POLICIES`)."""
+POLICIES = tuple(Interruption)
+LATE = 1
+"""A barge-in's `step` at `running` in client delegation: the caller speaks once the timeline is
+past the delegation's own words (`BARGE_IN_GRACE_MS`), when the engine calls it a barge-in."""
+_LATE_WAIT = BARGE_IN_GRACE_MS / 1000 + 2 * AUDIO_STEP
 _SILENCE = wire.encode(wire.InputAudioAppend(audio=base64.b64encode(bytes(int(24_000 * 2 * AUDIO_STEP))).decode()))
+
+
+def client_delegation(conversation: Conversation) -> bool:
+    """Whether the conversation is in client delegation (the relay's delegate answers with appends)."""
+    return conversation.delegation == CLIENT
 
 
 def space(conversation: Conversation, observed: Observed) -> list[Perturbation]:
     """GPT-Live's own perturbations that the conversation's shape allows: each of
-    `SESSION_KINDS` on each call whose handler ran in the run as scripted."""
-    return [Perturbation(kind, number) for number in range(1, len(observed.calls) + 1)
-            if (number, "running") in observed.anchors for kind in SESSION_KINDS]
+    `SESSION_KINDS` on each call whose handler ran in the run as scripted; in client delegation
+    also the late barge-in, `expired` and `drop` between the appends and their acknowledgement,
+    and the delegate under each `Interruption` it was not written with."""
+    found = [Perturbation(kind, number) for number in range(1, len(observed.calls) + 1)
+             if (number, "running") in observed.anchors for kind in SESSION_KINDS]
+    found += [Perturbation("reseed", number, "answered") for number in range(1, len(observed.calls) + 1)
+              if (number, "answered") in observed.anchors]
+    if not client_delegation(conversation):
+        return found
+    for number in range(1, len(observed.calls) + 1):
+        if (number, "running") in observed.anchors:
+            found.append(Perturbation("barge_in", number, "running", LATE))
+        if (number, "answered") in observed.anchors:
+            found += [Perturbation("expired", number, "answered"), Perturbation("drop", number, "answered")]
+    delegate = tool_registry(conversation.tools).delegate
+    if delegate is not None and observed.calls:
+        found += [Perturbation(INTERRUPTION, 1, step=index) for index, policy in enumerate(POLICIES)
+                  if policy is not delegate.interruption]
+    return found
 
 
 def describe(perturbation: Perturbation) -> str | None:
     """A GPT-Live perturbation in words (None: one of every wire's)."""
+    call = f"call {perturbation.call}"
     if perturbation.kind == "expired":
-        return f"call {perturbation.call}: the session reaches its duration limit (session.closed: expired)"
+        where = " while its appends wait to be placed" if perturbation.anchor == "answered" else ""
+        return f"{call}: the session reaches its duration limit{where} (session.closed: expired)"
+    if perturbation.kind == "barge_in" and perturbation.step == LATE:
+        return f"{call}: the caller barges in while the delegate runs, past the delegation's own words"
+    if perturbation.kind == "drop" and perturbation.anchor == "answered":
+        return f"{call}: the upstream connection drops while its appends wait to be placed"
+    if perturbation.kind == "reseed":
+        where = " before its answer is placed" if perturbation.anchor == "answered" else " while it runs"
+        return f"{call}: the upstream connection drops{where}; the relay carries the session on in a new one"
+    if perturbation.kind == INTERRUPTION:
+        return f"the delegate's interruption policy is {POLICIES[perturbation.step].value}"
     return None
 
 
 class ExploredLiveSession(Exploring, DelegatingSession):
-    """A scripted GPT-Live conversation (Responses delegation) run on one schedule."""
+    """A scripted GPT-Live conversation (Responses or client delegation) run on one schedule."""
 
     def __init__(self, conversation: Conversation, schedule: Schedule, **options: Any) -> None:
         self._explore(conversation, schedule)
@@ -74,8 +139,17 @@ class ExploredLiveSession(Exploring, DelegatingSession):
         self._twice = {p.call for p in schedule if p.kind == "duplicate"}
         self._delivered: list[str] = []   # the relay's calls, in the order the backend delivered them
         self._delivered_twice: set[str] = set()
-        super().__init__(_ScriptOf(conversation.script, conversation.turns), conversation.tools,
-                         dialect=conversation.dialect, delegation=RESPONSES,
+        self._late = 0   # late barge-ins waiting for the timeline to pass the delegation's words
+        self.reseeds: list[float] = []   # when the relay carried the session on in a new one (`reseed`)
+        self._carried: set[str] = set()   # the relay's calls a `reseed` answered in the new session
+        self._client = client_delegation(conversation)
+        tools = conversation.tools
+        policy = next((p for p in schedule if p.kind == INTERRUPTION), None)
+        if policy is not None and self._client:
+            tools = _with_policy(tool_registry(tools), POLICIES[policy.step])
+            self.observed.fired.append(policy)
+        super().__init__(_ScriptOf(conversation.script, conversation.turns), tools,
+                         dialect=conversation.dialect, delegation=CLIENT if self._client else RESPONSES,
                          client_tools=conversation.client_tools, **options)
 
     # ---- the caller ------------------------------------------------------------------------------
@@ -91,7 +165,7 @@ class ExploredLiveSession(Exploring, DelegatingSession):
             self._run(self.now + AUDIO_STEP)
 
     def pending(self) -> bool:
-        return super().pending() or bool(self.mock.speech or self.mock.pending)
+        return super().pending() or bool(self.mock.speech or self.mock.pending or self._late)
 
     def _happen(self, perturbation: Perturbation) -> None:
         if self.closed:
@@ -103,6 +177,21 @@ class ExploredLiveSession(Exploring, DelegatingSession):
             self.mark("fault", "the session reaches its duration limit")
             self._queue_first([self._expire])
             return
+        if perturbation.kind == "reseed":
+            self._reseed()
+            return
+        if perturbation.kind == "barge_in" and perturbation.step == LATE:
+            self._late += 1
+            self.loop.call_later(_LATE_WAIT, self._barge_late)
+            return
+        self._barge_in()
+
+    def _barge_late(self) -> None:
+        self._late -= 1
+        if not self.closed:
+            self._barge_in()
+
+    def _barge_in(self) -> None:
         self.mark("fault", "the caller barges in")
         text = self.conversation.barge_text or BARGE_LINE
         self._queue_first([lambda: self._carry(self.mock.user_turn(text))])
@@ -113,6 +202,39 @@ class ExploredLiveSession(Exploring, DelegatingSession):
         said = self._carry([action for action in self.mock.close("expired") if not isinstance(action, Hangup)])
         return [*said, self._closes]
 
+    def _reseed(self) -> None:
+        """`relay serve --live-reseed` (relay/edges/reseed.py): the upstream connection drops (what
+        was in flight is lost), the engine builds the `session.start` of a new session that carries
+        this one on, the relay opens a new connection to a new server session and sends it first,
+        then carries on over it. The model's script goes on where it was (its turns and the
+        conversation: what the new session's `input` tells it)."""
+        self.mark("fault", "the upstream connection dropped; the relay starts a new session")
+        self._paced.clear()
+        self.reseeds.append(self.now)
+        self._carried.update(entry.call_id for entry in self.engine.ledger if entry.relay_owned and not (
+            entry.state in _OVER or entry.state is CallState.ANSWERED and entry.delivered))
+        self._engine_input(lambda: self.engine.upstream_disconnected(self.now))
+        start, actions = self.engine.new_session(self.now)   # type: ignore[attr-defined]
+        self._engine_input(lambda: actions)
+        if start is None or self.closed:
+            self.loop.call_soon(self.end, "upstream closed the session")
+            return
+        old = self.mock
+        self.mock = LiveMockSession(old.script, Faults(), wall=old.wall)
+        self.mock.picks, self.mock.items = old.picks, old.items
+        self.mock.connected(MockConnection(index=0, path=wire.LIVE_PATH, query={}, headers={}, auth="bearer"))
+        self._log(RELAY_TO_UPSTREAM, start)   # as the live loop records what it sends before it carries on
+        self._queue_upstream(self._upstream_receive(start))
+        self._engine_input(lambda: self.engine.upstream_reconnected(self.now))
+
+    def carried_calls(self) -> set[str]:
+        """The relay's calls not yet answered to the server, or whose answer it had not placed, when
+        a `reseed` dropped their session: the relay answers each once in the new session as a note
+        (a `delegation_id: null` thinking append, or history in its `input`), which the model is not
+        asked to speak (docs/gpt-live.md). The timeline's invariants do not count them owed an
+        answer naming them, nor a follow-up."""
+        return set(self._carried)
+
     def _closes(self) -> list[Any]:
         if not self.closed:
             self.mark("closed", "the upstream closed the session (expired)")
@@ -121,15 +243,13 @@ class ExploredLiveSession(Exploring, DelegatingSession):
 
     # ---- the backend's deliveries ----------------------------------------------------------------
     def _deliveries(self, frame: str | bytes) -> list[str | bytes]:
-        """Twice, the nested `response.output_item.done` of a call a `duplicate` names (numbered
-        as the relay's calls are, in the order the backend delivers them)."""
-        if not self._twice or not isinstance(frame, str) or '"function_call"' not in frame:
+        """Twice, the frame that hands the relay a call a `duplicate` names (numbered as the
+        relay's calls are, in the order the server delivers them): a backend call's nested
+        `response.output_item.done`, or a client delegation's `session.delegation.created`."""
+        if not self._twice or not isinstance(frame, str):
             return [frame]
-        event = wire.event_of(decode(frame))
-        nested = wire.backend_event(event) if isinstance(event, wire.ResponseEnvelope) else None
-        item = nested.item if isinstance(nested, wire.BackendItemDone) and isinstance(nested.item, dict) else {}
-        call_id = item.get("call_id")
-        if item.get("type") != wire.FUNCTION_CALL or item.get("name") not in self.tools or not isinstance(call_id, str):
+        call_id = self._delegation_of(frame) if self._client else self._backend_call_of(frame)
+        if call_id is None:
             return [frame]
         if call_id not in self._delivered:
             self._delivered.append(call_id)
@@ -138,10 +258,43 @@ class ExploredLiveSession(Exploring, DelegatingSession):
             return [frame, frame]
         return [frame]
 
+    def _backend_call_of(self, frame: str) -> str | None:
+        """The call id of a relay tool's call the frame delivers (Responses delegation)."""
+        if '"function_call"' not in frame:
+            return None
+        event = wire.event_of(decode(frame))
+        nested = wire.backend_event(event) if isinstance(event, wire.ResponseEnvelope) else None
+        item = nested.item if isinstance(nested, wire.BackendItemDone) and isinstance(nested.item, dict) else {}
+        call_id = item.get("call_id")
+        if item.get("type") != wire.FUNCTION_CALL or item.get("name") not in self.tools or not isinstance(call_id, str):
+            return None
+        return call_id
+
+    def _delegation_of(self, frame: str) -> str | None:
+        """The id of a client delegation the frame creates (client delegation)."""
+        if _CREATED not in frame:
+            return None
+        event = wire.event_of(decode(frame))
+        if not isinstance(event, wire.DelegationCreated) or event.delegation.target != CLIENT:
+            return None
+        return event.delegation.id
+
     def _repeated(self) -> set[Any]:
         return set(self._delivered_twice)
 
     # ---- anchors ---------------------------------------------------------------------------------
+    def _look(self) -> None:
+        """Client delegation: a delegation's continuation begins when the server acknowledged the
+        last append of its answer (`CallEntry.delivered`): the model speaks the result then."""
+        super()._look()
+        if not self._client:
+            return
+        ledger = self.engine.ledger
+        for number, call_id in enumerate(self.observed.calls, start=1):
+            entry = ledger.get(call_id)
+            if entry is not None and entry.delivered:
+                self._reached(number, "follow_up")
+
     def _upstream_gets(self, frame: str | bytes) -> None:
         """The batch's `response.create` begins the follow-up of every call answered before it."""
         super()._upstream_gets(frame)
@@ -152,4 +305,15 @@ class ExploredLiveSession(Exploring, DelegatingSession):
                     self._reached(number, "follow_up")
 
 
-__all__ = ["ANCHORS", "BARGE_LINE", "SESSION_KINDS", "ExploredLiveSession", "describe", "space"]
+def _with_policy(tools: ToolRegistry, policy: Interruption) -> ToolRegistry:
+    """The same tools, their delegate under `policy`."""
+    delegate = tools.delegate
+    return ToolRegistry([*tools, *([replace(delegate, interruption=policy)] if delegate is not None else [])])
+
+
+_OVER = (CallState.SKIPPED, CallState.ABANDONED)
+_CREATED = f'"{wire.DelegationCreated.__struct_config__.tag}"'
+
+
+__all__ = ["ANCHORS", "BARGE_LINE", "INTERRUPTION", "LATE", "POLICIES", "SESSION_KINDS", "ExploredLiveSession",
+           "client_delegation", "describe", "space"]

@@ -95,6 +95,7 @@ class Conversation:
     quirks: Any = None
     turns: tuple[Any, ...] = ()   # a `Script`'s turns (how each ends), when made from one
     client_tools: tuple[Any, ...] = ()   # the caller's own tools (functions it declares and answers)
+    delegation: str | None = None   # GPT-Live's delegation mode (None: Responses delegation)
 
     def with_dialect(self, dialect: str) -> Conversation:
         return replace(self, dialect=dialect, name=f"{self.name.split(' (')[0]} ({dialect})")
