@@ -71,6 +71,8 @@ def run_replay(path: str, tools: ToolSources, *, dialect: str | None = None, as_
         what = "a plain event log: it records no relay sends" if recording.frames else "a recording without frames"
         raise UnusableInput(f"{path} is {what}, so there is nothing to compare; pass {ALLOW_EMPTY_OPTION} "
                             "to see what the relay would do with it")
+    from relay.offline.replay_checks import builtin_invariants   # the explorer's: not loaded with the command
+
     own = dict(load_invariant(spec) for spec in invariants or ())
     for check in own.values():
         reset = getattr(check, "reset", None)
@@ -78,7 +80,7 @@ def run_replay(path: str, tools: ToolSources, *, dialect: str | None = None, as_
             reset()
     progress = _ProgressBar(len(recording.frames)) if len(recording.frames) > 2000 and sys.stderr.isatty() else None
     result = replay(recording, tools, dialect=dialect, realtime=realtime, gate_timeout=gate_timeout,
-                    progress=progress, mcp_answers=mcp_answers, mcp=mcp, invariants=own)
+                    progress=progress, mcp_answers=mcp_answers, mcp=mcp, invariants={**builtin_invariants(), **own})
     if progress is not None:
         progress.close()
     if html:

@@ -46,6 +46,9 @@ class ReplayCall:
     skipped: str | None = None
 
 
+_CALL_ID = "call_id="
+
+
 @dataclass
 class ReplayResult:
     path: Path
@@ -69,6 +72,18 @@ class ReplayResult:
     @property
     def ok(self) -> bool:
         return not self.divergences and not self.broken
+
+    @property
+    def handler_starts(self) -> dict[str, int]:
+        """How many times the replay started each call's handler (call id -> starts), read from
+        its timeline's `run` lines (`relay.offline.replay`: `run   name(...) call_id=ID`)."""
+        starts: dict[str, int] = {}
+        for line in self.timeline:
+            words = line.split()
+            if len(words) > 2 and words[1] == "run" and words[-1].startswith(_CALL_ID):
+                call_id = words[-1][len(_CALL_ID):]
+                starts[call_id] = starts.get(call_id, 0) + 1
+        return starts
 
     def verdict(self) -> str:
         if self.ok and self.kind == "event-log":
