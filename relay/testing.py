@@ -81,14 +81,16 @@ from relay.recording.format import Recording as _Recording
 
 def explore(conversation: _Any, tools: _Any = (), *, budget: int = 2000, seed: int = 0, dialect: str = "openai",
             lines: _Any = None, barge_in: str | None = None, invariants: _Any = None, reset: _Any = None,
-            time_budget: float | None = None, out: _Any = None) -> _ExploreResult:
+            time_budget: float | None = None, out: _Any = None, delegation: str | None = None) -> _ExploreResult:
     """Run `conversation` (a `Script`, a script file or recording path, or an explorer
     `Conversation`) with `tools` under up to `budget` schedules (relay.offline.explore) and
     return what held and what broke, each finding shrunk and written as a recording:
     `assert result.ok, result.report()`. `lines`: what the caller says (default: one line a
     turn); `barge_in`: what the caller says when it barges in (default: nothing, it only speaks
     over the assistant); `invariants`: your own, by name, each a function of the explored session
-    returning what broke or None; `reset`: called before each schedule (to clear a tool's state)."""
+    returning what broke or None; `reset`: called before each schedule (to clear a tool's state);
+    `delegation`: a `Script`'s GPT-Live mode (`responses`, the default, or `client`: the relay's
+    `@delegate` among `tools` answers each delegation)."""
     from relay.offline.explore import explore as _explore
     from relay.offline.explore_input import from_file, from_script
     from relay.offline.explore_session import Conversation
@@ -97,7 +99,8 @@ def explore(conversation: _Any, tools: _Any = (), *, budget: int = 2000, seed: i
     registry = tool_registry(tools)
     if isinstance(conversation, Script):
         conversation = from_script(conversation, registry, dialect=dialect,
-                                   lines=tuple(lines) if lines is not None else None, barge_text=barge_in)
+                                   lines=tuple(lines) if lines is not None else None, barge_text=barge_in,
+                                   delegation=delegation)
     elif isinstance(conversation, (str, _Path)):
         conversation = from_file(conversation, registry, dialect=dialect)
     elif not isinstance(conversation, Conversation):

@@ -208,3 +208,16 @@ def test_a_responses_batch_carried_on_in_a_new_session_holds_every_invariant(anc
         schedule = (Perturbation("reseed", number, anchor),)
         run = run_schedule(conversation, schedule)
         assert run.observed.fired == list(schedule) and run.broken == [], (schedule, run.broken)
+
+
+def test_a_script_in_client_delegation_is_explored_through_relay_testing() -> None:
+    from relay.testing import Script, Turn, call
+    from relay.testing import explore as explore_script
+
+    script = Script(Turn(say="Let me look.", calls=[call("concierge")]), Turn(say="Done."))
+    result = explore_script(script, [TOOLS], dialect="live", delegation="client", lines=("Where is order Z9?",),
+                            budget=12, seed=4)
+    assert result.ok, result.report()
+    assert result.tried == 12 and result.covered > 1
+    with pytest.raises(Exception, match="delegation"):
+        explore_script(script, [TOOLS], dialect="live", delegation="sideways", budget=1)
