@@ -13,7 +13,6 @@ says `cancelled`.
 from __future__ import annotations
 
 import base64
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -311,7 +310,7 @@ class ResponseRun:
 
     def _function_call(self, output_index: int, planned: PlannedCall) -> Iterator[dict[str, Any] | Pause]:
         call_id = planned.call_id or new_call_id()
-        extra = {"response_id": self.id, "created_at": int(time.time())} if self.wire.foundry else {}
+        extra = {"response_id": self.id, "created_at": int(self.wire.wall())} if self.wire.foundry else {}
         item = self.wire.item(
             id=new_id("item"),
             type=codec.FUNCTION_CALL,

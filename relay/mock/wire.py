@@ -19,7 +19,7 @@ import string
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 from relay.dialects import openai_codec as codec
 from relay.dialects.openai import NOT_IN_BETA, OPENAI, OPENAI_BETA, OpenAIFamily
@@ -192,13 +192,16 @@ class Wire:
     foundry: bool = False
     renamed: Mapping[str, str] = field(default_factory=dict)
     quirks: Quirks = field(default_factory=Quirks)
+    wall: Callable[[], float] = field(default=time.time, compare=False)
+    """The epoch seconds the server's times read (`expires_at`, `created_at`, xAI's ping): the
+    machine's clock, or a scripted session's virtual one (the same frames on every run)."""
 
     @classmethod
-    def of(cls, dialect: OpenAIFamily, quirks: Quirks | None = None) -> Wire:
+    def of(cls, dialect: OpenAIFamily, quirks: Quirks | None = None, wall: Callable[[], float] = time.time) -> Wire:
         """The flavour a variant of the OpenAI family speaks, with its provider's quirks unless
         others are given."""
         return cls(beta=dialect.wire == "beta", foundry=dialect.foundry_fields, renamed=dialect.server_names,
-                   quirks=quirks_of(dialect.name) if quirks is None else quirks)
+                   quirks=quirks_of(dialect.name) if quirks is None else quirks, wall=wall)
 
     @functools.cached_property
     def family(self) -> OpenAIFamily:
@@ -225,7 +228,7 @@ class Wire:
     def ping(self) -> dict[str, Any]:
         """xAI's keepalive event (`Quirks.pings`): outside OpenAI's set, written as xAI's dialect
         shapes it, its time in Unix milliseconds."""
-        timestamp = int(time.time() * 1000)
+        timestamp = int(self.wall() * 1000)
         return xai_ping(new_id("event"), timestamp)
 
     def error(self, error: ProtocolError, client_event_id: str | None) -> dict[str, Any]:
@@ -268,7 +271,7 @@ class Wire:
         return session
 
     def _openai_session(self, session_id: str, model: str) -> dict[str, Any]:
-        expires_at = int(time.time()) + SESSION_LIFETIME_SECONDS
+        expires_at = int(self.wall()) + SESSION_LIFETIME_SECONDS
         if self.beta:
             return {
                 "id": session_id,

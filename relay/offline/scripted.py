@@ -64,7 +64,7 @@ from relay.mock.responses import Pause
 from relay.mock.wire import DEFAULT_MODEL, Wire, seed_ids
 from relay.offline.expect import ExpectationFailed
 from relay.offline.harness import HarnessSession
-from relay.offline.scripted_delegations import DelegatingSession, StrictScript
+from relay.offline.scripted_delegations import START_EPOCH, DelegatingSession, StrictScript
 from relay.offline.replaying import json_object as decode
 from relay.tools import ToolRegistry
 from relay.tools.sources import ToolSources
@@ -310,7 +310,9 @@ def _connection() -> MockConnection:
 class _OpenAIModel(_Model):
     def __init__(self, session: ScriptedSession) -> None:
         self.session = session
-        wire = Wire.of(session.dialect, session.quirks)
+        # the server's clock is the session's (from the same epoch as GPT-Live's scripted mock):
+        # its `expires_at`, `created_at` and pings are the same on every run
+        wire = Wire.of(session.dialect, session.quirks, wall=lambda: START_EPOCH + session.now)
         self.mock = MockSession(wire, session.script.mock_script(), Faults(), DEFAULT_MODEL, {"model": DEFAULT_MODEL})
         self.picks = self.mock.picks
         self._endings: dict[str, str] = {}
