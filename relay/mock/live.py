@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import functools
 import time
 from collections.abc import Callable, Iterable, Sequence
 from http import HTTPStatus
@@ -242,18 +243,15 @@ class LiveMockSession:
 
     # -- the timeline --------------------------------------------------------------------------
     def _audio(self, event: wire.InputAudioAppend, origin: int) -> list[Any]:
-        try:
-            audio = base64.b64decode(event.audio, validate=True) if isinstance(event.audio, str) else None
-        except ValueError:
-            audio = None
-        if audio is None:
+        size = _audio_size(event.audio) if isinstance(event.audio, str) else None
+        if size is None:
             raise LiveRefusal("invalid_audio", "The audio is not base64.", "audio")
         audio_format = self.config["audio"]["format"] if self.config else {"type": "audio/pcm", "rate": 24000}
         pcm = audio_format["type"] == "audio/pcm"
-        if pcm and len(audio) % 2:
+        if pcm and size % 2:
             raise LiveRefusal("invalid_audio", "PCM16 audio must have an even number of bytes.", "audio")
         per_ms = audio_format["rate"] * (2 if pcm else 1) // 1000
-        total = self._spare_bytes + len(audio)
+        total = self._spare_bytes + size
         span, self._spare_bytes = divmod(total, per_ms)
         return self.advance(span, event.audio)
 
@@ -265,7 +263,7 @@ class LiveMockSession:
             return []
         self.timeline_ms = end
         speaking = bool(self.speech)
-        track = base64.b64encode(bytes([0x10 if speaking else 0]) * (span_ms * 48)).decode("ascii")
+        track = _track(speaking, span_ms)
         actions: list[Any] = []
         for connection in self.connections:
             if connection.closed:
@@ -383,6 +381,24 @@ class LiveMockSession:
             error["client_event_id"] = client_event_id
         return self._to(origin, wire.Error(event_id=new_id("event"), error=error,
                                            client_event_id=client_event_id if isinstance(client_event_id, str) else None))
+
+
+@functools.lru_cache(maxsize=8)
+def _audio_size(audio: str) -> int | None:
+    """The bytes of an append's base64 audio (None: it is not base64). Kept for the last few
+    payloads: a caller's silence is the same text append after append (a scripted session's,
+    100 ms at a time), decoded once, not at every step of the timeline."""
+    try:
+        return len(base64.b64decode(audio, validate=True))
+    except ValueError:
+        return None
+
+
+@functools.lru_cache(maxsize=8)
+def _track(speaking: bool, span_ms: int) -> str:
+    """The output track over `span_ms` (PCM16 at 24 kHz), as base64: a constant level while the
+    model speaks, silence otherwise; the same few spans come again and again."""
+    return base64.b64encode(bytes([0x10 if speaking else 0]) * (span_ms * 48)).decode("ascii")
 
 
 def live_route(api_key: str | None, target: str, headers: dict[str, str], offered: Sequence[str],
