@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 from relay.cli.demo import EXAMPLE_TOOLS, TURNS, demo_script
 from relay.offline import events
+from relay.offline.delegation_events import DelegationReader
 from relay.offline.explore import run_schedule
 from relay.offline.explore_checks import client_never_sees_relay_call
 from relay.offline.explore_session import Conversation
@@ -49,6 +50,21 @@ def test_a_timeline_reads_the_same_when_it_decodes_only_what_it_reads(monkeypatc
         every = run.session._timeline().events
     finally:
         run.session.close()
+    assert skipped == every
+    assert any(event.kind == events.FOLLOW_UP for event in every)
+
+
+def test_a_gpt_live_timeline_reads_the_same_without_decoding_the_audio(monkeypatch) -> None:
+    conversation = Conversation("demo", demo_script(), TURNS, tool_registry([EXAMPLE_TOOLS])).with_dialect("live")
+    run = run_schedule(conversation, (), keep=True)
+    try:
+        skipped = run.session._timeline().events
+        audio = sum(1 for frame in run.session.frames if frame.raw and "audio" in frame.raw[:40])
+        monkeypatch.setattr(DelegationReader, "wants", lambda self, frame: True)
+        every = run.session._timeline().events
+    finally:
+        run.session.close()
+    assert audio > len(run.session.frames) / 2   # most of the session's frames are its audio
     assert skipped == every
     assert any(event.kind == events.FOLLOW_UP for event in every)
 

@@ -31,6 +31,7 @@ import dataclasses
 from typing import Any
 
 from relay.dialects import live as wire
+from relay.dialects.peek import has_single_plain_type, peek_type
 from relay.offline.events import (
     APPEND,
     APPENDED,
@@ -48,7 +49,7 @@ from relay.offline.events import (
     Reader,
     json_arguments,
 )
-from relay.recording.format import CLIENT_TO_RELAY, RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY
+from relay.recording.format import CLIENT_TO_RELAY, RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY, Frame
 
 DELEGATION_CALL = "delegation"
 """The name a client delegation's call has on the timeline (the wire gives it none)."""
@@ -58,6 +59,7 @@ _CHANNELS = {wire.InstructionsAppend: "instructions", wire.ThinkingAppend: "thin
 _ACKED = {ack: _CHANNELS[append] for append, ack in wire.APPENDED.items()}
 _TOLD = (wire.DelegationCreated, wire.ResponseEnvelope, wire.Error, wire.SessionClosed, *wire.APPENDED.values())
 """The server's events that end the words being transcribed (audio and usage do not)."""
+_AUDIO = frozenset(wire.AUDIO_EVENTS)
 _ENDS = {wire.BackendCompleted: "completed", wire.BackendFailed: "failed", wire.BackendIncomplete: "incomplete"}
 
 
@@ -76,6 +78,13 @@ class DelegationReader(Reader):
         self.appends: dict[str, Event] = {}           # an append's event id -> its event
         self.relay_answers: set[str] = set()          # delegations the relay's appends answered
         self.sessions = 0                             # the server sessions started (a reseed starts another)
+
+    def wants(self, frame: Frame) -> bool:
+        """The session's audio (the caller's appends, the model's track: most of its frames, each
+        kilobytes of base64) says nothing to this reader: a frame whose only `type` is one of
+        `wire.AUDIO_EVENTS` is not decoded."""
+        raw = frame.raw
+        return raw is None or peek_type(raw) not in _AUDIO or not has_single_plain_type(raw)
 
     def dispatch(self, direction: str, event: dict[str, Any]) -> None:
         typed = wire.event_of(event)
