@@ -34,6 +34,8 @@ import base64
 import json
 from typing import Any, Callable, Iterable
 
+import msgspec
+
 from relay.dialects import live as wire
 from relay.mock import Faults, MockConnection
 from relay.mock.gemini import Hangup
@@ -154,7 +156,7 @@ class DelegatingSession(StrictScript, HarnessSession):
     # ---- the peers ----------------------------------------------------------------------------
     def _upstream_receive(self, frame: str | bytes) -> list[str | bytes]:
         try:
-            data = json.loads(frame)
+            data = _read(frame)
         except ValueError:
             return self._carry(self.mock.invalid_frame("not JSON", 0))
         return self._carry(self.mock.handle(data, 0))
@@ -195,11 +197,23 @@ class DelegatingSession(StrictScript, HarnessSession):
                 refused = wire.event_of(event)
                 if isinstance(refused, wire.Error):
                     self.upstream_error(f"the upstream refused something: {refused.error}")
-                frames.append(event if isinstance(event, (str, bytes)) else json.dumps(event))
+                # compact, as the server writes it (msgspec: a fifth of `json.dumps`'s cost, on the
+                # model's audio track every 100 ms of the session)
+                frames.append(event if isinstance(event, (str, bytes)) else msgspec.json.encode(event).decode())
             elif isinstance(action, Hangup):
                 self.mark("closed", f"the upstream closed the session ({action.code}: {action.reason})")
                 self.loop.call_soon(self.end, "upstream closed the session")
         return frames
+
+
+def _read(frame: str | bytes) -> Any:
+    """A frame's JSON, as `json.loads` reads it (ValueError: not JSON): msgspec first, at a
+    fraction of the cost on the caller's audio appends; what it refuses (NaN, a number past a
+    float's range, a lone surrogate) `json.loads` decides."""
+    try:
+        return msgspec.json.decode(frame)
+    except ValueError:
+        return json.loads(frame)
 
 
 def _object(frame: str | bytes) -> Any:
