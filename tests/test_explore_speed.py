@@ -69,6 +69,25 @@ def test_a_gpt_live_timeline_reads_the_same_without_decoding_the_audio(monkeypat
     assert any(event.kind == events.FOLLOW_UP for event in every)
 
 
+def test_an_explored_gpt_live_session_reads_the_same_through_the_express_lane(monkeypatch) -> None:
+    from relay.offline.explore_live import ExploredLiveSession
+    from relay.offline.explore_session import Perturbation
+
+    conversation = Conversation("demo", demo_script(), TURNS, tool_registry([EXAMPLE_TOOLS])).with_dialect("live")
+    schedule = (Perturbation("barge_in", 1, "running"), Perturbation("finish", 5, step=3))
+
+    def played() -> tuple[list[tuple[float, str, object]], list[object], list[tuple[str, str]]]:
+        run = run_schedule(conversation, schedule)
+        return ([(f.t, f.direction, f.raw) for f in run.session.frames], run.observed.fired, run.broken)
+
+    express = played()
+    monkeypatch.setattr(ExploredLiveSession, "express_lane", False)
+    assert ExploredLiveSession.express_lane is False
+    every_frame_in_a_round = played()
+    assert express == every_frame_in_a_round
+    assert len(express[1]) == 2
+
+
 def test_json_copy_copies_as_deepcopy_does_and_shares_nothing() -> None:
     value = {"a": [1, 2.5, {"b": None, "c": True}], "d": ("x", {"e": "f"}), "g": {"h": []}}
     copied = json_copy(value)

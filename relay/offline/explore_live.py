@@ -133,6 +133,8 @@ def describe(perturbation: Perturbation) -> str | None:
 class ExploredLiveSession(Exploring, DelegatingSession):
     """A scripted GPT-Live conversation (Responses or client delegation) run on one schedule."""
 
+    express_lane = True   # most of its frames are audio (the caller's silence, the model's track)
+
     def __init__(self, conversation: Conversation, schedule: Schedule, **options: Any) -> None:
         self._explore(conversation, schedule)
         self._pending = sorted([*self._pending, *(p for p in schedule if p.kind in SESSION_KINDS)])
