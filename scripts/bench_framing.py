@@ -62,7 +62,8 @@ import bench_session_picows   # noqa: E402
 
 from relay.dialects import OPENAI, peek   # noqa: E402
 from relay.engine import EngineConfig, OpenAIEngine, itembased   # noqa: E402
-from relay.session.transport import ForwardRule, FrameQueue, Pipe   # noqa: E402
+from relay.session.pipe import ForwardRule, Pipe   # noqa: E402
+from relay.session.transport import FrameQueue   # noqa: E402
 from relay.transports import picows_connection   # noqa: E402
 
 VARIANTS = ("framing", "prefix")

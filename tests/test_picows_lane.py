@@ -25,7 +25,8 @@ from relay.dialects import OPENAI   # noqa: E402
 from relay.dialects.peek import pass_through_test   # noqa: E402
 from relay.recording.format import CLIENT_TO_RELAY, RELAY_TO_CLIENT, RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY   # noqa: E402
 from relay.recording.reader import read_recording   # noqa: E402
-from relay.session.transport import ForwardRule, FrameQueue, Pipe   # noqa: E402
+from relay.session.pipe import ForwardRule, Pipe   # noqa: E402
+from relay.session.transport import FrameQueue   # noqa: E402
 from relay.transports import picows_connection   # noqa: E402
 from tests.support.clients import TIMEOUT, realtime_client   # noqa: E402
 from tests.support.frames import session_created   # noqa: E402

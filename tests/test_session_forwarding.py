@@ -1,11 +1,12 @@
-"""The session loop's express lane (relay/session/loop.py `express_lane`): a frame the engine
-forwards as it came (audio, `engine.forwards_upstream` / `forwards_client`) goes to the other
-side as the same text without the engine's round, and keeps every guarantee of the general path:
-recorded as received and as sent, in order; redacted for a client; counted against the client's
-event budget; bounded by the queue; written once after the last frame of a burst (and still
-written if the burst stops short), a lone frame with nothing queued ahead of it straight to the
-socket; counted by the traffic counter on a lane of integer adds
-(relay.recording.taps.ForwardLane), the chain's other members called, as members come and go."""
+"""The session's express lane (relay/session/pipe.py `express_lane`, its pipe built by
+`relay.session.loop.forwarding`): a frame the engine forwards as it came (audio,
+`engine.forwards_upstream` / `forwards_client`) goes to the other side as the same text without
+the engine's round, and keeps every guarantee of the general path: recorded as received and as
+sent, in order; redacted for a client; counted against the client's event budget; bounded by the
+queue; written once after the last frame of a burst (and still written if the burst stops short),
+a lone frame with nothing queued ahead of it straight to the socket; counted by the traffic
+counter on a lane of integer adds (relay.recording.taps.ForwardLane), the chain's other members
+called, as members come and go."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from relay.observe.metrics import PUBLISH_EVERY, Metrics, TrafficTap
 from relay.recording.format import CLIENT_TO_RELAY, RELAY_TO_CLIENT, RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY
 from relay.recording.redact import Redactor
 from relay.recording.taps import Taps
-from relay.session.loop import SessionLoop, express_lane
+from relay.session.loop import SessionLoop, forwarding
 from relay.session.policy import INTERNAL_ERROR, POLICY_VIOLATION, RATE_LIMIT_CLOSE, EventBudget
 from relay.session.transport import Deliver, Express, Frame, FrameQueue
 from tests.support.clients import TIMEOUT
@@ -176,7 +177,7 @@ def test_the_express_lane_redacts_an_audio_frame_as_the_redactor_does(secrets: l
     async def forwarded() -> list[Frame]:
         engine = OpenAIEngine([], config=EngineConfig(mode="proxy", strict=True, declare_tools=False))
         loop = SessionLoop(engine, upstream=MemoryPeer(), client=MemoryPeer(), redactor=redactor)
-        express = express_lane(loop, UPSTREAM_TO_RELAY, "client", engine.forwards_upstream)
+        express = forwarding(loop, UPSTREAM_TO_RELAY, engine.forwards_upstream)
         hand_over(frame, True, pytest.fail, express, compiled_lane_of(express))   # more follow: queued
         return list(loop.to_client.frames)
 
@@ -189,7 +190,7 @@ async def test_the_express_lane_redacts_a_binary_frame_an_engine_forwards() -> N
     engine = OpenAIEngine([], config=EngineConfig(mode="proxy", strict=True, declare_tools=False))
     redactor = Redactor([SECRET])
     loop = SessionLoop(engine, upstream=MemoryPeer(), client=MemoryPeer(), redactor=redactor)
-    express = express_lane(loop, UPSTREAM_TO_RELAY, "client", lambda frame: True)
+    express = forwarding(loop, UPSTREAM_TO_RELAY, lambda frame: True)
     frame = delta(f"{SECRET}AAAA").encode()
     assert express(frame, True)
     assert list(loop.to_client.frames) == [frame.replace(SECRET.encode(), b"[redacted]")]

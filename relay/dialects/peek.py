@@ -172,7 +172,7 @@ def pass_through_test(kinds: frozenset[str]) -> Callable[[str | bytes], bool]:
         lead, tail = frame[:lead_end], frame[value_end:payload_at]   # type: ignore[assignment]
         return True
 
-    # what a lane over raw payloads tests the same way (relay.session.transport.ForwardRule)
+    # what a lane over raw payloads tests the same way (relay.session.pipe.ForwardRule)
     passes.prefixes = prefixes   # type: ignore[attr-defined]
     passes.after_type = after_type   # type: ignore[attr-defined]
     if compiled_test is not None:   # the compact ASCII frames in C, the rest by `passes`

@@ -31,7 +31,6 @@ from relay.engine import (
     SendUpstream,
 )
 from relay.engine.actions import TOOL_CALL
-from relay.errors import REDACTED
 from relay.recording.format import (
     CLIENT_TO_RELAY,
     HANDLER_FINISHED_NOTE,
@@ -41,7 +40,7 @@ from relay.recording.format import (
     UPSTREAM_TO_RELAY,
 )
 from relay.recording.redact import Echoes, Redactor
-from relay.recording.taps import Recorder, forwarding_of
+from relay.recording.taps import Recorder
 from relay.session.driver import LOOP_BLOCKED, DriverCore
 from relay.session.flow import BackPressure
 from relay.session.policy import (
@@ -58,14 +57,13 @@ from relay.session.policy import (
     short_close_reason,
 )
 from relay.session.runner import DEFAULT_BLOCK_SECONDS, HandlerScope
+from relay.session.pipe import Pipe, express_lane, pipe_for
 from relay.session.transport import (
     BATCH_BYTES,
     Deliver,
     Express,
-    ForwardRule,
     Frame,
     FrameQueue,
-    Pipe,
     QueueOverflow,
     Transport,
     TransportClosed,
@@ -234,7 +232,7 @@ class SessionLoop(DriverCore):
         """What the upstream's reader hands each frame to (`Transport.receive`'s two): the express
         lane, and `deliver` (recorded, then the engine's round)."""
         recorder, apply, clock, receive = self.recorder, self._apply, self.clock, self.engine.receive_upstream
-        express = express_lane(self, UPSTREAM_TO_RELAY, "client", self.engine.forwards_upstream)
+        express = forwarding(self, UPSTREAM_TO_RELAY, self.engine.forwards_upstream)
 
         def deliver(frame: Frame, more: bool) -> None:
             if recorder is not None:
@@ -271,7 +269,7 @@ class SessionLoop(DriverCore):
         one over it cuts the client off (nothing more of it forwarded, `_client_too_fast`)."""
         recorder, apply, clock, receive = self.recorder, self._apply, self.clock, self.engine.receive_client
         budget = self.client_budget
-        express = express_lane(self, CLIENT_TO_RELAY, "upstream", self.engine.forwards_client, budget)
+        express = forwarding(self, CLIENT_TO_RELAY, self.engine.forwards_client, budget)
         pipe = self._to_upstream = express.pipe   # type: ignore[attr-defined]
         rule = pipe.rule
 
@@ -502,87 +500,18 @@ class SessionLoop(DriverCore):
                           f"{side} is not reading its frames")
 
 
-def express_lane(session: SessionLoop, received: str, side: str, passes: Callable[[Frame], bool],
-                 budget: EventBudget | None = None) -> Express:
-    """The express lane of `session`'s reader (`Transport.receive`): a frame the engine forwards
-    as it came (audio: `passes` is `engine.forwards_upstream` / `forwards_client`) goes to `side`
-    here, without the engine's round. The reader's forwarding is declared once here, as a
-    `ForwardRule` (the frame kinds, the redactor of a client's frames, the client's budget, its
-    cut-off) and a `Pipe` (where the frames go, what the recording counts): this lane and picows'
-    compiled one read those and nothing else of the session; the lane carries the pipe as
-    `express.pipe`.
-
-    It does what `deliver`'s round would do with the engine's `SendClient(frame)` /
-    `SendUpstream(frame)`: the frame redacted for a client, queued, recorded as `received` and as
-    sent, and written at once unless `more` frames of the same read follow (one write after the
-    last frame of a burst; should the burst stop short, a write once the event loop's turn comes).
-    A lone frame (realtime audio) with nothing queued ahead of it and the writer asleep goes to the
-    socket without being queued (`Transport.write(queue, frame)`). Whatever needs more than that
-    (a client over its event budget or cut off, a full queue) is left to `deliver`, which runs the
-    full round: it returns False then, having changed nothing (so a client's frame spends its
-    budget once). It
-    needs no task context (a transport may call it from its own read callback), and it runs on
-    every audio frame: one call each for the test and the socket (or the queue), the redaction
-    inline, and the recorders' counts as integer adds."""
-    to_client = side == "client"
-    recorder, redactor = session.recorder, session.redactor if to_client else None
-    sent_as = RELAY_TO_CLIENT if to_client else RELAY_TO_UPSTREAM
-    # a chain of recorders counts on a lane (integer adds, no call); any other recorder is called
-    lane_of = getattr(recorder, "lane", None)
-    lane = lane_of(received, sent_as) if lane_of is not None else None
-    record_forwarded = forwarding_of(recorder) if recorder is not None and lane is None else None
-    queue = session.to_client if to_client else session.to_upstream
-    hold, queued = queue.hold, queue.frames
-    rule = ForwardRule(passes, getattr(passes, "prefixes", None), getattr(passes, "after_type", 0), redactor, budget)
-    pipe = Pipe(rule, session.client if to_client else session.upstream, queue, lane, record_forwarded, received,
-                sent_as)
-
-    def express(frame: Frame, more: bool) -> bool:
-        if not passes(frame):
-            return False
-        if budget is not None and (rule.cut_off or not queue.fits(frame) or not budget.take()):
-            return False   # a full queue first: `deliver` would charge the budget a second time
-        peer = pipe.peer
-        if peer is None:   # no client (a sidecar): the frame was only to be seen
-            if recorder is not None:
-                recorder.record(received, frame)
-            return True
-        sent = frame
-        if redactor is not None:   # `Redactor.text` inline: a call would cost as much as the loop
-            try:   # (the redactor replaces its list when it changes, never changes it in place)
-                for anchor, secret in redactor.texts:
-                    if anchor in sent and secret in sent:
-                        sent = sent.replace(secret, REDACTED)   # type: ignore[union-attr]
-            except TypeError:   # a binary frame (no engine forwards one unparsed today)
-                sent = redactor.frame(frame)
-        if more or queued or queue.waiter is None or not peer.write(queue, sent):   # (`write` checks too)
-            try:
-                waiting = hold(sent)
-            except QueueOverflow:
-                return False   # `deliver`'s round reports it and closes the side that does not read
-        else:   # a lone frame, nothing ahead of it: written already
-            waiting = 0
-        if lane is not None:
-            frames = lane.frames + 1
-            lane.frames = frames
-            lane.bytes += len(frame)
-            if sent is not frame:
-                lane.resized += len(sent) - len(frame)
-            if lane.others is not None:
-                lane.others(received, frame, sent_as, sent)
-            if frames >= lane.settle_at:
-                lane.settle()
-        elif record_forwarded is not None:
-            record_forwarded(received, frame, sent_as, sent)
-        if waiting:   # the writer task sleeps: the reader writes
-            if not more:
-                peer.write(queue)
-            elif waiting == 1:
-                peer.write(queue, None, True)
-        return True
-
-    express.pipe = pipe   # type: ignore[attr-defined]
-    return express
+def forwarding(session: SessionLoop, received: str, passes: Callable[[Frame], bool],
+               budget: EventBudget | None = None) -> Express:
+    """The express lane of `session`'s reader of `received`'s frames (`Transport.receive`): its
+    forwarding pipe (relay/session/pipe.py) to the other side, built here, once, of the engine's
+    frame kinds (`passes`: `engine.forwards_upstream` / `forwards_client`) and the session's
+    parts (the other side's socket and queue, the recorder, the redactor of a client's frames,
+    the client's budget). This is all the forwarding reads of the session: the lane reads its
+    pipe."""
+    up = received == UPSTREAM_TO_RELAY
+    return express_lane(pipe_for(passes, received, peer=session.client if up else session.upstream,
+                                 queue=session.to_client if up else session.to_upstream, recorder=session.recorder,
+                                 redactor=session.redactor if up else None, budget=budget))
 
 
 async def close_quietly(peer: Transport, code: int, reason: str, timeout: float = 1.0) -> None:

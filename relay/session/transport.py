@@ -28,8 +28,7 @@ import logging
 import ssl
 import weakref
 from collections import deque
-from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Protocol, Sequence
+from typing import Awaitable, Callable, Protocol, Sequence
 
 from relay.errors import RelayError
 from relay.session.http import Answer, Request
@@ -42,48 +41,9 @@ Deliver = Callable[[Frame, bool], None]
 same read follows at once."""
 Express = Callable[[Frame, bool], bool]
 """A reader's express lane (`Transport.receive`): `express(message, more)` takes a message there
-and then (True) or leaves it to `deliver` (False); `more` as `deliver`'s."""
-
-
-@dataclass(slots=True)
-class ForwardRule:
-    """What a session forwards without the engine in one direction, declared once (by
-    `relay.session.loop.forward_rules`, from the engine's declaration of the frames it forwards as
-    they came): the frame kinds, the redaction anchors, the client's event budget and its cut-off.
-    Both lanes that carry it out, the Python one (`relay.session.loop.express_lane`) and picows'
-    compiled one (relay/transports/_picows_lane.pyx), read this and their `Pipe`, nothing else of
-    the session. `cut_off` is the one field that changes: set once the client went over its
-    budget (nothing more of it passes, here or in the engine's round)."""
-
-    passes: Callable[[Frame], bool]   # the frame kinds: the engine's `forwards_upstream` / `forwards_client`
-    prefixes: tuple[str, ...] | None  # the same kinds as compact prefixes of a frame (None: not told by a prefix)...
-    after_type: int                   # ... which hold no second "type" after this offset
-    redactor: Any = None              # the Redactor of frames to a client (its `texts`, `byte_texts`), or None
-    budget: Any = None                # the client's EventBudget (its frames only), or None
-    cut_off: bool = False             # the client went over its budget: nothing more of it is forwarded
-
-
-@dataclass(slots=True)
-class Pipe:
-    """Where a `ForwardRule`'s frames go, from one reader to the other side: the other side's
-    socket and its queue, and what the recording counts. An `Express` built by
-    `relay.session.loop.express_lane` carries its pipe as `express.pipe`; a transport that reads raw
-    payloads (picows' compiled lane) runs the rule over them from it when the pipe is `raw`, and
-    hands every frame the rule's prefixes do not cover to `express` itself."""
-
-    rule: ForwardRule
-    peer: Any                      # the other side's Transport; None: none (a sidecar's client); replaced on reconnect
-    queue: FrameQueue              # the other side's queue
-    counts: Any                    # the recorder chain's ForwardLane, or None
-    record: Any                    # else the recorder's call for a forwarded frame, or None: no recorder
-    received: str                  # the directions the recording counts a frame under
-    sent_as: str
-
-    @property
-    def raw(self) -> bool:
-        """A lane over raw payloads can run it: its frames are told by a prefix, and what the
-        recording takes of them is counts."""
-        return self.rule.prefixes is not None and self.record is None
+and then (True) or leaves it to `deliver` (False); `more` as `deliver`'s. The session's is the
+Python lane of its reader's forwarding pipe (relay/session/pipe.py), which it carries as
+`express.pipe`."""
 
 
 # what a writer takes from its queue at once and hands to the socket in one write (a frame bigger
@@ -325,7 +285,7 @@ class Transport(Protocol):
         returns). `more`: another message of the same read is delivered at once, without waiting
         for the socket (a burst), so the reader's step can leave its writes to one `write` after
         the last of them. On its per-frame path a transport offers the message to `express`
-        first (the reader's forwarding rule, `relay.session.loop.express_lane`; its `Pipe` is
+        first (the reader's forwarding rule, `relay.session.pipe.express_lane`; its `Pipe` is
         `express.pipe`, which a transport that reads raw payloads may run itself), and `deliver`
         gets it only if that did not take it (returned False); a message `express` is not offered
         (a fragmented one, say) goes to `deliver`, which handles every message alike, only at more

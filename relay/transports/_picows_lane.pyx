@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """The picows transport's per-frame path, compiled: what `PicowsTransport._on_frame` and the
-session's express lane (`relay.session.loop.express_lane`) do with a realtime audio frame, done on
-the bytes of picows' read buffer, without the interpreter.
+forwarding pipe's Python lane (`relay.session.pipe.express_lane`) do with a realtime audio frame,
+done on the bytes of picows' read buffer, without the interpreter.
 
 Why: on picows, the relay's own work in Python (the decoding of the payload into a str, the test
 of its type, the budget, the lane's counts and the write) costs more per frame than picows' own
@@ -136,9 +136,10 @@ cdef dict PREFIXES_AS_BYTES = {}
 
 cdef class FrameLane:
     """One reader's express lane over raw payloads (built by `PicowsTransport.receive` from the
-    `Pipe` the session's express lane carries): `offer` forwards a frame the Python lane would
-    forward as it came, or says why it did not. It reads the pipe and its `ForwardRule`, public
-    fields both, and nothing of the session (tests/test_forwarding_rule.py reads this source)."""
+    `Pipe` the Python lane carries, relay/session/pipe.py): `offer` forwards a frame the Python
+    lane would forward as it came, or says why it did not. It reads the pipe and its
+    `ForwardRule`, public fields both, and nothing of the session (tests/test_forwarding_rule.py
+    reads this source, and runs it against a session that refuses every read)."""
 
     cdef object pipe             # its `peer` is read for each frame (the sidecar replaces the upstream)
     cdef object rule             # its `cut_off` is read for each frame of a budgeted client
