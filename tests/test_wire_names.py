@@ -11,9 +11,11 @@ in at most 4 modules)."""
 from __future__ import annotations
 
 import ast
+import re
 from collections import Counter
 from pathlib import Path
 
+from relay.dialects import DIALECTS
 from relay.dialects.gemini import CLIENT_MESSAGE_KEYS, SERVER_MESSAGE_KEYS, snake_case
 from relay.dialects.gemini_codec import WIRE_NAMES as GEMINI_CODEC_NAMES
 from relay.dialects.live import WIRE_NAMES as LIVE_NAMES
@@ -89,3 +91,41 @@ def test_the_count_reads_literals_not_docstrings(tmp_path: Path) -> None:
         '    """"response.create" is not counted here."""\n'
         '    return event["type"] in ("response.done", "toolCall", "tool_call", "function_call", "other")\n')
     assert wire_literals(package) == Counter({"reader.py": 4})
+
+
+FAMILY_WORDS = {word for name in DIALECTS for word in name.split("-")} - {"beta", "preview"}
+"""The providers' names, as the dialects are registered: openai, azure, foundry, xai, voicelive,
+gemini, live."""
+LIVE_AS_RUNNING = ("inspector/live/", "offline/explore_live.py")
+"""Where `live` says "as the session runs" (the inspector's live view, the explorer over live
+sessions), not GPT-Live."""
+
+
+def family_named(root: Path) -> list[str]:
+    """The modules under `root` (outside dialects/ and the mock's per-family scripts) with a
+    provider's name among the words of their path."""
+    named = []
+    for path in sorted([*root.rglob("*.py"), *root.rglob("*.pyx")]):
+        relative = path.relative_to(root).as_posix()
+        if relative.startswith(("dialects/", "mock/")):
+            continue
+        words = set(re.split(r"[/_.]", relative.rsplit(".", 1)[0]))
+        if relative.startswith(LIVE_AS_RUNNING):
+            words.discard("live")
+        if words & FAMILY_WORDS:
+            named.append(relative)
+    return named
+
+
+def test_no_module_outside_the_dialects_is_named_after_a_provider_family() -> None:
+    """Issue 45's acceptance: modules are named after what they do (a tool flow, a way to resume),
+    the provider's name is the dialects' (and the mock's per-family scripts')."""
+    assert family_named(REPO / "relay") == []
+
+
+def test_the_name_check_sees_a_family_in_a_path(tmp_path: Path) -> None:
+    for relative in ("edges/gemini_resume.py", "engine/live_records.py", "openai/x.py", "inspector/live/feed.py",
+                     "dialects/gemini.py", "mock/live.py", "engine/delegations.py"):
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text("")
+    assert family_named(tmp_path) == ["edges/gemini_resume.py", "engine/live_records.py", "openai/x.py"]

@@ -66,7 +66,7 @@ _SENT = frozenset({Phase.SENT, Phase.FOLLOW_UP, Phase.FOLLOWED_UP})
 
 
 Planner = Callable[[ResumeState, list[CallRecord], ToolRegistry], "Resumption"]
-"""A resumed session's plan for a dialect outside the OpenAI Realtime family (relay/edges/live_resume.py)."""
+"""A resumed session's plan for a dialect outside the OpenAI Realtime family (relay/edges/history_resume.py)."""
 
 
 class ResumeRefused(Exception):

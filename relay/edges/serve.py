@@ -41,12 +41,12 @@ import anyio
 from relay import __version__
 from relay.dialects import Dialect
 from relay.edges.config import EdgeRuntime, ServerConfig, is_loopback
-from relay.edges.gemini_resume import GeminiResumingLoop
+from relay.edges.handle_resume import GeminiResumingLoop
 from relay.edges.going_away import GoingAwayLoop
 from relay.edges.handshake import Handshake
 from relay.edges.process import run_until_signalled
-from relay.edges.live_resume import PLANS as LIVE_PLANS
-from relay.edges.live_resume import LiveResumingLoop, live_loop_options
+from relay.edges.history_resume import PLANS as LIVE_PLANS
+from relay.edges.history_resume import LiveResumingLoop, live_loop_options
 from relay.edges.reseed import ReseedingLoop
 from relay.edges.resume import (
     RESUME_QUERY,
@@ -478,12 +478,12 @@ class RelayServer(EdgeRuntime):
         loop_type: Any = SessionLoop
         reseeding: dict[str, Any] = {}
         reconnect = {"reconnect": lambda: self.upstream.connect(session.dialect, query, client_path=session.path)}
-        if self.resumes is not None and isinstance(engine, LiveEngine):   # relay/edges/live_resume.py
+        if self.resumes is not None and isinstance(engine, LiveEngine):   # relay/edges/history_resume.py
             loop_type, reseeding = LiveResumingLoop, live_loop_options(
                 session.resume_token, self.config.resume_seconds, reconnect, self.config.live_reseed)
         elif self.config.live_reseed and isinstance(engine, LiveEngine):
             loop_type, reseeding = ReseedingLoop, reconnect
-        elif isinstance(engine, GeminiEngine) and self.resumes is not None:   # relay/edges/gemini_resume.py
+        elif isinstance(engine, GeminiEngine) and self.resumes is not None:   # relay/edges/handle_resume.py
             loop_type, reseeding = GeminiResumingLoop, {**reconnect, "resumes": self.resumes, "connection": session.id}
         elif isinstance(engine, GeminiEngine):   # a goAway is met by resuming (relay/edges/going_away.py)
             loop_type, reseeding = GoingAwayLoop, reconnect

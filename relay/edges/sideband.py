@@ -179,7 +179,7 @@ class SidebandLoop(SessionLoop):
     def _answers(self, frame: str | bytes) -> tuple[str, str] | None:
         """The relay call a frame going up answers and whose record is not yet marked sent, with
         what the provider echoes once it has it: the output item's id (the OpenAI family's), the
-        event id of the answer's last frame (GPT-Live's: relay/engine/live_records.py)."""
+        event id of the answer's last frame (GPT-Live's: relay/engine/delegation_records.py)."""
         if not isinstance(self._family, LiveDialect):
             return output_of(frame, self._family)
         event = live.decode(frame)

@@ -30,7 +30,7 @@ output). A call that had started keeps its `started` record until its next step,
 takeover in between still sees that it may have run. A batch whose follow-up was owed
 (`follow_up` recorded, `followed_up` not: its create never left) gets its `response.create`, once.
 
-Resumed (`resume_with`, relay/edges/live_resume.py): a client reconnected, and this engine's
+Resumed (`resume_with`, relay/edges/history_resume.py): a client reconnected, and this engine's
 upstream session is a new one. The client's `session.start` is seeded with the conversation so
 far, and the owed calls are told as the earlier session's (`_carried`): each is answered once in
 this session as a silent note, never as an answer to a delegation or batch this session never had.
@@ -169,7 +169,7 @@ class LiveRecords(ResponsesDelegation):
             and action.record.phase in earlier)]
 
 
-    # ==== a client's session resumed on a new connection (relay/edges/live_resume.py) ========
+    # ==== a client's session resumed on a new connection (relay/edges/history_resume.py) ========
     def resume_with(self, turns: tuple[Turn, ...], notes: list[str], owed: list[CallRecord]) -> None:
         """This session carries on one whose client reconnected: its client's `session.start`
         is seeded with `turns` and `notes` (`seeded_start`), and the `owed` calls are then told to

@@ -55,7 +55,7 @@ from relay.dialects.live import LIVE, LiveDialect
 from relay.engine.actions import Close, SendClient, SendUpstream
 from relay.engine.appends import Channel, answer_appends, split_text
 from relay.engine.backend_calls import DELEGATED, DROP, SAME, ResponsesDelegation
-from relay.engine.live_records import LiveRecords
+from relay.engine.delegation_records import LiveRecords
 from relay.engine.batches import Batches
 from relay.engine.calls import CallEntry, CallOutcome, CallState, Owner
 from relay.engine.context import Source

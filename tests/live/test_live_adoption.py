@@ -1,5 +1,5 @@
 """A GPT-Live session taken over, on the engine alone and a fake clock: what an owner writes ahead
-for its delegations and backend calls (relay/engine/live_records.py), what a replica taking the
+for its delegations and backend calls (relay/engine/delegation_records.py), what a replica taking the
 session over decides for each (relay/edges/takeover.py's `adopt_live`), and what its new engine
 sends: every owed call answered once, each batch continued once, and no answer recorded as sent
 sent again (GPT-Live's wire cannot refuse a duplicate)."""

@@ -1,5 +1,5 @@
 """`relay serve --store` with Gemini Live: a google-genai client hands its relay handle to another
-replica sharing a Redis, and the session goes on there (relay/edges/gemini_resume.py): the new
+replica sharing a Redis, and the session goes on there (relay/edges/handle_resume.py): the new
 upstream connection resumes the mock's session with the service's handle, which the client never
 sees, and the relay's call ran once. A handle that is unknown, or whose session is open on another
 connection, closes the client's connection with one clear reason. Loopback, the Gemini mock."""
