@@ -3,7 +3,7 @@
 (`time.process_time`, so a loaded machine's waiting does not count), `relay explore`'s loop on
 the demo's conversation (4 caller lines, 5 relay calls, a filler) on each dialect, and on a
 conversation of one call. Every invariant is checked on every schedule, as the command does
-(`replays_same` aside: a replay sleeps the tools' real time).
+(`replays_same` aside: `relay explore` replays only every `REPLAY_EVERY`th schedule).
 
 With `--before REV` the code of that commit (exported with `git archive`) is measured too, in
 the same run: each round measures every conversation before and after, one after the other, in

@@ -2,12 +2,14 @@
 the replay are each a `DriverCore` (relay/session/driver.py): they carry out the engine's actions
 through its `ActionInterpreter` and run tools through its `HandlerRunner` (`run_handler`, the
 error-output policy, the loop watch), so a rule changed there is changed for all three. The
-harness's driver is the live `SessionLoop` itself (`HarnessLoop`, on the virtual loop between
-in-memory sockets), so a change to how the loop carries out an action is seen scripted too."""
+harness's and the replay's driver is the live `SessionLoop` itself (`HarnessLoop`, `ReplayLoop`, on
+the virtual loop between in-memory sockets: the replay's upstream is the recording's), so a change
+to how the loop carries out an action is seen scripted and replayed too."""
 
 from __future__ import annotations
 
 import functools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +29,8 @@ from relay.engine import (
 )
 from relay.engine.records import CallRecord, Phase
 from relay.offline.peers import HarnessLoop
-from relay.offline.replay import _Replayer, replay
+from relay.offline.replay import replay
+from relay.offline.replay_play import ReplayLoop
 from relay.recording.reader import read_recording
 from relay.session import runner
 from relay.session.driver import DriverCore
@@ -81,7 +84,7 @@ def test_something_that_is_not_an_action_is_refused_by_name() -> None:
         ActionInterpreter(Sink())([SendUpstream("a"), "b"])   # type: ignore[list-item]
 
 
-@pytest.mark.parametrize("driver", [SessionLoop, HarnessLoop])
+@pytest.mark.parametrize("driver", [SessionLoop, HarnessLoop, ReplayLoop])
 def test_every_driver_is_an_action_sink(driver: type) -> None:
     steps = {name for name in vars(Sink) if name.startswith("act_")}
     assert steps <= set(dir(driver))
@@ -163,7 +166,31 @@ def test_the_harness_runs_the_relay_s_session_loop(monkeypatch: pytest.MonkeyPat
     assert any(side == "client" for side, _ in written)
 
 
-DRIVERS = [SessionLoop, HarnessLoop, _Replayer]
+def test_the_replay_runs_the_relay_s_session_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same change, made in the loop alone, is seen by a replay: what it compares with the
+    recording is what the loop wrote on the recorded upstream's socket."""
+    path = anyio.run(functools.partial(record_session, tmp_path, [get_weather, lookup_order]))
+    written: list[tuple[str, str]] = []
+    enqueue = SessionLoop._enqueue
+
+    def changed(self: SessionLoop, queue: Any, side: str, frame: Any) -> None:
+        written.append((side, str(frame)))
+        event = json.loads(frame) if side == "upstream" else {}
+        if (event.get("item") or {}).get("type") == "function_call_output":   # the loop changes an output
+            event["item"]["output"] = "changed in the loop"
+            frame = json.dumps(event)
+        enqueue(self, queue, side, frame)
+
+    monkeypatch.setattr(SessionLoop, "_enqueue", changed)
+    replayed = replay(path, [get_weather, lookup_order])
+    assert any(side == "upstream" and "function_call_output" in frame for side, frame in written)
+    assert [d.kind for d in replayed.divergences] == ["changed"] * 3, replayed.divergences
+    assert all("changed in the loop" in d.diff for d in replayed.divergences)
+    monkeypatch.setattr(SessionLoop, "_enqueue", enqueue)
+    assert replay(path, [get_weather, lookup_order]).ok
+
+
+DRIVERS = [SessionLoop, HarnessLoop, ReplayLoop]
 SHARED = ["act_remember", "_apply", "_fire_deadline", "_next_due", "_run_handlers", "_written_ahead"]
 
 

@@ -112,18 +112,28 @@ def test_a_streaming_handler_s_values_land_where_they_came(schedule: tuple[Pertu
     assert replay(path, conversation.tools).ok
 
 
+@tool(name="lookup", description=lookup.__relay_tool__.description)   # declared as `lookup` is
+async def slow_lookup(order: str) -> str:
+    """`lookup` taking ten times as long: its finish comes later than the recorded one's."""
+    await asyncio.sleep(0.5)
+    return f"order {order}: shipped"
+
+
 def test_without_the_finish_lines_the_replay_lands_a_finish_elsewhere(tmp_path: Path) -> None:
     """A recording written before the lines existed still reads and replays, each finish taken when
-    it comes: the one that finished after the barge-in then finishes before it, and the follow-up
-    the relay sent is missing. The lines are what makes it replay the same."""
+    it comes. The replay's handlers run on its virtual clock, so the same tool finishes where it
+    did; one slower than the recorded one does not: its finish lands elsewhere among the frames,
+    and the follow-up the relay sent is missing. The lines are what makes it replay the same."""
     conversation = two_lookups("openai")
     path = saved(conversation, (Perturbation("barge_in", 2, "running"),), tmp_path)
     assert replay(path, conversation.tools).ok
+    assert replay(path, [slow_lookup]).ok
     older = tmp_path / "older.jsonl"
     older.write_text("".join(line for line in path.read_text().splitlines(keepends=True)
                              if f'"kind":"{HANDLER_FINISHED_NOTE}"' not in line))
     assert read_recording(older).complete
-    diverged = replay(older, conversation.tools)
+    assert replay(older, conversation.tools).ok
+    diverged = replay(older, [slow_lookup])
     assert [d.kind for d in diverged.divergences] == ["missing"], diverged.divergences
     assert "follow-up" in diverged.divergences[0].describe()
 

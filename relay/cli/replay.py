@@ -39,7 +39,7 @@ REPLAY_OPTIONS = (
     option("--json", field=None, action="store_true", help="print the result as JSON"),
     option("--realtime", action="store_true", help="keep the recorded pacing"),
     option("--gate-timeout", type=float, default=DEFAULT_GATE_TIMEOUT,
-           help="seconds to wait for a handler before calling a recorded send missing"),
+           help="virtual seconds to wait for a handler before calling a recorded send missing"),
     option("--html", metavar="PAGE", help="also write the inspector page, divergences marked"),
     option("--allow-empty", field=None, action="store_true",
            help="replay a plain event log (no relay sends recorded: nothing to compare) instead of "

@@ -11,8 +11,9 @@ reports. A recorded tool no live server offers is answered from the recording, w
 
 from __future__ import annotations
 
+import asyncio
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio
@@ -27,27 +28,18 @@ _EPSILON = 1e-6
 
 
 class Moments:
-    """Moments of the replay's time (seconds into the recording) that handlers wait for. A
-    moment is reached within a microsecond: the recording's times and the replay's sums of them
-    differ in their last bits."""
+    """Moments of the replay's time (seconds into the recording) that handlers wait for, on the
+    replay's loop, whose clock is the recording's (`base`, its start, plus the seconds into it):
+    a wait is a sleep of that loop's, virtual. A moment is reached within a microsecond: the
+    recording's times and the replay's sums of them differ in their last bits."""
 
     def __init__(self) -> None:
-        self.now = 0.0
-        self._waiting: list[tuple[float, anyio.Event]] = []
+        self.base = 0.0
 
     async def reached(self, t: float) -> None:
-        if t <= self.now + _EPSILON:
-            return
-        moment = anyio.Event()
-        self._waiting.append((t, moment))
-        await moment.wait()
-
-    def release(self, now: float) -> None:
-        self.now = now
-        due = [(t, moment) for t, moment in self._waiting if t <= now + _EPSILON]
-        self._waiting = [entry for entry in self._waiting if entry[0] > now + _EPSILON]
-        for _, moment in due:
-            moment.set()
+        delay = self.base + t - anyio.current_time()
+        if delay > _EPSILON:
+            await anyio.sleep(delay)
 
 
 MCP_ANSWERS = ("recording", "live")
@@ -121,3 +113,34 @@ def with_recorded_mcp_tools(registry: ToolRegistry, recording: Recording, moment
         warnings.append(f"no live MCP server offers {', '.join(sorted(names))}: answered from the recording")
     recorded = [recorded_spec(entry, _RecordedMcpTool(str(entry["name"]), answers, moments)) for entry in entries]
     return ToolRegistry([*registry, *recorded])
+
+
+def on_the_callers_loop(registry: ToolRegistry, static: ToolRegistry) -> ToolRegistry:
+    """`registry` with its MCP tools (those not in `static`) called on the caller's event loop,
+    which owns the live servers' connections: the replay's handlers run on its own virtual loop,
+    which waits for such a call as for a thread's work, its clock standing still."""
+    caller = asyncio.get_running_loop()
+    own = {spec.name for spec in static}
+    return ToolRegistry([spec if spec.name in own else replace(spec, handler=_Bridged(spec.handler, caller))
+                         for spec in registry])
+
+
+class _Bridged:
+    """An MCP tool's handler, called on `caller`'s loop from the replay's (see `on_the_callers_loop`)."""
+
+    def __init__(self, handler: Any, caller: asyncio.AbstractEventLoop) -> None:
+        self.handler = handler
+        self.caller = caller
+        self.__qualname__ = getattr(handler, "__qualname__", repr(handler))
+
+    async def __call__(self, **arguments: Any) -> Any:
+        call = asyncio.run_coroutine_threadsafe(self.handler(**arguments), self.caller)
+        loop = asyncio.get_running_loop()
+        run_in_thread = getattr(loop, "run_in_thread", None)   # the virtual loop waits for it, clock still
+        try:
+            if run_in_thread is not None:
+                return await run_in_thread(call.result)
+            return await asyncio.wrap_future(call)
+        except asyncio.CancelledError:
+            call.cancel()
+            raise

@@ -59,7 +59,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(TOOLS_OPTION, action="append", default=[], metavar="SPEC",
                     help="the tools replays run: a .py file or a module, as `relay --tools` (repeatable)")
     group.addoption("--relay-gate-timeout", type=float, default=None, metavar="SECONDS",
-                    help="seconds a replay waits for a handler before calling a recorded send missing")
+                    help="virtual seconds a replay waits for a handler before calling a recorded send missing")
     group.addoption("--relay-mcp-answers", choices=("recording", "live"), default="recording",
                     help="answer recorded MCP tools from the recording (default) or from the live servers of "
                          "--relay-mcp-config")

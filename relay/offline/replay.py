@@ -1,11 +1,14 @@
 """Replay a recorded session against (possibly changed) tool handlers, offline.
 
-The upstream side of the recording is played to a fresh engine with the given tools; its
-handlers really run. **Causal gating**: an upstream event that, in the recording, came after the
-relay sent something is released only once the relay under test has sent its counterpart
-(matched by kind and call id, ids re-mapped), or it is clear that it never will (the engine is
-idle and nothing it waits for is running, or the gate timeout passed). Time is virtual by default
-(the recorded `t`, as fast as possible); `realtime=True` keeps the recorded pacing.
+The relay under test is the relay's own `SessionLoop`, with a fresh engine and the given tools,
+on a virtual clock (relay/offline/replay_play.py): the recording's upstream is its upstream socket
+(relay/offline/recorded_upstream.py), its client the recorded client; its handlers really run, on
+that clock (a tool's `asyncio.sleep` takes no real time). **Causal gating**: an upstream event
+that, in the recording, came after the relay sent something is released only once the relay
+under test has sent its counterpart (matched by kind and call id, ids re-mapped), or it is clear
+that it never will (nothing runs and the engine has no deadline, or the gate timeout, in virtual
+seconds, passed with only handlers running). Time runs as fast as the loop goes; `realtime=True`
+paces the loop's clock against the wall clock (the recorded pacing).
 
 What the relay under test sent is compared with what was recorded: outputs (text and status),
 streaming updates, follow-up and filler responses, cancels and tool declarations. Every
@@ -18,7 +21,9 @@ A request for a response the recording holds no answer to (a new filler) is answ
 as a provider would (else the relay sends it again every 15 s); one sent again is one divergence.
 
 MCP tools (the recording's header lists them) are answered from the recording by default, or by
-live servers with `mcp_answers="live"` (relay/offline/mcp_answers.py).
+live servers with `mcp_answers="live"` (relay/offline/mcp_answers.py): their connections are the
+caller's event loop's, where their calls are made; the replay's own loop runs in a worker thread
+meanwhile.
 
 The recording says its dialect (`Recording.dialect`), and the dialect says how its frames are
 read back (`replay_sends` in relay/offline/sends.py, a reader per tool flow): which are fed to the engine, which
@@ -30,11 +35,9 @@ it forwarded with its declarations.
 
 from __future__ import annotations
 
-import difflib
-import json
 import logging
-import math
 import time
+from collections import deque
 from itertools import islice
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -42,49 +45,25 @@ from typing import Any, Callable, Iterator
 import anyio
 
 from relay.dialects import DIALECT_CHOICES, DIALECTS, Dialect, get_dialect
-from relay.engine import (
-    CancelHandler,
-    Close,
-    EngineConfig,
-    GeminiEngine,
-    Notice,
-    Outcome,
-    SendClient,
-    SendUpstream,
-    StartHandler,
-    new_engine,
-)
+from relay.engine import CancelHandler, EngineConfig, Outcome, StartHandler, new_engine
 from relay.engine.calls import CallOutcome
-from relay.engine.going_away import GOING_AWAY
 from relay.engine.records import CallRecord
 from relay.errors import UnusableInput
 from relay.mcp.servers import ToolSet
-from relay.offline.mcp_answers import MCP_ANSWERS, Moments, with_recorded_mcp_tools
+from relay.offline.mcp_answers import MCP_ANSWERS, Moments, on_the_callers_loop, with_recorded_mcp_tools
+from relay.offline.peers import KeptFrames, PeerTransport, Remembered
+from relay.offline.recorded_upstream import RecordedUpstream
 from relay.offline.replay_finishes import RecordedFinishes, Report
+from relay.offline.replay_play import RecordedPlay, ReplayLoop
 from relay.offline.replay_result import Divergence, ReplayCall, ReplayResult, render_report
-from relay.offline.replaying import (
-    REQUEST,
-    Key,
-    ReplaySends,
-    Requests,
-    clip,
-    counted,
-    json_object,
-)
+from relay.offline.replaying import REQUEST, Requests, clip, counted
 from relay.offline.sends import replay_sends
 from relay.offline.timeline import Timeline
-from relay.recording.format import (
-    CLIENT_TO_RELAY,
-    HANDLER_FINISHED_NOTE,
-    HANDLER_YIELDED_NOTE,
-    RELAY_TO_UPSTREAM,
-    UPSTREAM_TO_RELAY,
-    Frame,
-    Recording,
-)
+from relay.offline.virtual import DEFAULT_THREAD_LIMIT, VirtualLoop
+from relay.recording.format import HANDLER_FINISHED_NOTE, HANDLER_YIELDED_NOTE, RELAY_TO_CLIENT, Frame, Recording
 from relay.recording.audio import without_audio
 from relay.recording.reader import iter_frames, read_recording
-from relay.session.driver import DriverCore
+from relay.session.policy import NORMAL_CLOSURE
 from relay.tools import ToolRegistry
 from relay.tools.mcp_config import ApprovalPolicy, McpSettings
 from relay.tools.sources import ToolSources
@@ -92,72 +71,29 @@ from relay.tools.sources import ToolSources
 log = logging.getLogger("relay.replay")
 
 DEFAULT_GATE_TIMEOUT = 10.0
+IDLE_STEP = 3600.0
+"""Virtual seconds the replay's loop is let run at a time (the play always waits with a timeout:
+a step ends early, when the play is over)."""
+REALTIME_STEP = 0.01
+"""Real seconds between two steps of a replay in the recorded pacing (`realtime=True`)."""
+wall_clock: Callable[[], float] = time.monotonic
+wall_sleep: Callable[[float], None] = time.sleep
+"""The wall clock the recorded pacing follows, and how a step waits for it."""
 
 # what a replay found is relay.offline.replay_result's; named here too, beside what produces it
 __all__ = ["DEFAULT_GATE_TIMEOUT", "Divergence", "ReplayCall", "ReplayResult", "check_same_wire",
            "render_report", "replay", "replay_async"]
 
 
-# ---- matching what was sent ---------------------------------------------------------------------
-def diff_of(recorded: dict[str, Any], produced: dict[str, Any], sends: ReplaySends) -> str:
-    def lines(event: dict[str, Any]) -> list[str]:
-        shown = sends.compared(event)
-        item = shown.get("item")
-        if isinstance(item, dict) and isinstance(item.get("output"), str):
-            # outputs are usually JSON text: show them structured so the diff points at the field
-            try:
-                item = {**item, "output": json.loads(item["output"])}
-            except ValueError:
-                pass
-            shown = {**shown, "item": item}
-        return json.dumps(shown, indent=2, sort_keys=True, ensure_ascii=False).splitlines()
-
-    return "\n".join(difflib.unified_diff(lines(recorded), lines(produced), "recorded", "replayed",
-                                          lineterm="", n=2))
-
-
-class _IdMap:
-    """Recorded relay ids -> the ids the relay under test chose for the same things."""
-
-    def __init__(self, id_prefix: str | None) -> None:
-        self.id_prefix = id_prefix
-        self.mapping: dict[str, str] = {}
-
-    def learn(self, recorded: dict[str, Any], produced: dict[str, Any]) -> None:
-        for path in (("event_id",), ("item", "id")):
-            old, new = _dig(recorded, path), _dig(produced, path)
-            if isinstance(old, str) and isinstance(new, str) and old != new:
-                self.mapping[old] = new
-
-    def rewrite(self, event: dict[str, Any]) -> dict[str, Any]:
-        if not self.mapping:
-            return event
-        return _replace_strings(event, self.mapping)
-
-
-def _dig(data: Any, path: tuple[str, ...]) -> Any:
-    for key in path:
-        if not isinstance(data, dict):
-            return None
-        data = data.get(key)
-    return data
-
-
-def _replace_strings(value: Any, mapping: dict[str, str]) -> Any:
-    if isinstance(value, str):
-        return mapping.get(value, value)
-    if isinstance(value, dict):
-        return {k: _replace_strings(v, mapping) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_replace_strings(v, mapping) for v in value]
-    return value
-
-
 # ---- the replay --------------------------------------------------------------------------------
-class _Replayer(DriverCore):
-    """The replay's driver of the engine (relay/session/driver.py): its ports compare what the
-    relay sends with the recording and answer what it asks of the provider; its clock is the
-    recording's."""
+class _Replayer:
+    """One replay: the relay's own `SessionLoop` (a `ReplayLoop`, relay/offline/replay_play.py) on a
+    `VirtualLoop` whose clock starts at the recording's, between the recording's upstream (a
+    `RecordedUpstream`: what the relay sends it is compared with the recording) and its client
+    (a socket that answers nothing: what the relay sends the client is compared through the
+    upstream's side only). It is the loop's harness: the loop tells it of a handler's start, a
+    handler's report (held until the recording's play reaches where it was recorded), a round's
+    end (the recording's missing answers given) and hands it the frames to pass on."""
 
     def __init__(self, recording: Recording, registry: ToolRegistry, *, dialect: Dialect | None,
                  realtime: bool, gate_timeout: float, progress: Callable[[int, int], None] | None,
@@ -178,217 +114,109 @@ class _Replayer(DriverCore):
         )
         dialect = dialect or recording.dialect
         self.records: list[CallRecord] = []   # what the replayed engine wrote ahead (`Remember`)
-        self._init_driver(new_engine(registry, dialect=dialect, config=config,
-                                     session_id=str(header.get("session_id", recording.path.stem)),
-                                     id_prefix=self.id_prefix or "replay"), records=self.records)
-        self._produced_sends = replay_sends(dialect, self.engine.id_prefix)
-        self._recorded_sends = replay_sends(dialect, self.id_prefix)
-        self._requests = Requests(recording.frames, replay_sends(dialect, self.id_prefix))
-        self._unanswered: list[tuple[Key, dict[str, Any]]] = []   # requests the recording holds no answer to
-        self._answering = False   # see _answer_requests
-        self.base_time = _epoch(header.get("started_at"))
-        self.now = self.base_time
-        self.realtime = realtime
-        self.gate_timeout = gate_timeout
-        self.progress = progress
-        self.ids = _IdMap(self.id_prefix)
-        self.produced: list[dict[str, Any]] = []          # every SendUpstream, in order
-        self.unmatched: list[tuple[Key, dict[str, Any], float]] = []   # with when it was sent
-        self.divergences: list[Divergence] = []
-        self.timeline: list[str] = []
-        self.recorded_outputs: dict[str, str] = {}
-        self.frames: list[Frame] = []                     # the session as replayed
-        self._progress = anyio.Event()
+        self.engine = new_engine(registry, dialect=dialect, config=config,
+                                 session_id=str(header.get("session_id", recording.path.stem)),
+                                 id_prefix=self.id_prefix or "replay")
+        # the loop's clock (the engine's) starts at 0, as the harness's does: seconds since the
+        # epoch would be too coarse for asyncio's timers (a float's step there is 0.24 µs, above
+        # the loop's clock resolution, and a timer at `now` would never be due)
+        self.base_time = 0.0
         self.moments = moments or Moments()   # handlers waiting for a recorded moment
+        self.moments.base = self.base_time
+        self.realtime = realtime
+        self.timeline: list[str] = []
+        self.frames: list[Frame] = []                     # the session as replayed
         self.finishes = RecordedFinishes(recording)   # each handler's finish where it was recorded
+        self.closed = False   # the session has ended (the loop says so)
+        self._inbox: deque[tuple[str, str | bytes]] = deque()   # frames on their way to the relay
+        self._pumping = False
+        self.loop = VirtualLoop(start=self.base_time, thread_limit=max(DEFAULT_THREAD_LIMIT, gate_timeout))
+        self.upstream = RecordedUpstream(
+            replay_sends(dialect, self.engine.id_prefix), replay_sends(dialect, self.id_prefix),
+            Requests(recording.frames, replay_sends(dialect, self.id_prefix)), id_prefix=self.id_prefix,
+            t=self._t, timeline=self.timeline, progress=self._moved)
+        self.caller = PeerTransport(_answers_nothing) if config.has_client else None
+        self.session = ReplayLoop(self, self.loop, self.engine, upstream=self.upstream, client=self.caller,
+                                  clock=self.loop.time, recorder=KeptFrames(self._keep, _no_line),
+                                  write_ahead=Remembered(self.records))
+        self.play = RecordedPlay(self, self._frames(), len(recording.frames), gate_timeout=gate_timeout,
+                                 progress=progress)
 
-    # ---- the driver's ports (relay/session/driver.py) ----
-    def _moment(self) -> float:
-        return self.now
+    @property
+    def divergences(self) -> list[Divergence]:
+        return self.upstream.divergences
 
-    def _round_over(self, outermost: bool, more: bool) -> None:
-        self._answer_requests()
+    def _t(self) -> float:
+        return self.loop.time() - self.base_time
 
-    def act_send_upstream(self, action: SendUpstream) -> None:
-        event = json_object(action.frame)   # Gemini forwards a client's malformed frame as it is
-        if event is None:
-            return
-        self._keep(RELAY_TO_UPSTREAM, action.frame)
-        self.produced.append(event)
-        for key, part in self._produced_sends(event):
-            self.unmatched.append((key, part, round(self._t(), 6)))
-            self._note_send(part, key)
-            if self._requests.unanswered(key, part):
-                self._unanswered.append((key, part))
-        self._progress.set()
-
-    def act_start_handler(self, action: StartHandler) -> None:
-        self.timeline.append(f"{self._t():9.3f}  run   {action.tool.name}({_args(action)}) "
-                             f"call_id={action.call_id}")
-        super().act_start_handler(action)
-
-    def act_cancel_handler(self, action: CancelHandler) -> None:
-        super().act_cancel_handler(action)
-        self.finishes.drop(action.call_id)   # what a cancelled call's handler reported is never heard
-        self.timeline.append(f"{self._t():9.3f}  cancel {action.call_id}: {action.reason}")
-
-    def act_send_client(self, action: SendClient) -> None:
-        """The recorded client is not here to answer: what the relay sends it is compared with the
-        recording through the upstream's side only."""
-
-    def act_notice(self, action: Notice) -> None:
-        """A replay reports divergences and its timeline, not the live session's notices; a Gemini
-        session the service sent away resumes as the live one did (relay/edges/going_away.py)."""
-        if action.kind == GOING_AWAY and isinstance(self.engine, GeminiEngine):
-            frame, actions = self.engine.resumption_setup(self.now)
-            if frame is not None:
-                self.act_send_upstream(SendUpstream(frame))
-            self._apply(actions)
-
-    def act_close(self, action: Close) -> None:
-        """The recording decides when the replayed session ends."""
-
-    def _answer_requests(self) -> None:
-        """Answer the requests no recorded frame answers, as a provider would, once the actions
-        that came with them are sent."""
-        if self._answering:
-            return
-        self._answering = True
-        try:
-            while self._unanswered:
-                key, event = self._unanswered.pop(0)
-                self.timeline.append(f"{self._t():9.3f}  recv  the replay's answer to {self._produced_sends.describe(key)}")
-                for frame in self._produced_sends.provider_answer(event, self._requests.sent):
-                    self._keep(UPSTREAM_TO_RELAY, frame)
-                    self._apply(self.engine.receive_upstream(frame, self.now))
-        finally:
-            self._answering = False
+    def _moved(self) -> None:
+        self.play.moved()
 
     def _keep(self, direction: str, frame: str | bytes) -> None:
-        """Keep a frame of the session as replayed, without its audio (`without_audio`)."""
+        """The loop's recorder: a frame of the session as replayed, without its audio
+        (`without_audio`); what the relay sent the client is not the replay's."""
+        if direction == RELAY_TO_CLIENT:
+            return
         text, data = (frame, None) if isinstance(frame, str) else (None, frame)
         self.frames.append(without_audio(Frame(self._t(), direction, None, text, data, 0)))
 
-    def _note_send(self, event: dict[str, Any], key: Key) -> None:
-        answer = self._produced_sends.answer(key, event)
-        if answer is not None:
-            call_id, text, status = answer
-            self.timeline.append(f"{self._t():9.3f}  send  {key[0]} {call_id} [{status}] {clip(text)}")
-        else:
-            self.timeline.append(f"{self._t():9.3f}  send  {self._produced_sends.describe(key)}")
+    # ---- what the relay's loop tells the replay (relay/offline/peers.py's `HarnessLoop`) -----------
+    def act_start_handler(self, action: StartHandler) -> None:
+        self.timeline.append(f"{self._t():9.3f}  run   {action.tool.name}({_args(action)}) "
+                             f"call_id={action.call_id}")
+        self.session.start_handler(action)
+
+    def _stand_in(self, action: StartHandler) -> None:
+        """The tool's own handler runs."""
+
+    def cancelled(self, action: CancelHandler) -> None:
+        self.finishes.drop(action.call_id)   # what a cancelled call's handler reported is never heard
+        self.timeline.append(f"{self._t():9.3f}  cancel {action.call_id}: {action.reason}")
 
     def _handler_finished(self, call_id: str, outcome: Outcome) -> None:
         if not self.finishes.hold(call_id, HANDLER_FINISHED_NOTE, outcome):   # else it lands where it was recorded
-            super()._handler_finished(call_id, outcome)
-        self._progress.set()
+            self.session.report_finished(call_id, outcome)
+        self._moved()
 
     def _handler_yielded(self, call_id: str, value: Any) -> None:
         if not self.finishes.hold(call_id, HANDLER_YIELDED_NOTE, value):
-            super()._handler_yielded(call_id, value)
-        self._progress.set()
+            self.session.report_yielded(call_id, value)
+        self._moved()
 
-    def _report(self, call_id: str, report: Report) -> None:
+    def report(self, call_id: str, report: Report) -> None:
+        """What a handler reported, reached where the recording placed it: to the engine."""
         kind, value = report
         if kind == HANDLER_FINISHED_NOTE:
-            super()._handler_finished(call_id, value)
+            self.session.report_finished(call_id, value)
         else:
-            super()._handler_yielded(call_id, value)
+            self.session.report_yielded(call_id, value)
 
-    async def _finishes_before(self, line_no: float) -> None:
-        """What the handlers reported (finishes, a streaming handler's values) recorded before line
-        `line_no`, each at its recorded moment: a handler still running is waited for (at most the
-        gate timeout), what came early was held (`RecordedFinishes`); after the last line, all
-        that is still held."""
-        for note in self.finishes.reached(line_no):
-            call_id = str(note.fields["call_id"])
-            deadline = time.monotonic() + self.gate_timeout
-            while (self._runner is not None and call_id in self._runner.calls and not self.finishes.held(call_id)
-                   and time.monotonic() < deadline):
-                self._progress = anyio.Event()
-                with anyio.move_on_after(max(0.0, deadline - time.monotonic())):
-                    await self._progress.wait()
-            self._advance_to(self.base_time + note.t)
-            for report in self.finishes.release(call_id):
-                self._report(call_id, report)
-        if line_no == math.inf:
-            for call_id, report in self.finishes.left():
-                self._report(call_id, report)
+    def _round_over(self, outermost: bool, more: bool) -> None:
+        """A round's frames are written: the requests the recording holds no answer to are
+        answered, as a provider would (the loop hands the answers on)."""
+        if outermost and not self.closed and self.upstream.unanswered:
+            self._inbox.extend(("upstream", frame) for frame in self.upstream.answers())
 
-    def _t(self) -> float:
-        return self.now - self.base_time
+    def arrives(self, side: str, frame: str | bytes) -> None:
+        """A frame of the recording's, for the relay's reader of `side`."""
+        self._inbox.append((side, frame))
+        self._pump()
 
-    def _advance_to(self, moment: float) -> None:
-        """Move virtual time forward, firing the engine's timers on their way. A deadline that a
-        tick leaves where it was (the engine's fault) is logged and not fired again: firing it
-        would never move time, and the replay would hang (`DriverCore._fire_deadline`)."""
-        while True:
-            deadline = self._next_due()
-            if deadline is None or deadline > moment:
-                break
-            self.now = max(self.now, deadline)
-            self.moments.release(self._t())
-            self._fire_deadline(self.now)
-        self.now = max(self.now, moment)
-        self.moments.release(self._t())
-
-    def _deadline_left_behind(self, now: float, after: float) -> None:
-        log.error("the engine kept a deadline its tick did not move; ignoring it",
-                  extra={"t": self._t(), "overdue_seconds": now - after})
-
-    def _fire_next_timer(self) -> bool:
-        """Move virtual time to the engine's next deadline; False when it has none."""
-        deadline = self._next_due()
-        if deadline is None:
-            return False
-        self._advance_to(deadline)
-        return True
-
-    # -- gating --
-    def _take(self, key: Key) -> dict[str, Any] | None:
-        for index, (candidate, event, _) in enumerate(self.unmatched):
-            if candidate == key:
-                del self.unmatched[index]
-                return event
-        return None
-
-    async def _gate(self, recorded_frame: dict[str, Any], t: float) -> None:
-        for key, recorded in self._recorded_sends(recorded_frame):
-            await self._gate_one(key, recorded, t)
-
-    async def _gate_one(self, key: Key, recorded: dict[str, Any], t: float) -> None:
-        sends = self._recorded_sends
-        answer = sends.answer(key, recorded)
-        if answer is not None:
-            self.recorded_outputs[answer[0]] = answer[1]
-        produced = self._take(key)
-        deadline = time.monotonic() + self.gate_timeout
-        while produced is None:
-            waiting_on_handlers = self._runner is not None and self._runner.running > 0
-            if not waiting_on_handlers:
-                # nothing running: only a timer could still make the relay send it
-                if not self._fire_next_timer():
-                    break
-                produced = self._take(key)
-                continue
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            self._progress = anyio.Event()
-            with anyio.move_on_after(remaining):
-                await self._progress.wait()
-            produced = self._take(key)
-        what, call_id = sends.describe(key), sends.call_of(key)
-        if produced is None:
-            self.divergences.append(Divergence("missing", what, recorded, None, call_id=call_id, t=t))
-            self.timeline.append(f"{self._t():9.3f}  MISSING {what}")
+    def _pump(self) -> None:
+        """Hand the loop's readers what arrived, in order; what it causes arrives after."""
+        if self._pumping:
             return
-        self.ids.learn(recorded, produced)
-        if sends.compared(recorded) != sends.compared(produced):
-            self.divergences.append(Divergence("changed", what, recorded, produced,
-                                               diff_of(recorded, produced, sends), call_id=call_id, t=t))
-            self.timeline.append(f"{self._t():9.3f}  CHANGED {what}")
+        self._pumping = True
+        try:
+            while self._inbox and not self.closed:
+                side, frame = self._inbox.popleft()
+                peer = self.upstream if side == "upstream" else self.caller
+                if peer is not None:
+                    peer.arrive(frame)
+        finally:
+            self._pumping = False
 
-    # -- the run --
+    # ---- the run -----------------------------------------------------------------------------
     def _frames(self) -> Iterator[Frame]:
         """The recording's frames, audio included: read from its file one at a time when the
         recording was read without its audio (the second of two passes; no more frames than the
@@ -397,39 +225,40 @@ class _Replayer(DriverCore):
             return islice(iter_frames(self.recording.path, warnings=[]), len(self.recording.frames))
         return iter(self.recording.frames)
 
-    async def run(self) -> None:
-        total = len(self.recording.frames)
-        start_wall = time.monotonic()
-        async with anyio.create_task_group() as task_group:
-            self._run_handlers(task_group)
-            for index, frame in enumerate(self._frames()):
+    def run(self) -> None:
+        """The replay, start to end, on its virtual loop (in this thread): as fast as the loop
+        goes, or, `realtime`, with the loop's clock paced against the wall clock from outside."""
+        loop = self.loop
+        try:
+            self.session.open()
+            task = loop.create_task(self._run())
+            task.add_done_callback(lambda _: loop.stop())
+            started = wall_clock()
+            while not task.done():
                 if self.realtime:
-                    delay = frame.t - (time.monotonic() - start_wall)
-                    if delay > 0:
-                        await anyio.sleep(delay)
-                await self._finishes_before(frame.line_no)
-                self._advance_to(self.base_time + frame.t)
-                await self._play(frame)
-                if self.progress is not None:
-                    self.progress(index + 1, total)
-            await self._finishes_before(math.inf)
-            running = set(self.engine.running.call_ids())
-            if running and running <= self._abandoned():   # their answers went nowhere: it ends here, as it did
-                self._apply(self.engine.close(self.now, "the recorded session ended"))
-            else:
-                await self._drain()
-            self._apply(self.engine.close(self.now, "replay finished"))
-            task_group.cancel_scope.cancel()
-        sends = self._produced_sends
-        extra: set[tuple[Key, str]] = set()   # a request sent again is one divergence
-        for key, event, t in self.unmatched:
-            if key[0] != REQUEST or (key, event.get("event_id")) not in extra:
-                extra.add((key, event.get("event_id")))
-                self.divergences.append(Divergence("extra", sends.describe(key), None, event,
-                                                   call_id=sends.call_of(key), t=t))
+                    loop.run_until(self.base_time + wall_clock() - started)
+                    if not task.done():
+                        wall_sleep(REALTIME_STEP)
+                else:
+                    loop.run_until(loop.time() + IDLE_STEP)
+            loop.run_until(loop.time())   # the cancelled handlers end
+            task.result()
+        finally:
+            loop.close()
+        self.upstream.extra(REQUEST)
         unseen = self._calls_unseen()
         if unseen is not None:
             self.divergences.insert(0, unseen)
+
+    async def _run(self) -> None:
+        await self.play.run()
+        engine = self.engine
+        running = set(engine.running.call_ids())
+        if running and running <= self._abandoned():   # their answers went nowhere: it ends here, as it did
+            self.session._apply(engine.close(self.loop.time(), "the recorded session ended"))
+        else:
+            await self.play.drain()
+        self.session.stop("relay", NORMAL_CLOSURE, "replay finished")
 
     def _abandoned(self) -> set[str]:
         """The calls the recorded session ended with unanswered (the relay's note says
@@ -456,40 +285,6 @@ class _Replayer(DriverCore):
                           {"calls": [{"call_id": c.call_id, "name": c.name} for c in recorded]}, None,
                           call_id=recorded[0].call_id, t=recorded[0].t)
 
-    async def _play(self, frame: Frame) -> None:
-        sends = self._recorded_sends
-        if frame.direction == RELAY_TO_UPSTREAM:
-            sent = sends.sent_event(frame)
-            if self.relay_recording and sent is not None:
-                await self._gate(sent, frame.t)
-            return
-        payload = sends.payload(frame)
-        if payload is None:
-            return
-        if frame.direction == UPSTREAM_TO_RELAY:
-            if frame.event is not None and self.ids.mapping:
-                payload = json.dumps(self.ids.rewrite(frame.event), ensure_ascii=False)
-            self._keep(UPSTREAM_TO_RELAY, payload)
-            # what the frame says goes on the timeline before what the relay did about it
-            self.timeline += [f"{self._t():9.3f}  {line}" for line in sends.timeline(frame)]
-            self._apply(self.engine.receive_upstream(payload, self.now))
-        elif frame.direction == CLIENT_TO_RELAY and self.engine.config.has_client:
-            self._keep(CLIENT_TO_RELAY, payload)
-            self._apply(self.engine.receive_client(payload, self.now))
-
-    async def _drain(self) -> None:
-        """After the last frame: let running handlers finish (bounded) and timers fire."""
-        deadline = time.monotonic() + self.gate_timeout
-        while self._runner is not None and self._runner.running and time.monotonic() < deadline:
-            self._progress = anyio.Event()
-            with anyio.move_on_after(max(0.0, deadline - time.monotonic())):
-                await self._progress.wait()
-            if not self._runner.running:
-                break
-        for _ in range(100):
-            if not self._fire_next_timer():
-                break
-
     def result(self) -> ReplayResult:
         calls = []
         for entry in self.engine.ledger:
@@ -499,9 +294,9 @@ class _Replayer(DriverCore):
                 call_id=entry.call_id, name=entry.name, arguments=entry.arguments, output=entry.output,
                 status=entry.output_status, outcome=entry.outcome, response_id=entry.response_id,
                 follow_up_response_id=entry.follow_up_response_id,
-                recorded_output=self.recorded_outputs.get(entry.call_id), skipped=entry.skip_reason))
+                recorded_output=self.upstream.recorded_outputs.get(entry.call_id), skipped=entry.skip_reason))
         return ReplayResult(
-            path=self.recording.path, kind=self.recording.kind, calls=calls, sent=self.produced,
+            path=self.recording.path, kind=self.recording.kind, calls=calls, sent=self.upstream.produced,
             divergences=self.divergences, timeline=self.timeline, warnings=list(self.recording.warnings),
             anomalies=[a.message for a in self.engine.anomalies], engine=self.engine, frames=self.frames,
             internal_errors=[a.message for a in self.engine.anomalies if a.internal])
@@ -530,15 +325,12 @@ def check_same_wire(recording: Recording, dialect: Dialect) -> None:
                         f"choose one of {', '.join(same_wire)}")
 
 
-def _epoch(started_at: Any) -> float:
-    from datetime import datetime
+def _answers_nothing(frame: str | bytes) -> None:
+    """The recorded client: not here to answer."""
 
-    if isinstance(started_at, str):
-        try:
-            return datetime.fromisoformat(started_at.replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            pass
-    return 1_700_000_000.0
+
+def _no_line(kind: str, fields: dict[str, Any]) -> None:
+    """The replay keeps the session's frames, not the relay's lines."""
 
 
 def _args(action: StartHandler) -> str:
@@ -573,10 +365,13 @@ async def replay_async(
     try:
         moments = Moments()
         warnings: list[str] = []
-        registry = with_recorded_mcp_tools(tool_set.registry(), recording, moments, warnings, mcp_answers == "live")
+        registry = tool_set.registry()
+        if mcp_answers == "live":   # the servers' connections are this loop's: their calls are made here
+            registry = on_the_callers_loop(registry, tool_set.static)
+        registry = with_recorded_mcp_tools(registry, recording, moments, warnings, mcp_answers == "live")
         replayer = _Replayer(recording, registry, dialect=chosen, realtime=realtime,
                              gate_timeout=gate_timeout, progress=progress, moments=moments)
-        await replayer.run()
+        await anyio.to_thread.run_sync(replayer.run)   # the replay's own loop, in a thread of its own
     finally:
         await tool_set.close()
     result = replayer.result()
