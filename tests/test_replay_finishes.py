@@ -112,6 +112,27 @@ def test_a_streaming_handler_s_values_land_where_they_came(schedule: tuple[Pertu
     assert replay(path, conversation.tools).ok
 
 
+def test_a_session_that_expires_while_a_streaming_handler_runs_replays_without_its_later_updates(
+        tmp_path: Path) -> None:
+    """Issue 48's replay divergence, the explorer's schedule shrunk: the server cancels the response
+    while the streaming call runs, then the session expires and its connection closes with the
+    handler still yielding. The recorded session ended there (no `handler_finished` line of the
+    streaming call's); the replay ends there too, instead of sending the handler's next value as one
+    more update (and asking for a follow-up again) to an upstream that is gone."""
+    script = Script(Turn(say="Let me look.", calls=[call("lookup", order="A1"), call("prices", symbol="X")]),
+                    Turn(say="Done."))
+    conversation = from_script(script, tool_registry([lookup, prices]), dialect="openai", lines=("Go",))
+    schedule = (Perturbation("server_cancel", 2, "running"), Perturbation("expiry", 2, "running"))
+    assert replayable(schedule, "openai")
+    path = saved(conversation, schedule, tmp_path)
+    notes = [note.kind for note in read_recording(path).notes if note.fields.get("name") == "prices"
+             and note.kind != TOOL_CALL_NOTE]
+    assert notes == [HANDLER_YIELDED_NOTE] * 2, notes   # the third value and the finish never came
+    replayed = replay(path, conversation.tools)
+    assert replayed.ok, [d.describe() for d in replayed.divergences]
+    assert replays_same(conversation, schedule, {}, None) is None
+
+
 @tool(name="lookup", description=lookup.__relay_tool__.description)   # declared as `lookup` is
 async def slow_lookup(order: str) -> str:
     """`lookup` taking ten times as long: its finish comes later than the recorded one's."""

@@ -253,8 +253,10 @@ class _Replayer:
     async def _run(self) -> None:
         await self.play.run()
         engine = self.engine
-        running = set(engine.running.call_ids())
-        if running and running <= self._abandoned():   # their answers went nowhere: it ends here, as it did
+        runner = self.session._runner
+        running = set(engine.running.call_ids()) | set(runner.calls if runner is not None else ())
+        ended_with = self._abandoned() | self.finishes.never_finished(running)
+        if running and running <= ended_with:   # what they do now goes nowhere: it ends here, as it did
             self.session._apply(engine.close(self.loop.time(), "the recorded session ended"))
         else:
             await self.play.drain()
@@ -263,8 +265,10 @@ class _Replayer:
     def _abandoned(self) -> set[str]:
         """The calls the recorded session ended with unanswered (the relay's note says
         `abandoned`: its connection went first). When the handlers still running at the
-        recording's end are all theirs, the replay ends there, as the session did, instead of
-        waiting for answers that went nowhere."""
+        recording's end are all theirs, or handlers the recorded session ended with still running
+        (a streaming tool's, its call answered, whose next values went nowhere:
+        `RecordedFinishes.never_finished`), the replay ends there, as the session did, instead of
+        waiting for what went nowhere."""
         return {call_id for call_id, fields in self.recording.tool_calls_decided().items()
                 if fields.get("outcome") == CallOutcome.ABANDONED.value}
 

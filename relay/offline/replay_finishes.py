@@ -36,6 +36,13 @@ class RecordedFinishes:
             call_id = str(note.fields["call_id"])
             self._due[call_id] = self._due.get(call_id, 0) + 1
         self._held: dict[str, deque[Report]] = {}
+        self._places = bool(self._ahead)   # the recording says where its handlers reported
+        self._finished = {str(note.fields["call_id"]) for note in self._ahead if note.kind == HANDLER_FINISHED_NOTE}
+
+    def never_finished(self, call_ids: set[str]) -> set[str]:
+        """Those of `call_ids` whose handler the recorded session ended with still running: no
+        `handler_finished` line of theirs, in a recording that places finishes (none without)."""
+        return call_ids - self._finished if self._places else set()
 
     def hold(self, call_id: str, kind: str, value: Any) -> bool:
         """Keep what a handler reported before its recorded place was reached, or after a report of
