@@ -105,6 +105,16 @@ class EngineConfig:
         return self.mode is Mode.PROXY
 
 
+def _nearest(deadlines: Iterable[float], others: Iterable[float]) -> float | None:
+    """The earliest of two sets of deadlines (None: neither has one), with no tuple of them built:
+    the loop asks for the next deadline after every round."""
+    nearest = min(deadlines, default=None)
+    for deadline in others:
+        if nearest is None or deadline < nearest:
+            nearest = deadline
+    return nearest
+
+
 class SessionEngine:
     """One session's state and the sans-I/O plumbing around its rules."""
 
@@ -183,8 +193,7 @@ class SessionEngine:
         frame by the edge, so computed once per change of state. After `tick(now)` it is None or
         later than `now`: the edge's timer would otherwise call `tick` again at once."""
         if self._deadline is _UNKNOWN:
-            deadlines = () if self.ctx.closed else (*self.running.deadlines(), *self._other_deadlines())
-            self._deadline = min(deadlines, default=None)
+            self._deadline = None if self.ctx.closed else _nearest(self.running.deadlines(), self._other_deadlines())
         return self._deadline
 
     @property

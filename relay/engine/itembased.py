@@ -89,7 +89,7 @@ class OpenAIEngine(SessionEngine):
             # (a create in flight then is the edge's to resend, see `Sequencer.reset_connection`).
             return ()
         deadlines = (self.sequencer.next_deadline(), self.view.hold_deadline())
-        return tuple(deadline for deadline in deadlines if deadline is not None)
+        return [deadline for deadline in deadlines if deadline is not None]   # (no generator: every round)
 
     # ==== plumbing ======================================================================
     def _after_input(self) -> None:

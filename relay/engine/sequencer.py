@@ -215,14 +215,14 @@ class Sequencer(Machines):
         return item_id in self._confirmed
 
     def next_deadline(self) -> float | None:
+        own, state = self._own, self.create_state
+        ack = (own.sent_at + self.ack_timeout if state is _SENT and own is not None
+               else self._retry_deadline if state is _RETRY_AFTER_DONE else None)
+        if not self._foreign and not self._delayed_fillers:
+            return ack   # most rounds: no foreign response and no delayed filler (no list built)
         deadlines = [f.expires_at for f in self._foreign]
         deadlines.extend(due for due, _text in self._delayed_fillers.values())
-        own = self._own
-        if self.create_state is _SENT and own is not None:
-            deadlines.append(own.sent_at + self.ack_timeout)
-        elif self.create_state is _RETRY_AFTER_DONE:
-            deadlines.append(self._retry_deadline)
-        return min(deadlines) if deadlines else None
+        return min(deadlines) if ack is None else min(ack, *deadlines)
 
     # ---- facts from upstream -------------------------------------------------------------
     def item_confirmed(self, item_id: str) -> None:
