@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator
 
 from relay.dialects import openai_codec as wire
+from relay.dialects.peek import has_single_plain_type, peek_type
 from relay.engine import Outcome, StartHandler
 from relay.engine.calls import CallState
 from relay.mock import MockScript, StreamOptions
@@ -219,7 +220,7 @@ class Exploring:
     def _reordered(self, frames: list[str | bytes]) -> list[str | bytes]:
         """`done_first`: a response's calls' `response.output_item.done` arrive after its
         `response.done` (everything else of the response before it, as it was)."""
-        kinds = [wire.event_of(decode(frame) or {}) for frame in frames]
+        kinds = [wire.event_of(decode(frame) or {}) if _may_move(frame) else None for frame in frames]
         done = next((i for i, kind in enumerate(kinds) if isinstance(kind, wire.ResponseDone)), None)
         late = [i for i, kind in enumerate(kinds[:done]) if isinstance(kind, wire.OutputItemDone)
                 and (kind.item or {}).get("type") == wire.FUNCTION_CALL]
@@ -410,6 +411,15 @@ class ExploredSession(Exploring, ScriptedSession):
         duplicates = [fault_kinds.duplicate_delivery(p.call) for p in schedule if p.kind == "duplicate"]
         super().__init__(_ScriptOf(conversation.script, conversation.turns), conversation.tools, dialect=conversation.dialect,
                          faults=duplicates, quirks=quirks, client_tools=conversation.client_tools, **options)
+
+
+_MOVED = wire.names_of((wire.ResponseDone, wire.OutputItemDone))
+
+
+def _may_move(frame: str | bytes) -> bool:
+    """Whether a frame may be one `_reordered` moves or moves behind (else it is not decoded: a
+    frame whose only plain `type` is another event's, the deltas and the rest)."""
+    return not isinstance(frame, str) or peek_type(frame) in _MOVED or not has_single_plain_type(frame)
 
 
 HANDLER_KINDS = frozenset({"finish", "past_filler", "past_timeout", "raises", "hangs", "answers_twice"})
