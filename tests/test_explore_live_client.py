@@ -221,3 +221,26 @@ def test_a_script_in_client_delegation_is_explored_through_relay_testing() -> No
     assert result.tried == 12 and result.covered > 1
     with pytest.raises(Exception, match="delegation"):
         explore_script(script, [TOOLS], dialect="live", delegation="sideways", budget=1)
+
+
+def test_an_answer_the_dropped_session_never_placed_is_said_in_the_new_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the explorer found (shrunk to this one perturbation): the connection drops between
+    delegation 2's appends and their acknowledgement; the relay carried the session on with the
+    answer told only as history, and the caller never heard it (`spoke_after_tools`). The relay
+    now says it in the new session (a `delegation_id: null` commentary append), once."""
+    schedule = (Perturbation("reseed", 2, "answered"),)
+    run = run_schedule(concierge(), schedule, keep=True)
+    try:
+        session = run.session
+        assert run.observed.fired == list(schedule) and run.broken == []
+        second = [i for i, f in enumerate(session.frames) if f.direction == "relay>upstream" and f.raw
+                  and live.SessionStart.__struct_config__.tag in f.raw][1]
+        said = [live.decode(f.raw) for f in session.frames[second:] if f.direction == "relay>upstream" and f.raw
+                and live.CommentaryAppend.__struct_config__.tag in f.raw]
+        assert [(a.delegation_id, a.content) for a in said] == [(None, "Tell the caller that order Z9 is not on file.")]
+        spoken = [e.text for e in session.timeline.of("spoken") if e.t >= session.reseeds[0]]
+        assert any("Z9 is not on file" in (text or "") for text in spoken)
+    finally:
+        session.close()
+    monkeypatch.setattr(LiveEngine, "_unplaced", lambda self, entry: None)
+    assert [name for name, _ in run_schedule(concierge(), schedule).broken] == ["spoke_after_tools"]

@@ -33,7 +33,10 @@ takeover in between still sees that it may have run. A batch whose follow-up was
 Resumed (`resume_with`, relay/edges/history_resume.py): a client reconnected, and this engine's
 upstream session is a new one. The client's `session.start` is seeded with the conversation so
 far, and the owed calls are told as the earlier session's (`_carried`): each is answered once in
-this session as a silent note, never as an answer to a delegation or batch this session never had.
+this session as a silent note (a delegation's message, or failure, said: `delegation_id: null`
+commentary), never as an answer to a delegation or batch this session never had. Carried on after
+a drop (`LiveEngine.new_session`), a delegation's answer the dropped session never placed is said
+in the new one likewise (`_unplaced`).
 """
 
 from __future__ import annotations
@@ -45,10 +48,11 @@ from typing import Any
 from relay.dialects import live
 from relay.engine.actions import Action, Remember
 from relay.engine.backend_calls import BACKEND_CALL, DELEGATED, SAME, ResponsesDelegation
+from relay.engine.appends import Channel, answer_appends, split_text
 from relay.engine.calls import CallEntry, Owner
 from relay.engine.context import Source
 from relay.engine.records import CallRecord, Phase
-from relay.engine.reseed import seeded_session
+from relay.engine.reseed import done_note, seeded_session
 from relay.tools.delegation import Delegation, Turn, delegation_parameter
 
 TRANSCRIPT_TURNS = 8
@@ -66,6 +70,7 @@ class LiveRecords(ResponsesDelegation):
         self._carried: set[str] = set()           # relay calls of an earlier session, answered in this one
         self._notes: set[str] = set()             # what seeded a new session of what the relay's tools did
         self._resumed: tuple[tuple[Turn, ...], list[str], list[CallRecord]] | None = None
+        self._unheard: list[CallEntry] = []       # answers a dropped session never placed, to say in the new one
         self.ctx.record_extras = self._record_extras
 
     def _record_extras(self, entry: CallEntry) -> dict[str, Any]:
@@ -111,6 +116,44 @@ class LiveRecords(ResponsesDelegation):
         if entry is not None:
             self._delivered([entry])
         return SAME
+
+    # ==== a dropped session's answers, in the session that carries it on ===================
+    def _carried_answer(self, entry: CallEntry, output: str, is_error: bool) -> list[live.Event]:
+        """The answer of a call of an earlier session, in this one, once, with `delegation_id:
+        null` (this session knows none of the earlier one's ids): what ran, told as silent context
+        (the note); and for a delegation what the caller was to hear (its message, or its
+        failure), said (`_spoken`)."""
+        note = [live.ThinkingAppend(delegation_id=None, content=piece) for piece in split_text(
+            done_note(entry.name, None if DELEGATED in entry.delivered_as else entry.arguments, output))]
+        return note + self._spoken(entry, output, is_error)
+
+    def _spoken(self, entry: CallEntry, output: str, is_error: bool) -> list[live.Event]:
+        """A delegation's answer's spoken part, as `session.commentary.append` with `delegation_id:
+        null`: speakable context of no delegation (the SDK's `CommentaryAppendEventParam`), which
+        the model communicates. A backend call's result has no spoken part of its own (its batch's
+        continuation spoke it), so none here: its note stays silent."""
+        if not entry.speak or DELEGATED not in entry.delivered_as:
+            return []
+        tool = self.tools.get(entry.name)
+        appends = answer_appends(output, is_error=is_error, message=entry.message, speak=True,
+                                 on_failure=tool.on_failure if tool is not None else None)
+        return [live.CommentaryAppend(delegation_id=None, content=append.content)
+                for append in appends if append.channel is Channel.COMMENTARY]
+
+    def _unplaced(self, entry: CallEntry) -> None:
+        """At a drop: a delegation's answer, decided or sent, that the dropped session never placed
+        (its last append not acknowledged, so never spoken). The new session's `input` tells what
+        ran; what the caller was to hear is said in it once it is up (`_on_reconnect`), or the
+        caller hears nothing of what they asked (the explorer's `spoke_after_tools`)."""
+        if not entry.delivered and entry.output is not None and self._spoken(entry, entry.output, entry.is_error):
+            self._unheard.append(entry)
+
+    def _on_reconnect(self) -> None:
+        super()._on_reconnect()
+        unheard, self._unheard = self._unheard, []
+        for entry in unheard:
+            for event in self._spoken(entry, entry.output or "", entry.is_error):
+                self._send(event)
 
     # ==== adoption: the calls a replica takes over =========================================
     def adopt_records(self, owed: list[CallRecord], follow_ups: list[CallRecord], now: float) -> list[Action]:

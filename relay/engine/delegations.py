@@ -276,9 +276,8 @@ class LiveEngine(LiveRecords):
     }
 
     def _deliver(self, entry: CallEntry, rendered: RenderedOutput) -> None:
-        if entry.call_id in self._carried:   # asked in a dropped session: told to the new one, silently
-            self._answer(entry, [live.ThinkingAppend(delegation_id=None, content=piece) for piece in split_text(
-                done_note(entry.name, _asked(entry), rendered.output))])
+        if entry.call_id in self._carried:   # asked in a dropped session: told, and said, in the new one
+            self._answer(entry, self._carried_answer(entry, rendered.output, rendered.is_error))
             return
         if DELEGATED in entry.delivered_as:
             self._offsets.pop(entry.call_id, None)
@@ -354,6 +353,7 @@ class LiveEngine(LiveRecords):
                 continue
             if entry.state in (CallState.FINISHED, CallState.ANSWERED) and entry.output is not None:
                 notes.append(done_note(entry.name, _asked(entry), entry.output))
+                self._unplaced(entry)   # what the caller was to hear and has not: said in the new session
                 if entry.state is CallState.FINISHED:
                     self._injected(entry)   # answered by the note, once
             elif entry.state in (CallState.READY, CallState.RUNNING):

@@ -308,13 +308,17 @@ class LiveMockSession:
 
     def _placed(self, event: wire.InstructionsAppend | wire.ThinkingAppend | wire.CommentaryAppend) -> list[Any]:
         """What an append does once on the timeline: a commentary for a delegation is its result,
-        spoken as the script's reply to it; `Say exactly: …` instructions are said."""
+        spoken as the script's reply to it; one for no delegation (general, speakable context) is
+        said as it is; `Say exactly: …` instructions are said."""
         if isinstance(event, wire.InstructionsAppend):
             said = self.script.pick([], event.content, {}).reply
             if said.say is not None and said.say != self.script.default.say:
                 self._queue_speech(said.say)
             return []
-        if not isinstance(event, wire.CommentaryAppend) or event.delegation_id is None:
+        if not isinstance(event, wire.CommentaryAppend):
+            return []
+        if event.delegation_id is None:   # speakable context of no delegation: the model says it
+            self.speak(event.content)
             return []
         delegation = self.delegations[event.delegation_id]
         delegation.results.append(event.content)

@@ -33,10 +33,15 @@ What `reseed` does not explore: the resume of a client that reconnects itself (`
 of which the harness has (tests/store/test_live_resume.py covers it); a second drop while the new
 session opens, or a new connection that fails (the loop's attempts); and the relay's `--live-reseed`
 loop itself, whose steps this module plays on the harness's loop as `ReseedingLoop.upstream_lost`
-takes them. A call carried into the new session is answered there once, as a note the model is
-not asked to speak (docs/gpt-live.md), so the timeline's invariants owe it neither an answer naming
-it nor a follow-up (`carried_calls`), and an append lost with the dropped connection is not owed a
-placement.
+takes them. A call carried into the new session is answered there once with `delegation_id: null`
+(docs/gpt-live.md: a silent note, and a delegation's message said), so the timeline's invariants do
+not owe it an answer naming it (`carried_calls`); an append lost with the dropped connection is not
+owed a placement. What the explorer found here: a delegation's answer sent and never placed
+before the drop was told to the new session as history only, and the caller never heard it
+(`spoke_after_tools`); the relay now says it there (tests/test_explore_live_client.py). The same
+window stays open for a Responses backend call whose batch was not yet continued at the drop: its
+result is a silent note in the new session and nothing says it (`unspoken_calls`: not held to a
+follow-up; docs/gpt-live.md).
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from dataclasses import replace
 from typing import Any
 
 from relay.dialects import live as wire
+from relay.engine.backend_calls import DELEGATED
 from relay.engine.calls import CallState
 from relay.engine.delegations import BARGE_IN_GRACE_MS
 from relay.mock import Faults, MockConnection
@@ -231,11 +237,19 @@ class ExploredLiveSession(Exploring, DelegatingSession):
 
     def carried_calls(self) -> set[str]:
         """The relay's calls not yet answered to the server, or whose answer it had not placed, when
-        a `reseed` dropped their session: the relay answers each once in the new session as a note
-        (a `delegation_id: null` thinking append, or history in its `input`), which the model is not
-        asked to speak (docs/gpt-live.md). The timeline's invariants do not count them owed an
-        answer naming them, nor a follow-up."""
+        a `reseed` dropped their session: the relay answers each once in the new session with
+        `delegation_id: null` (a note, or history in its `input`; a delegation's message said:
+        docs/gpt-live.md). The timeline's invariants do not count them owed an answer naming them."""
         return set(self._carried)
+
+    def unspoken_calls(self) -> set[str]:
+        """The carried calls (`carried_calls`) that are a Responses backend's: the new session
+        holds their result as a silent note, and nothing says it (docs/gpt-live.md: their batch's
+        continuation was what spoke it), so `spoke_after_tools` does not hold them to a follow-up:
+        a window the relay leaves, named in explore_live's docstring."""
+        ledger = self.engine.ledger
+        return {call_id for call_id in self._carried
+                if (entry := ledger.get(call_id)) is not None and DELEGATED not in entry.delivered_as}
 
     def _closes(self) -> list[Any]:
         if not self.closed:
