@@ -29,7 +29,7 @@ What is perturbed, and the fact each plays:
 | `expired` | the session reaches its duration limit while the call runs (client: also while its appends wait to be placed): pending appends fail (`context_injection_incomplete`), `session.closed` with `reason: expired`, the close | GPT-LIVE.md 2.4, 6: no GoAway or expiry warning |
 
 What `reseed` does not explore: the resume of a client that reconnects itself (`relay serve
---store`: relay/edges/live_resume.py), which needs a second client connection and a store, neither
+--store`: relay/edges/history_resume.py), which needs a second client connection and a store, neither
 of which the harness has (tests/store/test_live_resume.py covers it); a second drop while the new
 session opens, or a new connection that fails (the loop's attempts); and the relay's `--live-reseed`
 loop itself, whose steps this module plays on the harness's loop as `ReseedingLoop.upstream_lost`
