@@ -109,6 +109,24 @@ def _result_frame(codec: TurnCodec, message: Message, result: Any, like: str | b
     return _as(codec.encode(result), like)
 
 
+def _media_passing(engine: GeminiEngine, *, upstream: bool) -> Callable[[str | bytes], bool]:
+    """`engine.forwards_upstream` / `forwards_client`: the media that changes nothing in the
+    engine, which the forwarding pipe (`session/pipe.py`) then carries without its round. From the
+    model: any media but its speech, and its speech once its turn's message is open (the turn's
+    first audio opens it, in the round). From the caller: its media, unless its setup was refused
+    (nothing of the client goes up then: the round drops it)."""
+    peek, turns = engine._codec.audio_peek(upstream=upstream), engine.turns
+
+    def from_model(frame: str | bytes) -> bool:
+        media = peek(frame)
+        return media is not None and (media != "audio" or turns.speaking())
+
+    def from_caller(frame: str | bytes) -> bool:
+        return not engine._refused and peek(frame) is not None
+
+    return from_model if upstream else from_caller
+
+
 class GeminiEngine(SessionEngine):
     """One Gemini Live session's state and rules."""
 
@@ -130,6 +148,8 @@ class GeminiEngine(SessionEngine):
         self.resumption = Resumption(self.ctx, self._codec)   # a goAway met with a resumption handle
         self._upstream_media = self._codec.audio_peek(upstream=True)
         self._client_media = self._codec.audio_peek(upstream=False)
+        self.forwards_upstream = _media_passing(self, upstream=True)   # type: ignore[method-assign]
+        self.forwards_client = _media_passing(self, upstream=False)    # type: ignore[method-assign]
 
     def _to_client(self, frame: str | bytes) -> None:
         if self.config.has_client:

@@ -79,6 +79,11 @@ class Turns:
         record = self._open_model_item(part_type)
         self.ctx.conversation.add_text(record.id, 0, text)
 
+    def speaking(self) -> bool:
+        """Whether the model's turn has its message open, so that more of its audio changes
+        nothing here (`model_audio` would find it open): what lets its audio pass the engine by."""
+        return self.ctx.conversation.item(self._model_item) is not None
+
     def model_audio(self) -> None:
         """The model spoke (audio seen, maybe unparsed): its turn has a message, even if no
         transcript of it ever comes."""

@@ -58,11 +58,12 @@ class Shipping:
 
 @asynccontextmanager
 async def relay_and_mock(certificate: Certificate, tmp_path: Path, *tools: Any,
-                         quirks: Quirks | None = None) -> AsyncIterator[tuple[RelayServer, MockUpstream]]:
+                         quirks: Quirks | None = None, **options: Any
+                         ) -> AsyncIterator[tuple[RelayServer, MockUpstream]]:
     async with MockUpstream(script=GEMINI_SCRIPT, dialect="gemini", api_key=GEMINI_KEY, quirks=quirks) as mock:
         config = ServerConfig(upstream=mock.url, dialect="gemini", tools=list(tools), port=0, api_key=GEMINI_KEY,
                               auth_token=RELAY_TOKEN, drain_seconds=0.0, tls_cert=certificate.cert,
-                              tls_key=certificate.key, record_dir=tmp_path)
+                              tls_key=certificate.key, record_dir=tmp_path, **options)
         async with RelayServer(config) as server:
             yield server, mock
 
