@@ -105,3 +105,47 @@ def test_the_replay_s_driver_is_the_session_loop() -> None:
 
     assert issubclass(ReplayLoop, SessionLoop)
 
+
+
+
+BLOCKED_TOOLS = """
+import threading
+
+from relay.tools import tool
+
+released = threading.Event()
+
+
+@tool(name="weekly_report")
+def blocked_report(week: str) -> str:
+    \"\"\"Blocks until the test lets it go.\"\"\"
+    released.wait(30)
+    return "late"
+"""
+
+
+def test_a_sync_tool_that_outlasts_the_thread_limit_is_one_line_and_exit_2(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A sync tool blocked past the replay's thread limit (virtual time cannot pass inside a
+    thread): `relay replay` says so in one line, with the option that raises the limit, and exits
+    2; the tasks its thread holds are dropped without a word of their own."""
+    import gc
+    import sys
+
+    from relay.cli import main
+
+    recording = recorded_report(tmp_path)
+    module = tmp_path / "blocked_tools.py"
+    module.write_text(BLOCKED_TOOLS)
+    monkeypatch.setattr(replay_module, "DEFAULT_THREAD_LIMIT", 0.2)
+    try:
+        status = main(["replay", str(recording), "--tools", str(module), "--gate-timeout", "0"])
+        gc.collect()
+    finally:
+        for name, loaded in list(sys.modules.items()):
+            if name.endswith("blocked_tools") and hasattr(loaded, "released"):
+                loaded.released.set()
+    err = capsys.readouterr().err
+    assert status == 2
+    (line,) = err.strip().splitlines()
+    assert "virtual time cannot pass inside a thread" in line and "--gate-timeout" in line

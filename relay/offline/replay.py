@@ -35,6 +35,7 @@ it forwarded with its declarations.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import deque
@@ -59,7 +60,7 @@ from relay.offline.replay_result import Divergence, ReplayCall, ReplayResult, re
 from relay.offline.replaying import REQUEST, Requests, clip, counted
 from relay.offline.sends import replay_sends
 from relay.offline.timeline import Timeline
-from relay.offline.virtual import DEFAULT_THREAD_LIMIT, VirtualLoop
+from relay.offline.virtual import DEFAULT_THREAD_LIMIT, VirtualLoop, VirtualTimeError
 from relay.recording.format import HANDLER_FINISHED_NOTE, HANDLER_YIELDED_NOTE, RELAY_TO_CLIENT, Frame, Recording
 from relay.recording.audio import without_audio
 from relay.recording.reader import iter_frames, read_recording
@@ -243,6 +244,11 @@ class _Replayer:
                     loop.run_until(loop.time() + IDLE_STEP)
             loop.run_until(loop.time())   # the cancelled handlers end
             task.result()
+        except VirtualTimeError as exc:
+            for left in asyncio.all_tasks(loop):   # a thread that does not end holds them: dropped,
+                left._log_destroy_pending = False   # type: ignore[attr-defined]  # and told once, by the error
+            raise VirtualTimeError(f"{exc}; a replay waits as long as its gate timeout (--gate-timeout) for a "
+                                   f"sync tool, at least {DEFAULT_THREAD_LIMIT:g} s") from None
         finally:
             loop.close()
         self.upstream.extra(REQUEST)

@@ -40,7 +40,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from relay.errors import RelayError
+from relay.errors import UnusableInput
 
 DEFAULT_THREAD_LIMIT = 10.0
 _FREE_WORKERS: list[queue.SimpleQueue[Any]] = []
@@ -90,10 +90,11 @@ def _free(jobs: queue.SimpleQueue[Any]) -> None:
         jobs.put(None)
 
 
-class VirtualTimeError(RelayError, RuntimeError):
+class VirtualTimeError(UnusableInput, RuntimeError):
     """The harness cannot keep virtual time: work outside the loop (a sync tool, a thread) did not
     end within the real-time limit, or the harness was driven from inside its own loop (from a
-    tool)."""
+    tool). The tools, as given, cannot run on virtual time: input the command cannot use (one
+    line, exit 2), not a bug of the relay's."""
 
 
 class _NeverSleeps(selectors.BaseSelector):
