@@ -30,15 +30,20 @@ print(json.dumps(digests))
 """
 
 
-def _frames_in_a_process(hash_seed: str) -> dict[str, list[object]]:
-    env = {**os.environ, "PYTHONHASHSEED": hash_seed}
-    done = subprocess.run([sys.executable, "-c", RUN], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=120, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])   # type: ignore[no-any-return]
+def _frames_in_processes(*hash_seeds: str) -> list[dict[str, list[object]]]:
+    """What `RUN` prints in a process of each hash seed (the processes run side by side)."""
+    processes = [subprocess.Popen([sys.executable, "-c", RUN], cwd=REPO, env={**os.environ, "PYTHONHASHSEED": seed},
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for seed in hash_seeds]
+    printed = []
+    for process in processes:
+        out, err = process.communicate(timeout=120)
+        assert process.returncode == 0, err
+        printed.append(json.loads(out.strip().splitlines()[-1]))
+    return printed
 
 
 def test_a_schedule_sends_the_same_frames_whatever_the_hash_seed() -> None:
-    first, second = _frames_in_a_process("1"), _frames_in_a_process("2")
+    first, second = _frames_in_processes("1", "2")
     assert set(first) == {"foundry", "xai", "gemini"}
     assert all(count > 100 for count, _, _ in first.values())
     assert first == second
