@@ -281,3 +281,31 @@ def test_relay_testing_holds_no_public_name_it_does_not_export() -> None:
 
     public = {name for name in vars(relay.testing) if name.isidentifier() and not name.startswith("_")}
     assert sorted(public - set(relay.testing.__all__)) == [] and set(relay.testing.__all__) <= public
+
+
+def test_the_loops_tasks_are_held_and_ended_when_it_closes() -> None:
+    """No task group owns a harness's handlers (`LoopTasks`: tasks of the virtual loop). One that
+    nothing else holds (a handler the runner lost track of, as when an engine broken on purpose
+    starts a call twice) still runs after a collection, and closing the loop cancels it, as
+    `asyncio.run` ends its tasks; it is not collected unfinished."""
+    import gc
+
+    from relay.session.runner import LoopTasks
+
+    loop = VirtualLoop()
+    ended: list[str] = []
+
+    async def waits_forever() -> None:
+        try:
+            await loop.create_future()   # held by nothing but this task
+        except asyncio.CancelledError:
+            ended.append("cancelled")
+            raise
+
+    tasks = LoopTasks(loop)   # as the session's runner holds it
+    tasks.start_soon(waits_forever, name="lost track of")
+    loop.run_until(1.0)
+    gc.collect()
+    assert not ended and [task.get_name() for task in asyncio.all_tasks(loop)] == ["lost track of"]
+    loop.close()
+    assert ended == ["cancelled"]

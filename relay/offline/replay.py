@@ -35,7 +35,6 @@ it forwarded with its declarations.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections import deque
@@ -244,9 +243,7 @@ class _Replayer:
                     loop.run_until(loop.time() + IDLE_STEP)
             loop.run_until(loop.time())   # the cancelled handlers end
             task.result()
-        except VirtualTimeError as exc:
-            for left in asyncio.all_tasks(loop):   # a thread that does not end holds them: dropped,
-                left._log_destroy_pending = False   # type: ignore[attr-defined]  # and told once, by the error
+        except VirtualTimeError as exc:   # the tasks a thread holds are dropped as the loop closes
             raise VirtualTimeError(f"{exc}; a replay waits as long as its gate timeout (--gate-timeout) for a "
                                    f"sync tool, at least {DEFAULT_THREAD_LIMIT:g} s") from None
         finally:

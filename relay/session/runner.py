@@ -236,13 +236,16 @@ class LoopTasks:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
+        self._tasks: set[asyncio.Task[Any]] = set()   # held until done: a loop keeps only weak references
 
     @property
     def cancel_scope(self) -> LoopTasks:
         return self
 
     def start_soon(self, func: Callable[..., Awaitable[Any]], *args: Any, name: object = None) -> None:
-        self._loop.create_task(func(*args), name=None if name is None else str(name))   # type: ignore[arg-type]
+        task = self._loop.create_task(func(*args), name=None if name is None else str(name))   # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
 
 class TaskScope:
