@@ -115,7 +115,7 @@ def _media_passing(engine: GeminiEngine, *, upstream: bool) -> Callable[[str | b
     model: any media but its speech, and its speech once its turn's message is open (the turn's
     first audio opens it, in the round). From the caller: its media, unless its setup was refused
     (nothing of the client goes up then: the round drops it)."""
-    peek, turns = engine._codec.audio_peek(upstream=upstream), engine.turns
+    peek, turns = engine._upstream_media if upstream else engine._client_media, engine.turns
 
     def from_model(frame: str | bytes) -> bool:
         media = peek(frame)
