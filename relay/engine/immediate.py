@@ -74,6 +74,7 @@ from relay.engine.calls import CallEntry, CallState, Owner
 from relay.engine.conversation import ResponseRecord
 from relay.engine.context import Source
 from relay.engine.core import SessionEngine
+from relay.engine.answer_hold import HeldAnswers
 from relay.engine.going_away import GOING_AWAY, Resumption
 from relay.engine.turns import Turns
 from relay.tools import Scheduling
@@ -141,7 +142,7 @@ class GeminiEngine(SessionEngine):
         self._hiding = self.config.hide_tool_events and self.config.has_client
         self._client_functions: set[str] = set()     # names the client declared in its setup
         self._interim: dict[str, RenderedOutput] = {}   # streaming: the last value sent
-        self._unsent: list[tuple[str, dict[str, Any], bool]] = []    # (call_id, answer, final)
+        self._held = HeldAnswers()   # answers that wait: the connection away, or `interrupted` (answer_hold.py)
         self._refused = False                         # the client's setup was refused
         self.turns = Turns(self.ctx, hiding=self._hiding)   # the conversation record
         self._codec: TurnCodec = self.dialect.codec or gemini_codec   # the wire, read and written
@@ -199,12 +200,13 @@ class GeminiEngine(SessionEngine):
             if media == "audio":
                 self.turns.model_audio()
             self._to_client(frame)
-            return
-        forward = self._handled(frame, self._UPSTREAM_HANDLERS)
-        if forward is _UNREAD:
-            return   # it cannot be told apart from a relay call the client must not see
-        if forward is not None:
-            self._to_client(forward)
+        else:
+            forward = self._handled(frame, self._UPSTREAM_HANDLERS)
+            # _UNREAD: it cannot be told apart from a relay call the client must not see
+            if forward is not _UNREAD and forward is not None:
+                self._to_client(forward)
+        if self._held.until is not None and self._held.decided():
+            self._send_unsent()   # the message after `interrupted`: what it did not cancel goes up
 
     def _on_server_content(self, content: ServerContent) -> Any:
         transcription = content.input_transcription
@@ -227,6 +229,8 @@ class GeminiEngine(SessionEngine):
             self.turns.model_words(transcription.text, "output_audio")
         if content.interrupted is True:
             self.turns.end_turn("cancelled")
+            if self.ledger.unanswered():
+                self._held.begin(self.ctx.now)   # a toolCallCancellation may follow: no answer crosses it
         if content.turn_complete is True:
             self.turns.end_turn("completed")
         if not hidden:
@@ -275,7 +279,7 @@ class GeminiEngine(SessionEngine):
                 self.ctx.anomaly(f"toolCallCancellation of unknown call {call_id}", ToolCallCancellation.MEMBER)
             else:
                 if entry.state not in (CallState.ANSWERED, CallState.SKIPPED):
-                    self._unsent = [u for u in self._unsent if u[0] != entry.call_id]
+                    self._held.forget(entry.call_id)
                 self._withdrawn(entry, CANCELLATION)
             if entry is None or entry.owner is Owner.CLIENT or not self._hiding:
                 visible.append(call_id)
@@ -385,8 +389,8 @@ class GeminiEngine(SessionEngine):
         answer = self.dialect.function_response(
             call_id=entry.call_id, name=entry.name, response=body, scheduling=scheduling,
             will_continue=(not final) if streaming else None)
-        if not self.ctx.upstream_connected:
-            self._unsent.append((entry.call_id, answer, final))
+        if not self.ctx.upstream_connected or self._held.holding:
+            self._held.keep((entry.call_id, answer, final))
             return
         self._send_answer(entry, answer, final)
 
@@ -401,14 +405,26 @@ class GeminiEngine(SessionEngine):
     def _on_reconnect(self) -> None:
         super()._on_reconnect()
         self.resumption.completed()   # a carry-over the edge gave up on is over too
-        unsent, self._unsent = self._unsent, []
-        for call_id, answer, final in unsent:
+        self._held.end()   # the old connection's cancellation is not coming on this one
+        self._send_unsent()
+
+    def _send_unsent(self) -> None:
+        """The answers that waited (for the connection, or behind `interrupted`), in their order."""
+        for call_id, answer, final in self._held.take() if self.ctx.upstream_connected else ():
             entry = self.ledger.get(call_id)
             if entry is not None:
                 self._send_answer(entry, answer, final)
 
+    def _tick(self) -> None:
+        super()._tick()
+        if self._held.due(self.ctx.now):
+            self._send_unsent()   # no message came after `interrupted`: no cancellation is coming
+
+    def _other_deadlines(self) -> tuple[float, ...]:
+        return () if self._held.until is None else (self._held.until,)
+
     def _on_close(self) -> None:
-        self._unsent.clear()
+        self._held.clear()
 
     # ==== client ========================================================================
     def _client_frame(self, frame: str | bytes) -> None:
@@ -472,26 +488,12 @@ class GeminiEngine(SessionEngine):
             for part in parts if isinstance(parts, list) else []:
                 if not isinstance(part, Part):
                     continue
-                forgery = self._forgery(part.function_response, part.function_call)
+                forgery = _forgery(self, part.function_response, part.function_call)
                 if forgery is not None:
                     self.ctx.client_error("relay_owned_call", f"{forgery}; the client's turn was not forwarded")
                     return _STOP
         self.turns.client_turns(plain(turns))
         return _SAME
-
-    def _forgery(self, answer: Any, call: Any) -> str | None:
-        """What is wrong with a client's `functionResponse` (`answer`) or `functionCall` part: an
-        answer to a relay call or for a relay tool, a call of a relay tool; None when nothing."""
-        if isinstance(answer, FunctionResponse):
-            entry = self.ledger.get(given(answer.id))
-            if entry is not None and entry.owner is Owner.RELAY:
-                return f"call {entry.call_id} ({entry.name}) belongs to a relay tool"
-            name = answer.name
-            if entry is None and isinstance(name, str) and name in self.tools:
-                return f"{name} is a relay tool: the relay answers its calls"
-        if isinstance(call, FunctionCall) and isinstance(call.name, str) and call.name in self.tools:
-            return f"{call.name} is a relay tool: only the model calls it"
-        return None
 
     def _client_realtime_input(self, realtime_input: RealtimeInput) -> Any:
         text = realtime_input.text
@@ -506,7 +508,7 @@ class GeminiEngine(SessionEngine):
         kept = []
         for response in responses:
             entry = self.ledger.get(given(response.id)) if isinstance(response, FunctionResponse) else None
-            forgery = self._forgery(response, None)
+            forgery = _forgery(self, response, None)
             if forgery is not None:
                 self.ctx.client_error("relay_owned_call", f"{forgery}; its answer from the client was not forwarded")
                 continue
@@ -522,6 +524,21 @@ class GeminiEngine(SessionEngine):
         RealtimeInput: _client_realtime_input,
         ToolResponse: _client_tool_response,
     }
+
+
+def _forgery(engine: GeminiEngine, answer: Any, call: Any) -> str | None:
+    """What is wrong with a client's `functionResponse` (`answer`) or `functionCall` part: an
+    answer to a relay call or for a relay tool, a call of a relay tool; None when nothing."""
+    if isinstance(answer, FunctionResponse):
+        entry = engine.ledger.get(given(answer.id))
+        if entry is not None and entry.owner is Owner.RELAY:
+            return f"call {entry.call_id} ({entry.name}) belongs to a relay tool"
+        name = answer.name
+        if entry is None and isinstance(name, str) and name in engine.tools:
+            return f"{name} is a relay tool: the relay answers its calls"
+    if isinstance(call, FunctionCall) and isinstance(call.name, str) and call.name in engine.tools:
+        return f"{call.name} is a relay tool: only the model calls it"
+    return None
 
 
 def _without_parts(content: ServerContent, hidden: list[int]) -> Any:

@@ -32,9 +32,13 @@ a client sends arrives as a typed message, and what the mock says is built as on
 the server as the frame's object (`frame_of`), which the server records and sends.
 
 Like the real service it has no error events: a message it cannot accept closes the socket
-(1007 with the reason), including an answer for an unknown, cancelled or already answered call,
-`willContinue` on a BLOCKING function, or a function the setup declared twice. With
-`options.strict_tools` a scripted call to a function the setup did not declare is not made.
+(1007 with the reason), including an answer for an unknown or already answered call,
+`willContinue` on a BLOCKING function, or a function the setup declared twice. An answer for a
+call it cancelled is not refused: no source reports the service closing for one, and its own
+SDKs say no answer is needed for a cancelled call (docs/gemini.md, "An answer crossing a
+cancellation"). The mock takes no notice of it (the model neither hears nor speaks of it) and
+keeps its id in `ignored`. With `options.strict_tools` a scripted call to a function the setup
+did not declare is not made.
 """
 
 from __future__ import annotations
@@ -171,6 +175,7 @@ class GeminiMockSession:
         self.picks: list[str] = []              # where each reply came from (`MockScript.pick`)
         self.handles: dict[str, frozenset[str]] = {}   # resumption handle -> the calls made before it
         self._warned_names: set[str] = set()    # scripted calls to functions it lacks, said in the log
+        self.ignored: list[str] = []            # the calls answered after it had cancelled them
 
     def __repr__(self) -> str:
         return f"GeminiMockSession(id={self.id!r}, items={len(self.items)}, calls={len(self.calls)})"
@@ -364,6 +369,8 @@ class GeminiMockSession:
         speak = False
         for response in responses:
             call = self._answered_call(response)
+            if call is None:
+                continue   # an answer for a call it cancelled: no notice taken of it
             will_continue = response.will_continue is True
             call.answers.append(copy.deepcopy(plain(response)))
             call.state = "continuing" if will_continue else "answered"
@@ -376,8 +383,9 @@ class GeminiMockSession:
             speak = True
         return self._model_turn(self._reply()) if speak else []
 
-    def _answered_call(self, response: Any) -> MockCall:
-        """The call a FunctionResponse answers, checked as the service checks it."""
+    def _answered_call(self, response: Any) -> MockCall | None:
+        """The call a FunctionResponse answers, checked as the service checks it; None for a call
+        it cancelled (the answer is kept in `ignored`, and changes nothing)."""
         if not isinstance(response, FunctionResponse):
             raise GeminiProtocolError("Invalid value at 'toolResponse.functionResponses': expected objects.")
         for name in response.extra:
@@ -387,6 +395,9 @@ class GeminiMockSession:
         call = self.calls.get(call_id)
         if call is None:
             raise GeminiProtocolError(f"FunctionResponse for unknown function call id {call_id!r}.")
+        if call.state == "cancelled":
+            self.ignored.append(call.id)
+            return None
         if not call.open:
             raise GeminiProtocolError(f"FunctionResponse for function call {call.id}, which is {call.state}.")
         if name not in (None, call.name):

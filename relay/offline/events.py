@@ -435,7 +435,10 @@ class TurnReader(Reader):
             for call in gemini.entries(message.function_calls, gemini.FunctionCall):
                 self.call(gemini.given(call.id), gemini.given(call.name), gemini.given(call.args), self.turn_id())
         elif isinstance(message, gemini.ToolCallCancellation):
-            ids = tuple(i for i in _ids(message.ids) if isinstance(i, str) and i in self.open_calls)
+            named = [i for i in _ids(message.ids) if isinstance(i, str)]
+            # an answer that crossed its call's cancellation: the server took it back, no word is owed of it
+            self.silent.update(i for i in named if i not in self.open_calls and i in self.calls)
+            ids = tuple(i for i in named if i in self.open_calls)
             if ids:
                 self.add(CANCELLED, call_ids=ids, text=gemini.ToolCallCancellation.MEMBER, by="upstream")
                 self.open_calls.difference_update(ids)

@@ -10,15 +10,19 @@ given by name: `explore(..., invariants={"refund_once": refund_once})`.
 from __future__ import annotations
 
 import os
-from typing import Callable
+from typing import Any, Callable
 
+from relay.dialects import gemini_codec as gemini
 from relay.dialects import live
+from relay.dialects.gemini import GeminiDialect
 from relay.engine.calls import CallState
 from relay.offline.delegation_checks import INJECTION_INCOMPLETE, delegation_appends
 from relay.offline.events import FOLLOW_UP
 from relay.offline.expect import INVARIANTS, violations
 from relay.offline.explore_session import ExploredSession
-from relay.recording.format import RELAY_TO_CLIENT
+from relay.offline.replaying import json_object
+from relay.recording.format import RELAY_TO_CLIENT, RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY, Frame
+from relay.session.policy import CLEAN_CLOSE_CODES
 from relay.tools import Interruption
 
 Check = Callable[[ExploredSession], "str | None"]
@@ -85,6 +89,64 @@ def nothing_sent_while_away(session: ExploredSession) -> str | None:
     return f"the relay sent {len(lost)} frame(s) upstream while the connection was away: {lost[0][:80]}"
 
 
+def upstream_accepted_every_send(session: ExploredSession) -> str | None:
+    """The upstream never closed the session for what it was sent: a close of its own (the Gemini
+    mock's 1007 for a message the service refuses, 1011 for one it cannot handle), as opposed to
+    one the explorer injects (`drop`, expiry: marked as faults) or a session's ordinary end (1000).
+    Such a close ends the session as a dropped connection does, and every other invariant then
+    excuses what the session left undone; this one names it."""
+    for code, reason in getattr(session, "upstream_closes", ()):
+        if code not in CLEAN_CLOSE_CODES:
+            return f"the upstream closed the session ({code}: {reason})"
+    return None
+
+
+def cancelled_not_answered(session: ExploredSession) -> str | None:
+    """Gemini Live: from the server's `interrupted` until its next message (the turn's
+    `toolCallCancellation`, or anything else: then none is coming), the relay sends no answer that
+    message then cancels. Such an answer crosses the cancellation of its call: the service needs
+    none (docs/gemini.md), and the model might speak of a call the caller talked over. An answer
+    sent before the relay heard `interrupted` could not have known, and is not counted."""
+    if not isinstance(session.dialect, GeminiDialect):
+        return None
+    codec = gemini.turn_codec(session.dialect)
+    armed = False              # `interrupted` came, and no other message from the upstream since
+    sent: dict[str, int] = {}  # call id -> the line of an answer sent while armed
+    for frame in session.frames:
+        if frame.direction == UPSTREAM_TO_RELAY and (armed or _may_interrupt(frame)):
+            for message in gemini.messages_of(_data(frame), codec) or [None]:
+                if isinstance(message, gemini.ToolCallCancellation) and armed:
+                    crossed = [i for i in message.ids if i in sent] if isinstance(message.ids, list) else []
+                    if crossed:
+                        return (f"the relay answered {crossed[0]} after the server's interrupted (frame "
+                                f"{sent[crossed[0]]}), and the server then cancelled it (frame {frame.line_no})")
+                interrupted = isinstance(message, gemini.ServerContent) and message.interrupted is True
+                if not interrupted:
+                    sent.clear()
+                armed = interrupted
+        elif frame.direction == RELAY_TO_UPSTREAM and armed:
+            for message in gemini.messages_of(_data(frame), codec):
+                if isinstance(message, gemini.ToolResponse):
+                    for answer in gemini.entries(message.function_responses, gemini.FunctionResponse):
+                        if isinstance(answer.id, str):
+                            sent.setdefault(answer.id, frame.line_no)
+    return None
+
+
+def _may_interrupt(frame: Frame) -> bool:
+    """Whether a frame may say `interrupted` (else it is not decoded: most are the model's words)."""
+    if frame.raw is not None:
+        return "interrupted" in frame.raw
+    return frame.event is not None or b"interrupted" in (frame.binary or b"")
+
+
+def _data(frame: Frame) -> Any:
+    """A frame's JSON object (None: it is none)."""
+    if frame.event is not None:
+        return frame.event
+    return json_object(frame.raw if frame.raw is not None else frame.binary or b"")
+
+
 def delegation_answered_once(session: ExploredSession) -> str | None:
     """Client delegation: each delegation the relay's delegate answers is answered by one run of
     appends (sent together), never a second run after it (a progress filler is not an answer)."""
@@ -146,6 +208,10 @@ SESSION_INVARIANTS: dict[str, tuple[str, Check]] = {
     "client_never_sees_relay_call": ("the client never sees a call the relay owns", client_never_sees_relay_call),
     "nothing_owed": ("nothing is left owed at the end of the session", nothing_owed),
     "nothing_sent_while_away": ("nothing goes upstream while the connection is away", nothing_sent_while_away),
+    "upstream_accepted_every_send": ("the upstream closes the session for nothing it was sent",
+                                     upstream_accepted_every_send),
+    "cancelled_not_answered": ("no answer goes up, after the server's interrupted, for a call it then cancels",
+                               cancelled_not_answered),
     "delegation_answered_once": ("each client delegation is answered by one run of appends", delegation_answered_once),
     "interrupted_not_spoken": ("an interrupted delegation's answer is spoken only if its delegate says so",
                                interrupted_not_spoken),

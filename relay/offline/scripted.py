@@ -438,7 +438,7 @@ class _GeminiModel(_Model):
                               (event.encode() if isinstance(event, str) else msgspec.json.encode(event)))
             elif isinstance(action, Hangup):
                 self.session.upstream_error(f"the upstream closed the session ({action.code}: {action.reason})")
-                self.session.mark("closed", f"the upstream closed the session ({action.code}: {action.reason})")
+                self.session.upstream_closed(action.code, action.reason)
                 self.session.loop.call_soon(self.session.end, "upstream closed the session")
         self.session.picked(self.picks)
         return frames

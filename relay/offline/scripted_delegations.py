@@ -67,9 +67,17 @@ class StrictScript:
     strict: bool
     script: Any
     timeline: Any
+    upstream_closes: tuple[tuple[int, str], ...] = ()
+    """Each close of the upstream's own (code, reason): the mock's answer to something it was sent."""
 
     fail: Callable[[str, str], None]
     close: Callable[[], None]
+    mark: Callable[[str, str], None]
+
+    def upstream_closed(self, code: int, reason: str) -> None:
+        """The upstream closed the session itself: kept (`upstream_closes`) and marked on the timeline."""
+        self.upstream_closes += ((code, reason),)
+        self.mark("closed", f"the upstream closed the session ({code}: {reason})")
 
     def script_picks(self) -> list[str]:
         raise NotImplementedError
@@ -201,7 +209,7 @@ class DelegatingSession(StrictScript, HarnessSession):
                 # model's audio track every 100 ms of the session)
                 frames.append(event if isinstance(event, (str, bytes)) else msgspec.json.encode(event).decode())
             elif isinstance(action, Hangup):
-                self.mark("closed", f"the upstream closed the session ({action.code}: {action.reason})")
+                self.upstream_closed(action.code, action.reason)
                 self.loop.call_soon(self.end, "upstream closed the session")
         return frames
 
