@@ -79,7 +79,7 @@ from relay.offline.virtual import VirtualTimeError
 from relay.recording.format import Recording as _Recording
 
 
-def explore(conversation: _Any, tools: _Any = (), *, budget: int = 2000, seed: int = 0, dialect: str = "openai",
+def explore(conversation: _Any, tools: _Any = (), *, budget: int = 2000, seed: int = 0, dialect: str | None = None,
             lines: _Any = None, barge_in: str | None = None, invariants: _Any = None, reset: _Any = None,
             time_budget: float | None = None, out: _Any = None, delegation: str | None = None) -> _ExploreResult:
     """Run `conversation` (a `Script`, a script file or recording path, or an explorer
@@ -89,8 +89,10 @@ def explore(conversation: _Any, tools: _Any = (), *, budget: int = 2000, seed: i
     turn); `barge_in`: what the caller says when it barges in (default: nothing, it only speaks
     over the assistant); `invariants`: your own, by name, each a function of the explored session
     returning what broke or None; `reset`: called before each schedule (to clear a tool's state);
-    `delegation`: a `Script`'s GPT-Live mode (`responses`, the default, or `client`: the relay's
-    `@delegate` among `tools` answers each delegation)."""
+    `dialect`: a `Script`'s (default openai), over a file's own; `delegation`: GPT-Live's mode
+    (`responses`, the default, or `client`: the relay's `@delegate` among `tools` answers each
+    delegation), over a script file's own, and a recording's own if given (`relay explore
+    --delegation`: one `UnusableInput` line on another dialect, or against a recording's mode)."""
     from relay.offline.explore import explore as _explore
     from relay.offline.explore_input import from_file, from_script
     from relay.offline.explore_session import Conversation
@@ -98,11 +100,11 @@ def explore(conversation: _Any, tools: _Any = (), *, budget: int = 2000, seed: i
 
     registry = tool_registry(tools)
     if isinstance(conversation, Script):
-        conversation = from_script(conversation, registry, dialect=dialect,
+        conversation = from_script(conversation, registry, dialect=dialect or "openai",
                                    lines=tuple(lines) if lines is not None else None, barge_text=barge_in,
                                    delegation=delegation)
     elif isinstance(conversation, (str, _Path)):
-        conversation = from_file(conversation, registry, dialect=dialect)
+        conversation = from_file(conversation, registry, dialect=dialect, delegation=delegation)
     elif not isinstance(conversation, Conversation):
         raise TypeError(f"not a conversation to explore: {conversation!r} (a Script, a path or a Conversation)")
     return _explore(conversation, budget=budget, seed=seed, time_budget=time_budget, invariants=invariants,

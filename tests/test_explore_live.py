@@ -72,13 +72,12 @@ def test_a_call_delivered_twice_runs_once_and_an_expired_session_owes_nothing() 
         expired.session.close()
 
 
-def test_a_relay_that_runs_a_call_delivered_twice_is_found_and_shrunk(monkeypatch: pytest.MonkeyPatch,
-                                                                    tmp_path: Any) -> None:
+def runs_again(monkeypatch: pytest.MonkeyPatch) -> None:
     """The relay's claim of each call_id (GPT-LIVE.md 5.7), undone: a call delivered again starts
     its handler again."""
     announce = ResponsesDelegation._announce
 
-    def runs_again(self: Any, item: dict[str, Any], key: str | None) -> Any:
+    def again(self: Any, item: dict[str, Any], key: str | None) -> Any:
         existing = self.ledger.get(item.get("call_id"))
         entry = announce(self, item, key)
         if existing is not None and existing.relay_owned:
@@ -86,7 +85,12 @@ def test_a_relay_that_runs_a_call_delivered_twice_is_found_and_shrunk(monkeypatc
             self.ctx.emit(StartHandler(existing.call_id, tool_, tool_.parse_arguments(existing.arguments)))
         return entry
 
-    monkeypatch.setattr(ResponsesDelegation, "_announce", runs_again)
+    monkeypatch.setattr(ResponsesDelegation, "_announce", again)
+
+
+def test_a_relay_that_runs_a_call_delivered_twice_is_found_and_shrunk(monkeypatch: pytest.MonkeyPatch,
+                                                                    tmp_path: Any) -> None:
+    runs_again(monkeypatch)
     result = explore(one_call(), budget=60, seed=1, out=tmp_path, replay_check=False)
     finding = next(f for f in result.findings if f.invariant == "handler_once")
     assert finding.schedule == (Perturbation("duplicate", 1),)

@@ -11,14 +11,18 @@ import argparse
 import importlib
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
 from relay.cli.options import TOOLS, Command, option, tools_from_working_directory
 from relay.dialects import DIALECT_CHOICES
 from relay.errors import UnusableInput
+from relay.dialects.live import DELEGATION_TARGETS
 
 DEMO = "demo"
+_CLIENT, RESPONSES, _ = DELEGATION_TARGETS
+DELEGATIONS = (RESPONSES, _CLIENT)
 
 EXPLORE_OPTIONS = (
     option("source", field=None, metavar="RECORDING|SCRIPT",
@@ -29,6 +33,10 @@ EXPLORE_OPTIONS = (
     option("--seed", type=int, default=0, help="the seed of the random schedules (default 0)"),
     option("--time-budget", type=float, default=None, metavar="SECONDS", help="stop after this many seconds"),
     option("--dialect", choices=DIALECT_CHOICES, help="the dialect to explore (default: the input's, else openai)"),
+    option("--delegation", choices=DELEGATIONS,
+           help="GPT-Live's delegation mode (--dialect live): responses (a Responses backend calls the tools; the "
+                "default) or client (the relay's @delegate among the tools answers with appends); over a script "
+                "file's own; a recording's is its own"),
     option("--invariant", field=None, action="append", default=[], metavar="FILE:FUNCTION",
            help="an invariant of your own (repeatable): a function of the explored session returning what broke or "
                 "None, from a .py file or a module; its `reset` attribute, if any, is called before each schedule"),
@@ -44,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     if args.time_budget is not None and args.time_budget <= 0:
         raise UnusableInput("--time-budget must be more than 0 seconds")
     from relay.offline.explore import explore
-    from relay.offline.explore_input import from_file
+    from relay.offline.explore_input import checked_delegation, from_file, with_delegate
     from relay.offline.explore_session import Conversation
     from relay.tools.sources import tool_registry
 
@@ -54,8 +62,10 @@ def run(args: argparse.Namespace) -> int:
         specs = specs or [EXAMPLE_TOOLS]
         conversation = Conversation(DEMO, demo_script(), TURNS, tool_registry(specs)).with_dialect(
             args.dialect or "openai")
+        conversation = with_delegate(replace(conversation, delegation=checked_delegation(
+            args.delegation, DEMO, conversation.dialect)), DEMO)
     else:
-        conversation = from_file(args.source, tool_registry(specs), dialect=args.dialect)
+        conversation = from_file(args.source, tool_registry(specs), dialect=args.dialect, delegation=args.delegation)
     tty = sys.stderr.isatty()
 
     def progress(result: object) -> None:

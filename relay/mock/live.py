@@ -149,9 +149,10 @@ class LiveMockSession:
         except LiveRefusal as refusal:
             return [self._error(origin, refusal.code, refusal.message, refusal.param, client_event_id)]
 
-    def user_turn(self, text: str) -> list[Any]:
-        """The caller says `text`: its transcript on the timeline, then the script's reply (a turn
-        while the model speaks stops the speech; delegations carry on)."""
+    def user_turn(self, text: str, reply: Reply | None = None) -> list[Any]:
+        """The caller says `text`: its transcript on the timeline, then the script's reply, or
+        `reply` (words the script has no turn for; a turn while the model speaks stops the speech;
+        delegations carry on)."""
         self.speech.clear()
         actions: list[Any] = []
         for index, piece in enumerate(self.pieces(text)):
@@ -159,7 +160,7 @@ class LiveMockSession:
                 event_id=new_id("event"), delta=piece, start_ms=self.timeline_ms + index * GRID_MS,
                 end_ms=self.timeline_ms + (index + 1) * GRID_MS))
         self.items.append({"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]})
-        return actions + self._respond(self.next_reply())
+        return actions + self._respond(self.next_reply() if reply is None else reply)
 
     def close(self, reason: str = "close_requested", client_event_id: str | None = None) -> list[Any]:
         """The session ends (`reason`: one of `wire.CLOSE_REASONS`): each pending append fails,

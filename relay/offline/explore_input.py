@@ -7,7 +7,12 @@
   `lines` what the caller says, one at a time, each once the session is quiet; a bare mock script
   is read too, its caller saying each rule's `match` in turn;
 - a relay recording: what the caller said (its user turns) and what the model did in each of its
-  responses (the words and the calls, in order), played back as the model's turns.
+  responses (the words and the calls, in order), played back as the model's turns; a GPT-Live
+  recording, which has no responses, is read by `relay.offline.explore_delegated_input`, in its own
+  delegation mode.
+
+GPT-Live's delegation mode given by the caller (`relay explore --delegation`, `relay.testing.explore
+(..., delegation=)`) applies on the `live` dialect only, and must agree with a recording's own.
 
 Each reader raises `UnusableInput` with one line for input it cannot use.
 """
@@ -20,12 +25,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from relay.dialects.live import LiveDialect
 from relay.errors import UnusableInput
 from relay.mock import MockScript, Reply, ToolCall
 from relay.offline.events import CALL, FILLER, RESPONSE, SPOKEN, USER
+from relay.offline.explore_delegated_input import from_live_recording
 from relay.offline.explore_session import Conversation
 from relay.offline.scripted import Script
-from relay.offline.scripted_delegations import DELEGATIONS
+from relay.offline.explore import delegates
+from relay.offline.scripted_delegations import CLIENT, DELEGATIONS
+from relay.tools.sources import tool_registry
 
 DEFAULT_LINE = "Hello."
 
@@ -43,12 +52,15 @@ def from_script(script: Script, tools: Any, *, dialect: str = "openai", lines: t
                 count += 1
             follows = bool(turn.calls)
         lines = (DEFAULT_LINE,) * max(count, 1)
-    return Conversation(f"{name} ({dialect})", mock, tuple(lines), tools, dialect=dialect, barge_text=barge_text,
-                        turns=tuple(script.turns), delegation=_delegation(delegation, name))
+    return with_delegate(Conversation(
+        f"{name} ({dialect})", mock, tuple(lines), tools, dialect=dialect, barge_text=barge_text,
+        turns=tuple(script.turns), delegation=checked_delegation(delegation, name, dialect)), name)
 
 
-def from_file(path: str | Path, tools: Any, *, dialect: str | None = None) -> Conversation:
-    """A script file or a relay recording (told by its content: a recording is JSON lines)."""
+def from_file(path: str | Path, tools: Any, *, dialect: str | None = None,
+              delegation: str | None = None) -> Conversation:
+    """A script file or a relay recording (told by its content: a recording is JSON lines);
+    `delegation`: GPT-Live's mode, over a script file's own `delegation`."""
     source = Path(path)
     if not source.is_file():
         raise UnusableInput(f"{path}: no such file")
@@ -58,11 +70,15 @@ def from_file(path: str | Path, tools: Any, *, dialect: str | None = None) -> Co
     except json.JSONDecodeError:
         document = None
     if isinstance(document, dict):
-        return _from_script_file(document, source, tools, dialect)
-    return from_recording(source, tools, dialect=dialect)
+        conversation = _from_script_file(document, source, tools, dialect, delegation)
+    else:
+        conversation = from_recording(source, tools, dialect=dialect,
+                                      delegation=checked_delegation(delegation, str(source), dialect))
+    return with_delegate(conversation, str(path))
 
 
-def _from_script_file(document: dict[str, Any], source: Path, tools: Any, dialect: str | None) -> Conversation:
+def _from_script_file(document: dict[str, Any], source: Path, tools: Any, dialect: str | None,
+                      delegation: str | None) -> Conversation:
     body = document.get("script", document) if "lines" in document or "script" in document else document
     try:
         mock = MockScript.model_validate(body)
@@ -79,22 +95,47 @@ def _from_script_file(document: dict[str, Any], source: Path, tools: Any, dialec
     barge = document.get("barge_in")
     return Conversation(f"{source.name} ({chosen})", mock, tuple(lines), tools, dialect=str(chosen),
                         barge_text=barge if isinstance(barge, str) else None,
-                        delegation=_delegation(document.get("delegation"), str(source)))
+                        delegation=checked_delegation(delegation, str(source), str(chosen))
+                        or checked_delegation(document.get("delegation"), str(source), None))
 
 
-def _delegation(value: Any, source: str) -> str | None:
-    """GPT-Live's delegation mode a conversation asks for (None: Responses delegation)."""
-    if value is None or value in DELEGATIONS:
-        return value
-    raise UnusableInput(f"{source}: `delegation` is one of {', '.join(DELEGATIONS)}, not {value!r}")
+def with_delegate(conversation: Conversation, source: str) -> Conversation:
+    """The conversation, if its tools can run it: client delegation needs the relay's `@delegate`
+    among them (without one, every delegation would be the client's, and nothing would answer)."""
+    if conversation.delegation == CLIENT and delegates(conversation.dialect) \
+            and tool_registry(conversation.tools).delegate is None:
+        raise UnusableInput(f"{source}: client delegation needs a @delegate among the tools (--tools) to answer "
+                            "each delegation")
+    return conversation
 
 
-def from_recording(path: str | Path, tools: Any, *, dialect: str | None = None) -> Conversation:
-    """A relay recording: its caller's lines and its model's responses as turns."""
+def checked_delegation(value: Any, source: str, dialect: str | None) -> str | None:
+    """GPT-Live's delegation mode a conversation asks for (None: Responses delegation), checked
+    against the dialect it is to run on (None: not known yet)."""
+    if value is None:
+        return None
+    if value not in DELEGATIONS:
+        raise UnusableInput(f"{source}: the delegation mode is one of {', '.join(DELEGATIONS)}, not {value!r}")
+    if dialect is not None and not delegates(dialect):
+        raise UnusableInput(f"{source}: a delegation mode ({value}) is GPT-Live's; the {dialect} dialect has none "
+                            "(explore it with --dialect live)")
+    return str(value)
+
+
+def from_recording(path: str | Path, tools: Any, *, dialect: str | None = None,
+                   delegation: str | None = None) -> Conversation:
+    """A relay recording: its caller's lines and its model's responses as turns (a GPT-Live
+    recording: `relay.offline.explore_delegated_input`, in the recording's delegation mode, which
+    `delegation`, when given, must agree with)."""
     from relay.offline.timeline import Timeline
     from relay.recording.reader import load_recording
 
     recording = load_recording(path, allow_incomplete=True, audio="drop")
+    if isinstance(recording.dialect, LiveDialect):
+        return from_live_recording(recording, tools, dialect=dialect, delegation=delegation)
+    if delegation is not None:
+        raise UnusableInput(f"{path}: a delegation mode is GPT-Live's, and this recording is of "
+                            f"{recording.dialect.name}")
     timeline = Timeline.from_recording(recording)
     fillers = {e.response_id for e in timeline if e.kind == RESPONSE and e.by == "relay filler"}
     fillers |= {e.response_id for e in timeline if e.kind == FILLER and e.response_id}
@@ -129,4 +170,4 @@ def from_recording(path: str | Path, tools: Any, *, dialect: str | None = None) 
                         dialect=chosen)
 
 
-__all__ = ["from_file", "from_recording", "from_script"]
+__all__ = ["checked_delegation", "from_file", "from_recording", "from_script", "with_delegate"]

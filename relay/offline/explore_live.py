@@ -200,9 +200,14 @@ class ExploredLiveSession(Exploring, DelegatingSession):
             self._barge_in()
 
     def _barge_in(self) -> None:
+        """The caller speaks: the conversation's barge-in line, answered as the script says; else
+        `BARGE_LINE`, answered with the script's default reply, so that the words the script has
+        for its own lines (a recording's turns) stay theirs, as on the other wires, where a caller
+        who only speaks over the assistant takes no turn of the script."""
         self.mark("fault", "the caller barges in")
-        text = self.conversation.barge_text or BARGE_LINE
-        self._queue_first([lambda: self._carry(self.mock.user_turn(text))])
+        text = self.conversation.barge_text
+        reply = None if text is not None else self.mock.script.default
+        self._queue_first([lambda: self._carry(self.mock.user_turn(text or BARGE_LINE, reply))])
 
     def _expire(self) -> list[Any]:
         """The server's side of `expired`, when its turn to be delivered comes: an error for each
