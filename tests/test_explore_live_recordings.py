@@ -4,7 +4,8 @@ official SDK (tests/live/test_live_recordings.py), reads into the caller's lines
 turns and explores with every invariant held and every boundary covered; a seeded relay bug in
 each is found, shrunk, written, and `relay replay` of the written recording breaks the same
 invariant (exit 1); a recording with nothing of the model's, a mode given on another dialect or
-against the recording's own: one line, exit 2 (through the real command)."""
+against the recording's own: one line, exit 2 (through the real command); the pytest plugin
+explores each; the docs' commands run as written."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import fnmatch
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -41,6 +43,7 @@ TOOLS = "tests/live/test_live_mock.py"
 CONCIERGE = REPO / "docs" / "examples" / "testing" / "concierge.script.json"
 CONCIERGE_TOOLS = REPO / "docs" / "examples" / "testing" / "concierge.py"
 MODES = ("responses", "client")
+pytest_plugins = ["pytester"]
 
 
 @pytest.fixture(scope="module")
@@ -263,3 +266,17 @@ def test_the_docs_gpt_live_explorer_commands_run_as_written(page: str, tmp_path:
         assert done.returncode == 2, f"{command}\n{done.stdout}\n{done.stderr}"
         shown = error.replace("docs/examples/", examples)
         assert fnmatch.fnmatch(done.stderr.strip(), shown.replace("…", "*")), (done.stderr, shown)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_pytest_plugin_explores_a_gpt_live_recording_in_its_mode(recordings: dict[str, Path], mode: str,
+                                                                     pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    folder = pytester.mkdir("recordings")
+    shutil.copy(recordings[mode], folder / f"{mode}.jsonl")
+    pytester.makepyfile(tools="from tests.live.test_live_mock import assistant, get_time, get_weather\n")
+    quiet = ("-p", "no:hypothesispytest", "-p", "no:cacheprovider")
+    run = pytester.runpytest(*quiet, "--relay-recordings", "recordings", "--relay-tools", "tools.py",
+                             "--relay-explore", "10", "-v")
+    run.assert_outcomes(passed=2)
+    run.stdout.fnmatch_lines([f"recordings/{mode}.jsonl::replay PASSED*", f"recordings/{mode}.jsonl::explore PASSED*"])
