@@ -21,13 +21,14 @@ from relay.cli.demo import EXAMPLE_TOOLS, TURNS, demo_script
 from relay.engine.calls import CallState
 from relay.engine.answer_hold import HeldAnswers
 from relay.mock.gemini import GeminiMockSession, GeminiProtocolError
-from relay.offline.explore import run_schedule, shrink
+from relay.offline.explore import explore, run_schedule, shrink
 from relay.offline.explore_checks import SESSION_INVARIANTS, upstream_accepted_every_send
 from relay.offline.explore_session import Conversation, Perturbation
 from relay.offline.replay import replay
 from relay.offline.replay_checks import CHECKED, builtin_broken
 from relay.recording.format import RELAY_TO_UPSTREAM
 from relay.tools.sources import tool_registry
+from tests.test_explore import bank, refund, refunded_once  # noqa: F401   (the refund example, its bank a fixture)
 
 CROSSING = (Perturbation("barge_in", 2, "running"), Perturbation("finish", 1, "running", 2), Perturbation("duplicate", 3))
 SHRUNK = tuple(sorted(CROSSING[:2]))
@@ -119,3 +120,17 @@ def test_a_replay_of_the_crossing_names_it(monkeypatch: pytest.MonkeyPatch, tmp_
     assert [name for name, _ in builtin_broken(replay(path, [EXAMPLE_TOOLS]))] == ["cancelled_not_answered"]
     monkeypatch.undo()
     assert [name for name, _ in builtin_broken(replay(path, [EXAMPLE_TOOLS]))] == ["cancelled_not_answered"]
+
+
+def test_a_gemini_barge_in_with_words_withdraws_the_turn_it_lands_in_not_the_next(
+        bank: dict[str, list[str]]) -> None:  # noqa: F811
+    """The caller's words of a barge-in reach the Gemini model after it withdrew the turn they land
+    in. Said at once, they were answered first (a new turn, a new call), and the barge-in then
+    withdrew that new call before the relay saw it: its cancellation reached the client under an id
+    the relay then owned, and its answer went unheard. The mock's 1007 for that answer had made it
+    look like a dropped connection. The refund example on Gemini, every schedule of its space."""
+    conversation = refund("refunds_fixed", bank).with_dialect("gemini")
+    result = explore(conversation, budget=300, seed=48, reset=bank.clear,
+                     invariants={"refunded_once": refunded_once(bank)}, replay_check=False)
+    assert result.ok, result.report()
+    assert result.stopped == "space"

@@ -34,6 +34,7 @@ from relay.engine.calls import CallState
 from relay.mock.quirks import Quirks, quirks_of
 from relay.offline.explore_session import STEP, Conversation, ExploredSession, Observed, Perturbation
 from relay.offline.replaying import json_object as decode
+from relay.offline.withdrawn_calls import withdrawn_in_flight
 from relay.offline.timeline import Timeline
 from relay.recording.format import RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY, Frame
 from relay.tools.mcp_tools import McpToolHandler
@@ -279,8 +280,10 @@ class PerturbedSession(ExploredSession):
     # ---- the response --------------------------------------------------------------------------
     def _server_cancel(self, perturbation: Perturbation) -> None:
         self.mark("fault", "the server cancels the response")
-        if self.gemini:
-            self._queue_first([lambda: self.model._carry(self.model.mock.withdraw())])   # type: ignore[attr-defined]
+        if self.gemini:   # a call withdrawn before it reached the relay was never made (relay/offline/withdrawn_calls.py)
+            self._queue_first([lambda: withdrawn_in_flight(
+                self._paced, self.model._carry(self.model.mock.withdraw()),   # type: ignore[attr-defined]
+                {entry.call_id for entry in self.engine.ledger})])
             return
         self._cut(perturbation, late=False)
 

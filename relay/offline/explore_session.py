@@ -28,6 +28,7 @@ from relay.offline import faults as fault_kinds
 from relay.offline.replaying import json_object as decode
 from relay.offline.harness import SessionOver
 from relay.offline.scripted import Script, ScriptedSession, Turn
+from relay.offline.withdrawn_calls import withdrawn_in_flight
 
 STEP = 0.01
 """Virtual seconds between two upstream frames."""
@@ -315,11 +316,19 @@ class Exploring:
         self.mark("fault", "the caller barges in")
         text = self.conversation.barge_text
         if self.gemini:
-            self._queue_first([lambda: self.model.barge_in()])
-            if text is not None:
-                self.say_now(text)
+            self._queue_first([lambda: self._gemini_speech(text)])
             return
         self._queue_first([lambda: self._speech(text)])
+
+    def _gemini_speech(self, text: str | None) -> list[str | bytes]:
+        """The server hears the caller (Gemini): the model stops and withdraws its open calls now
+        (one still in flight was never made: relay/offline/withdrawn_calls.py); the caller's
+        words, if any, reach it after that, so that the turn they start is not the one withdrawn
+        (said at once, they were answered first and that new turn's calls withdrawn)."""
+        if text is not None:
+            self.loop.call_soon(self.say_now, text)
+        seen = {entry.call_id for entry in self.engine.ledger}
+        return withdrawn_in_flight(self._paced, self.model.barge_in(), seen)   # type: ignore[attr-defined]
 
     def _speech(self, text: str | None) -> list[str | bytes]:
         """The server hears the caller (OpenAI family): its speech starts now, ahead of the frames

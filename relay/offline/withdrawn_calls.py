@@ -1,0 +1,74 @@
+"""Gemini Live calls withdrawn before they reached the relay, in an explored session
+(relay/offline/explore_session.py's barge-in, explore_quirks.py's `server_cancel`).
+
+The mock model writes a whole turn at once, and the explorer delivers its frames one at a time,
+with the server's answer to the caller's speech (or to a withdrawal) ahead of those still in
+flight. So when the mock withdraws its open calls, one of them may not have reached the relay yet:
+its `toolCall` still in flight, delivered after the `toolCallCancellation` that names it, would
+show the relay a call cancelled before it was made (the cancellation passed to the client under an
+id the relay then owns, its answer unheard). A real server sends in order, and a call it withdraws
+was issued first. Here a call withdrawn before it was delivered was never issued: the frames in
+flight that make it are not delivered, and the cancellation does not name it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from msgspec.structs import replace
+
+from relay.dialects import gemini_codec as gemini
+
+
+def withdrawn_in_flight(paced: deque[Any], said: list[str | bytes], seen: set[str]) -> list[str | bytes]:
+    """`said` (the mock's frames, its `toolCallCancellation` among them) as it goes out, and
+    `paced` (the frames in flight) without those that make a call it withdraws (in place); `seen`:
+    the calls the relay was delivered, which stay named (a second delivery of one, still in
+    flight, is dropped all the same)."""
+    cancelled = {call_id for frame in said for call_id in _cancelled(gemini.decode(frame))}
+    if not cancelled:
+        return said
+    withdrawn: set[str] = set()
+    kept: list[Any] = []
+    for item in paced:
+        calls = set() if callable(item) else _calls(gemini.decode(item))
+        if calls & cancelled:
+            withdrawn.update(calls)
+        else:
+            kept.append(item)
+    paced.clear()
+    paced.extend(kept)
+    withdrawn -= seen
+    if not withdrawn:
+        return said
+    out: list[str | bytes] = []
+    for frame in said:
+        message = gemini.decode(frame)
+        if isinstance(message, gemini.ToolCallCancellation) and isinstance(message.ids, list):
+            ids = [call_id for call_id in message.ids if call_id not in withdrawn]
+            if not ids:
+                continue
+            frame = gemini.encode(replace(message, ids=ids))
+        out.append(frame)
+    return out
+
+
+def _cancelled(message: Any) -> list[str]:
+    if isinstance(message, gemini.ToolCallCancellation) and isinstance(message.ids, list):
+        return [call_id for call_id in message.ids if isinstance(call_id, str)]
+    return []
+
+
+def _calls(message: Any) -> set[str]:
+    """The calls a frame makes: a `toolCall`'s, a model turn's `functionCall` parts."""
+    if isinstance(message, gemini.ToolCall):
+        return {call.id for call in gemini.entries(message.function_calls, gemini.FunctionCall)
+                if isinstance(call.id, str)}
+    turn = message.model_turn if isinstance(message, gemini.ServerContent) else None
+    parts = gemini.entries(turn.parts, gemini.Part) if isinstance(turn, gemini.Content) else []
+    return {part.function_call.id for part in parts
+            if isinstance(part.function_call, gemini.FunctionCall) and isinstance(part.function_call.id, str)}
+
+
+__all__ = ["withdrawn_in_flight"]
