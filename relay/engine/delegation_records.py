@@ -49,7 +49,7 @@ from relay.dialects import live
 from relay.engine.actions import Action, Remember
 from relay.engine.backend_calls import BACKEND_CALL, DELEGATED, SAME, ResponsesDelegation
 from relay.engine.appends import Channel, answer_appends, split_text
-from relay.engine.calls import CallEntry, Owner
+from relay.engine.calls import CallEntry, CallState, Owner
 from relay.engine.context import Source
 from relay.engine.records import CallRecord, Phase
 from relay.engine.reseed import done_note, seeded_session
@@ -71,6 +71,8 @@ class LiveRecords(ResponsesDelegation):
         self._notes: set[str] = set()             # what seeded a new session of what the relay's tools did
         self._resumed: tuple[tuple[Turn, ...], list[str], list[CallRecord]] | None = None
         self._unheard: list[CallEntry] = []       # answers a dropped session never placed, to say in the new one
+        self._uncontinued: list[str] = []         # backend calls whose batch a dropped session never continued
+        self._new_one_starting = False            # a new session's `session.start` went up, its `started` not back
         self.ctx.record_extras = self._record_extras
 
     def _record_extras(self, entry: CallEntry) -> dict[str, Any]:
@@ -148,12 +150,44 @@ class LiveRecords(ResponsesDelegation):
         if not entry.delivered and entry.output is not None and self._spoken(entry, entry.output, entry.is_error):
             self._unheard.append(entry)
 
+    def _uncontinued_batches(self) -> None:
+        """At a drop: the relay's backend calls whose batch the dropped session never continued,
+        or whose continuation it never showed (its nested `response.created`: the create may have
+        been lost with the connection), in a batch of relay calls only (a client's calls are its
+        own to answer and continue). Their results were to be spoken by that continuation; the new
+        session makes it (`_continue_carried`)."""
+        for batch in self.batches:
+            if not self.batches.has_client_calls(batch):
+                self._uncontinued += [entry.call_id for entry in self.batches.relay_calls(batch) if not entry.delivered
+                                      and entry.state in (CallState.RUNNING, CallState.FINISHED, CallState.ANSWERED)]
+
+    def _continue_carried(self) -> None:
+        """The new session's one `response.create` for the calls of the dropped session's batches
+        that were not continued, once each is told (its result in the seeded `input`, or its note
+        sent): the backend's continuation speaks their results, as each batch's own would have.
+        The caller who asked hears the answer (issue 48's "no silence")."""
+        entries = [entry for call_id in self._uncontinued if (entry := self.ledger.get(call_id)) is not None]
+        if self._new_one_starting or any(entry.state in (CallState.READY, CallState.RUNNING, CallState.FINISHED) for entry in entries):
+            return   # the new session not up yet, or a carried call still to be told
+        told = [entry.call_id for entry in entries if entry.state is CallState.ANSWERED]
+        self._uncontinued = []
+        if not told:
+            return
+        create = live.ResponseCreate(event_id=self.ctx.new_event_id())
+        if self.ctx.upstream_connected:
+            self._send_create(create)
+        else:
+            self._unsent.append((None, [create]))
+        self.ctx.notice("follow_up", {"event_id": create.event_id, "call_ids": ",".join(told), "delegation_id": None,
+                                      "response_id": None, "by": "relay"})
+
     def _on_reconnect(self) -> None:
         super()._on_reconnect()
         unheard, self._unheard = self._unheard, []
         for entry in unheard:
             for event in self._spoken(entry, entry.output or "", entry.is_error):
                 self._send(event)
+        self._continue_carried()
 
     # ==== adoption: the calls a replica takes over =========================================
     def adopt_records(self, owed: list[CallRecord], follow_ups: list[CallRecord], now: float) -> list[Action]:

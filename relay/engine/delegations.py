@@ -148,6 +148,9 @@ class LiveEngine(LiveRecords):
             self._declared = True
         if isinstance(event, live.SessionStarted) and not self.config.has_client:
             self._no_tool_channel()
+        if isinstance(event, live.SessionStarted) and self._new_one_starting:
+            self._new_one_starting = False
+            self._continue_carried()   # the new session is up: the dropped one's batches go on in it
         if (not self.config.has_client and self.mode == RESPONSES and self.config.declare_tools
                 and ours and not self._declared):
             self._declare_on_sideband(tools or [])
@@ -278,6 +281,7 @@ class LiveEngine(LiveRecords):
     def _deliver(self, entry: CallEntry, rendered: RenderedOutput) -> None:
         if entry.call_id in self._carried:   # asked in a dropped session: told, and said, in the new one
             self._answer(entry, self._carried_answer(entry, rendered.output, rendered.is_error))
+            self._continue_carried()
             return
         if DELEGATED in entry.delivered_as:
             self._offsets.pop(entry.call_id, None)
@@ -348,6 +352,7 @@ class LiveEngine(LiveRecords):
         if self._started is None or self.ended_by_provider is not None or self.ctx.closed:
             return None
         notes = []
+        self._uncontinued_batches()
         for entry in self.ledger:
             if entry.owner is not Owner.RELAY:
                 continue
@@ -366,6 +371,7 @@ class LiveEngine(LiveRecords):
         self._offsets.clear()
         self._fillers.clear()   # a filler names its delegation, which the new session does not know
         self.mode = _delegation_type(self._started) or CLIENT
+        self._new_one_starting = True
         session = seeded_session(self._started, self.transcript.turns(), notes)
         self._notes.update(notes)
         self.ctx.anomaly(f"the upstream connection dropped: a new session carries it on, seeded with "

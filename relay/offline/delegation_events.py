@@ -146,6 +146,12 @@ class DelegationReader(Reader):
             self.flush()
             self.add(RESPONSE_DONE, response_id=self.open_response, status="incomplete", by="server")
             self.open_response = None
+        if self.sessions and self.follow_up_pending is not None:
+            # the dropped session's follow-up, lost with it: no response will answer that request
+            self.flush()
+            self.add(RESPONSE, status="lost", by="relay follow-up", call_ids=self.follow_up_pending)
+            self.add(RESPONSE_DONE, status="lost", by="server")
+            self.follow_up_pending = None
         self.batch = ()
         self.sessions += 1
 

@@ -240,14 +240,11 @@ def _broken(session: ExploredSession, own: dict[str, Check]) -> list[tuple[str, 
     abandoned = {entry.call_id for entry in session.engine.ledger if entry.state == CallState.ABANDONED}
     unseen = session.unseen_calls() if hasattr(session, "unseen_calls") else set()
     carried = session.carried_calls() if hasattr(session, "carried_calls") else set()
-    unspoken = session.unspoken_calls() if hasattr(session, "unspoken_calls") else set()
     for name, violation in violations(timeline):
         if any(call_id in violation.message for call_id in unseen):
             continue   # a call nothing the relay received names: it could not know of it
         if "never answered" in violation.message and any(call_id in violation.message for call_id in carried):
             continue   # answered in a new session that carries a dropped one on, naming no id (explore_live)
-        if name == "spoke_after_tools" and any(call_id in violation.message for call_id in unspoken):
-            continue   # a backend call's result a new session holds as a silent note (explore_live)
         if session.closed and abandoned and any(call_id in violation.message for call_id in abandoned):
             continue   # the connection dropped: an abandoned call is owed nothing more (see nothing_owed)
         if session.closed and name == "spoke_after_tools":

@@ -38,10 +38,9 @@ takes them. A call carried into the new session is answered there once with `del
 not owe it an answer naming it (`carried_calls`); an append lost with the dropped connection is not
 owed a placement. What the explorer found here: a delegation's answer sent and never placed
 before the drop was told to the new session as history only, and the caller never heard it
-(`spoke_after_tools`); the relay now says it there (tests/test_explore_live_client.py). The same
-window stays open for a Responses backend call whose batch was not yet continued at the drop: its
-result is a silent note in the new session and nothing says it (`unspoken_calls`: not held to a
-follow-up; docs/gpt-live.md).
+(`spoke_after_tools`); the relay now says it there (tests/test_explore_live_client.py). A
+Responses backend call whose batch was not continued at the drop is held to a follow-up like any
+other: the new session continues it (docs/gpt-live.md), and the model speaks after its answer.
 """
 
 from __future__ import annotations
@@ -51,7 +50,6 @@ from dataclasses import replace
 from typing import Any
 
 from relay.dialects import live as wire
-from relay.engine.backend_calls import DELEGATED
 from relay.engine.calls import CallState
 from relay.engine.delegations import BARGE_IN_GRACE_MS
 from relay.mock import Faults, MockConnection
@@ -246,15 +244,6 @@ class ExploredLiveSession(Exploring, DelegatingSession):
         `delegation_id: null` (a note, or history in its `input`; a delegation's message said:
         docs/gpt-live.md). The timeline's invariants do not count them owed an answer naming them."""
         return set(self._carried)
-
-    def unspoken_calls(self) -> set[str]:
-        """The carried calls (`carried_calls`) that are a Responses backend's: the new session
-        holds their result as a silent note, and nothing says it (docs/gpt-live.md: their batch's
-        continuation was what spoke it), so `spoke_after_tools` does not hold them to a follow-up:
-        a window the relay leaves, named in explore_live's docstring."""
-        ledger = self.engine.ledger
-        return {call_id for call_id in self._carried
-                if (entry := ledger.get(call_id)) is not None and DELEGATED not in entry.delivered_as}
 
     def _closes(self) -> list[Any]:
         if not self.closed:

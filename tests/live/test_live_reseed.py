@@ -18,8 +18,10 @@ from tests.live.driver import (
     MODEL,
     LiveDriver,
     Message,
+    backend_response,
     call_item,
     delegation_created,
+    envelope,
     started,
     transcript,
 )
@@ -47,12 +49,26 @@ def dropped_mid_conversation() -> LiveDriver:
     driver.upstream(delegation_created("item_1", target="responses", response_id="resp_1"))
     driver.batch("item_1", "resp_1", [call_item("c1", "get_weather", {"city": "Paris"})])
     driver.finish("c1", "sunny in Paris")
+    continuation(driver, "item_1", "resp_1b")
     driver.upstream(transcript("output", "It is sunny in Paris.", 1400))
     driver.upstream(transcript("input", "And the time?", 2600))
     driver.upstream(delegation_created("item_2", target="responses", response_id="resp_2"))
     driver.batch("item_2", "resp_2", [call_item("c2", "get_time", {"city": "Paris"})])
     assert set(driver.started) == {"c1", "c2"}
     return driver
+
+
+def continuation(driver: LiveDriver, delegation_id: str, response_id: str) -> None:
+    """The backend's continuation of a batch after the relay's create: it shows the batch's
+    outputs were taken (their records say delivered)."""
+    driver.upstream(envelope(delegation_id, {"type": "response.created",
+                                             "response": backend_response(response_id, "in_progress")}))
+    driver.complete(delegation_id, response_id)
+
+
+def follow_ups(driver: LiveDriver) -> list[str]:
+    """The calls each of the relay's `follow_up` notices names."""
+    return [notice.fields["call_ids"] for notice in driver.notices if notice.kind == "follow_up"]
 
 
 def reseed(driver: LiveDriver) -> Message | None:
@@ -89,21 +105,71 @@ def test_the_new_session_carries_the_config_the_history_and_what_the_tools_did()
     assert any("new session carries it on" in message for message in driver.anomalies())
 
 
-def test_a_call_running_at_the_drop_is_answered_once_in_the_new_session_silently() -> None:
+def test_a_call_running_at_the_drop_is_answered_once_in_the_new_session_and_its_batch_continued() -> None:
+    """Its result is told as a note, then the new session continues the batch the dropped one
+    never did (one `response.create`): the caller who asked hears the answer."""
     driver = dropped_mid_conversation()
     reseed(driver)
     before = len(driver.sent())
     driver.upstream(started(RESPONSES, session_id="live_2"))
     driver.finish("c2", "noon")
     after = driver.sent()[before:]
-    assert [e["type"] for e in after] == ["session.thinking.append"]
+    assert [e["type"] for e in after] == ["session.thinking.append", "response.create"]
     assert after[0]["delegation_id"] is None and "get_time" in after[0]["content"] and "noon" in after[0]["content"]
     assert driver.outputs() == [o for o in driver.outputs() if o["item"]["call_id"] == "c1"], \
         "no function_call_output for a call of the dropped session"
-    assert len(driver.sent_of("response.create")) == 1, "the dropped session's second batch is not continued"
+    assert len(driver.sent_of("response.create")) == 2, "c1's batch in the first session, c2's in the new one"
+    assert follow_ups(driver) == ["c1", "c2"]
     driver.advance(60)
-    assert driver.sent()[before:] == after, "answered once"
+    assert driver.sent()[before:] == after, "answered and continued once"
     assert {entry.call_id: entry.state.value for entry in driver.engine.calls} == {"c1": "answered", "c2": "answered"}
+
+
+def test_an_answer_whose_batch_the_drop_left_uncontinued_is_continued_in_the_new_session() -> None:
+    """c2 answered just before the drop (its output went up, the batch's create never did): its
+    result is in the new session's `input`, and the new session's first command continues it."""
+    driver = dropped_mid_conversation()
+    driver._act(driver.engine.upstream_disconnected(driver.now))   # the output waits for the connection, the create with it
+    driver.finish("c2", "noon")
+    creates = len(driver.sent_of("response.create"))
+    start = reseed(driver)
+    assert start is not None and any("get_time" in text and "noon" in text for _, text in texts(start["session"]))
+    assert len(driver.sent_of("response.create")) == creates, "not before the new session is up"
+    driver.upstream(started(RESPONSES, session_id="live_2"))
+    assert len(driver.sent_of("response.create")) == creates + 1
+    assert driver.sent()[-1]["type"] == "response.create"
+    driver.advance(60)
+    assert len(driver.sent_of("response.create")) == creates + 1, "once"
+
+
+def one_batch_answered() -> LiveDriver:
+    driver = LiveDriver([get_weather, get_time])
+    driver.client({"type": "session.start", "session": {"model": MODEL, "delegation": RESPONSES}})
+    driver.upstream(started(RESPONSES))
+    driver.upstream(delegation_created("item_1", target="responses", response_id="resp_1"))
+    driver.batch("item_1", "resp_1", [call_item("c1", "get_weather", {"city": "Paris"})])
+    driver.finish("c1", "sunny in Paris")
+    assert len(driver.sent_of("response.create")) == 1
+    return driver
+
+
+def test_a_batch_whose_continuation_began_before_the_drop_is_not_continued_again() -> None:
+    driver = one_batch_answered()
+    continuation(driver, "item_1", "resp_1b")
+    reseed(driver)
+    driver.upstream(started(RESPONSES, session_id="live_2"))
+    driver.advance(60)
+    assert len(driver.sent_of("response.create")) == 1
+
+
+def test_a_continuation_the_dropped_session_never_showed_is_made_in_the_new_one() -> None:
+    """The create went up, and no continuation came before the drop: it may have gone down with
+    the connection, and the caller heard nothing. The new session continues the batch, once."""
+    driver = one_batch_answered()
+    reseed(driver)
+    driver.upstream(started(RESPONSES, session_id="live_2"))
+    driver.advance(60)
+    assert len(driver.sent_of("response.create")) == 2 and follow_ups(driver) == ["c1", "c1"]
 
 
 def test_the_new_sessions_calls_are_answered_as_usual() -> None:
