@@ -151,6 +151,19 @@ def test_a_recording_without_delegation_or_speech_is_one_line_exit_2(tmp_path: P
     one_line_exit_2(relay(path, "--tools", TOOLS), "no delegation and no speech")
 
 
+def test_a_recording_in_decisions_delegation_is_one_line_exit_2(recordings: dict[str, Path], tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """Decisions delegation has no calls to answer (docs/gpt-live.md): nothing for the explorer."""
+    decisions = tmp_path / "decisions.jsonl"
+    decisions.write_text(recordings["client"].read_text().replace('"delegation": {"type": "client"}',
+                                                                  '"delegation": {"type": "decisions"}'))
+    assert '"decisions"' in decisions.read_text()
+    status, err = in_process(capsys, decisions, "--tools", TOOLS)
+    assert status == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.strip().endswith("the session is in decisions delegation; the explorer runs responses and client "
+                                "delegation"), err
+
+
 def test_the_command_explores_a_recording_in_the_mode_it_was_recorded_in(recordings: dict[str, Path]) -> None:
     done = relay(recordings["client"], "--tools", TOOLS, "--delegation", "client", "--budget", "20", "--json")
     assert done.returncode == 0, done.stderr
