@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from relay.cli import main
+from relay.errors import UnusableInput
 from relay.offline.explore import explore, run_schedule
 from relay.offline.explore_input import from_file
 from relay.offline.explore_session import Perturbation
@@ -31,6 +32,7 @@ from relay.offline.scripted_delegations import DelegatingSession
 from relay.offline.timeline import Timeline
 from relay.recording.reader import read_recording
 from relay.testing import Script
+from relay.testing import explore as explore_public
 from relay.tools.sources import tool_registry
 from tests.live.test_live_recordings import CLIENT, RESPONSES, record
 from tests.live.test_live_mock import assistant, get_time, get_weather
@@ -293,3 +295,16 @@ def test_the_pytest_plugin_explores_a_gpt_live_recording_in_its_mode(recordings:
                              "--relay-explore", "10", "-v")
     run.assert_outcomes(passed=2)
     run.stdout.fnmatch_lines([f"recordings/{mode}.jsonl::replay PASSED*", f"recordings/{mode}.jsonl::explore PASSED*"])
+
+
+def test_the_public_api_takes_the_mode_as_the_command_does(recordings: dict[str, Path]) -> None:
+    """`relay.testing.explore` on a path: the file's own dialect and mode, `delegation=` as
+    `--delegation` (a recording's own mode only)."""
+    script = explore_public(str(CONCIERGE), [str(CONCIERGE_TOOLS)], budget=3)
+    assert script.ok and script.conversation == "concierge.script.json (live)" and script.held["appends_placed"] == 3
+    recorded = explore_public(recordings["client"], [str(REPO / TOOLS)], budget=3, delegation="client")
+    assert recorded.ok and recorded.held["delegation_answered_once"] == 3
+    with pytest.raises(UnusableInput, match="the recording is in client delegation, not responses"):
+        explore_public(recordings["client"], [str(REPO / TOOLS)], budget=3, delegation="responses")
+    with pytest.raises(UnusableInput, match="the openai dialect has none"):
+        explore_public(str(CONCIERGE), [str(CONCIERGE_TOOLS)], budget=3, dialect="openai", delegation="client")
