@@ -32,8 +32,10 @@ a client sends arrives as a typed message, and what the mock says is built as on
 the server as the frame's object (`frame_of`), which the server records and sends.
 
 Like the real service it has no error events: a message it cannot accept closes the socket
-(1007 with the reason), including an answer for an unknown or already answered call,
-`willContinue` on a BLOCKING function, or a function the setup declared twice. An answer for a
+(1007 with the reason), including an answer for an unknown or already answered call, or a
+function the setup declared twice. `willContinue` on a BLOCKING function's answer is ignored (the
+answer is final), as `google-genai`'s `FunctionResponse.will_continue` says: "only applicable to
+NON_BLOCKING function calls, is ignored otherwise". An answer for a
 call it cancelled is not refused: no source reports the service closing for one, and its own
 SDKs say no answer is needed for a cancelled call (docs/gemini.md, "An answer crossing a
 cancellation"). The mock takes no notice of it (the model neither hears nor speaks of it) and
@@ -371,7 +373,7 @@ class GeminiMockSession:
             call = self._answered_call(response)
             if call is None:
                 continue   # an answer for a call it cancelled: no notice taken of it
-            will_continue = response.will_continue is True
+            will_continue = response.will_continue is True and not call.blocking   # ignored on a BLOCKING call
             call.answers.append(copy.deepcopy(plain(response)))
             call.state = "continuing" if will_continue else "answered"
             self.items.append({"type": FUNCTION_CALL_OUTPUT, "call_id": call.id, "name": call.name,
@@ -405,8 +407,6 @@ class GeminiMockSession:
                                       f"{call.id} to {call.name}.")
         if response.response is not UNSET and not isinstance(response.response, dict):
             raise GeminiProtocolError("FunctionResponse.response must be an object.")
-        if response.will_continue is True and call.blocking:
-            raise GeminiProtocolError(f"willContinue is only for NON_BLOCKING functions; {call.name} is blocking.")
         scheduling = given(response.scheduling)
         if scheduling is not None and scheduling not in _SCHEDULINGS:
             raise GeminiProtocolError(f"Invalid value at 'scheduling': {scheduling!r}.")

@@ -109,22 +109,29 @@ async def test_what_the_service_refuses_closes_the_socket_with_1007(
     assert code == 1007 and fragment in reason
 
 
-@pytest.mark.parametrize(("extra", "answer_again", "fragment"), [
-    ({}, True, "which is answered"),
-    ({"willContinue": True}, False, "get_weather is blocking"),
-])
-async def test_a_second_final_answer_or_will_continue_on_a_blocking_call_closes_the_socket(
-        mock: MockUpstream, extra: dict, answer_again: bool, fragment: str) -> None:
+async def test_a_second_final_answer_closes_the_socket(mock: MockUpstream) -> None:
     async with gemini_client(mock.base_url) as client:
         await client.setup(tools=[{"functionDeclarations": [GEMINI_WEATHER]}], **TEXT)
         await client.say("weather")
         call_id = (await client.turn())[-1]["toolCall"]["functionCalls"][0]["id"]
-        await client.answer(call_id, "get_weather", "sunny", **extra)
-        if answer_again:
-            await client.turn()
-            await client.answer(call_id, "get_weather", "sunny")
+        await client.answer(call_id, "get_weather", "sunny")
+        await client.turn()
+        await client.answer(call_id, "get_weather", "sunny")
         code, reason = await client.closed()
-    assert code == 1007 and fragment in reason
+    assert code == 1007 and "which is answered" in reason
+
+
+async def test_will_continue_on_a_blocking_call_is_ignored(mock: MockUpstream) -> None:
+    """google-genai's FunctionResponse.will_continue: "only applicable to NON_BLOCKING function
+    calls, is ignored otherwise": the answer is final, and the model speaks after it."""
+    async with gemini_client(mock.base_url) as client:
+        await client.setup(tools=[{"functionDeclarations": [GEMINI_WEATHER]}], **TEXT)
+        await client.say("weather")
+        call_id = (await client.turn())[-1]["toolCall"]["functionCalls"][0]["id"]
+        await client.answer(call_id, "get_weather", "sunny", willContinue=True)
+        assert "sunny" in model_words(await client.turn())
+    (session,) = mock.sessions
+    assert session.calls[call_id].state == "answered"
 
 
 async def test_non_blocking_answers_are_spoken_unless_silent(mock: MockUpstream) -> None:
