@@ -14,14 +14,15 @@ from typing import Any
 
 from relay.dialects import LiveDialect
 from relay.dialects import live
+from relay.dialects.peek import has_single_plain_type, peek_type
 from relay.engine.appends import split_text
 from relay.recording.format import RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY, Frame
 from relay.tools import Interruption
 
 INJECTION_INCOMPLETE = "context_injection_incomplete"
 """The code of the error an append still pending when the session closes gets (GPT-LIVE.md 2.4)."""
-_APPEND_TAGS = tuple(f'"{kind.__struct_config__.tag}"' for kind in live.APPENDS)
-_ANSWER_TAGS = tuple(f'"{kind.__struct_config__.tag}"' for kind in (*live.APPENDED.values(), live.Error))
+_APPEND_TYPES = frozenset(kind.__struct_config__.tag for kind in live.APPENDS)
+_ANSWER_TYPES = frozenset(kind.__struct_config__.tag for kind in (*live.APPENDED.values(), live.Error))
 
 
 @dataclass
@@ -57,13 +58,20 @@ def delegation_appends(session: Any, *, every: bool = False) -> DelegationAppend
         text = frame.raw
         if text is None:
             continue
-        if frame.direction == RELAY_TO_UPSTREAM and any(tag in text for tag in _APPEND_TAGS):
+        if frame.direction == RELAY_TO_UPSTREAM and _may_be(text, _APPEND_TYPES):
             event = live.decode(text)
             if isinstance(event, live.APPENDS) and (every or isinstance(event.delegation_id, str)):
                 found.sent.append((frame, event))
-        elif frame.direction == UPSTREAM_TO_RELAY and any(tag in text for tag in _ANSWER_TAGS):
+        elif frame.direction == UPSTREAM_TO_RELAY and _may_be(text, _ANSWER_TYPES):
             _answered(found, live.decode(text))
     return found
+
+
+def _may_be(text: str, types: frozenset[str]) -> bool:
+    """Whether a frame may be an event of `types` (else it is not decoded): its peeked `type`, unless
+    another may hide in it. Most of a session's frames are audio, kilobytes each, which this test
+    reads only the head of."""
+    return peek_type(text) in types or not has_single_plain_type(text)
 
 
 def _answered(found: DelegationAppends, event: Any) -> None:
