@@ -157,7 +157,11 @@ class Reader:
         """Whether the frame may say something to this reader (one that cannot is not decoded)."""
         return True
 
-    def read(self, frame: Frame, event: dict[str, Any]) -> None:
+    def event_of(self, frame: Frame) -> Any:
+        """The frame's event as `dispatch` reads it (None: no event): the decoded object."""
+        return decoded(frame)
+
+    def read(self, frame: Frame, event: Any) -> None:
         self.t = frame.t
         self.line = frame.line_no if frame.line_no > 0 else None
         self.dispatch(frame.direction, event)
@@ -256,10 +260,18 @@ class ItemReader(Reader):
             return peek_type(raw) in self.read_upstream or not has_single_plain_type(raw)
         return frame.direction != RELAY_TO_CLIENT or self.error_name in raw
 
-    def dispatch(self, direction: str, event: dict[str, Any]) -> None:
-        typed = wire.event_of(event, self.family)   # the family's codec: beta and the variant's names read as GA
-        if not isinstance(typed, wire.Unknown):
-            self.route(direction, typed, _dict(typed.error) if isinstance(typed, wire.Error) else None)
+    def event_of(self, frame: Frame) -> Any:
+        """The frame's typed event (the family's codec: beta and the variant's names read as GA),
+        a frame's text decoded straight into it (what it cannot read strictly, through the
+        decoded object); an `Unknown` is no event."""
+        typed = wire.decode(frame.raw, self.family) if frame.raw is not None else wire.Unknown(None)
+        if isinstance(typed, wire.Unknown):
+            event = decoded(frame)
+            typed = wire.event_of(event, self.family) if event is not None else typed
+        return None if isinstance(typed, wire.Unknown) else typed
+
+    def dispatch(self, direction: str, typed: Any) -> None:
+        self.route(direction, typed, _dict(typed.error) if isinstance(typed, wire.Error) else None)
 
     # -- what went to the upstream
     def sent(self, direction: str, event: wire.Event) -> None:

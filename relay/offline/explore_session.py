@@ -147,6 +147,7 @@ class Exploring:
         self._released = 0
         self._moved: set[Any] = set()   # the calls whose items a `done_first` moved
         self._settled: dict[int, Any] = {}   # call book entries `_look` has nothing more to read of
+        self._counting: set[int] = set()   # the calls whose handler started and that are not answered yet
         self._looked = -1   # the call book's size when `_look` last found every entry settled
         self._checked: Any = None   # the timeline the invariants read (see `checking`)
         self._pending: list[Perturbation] = sorted(p for p in schedule if p.kind == "barge_in" or p.kind == "drop")
@@ -205,9 +206,8 @@ class Exploring:
             return
         self._inbox.append(("upstream", head))
         counts = self.observed.events_after_start
-        for number in counts:
-            if (number, "answered") not in self.observed.anchors:
-                counts[number] += 1
+        for number in self._counting:   # a provider event of their turn
+            counts[number] += 1
         self._pump()
 
     def _deliveries(self, frame: str | bytes) -> list[str | bytes]:
@@ -301,6 +301,8 @@ class Exploring:
         if (number, anchor) in self.observed.anchors:
             return
         self.observed.anchors.add((number, anchor))
+        if anchor == "answered":
+            self._counting.discard(number)
         for perturbation in [p for p in self._pending if p.call == number and p.anchor == anchor]:
             self._pending.remove(perturbation)
             self.observed.fired.append(perturbation)
@@ -350,6 +352,8 @@ class Exploring:
         if action.call_id in self.observed.calls:
             number = self.observed.calls.index(action.call_id) + 1
             self.observed.events_after_start.setdefault(number, 0)
+            if (number, "answered") not in self.observed.anchors:
+                self._counting.add(number)
             if action.tool.on_delay is not None:
                 self.observed.has_filler.add(number)
             self._reached(number, "running")

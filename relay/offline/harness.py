@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from bisect import bisect_right
 from collections import deque
 from dataclasses import replace
 from pathlib import Path
@@ -360,12 +361,13 @@ def sessions_dir() -> Path:
 def _with_marks(events: list[Any], marks: list[tuple[int, float, str, str]]) -> list[Any]:
     """The events with the session's marks put where they happened (after the events read from
     the frames before them), renumbered."""
+    lines = sorted(event.line for event in events if event.line is not None)
     placed: list[tuple[tuple[int, int], Any]] = [((index, 1), event) for index, event in enumerate(events)]
     for count, t, kind, text in marks:
-        after = sum(1 for event in events if event.line is not None and event.line <= count + 1)
+        after = bisect_right(lines, count + 1)   # the events read from a line up to the mark's
         placed.append(((after, 0), Event(0, round(t, 6), kind, text=text, by="relay")))
     ordered = [event for _, event in sorted(placed, key=lambda pair: pair[0])]
-    return [replace(event, index=index) for index, event in enumerate(ordered)]
+    return [event if event.index == index else replace(event, index=index) for index, event in enumerate(ordered)]
 
 
 def _clip(text: str | None, limit: int = 100) -> str:

@@ -312,11 +312,12 @@ class _OpenAIModel(_Model):
         self.session = session
         # the server's clock is the session's (from the same epoch as GPT-Live's scripted mock):
         # its `expires_at`, `created_at` and pings are the same on every run
-        wire = Wire.of(session.dialect, session.quirks, wall=lambda: START_EPOCH + session.now)
-        self.mock = MockSession(wire, session.script.mock_script(), Faults(), DEFAULT_MODEL, {"model": DEFAULT_MODEL})
+        server = Wire.of(session.dialect, session.quirks, wall=lambda: START_EPOCH + session.now)
+        self.mock = MockSession(server, session.script.mock_script(), Faults(), DEFAULT_MODEL, {"model": DEFAULT_MODEL})
         self.picks = self.mock.picks
         self._endings: dict[str, str] = {}
         self._held: dict[str, Iterator[Any]] = {}
+        self._errors = wire.names_of((wire.Error,), session.dialect)   # what `_carry` reads as an error
 
     def connect(self) -> list[str | bytes]:
         return self._carry(self.mock.connected(_connection()))
@@ -349,7 +350,8 @@ class _OpenAIModel(_Model):
         for action in actions:
             if isinstance(action, Emit) and action.to in (None, 0):
                 event = action.event
-                error = wire.event_of(event, self.session.dialect) if isinstance(event, dict) else None
+                error = (wire.event_of(event, self.session.dialect)
+                         if isinstance(event, dict) and event.get("type") in self._errors else None)
                 if isinstance(error, wire.Error):
                     self.session.upstream_error(f"error {json.dumps(error.error)}")
                 frames.append(event if isinstance(event, (str, bytes)) else _text(event))

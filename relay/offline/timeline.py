@@ -102,7 +102,7 @@ class Timeline(Sequence[Event]):
         chosen = wire_dialect(dialect, frames)
         reader = READERS[chosen.flow](tools, outcomes or {}, upstream_bound(frames), dialect=chosen)
         for frame in frames:
-            event = decoded(frame) if reader.wants(frame) else None
+            event = reader.event_of(frame) if reader.wants(frame) else None
             if event is not None:
                 reader.read(frame, event)
         reader.finish()
