@@ -87,8 +87,11 @@ def replica_config(mock: MockUpstream, redis_url: str, **options: Any) -> Sideca
 
 @asynccontextmanager
 async def replica(mock: MockUpstream, redis_url: str, tools: Path = TOOLS) -> AsyncIterator[SidecarServer]:
-    """A `relay sidecar` replica sharing the store, in this process, looking for orphans."""
-    server = SidecarServer(replica_config(mock, redis_url, tools=[str(tools)]))
+    """A `relay sidecar` replica sharing the store, in this process, looking for orphans. It stops
+    at the test's end without offering its calls to a peer (drain_seconds 0): there is none, and
+    the offer would wait out the default drain, 10 s, for nobody (the hand-off has its own test:
+    test_a_draining_replica_hands_its_call_to_a_peer_without_waiting_for_it_to_end)."""
+    server = SidecarServer(replica_config(mock, redis_url, tools=[str(tools)], drain_seconds=0.0))
     async with server.running():
         yield server
 
