@@ -44,6 +44,55 @@ relay.transports.AUTO_ORDER = (TEST_TRANSPORT,)
 MARKERS_BY_FIXTURE = {"browser": "browser", "haproxy": "cluster"}
 
 
+# The tests CI runs under the lowest Python only (marked `once`; the newest Python's pass, .ci/run,
+# deselects them), by file or node id, each with why the newest Python adds nothing to its proof.
+# That pass keeps what depends on the interpreter: the engine, the dialects and the offline tools'
+# unit tests, every loopback integration test but those named here (each transport, each dialect,
+# the store's contract and leases, the CLI's answers), and the package built and installed.
+ONCE = {
+    # Processes killed and paused mid-call while a replica takes over: the fleet's protocol, the
+    # same under any Python; the store, its leases and its takeover records under the newest
+    # Python are tests/store's other files.
+    "tests/store/test_takeover.py": "a replica takes over from a killed or paused owner process",
+    "tests/store/test_live_takeover.py": "the same for GPT-Live sessions",
+    # MCP servers started as processes, killed and restarted, behind the relay's edges: the MCP
+    # client's code runs under the newest Python in tests/mcp's other files.
+    "tests/mcp/test_mcp_serve.py": "MCP server processes through the relay's edges",
+    # Random walks over code the unit tests run under the newest Python too: they look for logic
+    # errors, which the interpreter does not change.
+    "tests/test_engine_fuzz.py": "the engine fuzzed",
+    "tests/reliability/test_fuzz.py": "the edges fuzzed",
+    "tests/gemini/test_gemini_fuzz.py": "Gemini sessions fuzzed",
+    # Scale counted, not timed: 100,000 lines, the same counts under any Python (the file's other
+    # tests redact under the newest).
+    "tests/test_relay_redact.py::test_a_recording_of_100k_lines_is_redacted_in_two_passes_a_line_at_a_time":
+        "linear redaction, counted over 100,000 lines",
+    # A subprocess that hides opentelemetry: an import guard (the file's other tests trace under
+    # the newest Python).
+    "tests/server/test_tracing.py::test_the_relay_runs_unchanged_without_opentelemetry": "no opentelemetry",
+    # The demo as a command: the newest Python's pass runs it from the installed wheel
+    # (tests/packaging/test_wheel.py).
+    "tests/test_demo.py": "the demo as a command",
+    # The source's text, read the same by any Python.
+    "tests/test_wire_names.py": "wire names in the source",
+    "tests/test_sequencer_lifecycle.py::test_no_code_in_relay_sets_a_sequencer_state_but_move":
+        "sequencer states set in the source",
+    # The README's commands with the machine's python3, whatever Python runs the suite.
+    "tests/packaging/test_quickstart.py::test_after_the_quick_start_relay_runs_in_a_new_shell": "the quick start",
+    # The same commands under either Python (a fresh environment, two installs, the plugin: 40 s);
+    # the wheel tests build and install the package under the newest.
+    "tests/packaging/test_install_docs.py::"
+    "test_install_and_the_plugin_recipe_run_as_written_in_a_fresh_virtual_environment": "the README's install recipe",
+    # A build whose compiler fails (the compiled lane left out) is setup.py's, not the interpreter's.
+    "tests/packaging/test_wheel.py::test_without_a_c_compiler_the_wheel_builds_without_the_compiled_lane":
+        "the wheel without a compiler",
+}
+
+
+def _once(nodeid: str) -> bool:
+    return any(nodeid == key or nodeid.startswith((key + "::", key + "[")) for key in ONCE)
+
+
 # The slow kinds that hold one worker longest first (installs into fresh virtual environments,
 # then the benchmarks' smoke runs, the docs site, the soaks...): see `pytest_collection_modifyitems`.
 LONGEST_FIRST = ("packaging", "bench", "docs", "soak", "cluster", "browser")
@@ -57,15 +106,17 @@ def _start_rank(item: pytest.Item) -> int:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A test that drives the browser or HAProxy is of that slow kind, whoever wrote it. The slow
-    kinds then run first, longest kinds ahead (a stable sort: each kind's tests keep their order,
-    a module's together): pytest-xdist hands tests out in this order, so a test that holds a worker
+    """A test that drives the browser or HAProxy is of that slow kind, whoever wrote it; a test
+    ONCE names is marked `once`. The slow kinds then run first, longest kinds ahead (a stable
+    sort: each kind's tests keep their order, a module's together): pytest-xdist hands tests out in this order, so a test that holds a worker
     for a minute or more starts while the others fill the other workers around it, instead of
     starting last and leaving them idle at the end."""
     for item in items:
         for fixture, marker in MARKERS_BY_FIXTURE.items():
             if fixture in getattr(item, "fixturenames", ()):
                 item.add_marker(marker)
+        if _once(item.nodeid):
+            item.add_marker("once")
     items.sort(key=_start_rank)
 
 
