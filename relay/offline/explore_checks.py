@@ -17,7 +17,8 @@ from relay.dialects import live
 from relay.dialects.gemini import GeminiDialect
 from relay.engine.calls import CallState
 from relay.offline.delegation_checks import INJECTION_INCOMPLETE, delegation_appends
-from relay.offline.events import FOLLOW_UP
+from relay.engine.backend_calls import DELEGATED
+from relay.offline.events import FOLLOW_UP, SPOKEN
 from relay.offline.expect import INVARIANTS, violations
 from relay.offline.explore_session import ExploredSession
 from relay.offline.replaying import json_object
@@ -130,6 +131,22 @@ def cancelled_not_answered(session: ExploredSession) -> str | None:
                     for answer in gemini.entries(message.function_responses, gemini.FunctionResponse):
                         if isinstance(answer.id, str):
                             sent.setdefault(answer.id, frame.line_no)
+    return None
+
+
+def _carried_unheard(session: ExploredSession, carried: set[str]) -> str | None:
+    """`spoke_after_tools` for a Responses backend call a new session answered for a dropped one
+    (GPT-Live's `reseed`): its note names no call the timeline can read, so nothing there asks for
+    speech after it; the new session's continuation of its batch says it (docs/gpt-live.md). The
+    model speaks after the answer, or the caller who asked heard nothing."""
+    spoken = [event.t for event in session.timeline.of(SPOKEN)]
+    for call_id in sorted(carried):
+        entry = session.engine.ledger.get(call_id)
+        if (entry is None or DELEGATED in entry.delivered_as or entry.state is not CallState.ANSWERED
+                or entry.injected_at is None):
+            continue
+        if not any(t >= entry.injected_at for t in spoken):
+            return f"nothing was said after the answer to {call_id} ({entry.name}), told in a new session"
     return None
 
 
@@ -252,6 +269,9 @@ def _broken(session: ExploredSession, own: dict[str, Check]) -> list[tuple[str, 
         if name not in seen:
             seen.add(name)
             found.append((name, violation.message))
+    unheard = None if session.closed or "spoke_after_tools" in seen else _carried_unheard(session, carried)
+    if unheard is not None:
+        found.append(("spoke_after_tools", unheard))
     for name, (_, check) in SESSION_INVARIANTS.items():
         message = check(session)
         if message:
