@@ -60,6 +60,7 @@ class ResponsesDelegation(SessionEngine):
                 self._delivered([entry for entry in self.batches.relay_calls(continued)
                                  if entry.state is CallState.ANSWERED])
             self.batches.response_started(key or "", response_id)
+            self._backend_response_started()
         elif isinstance(nested, live.BackendItemAdded):
             return self._call_item(nested.item, announce=False)
         elif isinstance(nested, live.BackendItemDone):
@@ -197,6 +198,10 @@ class ResponsesDelegation(SessionEngine):
         for entry in self._owed_by_create.pop(event.event_id or "", []):
             self.ctx.remember(entry, Phase.FOLLOWED_UP, follow_up=True)
         self._send(event)
+
+    def _backend_response_started(self) -> None:
+        """A backend response began (its nested `response.created`): what a subclass owes it
+        (relay/engine/delegation_records.py: a carried batch's continuation under way)."""
 
     def _delivered(self, entries: list[CallEntry]) -> None:
         """The provider showed it has these answers: their records say `delivered`."""

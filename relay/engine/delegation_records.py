@@ -72,6 +72,7 @@ class LiveRecords(ResponsesDelegation):
         self._resumed: tuple[tuple[Turn, ...], list[str], list[CallRecord]] | None = None
         self._unheard: list[CallEntry] = []       # answers a dropped session never placed, to say in the new one
         self._uncontinued: list[str] = []         # backend calls whose batch a dropped session never continued
+        self._continuing: list[str] = []          # carried calls whose new-session continuation has not begun
         self._new_one_starting = False            # a new session's `session.start` went up, its `started` not back
         self.ctx.record_extras = self._record_extras
 
@@ -155,7 +156,11 @@ class LiveRecords(ResponsesDelegation):
         or whose continuation it never showed (its nested `response.created`: the create may have
         been lost with the connection), in a batch of relay calls only (a client's calls are its
         own to answer and continue). Their results were to be spoken by that continuation; the new
-        session makes it (`_continue_carried`)."""
+        session makes it (`_continue_carried`). The same for calls an earlier drop carried into the
+        session that dropped now, whose continuation there never began (a second drop before it
+        showed, or before its create went up): the next new session continues them."""
+        self._uncontinued += [call_id for call_id in self._continuing if call_id not in self._uncontinued]
+        self._continuing = []
         for batch in self.batches:
             if not self.batches.has_client_calls(batch):
                 self._uncontinued += [entry.call_id for entry in self.batches.relay_calls(batch) if not entry.delivered
@@ -173,6 +178,7 @@ class LiveRecords(ResponsesDelegation):
         self._uncontinued = []
         if not told:
             return
+        self._continuing += told   # until the continuation begins (`_backend_response_started`)
         create = live.ResponseCreate(event_id=self.ctx.new_event_id())
         if self.ctx.upstream_connected:
             self._send_create(create)
@@ -180,6 +186,14 @@ class LiveRecords(ResponsesDelegation):
             self._unsent.append((None, [create]))
         self.ctx.notice("follow_up", {"event_id": create.event_id, "call_ids": ",".join(told), "delegation_id": None,
                                       "response_id": None, "by": "relay"})
+
+    def _backend_response_started(self) -> None:
+        """A backend response began (its nested `response.created`): the carried calls'
+        continuation, sent before it, is under way and their results are in; a later drop does
+        not continue them again."""
+        if self._continuing:
+            self._delivered([entry for call_id in self._continuing if (entry := self.ledger.get(call_id)) is not None])
+            self._continuing = []
 
     def _on_reconnect(self) -> None:
         super()._on_reconnect()

@@ -41,6 +41,8 @@ before the drop was told to the new session as history only, and the caller neve
 (`spoke_after_tools`); the relay now says it there (tests/test_explore_live_client.py). A
 Responses backend call whose batch was not continued at the drop is held to a follow-up like any
 other: the new session continues it (docs/gpt-live.md), and the model speaks after its answer.
+Two `reseed`s found that a second drop before that continuation began lost it (the caller heard
+nothing: `spoke_after_tools`); the next new session now makes it (tests/test_explore_reseed.py).
 """
 
 from __future__ import annotations

@@ -172,6 +172,44 @@ def test_a_continuation_the_dropped_session_never_showed_is_made_in_the_new_one(
     assert len(driver.sent_of("response.create")) == 2 and follow_ups(driver) == ["c1", "c1"]
 
 
+def carried_and_continued() -> LiveDriver:
+    """c2 running at a drop, answered in the new session by its note, then that session's one
+    `response.create` for its batch, whose continuation has not begun."""
+    driver = dropped_mid_conversation()
+    reseed(driver)
+    driver.upstream(started(RESPONSES, session_id="live_2"))
+    driver.finish("c2", "noon")
+    assert [e["type"] for e in driver.sent()[-2:]] == ["session.thinking.append", "response.create"]
+    assert follow_ups(driver) == ["c1", "c2"]
+    return driver
+
+
+def test_a_carried_continuation_a_second_drop_cut_short_is_made_in_the_next_session() -> None:
+    """A second drop before the new session showed its continuation (the create may have gone
+    down with it): the next session is told c2's result in its `input` and continues it, once;
+    without that the caller who asked heard nothing (the explorer's `spoke_after_tools`, two
+    `reseed`s: tests/test_explore_reseed.py)."""
+    driver = carried_and_continued()
+    start = reseed(driver)
+    assert start is not None and any("get_time" in text and "noon" in text for _, text in texts(start["session"]))
+    assert len(driver.sent_of("response.create")) == 2, "not before the next session is up"
+    driver.upstream(started(RESPONSES, session_id="live_3"))
+    assert driver.sent()[-1]["type"] == "response.create" and follow_ups(driver) == ["c1", "c2", "c2"]
+    driver.advance(60)
+    assert len(driver.sent_of("response.create")) == 3, "once"
+    assert not driver.sent_of("session.thinking.append")[1:], "c2 is told once by its note, then as history"
+
+
+def test_a_carried_continuation_that_began_is_not_made_again_after_a_second_drop() -> None:
+    driver = carried_and_continued()
+    driver.upstream(envelope("item_3", {"type": "response.created",
+                                        "response": backend_response("resp_3", "in_progress")}))
+    reseed(driver)
+    driver.upstream(started(RESPONSES, session_id="live_3"))
+    driver.advance(60)
+    assert len(driver.sent_of("response.create")) == 2 and follow_ups(driver) == ["c1", "c2"]
+
+
 def test_the_new_sessions_calls_are_answered_as_usual() -> None:
     driver = dropped_mid_conversation()
     reseed(driver)
