@@ -73,6 +73,7 @@ PROXIES = ("raw", "relay", "relay_fast", "haproxy")
 """The proxies every scenario compares (haproxy: where it is installed)."""
 PATHS = ("direct", *PROXIES)
 SCENARIOS = ("memory", "realtime", "throughput", "tools", "replay")
+TRIAL_ATTEMPTS = 3   # windows a trial gets to count an event before the benchmark gives up
 """What a full run measures, in order (`--only` picks some)."""
 # throughput also measures the raw proxy given the relay's reads and writes (--coalesce), so that
 # the relay's own cost shows apart from what those save, and a bare picows pass-through (the floor
@@ -693,11 +694,22 @@ def inspector_cost(services: dict[str, Service], plan: Plan) -> dict[str, Any]:
                                  "errors": seen.get("errors", [])}
         return result
 
+    def counted_trial(variant: str, sessions: int) -> dict[str, Any]:
+        # A short window (the quick plan's 0.7 s) on a machine busy with other work can count no
+        # event at all; such a trial says nothing, and the ratios would divide by it: run it again.
+        for _ in range(TRIAL_ATTEMPTS):
+            result = trial("throughput", variant, sessions=sessions, warmup=plan.throughput_warmup,
+                           seconds=plan.throughput_seconds)
+            if result["events_per_s"] > 0:
+                return result
+            report(f"inspector, throughput {sessions} sessions ({variant}): the window counted no event; again")
+        raise SystemExit(f"inspector, throughput {sessions} sessions ({variant}): no event counted in "
+                         f"{TRIAL_ATTEMPTS} windows of {plan.throughput_seconds} s (is the machine saturated?)")
+
     for sessions in plan.inspector_throughput_sessions:
         rounds = []
         for _ in range(plan.rounds):
-            results = {variant: trial("throughput", variant, sessions=sessions, warmup=plan.throughput_warmup,
-                                      seconds=plan.throughput_seconds) for variant in variants}
+            results = {variant: counted_trial(variant, sessions) for variant in variants}
             for variant in variants:
                 results[variant]["cpu_us_per_event"] = (results[variant]["cpu_percent"] * 1e4
                                                         / results[variant]["events_per_s"])
