@@ -556,6 +556,12 @@ def streamed_text(data: Any) -> tuple[list[tuple[str, dict[str, Any]]], bool]:
     return holders, content.get("turnComplete") is True or content.get("interrupted") is True
 
 
+def may_interrupt(data: str | bytes) -> bool:
+    """Whether a frame's undecoded text may carry `serverContent.interrupted` (one that cannot
+    need not be decoded to find it: most frames are the model's words and audio)."""
+    return ("interrupted" in data) if isinstance(data, str) else (b"interrupted" in data)
+
+
 # ---- audio passes undecoded -------------------------------------------------------------------------
 def audio_peek(*, upstream: bool = True) -> Callable[[str | bytes], str | None]:
     """Whether a frame is media the relay forwards as it came (from the upstream, or from the

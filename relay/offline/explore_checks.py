@@ -10,7 +10,7 @@ given by name: `explore(..., invariants={"refund_once": refund_once})`.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from typing import Callable
 
 from relay.dialects import gemini_codec as gemini
 from relay.dialects import live
@@ -18,10 +18,9 @@ from relay.dialects.gemini import GeminiDialect
 from relay.engine.calls import CallState
 from relay.offline.delegation_checks import INJECTION_INCOMPLETE, delegation_appends
 from relay.engine.backend_calls import DELEGATED
-from relay.offline.events import FOLLOW_UP, SPOKEN
+from relay.offline.events import FOLLOW_UP, SPOKEN, decoded
 from relay.offline.expect import INVARIANTS, violations
 from relay.offline.explore_session import ExploredSession
-from relay.offline.replaying import json_object
 from relay.recording.format import RELAY_TO_CLIENT, RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY, Frame
 from relay.session.policy import CLEAN_CLOSE_CODES
 from relay.tools import Interruption
@@ -115,7 +114,7 @@ def cancelled_not_answered(session: ExploredSession) -> str | None:
     sent: dict[str, int] = {}  # call id -> the line of an answer sent while armed
     for frame in session.frames:
         if frame.direction == UPSTREAM_TO_RELAY and (armed or _may_interrupt(frame)):
-            for message in gemini.messages_of(_data(frame), codec) or [None]:
+            for message in gemini.messages_of(decoded(frame), codec) or [None]:
                 if isinstance(message, gemini.ToolCallCancellation) and armed:
                     crossed = [i for i in message.ids if i in sent] if isinstance(message.ids, list) else []
                     if crossed:
@@ -126,7 +125,7 @@ def cancelled_not_answered(session: ExploredSession) -> str | None:
                     sent.clear()
                 armed = interrupted
         elif frame.direction == RELAY_TO_UPSTREAM and armed:
-            for message in gemini.messages_of(_data(frame), codec):
+            for message in gemini.messages_of(decoded(frame), codec):
                 if isinstance(message, gemini.ToolResponse):
                     for answer in gemini.entries(message.function_responses, gemini.FunctionResponse):
                         if isinstance(answer.id, str):
@@ -152,16 +151,10 @@ def _carried_unheard(session: ExploredSession, carried: set[str]) -> str | None:
 
 def _may_interrupt(frame: Frame) -> bool:
     """Whether a frame may say `interrupted` (else it is not decoded: most are the model's words)."""
-    if frame.raw is not None:
-        return "interrupted" in frame.raw
-    return frame.event is not None or b"interrupted" in (frame.binary or b"")
-
-
-def _data(frame: Frame) -> Any:
-    """A frame's JSON object (None: it is none)."""
     if frame.event is not None:
-        return frame.event
-    return json_object(frame.raw if frame.raw is not None else frame.binary or b"")
+        return True
+    data = frame.raw if frame.raw is not None else frame.binary
+    return data is not None and gemini.may_interrupt(data)
 
 
 def delegation_answered_once(session: ExploredSession) -> str | None:

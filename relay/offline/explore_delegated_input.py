@@ -37,7 +37,6 @@ answer's words and no delegation. A line said twice gets the first time's turn.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +45,7 @@ from relay.dialects import live as wire
 from relay.errors import UnusableInput
 from relay.mock import MockScript, Reply, ToolCall
 from relay.mock.script import Rule
+from relay.offline.events import json_arguments
 from relay.offline.explore import delegates
 from relay.offline.explore_session import Conversation
 from relay.offline.scripted_delegations import CLIENT, DELEGATIONS, RESPONSES
@@ -180,13 +180,9 @@ def _backend(nested: Any, turns: list[_Turn], continues: bool) -> bool:
 
 
 def _arguments(text: Any) -> dict[str, Any] | str:
-    if not isinstance(text, str):
-        return {}
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return text
-    return value if isinstance(value, dict) else text
+    """A backend call's arguments as the script takes them: the object they encode, else their text."""
+    value = json_arguments(text)
+    return value if isinstance(value, dict) else text if isinstance(text, str) else {}
 
 
 def _commentary_spoken(turns: list[_Turn]) -> str:
