@@ -12,7 +12,9 @@ What it plays, from the same `MockScript` as the OpenAI modes:
   has its final answer (`toolResponse`), the model speaks the `after_outputs` reply. An answer for
   a NON_BLOCKING function is spoken about right away unless its `scheduling` is `SILENT`;
 - a user turn arriving while calls are unanswered is a barge-in: `serverContent.interrupted`, then
-  `toolCallCancellation` for those calls; `MockUpstream.interrupt()` plays the same from a test;
+  `toolCallCancellation` for those calls, then `turnComplete` for the turn it stopped (no
+  `generationComplete`: google-genai's `LiveServerContent` says an interrupted turn "will go
+  through interrupted > turn_complete"); `MockUpstream.interrupt()` plays the same from a test;
 - `MockUpstream.go_away()` sends `goAway`;
 - a setup with `sessionResumption` gets `sessionResumptionUpdate`s: a new handle, `resumable`,
   after `setupComplete` and at each turn's end; `resumable: false` and no handle while the model
@@ -217,10 +219,24 @@ class GeminiMockSession:
         except GeminiProtocolError as error:
             return [Hangup(error.code, error.reason[:120])]
 
-    def interrupt(self) -> list[Any]:
-        """The user barged in: the model stops, and its unanswered calls are cancelled."""
+    def interrupt(self, generating: bool = False) -> list[Any]:
+        """The user barged in: the model stops (`interrupted`), its unanswered calls are cancelled,
+        and the turn it stopped ends (`turnComplete`, with no `generationComplete`): a turn left
+        open (held, or waiting for its blocking calls' answers), or one whose frames are still on
+        their way to the client (`generating`: the explorer's pacing)."""
+        stopped = generating or self.held or bool(self._batch)
         self.held = False
-        return [_emit(ServerContent(interrupted=True)), *self.withdraw()]
+        said = [_emit(ServerContent(interrupted=True)), *self.withdraw()]
+        if stopped:
+            said += [_emit(ServerContent(turn_complete=True)), *self._resumption_update()]
+        return said
+
+    def answer_unheard(self) -> list[Any]:
+        """The user's turn ended with nothing the mock can read (speech: it has no ears): the model
+        answers it, as the service answers a turn its voice activity detection ended, with the
+        script's default reply."""
+        self.picks.append("default")
+        return self._model_turn(self.script.default)
 
     def withdraw(self) -> list[Any]:
         """The model withdraws its unanswered calls (`toolCallCancellation`); no answer may follow."""

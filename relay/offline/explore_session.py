@@ -28,7 +28,7 @@ from relay.offline import faults as fault_kinds
 from relay.offline.replaying import json_object as decode
 from relay.offline.harness import SessionOver
 from relay.offline.scripted import Script, ScriptedSession, Turn
-from relay.offline.withdrawn_calls import withdrawn_in_flight
+from relay.offline.withdrawn_calls import generating, interrupted_in_flight, withdrawn_in_flight
 
 STEP = 0.01
 """Virtual seconds between two upstream frames."""
@@ -324,13 +324,19 @@ class Exploring:
 
     def _gemini_speech(self, text: str | None) -> list[str | bytes]:
         """The server hears the caller (Gemini): the model stops and withdraws its open calls now
-        (one still in flight was never made: relay/offline/withdrawn_calls.py); the caller's
+        (one still in flight was never made), and the rest of its turn in flight is not delivered
+        (relay/offline/withdrawn_calls.py); the caller's
         words, if any, reach it after that, so that the turn they start is not the one withdrawn
-        (said at once, they were answered first and that new turn's calls withdrawn)."""
+        (said at once, they were answered first and that new turn's calls withdrawn). Speech
+        with no words is a turn too, which the model answers (its default reply)."""
         if text is not None:
             self.loop.call_soon(self.say_now, text)
         seen = {entry.call_id for entry in self.engine.ledger}
-        return withdrawn_in_flight(self._paced, self.model.barge_in(), seen)   # type: ignore[attr-defined]
+        said = withdrawn_in_flight(self._paced, self.model.barge_in(generating(self._paced)), seen)  # type: ignore[call-arg]
+        interrupted_in_flight(self._paced)   # the turn stops where it is: the rest of it never comes
+        if text is None:   # speech the mock cannot read: the model answers the turn it made all the same
+            said += self.model._carry(self.model.mock.answer_unheard())   # type: ignore[attr-defined]
+        return said
 
     def _speech(self, text: str | None) -> list[str | bytes]:
         """The server hears the caller (OpenAI family): its speech starts now, ahead of the frames

@@ -425,8 +425,8 @@ class _GeminiModel(_Model):
     def user(self, text: str) -> list[str | bytes]:
         raise AssertionError("a Gemini caller's words are client frames")   # ScriptedSession.say_now sends them
 
-    def barge_in(self) -> list[str | bytes]:
-        return self._carry(self.mock.interrupt())
+    def barge_in(self, generating: bool = False) -> list[str | bytes]:
+        return self._carry(self.mock.interrupt(generating))
 
     def release(self) -> list[str | bytes]:
         return self._carry(self.mock.release())

@@ -1,5 +1,6 @@
-"""Gemini Live calls withdrawn before they reached the relay, in an explored session
-(relay/offline/explore_session.py's barge-in, explore_quirks.py's `server_cancel`).
+"""Gemini Live calls withdrawn before they reached the relay, and the words of a turn the caller
+interrupted, in an explored session (relay/offline/explore_session.py's barge-in,
+explore_quirks.py's `server_cancel`).
 
 The mock model writes a whole turn at once, and the explorer delivers its frames one at a time,
 with the server's answer to the caller's speech (or to a withdrawal) ahead of those still in
@@ -9,6 +10,15 @@ show the relay a call cancelled before it was made (the cancellation passed to t
 id the relay then owns, its answer unheard). A real server sends in order, and a call it withdraws
 was issued first. Here a call withdrawn before it was delivered was never issued: the frames in
 flight that make it are not delivered, and the cancellation does not name it.
+
+The same holds for the model's words: a barge-in lands while a turn's frames are still in flight,
+and a real server stops that turn where it is. `serverContent.interrupted` "indicates that a client
+message has interrupted current model generation", and "when model is interrupted while
+generating there will be no generation_complete message in interrupted turn, it will go through
+interrupted > turn_complete" (`LiveServerContent` in google-genai; docs/gemini.md, "The model
+interrupted"). So the turn's output still in flight (its parts, their transcription, its
+`generationComplete` and `turnComplete`) is not delivered (`interrupted_in_flight`): the mock's own
+answer to the barge-in ends the turn with `turnComplete` after `interrupted` and the cancellation.
 """
 
 from __future__ import annotations
@@ -54,6 +64,30 @@ def withdrawn_in_flight(paced: deque[Any], said: list[str | bytes], seen: set[st
     return out
 
 
+def generating(paced: deque[Any]) -> bool:
+    """Whether the model's output is still in flight (it is generating when the caller speaks)."""
+    return any(not callable(item) and _output(gemini.decode(item)) for item in paced)
+
+
+def interrupted_in_flight(paced: deque[Any]) -> None:
+    """`paced` without the model's output in flight (in place): the turn the caller interrupted
+    stops where it is, and the frames that are not its output (the caller's speech, a
+    `sessionResumptionUpdate`, a `goAway`) still go."""
+    kept = [item for item in paced if callable(item) or not _output(gemini.decode(item))]
+    if len(kept) != len(paced):
+        paced.clear()
+        paced.extend(kept)
+
+
+def _output(message: Any) -> bool:
+    """Whether a frame is the model's output of a turn: its parts (words, audio, a call's part),
+    their transcription, the turn's `generationComplete` or `turnComplete`."""
+    if not isinstance(message, gemini.ServerContent):
+        return False
+    return (message.model_turn is not gemini.UNSET or message.output_transcription is not gemini.UNSET
+            or message.generation_complete is True or message.turn_complete is True)
+
+
 def _cancelled(message: Any) -> list[str]:
     if isinstance(message, gemini.ToolCallCancellation) and isinstance(message.ids, list):
         return [call_id for call_id in message.ids if isinstance(call_id, str)]
@@ -71,4 +105,4 @@ def _calls(message: Any) -> set[str]:
             if isinstance(part.function_call, gemini.FunctionCall) and isinstance(part.function_call.id, str)}
 
 
-__all__ = ["withdrawn_in_flight"]
+__all__ = ["generating", "interrupted_in_flight", "withdrawn_in_flight"]

@@ -177,8 +177,9 @@ async def test_interrupt_and_go_away_from_a_test(mock: MockUpstream) -> None:
         await mock.interrupt(session)
         await mock.go_away(session, "5s")
         await client.wait_for(lambda m: "goAway" in m)
-    assert client.messages[-3:] == [{"serverContent": {"interrupted": True}}, {"toolCallCancellation": {"ids": ids}},
-                                    {"goAway": {"timeLeft": "5s"}}]
+    # the turn the model waited in ends too: "interrupted > turn_complete" (google-genai's LiveServerContent)
+    assert client.messages[-4:] == [{"serverContent": {"interrupted": True}}, {"toolCallCancellation": {"ids": ids}},
+                                    {"serverContent": {"turnComplete": True}}, {"goAway": {"timeLeft": "5s"}}]
     for message in client.messages:
         server_message(message)
 

@@ -127,6 +127,8 @@ async def test_sdk_client_through_the_relay(loopback_certificate: Certificate, t
             words, messages = await model_turn(session)
             assert messages[0].server_content.interrupted is True
             assert all(m.tool_call_cancellation is None for m in messages), "the client never saw the call"
+            assert words == "" and messages[-1].server_content.turn_complete, "interrupted > turn_complete"
+            words, messages = await model_turn(session)   # the model's answer to "never mind"
             assert words == "Hello from the mock."
             with anyio.fail_after(TIMEOUT):
                 await shipping.cancelled.wait()
