@@ -73,8 +73,8 @@ PROXIES = ("raw", "relay", "relay_fast", "haproxy")
 """The proxies every scenario compares (haproxy: where it is installed)."""
 PATHS = ("direct", *PROXIES)
 SCENARIOS = ("memory", "realtime", "throughput", "tools", "replay")
-TRIAL_ATTEMPTS = 3   # windows a trial gets to count an event before the benchmark gives up
 """What a full run measures, in order (`--only` picks some)."""
+TRIAL_ATTEMPTS = 3   # windows a trial gets to count an event before the benchmark gives up
 # throughput also measures the raw proxy given the relay's reads and writes (--coalesce), so that
 # the relay's own cost shows apart from what those save, and a bare picows pass-through (the floor
 # of relay_fast's library)
@@ -407,13 +407,27 @@ def median_figures(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     return merged
 
 
+def counted_round(services: dict[str, Service], plan: Plan, sessions: int, reverse: bool) -> dict[str, Any]:
+    """One throughput round of every path, run again when a path's window counted no event (a
+    short window on a machine busy with other work can): such a round says nothing, and the
+    ratios would divide by it. Past `TRIAL_ATTEMPTS`, one line names the path."""
+    for _ in range(TRIAL_ATTEMPTS):
+        figures = trial_round("throughput", services, THROUGHPUT_PATHS, reverse=reverse, sessions=sessions,
+                              warmup=plan.throughput_warmup, seconds=plan.throughput_seconds)
+        silent = [path for path in THROUGHPUT_PATHS if path in figures and not figures[path]["events_per_s"] > 0]
+        if not silent:
+            return figures
+        report(f"throughput {sessions} sessions: {', '.join(silent)} counted no event in the window; again")
+    raise SystemExit(f"throughput {sessions} sessions: {', '.join(silent)} counted no event in "
+                     f"{TRIAL_ATTEMPTS} windows of {plan.throughput_seconds} s (is the machine saturated?)")
+
+
 def throughput(services: dict[str, Service], plan: Plan) -> list[dict[str, Any]]:
     steps = []
     for sessions in plan.throughput_sessions:
         rounds = []
         for number in range(plan.rounds):
-            figures = trial_round("throughput", services, THROUGHPUT_PATHS, reverse=number % 2 == 1,
-                                  sessions=sessions, warmup=plan.throughput_warmup, seconds=plan.throughput_seconds)
+            figures = counted_round(services, plan, sessions, reverse=number % 2 == 1)
             for path in figures:
                 if path != "direct":
                     # CPU time per forwarded event: steadier than events/s when other work shares the machine

@@ -105,3 +105,43 @@ def test_the_ceiling_is_the_cores_over_what_a_session_costs_the_generator_and_th
     assert ceiling["sessions"] == {"relay": pytest.approx(2 / (0.003 + 0.0039)),
                                    "haproxy": pytest.approx(2 / (0.003 + 0.002))}
     assert bench_suite.machine_ceiling([{"sessions": 10, "direct": {}}], ("relay",), cpus=2) is None
+
+
+def fake_rounds(counts: list[dict[str, float]], ran: list[int]) -> Any:
+    """A `trial_round` that measures nothing: its Nth call counts `counts[N]` events a second on
+    each path named there (every other path: 1,000)."""
+
+    def trial_round(mode: str, services: Any, paths: tuple[str, ...], **options: Any) -> dict[str, Any]:
+        events = counts[len(ran)] if len(ran) < len(counts) else {}
+        ran.append(options["sessions"])
+        return {path: {"events_per_s": events.get(path, 1000.0), "cpu_percent": 10.0, "user_percent": 8.0,
+                       "system_percent": 2.0} for path in paths if path != "haproxy"}
+
+    return trial_round
+
+
+def test_a_throughput_round_whose_window_counted_no_event_is_run_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    ran: list[int] = []
+    lines: list[str] = []
+    monkeypatch.setattr(bench_suite, "trial_round", fake_rounds([{"raw": 0.0}], ran))
+    monkeypatch.setattr(bench_suite, "report", lines.append)
+    plan = dataclasses.replace(bench_suite.QUICK, throughput_sessions=(10,), rounds=1)
+
+    steps = bench_suite.throughput({}, plan)
+
+    assert ran == [10, 10]
+    assert any("raw counted no event in the window; again" in line for line in lines)
+    assert steps[0]["relay_vs_raw"] == 1.0   # the second round's, not a division by the first's zero
+
+
+def test_a_path_that_never_counts_an_event_stops_the_benchmark_with_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    ran: list[int] = []
+    monkeypatch.setattr(bench_suite, "trial_round", fake_rounds([{"relay": 0.0}] * 5, ran))
+    monkeypatch.setattr(bench_suite, "report", lambda line: None)
+    plan = dataclasses.replace(bench_suite.QUICK, throughput_sessions=(10,), rounds=1)
+
+    with pytest.raises(SystemExit) as stopped:
+        bench_suite.throughput({}, plan)
+
+    assert len(ran) == bench_suite.TRIAL_ATTEMPTS
+    assert str(stopped.value).startswith("throughput 10 sessions: relay counted no event in 3 windows")
