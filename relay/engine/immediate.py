@@ -512,6 +512,8 @@ class GeminiEngine(SessionEngine):
             if forgery is not None:
                 self.ctx.client_error("relay_owned_call", f"{forgery}; its answer from the client was not forwarded")
                 continue
+            if _answered_already(self, entry):
+                continue
             kept.append(response)
             if entry is not None and entry.state is not CallState.SKIPPED:
                 self.turns.record_output(entry, given(response.response), "client",
@@ -524,6 +526,18 @@ class GeminiEngine(SessionEngine):
         RealtimeInput: _client_realtime_input,
         ToolResponse: _client_tool_response,
     }
+
+
+def _answered_already(engine: GeminiEngine, entry: CallEntry | None) -> bool:
+    """Whether a client's answer comes after its call's final one (the provider delivered the call
+    twice and the client answered both), and is not forwarded: one is all a call gets upstream,
+    and what the service does with another is not documented (docs/gemini.md, "A second answer to
+    one call")."""
+    if entry is None or entry.owner is not Owner.CLIENT or entry.state is not CallState.ANSWERED:
+        return False
+    engine.ctx.anomaly(f"the client answered call {entry.call_id} ({entry.name}) again after its final answer; "
+                       "not forwarded", ToolResponse.MEMBER)
+    return True
 
 
 def _forgery(engine: GeminiEngine, answer: Any, call: Any) -> str | None:

@@ -34,8 +34,11 @@ a client sends arrives as a typed message, and what the mock says is built as on
 the server as the frame's object (`frame_of`), which the server records and sends.
 
 Like the real service it has no error events: a message it cannot accept closes the socket
-(1007 with the reason), including an answer for an unknown or already answered call, or a
-function the setup declared twice. `willContinue` on a BLOCKING function's answer is ignored (the
+(1007 with the reason), including an answer for an unknown call, or a function the setup
+declared twice. A second final answer to one call is not refused: no source reports the service
+closing for one; the reference matches each answer "to the respective FunctionCall" by its id, and
+an answer for a call the service no longer waits on is reported to get no reply (docs/gemini.md,
+"A second answer to one call"). The mock takes no notice of it and keeps its id in `repeated`. `willContinue` on a BLOCKING function's answer is ignored (the
 answer is final), as `google-genai`'s `FunctionResponse.will_continue` says: "only applicable to
 NON_BLOCKING function calls, is ignored otherwise". An answer for a
 call it cancelled is not refused: no source reports the service closing for one, and its own
@@ -180,6 +183,7 @@ class GeminiMockSession:
         self.handles: dict[str, frozenset[str]] = {}   # resumption handle -> the calls made before it
         self._warned_names: set[str] = set()    # scripted calls to functions it lacks, said in the log
         self.ignored: list[str] = []            # the calls answered after it had cancelled them
+        self.repeated: list[str] = []           # the calls answered again after their final answer
 
     def __repr__(self) -> str:
         return f"GeminiMockSession(id={self.id!r}, items={len(self.items)}, calls={len(self.calls)})"
@@ -403,7 +407,8 @@ class GeminiMockSession:
 
     def _answered_call(self, response: Any) -> MockCall | None:
         """The call a FunctionResponse answers, checked as the service checks it; None for a call
-        it cancelled (the answer is kept in `ignored`, and changes nothing)."""
+        it cancelled (the answer is kept in `ignored`) or one already answered (kept in
+        `repeated`): such an answer changes nothing."""
         if not isinstance(response, FunctionResponse):
             raise GeminiProtocolError("Invalid value at 'toolResponse.functionResponses': expected objects.")
         for name in response.extra:
@@ -417,7 +422,8 @@ class GeminiMockSession:
             self.ignored.append(call.id)
             return None
         if not call.open:
-            raise GeminiProtocolError(f"FunctionResponse for function call {call.id}, which is {call.state}.")
+            self.repeated.append(call.id)
+            return None
         if name not in (None, call.name):
             raise GeminiProtocolError(f"FunctionResponse name {name!r} does not match the call "
                                       f"{call.id} to {call.name}.")

@@ -133,6 +133,31 @@ def cancelled_not_answered(session: ExploredSession) -> str | None:
     return None
 
 
+def one_final_answer(session: ExploredSession) -> str | None:
+    """Gemini Live: no call gets a second final answer upstream (the relay's, or a client's it
+    passes on: one delivered twice and answered twice). What the service does with one is not
+    documented, and the mock takes no notice of it (docs/gemini.md), so nothing else shows it."""
+    if not isinstance(session.dialect, GeminiDialect):
+        return None
+    codec = gemini.turn_codec(session.dialect)
+    final: dict[str, int] = {}   # call id -> the line of its final answer
+    for frame in session.frames:
+        if frame.direction != RELAY_TO_UPSTREAM:
+            continue
+        for message in gemini.messages_of(decoded(frame), codec):
+            if not isinstance(message, gemini.ToolResponse):
+                continue
+            for answer in gemini.entries(message.function_responses, gemini.FunctionResponse):
+                if not isinstance(answer.id, str):
+                    continue
+                if answer.id in final:
+                    return (f"the relay sent {answer.id} an answer (frame {frame.line_no}) after its final "
+                            f"one (frame {final[answer.id]})")
+                if answer.will_continue is not True:
+                    final[answer.id] = frame.line_no
+    return None
+
+
 def _carried_unheard(session: ExploredSession, carried: set[str]) -> str | None:
     """`spoke_after_tools` for a Responses backend call a new session answered for a dropped one
     (GPT-Live's `reseed`): its note names no call the timeline can read, so nothing there asks for
@@ -222,6 +247,7 @@ SESSION_INVARIANTS: dict[str, tuple[str, Check]] = {
                                      upstream_accepted_every_send),
     "cancelled_not_answered": ("no answer goes up, after the server's interrupted, for a call it then cancels",
                                cancelled_not_answered),
+    "one_final_answer": ("no call gets an answer upstream after its final one", one_final_answer),
     "delegation_answered_once": ("each client delegation is answered by one run of appends", delegation_answered_once),
     "interrupted_not_spoken": ("an interrupted delegation's answer is spoken only if its delegate says so",
                                interrupted_not_spoken),
