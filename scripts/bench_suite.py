@@ -128,7 +128,9 @@ FULL = Plan(throughput_sessions=(1, 10, 100), throughput_warmup=1.0, throughput_
             realtime_ladder=(10, 25, 50, 100, 150, 200, 250, 300, 400, 600, 800), realtime_warmup=1.5,
             realtime_seconds=4.0, realtime_budget_s=900.0, tool_calls=1000, idle_sessions=1000, replay_turns=200,
             overhead_frames=200_000, rounds=3)
-QUICK = Plan(throughput_sessions=(1, 10), throughput_warmup=0.3, throughput_seconds=0.7,
+# The smoke run (tests/test_bench_smoke.py): every scenario once, for its figures' shape, not their
+# values. One throughput step (10 sessions, the step a target reads) runs the code every step runs.
+QUICK = Plan(throughput_sessions=(10,), throughput_warmup=0.3, throughput_seconds=0.7,
              realtime_ladder=(10,), realtime_warmup=0.5, realtime_seconds=1.0, realtime_budget_s=20.0,
              tool_calls=60, idle_sessions=100, replay_turns=20, overhead_frames=6_000, rounds=1,
              inspector_throughput_sessions=(1,), inspector_realtime_sessions=10)
