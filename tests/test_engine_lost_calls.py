@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from relay.dialects import get_dialect
 from relay.engine import CallState, EngineConfig
 from relay.engine.sequencer import META_CALLS
 from relay.mock import ToolCall
@@ -168,3 +169,22 @@ def test_a_call_first_seen_at_a_late_end_whose_batch_was_answered_gets_a_follow_
     # A's follow-up (refused while the response ran, sent again at its end), then B's own
     assert [create["response"]["metadata"][META_CALLS] for create in h.creates] == [a_id, a_id, b_id]
     assert None is not a.follow_up_response_id != b.follow_up_response_id is not None
+
+
+def test_a_lost_call_whose_item_names_a_response_the_relay_never_saw_is_answered_once() -> None:
+    """Foundry's items carry `response_id`: the retrieved call names its response, whose every
+    frame was lost too. That response is taken as ended, as an unnamed one is; before, the relay
+    waited for its `response.done`, which never comes, and the call was never answered."""
+    h = EngineDriver([get_weather_data], config=SIDECAR, dialect=get_dialect("foundry"))
+    h.connect()
+    h.upstream(h.mock.user_turn("what's the weather?"))
+    [lost] = lost_while_away(h, [weather("Paris")])
+    assert lost.get("response_id") and lost["response_id"] not in h.engine.conversation.responses
+    h.upstream(h.mock.user_turn("hello?"))
+    assert [e["item_id"] for e in h.sent_of("conversation.item.retrieve")] == [lost["id"]]
+    entry = h.engine.ledger.get(lost["call_id"])
+    assert entry is not None
+    h.run_all()
+    [output] = h.outputs
+    assert output["item"]["call_id"] == lost["call_id"] and "Paris" in output["item"]["output"]
+    assert len(h.creates) == 1 and entry.state is CallState.ANSWERED

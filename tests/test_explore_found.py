@@ -12,7 +12,14 @@
 - **The explorer's own check**, not the relay: a session that expired while the relay's question
   for a lost call's item was unanswered counted that call as owed (`answered_once`); the relay
   never learnt that the item was a call, so it is owed nothing (`unseen_calls`).
-- **A Gemini session dropped mid-call did not replay to the same outcome** (`replays_same`)."""
+- **A Gemini session dropped mid-call did not replay to the same outcome** (`replays_same`).
+- **A lost call whose item names its response** (Foundry, the demo: call 2's response cancelled
+  by the server before it is complete, the sideband away 0.2 s between call 1's output and its
+  follow-up): the follow-up made two calls while the connection was down, every frame lost. The
+  relay asked for the second one's item and ran it, but Foundry's item names its response
+  (`response_id`), one the relay never saw begin; the relay waited for that response's end, and
+  the call was never answered (`answered_once`, `nothing_owed`). Such a response is now taken as
+  ended, as an unnamed one always was (relay/engine/recovery.py)."""
 
 from __future__ import annotations
 
@@ -101,3 +108,21 @@ def test_a_gemini_session_dropped_mid_call_replays_to_the_same_outcome() -> None
     assert run.observed.fired == list(schedule) and run.broken == []
     assert replayable(schedule, "gemini")
     assert replays_same(conversation, schedule, {}, None) is None
+
+
+def test_a_lost_call_whose_item_names_a_response_never_seen_is_answered_once() -> None:
+    schedule = (Perturbation("reconnect", 1, "answered", 1), Perturbation("server_cancel", 2, "announced"))
+    run = run_schedule(demo("foundry"), schedule, keep=True)
+    try:
+        session = run.session
+        assert sorted(run.observed.fired, key=repr) == sorted(schedule, key=repr)
+        assert run.broken == []
+        retrieved = [json.loads(frame.raw)["item"] for frame in session.frames
+                     if frame.direction == UPSTREAM_TO_RELAY and frame.raw and "conversation.item.retrieved" in frame.raw]
+        lost = [item for item in retrieved if item.get("type") == "function_call"]
+        assert lost and all(item.get("response_id") for item in lost), "a lost call named its response"
+        for item in lost:
+            entry = session.engine.ledger.get(item["call_id"])
+            assert entry is not None and entry.state.value == "answered"
+    finally:
+        run.session.close()

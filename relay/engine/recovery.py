@@ -180,12 +180,15 @@ class LostItems:
 
     def _response_of(self, item: dict[str, Any]) -> ResponseRecord:
         """The response a retrieved call was made in: the one its item names (Foundry's
-        `response_id`), else one of the relay's making whose end was lost."""
+        `response_id`), else one of the relay's making; its end was lost with the connection
+        unless it began on this one (then its `response.done` is still to come here). A named
+        response the relay never saw begin (its `response.created` was lost too) would otherwise
+        wait for an end that never comes, and its call for its output."""
         conversation = self.ctx.conversation
         named = item.get("response_id")
         response = conversation.response(named if isinstance(named, str) and named else self.ctx.new_id("r"))
         assert response is not None
-        if response.id != named and not response.done:
+        if not response.done and response.id not in self._began:
             response.status = END_LOST
             response.done_at = self.ctx.now
         return response
