@@ -19,11 +19,19 @@
   relay asked for the second one's item and ran it, but Foundry's item names its response
   (`response_id`), one the relay never saw begin; the relay waited for that response's end, and
   the call was never answered (`answered_once`, `nothing_owed`). Such a response is now taken as
-  ended, as an unnamed one always was (relay/engine/recovery.py)."""
+  ended, as an unnamed one always was (relay/engine/recovery.py).
+- **The explorer's own recordings, not the relay** (`replays_same`, xAI and Voice Live, the demo:
+  a call's `response.done` before its item is done, and the session expiring while call 4 runs):
+  the relay sent call 4's output and follow-up just before the server closed the session. The
+  replay of the written recording then asked for that follow-up again every 15 s, past the
+  recording's end, because its end line said the session lasted 0 s (the harness wrote no end
+  time) and a replay fired every timer left. The harness now writes when the session ended and a
+  replay fires no timer due after a recorded end (relay/offline/replay_play.py)."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -32,6 +40,7 @@ from relay.offline.events import CALL
 from relay.offline.explore import replayable, replays_same, run_schedule
 from relay.offline.explore_session import Conversation, Perturbation
 from relay.recording.format import RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY
+from relay.recording.reader import read_recording
 from relay.tools.sources import tool_registry
 
 
@@ -126,3 +135,21 @@ def test_a_lost_call_whose_item_names_a_response_never_seen_is_answered_once() -
             assert entry is not None and entry.state.value == "answered"
     finally:
         run.session.close()
+
+
+@pytest.mark.parametrize("dialect, schedule", [
+    ("xai", (Perturbation("done_first", 4, "running"), Perturbation("expiry", 4, "running"))),
+    ("voicelive", (Perturbation("done_first", 2, "running"), Perturbation("expiry", 4, "running"))),
+])
+def test_a_session_the_server_closed_right_after_a_follow_up_replays_to_the_same_outcome(
+        dialect: str, schedule: tuple[Perturbation, ...], tmp_path: Path) -> None:
+    conversation = demo(dialect)
+    run = run_schedule(conversation, schedule, keep=True)
+    try:
+        assert sorted(run.observed.fired, key=repr) == sorted(schedule, key=repr) and run.broken == []
+        recording = read_recording(run.session.save(tmp_path))
+        last = max(frame.t for frame in recording.frames)
+        assert recording.end_t is not None and recording.end_t >= last   # when the session ended
+    finally:
+        run.session.close()
+    assert replays_same(conversation, schedule, {}, None) is None

@@ -3,6 +3,7 @@ a changed tool is reported with a diff. Every shared recording replays."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -13,10 +14,11 @@ import pytest
 
 from relay.inspector.replay import replay_model
 from relay.recording.format import RELAY_TO_UPSTREAM
+from relay.offline.replay_play import recorded_end
 from relay.recording.reader import read_recording
 from relay.testing import replay
 from relay.tools import ToolResult, tool
-from tests.support.engine import StuckEngines
+from tests.support.engine import DeadlineStuckInThePast, StuckEngines
 from tests.support.paths import REPO, shared_dir
 from tests.support.peers import record_session
 from tests.support.tools import get_weather_data
@@ -51,6 +53,8 @@ def test_a_deadline_a_tick_does_not_move_is_logged_and_not_fired_again(
     # stays put (here STUCK_FOR asks; with a real bug, forever)
     engines = StuckEngines()
     monkeypatch.setattr("relay.offline.replay.new_engine", engines)
+    # due within the recorded session (a replay fires no timer due after the recording's end)
+    monkeypatch.setattr(DeadlineStuckInThePast, "DEADLINE", read_recording(recorded).frames[1].t)
     replay(recorded, [get_weather_data, lookup_order])
     assert engines.made[0].ticks == 1
     assert [r.message for r in caplog.records if r.levelname == "ERROR"] == [
@@ -225,3 +229,12 @@ def test_a_follow_up_a_plain_event_log_never_answered_is_answered_and_reported_o
     assert sorted(d.describe().split(" for ")[0] for d in result.divergences if d.kind == "extra") == [
         "extra: follow-up response", "extra: output of call_fTuC8D7u141uOgDt"]
     assert len([e for e in result.sent if e["type"] == "response.create"]) == 1
+
+
+def test_a_recorded_end_counts_only_when_it_comes_after_everything_recorded(recorded: Path) -> None:
+    recording = read_recording(recorded)
+    last = max([frame.t for frame in recording.frames] + [note.t for note in recording.notes])
+    assert recorded_end(recording) == recording.end_t and recording.end_t >= last
+    # an end line before the last frame (the harness wrote 0 there) says nothing of the end
+    assert recorded_end(dataclasses.replace(recording, end_t=0.0)) is None
+    assert recorded_end(dataclasses.replace(recording, end=None, end_t=None)) is None

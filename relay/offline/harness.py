@@ -316,9 +316,10 @@ class HarnessSession:
         from relay.recording.writer import RecordingWriter
 
         target = Path(directory) if directory is not None else sessions_dir()
+        clock = 0.0   # the frames and notes carry their own times; the end line's is set below
         writer = RecordingWriter(target, session_id=f"{self.kind}-{self.dialect.name}", dialect=self.dialect.name,
                                  upstream="harness", tools=[spec.name for spec in self.tools], mode="proxy",
-                                 clock=lambda: 0.0, extra_header=self.engine.recording_header())
+                                 clock=lambda: clock, extra_header=self.engine.recording_header())
         def frames_up_to(end: int) -> None:
             for frame in self.frames[written:end]:
                 writer.record(frame.direction, frame.raw if frame.raw is not None else frame.binary or b"", t=frame.t)
@@ -330,6 +331,9 @@ class HarnessSession:
                 written = max(written, before)
                 writer.record_notice(kind, fields, t=t)
             frames_up_to(len(self.frames))
+            # the end line's `t`: when the session ended (a replay fires no timer due after it),
+            # or, for one still open, how long it has run
+            clock = next((t for _, t, kind, _ in reversed(self.marks) if kind == CLOSED), self.now)
         self.saved = writer.path
         return writer.path
 

@@ -29,7 +29,7 @@ from relay.engine.going_away import GOING_AWAY
 from relay.offline.peers import HarnessLoop, PeerTransport
 from relay.offline.recorded_upstream import RecordedUpstream
 from relay.offline.replaying import ReplaySends
-from relay.recording.format import CLIENT_TO_RELAY, RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY, Frame
+from relay.recording.format import CLIENT_TO_RELAY, RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY, Frame, Recording
 from relay.session.loop import SessionLoop
 
 log = logging.getLogger("relay.replay")
@@ -103,6 +103,7 @@ class RecordedPlay:
         self.gate_timeout = gate_timeout
         self.progress = progress
         self.base = replay.base_time
+        self.ended_at = recorded_end(replay.recording)
         self._changed: asyncio.Event | None = None
 
     # ---- waiting on the virtual clock --------------------------------------------------------
@@ -216,13 +217,27 @@ class RecordedPlay:
 
     async def drain(self) -> None:
         """After the last frame: let running handlers finish (at most the gate timeout) and the
-        engine's timers fire (at most 100)."""
+        engine's timers fire (at most 100), those due by the recorded session's end only when the
+        recording says when it ended: a timer due later never fired in it (a follow-up asked for
+        again when the first went unanswered, after the server had closed the session)."""
         await self._while(lambda: True, self._now() + self.gate_timeout)
+        last = math.inf if self.ended_at is None else self.base + self.ended_at + DUE
         for _ in range(100):
             deadline = self.session._next_due()
-            if deadline is None or self.session.end is not None:
+            if deadline is None or self.session.end is not None or deadline > last:
                 break
             await self._until(deadline)
 
 
-__all__ = ["RecordedPlay", "ReplayLoop"]
+def recorded_end(recording: Recording) -> float | None:
+    """When the recorded session ended (its end line's `t`), if the recording says: not without an
+    end line (a session still running, or killed), nor with one before its last frame or note
+    (the test harness wrote 0 there before it kept its sessions' end)."""
+    end_t = recording.end_t
+    if recording.end is None or end_t is None:
+        return None
+    last = max([frame.t for frame in recording.frames] + [note.t for note in recording.notes], default=0.0)
+    return end_t if end_t >= last else None
+
+
+__all__ = ["RecordedPlay", "ReplayLoop", "recorded_end"]

@@ -256,11 +256,12 @@ class EngineDriver:
 class DeadlineStuckInThePast(OpenAIEngine):
     """An engine whose deadline a tick does not move (for its first STUCK_FOR asks): what a bug
     in the engine would look like to what drives it (the session loop, replay, the harness). Its
-    deadline, 1.0, is long past on a real clock and on a replay's (the recording's epoch time),
-    and one virtual second in for the harness. Without a guard, a driver fires it until the asks
+    deadline, 1.0 (`DEADLINE`), is long past on a real clock, and one virtual second in for the
+    harness and a replay (whose clock starts at 0). Without a guard, a driver fires it until the asks
     run out (with a real bug: forever)."""
 
     STUCK_FOR = 1000
+    DEADLINE = 1.0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -269,7 +270,7 @@ class DeadlineStuckInThePast(OpenAIEngine):
 
     def next_deadline(self) -> float | None:
         self.asked += 1
-        return 1.0 if self.asked <= self.STUCK_FOR else None
+        return self.DEADLINE if self.asked <= self.STUCK_FOR else None
 
     def tick(self, now: float) -> list[Any]:
         self.ticks += 1
