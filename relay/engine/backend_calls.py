@@ -43,11 +43,16 @@ class ResponsesDelegation(SessionEngine):
         self._unsent: list[tuple[CallEntry | None, list[live.Event]]] = []   # while the upstream is away
         self._after_forward: list[Batch] = []         # batches to look at once a client's frame went up
         self._owed_by_create: dict[str, list[CallEntry]] = {}   # the relay's create -> the calls it follows up
+        self._creates_up: list[str | None] = []       # this session's creates whose response has not begun
+        self._create_of: dict[str, str | None] = {}   # a continued batch -> the create that continued it
+        self._delegated: dict[str, str | None] = {}   # a delegation announced -> its response id, not begun yet
 
     def _send(self, event: live.Event) -> None:
         """One of the relay's commands upstream, with an event id of its own."""
         if event.event_id is None:
             event.event_id = self.ctx.new_event_id()
+        if isinstance(event, live.ResponseCreate):
+            self._create_went_up(event.event_id)
         self.ctx.emit(SendUpstream(live.encode(event)))
 
     def _on_backend(self, envelope: live.ResponseEnvelope) -> Any:
@@ -59,8 +64,9 @@ class ResponsesDelegation(SessionEngine):
             if continued is not None and continued.continued:   # the batch's continuation: its outputs are in
                 self._delivered([entry for entry in self.batches.relay_calls(continued)
                                  if entry.state is CallState.ANSWERED])
+            create = self._started_by(envelope, key, response_id)
             self.batches.response_started(key or "", response_id)
-            self._backend_response_started()
+            self._backend_response_started(create)
         elif isinstance(nested, live.BackendItemAdded):
             return self._call_item(nested.item, announce=False)
         elif isinstance(nested, live.BackendItemDone):
@@ -172,6 +178,7 @@ class ResponsesDelegation(SessionEngine):
         event = batch.held_create if mixed else live.ResponseCreate(event_id=self.ctx.new_event_id())
         batch.held_create = None
         assert event is not None
+        self._create_of[batch.key] = event.event_id
         if not mixed:
             self._follow_up_owed(batch, event)
         if not self.ctx.upstream_connected:
@@ -199,9 +206,64 @@ class ResponsesDelegation(SessionEngine):
             self.ctx.remember(entry, Phase.FOLLOWED_UP, follow_up=True)
         self._send(event)
 
-    def _backend_response_started(self) -> None:
-        """A backend response began (its nested `response.created`): what a subclass owes it
-        (relay/engine/delegation_records.py: a carried batch's continuation under way)."""
+    # ==== which create a backend response answers ===========================================
+    def _create_went_up(self, event_id: str | None) -> None:
+        """A `response.create` went up (the relay's, or the client's as it came): its response is
+        still to begin. A create the server never starts a response for (refused: `_create_refused`)
+        is not kept forever: the oldest go first past 32."""
+        self._creates_up.append(event_id)
+        del self._creates_up[:-32]
+
+    def _create_refused(self, event_id: Any) -> None:
+        """An error named this command: if it was a create, it starts no response."""
+        if isinstance(event_id, str) and event_id in self._creates_up:
+            self._creates_up.remove(event_id)
+
+    def _delegated_to_backend(self, delegation_id: str, response_id: Any) -> None:
+        """A Responses delegation (`session.delegation.created`): its batch, and its response,
+        which the voice model's delegating begins (not a create)."""
+        response_id = response_id if isinstance(response_id, str) else None
+        self.batches.open(delegation_id, response_id)
+        self._delegated[delegation_id] = response_id
+
+    def _new_backend(self) -> None:
+        """A new session carries a dropped one on: its batches, and the creates and delegations
+        whose responses are to begin, start afresh (none of the dropped session's begins in it)."""
+        self.batches = Batches(self.ledger.get)
+        self._creates_up.clear()
+        self._create_of.clear()
+        self._delegated.clear()
+
+    def _started_by(self, envelope: live.ResponseEnvelope, key: str | None, response_id: str | None) -> str | None:
+        """The event id of the create whose response this `response.created` begins, or None (a
+        delegation's own response, which the voice model started; or none outstanding). In order:
+        the command the server names (`client_event_id`: the SDK's `ResponseEvent` carries the
+        event id of the client command associated with it, when supplied); none for the first
+        response of a delegation this session announced (`session.delegation.created`, its
+        `response_id` or its delegation's id on the envelope); the create that continued the
+        batch it names (the relay's, or the client's for a batch of its own calls: a
+        continuation keeps its delegation, GPT-LIVE.md 4.2); else the earliest create whose
+        response has not begun (one socket's commands are taken in the order they went up)."""
+        named = envelope.client_event_id if isinstance(envelope.client_event_id, str) else None
+        if named is not None:
+            self._create_refused(named)   # answered: no longer outstanding
+            return named
+        own = key if key in self._delegated else next(
+            (delegation for delegation, its in self._delegated.items() if its is not None and its == response_id), None)
+        if own is not None:
+            del self._delegated[own]
+            return None
+        if key is not None and key in self._create_of:
+            create = self._create_of.pop(key)
+            if create in self._creates_up:
+                self._creates_up.remove(create)
+            return create
+        return self._creates_up.pop(0) if self._creates_up else None
+
+    def _backend_response_started(self, create: str | None) -> None:
+        """A backend response began (its nested `response.created`), the one `create` started
+        (`_started_by`): what a subclass owes it (relay/engine/delegation_records.py: a carried
+        batch's continuation under way)."""
 
     def _delivered(self, entries: list[CallEntry]) -> None:
         """The provider showed it has these answers: their records say `delivered`."""
@@ -267,7 +329,15 @@ class ResponsesDelegation(SessionEngine):
                                                        "missing": self.batches.missing(batch)})
             self._continue(batch)
             return DROP
+        sent = event.event_id if isinstance(event.event_id, str) else None
+        self._create_went_up(sent)   # forwarded as it came: a continuation of a batch of its own calls, or new work
+        whole = next((batch for batch in self.batches if batch.completed and not batch.failed and batch.key not in
+                      self._create_of and not self.batches.has_relay_calls(batch) and not self.batches.missing(batch)
+                      and batch.calls), None)
+        if whole is not None:
+            self._create_of[whole.key] = sent
         return SAME
+
 
 _SENT_PHASES = frozenset({Phase.SENT, Phase.FOLLOW_UP, Phase.FOLLOWED_UP})
 

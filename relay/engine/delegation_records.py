@@ -73,6 +73,7 @@ class LiveRecords(ResponsesDelegation):
         self._unheard: list[CallEntry] = []       # answers a dropped session never placed, to say in the new one
         self._uncontinued: list[str] = []         # backend calls whose batch a dropped session never continued
         self._continuing: list[str] = []          # carried calls whose new-session continuation has not begun
+        self._carried_create: str | None = None   # the event id of the create that continues them
         self._new_one_starting = False            # a new session's `session.start` went up, its `started` not back
         self.ctx.record_extras = self._record_extras
 
@@ -180,6 +181,7 @@ class LiveRecords(ResponsesDelegation):
             return
         self._continuing += told   # until the continuation begins (`_backend_response_started`)
         create = live.ResponseCreate(event_id=self.ctx.new_event_id())
+        self._carried_create = create.event_id
         if self.ctx.upstream_connected:
             self._send_create(create)
         else:
@@ -187,11 +189,13 @@ class LiveRecords(ResponsesDelegation):
         self.ctx.notice("follow_up", {"event_id": create.event_id, "call_ids": ",".join(told), "delegation_id": None,
                                       "response_id": None, "by": "relay"})
 
-    def _backend_response_started(self) -> None:
-        """A backend response began (its nested `response.created`): the carried calls'
-        continuation, sent before it, is under way and their results are in; a later drop does
-        not continue them again."""
-        if self._continuing:
+    def _backend_response_started(self, create: str | None) -> None:
+        """A backend response began (its nested `response.created`): when it is the one the
+        carried calls' create started (`_started_by`), their continuation is under way and their
+        results are in; a later drop does not continue them again. Any other (the caller's new
+        turn's delegation, another batch's continuation, the client's own create) is not it: a
+        drop before it began continues them in the next session."""
+        if self._continuing and create is not None and create == self._carried_create:
             self._delivered([entry for call_id in self._continuing if (entry := self.ledger.get(call_id)) is not None])
             self._continuing = []
 

@@ -56,7 +56,6 @@ from relay.engine.actions import Close, SendClient, SendUpstream
 from relay.engine.appends import Channel, answer_appends, split_text
 from relay.engine.backend_calls import DELEGATED, DROP, SAME, ResponsesDelegation
 from relay.engine.delegation_records import LiveRecords
-from relay.engine.batches import Batches
 from relay.engine.calls import CallEntry, CallOutcome, CallState, Owner
 from relay.engine.context import Source
 from relay.engine.reseed import done_note, seeded_note, seeded_session
@@ -211,7 +210,7 @@ class LiveEngine(LiveRecords):
     def _on_delegation(self, event: live.DelegationCreated) -> Any:
         delegation = event.delegation
         if delegation.target == RESPONSES:
-            self.batches.open(delegation.id, delegation.response_id if isinstance(delegation.response_id, str) else None)
+            self._delegated_to_backend(delegation.id, delegation.response_id)
             return SAME
         if delegation.target == DECISIONS:
             self._decisions.setdefault(delegation.id, False)   # the Decision API answers it, to the client
@@ -257,6 +256,7 @@ class LiveEngine(LiveRecords):
     def _on_error(self, event: live.Error) -> Any:
         error = event.error if isinstance(event.error, dict) else {}
         aimed = error.get("client_event_id") or event.client_event_id
+        self._create_refused(aimed)   # a refused create starts no response
         if isinstance(aimed, str) and aimed.startswith(self.ctx.id_prefix + "_"):
             self.ctx.notice("upstream_error", {"what": aimed, "call_id": None, "code": error.get("code"),
                                                "message": error.get("message")})
@@ -365,7 +365,7 @@ class LiveEngine(LiveRecords):
                 self._carried.add(entry.call_id)
         self._unsent = [(entry, events) for entry, events in self._unsent
                         if entry is not None and entry.call_id in self._carried]
-        self.batches = Batches(self.ledger.get)
+        self._new_backend()
         self._client_delegations.clear()
         self._decisions.clear()
         self._offsets.clear()

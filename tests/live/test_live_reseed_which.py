@@ -1,0 +1,210 @@
+"""Which backend response is a carried batch's continuation (`relay serve --live-reseed`), as
+engine rules on a fake clock. A batch a dropped session left uncontinued is continued in the new
+session with one `response.create`; it counts as made once the response that create started
+begins, not on any backend `response.created`: a response the caller's own turn started (the
+voice model's delegation, announced with its `response_id`), or one another create started, is
+not it. A drop before it began continues the batch in the next session, once; after it began,
+never again (docs/gpt-live.md)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.live.driver import (
+    LiveDriver,
+    MODEL,
+    Message,
+    backend_response,
+    call_item,
+    delegation_created,
+    envelope,
+    started,
+    transcript,
+)
+from tests.live.test_live_engine import get_time, get_weather
+from tests.live.test_live_reseed import RESPONSES, follow_ups, reseed
+
+
+class Logged(LiveDriver):
+    """The driver, with every frame both ways in the order it crossed (for "never a create while
+    a backend response is open")."""
+
+    def __init__(self, *args: Any, **options: Any) -> None:
+        super().__init__(*args, **options)
+        self.log: list[tuple[str, Message]] = []
+
+    def upstream(self, *messages: Message | str) -> None:
+        for message in messages:
+            self.log.append(("down", json.loads(message) if isinstance(message, str) else message))
+            super().upstream(message)
+
+    def _act(self, actions: list[Any]) -> None:
+        before = len(self.upstream_frames)
+        super()._act(actions)
+        self.log += [("up", json.loads(frame)) for frame in self.upstream_frames[before:]]
+
+
+def creates_while_open(driver: Logged) -> list[int]:
+    """The relay's creates sent while a backend response of the same session was open (its nested
+    `response.created` seen, its end not): a second response at once."""
+    open_now: set[str] = set()
+    found = []
+    for index, (side, event) in enumerate(driver.log):
+        if side == "down" and event["type"] == "session.started":
+            open_now.clear()   # a new session: the dropped one's responses went with it
+        elif side == "down" and event["type"] == "response.event":
+            nested = event["event"]
+            if nested["type"] == "response.created":
+                open_now.add(nested["response"]["id"])
+            elif nested["type"] in ("response.completed", "response.failed", "response.incomplete"):
+                open_now.discard(nested["response"]["id"])
+        elif side == "up" and event["type"] == "response.create" and open_now:
+            found.append(index)
+    return found
+
+
+def begun(driver: Logged, delegation_id: str | None, response_id: str, *, echo: str | None = None,
+          complete: bool = False) -> None:
+    """A backend response begins (`echo`: the `client_event_id` the server names on it)."""
+    frame = envelope(delegation_id, {"type": "response.created", "response": backend_response(response_id, "in_progress")})
+    if echo is not None:
+        frame["client_event_id"] = echo
+    driver.upstream(frame)
+    if complete:
+        driver.complete(delegation_id, response_id)   # type: ignore[arg-type]
+
+
+def carried_and_continued() -> Logged:
+    """get_weather runs when the connection drops; in the new session its note and that
+    session's one `response.create` go up, and that continuation has not begun."""
+    driver = Logged([get_weather, get_time])
+    driver.client({"type": "session.start", "session": {"model": MODEL, "delegation": RESPONSES}})
+    driver.upstream(started(RESPONSES))
+    driver.upstream(transcript("input", "Weather in Paris?", 200))
+    driver.upstream(delegation_created("item_1", target="responses", response_id="resp_1"))
+    driver.batch("item_1", "resp_1", [call_item("c1", "get_weather", {"city": "Paris"})])
+    reseed(driver)
+    driver.upstream(started(RESPONSES, session_id="live_2"))
+    driver.finish("c1", "sunny in Paris")
+    assert [e["type"] for e in driver.sent()[-2:]] == ["session.thinking.append", "response.create"]
+    assert follow_ups(driver) == ["c1"]
+    return driver
+
+
+def the_caller_speaks(driver: Logged, n: int = 2) -> None:
+    """The caller's new turn: the voice model delegates it, and its backend response begins."""
+    driver.upstream(transcript("input", "And the time?", 2600 * n))
+    driver.upstream(delegation_created(f"item_{n}", target="responses", response_id=f"resp_{n}"))
+    begun(driver, f"item_{n}", f"resp_{n}")
+
+
+def test_a_response_the_callers_turn_started_is_not_the_carried_continuation() -> None:
+    """The caller speaks and its delegation's response begins before the relay's continuation
+    did, and the connection drops: the next session continues the batch, once; once that
+    continuation began, a third drop does not continue it again. Never two creates in a session,
+    never one while a response is open. Before, any `response.created` counted as the
+    continuation, and the caller never heard get_weather's result."""
+    driver = carried_and_continued()
+    the_caller_speaks(driver)
+    reseed(driver)
+    driver.upstream(started(RESPONSES, session_id="live_3"))
+    assert follow_ups(driver) == ["c1", "c1"], "the batch is continued in the third session"
+    assert driver.sent()[-1]["type"] == "response.create"
+    begun(driver, None, "resp_c", complete=True)   # the third session's continuation begins
+    driver.advance(60)
+    reseed(driver)
+    driver.upstream(started(RESPONSES, session_id="live_4"))
+    driver.advance(60)
+    assert follow_ups(driver) == ["c1", "c1"], "continued once it began: never again"
+    assert len(driver.sent_of("response.create")) == 2
+    assert creates_while_open(driver) == []
+
+
+def test_a_continuation_that_began_before_the_callers_turn_is_not_made_again() -> None:
+    driver = carried_and_continued()
+    begun(driver, None, "resp_c")
+    the_caller_speaks(driver)
+    reseed(driver)
+    driver.upstream(started(RESPONSES, session_id="live_3"))
+    driver.advance(60)
+    assert follow_ups(driver) == ["c1"] and len(driver.sent_of("response.create")) == 1
+
+
+@pytest.mark.parametrize("carried_first", [True, False])
+def test_the_continuation_of_the_callers_own_batch_is_not_the_carried_one(carried_first: bool) -> None:
+    """The caller's turn makes a call (get_time); the relay answers it and continues that batch:
+    the response that create starts (naming get_time's delegation) is that batch's continuation,
+    not the carried one's, in whichever order the two begin."""
+    driver = carried_and_continued()
+    driver.upstream(transcript("input", "And the time?", 5200))
+    driver.upstream(delegation_created("item_2", target="responses", response_id="resp_2"))
+    driver.batch("item_2", "resp_2", [call_item("c2", "get_time", {"city": "Paris"})])
+    driver.finish("c2", "noon")
+    assert follow_ups(driver) == ["c1", "c2"]
+    if carried_first:
+        begun(driver, None, "resp_c")
+    begun(driver, "item_2", "resp_2b")   # get_time's continuation
+    reseed(driver)
+    driver.upstream(started(RESPONSES, session_id="live_3"))
+    driver.advance(60)
+    expected = ["c1", "c2"] if carried_first else ["c1", "c2", "c1"]
+    assert follow_ups(driver) == expected, "continued again only if its continuation never began"
+
+
+def test_when_the_server_names_the_create_its_response_answers_that_decides() -> None:
+    """With `client_event_id` on the envelope (the SDK's `ResponseEvent`: the event id of the
+    client command associated with it): a response naming another command is not the carried
+    continuation, whatever its delegation; one naming the relay's create is, whatever its
+    delegation."""
+    driver = carried_and_continued()
+    create = driver.sent_of("response.create")[-1]["event_id"]
+    begun(driver, None, "resp_x", echo="event_someone_else")
+    reseed(driver)
+    driver.upstream(started(RESPONSES, session_id="live_3"))
+    assert follow_ups(driver) == ["c1", "c1"]
+    create = driver.sent_of("response.create")[-1]["event_id"]
+    begun(driver, "item_9", "resp_9", echo=create)
+    reseed(driver)
+    driver.upstream(started(RESPONSES, session_id="live_4"))
+    driver.advance(60)
+    assert follow_ups(driver) == ["c1", "c1"]
+
+
+def test_a_clients_own_create_that_went_up_first_starts_the_first_response() -> None:
+    """The client's own `response.create` (typed input) went up in the new session before the
+    relay's: the first uncorrelated response begun is the client's (a session's creates start
+    their responses in the order they went up), the second the carried continuation."""
+    driver = Logged([get_weather, get_time])
+    driver.client({"type": "session.start", "session": {"model": MODEL, "delegation": RESPONSES}})
+    driver.upstream(started(RESPONSES))
+    driver.upstream(delegation_created("item_1", target="responses", response_id="resp_1"))
+    driver.batch("item_1", "resp_1", [call_item("c1", "get_weather", {"city": "Paris"})])
+    reseed(driver)
+    driver.upstream(started(RESPONSES, session_id="live_2"))
+    driver.client({"type": "response.item.create", "event_id": "client_item",
+                   "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hi"}]}},
+                  {"type": "response.create", "event_id": "client_create"})
+    driver.finish("c1", "sunny in Paris")
+    assert [e["type"] for e in driver.sent()[-2:]] == ["session.thinking.append", "response.create"]
+    begun(driver, None, "resp_client", complete=True)
+    reseed(driver)
+    driver.upstream(started(RESPONSES, session_id="live_3"))
+    assert follow_ups(driver) == ["c1", "c1"], "the client's response was not the continuation"
+    begun(driver, None, "resp_c")
+    reseed(driver)
+    driver.upstream(started(RESPONSES, session_id="live_4"))
+    driver.advance(60)
+    assert follow_ups(driver) == ["c1", "c1"]
+
+
+def test_a_delegation_announced_without_its_response_id_is_known_by_its_id() -> None:
+    driver = carried_and_continued()
+    driver.upstream(transcript("input", "And the time?", 5200))
+    driver.upstream(delegation_created("item_2", target="responses"))
+    begun(driver, "item_2", "resp_2")
+    reseed(driver)
+    driver.upstream(started(RESPONSES, session_id="live_3"))
+    assert follow_ups(driver) == ["c1", "c1"]
