@@ -167,11 +167,11 @@ def test_a_recording_in_decisions_delegation_is_one_line_exit_2(recordings: dict
 
 
 def test_the_command_explores_a_recording_in_the_mode_it_was_recorded_in(recordings: dict[str, Path]) -> None:
-    done = relay(recordings["client"], "--tools", TOOLS, "--delegation", "client", "--budget", "20", "--json")
+    done = relay(recordings["client"], "--tools", TOOLS, "--delegation", "client", "--budget", "30", "--json")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
-    assert result["ok"] and result["tried"] == 20 and result["covered"] == result["boundaries"]
-    assert result["held"]["delegation_answered_once"] == 20
+    assert result["ok"] and result["tried"] == 30 and result["covered"] == result["boundaries"]
+    assert result["held"]["delegation_answered_once"] == 30
 
 
 def in_process(capsys: pytest.CaptureFixture[str], *args: Any) -> tuple[int, str]:

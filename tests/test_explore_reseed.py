@@ -11,9 +11,13 @@ from typing import Any
 
 import pytest
 
+from relay.edges.reseed import DEFAULT_ATTEMPTS
+from relay.engine.calls import CallState
 from relay.engine.delegation_records import LiveRecords
 from relay.offline.explore import run_schedule
+from relay.offline.explore_live import ATTEMPTS, FAILS, OPENING
 from relay.offline.explore_session import Conversation, Perturbation
+from relay.recording.format import RELAY_TO_UPSTREAM
 from relay.tools.sources import tool_registry
 from tests.live.test_live_mock import SCRIPT, get_time, get_weather
 from tests.test_explore_live import one_call
@@ -50,3 +54,38 @@ session's continuation go up, and the connection drops again before that continu
 def test_a_continuation_a_second_drop_cut_short_is_made_in_the_next_session(conversation: Any) -> None:
     run = run_schedule(conversation(), DOUBLE_RESEED)
     assert set(run.observed.fired) == set(DOUBLE_RESEED) and run.broken == []
+
+
+@pytest.mark.parametrize("anchor", ["running", "answered"])
+@pytest.mark.parametrize("how", [OPENING, FAILS])
+def test_a_drop_while_the_new_session_opens_and_a_failed_reconnect_hold(anchor: str, how: int) -> None:
+    """`reseed`'s two other ways (relay/offline/explore_live.py): the new connection drops before
+    its session started and the relay opens another (three `session.start`s, two sessions up); or
+    none can be made and the relay ends the session (every call answered or abandoned)."""
+    schedule = (Perturbation("reseed", 1, anchor, how),)
+    run = run_schedule(weather_and_time(), schedule, keep=True)
+    try:
+        assert run.observed.fired == list(schedule) and run.broken == []
+        frames = [f.raw or "" for f in run.session.frames]
+        starts = [f for f, raw in zip(run.session.frames, frames) if f.direction == RELAY_TO_UPSTREAM
+                  and '"session.start"' in raw]
+        if how == OPENING:
+            assert len(starts) == 3 and sum('"session.started"' in raw for raw in frames) == 2 * 2
+            assert not run.session.closed
+        else:
+            assert len(starts) == 1 and run.session.closed
+            assert {entry.state for entry in run.session.engine.ledger} <= {CallState.ANSWERED, CallState.ABANDONED}
+    finally:
+        run.session.close()
+
+
+def test_past_its_attempts_the_relay_ends_the_session() -> None:
+    """Two drops, each followed by one while the new session opens: four drops, past the loop's
+    three new sessions (`ReseedingLoop`'s `DEFAULT_ATTEMPTS`): the fourth ends the session."""
+    assert ATTEMPTS == DEFAULT_ATTEMPTS
+    schedule = (Perturbation("reseed", 1, "running", OPENING), Perturbation("reseed", 2, "running", OPENING))
+    run = run_schedule(weather_and_time(), schedule, keep=True)
+    try:
+        assert run.broken == [] and run.session.closed and len(run.session.reseeds) == ATTEMPTS + 1
+    finally:
+        run.session.close()

@@ -25,15 +25,15 @@ What is perturbed, and the fact each plays:
 | `interruption` | client delegation: the delegate runs under another `Interruption` (`cancel`, `finish_silently`, `finish_and_speak`) than it was written with | relay/tools/delegation.py |
 | `duplicate` | the call's nested `response.output_item.done` (client: its `session.delegation.created`) is delivered twice | GPT-LIVE.md 5.7: events fan out to every connection; claim each `call_id` and delegation id once |
 | `drop` | the connection drops while the call runs (client: also while its appends wait to be placed); the session ends | GPT-LIVE.md 6: no resume; a new connection is a new session |
-| `reseed` | the connection drops while the call runs or between its answer and the acknowledgement (what was in flight is lost), and the relay carries the session on in a new one, as `relay serve --live-reseed` does: the engine's history-seeded `session.start` goes up on a new connection to a new server session (the model's script carries on where it was), then the session goes on | GPT-LIVE.md 6: a new session seeded with `input`; relay/edges/reseed.py |
+| `reseed` | the connection drops while the call runs or between its answer and the acknowledgement (what was in flight is lost), and the relay carries the session on in a new one, as `relay serve --live-reseed` does: the engine's history-seeded `session.start` goes up on a new connection to a new server session (the model's script carries on where it was), then the session goes on. `step` `OPENING`: that new connection drops too before its `session.started` (what went up on it is lost), and the relay tries again; `FAILS`: no new connection can be made, and the relay ends the session. At most `ATTEMPTS` new sessions: past them the session ends as a dropped one | GPT-LIVE.md 6: a new session seeded with `input`; relay/edges/reseed.py |
 | `expired` | the session reaches its duration limit while the call runs (client: also while its appends wait to be placed): pending appends fail (`context_injection_incomplete`), `session.closed` with `reason: expired`, the close | GPT-LIVE.md 2.4, 6: no GoAway or expiry warning |
 
 What `reseed` does not explore: the resume of a client that reconnects itself (`relay serve
 --store`: relay/edges/history_resume.py), which needs a second client connection and a store, neither
-of which the harness has (tests/store/test_live_resume.py covers it); a second drop while the new
-session opens, or a new connection that fails (the loop's attempts); and the relay's `--live-reseed`
+of which the harness has (tests/store/test_live_resume.py covers it); and the relay's `--live-reseed`
 loop itself, whose steps this module plays on the harness's loop as `ReseedingLoop.upstream_lost`
-takes them. A call carried into the new session is answered there once with `delegation_id: null`
+takes them (its attempts, a new connection that cannot be made, one that drops before its session
+started). A call carried into the new session is answered there once with `delegation_id: null`
 (docs/gpt-live.md: a silent note, and a delegation's message said), so the timeline's invariants do
 not owe it an answer naming it (`carried_calls`); an append lost with the dropped connection is not
 owed a placement. What the explorer found here: a delegation's answer sent and never placed
@@ -58,6 +58,7 @@ from relay.mock import Faults, MockConnection
 from relay.mock.gemini import Hangup
 from relay.mock.live import LiveMockSession
 from relay.offline.explore_session import (
+    STEP as _STEP,
     Conversation,
     Exploring,
     Observed,
@@ -79,6 +80,11 @@ call is never seen before it is complete)."""
 SESSION_KINDS = ("expired", "reseed")
 """GPT-Live's own perturbations of the session (the module docstring): at `running`, and `reseed`
 at `answered` too."""
+OPENING, FAILS = 1, 2
+"""A `reseed`'s `step`: the new connection drops before its `session.started` (the relay tries
+again), or none can be made (the relay ends the session); 0: the new session starts."""
+ATTEMPTS = 3
+"""New sessions the relay opens for one session (relay/edges/reseed.py's `DEFAULT_ATTEMPTS`)."""
 INTERRUPTION = "interruption"
 """Client delegation: the delegate runs under another `Interruption` (its `step`: the index in
 `POLICIES`)."""
@@ -104,6 +110,7 @@ def space(conversation: Conversation, observed: Observed) -> list[Perturbation]:
              if (number, "running") in observed.anchors for kind in SESSION_KINDS]
     found += [Perturbation("reseed", number, "answered") for number in range(1, len(observed.calls) + 1)
               if (number, "answered") in observed.anchors]
+    found += [replace(p, step=how) for p in found if p.kind == "reseed" for how in (OPENING, FAILS)]
     if not client_delegation(conversation):
         return found
     for number in range(1, len(observed.calls) + 1):
@@ -130,7 +137,9 @@ def describe(perturbation: Perturbation) -> str | None:
         return f"{call}: the upstream connection drops while its appends wait to be placed"
     if perturbation.kind == "reseed":
         where = " before its answer is placed" if perturbation.anchor == "answered" else " while it runs"
-        return f"{call}: the upstream connection drops{where}; the relay carries the session on in a new one"
+        then = {OPENING: "; the new one drops too before its session started, and the relay tries again",
+                FAILS: "; no new connection can be made, and the relay ends the session"}.get(perturbation.step, "")
+        return f"{call}: the upstream connection drops{where}; the relay carries the session on in a new one{then}"
     if perturbation.kind == INTERRUPTION:
         return f"the delegate's interruption policy is {POLICIES[perturbation.step].value}"
     return None
@@ -149,6 +158,7 @@ class ExploredLiveSession(Exploring, DelegatingSession):
         self._delivered_twice: set[str] = set()
         self._late = 0   # late barge-ins waiting for the timeline to pass the delegation's words
         self.reseeds: list[float] = []   # when the relay carried the session on in a new one (`reseed`)
+        self._dead: int | None = None   # the new connection (its `reseeds` index) that drops before its session starts
         self._carried: set[str] = set()   # the relay's calls a `reseed` answered in the new session
         self._client = client_delegation(conversation)
         tools = conversation.tools
@@ -173,7 +183,7 @@ class ExploredLiveSession(Exploring, DelegatingSession):
             self._run(self.now + AUDIO_STEP)
 
     def pending(self) -> bool:
-        return super().pending() or bool(self.mock.speech or self.mock.pending or self._late)
+        return super().pending() or bool(self.mock.speech or self.mock.pending or self._late) or self._dead is not None
 
     def _happen(self, perturbation: Perturbation) -> None:
         if self.closed:
@@ -186,7 +196,7 @@ class ExploredLiveSession(Exploring, DelegatingSession):
             self._queue_first([self._expire])
             return
         if perturbation.kind == "reseed":
-            self._reseed()
+            self._reseed(perturbation.step)
             return
         if perturbation.kind == "barge_in" and perturbation.step == LATE:
             self._late += 1
@@ -215,15 +225,24 @@ class ExploredLiveSession(Exploring, DelegatingSession):
         said = self._carry([action for action in self.mock.close("expired") if not isinstance(action, Hangup)])
         return [*said, self._closes]
 
-    def _reseed(self) -> None:
-        """`relay serve --live-reseed` (relay/edges/reseed.py): the upstream connection drops (what
-        was in flight is lost), the engine builds the `session.start` of a new session that carries
-        this one on, the relay opens a new connection to a new server session and sends it first,
-        then carries on over it. The model's script goes on where it was (its turns and the
-        conversation: what the new session's `input` tells it)."""
-        self.mark("fault", "the upstream connection dropped; the relay starts a new session")
+    def _reseed(self, how: int = 0) -> None:
+        """`relay serve --live-reseed` (relay/edges/reseed.py, `ReseedingLoop.upstream_lost`): the
+        upstream connection drops (what was in flight is lost), the engine builds the
+        `session.start` of a new session that carries this one on, the relay opens a new
+        connection to a new server session and sends it first, then carries on over it. The
+        model's script goes on where it was (its turns and the conversation: what the new
+        session's `input` tells it). `how`: `OPENING`, that connection drops as well before its
+        `session.started` (half a `STEP` on: the server's answer comes a `STEP` after the start),
+        and this happens again; `FAILS`, none can be made, and the relay ends the session. Past
+        `ATTEMPTS` new sessions the session ends as a dropped one."""
         self._paced.clear()
+        self._dead = None
         self.reseeds.append(self.now)
+        if len(self.reseeds) > ATTEMPTS:   # as a dropped connection without `--live-reseed`
+            self.mark("fault", "the upstream connection dropped; no attempt is left")
+            self.loop.call_soon(self.end, "upstream closed the session")
+            return
+        self.mark("fault", "the upstream connection dropped; the relay starts a new session")
         self._carried.update(entry.call_id for entry in self.engine.ledger if entry.relay_owned and not (
             entry.state in _OVER or entry.state is CallState.ANSWERED and entry.delivered))
         self._engine_input(lambda: self.engine.upstream_disconnected(self.now))
@@ -232,13 +251,26 @@ class ExploredLiveSession(Exploring, DelegatingSession):
         if start is None or self.closed:
             self.loop.call_soon(self.end, "upstream closed the session")
             return
+        if how == FAILS:
+            self.mark("fault", "no new upstream connection can be made")
+            self.loop.call_soon(self.end, "upstream lost")
+            return
         old = self.mock
         self.mock = LiveMockSession(old.script, Faults(), wall=old.wall)
         self.mock.picks, self.mock.items = old.picks, old.items
         self.mock.connected(MockConnection(index=0, path=wire.LIVE_PATH, query={}, headers={}, auth="bearer"))
         self._log(RELAY_TO_UPSTREAM, start)   # as the live loop records what it sends before it carries on
-        self._queue_upstream(self._upstream_receive(start))
+        if how == OPENING:
+            self._dead = len(self.reseeds)
+            self.loop.call_later(_STEP / 2, self._drops_opening, self._dead)
+        else:
+            self._queue_upstream(self._upstream_receive(start))
         self._engine_input(lambda: self.engine.upstream_reconnected(self.now))
+
+    def _drops_opening(self, connection: int) -> None:
+        if not self.closed and self._dead == connection:
+            self.mark("fault", "the new upstream connection dropped before its session started")
+            self._reseed()
 
     def carried_calls(self) -> set[str]:
         """The relay's calls not yet answered to the server, or whose answer it had not placed, when
@@ -308,8 +340,10 @@ class ExploredLiveSession(Exploring, DelegatingSession):
                 self._reached(number, "follow_up")
 
     def _upstream_gets(self, frame: str | bytes) -> None:
-        """The batch's `response.create` begins the follow-up of every call answered before it."""
-        super()._upstream_gets(frame)
+        """The batch's `response.create` begins the follow-up of every call answered before it.
+        On a connection that dropped before its session started (`OPENING`) a frame is lost."""
+        if self._dead is None:
+            super()._upstream_gets(frame)
         if isinstance(frame, str) and '"response.create"' in frame:
             self._look()   # the outputs it follows went up in the same step
             for number in range(1, len(self.observed.calls) + 1):
@@ -327,5 +361,5 @@ _OVER = (CallState.SKIPPED, CallState.ABANDONED)
 _CREATED = f'"{wire.DelegationCreated.__struct_config__.tag}"'
 
 
-__all__ = ["ANCHORS", "BARGE_LINE", "INTERRUPTION", "LATE", "POLICIES", "SESSION_KINDS", "ExploredLiveSession",
-           "client_delegation", "describe", "space"]
+__all__ = ["ANCHORS", "ATTEMPTS", "BARGE_LINE", "FAILS", "INTERRUPTION", "LATE", "OPENING", "POLICIES", "SESSION_KINDS",
+           "ExploredLiveSession", "client_delegation", "describe", "space"]
