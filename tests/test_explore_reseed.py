@@ -17,10 +17,12 @@ from relay.engine.delegation_records import LiveRecords
 from relay.offline.explore import run_schedule
 from relay.offline.explore_live import ATTEMPTS, FAILS, OPENING
 from relay.offline.explore_session import Conversation, Perturbation
+from relay.offline.scripted import Script, Turn, call
 from relay.recording.format import RELAY_TO_UPSTREAM
 from relay.tools.sources import tool_registry
 from tests.live.test_live_mock import SCRIPT, get_time, get_weather
 from tests.test_explore_live import one_call
+from tests.test_explore_quirks import check_stock, show_map
 
 
 @pytest.mark.parametrize("anchor", ["running", "answered"])
@@ -89,3 +91,38 @@ def test_past_its_attempts_the_relay_ends_the_session() -> None:
         assert run.broken == [] and run.session.closed and len(run.session.reseeds) == ATTEMPTS + 1
     finally:
         run.session.close()
+
+
+def stock_and_map() -> Conversation:
+    """One backend response asks check_stock (the relay's) and show_map (the caller's own tool):
+    a batch of both, whose create the caller asks for once it answered show_map."""
+    script = Script(Turn(say="Let me look.", calls=[call("check_stock", item="A1"), call("show_map", city="Paris")]),
+                    Turn(say="Here it is."))
+    return Conversation("stock", script.mock_script(), ("Is A1 in stock? Show me Paris.",),
+                        tool_registry([check_stock]), client_tools=(show_map,), turns=script.turns, dialect="live")
+
+
+MIXED_RESEED = (Perturbation("reseed", 1, "answered"),)
+"""What the explorer found (budget 300, seed 48, 260 schedules broken): the connection drops
+after check_stock's output, show_map's and the caller's create went up, before the continuation
+began. The new session, told check_stock's result only, was never continued: the caller heard
+neither result."""
+
+
+def test_a_dropped_batch_with_the_callers_calls_is_spoken_in_the_new_session() -> None:
+    run = run_schedule(stock_and_map(), MIXED_RESEED)
+    assert run.observed.fired == list(MIXED_RESEED) and run.broken == []
+
+
+def test_with_that_batch_left_to_the_caller_the_silence_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    carry = LiveRecords._uncontinued_batches
+
+    def left_to_the_caller(self: LiveRecords) -> list[str]:   # the batch of both not carried, as before
+        notes = carry(self)
+        self._gated, self._client_carried, self._asks_owed = [], {}, 0
+        return notes
+
+    monkeypatch.setattr(LiveRecords, "_uncontinued_batches", left_to_the_caller)
+    run = run_schedule(stock_and_map(), MIXED_RESEED)
+    assert [name for name, _ in run.broken] == ["spoke_after_tools"]
+    assert "check_stock" in run.broken[0][1]

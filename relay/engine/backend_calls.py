@@ -46,6 +46,7 @@ class ResponsesDelegation(SessionEngine):
         self._creates_up: list[str | None] = []       # this session's creates whose response has not begun
         self._create_of: dict[str, str | None] = {}   # a continued batch -> the create that continued it
         self._delegated: dict[str, str | None] = {}   # a delegation announced -> its response id, not begun yet
+        self._client_outputs: dict[str, str] = {}     # the client's outputs for its calls, as they went up
 
     def _send(self, event: live.Event) -> None:
         """One of the relay's commands upstream, with an event id of its own."""
@@ -260,6 +261,16 @@ class ResponsesDelegation(SessionEngine):
             return create
         return self._creates_up.pop(0) if self._creates_up else None
 
+    def _carried_client_output(self, entry: CallEntry, output: str) -> bool:
+        """Whether the client's output for its call is one a dropped session owed, told in this one
+        instead (a subclass's: relay/engine/delegation_records.py)."""
+        return False
+
+    def _client_asks_carried(self) -> bool:
+        """Whether the client's create asks for a dropped session's batch, continued in this one
+        (a subclass's: relay/engine/delegation_records.py)."""
+        return False
+
     def _backend_response_started(self, create: str | None) -> None:
         """A backend response began (its nested `response.created`), the one `create` started
         (`_started_by`): what a subclass owes it (relay/engine/delegation_records.py: a carried
@@ -300,6 +311,13 @@ class ResponsesDelegation(SessionEngine):
             self.ctx.client_error("relay_owned_call", f"call {entry.call_id} ({entry.name}) belongs to a relay tool; "
                                   "the relay answers it", event.event_id)
             return DROP
+        output = item.get("output")
+        output = output if isinstance(output, str) else str(output)
+        if self._carried_client_output(entry, output):
+            return DROP   # a call of a dropped session: told in this one (relay/engine/delegation_records.py)
+        self._client_outputs[entry.call_id] = output
+        if len(self._client_outputs) > MAX_CLIENT_OUTPUTS:
+            del self._client_outputs[next(iter(self._client_outputs))]
         self._client_answered(entry)
         batch = self.batches.of_call(entry.call_id)
         if batch is not None:   # once the client's output went up: it may complete the batch
@@ -329,6 +347,8 @@ class ResponsesDelegation(SessionEngine):
                                                        "missing": self.batches.missing(batch)})
             self._continue(batch)
             return DROP
+        if self._client_asks_carried():
+            return DROP   # it asks for the continuation of a batch of a dropped session (delegation_records.py)
         sent = event.event_id if isinstance(event.event_id, str) else None
         self._create_went_up(sent)   # forwarded as it came: a continuation of a batch of its own calls, or new work
         whole = next((batch for batch in self.batches if batch.completed and not batch.failed and batch.key not in
@@ -339,6 +359,8 @@ class ResponsesDelegation(SessionEngine):
         return SAME
 
 
+MAX_CLIENT_OUTPUTS = 64
+"""The client's outputs kept (the latest): what a new session is told of a dropped batch of both."""
 _SENT_PHASES = frozenset({Phase.SENT, Phase.FOLLOW_UP, Phase.FOLLOWED_UP})
 
 

@@ -72,6 +72,10 @@ class LiveRecords(ResponsesDelegation):
         self._resumed: tuple[tuple[Turn, ...], list[str], list[CallRecord]] | None = None
         self._unheard: list[CallEntry] = []       # answers a dropped session never placed, to say in the new one
         self._uncontinued: list[str] = []         # backend calls whose batch a dropped session never continued
+        self._gated: list[str] = []               # such calls of a batch with the client's calls too
+        self._client_carried: dict[str, bool] = {}   # the client's calls of such a batch -> told in a new session
+        self._client_notes: dict[str, str] = {}   # what new sessions are told of those the client had answered
+        self._asks_owed = 0                       # such batches whose client has not asked for their continuation
         self._continuing: list[str] = []          # carried calls whose new-session continuation has not begun
         self._carried_create: str | None = None   # the event id of the create that continues them
         self._new_one_starting = False            # a new session's `session.start` went up, its `started` not back
@@ -152,31 +156,82 @@ class LiveRecords(ResponsesDelegation):
         if not entry.delivered and entry.output is not None and self._spoken(entry, entry.output, entry.is_error):
             self._unheard.append(entry)
 
-    def _uncontinued_batches(self) -> None:
+    def _carry_over(self) -> list[str]:
+        """At a drop (`LiveEngine.new_session`): what the new session's `input` tells of the calls
+        (a note each, of what ran and returned), and what becomes of them: the relay's answered
+        one is told by its note (one decided and not sent is answered by it, once), one still to
+        answer is carried (`_carried`: answered in the new session), the batches the dropped
+        session never continued are continued there (`_uncontinued_batches`); of what waited for
+        the connection only the carried calls' answers are kept."""
+        client_notes = self._uncontinued_batches()
+        notes = []
+        for entry in self.ledger:
+            if entry.owner is not Owner.RELAY:
+                continue
+            if entry.state in (CallState.FINISHED, CallState.ANSWERED) and entry.output is not None:
+                notes.append(done_note(entry.name, None if DELEGATED in entry.delivered_as else entry.arguments,
+                                       entry.output))   # a delegation's arguments are the relay's own: none told
+                self._unplaced(entry)   # what the caller was to hear and has not: said in the new session
+                if entry.state is CallState.FINISHED:
+                    self._injected(entry)   # answered by the note, once
+            elif entry.state in (CallState.READY, CallState.RUNNING):
+                self._carried.add(entry.call_id)
+        self._unsent = [(entry, events) for entry, events in self._unsent
+                        if entry is not None and entry.call_id in self._carried]
+        return notes + client_notes
+
+    def _uncontinued_batches(self) -> list[str]:
         """At a drop: the relay's backend calls whose batch the dropped session never continued,
         or whose continuation it never showed (its nested `response.created`: the create may have
-        been lost with the connection), in a batch of relay calls only (a client's calls are its
-        own to answer and continue). Their results were to be spoken by that continuation; the new
-        session makes it (`_continue_carried`). The same for calls an earlier drop carried into the
-        session that dropped now, whose continuation there never began (a second drop before it
-        showed, or before its create went up): the next new session continues them."""
+        been lost with the connection). Their results were to be spoken by that continuation; the
+        new session makes it (`_continue_carried`). The same for calls an earlier drop carried into
+        the session that dropped now, whose continuation there never began (a second drop before it
+        showed, or before its create went up): the next new session continues them.
+
+        A batch with the client's calls too (`_gated`) is continued once the client's part of it is
+        done, as its create is the client's to ask for: each of its calls told in the new session
+        (answered before the drop: a note in its `input`, returned here; after it: a note when the
+        client's output comes, `_carried_client_output`), and its create asked for, before the drop
+        or after it (`_client_asks_carried`). The client's output for a call of the dropped session
+        would be refused by the new one, which never had the call."""
         self._uncontinued += [call_id for call_id in self._continuing if call_id not in self._uncontinued]
         self._continuing = []
         for batch in self.batches:
+            relay = [entry.call_id for entry in self.batches.relay_calls(batch) if not entry.delivered
+                     and entry.state in (CallState.RUNNING, CallState.FINISHED, CallState.ANSWERED)]
+            if not relay:
+                continue
             if not self.batches.has_client_calls(batch):
-                self._uncontinued += [entry.call_id for entry in self.batches.relay_calls(batch) if not entry.delivered
-                                      and entry.state in (CallState.RUNNING, CallState.FINISHED, CallState.ANSWERED)]
+                self._uncontinued += relay
+                continue
+            self._gated += relay
+            for call_id in batch.calls:
+                entry, output = self.ledger.get(call_id), self._client_outputs.get(call_id)
+                if entry is None or entry.owner is not Owner.CLIENT:
+                    continue
+                if entry.state is CallState.ANSWERED and output is not None:
+                    self._client_notes[call_id] = done_note(entry.name, entry.arguments, output)
+                else:
+                    self._client_carried[call_id] = False
+            if batch.held_create is None and not batch.continued:
+                self._asks_owed += 1
+        return list(self._client_notes.values())
 
     def _continue_carried(self) -> None:
         """The new session's one `response.create` for the calls of the dropped session's batches
         that were not continued, once each is told (its result in the seeded `input`, or its note
-        sent): the backend's continuation speaks their results, as each batch's own would have.
-        The caller who asked hears the answer (issue 48's "no silence")."""
-        entries = [entry for call_id in self._uncontinued if (entry := self.ledger.get(call_id)) is not None]
+        sent) and, for a batch with the client's calls, the client's part done (`_gated`): the
+        backend's continuation speaks their results, as each batch's own would have. The caller
+        who asked hears the answer (issue 48's "no silence")."""
+        whole = not self._asks_owed and all(self._client_carried.values())
+        pool = self._uncontinued + (self._gated if whole else [])
+        entries = [entry for call_id in pool if (entry := self.ledger.get(call_id)) is not None]
         if self._new_one_starting or any(entry.state in (CallState.READY, CallState.RUNNING, CallState.FINISHED) for entry in entries):
             return   # the new session not up yet, or a carried call still to be told
         told = [entry.call_id for entry in entries if entry.state is CallState.ANSWERED]
         self._uncontinued = []
+        if whole:
+            self._gated, self._client_carried = [], {}
         if not told:
             return
         self._continuing += told   # until the continuation begins (`_backend_response_started`)
@@ -188,6 +243,35 @@ class LiveRecords(ResponsesDelegation):
             self._unsent.append((None, [create]))
         self.ctx.notice("follow_up", {"event_id": create.event_id, "call_ids": ",".join(told), "delegation_id": None,
                                       "response_id": None, "by": "relay"})
+
+    def _carried_client_output(self, entry: CallEntry, output: str) -> bool:
+        """The client's output for its call of a dropped batch the relay carries (`_gated`): told
+        in this session as a silent note, once (the session never had the call: the output itself
+        would be refused), then the batch continued if that was all it waited for."""
+        if entry.call_id not in self._client_carried:
+            return False
+        if not self._client_carried[entry.call_id]:
+            self._client_carried[entry.call_id] = True
+            self._client_answered(entry)
+            note = self._client_notes[entry.call_id] = done_note(entry.name, entry.arguments, output)
+            pieces = [live.ThinkingAppend(delegation_id=None, content=piece) for piece in split_text(note)]
+            if self.ctx.upstream_connected:
+                for piece in pieces:
+                    self._send(piece)
+            else:
+                self._unsent.append((None, list(pieces)))
+            self._continue_carried()
+        return True
+
+    def _client_asks_carried(self) -> bool:
+        """The client's `response.create` while a dropped batch with its calls waits for it to ask
+        (`_gated`): that batch's create, which the relay sends once the batch is whole; not
+        forwarded."""
+        if not self._asks_owed:
+            return False
+        self._asks_owed -= 1
+        self._continue_carried()
+        return True
 
     def _backend_response_started(self, create: str | None) -> None:
         """A backend response began (its nested `response.created`): when it is the one the

@@ -56,9 +56,9 @@ from relay.engine.actions import Close, SendClient, SendUpstream
 from relay.engine.appends import Channel, answer_appends, split_text
 from relay.engine.backend_calls import DELEGATED, DROP, SAME, ResponsesDelegation
 from relay.engine.delegation_records import LiveRecords
-from relay.engine.calls import CallEntry, CallOutcome, CallState, Owner
+from relay.engine.calls import CallEntry, CallOutcome, CallState
 from relay.engine.context import Source
-from relay.engine.reseed import done_note, seeded_note, seeded_session
+from relay.engine.reseed import seeded_note, seeded_session
 from relay.engine.transcript import Transcript
 from relay.tools.render import RenderedOutput
 from relay.tools.spec import ToolSpec
@@ -351,20 +351,7 @@ class LiveEngine(LiveRecords):
     def _new_session(self) -> str | None:
         if self._started is None or self.ended_by_provider is not None or self.ctx.closed:
             return None
-        notes = []
-        self._uncontinued_batches()
-        for entry in self.ledger:
-            if entry.owner is not Owner.RELAY:
-                continue
-            if entry.state in (CallState.FINISHED, CallState.ANSWERED) and entry.output is not None:
-                notes.append(done_note(entry.name, _asked(entry), entry.output))
-                self._unplaced(entry)   # what the caller was to hear and has not: said in the new session
-                if entry.state is CallState.FINISHED:
-                    self._injected(entry)   # answered by the note, once
-            elif entry.state in (CallState.READY, CallState.RUNNING):
-                self._carried.add(entry.call_id)
-        self._unsent = [(entry, events) for entry, events in self._unsent
-                        if entry is not None and entry.call_id in self._carried]
+        notes = self._carry_over()
         self._new_backend()
         self._client_delegations.clear()
         self._decisions.clear()
@@ -489,11 +476,6 @@ def _with_tools(session: dict[str, Any], tools: list[Any]) -> dict[str, Any]:
     delegation = session.get("delegation") if isinstance(session.get("delegation"), dict) else {}
     responses = delegation.get(RESPONSES) if isinstance(delegation.get(RESPONSES), dict) else {}
     return {**session, "delegation": {**delegation, RESPONSES: {**responses, "tools": tools}}}
-
-
-def _asked(entry: CallEntry) -> str | None:
-    """A call's arguments as the note tells them (a delegation's are the relay's own: none)."""
-    return None if DELEGATED in entry.delivered_as else entry.arguments
 
 
 def _name(tool: Any) -> str:

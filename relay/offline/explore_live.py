@@ -43,6 +43,10 @@ Responses backend call whose batch was not continued at the drop is held to a fo
 other: the new session continues it (docs/gpt-live.md), and the model speaks after its answer.
 Two `reseed`s found that a second drop before that continuation began lost it (the caller heard
 nothing: `spoke_after_tools`); the next new session now makes it (tests/test_explore_reseed.py).
+A `reseed` before the relay's answer was placed, in a batch with the caller's own call too (the
+caller had answered it and asked), found that batch left to the caller, who had nothing left to
+do: nobody continued it, and the caller heard neither result; the relay now continues it once the
+caller's part is done (docs/gpt-live.md, tests/test_explore_reseed.py).
 """
 
 from __future__ import annotations
