@@ -11,9 +11,11 @@ import base64
 from typing import Any
 
 import anyio
+import pytest
 from openai import AsyncOpenAI
 from openai.types.live import ServerEvent
 from pydantic import TypeAdapter
+from websockets.exceptions import ConnectionClosed
 
 from relay.mock import MockScript, MockUpstream, Reply, Rule, ToolCall
 from relay.session.policy import INTERNAL_ERROR
@@ -90,3 +92,49 @@ async def test_a_dropped_upstream_is_carried_on_in_a_seeded_session() -> None:
                    if r.session_id == session.id and r.event["type"] == "response.item.create"]
         assert [item["output"] for item in outputs] == ["sunny in Paris"] and kinds.count("response.create") == 1
     assert not any("get_weather" in str(e.model_dump()) for e in shown), "the relay's tool reached the client"
+
+
+LOOKING: list[anyio.Event] = []
+
+
+@tool
+async def slow_lookup(city: str) -> str:
+    """A lookup that is still running when the connection drops (it says when it started)."""
+    for started_looking in LOOKING:
+        started_looking.set()
+    await anyio.sleep_forever()
+    return city
+
+
+async def test_a_new_session_that_cannot_be_opened_ends_the_session_with_nothing_owed() -> None:
+    """The connection drops while slow_lookup runs, and the new connection is refused: the relay
+    ends the session at once (1011, "upstream lost"; it does not hang), and the running call is
+    cancelled and recorded abandoned, nothing left owed."""
+    script = MockScript(rules=[Rule(match="look", calls=[ToolCall(name="slow_lookup", arguments={"city": "Paris"})])])
+    looking = anyio.Event()
+    LOOKING[:] = [looking]
+    async with MockUpstream(script=script, dialect="live") as mock:
+        async with relay_for(mock, path="/v1/live/sessions", dialect="live", tools=[slow_lookup],
+                             live_reseed=True) as server:
+            client = AsyncOpenAI(api_key=RELAY_TOKEN, websocket_base_url=f"ws://127.0.0.1:{server.port}/v1")
+            async with client.live.connect() as connection:
+                await connection.send({"type": "session.start", "session": {"model": "gpt-live-1",
+                                                                             "delegation": DELEGATION}})
+                with anyio.fail_after(TIMEOUT):
+                    while SERVER_EVENT.validate_json(await connection.recv_bytes()).type != "session.started":
+                        pass
+                    (session,) = server.sessions.values()
+                    first = mock.sessions[-1]
+                    await connection.send({"type": "session.input_audio.append", "audio": AUDIO})
+                    await mock.user_turn(first, "Please look it up.")
+                    await looking.wait()
+                    mock.api_key = "sk-not-the-relays"   # the next handshake is refused
+                    await mock.close_session(first, INTERNAL_ERROR, "the connection dropped")
+                    end = await session.wait_closed()
+                    with pytest.raises(ConnectionClosed) as closed:
+                        while True:
+                            await connection.recv_bytes()
+    assert (end.by, end.code, end.reason) == ("relay", INTERNAL_ERROR, "upstream lost")
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == INTERNAL_ERROR
+    assert [status for path, status in mock.handshakes] == [None, 401]
+    assert [entry.state.value for entry in session.engine.ledger] == ["abandoned"]
