@@ -121,3 +121,17 @@ def test_a_batch_of_the_relays_calls_only_is_not_held_back_by_one_waiting_for_th
     client_answers(driver)
     client_asks(driver)
     assert follow_ups(driver) == ["c3", "c1"]
+
+
+def test_a_client_that_answered_before_the_drop_and_asks_after_it_gets_one_continuation() -> None:
+    driver = mixed_batch()
+    driver.finish("c1", "sunny in Paris")
+    client_answers(driver)
+    start = reseed(driver)
+    told_of(driver, start, "show_map", "shown on the map", "get_weather", "sunny in Paris")
+    driver.upstream(started(RESPONSES, session_id="live_2"))
+    driver.advance(60)
+    assert driver.sent_of("response.create") == [], "the client has not asked"
+    client_asks(driver)
+    assert len(driver.sent_of("response.create")) == 1 and driver.sent()[-1]["event_id"] != "evt_create"
+    assert follow_ups(driver) == ["c1"]
