@@ -12,6 +12,11 @@ owed, the engine keeps the answers it decides until the server's next message: a
 skipped: owed nothing), and any other message says that none is coming. The answers left then go
 up, in the order they were decided. A server that sends nothing more does not keep them: they go
 up `HOLD_LIMIT` seconds after `interrupted` at the latest.
+
+The interrupted turn's own `turnComplete` does not decide: an interrupted turn "will go through
+interrupted > turn_complete" (google-genai's `LiveServerContent`), and whether the cancellation
+comes before or after that `turnComplete` is not documented (docs/gemini.md, "The model
+interrupted"). The message after it does.
 """
 
 from __future__ import annotations
@@ -30,11 +35,12 @@ class HeldAnswers:
     """The answers that wait, in their order, and the hold behind `interrupted` (see the module
     docstring): `until` is the latest the hold lasts (None: no hold)."""
 
-    __slots__ = ("until", "_fresh", "_waiting")
+    __slots__ = ("until", "_fresh", "_turn_ended", "_waiting")
 
     def __init__(self) -> None:
         self.until: float | None = None
-        self._fresh = False               # the hold began on the message being handled
+        self._fresh = False               # the message being handled does not decide the hold
+        self._turn_ended = False          # the interrupted turn's `turnComplete` came
         self._waiting: list[Answer] = []
 
     @property
@@ -57,6 +63,15 @@ class HeldAnswers:
         """The server said `interrupted` while relay calls are owed: answers wait from now."""
         self.until = now + HOLD_LIMIT
         self._fresh = True
+        self._turn_ended = False
+
+    def turn_ended(self) -> None:
+        """The server ended a turn (`turnComplete`, with no words of a new one): the first end
+        after `interrupted` is the interrupted turn's, part of the interruption, and does not
+        decide the hold; the message after it does."""
+        if self.until is not None and not self._turn_ended:
+            self._turn_ended = True
+            self._fresh = True
 
     def decided(self) -> bool:
         """A server message was handled: whether it ends a hold that an earlier one began (it was

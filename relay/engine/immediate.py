@@ -233,6 +233,8 @@ class GeminiEngine(SessionEngine):
                 self._held.begin(self.ctx.now)   # a toolCallCancellation may follow: no answer crosses it
         if content.turn_complete is True:
             self.turns.end_turn("completed")
+            if content.model_turn is UNSET:
+                self._held.turn_ended()   # the interrupted turn's end: the cancellation may come after it
         if not hidden:
             return _SAME
         return _without_parts(content, hidden)

@@ -141,3 +141,32 @@ def test_a_reconnect_while_holding_sends_what_waited() -> None:
     h.reconnect()
     assert answered(h) == ["rome", "paris"], "the old connection's cancellation is not coming on the new one"
     assert h.engine.next_deadline() is None
+
+
+def test_the_interrupted_turns_own_end_does_not_decide_the_hold() -> None:
+    """An interrupted turn "will go through interrupted > turn_complete" (google-genai), and the
+    cancellation may come after that `turnComplete` (its order is not documented): the answer
+    still waits for it, and goes nowhere."""
+    h = session()
+    h.upstream(INTERRUPTED)
+    h.finish("paris", "sunny in Paris")
+    h.upstream(TURN_COMPLETE)
+    assert answered(h) == [], "the turn's end says nothing of a cancellation"
+    h.upstream(cancellation("paris"))
+    h.finish("rome", "sunny in Rome")
+    assert answered(h) == ["rome"], "the cancellation decided: the hold is over"
+    assert h.engine.ledger.get("paris").state is CallState.SKIPPED
+
+
+def test_after_the_turns_end_the_next_message_or_the_limit_decides() -> None:
+    h = session()
+    h.upstream({"serverContent": {"interrupted": True, "turnComplete": True}})
+    h.finish("paris", "sunny in Paris")
+    h.upstream(TURN_COMPLETE)   # a second end is a message like any other
+    assert answered(h) == ["paris"]
+    h = session()
+    h.upstream(INTERRUPTED)
+    h.upstream(TURN_COMPLETE)
+    h.finish("paris", "sunny in Paris")
+    h.advance(HOLD_LIMIT)
+    assert answered(h) == ["paris"], "HOLD_LIMIT still bounds the hold"
