@@ -18,17 +18,21 @@ from typing import Any
 import pytest
 
 from relay.cli.demo import EXAMPLE_TOOLS, TURNS, demo_script
+from relay.engine.answer_hold import HeldAnswers
 from relay.mock import MockScript, Reply, ToolCall
 from relay.mock.faults import Faults
 from relay.mock.gemini import GeminiMockSession
 from relay.offline import explore_session
-from relay.offline.explore import run_schedule
+from relay.offline.explore import run_schedule, shrink
 from relay.offline.explore_session import Conversation, Perturbation
 from relay.recording.format import UPSTREAM_TO_RELAY
 from relay.tools.sources import tool_registry
 
 CUT_OFF = (Perturbation("barge_in", 5, "answered"),)
 """The caller barges in between search_flights' answer and the model's words about it."""
+END_FIRST = (Perturbation("end_first", 2, "running"), Perturbation("finish", 1, "running", 2))
+"""The caller barges in while call 2 runs, the interrupted turn's `turnComplete` comes before the
+cancellation, and call 1's handler finishes between the two."""
 
 
 def demo() -> Conversation:
@@ -107,3 +111,24 @@ def test_the_mock_ends_the_turn_it_stops_with_turn_complete_after_the_cancellati
     assert said(spoken.interrupt()) == [{"serverContent": {"interrupted": True}}]
     assert said(spoken.interrupt(generating=True)) == [{"serverContent": {"interrupted": True}},
                                                        {"serverContent": {"turnComplete": True}}]
+
+
+def test_the_turns_end_before_the_cancellation_does_not_let_an_answer_cross_it() -> None:
+    run = run_schedule(demo(), END_FIRST, keep=True)
+    try:
+        assert set(END_FIRST) <= set(run.observed.fired) and run.broken == []
+        paris = run.session.engine.ledger.get(run.observed.calls[0])
+        assert paris.state.value == "skipped" and run.session.model.mock.ignored == []
+    finally:
+        run.session.close()
+
+
+def test_with_the_hold_ended_by_the_turns_end_the_crossing_is_named_and_shrunk(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fix undone (relay/engine/answer_hold.py): the interrupted turn's `turnComplete` ends the
+    hold, and call 1's answer goes up between it and the cancellation."""
+    monkeypatch.setattr(HeldAnswers, "turn_ended", lambda self: None)
+    run = run_schedule(demo(), END_FIRST)
+    assert [name for name, _ in run.broken] == ["cancelled_not_answered"]
+    noisy = (*END_FIRST, Perturbation("duplicate", 3))
+    assert shrink(demo(), noisy, "cancelled_not_answered", {}, None) == tuple(sorted(END_FIRST))

@@ -56,7 +56,7 @@ def kinds(space: list[Perturbation]) -> set[str]:
 def test_each_kind_applies_where_its_fact_does() -> None:
     # the sideband's reconnect and the session's expiry on the OpenAI family; goAway on Gemini
     assert kinds(space_of(conversation("openai"))) == {"reconnect", "server_cancel", "late_arguments", "expiry"}
-    assert kinds(space_of(conversation("gemini"))) == {"server_cancel", "goes_away"}
+    assert kinds(space_of(conversation("gemini"))) == {"server_cancel", "end_first", "goes_away"}
     # Voice Live has no sideband (Dialect.call_sideband): no reconnect path to explore
     assert "reconnect" not in kinds(space_of(conversation("voicelive")))
     # a provider whose calls come only in response.done (xAI, as reported): no late arguments

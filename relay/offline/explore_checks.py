@@ -106,11 +106,15 @@ def cancelled_not_answered(session: ExploredSession) -> str | None:
     `toolCallCancellation`, or anything else: then none is coming), the relay sends no answer that
     message then cancels. Such an answer crosses the cancellation of its call: the service needs
     none (docs/gemini.md), and the model might speak of a call the caller talked over. An answer
-    sent before the relay heard `interrupted` could not have known, and is not counted."""
+    sent before the relay heard `interrupted` could not have known, and is not counted. The
+    interrupted turn's own `turnComplete` (the first after it, with no words of a new turn) is
+    part of the interruption: the cancellation may come after it (docs/gemini.md, "The model
+    interrupted")."""
     if not isinstance(session.dialect, GeminiDialect):
         return None
     codec = gemini.turn_codec(session.dialect)
     armed = False              # `interrupted` came, and no other message from the upstream since
+    ended = False              # the interrupted turn's `turnComplete` came
     sent: dict[str, int] = {}  # call id -> the line of an answer sent while armed
     for frame in session.frames:
         if frame.direction == UPSTREAM_TO_RELAY and (armed or _may_interrupt(frame)):
@@ -121,9 +125,15 @@ def cancelled_not_answered(session: ExploredSession) -> str | None:
                         return (f"the relay answered {crossed[0]} after the server's interrupted (frame "
                                 f"{sent[crossed[0]]}), and the server then cancelled it (frame {frame.line_no})")
                 interrupted = isinstance(message, gemini.ServerContent) and message.interrupted is True
+                turn_end = (isinstance(message, gemini.ServerContent) and message.turn_complete is True
+                            and message.model_turn is gemini.UNSET)
+                if armed and turn_end and not ended and not interrupted:
+                    ended = True
+                    continue   # the interrupted turn's end: still armed
                 if not interrupted:
                     sent.clear()
                 armed = interrupted
+                ended = interrupted and turn_end
         elif frame.direction == RELAY_TO_UPSTREAM and armed:
             for message in gemini.messages_of(decoded(frame), codec):
                 if isinstance(message, gemini.ToolResponse):

@@ -8,6 +8,7 @@ on a call's life it lands.
 | `reconnect` | the upstream connection drops, frames in flight are lost, the relay reconnects at its first attempt (0.2 s) or its last (12.6 s) (`upstream_disconnected` / `upstream_reconnected`) | `Dialect.call_sideband`: the attached call reopens its sideband |
 | `server_cancel` | the server ends the call's response `cancelled` (OpenAI family: the rest of its items `incomplete`; Gemini: `toolCallCancellation` without a barge-in) | a call is safe only when its response did not end cancelled; Gemini's `toolCallCancellation` |
 | `late_arguments` | the response is cancelled while the call's arguments stream, and its arguments and item arrive after `response.done` | the `.done` events are also sent for the items of a cancelled response |
+| `end_first` | Gemini: the caller barges in while the call runs, and the server ends the interrupted turn (`turnComplete`) before it cancels the call | an interrupted turn goes through `interrupted` > `turn_complete` (google-genai's `LiveServerContent`); where its `toolCallCancellation` comes is not documented |
 | `goes_away` | Gemini warns (`goAway`, one second left) and closes the connection | connections last about ten minutes; `goAway` warns before the close |
 | `expiry` | the OpenAI family's session reaches its maximum duration: `error` `session_expired`, then the close | sessions last at most 60 minutes (Azure: 30) |
 | `mcp_dies` | the MCP server of a relay MCP tool dies while the call is in flight: the call fails as the connection fails it | relay/mcp/connection.py: a call in flight fails when its connection ends |
@@ -34,7 +35,7 @@ from relay.engine.calls import CallState
 from relay.mock.quirks import Quirks, quirks_of
 from relay.offline.explore_session import STEP, Conversation, ExploredSession, Observed, Perturbation
 from relay.offline.replaying import json_object as decode
-from relay.offline.withdrawn_calls import withdrawn_in_flight
+from relay.offline.withdrawn_calls import ended_before_cancelled, withdrawn_in_flight
 from relay.offline.timeline import Timeline
 from relay.recording.format import RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY, Frame
 from relay.tools.mcp_tools import McpToolHandler
@@ -86,6 +87,10 @@ KINDS: dict[str, QuirkKind] = {kind.kind: kind for kind in (
               lambda dialect, quirks: True),
     QuirkKind("late_arguments", "the response is cancelled and the call's arguments arrive after it", ("announced",),
               "PROTOCOL.md 1: the .done events are also sent for items of a cancelled response", _streamed),
+    QuirkKind("end_first", "the caller barges in, and the server ends the turn before it cancels the call",
+              ("running",), "google-genai LiveServerContent: interrupted > turn_complete; the cancellation's place "
+              "is not documented (docs/gemini.md, The model interrupted)",
+              lambda dialect, quirks: not isinstance(dialect, OpenAIFamily)),
     QuirkKind("goes_away", "the server says goAway and closes the connection", ("running",),
               "PROTOCOL.md 4: goAway warns before the connection closes",
               lambda dialect, quirks: not isinstance(dialect, OpenAIFamily)),
@@ -287,6 +292,12 @@ class PerturbedSession(ExploredSession):
             return
         self._cut(perturbation, late=False)
 
+    def _end_first(self, perturbation: Perturbation) -> None:
+        """A Gemini barge-in whose interrupted turn's `turnComplete` comes before the cancellation."""
+        self.mark("fault", "the caller barges in; the server ends the turn before it cancels the call")
+        text = self.conversation.barge_text
+        self._queue_first([lambda: ended_before_cancelled(self._gemini_speech(text))])
+
     def _late_arguments(self, perturbation: Perturbation) -> None:
         self.mark("fault", "the response is cancelled while the call's arguments stream")
         self._cut(perturbation, late=True)
@@ -338,6 +349,7 @@ _SESSION_ACTS: dict[str, Callable[[PerturbedSession, Perturbation], None]] = {
     "reconnect": PerturbedSession._reconnect,
     "server_cancel": PerturbedSession._server_cancel,
     "late_arguments": PerturbedSession._late_arguments,
+    "end_first": PerturbedSession._end_first,
     "goes_away": PerturbedSession._go_away,
     "expiry": PerturbedSession._expiry,
 }

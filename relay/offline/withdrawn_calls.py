@@ -79,6 +79,22 @@ def interrupted_in_flight(paced: deque[Any]) -> None:
         paced.extend(kept)
 
 
+def ended_before_cancelled(said: list[str | bytes]) -> list[str | bytes]:
+    """`said` (the mock's answer to a barge-in: `interrupted`, the cancellation, the interrupted
+    turn's `turnComplete`, then whatever follows) with that `turnComplete` ahead of the
+    cancellation: an order the service may send them in too, since it documents none
+    (docs/gemini.md, "The model interrupted"). As it was when the two are not back to back."""
+    messages = [gemini.decode(frame) for frame in said]
+    cancel = next((index for index, message in enumerate(messages)
+                   if isinstance(message, gemini.ToolCallCancellation)), None)
+    if cancel is None or cancel + 1 >= len(messages):
+        return said
+    end = messages[cancel + 1]
+    if not (isinstance(end, gemini.ServerContent) and end.turn_complete is True and end.model_turn is gemini.UNSET):
+        return said
+    return [*said[:cancel], said[cancel + 1], said[cancel], *said[cancel + 2:]]
+
+
 def _output(message: Any) -> bool:
     """Whether a frame is the model's output of a turn: its parts (words, audio, a call's part),
     their transcription, the turn's `generationComplete` or `turnComplete`."""
@@ -105,4 +121,4 @@ def _calls(message: Any) -> set[str]:
             if isinstance(part.function_call, gemini.FunctionCall) and isinstance(part.function_call.id, str)}
 
 
-__all__ = ["generating", "interrupted_in_flight", "withdrawn_in_flight"]
+__all__ = ["ended_before_cancelled", "generating", "interrupted_in_flight", "withdrawn_in_flight"]
