@@ -20,8 +20,8 @@ from tests.gemini.test_gemini_engine import ship
 from tests.support.tools import GEMINI_SCRIPT, get_weather, track
 
 LINES = ("What's the weather?", "Open the door", "both please", "ship it", "track my parcel")
-TWICE = (Perturbation("duplicate", 2),)
-"""The explorer's numbering hits the model's second call, the client's open_door."""
+TWICE = (Perturbation("duplicate_client", 1),)
+"""The client's first call, open_door, delivered twice (the model's second call)."""
 
 
 def open_door(door: str) -> str:

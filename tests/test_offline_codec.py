@@ -5,6 +5,7 @@ frames, in the GA and the beta vocabulary alike."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -90,6 +91,7 @@ class _Target:
     dialect = OPENAI
     gemini = False
     closed = False
+    tools = (SimpleNamespace(name="mine"),)   # the relay's tools
 
     def __init__(self) -> None:
         self.marks: list[str] = []
@@ -112,6 +114,26 @@ def test_a_duplicate_delivery_repeats_the_frames_that_complete_the_nth_call() ->
     assert plan.deliveries(done("call_b")) == [done("call_b"), done("call_b")]
     assert plan.deliveries("not json") == ["not json"]
     assert target.marks == ["the upstream delivers call call_b twice"]
+
+
+@pytest.mark.parametrize("among, twice", [("model", "call_b"), ("relay", "call_c"), ("client", "call_d")])
+def test_a_duplicate_delivery_counts_the_calls_it_is_told_to(among: str, twice: str) -> None:
+    """The explorer numbers the relay's calls apart from the client's: the second of each."""
+    target = _Target()
+    plan = FaultPlan([duplicate_delivery(call=2, among=among)], target)   # type: ignore[arg-type]
+    calls = [("call_a", "mine"), ("call_b", "theirs"), ("call_c", "mine"), ("call_d", "theirs")]
+    for call_id, name in calls:
+        plan.deliveries(json.dumps({"type": "response.output_item.added",
+                                    "item": {"type": "function_call", "call_id": call_id, "name": name}}))
+    repeated = [call_id for call_id, _ in calls if len(plan.deliveries(json.dumps(
+        {"type": "response.function_call_arguments.done", "call_id": call_id, "arguments": "{}"}))) == 2]
+    assert repeated == [twice]
+    assert plan.client_calls() == ["call_b", "call_d"]
+
+
+def test_a_duplicate_delivery_counts_only_what_it_knows() -> None:
+    with pytest.raises(ValueError, match="among must be one of model, relay, client"):
+        duplicate_delivery(among="server")
 
 
 def test_the_timeline_reads_a_variants_own_names_as_its_events() -> None:

@@ -202,6 +202,8 @@ def boundaries(conversation: Conversation, base: Observed, names: dict[str, str]
             space.append(Perturbation("done_first", number))
     if gemini and base.calls:
         space.append(Perturbation("call_parts", 1))
+    if not delegating:   # the client's own calls, delivered twice too (GPT-Live: explore_live's)
+        space += [Perturbation("duplicate_client", number) for number in range(1, len(base.client_calls) + 1)]
     if delegating:
         return space + live.space(conversation, base)
     return space + quirks.space(conversation, base, names or {})

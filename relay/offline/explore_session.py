@@ -44,6 +44,8 @@ _EARLY = (CallState.ANNOUNCED, CallState.STREAMING)
 _FINAL = frozenset({CallState.ANSWERED, CallState.SKIPPED, CallState.ABANDONED})
 """States a call never leaves: once its follow-up is known too, `_look` reads it no more."""
 
+DUPLICATES = {"duplicate": "relay", "duplicate_client": "client"}
+"""The explorer's duplicate deliveries and whose calls each numbers (`faults.duplicate_delivery`)."""
 _STREAMING = StreamOptions(audio_chunks=1, audio_chunk_bytes=480, argument_deltas=2)
 
 
@@ -69,10 +71,13 @@ class Perturbation:
             "hangs": "the handler never returns",
             "answers_twice": "the handler's answer is reported twice",
             "duplicate": "the provider delivers the call twice",
+            "duplicate_client": "the provider delivers the client's call twice",
             "call_parts": "the provider delivers the call twice (Gemini: as a model-turn part too)",
             "done_first": "response.done arrives before the call's item is done",
             "drop": "the upstream connection drops",
         }.get(self.kind, self.kind)
+        if self.kind == "duplicate_client":   # numbered among the client's calls, not the relay's
+            return f"the client's call {self.call}: {text}"
         return f"call {self.call}: {text}"
 
     def to_json(self) -> dict[str, Any]:
@@ -121,6 +126,7 @@ class Observed:
     reached and the provider events of its turn after its handler started."""
 
     calls: list[str] = field(default_factory=list)            # the relay's call ids, in order seen
+    client_calls: list[str] = field(default_factory=list)     # the client's (its own tools'), in order seen
     anchors: set[tuple[int, str]] = field(default_factory=set)
     starts: dict[str, int] = field(default_factory=dict)      # call id -> handler starts
     events_after_start: dict[int, int] = field(default_factory=dict)
@@ -231,11 +237,14 @@ class Exploring:
         kept = [frame for i, frame in enumerate(frames[:done + 1]) if i not in late]
         return kept + [frames[i] for i in late] + frames[done + 1:]
 
-    def _fire_quirk(self, kind: str, call_ids: set[Any]) -> None:
+    def _fire_quirk(self, kind: str, call_ids: set[Any], numbered: list[str] | None = None) -> None:
+        """Each `kind` perturbation whose call (the Nth of `numbered`: the relay's calls unless
+        said) is among `call_ids` fired."""
+        calls = self.observed.calls if numbered is None else numbered
         for perturbation in self.schedule:
             if perturbation.kind == kind and perturbation not in self.observed.fired:
                 number = perturbation.call
-                if number <= len(self.observed.calls) and self.observed.calls[number - 1] in call_ids:
+                if number <= len(calls) and calls[number - 1] in call_ids:
                     self.observed.fired.append(perturbation)
 
     @property
@@ -279,6 +288,8 @@ class Exploring:
                 continue
             if not entry.relay_owned:
                 settled[id(entry)] = entry
+                if entry.call_id not in observed.client_calls:
+                    observed.client_calls.append(entry.call_id)
                 continue
             open_entries += 1
             if entry.call_id not in observed.calls:
@@ -406,6 +417,7 @@ class Exploring:
             self.settle(limit)
         self.settle(limit)
         self._fire_quirk("duplicate", self._repeated())
+        self._fire_quirk("duplicate_client", self._repeated(), self.observed.client_calls)
         self._fire_quirk("done_first", self._moved)
         if self.observed.calls:
             self._fire_quirk("call_parts", {self.observed.calls[0]})
@@ -427,7 +439,8 @@ class ExploredSession(Exploring, ScriptedSession):
         if any(p.kind == "call_parts" for p in schedule):
             from relay.mock.quirks import quirks_of
             quirks = replace(quirks or quirks_of(conversation.dialect), call_parts=True)
-        duplicates = [fault_kinds.duplicate_delivery(p.call) for p in schedule if p.kind == "duplicate"]
+        duplicates = [fault_kinds.duplicate_delivery(p.call, among=DUPLICATES[p.kind])
+                      for p in schedule if p.kind in DUPLICATES]
         super().__init__(_ScriptOf(conversation.script, conversation.turns), conversation.tools, dialect=conversation.dialect,
                          faults=duplicates, quirks=quirks, client_tools=conversation.client_tools, **options)
 

@@ -15,10 +15,11 @@ what the relay answers.
 | `error_result(tool, message)` | the handler returns `ToolResult(error=message)` instead of running |
 | `barge_in(call, after, text)` | the caller speaks over the assistant `after` seconds into the Nth relay call |
 | `drop_upstream(call, after)` | the upstream connection drops `after` seconds into the Nth relay call |
-| `duplicate_delivery(call)` | the upstream delivers the Nth call of the model twice |
+| `duplicate_delivery(call, among)` | the upstream delivers the model's Nth call twice (`among`: of any tool, the relay's or the client's) |
 
 `call` counts from 1: the Nth call of `tool` for the tool faults (every call when None), the Nth
-call the relay runs (barge-in, drop) or the model makes (duplicate delivery) for the others. A
+call the relay runs (barge-in, drop) or the model makes (duplicate delivery: of any tool, or among
+the relay's or the client's calls alone, as `relay explore` numbers them) for the others. A
 recording is played to the engine at its recorded times on virtual time (no causal gating: once a
 fault changes what the relay does, the recorded upstream cannot answer the new course anyway), the
 tools run for real on that clock, and the result is a session like a scripted one: its timeline,
@@ -41,6 +42,9 @@ from relay.tools import ToolResult
 
 TOOL_FAULTS = ("timeout", "raises", "slow", "error_result")
 SESSION_FAULTS = ("barge_in", "drop_upstream")
+DELIVERY_COUNTS = ("model", "relay", "client")
+"""What a `duplicate_delivery` fault's `call` counts: the model's calls, of the relay's tools, or of
+the client's (a tool not the relay's)."""
 _CALL_DONE = (wire.OutputItemDone, wire.ItemDone, wire.FunctionCallArgumentsDone)
 """The OpenAI family's events that complete a call (each delivers it; the relay runs it on the first)."""
 
@@ -60,6 +64,7 @@ class Fault:
     error: BaseException | None = None
     message: str = ""
     text: str | None = None
+    among: str = "model"   # duplicate_delivery: what `call` counts (`DELIVERY_COUNTS`)
 
     def describe(self) -> str:
         which = f"call {self.call}" if self.call else "every call"
@@ -101,9 +106,12 @@ def drop_upstream(call: int = 1, *, after: float = 0.0) -> Fault:
     return Fault("drop_upstream", None, call, seconds=after)
 
 
-def duplicate_delivery(call: int = 1) -> Fault:
-    """The frames that complete the model's Nth call arrive twice."""
-    return Fault("duplicate_delivery", None, call)
+def duplicate_delivery(call: int = 1, *, among: str = "model") -> Fault:
+    """The frames that complete the model's Nth call arrive twice: its Nth call of any tool
+    (`among="model"`), of the relay's tools (`"relay"`) or of the client's (`"client"`)."""
+    if among not in DELIVERY_COUNTS:
+        raise ValueError(f"among must be one of {', '.join(DELIVERY_COUNTS)}, not {among!r}")
+    return Fault("duplicate_delivery", None, call, among=among)
 
 
 class FaultTarget(Protocol):
@@ -111,6 +119,7 @@ class FaultTarget(Protocol):
 
     dialect: Dialect
     gemini: bool
+    tools: Any   # the relay's tools (their `name`s)
     loop: asyncio.AbstractEventLoop
     closed: bool
 
@@ -131,7 +140,8 @@ class FaultPlan:
         self.session = session
         self._per_tool: dict[str, int] = {}
         self._started = 0
-        self._model_calls: list[str] = []
+        self._calls: dict[str, list[str]] = {among: [] for among in DELIVERY_COUNTS}   # the model's, in order
+        self._relay_tools = frozenset(spec.name for spec in session.tools)
         self._repeated: set[str] = set()
         self._scheduled = 0
 
@@ -187,7 +197,7 @@ class FaultPlan:
     def deliveries(self, frame: str | bytes) -> list[str | bytes]:
         """The frames delivered for one the upstream sent: twice when it completes a call a
         `duplicate_delivery` fault names."""
-        wanted = [f.call for f in self.faults if f.kind == "duplicate_delivery"]
+        wanted = [f for f in self.faults if f.kind == "duplicate_delivery"]
         if not wanted:
             return [frame]
         event = decode(frame)
@@ -199,22 +209,22 @@ class FaultPlan:
         carried = typed.item if isinstance(typed, (wire.OutputItemAdded, wire.OutputItemDone, wire.ItemDone)) else None
         item = carried if isinstance(carried, dict) else {}
         if isinstance(typed, wire.OutputItemAdded) and item.get("type") == FUNCTION_CALL:
-            self._seen(item.get("call_id"))
+            self._seen(item.get("call_id"), item.get("name"))
         if isinstance(typed, _CALL_DONE):
             call_id = (typed.call_id if isinstance(typed, wire.FunctionCallArgumentsDone) else None) or item.get("call_id")
-            if item.get("type", FUNCTION_CALL) == FUNCTION_CALL and self._number(call_id) in wanted:
+            if item.get("type", FUNCTION_CALL) == FUNCTION_CALL and self._wanted(call_id, wanted):
                 self._duplicated(str(call_id))
                 return [frame, frame]
         return [frame]
 
-    def _gemini_deliveries(self, frame: str | bytes, event: dict[str, Any], wanted: list[int | None]) -> list[str | bytes]:
+    def _gemini_deliveries(self, frame: str | bytes, event: dict[str, Any], wanted: list[Fault]) -> list[str | bytes]:
         again = []
         for message in gemini.messages_of(event):
             if not isinstance(message, gemini.ToolCall):
                 continue
             for call in gemini.entries(message.function_calls, gemini.FunctionCall):
-                self._seen(gemini.given(call.id))
-                if self._number(gemini.given(call.id)) in wanted:
+                self._seen(gemini.given(call.id), gemini.given(call.name))
+                if self._wanted(gemini.given(call.id), wanted):
                     again.append(call)
         if not again:
             return [frame]
@@ -228,12 +238,20 @@ class FaultPlan:
             self._repeated.add(call_id)
             self.session.mark("fault", f"the upstream delivers call {call_id} twice", ahead=1)
 
-    def _seen(self, call_id: Any) -> None:
-        if isinstance(call_id, str) and call_id not in self._model_calls:
-            self._model_calls.append(call_id)
+    def _seen(self, call_id: Any, name: Any) -> None:
+        calls = self._calls
+        if isinstance(call_id, str) and call_id not in calls["model"]:
+            calls["model"].append(call_id)
+            calls["relay" if name in self._relay_tools else "client"].append(call_id)
 
-    def _number(self, call_id: Any) -> int | None:
-        return self._model_calls.index(call_id) + 1 if call_id in self._model_calls else None
+    def _wanted(self, call_id: Any, wanted: list[Fault]) -> bool:
+        """Whether a `duplicate_delivery` fault names the call (by its place among those it counts)."""
+        return any(call_id in (calls := self._calls[fault.among]) and calls.index(call_id) + 1 == fault.call
+                   for fault in wanted)
+
+    def client_calls(self) -> list[str]:
+        """The model's calls of the client's tools, in order (seen while a duplicate was wanted)."""
+        return list(self._calls["client"])
 
 
 # ---- a recording, played with faults ------------------------------------------------------------
