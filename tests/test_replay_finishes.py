@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from relay.cli import main
+from relay.cli.demo import EXAMPLE_TOOLS, TURNS, demo_script
 from relay.offline.explore import boundaries, explore, replayable, replays_same, run_schedule
 from relay.offline.explore_input import from_file, from_script
 from relay.offline.explore_session import Conversation, Perturbation
@@ -214,3 +215,23 @@ def test_an_invariant_that_does_not_load_is_one_line_and_exit_2(capsys: pytest.C
     assert main(["replay", str(demo), "--tools", "relay.examples.tools", "--invariant", "nowhere.py:check"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "no such file nowhere.py" in err, err
+
+
+def test_a_handler_the_recorded_session_never_heard_finish_is_never_heard_in_the_replay(tmp_path: Path) -> None:
+    """What `replays_same` found (Voice Live, the demo, seed 11): call 1's handler finishing two
+    provider events late, and the session expiring before it did. The recording has no finish line
+    for it, so the replay took its handler's quick finish at once, answered the call and asked for
+    a follow-up the recorded relay never sent. A handler the recording never heard finish is now
+    never heard in its replay: the replay ends with it running, as the session did."""
+    schedule = (Perturbation("done_first", 3, "running"), Perturbation("expiry", 2, "running"),
+                Perturbation("finish", 1, step=2))
+    conversation = Conversation("demo", demo_script(), TURNS, tool_registry([EXAMPLE_TOOLS])).with_dialect("voicelive")
+    path = saved(conversation, schedule, tmp_path)
+    recording = read_recording(path)
+    finished = {note.fields["call_id"] for note in recording.notes if note.kind == HANDLER_FINISHED_NOTE}
+    abandoned = {call_id for call_id, fields in recording.tool_calls_decided().items()
+                 if fields.get("outcome") == "abandoned"}
+    assert abandoned and not abandoned & finished, "a call the session ended with its handler running"
+    replayed = replay(path, conversation.tools)
+    assert replayed.ok, [d.describe() for d in replayed.divergences]
+    assert replays_same(conversation, schedule, {}, None) is None

@@ -7,8 +7,10 @@ brings it: before a barge-in it recorded after, or after one it recorded before,
 does next (a follow-up or none, an output spoken or withdrawn) changes. With the lines, a finish
 that comes early is held until the replay's play reaches its line, and a frame recorded after the
 line waits (at most the gate timeout) for the handler to finish. A streaming handler's values
-(`handler_yielded`) are placed the same way. A recording without them (written before they were)
-replays as before: each finish is taken when it comes.
+(`handler_yielded`) are placed the same way. A handler of the recorded relay's that the session
+never heard finish (the session ended first, or the relay cancelled it or answered for it) is
+never heard in the replay either: what it reports is held for good. A recording without the lines (written before
+they were) replays as before: each finish is taken when it comes.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class RecordedFinishes:
         self._held: dict[str, deque[Report]] = {}
         self._places = bool(self._ahead)   # the recording says where its handlers reported
         self._finished = {str(note.fields["call_id"]) for note in self._ahead if note.kind == HANDLER_FINISHED_NOTE}
+        self._relays = set(recording.tool_calls_decided())   # the calls the recorded relay owned
 
     def never_finished(self, call_ids: set[str]) -> set[str]:
         """Those of `call_ids` whose handler the recorded session ended with still running: no
@@ -49,10 +52,16 @@ class RecordedFinishes:
         its still held (the order stays its own); False when nothing recorded says where it lands
         (it is taken at once)."""
         held = self._held.setdefault(call_id, deque())
-        if not held and self._due.get(call_id, 0) == 0:
+        if not held and self._due.get(call_id, 0) == 0 and not self._unfinished(call_id):
             return False
         held.append((kind, value))
         return True
+
+    def _unfinished(self, call_id: str) -> bool:
+        """The recorded relay owned the call and never heard its handler finish, in a recording that
+        places finishes: what the replay's handler reports is held past the last line (`left` keeps
+        it). A call the recorded relay did not own (a tool added since) is taken as it comes."""
+        return self._places and call_id in self._relays and call_id not in self._finished
 
     def held(self, call_id: str) -> bool:
         return bool(self._held.get(call_id))
@@ -81,9 +90,12 @@ class RecordedFinishes:
         self._held.pop(call_id, None)
 
     def left(self) -> list[tuple[str, Report]]:
-        """Every report still held (the recording's places all passed), in the order they came per call."""
-        left = [(call_id, report) for call_id, held in self._held.items() for report in held]
-        self._held.clear()
+        """Every report still held (the recording's places all passed), in the order they came per
+        call, but those of calls whose handler the recorded session never heard finish: those stay
+        held, and the replay ends as the session did, with the handler still running."""
+        left = [(call_id, report) for call_id, held in self._held.items() if not self._unfinished(call_id)
+                for report in held]
+        self._held = {call_id: held for call_id, held in self._held.items() if self._unfinished(call_id)}
         return left
 
 
