@@ -141,6 +141,7 @@ class ResponsesDelegation(SessionEngine):
             if entry.state is CallState.FINISHED:
                 self._send_output(entry)
         self._continue(batch)
+        self._backend_quiet()
 
     # ==== answers =======================================================================
     def _owner_of(self, name: str, *, client_made: bool = False) -> Owner:
@@ -260,6 +261,18 @@ class ResponsesDelegation(SessionEngine):
                 self._creates_up.remove(create)
             return create
         return self._creates_up.pop(0) if self._creates_up else None
+
+    def _backend_busy(self) -> bool:
+        """Whether a create now would meet backend work under way: a response announced or begun
+        and not ended, a batch with calls waiting for its outputs or its create (a create then is
+        a partial batch, which the server refuses: GPT-LIVE.md 4.2), or a continuation asked for
+        whose response has not begun."""
+        return any(batch.key in self._create_of or not batch.failed and (
+            not batch.completed or batch.calls and not batch.continued) for batch in self.batches)
+
+    def _backend_quiet(self) -> None:
+        """A backend response ended: what a subclass waited for (relay/engine/delegation_records.py:
+        a carried batch's continuation, held while backend work was under way)."""
 
     def _carried_client_output(self, entry: CallEntry, output: str) -> bool:
         """Whether the client's output for its call is one a dropped session owed, told in this one

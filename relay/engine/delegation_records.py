@@ -222,12 +222,16 @@ class LiveRecords(ResponsesDelegation):
         that were not continued, once each is told (its result in the seeded `input`, or its note
         sent) and, for a batch with the client's calls, the client's part done (`_gated`): the
         backend's continuation speaks their results, as each batch's own would have. The caller
-        who asked hears the answer (issue 48's "no silence")."""
+        who asked hears the answer (issue 48's "no silence"). Not while backend work of the new
+        session is under way (`_backend_busy`: a create then could be refused as a partial batch,
+        or start a second response at once): once it is over."""
         whole = not self._asks_owed and all(self._client_carried.values())
         pool = self._uncontinued + (self._gated if whole else [])
         entries = [entry for call_id in pool if (entry := self.ledger.get(call_id)) is not None]
         if self._new_one_starting or any(entry.state in (CallState.READY, CallState.RUNNING, CallState.FINISHED) for entry in entries):
             return   # the new session not up yet, or a carried call still to be told
+        if entries and self._backend_busy():
+            return   # not into backend work under way (`_backend_quiet` comes back)
         told = [entry.call_id for entry in entries if entry.state is CallState.ANSWERED]
         self._uncontinued = []
         if whole:
@@ -243,6 +247,10 @@ class LiveRecords(ResponsesDelegation):
             self._unsent.append((None, [create]))
         self.ctx.notice("follow_up", {"event_id": create.event_id, "call_ids": ",".join(told), "delegation_id": None,
                                       "response_id": None, "by": "relay"})
+
+    def _backend_quiet(self) -> None:
+        if self._uncontinued or self._gated:
+            self._continue_carried()
 
     def _carried_client_output(self, entry: CallEntry, output: str) -> bool:
         """The client's output for its call of a dropped batch the relay carries (`_gated`): told

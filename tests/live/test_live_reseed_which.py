@@ -77,17 +77,23 @@ def begun(driver: Logged, delegation_id: str | None, response_id: str, *, echo: 
         driver.complete(delegation_id, response_id)   # type: ignore[arg-type]
 
 
-def carried_and_continued() -> Logged:
-    """get_weather runs when the connection drops; in the new session its note and that
-    session's one `response.create` go up, and that continuation has not begun."""
+def running_at_a_drop(name: str = "get_weather") -> Logged:
+    """A Responses session whose one call (c1, of `name`) runs when the connection drops; the new
+    session is up."""
     driver = Logged([get_weather, get_time])
     driver.client({"type": "session.start", "session": {"model": MODEL, "delegation": RESPONSES}})
     driver.upstream(started(RESPONSES))
-    driver.upstream(transcript("input", "Weather in Paris?", 200))
     driver.upstream(delegation_created("item_1", target="responses", response_id="resp_1"))
-    driver.batch("item_1", "resp_1", [call_item("c1", "get_weather", {"city": "Paris"})])
+    driver.batch("item_1", "resp_1", [call_item("c1", name, {"city": "Paris"})])
     reseed(driver)
     driver.upstream(started(RESPONSES, session_id="live_2"))
+    return driver
+
+
+def carried_and_continued() -> Logged:
+    """get_weather runs when the connection drops; in the new session its note and that
+    session's one `response.create` go up, and that continuation has not begun."""
+    driver = running_at_a_drop()
     driver.finish("c1", "sunny in Paris")
     assert [e["type"] for e in driver.sent()[-2:]] == ["session.thinking.append", "response.create"]
     assert follow_ups(driver) == ["c1"]
@@ -177,13 +183,7 @@ def test_a_clients_own_create_that_went_up_first_starts_the_first_response() -> 
     """The client's own `response.create` (typed input) went up in the new session before the
     relay's: the first uncorrelated response begun is the client's (a session's creates start
     their responses in the order they went up), the second the carried continuation."""
-    driver = Logged([get_weather, get_time])
-    driver.client({"type": "session.start", "session": {"model": MODEL, "delegation": RESPONSES}})
-    driver.upstream(started(RESPONSES))
-    driver.upstream(delegation_created("item_1", target="responses", response_id="resp_1"))
-    driver.batch("item_1", "resp_1", [call_item("c1", "get_weather", {"city": "Paris"})])
-    reseed(driver)
-    driver.upstream(started(RESPONSES, session_id="live_2"))
+    driver = running_at_a_drop()
     driver.client({"type": "response.item.create", "event_id": "client_item",
                    "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hi"}]}},
                   {"type": "response.create", "event_id": "client_create"})
@@ -208,3 +208,25 @@ def test_a_delegation_announced_without_its_response_id_is_known_by_its_id() -> 
     reseed(driver)
     driver.upstream(started(RESPONSES, session_id="live_3"))
     assert follow_ups(driver) == ["c1", "c1"]
+
+
+def test_the_carried_continuation_waits_for_backend_work_under_way() -> None:
+    """get_time runs at the drop; in the new session the caller's turn makes a get_weather call
+    before get_time finishes. Its create then would meet a batch waiting for an output (a partial
+    batch, which the server refuses: its calls never continued, the caller never hearing them):
+    it goes up once that batch is continued and its continuation over, never while a response is
+    open."""
+    driver = running_at_a_drop("get_time")
+    driver.upstream(delegation_created("item_2", target="responses", response_id="resp_2"))
+    driver.batch("item_2", "resp_2", [call_item("c2", "get_weather", {"city": "Rome"})])
+    driver.finish("c1", "noon")
+    assert driver.sent()[-1]["type"] == "session.thinking.append" and follow_ups(driver) == []
+    driver.finish("c2", "sunny in Rome")
+    assert follow_ups(driver) == ["c2"], "get_weather's batch first"
+    begun(driver, "item_2", "resp_2b")
+    assert follow_ups(driver) == ["c2"], "not while its continuation runs"
+    driver.complete("item_2", "resp_2b")
+    assert follow_ups(driver) == ["c2", "c1"] and driver.sent()[-1]["type"] == "response.create"
+    assert creates_while_open(driver) == []
+    driver.advance(60)
+    assert len(driver.sent_of("response.create")) == 2
