@@ -153,7 +153,14 @@ class LiveEngine(LiveRecords):
         if (not self.config.has_client and self.mode == RESPONSES and self.config.declare_tools
                 and ours and not self._declared):
             self._declare_on_sideband(tools or [])
-        return self._without_relay_tools(event)
+        shown = self._without_relay_tools(event)
+        answered = event.client_event_id
+        if isinstance(answered, str) and answered.startswith(self.ctx.id_prefix + "_"):
+            # the answer to the relay's own `session.start` (a session carried on in a new one):
+            # the client sent no command of that id, and is not shown one
+            shown = copy.copy(event if shown is SAME else shown)
+            shown.client_event_id = None
+        return shown
 
     def _without_relay_tools(self, event: live.SessionStarted | live.SessionUpdated | live.SessionClosed) -> Any:
         """The session as the client is shown it (started, updated, and the final snapshot of

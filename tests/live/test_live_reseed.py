@@ -256,3 +256,19 @@ def test_the_seeded_history_keeps_within_the_limits_the_latest_first() -> None:
     long_turn = [Turn("user", "é" * 10_000)]
     (cut,) = seeded_session({"model": MODEL}, long_turn, [])["input"]
     assert 0 < len(cut["content"][0]["text"].encode()) <= MAX_INPUT_TOKENS and set(cut["content"][0]["text"]) == {"é"}
+
+
+def test_the_new_session_s_start_reaches_the_client_without_the_relay_s_command_id() -> None:
+    """The server answers the relay's own `session.start` with its `event_id` as
+    `client_event_id`; the client sent no command of that id and is not shown one. The first
+    session's answer to the client's own start keeps the client's id."""
+    driver = LiveDriver([get_weather, get_time])
+    driver.client({"type": "session.start", "event_id": "evt_client_start",
+                   "session": {"model": MODEL, "delegation": RESPONSES}})
+    driver.upstream({**started(RESPONSES), "client_event_id": "evt_client_start"})
+    start = reseed(driver)
+    assert start is not None and start["event_id"].startswith(driver.engine.ctx.id_prefix + "_")
+    driver.upstream({**started(RESPONSES, session_id="live_2"), "client_event_id": start["event_id"]})
+    shown = [event for event in driver.to_client() if event["type"] == "session.started"]
+    assert [event["session"]["id"] for event in shown] == ["live_1", "live_2"]
+    assert [event.get("client_event_id") for event in shown] == ["evt_client_start", None]
