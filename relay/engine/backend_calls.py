@@ -46,6 +46,7 @@ class ResponsesDelegation(SessionEngine):
         self._creates_up: list[str | None] = []       # this session's creates whose response has not begun
         self._create_of: dict[str, str | None] = {}   # a continued batch -> the create that continued it
         self._delegated: dict[str, str | None] = {}   # a delegation announced -> its response id, not begun yet
+        self._begun: set[str] = set()                 # backend responses whose beginning was taken
         self._client_outputs: dict[str, str] = {}     # the client's outputs for its calls, as they went up
 
     def _send(self, event: live.Event) -> None:
@@ -59,8 +60,15 @@ class ResponsesDelegation(SessionEngine):
     def _on_backend(self, envelope: live.ResponseEnvelope) -> Any:
         nested = live.backend_event(envelope)
         key = envelope.delegation_id if isinstance(envelope.delegation_id, str) else None
-        if isinstance(nested, live.BackendCreated):
+        if isinstance(nested, (live.BackendCreated, live.BackendInProgress)):
+            # a response begins at its `response.created`, or at its `response.in_progress` alone
+            # (Azure's continuations may send no `response.created`: GPT-LIVE.md 1, inferred);
+            # whichever comes first, once
             response_id = _response_id(nested.response)
+            if response_id in self._begun or (response_id is None and isinstance(nested, live.BackendInProgress)):
+                return SAME
+            if response_id is not None:
+                self._begun.add(response_id)
             continued = self.batches.get(key or "")
             if continued is not None and continued.continued:   # the batch's continuation: its outputs are in
                 self._delivered([entry for entry in self.batches.relay_calls(continued)

@@ -230,3 +230,35 @@ def test_the_carried_continuation_waits_for_backend_work_under_way() -> None:
     assert creates_while_open(driver) == []
     driver.advance(60)
     assert len(driver.sent_of("response.create")) == 2
+
+
+def in_progress_only(driver: Logged, delegation_id: str | None, response_id: str) -> None:
+    """A backend response that begins with `response.in_progress` and no `response.created`, as
+    Azure's continuations may (GPT-LIVE.md 1, inferred), then completes."""
+    driver.upstream(envelope(delegation_id, {"type": "response.in_progress",
+                                             "response": backend_response(response_id, "in_progress")}))
+    driver.complete(delegation_id, response_id)   # type: ignore[arg-type]
+
+
+def test_a_continuation_that_begins_with_in_progress_alone_is_not_made_again() -> None:
+    """The carried batch's continuation begins with `response.in_progress` only: it began, and a
+    later drop does not continue the batch a second time."""
+    driver = carried_and_continued()
+    in_progress_only(driver, None, "resp_c")
+    reseed(driver)
+    driver.upstream(started(RESPONSES, session_id="live_3"))
+    driver.advance(60)
+    assert follow_ups(driver) == ["c1"] and len(driver.sent_of("response.create")) == 1
+
+
+def test_a_response_created_then_in_progress_begins_once() -> None:
+    """The usual order, `response.created` then `response.in_progress`: one beginning. The
+    caller's turn's response (both events) is still not taken for the carried continuation."""
+    driver = carried_and_continued()
+    the_caller_speaks(driver)
+    driver.upstream(envelope("item_2", {"type": "response.in_progress",
+                                        "response": backend_response("resp_2", "in_progress")}))
+    reseed(driver)
+    driver.upstream(started(RESPONSES, session_id="live_3"))
+    assert follow_ups(driver) == ["c1", "c1"], "the carried batch is continued in the third session"
+    assert creates_while_open(driver) == []
