@@ -20,6 +20,14 @@
   (`response_id`), one the relay never saw begin; the relay waited for that response's end, and
   the call was never answered (`answered_once`, `nothing_owed`). Such a response is now taken as
   ended, as an unnamed one always was (relay/engine/recovery.py).
+- **The explorer's own delivery, not the relay** (`answered_once`, xAI, the refund example with
+  the order refunded already, so that the tool answers at once: the caller barging in between
+  call 1's output and its follow-up, at the same moment as a reconnect while its handler runs,
+  and a `response.done` before the call's item): the caller's new turn was queued after the
+  frames the reconnect lost, and delivered while the connection was down. The relay saw a
+  response begin while away, took it as ended at the reconnect, and left its call, still being
+  made then, unrun. A frame released while the connection is down is now lost, however it was
+  queued (relay/offline/explore_session.py).
 - **The explorer's own recordings, not the relay** (`replays_same`, xAI and Voice Live, the demo:
   a call's `response.done` before its item is done, and the session expiring while call 4 runs):
   the relay sent call 4's output and follow-up just before the server closed the session. The
@@ -31,6 +39,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -38,10 +47,14 @@ import pytest
 from relay.cli.demo import EXAMPLE_TOOLS, TURNS, demo_script
 from relay.offline.events import CALL
 from relay.offline.explore import replayable, replays_same, run_schedule
+from relay.offline.explore_input import from_file
 from relay.offline.explore_session import Conversation, Perturbation
 from relay.recording.format import RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY
 from relay.recording.reader import read_recording
 from relay.tools.sources import tool_registry
+from tests.support.paths import REPO
+
+EXAMPLES = REPO / "docs" / "examples" / "testing"
 
 
 def demo(dialect: str) -> Conversation:
@@ -153,3 +166,31 @@ def test_a_session_the_server_closed_right_after_a_follow_up_replays_to_the_same
     finally:
         run.session.close()
     assert replays_same(conversation, schedule, {}, None) is None
+
+
+def test_a_turn_the_server_streams_while_the_connection_is_down_is_lost_with_it() -> None:
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        import bank as module
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    module.BANK.clear()
+    module.BANK["A1"] = ["rf_A1_1"]   # refunded already: the tool answers at once
+    try:
+        conversation = from_file(EXAMPLES / "refund.script.json",
+                                 tool_registry([str(EXAMPLES / "refunds_fixed.py")])).with_dialect("xai")
+        schedule = (Perturbation("barge_in", 1, "answered"), Perturbation("done_first", 1, "running"),
+                    Perturbation("reconnect", 1, "running", 1))
+        run = run_schedule(conversation, tuple(sorted(schedule)), keep=True)
+        try:
+            session = run.session
+            assert sorted(run.observed.fired, key=repr) == sorted(schedule, key=repr) and run.broken == []
+            away = [t for _, t, kind, text in session.marks if kind == "fault" and "reconnect" in text]
+            assert len(away) == 2, away   # dropped, then reconnected
+            assert not [frame for frame in session.frames if frame.direction == UPSTREAM_TO_RELAY
+                        and away[0] < frame.t < away[1]], "nothing reached the relay while it was away"
+            assert [entry.state.value for entry in session.engine.ledger] == ["answered", "answered"]
+        finally:
+            run.session.close()
+    finally:
+        module.BANK.clear()

@@ -141,6 +141,7 @@ class Exploring:
     starts."""
 
     express_lane = False   # every frame through the engine's round: few of a schedule's are audio
+    _away = False   # the connection is down (explore_quirks' `reconnect`): what the server sends is lost
 
     kind = "explored session"
 
@@ -210,11 +211,18 @@ class Exploring:
         if callable(head):   # the caller's speech reaches the server now: what it sends back
             self._paced.extendleft(reversed([copy for frame in head() for copy in self._deliveries(frame)]))
             return
+        if self._away:   # sent while the connection is down, whichever way it was queued: lost
+            self._lose([head])
+            return
         self._inbox.append(("upstream", head))
         counts = self.observed.events_after_start
         for number in self._counting:   # a provider event of their turn
             counts[number] += 1
         self._pump()
+
+    def _lose(self, frames: list[Any]) -> None:
+        """Frames the server sent while the connection was down (explore_quirks keeps them for the
+        invariants' timeline)."""
 
     def _deliveries(self, frame: str | bytes) -> list[str | bytes]:
         """The frames delivered for one the upstream sent (twice: a `duplicate` delivery)."""
