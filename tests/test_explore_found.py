@@ -39,22 +39,33 @@
 from __future__ import annotations
 
 import json
-import sys
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
 from relay.cli.demo import EXAMPLE_TOOLS, TURNS, demo_script
 from relay.offline.events import CALL
 from relay.offline.explore import replayable, replays_same, run_schedule
-from relay.offline.explore_input import from_file
-from relay.offline.explore_session import Conversation, Perturbation
+from relay.offline.explore_session import Conversation, ExploredSession, Perturbation
 from relay.recording.format import RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY
 from relay.recording.reader import read_recording
 from relay.tools.sources import tool_registry
-from tests.support.paths import REPO
+from tests.test_explore import bank, refund  # noqa: F401   # the refund example's payment provider, emptied
 
-EXAMPLES = REPO / "docs" / "examples" / "testing"
+
+@contextmanager
+def held(conversation: Conversation, schedule: tuple[Perturbation, ...]) -> Iterator[ExploredSession]:
+    """The session of `conversation` on `schedule`, open, once every perturbation fired and no
+    invariant broke; closed after."""
+    run = run_schedule(conversation, schedule, keep=True)
+    try:
+        assert sorted(run.observed.fired, key=repr) == sorted(schedule, key=repr)
+        assert run.broken == []
+        yield run.session
+    finally:
+        run.session.close()
 
 
 def demo(dialect: str) -> Conversation:
@@ -88,18 +99,12 @@ def test_a_call_lost_whole_to_a_reconnect_is_answered_once(dialect: str, attempt
 ], ids=["two drops", "three drops"])
 def test_a_question_lost_to_a_later_reconnect_is_asked_again_and_its_call_answered_once(
         dialect: str, schedule: tuple[Perturbation, ...]) -> None:
-    run = run_schedule(demo(dialect), schedule, keep=True)
-    try:
-        session = run.session
-        assert sorted(run.observed.fired, key=repr) == sorted(schedule, key=repr)
-        assert run.broken == []
+    with held(demo(dialect), schedule) as session:
         asked = [json.loads(frame.raw)["item_id"] for frame in session.frames
                  if frame.direction == RELAY_TO_UPSTREAM and frame.raw and "conversation.item.retrieve\"" in frame.raw]
         assert len(asked) > len(set(asked)), "the question lost with the second drop was asked again"
         made = {event.call_id for event in session.timeline.of(CALL)}
         assert made - session.unseen_calls() <= {entry.call_id for entry in session.engine.ledger}
-    finally:
-        run.session.close()
 
 
 def test_a_session_ending_before_a_lost_items_answer_owes_that_call_nothing() -> None:
@@ -134,11 +139,7 @@ def test_a_gemini_session_dropped_mid_call_replays_to_the_same_outcome() -> None
 
 def test_a_lost_call_whose_item_names_a_response_never_seen_is_answered_once() -> None:
     schedule = (Perturbation("reconnect", 1, "answered", 1), Perturbation("server_cancel", 2, "announced"))
-    run = run_schedule(demo("foundry"), schedule, keep=True)
-    try:
-        session = run.session
-        assert sorted(run.observed.fired, key=repr) == sorted(schedule, key=repr)
-        assert run.broken == []
+    with held(demo("foundry"), schedule) as session:
         retrieved = [json.loads(frame.raw)["item"] for frame in session.frames
                      if frame.direction == UPSTREAM_TO_RELAY and frame.raw and "conversation.item.retrieved" in frame.raw]
         lost = [item for item in retrieved if item.get("type") == "function_call"]
@@ -146,8 +147,6 @@ def test_a_lost_call_whose_item_names_a_response_never_seen_is_answered_once() -
         for item in lost:
             entry = session.engine.ledger.get(item["call_id"])
             assert entry is not None and entry.state.value == "answered"
-    finally:
-        run.session.close()
 
 
 @pytest.mark.parametrize("dialect, schedule", [
@@ -157,40 +156,21 @@ def test_a_lost_call_whose_item_names_a_response_never_seen_is_answered_once() -
 def test_a_session_the_server_closed_right_after_a_follow_up_replays_to_the_same_outcome(
         dialect: str, schedule: tuple[Perturbation, ...], tmp_path: Path) -> None:
     conversation = demo(dialect)
-    run = run_schedule(conversation, schedule, keep=True)
-    try:
-        assert sorted(run.observed.fired, key=repr) == sorted(schedule, key=repr) and run.broken == []
-        recording = read_recording(run.session.save(tmp_path))
+    with held(conversation, schedule) as session:
+        recording = read_recording(session.save(tmp_path))
         last = max(frame.t for frame in recording.frames)
         assert recording.end_t is not None and recording.end_t >= last   # when the session ended
-    finally:
-        run.session.close()
     assert replays_same(conversation, schedule, {}, None) is None
 
 
-def test_a_turn_the_server_streams_while_the_connection_is_down_is_lost_with_it() -> None:
-    sys.path.insert(0, str(EXAMPLES))
-    try:
-        import bank as module
-    finally:
-        sys.path.remove(str(EXAMPLES))
-    module.BANK.clear()
-    module.BANK["A1"] = ["rf_A1_1"]   # refunded already: the tool answers at once
-    try:
-        conversation = from_file(EXAMPLES / "refund.script.json",
-                                 tool_registry([str(EXAMPLES / "refunds_fixed.py")])).with_dialect("xai")
-        schedule = (Perturbation("barge_in", 1, "answered"), Perturbation("done_first", 1, "running"),
-                    Perturbation("reconnect", 1, "running", 1))
-        run = run_schedule(conversation, tuple(sorted(schedule)), keep=True)
-        try:
-            session = run.session
-            assert sorted(run.observed.fired, key=repr) == sorted(schedule, key=repr) and run.broken == []
-            away = [t for _, t, kind, text in session.marks if kind == "fault" and "reconnect" in text]
-            assert len(away) == 2, away   # dropped, then reconnected
-            assert not [frame for frame in session.frames if frame.direction == UPSTREAM_TO_RELAY
-                        and away[0] < frame.t < away[1]], "nothing reached the relay while it was away"
-            assert [entry.state.value for entry in session.engine.ledger] == ["answered", "answered"]
-        finally:
-            run.session.close()
-    finally:
-        module.BANK.clear()
+def test_a_turn_the_server_streams_while_the_connection_is_down_is_lost_with_it(bank: dict[str, list[str]]) -> None:
+    bank["A1"] = ["rf_A1_1"]   # refunded already: the tool answers at once
+    conversation = refund("refunds_fixed", bank).with_dialect("xai")
+    schedule = (Perturbation("barge_in", 1, "answered"), Perturbation("done_first", 1, "running"),
+                Perturbation("reconnect", 1, "running", 1))
+    with held(conversation, tuple(sorted(schedule))) as session:
+        away = [t for _, t, kind, text in session.marks if kind == "fault" and "reconnect" in text]
+        assert len(away) == 2, away   # dropped, then reconnected
+        assert not [frame for frame in session.frames if frame.direction == UPSTREAM_TO_RELAY
+                    and away[0] < frame.t < away[1]], "nothing reached the relay while it was away"
+        assert [entry.state.value for entry in session.engine.ledger] == ["answered", "answered"]

@@ -263,6 +263,13 @@ def has_single_plain_type(frame: str) -> bool:
     return frame.count('"type"', 0, frame.rfind('"', 0, len(frame) - 2) + 1) == 1
 
 
+def may_be(frame: str, kinds: frozenset[str]) -> bool:
+    """Whether a text frame may be an event of one of `kinds`, read without parsing it: its peeked
+    `type` is one, or another `type` may hide in it (`has_single_plain_type`). A reader that
+    decodes only such frames skips the rest, most of them audio, kilobytes each."""
+    return peek_type(frame) in kinds or not has_single_plain_type(frame)
+
+
 def is_flat_object(frame: str) -> bool:
     """True when a frame without backslashes is a flat JSON object, whitespace allowed: when only
     `}` and whitespace follow its last string, what comes before that string matches (the string

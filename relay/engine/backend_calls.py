@@ -191,10 +191,7 @@ class ResponsesDelegation(SessionEngine):
         self._create_of[batch.key] = event.event_id
         if not mixed:
             self._follow_up_owed(batch, event)
-        if not self.ctx.upstream_connected:
-            self._unsent.append((None, [event]))
-        else:
-            self._send_create(event)
+        self._command([event])
         self.ctx.notice("follow_up", {"event_id": event.event_id, "call_ids": ",".join(batch.calls),
                                       "delegation_id": batch.key, "response_id": batch.response_id,
                                       "by": "client" if mixed else "relay"})
@@ -208,6 +205,15 @@ class ResponsesDelegation(SessionEngine):
             self.ctx.remember(entry, Phase.FOLLOW_UP, follow_up=True)
         if create.event_id is not None:
             self._owed_by_create[create.event_id] = calls
+
+    def _command(self, events: list[live.Event]) -> None:
+        """Commands of no one call (a create, a silent note) upstream now, or, while the upstream is
+        away, kept for its return (`_on_reconnect` sends them, in order)."""
+        if not self.ctx.upstream_connected:
+            self._unsent.append((None, events))
+            return
+        for event in events:
+            self._send_create(event)
 
     def _send_create(self, event: live.Event) -> None:
         """A create upstream; the relay's own follows its calls' `followed_up` records (written
@@ -382,6 +388,7 @@ class ResponsesDelegation(SessionEngine):
 
 MAX_CLIENT_OUTPUTS = 64
 """The client's outputs kept (the latest): what a new session is told of a dropped batch of both."""
+
 _SENT_PHASES = frozenset({Phase.SENT, Phase.FOLLOW_UP, Phase.FOLLOWED_UP})
 
 

@@ -131,9 +131,7 @@ class LiveRecords(ResponsesDelegation):
         null` (this session knows none of the earlier one's ids): what ran, told as silent context
         (the note); and for a delegation what the caller was to hear (its message, or its
         failure), said (`_spoken`)."""
-        note = [live.ThinkingAppend(delegation_id=None, content=piece) for piece in split_text(
-            done_note(entry.name, None if DELEGATED in entry.delivered_as else entry.arguments, output))]
-        return note + self._spoken(entry, output, is_error)
+        return _silent_note(done_note(entry.name, _asked(entry), output)) + self._spoken(entry, output, is_error)
 
     def _spoken(self, entry: CallEntry, output: str, is_error: bool) -> list[live.Event]:
         """A delegation's answer's spoken part, as `session.commentary.append` with `delegation_id:
@@ -169,8 +167,7 @@ class LiveRecords(ResponsesDelegation):
             if entry.owner is not Owner.RELAY:
                 continue
             if entry.state in (CallState.FINISHED, CallState.ANSWERED) and entry.output is not None:
-                notes.append(done_note(entry.name, None if DELEGATED in entry.delivered_as else entry.arguments,
-                                       entry.output))   # a delegation's arguments are the relay's own: none told
+                notes.append(done_note(entry.name, _asked(entry), entry.output))
                 self._unplaced(entry)   # what the caller was to hear and has not: said in the new session
                 if entry.state is CallState.FINISHED:
                     self._injected(entry)   # answered by the note, once
@@ -241,10 +238,7 @@ class LiveRecords(ResponsesDelegation):
         self._continuing += told   # until the continuation begins (`_backend_response_started`)
         create = live.ResponseCreate(event_id=self.ctx.new_event_id())
         self._carried_create = create.event_id
-        if self.ctx.upstream_connected:
-            self._send_create(create)
-        else:
-            self._unsent.append((None, [create]))
+        self._command([create])
         self.ctx.notice("follow_up", {"event_id": create.event_id, "call_ids": ",".join(told), "delegation_id": None,
                                       "response_id": None, "by": "relay"})
 
@@ -262,12 +256,7 @@ class LiveRecords(ResponsesDelegation):
             self._client_carried[entry.call_id] = True
             self._client_answered(entry)
             note = self._client_notes[entry.call_id] = done_note(entry.name, entry.arguments, output)
-            pieces = [live.ThinkingAppend(delegation_id=None, content=piece) for piece in split_text(note)]
-            if self.ctx.upstream_connected:
-                for piece in pieces:
-                    self._send(piece)
-            else:
-                self._unsent.append((None, list(pieces)))
+            self._command(_silent_note(note))
             self._continue_carried()
         return True
 
@@ -386,6 +375,17 @@ class LiveRecords(ResponsesDelegation):
                 self._call_complete(entry)
                 self._keep_record(record)
         return seeded_session(session, turns, notes)
+
+
+def _asked(entry: CallEntry) -> str | None:
+    """A call's arguments as its note tells them (a delegation's are the relay's own: none)."""
+    return None if DELEGATED in entry.delivered_as else entry.arguments
+
+
+def _silent_note(note: str) -> list[live.Event]:
+    """A note told to the session as silent context of no delegation (`delegation_id: null`: a new
+    session knows none of a dropped one's ids), in appends of the size the server takes."""
+    return [live.ThinkingAppend(delegation_id=None, content=piece) for piece in split_text(note)]
 
 
 _EARLIER = {Phase.STARTED: frozenset({Phase.READY}), Phase.DECIDED: frozenset({Phase.READY, Phase.STARTED})}

@@ -38,9 +38,10 @@ Like the real service it has no error events: a message it cannot accept closes 
 declared twice. A second final answer to one call is not refused: no source reports the service
 closing for one; the reference matches each answer "to the respective FunctionCall" by its id, and
 an answer for a call the service no longer waits on is reported to get no reply (docs/gemini.md,
-"A second answer to one call"). The mock takes no notice of it and keeps its id in `repeated`. `willContinue` on a BLOCKING function's answer is ignored (the
-answer is final), as `google-genai`'s `FunctionResponse.will_continue` says: "only applicable to
-NON_BLOCKING function calls, is ignored otherwise". An answer for a
+"A second answer to one call"). The mock takes no notice of it and keeps its id in `repeated`.
+`willContinue` on a BLOCKING function's answer is ignored (the answer is final), as
+`google-genai`'s `FunctionResponse.will_continue` says: "only applicable to NON_BLOCKING function
+calls, is ignored otherwise". An answer for a
 call it cancelled is not refused: no source reports the service closing for one, and its own
 SDKs say no answer is needed for a cancelled call (docs/gemini.md, "An answer crossing a
 cancellation"). The mock takes no notice of it (the model neither hears nor speaks of it) and

@@ -14,7 +14,7 @@ from typing import Any
 
 from relay.dialects import LiveDialect
 from relay.dialects import live
-from relay.dialects.peek import has_single_plain_type, peek_type
+from relay.dialects.peek import may_be
 from relay.engine.appends import split_text
 from relay.recording.format import RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY, Frame
 from relay.tools import Interruption
@@ -58,20 +58,13 @@ def delegation_appends(session: Any, *, every: bool = False) -> DelegationAppend
         text = frame.raw
         if text is None:
             continue
-        if frame.direction == RELAY_TO_UPSTREAM and _may_be(text, _APPEND_TYPES):
+        if frame.direction == RELAY_TO_UPSTREAM and may_be(text, _APPEND_TYPES):
             event = live.decode(text)
             if isinstance(event, live.APPENDS) and (every or isinstance(event.delegation_id, str)):
                 found.sent.append((frame, event))
-        elif frame.direction == UPSTREAM_TO_RELAY and _may_be(text, _ANSWER_TYPES):
+        elif frame.direction == UPSTREAM_TO_RELAY and may_be(text, _ANSWER_TYPES):
             _answered(found, live.decode(text))
     return found
-
-
-def _may_be(text: str, types: frozenset[str]) -> bool:
-    """Whether a frame may be an event of `types` (else it is not decoded): its peeked `type`, unless
-    another may hide in it. Most of a session's frames are audio, kilobytes each, which this test
-    reads only the head of."""
-    return peek_type(text) in types or not has_single_plain_type(text)
 
 
 def _answered(found: DelegationAppends, event: Any) -> None:

@@ -17,7 +17,7 @@ from relay.dialects import OPENAI, Dialect, OpenAIFamily
 from relay.dialects import gemini_codec as gemini
 from relay.dialects import openai_codec as wire
 from relay.dialects.gemini import response_text
-from relay.dialects.peek import has_single_plain_type, peek_type
+from relay.dialects.peek import may_be
 from relay.engine.sequencer import META_CALLS, META_KIND
 from relay.offline.replaying import json_object
 from relay.recording.format import (
@@ -257,7 +257,7 @@ class ItemReader(Reader):
         if raw is None:
             return True
         if frame.direction == UPSTREAM_TO_RELAY:
-            return peek_type(raw) in self.read_upstream or not has_single_plain_type(raw)
+            return may_be(raw, self.read_upstream)
         return frame.direction != RELAY_TO_CLIENT or self.error_name in raw
 
     def event_of(self, frame: Frame) -> Any:

@@ -36,17 +36,12 @@ takes them (its attempts, a new connection that cannot be made, one that drops b
 started). A call carried into the new session is answered there once with `delegation_id: null`
 (docs/gpt-live.md: a silent note, and a delegation's message said), so the timeline's invariants do
 not owe it an answer naming it (`carried_calls`); an append lost with the dropped connection is not
-owed a placement. What the explorer found here: a delegation's answer sent and never placed
-before the drop was told to the new session as history only, and the caller never heard it
-(`spoke_after_tools`); the relay now says it there (tests/test_explore_live_client.py). A
-Responses backend call whose batch was not continued at the drop is held to a follow-up like any
-other: the new session continues it (docs/gpt-live.md), and the model speaks after its answer.
-Two `reseed`s found that a second drop before that continuation began lost it (the caller heard
-nothing: `spoke_after_tools`); the next new session now makes it (tests/test_explore_reseed.py).
-A `reseed` before the relay's answer was placed, in a batch with the caller's own call too (the
-caller had answered it and asked), found that batch left to the caller, who had nothing left to
-do: nobody continued it, and the caller heard neither result; the relay now continues it once the
-caller's part is done (docs/gpt-live.md, tests/test_explore_reseed.py).
+owed a placement. A delegation's answer sent and never placed before the drop is said in the new
+session (tests/test_explore_live_client.py). A Responses backend call whose batch was not
+continued at the drop is held to a follow-up like any other: the new session continues it
+(docs/gpt-live.md), and the model speaks after its answer; so does the session after a second
+drop that came before that continuation began, and so is a batch with the caller's own calls
+too, once the caller's part is done (tests/test_explore_reseed.py).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator
 
 from relay.dialects import openai_codec as wire
-from relay.dialects.peek import has_single_plain_type, peek_type
+from relay.dialects.peek import may_be
 from relay.engine import Outcome, StartHandler
 from relay.engine.calls import CallState
 from relay.mock import MockScript, StreamOptions
@@ -459,7 +459,7 @@ _MOVED = wire.names_of((wire.ResponseDone, wire.OutputItemDone))
 def _may_move(frame: str | bytes) -> bool:
     """Whether a frame may be one `_reordered` moves or moves behind (else it is not decoded: a
     frame whose only plain `type` is another event's, the deltas and the rest)."""
-    return not isinstance(frame, str) or peek_type(frame) in _MOVED or not has_single_plain_type(frame)
+    return not isinstance(frame, str) or may_be(frame, _MOVED)
 
 
 HANDLER_KINDS = frozenset({"finish", "past_filler", "past_timeout", "raises", "hangs", "answers_twice"})
