@@ -143,10 +143,11 @@ def test_a_response_whose_end_comes_after_the_reconnect_brings_the_call_it_never
     assert [o["item"]["call_id"] for o in h.outputs] == [call["call_id"]] and len(h.creates) == 1
 
 
-def test_a_call_first_seen_at_a_late_end_whose_batch_was_answered_gets_a_follow_up_of_its_own() -> None:
+def test_a_call_first_seen_at_a_late_end_is_answered_once_and_spoken_with_the_first() -> None:
     """Call A was seen and answered when the sideband came back (its response's end taken for
-    lost, its follow-up asked for); the response's late end lists call B too: B runs, is answered
-    once, and its batch gets its own follow-up, A no second one."""
+    lost, its follow-up asked for and refused while the response ran); the response's late end
+    lists call B too: B runs and is answered once, and A's follow-up, going again once B is
+    answered, takes B with it: one create after both outputs, and none about A alone again."""
     h = sidecar()
     events = h.mock.respond([weather("Paris"), weather("Rome")], finish=False)
     a_id, b_id = [e["item"]["call_id"] for e in events
@@ -166,9 +167,9 @@ def test_a_call_first_seen_at_a_late_end_whose_batch_was_answered_gets_a_follow_
     assert [o["item"]["call_id"] for o in h.outputs] == [a_id, b_id]
     a, b = h.engine.ledger.get(a_id), h.engine.ledger.get(b_id)
     assert a is not None and b is not None and a.state is b.state is CallState.ANSWERED
-    # A's follow-up (refused while the response ran, sent again at its end), then B's own
-    assert [create["response"]["metadata"][META_CALLS] for create in h.creates] == [a_id, a_id, b_id]
-    assert None is not a.follow_up_response_id != b.follow_up_response_id is not None
+    # A's follow-up (refused while the response ran), then, after B's output, A's and B's as one
+    assert [create["response"]["metadata"][META_CALLS] for create in h.creates] == [a_id, f"{a_id},{b_id}"]
+    assert None is not a.follow_up_response_id == b.follow_up_response_id
 
 
 def test_a_lost_call_whose_item_names_a_response_the_relay_never_saw_is_answered_once() -> None:

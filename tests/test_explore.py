@@ -55,8 +55,15 @@ def test_the_refund_that_pays_twice_is_found_shrunk_and_replayed(bank: dict[str,
     result = explore(conversation, budget=60, seed=3, invariants={"refunded_once": refunded_once(bank)},
                      reset=bank.clear, out=tmp_path, tools_arg=str(EXAMPLES / "refunds.py"), replay_check=False)
     finding = next(f for f in result.findings if f.invariant == "refunded_once")
-    assert 1 <= len(finding.schedule) <= 3
-    assert Perturbation("barge_in", 1, "running") in finding.schedule
+    # shrunk to one barge-in on call 1: before the call is complete (the call completes anyway and
+    # the caller's repeated request makes a second, both refunds run) or while its handler runs
+    # (cancelled after the money left, the model asked again calls again)
+    assert finding.schedule in ((Perturbation("barge_in", 1, "announced"),), (Perturbation("barge_in", 1, "running"),))
+    for anchor in ("announced", "running"):   # each breaks it alone, and nothing else breaks
+        bank.clear()
+        run = run_schedule(conversation, (Perturbation("barge_in", 1, anchor),),
+                           {"refunded_once": refunded_once(bank)}, reset=bank.clear)
+        assert [name for name, _message in run.broken] == ["refunded_once"], (anchor, run.broken)
     assert finding.recording is not None and finding.recording.exists() and finding.page.exists()
     assert finding.command == f"relay replay {finding.recording} --tools {EXAMPLES / 'refunds.py'}"
     # the recording reproduces it: the relay sends what it recorded, and the order is paid twice again

@@ -34,7 +34,15 @@
   replay of the written recording then asked for that follow-up again every 15 s, past the
   recording's end, because its end line said the session lasted 0 s (the harness wrote no end
   time) and a replay fired every timer left. The harness now writes when the session ended and a
-  replay fires no timer due after a recorded end (relay/offline/replay_play.py)."""
+  replay fires no timer due after a recorded end (relay/offline/replay_play.py).
+- **A follow-up sent ahead of a new call's output** (`settles`, Voice Live, the refund example's
+  fixed tool: the caller barging in while call 1's handler runs and between its output and its
+  follow-up, and call 1's `response.done` before its item): a follow-up held behind the caller's
+  response went up the moment that response ended, while the call it had made was still running;
+  the model, asked to speak with that call open, called the tool again, and each new batch's
+  follow-up went up ahead of the next call's output, without end. A follow-up now waits while a
+  relay call of a response that ended is unanswered, and the ones waiting go up as one
+  (relay/engine/sequencer.py)."""
 
 from __future__ import annotations
 
@@ -174,3 +182,21 @@ def test_a_turn_the_server_streams_while_the_connection_is_down_is_lost_with_it(
         assert not [frame for frame in session.frames if frame.direction == UPSTREAM_TO_RELAY
                     and away[0] < frame.t < away[1]], "nothing reached the relay while it was away"
         assert [entry.state.value for entry in session.engine.ledger] == ["answered", "answered"]
+
+
+def test_a_follow_up_waits_for_the_call_of_the_response_it_was_held_behind(bank: dict[str, list[str]]) -> None:
+    conversation = refund("refunds_fixed", bank).with_dialect("voicelive")
+    schedule = (Perturbation("barge_in", 1, "answered"), Perturbation("barge_in", 1, "running"),
+                Perturbation("done_first", 1, "announced"))
+    with held(conversation, tuple(sorted(schedule))) as session:   # it settles, every invariant held
+        sent = [json.loads(frame.raw) for frame in session.frames if frame.direction == RELAY_TO_UPSTREAM and frame.raw]
+        calls = [entry.call_id for entry in session.engine.ledger]
+        assert [session.engine.ledger.get(call_id).state.value for call_id in calls] == ["answered"] * 4
+        follow_ups = [(index, e["response"]["metadata"]["call_ids"].split(",")) for index, e in enumerate(sent)
+                      if e["type"] == "response.create" and e["response"]["metadata"].get("relay") == "follow_up"]
+        # call 2's, sent before the caller's next turn made call 3; then calls 3 and 4 as one, after
+        # both outputs (call 3's is not sent ahead of call 4's output, with call 4 still open)
+        assert [named for _, named in follow_ups] == [[calls[1]], calls[2:]]
+        last, _ = follow_ups[-1]
+        answered = [e["item"]["call_id"] for e in sent[:last] if e["type"] == "conversation.item.create"]
+        assert answered == calls

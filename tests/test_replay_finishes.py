@@ -181,33 +181,41 @@ def test_the_explorer_checks_replays_same_on_interruptions_while_a_handler_runs(
 def test_the_refund_paid_twice_under_a_barge_in_replays_to_the_same_verdict(
         dialect: str, replays: int, bank: dict[str, list[str]], tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
-    """The seeded bug (docs/examples/testing/refunds.py: the money leaves before a barge-in cancels
-    the handler) is found under a barge-in while the handler runs; the finding's command, `relay
-    replay ... --invariant bank.py:refunded_once`, breaks the same invariant: exit 1, the same
-    report each time."""
+    """The seeded bug (docs/examples/testing/refunds.py: the money leaves, and a barge-in makes the
+    model call again) is found under one barge-in on call 1; written for either placement the
+    walk-through names (before the call is complete, and while its handler runs: docs/testing.md),
+    the finding's command, `relay replay ... --invariant bank.py:refunded_once`, breaks the same
+    invariant: exit 1, the same report each time."""
     import bank as module   # the fixture's, on the path the invariant spec imports it by
+    from relay.offline import explore as explorer
 
     tools, invariant = str(EXAMPLES / "refunds.py"), f"{EXAMPLES / 'bank.py'}:refunded_once"
     conversation = from_file(EXAMPLES / "refund.script.json", tool_registry([tools]), dialect=dialect)
-    result = explore(conversation, budget=20, seed=3, invariants={"refunded_once": module.refunded_once},
-                     reset=bank.clear, out=tmp_path, tools_arg=tools, invariant_args=(invariant,),
-                     replay_check=False)
-    finding = next(f for f in result.findings if f.invariant == "refunded_once")
-    assert finding.schedule == (Perturbation("barge_in", 1, "running"),)
-    assert finding.command == f"relay replay {finding.recording} --tools {tools} --invariant {invariant}"
-    capsys.readouterr()
-    reports = []
-    for _ in range(replays):
-        assert main(finding.command.split()[1:]) == 1
-        reports.append(capsys.readouterr().out)
-        assert reports[-1].rstrip().endswith("verdict: invariant broken: refunded_once "
-                                             "(order A1 was refunded 2 times (rf_A1_1, rf_A1_2))"), reports[-1]
-    assert len(set(reports)) == 1
-    # the fix passes the same replay's invariant, and says how its answer differs from the recording's
-    assert main(["replay", str(finding.recording), "--tools", str(EXAMPLES / "refunds_fixed.py"),
-                 "--invariant", invariant]) == 1
-    fixed = capsys.readouterr().out
-    assert "invariant broken" not in fixed and "changed: output of" in fixed
+    own = {"refunded_once": module.refunded_once}
+    result = explore(conversation, budget=20, seed=3, invariants=own, reset=bank.clear, out=tmp_path,
+                     tools_arg=tools, invariant_args=(invariant,), replay_check=False)
+    found = next(f for f in result.findings if f.invariant == "refunded_once")
+    placements = [(Perturbation("barge_in", 1, "announced"),), (Perturbation("barge_in", 1, "running"),)]
+    assert found.schedule in placements
+    for schedule in placements:
+        finding = found if schedule == found.schedule else explorer._finding(
+            conversation, schedule, "refunded_once", "", own, bank.clear, tmp_path,
+            f" --tools {tools} --invariant {invariant}")
+        assert finding.schedule == schedule and finding.command is not None
+        assert finding.command == f"relay replay {finding.recording} --tools {tools} --invariant {invariant}"
+        capsys.readouterr()
+        reports = []
+        for _ in range(replays):
+            assert main(finding.command.split()[1:]) == 1
+            reports.append(capsys.readouterr().out)
+            assert reports[-1].rstrip().endswith("verdict: invariant broken: refunded_once "
+                                                 "(order A1 was refunded 2 times (rf_A1_1, rf_A1_2))"), reports[-1]
+        assert len(set(reports)) == 1
+        # the fix passes the same replay's invariant, and says how its answer differs from the recording's
+        assert main(["replay", str(finding.recording), "--tools", str(EXAMPLES / "refunds_fixed.py"),
+                     "--invariant", invariant]) == 1
+        fixed = capsys.readouterr().out
+        assert "invariant broken" not in fixed and "changed: output of" in fixed
 
 
 def test_an_invariant_that_does_not_load_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:

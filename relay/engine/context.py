@@ -34,6 +34,9 @@ from relay.engine.limits import LIMIT_CODE, MAX_ANOMALIES_KEPT
 from relay.engine.sequencer import Sequencer
 from relay.tools import ToolRegistry
 
+_OPEN = frozenset({CallState.ANNOUNCED, CallState.STREAMING, CallState.READY, CallState.RUNNING, CallState.FINISHED})
+"""A relay call's states before its answer is sent."""
+
 
 class Source(StrEnum):
     """Where the input an engine handles came from; an anomaly's notice records the value."""
@@ -233,8 +236,21 @@ class OpenAIContext(SessionContext):
         self.codec: ItemCodec = self.dialect.codec   # the family's: every frame read and written through it
         self.sequencer = Sequencer(new_event_id=self.new_event_id, build_create=partial(self.codec.response_create, self.dialect),
                                    strict=self.config.strict, on_refused=self.refused_step,
-                                   fillers_in_conversation=self.config.fillers_in_conversation)
+                                   fillers_in_conversation=self.config.fillers_in_conversation,
+                                   calls_open=self._relay_calls_open)
         self.origins = ItemOrigins()
+
+    def _relay_calls_open(self) -> bool:
+        """Whether a relay call of a response that ended is still unanswered (its item not yet
+        complete, its handler running, or its output not yet sent): the sequencer's follow-ups
+        wait for it, so that one `response.create` goes up after every output."""
+        responses = self.conversation.responses
+        for entry in self.ledger:
+            if entry.owner is Owner.RELAY and entry.state in _OPEN:
+                response = responses.get(entry.response_id or "")
+                if response is not None and response.done:
+                    return True
+        return False
 
     def bad_frame(self, code: str, message: str) -> None:
         """A frame the engine cannot read: the client is told of its own (an `error` event)."""

@@ -164,9 +164,11 @@ class Sequencer(Machines):
         max_attempts: int = 4,
         retry_wait: float = 5.0,
         fillers_in_conversation: bool = False,
+        calls_open: Callable[[], bool] = lambda: False,
     ) -> None:
         super().__init__(strict=strict, on_refused=on_refused)
         self.fillers_in_conversation = fillers_in_conversation
+        self._calls_open = calls_open   # a relay call of an ended response is unanswered: follow-ups wait
         self._new_event_id = new_event_id
         self._build_create = build_create
         self.ack_timeout = ack_timeout
@@ -455,12 +457,22 @@ class Sequencer(Machines):
         `interrupt` follow-up waits behind someone else's response."""
         if self.busy(now):
             return self._maybe_interrupt()
+        # One create after every output: a follow-up sent while a call of a response that ended
+        # is still unanswered asks the model to speak over an open call (it may call the tool
+        # again). It waits; that call's batch asks for its own follow-up, and both go as one.
         own = self._own
         if self.create_state is _RETRY and own is not None:
+            if own.purpose == "follow_up":
+                if self._calls_open():
+                    return []
+                if self._follow_ups:   # the follow-up going again takes the later ones with it
+                    eligible, self._follow_ups = self._follow_ups, []
+                    again = FollowUp(own.call_ids, own.interrupt, own.messages, own.confirm_item_ids, own.sent_at)
+                    return [self._send_follow_up([again, *eligible], now)]
             own.sent_at = now
             self.move(_SENT)
             return [own.frame]
-        if self._follow_ups:
+        if self._follow_ups and not self._calls_open():
             eligible, self._follow_ups = self._follow_ups, []
             return [self._send_follow_up(eligible, now)]
         if self._fillers:
