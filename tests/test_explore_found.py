@@ -42,7 +42,19 @@
   the model, asked to speak with that call open, called the tool again, and each new batch's
   follow-up went up ahead of the next call's output, without end. A follow-up now waits while a
   relay call of a response that ended is unanswered, and the ones waiting go up as one
-  (relay/engine/sequencer.py)."""
+  (relay/engine/sequencer.py).
+- **The explorer's own check, not the relay** (`spoke_after_tools`, Gemini, the demo: the caller
+  barging in while call 5, search_flights, runs, on a server that drops a BLOCKING call with no
+  `toolCallCancellation`, `no_cancellation`): the model answered the caller's turn, and the relay
+  answered the call once, after that turn; the server took no notice of the answer, so nothing was
+  said after it. The relay cannot tell that server from one that replies; the timeline owes such
+  an answer no speech (relay/offline/events.py, `TurnReader`).
+- **The explorer's own delivery, not the relay** (`spoke_after_tools`, Gemini, the refund example:
+  two barge-ins with words while call 1's handler hangs, one of them `no_cancellation`): the first
+  barge-in's words made a new call, and the second barge-in dropped it while its `toolCall` was
+  still in flight; delivered after the `interrupted` that dropped it, the call ran, and its answer
+  got no reply. A server drops only a call it issued; a call dropped before it was delivered is now
+  never made, as a withdrawn one is not (relay/offline/withdrawn_calls.py)."""
 
 from __future__ import annotations
 
@@ -54,6 +66,9 @@ from typing import Iterator
 import pytest
 
 from relay.cli.demo import EXAMPLE_TOOLS, TURNS, demo_script
+from relay.engine.calls import CallState
+from relay.offline import events, explore_session
+from relay.offline.withdrawn_calls import withdrawn_in_flight
 from relay.offline.events import CALL
 from relay.offline.explore import replayable, replays_same, run_schedule
 from relay.offline.explore_session import Conversation, ExploredSession, Perturbation
@@ -200,3 +215,53 @@ def test_a_follow_up_waits_for_the_call_of_the_response_it_was_held_behind(bank:
         last, _ = follow_ups[-1]
         answered = [e["item"]["call_id"] for e in sent[:last] if e["type"] == "conversation.item.create"]
         assert answered == calls
+
+
+DROPPED = (Perturbation("no_cancellation", 5),)
+"""The caller barges in while search_flights runs; the server drops the call, no cancellation."""
+
+
+def test_a_gemini_call_dropped_with_no_cancellation_is_answered_once_and_owed_no_speech() -> None:
+    with held(demo("gemini"), DROPPED) as session:
+        call_id = session.observed.calls[4]
+        entry = session.engine.ledger.get(call_id)
+        assert entry is not None and entry.state is CallState.ANSWERED and session.observed.starts[call_id] == 1
+        assert session.model.mock.unheard == [call_id], "the server took no notice of the answer"
+        texts = [frame.raw or (frame.binary or b"").decode() for frame in session.frames]
+        upstream = [text for frame, text in zip(session.frames, texts) if frame.direction == UPSTREAM_TO_RELAY]
+        stop = next(i for i, text in enumerate(upstream) if '"interrupted"' in text)
+        assert not any("toolCallCancellation" in text for text in upstream)
+        assert any("outputTranscription" in text for text in upstream[stop:]), "the caller's turn was answered"
+        assert replays_same(demo("gemini"), DROPPED, {}, None) is None
+
+
+def test_with_every_answer_owed_speech_the_dropped_calls_answer_breaks_spoke_after_tools(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The timeline's reading undone: an answer for a call no cancellation named is owed speech."""
+    monkeypatch.setattr(events.TurnReader, "finish", events.TurnReader.flush_words)
+    run = run_schedule(demo("gemini"), DROPPED)
+    assert [name for name, _ in run.broken] == ["spoke_after_tools"], run.broken
+    assert "search_flights" in run.broken[0][1]
+
+
+DROPPED_IN_FLIGHT = (Perturbation("barge_in", 1), Perturbation("hangs", 1), Perturbation("no_cancellation", 1))
+"""The refund example on Gemini: two barge-ins with words while call 1's handler hangs, on a server
+that drops BLOCKING calls with no cancellation."""
+
+
+def test_a_gemini_call_dropped_before_it_was_delivered_is_never_made(bank: dict[str, list[str]]) -> None:  # noqa: F811
+    with held(refund("refunds_fixed", bank).with_dialect("gemini"), DROPPED_IN_FLIGHT) as session:
+        mock = session.model.mock
+        never_made = [call.id for call in mock.calls.values() if call.state == "dropped"
+                      and session.engine.ledger.get(call.id) is None]
+        assert never_made, "a call was dropped while its toolCall was in flight"
+        assert mock.unheard == [session.observed.calls[0]], "only the call the relay was given is answered"
+
+
+def test_with_a_dropped_call_still_delivered_its_unheard_answer_breaks_spoke_after_tools(
+        bank: dict[str, list[str]], monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """The delivery's fix undone: a call the mock dropped still reaches the relay after it."""
+    monkeypatch.setattr(explore_session, "withdrawn_in_flight",
+                        lambda paced, said, seen, dropped=(): withdrawn_in_flight(paced, said, seen))
+    run = run_schedule(refund("refunds_fixed", bank).with_dialect("gemini"), DROPPED_IN_FLIGHT)
+    assert [name for name, _ in run.broken] == ["spoke_after_tools"], run.broken

@@ -22,6 +22,7 @@ from relay.engine.answer_hold import HeldAnswers
 from relay.mock import MockScript, Reply, ToolCall
 from relay.mock.faults import Faults
 from relay.mock.gemini import GeminiMockSession
+from relay.mock.quirks import Quirks
 from relay.offline import explore_session
 from relay.offline.explore import run_schedule, shrink
 from relay.offline.explore_session import Conversation, Perturbation
@@ -88,8 +89,8 @@ def test_an_unanswered_wordless_barge_in_left_the_answer_unspoken(monkeypatch: p
     assert "search_flights" in run.broken[0][1]
 
 
-def mock_session(reply: Reply, **declared: str) -> GeminiMockSession:
-    session = GeminiMockSession(MockScript(default=reply), Faults())
+def mock_session(reply: Reply, quirks: Quirks | None = None, **declared: str) -> GeminiMockSession:
+    session = GeminiMockSession(MockScript(default=reply), Faults(), quirks=quirks)
     tools = [{"functionDeclarations": [{"name": name, "behavior": behavior} for name, behavior in declared.items()]}]
     session.handle({"setup": {"model": "models/m", "tools": tools,
                               "generationConfig": {"responseModalities": ["TEXT"]}}}, 0)
@@ -132,3 +133,18 @@ def test_with_the_hold_ended_by_the_turns_end_the_crossing_is_named_and_shrunk(
     assert [name for name, _ in run.broken] == ["cancelled_not_answered"]
     noisy = (*END_FIRST, Perturbation("duplicate", 3))
     assert shrink(demo(), noisy, "cancelled_not_answered", {}, None) == tuple(sorted(END_FIRST))
+
+
+def test_a_mock_that_drops_blocking_calls_names_none_in_a_cancellation_and_ignores_their_answers() -> None:
+    """`Quirks.drops_blocking`: a barge-in drops the BLOCKING call with no `toolCallCancellation`
+    (a NON_BLOCKING one is still cancelled), the turn still ends, and an answer for the dropped
+    call gets no reply."""
+    both = Reply(calls=[ToolCall(name="slow", arguments={}), ToolCall(name="later", arguments={})])
+    session = mock_session(both, Quirks(drops_blocking=True), slow="BLOCKING", later="NON_BLOCKING")
+    slow, later = session.open_calls
+    assert said(session.interrupt()) == [{"serverContent": {"interrupted": True}},
+                                         {"toolCallCancellation": {"ids": [later.id]}},
+                                         {"serverContent": {"turnComplete": True}}]
+    answer = {"toolResponse": {"functionResponses": [{"id": slow.id, "name": "slow", "response": {"output": "x"}}]}}
+    assert said(session.handle(answer, 0)) == []
+    assert session.unheard == [slow.id] and slow.state == "dropped" and slow.answers == []

@@ -24,7 +24,7 @@ from relay.offline.explore_session import Conversation, Perturbation
 from relay.offline.replaying import json_object
 from relay.recording.format import RELAY_TO_CLIENT, RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY
 from relay.testing import Script, Turn, call
-from relay.tools import tool
+from relay.tools import Scheduling, tool
 from relay.tools.mcp_config import McpServerConfig
 from relay.tools.mcp_tools import McpToolHandler, McpToolInfo, mcp_spec
 from relay.tools.sources import tool_registry
@@ -56,11 +56,14 @@ def kinds(space: list[Perturbation]) -> set[str]:
 def test_each_kind_applies_where_its_fact_does() -> None:
     # the sideband's reconnect and the session's expiry on the OpenAI family; goAway on Gemini
     assert kinds(space_of(conversation("openai"))) == {"reconnect", "server_cancel", "late_arguments", "expiry"}
-    assert kinds(space_of(conversation("gemini"))) == {"server_cancel", "end_first", "goes_away"}
+    assert kinds(space_of(conversation("gemini"))) == {"server_cancel", "end_first", "no_cancellation", "goes_away"}
     # Voice Live has no sideband (Dialect.call_sideband): no reconnect path to explore
     assert "reconnect" not in kinds(space_of(conversation("voicelive")))
     # a provider whose calls come only in response.done (xAI, as reported): no late arguments
     assert "late_arguments" not in kinds(space_of(in_done()))
+    # the dropped call of the report is a BLOCKING one: a NON_BLOCKING tool's call is not dropped
+    background = dataclasses.replace(tool_registry([lookup]).get("lookup"), scheduling=Scheduling.INTERRUPT)
+    assert "no_cancellation" not in kinds(space_of(conversation("gemini", tools=(background,))))
     for kind in KINDS.values():
         assert kind.fact and kind.anchors
 

@@ -26,6 +26,9 @@ What it plays, from the same `MockScript` as the OpenAI modes:
   service keeps a session's handles valid for a while after it ended);
 - with `Quirks.call_parts` (relay/mock/quirks.py) the calls come twice, as Gemini Live may deliver
   them: as `functionCall` parts of the model's turn (beside its text), then in the `toolCall`;
+- with `Quirks.drops_blocking` a barge-in drops the unanswered BLOCKING calls instead: no
+  `toolCallCancellation` names them, and an answer for one gets no reply (it is kept in `unheard`),
+  as a user reports of the service (docs/gemini.md, "A call dropped with no cancellation");
 - a reply with `hold_before_done` leaves its turn open (no `turnComplete`) until `release()`;
   `withdraw()` cancels the open calls (`toolCallCancellation`) without an interruption.
 
@@ -141,7 +144,7 @@ class MockCall:
     name: str
     args: Any
     blocking: bool
-    state: str = "pending"     # pending | continuing (interim answers came) | answered | cancelled
+    state: str = "pending"     # pending | continuing (interim answers came) | answered | cancelled | dropped
     answers: list[dict[str, Any]] = dataclass_field(default_factory=list)
 
     @property
@@ -185,6 +188,7 @@ class GeminiMockSession:
         self._warned_names: set[str] = set()    # scripted calls to functions it lacks, said in the log
         self.ignored: list[str] = []            # the calls answered after it had cancelled them
         self.repeated: list[str] = []           # the calls answered again after their final answer
+        self.unheard: list[str] = []            # the calls answered after a barge-in dropped them (`drops_blocking`)
 
     def __repr__(self) -> str:
         return f"GeminiMockSession(id={self.id!r}, items={len(self.items)}, calls={len(self.calls)})"
@@ -225,12 +229,17 @@ class GeminiMockSession:
             return [Hangup(error.code, error.reason[:120])]
 
     def interrupt(self, generating: bool = False) -> list[Any]:
-        """The user barged in: the model stops (`interrupted`), its unanswered calls are cancelled,
+        """The user barged in: the model stops (`interrupted`), its unanswered calls are cancelled
+        (with `Quirks.drops_blocking`, the BLOCKING ones are dropped: no cancellation names them),
         and the turn it stopped ends (`turnComplete`, with no `generationComplete`): a turn left
         open (held, or waiting for its blocking calls' answers), or one whose frames are still on
         their way to the client (`generating`: the explorer's pacing)."""
         stopped = generating or self.held or bool(self._batch)
         self.held = False
+        if self.quirks.drops_blocking:
+            for call in self.open_calls:
+                if call.blocking:
+                    call.state = "dropped"   # no cancellation names it; an answer for it is not heard
         said = [_emit(ServerContent(interrupted=True)), *self.withdraw()]
         if stopped:
             said += [_emit(ServerContent(turn_complete=True)), *self._resumption_update()]
@@ -408,8 +417,8 @@ class GeminiMockSession:
 
     def _answered_call(self, response: Any) -> MockCall | None:
         """The call a FunctionResponse answers, checked as the service checks it; None for a call
-        it cancelled (the answer is kept in `ignored`) or one already answered (kept in
-        `repeated`): such an answer changes nothing."""
+        it cancelled (the answer is kept in `ignored`), one a barge-in dropped (kept in `unheard`)
+        or one already answered (kept in `repeated`): such an answer changes nothing."""
         if not isinstance(response, FunctionResponse):
             raise GeminiProtocolError("Invalid value at 'toolResponse.functionResponses': expected objects.")
         for name in response.extra:
@@ -421,6 +430,9 @@ class GeminiMockSession:
             raise GeminiProtocolError(f"FunctionResponse for unknown function call id {call_id!r}.")
         if call.state == "cancelled":
             self.ignored.append(call.id)
+            return None
+        if call.state == "dropped":
+            self.unheard.append(call.id)
             return None
         if not call.open:
             self.repeated.append(call.id)

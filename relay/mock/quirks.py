@@ -42,6 +42,9 @@ class Quirks:
       `cancel_previous: false` (Voice Live), where OpenAI refuses it;
     - `call_parts`: Gemini's double delivery: the model's calls also come as `functionCall` parts of
       its turn (beside its text, when it speaks text), before the `toolCall`;
+    - `drops_blocking`: Gemini: a barge-in drops the model's unanswered BLOCKING calls with no
+      `toolCallCancellation`, and an answer sent for one afterwards gets no reply (a user's report:
+      docs/gemini.md, "A call dropped with no cancellation");
     - `session_fields`: the session fields the provider accepts, when not OpenAI's (nested dicts
       list the keys below them, None is a leaf); `session_defaults` what its `session.created`
       adds; `session_type`: whether a GA `session.update` must say `type: realtime`;
@@ -57,6 +60,7 @@ class Quirks:
     call_not_found: tuple[str, str] = _OPENAI_CALL_NOT_FOUND
     cancel_previous: bool = False
     call_parts: bool = False
+    drops_blocking: bool = False
     session_fields: Mapping[str, Any] | None = None
     session_defaults: Mapping[str, Any] = field(default_factory=dict)
     session_type: bool = True

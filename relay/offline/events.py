@@ -399,7 +399,13 @@ class ItemReader(Reader):
 class TurnReader(Reader):
     """Reads a turn-based wire's frames as the typed messages of `relay.dialects.gemini_codec`,
     through the dialect's codec (Gemini Live's, or a new family's of this flow): a frame of two
-    messages, which the service refuses, is read one message at a time."""
+    messages, which the service refuses, is read one message at a time.
+
+    A call still open when the server said `interrupted`, which no `toolCallCancellation` names
+    after, is owed no speech after its answer (`silent`): a server that drops the BLOCKING call an
+    interrupting turn stops, with no cancellation, takes no notice of an answer for it (a user's
+    report: docs/gemini.md, "A call dropped with no cancellation"), and no one on the relay's side
+    can tell that server from one that will reply."""
 
     def __init__(self, *args: Any, dialect: Dialect) -> None:
         super().__init__(*args, dialect=dialect)
@@ -408,6 +414,7 @@ class TurnReader(Reader):
         self.turns = 0
         self.said: list[str] = []        # the model's words of the turn so far
         self.heard: list[str] = []       # the caller's transcribed words not yet told
+        self.uncancelled: set[str] = set()   # calls open at an `interrupted` that no cancellation named
 
     def dispatch(self, direction: str, event: dict[str, Any]) -> None:
         messages = gemini.messages_of(event, self.codec)
@@ -448,6 +455,7 @@ class TurnReader(Reader):
                 self.call(gemini.given(call.id), gemini.given(call.name), gemini.given(call.args), self.turn_id())
         elif isinstance(message, gemini.ToolCallCancellation):
             named = [i for i in _ids(message.ids) if isinstance(i, str)]
+            self.uncancelled.difference_update(named)
             # an answer that crossed its call's cancellation: the server took it back, no word is owed of it
             self.silent.update(i for i in named if i not in self.open_calls and i in self.calls)
             ids = tuple(i for i in named if i in self.open_calls)
@@ -476,6 +484,7 @@ class TurnReader(Reader):
             self.model_output()
             self.said.append(transcription.text)
         if content.interrupted is True:
+            self.uncancelled.update(self.open_calls)
             self.flush_words()
             self.add(BARGE_IN, by="caller")
             self.end_turn("cancelled")
@@ -510,6 +519,7 @@ class TurnReader(Reader):
 
     def finish(self) -> None:
         self.flush_words()
+        self.silent.update(self.uncancelled)
 
 
 # ---- wire details --------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ on a call's life it lands.
 | `server_cancel` | the server ends the call's response `cancelled` (OpenAI family: the rest of its items `incomplete`; Gemini: `toolCallCancellation` without a barge-in) | a call is safe only when its response did not end cancelled; Gemini's `toolCallCancellation` |
 | `late_arguments` | the response is cancelled while the call's arguments stream, and its arguments and item arrive after `response.done` | the `.done` events are also sent for the items of a cancelled response |
 | `end_first` | Gemini: the caller barges in while the call runs, and the server ends the interrupted turn (`turnComplete`) before it cancels the call | an interrupted turn goes through `interrupted` > `turn_complete` (google-genai's `LiveServerContent`); where its `toolCallCancellation` comes is not documented |
+| `no_cancellation` | Gemini: the caller barges in while a BLOCKING call runs, and the server drops the call: no `toolCallCancellation` names it, and its answer gets no reply (the mock's `Quirks.drops_blocking`) | a user's report (Google AI forum, docs/gemini.md "A call dropped with no cancellation") |
 | `goes_away` | Gemini warns (`goAway`, one second left) and closes the connection | connections last about ten minutes; `goAway` warns before the close |
 | `expiry` | the OpenAI family's session reaches its maximum duration: `error` `session_expired`, then the close | sessions last at most 60 minutes (Azure: 30) |
 | `mcp_dies` | the MCP server of a relay MCP tool dies while the call is in flight: the call fails as the connection fails it | relay/mcp/connection.py: a call in flight fails when its connection ends |
@@ -91,6 +92,11 @@ KINDS: dict[str, QuirkKind] = {kind.kind: kind for kind in (
               ("running",), "google-genai LiveServerContent: interrupted > turn_complete; the cancellation's place "
               "is not documented (docs/gemini.md, The model interrupted)",
               lambda dialect, quirks: not isinstance(dialect, OpenAIFamily)),
+    QuirkKind("no_cancellation", "the caller barges in, and the server drops the call with no toolCallCancellation",
+              ("running",), "a user's report (Google AI forum): with a BLOCKING function an interrupting turn "
+              "drops the pending call, no toolCallCancellation comes, and an answer sent after gets no reply "
+              "(docs/gemini.md, A call dropped with no cancellation)",
+              lambda dialect, quirks: not isinstance(dialect, OpenAIFamily)),
     QuirkKind("goes_away", "the server says goAway and closes the connection", ("running",),
               "PROTOCOL.md 4: goAway warns before the connection closes",
               lambda dialect, quirks: not isinstance(dialect, OpenAIFamily)),
@@ -121,7 +127,8 @@ def describe(perturbation: Perturbation) -> str:
 def space(conversation: Conversation, observed: Observed, tool_names: dict[str, str]) -> list[Perturbation]:
     """This module's perturbations that the conversation's shape allows: each kind that applies to
     its dialect, at each anchor each call reached in the run as scripted (`mcp_dies` on the calls
-    of an MCP tool; `tool_names`: call id -> the tool's name)."""
+    of an MCP tool, `no_cancellation` on those of a BLOCKING one; `tool_names`: call id -> the
+    tool's name)."""
     from relay.dialects import get_dialect
     from relay.tools.sources import tool_registry
 
@@ -133,10 +140,11 @@ def space(conversation: Conversation, observed: Observed, tool_names: dict[str, 
         for spec in KINDS.values():
             if not spec.applies(dialect, quirks):
                 continue
-            if spec.kind == "mcp_dies":
-                tool = registry.get(tool_names.get(call_id, ""))
-                if tool is None or not isinstance(tool.handler, McpToolHandler):
-                    continue
+            tool = registry.get(tool_names.get(call_id, ""))
+            if spec.kind == "mcp_dies" and (tool is None or not isinstance(tool.handler, McpToolHandler)):
+                continue
+            if spec.kind == "no_cancellation" and (tool is None or tool.non_blocking):
+                continue
             steps = RECONNECT_ATTEMPTS if spec.kind == "reconnect" else (0,)
             found += [Perturbation(spec.kind, number, anchor, step) for anchor in spec.anchors for step in steps
                       if (number, anchor) in observed.anchors]
@@ -152,6 +160,9 @@ class PerturbedSession(ExploredSession):
         self.sent_while_away: list[str] = []
         self._lost: list[tuple[int, Frame]] = []   # (frames kept before it, the frame the server sent)
         self._deaths = {p.call: p for p in schedule if p.kind in HANDLER_KINDS}
+        if any(p.kind == "no_cancellation" for p in schedule):   # the service the report describes, all session long
+            quirks = conversation.quirks or quirks_of(conversation.dialect)
+            conversation = replace(conversation, quirks=replace(quirks, drops_blocking=True))
         super().__init__(conversation, schedule, **options)
         self._pending = sorted([*self._pending, *(p for p in schedule if p.kind in SESSION_KINDS)])
 
@@ -298,6 +309,13 @@ class PerturbedSession(ExploredSession):
         text = self.conversation.barge_text
         self._queue_first([lambda: ended_before_cancelled(self._gemini_speech(text))])
 
+    def _no_cancellation(self, perturbation: Perturbation) -> None:
+        """A Gemini barge-in on a server that drops the BLOCKING calls it interrupts, with no
+        cancellation (the mock's `Quirks.drops_blocking`, on for this session)."""
+        self.mark("fault", "the caller barges in; the server drops the call with no toolCallCancellation")
+        text = self.conversation.barge_text
+        self._queue_first([lambda: self._gemini_speech(text)])
+
     def _late_arguments(self, perturbation: Perturbation) -> None:
         self.mark("fault", "the response is cancelled while the call's arguments stream")
         self._cut(perturbation, late=True)
@@ -350,6 +368,7 @@ _SESSION_ACTS: dict[str, Callable[[PerturbedSession, Perturbation], None]] = {
     "server_cancel": PerturbedSession._server_cancel,
     "late_arguments": PerturbedSession._late_arguments,
     "end_first": PerturbedSession._end_first,
+    "no_cancellation": PerturbedSession._no_cancellation,
     "goes_away": PerturbedSession._go_away,
     "expiry": PerturbedSession._expiry,
 }

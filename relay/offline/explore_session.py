@@ -342,8 +342,8 @@ class Exploring:
         self._queue_first([lambda: self._speech(text)])
 
     def _gemini_speech(self, text: str | None) -> list[str | bytes]:
-        """The server hears the caller (Gemini): the model stops and withdraws its open calls now
-        (one still in flight was never made), and the rest of its turn in flight is not delivered
+        """The server hears the caller (Gemini): the model stops and withdraws (or drops) its open
+        calls now (one still in flight was never made), and the rest of its turn in flight is not delivered
         (relay/offline/withdrawn_calls.py); the caller's
         words, if any, reach it after that, so that the turn they start is not the one withdrawn
         (said at once, they were answered first and that new turn's calls withdrawn). Speech
@@ -351,7 +351,9 @@ class Exploring:
         if text is not None:
             self.loop.call_soon(self.say_now, text)
         seen = {entry.call_id for entry in self.engine.ledger}
-        said = withdrawn_in_flight(self._paced, self.model.barge_in(generating(self._paced)), seen)  # type: ignore[call-arg]
+        said = self.model.barge_in(generating(self._paced))  # type: ignore[call-arg]
+        dropped = [call.id for call in self.model.mock.calls.values() if call.state == "dropped"]  # type: ignore[attr-defined]
+        said = withdrawn_in_flight(self._paced, said, seen, dropped)
         interrupted_in_flight(self._paced)   # the turn stops where it is: the rest of it never comes
         if text is None:   # speech the mock cannot read: the model answers the turn it made all the same
             said += self.model._carry(self.model.mock.answer_unheard())   # type: ignore[attr-defined]

@@ -4,7 +4,8 @@ explore_quirks.py's `server_cancel`).
 
 The mock model writes a whole turn at once, and the explorer delivers its frames one at a time,
 with the server's answer to the caller's speech (or to a withdrawal) ahead of those still in
-flight. So when the mock withdraws its open calls, one of them may not have reached the relay yet:
+flight. So when the mock withdraws its open calls (or drops them with no cancellation:
+`Quirks.drops_blocking`), one of them may not have reached the relay yet:
 its `toolCall` still in flight, delivered after the `toolCallCancellation` that names it, would
 show the relay a call cancelled before it was made (the cancellation passed to the client under an
 id the relay then owns, its answer unheard). A real server sends in order, and a call it withdraws
@@ -24,19 +25,22 @@ answer to the barge-in ends the turn with `turnComplete` after `interrupted` and
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from typing import Any, Iterable
 
 from msgspec.structs import replace
 
 from relay.dialects import gemini_codec as gemini
 
 
-def withdrawn_in_flight(paced: deque[Any], said: list[str | bytes], seen: set[str]) -> list[str | bytes]:
+def withdrawn_in_flight(paced: deque[Any], said: list[str | bytes], seen: set[str],
+                        dropped: Iterable[str] = ()) -> list[str | bytes]:
     """`said` (the mock's frames, its `toolCallCancellation` among them) as it goes out, and
     `paced` (the frames in flight) without those that make a call it withdraws (in place); `seen`:
     the calls the relay was delivered, which stay named (a second delivery of one, still in
-    flight, is dropped all the same)."""
-    cancelled = {call_id for frame in said for call_id in _cancelled(gemini.decode(frame))}
+    flight, is dropped all the same). `dropped`: the calls the mock dropped with no cancellation
+    (`Quirks.drops_blocking`), withdrawn too: a call the server drops at an interruption was
+    issued before it."""
+    cancelled = {call_id for frame in said for call_id in _cancelled(gemini.decode(frame))} | set(dropped)
     if not cancelled:
         return said
     withdrawn: set[str] = set()
