@@ -231,9 +231,19 @@ class ResponsesDelegation(SessionEngine):
         del self._creates_up[:-32]
 
     def _create_refused(self, event_id: Any) -> None:
-        """An error named this command: if it was a create, it starts no response."""
+        """This create's response is not to begin (it began, or was refused): no longer outstanding."""
         if isinstance(event_id, str) and event_id in self._creates_up:
             self._creates_up.remove(event_id)
+
+    def _command_refused(self, event_id: Any) -> None:
+        """An `error` named this command: if it was a create, it starts no response, and a batch
+        it was to continue has no continuation under way (the work it waited for is over)."""
+        self._create_refused(event_id)
+        if not isinstance(event_id, str):
+            return
+        for key in [key for key, create in self._create_of.items() if create == event_id]:
+            del self._create_of[key]
+            self._backend_quiet()
 
     def _delegated_to_backend(self, delegation_id: str, response_id: Any) -> None:
         """A Responses delegation (`session.delegation.created`): its batch, and its response,

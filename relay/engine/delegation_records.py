@@ -52,11 +52,15 @@ from relay.engine.appends import Channel, answer_appends, split_text
 from relay.engine.calls import CallEntry, CallState, Owner
 from relay.engine.context import Source
 from relay.engine.records import CallRecord, Phase
-from relay.engine.reseed import done_note, seeded_session
+from relay.engine.reseed import done_note, result_to_say, seeded_session
 from relay.tools.delegation import Delegation, Turn, delegation_parameter
 
 TRANSCRIPT_TURNS = 8
 TRANSCRIPT_CHARS = 1000
+CARRIED_WAIT = 15.0
+"""Seconds a carried batch's continuation waits for backend work of the new session under way
+(as long as the sequencer waits for a create's acknowledgement, relay/engine/sequencer.py): past
+them its results are said instead (`LiveRecords._continue_carried`)."""
 
 
 class LiveRecords(ResponsesDelegation):
@@ -78,6 +82,8 @@ class LiveRecords(ResponsesDelegation):
         self._asks_owed = 0                       # such batches whose client has not asked for their continuation
         self._continuing: list[str] = []          # carried calls whose new-session continuation has not begun
         self._carried_create: str | None = None   # the event id of the create that continues them
+        self._carried_wait: float | None = None   # until when their create waits for backend work under way
+        self._said: list[str] = []                # carried calls said in place of a continuation, not yet placed
         self._new_one_starting = False            # a new session's `session.start` went up, its `started` not back
         self.ctx.record_extras = self._record_extras
 
@@ -140,8 +146,13 @@ class LiveRecords(ResponsesDelegation):
         continuation spoke it), so none here: its note stays silent."""
         if not entry.speak or DELEGATED not in entry.delivered_as:
             return []
+        return self._commentary(entry, output, is_error, entry.message)
+
+    def _commentary(self, entry: CallEntry, output: str, is_error: bool, message: str | None) -> list[live.Event]:
+        """What of a call's answer is to be said (`message`, or the failure), as commentary of no
+        delegation."""
         tool = self.tools.get(entry.name)
-        appends = answer_appends(output, is_error=is_error, message=entry.message, speak=True,
+        appends = answer_appends(output, is_error=is_error, message=message, speak=True,
                                  on_failure=tool.on_failure if tool is not None else None)
         return [live.CommentaryAppend(delegation_id=None, content=append.content)
                 for append in appends if append.channel is Channel.COMMENTARY]
@@ -191,8 +202,9 @@ class LiveRecords(ResponsesDelegation):
         client's output comes, `_carried_client_output`), and its create asked for, before the drop
         or after it (`_client_asks_carried`). The client's output for a call of the dropped session
         would be refused by the new one, which never had the call."""
-        self._uncontinued += [call_id for call_id in self._continuing if call_id not in self._uncontinued]
-        self._continuing = []
+        self._uncontinued += [call_id for call_id in self._continuing + self._said if call_id not in self._uncontinued
+                              and (entry := self.ledger.get(call_id)) is not None and not entry.delivered]
+        self._continuing, self._said, self._carried_wait = [], [], None
         for batch in self.batches:
             relay = [entry.call_id for entry in self.batches.relay_calls(batch) if not entry.delivered
                      and entry.state in (CallState.RUNNING, CallState.FINISHED, CallState.ANSWERED)]
@@ -214,26 +226,36 @@ class LiveRecords(ResponsesDelegation):
                 self._asks_owed += 1
         return list(self._client_notes.values())
 
-    def _continue_carried(self) -> None:
+    def _continue_carried(self, *, overdue: bool = False) -> None:
         """The new session's one `response.create` for the calls of the dropped session's batches
         that were not continued, once each is told (its result in the seeded `input`, or its note
         sent) and, for a batch with the client's calls, the client's part done (`_gated`): the
         backend's continuation speaks their results, as each batch's own would have. The caller
         who asked hears the answer (issue 48's "no silence"). Not while backend work of the new
         session is under way (`_backend_busy`: a create then could be refused as a partial batch,
-        or start a second response at once): once it is over."""
+        or start a second response at once): once it is over, or, `overdue`, once it has been under
+        way `CARRIED_WAIT` seconds (nothing on the wire ends a delegation whose response never
+        begins, and a batch of the client's calls waits for the client): then their results are
+        said instead (`_say_carried`), and no create goes up for them."""
         whole = not self._asks_owed and all(self._client_carried.values())
         pool = self._uncontinued + (self._gated if whole else [])
         entries = [entry for call_id in pool if (entry := self.ledger.get(call_id)) is not None]
         if self._new_one_starting or any(entry.state in (CallState.READY, CallState.RUNNING, CallState.FINISHED) for entry in entries):
             return   # the new session not up yet, or a carried call still to be told
-        if entries and self._backend_busy():
-            return   # not into backend work under way (`_backend_quiet` comes back)
+        busy = bool(entries) and self._backend_busy()
+        if busy and not overdue:
+            if self._carried_wait is None:
+                self._carried_wait = self.ctx.now + CARRIED_WAIT
+            return   # not into backend work under way (`_backend_quiet` comes back, or the tick)
+        self._carried_wait = None
         told = [entry.call_id for entry in entries if entry.state is CallState.ANSWERED]
         self._uncontinued = []
         if whole:
             self._gated, self._client_carried = [], {}
         if not told:
+            return
+        if busy:
+            self._say_carried(told)
             return
         self._continuing += told   # until the continuation begins (`_backend_response_started`)
         create = live.ResponseCreate(event_id=self.ctx.new_event_id())
@@ -242,9 +264,46 @@ class LiveRecords(ResponsesDelegation):
         self.ctx.notice("follow_up", {"event_id": create.event_id, "call_ids": ",".join(told), "delegation_id": None,
                                       "response_id": None, "by": "relay"})
 
+    def _say_carried(self, call_ids: list[str]) -> None:
+        """Carried calls whose continuation cannot be made: each result said, once, as
+        `session.commentary.append` with `delegation_id: null` (speakable context, which the model
+        communicates: GPT-LIVE.md 4.1). Until the last append of it is placed (its
+        acknowledgement), a drop continues the call in the next session instead. A call that wants
+        no speech (`speak` off) is told by its note alone."""
+        for call_id in call_ids:
+            entry = self.ledger.get(call_id)
+            if entry is None or not entry.speak:
+                continue
+            output = entry.output or ""
+            events = self._commentary(entry, output, entry.is_error, entry.message or result_to_say(entry.name, output))
+            for event in events:
+                event.event_id = self.ctx.new_event_id()
+            if events:   # its last append's acknowledgement delivers it (`_on_appended`)
+                self._witnesses[events[-1].event_id] = call_id   # type: ignore[index]
+            self._command(events)
+            self._said.append(call_id)
+        self.ctx.anomaly(f"backend work of the new session under way for {CARRIED_WAIT:g} s, or a refused create: "
+                         f"the results of {', '.join(call_ids)} of the dropped session are said, not continued", None)
+
     def _backend_quiet(self) -> None:
         if self._uncontinued or self._gated:
             self._continue_carried()
+
+    def _other_deadlines(self) -> list[float]:
+        return [*super()._other_deadlines(), *([] if self._carried_wait is None else [self._carried_wait])]
+
+    def _tick(self) -> None:
+        super()._tick()
+        if self._carried_wait is not None and self._carried_wait <= self.ctx.now:
+            self._continue_carried(overdue=True)
+
+    def _command_refused(self, event_id: Any) -> None:
+        """As the base's; and when the refused create is the carried calls' continuation, it
+        starts none: their results are said instead (`_say_carried`)."""
+        super()._command_refused(event_id)
+        if self._continuing and isinstance(event_id, str) and event_id == self._carried_create:
+            refused, self._continuing, self._carried_create = self._continuing, [], None
+            self._say_carried(refused)
 
     def _carried_client_output(self, entry: CallEntry, output: str) -> bool:
         """The client's output for its call of a dropped batch the relay carries (`_gated`): told
@@ -391,4 +450,4 @@ def _silent_note(note: str) -> list[live.Event]:
 _EARLIER = {Phase.STARTED: frozenset({Phase.READY}), Phase.DECIDED: frozenset({Phase.READY, Phase.STARTED})}
 
 
-__all__ = ["LiveRecords", "TRANSCRIPT_CHARS", "TRANSCRIPT_TURNS"]
+__all__ = ["CARRIED_WAIT", "LiveRecords", "TRANSCRIPT_CHARS", "TRANSCRIPT_TURNS"]

@@ -263,7 +263,7 @@ class LiveEngine(LiveRecords):
     def _on_error(self, event: live.Error) -> Any:
         error = event.error if isinstance(event.error, dict) else {}
         aimed = error.get("client_event_id") or event.client_event_id
-        self._create_refused(aimed)   # a refused create starts no response
+        self._command_refused(aimed)   # a refused create starts no response
         if isinstance(aimed, str) and aimed.startswith(self.ctx.id_prefix + "_"):
             self.ctx.notice("upstream_error", {"what": aimed, "call_id": None, "code": error.get("code"),
                                                "message": error.get("message")})
@@ -315,7 +315,7 @@ class LiveEngine(LiveRecords):
         self._fillers.pop(call_id, None)
 
     def _other_deadlines(self) -> Iterable[float]:
-        return [when for when, _ in self._fillers.values()]
+        return [*super()._other_deadlines(), *(when for when, _ in self._fillers.values())]
 
     def _tick(self) -> None:
         super()._tick()

@@ -94,4 +94,11 @@ def done_note(name: str, arguments: str | None, output: str) -> str:
             f"{output}. Do not ask for it again.")
 
 
-__all__ = ["MAX_INPUT_MESSAGES", "MAX_INPUT_TOKENS", "done_note", "message", "seeded_note", "seeded_session"]
+def result_to_say(name: str, output: str) -> str:
+    """What a commentary append asks the model to say of a relay call's result, when no backend
+    continuation will say it."""
+    return f"Tell the caller what {name} returned: {output}"
+
+
+__all__ = ["MAX_INPUT_MESSAGES", "MAX_INPUT_TOKENS", "done_note", "message", "result_to_say", "seeded_note",
+           "seeded_session"]
