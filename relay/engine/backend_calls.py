@@ -48,6 +48,7 @@ class ResponsesDelegation(SessionEngine):
         self._delegated: dict[str, str | None] = {}   # a delegation announced -> its response id, not begun yet
         self._begun: set[str] = set()                 # backend responses whose beginning was taken
         self._client_outputs: dict[str, str] = {}     # the client's outputs for its calls, as they went up
+        self._since_create = (False, False)           # since the client's last create: (an output, other input)
 
     def _send(self, event: live.Event) -> None:
         """One of the relay's commands upstream, with an event id of its own."""
@@ -339,6 +340,8 @@ class ResponsesDelegation(SessionEngine):
         """A client's backend item: its output for a call of its own is seen (and may complete a
         batch); one for a relay call is refused."""
         item = event.item if isinstance(event.item, dict) else {}
+        output, other = self._since_create
+        self._since_create = (True, other) if item.get("type") == live.FUNCTION_CALL_OUTPUT else (output, True)
         if item.get("type") != live.FUNCTION_CALL_OUTPUT:
             return SAME
         entry = self.ledger.get(item.get("call_id"))
@@ -370,7 +373,11 @@ class ResponsesDelegation(SessionEngine):
     def _client_create(self, event: live.ResponseCreate) -> Any:
         """A client's `response.create` for a batch of both the relay's calls and its own: the
         batch's one create, held until the batch is whole (its response completed, every output
-        in), then sent as it came. A second one for the same batch is not sent."""
+        in), then sent as it came. A second one for the same batch is not sent. A create that
+        follows input items of the client's own (a typed message, an image) and no output since its
+        last create asks for that input: it is not a dropped session's batch's (`_client_asks_carried`)."""
+        output, other = self._since_create
+        self._since_create = (False, False)
         for batch in self.batches.awaiting_relay():
             if not self.batches.has_client_calls(batch):
                 continue
@@ -384,7 +391,7 @@ class ResponsesDelegation(SessionEngine):
                                                        "missing": self.batches.missing(batch)})
             self._continue(batch)
             return DROP
-        if self._client_asks_carried():
+        if (output or not other) and self._client_asks_carried():
             return DROP   # it asks for the continuation of a batch of a dropped session (delegation_records.py)
         sent = event.event_id if isinstance(event.event_id, str) else None
         self._create_went_up(sent)   # forwarded as it came: a continuation of a batch of its own calls, or new work

@@ -7,13 +7,15 @@ none), or `CARRIED_WAIT` seconds of it: GPT-Live has no event that closes a dele
 response never begins, and a batch of the client's calls is the client's to continue, so neither
 is owed an end. Past the wait the carried results are said instead (`session.commentary.append`
 with `delegation_id: null`) and no create goes up: none into a batch the server would refuse as
-partial, and the caller who asked hears the answer once (docs/gpt-live.md)."""
+partial, and the caller who asked hears the answer once. A client's own `response.create` after
+typed input of its own is that input's, not a carried batch's (docs/gpt-live.md)."""
 
 from __future__ import annotations
 
 from relay.engine.delegation_records import CARRIED_WAIT
 from tests.live.driver import MODEL, call_item, delegation_created, function_tool, started
 from tests.live.test_live_reseed import RESPONSES, follow_ups, reseed
+from tests.live.test_live_reseed_mixed import client_answers, client_asks, mixed_batch
 from tests.live.test_live_reseed_which import Logged, begun, creates_while_open, running_at_a_drop
 from tests.live.test_live_engine import get_time, get_weather
 
@@ -155,6 +157,48 @@ def test_results_said_and_placed_are_not_said_again() -> None:
     driver.upstream(started(RESPONSES, session_id="live_3"))
     driver.advance(600)
     assert follow_ups(driver) == [] and len(said(driver)) == 1
+
+
+def typed(driver: Logged, text: str = "Also, book a table.") -> None:
+    driver.client({"type": "response.item.create", "event_id": "client_item",
+                   "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}},
+                  {"type": "response.create", "event_id": "client_typed"})
+
+
+def test_a_clients_create_for_typed_input_is_not_taken_for_the_carried_batchs() -> None:
+    """A carried batch of both waits for the client's part (show_map still runs on its side at the
+    drop). The client types something and asks a response for it: that create follows an input
+    item of its own and no output since its last create, so it is the typed input's, forwarded as
+    it came. The batch waits for the client's answer and ask, and its continuation for the typed
+    input's response to end. Before, the typed input's create was swallowed as the batch's, and
+    the client's later create for the batch went up as a second one."""
+    driver = mixed_batch()
+    driver.finish("c1", "sunny in Paris")
+    reseed(driver)
+    driver.upstream(started(RESPONSES, session_id="live_2"))
+    typed(driver)
+    assert driver.sent()[-1]["event_id"] == "client_typed", "forwarded as it came"
+    driver.upstream(delegation_created("item_t", target="responses"))
+    begun(driver, "item_t", "resp_t", echo="client_typed", complete=True)
+    client_answers(driver)
+    assert follow_ups(driver) == [], "the batch's create is still the client's to ask for"
+    client_asks(driver)
+    assert follow_ups(driver) == ["c1"] and driver.sent()[-1]["event_id"] != "evt_create"
+    assert [e["event_id"] for e in driver.sent_of("response.create")][0] == "client_typed"
+    assert len(driver.sent_of("response.create")) == 2
+
+
+def test_a_clients_create_after_its_carried_output_is_the_batchs_even_with_typed_input() -> None:
+    """The client answers its carried call, types, and asks once: the create follows an output
+    of the batch, so it asks for the batch (whose continuation sees the typed input too)."""
+    driver = mixed_batch()
+    driver.finish("c1", "sunny in Paris")
+    reseed(driver)
+    driver.upstream(started(RESPONSES, session_id="live_2"))
+    client_answers(driver)
+    typed(driver)
+    assert [e["event_id"] for e in driver.sent_of("response.create")] != ["client_typed"]
+    assert follow_ups(driver) == ["c1"] and len(driver.sent_of("response.create")) == 1
 
 
 def test_a_refused_carried_create_has_the_results_said() -> None:
