@@ -1,7 +1,7 @@
 """What the explorer's faster loop rests on (issue 48's speed): the virtual loop's clock moved at
 once only when nothing of the loop's comes first, a timeline that decodes fewer frames and reads
-the same, the copy of JSON the mock makes, and the check of the client's frames that scans each
-frame once. tests/test_explore_fixed.py holds the schedules and verdicts of fixed seeds."""
+the same, the copy of JSON the mock makes, the check of the client's frames that scans each
+frame once, and the relay's GPT-Live appends the checks take from the timeline's reading. tests/test_explore_fixed.py holds the schedules and verdicts of fixed seeds."""
 
 from __future__ import annotations
 
@@ -106,3 +106,26 @@ def test_the_client_seeing_a_relay_call_is_still_found() -> None:
     assert client_never_sees_relay_call(session) == "the client was sent call_2abc, a call the relay owns (frame 3)"
     session.frames = frames[:1]
     assert client_never_sees_relay_call(session) is None
+
+
+def test_the_appends_a_gpt_live_timeline_read_are_those_its_frames_show() -> None:
+    from relay.offline.delegation_checks import delegation_appends
+    from relay.offline.explore_input import from_file
+    from relay.offline.explore_session import Perturbation
+    from tests.support.paths import REPO
+
+    examples = REPO / "docs" / "examples" / "testing"
+    conversation = from_file(examples / "concierge.script.json", tool_registry([str(examples / "concierge.py")]))
+    run = run_schedule(conversation, (Perturbation("expired", 2, "answered"),), keep=True)
+    try:
+        session = run.session
+        timeline = session._timeline()
+        unread = SimpleNamespace(dialect=session.dialect, tools=session.tools, frames=[])
+        for every in (True, False):
+            scanned = delegation_appends(session, every=every)
+            taken = delegation_appends(unread, every=every, timeline=timeline)   # no frame read again
+            assert scanned is not None and taken is not None
+            assert (taken.sent, taken.placed, taken.refused) == (scanned.sent, scanned.placed, scanned.refused)
+        assert scanned.sent and scanned.placed and scanned.refused   # sent, placed, refused at the close
+    finally:
+        session.close()

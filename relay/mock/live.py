@@ -34,7 +34,6 @@ Every event it sends is built as the codec's typed event (relay/dialects/live.py
 from __future__ import annotations
 
 import base64
-import copy
 import functools
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -57,6 +56,7 @@ from relay.mock.script import MockScript, Reply
 from relay.mock.session import MockConnection
 from relay.mock.wire import new_id
 from relay.session.policy import INTERNAL_ERROR, NORMAL_CLOSURE
+from relay.tools.render import json_copy
 
 LIVE = "live"
 PATHS = (wire.LIVE_PATH, wire.AZURE_LIVE_PATH)
@@ -121,7 +121,7 @@ class LiveMockSession:
     def resource(self) -> dict[str, Any]:
         """The session as `session.started` / `.updated` / `.closed` report it (SessionResource)."""
         assert self.config is not None
-        return {"id": self.id, "expires_at": self.expires_at, "status": "active", **copy.deepcopy(self.config)}
+        return {"id": self.id, "expires_at": self.expires_at, "status": "active", **json_copy(self.config)}
 
     def _ack_delay_ms(self) -> int:
         delay = self.config["delegation"].get("acknowledgement_delay_ms") if self.config else None

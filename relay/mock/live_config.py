@@ -7,11 +7,11 @@ turns into an `error` event; the session goes on.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from relay.dialects import live as wire
 from relay.errors import RelayError
+from relay.tools.render import json_copy
 
 _SESSION = {"model", "audio", "client", "delegation", "input", "instructions", "safety_identifier", "store",
             "triggers"}
@@ -67,7 +67,7 @@ def start_config(session: Any) -> dict[str, Any]:
             raise LiveRefusal("invalid_type", f"Invalid type for 'session.{name}': expected a string.", f"session.{name}")
     if config.get("store") is not None and not isinstance(config["store"], bool):
         raise LiveRefusal("invalid_type", "Invalid type for 'session.store': expected a boolean.", "session.store")
-    resolved = copy.deepcopy(config)
+    resolved = json_copy(config)
     resolved["audio"] = _audio(config.get("audio"))
     resolved["delegation"] = delegation(config.get("delegation"), "session.delegation")
     resolved["input"] = _input(config.get("input"))
@@ -120,7 +120,7 @@ def delegation(value: Any, param: str, *, update: bool = False) -> dict[str, Any
         settings = _backend(config.get("decisions"), f"{param}.decisions", _DECISIONS, update)
         if settings is not None:
             _questions(settings, f"{param}.decisions", update)
-    return copy.deepcopy(config)
+    return json_copy(config)
 
 
 def _backend(value: Any, param: str, allowed: set[str], update: bool) -> dict[str, Any] | None:
@@ -185,7 +185,7 @@ def triggers(value: Any, param: str) -> list[Any]:
         settings = _object(trigger.get("decisions"), f"{where}.decisions")
         _known(settings, {"questions"}, f"{where}.decisions")
         _questions(settings, f"{where}.decisions", False)
-    return copy.deepcopy(value)
+    return json_copy(value)
 
 
 def _input(value: Any) -> list[Any]:
@@ -204,7 +204,7 @@ def _input(value: Any) -> list[Any]:
         if (not isinstance(content, list) or len(content) != 1 or not isinstance(content[0], dict)
                 or not isinstance(content[0].get("text"), str)):
             raise LiveRefusal("invalid_value", "An input message holds one text part.", f"{where}.content")
-    return copy.deepcopy(value)
+    return json_copy(value)
 
 
 def updated_config(current: dict[str, Any], session: Any) -> dict[str, Any]:
@@ -217,7 +217,7 @@ def updated_config(current: dict[str, Any], session: Any) -> dict[str, Any]:
         if name != "delegation":
             raise LiveRefusal("immutable_field_update", f"session.{name} cannot change after session startup.",
                               f"session.{name}")
-    changed = copy.deepcopy(current)
+    changed = json_copy(current)
     if "triggers" in update:
         changed["triggers"] = triggers(update["triggers"], "session.triggers")
     if "delegation" not in update:

@@ -23,6 +23,8 @@ INJECTION_INCOMPLETE = "context_injection_incomplete"
 """The code of the error an append still pending when the session closes gets (GPT-LIVE.md 2.4)."""
 _APPEND_TYPES = frozenset(kind.__struct_config__.tag for kind in live.APPENDS)
 _ANSWER_TYPES = frozenset(kind.__struct_config__.tag for kind in (*live.APPENDED.values(), live.Error))
+_NOTED = {RELAY_TO_UPSTREAM: _APPEND_TYPES, UPSTREAM_TO_RELAY: _ANSWER_TYPES}
+"""The frames `note` reads, by direction: those that may be of these types."""
 
 
 @dataclass
@@ -47,24 +49,34 @@ class DelegationAppends:
         return spec.interruption if spec is not None else None
 
 
-def delegation_appends(session: Any, *, every: bool = False) -> DelegationAppends | None:
+def delegation_appends(session: Any, *, every: bool = False, timeline: Any = None) -> DelegationAppends | None:
     """What `session` (anything with `dialect`, `tools` and `frames`) shows of the relay's
-    appends; None when it is not a GPT-Live session, or (unless `every`) its relay has no delegate."""
+    appends; None when it is not a GPT-Live session, or (unless `every`) its relay has no delegate.
+    `timeline`: the session's, read already, whose reader noted them (`Timeline.appends_seen`): the
+    frames are not read again."""
     dialect = getattr(session, "dialect", None)
     if not isinstance(dialect, LiveDialect) or (not every and session.tools.delegate is None):
         return None
-    found = DelegationAppends(session.tools)
-    for frame in session.frames:
-        text = frame.raw
-        if text is None:
-            continue
-        if frame.direction == RELAY_TO_UPSTREAM and may_be(text, _APPEND_TYPES):
-            event = live.decode(text)
-            if isinstance(event, live.APPENDS) and (every or isinstance(event.delegation_id, str)):
-                found.sent.append((frame, event))
-        elif frame.direction == UPSTREAM_TO_RELAY and may_be(text, _ANSWER_TYPES):
-            _answered(found, live.decode(text))
-    return found
+    seen = getattr(timeline, "appends_seen", None)
+    if seen is None:
+        seen = DelegationAppends(None)
+        for frame in session.frames:
+            text, kinds = frame.raw, _NOTED.get(frame.direction)
+            if text is not None and kinds is not None and may_be(text, kinds):
+                note(seen, frame, live.decode(text))
+    sent = seen.sent if every else [(frame, append) for frame, append in seen.sent
+                                    if isinstance(append.delegation_id, str)]
+    return DelegationAppends(session.tools, sent, seen.placed, seen.refused)
+
+
+def note(found: DelegationAppends, frame: Frame, event: Any) -> None:
+    """A text frame's part in `found`, its event decoded from its text: a relay append that went
+    up, or the server's placing or refusal of one."""
+    if frame.direction == RELAY_TO_UPSTREAM:
+        if isinstance(event, live.APPENDS):
+            found.sent.append((frame, event))
+    elif frame.direction == UPSTREAM_TO_RELAY:
+        _answered(found, event)
 
 
 def _answered(found: DelegationAppends, event: Any) -> None:
@@ -77,4 +89,4 @@ def _answered(found: DelegationAppends, event: Any) -> None:
         found.placed.add(event.client_event_id)
 
 
-__all__ = ["INJECTION_INCOMPLETE", "DelegationAppends", "delegation_appends"]
+__all__ = ["INJECTION_INCOMPLETE", "DelegationAppends", "delegation_appends", "note"]

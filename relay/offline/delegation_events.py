@@ -32,6 +32,8 @@ from typing import Any
 
 from relay.dialects import live as wire
 from relay.dialects.peek import has_single_plain_type, peek_type
+from relay.offline.delegation_checks import DelegationAppends
+from relay.offline.delegation_checks import note as note_append
 from relay.offline.events import (
     APPEND,
     APPENDED,
@@ -47,6 +49,7 @@ from relay.offline.events import (
     USER,
     Event,
     Reader,
+    decoded,
     json_arguments,
 )
 from relay.recording.format import CLIENT_TO_RELAY, RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY, Frame
@@ -78,6 +81,7 @@ class DelegationReader(Reader):
         self.appends: dict[str, Event] = {}           # an append's event id -> its event
         self.relay_answers: set[str] = set()          # delegations the relay's appends answered
         self.sessions = 0                             # the server sessions started (a reseed starts another)
+        self.appends_seen = DelegationAppends(None)   # the relay's appends and the server's answers to them
 
     def wants(self, frame: Frame) -> bool:
         """The session's audio (the caller's appends, the model's track: most of its frames, each
@@ -86,8 +90,21 @@ class DelegationReader(Reader):
         raw = frame.raw
         return raw is None or peek_type(raw) not in _AUDIO or not has_single_plain_type(raw)
 
-    def dispatch(self, direction: str, event: dict[str, Any]) -> None:
-        typed = wire.event_of(event)
+    def event_of(self, frame: Frame) -> Any:
+        """The frame's typed event (an `Unknown` for none), its text decoded straight into it, and
+        noted in `appends_seen` (a relay append, the server's answer to one: what the explorer's checks
+        read of them); what that refuses, through the decoded object (None: no JSON object, not
+        read)."""
+        raw = frame.raw
+        if raw is not None:
+            typed = wire.decode(raw)
+            if not isinstance(typed, wire.Unknown):
+                note_append(self.appends_seen, frame, typed)
+                return typed
+        event = decoded(frame)
+        return None if event is None else wire.event_of(event)
+
+    def dispatch(self, direction: str, typed: Any) -> None:
         if not isinstance(typed, wire.Unknown):
             self.route(direction, typed, _dict(typed.error) if isinstance(typed, wire.Error) else None)
 

@@ -134,6 +134,10 @@ class Reader:
     (`dialect`), whose codec it reads the frames through, and reads each frame's decoded event in
     `dispatch`."""
 
+    appends_seen: Any = None
+    """What a delegating flow's reader noted of the relay's appends, read with the frames
+    (`relay.offline.delegation_checks.DelegationAppends`); None for the other flows."""
+
     def __init__(self, relay_tools: frozenset[str], outcomes: dict[str, str], upstream_bound: str, *,
                  dialect: Dialect) -> None:
         self.dialect = dialect

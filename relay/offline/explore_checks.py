@@ -195,7 +195,7 @@ def _may_interrupt(frame: Frame) -> bool:
 def delegation_answered_once(session: ExploredSession) -> str | None:
     """Client delegation: each delegation the relay's delegate answers is answered by one run of
     appends (sent together), never a second run after it (a progress filler is not an answer)."""
-    appends = delegation_appends(session)
+    appends = delegation_appends(session, timeline=session.timeline)
     if appends is None:
         return None
     runs: dict[str, list[float]] = {}
@@ -214,7 +214,7 @@ def delegation_answered_once(session: ExploredSession) -> str | None:
 def interrupted_not_spoken(session: ExploredSession) -> str | None:
     """Client delegation: a delegation whose delegate the caller interrupted, under `cancel` or
     `finish_silently`, is answered silently: no append of its answer asks the model to speak."""
-    appends = delegation_appends(session)
+    appends = delegation_appends(session, timeline=session.timeline)
     if appends is None:
         return None
     quiet = {entry.call_id for entry in session.engine.ledger if entry.relay_owned and entry.interrupted
@@ -231,7 +231,7 @@ def appends_placed(session: ExploredSession) -> str | None:
     """GPT-Live: every append the relay sent is placed on the session's timeline (acknowledged),
     or failed because the session ended first (`context_injection_incomplete`, or the connection
     dropped, its session carried on in a new one or not); the server refuses none."""
-    appends = delegation_appends(session, every=True)
+    appends = delegation_appends(session, every=True, timeline=session.timeline)
     if appends is None:
         return None
     for event_id, code in appends.refused.items():

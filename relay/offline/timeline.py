@@ -59,6 +59,9 @@ class Timeline(Sequence[Event]):
     """Relay calls not owed speech after their answer (silent scheduling, interrupted)."""
     inspect: Callable[[], str | None] = field(default=lambda: None, repr=False)
     """The `relay inspect ...` command that shows this session (a scripted one is saved first)."""
+    appends_seen: Any = field(default=None, repr=False)
+    """GPT-Live: the relay's appends and the server's answers to them, as the frames were read
+    (`relay.offline.delegation_checks.delegation_appends` takes them); None for the other wires."""
 
     def __getitem__(self, index: Any) -> Any:
         return self.events[index]
@@ -107,7 +110,7 @@ class Timeline(Sequence[Event]):
                 reader.read(frame, event)
         reader.finish()
         silent = frozenset(reader.silent) | options.pop("silent_calls", frozenset())
-        return cls(reader.events, source, tools, chosen.name, silent, **options)
+        return cls(reader.events, source, tools, chosen.name, silent, appends_seen=reader.appends_seen, **options)
 
     @classmethod
     def from_recording(cls, recording: str | Path | Recording, *, relay_tools: Iterable[str] | None = None) -> Timeline:
