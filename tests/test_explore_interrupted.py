@@ -109,9 +109,23 @@ def test_the_mock_ends_the_turn_it_stops_with_turn_complete_after_the_cancellati
                                          {"toolCallCancellation": {"ids": [call.id]}},
                                          {"serverContent": {"turnComplete": True}}]
     spoken = mock_session(Reply(say="hi"))   # its turn complete, nothing open
-    assert said(spoken.interrupt()) == [{"serverContent": {"interrupted": True}}]
     assert said(spoken.interrupt(generating=True)) == [{"serverContent": {"interrupted": True}},
                                                        {"serverContent": {"turnComplete": True}}]
+
+
+def test_the_mock_says_nothing_at_a_barge_in_with_no_turn_open() -> None:
+    """`interrupted` "indicates that a client message has interrupted current model generation",
+    and a cancellation "occurs only in cases where the clients interrupt server turns"
+    (google-genai's `LiveServerContent`, `LiveServerToolCallCancellation`): a barge-in with no turn
+    open interrupts nothing, cancels nothing, and the caller's words get the model's reply."""
+    spoken = mock_session(Reply(say="hi"))   # its turn complete, nothing open
+    assert said(spoken.interrupt()) == []
+    background = mock_session(Reply(calls=[ToolCall(name="later", arguments={})]), later="NON_BLOCKING")
+    (call,) = background.open_calls   # its turn complete, the NON_BLOCKING call running
+    assert said(background.interrupt()) == []
+    reply = said(background.handle({"realtimeInput": {"text": "and the weather?"}}, 0))
+    assert not any("interrupted" in json.dumps(message) or "toolCallCancellation" in message for message in reply)
+    assert reply[-1] == {"serverContent": {"turnComplete": True}} and call.open, "answered; the call stays open"
 
 
 def test_the_turns_end_before_the_cancellation_does_not_let_an_answer_cross_it() -> None:

@@ -11,10 +11,12 @@ What it plays, from the same `MockScript` as the OpenAI modes:
 - a call to a BLOCKING function makes the model wait: once every blocking call of the `toolCall`
   has its final answer (`toolResponse`), the model speaks the `after_outputs` reply. An answer for
   a NON_BLOCKING function is spoken about right away unless its `scheduling` is `SILENT`;
-- a user turn arriving while calls are unanswered is a barge-in: `serverContent.interrupted`, then
-  `toolCallCancellation` for those calls, then `turnComplete` for the turn it stopped (no
-  `generationComplete`: google-genai's `LiveServerContent` says an interrupted turn "will go
-  through interrupted > turn_complete"); `MockUpstream.interrupt()` plays the same from a test;
+- a user turn arriving while a turn is open (the model waits for its blocking calls' answers, or
+  a held turn) is a barge-in: `serverContent.interrupted`, then `toolCallCancellation` for the
+  unanswered calls, then `turnComplete` for the turn it stopped (no `generationComplete`:
+  google-genai's `LiveServerContent` says an interrupted turn "will go through interrupted >
+  turn_complete"); `MockUpstream.interrupt()` plays the same from a test. With no turn open there
+  is nothing to interrupt: no `interrupted`, no cancellation (a NON_BLOCKING call stays open);
 - `MockUpstream.go_away()` sends `goAway`;
 - a setup with `sessionResumption` gets `sessionResumptionUpdate`s: a new handle, `resumable`,
   after `setupComplete` and at each turn's end; `resumable: false` and no handle while the model
@@ -229,21 +231,25 @@ class GeminiMockSession:
             return [Hangup(error.code, error.reason[:120])]
 
     def interrupt(self, generating: bool = False) -> list[Any]:
-        """The user barged in: the model stops (`interrupted`), its unanswered calls are cancelled
-        (with `Quirks.drops_blocking`, the BLOCKING ones are dropped: no cancellation names them),
-        and the turn it stopped ends (`turnComplete`, with no `generationComplete`): a turn left
-        open (held, or waiting for its blocking calls' answers), or one whose frames are still on
-        their way to the client (`generating`: the explorer's pacing)."""
+        """The user barged in. While a turn is open (held, or waiting for its blocking calls'
+        answers) or its frames are still on their way to the client (`generating`: the explorer's
+        pacing), the model stops (`interrupted`), its unanswered calls are cancelled (with
+        `Quirks.drops_blocking`, the BLOCKING ones are dropped: no cancellation names them), and
+        the turn ends (`turnComplete`, with no `generationComplete`). With no turn open nothing is
+        said: `interrupted` "indicates that a client message has interrupted current model
+        generation" and a cancellation "occurs only in cases where the clients interrupt server
+        turns" (google-genai's `LiveServerContent`, `LiveServerToolCallCancellation`), so a
+        NON_BLOCKING call still open stays open."""
         stopped = generating or self.held or bool(self._batch)
+        if not stopped:
+            return []   # no turn to interrupt: the caller's words start a new one
         self.held = False
         if self.quirks.drops_blocking:
             for call in self.open_calls:
                 if call.blocking:
                     call.state = "dropped"   # no cancellation names it; an answer for it is not heard
-        said = [_emit(ServerContent(interrupted=True)), *self.withdraw()]
-        if stopped:
-            said += [_emit(ServerContent(turn_complete=True)), *self._resumption_update()]
-        return said
+        return [_emit(ServerContent(interrupted=True)), *self.withdraw(), _emit(ServerContent(turn_complete=True)),
+                *self._resumption_update()]
 
     def answer_unheard(self) -> list[Any]:
         """The user's turn ended with nothing the mock can read (speech: it has no ears): the model
@@ -391,8 +397,7 @@ class GeminiMockSession:
         return self._user_turn_complete()
 
     def _user_turn_complete(self) -> list[Any]:
-        actions = self.interrupt() if self.open_calls or self.held else []
-        return actions + self._model_turn(self._reply())
+        return self.interrupt() + self._model_turn(self._reply())
 
     def _tool_response(self, tool_response: ToolResponse) -> list[Any]:
         responses = tool_response.function_responses

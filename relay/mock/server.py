@@ -331,8 +331,8 @@ class MockUpstream:
             await self._emit(session, event, None)
 
     async def interrupt(self, session: GeminiMockSession) -> None:
-        """Gemini: the user barges in. The model stops (`serverContent.interrupted`) and its
-        unanswered calls are cancelled (`toolCallCancellation`)."""
+        """Gemini: the user barges in. With a turn open the model stops (`interrupted`) and its
+        unanswered calls are cancelled; with none, nothing is said (`GeminiMockSession.interrupt`)."""
         await self._run(session, session.interrupt())
 
     async def go_away(self, session: GeminiMockSession, time_left: str = "10s") -> None:
