@@ -54,7 +54,14 @@
   barge-in's words made a new call, and the second barge-in dropped it while its `toolCall` was
   still in flight; delivered after the `interrupted` that dropped it, the call ran, and its answer
   got no reply. A server drops only a call it issued; a call dropped before it was delivered is now
-  never made, as a withdrawn one is not (relay/offline/withdrawn_calls.py)."""
+  never made, as a withdrawn one is not (relay/offline/withdrawn_calls.py).
+- **A streaming handler's end replayed past a dropped session** (`replays_same`, Gemini, the tests'
+  Gemini script with the client's tools: call 4, track, finishing at once, and the connection
+  dropping while it runs): the handler's two values went up, and the connection dropped before its
+  end, whose last answer (`willContinue` false) never went. The replay held that end until the
+  recording's last value was reached, then let it go with that value, and sent the answer the
+  session never did (`relay replay`: "extra: answer 3"). What such a handler reports past its last
+  recorded place stays held (relay/offline/replay_finishes.py)."""
 
 from __future__ import annotations
 
@@ -72,10 +79,11 @@ from relay.offline.withdrawn_calls import withdrawn_in_flight
 from relay.offline.events import CALL
 from relay.offline.explore import replayable, replays_same, run_schedule
 from relay.offline.explore_session import Conversation, ExploredSession, Perturbation
-from relay.recording.format import RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY
+from relay.recording.format import HANDLER_FINISHED_NOTE, HANDLER_YIELDED_NOTE, RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY
 from relay.recording.reader import read_recording
 from relay.tools.sources import tool_registry
 from tests.test_explore import bank, refund  # noqa: F401   # the refund example's payment provider, emptied
+from tests.test_explore_gemini_script import conversation as gemini_script
 
 
 @contextmanager
@@ -265,3 +273,21 @@ def test_with_a_dropped_call_still_delivered_its_unheard_answer_breaks_spoke_aft
                         lambda paced, said, seen, dropped=(): withdrawn_in_flight(paced, said, seen))
     run = run_schedule(refund("refunds_fixed", bank).with_dialect("gemini"), DROPPED_IN_FLIGHT)
     assert [name for name, _ in run.broken] == ["spoke_after_tools"], run.broken
+
+
+STREAM_DROPPED = (Perturbation("drop", 4), Perturbation("finish", 4, step=0))
+"""The tests' Gemini script: call 4 (track, a streaming tool) finishing at once, the connection
+dropping while it runs."""
+
+
+def test_a_streaming_handler_s_end_the_dropped_session_never_sent_is_not_replayed(tmp_path: Path) -> None:
+    conversation = gemini_script()
+    with held(conversation, STREAM_DROPPED) as session:
+        recording = read_recording(session.save(tmp_path))
+    call_id = next(call_id for call_id, fields in recording.tool_calls_decided().items()
+                   if fields.get("name") == "track")
+    assert recording.tool_calls_decided()[call_id].get("outcome") == "abandoned"
+    notes = [note.kind for note in recording.notes if note.fields.get("call_id") == call_id
+             and note.kind in (HANDLER_FINISHED_NOTE, HANDLER_YIELDED_NOTE)]
+    assert notes == [HANDLER_YIELDED_NOTE] * 2, "both values went up, the handler's end never did"
+    assert replays_same(conversation, STREAM_DROPPED, {}, None) is None

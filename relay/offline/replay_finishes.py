@@ -77,11 +77,13 @@ class RecordedFinishes:
 
     def release(self, call_id: str) -> list[Report]:
         """The call's first report held, if any, and, once no place of the call's is left ahead,
-        all its others (they go to the engine now, in order)."""
+        all its others (they go to the engine now, in order), but for a call whose handler the
+        recorded session never heard finish: what it reports past its last place (a streaming
+        handler's end, come with its last value) stays held, as `left` keeps it."""
         held = self._held.get(call_id)
         if not held:
             return []
-        if self._due.get(call_id, 0) == 0:
+        if self._due.get(call_id, 0) == 0 and not self._unfinished(call_id):
             return [held.popleft() for _ in range(len(held))]
         return [held.popleft()]
 
