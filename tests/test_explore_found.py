@@ -61,7 +61,18 @@
   end, whose last answer (`willContinue` false) never went. The replay held that end until the
   recording's last value was reached, then let it go with that value, and sent the answer the
   session never did (`relay replay`: "extra: answer 3"). What such a handler reports past its last
-  recorded place stays held (relay/offline/replay_finishes.py)."""
+  recorded place stays held (relay/offline/replay_finishes.py).
+- **Two GPT-Live delegations at once** (the refund example's fixed tool on GPT-Live, Responses
+  delegation, seeds 3 and 53: `no_create_while_active`, `one_response_at_a_time`,
+  `appends_placed`, shrunk to one barge-in while call 1's handler runs): the caller's repeated
+  request made a second delegation, and the relay sent its batch's `response.create` while the
+  first delegation's response was open and call 1 unanswered; the mock's backend then refused
+  call 1's output, having let the second delegation's calls replace the first's. The relay now
+  sends no create while another delegation's response is open, one of its calls is unanswered, or
+  a create already up has not begun its response, and then one for all (relay/engine/backend_calls.py);
+  the mock's pending calls are every delegation's since the last create; and the explorer's
+  GPT-Live barge-in reaches the relay behind what the server sent before it (a backend response's
+  end), as GPT-Live cancels nothing at a barge-in (relay/offline/explore_live.py)."""
 
 from __future__ import annotations
 
@@ -291,3 +302,22 @@ def test_a_streaming_handler_s_end_the_dropped_session_never_sent_is_not_replaye
              and note.kind in (HANDLER_FINISHED_NOTE, HANDLER_YIELDED_NOTE)]
     assert notes == [HANDLER_YIELDED_NOTE] * 2, "both values went up, the handler's end never did"
     assert replays_same(conversation, STREAM_DROPPED, {}, None) is None
+
+
+@pytest.mark.parametrize("schedule", [
+    (Perturbation("barge_in", 1, "running"),),
+    (Perturbation("barge_in", 1, "follow_up"), Perturbation("reseed", 1, "answered")),
+])
+def test_two_gpt_live_delegations_at_once_are_continued_by_one_create(
+        bank: dict[str, list[str]], schedule: tuple[Perturbation, ...]) -> None:
+    """The first schedule breaks three invariants with backend_calls.py's wait undone; the second
+    (the caller's second request made in a session carried on, while the carried create's
+    response is still to begin) breaks `appends_placed` with its wait for a create on its way
+    undone (`CREATE_WAIT` 0)."""
+    from relay.offline.explore_input import from_file
+    from tests.test_explore import EXAMPLES, REFUND_SCRIPT
+
+    conversation = from_file(REFUND_SCRIPT, tool_registry([str(EXAMPLES / "refunds_fixed.py")]), dialect="live")
+    with held(conversation, tuple(sorted(schedule))) as session:   # every invariant held
+        calls = [entry for entry in session.engine.ledger]
+        assert len(calls) >= 2 and all(entry.state is CallState.ANSWERED for entry in calls)

@@ -19,13 +19,16 @@ from typing import Any
 
 from relay.dialects import live
 from relay.engine.actions import SendUpstream
-from relay.engine.batches import Batch, Batches
+from relay.engine.batches import Batch, Batches, CreatesUp
 from relay.engine.calls import CallEntry, CallOutcome, CallState, Owner
 from relay.engine.core import SessionEngine
 from relay.engine.records import Phase
 from relay.tools.render import render_error
 
 DELEGATED, BACKEND_CALL = "delegation", "backend call"   # the shapes a relay call arrives in
+CREATE_WAIT = 15.0
+"""Seconds a batch's create waits, at most, for the response of a create already up to begin (as
+long as the sequencer waits for a create's acknowledgement on Realtime)."""
 SAME: Any = object()   # forward the frame as it came
 DROP: Any = None       # the other side does not see it
 
@@ -43,7 +46,7 @@ class ResponsesDelegation(SessionEngine):
         self._unsent: list[tuple[CallEntry | None, list[live.Event]]] = []   # while the upstream is away
         self._after_forward: list[Batch] = []         # batches to look at once a client's frame went up
         self._owed_by_create: dict[str, list[CallEntry]] = {}   # the relay's create -> the calls it follows up
-        self._creates_up: list[str | None] = []       # this session's creates whose response has not begun
+        self._creates_up = CreatesUp()                # this session's creates whose response has not begun
         self._create_of: dict[str, str | None] = {}   # a continued batch -> the create that continued it
         self._delegated: dict[str, str | None] = {}   # a delegation announced -> its response id, not begun yet
         self._begun: set[str] = set()                 # backend responses whose beginning was taken
@@ -75,6 +78,13 @@ class ResponsesDelegation(SessionEngine):
                 self._delivered([entry for entry in self.batches.relay_calls(continued)
                                  if entry.state is CallState.ANSWERED])
             create = self._started_by(envelope, key, response_id)
+            if create is not None:   # the other batches that create continued (`_continue`) are over too
+                for other_key in [k for k, c in self._create_of.items() if c == create and k != key]:
+                    del self._create_of[other_key]
+                    other = self.batches.get(other_key)
+                    if other is not None and other.continued:
+                        self._delivered([entry for entry in self.batches.relay_calls(other)
+                                         if entry.state is CallState.ANSWERED])
             self.batches.response_started(key or "", response_id)
             self._backend_response_started(create)
         elif isinstance(nested, live.BackendItemAdded):
@@ -150,6 +160,7 @@ class ResponsesDelegation(SessionEngine):
             if entry.state is CallState.FINISHED:
                 self._send_output(entry)
         self._continue(batch)
+        self._continue_waiting()
         self._backend_quiet()
 
     # ==== answers =======================================================================
@@ -185,17 +196,41 @@ class ResponsesDelegation(SessionEngine):
         mixed = self.batches.has_client_calls(batch)
         if mixed and batch.held_create is None:
             return
-        batch.continued = True
+        if self._creates_up.wait_ends(self.ctx.now, CREATE_WAIT) is not None or self.batches.others_under_way(
+                batch, self._begun):
+            return   # continued with the work it waits for, by one create (`_continue_waiting`)
         event = batch.held_create if mixed else live.ResponseCreate(event_id=self.ctx.new_event_id())
         batch.held_create = None
         assert event is not None
-        self._create_of[batch.key] = event.event_id
-        if not mixed:
-            self._follow_up_owed(batch, event)
+        # one create continues every batch whole by now: the one this asks for, and those that
+        # waited for it (a create names no delegation: it continues the session's pending calls)
+        joining = [other for other in self.batches if other is not batch and self.batches.due(other)
+                   and not self.batches.has_client_calls(other)]
+        for continued in (batch, *joining):
+            continued.continued = True
+            self._create_of[continued.key] = event.event_id
+            if not (continued is batch and mixed):
+                self._follow_up_owed(continued, event)
         self._command([event])
-        self.ctx.notice("follow_up", {"event_id": event.event_id, "call_ids": ",".join(batch.calls),
-                                      "delegation_id": batch.key, "response_id": batch.response_id,
-                                      "by": "client" if mixed else "relay"})
+        for continued in (batch, *joining):
+            self.ctx.notice("follow_up", {"event_id": event.event_id, "call_ids": ",".join(continued.calls),
+                                          "delegation_id": continued.key, "response_id": continued.response_id,
+                                          "by": "client" if continued is batch and mixed else "relay"})
+
+    def _other_deadlines(self) -> list[float]:
+        """A batch waiting for a create on its way goes when that wait ends."""
+        due = any(self.batches.due(batch) for batch in self.batches)
+        waiting = self._creates_up.wait_ends(self.ctx.now, CREATE_WAIT) if due else None
+        return [*super()._other_deadlines(), *([] if waiting is None else [waiting])]
+
+    def _tick(self) -> None:
+        super()._tick()
+        self._continue_waiting()
+
+    def _continue_waiting(self) -> None:
+        """A backend response ended, or a wait did: the batches whole by now go (one create)."""
+        for batch in self.batches:
+            self._continue(batch)   # (a batch another's create took is no longer due)
 
     # ==== the follow-up's records (a replica taking the session over reads them) ===========
     def _follow_up_owed(self, batch: Batch, create: live.ResponseCreate) -> None:
@@ -204,8 +239,8 @@ class ResponsesDelegation(SessionEngine):
         calls = [entry for entry in self.batches.relay_calls(batch) if entry.state is CallState.ANSWERED]
         for entry in calls:
             self.ctx.remember(entry, Phase.FOLLOW_UP, follow_up=True)
-        if create.event_id is not None:
-            self._owed_by_create[create.event_id] = calls
+        if create.event_id is not None:   # (one create may continue several batches)
+            self._owed_by_create.setdefault(create.event_id, []).extend(calls)
 
     def _command(self, events: list[live.Event]) -> None:
         """Commands of no one call (a create, a silent note) upstream now, or, while the upstream is
@@ -226,14 +261,12 @@ class ResponsesDelegation(SessionEngine):
     # ==== which create a backend response answers ===========================================
     def _create_went_up(self, event_id: str | None) -> None:
         """A `response.create` went up (the relay's, or the client's as it came): its response is
-        still to begin. A create the server never starts a response for (refused: `_create_refused`)
-        is not kept forever: the oldest go first past 32."""
-        self._creates_up.append(event_id)
-        del self._creates_up[:-32]
+        still to begin (`CreatesUp` keeps no refused or lost one for ever)."""
+        self._creates_up.went_up(event_id, self.ctx.now)
 
     def _create_refused(self, event_id: Any) -> None:
         """This create's response is not to begin (it began, or was refused): no longer outstanding."""
-        if isinstance(event_id, str) and event_id in self._creates_up:
+        if isinstance(event_id, str):
             self._creates_up.remove(event_id)
 
     def _command_refused(self, event_id: Any) -> None:
@@ -282,10 +315,9 @@ class ResponsesDelegation(SessionEngine):
             return None
         if key is not None and key in self._create_of:
             create = self._create_of.pop(key)
-            if create in self._creates_up:
-                self._creates_up.remove(create)
+            self._creates_up.remove(create)
             return create
-        return self._creates_up.pop(0) if self._creates_up else None
+        return self._creates_up.pop_earliest()
 
     def _backend_busy(self) -> bool:
         """Whether a create now would meet backend work under way: a response announced or begun

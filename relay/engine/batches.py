@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from relay.engine.calls import CallEntry, CallState, Owner
+from relay.engine.calls import UNANSWERED, CallEntry, CallState, Owner
 
 MAX_BATCHES_KEPT = 64
 """Batches a session keeps: the recent ones (a continued batch older than these is over)."""
@@ -121,6 +121,23 @@ class Batches:
         return [batch for batch in self._by_key.values()
                 if not batch.continued and not batch.failed and self.has_relay_calls(batch)]
 
+    def others_under_way(self, batch: Batch, begun: set[str]) -> bool:
+        """Whether another delegation's backend work makes a create for `batch` wrong now: its
+        response begun (`begun`: the response ids begun) and not ended, which a create would meet
+        with a second response at once; or a relay call of its ended response unanswered (a
+        create names no delegation: it continues the session's calls, and before that call's
+        output it is a partial batch, or has the model speak over an open call). A delegation
+        announced whose response has not begun does not count: nothing on the wire ends it."""
+        for other in self._by_key.values():
+            if other is batch or other.continued or other.failed:
+                continue
+            if not other.completed:
+                if other.response_id is not None and other.response_id in begun:
+                    return True
+            elif any(entry.state in UNANSWERED for entry in self.relay_calls(other)):
+                return True
+        return False
+
     def _entries(self, batch: Batch) -> list[CallEntry]:
         return [entry for call_id in batch.calls if (entry := self._lookup(call_id)) is not None]
 
@@ -135,4 +152,41 @@ class Batches:
                     self._by_call.pop(call_id, None)
 
 
-__all__ = ["Batch", "Batches", "MAX_BATCHES_KEPT"]
+class CreatesUp:
+    """A session's `response.create`s whose response has not begun, in the order they went up, and
+    when each went. A create the server never starts a response for (refused, lost) is not kept for
+    ever: past `KEPT` the oldest go first, and it holds nothing past a wait (`wait_ends`)."""
+
+    KEPT = 32
+
+    def __init__(self) -> None:
+        self._up: list[tuple[str | None, float]] = []
+
+    def __contains__(self, event_id: object) -> bool:
+        return any(up == event_id for up, _ in self._up)
+
+    def went_up(self, event_id: str | None, now: float) -> None:
+        self._up.append((event_id, now))
+        del self._up[:-self.KEPT]
+
+    def remove(self, event_id: str | None) -> None:
+        """Its response began, or it was refused: it is no longer on its way."""
+        for index, (up, _) in enumerate(self._up):
+            if up == event_id:
+                del self._up[index]
+                return
+
+    def pop_earliest(self) -> str | None:
+        return self._up.pop(0)[0] if self._up else None
+
+    def clear(self) -> None:
+        self._up.clear()
+
+    def wait_ends(self, now: float, wait: float) -> float | None:
+        """When the wait for the creates on their way sent less than `wait` seconds ago ends, or
+        None when none is that recent."""
+        ends = [at + wait for _, at in self._up if at + wait > now]
+        return min(ends) if ends else None
+
+
+__all__ = ["Batch", "Batches", "CreatesUp", "MAX_BATCHES_KEPT"]

@@ -89,7 +89,7 @@ class Backend:
 
     def __init__(self, session: Delegator) -> None:
         self.session = session
-        self.batch: dict[str, BackendCall] = {}   # the calls the latest backend response waits on
+        self.batch: dict[str, BackendCall] = {}   # the calls the next create continues (every delegation's)
         self.batch_delegation: str | None = None
         self.calls: dict[str, BackendCall] = {}
         self.creates = 0                          # response.create's that continued a batch
@@ -153,7 +153,9 @@ class Backend:
             self.session.items.append({"type": wire.FUNCTION_CALL, "call_id": call.call_id, "name": call.name,
                                        "arguments": call.arguments})
         events.append(wire.BackendCompleted(response=self._snapshot(response_id, "completed")))
-        self.batch = {call.call_id: call for call in made}
+        # the calls a create is to continue: this response's, and any an earlier delegation's
+        # response made that no create continued yet (a create names no delegation)
+        self.batch.update((call.call_id, call) for call in made)
         self.batch_delegation = delegation_id
         return [self._envelope(delegation_id, event) for event in events]
 

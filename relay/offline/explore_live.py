@@ -216,7 +216,10 @@ class ExploredLiveSession(Exploring, DelegatingSession):
         self.mark("fault", "the caller barges in")
         text = self.conversation.barge_text
         reply = None if text is not None else self.mock.script.default
-        self._queue_first([lambda: self._carry(self.mock.user_turn(text or BARGE_LINE, reply))])
+        # behind the frames in flight: GPT-Live cancels nothing at a barge-in, and what the server
+        # sent before it heard the caller (a backend response's end) reaches the relay first
+        self._paced.append(lambda: self._carry(self.mock.user_turn(text or BARGE_LINE, reply)))
+        self._schedule_release()
 
     def _expire(self) -> list[Any]:
         """The server's side of `expired`, when its turn to be delivered comes: an error for each

@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pytest
-
 from tests.live.driver import (
     LiveDriver,
     MODEL,
@@ -139,25 +137,26 @@ def test_a_continuation_that_began_before_the_callers_turn_is_not_made_again() -
     assert follow_ups(driver) == ["c1"] and len(driver.sent_of("response.create")) == 1
 
 
-@pytest.mark.parametrize("carried_first", [True, False])
-def test_the_continuation_of_the_callers_own_batch_is_not_the_carried_one(carried_first: bool) -> None:
-    """The caller's turn makes a call (get_time); the relay answers it and continues that batch:
-    the response that create starts (naming get_time's delegation) is that batch's continuation,
-    not the carried one's, in whichever order the two begin."""
+def test_the_callers_own_batch_waits_for_the_carried_continuation_and_is_not_it() -> None:
+    """The caller's turn makes a call (get_time); the relay answers it, and that batch's create
+    waits while the carried create's response is on its way and open (a create then is a second
+    response at once: backend_calls.py `_others_under_way`); then it goes, and the response it
+    starts (naming get_time's delegation) is that batch's continuation, not the carried one's."""
     driver = carried_and_continued()
     driver.upstream(transcript("input", "And the time?", 5200))
     driver.upstream(delegation_created("item_2", target="responses", response_id="resp_2"))
     driver.batch("item_2", "resp_2", [call_item("c2", "get_time", {"city": "Paris"})])
     driver.finish("c2", "noon")
-    assert follow_ups(driver) == ["c1", "c2"]
-    if carried_first:
-        begun(driver, None, "resp_c")
+    assert follow_ups(driver) == ["c1"], "not while the carried create's response is to begin"
+    begun(driver, None, "resp_c")
+    assert follow_ups(driver) == ["c1"], "not while it is open"
+    driver.complete(None, "resp_c")   # type: ignore[arg-type]
+    assert follow_ups(driver) == ["c1", "c2"] and creates_while_open(driver) == []
     begun(driver, "item_2", "resp_2b")   # get_time's continuation
     reseed(driver)
     driver.upstream(started(RESPONSES, session_id="live_3"))
     driver.advance(60)
-    expected = ["c1", "c2"] if carried_first else ["c1", "c2", "c1"]
-    assert follow_ups(driver) == expected, "continued again only if its continuation never began"
+    assert follow_ups(driver) == ["c1", "c2"], "both continuations began: neither is continued again"
 
 
 def test_when_the_server_names_the_create_its_response_answers_that_decides() -> None:
