@@ -190,7 +190,9 @@ class ResponsesDelegation(SessionEngine):
     def _continue(self, batch: Batch) -> None:
         """The batch's one `response.create`, when it is due (`Batches.due`): the relay's own for a
         batch of relay calls only; for a batch of both, the client's (it asks, as on Realtime),
-        held until then. A batch of both whose client has not asked yet waits for it."""
+        held until then. A batch of both whose client has not asked yet waits for it. It waits
+        while another delegation's work is under way, and then continues every batch whole by
+        then too (a create names no delegation: it continues the session's pending calls)."""
         if not self.batches.due(batch):
             return
         mixed = self.batches.has_client_calls(batch)
@@ -198,12 +200,10 @@ class ResponsesDelegation(SessionEngine):
             return
         if self._creates_up.wait_ends(self.ctx.now, CREATE_WAIT) is not None or self.batches.others_under_way(
                 batch, self._begun):
-            return   # continued with the work it waits for, by one create (`_continue_waiting`)
+            return   # (`_continue_waiting`)
         event = batch.held_create if mixed else live.ResponseCreate(event_id=self.ctx.new_event_id())
         batch.held_create = None
         assert event is not None
-        # one create continues every batch whole by now: the one this asks for, and those that
-        # waited for it (a create names no delegation: it continues the session's pending calls)
         joining = [other for other in self.batches if other is not batch and self.batches.due(other)
                    and not self.batches.has_client_calls(other)]
         for continued in (batch, *joining):
@@ -219,8 +219,8 @@ class ResponsesDelegation(SessionEngine):
 
     def _other_deadlines(self) -> list[float]:
         """A batch waiting for a create on its way goes when that wait ends."""
-        due = any(self.batches.due(batch) for batch in self.batches)
-        waiting = self._creates_up.wait_ends(self.ctx.now, CREATE_WAIT) if due else None
+        waiting = (self._creates_up.wait_ends(self.ctx.now, CREATE_WAIT)
+                   if any(self.batches.due(batch) for batch in self.batches) else None)
         return [*super()._other_deadlines(), *([] if waiting is None else [waiting])]
 
     def _tick(self) -> None:
@@ -228,7 +228,7 @@ class ResponsesDelegation(SessionEngine):
         self._continue_waiting()
 
     def _continue_waiting(self) -> None:
-        """A backend response ended, or a wait did: the batches whole by now go (one create)."""
+        """What a batch waited for may be over (a response ended, a call answered, a wait): go."""
         for batch in self.batches:
             self._continue(batch)   # (a batch another's create took is no longer due)
 
@@ -328,17 +328,14 @@ class ResponsesDelegation(SessionEngine):
             not batch.completed or batch.calls and not batch.continued) for batch in self.batches)
 
     def _backend_quiet(self) -> None:
-        """A backend response ended: what a subclass waited for (relay/engine/delegation_records.py:
-        a carried batch's continuation, held while backend work was under way)."""
+        """A backend response ended: a subclass's carried batch may go (delegation_records.py)."""
 
     def _carried_client_output(self, entry: CallEntry, output: str) -> bool:
-        """Whether the client's output for its call is one a dropped session owed, told in this one
-        instead (a subclass's: relay/engine/delegation_records.py)."""
+        """Whether the client's output is one a dropped session owed (delegation_records.py)."""
         return False
 
     def _client_asks_carried(self) -> bool:
-        """Whether the client's create asks for a dropped session's batch, continued in this one
-        (a subclass's: relay/engine/delegation_records.py)."""
+        """Whether the client's create asks for a dropped session's batch (delegation_records.py)."""
         return False
 
     def _backend_response_started(self, create: str | None) -> None:
@@ -367,6 +364,7 @@ class ResponsesDelegation(SessionEngine):
                 batch = self.batches.of_call(entry.call_id)
                 if batch is not None:   # its output may have been the last the batch waited for
                     self._continue(batch)
+        self._continue_waiting()   # (and the last another delegation's batch waited for)
 
     def _client_item(self, event: live.ResponseItemCreate) -> Any:
         """A client's backend item: its output for a call of its own is seen (and may complete a
@@ -401,6 +399,8 @@ class ResponsesDelegation(SessionEngine):
         batches, self._after_forward = self._after_forward, []
         for batch in batches:
             self._continue(batch)
+        if batches:
+            self._continue_waiting()
 
     def _client_create(self, event: live.ResponseCreate) -> Any:
         """A client's `response.create` for a batch of both the relay's calls and its own: the

@@ -102,3 +102,24 @@ def test_a_batch_waits_for_a_create_on_its_way_and_no_longer_than_the_wait() -> 
             assert follow_ups(driver) == ["c1"]
             driver.advance(2)
         assert follow_ups(driver) == ["c1", "c2"] and creates_while_open(driver) == []
+
+
+def test_a_batch_that_waited_goes_when_the_call_it_waited_for_is_answered_in_a_batch_of_both() -> None:
+    """Delegation 1's batch holds a relay call and one of the client's, which the client has not
+    answered; delegation 2's batch (relay calls only) waits for delegation 1's relay call. Once
+    that call is answered nothing holds it (the client's call is the client's to answer), though
+    delegation 1's batch is not whole: delegation 2's create goes then."""
+    from tests.live.driver import function_tool, responses_session
+
+    driver = Logged([get_weather, get_time])
+    driver.client(responses_session([function_tool("show_map")]))
+    driver.upstream(started(RESPONSES))
+    driver.upstream(delegation_created("item_1", target="responses", response_id="resp_1"))
+    driver.batch("item_1", "resp_1", [call_item("c1", "get_weather", {"city": "Paris"}),
+                                      call_item("k1", "show_map")])
+    driver.upstream(delegation_created("item_2", target="responses", response_id="resp_2"))
+    driver.batch("item_2", "resp_2", [call_item("c2", "get_time", {"city": "Paris"})])
+    driver.finish("c2", "noon")
+    assert follow_ups(driver) == [], "not while get_weather, of delegation 1, is unanswered"
+    driver.finish("c1", "sunny")
+    assert follow_ups(driver) == ["c2"] and creates_while_open(driver) == []
