@@ -23,10 +23,11 @@ from relay.engine.batches import Batch, Batches, CreatesUp
 from relay.engine.calls import CallEntry, CallOutcome, CallState, Owner
 from relay.engine.core import SessionEngine
 from relay.engine.records import Phase
+from relay.engine.sequencer import ACK_TIMEOUT
 from relay.tools.render import render_error
 
 DELEGATED, BACKEND_CALL = "delegation", "backend call"   # the shapes a relay call arrives in
-CREATE_WAIT = 15.0
+CREATE_WAIT = ACK_TIMEOUT
 """Seconds a batch's create waits, at most, for the response of a create already up to begin (as
 long as the sequencer waits for a create's acknowledgement on Realtime)."""
 SAME: Any = object()   # forward the frame as it came
@@ -160,7 +161,6 @@ class ResponsesDelegation(SessionEngine):
             if entry.state is CallState.FINISHED:
                 self._send_output(entry)
         self._continue(batch)
-        self._continue_waiting()
         self._backend_quiet()
 
     # ==== answers =======================================================================
@@ -200,7 +200,7 @@ class ResponsesDelegation(SessionEngine):
             return
         if self._creates_up.wait_ends(self.ctx.now, CREATE_WAIT) is not None or self.batches.others_under_way(
                 batch, self._begun):
-            return   # (`_continue_waiting`)
+            return   # (`_continue_waiting` looks again after each round)
         event = batch.held_create if mixed else live.ResponseCreate(event_id=self.ctx.new_event_id())
         batch.held_create = None
         assert event is not None
@@ -223,12 +223,10 @@ class ResponsesDelegation(SessionEngine):
                    if any(self.batches.due(batch) for batch in self.batches) else None)
         return [*super()._other_deadlines(), *([] if waiting is None else [waiting])]
 
-    def _tick(self) -> None:
-        super()._tick()
-        self._continue_waiting()
-
     def _continue_waiting(self) -> None:
-        """What a batch waited for may be over (a response ended, a call answered, a wait): go."""
+        """After every round of the engine (`LiveEngine._after_input`): a batch that waited for
+        another delegation's work (a response ended, a call answered, a wait ran out) goes once it
+        is over."""
         for batch in self.batches:
             self._continue(batch)   # (a batch another's create took is no longer due)
 
@@ -364,7 +362,6 @@ class ResponsesDelegation(SessionEngine):
                 batch = self.batches.of_call(entry.call_id)
                 if batch is not None:   # its output may have been the last the batch waited for
                     self._continue(batch)
-        self._continue_waiting()   # (and the last another delegation's batch waited for)
 
     def _client_item(self, event: live.ResponseItemCreate) -> Any:
         """A client's backend item: its output for a call of its own is seen (and may complete a
@@ -399,8 +396,6 @@ class ResponsesDelegation(SessionEngine):
         batches, self._after_forward = self._after_forward, []
         for batch in batches:
             self._continue(batch)
-        if batches:
-            self._continue_waiting()
 
     def _client_create(self, event: live.ResponseCreate) -> Any:
         """A client's `response.create` for a batch of both the relay's calls and its own: the

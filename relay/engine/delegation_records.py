@@ -47,7 +47,7 @@ from typing import Any
 
 from relay.dialects import live
 from relay.engine.actions import Action, Remember
-from relay.engine.backend_calls import BACKEND_CALL, DELEGATED, SAME, ResponsesDelegation
+from relay.engine.backend_calls import BACKEND_CALL, CREATE_WAIT, DELEGATED, SAME, ResponsesDelegation
 from relay.engine.appends import Channel, answer_appends, split_text
 from relay.engine.calls import CallEntry, CallState, Owner
 from relay.engine.context import Source
@@ -57,7 +57,7 @@ from relay.tools.delegation import Delegation, Turn, delegation_parameter
 
 TRANSCRIPT_TURNS = 8
 TRANSCRIPT_CHARS = 1000
-CARRIED_WAIT = 15.0
+CARRIED_WAIT = CREATE_WAIT
 """Seconds a carried batch's continuation waits for backend work of the new session under way
 (as long as the sequencer waits for a create's acknowledgement, relay/engine/sequencer.py): past
 them its results are said instead (`LiveRecords._continue_carried`)."""

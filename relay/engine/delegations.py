@@ -115,6 +115,7 @@ class LiveEngine(LiveRecords):
         return kind
 
     def _after_input(self) -> None:
+        self._continue_waiting()   # a batch another delegation's work held goes once that is over
         self.ctx.forget_old()
 
     # ==== upstream ======================================================================
@@ -303,7 +304,6 @@ class LiveEngine(LiveRecords):
             self._send_output(entry)
             if batch is not None:
                 self._continue(batch)
-                self._continue_waiting()   # the call another delegation's batch waited for, maybe
         # else: it goes up once the backend response completed (`_response_over`)
 
     # ---- a delegate's progress filler (`on_delay`) ----

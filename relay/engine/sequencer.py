@@ -28,6 +28,9 @@ from relay.engine.actions import Notice
 from relay.engine.states import Machines, Steps
 
 # Metadata keys the relay puts on its own responses (values must be strings, <= 512 chars).
+ACK_TIMEOUT = 15.0
+"""Seconds the relay waits for its `response.create` to be acknowledged (its response to begin)
+before it takes the create for lost (the GPT-Live engine's waits for a create are as long)."""
 META_KIND = "relay"
 META_EVENT = "relay_event"
 META_CALLS = "call_ids"
@@ -159,7 +162,7 @@ class Sequencer(Machines):
         build_create: Callable[[dict[str, Any], str], ResponseCreate],
         strict: bool = True,
         on_refused: Callable[[str], None] | None = None,
-        ack_timeout: float = 15.0,
+        ack_timeout: float = ACK_TIMEOUT,
         foreign_timeout: float = 10.0,
         max_attempts: int = 4,
         retry_wait: float = 5.0,
