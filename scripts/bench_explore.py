@@ -2,7 +2,8 @@
 """Explorer speed (a benchmark, not a test): schedules per second of one core's CPU time
 (`time.process_time`, so a loaded machine's waiting does not count), `relay explore`'s loop on
 the demo's conversation (4 caller lines, 5 relay calls, a filler) on each dialect, and on a
-conversation of one call. Every invariant is checked on every schedule, as the command does
+conversation of one call, with the garbage collector's share of that CPU time (its collections
+timed by a `gc.callbacks` hook). Every invariant is checked on every schedule, as the command does
 (`replays_same` aside: `relay explore` replays only every `REPLAY_EVERY`th schedule).
 
 With `--before REV` the code of that commit (exported with `git archive`) is measured too, in
@@ -17,6 +18,7 @@ Usage: .venv/bin/python scripts/bench_explore.py [--budget N] [--rounds N] [--di
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import shutil
 import statistics
@@ -32,6 +34,20 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 SEED = 48
 ONE_CALL = "one call"
+
+
+class CollectorClock:
+    """The CPU time the garbage collector's collections take, from `gc.callbacks`."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.process_time()
+        else:
+            self.seconds += time.process_time() - self._started
 
 
 def measure(tree: str, conversation: str, budget: int) -> dict[str, Any]:
@@ -52,13 +68,16 @@ def measure(tree: str, conversation: str, budget: int) -> dict[str, Any]:
     else:
         dialect = conversation.split("(")[1].rstrip(")")
         explored = Conversation("demo", demo_script(), TURNS, tools).with_dialect(dialect)
+    collector = CollectorClock()
     with tempfile.TemporaryDirectory(prefix="relay-bench-explore-") as out:
+        gc.callbacks.append(collector)
         started = time.process_time()
         result = explore(explored, budget=budget, seed=SEED, replay_check=False, out=out)
         cpu = time.process_time() - started
+        gc.callbacks.remove(collector)
     return {"tried": result.tried, "distinct": result.distinct, "boundaries": result.boundaries,
             "covered": result.covered, "ok": result.ok, "cpu_seconds": cpu,
-            "rate": result.tried / cpu if cpu else 0.0}
+            "rate": result.tried / cpu if cpu else 0.0, "collector": collector.seconds / cpu if cpu else 0.0}
 
 
 def _run(tree: str, conversation: str, budget: int) -> dict[str, Any]:
@@ -120,6 +139,7 @@ def main() -> int:
                 for side, tree in trees.items():
                     run = _run(tree, conversation, args.budget)
                     row[side].append(round(run["rate"], 1))
+                    row.setdefault(f"{side}_collector", []).append(round(run["collector"] * 100, 1))
                     if side == "after":
                         row.update({key: run[key] for key in ("tried", "distinct", "boundaries", "covered", "ok")})
             for side in trees:

@@ -297,11 +297,17 @@ def bench_explore(page: Path, path: str) -> str:
     with what the run after tried, from `scripts/bench_explore.py --json`."""
     figures = results(path)
     before = figures.get("machine", {}).get("before")
+    rows = figures.get("conversations", {})
+    collector = any("after_collector" in row for row in rows.values())   # (older runs did not time it)
+    sides = ["before", "after"] if before else ["after"]
     lines = ["| conversation | schedules per CPU second" + (f": before (`{before}`) | after" if before else "") +
+             (" | collector's share of it, %" + (": before | after" if before else "") if collector else "") +
              " | distinct / tried | boundaries covered | every invariant held |",
-             "|---|" + ("---:|" if before else "") + "---:|---:|---:|---|"]
-    for name, row in figures.get("conversations", {}).items():
-        rates = (f"{_rates(row.get('before', []))} | " if before else "") + _rates(row.get("after", []))
+             "|---|" + "---:|" * (len(sides) * (2 if collector else 1)) + "---:|---:|---|"]
+    for name, row in rows.items():
+        rates = " | ".join(_rates(row.get(side, [])) for side in sides)
+        if collector:
+            rates += " | " + " | ".join(_rates(row.get(f"{side}_collector", [])) for side in sides)
         lines.append(f"| {name} | {rates} | {row['distinct']} / {row['tried']} | {row['covered']} of "
                      f"{row['boundaries']} | {'yes' if row['ok'] else 'no'} |")
     machine = figures.get("machine", {})

@@ -1,17 +1,20 @@
 """What the explorer's faster loop rests on (issue 48's speed): the virtual loop's clock moved at
 once only when nothing of the loop's comes first, a timeline that decodes fewer frames and reads
 the same, the copy of JSON the mock makes, the check of the client's frames that scans each
-frame once, and the relay's GPT-Live appends the checks take from the timeline's reading. tests/test_explore_fixed.py holds the schedules and verdicts of fixed seeds."""
+frame once, the relay's GPT-Live appends the checks take from the timeline's reading, and the
+garbage collector set for the runs and put back. tests/test_explore_fixed.py holds the schedules
+and verdicts of fixed seeds."""
 
 from __future__ import annotations
 
 import copy
+import gc
 from types import SimpleNamespace
 
 from relay.cli.demo import EXAMPLE_TOOLS, TURNS, demo_script
 from relay.offline import events
 from relay.offline.delegation_events import DelegationReader
-from relay.offline.explore import run_schedule
+from relay.offline.explore import YOUNG_COLLECTIONS, explore, run_schedule
 from relay.offline.explore_checks import client_never_sees_relay_call
 from relay.offline.explore_session import Conversation
 from relay.offline.virtual import VirtualLoop
@@ -129,3 +132,38 @@ def test_the_appends_a_gpt_live_timeline_read_are_those_its_frames_show() -> Non
         assert scanned.sent and scanned.placed and scanned.refused   # sent, placed, refused at the close
     finally:
         session.close()
+
+
+def _collector_seen_by_runs(frozen_before: bool) -> tuple[set[tuple[int, int]], tuple[int, int]]:
+    """What the collector is while an exploration's runs go (its youngest threshold and frozen
+    count, as each run's reset sees them), and after it (its threshold and frozen count)."""
+    conversation = Conversation("demo", demo_script(), TURNS, tool_registry([EXAMPLE_TOOLS]))
+    seen: set[tuple[int, int]] = set()
+    threshold = gc.get_threshold()
+    if frozen_before:
+        gc.freeze()
+    try:
+        before = gc.get_freeze_count()
+        explore(conversation, budget=3, replay_check=False,
+                reset=lambda: seen.add((gc.get_threshold()[0], gc.get_freeze_count() - before)))
+        after = (gc.get_threshold()[0], gc.get_freeze_count() - before)
+    finally:
+        gc.set_threshold(*threshold)
+        if frozen_before:
+            gc.unfreeze()
+    return seen, after
+
+
+def test_the_runs_collect_less_often_over_a_frozen_heap_and_the_collector_is_put_back() -> None:
+    threshold = gc.get_threshold()[0]
+    assert gc.get_freeze_count() == 0 and threshold != YOUNG_COLLECTIONS
+    seen, after = _collector_seen_by_runs(frozen_before=False)
+    assert {young for young, _ in seen} == {YOUNG_COLLECTIONS}
+    assert all(frozen > 0 for _, frozen in seen)    # what the process held when it began
+    assert after == (threshold, 0)
+
+
+def test_a_process_that_froze_its_own_heap_keeps_it_as_it_was() -> None:
+    seen, after = _collector_seen_by_runs(frozen_before=True)
+    assert {frozen for _, frozen in seen} == {0}    # nothing more frozen, nothing unfrozen
+    assert after == (gc.get_threshold()[0], 0)

@@ -30,12 +30,14 @@ the same invariant, written as a recording (with its inspector page) and the res
 
 from __future__ import annotations
 
+import gc
 import itertools
 import random
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from relay.offline import explore_live as live
 from relay.offline import explore_quirks as quirks
@@ -72,6 +74,9 @@ SETTLES = "settles"
 endless exchange, no deadline its tick leaves behind, no rule the engine refuses in strict mode)."""
 MAX_PERTURBATIONS = 3
 HANDLER_BEHAVIOURS = ("past_timeout", "raises", "hangs", "answers_twice")
+YOUNG_COLLECTIONS = 10_000
+"""Allocations between two collections of the youngest generation while exploring (Python's
+default is 700; see `_collector_for_runs`)."""
 
 
 _DESCRIBED = {SETTLES: "the conversation runs to its end", **DESCRIPTIONS}
@@ -282,6 +287,39 @@ def explore(conversation: Conversation, *, budget: int = DEFAULT_BUDGET, seed: i
     specs of `invariants`, which `relay replay --invariant` checks on the replayed session)."""
     if budget <= 0:
         raise ValueError("the schedule budget must be at least 1")
+    with _collector_for_runs():
+        return _explore(conversation, budget=budget, seed=seed, time_budget=time_budget, invariants=invariants,
+                        reset=reset, out=out, tools_arg=tools_arg, invariant_args=invariant_args,
+                        replay_check=replay_check, progress=progress)
+
+
+@contextmanager
+def _collector_for_runs() -> Iterator[None]:
+    """The garbage collector, set for an exploration's thousands of short runs, and put back after.
+    What the process held before is frozen (`gc.freeze`): a full collection then walks only what
+    the runs made, not every module and object of the process. The youngest generation is
+    collected every `YOUNG_COLLECTIONS` allocations: each run's objects live for the whole run, so
+    collecting them more often only moves them on. On the OpenAI demo (3,000 schedules, seed 48)
+    the collector's share of the CPU time goes from 12.8 % to 6.8 % (docs/benchmarks.md). A
+    process that froze objects of its own (`gc.get_freeze_count()`) keeps them as they were: nothing
+    is frozen or unfrozen then."""
+    threshold = gc.get_threshold()
+    freezing = gc.get_freeze_count() == 0
+    if freezing:
+        gc.freeze()
+    gc.set_threshold(YOUNG_COLLECTIONS, *threshold[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
+        if freezing:
+            gc.unfreeze()
+
+
+def _explore(conversation: Conversation, *, budget: int, seed: int, time_budget: float | None,
+             invariants: dict[str, Check] | None, reset: Callable[[], Any] | None, out: str | Path | None,
+             tools_arg: str, invariant_args: tuple[str, ...], replay_check: bool,
+             progress: Callable[[ExploreResult], None] | None) -> ExploreResult:
     own = dict(invariants or {})
     replay_args = (f" --tools {tools_arg}" if tools_arg else "") + "".join(
         f" --invariant {spec}" for spec in invariant_args)
