@@ -259,6 +259,12 @@ class PerturbedSession(ExploredSession):
             act(self, perturbation)
 
     def _reconnect(self, perturbation: Perturbation) -> None:
+        """The connection drops, and the relay's `perturbation.step`th attempt reopens it. While it
+        is down already (two drops at one anchor, or one at an anchor reached while away), nothing
+        more drops: the outage under way ends when its own attempt succeeds, and the relay sees
+        one reconnection for one drop, as an edge tells it."""
+        if self._away:
+            return
         self.mark("fault", "the upstream connection dropped; the relay reconnects")
         self._lose(list(self._paced))   # what was on its way is lost with the connection
         self._paced.clear()
