@@ -189,3 +189,71 @@ def test_a_lost_call_whose_item_names_a_response_the_relay_never_saw_is_answered
     [output] = h.outputs
     assert output["item"]["call_id"] == lost["call_id"] and "Paris" in output["item"]["output"]
     assert len(h.creates) == 1 and entry.state is CallState.ANSWERED
+
+
+def cut_at_the_call(h: EngineDriver, stop: str) -> tuple[str, str]:
+    """A response of one call whose events reached the relay up to the first `stop` event of its
+    call item (the rest still to come), then the sideband drops: (its call id, its item id)."""
+    events = h.mock.respond([weather("Paris")], finish=False, stop=lambda e: e["type"] == stop)
+    h.upstream(events)
+    [entry] = list(h.engine.ledger)
+    assert entry.state in (CallState.ANNOUNCED, CallState.STREAMING)
+    h.disconnect()
+    assert entry.item_id is not None
+    return entry.call_id, entry.item_id
+
+
+def test_a_call_being_made_when_the_sideband_dropped_runs_once_when_its_rest_comes_after() -> None:
+    h = sidecar()
+    call_id, item_id = cut_at_the_call(h, "response.output_item.added")
+    h.deliver = False   # the relay's question for the item is held: the item's own events answer first
+    h.reconnect()
+    assert [json.loads(frame)["item_id"] for frame in h.undelivered] == [item_id]
+    h.upstream(h.mock.finish_response())   # the rest of the response, on the new connection
+    assert list(h.started) == [call_id]
+    h.run_all()
+    h.deliver = True
+    h.flush()   # the question's answer: the call is known complete, nothing more happens
+    assert [o["item"]["call_id"] for o in h.outputs] == [call_id] and len(h.creates) == 1
+    assert list(h.started) == [call_id] and h.engine.lost.asked == {}
+
+
+def test_a_call_finished_while_the_sideband_was_away_is_asked_for_and_answered_once() -> None:
+    h = sidecar()
+    call_id, item_id = cut_at_the_call(h, "response.function_call_arguments.delta")
+    h.mock.finish_response()   # the call and the response end while nobody is attached: lost
+    h.reconnect()
+    assert [e["item_id"] for e in h.sent_of("conversation.item.retrieve")] == [item_id]
+    assert list(h.started) == [call_id]
+    entry = h.engine.ledger.get(call_id)
+    assert entry is not None and json.loads(entry.arguments) == {"city": "Paris"}   # the item's, not the deltas so far
+    h.run_all()
+    [output] = h.outputs
+    assert output["item"]["call_id"] == call_id and "Paris" in output["item"]["output"]
+    assert len(h.creates) == 1 and entry.state is CallState.ANSWERED
+
+
+def test_a_call_cut_short_while_the_sideband_was_away_is_never_run() -> None:
+    h = sidecar()
+    call_id, item_id = cut_at_the_call(h, "response.function_call_arguments.delta")
+    h.mock.barge_in()   # the caller cuts the response mid-arguments, while nobody is attached
+    h.reconnect()
+    assert [e["item_id"] for e in h.sent_of("conversation.item.retrieve")] == [item_id]
+    entry = h.engine.ledger.get(call_id)
+    assert entry is not None and entry.state is CallState.SKIPPED
+    assert h.started == {} and h.outputs == [] and h.creates == []
+
+
+def test_a_question_for_a_call_being_made_is_asked_again_after_a_second_drop() -> None:
+    h = sidecar()
+    call_id, item_id = cut_at_the_call(h, "response.output_item.added")
+    h.deliver = False
+    h.reconnect()   # the question goes up, and is lost with the next drop
+    h.undelivered.clear()
+    h.disconnect()
+    h.deliver = True
+    h.mock.finish_response()   # lost too
+    h.reconnect()
+    assert [e["item_id"] for e in h.sent_of("conversation.item.retrieve")] == [item_id, item_id]
+    h.run_all()
+    assert [o["item"]["call_id"] for o in h.outputs] == [call_id] and len(h.creates) == 1

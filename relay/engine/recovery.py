@@ -16,6 +16,11 @@ what came before. Two ways, both read here:
   `response_id` field, when there, is used). Its output goes in right after it and its batch
   gets its one follow-up, as any call's.
 
+A call the model was still making when the connection went (its item seen, not done) may have
+been finished or cut short meanwhile. It stays open at the reconnect (`CallWatcher.settle`), and
+the relay asks for its item at once: its later events on the new connection complete it, or the
+answer does (`CallWatcher.learnt`: completed, it runs; `incomplete`, it is skipped).
+
 What the wire gives no way to learn: a lost item no later event names. Each item event names the
 one item before it, so of several items lost in a row only the last is named (a response that
 made two calls while the sideband was away, neither seen: the second is answered, the first is
@@ -33,6 +38,7 @@ from typing import Any, Callable
 
 from relay.dialects import items as wire
 from relay.dialects.openai import FUNCTION_CALL
+from relay.engine.calls import CallState
 from relay.engine.context import OpenAIContext
 from relay.engine.conversation import ResponseRecord
 from relay.engine.injection import Injector
@@ -53,7 +59,7 @@ class LostItems:
         self.watcher = watcher
         self.injector = injector
         self.open = False                       # a reconnect happened and no response since has ended
-        self.asked: dict[str, Any] = {}         # item id asked for -> the item that named it
+        self.asked: dict[str, Any] = {}         # item id asked for -> the item that named it (None: a call's own)
         self._began: set[str] = set()           # responses created since the reconnect
 
     # ---- the gap -------------------------------------------------------------------------
@@ -63,22 +69,36 @@ class LostItems:
         that waited go in, and the gap opens."""
         ctx = self.ctx
         conversation = ctx.conversation
+        unknown: list[str] = []   # items of calls the model was making when the connection went
         for response_id in list(conversation.response_order):
             response = conversation.responses[response_id]
             if not response.done:
                 response.status = END_LOST
                 response.done_at = ctx.now
                 ctx.response_notice(response, "done")
-                self.watcher.settle(response)
+                unknown += [entry.item_id for entry in self.watcher.settle(response, end_lost=True)
+                            if entry.item_id is not None]
         for response_id in list(conversation.response_order):
             self.injector.inject_ready(conversation.responses[response_id])
         self.open = True
         self._began.clear()
         for item_id in list(self.asked):
-            if conversation.item(item_id) is not None:
+            if self._known(item_id):
                 del self.asked[item_id]   # come meanwhile by another way
             else:                         # the question or its answer went with the connection
                 ctx.send_tagged(wire.ItemRetrieve(event_id=ctx.new_event_id(), item_id=item_id), "retrieve")
+        for item_id in unknown:
+            if item_id not in self.asked and len(self.asked) < MAX_ASKED:
+                self.asked[item_id] = None   # (known: nothing to place it before)
+                ctx.send_tagged(wire.ItemRetrieve(event_id=ctx.new_event_id(), item_id=item_id), "retrieve")
+
+    def _known(self, item_id: str) -> bool:
+        """Whether what the relay asked about this item is known by now: the item, and, for a call
+        it was making, whether that call was finished or cut short."""
+        if self.ctx.conversation.item(item_id) is None:
+            return False
+        entry = self.ctx.ledger.by_item(item_id)
+        return entry is None or entry.state not in (CallState.ANNOUNCED, CallState.STREAMING)
 
     def response_began(self, response: ResponseRecord) -> None:
         if self.open:
@@ -114,6 +134,13 @@ class LostItems:
         ctx = self.ctx
         known = ctx.conversation.item(item_id) is not None
         record = ctx.conversation.upsert(item)   # type: ignore[arg-type]
+        if record is not None and known and record.type == FUNCTION_CALL:
+            # a call it was making when the connection went: finished or cut short meanwhile
+            entry = ctx.ledger.by_item(item_id)
+            if entry is not None and self.watcher.learnt(entry, record):
+                response = ctx.conversation.response(entry.response_id, create=False) if entry.response_id else None
+                if response is not None:
+                    self.injector.inject_ready(response)
         if record is None or known:
             return True   # it arrived meanwhile by another way: what said so handled it
         ctx.conversation.insert_before(item_id, following)

@@ -17,6 +17,7 @@ from relay.engine.context import OpenAIContext
 from relay.engine.conversation import ItemRecord, ResponseRecord
 
 CANCEL_STATES = ("cancelled", "failed")
+IN_PROGRESS = "in_progress"
 _OPEN = (CallState.ANNOUNCED, CallState.STREAMING)
 
 
@@ -131,11 +132,15 @@ class CallWatcher:
             return
         rules.complete(entry)
 
-    def settle(self, response: ResponseRecord) -> None:
-        """At `response.done` (or when its end was lost), every call of the response is either
-        complete or skipped."""
+    def settle(self, response: ResponseRecord, *, end_lost: bool = False) -> list[CallEntry]:
+        """At `response.done`, every call of the response is either complete or skipped. When its
+        end was lost with the connection (`end_lost`), a call whose item was still being made is
+        neither: the model may have finished it or been cut short while the relay was away. It
+        stays open, for its later events or the relay's question for its item to say which
+        (relay/engine/recovery.py); those calls are returned."""
         ctx = self.ctx
         failed = response.status in CANCEL_STATES
+        unknown: list[CallEntry] = []
         for item_id in response.output_item_ids:
             entry = ctx.ledger.by_item(item_id)
             if entry is None or entry.state not in _OPEN:
@@ -145,7 +150,25 @@ class CallWatcher:
             if failed:
                 reason = f"response {response.status}" + (f" ({response.reason})" if response.reason else "")
                 ctx.rules.skip(entry, reason)
+            elif end_lost and item_status == IN_PROGRESS:
+                unknown.append(entry)
             elif item_status not in (None, "completed"):
                 ctx.rules.skip(entry, f"item {item_status}")
             else:
                 self.item_complete(entry)
+        return unknown
+
+    def learnt(self, entry: CallEntry, record: ItemRecord) -> bool:
+        """What the relay's question for an open call's item answered (`record`, its latest form):
+        complete, the call may run; cut short, it is skipped; still being made, it waits for its
+        later events. True when the call is settled by it."""
+        if entry.state not in _OPEN:
+            return False
+        if record.status == "completed":
+            self.track(record)   # its final arguments
+            self.item_complete(entry)
+            return True
+        if record.status != IN_PROGRESS:
+            self.ctx.rules.skip(entry, f"item {record.status}")
+            return True
+        return False

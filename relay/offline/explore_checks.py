@@ -286,9 +286,14 @@ def _broken(session: ExploredSession, own: dict[str, Check]) -> list[tuple[str, 
     abandoned = {entry.call_id for entry in session.engine.ledger if entry.state == CallState.ABANDONED}
     unseen = session.unseen_calls() if hasattr(session, "unseen_calls") else set()
     carried = session.carried_calls() if hasattr(session, "carried_calls") else set()
+    unheard: set[str] | None = None   # (read when a withdrawn call's answer is found)
     for name, violation in violations(timeline):
         if any(call_id in violation.message for call_id in unseen):
             continue   # a call nothing the relay received names: it could not know of it
+        if "after the server withdrew it" in violation.message and hasattr(session, "unheard_withdrawals"):
+            unheard = session.unheard_withdrawals() if unheard is None else unheard
+            if any(call_id in violation.message for call_id in unheard):
+                continue   # withdrawn in frames the connection lost: the relay could not know
         if "never answered" in violation.message and any(call_id in violation.message for call_id in carried):
             continue   # answered in a new session that carries a dropped one on, naming no id (explore_live)
         if session.closed and abandoned and any(call_id in violation.message for call_id in abandoned):

@@ -5,7 +5,7 @@ on a call's life it lands.
 
 | kind | what happens | where the fact is |
 |---|---|---|
-| `reconnect` | the upstream connection drops, frames in flight are lost, the relay reconnects at its first attempt (0.2 s) or its last (12.6 s) (`upstream_disconnected` / `upstream_reconnected`) | `Dialect.call_sideband`: the attached call reopens its sideband |
+| `reconnect` | the upstream connection drops (while the call is made, while it runs, or before its follow-up), frames in flight are lost, the relay reconnects at its first attempt (0.2 s) or its last (12.6 s) (`upstream_disconnected` / `upstream_reconnected`) | `Dialect.call_sideband`: the attached call reopens its sideband |
 | `server_cancel` | the server ends the call's response `cancelled` (OpenAI family: the rest of its items `incomplete`; Gemini: `toolCallCancellation` without a barge-in) | a call is safe only when its response did not end cancelled; Gemini's `toolCallCancellation` |
 | `late_arguments` | the response is cancelled while the call's arguments stream, and its arguments and item arrive after `response.done` | the `.done` events are also sent for the items of a cancelled response |
 | `end_first` | Gemini: the caller barges in while the call runs, and the server ends the interrupted turn (`turnComplete`) before it cancels the call | an interrupted turn goes through `interrupted` > `turn_complete` (google-genai's `LiveServerContent`); where its `toolCallCancellation` comes is not documented |
@@ -80,7 +80,7 @@ def _streamed(dialect: Dialect, quirks: Quirks) -> bool:
 
 
 KINDS: dict[str, QuirkKind] = {kind.kind: kind for kind in (
-    QuirkKind("reconnect", "the upstream connection drops and the relay reconnects", ("running", "answered"),
+    QuirkKind("reconnect", "the upstream connection drops and the relay reconnects", ("announced", "running", "answered"),
               "Dialect.call_sideband (the attached call reopens its sideband)",
               lambda dialect, quirks: dialect.call_sideband),
     QuirkKind("server_cancel", "the server cancels the call's response", ("announced", "running"),
@@ -214,6 +214,20 @@ class PerturbedSession(ExploredSession):
             return super()._timeline()
         finally:
             self.frames = kept
+
+    def unheard_withdrawals(self) -> set[str]:
+        """The calls the server withdrew (a response of theirs ended cancelled or failed) only in
+        frames the connection lost: the relay, told nothing of that end, may answer them, as it
+        answers a call whose response's end a reconnect lost (docs/guarantees.md: the window a
+        reconnect leaves)."""
+        if not self._lost:
+            return set()
+        from relay.offline.events import CANCELLED
+
+        def withdrawn(timeline: Timeline) -> set[str]:
+            return {call_id for event in timeline.of(CANCELLED) for call_id in event.call_ids}
+
+        return withdrawn(self.timeline) - withdrawn(super()._timeline())
 
     def unseen_calls(self) -> set[str]:
         """The calls the server made that nothing the relay received tells it of: every frame of
