@@ -90,7 +90,14 @@
   its item: completed, it runs and is answered once (relay/engine/recovery.py). Its response may
   have ended cancelled in what the connection lost (a `late_arguments` schedule): the relay cannot
   know, answers it, and the explorer does not count that answer against it (`unheard_withdrawals`;
-  docs/guarantees.md names the window)."""
+  docs/guarantees.md names the window).
+- **The explorer's own check, not the relay** (`nothing_owed`, `answered_once`, the demo on
+  openai-beta at seed 211 and xAI at seed 307: a `response.done` before a call's item, the
+  connection dropping before call 2 is complete and back 0.2 s later, then dropping for good once
+  call 1 runs): the relay had asked for call 2's item after the reconnect, and the answer went with
+  the final drop. The check counted that call, half made as far as the relay knew, as owed; a
+  call a dropped connection left half made is owed nothing more, as one it abandoned is not
+  (relay/offline/explore_checks.py)."""
 
 from __future__ import annotations
 
@@ -375,3 +382,20 @@ def test_a_call_withdrawn_only_in_frames_the_connection_lost_may_be_answered() -
             [e for e in session.engine.ledger if e.relay_owned], start=1) if number == 4)
         assert fourth.state is CallState.ANSWERED
         assert session.unheard_withdrawals() == {fourth.call_id}
+
+
+@pytest.mark.parametrize("dialect, schedule", [
+    ("openai-beta", (Perturbation("done_first", 2, "running"), Perturbation("drop", 1, "running"),
+                     Perturbation("reconnect", 2, "announced", 1))),
+    ("xai", (Perturbation("done_first", 5, "running"), Perturbation("drop", 1, "running"),
+             Perturbation("reconnect", 2, "announced", 1))),
+])
+def test_a_call_a_drop_left_half_made_is_owed_nothing_more(dialect: str, schedule: tuple[Perturbation, ...]) -> None:
+    run = run_schedule(demo(dialect), schedule, keep=True)
+    try:
+        assert run.broken == [] and run.session.closed
+        half_made = [entry for entry in run.session.engine.ledger
+                     if entry.relay_owned and entry.state in (CallState.ANNOUNCED, CallState.STREAMING)]
+        assert len(half_made) == 1   # the call whose item the relay asked for, the answer lost
+    finally:
+        run.session.close()

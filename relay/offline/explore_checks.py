@@ -67,14 +67,21 @@ def client_never_sees_relay_call(session: ExploredSession) -> str | None:
     return None
 
 
+_LEFT_AT_A_DROP = (CallState.ABANDONED, CallState.ANNOUNCED, CallState.STREAMING)
+"""The states a relay call a dropped connection ended the session on is owed nothing more in: the
+session's end abandoned it, or the relay had not learnt that the model finished it (a call whose
+item it asked for after a reconnect, the answer lost with the drop)."""
+
+
 def nothing_owed(session: ExploredSession) -> str | None:
     """At the end of the conversation (before the session closes) every relay call is answered or
-    rightly not (skipped); one the session's end abandoned counts only when the connection dropped."""
+    rightly not (skipped); one the session's end abandoned or left half made counts only when the
+    connection dropped."""
     dropped = session.closed
     for entry in session.engine.ledger:
         if not entry.relay_owned or entry.state in (CallState.ANSWERED, CallState.SKIPPED):
             continue
-        if entry.state == CallState.ABANDONED and dropped:
+        if entry.state in _LEFT_AT_A_DROP and dropped:
             continue
         return f"{entry.call_id} ({entry.name}) is still owed at the end ({entry.state.value})"
     return None
@@ -283,7 +290,7 @@ def _broken(session: ExploredSession, own: dict[str, Check]) -> list[tuple[str, 
     found: list[tuple[str, str]] = []
     timeline = session.timeline
     seen: set[str] = set()
-    abandoned = {entry.call_id for entry in session.engine.ledger if entry.state == CallState.ABANDONED}
+    abandoned = {entry.call_id for entry in session.engine.ledger if entry.relay_owned and entry.state in _LEFT_AT_A_DROP}
     unseen = session.unseen_calls() if hasattr(session, "unseen_calls") else set()
     carried = session.carried_calls() if hasattr(session, "carried_calls") else set()
     unheard: set[str] | None = None   # (read when a withdrawn call's answer is found)
@@ -297,7 +304,7 @@ def _broken(session: ExploredSession, own: dict[str, Check]) -> list[tuple[str, 
         if "never answered" in violation.message and any(call_id in violation.message for call_id in carried):
             continue   # answered in a new session that carries a dropped one on, naming no id (explore_live)
         if session.closed and abandoned and any(call_id in violation.message for call_id in abandoned):
-            continue   # the connection dropped: an abandoned call is owed nothing more (see nothing_owed)
+            continue   # the connection dropped: a call it abandoned or left half made is owed nothing more (see nothing_owed)
         if session.closed and name == "spoke_after_tools":
             continue   # the connection dropped: no model is left to speak after what was answered
         if name not in seen:
