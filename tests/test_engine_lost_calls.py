@@ -257,3 +257,29 @@ def test_a_question_for_a_call_being_made_is_asked_again_after_a_second_drop() -
     assert [e["item_id"] for e in h.sent_of("conversation.item.retrieve")] == [item_id, item_id]
     h.run_all()
     assert [o["item"]["call_id"] for o in h.outputs] == [call_id] and len(h.creates) == 1
+
+
+def test_a_call_being_made_whose_item_the_server_will_not_give_is_skipped_and_its_batch_goes_on() -> None:
+    h = sidecar()
+    events = h.mock.respond([weather("Paris"), weather("Rome")], finish=False,
+                            stop=lambda e: e["type"] == "response.function_call_arguments.delta"
+                            and e["call_id"] != _first_call(h))
+    h.upstream(events)   # Paris complete, Rome half made
+    paris, rome = list(h.engine.ledger)
+    h.disconnect()
+    h.deliver = False   # the questions are held: the server refuses Rome's
+    h.reconnect()
+    question = next(json.loads(frame) for frame in h.undelivered if json.loads(frame)["item_id"] == rome.item_id)
+    h.undelivered.clear()
+    h.upstream({"type": "error", "event_id": "event_x", "error": {
+        "type": "invalid_request_error", "code": "item_not_found", "message": "no such item",
+        "param": None, "event_id": question["event_id"]}})
+    assert rome.state is CallState.SKIPPED and h.engine.lost.asked == {}
+    h.deliver = True
+    h.run_all()
+    assert [o["item"]["call_id"] for o in h.outputs] == [paris.call_id] and len(h.creates) == 1
+    assert list(h.started) == [paris.call_id]
+
+
+def _first_call(h: EngineDriver) -> str:
+    return next(item["call_id"] for item in h.mock.items if item["type"] == "function_call")

@@ -36,7 +36,7 @@ from relay.engine.hiding import SAME as _SAME
 from relay.engine.hiding import ClientView
 from relay.engine.injection import Injector
 from relay.engine.records import CallRecord
-from relay.engine.recovery import LostItems
+from relay.engine.recovery import RETRIEVE, LostItems
 from relay.engine.sequencer import sent_notice
 from relay.engine.watching import CANCEL_STATES, CallWatcher
 from relay.tools.render import RenderedOutput
@@ -304,19 +304,19 @@ class OpenAIEngine(SessionEngine):
         error = self.ctx.part(event, event.error, "an error object")
         if error is None:
             return _SAME
-        ours = self.sequencer.error_about(error, self.ctx.now)
-        if ours is None:
+        if (ours := self.sequencer.error_about(error, self.ctx.now)) is None:
             return _SAME
         what, call_id = ours
         self.injector.follow_up_refused(self.sequencer.follow_up_call_ids(retrying=True))
-        message = f"{error.get('code') or error.get('type')}: {error.get('message')}"
         self.ctx.emit(Notice("upstream_error", {"what": what, "call_id": call_id, "code": error.get("code"),
                                                 "message": error.get("message")}))
         entry = self.ledger.get(call_id)
         if entry is not None:
-            entry.upstream_errors += (message,)
+            entry.upstream_errors += (f"{error.get('code') or error.get('type')}: {error.get('message')}",)
             if what == "output":
                 self.injector.output_refused(entry, error)
+            elif what == RETRIEVE:
+                self.lost.refused(entry)
         return None  # errors about the relay's own frames are not the client's business
 
     # ---- barge-in ----

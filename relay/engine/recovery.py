@@ -19,7 +19,9 @@ what came before. Two ways, both read here:
 A call the model was still making when the connection went (its item seen, not done) may have
 been finished or cut short meanwhile. It stays open at the reconnect (`CallWatcher.settle`), and
 the relay asks for its item at once: its later events on the new connection complete it, or the
-answer does (`CallWatcher.learnt`: completed, it runs; `incomplete`, it is skipped).
+answer does (`CallWatcher.learnt`: completed, it runs; `incomplete`, it is skipped). A question
+the server refuses (an `error` naming it) skips the call (`refused`): it never runs on a guess,
+and its batch goes on without it.
 
 What the wire gives no way to learn: a lost item no later event names. Each item event names the
 one item before it, so of several items lost in a row only the last is named (a response that
@@ -38,12 +40,14 @@ from typing import Any, Callable
 
 from relay.dialects import items as wire
 from relay.dialects.openai import FUNCTION_CALL
-from relay.engine.calls import CallState
+from relay.engine.calls import CallEntry, CallState
 from relay.engine.context import OpenAIContext
 from relay.engine.conversation import ResponseRecord
 from relay.engine.injection import Injector
 from relay.engine.watching import CallWatcher
 
+RETRIEVE = "retrieve"
+"""What the relay's `conversation.item.retrieve` is remembered as (an error aimed at it says so)."""
 END_LOST = "unknown"
 """The status of a response whose end was lost with the connection (no wire status is this)."""
 MAX_ASKED = 16
@@ -86,11 +90,31 @@ class LostItems:
             if self._known(item_id):
                 del self.asked[item_id]   # come meanwhile by another way
             else:                         # the question or its answer went with the connection
-                ctx.send_tagged(wire.ItemRetrieve(event_id=ctx.new_event_id(), item_id=item_id), "retrieve")
+                self._ask(item_id)
         for item_id in unknown:
             if item_id not in self.asked and len(self.asked) < MAX_ASKED:
                 self.asked[item_id] = None   # (known: nothing to place it before)
-                ctx.send_tagged(wire.ItemRetrieve(event_id=ctx.new_event_id(), item_id=item_id), "retrieve")
+                self._ask(item_id)
+
+    def _ask(self, item_id: str) -> None:
+        """`conversation.item.retrieve` for an item asked about; for a call's own item, tagged
+        with the call, so that a refusal settles it (`refused`)."""
+        entry = self.ctx.ledger.by_item(item_id) if self.asked.get(item_id, "") is None else None
+        self.ctx.send_tagged(wire.ItemRetrieve(event_id=self.ctx.new_event_id(), item_id=item_id), RETRIEVE,
+                             entry.call_id if entry is not None else None)
+
+    def refused(self, entry: CallEntry) -> None:
+        """The server refused the relay's question for the item of a call it was making when the
+        connection went (an `error` naming it): nothing will say whether the model finished it,
+        so it is skipped, never run on a guess, and its batch goes on without it."""
+        if entry.item_id is not None:
+            self.asked.pop(entry.item_id, None)
+        if entry.state not in (CallState.ANNOUNCED, CallState.STREAMING):
+            return
+        self.ctx.rules.skip(entry, "its item could not be retrieved after a reconnect")
+        response = self.ctx.conversation.response(entry.response_id, create=False) if entry.response_id else None
+        if response is not None:
+            self.injector.inject_ready(response)
 
     def _known(self, item_id: str) -> bool:
         """Whether what the relay asked about this item is known by now: the item, and, for a call
@@ -120,7 +144,7 @@ class LostItems:
         if previous in self.asked or ctx.conversation.item(previous) is not None or len(self.asked) >= MAX_ASKED:
             return
         self.asked[previous] = following
-        ctx.send_tagged(wire.ItemRetrieve(event_id=ctx.new_event_id(), item_id=previous), "retrieve")
+        self._ask(previous)
 
     # ---- what the provider answers ---------------------------------------------------------
     def retrieved(self, event: wire.ItemRetrieved) -> bool:
@@ -221,4 +245,4 @@ class LostItems:
         return response
 
 
-__all__ = ["END_LOST", "MAX_ASKED", "LostItems"]
+__all__ = ["END_LOST", "MAX_ASKED", "RETRIEVE", "LostItems"]
