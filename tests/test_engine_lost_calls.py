@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from relay.dialects import get_dialect
-from relay.engine import CallState, EngineConfig
+from relay.engine import CallState, EngineConfig, recovery
 from relay.engine.sequencer import META_CALLS
 from relay.mock import ToolCall
 from tests.support.engine import EngineDriver
@@ -283,3 +283,14 @@ def test_a_call_being_made_whose_item_the_server_will_not_give_is_skipped_and_it
 
 def _first_call(h: EngineDriver) -> str:
     return next(item["call_id"] for item in h.mock.items if item["type"] == "function_call")
+
+
+def test_a_call_being_made_with_no_question_left_to_ask_is_skipped_not_left_open(monkeypatch) -> None:
+    monkeypatch.setattr(recovery, "MAX_ASKED", 0)
+    h = sidecar()
+    call_id, _ = cut_at_the_call(h, "response.output_item.added")
+    h.mock.finish_response()   # lost
+    h.reconnect()
+    entry = h.engine.ledger.get(call_id)
+    assert entry is not None and entry.state is CallState.SKIPPED
+    assert h.sent_of("conversation.item.retrieve") == [] and h.started == {} and h.outputs == []

@@ -92,9 +92,13 @@ class LostItems:
             else:                         # the question or its answer went with the connection
                 self._ask(item_id)
         for item_id in unknown:
-            if item_id not in self.asked and len(self.asked) < MAX_ASKED:
+            if item_id in self.asked:
+                continue
+            if len(self.asked) < MAX_ASKED:
                 self.asked[item_id] = None   # (known: nothing to place it before)
                 self._ask(item_id)
+            elif (entry := ctx.ledger.by_item(item_id)) is not None:
+                self.refused(entry)   # no question left to ask: as if refused, never left open
 
     def _ask(self, item_id: str) -> None:
         """`conversation.item.retrieve` for an item asked about; for a call's own item, tagged
@@ -105,8 +109,9 @@ class LostItems:
 
     def refused(self, entry: CallEntry) -> None:
         """The server refused the relay's question for the item of a call it was making when the
-        connection went (an `error` naming it): nothing will say whether the model finished it,
-        so it is skipped, never run on a guess, and its batch goes on without it."""
+        connection went (an `error` naming it), or the questions outstanding are at `MAX_ASKED`:
+        nothing will say whether the model finished it, so it is skipped, never run on a guess,
+        and its batch goes on without it."""
         if entry.item_id is not None:
             self.asked.pop(entry.item_id, None)
         if entry.state not in (CallState.ANNOUNCED, CallState.STREAMING):
