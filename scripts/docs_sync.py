@@ -315,14 +315,16 @@ def bench_explore(page: Path, path: str) -> str:
     sides = ["before", "after"] if before else ["after"]
     lines = ["| conversation | schedules per CPU second" + (f": before (`{before}`) | after" if before else "") +
              (" | collector's share of it, %" + (": before | after" if before else "") if collector else "") +
-             f" | {ISSUE_48_SCHEDULES:,} schedules on one core | distinct / tried | boundaries covered | every invariant held |",
+             f" | {ISSUE_48_SCHEDULES:,} schedules on one core"
+             " | distinct / tried | boundaries covered | every invariant held |",
              "|---|" + "---:|" * (len(sides) * (2 if collector else 1)) + "---:|---:|---:|---|"]
     for name, row in rows.items():
         rates = " | ".join(_rates(row.get(side, [])) for side in sides)
         if collector:
             rates += " | " + " | ".join(_rates(row.get(f"{side}_collector", [])) for side in sides)
-        lines.append(f"| {name} | {rates} | {_one_core(row.get('after_median'))} | {row['distinct']} / {row['tried']} | "
-                     f"{row['covered']} of {row['boundaries']} | {'yes' if row['ok'] else 'no'} |")
+        lines.append(f"| {name} | {rates} | {_one_core(row.get('after_median'))} | "
+                     f"{row['distinct']} / {row['tried']} | {row['covered']} of {row['boundaries']} | "
+                     f"{'yes' if row['ok'] else 'no'} |")
     machine = figures.get("machine", {})
     note = (f"{_measured(page, path, machine)}, on {machine.get('commit') or 'an unnamed commit'}; budget {figures.get('budget', '?')}, seed "
             f"{figures.get('seed', '?')}, {figures.get('rounds', '?')} round(s), each measuring every conversation"

@@ -299,10 +299,10 @@ def _collector_for_runs() -> Iterator[None]:
     What the process held before is frozen (`gc.freeze`): a full collection then walks only what
     the runs made, not every module and object of the process. The youngest generation is
     collected every `YOUNG_COLLECTIONS` allocations: each run's objects live for the whole run, so
-    collecting them more often only moves them on. On the OpenAI demo (3,000 schedules, seed 48)
-    the collector's share of the CPU time goes from 12.8 % to 6.8 % (docs/benchmarks.md). A
-    process that froze objects of its own (`gc.get_freeze_count()`) keeps them as they were: nothing
-    is frozen or unfrozen then."""
+    collecting them more often only moves them on. The collector's share of the CPU time, before
+    and after, is in docs/benchmarks.md (`scripts/bench_explore.py` times it). A process that froze
+    objects of its own (`gc.get_freeze_count()`) keeps them as they were: nothing is frozen or
+    unfrozen then."""
     threshold = gc.get_threshold()
     freezing = gc.get_freeze_count() == 0
     if freezing:

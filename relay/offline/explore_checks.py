@@ -290,7 +290,8 @@ def _broken(session: ExploredSession, own: dict[str, Check]) -> list[tuple[str, 
     found: list[tuple[str, str]] = []
     timeline = session.timeline
     seen: set[str] = set()
-    abandoned = {entry.call_id for entry in session.engine.ledger if entry.relay_owned and entry.state in _LEFT_AT_A_DROP}
+    abandoned = {entry.call_id for entry in session.engine.ledger
+                 if entry.relay_owned and entry.state in _LEFT_AT_A_DROP}
     unseen = session.unseen_calls() if hasattr(session, "unseen_calls") else set()
     carried = session.carried_calls() if hasattr(session, "carried_calls") else set()
     unheard: set[str] | None = None   # (read when a withdrawn call's answer is found)
@@ -304,7 +305,7 @@ def _broken(session: ExploredSession, own: dict[str, Check]) -> list[tuple[str, 
         if "never answered" in violation.message and any(call_id in violation.message for call_id in carried):
             continue   # answered in a new session that carries a dropped one on, naming no id (explore_live)
         if session.closed and abandoned and any(call_id in violation.message for call_id in abandoned):
-            continue   # the connection dropped: a call it abandoned or left half made is owed nothing more (see nothing_owed)
+            continue   # the connection dropped: a call it abandoned or left half made is owed nothing (nothing_owed)
         if session.closed and name == "spoke_after_tools":
             continue   # the connection dropped: no model is left to speak after what was answered
         if name not in seen:

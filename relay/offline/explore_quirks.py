@@ -80,7 +80,8 @@ def _streamed(dialect: Dialect, quirks: Quirks) -> bool:
 
 
 KINDS: dict[str, QuirkKind] = {kind.kind: kind for kind in (
-    QuirkKind("reconnect", "the upstream connection drops and the relay reconnects", ("announced", "running", "answered"),
+    QuirkKind("reconnect", "the upstream connection drops and the relay reconnects",
+              ("announced", "running", "answered"),
               "Dialect.call_sideband (the attached call reopens its sideband)",
               lambda dialect, quirks: dialect.call_sideband),
     QuirkKind("server_cancel", "the server cancels the call's response", ("announced", "running"),
