@@ -74,18 +74,12 @@ class ResponsesDelegation(SessionEngine):
                 return SAME
             if response_id is not None:
                 self._begun.add(response_id)
-            continued = self.batches.get(key or "")
-            if continued is not None and continued.continued:   # the batch's continuation: its outputs are in
-                self._delivered([entry for entry in self.batches.relay_calls(continued)
-                                 if entry.state is CallState.ANSWERED])
+            self._continuation_began(self.batches.get(key or ""))   # the batch's own: its outputs are in
             create = self._started_by(envelope, key, response_id)
             if create is not None:   # the other batches that create continued (`_continue`) are over too
                 for other_key in [k for k, c in self._create_of.items() if c == create and k != key]:
                     del self._create_of[other_key]
-                    other = self.batches.get(other_key)
-                    if other is not None and other.continued:
-                        self._delivered([entry for entry in self.batches.relay_calls(other)
-                                         if entry.state is CallState.ANSWERED])
+                    self._continuation_began(self.batches.get(other_key))
             self.batches.response_started(key or "", response_id)
             self._backend_response_started(create)
         elif isinstance(nested, live.BackendItemAdded):
@@ -99,6 +93,11 @@ class ResponsesDelegation(SessionEngine):
         elif isinstance(nested, (live.BackendFailed, live.BackendIncomplete)):
             self._response_over(key or "", failed=True)
         return SAME
+
+    def _continuation_began(self, batch: Batch | None) -> None:
+        """A response that continues `batch` began: its answered relay calls' outputs are in."""
+        if batch is not None and batch.continued:
+            self._delivered([entry for entry in self.batches.relay_calls(batch) if entry.state is CallState.ANSWERED])
 
     def _call_item(self, item: Any, *, announce: bool, key: str | None = None) -> Any:
         """A backend output item: a function call is read (once) from its `output_item.done`;

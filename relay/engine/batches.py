@@ -162,9 +162,6 @@ class CreatesUp:
     def __init__(self) -> None:
         self._up: list[tuple[str | None, float]] = []
 
-    def __contains__(self, event_id: object) -> bool:
-        return any(up == event_id for up, _ in self._up)
-
     def went_up(self, event_id: str | None, now: float) -> None:
         self._up.append((event_id, now))
         del self._up[:-self.KEPT]

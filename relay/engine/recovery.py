@@ -117,6 +117,11 @@ class LostItems:
         if entry.state not in (CallState.ANNOUNCED, CallState.STREAMING):
             return
         self.ctx.rules.skip(entry, "its item could not be retrieved after a reconnect")
+        self._batch_goes_on(entry)
+
+    def _batch_goes_on(self, entry: CallEntry) -> None:
+        """A call held open after a reconnect is settled: its response's outputs and follow-up may
+        go now (`Injector.inject_ready`)."""
         response = self.ctx.conversation.response(entry.response_id, create=False) if entry.response_id else None
         if response is not None:
             self.injector.inject_ready(response)
@@ -167,9 +172,7 @@ class LostItems:
             # a call it was making when the connection went: finished or cut short meanwhile
             entry = ctx.ledger.by_item(item_id)
             if entry is not None and self.watcher.learnt(entry, record):
-                response = ctx.conversation.response(entry.response_id, create=False) if entry.response_id else None
-                if response is not None:
-                    self.injector.inject_ready(response)
+                self._batch_goes_on(entry)
         if record is None or known:
             return True   # it arrived meanwhile by another way: what said so handled it
         ctx.conversation.insert_before(item_id, following)

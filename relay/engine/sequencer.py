@@ -27,10 +27,11 @@ from relay.dialects.items import Event, ResponseCancel, ResponseCreate, event_na
 from relay.engine.actions import Notice
 from relay.engine.states import Machines, Steps
 
-# Metadata keys the relay puts on its own responses (values must be strings, <= 512 chars).
 ACK_TIMEOUT = 15.0
 """Seconds the relay waits for its `response.create` to be acknowledged (its response to begin)
 before it takes the create for lost (the GPT-Live engine's waits for a create are as long)."""
+
+# Metadata keys the relay puts on its own responses (values must be strings, <= 512 chars).
 META_KIND = "relay"
 META_EVENT = "relay_event"
 META_CALLS = "call_ids"
