@@ -107,9 +107,9 @@ def test_the_recording_played_back_does_what_the_recorded_session_did(recordings
 
 @pytest.mark.parametrize("mode", MODES)
 def test_a_recording_of_each_mode_explores_with_every_invariant_held(recordings: dict[str, Path], mode: str) -> None:
-    result = explore(conversation(recordings, mode), budget=40, seed=48, replay_check=False)
+    result = explore(conversation(recordings, mode), budget=60, seed=48, replay_check=False)
     assert result.ok, result.report()
-    assert result.tried == 40 and result.distinct > 1
+    assert result.tried == 60 and result.distinct > 1
     assert result.covered == result.boundaries > 10
     assert {"delegation_answered_once", "appends_placed", "handler_once", "answered_once"} <= set(result.held)
 

@@ -19,7 +19,8 @@ from relay.engine.hiding import ClientView
 from relay.mock.quirks import quirks_of
 from relay.offline.explore import REPLAY_EVERY, boundaries, explore, replayable, replays_same, run_schedule
 from relay.offline.explore_input import from_script
-from relay.offline.explore_quirks import KINDS, away_for, describe
+from relay.offline.explore_outage import away_for
+from relay.offline.explore_quirks import KINDS, describe
 from relay.offline.explore_session import Conversation, Perturbation
 from relay.offline.replaying import json_object
 from relay.recording.format import RELAY_TO_CLIENT, RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY

@@ -361,6 +361,12 @@ class ResponsesDelegation(SessionEngine):
                 batch = self.batches.of_call(entry.call_id)
                 if batch is not None:   # its output may have been the last the batch waited for
                     self._continue(batch)
+        for batch in [batch for batch in self.batches if not (batch.completed or batch.failed)
+                      and (batch.calls or batch.response_id in self._begun)]:
+            # a backend response under way at the drop whose end never came: it ended while the
+            # sideband was away (its calls were complete before it), as Realtime's does
+            # (docs/guarantees.md: the window a reconnect leaves); its answers go up, and the batch on
+            self._response_over(batch.key, failed=False)
 
     def _client_item(self, event: live.ResponseItemCreate) -> Any:
         """A client's backend item: its output for a call of its own is seen (and may complete a

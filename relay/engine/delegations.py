@@ -316,12 +316,15 @@ class LiveEngine(LiveRecords):
         self._fillers.pop(call_id, None)
 
     def _other_deadlines(self) -> Iterable[float]:
-        return [*super()._other_deadlines(), *(when for when, _ in self._fillers.values())]
+        # while the sideband is away a filler waits for its return (said then, if the delegate
+        # still works: its answer drops it), as every append of the relay's does
+        fillers = self._fillers.values() if self.ctx.upstream_connected else ()
+        return [*super()._other_deadlines(), *(when for when, _ in fillers)]
 
     def _tick(self) -> None:
         super()._tick()
         for call_id, (when, text) in list(self._fillers.items()):
-            if when <= self.ctx.now:
+            if when <= self.ctx.now and self.ctx.upstream_connected:
                 del self._fillers[call_id]   # spoken while the delegate still works: not its answer
                 pieces = [live.CommentaryAppend(delegation_id=call_id, content=piece) for piece in split_text(text)]
                 for piece in pieces:

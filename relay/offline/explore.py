@@ -215,10 +215,16 @@ def boundaries(conversation: Conversation, base: Observed, names: dict[str, str]
 
 
 def _compatible(schedule: Schedule) -> bool:
-    """At most one handler behaviour per call (a handler cannot both hang and raise)."""
+    """At most one handler behaviour per call (a handler cannot both hang and raise), and no
+    GPT-Live `reseed` with a `reconnect`: one relay carries a dropped session on in a new one
+    (`relay serve --live-reseed`), the other re-attaches a sideband to the same session (`relay
+    attach`)."""
     handler_calls = [p.call for p in schedule
                      if p.kind in ("finish", "past_filler", *HANDLER_BEHAVIOURS, *quirks.HANDLER_KINDS)]
-    return len(handler_calls) == len(set(handler_calls)) and len(set(schedule)) == len(schedule)
+    if len(handler_calls) != len(set(handler_calls)) or len(set(schedule)) != len(schedule):
+        return False
+    kinds = {p.kind for p in schedule}
+    return not ("reseed" in kinds and live.REATTACH in kinds)
 
 
 def schedules(space: list[Perturbation], budget: int, seed: int) -> Any:

@@ -241,9 +241,15 @@ def appends_placed(session: ExploredSession) -> str | None:
     appends = delegation_appends(session, every=True, timeline=session.timeline)
     if appends is None:
         return None
+    stranded = _stranded(session)
+    own = {append.event_id for _, append in appends.sent}
     for event_id, code in appends.refused.items():
-        if code != INJECTION_INCOMPLETE:
+        if code == INJECTION_INCOMPLETE:
+            continue
+        if event_id in own:
             return f"the server refused the relay's append {event_id} ({code})"
+        if not stranded:   # a command of the relay's (its `response.create`)
+            return f"the server refused the relay's {event_id} ({code})"
     if session.closed:
         return None
     reseeds = getattr(session, "reseeds", ())
@@ -252,6 +258,13 @@ def appends_placed(session: ExploredSession) -> str | None:
         if frame.t > dropped and append.event_id not in appends.placed and append.event_id not in appends.refused:
             return f"the relay's append {append.event_id} was never placed on the timeline (frame {frame.line_no})"
     return None
+
+
+def _stranded(session: ExploredSession) -> bool:
+    """GPT-Live: a call the server made while the sideband was away, which the relay never saw,
+    holds its batch open (explore_live `strands_follow_ups`)."""
+    strands = getattr(session, "strands_follow_ups", None)
+    return strands is not None and bool(strands())
 
 
 SESSION_INVARIANTS: dict[str, tuple[str, Check]] = {
@@ -308,6 +321,8 @@ def _broken(session: ExploredSession, own: dict[str, Check]) -> list[tuple[str, 
             continue   # the connection dropped: a call it abandoned or left half made is owed nothing (nothing_owed)
         if session.closed and name == "spoke_after_tools":
             continue   # the connection dropped: no model is left to speak after what was answered
+        if name == "spoke_after_tools" and _stranded(session):
+            continue   # GPT-Live: a call the relay never saw holds every create after it refused
         if name not in seen:
             seen.add(name)
             found.append((name, violation.message))

@@ -26,6 +26,7 @@ What is perturbed, and the fact each plays:
 | `duplicate` | the call's nested `response.output_item.done` (client: its `session.delegation.created`) is delivered twice | GPT-LIVE.md 5.7: events fan out to every connection; claim each `call_id` and delegation id once |
 | `drop` | the connection drops while the call runs (client: also while its appends wait to be placed); the session ends | GPT-LIVE.md 6: no resume; a new connection is a new session |
 | `reseed` | the connection drops while the call runs or between its answer and the acknowledgement (what was in flight is lost), and the relay carries the session on in a new one, as `relay serve --live-reseed` does: the engine's history-seeded `session.start` goes up on a new connection to a new server session (the model's script carries on where it was), then the session goes on. `step` `OPENING`: that new connection drops too before its `session.started` (what went up on it is lost), and the relay tries again; `FAILS`: no new connection can be made, and the relay ends the session. At most `ATTEMPTS` new sessions: past them the session ends as a dropped one | GPT-LIVE.md 6: a new session seeded with `input`; relay/edges/reseed.py |
+| `reconnect` | the sideband drops while the call runs, before its answer is placed (client: between its appends and their acknowledgement) or during the follow-up, and the relay re-attaches to the same session at its first attempt (0.2 s) or its last (12.6 s): what the server sends meanwhile is lost, the caller's audio reaches it all the same (by the call's own media path) | docs/gpt-live.md, Re-attach; relay/offline/explore_outage.py |
 | `expired` | the session reaches its duration limit while the call runs (client: also while its appends wait to be placed): pending appends fail (`context_injection_incomplete`), `session.closed` with `reason: expired`, the close | GPT-LIVE.md 2.4, 6: no GoAway or expiry warning |
 
 What `reseed` does not explore: the resume of a client that reconnects itself (`relay serve
@@ -56,6 +57,7 @@ from relay.engine.delegations import BARGE_IN_GRACE_MS
 from relay.mock import Faults, MockConnection
 from relay.mock.gemini import Hangup
 from relay.mock.live import LiveMockSession
+from relay.offline.explore_outage import RECONNECT_ATTEMPTS, Outage, away_for
 from relay.offline.explore_session import (
     STEP as _STEP,
     Conversation,
@@ -79,6 +81,9 @@ call is never seen before it is complete)."""
 SESSION_KINDS = ("expired", "reseed")
 """GPT-Live's own perturbations of the session (the module docstring): at `running`, and `reseed`
 at `answered` too."""
+REATTACH = "reconnect"
+"""The sideband drops and the relay re-attaches to the same session (relay/offline/explore_outage.py),
+at each of `ANCHORS`, its `step` the attempt that succeeds (`RECONNECT_ATTEMPTS`)."""
 OPENING, FAILS = 1, 2
 """A `reseed`'s `step`: the new connection drops before its `session.started` (the relay tries
 again), or none can be made (the relay ends the session); 0: the new session starts."""
@@ -110,6 +115,8 @@ def space(conversation: Conversation, observed: Observed) -> list[Perturbation]:
     found += [Perturbation("reseed", number, "answered") for number in range(1, len(observed.calls) + 1)
               if (number, "answered") in observed.anchors]
     found += [replace(p, step=how) for p in found if p.kind == "reseed" for how in (OPENING, FAILS)]
+    found += [Perturbation(REATTACH, number, anchor, attempt) for number in range(1, len(observed.calls) + 1)
+              for anchor in ANCHORS if (number, anchor) in observed.anchors for attempt in RECONNECT_ATTEMPTS]
     if not client_delegation(conversation):
         return found
     for number in range(1, len(observed.calls) + 1):
@@ -141,17 +148,23 @@ def describe(perturbation: Perturbation) -> str | None:
         return f"{call}: the upstream connection drops{where}; the relay carries the session on in a new one{then}"
     if perturbation.kind == INTERRUPTION:
         return f"the delegate's interruption policy is {POLICIES[perturbation.step].value}"
+    if perturbation.kind == REATTACH:
+        where = {"running": " while it runs", "answered": " before its answer is placed",
+                 "follow_up": " while the model goes on after it"}.get(perturbation.anchor, "")
+        return (f"{call}: the sideband drops{where}; the relay re-attaches to the same session "
+                f"{away_for(perturbation.step):g} s later (attempt {max(perturbation.step, 1)})")
     return None
 
 
-class ExploredLiveSession(Exploring, DelegatingSession):
+class ExploredLiveSession(Outage, Exploring, DelegatingSession):
     """A scripted GPT-Live conversation (Responses or client delegation) run on one schedule."""
 
     express_lane = True   # most of its frames are audio (the caller's silence, the model's track)
 
     def __init__(self, conversation: Conversation, schedule: Schedule, **options: Any) -> None:
         self._explore(conversation, schedule)
-        self._pending = sorted([*self._pending, *(p for p in schedule if p.kind in SESSION_KINDS)])
+        self._outage()
+        self._pending = sorted([*self._pending, *(p for p in schedule if p.kind in SESSION_KINDS or p.kind == REATTACH)])
         self._twice = {p.call for p in schedule if p.kind == "duplicate"}
         self._delivered: list[str] = []   # the relay's calls, in the order the backend delivered them
         self._delivered_twice: set[str] = set()
@@ -175,10 +188,15 @@ class ExploredLiveSession(Exploring, DelegatingSession):
         self.from_upstream(self._carry(self.mock.user_turn(text)))
 
     def settle(self, limit: float) -> None:
-        """Until nothing is left to happen, the caller's silence moving the timeline."""
+        """Until nothing is left to happen, the caller's silence moving the timeline. While the
+        sideband is away (`reconnect`) the caller's audio reaches the server all the same, by the
+        call's own media path, and what the server sends meanwhile is lost."""
         start = self.now
         while not self.closed and self.pending() and self.now - start < limit:
-            self.from_caller([_SILENCE])
+            if self._away:
+                self._queue_upstream(self._upstream_receive(_SILENCE))
+            else:
+                self.from_caller([_SILENCE])
             self._run(self.now + AUDIO_STEP)
 
     def pending(self) -> bool:
@@ -196,6 +214,9 @@ class ExploredLiveSession(Exploring, DelegatingSession):
             return
         if perturbation.kind == "reseed":
             self._reseed(perturbation.step)
+            return
+        if perturbation.kind == REATTACH:
+            self._reconnect(perturbation)
             return
         if perturbation.kind == "barge_in" and perturbation.step == LATE:
             self._late += 1
@@ -273,6 +294,27 @@ class ExploredLiveSession(Exploring, DelegatingSession):
         if not self.closed and self._dead == connection:
             self.mark("fault", "the new upstream connection dropped before its session started")
             self._reseed()
+
+    def unseen_calls(self) -> set[str]:
+        """The calls (client delegation: the delegations) the server made while the sideband was
+        away and that nothing the relay received names: GPT-Live documents no way to ask for what
+        a sideband missed (../shared/GPT-LIVE.md 6), so the relay owes these nothing
+        (docs/gpt-live.md, Re-attach)."""
+        if not self._lost:
+            return set()
+        from relay.offline.events import CALL
+
+        ledger = self.engine.ledger
+        return {event.call_id for event in self.timeline.of(CALL) if event.call_id and ledger.get(event.call_id) is None}
+
+    def strands_follow_ups(self) -> bool:
+        """Whether a call of the relay's tools was made while the sideband was away and never seen
+        by the relay (`unseen_calls`). In Responses delegation it holds its batch open: GPT-Live
+        continues a batch only once every output is in, and refuses a partial one, so no create
+        of the relay's continues the session after it. The relay cannot answer a call it never
+        saw, and the follow-ups it then owes are not held against it (docs/gpt-live.md,
+        Re-attach)."""
+        return not self._client and bool(self.unseen_calls())
 
     def carried_calls(self) -> set[str]:
         """The relay's calls not yet answered to the server, or whose answer it had not placed, when
@@ -363,5 +405,5 @@ _OVER = (CallState.SKIPPED, CallState.ABANDONED)
 _CREATED = f'"{wire.DelegationCreated.__struct_config__.tag}"'
 
 
-__all__ = ["ANCHORS", "ATTEMPTS", "BARGE_LINE", "FAILS", "INTERRUPTION", "LATE", "OPENING", "POLICIES", "SESSION_KINDS",
-           "ExploredLiveSession", "client_delegation", "describe", "space"]
+__all__ = ["ANCHORS", "ATTEMPTS", "BARGE_LINE", "FAILS", "INTERRUPTION", "LATE", "OPENING", "POLICIES", "REATTACH",
+           "SESSION_KINDS", "ExploredLiveSession", "client_delegation", "describe", "space"]

@@ -5,7 +5,7 @@ on a call's life it lands.
 
 | kind | what happens | where the fact is |
 |---|---|---|
-| `reconnect` | the upstream connection drops (while the call is made, while it runs, or before its follow-up), frames in flight are lost, the relay reconnects at its first attempt (0.2 s) or its last (12.6 s) (`upstream_disconnected` / `upstream_reconnected`) | `Dialect.call_sideband`: the attached call reopens its sideband |
+| `reconnect` | the upstream connection drops (while the call is made, while it runs, or before its follow-up), frames in flight are lost, the relay reconnects at its first attempt (0.2 s) or its last (12.6 s) (`upstream_disconnected` / `upstream_reconnected`; played by relay/offline/explore_outage.py, as on GPT-Live) | `Dialect.call_sideband`: the attached call reopens its sideband |
 | `server_cancel` | the server ends the call's response `cancelled` (OpenAI family: the rest of its items `incomplete`; Gemini: `toolCallCancellation` without a barge-in) | a call is safe only when its response did not end cancelled; Gemini's `toolCallCancellation` |
 | `late_arguments` | the response is cancelled while the call's arguments stream, and its arguments and item arrive after `response.done` | the `.done` events are also sent for the items of a cancelled response |
 | `end_first` | Gemini: the caller barges in while the call runs, and the server ends the interrupted turn (`turnComplete`) before it cancels the call | an interrupted turn goes through `interrupted` > `turn_complete` (google-genai's `LiveServerContent`); where its `toolCallCancellation` comes is not documented |
@@ -34,25 +34,14 @@ from relay.dialects.openai import SESSION_EXPIRED, expiry_message
 from relay.engine import StartHandler
 from relay.engine.calls import CallState
 from relay.mock.quirks import Quirks, quirks_of
+from relay.offline.explore_outage import RECONNECT_ATTEMPTS, Outage, away_for
 from relay.offline.explore_session import STEP, Conversation, ExploredSession, Observed, Perturbation
 from relay.offline.replaying import json_object as decode
 from relay.offline.withdrawn_calls import ended_before_cancelled, withdrawn_in_flight
-from relay.offline.timeline import Timeline
-from relay.recording.format import RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY, Frame
+from relay.recording.format import RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY
 from relay.tools.mcp_tools import McpToolHandler
 
 _OPEN = (CallState.ANNOUNCED, CallState.STREAMING)
-RECONNECT_DELAY = 0.2
-"""The attached call's first wait before it reopens its sideband, doubled before each next attempt
-(`relay.edges.config.DEFAULT_RECONNECT_DELAY`)."""
-RECONNECT_ATTEMPTS = (1, 6)
-"""A `reconnect`'s attempts (its `step`): the first succeeds (0.2 s away), or the sixth, the
-attached call's last (`DEFAULT_RECONNECT_ATTEMPTS`: 12.6 s away)."""
-
-
-def away_for(attempts: int) -> float:
-    """The seconds the connection is away when the `attempts`th attempt succeeds."""
-    return sum(RECONNECT_DELAY * 2 ** attempt for attempt in range(max(attempts, 1)))
 GO_AWAY_LEFT = "1s"
 """The time a `goAway` gives before the connection closes."""
 
@@ -152,14 +141,12 @@ def space(conversation: Conversation, observed: Observed, tool_names: dict[str, 
     return found
 
 
-class PerturbedSession(ExploredSession):
+class PerturbedSession(Outage, ExploredSession):
     """An explored session that also plays this module's perturbations (see the module docstring)."""
 
     def __init__(self, conversation: Conversation, schedule: tuple[Perturbation, ...], **options: Any) -> None:
-        self._away = False              # the connection is down, the relay reconnecting
+        self._outage()
         self._closing = False           # the server said it closes (goAway): the close is still to come
-        self.sent_while_away: list[str] = []
-        self._lost: list[tuple[int, Frame]] = []   # (frames kept before it, the frame the server sent)
         self._deaths = {p.call: p for p in schedule if p.kind in HANDLER_KINDS}
         if any(p.kind == "no_cancellation" for p in schedule):   # the service the report describes, all session long
             quirks = conversation.quirks or quirks_of(conversation.dialect)
@@ -168,67 +155,7 @@ class PerturbedSession(ExploredSession):
         self._pending = sorted([*self._pending, *(p for p in schedule if p.kind in SESSION_KINDS)])
 
     def pending(self) -> bool:
-        return self._away or self._closing or super().pending()
-
-    # ---- the connection ------------------------------------------------------------------------
-    def _upstream_gets(self, frame: str | bytes) -> None:
-        if not self._away:
-            super()._upstream_gets(frame)
-            return
-        self._log_lost(frame)
-
-    def _log_lost(self, frame: str | bytes) -> None:
-        """A frame the relay sent while the connection was away: recorded (by the loop's recorder),
-        never delivered."""
-        self.sent_while_away.append(frame if isinstance(frame, str) else frame.decode("utf-8", "replace"))
-
-    def _queue_upstream(self, frames: list[str | bytes]) -> None:
-        if not self._away:
-            super()._queue_upstream(frames)
-            return
-        self._lose(frames)   # while away, what the server sends is lost
-
-    def _lose(self, frames: list[Any]) -> None:
-        for frame in frames:
-            if isinstance(frame, (str, bytes)):
-                text, data = (frame, None) if isinstance(frame, str) else (None, frame)
-                self._lost.append((len(self.frames), Frame(self.now, UPSTREAM_TO_RELAY, None, text, data, 0)))
-
-    def _timeline(self) -> Timeline:
-        """What happened, as the server did it: the frames the connection lost while away (which
-        the recording, what crossed the relay's sockets, does not hold) where the server sent them.
-        The invariants read this: a response that ended while the relay was away did end."""
-        if not self._lost:
-            return super()._timeline()
-        kept = self.frames
-        merged: list[Frame] = []
-        lost = iter(self._lost)
-        pending = next(lost, None)
-        for index, frame in enumerate([*kept, None]):
-            while pending is not None and pending[0] <= index:
-                merged.append(replace(pending[1], line_no=merged[-1].line_no if merged else 1))
-                pending = next(lost, None)
-            if frame is not None:
-                merged.append(frame)
-        self.frames = merged
-        try:
-            return super()._timeline()
-        finally:
-            self.frames = kept
-
-    def unheard_withdrawals(self) -> set[str]:
-        """The calls the server withdrew (a response of theirs ended cancelled or failed) only in
-        frames the connection lost: the relay, told nothing of that end, may answer them, as it
-        answers a call whose response's end a reconnect lost (docs/guarantees.md: the window a
-        reconnect leaves)."""
-        if not self._lost:
-            return set()
-        from relay.offline.events import CANCELLED
-
-        def withdrawn(timeline: Timeline) -> set[str]:
-            return {call_id for event in timeline.of(CANCELLED) for call_id in event.call_ids}
-
-        return withdrawn(self.timeline) - withdrawn(super()._timeline())
+        return self._closing or super().pending()
 
     def unseen_calls(self) -> set[str]:
         """The calls the server made that nothing the relay received tells it of: every frame of
@@ -272,27 +199,6 @@ class PerturbedSession(ExploredSession):
             super()._happen(perturbation)
         elif not self.closed:
             act(self, perturbation)
-
-    def _reconnect(self, perturbation: Perturbation) -> None:
-        """The connection drops, and the relay's `perturbation.step`th attempt reopens it. While it
-        is down already (two drops at one anchor, or one at an anchor reached while away), nothing
-        more drops: the outage under way ends when its own attempt succeeds, and the relay sees
-        one reconnection for one drop, as an edge tells it."""
-        if self._away:
-            return
-        self.mark("fault", "the upstream connection dropped; the relay reconnects")
-        self._lose(list(self._paced))   # what was on its way is lost with the connection
-        self._paced.clear()
-        self._away = True
-        self._engine_input(lambda: self.engine.upstream_disconnected(self.now))
-        self.loop.call_at(self.now + away_for(perturbation.step), self._reconnected)
-
-    def _reconnected(self) -> None:
-        self._away = False
-        if self.closed:
-            return
-        self.mark("fault", "the relay reconnected")
-        self._engine_input(lambda: self.engine.upstream_reconnected(self.now))
 
     def _go_away(self, perturbation: Perturbation) -> None:
         self.mark("fault", f"the server says goAway ({GO_AWAY_LEFT} left)")
@@ -450,5 +356,5 @@ def _item_ids(frames: list[Any], kind: type, dialect: Dialect) -> set[Any]:
             if isinstance(typed, kind) and isinstance(typed.item, dict)}
 
 
-__all__ = ["GO_AWAY_LEFT", "HANDLER_KINDS", "KINDS", "PerturbedSession", "QuirkKind", "RECONNECT_ATTEMPTS",
-           "RECONNECT_DELAY", "SESSION_KINDS", "away_for", "describe", "space"]
+__all__ = ["GO_AWAY_LEFT", "HANDLER_KINDS", "KINDS", "PerturbedSession", "QuirkKind", "SESSION_KINDS", "describe",
+           "space"]
