@@ -308,8 +308,8 @@ class ExploredLiveSession(Outage, Exploring, DelegatingSession):
         return {event.call_id for event in self.timeline.of(CALL) if event.call_id and ledger.get(event.call_id) is None}
 
     def strands_follow_ups(self) -> bool:
-        """Whether a call of the relay's tools was made while the sideband was away and never seen
-        by the relay (`unseen_calls`). In Responses delegation it holds its batch open: GPT-Live
+        """Whether a call was made while the sideband was away and never seen by the relay
+        (`unseen_calls`). In Responses delegation it holds its batch open: GPT-Live
         continues a batch only once every output is in, and refuses a partial one, so no create
         of the relay's continues the session after it. The relay cannot answer a call it never
         saw, and the follow-ups it then owes are not held against it (docs/gpt-live.md,
