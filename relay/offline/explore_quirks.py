@@ -5,7 +5,7 @@ on a call's life it lands.
 
 | kind | what happens | where the fact is |
 |---|---|---|
-| `reconnect` | the upstream connection drops (while the call is made, while it runs, or before its follow-up), frames in flight are lost, the relay reconnects at its first attempt (0.2 s) or its last (12.6 s) (`upstream_disconnected` / `upstream_reconnected`; played by relay/offline/explore_outage.py, as on GPT-Live) | `Dialect.call_sideband`: the attached call reopens its sideband |
+| `reconnect` | the upstream connection drops (while the call is made, while it runs, before its follow-up or during it), frames in flight are lost, the relay reconnects at its first attempt (0.2 s) or its last (12.6 s) (`upstream_disconnected` / `upstream_reconnected`; played by relay/offline/explore_outage.py, as on GPT-Live) | `Dialect.call_sideband`: the attached call reopens its sideband |
 | `server_cancel` | the server ends the call's response `cancelled` (OpenAI family: the rest of its items `incomplete`; Gemini: `toolCallCancellation` without a barge-in) | a call is safe only when its response did not end cancelled; Gemini's `toolCallCancellation` |
 | `late_arguments` | the response is cancelled while the call's arguments stream, and its arguments and item arrive after `response.done` | the `.done` events are also sent for the items of a cancelled response |
 | `end_first` | Gemini: the caller barges in while the call runs, and the server ends the interrupted turn (`turnComplete`) before it cancels the call | an interrupted turn goes through `interrupted` > `turn_complete` (google-genai's `LiveServerContent`); where its `toolCallCancellation` comes is not documented |
@@ -70,7 +70,7 @@ def _streamed(dialect: Dialect, quirks: Quirks) -> bool:
 
 KINDS: dict[str, QuirkKind] = {kind.kind: kind for kind in (
     QuirkKind("reconnect", "the upstream connection drops and the relay reconnects",
-              ("announced", "running", "answered"),
+              ("announced", "running", "answered", "follow_up"),
               "Dialect.call_sideband (the attached call reopens its sideband)",
               lambda dialect, quirks: dialect.call_sideband),
     QuirkKind("server_cancel", "the server cancels the call's response", ("announced", "running"),
@@ -108,7 +108,8 @@ def describe(perturbation: Perturbation) -> str:
         return perturbation.describe()
     where = "" if len(spec.anchors) == 1 else {
         "announced": " before the call is complete", "running": " while its handler runs",
-        "answered": " between its output and the follow-up"}.get(perturbation.anchor, "")
+        "answered": " between its output and the follow-up",
+        "follow_up": " during its follow-up"}.get(perturbation.anchor, "")
     if spec.kind == "reconnect":
         where += f", {away_for(perturbation.step):g} s later (attempt {max(perturbation.step, 1)})"
     return f"call {perturbation.call}: {spec.text}{where}"
