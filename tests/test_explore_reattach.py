@@ -5,8 +5,11 @@ names (tests/live/test_live_reattach.py holds the fixes, each failing with its c
 
 from __future__ import annotations
 
+import pytest
+
 from relay.cli.demo import EXAMPLE_TOOLS, TURNS, demo_script
 from relay.dialects import live
+from relay.engine.backend_calls import ResponsesDelegation
 from relay.offline.explore import _compatible, boundaries, run_schedule
 from relay.offline.explore_input import from_file
 from relay.offline.explore_live import ANCHORS, REATTACH, describe
@@ -65,6 +68,19 @@ def test_a_response_whose_end_the_drop_lost_still_gets_its_answers_and_the_lost_
         assert session.sent_while_away == []
     finally:
         session.close()
+
+
+def test_a_follow_up_the_relay_never_asked_for_still_counts_when_a_lost_call_strands_the_batch(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the stranded session is excused is narrow: a follow-up the relay asked for and the
+    server refused. With the relay's creates withheld, the same schedule breaks `spoke_after_tools`."""
+    monkeypatch.setattr(ResponsesDelegation, "_send_create", lambda self, event: None)
+    run = run_schedule(demo(), (Perturbation(REATTACH, 1, "running", 1),), keep=True)
+    try:
+        assert run.session.strands_follow_ups()
+        assert "spoke_after_tools" in [name for name, _ in run.broken]
+    finally:
+        run.session.close()
 
 
 def test_a_drop_with_nothing_lost_strands_nothing() -> None:

@@ -21,6 +21,7 @@ from relay.engine.backend_calls import DELEGATED
 from relay.offline.events import FOLLOW_UP, SPOKEN, decoded
 from relay.offline.expect import INVARIANTS, violations
 from relay.offline.explore_session import ExploredSession
+from relay.offline.timeline import Timeline
 from relay.recording.format import RELAY_TO_CLIENT, RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY, Frame
 from relay.session.policy import CLEAN_CLOSE_CODES
 from relay.tools import Interruption
@@ -267,6 +268,25 @@ def _stranded(session: ExploredSession) -> bool:
     return strands is not None and bool(strands())
 
 
+def _follow_up_refused(session: ExploredSession, timeline: Timeline, answer: int) -> bool:
+    """GPT-Live, a call the relay never saw holding the session's batch open (`_stranded`):
+    whether the relay sent a `response.create` after the answer at `answer` (the timeline's
+    index) and the server refused it. A follow-up the relay never asked for still counts."""
+    if not _stranded(session):
+        return False
+    appends = delegation_appends(session, every=True, timeline=timeline)
+    if appends is None or not appends.refused:
+        return False
+    # (the timeline rounds its times to the microsecond; the frames keep the loop's)
+    answered, tag = timeline.events[answer].t - 1e-6, f'"{live.ResponseCreate.__struct_config__.tag}"'
+    for frame in session.frames:
+        if frame.direction == RELAY_TO_UPSTREAM and frame.t >= answered and frame.raw and tag in frame.raw:
+            create = live.decode(frame.raw)
+            if isinstance(create, live.ResponseCreate) and create.event_id in appends.refused:
+                return True
+    return False
+
+
 SESSION_INVARIANTS: dict[str, tuple[str, Check]] = {
     "handler_once": ("no handler runs twice for one call", handler_once),
     "cancelled_not_spoken": ("a cancelled call's output is never spoken", cancelled_not_spoken),
@@ -321,8 +341,8 @@ def _broken(session: ExploredSession, own: dict[str, Check]) -> list[tuple[str, 
             continue   # the connection dropped: a call it abandoned or left half made is owed nothing (nothing_owed)
         if session.closed and name == "spoke_after_tools":
             continue   # the connection dropped: no model is left to speak after what was answered
-        if name == "spoke_after_tools" and _stranded(session):
-            continue   # GPT-Live: a call the relay never saw holds every create after it refused
+        if name == "spoke_after_tools" and _follow_up_refused(session, timeline, violation.index):
+            continue   # GPT-Live: the relay asked; a call it never saw held the batch open
         if name not in seen:
             seen.add(name)
             found.append((name, violation.message))

@@ -312,8 +312,8 @@ class ExploredLiveSession(Outage, Exploring, DelegatingSession):
         (`unseen_calls`). In Responses delegation it holds its batch open: GPT-Live
         continues a batch only once every output is in, and refuses a partial one, so no create
         of the relay's continues the session after it. The relay cannot answer a call it never
-        saw, and the follow-ups it then owes are not held against it (docs/gpt-live.md,
-        Re-attach)."""
+        saw: a follow-up it asked for and the server refused is not held against it (the
+        explorer's `spoke_after_tools`; docs/gpt-live.md, Re-attach)."""
         return not self._client and bool(self.unseen_calls())
 
     def carried_calls(self) -> set[str]:
