@@ -10,6 +10,7 @@ import pytest
 from relay.cli.demo import EXAMPLE_TOOLS, TURNS, demo_script
 from relay.dialects import live
 from relay.engine.backend_calls import ResponsesDelegation
+from relay.offline.events import CALL
 from relay.offline.explore import _compatible, boundaries, run_schedule
 from relay.offline.explore_input import from_file
 from relay.offline.explore_live import ANCHORS, REATTACH, describe
@@ -61,7 +62,8 @@ def test_a_response_whose_end_the_drop_lost_still_gets_its_answers_and_the_lost_
         times = marks(session)
         assert times[BACK] - times[DROPPED] == away_for(1)
         first, second = session.observed.calls[0], session.unseen_calls()
-        assert len(second) == 1 and first not in second and session.strands_follow_ups()
+        assert len(second) == 1 and first not in second
+        assert session.strands_follow_ups() == min(e.t for e in session.timeline.of(CALL) if e.call_id in second)
         outputs = [f for f in session.frames if f.direction == "relay>upstream" and first in (f.raw or "")
                    and '"function_call_output"' in (f.raw or "")]
         assert len(outputs) == 1 and outputs[0].t >= times[BACK]
@@ -77,7 +79,7 @@ def test_a_follow_up_the_relay_never_asked_for_still_counts_when_a_lost_call_str
     monkeypatch.setattr(ResponsesDelegation, "_send_create", lambda self, event: None)
     run = run_schedule(demo(), (Perturbation(REATTACH, 1, "running", 1),), keep=True)
     try:
-        assert run.session.strands_follow_ups()
+        assert run.session.strands_follow_ups() is not None
         assert "spoke_after_tools" in [name for name, _ in run.broken]
     finally:
         run.session.close()
@@ -87,7 +89,7 @@ def test_a_drop_with_nothing_lost_strands_nothing() -> None:
     run = run_schedule(demo(), (Perturbation(REATTACH, 4, "answered", 6),), keep=True)
     try:
         assert run.broken == [] and run.session.unseen_calls() == set()
-        assert not run.session.strands_follow_ups()
+        assert run.session.strands_follow_ups() is None
     finally:
         run.session.close()
 

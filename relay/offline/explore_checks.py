@@ -242,14 +242,14 @@ def appends_placed(session: ExploredSession) -> str | None:
     appends = delegation_appends(session, every=True, timeline=session.timeline)
     if appends is None:
         return None
-    stranded = _stranded(session)
     own = {append.event_id for _, append in appends.sent}
+    excused = _stranded_creates(session, after=0.0)
     for event_id, code in appends.refused.items():
         if code == INJECTION_INCOMPLETE:
             continue
         if event_id in own:
             return f"the server refused the relay's append {event_id} ({code})"
-        if not stranded:   # a command of the relay's (its `response.create`)
+        if event_id not in excused:   # a command of the relay's (its `response.create`)
             return f"the server refused the relay's {event_id} ({code})"
     if session.closed:
         return None
@@ -261,30 +261,35 @@ def appends_placed(session: ExploredSession) -> str | None:
     return None
 
 
-def _stranded(session: ExploredSession) -> bool:
-    """GPT-Live: a call the server made while the sideband was away, which the relay never saw,
-    holds its batch open (explore_live `strands_follow_ups`)."""
+def _stranded_creates(session: ExploredSession, *, after: float) -> set[str]:
+    """GPT-Live, a call the server made while the sideband was away and the relay never saw
+    holding its batch open (explore_live `strands_follow_ups`): the event ids of the relay's
+    `response.create`s sent from then on, and from `after` on (a time), which the server may
+    refuse as partial. Empty when no such call was made."""
     strands = getattr(session, "strands_follow_ups", None)
-    return strands is not None and bool(strands())
+    since = strands() if strands is not None else None
+    if since is None:
+        return set()
+    # (the timeline rounds its times to the microsecond; the frames keep the loop's)
+    since, tag = max(since, after) - 1e-6, f'"{live.ResponseCreate.__struct_config__.tag}"'
+    creates = set()
+    for frame in session.frames:
+        if frame.direction == RELAY_TO_UPSTREAM and frame.t >= since and frame.raw and tag in frame.raw:
+            create = live.decode(frame.raw)
+            if isinstance(create, live.ResponseCreate) and isinstance(create.event_id, str):
+                creates.add(create.event_id)
+    return creates
 
 
 def _follow_up_refused(session: ExploredSession, timeline: Timeline, answer: int) -> bool:
-    """GPT-Live, a call the relay never saw holding the session's batch open (`_stranded`):
-    whether the relay sent a `response.create` after the answer at `answer` (the timeline's
-    index) and the server refused it. A follow-up the relay never asked for still counts."""
-    if not _stranded(session):
+    """Whether the relay sent a `response.create` after the answer at `answer` (the timeline's
+    index) that the server refused, a call the relay never saw holding the batch open
+    (`_stranded_creates`). A follow-up the relay never asked for still counts."""
+    creates = _stranded_creates(session, after=timeline.events[answer].t)
+    if not creates:
         return False
     appends = delegation_appends(session, every=True, timeline=timeline)
-    if appends is None or not appends.refused:
-        return False
-    # (the timeline rounds its times to the microsecond; the frames keep the loop's)
-    answered, tag = timeline.events[answer].t - 1e-6, f'"{live.ResponseCreate.__struct_config__.tag}"'
-    for frame in session.frames:
-        if frame.direction == RELAY_TO_UPSTREAM and frame.t >= answered and frame.raw and tag in frame.raw:
-            create = live.decode(frame.raw)
-            if isinstance(create, live.ResponseCreate) and create.event_id in appends.refused:
-                return True
-    return False
+    return appends is not None and not creates.isdisjoint(appends.refused)
 
 
 SESSION_INVARIANTS: dict[str, tuple[str, Check]] = {

@@ -307,14 +307,22 @@ class ExploredLiveSession(Outage, Exploring, DelegatingSession):
         ledger = self.engine.ledger
         return {event.call_id for event in self.timeline.of(CALL) if event.call_id and ledger.get(event.call_id) is None}
 
-    def strands_follow_ups(self) -> bool:
-        """Whether a call was made while the sideband was away and never seen by the relay
-        (`unseen_calls`). In Responses delegation it holds its batch open: GPT-Live
-        continues a batch only once every output is in, and refuses a partial one, so no create
-        of the relay's continues the session after it. The relay cannot answer a call it never
-        saw: a follow-up it asked for and the server refused is not held against it (the
-        explorer's `spoke_after_tools`; docs/gpt-live.md, Re-attach)."""
-        return not self._client and bool(self.unseen_calls())
+    def strands_follow_ups(self) -> float | None:
+        """When the first call was made that the relay never saw, the sideband away
+        (`unseen_calls`); None when there is none, or in client delegation. In Responses
+        delegation such a call holds its batch open: GPT-Live continues a batch only once every
+        output is in, and refuses a partial one, so no create of the relay's continues the
+        session after it. The relay cannot answer a call it never saw: a create of its sent
+        after then and refused is not held against it (the explorer's `spoke_after_tools` and
+        `appends_placed`; docs/gpt-live.md, Re-attach)."""
+        if self._client:
+            return None
+        unseen = self.unseen_calls()
+        if not unseen:
+            return None
+        from relay.offline.events import CALL
+
+        return min(event.t for event in self.timeline.of(CALL) if event.call_id in unseen)
 
     def carried_calls(self) -> set[str]:
         """The relay's calls not yet answered to the server, or whose answer it had not placed, when
