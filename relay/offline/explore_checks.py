@@ -243,12 +243,13 @@ def appends_placed(session: ExploredSession) -> str | None:
     if appends is None:
         return None
     own = {append.event_id for _, append in appends.sent}
-    excused = _stranded_creates(session, after=0.0)
+    excused: set[str] | None = None   # (read when a command of the relay's was refused)
     for event_id, code in appends.refused.items():
         if code == INJECTION_INCOMPLETE:
             continue
         if event_id in own:
             return f"the server refused the relay's append {event_id} ({code})"
+        excused = _stranded_creates(session, after=0.0) if excused is None else excused
         if event_id not in excused:   # a command of the relay's (its `response.create`)
             return f"the server refused the relay's {event_id} ({code})"
     if session.closed:

@@ -57,6 +57,7 @@ from relay.engine.delegations import BARGE_IN_GRACE_MS
 from relay.mock import Faults, MockConnection
 from relay.mock.gemini import Hangup
 from relay.mock.live import LiveMockSession
+from relay.offline.events import CALL
 from relay.offline.explore_outage import RECONNECT_ATTEMPTS, Outage, away_for
 from relay.offline.explore_session import (
     STEP as _STEP,
@@ -302,8 +303,6 @@ class ExploredLiveSession(Outage, Exploring, DelegatingSession):
         (docs/gpt-live.md, Re-attach)."""
         if not self._lost:
             return set()
-        from relay.offline.events import CALL
-
         ledger = self.engine.ledger
         return {event.call_id for event in self.timeline.of(CALL) if event.call_id and ledger.get(event.call_id) is None}
 
@@ -320,8 +319,6 @@ class ExploredLiveSession(Outage, Exploring, DelegatingSession):
         unseen = self.unseen_calls()
         if not unseen:
             return None
-        from relay.offline.events import CALL
-
         return min(event.t for event in self.timeline.of(CALL) if event.call_id in unseen)
 
     def carried_calls(self) -> set[str]:

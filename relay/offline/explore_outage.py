@@ -35,9 +35,8 @@ def away_for(attempts: int) -> float:
 
 class Outage:
     """The connection's drops and returns, for an explored session (see the module docstring).
-    `_outage` sets it up before the session starts."""
-
-    _away = False   # the connection is down, the relay reconnecting
+    `_outage` sets it up before the session starts; `_away` (the connection is down, the relay
+    reconnecting) is `Exploring`'s, which reads it as each frame in flight is released."""
 
     def _outage(self) -> None:
         self.sent_while_away: list[str] = []

@@ -141,7 +141,7 @@ class Exploring:
     starts."""
 
     express_lane = False   # every frame through the engine's round: few of a schedule's are audio
-    _away = False   # the connection is down (explore_quirks' `reconnect`): what the server sends is lost
+    _away = False   # the connection is down (explore_outage's `reconnect`): what the server sends is lost
 
     kind = "explored session"
 
