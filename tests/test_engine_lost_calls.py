@@ -294,3 +294,58 @@ def test_a_call_being_made_with_no_question_left_to_ask_is_skipped_not_left_open
     entry = h.engine.ledger.get(call_id)
     assert entry is not None and entry.state is CallState.SKIPPED
     assert h.sent_of("conversation.item.retrieve") == [] and h.started == {} and h.outputs == []
+
+
+def half_made_pair(h: EngineDriver) -> tuple[Any, Any, float]:
+    """Paris's call complete and Rome's half made when the sideband drops; the relay re-attaches
+    and asks for Rome's item, a question the server never answers (held, then dropped), and
+    Paris's handler finishes: (Paris's entry, Rome's, when the question went)."""
+    events = h.mock.respond([weather("Paris"), weather("Rome")], finish=False,
+                            stop=lambda e: e["type"] == "response.function_call_arguments.delta"
+                            and e["call_id"] != _first_call(h))
+    h.upstream(events)
+    paris, rome = list(h.engine.ledger)
+    h.disconnect()
+    h.deliver = False
+    h.reconnect()
+    assert rome.item_id in [json.loads(frame)["item_id"] for frame in h.undelivered]
+    h.undelivered.clear()
+    asked_at = h.now
+    h.deliver = True
+    h.run_all()
+    return paris, rome, asked_at
+
+
+def test_a_call_being_made_whose_question_gets_no_answer_is_skipped_once_the_wait_is_over() -> None:
+    h = sidecar()
+    paris, rome, asked_at = half_made_pair(h)
+    assert h.engine.next_deadline() == asked_at + recovery.ASK_WAIT
+    h.advance(recovery.ASK_WAIT - 0.5)
+    assert rome.state is CallState.STREAMING and h.creates == []   # the batch waits for Rome
+    h.advance(0.5)
+    assert rome.state is CallState.SKIPPED and "no answer" in (rome.skip_reason or "")
+    assert [o["item"]["call_id"] for o in h.outputs] == [paris.call_id] and len(h.creates) == 1
+    assert list(h.started) == [paris.call_id] and h.engine.lost.asked == {}
+    assert h.engine.lost.deadline() is None   # (the create's own wait remains: the sequencer's)
+
+
+def test_the_wait_for_an_unanswered_question_runs_only_while_connected_and_starts_again_when_asked_again() -> None:
+    h = sidecar()
+    paris, rome, _ = half_made_pair(h)
+    h.advance(recovery.ASK_WAIT / 2)
+    h.disconnect()
+    assert h.engine.next_deadline() is None
+    h.advance(recovery.ASK_WAIT)   # away longer than the wait: the question is not given up
+    assert rome.state is CallState.STREAMING
+    h.mock.finish_response()   # Rome's call is finished while nobody is attached: lost
+    h.deliver = False
+    h.reconnect()   # asked again: the server answers this time, a moment later
+    assert [json.loads(frame)["item_id"] for frame in h.undelivered] == [rome.item_id]
+    h.advance(recovery.ASK_WAIT - 0.5)
+    assert rome.state is CallState.STREAMING
+    h.deliver = True
+    h.flush()
+    h.run_all()
+    assert rome.state is CallState.ANSWERED
+    assert sorted(o["item"]["call_id"] for o in h.outputs) == sorted([paris.call_id, rome.call_id])
+    assert len(h.creates) == 1 and h.engine.lost.deadline() is None

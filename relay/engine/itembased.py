@@ -88,7 +88,7 @@ class OpenAIEngine(SessionEngine):
             # that passed would stay in the past. Its waits are looked at again once reconnected
             # (a create in flight then is the edge's to resend, see `Sequencer.reset_connection`).
             return ()
-        deadlines = (self.sequencer.next_deadline(), self.view.hold_deadline())
+        deadlines = (self.sequencer.next_deadline(), self.view.hold_deadline(), self.lost.deadline())
         return [deadline for deadline in deadlines if deadline is not None]   # (no generator: every round)
 
     # ==== plumbing ======================================================================
@@ -234,8 +234,7 @@ class OpenAIEngine(SessionEngine):
             return _SAME
         if response is not None:
             record.output_index = event.output_index
-        if (isinstance(event, wire.OutputItemDone) and record.type == FUNCTION_CALL
-                and record.status == "completed"):
+        if isinstance(event, wire.OutputItemDone) and record.type == FUNCTION_CALL and record.status == "completed":
             entry = self.ledger.by_item(record.id)
             if entry is not None:
                 self.watcher.item_complete(entry)
@@ -397,6 +396,7 @@ class OpenAIEngine(SessionEngine):
     def _tick(self) -> None:
         super()._tick()
         self.sequencer.promote_due_fillers(self.ctx.now)
+        self.lost.overdue()
 
     # ==== connection lifecycle ==========================================================
     def _on_reconnect(self) -> None:

@@ -20,8 +20,9 @@ A call the model was still making when the connection went (its item seen, not d
 been finished or cut short meanwhile. It stays open at the reconnect (`CallWatcher.settle`), and
 the relay asks for its item at once: its later events on the new connection complete it, or the
 answer does (`CallWatcher.learnt`: completed, it runs; `incomplete`, it is skipped). A question
-the server refuses (an `error` naming it) skips the call (`refused`): it never runs on a guess,
-and its batch goes on without it.
+the server refuses (an `error` naming it), or leaves unanswered for `ASK_WAIT` seconds of
+connection, skips the call (`refused`, `overdue`): it never runs on a guess, and its batch goes
+on without it (its follow-up is never held by a question nobody answers).
 
 What the wire gives no way to learn: a lost item no later event names. Each item event names the
 one item before it, so of several items lost in a row only the last is named (a response that
@@ -44,6 +45,7 @@ from relay.engine.calls import CallEntry, CallState
 from relay.engine.context import OpenAIContext
 from relay.engine.conversation import ResponseRecord
 from relay.engine.injection import Injector
+from relay.engine.sequencer import ACK_TIMEOUT
 from relay.engine.watching import CallWatcher
 
 RETRIEVE = "retrieve"
@@ -53,6 +55,11 @@ END_LOST = "unknown"
 MAX_ASKED = 16
 """Items asked for in one gap, at most: the relay's own requests stay bounded whatever the wire
 names."""
+ASK_WAIT = ACK_TIMEOUT
+"""Seconds the relay waits, connected, for the answer (or a refusal) to its question about the item
+of a call it was making when the connection went, before it takes the question as refused. A
+server answers each question at once; this bounds one that never does, which would otherwise hold
+the call's batch, and the model's next words, for good."""
 
 
 class LostItems:
@@ -65,6 +72,7 @@ class LostItems:
         self.open = False                       # a reconnect happened and no response since has ended
         self.asked: dict[str, Any] = {}         # item id asked for -> the item that named it (None: a call's own)
         self._began: set[str] = set()           # responses created since the reconnect
+        self._waiting: dict[str, float] = {}    # a call's own item asked for -> when (`ASK_WAIT`)
 
     # ---- the gap -------------------------------------------------------------------------
     def reconnected(self) -> None:
@@ -89,6 +97,7 @@ class LostItems:
         for item_id in list(self.asked):
             if self._known(item_id):
                 del self.asked[item_id]   # come meanwhile by another way
+                self._waiting.pop(item_id, None)
             else:                         # the question or its answer went with the connection
                 self._ask(item_id)
         for item_id in unknown:
@@ -104,20 +113,42 @@ class LostItems:
         """`conversation.item.retrieve` for an item asked about; for a call's own item, tagged
         with the call, so that a refusal settles it (`refused`)."""
         entry = self.ctx.ledger.by_item(item_id) if self.asked.get(item_id, "") is None else None
+        if entry is not None:
+            self._waiting[item_id] = self.ctx.now
         self.ctx.send_tagged(wire.ItemRetrieve(event_id=self.ctx.new_event_id(), item_id=item_id), RETRIEVE,
                              entry.call_id if entry is not None else None)
 
-    def refused(self, entry: CallEntry) -> None:
+    def refused(self, entry: CallEntry, why: str = "its item could not be retrieved after a reconnect") -> None:
         """The server refused the relay's question for the item of a call it was making when the
-        connection went (an `error` naming it), or the questions outstanding are at `MAX_ASKED`:
-        nothing will say whether the model finished it, so it is skipped, never run on a guess,
-        and its batch goes on without it."""
+        connection went (an `error` naming it), left it unanswered (`overdue`), or the questions
+        outstanding are at `MAX_ASKED`: nothing will say whether the model finished it, so it is
+        skipped, never run on a guess, and its batch goes on without it."""
         if entry.item_id is not None:
             self.asked.pop(entry.item_id, None)
+            self._waiting.pop(entry.item_id, None)
         if entry.state not in (CallState.ANNOUNCED, CallState.STREAMING):
             return
-        self.ctx.rules.skip(entry, "its item could not be retrieved after a reconnect")
+        self.ctx.rules.skip(entry, why)
         self._batch_goes_on(entry)
+
+    def deadline(self) -> float | None:
+        """When the oldest question about a call's own item is overdue (None: none waits)."""
+        return min(self._waiting.values()) + ASK_WAIT if self._waiting else None
+
+    def overdue(self) -> None:
+        """The questions about calls' own items unanswered for `ASK_WAIT` seconds, connected, are
+        taken as refused. While the upstream is away none is: each is asked again, and waited for
+        anew, on the next connection (`reconnected`)."""
+        if not self._waiting or not self.ctx.upstream_connected:
+            return
+        now = self.ctx.now
+        for item_id in [item_id for item_id, asked_at in self._waiting.items() if asked_at + ASK_WAIT <= now]:
+            del self._waiting[item_id]
+            entry = self.ctx.ledger.by_item(item_id)
+            if entry is None:
+                self.asked.pop(item_id, None)
+            else:
+                self.refused(entry, f"its item's retrieve got no answer in {ASK_WAIT:g} s after a reconnect")
 
     def _batch_goes_on(self, entry: CallEntry) -> None:
         """A call held open after a reconnect is settled: its response's outputs and follow-up may
@@ -165,6 +196,7 @@ class LostItems:
         if not isinstance(item_id, str) or item_id not in self.asked:
             return False
         following = self.asked.pop(item_id)
+        self._waiting.pop(item_id, None)
         ctx = self.ctx
         known = ctx.conversation.item(item_id) is not None
         record = ctx.conversation.upsert(item)   # type: ignore[arg-type]
