@@ -8,7 +8,7 @@ tools (or a function nobody declared: it is answered with an error, so that its 
 on). A relay call's output goes up as one `response.item.create` once its backend response
 completed; the batch's one `response.create` when `batches.Batches` says it is due. A client's
 output for one of its own calls is passed on (and may complete the batch), one for a relay call
-is refused; a client's `response.create` for a batch of both is taken into the relay's one.
+is refused (relay/engine/client_asks.py: what the client sends, its outputs and its creates).
 While the upstream is away (a sideband reconnecting) answers wait and go up, in order, on its
 return. `delegations.LiveEngine` builds on these rules.
 """
@@ -368,75 +368,6 @@ class ResponsesDelegation(SessionEngine):
             # (docs/guarantees.md: the window a reconnect leaves); its answers go up, and the batch on
             self._response_over(batch.key, failed=False)
 
-    def _client_item(self, event: live.ResponseItemCreate) -> Any:
-        """A client's backend item: its output for a call of its own is seen (and may complete a
-        batch); one for a relay call is refused."""
-        item = event.item if isinstance(event.item, dict) else {}
-        output, other = self._since_create
-        self._since_create = (True, other) if item.get("type") == live.FUNCTION_CALL_OUTPUT else (output, True)
-        if item.get("type") != live.FUNCTION_CALL_OUTPUT:
-            return SAME
-        entry = self.ledger.get(item.get("call_id"))
-        if entry is None:
-            return SAME
-        if entry.owner is Owner.RELAY:
-            self.ctx.client_error("relay_owned_call", f"call {entry.call_id} ({entry.name}) belongs to a relay tool; "
-                                  "the relay answers it", event.event_id)
-            return DROP
-        output = item.get("output")
-        output = output if isinstance(output, str) else str(output)
-        if self._carried_client_output(entry, output):
-            return DROP   # a call of a dropped session: told in this one (relay/engine/delegation_records.py)
-        self._client_outputs[entry.call_id] = output
-        if len(self._client_outputs) > MAX_CLIENT_OUTPUTS:
-            del self._client_outputs[next(iter(self._client_outputs))]
-        self._client_answered(entry)
-        batch = self.batches.of_call(entry.call_id)
-        if batch is not None:   # once the client's output went up: it may complete the batch
-            self._after_forward.append(batch)
-        return SAME
-
-    def _forwarded(self) -> None:
-        """A client's frame went up: the batches it may have completed are continued now."""
-        batches, self._after_forward = self._after_forward, []
-        for batch in batches:
-            self._continue(batch)
-
-    def _client_create(self, event: live.ResponseCreate) -> Any:
-        """A client's `response.create` for a batch of both the relay's calls and its own: the
-        batch's one create, held until the batch is whole (its response completed, every output
-        in), then sent as it came. A second one for the same batch is not sent. A create that
-        follows input items of the client's own (a typed message, an image) and no output since its
-        last create asks for that input: it is not a dropped session's batch's (`_client_asks_carried`)."""
-        output, other = self._since_create
-        self._since_create = (False, False)
-        for batch in self.batches.awaiting_relay():
-            if not self.batches.has_client_calls(batch):
-                continue
-            if batch.held_create is not None:
-                self.ctx.client_error("response_create_pending", "the batch's response.create is already "
-                                      "waiting for its outputs; this one was not forwarded", event.event_id)
-                return DROP
-            batch.held_create = event
-            if not self.batches.due(batch):
-                self.ctx.notice("client_create_held", {"delegation_id": batch.key, "event_id": event.event_id,
-                                                       "missing": self.batches.missing(batch)})
-            self._continue(batch)
-            return DROP
-        if (output or not other) and self._client_asks_carried():
-            return DROP   # it asks for the continuation of a batch of a dropped session (delegation_records.py)
-        sent = event.event_id if isinstance(event.event_id, str) else None
-        self._create_went_up(sent)   # forwarded as it came: a continuation of a batch of its own calls, or new work
-        whole = next((batch for batch in self.batches if batch.completed and not batch.failed and batch.key not in
-                      self._create_of and not self.batches.has_relay_calls(batch) and not self.batches.missing(batch)
-                      and batch.calls), None)
-        if whole is not None:
-            self._create_of[whole.key] = sent
-        return SAME
-
-
-MAX_CLIENT_OUTPUTS = 64
-"""The client's outputs kept (the latest): what a new session is told of a dropped batch of both."""
 
 _SENT_PHASES = frozenset({Phase.SENT, Phase.FOLLOW_UP, Phase.FOLLOWED_UP})
 

@@ -121,7 +121,7 @@ class Batches:
         return [batch for batch in self._by_key.values()
                 if not batch.continued and not batch.failed and self.has_relay_calls(batch)]
 
-    def others_under_way(self, batch: Batch, begun: set[str]) -> bool:
+    def others_under_way(self, batch: Batch | None, begun: set[str]) -> bool:
         """Whether another delegation's backend work makes a create for `batch` wrong now: its
         response begun (`begun`: the response ids begun) and not ended, which a create would meet
         with a second response at once; or a relay call of its ended response unanswered (a

@@ -47,7 +47,8 @@ from typing import Any
 
 from relay.dialects import live
 from relay.engine.actions import Action, Remember
-from relay.engine.backend_calls import BACKEND_CALL, CREATE_WAIT, DELEGATED, SAME, ResponsesDelegation
+from relay.engine.backend_calls import BACKEND_CALL, CREATE_WAIT, DELEGATED, SAME
+from relay.engine.client_asks import ClientAsks
 from relay.engine.appends import Channel, answer_appends, split_text
 from relay.engine.calls import CallEntry, CallState, Owner
 from relay.engine.context import Source
@@ -63,7 +64,7 @@ CARRIED_WAIT = CREATE_WAIT
 them its results are said instead (`LiveRecords._continue_carried`)."""
 
 
-class LiveRecords(ResponsesDelegation):
+class LiveRecords(ClientAsks):
     """The records of a GPT-Live session's calls, their delivery, and their adoption."""
 
     def __init__(self, *args: Any, **options: Any) -> None:

@@ -55,6 +55,7 @@ from relay.dialects.live import LIVE, LiveDialect
 from relay.engine.actions import Close, SendClient, SendUpstream
 from relay.engine.appends import Channel, answer_appends, split_text
 from relay.engine.backend_calls import DELEGATED, DROP, SAME, ResponsesDelegation
+from relay.engine.client_asks import ClientAsks
 from relay.engine.delegation_records import LiveRecords
 from relay.engine.calls import CallEntry, CallOutcome, CallState
 from relay.engine.context import Source
@@ -457,8 +458,8 @@ class LiveEngine(LiveRecords):
     _CLIENT: dict[type, Callable[["LiveEngine", Any], Any]] = {
         live.SessionStart: _client_start,
         live.SessionUpdate: _client_session,
-        live.ResponseItemCreate: ResponsesDelegation._client_item,
-        live.ResponseCreate: ResponsesDelegation._client_create,
+        live.ResponseItemCreate: ClientAsks._client_item,
+        live.ResponseCreate: ClientAsks._client_create,
         live.InstructionsAppend: _client_append,
         live.ThinkingAppend: _client_append,
         live.CommentaryAppend: _client_append,

@@ -9,6 +9,7 @@ without the drop (docs/gpt-live.md)."""
 
 from __future__ import annotations
 
+from relay.engine.backend_calls import CREATE_WAIT
 from tests.live.driver import LiveDriver, call_item, started
 from tests.live.test_live_engine import responses_driver
 from tests.live.test_live_reseed import RESPONSES, follow_ups, reseed, texts
@@ -88,9 +89,12 @@ def test_a_client_that_answers_and_asks_after_the_drop_gets_its_batch_continued(
     assert [e["type"] for e in driver.sent()[before:]] == ["session.thinking.append", "response.create"]
     assert driver.sent()[-1]["event_id"] != "evt_create", "the relay's create, which it follows"
     assert follow_ups(driver) == ["c1"]
+    creates = len(driver.sent_of("response.create"))
     client_asks(driver, "evt_again")
+    assert len(driver.sent_of("response.create")) == creates, "held while the relay's create has not begun its response"
+    driver.advance(CREATE_WAIT)   # (that response never shows here: the wait for it ends)
     assert [e["event_id"] for e in driver.sent_of("response.create")][-1] == "evt_again", \
-        "a later create is the client's own again"
+        "a later create is the client's own again, as it came"
 
 
 def test_a_client_that_never_answers_its_call_leaves_the_batch_unspoken() -> None:

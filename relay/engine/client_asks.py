@@ -1,0 +1,170 @@
+"""What the client sends for the batches of a GPT-Live session in Responses delegation
+(`ResponsesDelegation`'s rules, relay/engine/backend_calls.py): its outputs and its
+`response.create`s.
+
+- An output for one of its own calls is seen on its way up (and may complete its batch); one for
+  a relay call is refused (`relay_owned_call`).
+- A create for a batch of both the relay's calls and its own is that batch's one continuation,
+  held until the batch is whole (`Batch.held_create`); a second one is refused
+  (`response_create_pending`).
+- Any other create while the relay is at work (a relay call unanswered, a create on its way whose
+  response has not begun, a backend response under way: `_relay_at_work`, what the relay's own
+  create waits for) is held until that work is over, then goes up as it came and continues every
+  batch whole by then, the relay's among them (no create of the relay's goes for those). A create
+  names no delegation, so the relay reads it as continuing the session's calls, all of them
+  (docs/gpt-live.md, "Responses delegation: batches"): sent before a relay call's output is in, it
+  would be a partial batch, which the server refuses, with an `error` naming the relay's call to
+  the client. `relay explore` found it (the caller's own tool asked for while the relay's runs in
+  another delegation). A proxy only: a sidecar never sees the client's frames
+  (`EngineConfig.hold_client_creates`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from relay.dialects import live
+from relay.engine.backend_calls import CREATE_WAIT, DROP, SAME, ResponsesDelegation
+from relay.engine.batches import Batch
+from relay.engine.calls import UNANSWERED, Owner
+
+MAX_CLIENT_OUTPUTS = 64
+"""The client's outputs kept (the latest): what a new session is told of a dropped batch of both."""
+
+
+class ClientAsks(ResponsesDelegation):
+    """The client's outputs and creates in Responses delegation (see the module)."""
+
+    def __init__(self, *args: Any, **options: Any) -> None:
+        super().__init__(*args, **options)
+        self._held_for_relay: live.ResponseCreate | None = None   # the client's create waiting for the relay's work
+
+    def _client_item(self, event: live.ResponseItemCreate) -> Any:
+        """A client's backend item: its output for a call of its own is seen (and may complete a
+        batch); one for a relay call is refused."""
+        item = event.item if isinstance(event.item, dict) else {}
+        output, other = self._since_create
+        self._since_create = (True, other) if item.get("type") == live.FUNCTION_CALL_OUTPUT else (output, True)
+        if item.get("type") != live.FUNCTION_CALL_OUTPUT:
+            return SAME
+        entry = self.ledger.get(item.get("call_id"))
+        if entry is None:
+            return SAME
+        if entry.owner is Owner.RELAY:
+            self.ctx.client_error("relay_owned_call", f"call {entry.call_id} ({entry.name}) belongs to a relay tool; "
+                                  "the relay answers it", event.event_id)
+            return DROP
+        output = item.get("output")
+        output = output if isinstance(output, str) else str(output)
+        if self._carried_client_output(entry, output):
+            return DROP   # a call of a dropped session: told in this one (relay/engine/delegation_records.py)
+        self._client_outputs[entry.call_id] = output
+        if len(self._client_outputs) > MAX_CLIENT_OUTPUTS:
+            del self._client_outputs[next(iter(self._client_outputs))]
+        self._client_answered(entry)
+        batch = self.batches.of_call(entry.call_id)
+        if batch is not None:   # once the client's output went up: it may complete the batch
+            self._after_forward.append(batch)
+        return SAME
+
+    def _forwarded(self) -> None:
+        """A client's frame went up: the batches it may have completed are continued now."""
+        batches, self._after_forward = self._after_forward, []
+        for batch in batches:
+            self._continue(batch)
+
+    def _client_create(self, event: live.ResponseCreate) -> Any:
+        """A client's `response.create` for a batch of both the relay's calls and its own: the
+        batch's one create, held until the batch is whole (its response completed, every output
+        in), then sent as it came. A second one for the same batch is not sent. A create that
+        follows input items of the client's own (a typed message, an image) and no output since its
+        last create asks for that input: it is not a dropped session's batch's (`_client_asks_carried`)."""
+        output, other = self._since_create
+        self._since_create = (False, False)
+        for batch in self.batches.awaiting_relay():
+            if not self.batches.has_client_calls(batch):
+                continue
+            if batch.held_create is not None:
+                self.ctx.client_error("response_create_pending", "the batch's response.create is already "
+                                      "waiting for its outputs; this one was not forwarded", event.event_id)
+                return DROP
+            batch.held_create = event
+            self._held_for_relay = None   # (this one, the batch's, continues what that one asked for too)
+            if not self.batches.due(batch):
+                self.ctx.notice("client_create_held", {"delegation_id": batch.key, "event_id": event.event_id,
+                                                       "missing": self.batches.missing(batch)})
+            self._continue(batch)
+            return DROP
+        if (output or not other) and self._client_asks_carried():
+            return DROP   # it asks for the continuation of a batch of a dropped session (delegation_records.py)
+        if self.config.hold_client_creates and (self._held_for_relay is not None or self._relay_at_work()):
+            if self._held_for_relay is not None:
+                self.ctx.client_error("response_create_pending", "a response.create is already waiting for the "
+                                      "relay's work; this one was not forwarded", event.event_id)
+                return DROP
+            self._held_for_relay = event
+            self.ctx.notice("client_create_held", {"event_id": event.event_id, "missing": self._relay_calls_open()})
+            return DROP
+        sent = event.event_id if isinstance(event.event_id, str) else None
+        self._create_went_up(sent)   # forwarded as it came: a continuation of a batch of its own calls, or new work
+        self._continues_own(sent)
+        return SAME
+
+    def _continues_own(self, create: str | None) -> None:
+        """The client's create went up: it continues a whole batch of the client's own calls."""
+        whole = next((batch for batch in self.batches if batch.completed and not batch.failed and batch.key not in
+                      self._create_of and not self.batches.has_relay_calls(batch) and not self.batches.missing(batch)
+                      and batch.calls), None)
+        if whole is not None:
+            self._create_of[whole.key] = create
+
+    # ---- the client's create held for the relay's work ----
+    def _relay_calls_open(self) -> list[str]:
+        """The relay's calls not answered yet, of batches not continued (nor failed)."""
+        return [entry.call_id for batch in self.batches if not batch.continued and not batch.failed
+                for entry in self.batches.relay_calls(batch) if entry.state in UNANSWERED]
+
+    def _relay_at_work(self) -> bool:
+        """Whether a create now could meet work of the relay's: a relay call unanswered (before its
+        output a create is a partial batch), a create on its way whose response has not begun, or
+        another delegation's backend response under way (either may bring relay calls), as the
+        relay's own create waits (`_continue`)."""
+        return bool(self._relay_calls_open()) or self._creates_up.wait_ends(self.ctx.now, CREATE_WAIT) is not None \
+            or self.batches.others_under_way(None, self._begun)
+
+    def _other_deadlines(self) -> list[float]:
+        """A held create waiting for a create on its way goes when that wait ends."""
+        waiting = self._creates_up.wait_ends(self.ctx.now, CREATE_WAIT) if self._held_for_relay is not None else None
+        return [*super()._other_deadlines(), *([] if waiting is None else [waiting])]
+
+    def _continue(self, batch: Batch) -> None:
+        if self._held_for_relay is not None and not self.batches.has_client_calls(batch):
+            return   # the client's held create continues it (`_release_held`)
+        super()._continue(batch)
+
+    def _continue_waiting(self) -> None:
+        self._release_held()
+        super()._continue_waiting()
+
+    def _release_held(self) -> None:
+        """The client's create held for the relay's work goes once that work is over, as it came
+        (with an event id of the relay's if it had none), continuing every batch whole by then."""
+        event = self._held_for_relay
+        if event is None or self._relay_at_work():
+            return
+        self._held_for_relay = None
+        if event.event_id is None:
+            event.event_id = self.ctx.new_event_id()
+        joining = [batch for batch in self.batches if self.batches.due(batch) and not self.batches.has_client_calls(batch)]
+        for batch in joining:
+            batch.continued = True
+            self._create_of[batch.key] = event.event_id
+            self._follow_up_owed(batch, event)
+        self._continues_own(event.event_id)
+        self._command([event])
+        for batch in joining:
+            self.ctx.notice("follow_up", {"event_id": event.event_id, "call_ids": ",".join(batch.calls),
+                                          "delegation_id": batch.key, "response_id": batch.response_id, "by": "client"})
+
+
+__all__ = ["MAX_CLIENT_OUTPUTS", "ClientAsks"]

@@ -1,0 +1,83 @@
+"""The client's `response.create` while the relay is at work in another delegation (Responses
+delegation), as engine rules on a fake clock (relay/engine/client_asks.py). A create names no
+delegation: it continues the session's calls, all of them. Sent while a relay call of another
+delegation is unanswered, the server refuses it as a partial batch, with an `error` that names the
+relay's call to the client; sent while a create of the relay's has not begun its response, it
+meets the relay call that response brings. So it is held until the relay's work is over, then goes
+up as it came and continues every batch whole by then, the relay's among them. Found by `relay
+explore`: the caller barges in with a request for its own tool while the relay's call runs
+(`client_never_sees_relay_call`)."""
+
+from __future__ import annotations
+
+from relay.engine.backend_calls import CREATE_WAIT
+from tests.live.driver import call_item, delegation_created
+from tests.live.test_live_engine import responses_driver
+from tests.live.test_live_reseed import follow_ups
+from tests.live.test_live_reseed_mixed import client_answers, client_asks
+from tests.live.test_live_reseed_which import begun
+
+
+def relay_then_client():
+    """Delegation 1 makes get_weather (c1, the relay's), still running; delegation 2 makes
+    show_map (c2, the client's), and the client answers it."""
+    driver = responses_driver(client_tools=("show_map",))
+    driver.batch("item_1", "resp_1", [call_item("c1", "get_weather", {"city": "Paris"})])
+    driver.upstream(delegation_created("item_2", target="responses", response_id="resp_2"))
+    driver.batch("item_2", "resp_2", [call_item("c2", "show_map", {"city": "Paris"})])
+    client_answers(driver)
+    return driver
+
+
+def test_a_clients_create_waits_for_the_relays_call_of_another_delegation_then_continues_both() -> None:
+    driver = relay_then_client()
+    client_asks(driver)
+    assert driver.sent_of("response.create") == [] and driver.errors_to_client() == []
+    assert [n.fields["missing"] for n in driver.notices if n.kind == "client_create_held"] == [["c1"]]
+    driver.finish("c1", "sunny")
+    assert [e["item"]["call_id"] for e in driver.sent_of("response.item.create")] == ["c2", "c1"]
+    assert [e["event_id"] for e in driver.sent_of("response.create")] == ["evt_create"], \
+        "one create: the client's, as it came; none of the relay's"
+    assert driver.sent()[-1]["type"] == "response.create" and follow_ups(driver) == ["c1"]
+    driver.advance(60)
+    assert len(driver.sent_of("response.create")) == 1
+
+
+def test_a_second_create_while_one_waits_is_refused_not_sent() -> None:
+    driver = relay_then_client()
+    client_asks(driver)
+    client_asks(driver, "evt_twice")
+    [error] = driver.errors_to_client()
+    assert error["error"]["code"] == "response_create_pending" and "c1" not in error["error"]["message"]
+    driver.finish("c1", "sunny")
+    assert [e["event_id"] for e in driver.sent_of("response.create")] == ["evt_create"]
+
+
+def test_a_clients_create_waits_while_the_relays_create_has_not_begun_its_response() -> None:
+    """The relay's create is up and its response has not begun (it may bring a relay call): the
+    client's create goes once it begins and ends, or once the wait for it (`CREATE_WAIT`) is over."""
+    driver = responses_driver(client_tools=("show_map",))
+    driver.batch("item_1", "resp_1", [call_item("c1", "get_weather", {"city": "Paris"})])
+    driver.finish("c1", "sunny")
+    [relay_create] = driver.sent_of("response.create")
+    client_asks(driver, "evt_typed")
+    assert len(driver.sent_of("response.create")) == 1, "held: the relay's continuation has not begun"
+    begun(driver, "item_1", "resp_3", echo=relay_create["event_id"])
+    assert len(driver.sent_of("response.create")) == 1, "held: the continuation is under way"
+    driver.complete("item_1", "resp_3")
+    assert [e["event_id"] for e in driver.sent_of("response.create")] == [relay_create["event_id"], "evt_typed"]
+    quiet = responses_driver(client_tools=("show_map",))
+    quiet.batch("item_1", "resp_1", [call_item("c1", "get_weather", {"city": "Paris"})])
+    quiet.finish("c1", "sunny")
+    client_asks(quiet, "evt_typed")
+    quiet.advance(CREATE_WAIT)   # the continuation never shows: the wait for it ends
+    assert [e["event_id"] for e in quiet.sent_of("response.create")][-1] == "evt_typed"
+
+
+def test_a_clients_create_with_no_relay_work_under_way_goes_at_once() -> None:
+    driver = responses_driver(client_tools=("show_map",))
+    driver.batch("item_1", "resp_1", [call_item("c2", "show_map", {"city": "Paris"})])
+    client_answers(driver)
+    client_asks(driver)
+    assert [e["event_id"] for e in driver.sent_of("response.create")] == ["evt_create"]
+    assert [n for n in driver.notices if n.kind == "client_create_held"] == []
