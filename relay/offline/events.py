@@ -460,8 +460,13 @@ class TurnReader(Reader):
         elif isinstance(message, gemini.ToolCallCancellation):
             named = [i for i in _ids(message.ids) if isinstance(i, str)]
             self.uncancelled.difference_update(named)
-            # an answer that crossed its call's cancellation: the server took it back, no word is owed of it
-            self.silent.update(i for i in named if i not in self.open_calls and i in self.calls)
+            # an answer that crossed its call's cancellation: the server took it back, no word is owed
+            # of it; nor of the turn's calls answered before it: the server cut the turn they were
+            # answered in (which it does when the caller interrupts it: the model answers the
+            # caller's turn next, if anything), and no later word of the model's is owed to them
+            cut = {self.calls[i].response_id for i in named if i in self.calls}
+            self.silent.update(call_id for call_id, call in self.calls.items()
+                               if call.response_id in cut and call_id not in self.open_calls)
             ids = tuple(i for i in named if i in self.open_calls)
             if ids:
                 self.add(CANCELLED, call_ids=ids, text=gemini.ToolCallCancellation.MEMBER, by="upstream")

@@ -302,9 +302,10 @@ def _answered_once(timeline: Timeline) -> list[Violation]:
             if event.by == "relay" and call is not None and call.by != "relay":
                 violations.append(Violation(event.index, f"the relay answered {event.call_id} ({call.name}), "
                                                          "a call the client owns"))
-            if event.call_id in withdrawn:
-                violations.append(Violation(event.index, f"{event.call_id} ({event.name}) was answered after the "
-                                                         f"server withdrew it ({withdrawn[event.call_id].text})"))
+            if event.call_id in withdrawn:   # (a client answering its own withdrawn call is the client's affair)
+                if event.by == "relay":
+                    violations.append(Violation(event.index, f"{event.call_id} ({event.name}) was answered after the "
+                                                             f"server withdrew it ({withdrawn[event.call_id].text})"))
                 continue
             answers.setdefault(event.call_id, []).append(event)
     for call_id, call in calls.items():
@@ -339,7 +340,8 @@ def _one_response_at_a_time(timeline: Timeline) -> list[Violation]:
     def overlap(event: Event, active: dict[str, Event]) -> Violation | None:
         if event.kind == RESPONSE and active:
             return Violation(event.index, f"response {event.response_id} began while {', '.join(active)} was active")
-        if event.kind == ERROR and event.status == ACTIVE_RESPONSE_CODE:
+        if event.kind == ERROR and event.status == ACTIVE_RESPONSE_CODE and event.by != "relay":
+            # (the relay's own refusal of a client's create is what keeps the second response away)
             return Violation(event.index, f"the upstream refused a second response: {event.text}")
         return None
 
@@ -364,7 +366,7 @@ def _no_create_while_active(timeline: Timeline) -> list[Violation]:
             waiting.append(event)
             return found
         if waiting and ((event.kind == RESPONSE and str(event.by).startswith("relay"))
-                        or (event.kind == ERROR and event.status == ACTIVE_RESPONSE_CODE)):
+                        or (event.kind == ERROR and event.status == ACTIVE_RESPONSE_CODE and event.by != "relay")):
             waiting.pop(0)
         return None
 

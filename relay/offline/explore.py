@@ -45,6 +45,7 @@ from relay.offline.explore_checks import DESCRIPTIONS, REPLAY_INVARIANT, Check, 
 from relay.offline.explore_quirks import PerturbedSession, describe
 from relay.offline.explore_session import (
     ANCHORS,
+    CLIENT_DELAYS,
     Conversation,
     ExploredSession,
     Observed,
@@ -209,6 +210,8 @@ def boundaries(conversation: Conversation, base: Observed, names: dict[str, str]
         space.append(Perturbation("call_parts", 1))
     if not delegating:   # the client's own calls, delivered twice too (GPT-Live: explore_live's)
         space += [Perturbation("duplicate_client", number) for number in range(1, len(base.client_calls) + 1)]
+    space += [Perturbation("client_late", number, step=step)   # answered late by the caller
+              for number in range(1, len(base.client_calls) + 1) for step in range(len(CLIENT_DELAYS))]
     if delegating:
         return space + live.space(conversation, base)
     return space + quirks.space(conversation, base, names or {})

@@ -117,10 +117,12 @@ def cancelled_not_answered(session: ExploredSession) -> str | None:
     sent before the relay heard `interrupted` could not have known, and is not counted. The
     interrupted turn's own `turnComplete` (the first after it, with no words of a new turn) is
     part of the interruption: the cancellation may come after it (docs/gemini.md, "The model
-    interrupted")."""
+    interrupted"). A client's answer to its own call, which the relay passes on as it came, is the
+    client's affair."""
     if not isinstance(session.dialect, GeminiDialect):
         return None
     codec = gemini.turn_codec(session.dialect)
+    ledger = session.engine.ledger
     armed = False              # `interrupted` came, and no other message from the upstream since
     ended = False              # the interrupted turn's `turnComplete` came
     sent: dict[str, int] = {}  # call id -> the line of an answer sent while armed
@@ -146,8 +148,9 @@ def cancelled_not_answered(session: ExploredSession) -> str | None:
             for message in gemini.messages_of(decoded(frame), codec):
                 if isinstance(message, gemini.ToolResponse):
                     for answer in gemini.entries(message.function_responses, gemini.FunctionResponse):
-                        if isinstance(answer.id, str):
-                            sent.setdefault(answer.id, frame.line_no)
+                        entry = ledger.get(answer.id) if isinstance(answer.id, str) else None
+                        if entry is not None and entry.relay_owned:
+                            sent.setdefault(entry.call_id, frame.line_no)
     return None
 
 

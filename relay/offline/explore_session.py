@@ -44,6 +44,10 @@ _EARLY = (CallState.ANNOUNCED, CallState.STREAMING)
 _FINAL = frozenset({CallState.ANSWERED, CallState.SKIPPED, CallState.ABANDONED})
 """States a call never leaves: once its follow-up is known too, `_look` reads it no more."""
 
+CLIENT_DELAYS = (0.05, 1.0, 6.0)
+"""Virtual seconds the caller takes to answer its own call (`client_late`, by `step`): a few provider
+events later; after the relay's handlers of the same batch answered; past the relay's hold of a
+client's `response.create` (`EngineConfig.hold_limit`, 5 s)."""
 DUPLICATES = {"duplicate": "relay", "duplicate_client": "client"}
 """The explorer's duplicate deliveries and whose calls each numbers (`faults.duplicate_delivery`)."""
 _STREAMING = StreamOptions(audio_chunks=1, audio_chunk_bytes=480, argument_deltas=2)
@@ -72,11 +76,12 @@ class Perturbation:
             "answers_twice": "the handler's answer is reported twice",
             "duplicate": "the provider delivers the call twice",
             "duplicate_client": "the provider delivers the client's call twice",
+            "client_late": f"the caller answers it {CLIENT_DELAYS[min(self.step, len(CLIENT_DELAYS) - 1)]:g} s late",
             "call_parts": "the provider delivers the call twice (Gemini: as a model-turn part too)",
             "done_first": "response.done arrives before the call's item is done",
             "drop": "the upstream connection drops",
         }.get(self.kind, self.kind)
-        if self.kind == "duplicate_client":   # numbered among the client's calls, not the relay's
+        if self.kind in CLIENT_KINDS:   # numbered among the client's calls, not the relay's
             return f"the client's call {self.call}: {text}"
         return f"call {self.call}: {text}"
 
@@ -160,6 +165,8 @@ class Exploring:
         self._pending: list[Perturbation] = sorted(p for p in schedule if p.kind == "barge_in" or p.kind == "drop")
         self._handler_kinds = {p.call: p for p in schedule if p.kind in HANDLER_KINDS}
         self._done_first = {p.call for p in schedule if p.kind == "done_first"}
+        self._late_answers = [p for p in schedule if p.kind == "client_late"]
+        self._answers_out = 0   # the caller's answers held back (`client_late`), not sent yet
 
     # ---- pacing ---------------------------------------------------------------------------------
     def _queue_upstream(self, frames: list[str | bytes]) -> None:
@@ -275,9 +282,43 @@ class Exploring:
             self._checked = None
 
     def pending(self) -> bool:
-        """Something is still to happen: a frame in flight, a handler, a timer or a fault."""
+        """Something is still to happen: a frame in flight, a handler, a timer, a fault or a
+        caller's late answer."""
         return bool(self._paced or self._handlers or self.engine.next_deadline() is not None
-                    or self.faults.pending())
+                    or self.faults.pending() or self._answers_out)
+
+    # ---- the caller's own calls -------------------------------------------------------------------
+    def _caller_receive(self, frame: str | bytes) -> list[str | bytes]:
+        """The caller's answers (its own tools' outputs, and the `response.create` after them),
+        held back when a `client_late` perturbation names a call they answer, and sent that many
+        seconds later (the latest, when several do)."""
+        frames = super()._caller_receive(frame)   # type: ignore[misc]
+        if not frames or not self._late_answers:
+            return frames
+        self._look()   # the calls answered are in the call book by now: number them
+        calls = self.observed.client_calls
+        late = [p for p in self._late_answers if p.call <= len(calls)
+                and any(calls[p.call - 1] in answer for answer in frames)]   # (ids are unique strings)
+        if not late:
+            return frames
+        for perturbation in late:
+            self._late_answers.remove(perturbation)
+            self.observed.fired.append(perturbation)
+        self._answers_out += 1
+        self.loop.call_later(max(CLIENT_DELAYS[p.step] for p in late), self._answer_late, frames)
+        return []
+
+    def _answer_late(self, frames: list[str | bytes]) -> None:
+        """The caller's held answers go now: through the relay; while its connection is away
+        (`reconnect`: a sidecar's), to the server by the call's own path, as the caller's audio does."""
+        self._answers_out -= 1
+        if self.closed:
+            return
+        if not self._away:
+            self.from_caller(frames)
+            return
+        for frame in frames:
+            self._queue_upstream(self._upstream_receive(frame))
 
     # ---- anchors ---------------------------------------------------------------------------------
     def _round_over(self, outermost: bool, more: bool) -> None:
@@ -464,4 +505,6 @@ def _may_move(frame: str | bytes) -> bool:
     return not isinstance(frame, str) or may_be(frame, _MOVED)
 
 
+CLIENT_KINDS = frozenset({"duplicate_client", "client_late"})
+"""The perturbations numbered among the client's own calls."""
 HANDLER_KINDS = frozenset({"finish", "past_filler", "past_timeout", "raises", "hangs", "answers_twice"})

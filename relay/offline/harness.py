@@ -56,6 +56,11 @@ class SessionOver(RuntimeError):
     """A step was asked of a session that has ended (closed, or its upstream dropped)."""
 
 
+class CallerFailed(RuntimeError):
+    """The scripted caller's own code (a tool of its own, which it answers) raised: the session
+    cannot go on as the test wrote it."""
+
+
 class HarnessSession:
     """One session of the relay under test on virtual time (see the module docstring). Subclasses
     say what the upstream is (`_upstream_receive`) and what the caller does with what it gets
@@ -182,7 +187,11 @@ class HarnessSession:
 
     def _caller_gets(self, frame: str | bytes) -> None:
         """The relay wrote `frame` on the caller's socket: what the caller answers joins the wire."""
-        answers = self._caller_receive(frame)
+        try:
+            answers = self._caller_receive(frame)
+        except Exception as exc:   # the test's own code: the step fails with it, not the loop's callback
+            self._problems.append(CallerFailed(f"the caller's own tool raised {type(exc).__name__}: {exc}"))
+            return
         if answers:
             self._inbox.extend(("client", answer) for answer in answers)
 
