@@ -10,6 +10,7 @@ from typing import Any
 
 from relay.dialects import get_dialect
 from relay.engine import CallState, EngineConfig, recovery
+from relay.engine.calls import CallEntry
 from relay.engine.sequencer import META_CALLS
 from relay.mock import ToolCall
 from tests.support.engine import EngineDriver
@@ -349,3 +350,42 @@ def test_the_wait_for_an_unanswered_question_runs_only_while_connected_and_start
     assert rome.state is CallState.ANSWERED
     assert sorted(o["item"]["call_id"] for o in h.outputs) == sorted([paris.call_id, rome.call_id])
     assert len(h.creates) == 1 and h.engine.lost.deadline() is None
+
+
+def mixed_batch(h: EngineDriver) -> CallEntry:
+    """One response makes a call of the relay's (get_weather) and one of the client's (show_map):
+    the client continues that batch (it answers its call and asks). The relay's entry."""
+    h.respond([weather("Paris"), model_call("show_map", json.dumps({"city": "Paris"}))])
+    [relay_call] = [entry for entry in h.engine.ledger if entry.relay_owned]
+    return relay_call
+
+
+def test_a_batch_the_client_continues_is_left_to_the_client_while_connected() -> None:
+    h = sidecar()
+    relay_call = mixed_batch(h)
+    h.run_all()
+    assert [o["item"]["call_id"] for o in h.outputs] == [relay_call.call_id] and h.creates == []
+
+
+def test_a_batch_the_client_was_to_continue_is_followed_up_by_the_relay_after_a_reconnect() -> None:
+    """The sideband drops while the relay's handler runs; the client may have answered and asked
+    meanwhile (a sidecar's client talks to the server directly), every frame of it lost: the one
+    response about the batch may have come and gone before the relay's output was in. The relay
+    asks for the follow-up itself once its output is in."""
+    h = sidecar()
+    relay_call = mixed_batch(h)
+    h.disconnect()
+    h.reconnect()
+    h.run_all()
+    assert [o["item"]["call_id"] for o in h.outputs] == [relay_call.call_id]
+    [create] = h.creates
+    assert relay_call.call_id in create["response"]["metadata"][META_CALLS]
+
+
+def test_a_batch_whose_output_was_in_before_the_drop_is_followed_up_after_it() -> None:
+    h = sidecar()
+    relay_call = mixed_batch(h)
+    h.run_all()   # its output goes in; the client was to ask
+    h.disconnect()
+    h.reconnect()
+    assert len(h.creates) == 1 and relay_call.call_id in h.creates[0]["response"]["metadata"][META_CALLS]

@@ -402,7 +402,7 @@ class OpenAIEngine(SessionEngine):
     def _on_reconnect(self) -> None:
         super()._on_reconnect()
         self.sequencer.reset_connection()
-        self.lost.reconnected()
+        self.lost.reconnected(self.view.held.waiting())
         self.injector.send_pending_updates()
 
     def _on_close(self) -> None:

@@ -75,10 +75,12 @@ class LostItems:
         self._waiting: dict[str, float] = {}    # a call's own item asked for -> when (`ASK_WAIT`)
 
     # ---- the gap -------------------------------------------------------------------------
-    def reconnected(self) -> None:
+    def reconnected(self, client_asks_held: bool = False) -> None:
         """The upstream is back: a response still running when it went is taken as ended (its end
-        was lost with the connection; the calls of it that completed still count), the outputs
-        that waited go in, and the gap opens."""
+        was lost with the connection; the calls of it that completed still count), a batch the
+        client was to continue is the relay's to continue (`_ask_unknown`; not while a create of
+        the client's is held, which will: `client_asks_held`), the outputs that waited go in, and
+        the gap opens."""
         ctx = self.ctx
         conversation = ctx.conversation
         unknown: list[str] = []   # items of calls the model was making when the connection went
@@ -91,6 +93,8 @@ class LostItems:
                 unknown += [entry.item_id for entry in self.watcher.settle(response, end_lost=True)
                             if entry.item_id is not None]
         for response_id in list(conversation.response_order):
+            if not client_asks_held:
+                self._ask_unknown(conversation.responses[response_id])
             self.injector.inject_ready(conversation.responses[response_id])
         self.open = True
         self._began.clear()
@@ -108,6 +112,24 @@ class LostItems:
                 self._ask(item_id)
             elif (entry := ctx.ledger.by_item(item_id)) is not None:
                 self.refused(entry)   # no question left to ask: as if refused, never left open
+
+    def _ask_unknown(self, response: ResponseRecord) -> None:
+        """A batch of both the relay's calls and the client's, which the client continues (it
+        asks), that no response has answered yet when the connection comes back: the client's ask
+        may have reached the server while the relay was away (a sidecar's client talks to it
+        directly), and the one response about the batch with it, before the relay's outputs were
+        in. Nothing on the wire says so, so the relay asks for the follow-up itself once its
+        outputs are in (`asked_before_outputs`, as for a client's create that went up at the hold
+        limit): a client that asks after that has a second response, not a batch unspoken."""
+        if (not response.done or response.out_of_band or response.asked_before_outputs
+                or not self.injector.has_client_calls(response)):
+            return   # (asked before its outputs: the relay asks already)
+        calls = [entry for entry in self.injector.response_calls(response) if entry.state is not CallState.SKIPPED]
+        if not calls or any(entry.follow_up_response_id is not None or entry.follow_up_event_id is not None
+                            for entry in calls):
+            return
+        response.asked_before_outputs = True
+        response.batch_handled = False   # decided again, once its outputs are in
 
     def _ask(self, item_id: str) -> None:
         """`conversation.item.retrieve` for an item asked about; for a call's own item, tagged
