@@ -131,6 +131,7 @@ def test_round_trip_of_every_direction_and_frame_kind(tmp_path: Path) -> None:
         "tools": ["lookup_order", "book_table"],
         "mode": "proxy",
         "record_audio": "keep",
+        "handler_finishes": True,
     }
     assert [(f.direction, f.t) for f in recording.frames] == [
         (direction, step * 0.25) for step, (direction, _) in enumerate(frames)

@@ -25,6 +25,7 @@ from relay.tools import tool
 from relay.tools.sources import tool_registry
 from tests.support.paths import REPO
 from tests.test_explore import bank  # noqa: F401   # the refund example's payment provider, emptied
+from tests.test_explore_client_late import mixed
 
 EXAMPLES = REPO / "docs" / "examples" / "testing"
 OPENAI_FAMILY = ["openai", "azure", "xai", "foundry"]
@@ -151,7 +152,8 @@ def test_without_the_finish_lines_the_replay_lands_a_finish_elsewhere(tmp_path: 
     assert replay(path, conversation.tools).ok
     assert replay(path, [slow_lookup]).ok
     older = tmp_path / "older.jsonl"
-    older.write_text("".join(line for line in path.read_text().splitlines(keepends=True)
+    older.write_text("".join(line.replace(',"handler_finishes":true', "")
+                             for line in path.read_text().splitlines(keepends=True)
                              if f'"kind":"{HANDLER_FINISHED_NOTE}"' not in line))
     assert read_recording(older).complete
     assert replay(older, conversation.tools).ok
@@ -243,3 +245,13 @@ def test_a_handler_the_recorded_session_never_heard_finish_is_never_heard_in_the
     replayed = replay(path, conversation.tools)
     assert replayed.ok, [d.describe() for d in replayed.divergences]
     assert replays_same(conversation, schedule, {}, None) is None
+
+
+def test_a_session_that_ended_before_any_handler_finished_replays_the_same() -> None:
+    """The session expires while the one relay call's handler runs: the recording has no
+    `handler_finished` line at all, and its header says its relay writes them, so the replay's
+    handler, which finishes at once, is never heard either (before, its output went up: `extra`).
+    Found by `relay explore` on a conversation with the caller's own tool."""
+    schedule = (Perturbation("done_first", 1), Perturbation("expiry", 1, "running"), Perturbation("finish", 1, step=2))
+    for dialect in ("xai", "voicelive"):
+        assert replays_same(mixed(dialect), schedule, {}, None) is None

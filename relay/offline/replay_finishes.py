@@ -9,8 +9,10 @@ that comes early is held until the replay's play reaches its line, and a frame r
 line waits (at most the gate timeout) for the handler to finish. A streaming handler's values
 (`handler_yielded`) are placed the same way. A handler of the recorded relay's that the session
 never heard finish (the session ended first, or the relay cancelled it or answered for it) is
-never heard in the replay either: what it reports is held for good. A recording without the lines (written before
-they were) replays as before: each finish is taken when it comes.
+never heard in the replay either: what it reports is held for good, also in a whole recording where
+no handler finished at all (its header's `handler_finishes` says that its relay wrote the lines). A
+recording without the lines (written before they were) replays as before: each finish is taken
+when it comes.
 """
 
 from __future__ import annotations
@@ -38,7 +40,10 @@ class RecordedFinishes:
             call_id = str(note.fields["call_id"])
             self._due[call_id] = self._due.get(call_id, 0) + 1
         self._held: dict[str, deque[Report]] = {}
-        self._places = bool(self._ahead)   # the recording says where its handlers reported
+        # the recording says where its handlers reported: by its lines, or, when no handler of it
+        # finished, by its header (a relay that writes the lines says so: in a whole recording,
+        # none means none finished; one cut short says nothing of what came after its end)
+        self._places = bool(self._ahead) or (recording.complete and (recording.header or {}).get("handler_finishes") is True)
         self._finished = {str(note.fields["call_id"]) for note in self._ahead if note.kind == HANDLER_FINISHED_NOTE}
         self._relays = set(recording.tool_calls_decided())   # the calls the recorded relay owned
 

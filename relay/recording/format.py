@@ -102,6 +102,7 @@ def session_header(*, session_id: str, dialect: str, upstream: str, started_at: 
         "tools": [clean(name) for name in tools],
         "mode": clean(mode),
         "record_audio": record_audio,
+        "handler_finishes": True,   # relay lines mark where each relay call's handler finished
     }
     # what replay needs to rebuild the session (e.g. the engine's id prefix); never overrides
     for key, value in (extra_header or {}).items():
