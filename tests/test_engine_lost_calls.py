@@ -389,3 +389,25 @@ def test_a_batch_whose_output_was_in_before_the_drop_is_followed_up_after_it() -
     h.disconnect()
     h.reconnect()
     assert len(h.creates) == 1 and relay_call.call_id in h.creates[0]["response"]["metadata"][META_CALLS]
+
+
+def test_a_lost_call_of_a_response_whose_batch_was_followed_up_gets_a_follow_up_of_its_own() -> None:
+    """Foundry's retrieved item names its response: one the reconnect took as ended, whose batch
+    (the call seen before the drop) already had its follow-up. The call learnt late goes in a batch
+    of its own, with its own follow-up; before, it joined the finished batch and was answered with
+    nothing said about it. Found by `relay explore` (a response of two relay calls, the sideband
+    dropping before the second is complete)."""
+    h = EngineDriver([get_weather_data], config=SIDECAR, dialect=get_dialect("foundry"))
+    h.connect()
+    h.upstream(h.mock.user_turn("what's the weather?"))
+    h.upstream(h.mock.respond([weather("Paris"), weather("Rome")], finish=False,
+                              stop=lambda e: e["type"] == "response.output_item.done"))
+    [paris] = list(h.engine.ledger)
+    h.disconnect()
+    h.mock.finish_response()   # Rome's call and the response's end, while nobody is attached: lost
+    h.reconnect()
+    h.run_all()
+    rome = next(entry for entry in h.engine.ledger if entry is not paris)
+    h.run_all()
+    assert [o["item"]["call_id"] for o in h.outputs] == [paris.call_id, rome.call_id]
+    assert [c["response"]["metadata"][META_CALLS] for c in h.creates] == [paris.call_id, rome.call_id]

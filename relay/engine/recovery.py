@@ -240,6 +240,8 @@ class LostItems:
         record.response_id = response.id
         ctx.origins.classify(record)
         ctx.conversation.link_output(response, item_id, None)
+        if response.batch_handled:   # (Foundry names it) its batch had its follow-up: one of its own
+            response = self.rest_of(response, [item_id])
         self.watcher.track(record)
         entry = ctx.ledger.by_item(item_id)
         if entry is not None:
