@@ -9,7 +9,8 @@ A schedule is a set of perturbations (`relay.offline.explore_session.Perturbatio
 conversation as scripted: a barge-in at each point of each call's life, a handler finishing
 after each provider event of its turn, past its filler or its timeout, raising, hanging,
 answered twice, the provider's quirks (a call delivered twice, `response.done` before the call's
-item, Gemini's model-turn parts), the connection dropping mid-call. The explorer runs the
+item, Gemini's model-turn parts), the connection dropping mid-call, the caller answering its own
+calls late. The explorer runs the
 conversation once as scripted to learn its shape (its calls, the anchors each reaches, the
 provider events after each handler starts), then: every single perturbation (the boundaries),
 every pair when the budget holds them all, and seeded random schedules of two and three

@@ -8,7 +8,9 @@ is anchored on what the relay did with the Nth call it owns (`ANCHORS`: the call
 handler started, its output sent, its follow-up begun), read from the engine's call book after
 every step, so it lands at the same place of the conversation whatever the perturbations before
 it moved in time. Frames the caller's speech makes (a barge-in) go ahead of the frames still in
-flight: the server interleaves its voice-activity events with a response it streams.
+flight: the server interleaves its voice-activity events with a response it streams. The caller's
+answers to its own calls (a script's client tools) go when it has them, or, under `client_late`,
+that many seconds later (`CLIENT_DELAYS`).
 """
 
 from __future__ import annotations
