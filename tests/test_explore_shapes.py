@@ -1,6 +1,8 @@
 """Conversations of other shapes than the demo's, explored on every dialect with a fixed seed: a
-turn that calls two of the relay's tools at once (one slow), and a caller who barges in asking for
-a second tool while the first runs. What the explorer found on them stays fixed (Gemini's turn
+turn that calls two of the relay's tools at once (one slow), a caller who barges in asking for a
+second tool while the first runs, and the voice-aware example tools (relay/examples/voice_tools.py:
+fillers, a spoken message, `interrupt` and `silent` scheduling, a `cancel` interruption, a
+streaming tool's updates). What the explorer found on them stays fixed (Gemini's turn
 cut after one answer: relay/offline/events.py; Foundry's call learnt late after a reconnect:
 relay/engine/recovery.py, `rest_of`)."""
 
@@ -44,6 +46,27 @@ def asked_again(dialect: str) -> Conversation:
     return Conversation("asked again", MockScript(rules=rules, after_outputs=Reply(say="Here: {output}")),
                         ("Is A1 in stock?",), tool_registry([check_stock, check_price]),
                         barge_text="And the price?").with_dialect(dialect)
+
+
+def voice_tools(dialect: str) -> Conversation:
+    script = Script(
+        Turn(say="Sure.", calls=[call("update_address", street="1 Main St", city="Paris")]), Turn(say="{joined}"),
+        Turn(say="Checking.", calls=[call("check_refund", order_id="A1"), call("log_sentiment", score=0.2)]),
+        Turn(say="{joined}"),
+        Turn(say="Searching.", calls=[call("search_catalog", query="kettle")]), Turn(say="{joined}"),
+        Turn(say="Tracking.", calls=[call("track_parcel", tracking_number="T1")]), Turn(say="{joined}"),
+        Turn(say="One moment.", calls=[call("fraud_alert", account="ACC1")]), Turn(say="{joined}"))
+    lines = ("I moved to 1 Main St, Paris.", "Where is my refund for A1?", "Find me a kettle.", "Where is parcel T1?",
+             "Someone used my card!")
+    return Conversation("voice tools", script.mock_script(), lines, tool_registry(["relay.examples.voice_tools"]),
+                        turns=script.turns, barge_text="Wait, one more thing.").with_dialect(dialect)
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_the_voice_aware_example_tools_hold_every_invariant(dialect: str) -> None:
+    result = explore(voice_tools(dialect), budget=200, seed=5, replay_check=False)
+    assert result.ok, result.report()
+    assert result.covered == result.boundaries
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
