@@ -44,6 +44,7 @@ class Batch:
     continued: bool = False
     held_create: Any = None   # a client's create for a batch of both, until the batch is whole
     rounds: int = 1
+    answered_at: float | None = None   # when the client's latest output for a call of it went up
 
 
 class Batches:

@@ -14,7 +14,11 @@
   names no delegation, so the relay reads it as continuing the session's calls, all of them
   (docs/gpt-live.md, "Responses delegation: batches"): sent before a relay call's output is in, it
   would be a partial batch, which the server refuses, with an `error` naming the relay's call to
-  the client. `relay explore` found it (the caller's own tool asked for while the relay's runs in
+  the client.
+- The other way round, the relay's own create for a batch of its calls waits while a batch of the
+  client's in another delegation has a call unanswered (a partial batch again), or was answered
+  less than `CLIENT_ASK_WAIT` seconds ago and the client has not asked: the client's create, when
+  it comes, continues the relay's batch too (`_joining`), so one create goes, not two. `relay explore` found it (the caller's own tool asked for while the relay's runs in
   another delegation). A proxy only: a sidecar never sees the client's frames
   (`EngineConfig.hold_client_creates`).
 """
@@ -26,8 +30,13 @@ from typing import Any
 from relay.dialects import live
 from relay.engine.backend_calls import CREATE_WAIT, DROP, SAME, ResponsesDelegation
 from relay.engine.batches import Batch
-from relay.engine.calls import UNANSWERED, Owner
+from relay.engine.calls import UNANSWERED, CallState, Owner
 
+_SETTLED = frozenset({CallState.ANSWERED, CallState.SKIPPED, CallState.ABANDONED})
+CLIENT_ASK_WAIT = 5.0
+"""Seconds a batch of the relay's waits, at most, for the client to ask for a whole batch of its
+own in another delegation (its create then continues both), as long as the relay holds a client's
+create for the relay's calls on Realtime (`EngineConfig.hold_limit`)."""
 MAX_CLIENT_OUTPUTS = 64
 """The client's outputs kept (the latest): what a new session is told of a dropped batch of both."""
 
@@ -38,6 +47,7 @@ class ClientAsks(ResponsesDelegation):
     def __init__(self, *args: Any, **options: Any) -> None:
         super().__init__(*args, **options)
         self._held_for_relay: live.ResponseCreate | None = None   # the client's create waiting for the relay's work
+        self._announced_at: dict[str, float] = {}   # a delegation announced, its response not begun -> when
 
     def _client_item(self, event: live.ResponseItemCreate) -> Any:
         """A client's backend item: its output for a call of its own is seen (and may complete a
@@ -64,6 +74,7 @@ class ClientAsks(ResponsesDelegation):
         self._client_answered(entry)
         batch = self.batches.of_call(entry.call_id)
         if batch is not None:   # once the client's output went up: it may complete the batch
+            batch.answered_at = self.ctx.now
             self._after_forward.append(batch)
         return SAME
 
@@ -105,6 +116,9 @@ class ClientAsks(ResponsesDelegation):
             self._held_for_relay = event
             self.ctx.notice("client_create_held", {"event_id": event.event_id, "missing": self._relay_calls_open()})
             return DROP
+        if any(self._joining()):   # it continues the relay's batches whole by now too: sent by the relay
+            self._send_continuing(event)
+            return DROP
         sent = event.event_id if isinstance(event.event_id, str) else None
         self._create_went_up(sent)   # forwarded as it came: a continuation of a batch of its own calls, or new work
         self._continues_own(sent)
@@ -126,21 +140,79 @@ class ClientAsks(ResponsesDelegation):
 
     def _relay_at_work(self) -> bool:
         """Whether a create now could meet work of the relay's: a relay call unanswered (before its
-        output a create is a partial batch), a create on its way whose response has not begun, or
-        another delegation's backend response under way (either may bring relay calls), as the
-        relay's own create waits (`_continue`)."""
-        return bool(self._relay_calls_open()) or self._creates_up.wait_ends(self.ctx.now, CREATE_WAIT) is not None \
+        output a create is a partial batch), a create on its way whose response has not begun,
+        another delegation's backend response under way, or one announced whose response has not
+        begun yet, for at most `CREATE_WAIT` seconds (any of them may bring relay calls), as the
+        relay's own create waits (`_continue`), and for the delegation announced, longer."""
+        return bool(self._relay_calls_open()) or self._wait_ends() is not None \
             or self.batches.others_under_way(None, self._begun)
 
+    def _wait_ends(self) -> float | None:
+        """When the wait for the creates on their way and the delegations announced ends (None:
+        nothing to wait for)."""
+        now = self.ctx.now
+        announced = [at + CREATE_WAIT for key, at in self._announced_at.items()
+                     if key in self._delegated and at + CREATE_WAIT > now]
+        waits = [wait for wait in (self._creates_up.wait_ends(now, CREATE_WAIT), *announced) if wait is not None]
+        return min(waits) if waits else None
+
+    def _delegated_to_backend(self, delegation_id: str, response_id: Any) -> None:
+        super()._delegated_to_backend(delegation_id, response_id)
+        self._announced_at = {key: at for key, at in self._announced_at.items() if key in self._delegated}
+        self._announced_at[delegation_id] = self.ctx.now
+
     def _other_deadlines(self) -> list[float]:
-        """A held create waiting for a create on its way goes when that wait ends."""
-        waiting = self._creates_up.wait_ends(self.ctx.now, CREATE_WAIT) if self._held_for_relay is not None else None
-        return [*super()._other_deadlines(), *([] if waiting is None else [waiting])]
+        """A held create waiting for a create on its way goes when that wait ends; a batch of the
+        relay's waiting for the client to ask, when that wait does."""
+        waits = [self._wait_ends() if self._held_for_relay is not None else None]
+        if any(self._joining()):
+            now = self.ctx.now
+            waits += [other.answered_at + CLIENT_ASK_WAIT for other in self.batches
+                      if other.answered_at is not None and now < other.answered_at + CLIENT_ASK_WAIT]
+        return [*super()._other_deadlines(), *(wait for wait in waits if wait is not None)]
 
     def _continue(self, batch: Batch) -> None:
-        if self._held_for_relay is not None and not self.batches.has_client_calls(batch):
-            return   # the client's held create continues it (`_release_held`)
+        if not self.batches.has_client_calls(batch) and (self._held_for_relay is not None or self._client_to_ask()):
+            return   # the client's create continues it (`_release_held`, `_client_create`)
         super()._continue(batch)
+
+    def _client_to_ask(self) -> bool:
+        """Whether another delegation's batch of the client's own calls, not continued yet, is the
+        client's to ask for first: a call of it unanswered (a create before its output is a
+        partial batch), or all answered less than `CLIENT_ASK_WAIT` seconds ago and the client's
+        create not seen (it will come, and continue the relay's batch with it: one create, not
+        two). A client that never asks leaves the relay's batch to the relay after that."""
+        now = self.ctx.now
+        for other in self.batches:
+            if other.continued or other.failed or not other.completed or other.key in self._create_of:
+                continue
+            client = [entry for call_id in other.calls if other.owners.get(call_id) is Owner.CLIENT
+                      and (entry := self.ledger.get(call_id)) is not None]
+            if any(entry.state not in _SETTLED for entry in client):
+                return True
+            if client and other.answered_at is not None and now < other.answered_at + CLIENT_ASK_WAIT:
+                return True
+        return False
+
+    def _joining(self) -> list[Batch]:
+        """The batches of the relay's calls only that a create now continues: whole, not continued."""
+        return [batch for batch in self.batches if self.batches.due(batch) and not self.batches.has_client_calls(batch)]
+
+    def _send_continuing(self, event: live.ResponseCreate) -> None:
+        """The client's create, sent by the relay as it came (an event id of the relay's if it had
+        none), continuing the relay's batches whole by now and a whole batch of the client's own."""
+        if event.event_id is None:
+            event.event_id = self.ctx.new_event_id()
+        joining = self._joining()
+        for batch in joining:
+            batch.continued = True
+            self._create_of[batch.key] = event.event_id
+            self._follow_up_owed(batch, event)
+        self._continues_own(event.event_id)
+        self._command([event])
+        for batch in joining:
+            self.ctx.notice("follow_up", {"event_id": event.event_id, "call_ids": ",".join(batch.calls),
+                                          "delegation_id": batch.key, "response_id": batch.response_id, "by": "client"})
 
     def _continue_waiting(self) -> None:
         self._release_held()
@@ -153,18 +225,7 @@ class ClientAsks(ResponsesDelegation):
         if event is None or self._relay_at_work():
             return
         self._held_for_relay = None
-        if event.event_id is None:
-            event.event_id = self.ctx.new_event_id()
-        joining = [batch for batch in self.batches if self.batches.due(batch) and not self.batches.has_client_calls(batch)]
-        for batch in joining:
-            batch.continued = True
-            self._create_of[batch.key] = event.event_id
-            self._follow_up_owed(batch, event)
-        self._continues_own(event.event_id)
-        self._command([event])
-        for batch in joining:
-            self.ctx.notice("follow_up", {"event_id": event.event_id, "call_ids": ",".join(batch.calls),
-                                          "delegation_id": batch.key, "response_id": batch.response_id, "by": "client"})
+        self._send_continuing(event)
 
 
-__all__ = ["MAX_CLIENT_OUTPUTS", "ClientAsks"]
+__all__ = ["CLIENT_ASK_WAIT", "MAX_CLIENT_OUTPUTS", "ClientAsks"]

@@ -10,7 +10,7 @@ conversation as scripted: a barge-in at each point of each call's life, a handle
 after each provider event of its turn, past its filler or its timeout, raising, hanging,
 answered twice, the provider's quirks (a call delivered twice, `response.done` before the call's
 item, Gemini's model-turn parts), the connection dropping mid-call, the caller answering its own
-calls late. The explorer runs the
+calls late or speaking before it answers them. The explorer runs the
 conversation once as scripted to learn its shape (its calls, the anchors each reaches, the
 provider events after each handler starts), then: every single perturbation (the boundaries),
 every pair when the budget holds them all, and seeded random schedules of two and three
@@ -211,8 +211,9 @@ def boundaries(conversation: Conversation, base: Observed, names: dict[str, str]
         space.append(Perturbation("call_parts", 1))
     if not delegating:   # the client's own calls, delivered twice too (GPT-Live: explore_live's)
         space += [Perturbation("duplicate_client", number) for number in range(1, len(base.client_calls) + 1)]
-    space += [Perturbation("client_late", number, step=step)   # answered late by the caller
-              for number in range(1, len(base.client_calls) + 1) for step in range(len(CLIENT_DELAYS))]
+    for number in range(1, len(base.client_calls) + 1):   # the caller's own calls: answered late, spoken over
+        space += [Perturbation("client_late", number, step=step) for step in range(len(CLIENT_DELAYS))]
+        space.append(Perturbation("barge_in_client", number, "announced"))
     if delegating:
         return space + live.space(conversation, base)
     return space + quirks.space(conversation, base, names or {})

@@ -10,7 +10,8 @@ every step, so it lands at the same place of the conversation whatever the pertu
 it moved in time. Frames the caller's speech makes (a barge-in) go ahead of the frames still in
 flight: the server interleaves its voice-activity events with a response it streams. The caller's
 answers to its own calls (a script's client tools) go when it has them, or, under `client_late`,
-that many seconds later (`CLIENT_DELAYS`).
+that many seconds later (`CLIENT_DELAYS`); `barge_in_client` has the caller speak as soon as one of
+its own calls is seen, before it answers it.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ class Perturbation:
             "duplicate": "the provider delivers the call twice",
             "duplicate_client": "the provider delivers the client's call twice",
             "client_late": f"the caller answers it {CLIENT_DELAYS[min(self.step, len(CLIENT_DELAYS) - 1)]:g} s late",
+            "barge_in_client": "the caller barges in before answering it",
             "call_parts": "the provider delivers the call twice (Gemini: as a model-turn part too)",
             "done_first": "response.done arrives before the call's item is done",
             "drop": "the upstream connection drops",
@@ -164,7 +166,7 @@ class Exploring:
         self._counting: set[int] = set()   # the calls whose handler started and that are not answered yet
         self._looked = -1   # the call book's size when `_look` last found every entry settled
         self._checked: Any = None   # the timeline the invariants read (see `checking`)
-        self._pending: list[Perturbation] = sorted(p for p in schedule if p.kind == "barge_in" or p.kind == "drop")
+        self._pending: list[Perturbation] = sorted(p for p in schedule if p.kind in ("barge_in", "barge_in_client", "drop"))
         self._handler_kinds = {p.call: p for p in schedule if p.kind in HANDLER_KINDS}
         self._done_first = {p.call for p in schedule if p.kind == "done_first"}
         self._late_answers = [p for p in schedule if p.kind == "client_late"]
@@ -341,6 +343,7 @@ class Exploring:
                 settled[id(entry)] = entry
                 if entry.call_id not in observed.client_calls:
                     observed.client_calls.append(entry.call_id)
+                    self._reached_client(len(observed.client_calls))
                 continue
             open_entries += 1
             if entry.call_id not in observed.calls:
@@ -366,6 +369,14 @@ class Exploring:
         if anchor == "answered":
             self._counting.discard(number)
         for perturbation in [p for p in self._pending if p.call == number and p.anchor == anchor]:
+            self._pending.remove(perturbation)
+            self.observed.fired.append(perturbation)
+            self.loop.call_soon(self._happen, perturbation)
+
+    def _reached_client(self, number: int) -> None:
+        """The caller's `number`th call of its own is seen: a barge-in anchored on it lands now,
+        while the caller has not answered it (its answer goes when its response completes)."""
+        for perturbation in [p for p in self._pending if p.kind == "barge_in_client" and p.call == number]:
             self._pending.remove(perturbation)
             self.observed.fired.append(perturbation)
             self.loop.call_soon(self._happen, perturbation)
@@ -507,6 +518,6 @@ def _may_move(frame: str | bytes) -> bool:
     return not isinstance(frame, str) or may_be(frame, _MOVED)
 
 
-CLIENT_KINDS = frozenset({"duplicate_client", "client_late"})
+CLIENT_KINDS = frozenset({"duplicate_client", "client_late", "barge_in_client"})
 """The perturbations numbered among the client's own calls."""
 HANDLER_KINDS = frozenset({"finish", "past_filler", "past_timeout", "raises", "hangs", "answers_twice"})

@@ -11,6 +11,7 @@ explore`: the caller barges in with a request for its own tool while the relay's
 from __future__ import annotations
 
 from relay.engine.backend_calls import CREATE_WAIT
+from relay.engine.client_asks import CLIENT_ASK_WAIT
 from tests.live.driver import call_item, delegation_created
 from tests.live.test_live_engine import responses_driver
 from tests.live.test_live_reseed import follow_ups
@@ -81,3 +82,55 @@ def test_a_clients_create_with_no_relay_work_under_way_goes_at_once() -> None:
     client_asks(driver)
     assert [e["event_id"] for e in driver.sent_of("response.create")] == ["evt_create"]
     assert [n for n in driver.notices if n.kind == "client_create_held"] == []
+
+
+def client_then_relay():
+    """Delegation 1 makes show_map (c2, the client's), not answered yet; delegation 2 makes
+    get_weather (c1, the relay's), which finishes."""
+    driver = responses_driver(client_tools=("show_map",))
+    driver.batch("item_1", "resp_1", [call_item("c2", "show_map", {"city": "Paris"})])
+    driver.upstream(delegation_created("item_2", target="responses", response_id="resp_2"))
+    driver.batch("item_2", "resp_2", [call_item("c1", "get_weather", {"city": "Paris"})])
+    driver.finish("c1", "sunny")
+    return driver
+
+
+def test_the_relays_batch_waits_for_the_clients_call_of_another_delegation_and_its_create() -> None:
+    """A create before show_map's output is a partial batch (the server refuses it); once the
+    client answered, its create is to come, and continues the relay's batch too: one create."""
+    driver = client_then_relay()
+    assert [e["item"]["call_id"] for e in driver.sent_of("response.item.create")] == ["c1"]
+    assert driver.sent_of("response.create") == [], "show_map, the client's, is unanswered"
+    client_answers(driver, "c2", "shown")
+    assert driver.sent_of("response.create") == [], "the client asks next"
+    client_asks(driver)
+    assert [e["event_id"] for e in driver.sent_of("response.create")] == ["evt_create"]
+    assert follow_ups(driver) == ["c1"]
+    driver.advance(60)
+    assert len(driver.sent_of("response.create")) == 1
+
+
+def test_a_client_that_answers_and_never_asks_leaves_the_relays_batch_to_the_relay() -> None:
+    driver = client_then_relay()
+    client_answers(driver, "c2", "shown")
+    driver.advance(CLIENT_ASK_WAIT - 0.5)
+    assert driver.sent_of("response.create") == []
+    driver.advance(0.5)
+    [create] = driver.sent_of("response.create")
+    assert create["event_id"] != "evt_create" and follow_ups(driver) == ["c1"]
+
+
+def test_a_clients_create_waits_for_a_delegation_announced_whose_response_has_not_begun() -> None:
+    """The model has just delegated again (its response not begun): what it brings may be the
+    relay's call, which the client's create would then meet unanswered."""
+    driver = responses_driver(client_tools=("show_map",))
+    driver.batch("item_1", "resp_1", [call_item("c2", "show_map", {"city": "Paris"})])
+    driver.upstream(delegation_created("item_2", target="responses", response_id="resp_2"))
+    client_answers(driver, "c2", "shown")
+    client_asks(driver)
+    assert driver.sent_of("response.create") == [], "delegation 2's response is to begin"
+    driver.batch("item_2", "resp_2", [call_item("c1", "get_weather", {"city": "Paris"})])
+    assert driver.sent_of("response.create") == [], "get_weather, the relay's, runs"
+    driver.finish("c1", "sunny")
+    assert [e["event_id"] for e in driver.sent_of("response.create")] == ["evt_create"]
+    assert follow_ups(driver) == ["c1"] and driver.errors_to_client() == []

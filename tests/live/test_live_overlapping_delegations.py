@@ -12,6 +12,7 @@ from __future__ import annotations
 from tests.live.driver import MODEL, call_item, delegation_created, started
 from tests.live.test_live_engine import get_time, get_weather
 from tests.live.test_live_reseed import RESPONSES, follow_ups
+from tests.live.test_live_reseed_mixed import client_answers, client_asks
 from tests.live.test_live_reseed_which import Logged, begun, creates_while_open
 
 
@@ -104,11 +105,12 @@ def test_a_batch_waits_for_a_create_on_its_way_and_no_longer_than_the_wait() -> 
         assert follow_ups(driver) == ["c1", "c2"] and creates_while_open(driver) == []
 
 
-def test_a_batch_that_waited_goes_when_the_call_it_waited_for_is_answered_in_a_batch_of_both() -> None:
+def test_a_batch_that_waited_goes_with_the_clients_create_in_a_batch_of_both() -> None:
     """Delegation 1's batch holds a relay call and one of the client's, which the client has not
-    answered; delegation 2's batch (relay calls only) waits for delegation 1's relay call. Once
-    that call is answered nothing holds it (the client's call is the client's to answer), though
-    delegation 1's batch is not whole: delegation 2's create goes then."""
+    answered; delegation 2's batch (relay calls only) waits for delegation 1's relay call, and then
+    for the client's: a create before its output is a partial batch (before, it went then, and
+    the server refused it). The client's create, the batch of both's one continuation, continues
+    delegation 2's batch too: one create."""
     from tests.live.driver import function_tool, responses_session
 
     driver = Logged([get_weather, get_time])
@@ -122,4 +124,8 @@ def test_a_batch_that_waited_goes_when_the_call_it_waited_for_is_answered_in_a_b
     driver.finish("c2", "noon")
     assert follow_ups(driver) == [], "not while get_weather, of delegation 1, is unanswered"
     driver.finish("c1", "sunny")
-    assert follow_ups(driver) == ["c2"] and creates_while_open(driver) == []
+    assert follow_ups(driver) == [], "nor while show_map, the client's, is unanswered"
+    client_answers(driver, "k1", "shown")
+    client_asks(driver)
+    assert [e["event_id"] for e in driver.sent_of("response.create")] == ["evt_create"]
+    assert sorted(follow_ups(driver)) == ["c1,k1", "c2"] and creates_while_open(driver) == []
