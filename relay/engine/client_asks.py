@@ -164,14 +164,17 @@ class ClientAsks(ResponsesDelegation):
     def _other_deadlines(self) -> list[float]:
         """A held create waiting for a create on its way goes when that wait ends; a batch of the
         relay's waiting for the client to ask, when that wait does."""
+        now = self.ctx.now
         waits = [self._wait_ends() if self._held_for_relay is not None else None]
-        if any(self._joining()):
-            now = self.ctx.now
-            waits += [other.answered_at + CLIENT_ASK_WAIT for other in self.batches
-                      if other.answered_at is not None and now < other.answered_at + CLIENT_ASK_WAIT]
+        asks = [other.answered_at + CLIENT_ASK_WAIT for other in self.batches
+                if other.answered_at is not None and now < other.answered_at + CLIENT_ASK_WAIT]
+        if asks and any(self._joining()):   # (no client's output lately: nothing to compute, every round)
+            waits += asks
         return [*super()._other_deadlines(), *(wait for wait in waits if wait is not None)]
 
     def _continue(self, batch: Batch) -> None:
+        if not self.batches.due(batch):
+            return   # (after every round, for every batch: the cheap test first)
         if not self.batches.has_client_calls(batch) and (self._held_for_relay is not None or self._client_to_ask()):
             return   # the client's create continues it (`_release_held`, `_client_create`)
         super()._continue(batch)
@@ -184,7 +187,8 @@ class ClientAsks(ResponsesDelegation):
         two). A client that never asks leaves the relay's batch to the relay after that."""
         now = self.ctx.now
         for other in self.batches:
-            if other.continued or other.failed or not other.completed or other.key in self._create_of:
+            if (other.continued or other.failed or not other.completed or other.key in self._create_of
+                    or not self.batches.has_client_calls(other)):
                 continue
             client = [entry for call_id in other.calls if other.owners.get(call_id) is Owner.CLIENT
                       and (entry := self.ledger.get(call_id)) is not None]
