@@ -48,6 +48,7 @@ class ClientAsks(ResponsesDelegation):
         super().__init__(*args, **options)
         self._held_for_relay: live.ResponseCreate | None = None   # the client's create waiting for the relay's work
         self._announced_at: dict[str, float] = {}   # a delegation announced, its response not begun -> when
+        self._answered_at: float | None = None   # the client's latest output for a call of its own
 
     def _client_item(self, event: live.ResponseItemCreate) -> Any:
         """A client's backend item: its output for a call of its own is seen (and may complete a
@@ -74,7 +75,7 @@ class ClientAsks(ResponsesDelegation):
         self._client_answered(entry)
         batch = self.batches.of_call(entry.call_id)
         if batch is not None:   # once the client's output went up: it may complete the batch
-            batch.answered_at = self.ctx.now
+            batch.answered_at = self._answered_at = self.ctx.now
             self._after_forward.append(batch)
         return SAME
 
@@ -164,13 +165,16 @@ class ClientAsks(ResponsesDelegation):
     def _other_deadlines(self) -> list[float]:
         """A held create waiting for a create on its way goes when that wait ends; a batch of the
         relay's waiting for the client to ask, when that wait does."""
-        now = self.ctx.now
+        own = super()._other_deadlines()
+        now, latest = self.ctx.now, self._answered_at
+        if self._held_for_relay is None and (latest is None or now >= latest + CLIENT_ASK_WAIT):
+            return own   # (no client's create held, no client's output lately: nothing to add, every round)
         waits = [self._wait_ends() if self._held_for_relay is not None else None]
         asks = [other.answered_at + CLIENT_ASK_WAIT for other in self.batches
                 if other.answered_at is not None and now < other.answered_at + CLIENT_ASK_WAIT]
-        if asks and any(self._joining()):   # (no client's output lately: nothing to compute, every round)
+        if asks and any(self._joining()):
             waits += asks
-        return [*super()._other_deadlines(), *(wait for wait in waits if wait is not None)]
+        return [*own, *(wait for wait in waits if wait is not None)]
 
     def _continue(self, batch: Batch) -> None:
         if not self.batches.due(batch):
@@ -219,7 +223,8 @@ class ClientAsks(ResponsesDelegation):
                                           "delegation_id": batch.key, "response_id": batch.response_id, "by": "client"})
 
     def _continue_waiting(self) -> None:
-        self._release_held()
+        if self._held_for_relay is not None:
+            self._release_held()
         super()._continue_waiting()
 
     def _release_held(self) -> None:

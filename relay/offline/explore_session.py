@@ -171,6 +171,8 @@ class Exploring:
         self._done_first = {p.call for p in schedule if p.kind == "done_first"}
         self._late_answers = [p for p in schedule if p.kind == "client_late"]
         self._answers_out = 0   # the caller's answers held back (`client_late`), not sent yet
+        if self._late_answers:   # (else every frame to the caller skips a layer)
+            self._caller_receive = self._late_caller_receive   # type: ignore[method-assign]
 
     # ---- pacing ---------------------------------------------------------------------------------
     def _queue_upstream(self, frames: list[str | bytes]) -> None:
@@ -292,10 +294,11 @@ class Exploring:
                     or self.faults.pending() or self._answers_out)
 
     # ---- the caller's own calls -------------------------------------------------------------------
-    def _caller_receive(self, frame: str | bytes) -> list[str | bytes]:
+    def _late_caller_receive(self, frame: str | bytes) -> list[str | bytes]:
         """The caller's answers (its own tools' outputs, and the `response.create` after them),
         held back when a `client_late` perturbation names a call they answer, and sent that many
-        seconds later (the latest, when several do)."""
+        seconds later (the latest, when several do): the caller's `_caller_receive` in a
+        schedule with one."""
         frames = super()._caller_receive(frame)   # type: ignore[misc]
         if not frames or not self._late_answers:
             return frames
