@@ -7,20 +7,22 @@
 - A create for a batch of both the relay's calls and its own is that batch's one continuation,
   held until the batch is whole (`Batch.held_create`); a second one is refused
   (`response_create_pending`).
-- Any other create while the relay is at work (a relay call unanswered, a create on its way whose
-  response has not begun, a backend response under way: `_relay_at_work`, what the relay's own
-  create waits for) is held until that work is over, then goes up as it came and continues every
-  batch whole by then, the relay's among them (no create of the relay's goes for those). A create
-  names no delegation, so the relay reads it as continuing the session's calls, all of them
-  (docs/gpt-live.md, "Responses delegation: batches"): sent before a relay call's output is in, it
-  would be a partial batch, which the server refuses, with an `error` naming the relay's call to
-  the client.
+- Any other create while the relay is at work (`_relay_at_work`: a relay call unanswered, a create
+  on its way whose response has not begun, a backend response under way, what the relay's own
+  create waits for; and a delegation just announced whose response has not begun) is held until
+  that work is over, then goes up as it came and continues every batch whole by then, the relay's
+  among them (no create of the relay's goes for those). A create names no delegation, so the relay
+  reads it as continuing the session's calls, all of them (docs/gpt-live.md, "Responses
+  delegation: batches"): sent before a relay call's output is in, it would be a partial batch,
+  which the server refuses, with an `error` naming the relay's call to the client.
 - The other way round, the relay's own create for a batch of its calls waits while a batch of the
   client's in another delegation has a call unanswered (a partial batch again), or was answered
   less than `CLIENT_ASK_WAIT` seconds ago and the client has not asked: the client's create, when
-  it comes, continues the relay's batch too (`_joining`), so one create goes, not two. `relay explore` found it (the caller's own tool asked for while the relay's runs in
-  another delegation). A proxy only: a sidecar never sees the client's frames
-  (`EngineConfig.hold_client_creates`).
+  it comes, continues the relay's batch too (`_joining`), so one create goes, not two.
+
+`relay explore` found both (the caller asking for its own tool while the relay's runs in another
+delegation, and for the relay's before answering its own). A proxy's rules only: a sidecar never
+sees the client's frames (`EngineConfig.hold_client_creates`, `EngineConfig.has_client`).
 """
 
 from __future__ import annotations
@@ -86,11 +88,12 @@ class ClientAsks(ResponsesDelegation):
             self._continue(batch)
 
     def _client_create(self, event: live.ResponseCreate) -> Any:
-        """A client's `response.create` for a batch of both the relay's calls and its own: the
-        batch's one create, held until the batch is whole (its response completed, every output
-        in), then sent as it came. A second one for the same batch is not sent. A create that
-        follows input items of the client's own (a typed message, an image) and no output since its
-        last create asks for that input: it is not a dropped session's batch's (`_client_asks_carried`)."""
+        """A client's `response.create` (see the module): for a batch of both the relay's calls and
+        its own, the batch's one create, held until the batch is whole, then sent as it came (a
+        second one for the same batch is not sent); else held while the relay is at work, and,
+        once it goes, continuing the relay's batches whole by then too. A create that follows input
+        items of the client's own (a typed message, an image) and no output since its last create
+        asks for that input: it is not a dropped session's batch's (`_client_asks_carried`)."""
         output, other = self._since_create
         self._since_create = (False, False)
         for batch in self.batches.awaiting_relay():
@@ -142,9 +145,9 @@ class ClientAsks(ResponsesDelegation):
     def _relay_at_work(self) -> bool:
         """Whether a create now could meet work of the relay's: a relay call unanswered (before its
         output a create is a partial batch), a create on its way whose response has not begun,
-        another delegation's backend response under way, or one announced whose response has not
-        begun yet, for at most `CREATE_WAIT` seconds (any of them may bring relay calls), as the
-        relay's own create waits (`_continue`), and for the delegation announced, longer."""
+        another delegation's backend response under way (what the relay's own create waits for,
+        `_continue`), or one announced whose response has not begun yet, for at most `CREATE_WAIT`
+        seconds (any of them may bring relay calls)."""
         return bool(self._relay_calls_open()) or self._wait_ends() is not None \
             or self.batches.others_under_way(None, self._begun)
 
@@ -188,7 +191,10 @@ class ClientAsks(ResponsesDelegation):
         client's to ask for first: a call of it unanswered (a create before its output is a
         partial batch), or all answered less than `CLIENT_ASK_WAIT` seconds ago and the client's
         create not seen (it will come, and continue the relay's batch with it: one create, not
-        two). A client that never asks leaves the relay's batch to the relay after that."""
+        two). A client that never asks leaves the relay's batch to the relay after that. A sidecar,
+        which sees neither the client's outputs nor its creates, never waits for them."""
+        if not self.config.has_client:
+            return False
         now = self.ctx.now
         for other in self.batches:
             if (other.continued or other.failed or not other.completed or other.key in self._create_of

@@ -10,10 +10,11 @@ explore`: the caller barges in with a request for its own tool while the relay's
 
 from __future__ import annotations
 
+from relay.engine import EngineConfig
 from relay.engine.backend_calls import CREATE_WAIT
 from relay.engine.client_asks import CLIENT_ASK_WAIT
-from tests.live.driver import call_item, delegation_created
-from tests.live.test_live_engine import responses_driver
+from tests.live.driver import LiveDriver, call_item, delegation_created, function_tool, started
+from tests.live.test_live_engine import get_weather, responses_driver
 from tests.live.test_live_reseed import follow_ups
 from tests.live.test_live_reseed_mixed import client_answers, client_asks
 from tests.live.test_live_reseed_which import begun
@@ -134,3 +135,16 @@ def test_a_clients_create_waits_for_a_delegation_announced_whose_response_has_no
     driver.finish("c1", "sunny")
     assert [e["event_id"] for e in driver.sent_of("response.create")] == ["evt_create"]
     assert follow_ups(driver) == ["c1"] and driver.errors_to_client() == []
+
+
+def test_a_sidecar_which_sees_no_client_frames_does_not_wait_for_the_clients_call() -> None:
+    """The sideband never sees the client's outputs nor its creates: waiting for them would hold
+    the relay's batch for good. Its create goes as before."""
+    driver = LiveDriver([get_weather], config=EngineConfig(strict=True, mode="sidecar", hide_tool_events=False))
+    driver.upstream(started({"type": "responses", "responses": {"model": "gpt-5.4", "tools": [function_tool("show_map")]}}))
+    driver.upstream(delegation_created("item_1", target="responses", response_id="resp_1"))
+    driver.batch("item_1", "resp_1", [call_item("c2", "show_map", {"city": "Paris"})])
+    driver.upstream(delegation_created("item_2", target="responses", response_id="resp_2"))
+    driver.batch("item_2", "resp_2", [call_item("c1", "get_weather", {"city": "Paris"})])
+    driver.finish("c1", "sunny")
+    assert len(driver.sent_of("response.create")) == 1 and follow_ups(driver) == ["c1"]
