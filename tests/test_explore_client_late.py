@@ -1,12 +1,10 @@
 """The caller's own tools under `relay explore`: each of the caller's calls answered late
-(`client_late`), and a caller who asks for its own tool while a relay call runs. What the
-explorer found there (relay/engine/client_asks.py; the invariants' scope: relay/offline/expect.py,
-explore_checks.py; Gemini's cut turn: relay/offline/events.py) stays found: each test fails with
-its fix undone."""
+(`client_late`) or spoken over before it answers (`barge_in_client`), and a caller who asks for
+its own tool while a relay call runs. What the explorer found there (relay/engine/client_asks.py;
+the invariants' scope: relay/offline/expect.py, explore_checks.py) stays found: each test fails
+with its fix undone."""
 
 from __future__ import annotations
-
-import asyncio
 
 import pytest
 
@@ -19,17 +17,7 @@ from relay.offline.harness import CallerFailed
 from relay.recording.format import RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY
 from relay.testing import Script, Turn, call
 from relay.tools.sources import tool_registry
-
-
-def check_stock(item: str) -> str:
-    """How many of an item are in stock."""
-    return f"12 of {item} in stock"
-
-
-async def check_price(item: str) -> str:
-    """What an item costs (a slow lookup)."""
-    await asyncio.sleep(0.5)
-    return f"{item} costs 3"
+from tests.test_explore_shapes import check_stock, ran
 
 
 def show_map(city: str) -> str:
@@ -77,16 +65,13 @@ def test_every_late_answer_of_the_callers_is_explored_and_every_invariant_holds(
 
 
 def test_a_late_answer_is_sent_that_late_and_the_model_speaks_after_it() -> None:
-    run = run_schedule(mixed("openai"), (Perturbation("client_late", 1, step=2),), keep=True)
-    try:
+    with ran(mixed("openai"), (Perturbation("client_late", 1, step=2),)) as run:
         assert run.broken == []
         timeline = run.session.timeline
         [client_output] = [e for e in timeline.outputs() if e.by == "client"]
         [relay_output] = [e for e in timeline.outputs() if e.by == "relay"]
         assert client_output.t - relay_output.t >= CLIENT_DELAYS[2] - 0.5
         assert any(e.kind == "spoken" and e.index > client_output.index for e in timeline)
-    finally:
-        run.session.close()
 
 
 @pytest.mark.parametrize("dialect", ["openai", "gemini", "live"])
@@ -101,23 +86,6 @@ def test_the_gpt_live_client_create_sent_while_the_relays_call_runs_is_found_wit
     result = explore(overlapping("live"), budget=300, seed=3, replay_check=False)
     finding = next(f for f in result.findings if f.invariant == "client_never_sees_relay_call")
     assert len(finding.schedule) <= 2 and any(p.kind == "barge_in" for p in finding.schedule)
-
-
-def test_a_gemini_turn_cut_after_one_answer_owes_no_speech_for_it() -> None:
-    """Two relay calls in one turn: one answered, the other withdrawn (`server_cancel`, a
-    cancellation with no caller's turn after it): the model never goes on with that turn."""
-    script = Script(Turn(say="Let me look.", calls=[call("check_stock", item="A1"), call("check_price", item="A1")]),
-                    Turn(say="Here it is."))
-    conversation = Conversation("two", script.mock_script(), ("Is A1 in stock, and its price?",),
-                                tool_registry([check_stock, check_price]), turns=script.turns).with_dialect("gemini")
-    run = run_schedule(conversation, (Perturbation("server_cancel", 2, "running"),), keep=True)
-    try:
-        timeline = run.session.timeline
-        [answered] = [e.call_id for e in timeline.outputs() if e.by == "relay"]
-        assert answered in timeline.silent_calls and run.broken == []
-    finally:
-        run.session.close()
-    assert explore(conversation, budget=200, seed=1, replay_check=False).ok
 
 
 def test_a_callers_tool_that_raises_fails_the_step_with_its_error() -> None:
@@ -137,16 +105,13 @@ def test_a_callers_answer_crossing_a_gemini_cancellation_is_not_the_relays() -> 
     names it: `cancelled_not_answered` holds the relay to its own answers."""
     schedule = (Perturbation("client_late", 1, step=0), Perturbation("end_first", 1, "running"),
                 Perturbation("goes_away", 1, "running"))
-    run = run_schedule(mixed("gemini"), schedule, keep=True)
-    try:
+    with ran(mixed("gemini"), schedule) as run:
         [client_output] = [e for e in run.session.timeline.outputs() if e.by == "client"]
-        upstream = [(f.line_no, f.raw or (f.binary or b"").decode()) for f in run.session.frames if f.direction == RELAY_TO_UPSTREAM
-                    or f.direction == UPSTREAM_TO_RELAY]
+        upstream = [(f.line_no, f.raw or (f.binary or b"").decode()) for f in run.session.frames
+                    if f.direction in (RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY)]
         answered = next(n for n, raw in upstream if "toolResponse" in raw and client_output.call_id in raw)
         assert any(n > answered and "toolCallCancellation" in raw and client_output.call_id in raw for n, raw in upstream)
         assert run.broken == []
-    finally:
-        run.session.close()
 
 
 @pytest.mark.parametrize("dialect", ["openai", "gemini", "live"])

@@ -9,13 +9,16 @@ relay/engine/recovery.py, `rest_of`)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import pytest
 
 from relay.mock import MockScript, ToolCall
 from relay.mock.script import Reply, Rule
-from relay.offline.explore import explore
-from relay.offline.explore_session import Conversation
+from relay.offline.explore import explore, run_schedule
+from relay.offline.explore_session import Conversation, Perturbation, Schedule
 from relay.testing import Script, Turn, call
 from relay.tools.sources import tool_registry
 
@@ -31,6 +34,16 @@ async def check_price(item: str) -> str:
     """What an item costs (a slow lookup)."""
     await asyncio.sleep(0.5)
     return f"{item} costs 3"
+
+
+@contextmanager
+def ran(conversation: Conversation, schedule: Schedule) -> Iterator[Any]:
+    """One schedule of `conversation`, run and kept open for the test to read, then closed."""
+    run = run_schedule(conversation, schedule, keep=True)
+    try:
+        yield run
+    finally:
+        run.session.close()
 
 
 def two_at_once(dialect: str) -> Conversation:
@@ -80,3 +93,14 @@ def test_two_relay_calls_in_one_turn_hold_every_invariant(dialect: str) -> None:
 def test_a_second_request_while_the_first_tool_runs_holds_every_invariant(dialect: str) -> None:
     result = explore(asked_again(dialect), budget=150, seed=21, replay_check=False)
     assert result.ok, result.report()
+
+
+def test_a_gemini_turn_cut_after_one_answer_owes_no_speech_for_it() -> None:
+    """Two relay calls in one turn: one answered, the other withdrawn (`server_cancel`, a
+    cancellation with no caller's turn after it): the model never goes on with that turn."""
+    conversation = two_at_once("gemini")
+    with ran(conversation, (Perturbation("server_cancel", 2, "running"),)) as run:
+        timeline = run.session.timeline
+        [answered] = [e.call_id for e in timeline.outputs() if e.by == "relay"]
+        assert answered in timeline.silent_calls and run.broken == []
+    assert explore(conversation, budget=200, seed=1, replay_check=False).ok
