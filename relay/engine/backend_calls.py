@@ -32,6 +32,7 @@ CREATE_WAIT = ACK_TIMEOUT
 long as the sequencer waits for a create's acknowledgement on Realtime)."""
 SAME: Any = object()   # forward the frame as it came
 DROP: Any = None       # the other side does not see it
+UNCLAIMED: Any = object()   # (`_client_create_refused`) the command was not a client's create
 
 
 class ResponsesDelegation(SessionEngine):
@@ -266,6 +267,11 @@ class ResponsesDelegation(SessionEngine):
         if isinstance(event_id, str):
             self._creates_up.remove(event_id)
 
+    def _client_create_refused(self, event_id: Any, error: dict[str, Any]) -> Any:
+        """An `error` named this command: what becomes of the error (`SAME`, `DROP`) if the command
+        was a client's create (relay/engine/client_asks.py), else `UNCLAIMED`."""
+        return UNCLAIMED
+
     def _command_refused(self, event_id: Any) -> None:
         """An `error` named this command: if it was a create, it starts no response, and a batch
         it was to continue has no continuation under way (the work it waited for is over)."""
@@ -377,4 +383,4 @@ def _response_id(response: Any) -> str | None:
     return found if isinstance(found, str) else None
 
 
-__all__ = ["BACKEND_CALL", "DELEGATED", "DROP", "SAME", "ResponsesDelegation"]
+__all__ = ["BACKEND_CALL", "DELEGATED", "DROP", "SAME", "UNCLAIMED", "ResponsesDelegation"]

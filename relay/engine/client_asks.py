@@ -18,7 +18,11 @@
 - The other way round, the relay's own create for a batch of its calls waits while a batch of the
   client's in another delegation has a call unanswered (a partial batch again), or was answered
   less than `CLIENT_ASK_WAIT` seconds ago and the client has not asked: the client's create, when
-  it comes, continues the relay's batch too (`_joining`), so one create goes, not two.
+  it comes, continues the relay's batch too (`_joining`), so one create goes, not two. It also
+  waits, as the client's does, for a delegation just announced whose response has not begun (at
+  most `CREATE_WAIT` seconds): that response may bring a relay call, which a create sent meanwhile
+  would leave out (a partial batch), and once it has begun the create waits for its calls'
+  outputs and continues both batches.
 
 `relay explore` found both (the caller asking for its own tool while the relay's runs in another
 delegation, and for the relay's before answering its own). A proxy's rules only: a sidecar never
@@ -30,7 +34,7 @@ from __future__ import annotations
 from typing import Any
 
 from relay.dialects import live
-from relay.engine.backend_calls import CREATE_WAIT, DROP, SAME, ResponsesDelegation
+from relay.engine.backend_calls import CREATE_WAIT, DROP, SAME, UNCLAIMED, ResponsesDelegation
 from relay.engine.batches import Batch
 from relay.engine.calls import UNANSWERED, CallState, Owner
 
@@ -39,6 +43,9 @@ CLIENT_ASK_WAIT = 5.0
 """Seconds a batch of the relay's waits, at most, for the client to ask for a whole batch of its
 own in another delegation (its create then continues both), as long as the relay holds a client's
 create for the relay's calls on Realtime (`EngineConfig.hold_limit`)."""
+CLIENT_ID_PREFIX = "client_"
+"""What the event id the relay gives a client's create that came with none begins with: a create
+of the client's, not the relay's (the explorer's checks read it so)."""
 MAX_CLIENT_OUTPUTS = 64
 """The client's outputs kept (the latest): what a new session is told of a dropped batch of both."""
 
@@ -51,6 +58,10 @@ class ClientAsks(ResponsesDelegation):
         self._held_for_relay: live.ResponseCreate | None = None   # the client's create waiting for the relay's work
         self._announced_at: dict[str, float] = {}   # a delegation announced, its response not begun -> when
         self._answered_at: float | None = None   # the client's latest output for a call of its own
+        self._held_at = 0.0   # when the client's create now held came
+        self._answered_since: list[str] = []   # the client's calls it answered since its latest create
+        self._asked_already: set[str] = set()   # its calls a create the relay released continued before it asked
+        self._client_creates: dict[str, tuple[live.ResponseCreate, bool]] = {}   # forwarded, not begun -> (it, id ours)
 
     def _client_item(self, event: live.ResponseItemCreate) -> Any:
         """A client's backend item: its output for a call of its own is seen (and may complete a
@@ -75,6 +86,7 @@ class ClientAsks(ResponsesDelegation):
         if len(self._client_outputs) > MAX_CLIENT_OUTPUTS:
             del self._client_outputs[next(iter(self._client_outputs))]
         self._client_answered(entry)
+        self._answered_since.append(entry.call_id)
         batch = self.batches.of_call(entry.call_id)
         if batch is not None:   # once the client's output went up: it may complete the batch
             batch.answered_at = self._answered_at = self.ctx.now
@@ -96,6 +108,11 @@ class ClientAsks(ResponsesDelegation):
         asks for that input: it is not a dropped session's batch's (`_client_asks_carried`)."""
         output, other = self._since_create
         self._since_create = (False, False)
+        answered, self._answered_since = self._answered_since, []
+        if answered and output and not other and set(answered) <= self._asked_already:
+            self._asked_already.difference_update(answered)
+            self.ctx.notice("client_create_merged", {"event_id": event.event_id, "call_ids": ",".join(answered)})
+            return DROP   # the create the relay released for its earlier ask continued these too (`_release_held`)
         for batch in self.batches.awaiting_relay():
             if not self.batches.has_client_calls(batch):
                 continue
@@ -117,24 +134,63 @@ class ClientAsks(ResponsesDelegation):
                 self.ctx.client_error("response_create_pending", "a response.create is already waiting for the "
                                       "relay's work; this one was not forwarded", event.event_id)
                 return DROP
-            self._held_for_relay = event
+            self._held_for_relay, self._held_at = event, self.ctx.now
             self.ctx.notice("client_create_held", {"event_id": event.event_id, "missing": self._relay_calls_open()})
             return DROP
         if any(self._joining()):   # it continues the relay's batches whole by now too: sent by the relay
             self._send_continuing(event)
             return DROP
-        sent = event.event_id if isinstance(event.event_id, str) else None
-        self._create_went_up(sent)   # forwarded as it came: a continuation of a batch of its own calls, or new work
-        self._continues_own(sent)
-        return SAME
+        ours = event.event_id is None
+        if ours:   # an id, so that the server's refusal names it (`_client_create_refused`); `client_`: not the relay's
+            event.event_id = CLIENT_ID_PREFIX + self.ctx.new_event_id()
+        self._client_creates[event.event_id] = (event, ours)
+        if len(self._client_creates) > MAX_CLIENT_OUTPUTS:
+            del self._client_creates[next(iter(self._client_creates))]
+        self._command([event])   # as it came: a continuation of a batch of its own calls, or new work
+        self._continues_own(event.event_id)
+        return DROP
+
+    def _client_create_refused(self, event_id: Any, error: dict[str, Any]) -> Any:
+        """The server refused a create of the client's the relay forwarded. Refused while the relay
+        is at work (the model delegated again as it went up, and its response brought a relay call:
+        a partial batch), it is the relay's to send again once that work is over, as a create held
+        for it (`_release_held`), and the refusal, which names the relay's call, is not the
+        client's to see. Otherwise the client is told, as without the relay (with no event id
+        when the one the create went up with was the relay's)."""
+        forwarded = self._client_creates.pop(event_id, None) if isinstance(event_id, str) else None
+        if forwarded is None:
+            return UNCLAIMED
+        event, ours = forwarded
+        if self._relay_at_work():
+            if self._held_for_relay is None:
+                if ours:
+                    event.event_id = None
+                self._held_for_relay, self._held_at = event, self.ctx.now
+                self.ctx.notice("client_create_held", {"event_id": event.event_id, "missing": self._relay_calls_open(),
+                                                       "refused": True})
+            return DROP
+        if not ours:
+            return SAME
+        self.ctx.client_error(str(error.get("code") or "invalid_request_error"), str(error.get("message") or ""))
+        return DROP
 
     def _continues_own(self, create: str | None) -> None:
-        """The client's create went up: it continues a whole batch of the client's own calls."""
-        whole = next((batch for batch in self.batches if batch.completed and not batch.failed and batch.key not in
-                      self._create_of and not self.batches.has_relay_calls(batch) and not self.batches.missing(batch)
-                      and batch.calls), None)
-        if whole is not None:
-            self._create_of[whole.key] = create
+        """The client's create went up: it continues the whole batches of the client's own calls."""
+        for batch in self._own_batches():
+            if not self.batches.missing(batch):
+                self._create_of[batch.key] = create
+
+    def _own_batches(self) -> list[Batch]:
+        """The batches of the client's own calls only whose response completed, not continued yet."""
+        return [batch for batch in self.batches if batch.completed and not batch.failed and batch.calls
+                and batch.key not in self._create_of and not self.batches.has_relay_calls(batch)]
+
+    def _client_outputs_due(self) -> bool:
+        """Whether a batch of the client's own calls made since its held create waits for an output
+        of the client's, for at most `CLIENT_ASK_WAIT` seconds from that create: released before
+        it, the create would be a partial batch."""
+        return self.ctx.now < self._held_at + CLIENT_ASK_WAIT and any(
+            self.batches.missing(batch) for batch in self._own_batches())
 
     # ---- the client's create held for the relay's work ----
     def _relay_calls_open(self) -> list[str]:
@@ -154,11 +210,34 @@ class ClientAsks(ResponsesDelegation):
     def _wait_ends(self) -> float | None:
         """When the wait for the creates on their way and the delegations announced ends (None:
         nothing to wait for)."""
-        now = self.ctx.now
-        announced = [at + CREATE_WAIT for key, at in self._announced_at.items()
-                     if key in self._delegated and at + CREATE_WAIT > now]
-        waits = [wait for wait in (self._creates_up.wait_ends(now, CREATE_WAIT), *announced) if wait is not None]
+        waits = [wait for wait in (self._creates_up.wait_ends(self.ctx.now, CREATE_WAIT), self._announced_wait())
+                 if wait is not None]
         return min(waits) if waits else None
+
+    def _announced_wait(self) -> float | None:
+        """When the wait for the delegations announced whose responses have not begun ends, at
+        most `CREATE_WAIT` seconds after each was announced (None: none is awaited)."""
+        now = self.ctx.now
+        return min((at + CREATE_WAIT for key, at in self._announced_at.items()
+                    if at + CREATE_WAIT > now and self._awaited(key)), default=None)
+
+    def _awaited(self, key: str) -> bool:
+        """Whether delegation `key`'s response is still to begin: no `response.created` took it,
+        and none of its events came (a continuation may send no `response.created`)."""
+        batch = self.batches.get(key)
+        return key in self._delegated and (batch is None or not (batch.calls or batch.completed))
+
+    def _started_by(self, envelope: live.ResponseEnvelope, key: str | None, response_id: str | None) -> str | None:
+        """As `ResponsesDelegation`'s; and a response that neither a create nor an announced
+        delegation claims (it names none of them: an uncorrelated one) is taken for the earliest
+        announced delegation's, which no longer holds a create."""
+        awaited = [delegation for delegation in self._announced_at if self._awaited(delegation)]
+        create = super()._started_by(envelope, key, response_id)
+        if create is not None:
+            self._client_creates.pop(create, None)   # begun: no refusal of it is to come
+        if create is None and awaited and all(delegation in self._delegated for delegation in awaited):
+            del self._announced_at[awaited[0]]
+        return create
 
     def _delegated_to_backend(self, delegation_id: str, response_id: Any) -> None:
         super()._delegated_to_backend(delegation_id, response_id)
@@ -170,9 +249,14 @@ class ClientAsks(ResponsesDelegation):
         relay's waiting for the client to ask, when that wait does."""
         own = super()._other_deadlines()
         now, latest = self.ctx.now, self._answered_at
-        if self._held_for_relay is None and (latest is None or now >= latest + CLIENT_ASK_WAIT):
-            return own   # (no client's create held, no client's output lately: nothing to add, every round)
+        announced = self._announced_wait() if self._announced_at else None
+        if self._held_for_relay is None and announced is None and (latest is None or now >= latest + CLIENT_ASK_WAIT):
+            return own   # (no client's create held, no delegation awaited, no client's output lately, every round)
         waits = [self._wait_ends() if self._held_for_relay is not None else None]
+        if self._held_for_relay is not None and self._client_outputs_due():
+            waits.append(self._held_at + CLIENT_ASK_WAIT)
+        if announced is not None and any(self._joining()):
+            waits.append(announced)
         asks = [other.answered_at + CLIENT_ASK_WAIT for other in self.batches
                 if other.answered_at is not None and now < other.answered_at + CLIENT_ASK_WAIT]
         if asks and any(self._joining()):
@@ -182,8 +266,11 @@ class ClientAsks(ResponsesDelegation):
     def _continue(self, batch: Batch) -> None:
         if not self.batches.due(batch):
             return   # (after every round, for every batch: the cheap test first)
-        if not self.batches.has_client_calls(batch) and (self._held_for_relay is not None or self._client_to_ask()):
-            return   # the client's create continues it (`_release_held`, `_client_create`)
+        if not self.batches.has_client_calls(batch):
+            if self._held_for_relay is not None or self._client_to_ask():
+                return   # the client's create continues it (`_release_held`, `_client_create`)
+            if self._announced_at and self._announced_wait() is not None:
+                return   # a delegation just announced may bring relay calls: one create for them all
         super()._continue(batch)
 
     def _client_to_ask(self) -> bool:
@@ -235,12 +322,17 @@ class ClientAsks(ResponsesDelegation):
 
     def _release_held(self) -> None:
         """The client's create held for the relay's work goes once that work is over, as it came
-        (with an event id of the relay's if it had none), continuing every batch whole by then."""
+        (with an event id of the relay's if it had none), continuing every batch whole by then.
+        A batch of the client's own calls that its response made meanwhile is waited for too, its
+        outputs then in (`_client_outputs_due`): the create continues it, and the client's own
+        create for it, when it comes, is not sent (`client_create_merged`): one response, not a
+        partial batch and then a second one."""
         event = self._held_for_relay
-        if event is None or self._relay_at_work():
+        if event is None or self._relay_at_work() or self._client_outputs_due():
             return
         self._held_for_relay = None
+        self._asked_already.update(self._answered_since)   # the client's create for these is to come
         self._send_continuing(event)
 
 
-__all__ = ["CLIENT_ASK_WAIT", "MAX_CLIENT_OUTPUTS", "ClientAsks"]
+__all__ = ["CLIENT_ASK_WAIT", "CLIENT_ID_PREFIX", "MAX_CLIENT_OUTPUTS", "ClientAsks"]

@@ -54,7 +54,7 @@ from relay.dialects import live
 from relay.dialects.live import LIVE, LiveDialect
 from relay.engine.actions import Close, SendClient, SendUpstream
 from relay.engine.appends import Channel, answer_appends, split_text
-from relay.engine.backend_calls import DELEGATED, DROP, SAME, ResponsesDelegation
+from relay.engine.backend_calls import DELEGATED, DROP, SAME, UNCLAIMED, ResponsesDelegation
 from relay.engine.client_asks import ClientAsks
 from relay.engine.delegation_records import LiveRecords
 from relay.engine.calls import CallEntry, CallOutcome, CallState
@@ -266,6 +266,9 @@ class LiveEngine(LiveRecords):
         error = event.error if isinstance(event.error, dict) else {}
         aimed = error.get("client_event_id") or event.client_event_id
         self._command_refused(aimed)   # a refused create starts no response
+        verdict = self._client_create_refused(aimed, error)
+        if verdict is not UNCLAIMED:
+            return verdict
         if isinstance(aimed, str) and aimed.startswith(self.ctx.id_prefix + "_"):
             self.ctx.notice("upstream_error", {"what": aimed, "call_id": None, "code": error.get("code"),
                                                "message": error.get("message")})

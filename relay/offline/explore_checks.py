@@ -18,6 +18,7 @@ from relay.dialects.gemini import GeminiDialect
 from relay.engine.calls import CallState
 from relay.offline.delegation_checks import INJECTION_INCOMPLETE, delegation_appends
 from relay.engine.backend_calls import DELEGATED
+from relay.engine.client_asks import CLIENT_ID_PREFIX
 from relay.offline.events import FOLLOW_UP, SPOKEN, decoded
 from relay.offline.expect import INVARIANTS, violations
 from relay.offline.explore_session import ExploredSession
@@ -252,6 +253,8 @@ def appends_placed(session: ExploredSession) -> str | None:
             continue
         if event_id in own:
             return f"the server refused the relay's append {event_id} ({code})"
+        if event_id.startswith(CLIENT_ID_PREFIX):
+            continue   # a create of the client's the relay forwarded, with an id of the relay's giving
         excused = _stranded_creates(session, after=0.0) if excused is None else excused
         if event_id not in excused:   # a command of the relay's (its `response.create`)
             return f"the server refused the relay's {event_id} ({code})"

@@ -13,7 +13,7 @@ from __future__ import annotations
 from relay.engine import EngineConfig
 from relay.engine.backend_calls import CREATE_WAIT
 from relay.engine.client_asks import CLIENT_ASK_WAIT
-from tests.live.driver import LiveDriver, call_item, delegation_created, function_tool, started
+from tests.live.driver import LiveDriver, call_item, delegation_created, envelope, function_tool, started
 from tests.live.test_live_engine import get_weather, responses_driver
 from tests.live.test_live_reseed import follow_ups
 from tests.live.test_live_reseed_mixed import client_answers, client_asks
@@ -148,3 +148,133 @@ def test_a_sidecar_which_sees_no_client_frames_does_not_wait_for_the_clients_cal
     driver.batch("item_2", "resp_2", [call_item("c1", "get_weather", {"city": "Paris"})])
     driver.finish("c1", "sunny")
     assert len(driver.sent_of("response.create")) == 1 and follow_ups(driver) == ["c1"]
+
+
+def relay_then_announced():
+    """Delegation 1 makes get_weather (c1, the relay's), which finishes just after the model
+    delegated again (delegation 2 announced, its response not begun)."""
+    driver = responses_driver()
+    driver.batch("item_1", "resp_1", [call_item("c1", "get_weather", {"city": "Paris"})])
+    driver.upstream(delegation_created("item_2", target="responses", response_id="resp_2"))
+    driver.finish("c1", "sunny")
+    return driver
+
+
+def test_the_relays_create_waits_for_a_delegation_announced_then_continues_both() -> None:
+    """What delegation 2's response brings may be the relay's call, which a create sent before it
+    begins would leave out (a partial batch, which the server refuses): the create waits for it,
+    then for its call's output, and continues both batches (found by `relay explore`: a barge-in
+    asking for the relay's second tool as the first one's output went up)."""
+    driver = relay_then_announced()
+    assert [e["item"]["call_id"] for e in driver.sent_of("response.item.create")] == ["c1"]
+    assert driver.sent_of("response.create") == [], "delegation 2's response is to begin"
+    driver.batch("item_2", "resp_2", [call_item("c2", "get_weather", {"city": "Rome"})])
+    assert driver.sent_of("response.create") == [], "get_weather c2 runs"
+    driver.finish("c2", "rain")
+    [create] = driver.sent_of("response.create")
+    assert sorted(follow_ups(driver)) == ["c1", "c2"]
+    assert {notice.fields["event_id"] for notice in driver.notices if notice.kind == "follow_up"} == {create["event_id"]}
+    driver.advance(60)
+    assert len(driver.sent_of("response.create")) == 1
+
+
+def test_the_relays_create_goes_when_the_announced_response_never_begins() -> None:
+    """Nothing on the wire ends a delegation whose response never begins: the relay's create waits
+    for it `CREATE_WAIT` seconds from its announcement, then goes for its own batch."""
+    driver = relay_then_announced()
+    driver.advance(CREATE_WAIT - 0.5)
+    assert driver.sent_of("response.create") == []
+    driver.advance(0.5)
+    assert len(driver.sent_of("response.create")) == 1 and follow_ups(driver) == ["c1"]
+
+
+def test_the_relays_create_goes_at_once_when_the_announced_response_made_no_relay_call() -> None:
+    driver = relay_then_announced()
+    driver.batch("item_2", "resp_2", [])
+    assert len(driver.sent_of("response.create")) == 1 and follow_ups(driver) == ["c1"]
+
+
+def client_held_then_its_next_call():
+    """The client answers show_map (c2, delegation 1) and asks while delegation 2's response is
+    under way (held: it may bring a relay call); that response brings the client's show_map (c3)."""
+    driver = responses_driver(client_tools=("show_map",))
+    driver.batch("item_1", "resp_1", [call_item("c2", "show_map", {"city": "Paris"})])
+    driver.upstream(delegation_created("item_2", target="responses", response_id="resp_2"))
+    driver.batch("item_2", "resp_2", [], complete=False)
+    client_answers(driver, "c2", "shown")
+    client_asks(driver)
+    assert driver.sent_of("response.create") == [], "delegation 2's response is under way"
+    driver.upstream(envelope("item_2", {"type": "response.output_item.done", "output_index": 0,
+                                        "item": call_item("c3", "show_map", {"city": "Rome"})}))
+    driver.complete("item_2", "resp_2")
+    return driver
+
+
+def test_a_held_create_waits_for_the_clients_call_its_wait_let_in_then_goes_once_for_both() -> None:
+    """Released when delegation 2's response ended, the held create would be a partial batch (c3
+    unanswered): it waits for c3's output and continues both batches; the client's own create for
+    c3, which follows, is not sent (found by `relay explore`: two barge-ins asking for the client's
+    tool, the first answered late)."""
+    driver = client_held_then_its_next_call()
+    assert driver.sent_of("response.create") == [], "c3, the client's, is unanswered"
+    client_answers(driver, "c3", "shown")
+    assert [e["event_id"] for e in driver.sent_of("response.create")] == ["evt_create"]
+    client_asks(driver, "evt_second")
+    assert [e["event_id"] for e in driver.sent_of("response.create")] == ["evt_create"]
+    assert [n.fields["call_ids"] for n in driver.notices if n.kind == "client_create_merged"] == ["c3"]
+    assert driver.errors_to_client() == []
+    client_asks(driver, "evt_later")   # no output since: new input of its own, not merged
+    assert [n.fields["call_ids"] for n in driver.notices if n.kind == "client_create_merged"] == ["c3"]
+
+
+def test_a_held_create_waits_for_the_clients_call_no_longer_than_the_ask_wait() -> None:
+    driver = client_held_then_its_next_call()
+    driver.advance(CLIENT_ASK_WAIT - 0.5)
+    assert driver.sent_of("response.create") == []
+    driver.advance(0.5)
+    assert [e["event_id"] for e in driver.sent_of("response.create")] == ["evt_create"]
+
+
+def refusal(event_id: str, missing: str) -> dict:
+    return {"type": "error", "event_id": f"event_{event_id}", "client_event_id": event_id, "error": {
+        "type": "invalid_request_error", "code": "invalid_request_error", "client_event_id": event_id,
+        "message": f"A partial batch is rejected: response.create needs a function_call_output for every call "
+                   f"of the response (missing: {missing})."}}
+
+
+def test_a_clients_create_the_server_refused_for_the_relays_new_call_goes_again_once_it_is_answered() -> None:
+    """The client's create crossed the model's new delegation on the wire: the relay forwarded it
+    (no work of its own yet), the server, which had delegated again, refused it as a partial batch
+    naming the relay's new call. That refusal is not the client's to see; the create goes again,
+    once, when the relay's call is answered (found by `relay explore`: the caller answers its own
+    call late and has barged in asking for the relay's; the relay's create then waited 15 s for the
+    refused one's response)."""
+    driver = responses_driver(client_tools=("show_map",))
+    driver.batch("item_1", "resp_1", [call_item("c2", "show_map", {"city": "Paris"})])
+    client_answers(driver, "c2", "shown")
+    driver.client({"type": "response.create"})
+    [create] = driver.sent_of("response.create")
+    assert create["event_id"].startswith("client_"), "an id, so that the server's answer names it"
+    driver.upstream(delegation_created("item_2", target="responses", response_id="resp_2"))
+    driver.batch("item_2", "resp_2", [call_item("c1", "get_weather", {"city": "Rome"})])
+    driver.upstream(refusal(create["event_id"], "c1"))
+    assert driver.to_client()[-1]["type"] != "error" and driver.errors_to_client() == []
+    assert [n.fields.get("refused") for n in driver.notices if n.kind == "client_create_held"] == [True]
+    driver.finish("c1", "rain")
+    assert [e.get("event_id") for e in driver.sent_of("response.create")][1:] != [], "it goes again"
+    assert len(driver.sent_of("response.create")) == 2 and "c1" in follow_ups(driver)
+    driver.advance(60)
+    assert len(driver.sent_of("response.create")) == 2
+
+
+def test_a_clients_create_refused_with_no_relay_work_is_told_to_the_client() -> None:
+    driver = responses_driver(client_tools=("show_map",))
+    driver.batch("item_1", "resp_1", [call_item("c2", "show_map", {"city": "Paris"})])
+    driver.client({"type": "response.create"})   # before its output: its own partial batch
+    [create] = driver.sent_of("response.create")
+    driver.upstream(refusal(create["event_id"], "c2"))
+    [error] = driver.errors_to_client()
+    assert "missing: c2" in error["error"]["message"] and "client_event_id" not in error, "its create had no id"
+    client_asks(driver, "evt_own")
+    driver.upstream(refusal("evt_own", "c2"))
+    assert [e.get("client_event_id") for e in driver.errors_to_client()] == [None, "evt_own"], "forwarded as it came"

@@ -9,6 +9,7 @@ went up while the first response was open and call 1 unanswered."""
 
 from __future__ import annotations
 
+from relay.engine.backend_calls import CREATE_WAIT
 from tests.live.driver import MODEL, call_item, delegation_created, started
 from tests.live.test_live_engine import get_time, get_weather
 from tests.live.test_live_reseed import RESPONSES, follow_ups
@@ -68,14 +69,17 @@ def test_after_one_continuation_of_both_a_new_batch_goes_on_its_own() -> None:
     assert follow_ups(driver)[-1] == "c3"
 
 
-def test_a_delegation_announced_whose_response_never_begins_holds_nothing() -> None:
-    """Nothing on the wire ends a delegation whose response never begins: it does not hold
-    another delegation's create."""
+def test_a_delegation_announced_whose_response_never_begins_holds_no_longer_than_the_wait() -> None:
+    """Nothing on the wire ends a delegation whose response never begins: it holds another
+    delegation's create (its response may bring a relay call) for `CREATE_WAIT` seconds from its
+    announcement, no longer (relay/engine/client_asks.py)."""
     driver = opened()
     driver.upstream(delegation_created("item_1", target="responses", response_id="resp_1"))
     driver.upstream(delegation_created("item_2", target="responses", response_id="resp_2"))
     driver.batch("item_2", "resp_2", [call_item("c2", "get_time", {"city": "Paris"})])
     driver.finish("c2", "noon")
+    assert driver.sent_of("response.create") == []
+    driver.advance(CREATE_WAIT)
     assert len(driver.sent_of("response.create")) == 1
 
 
@@ -84,7 +88,6 @@ def test_a_batch_waits_for_a_create_on_its_way_and_no_longer_than_the_wait() -> 
     batch is whole: that batch's create waits (a second create on its way is a second response),
     and goes when the first create's response has begun and ended; a create whose response never
     begins holds it `CREATE_WAIT` seconds at most."""
-    from relay.engine.backend_calls import CREATE_WAIT
 
     for begins in (True, False):
         driver = opened()
