@@ -128,9 +128,10 @@ def test_a_gemini_barge_in_with_words_withdraws_the_turn_it_lands_in_not_the_nex
     in. Said at once, they were answered first (a new turn, a new call), and the barge-in then
     withdrew that new call before the relay saw it: its cancellation reached the client under an id
     the relay then owned, and its answer went unheard. The mock's 1007 for that answer had made it
-    look like a dropped connection. The refund example on Gemini, every schedule of its space."""
+    look like a dropped connection. The refund example on Gemini, every schedule of its space, the
+    grown perturbations' among them."""
     conversation = refund("refunds_fixed", bank).with_dialect("gemini")
-    result = explore(conversation, budget=500, seed=48, reset=bank.clear,
+    result = explore(conversation, budget=1500, seed=48, reset=bank.clear,
                      invariants={"refunded_once": refunded_once(bank)}, replay_check=False)
     assert result.ok, result.report()
     assert result.stopped == "space"

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from relay.cli.demo import EXAMPLE_TOOLS, TURNS, demo_script
-from relay.offline.explore import boundaries, explore, run_schedule, schedules
+from relay.offline.explore import boundaries, explore, fits_for, growth_of, run_schedule, schedules
+from relay.offline.explore_growth import names_of
 from relay.offline.explore_input import from_file
 from relay.offline.explore_session import Conversation
 from relay.tools.sources import tool_registry
@@ -32,11 +33,14 @@ def _names(perturbations: Any) -> list[str]:
 
 def _schedules_of(conversation: Conversation) -> list[dict[str, Any]]:
     base = run_schedule(conversation, ())
+    space = boundaries(conversation, base.observed)
+    growth = growth_of(conversation, space, base.observed)
     rows = []
-    for schedule in schedules(boundaries(conversation, base.observed), BUDGET, SEED):
+    for schedule in schedules(space, BUDGET, SEED, growth, fits_for(conversation)):
         if len(rows) == BUDGET:
             break
         run = base if not schedule else run_schedule(conversation, schedule)
+        growth.learn(schedule, run.observed, names_of(run.session))
         rows.append({"schedule": _names(schedule), "fired": _names(run.observed.fired), "broken": run.broken})
     return rows
 

@@ -15,7 +15,9 @@ conversation once as scripted to learn its shape (its calls, the anchors each re
 provider events after each handler starts), then: every single perturbation (the boundaries),
 every pair when the budget holds them all, and seeded random schedules of two and three
 perturbations after that, each distinct schedule once, until the schedule budget or the time
-budget is spent.
+budget is spent. What a perturbed run reaches that the scripted one did not (a call only a
+barge-in asks for, a call the model makes again after a reconnect) grows the space: its
+perturbations are tried beside the schedule that reached it (`relay.offline.explore_growth`).
 
 Our own enumeration and shrinking, not Hypothesis: the space is a small, finite set of named
 perturbations known only after the first run, coverage of every boundary is the point (singles
@@ -43,6 +45,7 @@ from typing import Any, Callable, Iterator
 from relay.offline import explore_live as live
 from relay.offline import explore_quirks as quirks
 from relay.offline.explore_checks import DESCRIPTIONS, REPLAY_INVARIANT, Check, broken
+from relay.offline.explore_growth import MAX_PERTURBATIONS, Growth, names_of
 from relay.offline.explore_quirks import PerturbedSession, describe
 from relay.offline.explore_session import (
     ANCHORS,
@@ -74,7 +77,6 @@ NOT_REPLAYABLE: tuple[tuple[str, str | None, str | None, str], ...] = (
 SETTLES = "settles"
 """The invariant every run keeps before the others are read: the conversation runs to its end (no
 endless exchange, no deadline its tick leaves behind, no rule the engine refuses in strict mode)."""
-MAX_PERTURBATIONS = 3
 HANDLER_BEHAVIOURS = ("past_timeout", "raises", "hangs", "answers_twice")
 YOUNG_COLLECTIONS = 10_000
 """Allocations between two collections of the youngest generation while exploring (Python's
@@ -126,6 +128,8 @@ class ExploreResult:
     distinct: int = 0
     boundaries: int = 0
     covered: int = 0
+    grown: int = 0           # perturbations only perturbed runs reached (relay.offline.explore_growth)
+    grown_covered: int = 0   # of them, those that fired
     seconds: float = 0.0
     replayed: int = 0                                      # schedules whose recordings were replayed
     held: dict[str, int] = field(default_factory=dict)     # invariant -> schedules it held on
@@ -141,6 +145,7 @@ class ExploreResult:
         rows = [("conversation", self.conversation), ("schedules tried", str(self.tried)),
                 ("distinct schedules", str(self.distinct)),
                 ("boundaries covered", f"{self.covered} of {self.boundaries}"),
+                ("grown from perturbed runs", f"{self.grown_covered} of {self.grown} covered"),
                 ("stopped by", {"space": "the space was explored", "budget": "the schedule budget",
                                 "time": "the time budget"}[self.stopped]),
                 ("seed", str(self.seed)), ("schedules per second", f"{rate:.0f}"),
@@ -157,7 +162,8 @@ class ExploreResult:
 
     def to_json(self) -> dict[str, Any]:
         return {"conversation": self.conversation, "seed": self.seed, "tried": self.tried, "distinct": self.distinct,
-                "boundaries": self.boundaries, "covered": self.covered, "seconds": round(self.seconds, 3),
+                "boundaries": self.boundaries, "covered": self.covered,
+                "grown": self.grown, "grown_covered": self.grown_covered, "seconds": round(self.seconds, 3),
                 "replayed": self.replayed,
                 "stopped": self.stopped, "ok": self.ok, "held": self.held,
                 "findings": [finding.to_json() for finding in self.findings]}
@@ -219,11 +225,16 @@ def boundaries(conversation: Conversation, base: Observed, names: dict[str, str]
     return space + quirks.space(conversation, base, names or {})
 
 
-def _compatible(schedule: Schedule) -> bool:
+def _compatible(schedule: Schedule, delegating: bool = False) -> bool:
     """At most one handler behaviour per call (a handler cannot both hang and raise), and no
     GPT-Live `reseed` with a `reconnect`: one relay carries a dropped session on in a new one
     (`relay serve --live-reseed`), the other re-attaches a sideband to the same session (`relay
-    attach`)."""
+    attach`). On GPT-Live (`delegating`), no `reconnect` with the caller's late answers either: the
+    explorer's caller talks through the relay, and a sideband's caller does not (its answers while
+    the sideband is away reach the server unseen, which the proxy's rules for the client's creates,
+    `relay.engine.client_asks`, never meet)."""
+    if delegating and any(p.kind == live.REATTACH for p in schedule) and any(p.kind == "client_late" for p in schedule):
+        return False
     handler_calls = [p.call for p in schedule
                      if p.kind in ("finish", "past_filler", *HANDLER_BEHAVIOURS, *quirks.HANDLER_KINDS)]
     if len(handler_calls) != len(set(handler_calls)) or len(set(schedule)) != len(schedule):
@@ -232,33 +243,58 @@ def _compatible(schedule: Schedule) -> bool:
     return not ("reseed" in kinds and live.REATTACH in kinds)
 
 
-def schedules(space: list[Perturbation], budget: int, seed: int) -> Any:
+def fits_for(conversation: Conversation) -> Callable[[Schedule], bool]:
+    """Whether a schedule of `conversation` may hold its perturbations together (`_compatible`)."""
+    delegating = delegates(conversation.dialect)
+    return lambda schedule: _compatible(schedule, delegating)
+
+
+def growth_of(conversation: Conversation, space: list[Perturbation], base: Observed) -> Growth:
+    """What grows the space of `conversation` from its perturbed runs (relay.offline.explore_growth)."""
+    return Growth(space, base, lambda observed, names: boundaries(conversation, observed, names),
+                  fits_for(conversation))
+
+
+def schedules(space: list[Perturbation], budget: int, seed: int, growth: Growth | None = None,
+              fits: Callable[[Schedule], bool] = _compatible) -> Any:
     """The schedules to try, in order: the empty one, every single, every pair when the budget
-    holds them, then seeded random sets of 2 and 3, each distinct set once."""
+    holds them, then seeded random sets of 2 and 3, each distinct set once. With `growth` (which
+    the caller teaches each run), each extension it found goes next, and the random sets draw
+    grown perturbations too (`relay.offline.explore_growth`)."""
     seen: set[Schedule] = set()
 
     def fresh(schedule: Schedule) -> bool:
         key = tuple(sorted(schedule))
-        if key in seen or not _compatible(key):
+        if key in seen or not fits(key):
             return False
         seen.add(key)
         return True
 
+    def grown() -> Iterator[Schedule]:
+        while growth is not None and growth.queue:
+            extension = growth.queue.popleft()
+            if fresh(extension):
+                yield extension
+
     yield ()
     seen.add(())
-    for single in space:
+    for single in space:   # every boundary first; what they grow after them all
         if fresh((single,)):
             yield (single,)
+    yield from grown()
     pairs = list(itertools.combinations(space, 2))
     if len(pairs) + len(seen) <= budget:
         for pair in pairs:
+            yield from grown()
             if fresh(pair):
                 yield pair
     draw = random.Random(seed)
     misses = 0
     while misses < 1000 and len(space) >= 2:
+        yield from grown()
         size = draw.choice((2, 3)) if len(space) >= 3 else 2
-        schedule = tuple(sorted(draw.sample(space, size)))
+        around = growth.draw(draw, size, space) if growth is not None else None
+        schedule = around if around is not None else tuple(sorted(draw.sample(space, size)))
         if fresh(schedule):
             misses = 0
             yield schedule
@@ -341,10 +377,11 @@ def _explore(conversation: Conversation, *, budget: int, seed: int, time_budget:
     base = run_schedule(conversation, (), own, reset)
     space = boundaries(conversation, base.observed, {entry.call_id: entry.name for entry in base.session.engine.ledger})
     result.boundaries = len(space)
-    covered: set[Perturbation] = set()
+    covered: set[Perturbation] = set()   # what fired
     fingerprints: set[tuple[Perturbation, ...]] = set()
     failed: set[str] = set()
-    source = schedules(space, budget, seed)
+    growth = growth_of(conversation, space, base.observed)
+    source = schedules(space, budget, seed, growth, fits_for(conversation))
     result.stopped = "space"
     for schedule in source:
         if result.tried >= budget:
@@ -355,6 +392,7 @@ def _explore(conversation: Conversation, *, budget: int, seed: int, time_budget:
             break
         run = base if not schedule else run_schedule(conversation, schedule, own, reset)
         result.tried += 1
+        growth.learn(schedule, run.observed, names_of(run.session))
         fired = tuple(sorted(run.observed.fired))
         fingerprints.add(fired)
         covered.update(fired)
@@ -373,10 +411,13 @@ def _explore(conversation: Conversation, *, budget: int, seed: int, time_budget:
             _check_replay(conversation, schedule, result, own, reset, out, replay_args)
             failed.update(finding.invariant for finding in result.findings)
         if progress is not None and result.tried % 50 == 0:
+            result.grown = growth.count
             result.seconds = time.perf_counter() - started
             progress(result)
     result.distinct = len(fingerprints)
-    result.covered = len(covered)
+    result.covered = len(covered & set(space))
+    result.grown = growth.count
+    result.grown_covered = len(covered & growth.found)
     if replay_check and REPLAY_INVARIANT not in failed:
         _check_replay(conversation, (), result, own, reset, out, replay_args)
     result.seconds = time.perf_counter() - started
@@ -461,4 +502,4 @@ def _check_replay(conversation: Conversation, schedule: Schedule, result: Explor
 
 
 __all__ = ["DEFAULT_BUDGET", "NOT_REPLAYABLE", "REPLAY_EVERY", "ExploreResult", "Finding", "boundaries", "explore",
-           "replayable", "replays_same", "run_schedule", "schedules", "shrink"]
+           "fits_for", "growth_of", "replayable", "replays_same", "run_schedule", "schedules", "shrink"]
