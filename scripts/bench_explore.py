@@ -76,7 +76,8 @@ def measure(tree: str, conversation: str, budget: int) -> dict[str, Any]:
         cpu = time.process_time() - started
         gc.callbacks.remove(collector)
     return {"tried": result.tried, "distinct": result.distinct, "boundaries": result.boundaries,
-            "covered": result.covered, "ok": result.ok, "cpu_seconds": cpu,
+            "covered": result.covered, "grown": getattr(result, "grown", 0),
+            "grown_covered": getattr(result, "grown_covered", 0), "ok": result.ok, "cpu_seconds": cpu,
             "rate": result.tried / cpu if cpu else 0.0, "collector": collector.seconds / cpu if cpu else 0.0}
 
 
@@ -141,7 +142,8 @@ def main() -> int:
                     row[side].append(round(run["rate"], 1))
                     row.setdefault(f"{side}_collector", []).append(round(run["collector"] * 100, 1))
                     if side == "after":
-                        row.update({key: run[key] for key in ("tried", "distinct", "boundaries", "covered", "ok")})
+                        row.update({key: run[key] for key in ("tried", "distinct", "boundaries", "covered", "grown",
+                                                              "grown_covered", "ok")})
             for side in trees:
                 row[f"{side}_median"] = statistics.median(row[side])
             figures["conversations"][conversation] = row

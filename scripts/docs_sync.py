@@ -322,8 +322,9 @@ def bench_explore(page: Path, path: str) -> str:
         rates = " | ".join(_rates(row.get(side, [])) for side in sides)
         if collector:
             rates += " | " + " | ".join(_rates(row.get(f"{side}_collector", [])) for side in sides)
+        grown = f" (and {row['grown_covered']} of {row['grown']} grown)" if row.get("grown") else ""
         lines.append(f"| {name} | {rates} | {_one_core(row.get('after_median'))} | "
-                     f"{row['distinct']} / {row['tried']} | {row['covered']} of {row['boundaries']} | "
+                     f"{row['distinct']} / {row['tried']} | {row['covered']} of {row['boundaries']}{grown} | "
                      f"{'yes' if row['ok'] else 'no'} |")
     machine = figures.get("machine", {})
     note = (f"{_measured(page, path, machine)}, on {machine.get('commit') or 'an unnamed commit'}; budget {figures.get('budget', '?')}, seed "
