@@ -153,7 +153,7 @@ class ResponsesDelegation(SessionEngine):
         batch = self.batches.get(key)
         if batch is None:
             return
-        batch.completed, batch.failed = True, failed
+        batch.completed, batch.failed, batch.completed_at = True, failed, self.ctx.now
         if failed and self.batches.has_relay_calls(batch):
             self.ctx.anomaly(f"backend response of {key} ended without completing: its batch is not continued",
                              "backend")

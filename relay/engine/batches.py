@@ -45,6 +45,7 @@ class Batch:
     held_create: Any = None   # a client's create for a batch of both, until the batch is whole
     rounds: int = 1
     answered_at: float | None = None   # when the client's latest output for a call of it went up
+    completed_at: float | None = None   # when its response completed (or failed)
 
 
 class Batches:

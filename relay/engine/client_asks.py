@@ -235,6 +235,8 @@ class ClientAsks(ResponsesDelegation):
         create = super()._started_by(envelope, key, response_id)
         if create is not None:
             self._client_creates.pop(create, None)   # begun: no refusal of it is to come
+        elif not self.config.has_client:
+            self._sidecar_continued(key)
         if create is None and awaited and all(delegation in self._delegated for delegation in awaited):
             del self._announced_at[awaited[0]]
         return create
@@ -250,6 +252,9 @@ class ClientAsks(ResponsesDelegation):
         own = super()._other_deadlines()
         now, latest = self.ctx.now, self._answered_at
         announced = self._announced_wait() if self._announced_at else None
+        if not self.config.has_client:   # a sidecar's waits: the client's continuation, a delegation announced
+            extra = [wait for wait in (self._sidecar_wait_ends(), announced) if wait is not None]
+            return [*own, *extra] if extra and any(self._joining()) else own
         if self._held_for_relay is None and announced is None and (latest is None or now >= latest + CLIENT_ASK_WAIT):
             return own   # (no client's create held, no delegation awaited, no client's output lately, every round)
         waits = [self._wait_ends() if self._held_for_relay is not None else None]
@@ -278,10 +283,12 @@ class ClientAsks(ResponsesDelegation):
         client's to ask for first: a call of it unanswered (a create before its output is a
         partial batch), or all answered less than `CLIENT_ASK_WAIT` seconds ago and the client's
         create not seen (it will come, and continue the relay's batch with it: one create, not
-        two). A client that never asks leaves the relay's batch to the relay after that. A sidecar,
-        which sees neither the client's outputs nor its creates, never waits for them."""
+        two). A client that never asks leaves the relay's batch to the relay after that. A sidecar
+        sees neither the client's outputs nor its creates: it waits for such a batch's continuation,
+        the response it sees begin, at most `CLIENT_ASK_WAIT` seconds from the batch's end
+        (`_sidecar_wait_ends`)."""
         if not self.config.has_client:
-            return False
+            return self._sidecar_wait_ends() is not None
         now = self.ctx.now
         for other in self.batches:
             if (other.continued or other.failed or not other.completed or other.key in self._create_of
@@ -294,6 +301,34 @@ class ClientAsks(ResponsesDelegation):
             if client and other.answered_at is not None and now < other.answered_at + CLIENT_ASK_WAIT:
                 return True
         return False
+
+    def _sidecar_wait_ends(self) -> float | None:
+        """A sidecar: when the wait ends for another delegation's batch of the client's own calls
+        whose response completed and whose continuation has not begun (None: none is awaited). Its
+        calls look unanswered to a sideband whatever the client did: a create of the relay's now
+        could be a partial batch, which the server refuses; the client's create, once it has
+        answered, continues the relay's batch too (`_sidecar_continued`)."""
+        now = self.ctx.now
+        return min((other.completed_at + CLIENT_ASK_WAIT for other in self.batches
+                    if other.completed and not other.continued and not other.failed and other.completed_at is not None
+                    and now < other.completed_at + CLIENT_ASK_WAIT and other.key not in self._create_of
+                    and self.batches.has_client_calls(other) and not self.batches.has_relay_calls(other)
+                    and self.batches.missing(other)), default=None)
+
+    def _sidecar_continued(self, key: str | None) -> None:
+        """A sidecar saw a response begin that no create of the relay's started, continuing a batch
+        of the client's own calls (`key`): the client asked, and its create continued the relay's
+        batches whole by then too; no create of the relay's goes for those."""
+        batch = self.batches.get(key) if key is not None else None
+        if batch is None or not batch.completed or batch.failed or not self.batches.has_client_calls(batch):
+            return
+        for joined in self._joining():
+            joined.continued = True
+            self._create_of[joined.key] = None
+            self._delivered([entry for entry in self.batches.relay_calls(joined) if entry.state is CallState.ANSWERED])
+            self.ctx.notice("follow_up", {"event_id": None, "call_ids": ",".join(joined.calls),
+                                          "delegation_id": joined.key, "response_id": joined.response_id,
+                                          "by": "client"})
 
     def _joining(self) -> list[Batch]:
         """The batches of the relay's calls only that a create now continues: whole, not continued."""

@@ -13,7 +13,8 @@ from __future__ import annotations
 from relay.engine import EngineConfig
 from relay.engine.backend_calls import CREATE_WAIT
 from relay.engine.client_asks import CLIENT_ASK_WAIT
-from tests.live.driver import LiveDriver, call_item, delegation_created, envelope, function_tool, started
+from tests.live.driver import (LiveDriver, backend_response, call_item, delegation_created, envelope, function_tool,
+                               started)
 from tests.live.test_live_engine import get_weather, responses_driver
 from tests.live.test_live_reseed import follow_ups
 from tests.live.test_live_reseed_mixed import client_answers, client_asks
@@ -137,9 +138,9 @@ def test_a_clients_create_waits_for_a_delegation_announced_whose_response_has_no
     assert follow_ups(driver) == ["c1"] and driver.errors_to_client() == []
 
 
-def test_a_sidecar_which_sees_no_client_frames_does_not_wait_for_the_clients_call() -> None:
-    """The sideband never sees the client's outputs nor its creates: waiting for them would hold
-    the relay's batch for good. Its create goes as before."""
+def sidecar_client_then_relay():
+    """A sideband: delegation 1 makes show_map (c2, the client's), whose output it never sees;
+    delegation 2 makes get_weather (c1, the relay's), which finishes."""
     driver = LiveDriver([get_weather], config=EngineConfig(strict=True, mode="sidecar", hide_tool_events=False))
     driver.upstream(started({"type": "responses", "responses": {"model": "gpt-5.4", "tools": [function_tool("show_map")]}}))
     driver.upstream(delegation_created("item_1", target="responses", response_id="resp_1"))
@@ -147,6 +148,30 @@ def test_a_sidecar_which_sees_no_client_frames_does_not_wait_for_the_clients_cal
     driver.upstream(delegation_created("item_2", target="responses", response_id="resp_2"))
     driver.batch("item_2", "resp_2", [call_item("c1", "get_weather", {"city": "Paris"})])
     driver.finish("c1", "sunny")
+    return driver
+
+
+def test_a_sidecar_waits_for_the_clients_continuation_which_continues_its_batch_too() -> None:
+    """The sideband never sees the client's output for show_map: a create of the relay's now could
+    be a partial batch. The client, once it answered, asks; the response that begins continues
+    get_weather's output too, and no create of the relay's goes."""
+    driver = sidecar_client_then_relay()
+    assert [e["item"]["call_id"] for e in driver.outputs()] == ["c1"]
+    assert driver.sent_of("response.create") == []
+    driver.upstream(envelope("item_1", {"type": "response.created", "response": backend_response("resp_3", "in_progress")}))
+    assert follow_ups(driver) == ["c1"]
+    driver.advance(60)
+    assert driver.sent_of("response.create") == []
+
+
+def test_a_sidecar_whose_client_never_asks_continues_its_batch_after_the_ask_wait() -> None:
+    """The client may have answered and asked before the relay's output was in (its create then
+    refused as partial), or never: `CLIENT_ASK_WAIT` after the client's batch ended, the relay
+    continues its own."""
+    driver = sidecar_client_then_relay()
+    driver.advance(CLIENT_ASK_WAIT - 0.5)
+    assert driver.sent_of("response.create") == []
+    driver.advance(0.5)
     assert len(driver.sent_of("response.create")) == 1 and follow_ups(driver) == ["c1"]
 
 
