@@ -14,7 +14,14 @@
   among them (no create of the relay's goes for those). A create names no delegation, so the relay
   reads it as continuing the session's calls, all of them (docs/gpt-live.md, "Responses
   delegation: batches"): sent before a relay call's output is in, it would be a partial batch,
-  which the server refuses, with an `error` naming the relay's call to the client.
+  which the server refuses, with an `error` naming the relay's call to the client. When the
+  response it waited for brought a call of the client's own, it also waits for that output
+  (`_client_outputs_due`), and the client's own create for it is then not sent
+  (`client_create_merged`).
+- A create forwarded as it came that the server refuses while the relay is at work (it crossed
+  the model's new delegation on the wire) is held as above, the refusal kept from the client
+  (`_client_create_refused`); one that came with no event id goes up with one of the relay's
+  giving (`CLIENT_ID_PREFIX`), so that the refusal names it.
 - The other way round, the relay's own create for a batch of its calls waits while a batch of the
   client's in another delegation has a call unanswered (a partial batch again), or was answered
   less than `CLIENT_ASK_WAIT` seconds ago and the client has not asked: the client's create, when
@@ -24,9 +31,11 @@
   would leave out (a partial batch), and once it has begun the create waits for its calls'
   outputs and continues both batches.
 
-`relay explore` found both (the caller asking for its own tool while the relay's runs in another
-delegation, and for the relay's before answering its own). A proxy's rules only: a sidecar never
-sees the client's frames (`EngineConfig.hold_client_creates`, `EngineConfig.has_client`).
+`relay explore` found each (docs/gpt-live.md names the conversations). These are a proxy's
+rules: a sidecar never sees the client's frames (`EngineConfig.hold_client_creates`,
+`EngineConfig.has_client`); its create waits instead, at most `CLIENT_ASK_WAIT` seconds, for the
+continuation of the client's batch in another delegation, the response it sees begin with no
+create of its own, which continues its batch too (`_sidecar_wait_ends`, `_sidecar_continued`).
 """
 
 from __future__ import annotations
