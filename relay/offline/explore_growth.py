@@ -6,7 +6,9 @@ an anchor the scripted run never reached, gets perturbations of its own.
 A perturbation names a call by its number in the run (the Nth call the relay owns), so one found
 in the run of schedule S means something only beside S: its schedule is S with it (an
 *extension*). A run of S takes the same course as the run of S with it up to the moment it lands
-(it is anchored on what that run reached), so it lands where S's run showed it.
+(it is anchored on what that run reached), so it lands where S's run showed it; one whose effect
+is set before the run starts (a delegate's interruption policy) may change that course, and then
+may not fire: the summary counts the grown perturbations that fired.
 
 What grows, and what does not:
 
@@ -23,8 +25,8 @@ What grows, and what does not:
 The extensions the singles found are tried after every single (the scripted run's boundaries
 first), and one found later as soon as it is (before the next pair or random schedule); an
 extension a schedule cannot hold (`fits`: two handler behaviours for one call) is not grown. The
-random schedules then draw a grown perturbation, with one of
-its contexts, as often as one of the scripted run's (each perturbation weighs the same).
+random schedules then draw a grown perturbation, with one of its contexts, as often as one of the
+scripted run's (each perturbation weighs the same).
 """
 
 from __future__ import annotations
