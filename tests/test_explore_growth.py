@@ -144,3 +144,11 @@ def test_the_random_draws_take_a_grown_perturbation_with_its_context_in_proporti
         assert any(p in growth.found for p in schedule)
     assert {len(schedule) for schedule in around} == {2, 3}
     assert _growth().draw(random.Random(7), 3, SPACE) is None, "nothing grown: the scripted space"
+
+
+def test_a_response_the_callers_speech_makes_has_its_call_item_after_its_done_too() -> None:
+    """`done_first` reorders the frames of a response the caller's speech makes (here the only one
+    with the relay's call: a grown perturbation beside the barge-in), as it does any other's."""
+    schedule = (Perturbation("barge_in_client", 1, "announced"), Perturbation("done_first", 1))
+    run = run_schedule(map_then_refund("refunds_fixed"), schedule)
+    assert set(schedule) <= set(run.observed.fired) and run.broken == []

@@ -424,7 +424,8 @@ class Exploring:
         item_id, actions, _ = mock.speech_started()
         first = self.model._carry(actions)   # type: ignore[attr-defined]
         rest = self.model._carry(mock.speech_stopped(item_id, text, None if text is not None else False))  # type: ignore[attr-defined]
-        self._paced.extend(copy for frame in rest for copy in self.faults.deliveries(frame))
+        delivered = [copy for frame in rest for copy in self.faults.deliveries(frame)]
+        self._paced.extend(self._reordered(delivered) if self._done_first else delivered)   # (as any response's)
         return first
 
     # ---- handlers ---------------------------------------------------------------------------------
