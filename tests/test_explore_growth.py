@@ -84,7 +84,8 @@ def _reaching(calls: int) -> Observed:
 
 
 def _space_of(observed: Observed, names: dict[str, str]) -> list[Perturbation]:
-    grown = [Perturbation(kind, n) for n in range(1, len(observed.calls) + 1) for kind in ("barge_in", "raises")]
+    grown = [Perturbation(kind, n) for n in range(1, len(observed.calls) + 1)
+             for kind in ("barge_in", "raises", "done_first")]
     return [*SPACE, *grown]
 
 
@@ -93,6 +94,7 @@ def _growth(fits: Any = lambda schedule: True) -> Growth:
 
 
 def test_a_single_that_reaches_a_new_call_queues_its_perturbations_beside_it() -> None:
+    """Not `done_first`, which acts on every response from the run's start (`WHOLE_RUN`)."""
     growth = _growth()
     growth.learn((A,), _reaching(1), dict)
     assert list(growth.queue) == [tuple(sorted((A, Perturbation("barge_in", 1)))),
@@ -148,7 +150,7 @@ def test_the_random_draws_take_a_grown_perturbation_with_its_context_in_proporti
 
 def test_a_response_the_callers_speech_makes_has_its_call_item_after_its_done_too() -> None:
     """`done_first` reorders the frames of a response the caller's speech makes (here the only one
-    with the relay's call: a grown perturbation beside the barge-in), as it does any other's."""
+    with the relay's call, which only the barge-in makes), as it does any other's."""
     schedule = (Perturbation("barge_in_client", 1, "announced"), Perturbation("done_first", 1))
     run = run_schedule(map_then_refund("refunds_fixed"), schedule)
     assert set(schedule) <= set(run.observed.fired) and run.broken == []

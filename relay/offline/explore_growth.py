@@ -20,7 +20,7 @@ What grows, and what does not:
   combine those.
 - Only new places count: a perturbation of a kind, call and anchor the scripted run's space has
   (a handler's finish after more provider events than it saw, a reconnect's other attempt) is
-  left to the space as it is.
+  left to the space as it is; nor is one that acts on the whole run (`WHOLE_RUN`) grown.
 
 The extensions the singles found are tried after every single (the scripted run's boundaries
 first), and one found later as soon as it is (before the next pair or random schedule); an
@@ -39,6 +39,10 @@ from relay.offline.explore_session import Observed, Perturbation, Schedule
 
 MAX_PERTURBATIONS = 3
 """The most perturbations one schedule holds."""
+WHOLE_RUN = frozenset({"done_first"})
+"""Perturbations that act on the whole run from its start, not where their call is reached
+(`done_first` reorders every response's frames): one of a call only a perturbed run makes changes
+the course that made it, and is not grown (the scripted run's already acts on every response)."""
 
 
 def _place(perturbation: Perturbation) -> tuple[str, int, str]:
@@ -83,7 +87,8 @@ class Growth:
             return
         for perturbation in self._space_of(observed, names()):
             extension = tuple(sorted((*schedule, perturbation)))
-            if _place(perturbation) in self._places or self._known(perturbation, members) or not self._fits(extension):
+            if (perturbation.kind in WHOLE_RUN or _place(perturbation) in self._places
+                    or self._known(perturbation, members) or not self._fits(extension)):
                 continue
             self._found.setdefault(perturbation, []).append(members)
             self._beside.setdefault(tuple(sorted(schedule)), []).append(perturbation)
@@ -120,4 +125,4 @@ def names_of(session: Any) -> Callable[[], dict[str, str]]:
     return lambda: {entry.call_id: entry.name for entry in session.engine.ledger}
 
 
-__all__ = ["MAX_PERTURBATIONS", "Growth", "names_of"]
+__all__ = ["MAX_PERTURBATIONS", "WHOLE_RUN", "Growth", "names_of"]
