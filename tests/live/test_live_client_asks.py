@@ -286,7 +286,6 @@ def test_a_clients_create_the_server_refused_for_the_relays_new_call_goes_again_
     assert driver.to_client()[-1]["type"] != "error" and driver.errors_to_client() == []
     assert [n.fields.get("refused") for n in driver.notices if n.kind == "client_create_held"] == [True]
     driver.finish("c1", "rain")
-    assert [e.get("event_id") for e in driver.sent_of("response.create")][1:] != [], "it goes again"
     assert len(driver.sent_of("response.create")) == 2 and "c1" in follow_ups(driver)
     driver.advance(60)
     assert len(driver.sent_of("response.create")) == 2
