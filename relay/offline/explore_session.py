@@ -176,11 +176,14 @@ class Exploring:
 
     # ---- pacing ---------------------------------------------------------------------------------
     def _queue_upstream(self, frames: list[str | bytes]) -> None:
-        delivered = [copy for frame in frames for copy in self._deliveries(frame)]
-        if self._done_first and not self.gemini:
-            delivered = self._reordered(delivered)
-        self._paced.extend(delivered)
+        self._paced.extend(self._as_delivered(frames))
         self._schedule_release()
+
+    def _as_delivered(self, frames: list[str | bytes]) -> list[str | bytes]:
+        """The frames the relay is handed for those the upstream sent: a `duplicate` delivered
+        twice, and, under `done_first`, a response's call items after its `response.done`."""
+        delivered = [copy for frame in frames for copy in self._deliveries(frame)]
+        return self._reordered(delivered) if self._done_first and not self.gemini else delivered
 
     def _queue_first(self, frames: list[Any]) -> None:
         """Ahead of the frames in flight: the caller's speech, which the server hears (and the mock
@@ -424,8 +427,7 @@ class Exploring:
         item_id, actions, _ = mock.speech_started()
         first = self.model._carry(actions)   # type: ignore[attr-defined]
         rest = self.model._carry(mock.speech_stopped(item_id, text, None if text is not None else False))  # type: ignore[attr-defined]
-        delivered = [copy for frame in rest for copy in self.faults.deliveries(frame)]
-        self._paced.extend(self._reordered(delivered) if self._done_first else delivered)   # (as any response's)
+        self._paced.extend(self._as_delivered(rest))
         return first
 
     # ---- handlers ---------------------------------------------------------------------------------
