@@ -86,15 +86,19 @@ def test_a_clients_create_with_no_relay_work_under_way_goes_at_once() -> None:
     assert [n for n in driver.notices if n.kind == "client_create_held"] == []
 
 
-def client_then_relay():
-    """Delegation 1 makes show_map (c2, the client's), not answered yet; delegation 2 makes
-    get_weather (c1, the relay's), which finishes."""
-    driver = responses_driver(client_tools=("show_map",))
+def map_then_weather(driver: LiveDriver) -> LiveDriver:
+    """Delegation 1 (announced already) makes show_map (c2, the client's), not answered yet;
+    delegation 2 makes get_weather (c1, the relay's), which finishes."""
     driver.batch("item_1", "resp_1", [call_item("c2", "show_map", {"city": "Paris"})])
     driver.upstream(delegation_created("item_2", target="responses", response_id="resp_2"))
     driver.batch("item_2", "resp_2", [call_item("c1", "get_weather", {"city": "Paris"})])
     driver.finish("c1", "sunny")
     return driver
+
+
+def client_then_relay():
+    """`map_then_weather` in a proxy."""
+    return map_then_weather(responses_driver(client_tools=("show_map",)))
 
 
 def test_the_relays_batch_waits_for_the_clients_call_of_another_delegation_and_its_create() -> None:
@@ -139,16 +143,11 @@ def test_a_clients_create_waits_for_a_delegation_announced_whose_response_has_no
 
 
 def sidecar_client_then_relay():
-    """A sideband: delegation 1 makes show_map (c2, the client's), whose output it never sees;
-    delegation 2 makes get_weather (c1, the relay's), which finishes."""
+    """`map_then_weather` on a sideband, which never sees the client's output for show_map."""
     driver = LiveDriver([get_weather], config=EngineConfig(strict=True, mode="sidecar", hide_tool_events=False))
     driver.upstream(started({"type": "responses", "responses": {"model": "gpt-5.4", "tools": [function_tool("show_map")]}}))
     driver.upstream(delegation_created("item_1", target="responses", response_id="resp_1"))
-    driver.batch("item_1", "resp_1", [call_item("c2", "show_map", {"city": "Paris"})])
-    driver.upstream(delegation_created("item_2", target="responses", response_id="resp_2"))
-    driver.batch("item_2", "resp_2", [call_item("c1", "get_weather", {"city": "Paris"})])
-    driver.finish("c1", "sunny")
-    return driver
+    return map_then_weather(driver)
 
 
 def test_a_sidecar_waits_for_the_clients_continuation_which_continues_its_batch_too() -> None:
