@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from relay.cli.demo import EXAMPLE_TOOLS, TURNS, demo_script
 from relay.dialects import openai_codec as wire
 from relay.engine.calls import CallState
 from relay.engine.core import SessionEngine
@@ -42,6 +43,10 @@ async def lookup(order: str) -> str:
 
 def conversation(dialect: str = "openai", tools: Any = (lookup,), script: Script = LOOKUP) -> Conversation:
     return from_script(script, tool_registry(list(tools)), dialect=dialect, lines=("Where is A1?",))
+
+
+def demo_conversation(dialect: str) -> Conversation:
+    return Conversation("demo", demo_script(), TURNS, tool_registry([EXAMPLE_TOOLS])).with_dialect(dialect)
 
 
 def space_of(conv: Conversation) -> list[Perturbation]:
@@ -99,6 +104,25 @@ def test_a_server_cancelled_call_never_runs_and_a_late_one_neither() -> None:
                 assert late and late[0].item["status"] == "completed"
         finally:
             run.session.close()
+
+
+def test_a_duplicate_numbers_the_calls_the_relay_is_handed() -> None:
+    """The demo's first response makes two calls; the server cancels it while the first runs, and
+    the second's frames, written but still in flight, never reach the relay. The relay's second
+    call is then the next turn's first, and `duplicate 2` delivers that one twice (numbered as
+    the server wrote them, it named the withdrawn call and never fired)."""
+    schedule = (Perturbation("server_cancel", 1), Perturbation("duplicate", 2))
+    run = run_schedule(demo_conversation("openai"), schedule, keep=True)
+    try:
+        assert set(run.observed.fired) == set(schedule) and run.broken == []
+        second = run.observed.calls[1]
+        completes = [f for f in run.session.frames if f.direction == UPSTREAM_TO_RELAY and f.raw
+                     and isinstance(event := wire.event_of(json_object(f.raw) or {}), wire.OutputItemDone)
+                     and (event.item or {}).get("call_id") == second]
+        assert len(completes) == 2 and completes[0].raw == completes[1].raw
+        assert run.observed.starts[second] == 1
+    finally:
+        run.session.close()
 
 
 @pytest.mark.parametrize("attempt", [1, 6])
@@ -226,9 +250,7 @@ def test_replays_same_is_checked_on_a_named_share_of_the_schedules() -> None:
 @pytest.mark.parametrize("dialect", ["openai", "azure", "foundry", "xai", "voicelive", "gemini"])
 def test_the_demo_holds_under_every_new_perturbation_on_every_dialect(dialect: str) -> None:
     """CI's exploration of the demo's conversation under each single perturbation of this kind."""
-    from relay.cli.demo import EXAMPLE_TOOLS, TURNS, demo_script
-
-    conv = Conversation("demo", demo_script(), TURNS, tool_registry([EXAMPLE_TOOLS])).with_dialect(dialect)
+    conv = demo_conversation(dialect)
     mine = [p for p in space_of(conv) if p.kind in KINDS]
     assert mine
     for single in mine:

@@ -169,6 +169,8 @@ class Exploring:
         self._pending: list[Perturbation] = sorted(p for p in schedule if p.kind in ("barge_in", "barge_in_client", "drop"))
         self._handler_kinds = {p.call: p for p in schedule if p.kind in HANDLER_KINDS}
         self._done_first = {p.call for p in schedule if p.kind == "done_first"}
+        self._doubling = any(p.kind in DUPLICATES for p in schedule)   # (else no frame is looked at twice)
+        self._copies: dict[int, str | bytes] = {}   # the second deliveries in flight (by identity)
         self._late_answers = [p for p in schedule if p.kind == "client_late"]
         self._answers_out = 0   # the caller's answers held back (`client_late`), not sent yet
         if self._late_answers:   # (else every frame to the caller skips a layer)
@@ -180,10 +182,10 @@ class Exploring:
         self._schedule_release()
 
     def _as_delivered(self, frames: list[str | bytes]) -> list[str | bytes]:
-        """The frames the relay is handed for those the upstream sent: a `duplicate` delivered
-        twice, and, under `done_first`, a response's call items after its `response.done`."""
-        delivered = [copy for frame in frames for copy in self._deliveries(frame)]
-        return self._reordered(delivered) if self._done_first and not self.gemini else delivered
+        """The frames the relay is handed for those the upstream sent: under `done_first`, a
+        response's call items after its `response.done`. (A `duplicate`'s second delivery is
+        made as the first reaches the relay: `_release_one`.)"""
+        return self._reordered(frames) if self._done_first and not self.gemini else frames
 
     def _queue_first(self, frames: list[Any]) -> None:
         """Ahead of the frames in flight: the caller's speech, which the server hears (and the mock
@@ -225,11 +227,13 @@ class Exploring:
             return
         head = self._paced.popleft()
         if callable(head):   # the caller's speech reaches the server now: what it sends back
-            self._paced.extendleft(reversed([copy for frame in head() for copy in self._deliveries(frame)]))
+            self._paced.extendleft(reversed(head()))
             return
         if self._away:   # sent while the connection is down, whichever way it was queued: lost
             self._lose([head])
             return
+        if self._doubling:
+            head = self._delivered_again(head)
         self._inbox.append(("upstream", head))
         counts = self.observed.events_after_start
         for number in self._counting:   # a provider event of their turn
@@ -239,6 +243,18 @@ class Exploring:
     def _lose(self, frames: list[Any]) -> None:
         """Frames the server sent while the connection was down (explore_quirks keeps them for the
         invariants' timeline)."""
+
+    def _delivered_again(self, head: Any) -> str | bytes:
+        """A frame reaching the relay that a `duplicate` delivers twice: its copy comes next.
+        Asked as each frame reaches the relay, not as the server sends it, so that the calls a
+        `duplicate` numbers are those the relay is handed, in its order (a call whose frames a
+        server-side cancellation or a barge-in withdrew in flight never reaches it)."""
+        if self._copies.pop(id(head), None) is head:
+            return head
+        frame, *again = self._deliveries(head)
+        self._copies.update((id(copy), copy) for copy in again)   # (held: no other frame takes the id)
+        self._paced.extendleft(reversed(again))
+        return frame
 
     def _deliveries(self, frame: str | bytes) -> list[str | bytes]:
         """The frames delivered for one the upstream sent (twice: a `duplicate` delivery)."""
