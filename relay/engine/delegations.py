@@ -147,6 +147,10 @@ class LiveEngine(LiveRecords):
         ours = set(self.tools.names)
         if tools is not None and ours and ours <= {_name(tool) for tool in tools}:
             self._declared = True
+        elif isinstance(event, live.SessionStarted) and not self.config.has_client:
+            # a sideband is sent the session as it is each time it attaches: a re-attach's shows
+            # whether the relay's declaration took (one sent just before a drop may not have)
+            self._declared = False
         if isinstance(event, live.SessionStarted) and not self.config.has_client:
             self._no_tool_channel()
         if isinstance(event, live.SessionStarted) and self._new_one_starting:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from relay.engine import EngineConfig
 from relay.tools import Delegation, ToolResult, delegate, tool
-from tests.live.driver import LiveDriver, call_item, delegation_created, started
+from tests.live.driver import LiveDriver, call_item, delegation_created, function_tool, started
 
 FILLER = "One moment, I am checking."
 
@@ -98,3 +98,52 @@ def test_a_filler_whose_delegate_answered_while_away_is_never_said() -> None:
     driver.advance(5)
     assert fillers(driver) == []
     assert [e["content"] for e in driver.appends()] == ["slow", "Here it is."]
+
+
+def test_the_session_started_a_re_attach_brings_changes_nothing_owed() -> None:
+    """A sideband is sent `session.started` as it attaches (GPT-LIVE.md 1.1), the re-attach's too:
+    the session as it is, with the tools the relay declared on it. The call running across the
+    re-attach is answered once, with one create, and the tools are not declared again."""
+    declared = {"type": "responses", "responses": {"model": "gpt-5.4", "tools": [function_tool("get_weather")]}}
+    driver = sidecar(get_weather, delegation={"type": "responses", "responses": {"model": "gpt-5.4", "tools": []}})
+    updates = len(driver.sent_of("session.update"))
+    assert updates == 1   # the relay's tools, declared on the sideband
+    driver.upstream(delegation_created("item_1", target="responses", response_id="resp_1"))
+    driver.batch("item_1", "resp_1", [call_item("c1", "get_weather", {"city": "Rome"})], complete=False)
+    away(driver)
+    back(driver)
+    driver.upstream(started(declared))
+    driver.complete("item_1", "resp_1")
+    driver.finish("c1", "sunny")
+    assert [e["item"]["output"] for e in driver.outputs()] == ["sunny"]
+    assert len(driver.sent_of("response.create")) == 1
+    assert len(driver.sent_of("session.update")) == updates and driver.anomalies() == []
+
+
+def test_a_delegate_running_across_a_re_attach_and_its_session_started_answers_once() -> None:
+    driver = sidecar(slow, delegation={"type": "client"})
+    driver.upstream(delegation_created("item_d1"))
+    away(driver)
+    back(driver)
+    driver.upstream(started({"type": "client"}))
+    driver.finish("item_d1", ToolResult(result="slow", message="Here it is."))
+    driver.advance(1)
+    assert [e["content"] for e in driver.appends()] == ["slow", "Here it is."]
+    assert driver.anomalies() == []
+
+
+def test_a_declaration_the_drop_lost_is_made_again_at_the_re_attach() -> None:
+    """The relay's `session.update` declaring its tools went up just before the sideband dropped,
+    and the session the re-attach shows has none of them: the relay declares them again (before,
+    it counted them declared, and the model was never offered them)."""
+    bare = {"type": "responses", "responses": {"model": "gpt-5.4", "tools": [function_tool("show_map")]}}
+    driver = sidecar(get_weather, delegation=bare)
+    away(driver)
+    back(driver)
+    driver.upstream(started(bare))
+    first, again = driver.sent_of("session.update")
+    assert again["session"] == first["session"]
+    assert [tool["name"] for tool in again["session"]["delegation"]["responses"]["tools"]] == ["show_map", "get_weather"]
+    driver.upstream(started({"type": "responses", "responses": {"model": "gpt-5.4", "tools": [
+        function_tool("show_map"), function_tool("get_weather")]}}))   # a later re-attach, the tools there
+    assert len(driver.sent_of("session.update")) == 2
