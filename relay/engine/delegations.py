@@ -52,26 +52,25 @@ import msgspec
 
 from relay.dialects import live
 from relay.dialects.live import LIVE, LiveDialect
-from relay.engine.actions import Close, SendClient, SendUpstream
+from relay.engine.actions import SendClient, SendUpstream
 from relay.engine.appends import Channel, answer_appends, split_text
 from relay.engine.backend_calls import DELEGATED, DROP, SAME, UNCLAIMED, ResponsesDelegation
 from relay.engine.client_asks import ClientAsks
 from relay.engine.delegation_records import LiveRecords
+from relay.engine.delegated_tools import CLIENT, DECISIONS, RESPONSES, DelegatedTools, delegation_type
 from relay.engine.calls import CallEntry, CallOutcome, CallState
 from relay.engine.context import Source
-from relay.engine.reseed import seeded_note, seeded_session
+from relay.engine.reseed import seeded_session
 from relay.engine.transcript import Transcript
 from relay.tools.render import RenderedOutput
 from relay.tools.spec import ToolSpec
 
-CLIENT, RESPONSES, DECISIONS = live.DELEGATION_TARGETS
-POLICY_VIOLATION = 1008
 BARGE_IN_GRACE_MS = 1000
 """Caller's words this long after a delegation's offset are new speech, not the tail of the
 sentence that asked (the delegation can be created before that sentence is transcribed)."""
 
 
-class LiveEngine(LiveRecords):
+class LiveEngine(DelegatedTools):
     """One GPT-Live session's state and rules."""
 
     default_dialect: LiveDialect = LIVE
@@ -140,25 +139,13 @@ class LiveEngine(LiveRecords):
 
     def _on_session(self, event: live.SessionStarted | live.SessionUpdated) -> Any:
         session = event.session if isinstance(event.session, dict) else {}
-        mode = _delegation_type(session)
+        mode = delegation_type(session)
         if mode is not None or isinstance(event, live.SessionStarted):
             self.mode = mode or CLIENT
-        tools = _responses_tools(session)
-        ours = set(self.tools.names)
-        if tools is not None and ours and ours <= {_name(tool) for tool in tools}:
-            self._declared = True
-        elif isinstance(event, live.SessionStarted) and not self.config.has_client:
-            # a sideband is sent the session as it is each time it attaches: a re-attach's shows
-            # whether the relay's declaration took (one sent just before a drop may not have)
-            self._declared = False
-        if isinstance(event, live.SessionStarted) and not self.config.has_client:
-            self._no_tool_channel()
         if isinstance(event, live.SessionStarted) and self._new_one_starting:
             self._new_one_starting = False
             self._continue_carried()   # the new session is up: the dropped one's batches go on in it
-        if (not self.config.has_client and self.mode == RESPONSES and self.config.declare_tools
-                and ours and not self._declared):
-            self._declare_on_sideband(tools or [])
+        self._session_tools(event, session)
         shown = self._without_relay_tools(event)
         answered = event.client_event_id
         if isinstance(answered, str) and answered.startswith(self.ctx.id_prefix + "_"):
@@ -168,38 +155,12 @@ class LiveEngine(LiveRecords):
             shown.client_event_id = None
         return shown
 
-    def _without_relay_tools(self, event: live.SessionStarted | live.SessionUpdated | live.SessionClosed) -> Any:
-        """The session as the client is shown it (started, updated, and the final snapshot of
-        `session.closed`): without the relay's tools, nor the notes of what they did that seeded
-        a session carrying on a dropped one."""
-        session = event.session if isinstance(event.session, dict) else {}
-        tools = _responses_tools(session)
-        ours = set(self.tools.names)
-        history = session.get("input") if isinstance(session.get("input"), list) else []
-        notes = [item for item in history if seeded_note(item) in self._notes]
-        if not self._hiding or not (notes or tools is not None and any(_name(tool) in ours for tool in tools)):
-            return SAME
-        shown = copy.copy(event)
-        shown.session = session if tools is None else _with_tools(session, [t for t in tools if _name(t) not in ours])
-        if notes:
-            shown.session = {**shown.session, "input": [item for item in history if item not in notes]}
-        return shown
-
     def _on_closed(self, event: live.SessionClosed) -> Any:
         """The session is over, as the provider says before it closes the socket: for good (a
         new connection would not carry it on), and an edge that sees the socket close next knows
         the call ended (a hangup, the duration limit...) and is not to come back for it."""
         self.ended_by_provider = event.reason if isinstance(event.reason, str) and event.reason else "closed"
         return self._without_relay_tools(event)
-
-    def _declare_on_sideband(self, tools: list[Any]) -> None:
-        """Attached (no `session.start` of ours): the relay's tools join the session's Responses
-        tools with a `session.update` (which changes only what it names)."""
-        self._client_tools = {_name(tool) for tool in tools if _name(tool)}
-        clashes = self._client_tools & set(self.tools.names)
-        merged = [tool for tool in tools if _name(tool) not in clashes] + self._definitions()
-        self._declared = True
-        self._send(live.SessionUpdate(session={"delegation": {"type": RESPONSES, "responses": {"tools": merged}}}))
 
     def _on_transcript(self, event: live.InputTranscriptDelta | live.OutputTranscriptDelta) -> Any:
         if not isinstance(event.delta, str):
@@ -258,13 +219,6 @@ class LiveEngine(LiveRecords):
         elif delegation_id not in (None, msgspec.UNSET):
             self.ctx.anomaly(f"{kind} has a delegation_id that is not a string: passed on", kind)
         return SAME
-
-    def _no_tool_channel(self) -> None:
-        """Decisions delegation has nowhere to declare a tool and makes no call: said once, when
-        the relay has tools or a delegate the session will not use."""
-        if self.mode == DECISIONS and (len(self.tools) or self.delegate is not None):
-            self.ctx.anomaly("Decisions delegation has no tool channel: the relay's tools and delegate are not "
-                             "offered to this session (its delegations are answered by the Decision API)", None)
 
     def _on_error(self, event: live.Error) -> Any:
         error = event.error if isinstance(event.error, dict) else {}
@@ -376,7 +330,7 @@ class LiveEngine(LiveRecords):
         self._decisions.clear()
         self._offsets.clear()
         self._fillers.clear()   # a filler names its delegation, which the new session does not know
-        self.mode = _delegation_type(self._started) or CLIENT
+        self.mode = delegation_type(self._started) or CLIENT
         self._new_one_starting = True
         session = seeded_session(self._started, self.transcript.turns(), notes)
         self._notes.update(notes)
@@ -414,40 +368,6 @@ class LiveEngine(LiveRecords):
         result = self._client_session(seeded)
         return seeded if result is SAME and seeded.session is not session else result
 
-    def _client_session(self, event: live.SessionStart | live.SessionUpdate) -> Any:
-        """The client's session: the relay's tools join its Responses tools (a clash with one of
-        them is refused)."""
-        session = event.session if isinstance(event.session, dict) else None
-        if session is None:
-            return SAME
-        mode = _delegation_type(session)
-        if isinstance(event, live.SessionStart):
-            self.mode = mode or CLIENT
-            self._started = session
-            self._no_tool_channel()
-        tools = _responses_tools(session)
-        if mode != RESPONSES or tools is None and isinstance(event, live.SessionUpdate):
-            return SAME
-        tools = tools or []
-        self._client_tools = {_name(tool) for tool in tools if _name(tool)}
-        if not self.config.declare_tools or not len(self.tools):
-            return SAME
-        clashes = sorted(self._client_tools & set(self.tools.names))
-        if clashes:
-            names = ", ".join(clashes)
-            self.ctx.client_error("relay_tool_redefined",
-                                  f"the session declares {names}, which the relay provides; remove it from your tools",
-                                  event.event_id)
-            if isinstance(event, live.SessionStart):
-                self.ctx.emit(Close("client", POLICY_VIOLATION, f"relay tool redefined: {names}"))
-                self._refused = True
-            return DROP
-        self._declared = True
-        sent = _with_tools(session, [*tools, *self._definitions()])
-        if isinstance(event, live.SessionStart):
-            self._started = sent
-        return type(event)(event_id=event.event_id, session=sent)
-
     def _client_append(self, event: live.InstructionsAppend | live.ThinkingAppend | live.CommentaryAppend) -> Any:
         delegation_id = event.delegation_id
         if not isinstance(delegation_id, str):
@@ -464,7 +384,7 @@ class LiveEngine(LiveRecords):
 
     _CLIENT: dict[type, Callable[["LiveEngine", Any], Any]] = {
         live.SessionStart: _client_start,
-        live.SessionUpdate: _client_session,
+        live.SessionUpdate: DelegatedTools._client_session,
         live.ResponseItemCreate: ClientAsks._client_item,
         live.ResponseCreate: ClientAsks._client_create,
         live.InstructionsAppend: _client_append,
@@ -472,34 +392,6 @@ class LiveEngine(LiveRecords):
         live.CommentaryAppend: _client_append,
     }
 
-    def _definitions(self) -> list[dict[str, Any]]:
-        return [self.dialect.function_tool(spec.name, spec.description, spec.parameters) for spec in self.tools]
-
-
-# ---- the session object's parts (a dict as the wire gave it) ----
-def _delegation_type(session: dict[str, Any]) -> str | None:
-    delegation = session.get("delegation")
-    kind = delegation.get("type") if isinstance(delegation, dict) else None
-    return kind if isinstance(kind, str) else None
-
-
-def _responses_tools(session: dict[str, Any]) -> list[Any] | None:
-    delegation = session.get("delegation")
-    responses = delegation.get(RESPONSES) if isinstance(delegation, dict) else None
-    tools = responses.get("tools") if isinstance(responses, dict) else None
-    return tools if isinstance(tools, list) else None
-
-
-def _with_tools(session: dict[str, Any], tools: list[Any]) -> dict[str, Any]:
-    """The session with `tools` as its Responses tools (a copy: the frame's own stays)."""
-    delegation = session.get("delegation") if isinstance(session.get("delegation"), dict) else {}
-    responses = delegation.get(RESPONSES) if isinstance(delegation.get(RESPONSES), dict) else {}
-    return {**session, "delegation": {**delegation, RESPONSES: {**responses, "tools": tools}}}
-
-
-def _name(tool: Any) -> str:
-    name = tool.get("name") if isinstance(tool, dict) else None
-    return name if isinstance(name, str) else ""
 
 
 __all__ = ["BARGE_IN_GRACE_MS", "LiveEngine"]

@@ -37,6 +37,7 @@ from relay.engine.sequencer import ACTIVE_RESPONSE_CODE, META_CALLS, META_KIND
 
 SAME: Any = object()
 FORGED_CALLS_KEPT = 64   # the call ids of refused made-up calls kept, so that their outputs are refused too
+_SESSION_CREATED = frozenset({wire.event_name(wire.SessionCreated)})
 
 
 class ClientView:
@@ -47,6 +48,9 @@ class ClientView:
         config = ctx.config
         self.hiding = config.hide_tool_events and config.has_client   # there is someone to hide from
         self.tools_declared = False
+        self._opening_left = set(ctx.dialect.opening_events)   # opening events not seen yet
+        self._session_seen = False
+        self._declaring = False   # the relay's declaration went up and no session event showed it yet
         self.held = HeldCreates(strict=config.strict, on_refused=ctx.refused_step)   # client creates held back
         self.approvals: McpApprovals | None = None   # the MCP approval requests the relay answers (the engine's)
         self.forged_calls: dict[str, None] = {}   # call ids of the relay-tool calls a client made up (the latest)
@@ -72,7 +76,44 @@ class ClientView:
         others = [t for t in current_tools or [] if not self.is_relay_tool(t)]
         ctx.send_tagged(ctx.codec.session_update(
             ctx.dialect, {"tools": others + ctx.dialect.tool_definitions(ctx.tools)}, ctx.new_event_id()))
-        self.tools_declared = True
+        self.tools_declared = self._declaring = True
+
+    def session_said(self, event_type: str, session: dict[str, Any]) -> None:
+        """A session event (`session.created` or `.updated`) came: the tools it shows."""
+        self.keep_declared(session, created=event_type in _SESSION_CREATED)   # (first: the opening's own is `opening`'s)
+        self._session_seen = True
+        self.opening(event_type)
+
+    def opening(self, event_type: str) -> None:
+        """An event of the session's opening (or a session event) came: the relay declares its
+        tools once the opening is over (every `opening_events` seen; a sidecar joining a live
+        session declares at its first session event, as soon as the opening's other events, if
+        any, came), with the tools the session already has."""
+        left = self._opening_left
+        left.discard(event_type)
+        if not self._session_seen or not self.may_declare():
+            return
+        if not left or (self.ctx.config.mode == "sidecar" and left <= _SESSION_CREATED):
+            self.declare(self.ctx.conversation.session.get("tools"))
+
+    def keep_declared(self, session: dict[str, Any], created: bool) -> None:
+        """A sidecar that declared its tools keeps them in the session: the other party's
+        `session.update` that sets `tools` replaces the list (the relay sees it only in the
+        `session.updated` that follows), and a new socket's `session.created` shows whether a
+        declaration sent just before a drop took. Tools missing there are declared again, with the
+        other party's kept, unless the relay's own update is still on its way (no session event
+        showed it yet, on the same socket). (A proxy's client updates are amended on their way up
+        instead.)"""
+        ctx = self.ctx
+        if not self.tools_declared or ctx.config.has_client or not ctx.config.declare_tools:
+            return
+        tools = session.get("tools")
+        if not isinstance(tools, list):
+            return
+        if len({t.get("name") for t in tools if self.is_relay_tool(t)}) == len(ctx.tools):
+            self._declaring = False
+        elif created or not self._declaring:
+            self.declare(tools)
 
     def client_event(self, event: wire.Event | wire.Unknown) -> Any:
         """A client event on its way up, as the relay's tools require it."""

@@ -59,8 +59,6 @@ class OpenAIEngine(SessionEngine):
         # the audio fast path: the dialect's pass-through sets, each as one test of a frame
         self.forwards_upstream = pass_through_test(self.dialect.upstream_passthrough)   # type: ignore[method-assign]
         self.forwards_client = pass_through_test(self.dialect.client_passthrough)   # type: ignore[method-assign]
-        self._opening_left = set(self.dialect.opening_events)   # opening events not seen yet
-        self._session_seen = False
         self._frame = ""   # the upstream frame being handled (its text)
         self.sequencer = self.ctx.sequencer     # when response.create (or response.cancel) goes up
         self.watcher = CallWatcher(self.ctx)    # what items and events say of calls
@@ -120,25 +118,12 @@ class OpenAIEngine(SessionEngine):
         if session is None:
             return _SAME
         self.conversation.session.update(session)
-        self._session_seen = True
-        self._opening(wire.wire_type(event))
+        self.view.session_said(wire.wire_type(event), session)
         return self.view.session_event(event, session)
 
     def _on_conversation_created(self, event: wire.ConversationCreated) -> Any:
-        self._opening(wire.wire_type(event))
+        self.view.opening(wire.wire_type(event))
         return _SAME
-
-    def _opening(self, event_type: str) -> None:
-        """An event of the session's opening (or a session event) came: the relay declares its
-        tools once the opening is over (every `opening_events` seen; a sidecar joining a live
-        session declares at its first session event, as soon as the opening's other events, if
-        any, came), with the tools the session already has."""
-        left = self._opening_left
-        left.discard(event_type)
-        if not self._session_seen or not self.view.may_declare():
-            return
-        if not left or (self.config.mode == "sidecar" and left <= _SESSION_CREATED):
-            self.view.declare(self.conversation.session.get("tools"))
 
     # ---- items ----
     def _item_of(self, event: wire.ItemAdded | wire.ItemDone) -> ItemRecord | None:
@@ -445,7 +430,6 @@ class OpenAIEngine(SessionEngine):
                 ctx.emit(notice)
 
 
-_SESSION_CREATED = frozenset({wire.event_name(wire.SessionCreated)})
 _RESPONSE_CREATED = wire.event_name(wire.ResponseCreated)
 
 

@@ -201,6 +201,26 @@ def test_the_sideband_declares_the_relay_tools_with_a_session_update() -> None:
     assert driver.sent_of("session.start") == []
 
 
+def updated(tools: list[str]) -> dict[str, object]:
+    """The `session.updated` every connection is sent, with these Responses tools."""
+    event = started({"type": "responses", "responses": {"model": "gpt-5.4", "tools": [function_tool(n) for n in tools]}})
+    return {**event, "type": "session.updated"}
+
+
+def test_the_sideband_declares_its_tools_again_when_the_other_party_replaces_them() -> None:
+    driver = LiveDriver([get_weather], config=EngineConfig(strict=True, mode="sidecar"))
+    driver.upstream(started({"type": "responses", "responses": {"model": "gpt-5.4", "tools": []}}))
+    driver.upstream(updated([]))   # an update of the other party's that the server applied first
+    assert len(driver.sent_of("session.update")) == 1, "its own declaration is on its way: not sent twice"
+    driver.upstream(updated(["get_weather"]))   # the relay's applied
+    driver.upstream(updated(["show_map"]))      # the caller's app sets its Responses tools
+    updates = driver.sent_of("session.update")
+    assert [[t["name"] for t in u["session"]["delegation"]["responses"]["tools"]] for u in updates] == [
+        ["get_weather"], ["show_map", "get_weather"]]
+    driver.upstream(updated(["show_map", "get_weather"]))
+    assert len(driver.sent_of("session.update")) == 2 and driver.anomalies() == []
+
+
 # ---- client delegation ------------------------------------------------------------------------
 def client_driver(*tools: object, config: EngineConfig | None = None) -> LiveDriver:
     driver = LiveDriver(tools, config=config)
