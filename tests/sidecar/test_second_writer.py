@@ -106,6 +106,25 @@ async def test_declare_tools_adds_its_tools_and_keeps_the_primarys() -> None:
     assert order_done["response"]["output"][0]["name"] == "lookup_order", "the primary's tool is still there"
 
 
+async def test_declared_tools_stay_when_the_primary_sets_its_tools_again() -> None:
+    """The primary's later `session.update` sets `tools` (which replaces the list): the sidecar
+    adds its own back, once, keeping the primary's, and the model can still call them."""
+    async with MockUpstream(script=WEATHER_SCRIPT) as mock, realtime_client(mock.base_url, token=None) as primary:
+        await primary_with_tools(primary, [ORDER_TOOL])
+        session = mock.sessions[0]
+        async with sidecar_on(mock, session.call_id, [get_weather], declare_tools=True) as (sidecar, frames):
+            await primary.wait_for(lambda e: e["type"] == "session.updated" and len(e["session"]["tools"]) == 2)
+            await primary.send(session_tools([ORDER_TOOL]))   # the app's own tools, set again
+            await frames.wait_for("upstream>relay", lambda e: e["type"] == "session.updated"
+                                  and len(e["session"]["tools"]) == 2 and frames.sent("session.update")[1:])
+            await ask(primary, "What's the weather in Paris?")
+            answer = await primary.wait_for(lambda e: e["type"] == "response.done" and "found" in said(e))
+    assert [[t["name"] for t in u["session"]["tools"]] for u in frames.sent("session.update")] == [
+        ["lookup_order", "get_weather"], ["lookup_order", "get_weather"]]
+    assert session.tools == [ORDER_TOOL, WEATHER_TOOL]
+    assert "sunny in Paris" in said(answer), "the model could still call the relay's tool"
+
+
 async def test_creates_from_both_writers_at_the_same_moment_run_one_response() -> None:
     gate = Gate()
     async with MockUpstream(script=HELD_ANSWER) as mock, realtime_client(mock.base_url, token=None) as primary:
