@@ -106,21 +106,28 @@ def test_a_server_cancelled_call_never_runs_and_a_late_one_neither() -> None:
             run.session.close()
 
 
-def test_a_duplicate_numbers_the_calls_the_relay_is_handed() -> None:
-    """The demo's first response makes two calls; the server cancels it while the first runs, and
-    the second's frames, written but still in flight, never reach the relay. The relay's second
-    call is then the next turn's first, and `duplicate 2` delivers that one twice (numbered as
-    the server wrote them, it named the withdrawn call and never fired)."""
-    schedule = (Perturbation("server_cancel", 1), Perturbation("duplicate", 2))
+@pytest.mark.parametrize("schedule", [
+    # the demo's first response makes two calls; the server cancels it while the first runs, and
+    # the second's frames, written but still in flight, never reach the relay: the relay's second
+    # call is the one the model makes again (numbered as the server wrote them, `duplicate 2`
+    # named the withdrawn call and never fired)
+    (Perturbation("server_cancel", 1), Perturbation("duplicate", 2)),
+    # two reconnects: the relay learns two calls back by their items (`conversation.item.retrieve`),
+    # whose frames never reached it; they are in its call book all the same (numbered as
+    # delivered, `duplicate 10` named the relay's 12th call, which does not exist)
+    (Perturbation("reconnect", 1, "announced", 1), Perturbation("reconnect", 2, "announced", 1),
+     Perturbation("duplicate", 10)),
+])
+def test_a_duplicate_numbers_the_calls_as_the_relays_call_book_does(schedule: tuple[Perturbation, ...]) -> None:
     run = run_schedule(demo_conversation("openai"), schedule, keep=True)
     try:
         assert set(run.observed.fired) == set(schedule) and run.broken == []
-        second = run.observed.calls[1]
+        doubled = run.observed.calls[schedule[-1].call - 1]
         completes = [f for f in run.session.frames if f.direction == UPSTREAM_TO_RELAY and f.raw
                      and isinstance(event := wire.event_of(json_object(f.raw) or {}), wire.OutputItemDone)
-                     and (event.item or {}).get("call_id") == second]
+                     and (event.item or {}).get("call_id") == doubled]
         assert len(completes) == 2 and completes[0].raw == completes[1].raw
-        assert run.observed.starts[second] == 1
+        assert run.observed.starts[doubled] == 1
     finally:
         run.session.close()
 

@@ -260,6 +260,15 @@ class Exploring:
         """The frames delivered for one the upstream sent (twice: a `duplicate` delivery)."""
         return self.faults.deliveries(frame)
 
+    def numbered_calls(self, among: str) -> list[str] | None:
+        """The calls a `duplicate` counts, as the relay's call book numbers them (the relay's or
+        the client's), as the rest of the explorer numbers them: with the calls a reconnect
+        learnt back by their items, whose frames never reached the relay."""
+        if among not in ("relay", "client"):
+            return None
+        self._look()
+        return self.observed.calls if among == "relay" else self.observed.client_calls
+
     def _repeated(self) -> set[Any]:
         """The calls a `duplicate` delivery hit."""
         return set(self.faults._repeated)

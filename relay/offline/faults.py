@@ -144,6 +144,9 @@ class FaultPlan:
         self._relay_tools = frozenset(spec.name for spec in session.tools)
         self._repeated: set[str] = set()
         self._scheduled = 0
+        # the calls as the session numbers them, where it does (the explorer: the relay's call
+        # book, which also holds calls a reconnect learnt back by their items); else as delivered
+        self._numbering: Callable[[str], list[str] | None] = getattr(session, "numbered_calls", lambda among: None)
 
     def pending(self) -> bool:
         """A fault is scheduled and has not happened yet."""
@@ -246,8 +249,17 @@ class FaultPlan:
 
     def _wanted(self, call_id: Any, wanted: list[Fault]) -> bool:
         """Whether a `duplicate_delivery` fault names the call (by its place among those it counts)."""
-        return any(call_id in (calls := self._calls[fault.among]) and calls.index(call_id) + 1 == fault.call
+        return any(call_id in (calls := self._numbered(fault.among)) and calls.index(call_id) + 1 == fault.call
                    for fault in wanted)
+
+    def _numbered(self, among: str) -> list[str]:
+        """The calls `among` counts, in order: the session's numbering, then those the frame being
+        delivered brings that it has not numbered yet; else the order they were delivered in."""
+        delivered = self._calls[among]
+        numbered = self._numbering(among)
+        if numbered is None:
+            return delivered
+        return numbered + [call_id for call_id in delivered if call_id not in numbered]
 
     def client_calls(self) -> list[str]:
         """The model's calls of the client's tools, in order (seen while a duplicate was wanted)."""
