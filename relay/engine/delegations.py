@@ -393,5 +393,4 @@ class LiveEngine(DelegatedTools):
     }
 
 
-
 __all__ = ["BARGE_IN_GRACE_MS", "LiveEngine"]
