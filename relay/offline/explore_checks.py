@@ -19,7 +19,7 @@ from relay.engine.calls import CallState
 from relay.offline.delegation_checks import INJECTION_INCOMPLETE, delegation_appends
 from relay.engine.backend_calls import DELEGATED
 from relay.engine.client_asks import CLIENT_ID_PREFIX
-from relay.offline.events import FOLLOW_UP, SPOKEN, decoded
+from relay.offline.events import CALL, FOLLOW_UP, RESPONSE, SPOKEN, decoded
 from relay.offline.expect import INVARIANTS, violations
 from relay.offline.explore_session import ExploredSession
 from relay.offline.timeline import Timeline
@@ -299,6 +299,20 @@ def _follow_up_refused(session: ExploredSession, timeline: Timeline, answer: int
     return appends is not None and not creates.isdisjoint(appends.refused)
 
 
+def _follow_up_stranded(session: ExploredSession, timeline: Timeline, answer: int) -> bool:
+    """Whether the response that came next after the answer at `answer` (the timeline's index:
+    its follow-up, or the model's own next one) made a call the relay never saw, the sideband
+    away (`unseen_calls`): its words wait for that call's output, which the relay cannot give
+    (docs/gpt-live.md, Re-attach)."""
+    unseen = session.unseen_calls() if hasattr(session, "unseen_calls") else set()
+    if not unseen:
+        return False
+    after = timeline.events[answer].t
+    following = next((event for event in timeline.of(RESPONSE) if event.t >= after and event.index > answer), None)
+    return following is not None and any(call.call_id in unseen and call.response_id == following.response_id
+                                         for call in timeline.of(CALL))
+
+
 SESSION_INVARIANTS: dict[str, tuple[str, Check]] = {
     "handler_once": ("no handler runs twice for one call", handler_once),
     "cancelled_not_spoken": ("a cancelled call's output is never spoken", cancelled_not_spoken),
@@ -353,7 +367,8 @@ def _broken(session: ExploredSession, own: dict[str, Check]) -> list[tuple[str, 
             continue   # the connection dropped: a call it abandoned or left half made is owed nothing (nothing_owed)
         if session.closed and name == "spoke_after_tools":
             continue   # the connection dropped: no model is left to speak after what was answered
-        if name == "spoke_after_tools" and _follow_up_refused(session, timeline, violation.index):
+        if name == "spoke_after_tools" and (_follow_up_refused(session, timeline, violation.index)
+                                            or _follow_up_stranded(session, timeline, violation.index)):
             continue   # GPT-Live: the relay asked; a call it never saw held the batch open
         if name not in seen:
             seen.add(name)
