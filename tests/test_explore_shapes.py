@@ -1,6 +1,6 @@
 """Conversations of other shapes than the demo's, explored on every dialect with a fixed seed: a
-turn that calls two of the relay's tools at once (one slow), a caller who barges in asking for a
-second tool while the first runs, and the voice-aware example tools (relay/examples/voice_tools.py:
+turn that calls two of the relay's tools at once (one slow), a call made by the follow-up of
+another (a chain), a caller who barges in asking for a second tool while the first runs, and the voice-aware example tools (relay/examples/voice_tools.py:
 fillers, a spoken message, `interrupt` and `silent` scheduling, a `cancel` interruption, a
 streaming tool's updates). What the explorer found on them stays fixed (Gemini's turn
 cut after one answer: relay/offline/events.py; Foundry's call learnt late after a reconnect:
@@ -53,6 +53,13 @@ def two_at_once(dialect: str) -> Conversation:
                         tool_registry([check_stock, check_price]), turns=script.turns).with_dialect(dialect)
 
 
+def chained(dialect: str) -> Conversation:
+    script = Script(Turn(say="Let me look.", calls=[call("check_stock", item="A1")]),
+                    Turn(say="And the price.", calls=[call("check_price", item="A1")]), Turn(say="Here it is."))
+    return Conversation("chained", script.mock_script(), ("Is A1 in stock, and what does it cost?",),
+                        tool_registry([check_stock, check_price]), turns=script.turns).with_dialect(dialect)
+
+
 def asked_again(dialect: str) -> Conversation:
     rules = (Rule(match="in stock", say="Let me look.", calls=(ToolCall(name="check_stock", arguments={"item": "A1"}),)),
              Rule(match="price", say="Checking.", calls=(ToolCall(name="check_price", arguments={"item": "A1"}),)))
@@ -85,6 +92,13 @@ def test_the_voice_aware_example_tools_hold_every_invariant(dialect: str) -> Non
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_two_relay_calls_in_one_turn_hold_every_invariant(dialect: str) -> None:
     result = explore(two_at_once(dialect), budget=150, seed=21, replay_check=False)
+    assert result.ok, result.report()
+    assert result.covered == result.boundaries
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_a_call_its_follow_up_makes_holds_every_invariant(dialect: str) -> None:
+    result = explore(chained(dialect), budget=150, seed=21, replay_check=False)
     assert result.ok, result.report()
     assert result.covered == result.boundaries
 
