@@ -255,7 +255,7 @@ def appends_placed(session: ExploredSession) -> str | None:
             return f"the server refused the relay's append {event_id} ({code})"
         if event_id.startswith(CLIENT_ID_PREFIX):
             continue   # a create of the client's the relay forwarded, with an id of the relay's giving
-        excused = _stranded_creates(session, after=0.0) if excused is None else excused
+        excused = _stranded_creates(session, after=0.0) | _crossed_creates(session) if excused is None else excused
         if event_id not in excused:   # a command of the relay's (its `response.create`)
             return f"the server refused the relay's {event_id} ({code})"
     if session.closed:
@@ -286,6 +286,39 @@ def _stranded_creates(session: ExploredSession, *, after: float) -> set[str]:
             if isinstance(create, live.ResponseCreate) and isinstance(create.event_id, str):
                 creates.add(create.event_id)
     return creates
+
+
+def _crossed_creates(session: ExploredSession) -> set[str]:
+    """GPT-Live, Responses delegation: the event ids of the relay's `response.create`s refused
+    after crossing a new delegation on the wire (its `session.delegation.created` reached the
+    relay after the create went up and before the server's refusal). The server applies the
+    create once that delegation's response is over, whose calls the create's batch then lacks: a
+    partial batch, which no relay could have seen coming. The batch is continued by the next
+    create (`spoke_after_tools` and `nothing_owed` still check that it is)."""
+    create_tag = f'"{live.ResponseCreate.__struct_config__.tag}"'
+    delegation_tag = f'"{live.DelegationCreated.__struct_config__.tag}"'
+    error_tag = f'"{live.Error.__struct_config__.tag}"'
+    sent: dict[str, bool] = {}   # a create of the relay's -> a delegation was announced since
+    crossed: set[str] = set()
+    for frame in session.frames:
+        raw = frame.raw
+        if not raw:
+            continue
+        if frame.direction == RELAY_TO_UPSTREAM and create_tag in raw:
+            create = live.decode(raw)
+            if isinstance(create, live.ResponseCreate) and isinstance(create.event_id, str):
+                sent[create.event_id] = False
+        elif frame.direction == UPSTREAM_TO_RELAY and sent:
+            if delegation_tag in raw:
+                sent = dict.fromkeys(sent, True)
+            elif error_tag in raw:
+                error = live.decode(raw)
+                if isinstance(error, live.Error):
+                    named = error.error.get("client_event_id") if isinstance(error.error, dict) else None
+                    named = named or error.client_event_id
+                    if isinstance(named, str) and sent.pop(named, False):
+                        crossed.add(named)
+    return crossed
 
 
 def _follow_up_refused(session: ExploredSession, timeline: Timeline, answer: int) -> bool:
