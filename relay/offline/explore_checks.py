@@ -291,9 +291,9 @@ def _stranded_creates(session: ExploredSession, *, after: float) -> set[str]:
 def _crossed_creates(session: ExploredSession) -> set[str]:
     """GPT-Live, Responses delegation: the event ids of the relay's `response.create`s refused
     after crossing a new delegation on the wire (its `session.delegation.created` reached the
-    relay after the create went up and before the server's refusal). The server applies the
-    create once that delegation's response is over, whose calls the create's batch then lacks: a
-    partial batch, which no relay could have seen coming. The batch is continued by the next
+    relay after the create went up and before the server's refusal). The mock, as GPT-LIVE.md
+    infers the service does, applies the create once that delegation's response is over, whose
+    calls the create's batch then lacks: a partial batch, which no relay could have seen coming. The batch is continued by the next
     create (`spoke_after_tools` and `nothing_owed` still check that it is)."""
     create_tag = f'"{live.ResponseCreate.__struct_config__.tag}"'
     delegation_tag = f'"{live.DelegationCreated.__struct_config__.tag}"'

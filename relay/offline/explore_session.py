@@ -246,9 +246,10 @@ class Exploring:
 
     def _delivered_again(self, head: Any) -> str | bytes:
         """A frame reaching the relay that a `duplicate` delivers twice: its copy comes next.
-        Asked as each frame reaches the relay, not as the server sends it, so that the calls a
-        `duplicate` numbers are those the relay is handed, in its order (a call whose frames a
-        server-side cancellation or a barge-in withdrew in flight never reaches it)."""
+        Asked as each frame reaches the relay, not as the server sends it: by then the relay's
+        call book, by which a `duplicate` names its call (`numbered_calls`), holds every call
+        before it, and a frame a server-side cancellation or a barge-in withdrew in flight is
+        never looked at."""
         if self._copies.pop(id(head), None) is head:
             return head
         frame, *again = self._deliveries(head)
