@@ -114,7 +114,7 @@ def test_a_server_cancelled_call_never_runs_and_a_late_one_neither() -> None:
     (Perturbation("server_cancel", 1), Perturbation("duplicate", 2)),
     # two reconnects: the relay learns two calls back by their items (`conversation.item.retrieve`),
     # whose frames never reached it; they are in its call book all the same (numbered as
-    # delivered, `duplicate 10` named the relay's 12th call, which does not exist)
+    # delivered, the relay's 10th call was the 8th, and `duplicate 10` named one that never came)
     (Perturbation("reconnect", 1, "announced", 1), Perturbation("reconnect", 2, "announced", 1),
      Perturbation("duplicate", 10)),
 ])

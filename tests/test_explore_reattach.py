@@ -16,9 +16,9 @@ from relay.offline.explore_input import from_file
 from relay.offline.explore_live import ANCHORS, REATTACH, describe
 from relay.offline.explore_outage import RECONNECT_ATTEMPTS, away_for
 from relay.offline.explore_session import Conversation, Perturbation
-from relay.testing import Script, Turn, call
 from relay.tools.sources import tool_registry
 from tests.support.paths import REPO
+from tests.test_explore_shapes import chained
 
 EXAMPLES = REPO / "docs" / "examples" / "testing"
 DROPPED = "the upstream connection dropped; the relay reconnects"
@@ -86,33 +86,16 @@ def test_a_follow_up_the_relay_never_asked_for_still_counts_when_a_lost_call_str
         run.session.close()
 
 
-def check_stock(item: str) -> str:
-    """How many of an item are in stock."""
-    return f"12 of {item} in stock"
-
-
-def check_price(item: str) -> str:
-    """What an item costs."""
-    return f"{item} costs 3"
-
-
-CHAIN = Script(Turn(say="Let me look.", calls=[call("check_stock", item="A1")]),
-               Turn(say="And the price.", calls=[call("check_price", item="A1")]), Turn(say="Here it is."))
 CHAINED_AWAY = (Perturbation(REATTACH, 1, "running", 6), Perturbation(REATTACH, 1, "answered", 1))
 """The sideband drops while call 1 runs (back 12.6 s later, when its answer goes up at once) and
 again as that answer is placed: the follow-up the relay asked for makes call 2 while it is away."""
-
-
-def chain() -> Conversation:
-    return Conversation("chain", CHAIN.mock_script(), ("Is A1 in stock, and what does it cost?",),
-                        tool_registry([check_stock, check_price]), turns=CHAIN.turns).with_dialect("live")
 
 
 def test_a_follow_up_whose_call_the_drop_lost_is_silent_and_not_held_against_the_relay() -> None:
     """The follow-up's words wait for its call's output, and the relay never saw the call: the
     silence after call 1's answer is the documented limit (docs/gpt-live.md, Re-attach), which the
     explorer reported as `spoke_after_tools` before it knew the case."""
-    run = run_schedule(chain(), CHAINED_AWAY, keep=True)
+    run = run_schedule(chained("live"), CHAINED_AWAY, keep=True)
     try:
         session = run.session
         assert set(CHAINED_AWAY) <= set(run.observed.fired) and run.broken == []
@@ -126,7 +109,7 @@ def test_a_follow_up_whose_call_the_drop_lost_is_silent_and_not_held_against_the
 
 def test_without_the_follow_up_the_same_drops_break_spoke_after_tools(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ResponsesDelegation, "_send_create", lambda self, event: None)
-    run = run_schedule(chain(), CHAINED_AWAY, keep=True)
+    run = run_schedule(chained("live"), CHAINED_AWAY, keep=True)
     try:
         assert "spoke_after_tools" in [name for name, _ in run.broken]
     finally:
