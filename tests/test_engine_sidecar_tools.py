@@ -84,3 +84,19 @@ def test_an_update_applied_before_the_relays_own_declaration_sends_nothing_more(
     assert len(driver.sent_of("session.update")) == 1
     driver.flush()   # the relay's declaration lands
     assert session_tools(driver) == ["get_weather"] and len(driver.sent_of("session.update")) == 1
+
+
+def test_the_other_partys_update_that_crossed_the_relays_declaration_is_restored() -> None:
+    """The caller's app sets its tools while the relay's declaration, built on the tools before,
+    is on its way: the server applies the app's first, then the relay's, which replaces them.
+    The relay saw the app's tools in between and declares again with them."""
+    driver = EngineDriver([get_weather_data], config=EngineConfig(mode="sidecar", declare_tools=True, strict=True),
+                          deliver=False)
+    driver.connect()
+    others_update(driver, {"tools": [SHOW_MAP]})   # applied before the relay's declaration
+    assert len(driver.sent_of("session.update")) == 1
+    driver.flush()   # the relay's lands: the app's tool is gone
+    driver.deliver = True
+    driver.flush()
+    assert [names(update) for update in driver.sent_of("session.update")] == [["get_weather"], ["show_map", "get_weather"]]
+    assert session_tools(driver) == ["show_map", "get_weather"]

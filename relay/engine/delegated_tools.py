@@ -23,20 +23,30 @@ class DelegatedTools(LiveRecords):
     """The relay's tools as one GPT-Live session declares and shows them."""
 
     _declaring = False   # a sideband's declaration went up and no session event showed it yet
+    _crossed: list[Any] | None = None   # the other party's tools as an update of theirs set them meanwhile
 
     def _session_tools(self, event: live.SessionStarted | live.SessionUpdated, session: dict[str, Any]) -> None:
         """What a session event says of the relay's tools. A sideband is sent the session as it
         is each time it attaches, and each update that changed it: where the relay's tools are
         missing (its declaration lost with a sideband that dropped just after sending it, or
         replaced by the other party's `session.update` that set the Responses tools), they are
-        declared again, with the other party's kept."""
+        declared again, with the other party's kept. While the relay's own update is on its way
+        nothing is sent, but an update of the other party's applied first is noted: the relay's,
+        built on the tools before it, replaces it once applied, and the relay then declares again
+        with the other party's tools as they had set them."""
         tools = responses_tools(session)
         ours = set(self.tools.names)
         attached = isinstance(event, live.SessionStarted)
+        others = None if tools is None else [tool for tool in tools if _name(tool) not in ours]
         if tools is not None and ours and ours <= {_name(tool) for tool in tools}:
-            self._declared, self._declaring = True, False
+            crossed, self._declared, self._declaring, self._crossed = self._crossed, True, False, None
+            if crossed is not None and crossed != others and not self.config.has_client:
+                self._declared = False
+                tools = crossed
         elif not self.config.has_client and (attached or tools is not None and not self._declaring):
-            self._declared = False   # (not while its update is on its way: no event showed it yet)
+            self._declared = False
+        elif not self.config.has_client and self._declaring and others is not None:
+            self._crossed = others   # applied before the relay's update, which will replace it
         if isinstance(event, live.SessionStarted) and not self.config.has_client:
             self._no_tool_channel()
         if (not self.config.has_client and self.mode == RESPONSES and self.config.declare_tools
@@ -67,6 +77,7 @@ class DelegatedTools(LiveRecords):
         clashes = self._client_tools & set(self.tools.names)
         merged = [tool for tool in tools if _name(tool) not in clashes] + self._definitions()
         self._declared = self._declaring = True
+        self._crossed = None
         self._send(live.SessionUpdate(session={"delegation": {"type": RESPONSES, "responses": {"tools": merged}}}))
 
     def _no_tool_channel(self) -> None:

@@ -51,6 +51,7 @@ class ClientView:
         self._opening_left = set(ctx.dialect.opening_events)   # opening events not seen yet
         self._session_seen = False
         self._declaring = False   # the relay's declaration went up and no session event showed it yet
+        self._crossed: list[Any] | None = None   # the other party's tools as an update of theirs set them meanwhile
         self.held = HeldCreates(strict=config.strict, on_refused=ctx.refused_step)   # client creates held back
         self.approvals: McpApprovals | None = None   # the MCP approval requests the relay answers (the engine's)
         self.forged_calls: dict[str, None] = {}   # call ids of the relay-tool calls a client made up (the latest)
@@ -77,6 +78,7 @@ class ClientView:
         ctx.send_tagged(ctx.codec.session_update(
             ctx.dialect, {"tools": others + ctx.dialect.tool_definitions(ctx.tools)}, ctx.new_event_id()))
         self.tools_declared = self._declaring = True
+        self._crossed = None
 
     def session_said(self, event_type: str, session: dict[str, Any]) -> None:
         """A session event (`session.created` or `.updated`) came: the tools it shows."""
@@ -101,19 +103,26 @@ class ClientView:
         `session.update` that sets `tools` replaces the list (the relay sees it only in the
         `session.updated` that follows), and a new socket's `session.created` shows whether a
         declaration sent just before a drop took. Tools missing there are declared again, with the
-        other party's kept, unless the relay's own update is still on its way (no session event
-        showed it yet, on the same socket). (A proxy's client updates are amended on their way up
-        instead.)"""
+        other party's kept. While the relay's own update is on its way (no session event showed it
+        yet, on the same socket) nothing is sent, but an update of the other party's applied first
+        is noted: the relay's, built on the tools before it, replaces it once applied, and the
+        relay then declares again with the other party's tools as they had set them. (A proxy's
+        client updates are amended on their way up instead.)"""
         ctx = self.ctx
         if not self.tools_declared or ctx.config.has_client or not ctx.config.declare_tools:
             return
         tools = session.get("tools")
         if not isinstance(tools, list):
             return
-        if len({t.get("name") for t in tools if self.is_relay_tool(t)}) == len(ctx.tools):
-            self._declaring = False
+        others = [t for t in tools if not self.is_relay_tool(t)]
+        if len(tools) - len(others) == len(ctx.tools):
+            crossed, self._declaring, self._crossed = self._crossed, False, None
+            if crossed is not None and crossed != others:
+                self.declare(crossed)
         elif created or not self._declaring:
             self.declare(tools)
+        else:
+            self._crossed = others
 
     def client_event(self, event: wire.Event | wire.Unknown) -> Any:
         """A client event on its way up, as the relay's tools require it."""

@@ -221,6 +221,18 @@ def test_the_sideband_declares_its_tools_again_when_the_other_party_replaces_the
     assert len(driver.sent_of("session.update")) == 2 and driver.anomalies() == []
 
 
+def test_the_other_partys_tools_set_while_the_sidebands_declaration_was_on_its_way_are_restored() -> None:
+    driver = LiveDriver([get_weather], config=EngineConfig(strict=True, mode="sidecar"))
+    driver.upstream(started({"type": "responses", "responses": {"model": "gpt-5.4", "tools": []}}))
+    driver.upstream(updated(["show_map"]))       # the caller's app set its tools first
+    driver.upstream(updated(["get_weather"]))    # then the relay's declaration, built on none, replaced them
+    updates = driver.sent_of("session.update")
+    assert [[t["name"] for t in u["session"]["delegation"]["responses"]["tools"]] for u in updates] == [
+        ["get_weather"], ["show_map", "get_weather"]]
+    driver.upstream(updated(["show_map", "get_weather"]))
+    assert len(driver.sent_of("session.update")) == 2
+
+
 # ---- client delegation ------------------------------------------------------------------------
 def client_driver(*tools: object, config: EngineConfig | None = None) -> LiveDriver:
     driver = LiveDriver(tools, config=config)
