@@ -204,8 +204,7 @@ class ResponsesDelegation(SessionEngine):
         event = batch.held_create if mixed else live.ResponseCreate(event_id=self.ctx.new_event_id())
         batch.held_create = None
         assert event is not None
-        joining = [other for other in self.batches if other is not batch and self.batches.due(other)
-                   and not self.batches.has_client_calls(other)]
+        joining = [other for other in self._joining() if other is not batch]
         for continued in (batch, *joining):
             continued.continued = True
             self._create_of[continued.key] = event.event_id
@@ -213,9 +212,17 @@ class ResponsesDelegation(SessionEngine):
                 self._follow_up_owed(continued, event)
         self._command([event])
         for continued in (batch, *joining):
-            self.ctx.notice("follow_up", {"event_id": event.event_id, "call_ids": ",".join(continued.calls),
-                                          "delegation_id": continued.key, "response_id": continued.response_id,
-                                          "by": "client" if continued is batch and mixed else "relay"})
+            self._told_continued(continued, event.event_id, "client" if continued is batch and mixed else "relay")
+
+    def _joining(self) -> list[Batch]:
+        """The batches of the relay's calls only that a create now continues: whole, not continued."""
+        return [batch for batch in self.batches if self.batches.due(batch) and not self.batches.has_client_calls(batch)]
+
+    def _told_continued(self, batch: Batch, event_id: str | None, by: str) -> None:
+        """The `follow_up` notice of a batch a create continued (`event_id`: None for a create the
+        relay did not see), asked for `by` the client or the relay."""
+        self.ctx.notice("follow_up", {"event_id": event_id, "call_ids": ",".join(batch.calls),
+                                      "delegation_id": batch.key, "response_id": batch.response_id, "by": by})
 
     def _other_deadlines(self) -> list[float]:
         """A batch waiting for a create on its way goes when that wait ends."""

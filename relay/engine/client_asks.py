@@ -335,13 +335,7 @@ class ClientAsks(ResponsesDelegation):
             joined.continued = True
             self._create_of[joined.key] = None
             self._delivered([entry for entry in self.batches.relay_calls(joined) if entry.state is CallState.ANSWERED])
-            self.ctx.notice("follow_up", {"event_id": None, "call_ids": ",".join(joined.calls),
-                                          "delegation_id": joined.key, "response_id": joined.response_id,
-                                          "by": "client"})
-
-    def _joining(self) -> list[Batch]:
-        """The batches of the relay's calls only that a create now continues: whole, not continued."""
-        return [batch for batch in self.batches if self.batches.due(batch) and not self.batches.has_client_calls(batch)]
+            self._told_continued(joined, None, "client")
 
     def _send_continuing(self, event: live.ResponseCreate) -> None:
         """The client's create, sent by the relay as it came (an event id of the relay's if it had
@@ -356,8 +350,7 @@ class ClientAsks(ResponsesDelegation):
         self._continues_own(event.event_id)
         self._command([event])
         for batch in joining:
-            self.ctx.notice("follow_up", {"event_id": event.event_id, "call_ids": ",".join(batch.calls),
-                                          "delegation_id": batch.key, "response_id": batch.response_id, "by": "client"})
+            self._told_continued(batch, event.event_id, "client")
 
     def _continue_waiting(self) -> None:
         if self._held_for_relay is not None:

@@ -36,21 +36,23 @@ class DelegatedTools(LiveRecords):
         with the other party's tools as they had set them."""
         tools = responses_tools(session)
         ours = set(self.tools.names)
+        shown = tools is not None and bool(ours) and ours <= {_name(tool) for tool in tools}
+        if self.config.has_client:   # the client's session.start and updates carry them (`_client_session`)
+            self._declared = self._declared or shown
+            return
         attached = isinstance(event, live.SessionStarted)
-        others = None if tools is None else [tool for tool in tools if _name(tool) not in ours]
-        if tools is not None and ours and ours <= {_name(tool) for tool in tools}:
-            crossed, self._declared, self._declaring, self._crossed = self._crossed, True, False, None
-            if crossed is not None and crossed != others and not self.config.has_client:
-                self._declared = False
-                tools = crossed
-        elif not self.config.has_client and (attached or tools is not None and not self._declaring):
+        others = [tool for tool in tools or [] if _name(tool) not in ours]
+        if shown:
+            crossed, self._declaring, self._crossed = self._crossed, False, None
+            self._declared = crossed is None or crossed == others
+            tools = tools if self._declared else crossed
+        elif attached or tools is not None and not self._declaring:
             self._declared = False
-        elif not self.config.has_client and self._declaring and others is not None:
+        elif tools is not None:
             self._crossed = others   # applied before the relay's update, which will replace it
-        if isinstance(event, live.SessionStarted) and not self.config.has_client:
+        if attached:
             self._no_tool_channel()
-        if (not self.config.has_client and self.mode == RESPONSES and self.config.declare_tools
-                and ours and not self._declared):
+        if self.mode == RESPONSES and self.config.declare_tools and ours and not self._declared:
             self._declare_on_sideband(tools or [])
 
     def _without_relay_tools(self, event: live.SessionStarted | live.SessionUpdated | live.SessionClosed) -> Any:
