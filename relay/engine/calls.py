@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum, StrEnum
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Collection, Iterable, Iterator
 
 from relay.errors import RelayError
 
@@ -222,12 +222,14 @@ class CallLedger:
             self._on_step(entry)
         return True
 
-    def forget_old(self, keep: int) -> None:
-        """Keep the latest `keep` finished calls (answered, skipped, abandoned) and every
-        unfinished one; forget older finished calls. Their outputs are long delivered."""
+    def forget_old(self, keep: int, responses: Collection[str] = ()) -> None:
+        """Keep the latest `keep` finished calls (answered, skipped, abandoned), every unfinished
+        one and those of the `responses` still remembered; forget older finished calls. Their
+        outputs are long delivered; a call of a response still remembered may yet be delivered
+        again (a late `output_item.done`, a duplicate), and must be known when it is."""
         if len(self._entries) <= keep + keep // 2:   # forget in batches
             return
-        finished = [e for e in self._entries.values() if e.state in _DONE]
+        finished = [e for e in self._entries.values() if e.state in _DONE and e.response_id not in responses]
         for entry in finished[:-keep]:
             del self._entries[entry.call_id]
             if entry.item_id is not None:

@@ -220,11 +220,28 @@ class SessionContext:
         self.anomaly(message, None)
 
     def forget_old(self) -> None:
-        """Bounded history (EngineConfig.history_limit): called at the end of each turn."""
+        """Bounded history (EngineConfig.history_limit): called at the end of each turn. What a
+        call still open needs stays, whatever its age: its item, and its response with that
+        response's items (its output goes in after them, where it would go with no limit); and a
+        call of a response still remembered (delivered again, it is known)."""
         limit = self.config.history_limit
         if limit is not None:
-            self.conversation.forget_old(limit)
-            self.ledger.forget_old(limit)
+            self.conversation.forget_old(limit, self._in_use())
+            self.ledger.forget_old(limit, self.conversation.responses)
+
+    def _in_use(self) -> set[str]:
+        responses = self.conversation.responses
+        in_use: set[str] = set()
+        for entry in self.ledger:
+            if entry.state not in _OPEN:
+                continue
+            if entry.item_id is not None:
+                in_use.add(entry.item_id)
+            response = responses.get(entry.response_id or "")
+            if response is not None:
+                in_use.add(response.id)
+                in_use.update(response.output_item_ids)
+        return in_use
 
 
 class OpenAIContext(SessionContext):

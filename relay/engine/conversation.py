@@ -8,6 +8,7 @@ the item is appended. Items of out-of-band responses are known (by id) but never
 from __future__ import annotations
 
 import sys
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -240,6 +241,9 @@ class Conversation:
         self._anomaly = anomaly
         self.items: dict[str, ItemRecord] = {}
         self.order: list[str] = []
+        # the latest item the client can see among those a history limit forgot (`forget_old`):
+        # the one before the first kept, when no kept item before an item is visible
+        self.visible_before: str | None = None
         self.responses: dict[str, ResponseRecord] = {}
         self.response_order: list[str] = []
         self.session: dict[str, Any] = {}
@@ -306,6 +310,8 @@ class Conversation:
             self.order.insert(position, item_id)
 
     def delete(self, item_id: str, event_type: str) -> ItemRecord | None:
+        if item_id == self.visible_before:
+            self.visible_before = None   # forgotten, and gone: what was before it is not known
         record = self.items.get(item_id)
         if record is None:
             self._anomaly(f"{event_type} for unknown item {item_id}", event_type)
@@ -346,7 +352,7 @@ class Conversation:
             other = self.order[index]
             if not self.items[other].hidden:
                 return other
-        return None
+        return self.visible_before
 
     def add_text(self, item_id: object, content_index: int, delta: str) -> None:
         record = self.item(item_id)
@@ -436,25 +442,31 @@ class Conversation:
             else:
                 response.output_item_ids.append(item_id)
 
-    def forget_old(self, keep: int) -> None:
+    def forget_old(self, keep: int, in_use: Collection[str] = ()) -> None:
         """Keep the latest `keep` items of the conversation (and as many responses and items
-        outside it); forget older ones. A live session needs only its recent past; its full
-        history is in its recording."""
+        outside it), and the items and responses in `in_use` whatever their age; forget older
+        ones. A live session needs only its recent past; its full history is in its recording."""
         slack = keep // 2   # forget in batches: the cost is spread thin
         if len(self.order) > keep + slack:
+            held: list[str] = []
             for item_id in self.order[:-keep]:
-                self.items.pop(item_id, None)
-            self.order = self.order[-keep:]
+                if item_id in in_use:
+                    held.append(item_id)
+                    continue
+                record = self.items.pop(item_id, None)
+                if record is not None and not record.hidden:
+                    self.visible_before = item_id
+            self.order = held + self.order[-keep:]
         if len(self.items) > 2 * keep + slack:
             in_order = set(self.order)
-            outside = [item_id for item_id in self.items if item_id not in in_order]
+            outside = [item_id for item_id in self.items if item_id not in in_order and item_id not in in_use]
             for item_id in outside[:-keep]:
                 del self.items[item_id]
         if len(self.response_order) > keep + slack:
             old, recent = self.response_order[:-keep], self.response_order[-keep:]
             still_running = []
             for response_id in old:
-                if self.responses[response_id].done:
+                if self.responses[response_id].done and response_id not in in_use:
                     del self.responses[response_id]
                 else:
                     still_running.append(response_id)

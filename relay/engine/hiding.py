@@ -418,4 +418,9 @@ class ClientView:
         if not isinstance(item, dict):
             return False
         record = self.ctx.conversation.item(item.get("id"))
-        return record is not None and record.hidden
+        if record is not None:
+            return record.hidden
+        if item.get("type") != FUNCTION_CALL:   # forgotten (a history limit): a call by its entry
+            return False
+        entry = self.ctx.ledger.get(item.get("call_id"))
+        return entry is not None and entry.owner is Owner.RELAY

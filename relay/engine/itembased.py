@@ -64,7 +64,7 @@ class OpenAIEngine(SessionEngine):
         self.watcher = CallWatcher(self.ctx)    # what items and events say of calls
         self.view = ClientView(self.ctx)        # what the client sees of the relay's tools
         self.injector = Injector(self.ctx)      # where and when outputs go in, and the follow-up
-        self.lost = LostItems(self.ctx, self.watcher, self.injector)   # calls a reconnect lost
+        self.lost = LostItems(self.ctx, self.watcher, self.injector, self.view.classify)   # calls a reconnect lost
         # the provider's own MCP approval requests the operator's policy answers
         self.approvals = self.view.approvals = McpApprovals(self.ctx, self.config.mcp_approvals)
 
@@ -280,8 +280,12 @@ class OpenAIEngine(SessionEngine):
         elif response.status in CANCEL_STATES:
             self._interrupt_running_of(response)
         self.injector.inject_ready(response)
+        # the client's view first: the response's items are the newest, not always the last in
+        # the conversation's order (an item learnt back after a reconnect goes where the server has
+        # it), and a history limit could forget them before the view hides its calls
+        view = self.view.response_event(event, data)
         self.ctx.forget_old()
-        return self.view.response_event(event, data)
+        return view
 
     # ---- errors ----
     def _on_error(self, event: wire.Error) -> Any:

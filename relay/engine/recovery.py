@@ -43,7 +43,7 @@ from relay.dialects import items as wire
 from relay.dialects.openai import FUNCTION_CALL
 from relay.engine.calls import CallEntry, CallState
 from relay.engine.context import OpenAIContext
-from relay.engine.conversation import ResponseRecord
+from relay.engine.conversation import ItemRecord, ResponseRecord
 from relay.engine.injection import Injector
 from relay.engine.sequencer import ACK_TIMEOUT
 from relay.engine.watching import CallWatcher
@@ -65,10 +65,12 @@ the call's batch, and the model's next words, for good."""
 class LostItems:
     """One session's items lost to a reconnect, asked for by the ids later events name."""
 
-    def __init__(self, ctx: OpenAIContext, watcher: CallWatcher, injector: Injector) -> None:
+    def __init__(self, ctx: OpenAIContext, watcher: CallWatcher, injector: Injector,
+                 classify: Callable[[ItemRecord], None]) -> None:
         self.ctx = ctx
         self.watcher = watcher
         self.injector = injector
+        self.classify = classify   # who made an item and whether the client may see it (`ClientView`)
         self.open = False                       # a reconnect happened and no response since has ended
         self.asked: dict[str, Any] = {}         # item id asked for -> the item that named it (None: a call's own)
         self._began: set[str] = set()           # responses created since the reconnect
@@ -229,6 +231,9 @@ class LostItems:
                 self._batch_goes_on(entry)
         if record is None or known:
             return True   # it arrived meanwhile by another way: what said so handled it
+        # as any item the wire brings: a call of a relay tool, or an output of the relay's, stays
+        # hidden from the client (never named as the item before one it sees)
+        self.classify(record)
         ctx.conversation.insert_before(item_id, following)
         call_id = record.call_id
         if (record.type != FUNCTION_CALL or record.status != "completed" or not isinstance(call_id, str)
@@ -238,7 +243,7 @@ class LostItems:
             return True
         response = self._response_of(item)
         record.response_id = response.id
-        ctx.origins.classify(record)
+        ctx.origins.classify(record)   # the model's, now that it has its response
         ctx.conversation.link_output(response, item_id, None)
         if response.batch_handled:   # (Foundry names it) its batch had its follow-up: one of its own
             response = self.rest_of(response, [item_id])
