@@ -169,6 +169,11 @@ class CallEntry:
         return data
 
 
+FORGOTTEN_CALLS_KEPT = 64
+"""The forgotten calls a session's call book keeps the ids of (10 KB or so at the most): a provider
+that delivers a call again does it within moments, not 64 forgotten calls later."""
+
+
 class CallLedger:
     """The calls of one session by `call_id` (and by item id), and the one way their state
     changes. `on_refused` hears of a refused step when not `strict`; `on_step` of each step made."""
@@ -176,6 +181,9 @@ class CallLedger:
     def __init__(self, *, strict: bool = True, on_refused: Callable[[str], None] | None = None,
                  on_step: Callable[[CallEntry], None] | None = None) -> None:
         self._entries: dict[str, CallEntry] = {}
+        # the calls `forget_old` forgot, by id (the latest `FORGOTTEN_CALLS_KEPT`): what each was, so that
+        # one delivered again is known as the call it is (`get`) and never runs a second time
+        self._forgotten: dict[str, tuple[str, Owner, CallState]] = {}
         self._on_step = on_step   # hears of every step made, after it (the context's records)
         self._by_item: dict[str, str] = {}
         self.strict = strict
@@ -188,10 +196,18 @@ class CallLedger:
         return len(self._entries)
 
     def __contains__(self, call_id: object) -> bool:
-        return call_id in self._entries
+        return call_id in self._entries or call_id in self._forgotten
 
     def get(self, call_id: object) -> CallEntry | None:
-        return self._entries.get(call_id) if isinstance(call_id, str) else None
+        """The call's entry; one forgotten comes back (its name, owner and final state: what tells
+        a call delivered again from a new one)."""
+        if not isinstance(call_id, str):
+            return None
+        entry = self._entries.get(call_id)
+        if entry is None and call_id in self._forgotten:
+            name, owner, state = self._forgotten.pop(call_id)
+            entry = self._entries[call_id] = CallEntry(call_id, name, None, None, owner, state)
+        return entry
 
     def by_item(self, item_id: object) -> CallEntry | None:
         if not isinstance(item_id, str):
@@ -230,10 +246,14 @@ class CallLedger:
         if len(self._entries) <= keep + keep // 2:   # forget in batches
             return
         finished = [e for e in self._entries.values() if e.state in _DONE and e.response_id not in responses]
+        forgotten = self._forgotten
         for entry in finished[:-keep]:
             del self._entries[entry.call_id]
             if entry.item_id is not None:
                 self._by_item.pop(entry.item_id, None)
+            forgotten[entry.call_id] = (entry.name, entry.owner, entry.state)
+        for call_id in list(forgotten)[:max(0, len(forgotten) - FORGOTTEN_CALLS_KEPT)]:
+            del forgotten[call_id]
 
     def unanswered(self) -> list[CallEntry]:
         """Relay-owned calls that became ready but whose output has not been injected."""

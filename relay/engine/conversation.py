@@ -62,6 +62,8 @@ class ItemRecord:
     part_types: list[str] | None = None
     texts: list[str | None] | None = None    # by content index
     extra: dict[str, Any] | None = None
+    # the newest item the client saw among those a history limit forgot right before this one
+    after_forgotten: str | None = None
 
     def absorb(self, data: dict[str, Any]) -> None:
         """Merge the fields of a newer form of the item (fields of the wrong type are ignored)."""
@@ -233,6 +235,11 @@ class ItemOrigins:
                 self._client_chars -= len(call_id)
 
 
+FORGOTTEN_ITEMS_KEPT = 64
+"""The forgotten items a conversation keeps the ids of (with the item the client saw last as of
+each): the events that name an item as the one before come within moments of it."""
+
+
 class Conversation:
     """Items and responses of one session. Pure state; never raises on odd input, it reports
     anomalies through the `anomaly` callback it was given."""
@@ -241,9 +248,10 @@ class Conversation:
         self._anomaly = anomaly
         self.items: dict[str, ItemRecord] = {}
         self.order: list[str] = []
-        # the latest item the client can see among those a history limit forgot (`forget_old`):
-        # the one before the first kept, when no kept item before an item is visible
-        self.visible_before: str | None = None
+        # the items it forgot (the latest `FORGOTTEN_ITEMS_KEPT`), each with the item the client saw
+        # last as of it (itself when the client saw it): an item placed after one is placed, for
+        # the client, after that; and one named again is known, not asked for after a reconnect
+        self.forgotten: dict[str, str | None] = {}
         self.responses: dict[str, ResponseRecord] = {}
         self.response_order: list[str] = []
         self.session: dict[str, Any] = {}
@@ -298,20 +306,22 @@ class Conversation:
 
     def insert_before(self, item_id: str, next_item_id: Any) -> None:
         """Place an item right before `next_item_id` (an item whose event named it as its
-        previous); appended when that one is not in the order."""
+        previous); appended when that one is not in the order, unless a history limit forgot it
+        (then the item is older than every item kept: first)."""
         record = self.items[item_id]
         if record.in_conversation:
             return
         record.in_conversation = True
         position = self._position_from_end(next_item_id) if isinstance(next_item_id, str) else None
         if position is None:
+            if next_item_id in self.forgotten:
+                self.order.insert(0, item_id)
+                return
             self.order.append(item_id)
         else:
             self.order.insert(position, item_id)
 
     def delete(self, item_id: str, event_type: str) -> ItemRecord | None:
-        if item_id == self.visible_before:
-            self.visible_before = None   # forgotten, and gone: what was before it is not known
         record = self.items.get(item_id)
         if record is None:
             self._anomaly(f"{event_type} for unknown item {item_id}", event_type)
@@ -348,11 +358,14 @@ class Conversation:
         position = self._position_from_end(item_id)
         if position is None:
             return None
+        record = self.items[item_id]
         for index in range(position - 1, -1, -1):
-            other = self.order[index]
-            if not self.items[other].hidden:
-                return other
-        return self.visible_before
+            if record.after_forgotten is not None:
+                return record.after_forgotten
+            record = self.items[self.order[index]]
+            if not record.hidden:
+                return record.id
+        return record.after_forgotten
 
     def add_text(self, item_id: object, content_index: int, delta: str) -> None:
         record = self.item(item_id)
@@ -448,20 +461,32 @@ class Conversation:
         ones. A live session needs only its recent past; its full history is in its recording."""
         slack = keep // 2   # forget in batches: the cost is spread thin
         if len(self.order) > keep + slack:
+            items, forgotten = self.items, self.forgotten
+            as_of: str | None = None     # the newest item the client saw, as of each item in turn
+            pending: str | None = None   # that, as of the last item forgotten since the last kept
             held: list[str] = []
             for item_id in self.order[:-keep]:
+                record = items[item_id]
+                as_of = item_id if not record.hidden else record.after_forgotten or as_of
                 if item_id in in_use:
                     held.append(item_id)
+                    record.after_forgotten, pending = pending or record.after_forgotten, None
                     continue
-                record = self.items.pop(item_id, None)
-                if record is not None and not record.hidden:
-                    self.visible_before = item_id
+                del items[item_id]
+                forgotten[item_id] = pending = as_of
+            if pending is not None:
+                items[self.order[-keep]].after_forgotten = pending
             self.order = held + self.order[-keep:]
         if len(self.items) > 2 * keep + slack:
             in_order = set(self.order)
             outside = [item_id for item_id in self.items if item_id not in in_order and item_id not in in_use]
-            for item_id in outside[:-keep]:
-                del self.items[item_id]
+            for item_id in outside[:-keep]:   # never placed: as of now
+                record = self.items.pop(item_id)
+                self.forgotten[item_id] = self.newest_visible() if record.hidden else item_id
+        excess = len(self.forgotten) - FORGOTTEN_ITEMS_KEPT
+        if excess > 0:
+            for item_id in list(self.forgotten)[:excess]:
+                del self.forgotten[item_id]
         if len(self.response_order) > keep + slack:
             old, recent = self.response_order[:-keep], self.response_order[-keep:]
             still_running = []
@@ -471,6 +496,18 @@ class Conversation:
                 else:
                     still_running.append(response_id)
             self.response_order = still_running + recent
+
+    def newest_visible(self, other_than: Any = None) -> str | None:
+        """The newest item the client saw (not `other_than`), forgotten ones too."""
+        for item_id in reversed(self.order):
+            if item_id == other_than:
+                continue
+            record = self.items[item_id]
+            if not record.hidden:
+                return item_id
+            if record.after_forgotten is not None:
+                return record.after_forgotten
+        return None
 
     def visible_items(self) -> list[ItemRecord]:
         return [self.items[i] for i in self.order]

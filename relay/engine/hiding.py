@@ -387,15 +387,25 @@ class ClientView:
         return self.with_visible_predecessor(event)
 
     def with_visible_predecessor(self, event: wire.ItemAdded | wire.ItemDone | wire.InputAudioCommitted) -> Any:
-        """Rewrite `previous_item_id` when it names an item the client never saw."""
+        """Rewrite `previous_item_id` when it names an item the client never saw: the nearest
+        before it that the client saw; for one the relay never placed (its `conversation.item.added`
+        lost with a drop: it was the newest), the newest the client saw."""
         if not self.hiding:
             return SAME
         conversation = self.ctx.conversation
-        previous = conversation.item(event.previous_item_id)
-        if previous is None or not previous.hidden:
+        previous_id = event.previous_item_id
+        previous = conversation.item(previous_id)
+        if previous is None:   # unknown, or forgotten (a history limit): what it was is noted
+            forgotten = conversation.forgotten
+            if not isinstance(previous_id, str) or forgotten.get(previous_id, previous_id) == previous_id:
+                return SAME
+            return replace(event, previous_item_id=forgotten[previous_id])
+        if not previous.hidden:
             return SAME
-        return replace(event, previous_item_id=conversation.visible_predecessor(previous.id)
-                       if previous.in_conversation else None)
+        if previous.in_conversation:
+            return replace(event, previous_item_id=conversation.visible_predecessor(previous.id))
+        own = event.item_id if isinstance(event, wire.InputAudioCommitted) else (event.item or {}).get("id")
+        return replace(event, previous_item_id=conversation.newest_visible(own))
 
     def response_event(self, event: wire.ResponseCreated | wire.ResponseDone, data: dict[str, Any]) -> Any:
         """`response.created` / `response.done` as the client may see them: without hidden

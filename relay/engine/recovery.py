@@ -202,11 +202,13 @@ class LostItems:
 
     def named(self, previous: Any, following: Any) -> None:
         """An event placed `following` right after `previous`: an item the relay does not know,
-        named while the gap is open, is asked for (once)."""
+        named while the gap is open, is asked for (once); one it knew and forgot (a history limit)
+        is not lost."""
         if not self.open or not isinstance(previous, str) or not previous or previous == "root":
             return
-        ctx = self.ctx
-        if previous in self.asked or ctx.conversation.item(previous) is not None or len(self.asked) >= MAX_ASKED:
+        conversation = self.ctx.conversation
+        if (previous in self.asked or conversation.item(previous) is not None or previous in conversation.forgotten
+                or len(self.asked) >= MAX_ASKED):
             return
         self.asked[previous] = following
         self._ask(previous)
