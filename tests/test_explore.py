@@ -96,7 +96,7 @@ def test_the_demo_replays_to_the_same_outcome() -> None:
     assert result.ok, result.report()
 
 
-@pytest.mark.parametrize("case", ["not_a_recording", "bad_script", "tools", "budget"])
+@pytest.mark.parametrize("case", ["not_a_recording", "bad_script", "tools", "budget", "history"])
 def test_bad_input_is_one_line_and_exit_2(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     foreign = tmp_path / "notes.jsonl"
     foreign.write_text('{"hello": 1}\n{"world": 2}\n')
@@ -107,7 +107,8 @@ def test_bad_input_is_one_line_and_exit_2(case: str, tmp_path: Path, capsys: pyt
     argv = {"not_a_recording": ["explore", str(foreign)],
             "bad_script": ["explore", str(script)],
             "tools": ["explore", "demo", "--tools", str(broken)],
-            "budget": ["explore", "demo", "--budget", "0"]}[case]
+            "budget": ["explore", "demo", "--budget", "0"],
+            "history": ["explore", "demo", "--history-items", "-1"]}[case]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("relay explore: "), err

@@ -105,8 +105,12 @@ def test_the_client_seeing_a_relay_call_is_still_found() -> None:
     owned = [SimpleNamespace(call_id=f"call_{n}abc", relay_owned=True) for n in range(3)]
     frames = [Frame(0.0, RELAY_TO_CLIENT, None, '{"type":"response.output_audio.delta","delta":"AAAA"}', None, 2),
               Frame(0.1, RELAY_TO_CLIENT, None, '{"type":"x","call_id":"call_2abc"}', None, 3)]
-    session = SimpleNamespace(engine=SimpleNamespace(ledger=owned), frames=frames)
+    session = SimpleNamespace(engine=SimpleNamespace(ledger=owned), frames=frames, observed=SimpleNamespace(calls=[]))
     assert client_never_sees_relay_call(session) == "the client was sent call_2abc, a call the relay owns (frame 3)"
+    # a call the run saw that a history limit forgot from the call book by the end
+    forgot = SimpleNamespace(engine=SimpleNamespace(ledger=owned[:2]), frames=frames,
+                             observed=SimpleNamespace(calls=["call_0abc", "call_1abc", "call_2abc"]))
+    assert client_never_sees_relay_call(forgot) == "the client was sent call_2abc, a call the relay owns (frame 3)"
     session.frames = frames[:1]
     assert client_never_sees_relay_call(session) is None
 

@@ -40,6 +40,9 @@ EXPLORE_OPTIONS = (
     option("--invariant", field=None, action="append", default=[], metavar="FILE:FUNCTION",
            help="an invariant of your own (repeatable): a function of the explored session returning what broke or "
                 "None, from a .py file or a module; its `reset` attribute, if any, is called before each schedule"),
+    option("--history-items", type=int, default=None, metavar="N",
+           help="explore under the relay's history limit, as `relay serve --history-items N` runs: keep the last N "
+                "items, responses and finished calls (0: all; default: a recording's own, else all)"),
     option("--out", metavar="DIR", help="where a failing schedule's recording is written"),
     option("--json", field=None, action="store_true", help="print the result as JSON"),
 )
@@ -51,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
         raise UnusableInput("--budget must be at least 1")
     if args.time_budget is not None and args.time_budget <= 0:
         raise UnusableInput("--time-budget must be more than 0 seconds")
+    if args.history_items is not None and args.history_items < 0:
+        raise UnusableInput("--history-items must be 0 (all) or more")
     from relay.offline.explore import explore
     from relay.offline.explore_input import checked_delegation, from_file, with_delegate
     from relay.offline.explore_session import Conversation
@@ -66,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
             args.delegation, DEMO, conversation.dialect)), DEMO)
     else:
         conversation = from_file(args.source, tool_registry(specs), dialect=args.dialect, delegation=args.delegation)
+    if args.history_items is not None:
+        conversation = replace(conversation, history_limit=args.history_items or None)
     tty = sys.stderr.isatty()
 
     def progress(result: object) -> None:

@@ -222,6 +222,8 @@ class SessionEngine:
         approvals = self.config.mcp_approvals
         if approvals:
             header["mcp_approvals"] = {"allow": list(approvals.allow), "deny": list(approvals.deny)}
+        if self.config.history_limit is not None:   # a replay forgets as the session did
+            header["history_limit"] = self.config.history_limit
         return header
 
     def dump(self) -> str:

@@ -135,6 +135,7 @@ class ExploreResult:
     held: dict[str, int] = field(default_factory=dict)     # invariant -> schedules it held on
     findings: list[Finding] = field(default_factory=list)
     stopped: str = "space"                                 # space | budget | time
+    history_limit: int | None = None                       # the relay's history limit explored under (None: all)
 
     @property
     def ok(self) -> bool:
@@ -148,6 +149,8 @@ class ExploreResult:
                 ("grown from perturbed runs", f"{self.grown_covered} of {self.grown} covered"),
                 ("stopped by", {"space": "the space was explored", "budget": "the schedule budget",
                                 "time": "the time budget"}[self.stopped]),
+                ("history kept", "all" if self.history_limit is None
+                 else f"the last {self.history_limit} items, responses and finished calls"),
                 ("seed", str(self.seed)), ("schedules per second", f"{rate:.0f}"),
                 ("replays checked", f"{self.replayed} (the scripted run and every {REPLAY_EVERY}th replayable schedule)"
                  if self.replayed else "none")]
@@ -164,7 +167,7 @@ class ExploreResult:
         return {"conversation": self.conversation, "seed": self.seed, "tried": self.tried, "distinct": self.distinct,
                 "boundaries": self.boundaries, "covered": self.covered,
                 "grown": self.grown, "grown_covered": self.grown_covered, "seconds": round(self.seconds, 3),
-                "replayed": self.replayed,
+                "replayed": self.replayed, "history_limit": self.history_limit,
                 "stopped": self.stopped, "ok": self.ok, "held": self.held,
                 "findings": [finding.to_json() for finding in self.findings]}
 
@@ -370,7 +373,8 @@ def _explore(conversation: Conversation, *, budget: int, seed: int, time_budget:
     own = dict(invariants or {})
     replay_args = (f" --tools {tools_arg}" if tools_arg else "") + "".join(
         f" --invariant {spec}" for spec in invariant_args)
-    result = ExploreResult(conversation.name, seed, held={name: 0 for name in (SETTLES, *DESCRIPTIONS, *own)})
+    result = ExploreResult(conversation.name, seed, held={name: 0 for name in (SETTLES, *DESCRIPTIONS, *own)},
+                           history_limit=conversation.history_limit)
     started = time.perf_counter()
     family = "gemini" if conversation.dialect == "gemini" else "live" if delegates(conversation.dialect) else "openai"
     carried = 0   # schedules a recording can carry since the last replayed (see REPLAY_EVERY)

@@ -53,7 +53,10 @@ def cancelled_not_spoken(session: ExploredSession) -> str | None:
 
 
 def client_never_sees_relay_call(session: ExploredSession) -> str | None:
-    owned = [entry.call_id for entry in session.engine.ledger if entry.relay_owned]
+    # every relay call the run saw (an explored run numbers them: a history limit forgets some
+    # from the call book by the end; a replay's stand-in does not)
+    owned = list(dict.fromkeys([*getattr(session.observed, "calls", ()),
+                                *(entry.call_id for entry in session.engine.ledger if entry.relay_owned)]))
     if not owned:
         return None
     common = os.path.commonprefix(owned)   # a frame without it holds none of them: one scan a frame

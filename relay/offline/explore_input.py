@@ -20,6 +20,7 @@ Each reader raises `UnusableInput` with one line for input it cannot use.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from relay.mock import MockScript, Reply, ToolCall
 from relay.offline.events import CALL, FILLER, RESPONSE, SPOKEN, USER
 from relay.offline.explore_delegated_input import from_live_recording
 from relay.offline.explore_session import Conversation
+from relay.offline.replaying import history_limit_of
 from relay.offline.scripted import Script
 from relay.offline.explore import delegates
 from relay.offline.scripted_delegations import CLIENT, DELEGATIONS
@@ -131,8 +133,10 @@ def from_recording(path: str | Path, tools: Any, *, dialect: str | None = None,
     from relay.recording.reader import load_recording
 
     recording = load_recording(path, allow_incomplete=True, audio="drop")
+    limit = history_limit_of(recording.header)   # explored as the session forgot
     if isinstance(recording.dialect, LiveDialect):
-        return from_live_recording(recording, tools, dialect=dialect, delegation=delegation)
+        return replace(from_live_recording(recording, tools, dialect=dialect, delegation=delegation),
+                       history_limit=limit)
     if delegation is not None:
         raise UnusableInput(f"{path}: a delegation mode is GPT-Live's, and this recording is of "
                             f"{recording.dialect.name}")
@@ -167,7 +171,7 @@ def from_recording(path: str | Path, tools: Any, *, dialect: str | None = None,
     chosen = dialect or (recorded if isinstance(recorded, str) else getattr(recorded, "name", None)) or "openai"
     mock = MockScript(turns=turns, default=Reply(say="Okay."), after_outputs=Reply(say="{joined}"))
     return Conversation(f"{Path(path).name} ({chosen})", mock, tuple(lines) or (DEFAULT_LINE,), tools,
-                        dialect=chosen)
+                        dialect=chosen, history_limit=limit)
 
 
 __all__ = ["checked_delegation", "from_file", "from_recording", "from_script", "with_delegate"]

@@ -179,6 +179,7 @@ class ExploredLiveSession(Outage, Exploring, DelegatingSession):
         if policy is not None and self._client:
             tools = _with_policy(tool_registry(tools), POLICIES[policy.step])
             self.observed.fired.append(policy)
+        options.setdefault("config", conversation.engine_config())
         super().__init__(_ScriptOf(conversation.script, conversation.turns), tools,
                          dialect=conversation.dialect, delegation=CLIENT if self._client else RESPONSES,
                          client_tools=conversation.client_tools, **options)

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator
 
 from relay.dialects import openai_codec as wire
 from relay.dialects.peek import may_be
-from relay.engine import Outcome, StartHandler
+from relay.engine import EngineConfig, Outcome, StartHandler
 from relay.engine.calls import CallState
 from relay.mock import MockScript, StreamOptions
 from relay.offline import faults as fault_kinds
@@ -112,9 +112,14 @@ class Conversation:
     turns: tuple[Any, ...] = ()   # a `Script`'s turns (how each ends), when made from one
     client_tools: tuple[Any, ...] = ()   # the caller's own tools (functions it declares and answers)
     delegation: str | None = None   # GPT-Live's delegation mode (None: Responses delegation)
+    history_limit: int | None = None   # the engine's history limit (`--history-items`; None: all)
 
     def with_dialect(self, dialect: str) -> Conversation:
         return replace(self, dialect=dialect, name=f"{self.name.split(' (')[0]} ({dialect})")
+
+    def engine_config(self) -> EngineConfig | None:
+        """The relay's configuration where it is not the harness's own (None): a history limit."""
+        return None if self.history_limit is None else EngineConfig(mode="proxy", history_limit=self.history_limit)
 
 
 class _ScriptOf(Script):
@@ -537,6 +542,7 @@ class ExploredSession(Exploring, ScriptedSession):
             quirks = replace(quirks or quirks_of(conversation.dialect), call_parts=True)
         duplicates = [fault_kinds.duplicate_delivery(p.call, among=DUPLICATES[p.kind])
                       for p in schedule if p.kind in DUPLICATES]
+        options.setdefault("config", conversation.engine_config())
         super().__init__(_ScriptOf(conversation.script, conversation.turns), conversation.tools, dialect=conversation.dialect,
                          faults=duplicates, quirks=quirks, client_tools=conversation.client_tools, **options)
 

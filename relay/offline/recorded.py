@@ -16,6 +16,7 @@ from relay.dialects import openai_codec as wire
 from relay.engine import EngineConfig
 from relay.offline.faults import Fault
 from relay.offline.harness import HarnessSession
+from relay.offline.replaying import history_limit_of
 from relay.offline.sends import replay_sends
 from relay.recording.format import CLIENT_TO_RELAY, UPSTREAM_TO_RELAY, Recording
 from relay.recording.reader import load_recording
@@ -38,7 +39,8 @@ class RecordedSession(HarnessSession):
         mode = mode if mode in ("proxy", "sidecar") else "replay"
         config = EngineConfig(mode=mode, hide_tool_events=bool(header.get("hide_tool_events", True)),
                               declare_tools=bool(header.get("declare_tools", mode == "proxy")),
-                              unknown_tools=header.get("unknown_tools", "client"))
+                              unknown_tools=header.get("unknown_tools", "client"),
+                              history_limit=history_limit_of(header))
         chosen = get_dialect(dialect) if isinstance(dialect, str) else dialect or self.recording.dialect
         super().__init__(tools, dialect=chosen, config=config, faults=faults, strict=False,
                          name=f"{self.recording.path.name} with {', '.join(f.describe() for f in faults) or 'no fault'}",

@@ -56,7 +56,7 @@ from relay.offline.recorded_upstream import RecordedUpstream
 from relay.offline.replay_finishes import RecordedFinishes, Report
 from relay.offline.replay_play import RecordedPlay, ReplayLoop
 from relay.offline.replay_result import Divergence, ReplayCall, ReplayResult, render_report
-from relay.offline.replaying import REQUEST, Requests, clip, counted
+from relay.offline.replaying import REQUEST, Requests, clip, counted, history_limit_of
 from relay.offline.sends import replay_sends
 from relay.offline.timeline import Timeline
 from relay.offline.virtual import DEFAULT_THREAD_LIMIT, VirtualLoop, VirtualTimeError
@@ -111,6 +111,7 @@ class _Replayer:
             declare_tools=bool(header.get("declare_tools", mode == "proxy")),
             unknown_tools=header.get("unknown_tools", "client"),
             mcp_approvals=recorded_policy(header.get("mcp_approvals")),
+            history_limit=history_limit_of(header),
         )
         dialect = dialect or recording.dialect
         self.records: list[CallRecord] = []   # what the replayed engine wrote ahead (`Remember`)
@@ -128,6 +129,8 @@ class _Replayer:
         self.frames: list[Frame] = []                     # the session as replayed
         self.finishes = RecordedFinishes(recording)   # each handler's finish where it was recorded
         self.closed = False   # the session has ended (the loop says so)
+        # every call the engine had, for the report: under a history limit it forgets some
+        self.calls_seen: dict[str, Any] | None = {} if config.history_limit is not None else None
         self._inbox: deque[tuple[str, str | bytes]] = deque()   # frames on their way to the relay
         self._pumping = False
         self.loop = VirtualLoop(start=self.base_time, thread_limit=max(DEFAULT_THREAD_LIMIT, gate_timeout))
@@ -196,6 +199,9 @@ class _Replayer:
         answered, as a provider would (the loop hands the answers on)."""
         if outermost and not self.closed and self.upstream.unanswered:
             self._inbox.extend(("upstream", frame) for frame in self.upstream.answers())
+        if self.calls_seen is not None:
+            for entry in self.engine.ledger:
+                self.calls_seen.setdefault(entry.call_id, entry)
 
     def arrives(self, side: str, frame: str | bytes) -> None:
         """A frame of the recording's, for the relay's reader of `side`."""
@@ -294,7 +300,10 @@ class _Replayer:
 
     def result(self) -> ReplayResult:
         calls = []
+        entries = dict(self.calls_seen or {})
         for entry in self.engine.ledger:
+            entries.setdefault(entry.call_id, entry)
+        for entry in entries.values():
             if not entry.relay_owned:
                 continue
             calls.append(ReplayCall(

@@ -29,6 +29,13 @@ OUTPUT, ANSWER, UPDATE, APPROVAL, REQUEST = "output", "answer", "update", "appro
 streaming tool's update, an MCP approval, a request for a response; else the send's event type."""
 
 
+def history_limit_of(header: dict[str, Any] | None) -> int | None:
+    """The history limit a recording's header names (`history_limit`: the engine's
+    `--history-items`); None when it names none, or not a positive whole number."""
+    limit = (header or {}).get("history_limit")
+    return limit if type(limit) is int and limit > 0 else None
+
+
 def clip(text: Any, width: int = 70) -> str:
     """`text` on one line, cut to `width` characters."""
     text = " ".join(str(text).split())
