@@ -15,7 +15,7 @@ from relay.cli import main
 from relay.cli.demo import EXAMPLE_TOOLS, TURNS, demo_script
 from relay.offline.explore import explore, run_schedule
 from relay.offline.explore_input import from_file
-from relay.offline.explore_session import Conversation
+from relay.offline.explore_session import Conversation, Perturbation
 from relay.offline.replay import replay
 from relay.recording.reader import load_recording
 from relay.tools.sources import tool_registry
@@ -72,3 +72,25 @@ def test_the_command_explores_under_the_limit_it_is_given(capsys: pytest.Capture
     assert result["history_limit"] == 3 and result["ok"]
     assert main(["explore", "demo", "--budget", "5", "--history-items", "0", "--json"]) == 0   # 0: all
     assert json.loads(capsys.readouterr().out)["history_limit"] is None
+
+
+SCHEDULES = {
+    "openai": (),
+    "gemini": (),
+    # GPT-Live: call 1 (of a batch of two) is answered and forgotten in one round
+    "live": (Perturbation("hangs", 4), Perturbation("reconnect", 2, "follow_up", step=1),
+             Perturbation("reconnect", 1, "answered", step=6)),
+}
+
+
+@pytest.mark.parametrize("dialect", ["openai", "gemini", "live"])
+def test_a_run_under_a_limit_reaches_every_anchor_a_run_without_one_does(dialect: str) -> None:
+    """A call answered and forgotten in one round still reaches its `answered` and `follow_up`
+    anchors (the explorer reads them before the call book forgets), so a perturbation anchored
+    there fires under a limit as without one."""
+    schedule = SCHEDULES[dialect]
+    everything, limited = run_schedule(demo(dialect), schedule), run_schedule(demo(dialect, 1), schedule)
+    assert limited.observed.calls == everything.observed.calls
+    assert limited.observed.anchors == everything.observed.anchors
+    assert limited.observed.fired == everything.observed.fired
+    assert limited.broken == everything.broken == []

@@ -53,7 +53,7 @@ from relay.engine.appends import Channel, answer_appends, split_text
 from relay.engine.calls import CallEntry, CallState, Owner
 from relay.engine.context import Source
 from relay.engine.records import CallRecord, Phase
-from relay.engine.reseed import done_note, result_to_say, seeded_session
+from relay.engine.reseed import MAX_INPUT_TOKENS, done_note, result_to_say, seeded_session
 from relay.tools.delegation import Delegation, Turn, delegation_parameter
 
 TRANSCRIPT_TURNS = 8
@@ -74,6 +74,7 @@ class LiveRecords(ClientAsks):
         self._turns_of: dict[str, str] = {}       # a delegation -> its transcript when delegated (JSON)
         self._carried: set[str] = set()           # relay calls of an earlier session, answered in this one
         self._notes: set[str] = set()             # what seeded a new session of what the relay's tools did
+        self._answer_notes: dict[str, str] = {}   # the relay's answered calls -> their notes (`_injected`)
         self._resumed: tuple[tuple[Turn, ...], list[str], list[CallRecord]] | None = None
         self._unheard: list[CallEntry] = []       # answers a dropped session never placed, to say in the new one
         self._uncontinued: list[str] = []         # backend calls whose batch a dropped session never continued
@@ -174,7 +175,8 @@ class LiveRecords(ClientAsks):
         session never continued are continued there (`_uncontinued_batches`); of what waited for
         the connection only the carried calls' answers are kept."""
         client_notes = self._uncontinued_batches()
-        notes = []
+        held = {entry.call_id for entry in self.ledger}
+        notes = [note for call_id, note in self._answer_notes.items() if call_id not in held]   # forgotten since
         for entry in self.ledger:
             if entry.owner is not Owner.RELAY:
                 continue
@@ -188,6 +190,17 @@ class LiveRecords(ClientAsks):
         self._unsent = [(entry, events) for entry, events in self._unsent
                         if entry is not None and entry.call_id in self._carried]
         return notes + client_notes
+
+    def _injected(self, entry: CallEntry) -> None:
+        """As any engine's; and a relay call's answer is noted for a new session, should the
+        connection drop: a history limit forgets the call from the call book, not from what a new
+        session is told (the latest answers, as many as its seeded input holds)."""
+        super()._injected(entry)   # type: ignore[misc]
+        if entry.owner is Owner.RELAY and entry.state is CallState.ANSWERED and entry.output is not None:
+            notes = self._answer_notes
+            notes[entry.call_id] = done_note(entry.name, _asked(entry), entry.output)
+            while len(notes) > 1 and sum(len(note.encode()) for note in notes.values()) > MAX_INPUT_TOKENS:
+                del notes[next(iter(notes))]
 
     def _uncontinued_batches(self) -> list[str]:
         """At a drop: the relay's backend calls whose batch the dropped session never continued,

@@ -183,6 +183,7 @@ class ExploredLiveSession(Outage, Exploring, DelegatingSession):
         super().__init__(_ScriptOf(conversation.script, conversation.turns), tools,
                          dialect=conversation.dialect, delegation=CLIENT if self._client else RESPONSES,
                          client_tools=conversation.client_tools, **options)
+        self._watch_forgetting()
 
     # ---- the caller ------------------------------------------------------------------------------
     def say_now(self, text: str) -> None:

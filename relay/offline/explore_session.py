@@ -399,6 +399,21 @@ class Exploring:
         if not open_entries and self.engine.config.history_limit is None:
             self._looked = len(ledger)
 
+    def _watch_forgetting(self) -> None:
+        """Under a history limit the call book forgets finished calls, some in the round that
+        answered them: the anchors each reached are read before it does (`_look`), else such a
+        call would never reach its `answered` anchor, nor a perturbation anchored there fire."""
+        ledger = self.engine.ledger
+        if self.engine.config.history_limit is None:
+            return
+        forget = ledger.forget_old
+
+        def forget_old(keep: int, responses: Any = ()) -> None:
+            self._look()
+            forget(keep, responses)
+
+        ledger.forget_old = forget_old   # type: ignore[method-assign]
+
     def _reached(self, number: int, anchor: str) -> None:
         if (number, anchor) in self.observed.anchors:
             return
@@ -545,6 +560,7 @@ class ExploredSession(Exploring, ScriptedSession):
         options.setdefault("config", conversation.engine_config())
         super().__init__(_ScriptOf(conversation.script, conversation.turns), conversation.tools, dialect=conversation.dialect,
                          faults=duplicates, quirks=quirks, client_tools=conversation.client_tools, **options)
+        self._watch_forgetting()
 
 
 _MOVED = wire.names_of((wire.ResponseDone, wire.OutputItemDone))

@@ -272,3 +272,25 @@ def test_the_new_session_s_start_reaches_the_client_without_the_relay_s_command_
     shown = [event for event in driver.to_client() if event["type"] == "session.started"]
     assert [event["session"]["id"] for event in shown] == ["live_1", "live_2"]
     assert [event.get("client_event_id") for event in shown] == ["evt_client_start", None]
+
+
+def test_the_new_session_is_told_of_every_answer_the_history_limit_forgot() -> None:
+    """`relay serve` keeps a bounded history (16 by default): the calls answered before it are
+    forgotten from the call book, not from what a new session is told. Each answered call's note
+    is kept (as many as the seeded input can hold), so that the model does not ask again for an
+    action that already ran."""
+    driver = LiveDriver([get_weather, get_time], config=EngineConfig(strict=True, history_limit=1))
+    driver.client({"type": "session.start", "session": {"model": MODEL, "input": [], "delegation": RESPONSES}})
+    driver.upstream(started(RESPONSES))
+    cities = ["Paris", "Rome", "Oslo", "Lima"]
+    for n, city in enumerate(cities, start=1):
+        driver.upstream(transcript("input", f"Weather in {city}?", 1000 * n))
+        driver.upstream(delegation_created(f"item_{n}", target="responses", response_id=f"resp_{n}"))
+        driver.batch(f"item_{n}", f"resp_{n}", [call_item(f"c{n}", "get_weather", {"city": city})])
+        driver.finish(f"c{n}", f"sunny in {city}")
+        continuation(driver, f"item_{n}", f"resp_{n}b")
+    assert len(list(driver.engine.ledger)) < len(cities)   # the call book forgot some
+    start = reseed(driver)
+    assert start is not None
+    notes = [text for role, text in texts(start["session"]) if role == "developer"]
+    assert [next(city for city in cities if f"sunny in {city}" in note) for note in notes] == cities
