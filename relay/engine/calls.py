@@ -209,6 +209,15 @@ class CallLedger:
             entry = self._entries[call_id] = CallEntry(call_id, name, None, None, owner, state)
         return entry
 
+    def owner_of(self, call_id: object) -> Owner | None:
+        """Who owns a call the book holds or forgot (None: a call it never had), without bringing a
+        forgotten one back as `get` does."""
+        entry = self._entries.get(call_id) if isinstance(call_id, str) else None
+        if entry is not None:
+            return entry.owner
+        forgotten = self._forgotten.get(call_id) if isinstance(call_id, str) else None
+        return forgotten[1] if forgotten is not None else None
+
     def by_item(self, item_id: object) -> CallEntry | None:
         if not isinstance(item_id, str):
             return None

@@ -432,5 +432,4 @@ class ClientView:
             return record.hidden
         if item.get("type") != FUNCTION_CALL:   # forgotten (a history limit): a call by its entry
             return False
-        entry = self.ctx.ledger.get(item.get("call_id"))
-        return entry is not None and entry.owner is Owner.RELAY
+        return self.ctx.ledger.owner_of(item.get("call_id")) is Owner.RELAY
