@@ -3,18 +3,24 @@ could take (within a budget), the relay's invariants checked on each, and the sm
 schedule handed back as a recording with its `relay replay` command (relay/offline/explore.py).
 
 Exits 0 when every invariant held, 1 with a finding, 2 for input it cannot use (a file that is
-neither a recording nor a script, tools that do not import, a budget of zero)."""
+neither a recording nor a script, tools that do not import, a budget of zero). Ctrl-C stops it
+after the schedule in flight and reports what it tried (1 if something broke, else 130); a
+second Ctrl-C ends the process at once (130)."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import json
+import os
+import signal
 import sys
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
+from relay.cli.exits import FINDING, INTERRUPTED, OK
 from relay.cli.options import TOOLS, Command, option, tools_from_working_directory
 from relay.dialects import DIALECT_CHOICES
 from relay.errors import UnusableInput
@@ -83,14 +89,47 @@ def run(args: argparse.Namespace) -> int:
 
     own = dict(load_invariant(spec) for spec in args.invariant)
     resets = [getattr(check, "reset") for check in own.values() if callable(getattr(check, "reset", None))]
-    result = explore(conversation, budget=args.budget, seed=args.seed, time_budget=args.time_budget, out=args.out,
-                     tools_arg=" --tools ".join(specs), invariant_args=tuple(args.invariant), progress=progress,
-                     invariants=own,
-                     reset=(lambda: [reset() for reset in resets]) if resets else None)
+    with _interruptible() as interrupted:
+        result = explore(conversation, budget=args.budget, seed=args.seed, time_budget=args.time_budget,
+                         out=args.out, tools_arg=" --tools ".join(specs), invariant_args=tuple(args.invariant),
+                         progress=progress, invariants=own,
+                         reset=(lambda: [reset() for reset in resets]) if resets else None, stop=interrupted)
     if tty:
         print(file=sys.stderr)
     print(json.dumps(result.to_json(), indent=2) if args.json else result.report())
-    return 0 if result.ok else 1
+    if not result.ok:
+        return FINDING
+    return INTERRUPTED if result.stopped == "interrupted" else OK
+
+
+@contextmanager
+def _interruptible() -> Iterator[Callable[[], bool]]:
+    """While exploring, the first SIGINT (Ctrl-C) only asks the exploration to stop: it ends after
+    the schedule in flight and reports what it tried. Raised as `KeyboardInterrupt` instead, it
+    would land in whatever code runs: a handler's, where it is that call's error output (a finding
+    the user never had), or the virtual loop's, leaving its tasks to print their tracebacks. The
+    second SIGINT ends the process at once (a tool blocked in real time, a shrink the user will
+    not wait for)."""
+    asked: list[int] = []
+
+    def on_interrupt(signum: int, frame: object) -> None:
+        if asked:
+            print("\nrelay explore: interrupted", file=sys.stderr, flush=True)
+            sys.stdout.flush()
+            os._exit(INTERRUPTED)
+        asked.append(signum)
+        print("\nrelay explore: stopping after this schedule (Ctrl-C again to quit now)", file=sys.stderr,
+              flush=True)
+
+    try:
+        before = signal.signal(signal.SIGINT, on_interrupt)
+    except ValueError:   # not the main thread (explore called from a thread): Ctrl-C is the caller's
+        yield lambda: False
+        return
+    try:
+        yield lambda: bool(asked)
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def load_invariant(spec: str) -> tuple[str, Callable[..., Any]]:

@@ -134,7 +134,7 @@ class ExploreResult:
     replayed: int = 0                                      # schedules whose recordings were replayed
     held: dict[str, int] = field(default_factory=dict)     # invariant -> schedules it held on
     findings: list[Finding] = field(default_factory=list)
-    stopped: str = "space"                                 # space | budget | time
+    stopped: str = "space"                                 # space | budget | time | interrupted
     history_limit: int | None = None                       # the relay's history limit explored under (None: all)
 
     @property
@@ -148,7 +148,7 @@ class ExploreResult:
                 ("boundaries covered", f"{self.covered} of {self.boundaries}"),
                 ("grown from perturbed runs", f"{self.grown_covered} of {self.grown} covered"),
                 ("stopped by", {"space": "the space was explored", "budget": "the schedule budget",
-                                "time": "the time budget"}[self.stopped]),
+                                "time": "the time budget", "interrupted": "an interrupt (Ctrl-C)"}[self.stopped]),
                 ("history kept", "all" if self.history_limit is None
                  else f"the last {self.history_limit} items, responses and finished calls"),
                 ("seed", str(self.seed)), ("schedules per second", f"{rate:.0f}"),
@@ -329,9 +329,11 @@ def explore(conversation: Conversation, *, budget: int = DEFAULT_BUDGET, seed: i
             time_budget: float | None = None, invariants: dict[str, Check] | None = None,
             reset: Callable[[], Any] | None = None, out: str | Path | None = None, tools_arg: str = "",
             invariant_args: tuple[str, ...] = (), replay_check: bool = True,
-            progress: Callable[[ExploreResult], None] | None = None) -> ExploreResult:
+            progress: Callable[[ExploreResult], None] | None = None,
+            stop: Callable[[], bool] | None = None) -> ExploreResult:
     """Explore `conversation` (see the module docstring): at most `budget` schedules and
-    `time_budget` seconds; `invariants` the user's own; `reset` is called before each schedule
+    `time_budget` seconds, and none once `stop` says so (`relay explore`'s Ctrl-C: what was tried
+    is reported, `stopped` "interrupted"); `invariants` the user's own; `reset` is called before each schedule
     (to clear a tool's own state); a finding is written under `out` (default: the harness's
     sessions folder), its replay command naming `tools_arg` and `invariant_args` (the `FILE:FUNCTION`
     specs of `invariants`, which `relay replay --invariant` checks on the replayed session)."""
@@ -340,7 +342,7 @@ def explore(conversation: Conversation, *, budget: int = DEFAULT_BUDGET, seed: i
     with _collector_for_runs():
         return _explore(conversation, budget=budget, seed=seed, time_budget=time_budget, invariants=invariants,
                         reset=reset, out=out, tools_arg=tools_arg, invariant_args=invariant_args,
-                        replay_check=replay_check, progress=progress)
+                        replay_check=replay_check, progress=progress, stop=stop)
 
 
 @contextmanager
@@ -369,7 +371,8 @@ def _collector_for_runs() -> Iterator[None]:
 def _explore(conversation: Conversation, *, budget: int, seed: int, time_budget: float | None,
              invariants: dict[str, Check] | None, reset: Callable[[], Any] | None, out: str | Path | None,
              tools_arg: str, invariant_args: tuple[str, ...], replay_check: bool,
-             progress: Callable[[ExploreResult], None] | None) -> ExploreResult:
+             progress: Callable[[ExploreResult], None] | None,
+             stop: Callable[[], bool] | None) -> ExploreResult:
     own = dict(invariants or {})
     replay_args = (f" --tools {tools_arg}" if tools_arg else "") + "".join(
         f" --invariant {spec}" for spec in invariant_args)
@@ -393,6 +396,9 @@ def _explore(conversation: Conversation, *, budget: int, seed: int, time_budget:
             break
         if time_budget is not None and time.perf_counter() - started > time_budget:
             result.stopped = "time"
+            break
+        if stop is not None and stop():
+            result.stopped = "interrupted"
             break
         run = base if not schedule else run_schedule(conversation, schedule, own, reset)
         result.tried += 1
@@ -422,7 +428,7 @@ def _explore(conversation: Conversation, *, budget: int, seed: int, time_budget:
     result.covered = len(covered & set(space))
     result.grown = growth.count
     result.grown_covered = len(covered & growth.found)
-    if replay_check and REPLAY_INVARIANT not in failed:
+    if replay_check and REPLAY_INVARIANT not in failed and result.stopped != "interrupted":
         _check_replay(conversation, (), result, own, reset, out, replay_args)
     result.seconds = time.perf_counter() - started
     return result
