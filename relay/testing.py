@@ -92,7 +92,10 @@ def explore(conversation: _Any, tools: _Any = (), *, budget: int = 2000, seed: i
     `dialect`: a `Script`'s (default openai), over a file's own; `delegation`: GPT-Live's mode
     (`responses`, the default, or `client`: the relay's `@delegate` among `tools` answers each
     delegation), over a script file's own, and a recording's own if given (`relay explore
-    --delegation`: one `UnusableInput` line on another dialect, or against a recording's mode)."""
+    --delegation`: one `UnusableInput` line on another dialect, or against a recording's mode).
+    A conversation in which the model calls none of `tools` raises
+    `relay.offline.explore.NothingToExplore` (an `UnusableInput`): it would hold every invariant
+    on nothing."""
     from relay.offline.explore import explore as _explore
     from relay.offline.explore_input import from_file, from_script
     from relay.offline.explore_session import Conversation

@@ -336,3 +336,17 @@ def test_a_bug_is_one_line_with_its_own_status(monkeypatch: pytest.MonkeyPatch, 
     assert main(["export", str(bad["recording"]), "--format", "vapi"]) == INTERNAL_ERROR
     assert said_line(capsys.readouterr().err) == ("relay export: internal error, a bug in relay: KeyError: 'oops' "
                                                   "(RELAY_TRACEBACK=1 shows the traceback)")
+
+
+@pytest.mark.parametrize("argv", [["explore", "demo", "--budget", "2", "--json"],
+                                  ["replay", str(REPO / "docs" / "examples" / "recordings" / "demo.jsonl"),
+                                   "--tools", "relay.examples.tools"]])
+def test_a_reader_that_goes_away_ends_the_command_quietly(argv: list[str]) -> None:
+    """`relay explore demo | head`: its output's pipe closed before it printed; it ends with 141
+    (128 + SIGPIPE) and says nothing, rather than "internal error" and a traceback at exit."""
+    process = subprocess.Popen([sys.executable, "-m", "relay", *argv], cwd=REPO, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    process.stdout.close()   # long before its first line: it imports, then runs, then prints
+    _, err = process.communicate(timeout=120)
+    assert (process.returncode, err) == (141, "")

@@ -12,7 +12,7 @@ import pytest
 
 from relay.cli import main
 from relay.cli.demo import EXAMPLE_TOOLS, TURNS, demo_script
-from relay.offline.explore import boundaries, explore, run_schedule, schedules
+from relay.offline.explore import NothingToExplore, boundaries, explore, run_schedule, schedules
 from relay.offline.explore_input import from_file, from_recording
 from relay.offline.explore_session import ANCHORS, Conversation, Perturbation
 from relay.testing import Script, Turn, call
@@ -96,7 +96,7 @@ def test_the_demo_replays_to_the_same_outcome() -> None:
     assert result.ok, result.report()
 
 
-@pytest.mark.parametrize("case", ["not_a_recording", "bad_script", "tools", "budget", "history"])
+@pytest.mark.parametrize("case", ["not_a_recording", "bad_script", "tools", "budget", "history", "no_call"])
 def test_bad_input_is_one_line_and_exit_2(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     foreign = tmp_path / "notes.jsonl"
     foreign.write_text('{"hello": 1}\n{"world": 2}\n')
@@ -104,14 +104,22 @@ def test_bad_input_is_one_line_and_exit_2(case: str, tmp_path: Path, capsys: pyt
     script.write_text(json.dumps({"lines": ["hi"], "script": {"rules": [{"say": "no match given"}]}}))
     broken = tmp_path / "broken_tools.py"
     broken.write_text("def broken(:\n    pass\n")
+    unmatched = tmp_path / "unmatched.json"   # its one rule matches none of its lines: no call is ever made
+    unmatched.write_text(json.dumps({"lines": ["Hello there."], "script": {"rules": [
+        {"match": "refund order a1", "calls": [{"name": "refund_order", "arguments": {"order_id": "A1"}}]}]}}))
     argv = {"not_a_recording": ["explore", str(foreign)],
             "bad_script": ["explore", str(script)],
             "tools": ["explore", "demo", "--tools", str(broken)],
             "budget": ["explore", "demo", "--budget", "0"],
-            "history": ["explore", "demo", "--history-items", "-1"]}[case]
+            "history": ["explore", "demo", "--history-items", "-1"],
+            "no_call": ["explore", str(unmatched), "--tools", str(EXAMPLES / "refunds.py")]}[case]
     assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
+    captured = capsys.readouterr()
+    err = captured.err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("relay explore: "), err
+    assert captured.out == ""
+    if case == "no_call":
+        assert "nothing to explore: as it runs, the model makes no call of the relay's tools" in err
 
 
 def test_every_boundary_of_a_call_is_a_schedule_of_its_own() -> None:
@@ -152,3 +160,13 @@ def test_a_script_and_a_recording_explore_through_the_public_api(tmp_path: Path)
                                   tool_registry([EXAMPLE_TOOLS]))
     assert conversation.lines and conversation.script.turns
     assert explore(conversation, budget=5, replay_check=False).tried == 5
+
+
+def test_a_script_in_which_no_tool_is_called_is_refused_by_the_public_api() -> None:
+    """Small talk, or a call of a tool left out of the tools: nothing to explore, said as such
+    (a test that explored it would pass on nothing)."""
+    with pytest.raises(NothingToExplore, match="nothing to explore"):
+        explore_script(Script(Turn(say="Hello! How can I help?")), [EXAMPLE_TOOLS], budget=3)
+    with pytest.raises(NothingToExplore, match="is each tool it calls among the tools"):
+        explore_script(Script(Turn(calls=[call("refund_order", order_id="A1")]), Turn(say="Done.")),
+                       [EXAMPLE_TOOLS], budget=3)

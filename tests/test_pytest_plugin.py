@@ -168,3 +168,25 @@ def test_the_shared_recordings_each_pass_in_a_real_run(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stdout + run.stderr
     assert passed == expected and len(expected) >= 11
     assert f"{len(expected)} passed" in run.stdout
+
+
+def test_a_recording_with_no_call_of_the_tools_is_skipped_by_the_exploration(pytester: pytest.Pytester) -> None:
+    """`--relay-explore`: a session in which the model called no tool of ours (small talk) has
+    nothing to explore: its exploration is skipped, with the reason, and its replay still runs."""
+    from relay.mock import MockScript, Reply
+    from relay.offline.explore import run_schedule
+    from relay.offline.explore_session import Conversation
+    from relay.tools.sources import tool_registry
+
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    tools = pytester.makepyfile(tools=TOOLS)
+    chat = Conversation("chat", MockScript(default=Reply(say="Hello! How can I help?")), ("Hi there.",),
+                        tool_registry([str(tools)]))
+    run = run_schedule(chat, (), keep=True)
+    recorded = run.session.save(pytester.mkdir("sessions"))
+    shutil.copy(recorded, pytester.mkdir("recordings") / "chat.jsonl")
+    result = pytester.runpytest(*QUIET, "--relay-recordings", "recordings", "--relay-tools", "tools.py",
+                                "--relay-explore", "5", "-v", "-rs")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["recordings/chat.jsonl::replay PASSED*", "recordings/chat.jsonl::explore SKIPPED*",
+                                 "*nothing to explore: as it runs, the model makes no call of the relay's tools*"])

@@ -13,6 +13,7 @@ import argparse
 import importlib
 import logging
 import os
+import select
 import sys
 import traceback
 from typing import Any, NoReturn, Sequence
@@ -21,6 +22,7 @@ from relay import __version__
 from relay.cli.exits import (
     INTERNAL_ERROR,
     INTERRUPTED,
+    OUTPUT_CLOSED,
     TRACEBACK_ENV,
     UNUSABLE,
     one_line,
@@ -131,8 +133,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args._run(args) or 0)
     except KeyboardInterrupt:
         return INTERRUPTED
+    except BrokenPipeError as exc:
+        if not _output_closed():
+            return _refuse(args.command, exc, logs=logs)
+        # its reader went away (`| head`): what is left to print goes nowhere, not to a traceback
+        # at exit, when Python flushes stdout once more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return OUTPUT_CLOSED
     except Exception as exc:
         return _refuse(args.command, exc, logs=logs)
+
+
+def _output_closed() -> bool:
+    """Whether stdout is a pipe whose reading end is closed (the poll says an error on it)."""
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poll.poll(0))
+    except (OSError, ValueError, AttributeError):   # no real file behind stdout (a test's capture)
+        return False
 
 
 def _refuse(command: str, exc: Exception, *, logs: bool) -> int:

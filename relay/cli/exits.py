@@ -8,6 +8,7 @@ input it cannot use earns instead of a traceback.
 | 2 | unusable input or usage: a missing, empty or foreign file, a tools file that does not import, a port in use, a bad option |
 | 70 | a bug in relay (one line too; `RELAY_TRACEBACK=1` shows the traceback) |
 | 130 | interrupted (Ctrl-C) |
+| 141 | its output's reader went away (a pipe into `head` closed early): nothing more is said |
 
 Commands raise; `relay.cli.main` is the one place that turns what they raise into the line and
 the status (`refusal`), so that no command words the same error its own way and CI can tell a
@@ -25,6 +26,7 @@ FINDING = 1
 UNUSABLE = 2
 INTERNAL_ERROR = 70   # EX_SOFTWARE (sysexits.h)
 INTERRUPTED = 130
+OUTPUT_CLOSED = 141   # 128 + SIGPIPE, as a command killed by the broken pipe ends
 
 TRACEBACK_ENV = "RELAY_TRACEBACK"
 

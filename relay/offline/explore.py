@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from relay.errors import UnusableInput
 from relay.offline import explore_live as live
 from relay.offline import explore_quirks as quirks
 from relay.offline.explore_checks import DESCRIPTIONS, REPLAY_INVARIANT, Check, broken
@@ -84,6 +85,14 @@ default is 700; see `_collector_for_runs`)."""
 
 
 _DESCRIBED = {SETTLES: "the conversation runs to its end", **DESCRIPTIONS}
+
+
+class NothingToExplore(UnusableInput):
+    """A conversation that gives the explorer nothing to try: as it runs, the model makes no call of
+    the relay's tools (a script whose rules match none of its lines, a tool left out of the
+    tools), or a recording holds no response of the model. Explored anyway, it would hold every
+    invariant on nothing. `relay explore` says so in one line (exit 2); the pytest plugin skips
+    such a recording, with the reason."""
 
 
 @dataclass
@@ -384,6 +393,10 @@ def _explore(conversation: Conversation, *, budget: int, seed: int, time_budget:
     base = run_schedule(conversation, (), own, reset)
     space = boundaries(conversation, base.observed, {entry.call_id: entry.name for entry in base.session.engine.ledger})
     result.boundaries = len(space)
+    if not space and not base.broken:
+        raise NothingToExplore(f"{conversation.name}: nothing to explore: as it runs, the model makes no call of the "
+                               "relay's tools (do the script's rules match its lines, and is each tool it calls "
+                               "among the tools?)")
     covered: set[Perturbation] = set()   # what fired
     fingerprints: set[tuple[Perturbation, ...]] = set()
     failed: set[str] = set()
@@ -511,5 +524,5 @@ def _check_replay(conversation: Conversation, schedule: Schedule, result: Explor
         breaks=lambda candidate: replays_same(conversation, candidate, own, reset) is not None))
 
 
-__all__ = ["DEFAULT_BUDGET", "NOT_REPLAYABLE", "REPLAY_EVERY", "ExploreResult", "Finding", "boundaries", "explore",
+__all__ = ["DEFAULT_BUDGET", "NOT_REPLAYABLE", "NothingToExplore", "REPLAY_EVERY", "ExploreResult", "Finding", "boundaries", "explore",
            "fits_for", "growth_of", "replayable", "replays_same", "run_schedule", "schedules", "shrink"]

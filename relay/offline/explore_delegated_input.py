@@ -46,7 +46,7 @@ from relay.errors import UnusableInput
 from relay.mock import MockScript, Reply, ToolCall
 from relay.mock.script import Rule
 from relay.offline.events import json_arguments
-from relay.offline.explore import delegates
+from relay.offline.explore import NothingToExplore, delegates
 from relay.offline.explore_session import Conversation
 from relay.offline.scripted_delegations import CLIENT, DELEGATIONS, RESPONSES
 from relay.recording.format import CLIENT_TO_RELAY, RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY, Recording
@@ -107,7 +107,7 @@ def from_live_recording(recording: Recording, tools: Any, *, dialect: str | None
         raise UnusableInput(f"{path}: the recording is in {mode} delegation, not {delegation}")
     lines, turns = _read(recording, mode)
     if not any(turn.said or turn.calls for turn in turns):
-        raise UnusableInput(f"{path}: the recording holds no delegation and no speech of the model to explore")
+        raise NothingToExplore(f"{path}: the recording holds no delegation and no speech of the model to explore")
     _place_speech(turns)
     chosen = dialect or recording.dialect.name
     if mode == CLIENT:

@@ -34,7 +34,7 @@ from relay.offline.explore_delegated_input import from_live_recording
 from relay.offline.explore_session import Conversation
 from relay.offline.replaying import history_limit_of
 from relay.offline.scripted import Script
-from relay.offline.explore import delegates
+from relay.offline.explore import NothingToExplore, delegates
 from relay.offline.scripted_delegations import CLIENT, DELEGATIONS
 from relay.tools.sources import tool_registry
 
@@ -165,7 +165,7 @@ def from_recording(path: str | Path, tools: Any, *, dialect: str | None = None,
             arguments = event.arguments if isinstance(event.arguments, (dict, str)) else {}
             calls.setdefault(rid, []).append(ToolCall(name=event.name, arguments=arguments))
     if not order:
-        raise UnusableInput(f"{path}: the recording holds no response of the model to explore")
+        raise NothingToExplore(f"{path}: the recording holds no response of the model to explore")
     turns = tuple(Reply(say=" ".join(said.get(rid, [])) or None, calls=tuple(calls.get(rid, ()))) for rid in order)
     recorded = recording.dialect
     chosen = dialect or (recorded if isinstance(recorded, str) else getattr(recorded, "name", None)) or "openai"
