@@ -96,7 +96,8 @@ def test_the_demo_replays_to_the_same_outcome() -> None:
     assert result.ok, result.report()
 
 
-@pytest.mark.parametrize("case", ["not_a_recording", "bad_script", "tools", "budget", "history", "no_call"])
+@pytest.mark.parametrize("case", ["not_a_recording", "bad_script", "tools", "budget", "history", "no_call",
+                                  "directory"])
 def test_bad_input_is_one_line_and_exit_2(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     foreign = tmp_path / "notes.jsonl"
     foreign.write_text('{"hello": 1}\n{"world": 2}\n')
@@ -112,7 +113,8 @@ def test_bad_input_is_one_line_and_exit_2(case: str, tmp_path: Path, capsys: pyt
             "tools": ["explore", "demo", "--tools", str(broken)],
             "budget": ["explore", "demo", "--budget", "0"],
             "history": ["explore", "demo", "--history-items", "-1"],
-            "no_call": ["explore", str(unmatched), "--tools", str(EXAMPLES / "refunds.py")]}[case]
+            "no_call": ["explore", str(unmatched), "--tools", str(EXAMPLES / "refunds.py")],
+            "directory": ["explore", str(tmp_path)]}[case]
     assert main(argv) == 2
     captured = capsys.readouterr()
     err = captured.err.strip()
@@ -120,6 +122,8 @@ def test_bad_input_is_one_line_and_exit_2(case: str, tmp_path: Path, capsys: pyt
     assert captured.out == ""
     if case == "no_call":
         assert "nothing to explore: as it runs, the model makes no call of the relay's tools" in err
+    if case == "directory":
+        assert err.endswith("is a directory, not a recording or a script"), err
 
 
 def test_every_boundary_of_a_call_is_a_schedule_of_its_own() -> None:

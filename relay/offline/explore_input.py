@@ -64,6 +64,8 @@ def from_file(path: str | Path, tools: Any, *, dialect: str | None = None,
     """A script file or a relay recording (told by its content: a recording is JSON lines);
     `delegation`: GPT-Live's mode, over a script file's own `delegation`."""
     source = Path(path)
+    if source.is_dir():
+        raise UnusableInput(f"{path} is a directory, not a recording or a script")
     if not source.is_file():
         raise UnusableInput(f"{path}: no such file")
     text = source.read_text(encoding="utf-8", errors="replace")
