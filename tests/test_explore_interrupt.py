@@ -51,12 +51,14 @@ def _lines(stream: IO[str]) -> queue.Queue[str]:
     return lines
 
 
-def _explore_until_progress(*args: str) -> tuple[subprocess.Popen[str], queue.Queue[str], list[str], queue.Queue[str]]:
+def _explore_until_progress(*args: str, budget: int = 1_000_000, ignoring: bool = False,
+                            ) -> tuple[subprocess.Popen[str], queue.Queue[str], list[str], queue.Queue[str]]:
     """`relay explore` (default: the demo) with a budget it will not reach, once it reported its
-    first schedules."""
-    process = subprocess.Popen([sys.executable, "-m", "relay", "explore", *(args or ("demo",)), "--budget", "1000000"],
+    first schedules; `ignoring`: started with SIGINT ignored, as a shell's background job is."""
+    process = subprocess.Popen([sys.executable, "-m", "relay", "explore", *(args or ("demo",)), "--budget", str(budget)],
                                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "PYTHONPATH": str(REPO)})
+                               env={**os.environ, "PYTHONPATH": str(REPO)},
+                               preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignoring else None)
     assert process.stderr is not None and process.stdout is not None
     errors, output = _lines(process.stderr), _lines(process.stdout)
     said: list[str] = []
@@ -129,3 +131,14 @@ def test_a_second_ctrl_c_ends_relay_explore_at_once(tmp_path: Path, monkeypatch:
     assert process.returncode == 130, stderr
     assert "relay explore: interrupted" in stderr and "Traceback" not in stderr, stderr
     assert out == ""   # stopped inside a schedule: no summary
+
+
+def test_relay_explore_started_with_sigint_ignored_keeps_ignoring_it() -> None:
+    """A background job (`relay explore ... &` in a script) starts with SIGINT ignored: the
+    exploration does not take it up, and runs to its budget."""
+    process, errors, said, output = _explore_until_progress(budget=120, ignoring=True)
+    process.send_signal(signal.SIGINT)
+    out, stderr = _ended(process, errors, said, output)
+    assert process.returncode == 0, stderr
+    assert "stopping after this schedule" not in stderr
+    assert "schedules tried            120" in out and "the schedule budget" in out

@@ -126,6 +126,10 @@ def _interruptible() -> Iterator[Callable[[], bool]]:
     except ValueError:   # not the main thread (explore called from a thread): Ctrl-C is the caller's
         yield lambda: False
         return
+    if before is signal.SIG_IGN:   # started with SIGINT ignored (a background job): it stays ignored
+        signal.signal(signal.SIGINT, before)
+        yield lambda: False
+        return
     try:
         yield lambda: bool(asked)
     finally:
