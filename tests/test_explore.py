@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+import anyio
 import pytest
 
 from relay.cli import main
@@ -20,6 +21,8 @@ from relay.testing import explore as explore_script
 from relay.tools import tool
 from relay.tools.sources import tool_registry
 from tests.support.paths import REPO
+from tests.support.peers import record_session
+from tests.support.tools import get_weather_data
 
 EXAMPLES = REPO / "docs" / "examples" / "testing"
 REFUND_SCRIPT = EXAMPLES / "refund.script.json"
@@ -174,3 +177,20 @@ def test_a_script_in_which_no_tool_is_called_is_refused_by_the_public_api() -> N
     with pytest.raises(NothingToExplore, match="is each tool it calls among the tools"):
         explore_script(Script(Turn(calls=[call("refund_order", order_id="A1")]), Turn(say="Done.")),
                        [EXAMPLE_TOOLS], budget=3)
+
+
+def test_a_sidecars_recording_is_said_to_be_explored_through_a_proxy(tmp_path: Path) -> None:
+    """The explorer runs the relay as a proxy: a sidecar's recording (`relay attach --record`) is
+    explored as its conversation through one, and the summary says so."""
+    sidecar = anyio.run(lambda: record_session(tmp_path, [get_weather_data], creates=0))
+    conversation = from_recording(sidecar, [get_weather_data])
+    result = explore(conversation, budget=3, replay_check=False)
+    assert (conversation.recorded_as, result.to_json()["recorded_as"]) == ("sidecar", "sidecar")
+    assert "the relay runs as          a proxy (the recording is of a sidecar: its conversation is explored " \
+           "through a proxy)" in result.report()
+    proxy = explore(from_recording(REPO / "docs" / "examples" / "recordings" / "demo.jsonl",
+                                   tool_registry([EXAMPLE_TOOLS])), budget=3, replay_check=False)
+    assert proxy.recorded_as == "proxy" and "the relay runs as          a proxy\n" in proxy.report()
+    scripted = explore(Conversation("demo", demo_script(), TURNS, tool_registry([EXAMPLE_TOOLS])), budget=3,
+                       replay_check=False)
+    assert scripted.recorded_as is None and "the relay runs as          a proxy\n" in scripted.report()

@@ -145,6 +145,7 @@ class ExploreResult:
     findings: list[Finding] = field(default_factory=list)
     stopped: str = "space"                                 # space | budget | time | interrupted
     history_limit: int | None = None                       # the relay's history limit explored under (None: all)
+    recorded_as: str | None = None                         # the explored recording's session mode (None: a script)
 
     @property
     def ok(self) -> bool:
@@ -160,6 +161,9 @@ class ExploreResult:
                                 "time": "the time budget", "interrupted": "an interrupt (Ctrl-C)"}[self.stopped]),
                 ("history kept", "all" if self.history_limit is None
                  else f"the last {self.history_limit} items, responses and finished calls"),
+                ("the relay runs as", "a proxy" + (f" (the recording is of a {self.recorded_as}: its conversation "
+                                                   "is explored through a proxy)"
+                                                   if self.recorded_as not in (None, "proxy") else "")),
                 ("seed", str(self.seed)), ("schedules per second", f"{rate:.0f}"),
                 ("replays checked", f"{self.replayed} (the scripted run and every {REPLAY_EVERY}th replayable schedule)"
                  if self.replayed else "none")]
@@ -176,7 +180,7 @@ class ExploreResult:
         return {"conversation": self.conversation, "seed": self.seed, "tried": self.tried, "distinct": self.distinct,
                 "boundaries": self.boundaries, "covered": self.covered,
                 "grown": self.grown, "grown_covered": self.grown_covered, "seconds": round(self.seconds, 3),
-                "replayed": self.replayed, "history_limit": self.history_limit,
+                "replayed": self.replayed, "history_limit": self.history_limit, "recorded_as": self.recorded_as,
                 "stopped": self.stopped, "ok": self.ok, "held": self.held,
                 "findings": [finding.to_json() for finding in self.findings]}
 
@@ -386,7 +390,7 @@ def _explore(conversation: Conversation, *, budget: int, seed: int, time_budget:
     replay_args = (f" --tools {tools_arg}" if tools_arg else "") + "".join(
         f" --invariant {spec}" for spec in invariant_args)
     result = ExploreResult(conversation.name, seed, held={name: 0 for name in (SETTLES, *DESCRIPTIONS, *own)},
-                           history_limit=conversation.history_limit)
+                           history_limit=conversation.history_limit, recorded_as=conversation.recorded_as)
     started = time.perf_counter()
     family = "gemini" if conversation.dialect == "gemini" else "live" if delegates(conversation.dialect) else "openai"
     carried = 0   # schedules a recording can carry since the last replayed (see REPLAY_EVERY)

@@ -136,9 +136,10 @@ def from_recording(path: str | Path, tools: Any, *, dialect: str | None = None,
 
     recording = load_recording(path, allow_incomplete=True, audio="drop")
     limit = history_limit_of(recording.header)   # explored as the session forgot
+    recorded_as = str(recording.header.get("mode") or "proxy")
     if isinstance(recording.dialect, LiveDialect):
         return replace(from_live_recording(recording, tools, dialect=dialect, delegation=delegation),
-                       history_limit=limit)
+                       history_limit=limit, recorded_as=recorded_as)
     if delegation is not None:
         raise UnusableInput(f"{path}: a delegation mode is GPT-Live's, and this recording is of "
                             f"{recording.dialect.name}")
@@ -173,7 +174,7 @@ def from_recording(path: str | Path, tools: Any, *, dialect: str | None = None,
     chosen = dialect or (recorded if isinstance(recorded, str) else getattr(recorded, "name", None)) or "openai"
     mock = MockScript(turns=turns, default=Reply(say="Okay."), after_outputs=Reply(say="{joined}"))
     return Conversation(f"{Path(path).name} ({chosen})", mock, tuple(lines) or (DEFAULT_LINE,), tools,
-                        dialect=chosen, history_limit=limit)
+                        dialect=chosen, history_limit=limit, recorded_as=recorded_as)
 
 
 __all__ = ["checked_delegation", "from_file", "from_recording", "from_script", "with_delegate"]
