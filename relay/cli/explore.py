@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from relay.cli.exits import FINDING, INTERRUPTED, OK
-from relay.cli.options import TOOLS, Command, option, tools_from_working_directory
+from relay.cli.options import TOOLS, Command, option, tools_from_working_directory, users_prints_to_stderr
 from relay.dialects import DIALECT_CHOICES
 from relay.errors import UnusableInput
 from relay.dialects.live import DELEGATION_TARGETS
@@ -56,6 +56,18 @@ EXPLORE_OPTIONS = (
 
 def run(args: argparse.Namespace) -> int:
     tools_from_working_directory()
+    with users_prints_to_stderr():
+        result = _explored(args)
+    if sys.stderr.isatty():
+        print(file=sys.stderr)
+    print(json.dumps(result.to_json(), indent=2) if args.json else result.report())
+    if not result.ok:
+        return FINDING
+    return INTERRUPTED if result.stopped == "interrupted" else OK
+
+
+def _explored(args: argparse.Namespace) -> Any:
+    """The exploration `args` ask for (its `ExploreResult`)."""
     if args.budget < 1:
         raise UnusableInput("--budget must be at least 1")
     if args.time_budget is not None and args.time_budget <= 0:
@@ -94,12 +106,7 @@ def run(args: argparse.Namespace) -> int:
                          out=args.out, tools_arg=" --tools ".join(specs), invariant_args=tuple(args.invariant),
                          progress=progress, invariants=own,
                          reset=(lambda: [reset() for reset in resets]) if resets else None, stop=interrupted)
-    if tty:
-        print(file=sys.stderr)
-    print(json.dumps(result.to_json(), indent=2) if args.json else result.report())
-    if not result.ok:
-        return FINDING
-    return INTERRUPTED if result.stopped == "interrupted" else OK
+    return result
 
 
 @contextmanager

@@ -13,9 +13,10 @@ import dataclasses
 import logging
 import os
 import sys
+from contextlib import contextmanager, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from relay.dialects import DIALECT_CHOICES
 from relay.edges.config import (
@@ -279,6 +280,16 @@ def check_record_dir(record: str | None) -> None:
 def tools_from_working_directory() -> None:
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
+
+
+@contextmanager
+def users_prints_to_stderr() -> Iterator[None]:
+    """While the user's code runs (tools and invariants imported and called), what it prints goes
+    to stderr, so that the command's stdout carries its report alone (`--json` parses). It swaps
+    `sys.stdout`, which every thread writes through: a sync tool's thread too. Output written to
+    the file descriptor itself (a subprocess, `os.write(1, ...)`) is not redirected."""
+    with redirect_stdout(sys.stderr):
+        yield
 
 
 def require_credentials(runtime: EdgeRuntime, log: logging.Logger) -> None:

@@ -15,6 +15,7 @@ from relay.cli.options import (
     mcp_settings,
     option,
     tools_from_working_directory,
+    users_prints_to_stderr,
 )
 from relay.cli.explore import load_invariant
 from relay.errors import UnusableInput
@@ -73,16 +74,17 @@ def run_replay(path: str, tools: ToolSources, *, dialect: str | None = None, as_
                             "to see what the relay would do with it")
     from relay.offline.replay_checks import builtin_invariants   # the explorer's: not loaded with the command
 
-    own = dict(load_invariant(spec) for spec in invariants or ())
-    for check in own.values():
-        reset = getattr(check, "reset", None)
-        if callable(reset):
-            reset()
-    progress = _ProgressBar(len(recording.frames)) if len(recording.frames) > 2000 and sys.stderr.isatty() else None
-    result = replay(recording, tools, dialect=dialect, realtime=realtime, gate_timeout=gate_timeout,
-                    progress=progress, mcp_answers=mcp_answers, mcp=mcp, invariants={**builtin_invariants(), **own})
-    if progress is not None:
-        progress.close()
+    with users_prints_to_stderr():
+        own = dict(load_invariant(spec) for spec in invariants or ())
+        for check in own.values():
+            reset = getattr(check, "reset", None)
+            if callable(reset):
+                reset()
+        progress = _ProgressBar(len(recording.frames)) if len(recording.frames) > 2000 and sys.stderr.isatty() else None
+        result = replay(recording, tools, dialect=dialect, realtime=realtime, gate_timeout=gate_timeout,
+                        progress=progress, mcp_answers=mcp_answers, mcp=mcp, invariants={**builtin_invariants(), **own})
+        if progress is not None:
+            progress.close()
     if html:
         from relay.inspector.replay import write_replay_page
         try:
