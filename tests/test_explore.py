@@ -194,3 +194,22 @@ def test_a_sidecars_recording_is_said_to_be_explored_through_a_proxy(tmp_path: P
     scripted = explore(Conversation("demo", demo_script(), TURNS, tool_registry([EXAMPLE_TOOLS])), budget=3,
                        replay_check=False)
     assert scripted.recorded_as is None and "the relay runs as          a proxy\n" in scripted.report()
+
+
+def test_a_tool_that_answers_differently_each_run_is_named_as_the_replays_cause(tmp_path: Path) -> None:
+    """A tool whose output is not a function of its arguments (a timestamp, a fresh id) cannot be
+    replayed the same: the finding says that only tools' outputs changed, and why that happens."""
+    runs: list[int] = []
+
+    @tool
+    def lookup_order(order_id: str) -> str:
+        """Look an order up."""
+        runs.append(1)
+        return f"{order_id} shipped (lookup {len(runs)})"   # each run answers anew
+
+    result = explore_script(Script(Turn(say="Let me check.", calls=[call("lookup_order", order_id="A1")]),
+                                   Turn(say="It shipped.")), [lookup_order], budget=1, out=tmp_path)
+    [finding] = result.findings
+    assert finding.invariant == "replays_same"
+    assert finding.message.startswith("changed: output of call_")
+    assert "only tools' outputs changed, to the same arguments" in finding.message

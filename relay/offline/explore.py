@@ -513,7 +513,15 @@ def replays_same(conversation: Conversation, schedule: Schedule, own: dict[str, 
         replayed = replay(path, conversation.tools)
     if replayed.ok:
         return None
-    return replayed.divergences[0].describe().splitlines()[0] if replayed.divergences else "it diverged"
+    if not replayed.divergences:
+        return "it diverged"
+    first = replayed.divergences[0].describe().splitlines()[0]
+    if all(d.kind == "changed" and d.what.startswith("output of ") for d in replayed.divergences):
+        # the replay's calls come with the recorded arguments: only a tool's own answers changed
+        return first + (" (only tools' outputs changed, to the same arguments: a tool that reads the clock, a random "
+                        "source or state no `reset` clears answers differently each run, and no recording of it "
+                        "replays the same)")
+    return first
 
 
 def _check_replay(conversation: Conversation, schedule: Schedule, result: ExploreResult, own: dict[str, Check],
