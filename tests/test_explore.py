@@ -5,6 +5,7 @@ that `relay replay` reproduces; bad input is one line and exit 2."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -213,3 +214,28 @@ def test_a_tool_that_answers_differently_each_run_is_named_as_the_replays_cause(
     assert finding.invariant == "replays_same"
     assert finding.message.startswith("changed: output of call_")
     assert "only tools' outputs changed, to the same arguments" in finding.message
+
+
+@pytest.mark.parametrize(("dialect", "delegation", "applies"), [
+    ("openai", None, set()),
+    ("gemini", None, {"cancelled_not_answered", "one_final_answer"}),
+    ("live", None, {"appends_placed"}),
+    ("live", "client", {"appends_placed", "delegation_answered_once", "interrupted_not_spoken"}),
+])
+def test_an_invariant_of_another_wire_is_shown_not_applicable(dialect: str, delegation: str | None,
+                                                              applies: set[str]) -> None:
+    """The summary counts as held only what the session gave a check to read."""
+    own_wire = {"cancelled_not_answered", "one_final_answer", "appends_placed", "delegation_answered_once",
+                "interrupted_not_spoken"}
+    if delegation:   # the client-delegation example: its own script and @delegate
+        conversation = from_file(EXAMPLES / "concierge.script.json", tool_registry([str(EXAMPLES / "concierge.py")]))
+    else:
+        conversation = Conversation("demo", demo_script(), TURNS, tool_registry([EXAMPLE_TOOLS])).with_dialect(dialect)
+    assert (conversation.dialect, conversation.delegation) == (dialect, delegation)
+    result = explore(conversation, budget=2, replay_check=False)
+    assert set(result.to_json()["not_applicable"]) == own_wire - applies
+    report = result.report()
+    for name in own_wire - applies:
+        assert re.search(rf"^  n/a     {name} +.+ only$", report, re.MULTILINE), report
+    for name in applies | {"answered_once", "handler_once"}:
+        assert re.search(rf"^  held    {name} +2 schedule\(s\)$", report, re.MULTILINE), report

@@ -45,7 +45,7 @@ from typing import Any, Callable, Iterator
 from relay.errors import UnusableInput
 from relay.offline import explore_live as live
 from relay.offline import explore_quirks as quirks
-from relay.offline.explore_checks import DESCRIPTIONS, REPLAY_INVARIANT, Check, broken
+from relay.offline.explore_checks import DESCRIPTIONS, REPLAY_INVARIANT, Check, broken, not_applicable
 from relay.offline.explore_growth import MAX_PERTURBATIONS, Growth, names_of
 from relay.offline.explore_quirks import PerturbedSession, describe
 from relay.offline.explore_session import (
@@ -146,6 +146,7 @@ class ExploreResult:
     stopped: str = "space"                                 # space | budget | time | interrupted
     history_limit: int | None = None                       # the relay's history limit explored under (None: all)
     recorded_as: str | None = None                         # the explored recording's session mode (None: a script)
+    not_applicable: dict[str, str] = field(default_factory=dict)   # built-in invariant -> the wire or mode it is for
 
     @property
     def ok(self) -> bool:
@@ -171,7 +172,10 @@ class ExploreResult:
         lines = [f"{name:<{width}}  {value}" for name, value in rows] + ["", "invariants:"]
         failed = {finding.invariant for finding in self.findings}
         for name, count in self.held.items():
-            lines.append(f"  {'BROKEN' if name in failed else 'held  '}  {name:<30} {count} schedule(s)")
+            if name in self.not_applicable and name not in failed:
+                lines.append(f"  n/a     {name:<30} {self.not_applicable[name]} only")
+            else:
+                lines.append(f"  {'BROKEN' if name in failed else 'held  '}  {name:<30} {count} schedule(s)")
         for finding in self.findings:
             lines += ["", finding.describe()]
         return "\n".join(lines)
@@ -181,6 +185,7 @@ class ExploreResult:
                 "boundaries": self.boundaries, "covered": self.covered,
                 "grown": self.grown, "grown_covered": self.grown_covered, "seconds": round(self.seconds, 3),
                 "replayed": self.replayed, "history_limit": self.history_limit, "recorded_as": self.recorded_as,
+                "not_applicable": sorted(self.not_applicable),
                 "stopped": self.stopped, "ok": self.ok, "held": self.held,
                 "findings": [finding.to_json() for finding in self.findings]}
 
@@ -390,7 +395,8 @@ def _explore(conversation: Conversation, *, budget: int, seed: int, time_budget:
     replay_args = (f" --tools {tools_arg}" if tools_arg else "") + "".join(
         f" --invariant {spec}" for spec in invariant_args)
     result = ExploreResult(conversation.name, seed, held={name: 0 for name in (SETTLES, *DESCRIPTIONS, *own)},
-                           history_limit=conversation.history_limit, recorded_as=conversation.recorded_as)
+                           history_limit=conversation.history_limit, recorded_as=conversation.recorded_as,
+                           not_applicable=not_applicable(conversation))
     started = time.perf_counter()
     family = "gemini" if conversation.dialect == "gemini" else "live" if delegates(conversation.dialect) else "openai"
     carried = 0   # schedules a recording can carry since the last replayed (see REPLAY_EVERY)

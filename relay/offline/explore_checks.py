@@ -10,15 +10,17 @@ given by name: `explore(..., invariants={"refund_once": refund_once})`.
 from __future__ import annotations
 
 import os
-from typing import Callable
+from typing import Any, Callable
 
 from relay.dialects import gemini_codec as gemini
-from relay.dialects import live
+from relay.dialects import get_dialect, live
 from relay.dialects.gemini import GeminiDialect
+from relay.dialects.live import LiveDialect
 from relay.engine.calls import CallState
 from relay.offline.delegation_checks import INJECTION_INCOMPLETE, delegation_appends
 from relay.engine.backend_calls import DELEGATED
 from relay.engine.client_asks import CLIENT_ID_PREFIX
+from relay.offline.scripted_delegations import CLIENT
 from relay.offline.events import CALL, FOLLOW_UP, RESPONSE, SPOKEN, decoded
 from relay.offline.expect import INVARIANTS, violations
 from relay.offline.explore_session import ExploredSession
@@ -366,6 +368,37 @@ SESSION_INVARIANTS: dict[str, tuple[str, Check]] = {
     "appends_placed": ("every append of the relay's is placed, unless the session ended first", appends_placed),
 }
 
+
+
+def _gemini(conversation: Any) -> bool:
+    return isinstance(get_dialect(conversation.dialect), GeminiDialect)
+
+
+def _gpt_live(conversation: Any) -> bool:
+    return isinstance(get_dialect(conversation.dialect), LiveDialect)
+
+
+def _client_delegation(conversation: Any) -> bool:
+    return _gpt_live(conversation) and conversation.delegation == CLIENT
+
+
+APPLIES: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "cancelled_not_answered": ("Gemini Live", _gemini),
+    "one_final_answer": ("Gemini Live", _gemini),
+    "delegation_answered_once": ("GPT-Live's client delegation", _client_delegation),
+    "interrupted_not_spoken": ("GPT-Live's client delegation", _client_delegation),
+    "appends_placed": ("GPT-Live", _gpt_live),
+}
+"""The built-in invariants of one wire or mode: what they are for, and whether an explored
+conversation is of it. On any other a check finds nothing to read (it holds on nothing), and
+the summary says so rather than counting it held."""
+
+
+def not_applicable(conversation: Any) -> dict[str, str]:
+    """The built-in invariants that do not apply to `conversation`, each with what it is for."""
+    return {name: where for name, (where, applies) in APPLIES.items() if not applies(conversation)}
+
+
 REPLAY_INVARIANT = "replays_same"
 DESCRIPTIONS: dict[str, str] = {
     **{name: text for name, (text, _) in INVARIANTS.items()},
@@ -423,4 +456,4 @@ def _broken(session: ExploredSession, own: dict[str, Check]) -> list[tuple[str, 
     return found
 
 
-__all__ = ["DESCRIPTIONS", "REPLAY_INVARIANT", "SESSION_INVARIANTS", "TIMELINE_INVARIANTS", "broken"]
+__all__ = ["APPLIES", "DESCRIPTIONS", "REPLAY_INVARIANT", "SESSION_INVARIANTS", "TIMELINE_INVARIANTS", "broken", "not_applicable"]
