@@ -101,7 +101,7 @@ def test_the_demo_replays_to_the_same_outcome() -> None:
 
 
 @pytest.mark.parametrize("case", ["not_a_recording", "bad_script", "tools", "budget", "history", "no_call",
-                                  "directory"])
+                                  "directory", "out_file"])
 def test_bad_input_is_one_line_and_exit_2(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     foreign = tmp_path / "notes.jsonl"
     foreign.write_text('{"hello": 1}\n{"world": 2}\n')
@@ -118,7 +118,8 @@ def test_bad_input_is_one_line_and_exit_2(case: str, tmp_path: Path, capsys: pyt
             "budget": ["explore", "demo", "--budget", "0"],
             "history": ["explore", "demo", "--history-items", "-1"],
             "no_call": ["explore", str(unmatched), "--tools", str(EXAMPLES / "refunds.py")],
-            "directory": ["explore", str(tmp_path)]}[case]
+            "directory": ["explore", str(tmp_path)],
+            "out_file": ["explore", "demo", "--out", str(foreign)]}[case]
     assert main(argv) == 2
     captured = capsys.readouterr()
     err = captured.err.strip()
@@ -128,6 +129,8 @@ def test_bad_input_is_one_line_and_exit_2(case: str, tmp_path: Path, capsys: pyt
         assert "nothing to explore: as it runs, the model makes no call of the relay's tools" in err
     if case == "directory":
         assert err.endswith("is a directory, not a recording or a script"), err
+    if case == "out_file":
+        assert err.endswith("notes.jsonl is a file: recordings go into a directory"), err
 
 
 def test_every_boundary_of_a_call_is_a_schedule_of_its_own() -> None:
@@ -214,6 +217,28 @@ def test_a_tool_that_answers_differently_each_run_is_named_as_the_replays_cause(
     assert finding.invariant == "replays_same"
     assert finding.message.startswith("changed: output of call_")
     assert "only tools' outputs changed, to the same arguments" in finding.message
+    assert finding.recording is not None and finding.recording.parent == tmp_path
+
+
+def test_a_finding_whose_recording_cannot_be_written_says_so(tmp_path: Path) -> None:
+    """Not a recording path that does not exist and a replay command that cannot run."""
+    runs: list[int] = []
+
+    @tool
+    def lookup_order(order_id: str) -> str:
+        """Look an order up."""
+        runs.append(1)
+        return f"{order_id} shipped (lookup {len(runs)})"
+
+    taken = tmp_path / "a_file"
+    taken.write_text("")
+    result = explore_script(Script(Turn(say="Let me check.", calls=[call("lookup_order", order_id="A1")]),
+                                   Turn(say="It shipped.")), [lookup_order], budget=1, out=taken)
+    [finding] = result.findings
+    assert (finding.recording, finding.page, finding.command) == (None, None, None)
+    assert finding.unwritten and "a_file" in finding.unwritten
+    assert f"  recording: not written ({finding.unwritten})" in finding.describe()
+    assert "reproduce it" not in finding.describe()
 
 
 @pytest.mark.parametrize(("dialect", "delegation", "applies"), [

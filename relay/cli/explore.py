@@ -21,7 +21,14 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from relay.cli.exits import FINDING, INTERRUPTED, OK
-from relay.cli.options import TOOLS, Command, option, tools_from_working_directory, users_prints_to_stderr
+from relay.cli.options import (
+    TOOLS,
+    Command,
+    check_record_dir,
+    option,
+    tools_from_working_directory,
+    users_prints_to_stderr,
+)
 from relay.dialects import DIALECT_CHOICES
 from relay.errors import UnusableInput
 from relay.dialects.live import DELEGATION_TARGETS
@@ -74,6 +81,7 @@ def _explored(args: argparse.Namespace) -> Any:
         raise UnusableInput("--time-budget must be more than 0 seconds")
     if args.history_items is not None and args.history_items < 0:
         raise UnusableInput("--history-items must be 0 (all) or more")
+    check_record_dir(args.out, "--out")   # before exploring, not once a finding is made
     from relay.offline.explore import explore
     from relay.offline.explore_input import checked_delegation, from_file, with_delegate
     from relay.offline.explore_session import Conversation

@@ -260,21 +260,22 @@ def start(args: argparse.Namespace) -> None:
     tools_from_working_directory()
 
 
-def check_record_dir(record: str | None) -> None:
-    """A `--record` where no recording can be written (a file, a directory that cannot be made
-    or written to) would fail every session's recording: refuse it at once (the library's edges
-    only log such a failure, the session goes on). The directory is made here if need be."""
+def check_record_dir(record: str | None, option: str = "--record") -> None:
+    """A `--record` (or `relay explore --out`) where no recording can be written (a file, a
+    directory that cannot be made or written to) would fail every session's recording: refuse it
+    at once (the library's edges only log such a failure, the session goes on). The directory is
+    made here if need be."""
     if record is None:
         return
     place = Path(record)
     if place.exists() and not place.is_dir():
-        raise UnusableInput(f"--record {record} is a file: recordings go into a directory")
+        raise UnusableInput(f"{option} {record} is a file: recordings go into a directory")
     try:
         place.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise UnusableInput(f"--record {record}: cannot create the directory: {exc.strerror or exc}") from None
+        raise UnusableInput(f"{option} {record}: cannot create the directory: {exc.strerror or exc}") from None
     if not os.access(place, os.W_OK | os.X_OK):
-        raise UnusableInput(f"--record {record}: the directory is not writable")
+        raise UnusableInput(f"{option} {record}: the directory is not writable")
 
 
 def tools_from_working_directory() -> None:

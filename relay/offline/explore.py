@@ -106,6 +106,7 @@ class Finding:
     recording: Path | None = None
     page: Path | None = None
     command: str | None = None
+    unwritten: str | None = None   # why its recording could not be written, if it could not
 
     def describe(self) -> str:
         lines = [f"invariant broken: {self.invariant} ({_DESCRIBED.get(self.invariant, 'yours')})",
@@ -114,6 +115,8 @@ class Finding:
         lines += [f"    - {live.describe(p) or describe(p)}" for p in self.schedule] or ["    - none: the conversation as scripted"]
         if self.recording is not None:
             lines.append(f"  recording: {self.recording}")
+        elif self.unwritten is not None:
+            lines.append(f"  recording: not written ({self.unwritten})")
         if self.page is not None:
             lines.append(f"  inspector page: {self.page}")
         if self.command:
@@ -471,7 +474,8 @@ def _finding(conversation: Conversation, schedule: Schedule, invariant: str, mes
 def _write(session: ExploredSession, finding: Finding, out: str | Path | None, replay_args: str) -> None:
     try:
         finding.recording = session.save(out)
-    except OSError:
+    except OSError as exc:
+        finding.unwritten = str(exc)
         return
     finally:
         session.close()

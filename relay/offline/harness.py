@@ -321,7 +321,7 @@ class HarnessSession:
     def save(self, directory: str | Path | None = None) -> Path:
         """Write the session as a relay recording (for `relay inspect`, `relay replay`); into
         `directory`, else `sessions_dir()`. A failing expectation saves it there for the `relay
-        inspect` command its message ends with."""
+        inspect` command its message ends with. Raises OSError when it cannot be written whole."""
         from relay.recording.writer import RecordingWriter
 
         target = Path(directory) if directory is not None else sessions_dir()
@@ -343,6 +343,8 @@ class HarnessSession:
             # the end line's `t`: when the session ended (a replay fires no timer due after it),
             # or, for one still open, how long it has run
             clock = next((t for _, t, kind, _ in reversed(self.marks) if kind == CLOSED), self.now)
+        if writer.failed:   # the writer stops rather than raise (a live session goes on): a save must not
+            raise OSError(writer.failure or f"cannot write {writer.path}")
         self.saved = writer.path
         return writer.path
 
