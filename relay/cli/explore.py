@@ -107,13 +107,12 @@ def _explored(args: argparse.Namespace) -> Any:
         line = f"explored {tried}/{args.budget} schedules, {found} invariant(s) broken"
         print(f"\r{line}" if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
 
-    own = dict(load_invariant(spec) for spec in args.invariant)
-    resets = [getattr(check, "reset") for check in own.values() if callable(getattr(check, "reset", None))]
+    own, reset = own_invariants(args.invariant)
     with _interruptible() as interrupted:
         result = explore(conversation, budget=args.budget, seed=args.seed, time_budget=args.time_budget,
                          out=args.out, tools_arg=" --tools ".join(specs), invariant_args=tuple(args.invariant),
                          progress=progress, invariants=own,
-                         reset=(lambda: [reset() for reset in resets]) if resets else None, stop=interrupted)
+                         reset=reset, stop=interrupted)
     return result
 
 
@@ -149,6 +148,30 @@ def _interruptible() -> Iterator[Callable[[], bool]]:
         yield lambda: bool(asked)
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+def own_invariants(specs: list[str]) -> tuple[dict[str, Callable[..., Any]], Callable[[], None] | None]:
+    """The `--invariant` specs' functions by name, and what resets them (each one's `reset`
+    attribute, called in turn; None when none has one). A reset that raises stops the command:
+    one line naming it (exit 2), not a bug of relay's, since nothing it checks can be trusted."""
+    own: dict[str, Callable[..., Any]] = {}
+    resets: list[tuple[str, Callable[[], Any]]] = []
+    for spec in specs:
+        name, check = load_invariant(spec)
+        own[name] = check
+        if callable(getattr(check, "reset", None)):
+            resets.append((spec, check.reset))   # type: ignore[attr-defined]
+    if not resets:
+        return own, None
+
+    def reset() -> None:
+        for spec, each in resets:
+            try:
+                each()
+            except Exception as exc:   # the user's code: said in one line
+                raise UnusableInput(f"--invariant {spec}: its reset raised {type(exc).__name__}: {exc}") from None
+
+    return own, reset
 
 
 def load_invariant(spec: str) -> tuple[str, Callable[..., Any]]:

@@ -17,7 +17,7 @@ from relay.cli.options import (
     tools_from_working_directory,
     users_prints_to_stderr,
 )
-from relay.cli.explore import load_invariant
+from relay.cli.explore import own_invariants
 from relay.errors import UnusableInput
 from relay.offline.replay import (
     DEFAULT_GATE_TIMEOUT,
@@ -75,11 +75,9 @@ def run_replay(path: str, tools: ToolSources, *, dialect: str | None = None, as_
     from relay.offline.replay_checks import builtin_invariants   # the explorer's: not loaded with the command
 
     with users_prints_to_stderr():
-        own = dict(load_invariant(spec) for spec in invariants or ())
-        for check in own.values():
-            reset = getattr(check, "reset", None)
-            if callable(reset):
-                reset()
+        own, reset = own_invariants(list(invariants or ()))
+        if reset is not None:
+            reset()
         progress = _ProgressBar(len(recording.frames)) if len(recording.frames) > 2000 and sys.stderr.isatty() else None
         result = replay(recording, tools, dialect=dialect, realtime=realtime, gate_timeout=gate_timeout,
                         progress=progress, mcp_answers=mcp_answers, mcp=mcp, invariants={**builtin_invariants(), **own})

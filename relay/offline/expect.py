@@ -450,5 +450,18 @@ def check_invariants(timeline: Timeline, *names: str, silent: Iterable[str] = ()
     raise failure(timeline, f"the invariant{'s' if len(broken) > 1 else ''}: {expected}", came, first.index)
 
 
+def own_verdict(check: Callable[[Any], Any], subject: Any) -> str | None:
+    """What a user's own invariant (`--invariant`, `invariants=`) says of `subject` (an explored
+    session, a replay's result): what broke, or None. A check that raises is broken under its
+    own name, saying so, not a failure of the session or of the relay: its schedule and
+    recording are what the user needs to debug it."""
+    try:
+        message = check(subject)
+    except Exception as exc:   # the user's code: any error of it is its verdict
+        text = " ".join(str(exc).split())
+        return f"the check raised {type(exc).__name__}" + (f": {text}" if text else "")
+    return str(message) if message else None
+
+
 __all__ = ["DEFAULT_WITHIN", "INVARIANTS", "Expect", "ExpectationFailed", "Violation", "check_invariants",
-           "violations"]
+           "own_verdict", "violations"]

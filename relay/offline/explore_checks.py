@@ -22,7 +22,7 @@ from relay.engine.backend_calls import DELEGATED
 from relay.engine.client_asks import CLIENT_ID_PREFIX
 from relay.offline.scripted_delegations import CLIENT
 from relay.offline.events import CALL, FOLLOW_UP, RESPONSE, SPOKEN, decoded
-from relay.offline.expect import INVARIANTS, violations
+from relay.offline.expect import INVARIANTS, own_verdict, violations
 from relay.offline.explore_session import ExploredSession
 from relay.offline.timeline import Timeline
 from relay.recording.format import RELAY_TO_CLIENT, RELAY_TO_UPSTREAM, UPSTREAM_TO_RELAY, Frame
@@ -450,9 +450,9 @@ def _broken(session: ExploredSession, own: dict[str, Check]) -> list[tuple[str, 
         if message:
             found.append((name, message))
     for name, check in own.items():
-        message = check(session)
+        message = own_verdict(check, session)
         if message:
-            found.append((name, str(message)))
+            found.append((name, message))
     return found
 
 

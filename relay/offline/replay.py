@@ -50,6 +50,7 @@ from relay.engine.calls import CallOutcome
 from relay.engine.records import CallRecord
 from relay.errors import UnusableInput
 from relay.mcp.servers import ToolSet
+from relay.offline.expect import own_verdict
 from relay.offline.mcp_answers import MCP_ANSWERS, Moments, on_the_callers_loop, with_recorded_mcp_tools
 from relay.offline.peers import KeptFrames, PeerTransport, Remembered
 from relay.offline.recorded_upstream import RecordedUpstream
@@ -393,9 +394,9 @@ async def replay_async(
     result = replayer.result()
     result.warnings += warnings
     for name, check in (invariants or {}).items():
-        message = check(result)
+        message = own_verdict(check, result)
         if message:
-            result.broken.append((name, str(message)))
+            result.broken.append((name, message))
     return result
 
 
