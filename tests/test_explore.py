@@ -264,3 +264,13 @@ def test_an_invariant_of_another_wire_is_shown_not_applicable(dialect: str, dele
         assert re.search(rf"^  n/a     {name} +.+ only$", report, re.MULTILINE), report
     for name in applies | {"answered_once", "handler_once"}:
         assert re.search(rf"^  held    {name} +2 schedule\(s\)$", report, re.MULTILINE), report
+
+
+def test_a_time_budget_always_leaves_the_conversation_as_scripted_tried() -> None:
+    """A test with a tiny time budget still runs the conversation as scripted and checks it (it
+    passed on nothing, 0 schedules tried); a budget of no time is refused, as `--time-budget 0` is."""
+    lookup = Script(Turn(say="Let me check.", calls=[call("lookup_order", order_id="A1001")]), Turn(say="It shipped."))
+    result = explore_script(lookup, [EXAMPLE_TOOLS], time_budget=1e-9)
+    assert (result.tried, result.stopped, result.held["answered_once"]) == (1, "time", 1)
+    with pytest.raises(ValueError, match="the time budget must be more than 0 seconds"):
+        explore_script(lookup, [EXAMPLE_TOOLS], time_budget=0)

@@ -353,13 +353,15 @@ def explore(conversation: Conversation, *, budget: int = DEFAULT_BUDGET, seed: i
             progress: Callable[[ExploreResult], None] | None = None,
             stop: Callable[[], bool] | None = None) -> ExploreResult:
     """Explore `conversation` (see the module docstring): at most `budget` schedules and
-    `time_budget` seconds, and none once `stop` says so (`relay explore`'s Ctrl-C: what was tried
+    `time_budget` seconds (the conversation as scripted is always tried), and none once `stop` says so (`relay explore`'s Ctrl-C: what was tried
     is reported, `stopped` "interrupted"); `invariants` the user's own; `reset` is called before each schedule
     (to clear a tool's own state); a finding is written under `out` (default: the harness's
     sessions folder), its replay command naming `tools_arg` and `invariant_args` (the `FILE:FUNCTION`
     specs of `invariants`, which `relay replay --invariant` checks on the replayed session)."""
     if budget <= 0:
         raise ValueError("the schedule budget must be at least 1")
+    if time_budget is not None and time_budget <= 0:
+        raise ValueError("the time budget must be more than 0 seconds")
     with _collector_for_runs():
         return _explore(conversation, budget=budget, seed=seed, time_budget=time_budget, invariants=invariants,
                         reset=reset, out=out, tools_arg=tools_arg, invariant_args=invariant_args,
@@ -420,7 +422,7 @@ def _explore(conversation: Conversation, *, budget: int, seed: int, time_budget:
         if result.tried >= budget:
             result.stopped = "budget"
             break
-        if time_budget is not None and time.perf_counter() - started > time_budget:
+        if time_budget is not None and result.tried and time.perf_counter() - started > time_budget:
             result.stopped = "time"
             break
         if stop is not None and stop():
