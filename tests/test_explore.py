@@ -21,7 +21,7 @@ from relay.testing import Script, Turn, call
 from relay.testing import explore as explore_script
 from relay.tools import tool
 from relay.tools.sources import tool_registry
-from tests.support.paths import REPO
+from tests.support.paths import REPO, shared_dir
 from tests.support.peers import record_session
 from tests.support.tools import get_weather_data
 
@@ -274,3 +274,19 @@ def test_a_time_budget_always_leaves_the_conversation_as_scripted_tried() -> Non
     assert (result.tried, result.stopped, result.held["answered_once"]) == (1, "time", 1)
     with pytest.raises(ValueError, match="the time budget must be more than 0 seconds"):
         explore_script(lookup, [EXAMPLE_TOOLS], time_budget=0)
+
+
+def test_a_recording_whose_model_spoke_first_still_makes_its_call() -> None:
+    """A real WebRTC session (../shared/recordings): the model greets twice before the caller's
+    first line and speaks twice between two others; its one call, in its last response, comes
+    after 11 of the caller's lines and 12 responses. Played one response a line, the call was never
+    made (nothing to explore); the caller now says one line more, and the call is explored."""
+    log = shared_dir() / "recordings" / "banyan-landing_log1_webrtc_beta_fc.jsonl"
+    tools = tool_registry([str(REPO / "tests" / "fixtures" / "shared_recording_tools.py")])
+    conversation = from_recording(log, tools)
+    assert len(conversation.script.turns) == 12 and conversation.lines[-1] == "Hello."
+    assert [call.name for turn in conversation.script.turns for call in turn.calls] == ["transferToSupervisor"]
+    result = explore(conversation, budget=30, replay_check=False)
+    assert result.ok and result.boundaries > 0 and result.covered > 0, result.report()
+    demo = from_recording(REPO / "docs" / "examples" / "recordings" / "demo.jsonl", tool_registry([EXAMPLE_TOOLS]))
+    assert len(demo.lines) == 4   # one line a response that is not a follow-up: nothing added

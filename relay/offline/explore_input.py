@@ -7,7 +7,9 @@
   `lines` what the caller says, one at a time, each once the session is quiet; a bare mock script
   is read too, its caller saying each rule's `match` in turn;
 - a relay recording: what the caller said (its user turns) and what the model did in each of its
-  responses (the words and the calls, in order), played back as the model's turns; a GPT-Live
+  responses (the words and the calls, in order), played back as the model's turns (with more
+  lines of the caller's, if need be, for every turn up to the last with calls to be played:
+  `_lines_for`); a GPT-Live
   recording, which has no responses, is read by `relay.offline.explore_delegated_input`, in its own
   delegation mode.
 
@@ -136,7 +138,8 @@ def from_recording(path: str | Path, tools: Any, *, dialect: str | None = None,
 
     recording = load_recording(path, allow_incomplete=True, audio="drop")
     limit = history_limit_of(recording.header)   # explored as the session forgot
-    recorded_as = str(recording.header.get("mode") or "proxy")
+    header = recording.header or {}   # a plain event log has none: not the relay's recording
+    recorded_as = str(header.get("mode") or "proxy") if recording.kind == "relay" else None
     if isinstance(recording.dialect, LiveDialect):
         return replace(from_live_recording(recording, tools, dialect=dialect, delegation=delegation),
                        history_limit=limit, recorded_as=recorded_as)
@@ -173,8 +176,20 @@ def from_recording(path: str | Path, tools: Any, *, dialect: str | None = None,
     recorded = recording.dialect
     chosen = dialect or (recorded if isinstance(recorded, str) else getattr(recorded, "name", None)) or "openai"
     mock = MockScript(turns=turns, default=Reply(say="Okay."), after_outputs=Reply(say="{joined}"))
-    return Conversation(f"{Path(path).name} ({chosen})", mock, tuple(lines) or (DEFAULT_LINE,), tools,
+    return Conversation(f"{Path(path).name} ({chosen})", mock, _lines_for(turns, lines), tools,
                         dialect=chosen, history_limit=limit, recorded_as=recorded_as)
+
+
+def _lines_for(turns: tuple[Reply, ...], lines: list[str]) -> tuple[str, ...]:
+    """The caller's lines, enough of them for the model's last turn with calls to be played. The
+    explored caller's each line starts a response, and a turn with calls is followed by the
+    relay's follow-up (the next turn); a recording whose model spoke first (a greeting), or
+    several times between two of the caller's lines, has more responses than that: the caller
+    then says `DEFAULT_LINE` as many more times as the turns up to the last call need, else that
+    call would never be made, nor explored."""
+    last = max((index for index, turn in enumerate(turns) if turn.calls), default=-1)
+    needed = sum(1 for index in range(last + 1) if index == 0 or not turns[index - 1].calls)
+    return tuple(lines) + (DEFAULT_LINE,) * max(needed - len(lines), 0 if lines else 1)
 
 
 __all__ = ["checked_delegation", "from_file", "from_recording", "from_script", "with_delegate"]
