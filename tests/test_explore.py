@@ -285,6 +285,7 @@ def test_a_recording_whose_model_spoke_first_still_makes_its_call() -> None:
     tools = tool_registry([str(REPO / "tests" / "fixtures" / "shared_recording_tools.py")])
     conversation = from_recording(log, tools)
     assert len(conversation.script.turns) == 12 and conversation.lines[-1] == "Hello."
+    assert conversation.recorded_as is None   # a provider's event log: no relay header, no mode
     assert [call.name for turn in conversation.script.turns for call in turn.calls] == ["transferToSupervisor"]
     result = explore(conversation, budget=30, replay_check=False)
     assert result.ok and result.boundaries > 0 and result.covered > 0, result.report()

@@ -127,13 +127,13 @@ def _interruptible() -> Iterator[Callable[[], bool]]:
     asked: list[int] = []
 
     def on_interrupt(signum: int, frame: object) -> None:
+        # straight to the file descriptor: the handler may run in the middle of a write to stderr
+        # (the progress line, a tool's print), where a buffered stream refuses a reentrant write
         if asked:
-            print("\nrelay explore: interrupted", file=sys.stderr, flush=True)
-            sys.stdout.flush()
+            os.write(2, b"\nrelay explore: interrupted\n")
             os._exit(INTERRUPTED)
         asked.append(signum)
-        print("\nrelay explore: stopping after this schedule (Ctrl-C again to quit now)", file=sys.stderr,
-              flush=True)
+        os.write(2, b"\nrelay explore: stopping after this schedule (Ctrl-C again to quit now)\n")
 
     try:
         before = signal.signal(signal.SIGINT, on_interrupt)

@@ -148,7 +148,7 @@ class ExploreResult:
     findings: list[Finding] = field(default_factory=list)
     stopped: str = "space"                                 # space | budget | time | interrupted
     history_limit: int | None = None                       # the relay's history limit explored under (None: all)
-    recorded_as: str | None = None                         # the explored recording's session mode (None: a script)
+    recorded_as: str | None = None                         # a relay recording's mode (None: script, event log)
     not_applicable: dict[str, str] = field(default_factory=dict)   # built-in invariant -> the wire or mode it is for
 
     @property
@@ -353,11 +353,12 @@ def explore(conversation: Conversation, *, budget: int = DEFAULT_BUDGET, seed: i
             progress: Callable[[ExploreResult], None] | None = None,
             stop: Callable[[], bool] | None = None) -> ExploreResult:
     """Explore `conversation` (see the module docstring): at most `budget` schedules and
-    `time_budget` seconds (the conversation as scripted is always tried), and none once `stop` says so (`relay explore`'s Ctrl-C: what was tried
-    is reported, `stopped` "interrupted"); `invariants` the user's own; `reset` is called before each schedule
-    (to clear a tool's own state); a finding is written under `out` (default: the harness's
-    sessions folder), its replay command naming `tools_arg` and `invariant_args` (the `FILE:FUNCTION`
-    specs of `invariants`, which `relay replay --invariant` checks on the replayed session)."""
+    `time_budget` seconds (the conversation as scripted is always tried), and none once `stop`
+    says so (`relay explore`'s Ctrl-C: what was tried is reported, `stopped` "interrupted");
+    `invariants` the user's own; `reset` is called before each schedule (to clear a tool's own
+    state); a finding is written under `out` (default: the harness's sessions folder), its replay
+    command naming `tools_arg` and `invariant_args` (the `FILE:FUNCTION` specs of `invariants`,
+    which `relay replay --invariant` checks on the replayed session)."""
     if budget <= 0:
         raise ValueError("the schedule budget must be at least 1")
     if time_budget is not None and time_budget <= 0:
@@ -548,5 +549,6 @@ def _check_replay(conversation: Conversation, schedule: Schedule, result: Explor
         breaks=lambda candidate: replays_same(conversation, candidate, own, reset) is not None))
 
 
-__all__ = ["DEFAULT_BUDGET", "NOT_REPLAYABLE", "NothingToExplore", "REPLAY_EVERY", "ExploreResult", "Finding", "boundaries", "explore",
-           "fits_for", "growth_of", "replayable", "replays_same", "run_schedule", "schedules", "shrink"]
+__all__ = ["DEFAULT_BUDGET", "NOT_REPLAYABLE", "REPLAY_EVERY", "ExploreResult", "Finding", "NothingToExplore",
+           "boundaries", "explore", "fits_for", "growth_of", "replayable", "replays_same", "run_schedule", "schedules",
+           "shrink"]

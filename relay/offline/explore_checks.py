@@ -369,7 +369,6 @@ SESSION_INVARIANTS: dict[str, tuple[str, Check]] = {
 }
 
 
-
 def _gemini(conversation: Any) -> bool:
     return isinstance(get_dialect(conversation.dialect), GeminiDialect)
 
@@ -456,4 +455,5 @@ def _broken(session: ExploredSession, own: dict[str, Check]) -> list[tuple[str, 
     return found
 
 
-__all__ = ["APPLIES", "DESCRIPTIONS", "REPLAY_INVARIANT", "SESSION_INVARIANTS", "TIMELINE_INVARIANTS", "broken", "not_applicable"]
+__all__ = ["APPLIES", "DESCRIPTIONS", "REPLAY_INVARIANT", "SESSION_INVARIANTS", "TIMELINE_INVARIANTS", "broken",
+           "not_applicable"]

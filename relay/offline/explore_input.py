@@ -181,8 +181,8 @@ def from_recording(path: str | Path, tools: Any, *, dialect: str | None = None,
 
 
 def _lines_for(turns: tuple[Reply, ...], lines: list[str]) -> tuple[str, ...]:
-    """The caller's lines, enough of them for the model's last turn with calls to be played. The
-    explored caller's each line starts a response, and a turn with calls is followed by the
+    """The caller's lines, enough of them for the model's last turn with calls to be played. Each
+    of the explored caller's lines starts a response, and a turn with calls is followed by the
     relay's follow-up (the next turn); a recording whose model spoke first (a greeting), or
     several times between two of the caller's lines, has more responses than that: the caller
     then says `DEFAULT_LINE` as many more times as the turns up to the last call need, else that

@@ -113,7 +113,7 @@ class Conversation:
     client_tools: tuple[Any, ...] = ()   # the caller's own tools (functions it declares and answers)
     delegation: str | None = None   # GPT-Live's delegation mode (None: Responses delegation)
     history_limit: int | None = None   # the engine's history limit (`--history-items`; None: all)
-    recorded_as: str | None = None   # a recording's session mode (`proxy`, `sidecar`); None: not a recording
+    recorded_as: str | None = None   # a relay recording's mode (`proxy`, `sidecar`); None: script, event log
 
     def with_dialect(self, dialect: str) -> Conversation:
         return replace(self, dialect=dialect, name=f"{self.name.split(' (')[0]} ({dialect})")
