@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import IO
+from typing import IO, Iterator
 
 import pytest
 
@@ -51,14 +51,28 @@ def _lines(stream: IO[str]) -> queue.Queue[str]:
     return lines
 
 
-def _explore_until_progress(*args: str, budget: int = 1_000_000, ignoring: bool = False,
+@pytest.fixture
+def spawned() -> Iterator[list[subprocess.Popen[str]]]:
+    """The processes a test starts, killed at its end if still running (a failed test must not
+    leave an exploration of a million schedules behind)."""
+    processes: list[subprocess.Popen[str]] = []
+    yield processes
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=WAIT)
+
+
+def _explore_until_progress(spawned: list[subprocess.Popen[str]], *args: str, budget: int = 1_000_000,
+                            ignoring: bool = False,
                             ) -> tuple[subprocess.Popen[str], queue.Queue[str], list[str], queue.Queue[str]]:
     """`relay explore` (default: the demo) with a budget it will not reach, once it reported its
     first schedules; `ignoring`: started with SIGINT ignored, as a shell's background job is."""
-    process = subprocess.Popen([sys.executable, "-m", "relay", "explore", *(args or ("demo",)), "--budget", str(budget)],
-                               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    command = [sys.executable, "-m", "relay", "explore", *(args or ("demo",)), "--budget", str(budget)]
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env={**os.environ, "PYTHONPATH": str(REPO)},
                                preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignoring else None)
+    spawned.append(process)
     assert process.stderr is not None and process.stdout is not None
     errors, output = _lines(process.stderr), _lines(process.stdout)
     said: list[str] = []
@@ -80,8 +94,9 @@ def _ended(process: subprocess.Popen[str], errors: queue.Queue[str], said: list[
     return "".join(out), "".join(said)
 
 
-def test_ctrl_c_stops_relay_explore_with_its_summary_and_no_traceback() -> None:
-    process, errors, said, output = _explore_until_progress()
+def test_ctrl_c_stops_relay_explore_with_its_summary_and_no_traceback(
+        spawned: list[subprocess.Popen[str]]) -> None:
+    process, errors, said, output = _explore_until_progress(spawned)
     process.send_signal(signal.SIGINT)
     out, stderr = _ended(process, errors, said, output)
     assert process.returncode == 130, (out, stderr)
@@ -108,7 +123,8 @@ BLOCKING_SCRIPT = """{"lines": ["Where is order A1?"],
             "after_outputs": {"say": "{output}"}}}"""
 
 
-def test_a_second_ctrl_c_ends_relay_explore_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_second_ctrl_c_ends_relay_explore_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    spawned: list[subprocess.Popen[str]]) -> None:
     """The first Ctrl-C waits for the schedule in flight, whose tool is stuck in real time; the
     second ends the process there (a `KeyboardInterrupt` would leave the tool's thread holding
     the interpreter's exit)."""
@@ -116,7 +132,7 @@ def test_a_second_ctrl_c_ends_relay_explore_at_once(tmp_path: Path, monkeypatch:
     (tmp_path / "order.script.json").write_text(BLOCKING_SCRIPT)
     flag = tmp_path / "block"
     monkeypatch.setenv("BLOCK_FLAG", str(flag))
-    process, errors, said, output = _explore_until_progress(str(tmp_path / "order.script.json"),
+    process, errors, said, output = _explore_until_progress(spawned, str(tmp_path / "order.script.json"),
                                                     "--tools", str(tmp_path / "stuck.py"))
     flag.touch()   # from here on, the next schedule's tool never returns
     while said[-1] != "stuck\n":
@@ -133,10 +149,10 @@ def test_a_second_ctrl_c_ends_relay_explore_at_once(tmp_path: Path, monkeypatch:
     assert out == ""   # stopped inside a schedule: no summary
 
 
-def test_relay_explore_started_with_sigint_ignored_keeps_ignoring_it() -> None:
+def test_relay_explore_started_with_sigint_ignored_keeps_ignoring_it(spawned: list[subprocess.Popen[str]]) -> None:
     """A background job (`relay explore ... &` in a script) starts with SIGINT ignored: the
     exploration does not take it up, and runs to its budget."""
-    process, errors, said, output = _explore_until_progress(budget=120, ignoring=True)
+    process, errors, said, output = _explore_until_progress(spawned, budget=120, ignoring=True)
     process.send_signal(signal.SIGINT)
     out, stderr = _ended(process, errors, said, output)
     assert process.returncode == 0, stderr
