@@ -358,14 +358,23 @@ class Conversation:
         position = self._position_from_end(item_id)
         if position is None:
             return None
-        record = self.items[item_id]
-        for index in range(position - 1, -1, -1):
+        forgotten_before = self.items[item_id].after_forgotten
+        return forgotten_before if forgotten_before is not None else self._visible_back_from(position - 1)
+
+    def _visible_back_from(self, position: int, skip: Any = None) -> str | None:
+        """Walking back from `position` in the order (past `skip`): the first item the client can
+        see; a hidden item that items forgotten by a history limit stood before stands for the
+        newest of those the client saw (`after_forgotten`). None: the start."""
+        for index in range(position, -1, -1):
+            item_id = self.order[index]
+            if item_id == skip:
+                continue
+            record = self.items[item_id]
+            if not record.hidden:
+                return item_id
             if record.after_forgotten is not None:
                 return record.after_forgotten
-            record = self.items[self.order[index]]
-            if not record.hidden:
-                return record.id
-        return record.after_forgotten
+        return None
 
     def add_text(self, item_id: object, content_index: int, delta: str) -> None:
         record = self.item(item_id)
@@ -499,15 +508,7 @@ class Conversation:
 
     def newest_visible(self, other_than: Any = None) -> str | None:
         """The newest item the client saw (not `other_than`), forgotten ones too."""
-        for item_id in reversed(self.order):
-            if item_id == other_than:
-                continue
-            record = self.items[item_id]
-            if not record.hidden:
-                return item_id
-            if record.after_forgotten is not None:
-                return record.after_forgotten
-        return None
+        return self._visible_back_from(len(self.order) - 1, skip=other_than)
 
     def visible_items(self) -> list[ItemRecord]:
         return [self.items[i] for i in self.order]
