@@ -287,10 +287,37 @@ def tools_from_working_directory() -> None:
 def users_prints_to_stderr() -> Iterator[None]:
     """While the user's code runs (tools and invariants imported and called), what it prints goes
     to stderr, so that the command's stdout carries its report alone (`--json` parses). It swaps
-    `sys.stdout`, which every thread writes through: a sync tool's thread too. Output written to
-    the file descriptor itself (a subprocess, `os.write(1, ...)`) is not redirected."""
-    with redirect_stdout(sys.stderr):
-        yield
+    `sys.stdout`, which every thread writes through (a sync tool's thread too), and points file
+    descriptor 1 at stderr's file, so that what is written to the descriptor itself (a subprocess
+    the tool starts, `os.write(1, ...)`, a C library's `printf`) goes there as well; both are put
+    back after."""
+    saved = _point_stdout_at_stderr()
+    try:
+        with redirect_stdout(sys.stderr):
+            yield
+    finally:
+        if saved is not None:
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
+def _point_stdout_at_stderr() -> int | None:
+    """Descriptor 1 made a copy of descriptor 2; the copy of the old descriptor 1 that puts it
+    back. None when either descriptor is closed (nothing to swap: `sys.stdout` still is)."""
+    try:
+        sys.stdout.flush()   # what the command wrote before goes to its own stdout
+    except (OSError, ValueError):
+        pass
+    try:
+        saved = os.dup(1)
+    except OSError:
+        return None
+    try:
+        os.dup2(2, 1)
+    except OSError:
+        os.close(saved)
+        return None
+    return saved
 
 
 def require_credentials(runtime: EdgeRuntime, log: logging.Logger) -> None:
