@@ -176,7 +176,9 @@ that delivers a call again does it within moments, not 64 forgotten calls later.
 
 class CallLedger:
     """The calls of one session by `call_id` (and by item id), and the one way their state
-    changes. `on_refused` hears of a refused step when not `strict`; `on_step` of each step made."""
+    changes. `on_refused` hears of a refused step when not `strict`; `on_step` of each step made;
+    `before_forgetting`, when set, is called as `forget_old` begins, before it may forget calls (a
+    reader of the book reads the entries it still needs first: the explorer's anchors)."""
 
     def __init__(self, *, strict: bool = True, on_refused: Callable[[str], None] | None = None,
                  on_step: Callable[[CallEntry], None] | None = None) -> None:
@@ -188,6 +190,7 @@ class CallLedger:
         self._by_item: dict[str, str] = {}
         self.strict = strict
         self._on_refused = on_refused
+        self.before_forgetting: Callable[[], None] | None = None
 
     def __iter__(self) -> Iterator[CallEntry]:
         return iter(self._entries.values())
@@ -252,6 +255,8 @@ class CallLedger:
         one and those of the `responses` still remembered; forget older finished calls. Their
         outputs are long delivered; a call of a response still remembered may yet be delivered
         again (a late `output_item.done`, a duplicate), and must be known when it is."""
+        if self.before_forgetting is not None:
+            self.before_forgetting()
         if len(self._entries) <= keep + keep // 2:   # forget in batches
             return
         finished = [e for e in self._entries.values() if e.state in _DONE and e.response_id not in responses]

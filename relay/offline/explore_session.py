@@ -402,18 +402,11 @@ class Exploring:
 
     def _watch_forgetting(self) -> None:
         """Under a history limit the call book forgets finished calls, some in the round that
-        answered them: the anchors each reached are read before it does (`_look`), else such a
-        call would never reach its `answered` anchor, nor a perturbation anchored there fire."""
-        ledger = self.engine.ledger
-        if self.engine.config.history_limit is None:
-            return
-        forget = ledger.forget_old
-
-        def forget_old(keep: int, responses: Any = ()) -> None:
-            self._look()
-            forget(keep, responses)
-
-        ledger.forget_old = forget_old   # type: ignore[method-assign]
+        answered them: the anchors each reached are read before it does (`_look`, the book's
+        `before_forgetting`), else such a call would never reach its `answered` anchor, nor a
+        perturbation anchored there fire."""
+        if self.engine.config.history_limit is not None:
+            self.engine.ledger.before_forgetting = self._look
 
     def _reached(self, number: int, anchor: str) -> None:
         if (number, anchor) in self.observed.anchors:
