@@ -162,7 +162,6 @@ class RelayServer(EdgeRuntime):
             mode="proxy",
             hide_tool_events=not config.expose_tool_events,
             declare_tools=True,
-            hold_client_creates=True,
             hold_limit=config.hold_limit,
             fillers_in_conversation=config.fillers_in_conversation,
         )

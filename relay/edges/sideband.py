@@ -93,7 +93,6 @@ class SidecarRuntime(EdgeRuntime):
             mode="sidecar",
             hide_tool_events=False,      # there is no client to hide anything from
             declare_tools=config.declare_tools,
-            hold_client_creates=False,
         )
         self._tracing: Tracing | None | bool = False   # decided at the first call (False: not yet)
         # this process among the replicas sharing a store: who holds a lease

@@ -32,10 +32,10 @@
   outputs and continues both batches.
 
 `relay explore` found each (docs/gpt-live.md names the conversations). These are a proxy's
-rules: a sidecar never sees the client's frames (`EngineConfig.hold_client_creates`,
-`EngineConfig.has_client`); its create waits instead, at most `CLIENT_ASK_WAIT` seconds, for the
-continuation of the client's batch in another delegation, the response it sees begin with no
-create of its own, which continues its batch too (`_sidecar_wait_ends`, `_sidecar_continued`).
+rules: a sidecar never sees the client's frames (`EngineConfig.has_client`); its create waits
+instead, at most `CLIENT_ASK_WAIT` seconds, for the continuation of the client's batch in another
+delegation, the response it sees begin with no create of its own, which continues its batch too
+(`_sidecar_wait_ends`, `_sidecar_continued`).
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ class ClientAsks(ResponsesDelegation):
             return DROP
         if (output or not other) and self._client_asks_carried():
             return DROP   # it asks for the continuation of a batch of a dropped session (delegation_records.py)
-        if self.config.hold_client_creates and (self._held_for_relay is not None or self._relay_at_work()):
+        if self.config.has_client and (self._held_for_relay is not None or self._relay_at_work()):
             if self._held_for_relay is not None:
                 self.ctx.client_error("response_create_pending", "a response.create is already waiting for the "
                                       "relay's work; this one was not forwarded", event.event_id)

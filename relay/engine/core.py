@@ -82,8 +82,8 @@ class EngineConfig:
     mode: Mode = Mode.PROXY             # given as a value too ("sidecar"): made a Mode
     hide_tool_events: bool = True       # proxy: the client never sees relay tools and their calls
     declare_tools: bool = True          # add the relay's tools to the session
-    hold_client_creates: bool = True    # proxy: hold a client response.create while our calls run
-    # ... for this many seconds at the most (None: until their outputs are in)
+    # proxy: a client's response.create is held while the relay's calls run, for this many seconds
+    # at the most (None: until their outputs are in)
     hold_limit: float | None = DEFAULT_HOLD_LIMIT
     # fillers join the provider's conversation (where a client that keeps what it hears, as the
     # voice frameworks do, has them too) instead of staying out of band

@@ -192,7 +192,7 @@ class ClientView:
             event = rewritten = replace(
                 event, response={**options, "tools": options["tools"] + ctx.dialect.tool_definitions(ctx.tools)})
         event_id = event.event_id if isinstance(event.event_id, str) else None
-        if ctx.config.hold_client_creates and (ctx.ledger.unanswered() or ctx.sequencer.busy(ctx.now)):
+        if ctx.config.has_client and (ctx.ledger.unanswered() or ctx.sequencer.busy(ctx.now)):
             if not self.held.has_room(event_id):
                 ctx.limit_reached("response.create events held while a response is active",
                                   f"{MAX_HELD_CREATES} events or {MAX_HELD_CHARS:,} characters", event_id)
