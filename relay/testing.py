@@ -81,7 +81,8 @@ from relay.recording.format import Recording as _Recording
 
 def explore(conversation: _Any, tools: _Any = (), *, budget: int = 2000, seed: int = 0, dialect: str | None = None,
             lines: _Any = None, barge_in: str | None = None, invariants: _Any = None, reset: _Any = None,
-            time_budget: float | None = None, out: _Any = None, delegation: str | None = None) -> _ExploreResult:
+            time_budget: float | None = None, out: _Any = None, delegation: str | None = None,
+            mode: str | None = None) -> _ExploreResult:
     """Run `conversation` (a `Script`, a script file or recording path, or an explorer
     `Conversation`) with `tools` under up to `budget` schedules (relay.offline.explore) and
     return what held and what broke, each finding shrunk and written as a recording:
@@ -92,7 +93,10 @@ def explore(conversation: _Any, tools: _Any = (), *, budget: int = 2000, seed: i
     `dialect`: a `Script`'s (default openai), over a file's own; `delegation`: GPT-Live's mode
     (`responses`, the default, or `client`: the relay's `@delegate` among `tools` answers each
     delegation), over a script file's own, and a recording's own if given (`relay explore
-    --delegation`: one `UnusableInput` line on another dialect, or against a recording's mode).
+    --delegation`: one `UnusableInput` line on another dialect, or against a recording's mode);
+    `mode`: how the relay runs, `proxy` or `sidecar` (the caller talks to the server, the relay
+    attached beside it: the Realtime wires with a sideband), over a file's own (a sidecar's
+    recording is explored as a sidecar).
     A conversation in which the model calls none of `tools` raises
     `relay.offline.explore.NothingToExplore` (an `UnusableInput`): it would hold every invariant
     on nothing."""
@@ -110,6 +114,7 @@ def explore(conversation: _Any, tools: _Any = (), *, budget: int = 2000, seed: i
         conversation = from_file(conversation, registry, dialect=dialect, delegation=delegation)
     elif not isinstance(conversation, Conversation):
         raise TypeError(f"not a conversation to explore: {conversation!r} (a Script, a path or a Conversation)")
+    conversation = conversation.with_mode(mode, conversation.name)
     return _explore(conversation, budget=budget, seed=seed, time_budget=time_budget, invariants=invariants,
                     reset=reset, out=out)
 

@@ -183,15 +183,19 @@ def test_a_script_in_which_no_tool_is_called_is_refused_by_the_public_api() -> N
                        [EXAMPLE_TOOLS], budget=3)
 
 
-def test_a_sidecars_recording_is_said_to_be_explored_through_a_proxy(tmp_path: Path) -> None:
-    """The explorer runs the relay as a proxy: a sidecar's recording (`relay attach --record`) is
-    explored as its conversation through one, and the summary says so."""
+def test_a_sidecars_recording_is_explored_as_a_sidecar_and_the_summary_says_how_the_relay_ran(tmp_path: Path) -> None:
+    """A sidecar's recording (`relay attach --record`) is explored with the relay beside the
+    caller, as it ran; told `proxy`, as its conversation through a proxy; the summary says which."""
     sidecar = anyio.run(lambda: record_session(tmp_path, [get_weather_data], creates=0))
     conversation = from_recording(sidecar, [get_weather_data])
     result = explore(conversation, budget=3, replay_check=False)
     assert (conversation.recorded_as, result.to_json()["recorded_as"]) == ("sidecar", "sidecar")
+    assert result.ok and result.to_json()["mode"] == "sidecar"
+    assert "the relay runs as          a sidecar (the caller talks to the server" in result.report()
+    through = explore(conversation.with_mode("proxy", "its recording"), budget=3, replay_check=False)
+    assert through.to_json()["mode"] == "proxy"
     assert "the relay runs as          a proxy (the recording is of a sidecar: its conversation is explored " \
-           "through a proxy)" in result.report()
+           "through a proxy)" in through.report()
     proxy = explore(from_recording(REPO / "docs" / "examples" / "recordings" / "demo.jsonl",
                                    tool_registry([EXAMPLE_TOOLS])), budget=3, replay_check=False)
     assert proxy.recorded_as == "proxy" and "the relay runs as          a proxy\n" in proxy.report()

@@ -50,6 +50,10 @@ EXPLORE_OPTIONS = (
            help="GPT-Live's delegation mode (--dialect live): responses (a Responses backend calls the tools; the "
                 "default) or client (the relay's @delegate among the tools answers with appends); over a script "
                 "file's own; a recording's is its own"),
+    option("--mode", choices=("proxy", "sidecar"), default=None,
+           help="how the relay runs: proxy (the caller talks through it) or sidecar (the caller talks to the server, "
+                "the relay attached to its session, as relay attach; the Realtime wires with a sideband); default: a "
+                "recording's own, else proxy"),
     option("--invariant", field=None, action="append", default=[], metavar="FILE:FUNCTION",
            help="an invariant of your own (repeatable): a function of the explored session returning what broke or "
                 "None, from a .py file or a module; its `reset` attribute, if any, is called before each schedule"),
@@ -97,6 +101,7 @@ def _explored(args: argparse.Namespace) -> Any:
             args.delegation, DEMO, conversation.dialect)), DEMO)
     else:
         conversation = from_file(args.source, tool_registry(specs), dialect=args.dialect, delegation=args.delegation)
+    conversation = conversation.with_mode(args.mode, args.source)
     if args.history_items is not None:
         conversation = replace(conversation, history_limit=args.history_items or None)
     tty = sys.stderr.isatty()

@@ -200,6 +200,8 @@ class Injector:
                 self.owed.pop(call_id, None)
                 self._going.discard(call_id)
         elif ours is None and not response.out_of_band:
+            if not self.ctx.config.has_client:
+                self._continued_unseen()
             # someone else's response answers the outputs already in (the sequencer drops the
             # follow-ups it takes over by the same rule)
             sequencer = self.ctx.sequencer
@@ -207,6 +209,25 @@ class Injector:
                                if isinstance(owed, CallRecord) or sequencer.is_confirmed(owed.output_item_id)])
         if not response.out_of_band:
             self._link_follow_ups(response.id)
+
+    def _continued_unseen(self) -> None:
+        """A sidecar saw a response begin that it did not ask for. A batch of both its calls and
+        the client's, whose response is done, whose client calls are all answered and whose relay
+        calls still run, has been continued by the client (which asks for its batch itself,
+        unseen): that response was asked for before the relay's outputs were in and cannot speak
+        them, so the relay asks for its own follow-up once they are (`asked_before_outputs`, as a
+        proxy does for a client's create that went up at its hold limit). A response begun while
+        a client call of the batch is still unanswered is not its continuation (the caller
+        spoke): the client's ask, when it comes, is looked at again then."""
+        responses = self.ctx.conversation.responses
+        for entry in self.ctx.ledger.unanswered():
+            response = responses.get(entry.response_id or "")
+            if response is None or not response.done or response.batch_handled or response.asked_before_outputs:
+                continue
+            client_calls = [e for e in map(self.ctx.ledger.by_item, response.output_item_ids)
+                            if e is not None and e.owner is Owner.CLIENT and e.state is not CallState.SKIPPED]
+            if client_calls and all(e.output is not None for e in client_calls):
+                response.asked_before_outputs = True
 
     def _link_follow_ups(self, response_id: str) -> None:
         ledger, sequencer = self.ctx.ledger, self.ctx.sequencer

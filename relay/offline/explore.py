@@ -149,6 +149,7 @@ class ExploreResult:
     stopped: str = "space"                                 # space | budget | time | interrupted
     history_limit: int | None = None                       # the relay's history limit explored under (None: all)
     recorded_as: str | None = None                         # a relay recording's mode (None: script, event log)
+    mode: str = "proxy"                                    # how the relay ran: proxy | sidecar
     not_applicable: dict[str, str] = field(default_factory=dict)   # built-in invariant -> the wire or mode it is for
 
     @property
@@ -165,9 +166,7 @@ class ExploreResult:
                                 "time": "the time budget", "interrupted": "an interrupt (Ctrl-C)"}[self.stopped]),
                 ("history kept", "all" if self.history_limit is None
                  else f"the last {self.history_limit} items, responses and finished calls"),
-                ("the relay runs as", "a proxy" + (f" (the recording is of a {self.recorded_as}: its conversation "
-                                                   "is explored through a proxy)"
-                                                   if self.recorded_as not in (None, "proxy") else "")),
+                ("the relay runs as", self._runs_as()),
                 ("seed", str(self.seed)), ("schedules per second", f"{rate:.0f}"),
                 ("replays checked", f"{self.replayed} (the scripted run and every {REPLAY_EVERY}th replayable schedule)"
                  if self.replayed else "none")]
@@ -183,12 +182,19 @@ class ExploreResult:
             lines += ["", finding.describe()]
         return "\n".join(lines)
 
+    def _runs_as(self) -> str:
+        if self.mode == "sidecar":
+            return "a sidecar (the caller talks to the server; the relay is attached to its session, as relay attach)"
+        if self.recorded_as not in (None, "proxy"):
+            return f"a proxy (the recording is of a {self.recorded_as}: its conversation is explored through a proxy)"
+        return "a proxy"
+
     def to_json(self) -> dict[str, Any]:
         return {"conversation": self.conversation, "seed": self.seed, "tried": self.tried, "distinct": self.distinct,
                 "boundaries": self.boundaries, "covered": self.covered,
                 "grown": self.grown, "grown_covered": self.grown_covered, "seconds": round(self.seconds, 3),
                 "replayed": self.replayed, "history_limit": self.history_limit, "recorded_as": self.recorded_as,
-                "not_applicable": sorted(self.not_applicable),
+                "mode": self.mode, "not_applicable": sorted(self.not_applicable),
                 "stopped": self.stopped, "ok": self.ok, "held": self.held,
                 "findings": [finding.to_json() for finding in self.findings]}
 
@@ -402,6 +408,7 @@ def _explore(conversation: Conversation, *, budget: int, seed: int, time_budget:
         f" --invariant {spec}" for spec in invariant_args)
     result = ExploreResult(conversation.name, seed, held={name: 0 for name in (SETTLES, *DESCRIPTIONS, *own)},
                            history_limit=conversation.history_limit, recorded_as=conversation.recorded_as,
+                           mode=conversation.mode,
                            not_applicable=not_applicable(conversation))
     started = time.perf_counter()
     family = "gemini" if conversation.dialect == "gemini" else "live" if delegates(conversation.dialect) else "openai"

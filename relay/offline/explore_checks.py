@@ -381,7 +381,12 @@ def _client_delegation(conversation: Any) -> bool:
     return _gpt_live(conversation) and conversation.delegation == CLIENT
 
 
+def _proxy(conversation: Any) -> bool:
+    return getattr(conversation, "mode", "proxy") == "proxy"
+
+
 APPLIES: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "client_never_sees_relay_call": ("a proxy", _proxy),
     "cancelled_not_answered": ("Gemini Live", _gemini),
     "one_final_answer": ("Gemini Live", _gemini),
     "delegation_answered_once": ("GPT-Live's client delegation", _client_delegation),

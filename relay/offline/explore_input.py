@@ -2,14 +2,16 @@
 
 - a `Script` of `relay.testing` (its turns; the caller says one line a turn that starts a response);
 - a script file: a JSON object `{"lines": [...], "script": {...}, "dialect": ..., "barge_in": ...,
-  "delegation": ...}` (GPT-Live's mode: `responses`, the default, or `client`)
+  "delegation": ..., "mode": ...}` (GPT-Live's delegation mode: `responses`, the default, or
+  `client`; how the relay runs: `proxy`, the default, or `sidecar`)
   whose `script` is the mock's script (`relay mock --script`: rules, turns, `after_outputs`) and
   `lines` what the caller says, one at a time, each once the session is quiet; a bare mock script
   is read too, its caller saying each rule's `match` in turn;
 - a relay recording: what the caller said (its user turns) and what the model did in each of its
   responses (the words and the calls, in order), played back as the model's turns (with more
   lines of the caller's, if need be, for every turn up to the last with calls to be played:
-  `_lines_for`); a GPT-Live
+  `_lines_for`), with the relay as the recording's relay ran (a sidecar's recording of a wire
+  with a sideband as a sidecar); a GPT-Live
   recording, which has no responses, is read by `relay.offline.explore_delegated_input`, in its own
   delegation mode.
 
@@ -28,6 +30,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from relay.dialects import get_dialect
+from relay.dialects.base import ToolFlow
 from relay.dialects.live import LiveDialect
 from relay.errors import UnusableInput
 from relay.mock import MockScript, Reply, ToolCall
@@ -99,10 +103,14 @@ def _from_script_file(document: dict[str, Any], source: Path, tools: Any, dialec
         raise UnusableInput(f"{source}: `lines` must be a list of strings (what the caller says)")
     chosen = dialect or document.get("dialect") or "openai"
     barge = document.get("barge_in")
-    return Conversation(f"{source.name} ({chosen})", mock, tuple(lines), tools, dialect=str(chosen),
-                        barge_text=barge if isinstance(barge, str) else None,
-                        delegation=checked_delegation(delegation, str(source), str(chosen))
-                        or checked_delegation(document.get("delegation"), str(source), None))
+    mode = document.get("mode")
+    if mode is not None and not isinstance(mode, str):
+        raise UnusableInput(f"{source}: `mode` must be \"proxy\" or \"sidecar\" (how the relay runs)")
+    conversation = Conversation(f"{source.name} ({chosen})", mock, tuple(lines), tools, dialect=str(chosen),
+                                barge_text=barge if isinstance(barge, str) else None,
+                                delegation=checked_delegation(delegation, str(source), str(chosen))
+                                or checked_delegation(document.get("delegation"), str(source), None))
+    return conversation.with_mode(mode, str(source))
 
 
 def with_delegate(conversation: Conversation, source: str) -> Conversation:
@@ -176,8 +184,20 @@ def from_recording(path: str | Path, tools: Any, *, dialect: str | None = None,
     recorded = recording.dialect
     chosen = dialect or (recorded if isinstance(recorded, str) else getattr(recorded, "name", None)) or "openai"
     mock = MockScript(turns=turns, default=Reply(say="Okay."), after_outputs=Reply(say="{joined}"))
-    return Conversation(f"{Path(path).name} ({chosen})", mock, _lines_for(turns, lines), tools,
-                        dialect=chosen, history_limit=limit, recorded_as=recorded_as)
+    conversation = Conversation(f"{Path(path).name} ({chosen})", mock, _lines_for(turns, lines), tools,
+                                dialect=chosen, history_limit=limit, recorded_as=recorded_as)
+    return conversation.with_mode("sidecar", str(path)) if recorded_as == "sidecar" and _has_sidecar(chosen) \
+        else conversation
+
+
+def _has_sidecar(dialect: str) -> bool:
+    """Whether a conversation of `dialect` can be explored with the relay as a sidecar
+    (`Conversation.with_mode`): a Realtime wire whose server takes a second connection to a call."""
+    try:
+        chosen = get_dialect(dialect)
+    except (KeyError, ValueError):
+        return False
+    return chosen.call_sideband and chosen.flow is not ToolFlow.DELEGATIONS
 
 
 def _lines_for(turns: tuple[Reply, ...], lines: list[str]) -> tuple[str, ...]:

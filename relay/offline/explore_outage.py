@@ -64,9 +64,12 @@ class Outage:
         self._lose(frames)   # while away, what the server sends is lost
 
     def _lose(self, frames: list[Any]) -> None:
+        """Frames the server sent the relay while its connection was away: kept for the timeline,
+        and heard by whoever else is on the session (a sidecar's application: `overhear`)."""
         kept = len(self.frames)   # type: ignore[attr-defined]
         for frame in frames:
             if isinstance(frame, (str, bytes)):
+                self.overhear(frame)   # type: ignore[attr-defined]
                 text, data = (frame, None) if isinstance(frame, str) else (None, frame)
                 self._lost.append((kept, Frame(self.now, UPSTREAM_TO_RELAY, None, text, data, 0)))   # type: ignore[attr-defined]
 

@@ -22,15 +22,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator
 
+from relay.dialects import get_dialect
 from relay.dialects import openai_codec as wire
+from relay.dialects.base import ToolFlow
 from relay.dialects.peek import may_be
 from relay.engine import EngineConfig, Outcome, StartHandler
 from relay.engine.calls import CallState
+from relay.errors import UnusableInput
 from relay.mock import MockScript, StreamOptions
 from relay.offline import faults as fault_kinds
 from relay.offline.replaying import json_object as decode
 from relay.offline.harness import SessionOver
-from relay.offline.scripted import Script, ScriptedSession, Turn
+from relay.offline.scripted import MODES, Script, ScriptedSession, Turn, sidecar_config
 from relay.offline.withdrawn_calls import generating, interrupted_in_flight, withdrawn_in_flight
 
 STEP = 0.01
@@ -114,12 +117,34 @@ class Conversation:
     delegation: str | None = None   # GPT-Live's delegation mode (None: Responses delegation)
     history_limit: int | None = None   # the engine's history limit (`--history-items`; None: all)
     recorded_as: str | None = None   # a relay recording's mode (`proxy`, `sidecar`); None: script, event log
+    mode: str = "proxy"   # how the relay runs: `proxy` (the caller talks through it) or `sidecar` (beside it)
 
     def with_dialect(self, dialect: str) -> Conversation:
         return replace(self, dialect=dialect, name=f"{self.name.split(' (')[0]} ({dialect})")
 
+    def with_mode(self, mode: str | None, source: str) -> Conversation:
+        """The conversation explored with the relay as `mode` (None: as it is), if its wire has
+        one: a sidecar needs a server that takes a second connection to a call (`relay attach`),
+        and GPT-Live's explored session runs the relay as a proxy (UnusableInput otherwise)."""
+        if mode is None or mode == self.mode:
+            return self
+        if mode not in MODES:
+            raise UnusableInput(f"{source}: the relay runs as {' or '.join(MODES)}, not {mode!r}")
+        if mode == "sidecar":
+            dialect = get_dialect(self.dialect)
+            if dialect.flow is ToolFlow.DELEGATIONS:
+                raise UnusableInput(f"{source}: GPT-Live is explored with the relay as a proxy (its sideband's "
+                                    "re-attach is explored there: reconnect); --mode sidecar is the Realtime wires'")
+            if not dialect.call_sideband:
+                raise UnusableInput(f"{source}: the {self.dialect} dialect has no sidecar (its server takes no second "
+                                    "connection to a call): explore it as a proxy")
+        return replace(self, mode=mode)
+
     def engine_config(self) -> EngineConfig | None:
-        """The relay's configuration where it is not the harness's own (None): a history limit."""
+        """The relay's configuration where it is not the harness's own (None): a sidecar's, a
+        history limit."""
+        if self.mode == "sidecar":
+            return sidecar_config(strict=False, history_limit=self.history_limit)
         return None if self.history_limit is None else EngineConfig(mode="proxy", history_limit=self.history_limit)
 
 
@@ -156,6 +181,7 @@ class Exploring:
     starts."""
 
     express_lane = False   # every frame through the engine's round: few of a schedule's are audio
+    _app_queue: Any = ()   # what a sidecar's application heard and has not read yet (ScriptedSession)
     _away = False   # the connection is down (explore_outage's `reconnect`): what the server sends is lost
 
     kind = "explored session"
@@ -326,7 +352,7 @@ class Exploring:
         """Something is still to happen: a frame in flight, a handler, a timer, a fault or a
         caller's late answer."""
         return bool(self._paced or self._handlers or self.engine.next_deadline() is not None
-                    or self.faults.pending() or self._answers_out)
+                    or self.faults.pending() or self._answers_out or self._app_queue)
 
     # ---- the caller's own calls -------------------------------------------------------------------
     def _late_caller_receive(self, frame: str | bytes) -> list[str | bytes]:
@@ -352,11 +378,12 @@ class Exploring:
 
     def _answer_late(self, frames: list[str | bytes]) -> None:
         """The caller's held answers go now: through the relay; while its connection is away
-        (`reconnect`: a sidecar's), to the server by the call's own path, as the caller's audio does."""
+        (`reconnect`: a sidecar's), to the server by the call's own path, as the caller's audio does
+        (a sidecar's caller always talks to the server: `ScriptedSession.from_caller`)."""
         self._answers_out -= 1
         if self.closed:
             return
-        if not self._away:
+        if not self._away or self.conversation.mode == "sidecar":
             self.from_caller(frames)
             return
         for frame in frames:

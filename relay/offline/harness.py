@@ -327,7 +327,8 @@ class HarnessSession:
         target = Path(directory) if directory is not None else sessions_dir()
         clock = 0.0   # the frames and notes carry their own times; the end line's is set below
         writer = RecordingWriter(target, session_id=f"{self.kind}-{self.dialect.name}", dialect=self.dialect.name,
-                                 upstream="harness", tools=[spec.name for spec in self.tools], mode="proxy",
+                                 upstream="harness", tools=[spec.name for spec in self.tools],
+                                 mode=self.config.mode.value,
                                  clock=lambda: clock, extra_header=self.engine.recording_header())
         def frames_up_to(end: int) -> None:
             for frame in self.frames[written:end]:
@@ -363,6 +364,11 @@ class HarnessSession:
     def _caller_receive(self, frame: str | bytes) -> list[str | bytes]:
         """A frame the relay sent the caller arrives; what the caller sends back at once."""
         return []
+
+    def overhear(self, frame: str | bytes) -> None:
+        """A frame the upstream sent the relay, lost on its way (its connection away): whoever
+        else is on the server's session hears it all the same (a sidecar's application:
+        relay/offline/scripted.py); here, nobody."""
 
 
 def sessions_dir() -> Path:

@@ -48,6 +48,9 @@ class PeerTransport:
         self._express: Express | None = None
         self._held: list[Frame] | None = None   # frames that arrived while reading was held
         self._ended: asyncio.Future[None] | None = None
+        self.overheard: Callable[[Frame], None] | None = None
+        """Who else is sent each frame the relay reads here, as it reads it (a sidecar's
+        application, on its own connection to the same server session)."""
 
     def read_by(self, deliver: Deliver | None, express: Express | None = None) -> None:
         """Who reads what arrives from now on (`receive`'s two; None: nobody, the session is
@@ -61,6 +64,8 @@ class PeerTransport:
         if self._held is not None:
             self._held.append(frame)
             return
+        if self.overheard is not None:
+            self.overheard(frame)
         deliver, express = self._deliver, self._express
         if deliver is None:
             return

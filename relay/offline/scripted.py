@@ -29,6 +29,14 @@ events; on Gemini, text input), `session.barge_in()` speaks over the assistant, 
 tools (`client_tools`) are declared to the session and answered by it, as a client application
 answers its tools.
 
+`mode="sidecar"` runs the relay as `relay attach` does, beside the call: the caller's application
+talks to the server itself (its own connection to the mock's session), the relay is attached to
+the same session by a second one, and every event the server sends goes to both (an error only
+to whichever sent what it refuses). The application hears the server at the virtual moment the
+server speaks; it answers its own tools' calls and asks for their response itself, unseen by the
+relay, and never answers the relay's (it sees them: a sidecar hides nothing). The relay declares
+its tools to the session (`relay attach --declare-tools`). Gemini Live has no sidecar.
+
 Strict mode (the default) fails at the step where something happens that nobody expected: an
 error from the upstream, a response the script has no turn for, a turn never used (at the end),
 a scripted call to a tool nobody declared, the engine breaking its own rules.
@@ -37,6 +45,7 @@ a scripted call to a tool nobody declared, the engine breaking its own rules.
 from __future__ import annotations
 
 import json
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -46,6 +55,7 @@ import msgspec
 from relay.dialects import gemini_codec as gemini
 from relay.dialects import get_dialect
 from relay.dialects.base import ToolFlow
+from relay.engine import EngineConfig
 from relay.dialects import openai_codec as wire
 from relay.mock import (
     Faults,
@@ -63,7 +73,7 @@ from relay.mock.requests import Emit, Stream, Wake
 from relay.mock.responses import Pause
 from relay.mock.wire import DEFAULT_MODEL, Wire, seed_ids
 from relay.offline.expect import ExpectationFailed
-from relay.offline.harness import HarnessSession
+from relay.offline.harness import CallerFailed, HarnessSession
 from relay.offline.scripted_delegations import START_EPOCH, DelegatingSession, StrictScript
 from relay.offline.replaying import json_object as decode
 from relay.tools import ToolRegistry
@@ -76,8 +86,20 @@ UNSCRIPTED = frozenset({"after_outputs", "rule", "default"})
 _STREAMING = StreamOptions(audio_chunks=1, audio_chunk_bytes=480)   # one 10 ms audio delta a message
 
 
+MODES = ("proxy", "sidecar")
+APP = 0
+"""The mock's connection of the caller's application in a sidecar session (the relay's is 1)."""
+
+
 class ScriptError(ValueError):
     """A script that cannot run as written."""
+
+
+def sidecar_config(*, strict: bool = True, history_limit: int | None = None) -> EngineConfig:
+    """The engine of a relay attached beside the call, as `relay attach --declare-tools` runs it:
+    no client (nothing to hide), its tools declared to the session."""
+    return EngineConfig(mode="sidecar", hide_tool_events=False, declare_tools=True, strict=strict,
+                        history_limit=history_limit)
 
 
 @dataclass(frozen=True)
@@ -136,13 +158,16 @@ class Script:
         """A session of this script against the relay with `tools` (see `ScriptedSession`; on a
         delegating wire, GPT-Live's, `relay.offline.scripted_delegations.DelegatingSession`)."""
         if get_dialect(dialect).flow is ToolFlow.DELEGATIONS:
+            if options.pop("mode", None) not in (None, "proxy"):
+                raise ScriptError("a GPT-Live scripted session runs the relay as a proxy (mode='proxy')")
             return DelegatingSession(self, tools, dialect=dialect, **options)   # type: ignore[return-value]
         return ScriptedSession(self, tools, dialect=dialect, **options)
 
 
 class ScriptedSession(StrictScript, HarnessSession):
-    """One scripted conversation (see the module docstring). Options: `client_tools` (the caller's
-    own tools: functions it declares and answers), `faults` (`relay.testing.faults`), `config` (an
+    """One scripted conversation (see the module docstring). Options: `mode` (`proxy`, the default:
+    the caller talks through the relay; `sidecar`: beside it, the relay attached), `client_tools`
+    (the caller's own tools: functions it declares and answers), `faults` (`relay.testing.faults`), `config` (an
     `EngineConfig`), `strict` (default: the script's), `quirks` (what the provider's server does
     differently, `relay.testing.Quirks`; default: the dialect's provider as documented), and the
     harness's `engine` (an engine factory), `thread_limit` (the real seconds a sync tool may take)
@@ -152,18 +177,40 @@ class ScriptedSession(StrictScript, HarnessSession):
 
     def __init__(self, script: Script, tools: ToolSources = (), *, dialect: str = "openai",
                  client_tools: Iterable[Callable[..., Any]] = (), strict: bool | None = None,
-                 quirks: Quirks | None = None, **options: Any) -> None:
+                 quirks: Quirks | None = None, mode: str | None = None, **options: Any) -> None:
         strict = script.strict if strict is None else strict
+        config = options.get("config")
+        chosen = mode or ("sidecar" if config is not None and not config.has_client else "proxy")
+        if chosen not in MODES:
+            raise ScriptError(f"a scripted session's mode is {' or '.join(MODES)}, not {chosen!r}")
+        if chosen == "sidecar":
+            if not get_dialect(dialect).call_sideband:
+                raise ScriptError(f"the {dialect} dialect has no sidecar: its server takes no second connection "
+                                  "to a call (relay attach)")
+            if config is None:
+                options["config"] = sidecar_config(strict=strict)
+            elif config.has_client:
+                raise ScriptError("mode='sidecar' with a proxy's config: give an EngineConfig(mode='sidecar')")
         super().__init__(tools, dialect=dialect, strict=strict, **options)
         self.script = script
         self.quirks = quirks_of(self.dialect.name) if quirks is None else quirks
         self.client_tools = ToolRegistry(client_tools)
         self._check_names()
         seed_ids(0)   # the mock's ids: the same on every run
+        self.sidecar = chosen == "sidecar"
+        self._app_queue: deque[str | bytes] = deque()   # what the application heard, not yet read (sidecar)
+        self._app_reading = False
+        self._relay_only: set[int] = set()   # frames the server sent the relay alone, by identity
         self.model: _Model = (_GeminiModel if self.gemini else _OpenAIModel)(self)
         self._picks_seen = 0
-        self.from_upstream(self.model.connect())
-        self.from_caller(self._caller_opening())
+        if self.sidecar:
+            self.upstream.overheard = self.overhear   # the application's call is there first; the relay attaches to it
+            self.model.connect_app()
+            self.from_caller(self._caller_opening())
+            self.from_upstream(self.model.connect())
+        else:
+            self.from_upstream(self.model.connect())
+            self.from_caller(self._caller_opening())
         self._run(self.now)
 
     def _check_names(self) -> None:
@@ -208,6 +255,53 @@ class ScriptedSession(StrictScript, HarnessSession):
             self.from_upstream(self.model.barge_in())
 
     # ---- the caller ---------------------------------------------------------------------------
+    def from_caller(self, frames: list[str | bytes]) -> None:
+        """What the caller sends: to the relay (a proxy's), or to the server itself (a sidecar's:
+        what the server answers goes to both, `_OpenAIModel._carry`)."""
+        if not self.sidecar:
+            super().from_caller(frames)
+            return
+        for frame in frames:
+            self._queue_upstream(self.model.receive(frame, APP))
+        self._pump()
+
+    def relay_only(self, frame: str | bytes) -> None:
+        """A sidecar's server sends `frame` to the relay's connection alone (an error of the
+        relay's): the application does not overhear it."""
+        self._relay_only.add(id(frame))   # (the frame is held until the relay reads it: no other takes the id)
+
+    def overhear(self, frame: str | bytes) -> None:
+        """The relay reads (or, while its sideband is away, loses) `frame` from the server: a
+        sidecar's application, on its own connection, is sent it too, at the same moment."""
+        if not self.sidecar:
+            return
+        if self._relay_only and id(frame) in self._relay_only:
+            self._relay_only.discard(id(frame))
+            return
+        self.app_hears(frame)
+
+    def app_hears(self, frame: str | bytes) -> None:
+        """A sidecar's application is sent `frame` by the server: it reads it once what the server
+        is doing now is done (a callback of the loop, at this virtual moment), as a client reads
+        its socket, never in the middle of the server's own step."""
+        self._app_queue.append(frame)
+        if not self._app_reading:
+            self._app_reading = True
+            self.loop.call_soon(self._app_reads)
+
+    def _app_reads(self) -> None:
+        self._app_reading = False
+        queue = self._app_queue
+        while queue and not self.closed:
+            frame = queue.popleft()
+            try:
+                answers = self._caller_receive(frame)
+            except Exception as exc:   # the test's own code: the step fails with it
+                self._problems.append(CallerFailed(f"the caller's own tool raised {type(exc).__name__}: {exc}"))
+                continue
+            if answers:
+                self.from_caller(answers)
+
     def _caller_opening(self) -> list[str | bytes]:
         """What the caller sends first: its tools (OpenAI), its setup (Gemini)."""
         if self.gemini:
@@ -259,7 +353,7 @@ class ScriptedSession(StrictScript, HarnessSession):
 
     # ---- the model -----------------------------------------------------------------------------
     def _upstream_receive(self, frame: str | bytes) -> list[str | bytes]:
-        return self.model.receive(frame)
+        return self.model.receive(frame, self.model.relay_index)
 
     def picked(self, picks: list[str]) -> None:
         """The mock chose replies: in strict mode, one the script has no turn for is a failure."""
@@ -280,11 +374,19 @@ class _Model:
     """The mock model of one session, its events handed back as frames."""
 
     picks: list[str]
+    relay_index = 0
+    """The mock's connection of the relay (a sidecar's application is `APP`, the relay the next)."""
 
     def connect(self) -> list[str | bytes]:
         raise NotImplementedError
 
-    def receive(self, frame: str | bytes) -> list[str | bytes]:
+    def connect_app(self) -> None:
+        """A sidecar's application connects (before the relay): it hears the session's opening."""
+        raise NotImplementedError
+
+    def receive(self, frame: str | bytes, origin: int = 0) -> list[str | bytes]:
+        """`frame` from the connection `origin`: what the server sends the relay back (and, in a
+        sidecar, the application: `ScriptedSession.app_hears`)."""
         raise NotImplementedError
 
     def user(self, text: str) -> list[str | bytes]:
@@ -303,8 +405,8 @@ def _text(event: dict[str, Any]) -> str:
     return msgspec.json.encode(event).decode()
 
 
-def _connection() -> MockConnection:
-    return MockConnection(index=0, path="/v1/realtime", query={"model": DEFAULT_MODEL}, headers={}, auth="bearer")
+def _connection(index: int = 0) -> MockConnection:
+    return MockConnection(index=index, path="/v1/realtime", query={"model": DEFAULT_MODEL}, headers={}, auth="bearer")
 
 
 class _OpenAIModel(_Model):
@@ -318,15 +420,23 @@ class _OpenAIModel(_Model):
         self._endings: dict[str, str] = {}
         self._held: dict[str, Iterator[Any]] = {}
         self._errors = wire.names_of((wire.Error,), session.dialect)   # what `_carry` reads as an error
+        # a sidecar's: the application hears what the server sends it (else None: no application)
+        self.app: Callable[[str | bytes], None] | None = session.app_hears if session.sidecar else None
+        self.relay_index = APP + 1 if session.sidecar else 0
+        self.attached = not session.sidecar   # the relay's connection is open (a sidecar's attaches second)
 
     def connect(self) -> list[str | bytes]:
-        return self._carry(self.mock.connected(_connection()))
+        self.attached = True
+        return self._carry(self.mock.connected(_connection(self.relay_index)))
 
-    def receive(self, frame: str | bytes) -> list[str | bytes]:
+    def connect_app(self) -> None:
+        self._carry(self.mock.connected(_connection(APP)))
+
+    def receive(self, frame: str | bytes, origin: int = 0) -> list[str | bytes]:
         event = decode(frame)
         if event is None:
-            return self._carry(self.mock.invalid_frame("not a JSON object", 0))
-        return self._carry(self.mock.handle(event, 0))
+            return self._carry(self.mock.invalid_frame("not a JSON object", origin))
+        return self._carry(self.mock.handle(event, origin))
 
     def user(self, text: str) -> list[str | bytes]:
         item_id, actions, _ = self.mock.speech_started()
@@ -346,15 +456,29 @@ class _OpenAIModel(_Model):
         return self._step(run, self._held.pop(run.id))
 
     def _carry(self, actions: list[Any]) -> list[str | bytes]:
+        """The frames the mock's actions send the relay (an event to every connection, or to the
+        relay's). In a sidecar the application hears each of them that is every connection's as
+        the relay reads it (`ScriptedSession.overhear`), and is sent its own (an error of its, what
+        the server sent before the relay attached) at once."""
         frames: list[str | bytes] = []
+        app, relay = self.app, self.relay_index
         for action in actions:
-            if isinstance(action, Emit) and action.to in (None, 0):
+            if isinstance(action, Emit):
+                to = action.to
                 event = action.event
+                frame = event if isinstance(event, (str, bytes)) else _text(event)
+                if app is not None and (to == APP or (to is None and not self.attached)):
+                    app(frame)
+                    continue
+                if to is not None and to != relay:
+                    continue
+                if app is not None and to is not None:   # the relay's alone: the application does not hear it
+                    self.session.relay_only(frame)
                 error = (wire.event_of(event, self.session.dialect)
                          if isinstance(event, dict) and event.get("type") in self._errors else None)
                 if isinstance(error, wire.Error):
                     self.session.upstream_error(f"error {json.dumps(error.error)}")
-                frames.append(event if isinstance(event, (str, bytes)) else _text(event))
+                frames.append(frame)
             elif isinstance(action, Stream):
                 self._endings[action.run.id] = self._ending()
                 frames += self._step(action.run, action.run.steps())
@@ -408,7 +532,7 @@ class _GeminiModel(_Model):
     def connect(self) -> list[str | bytes]:
         return self._carry(self.mock.connected(_connection()))
 
-    def receive(self, frame: str | bytes) -> list[str | bytes]:
+    def receive(self, frame: str | bytes, origin: int = 0) -> list[str | bytes]:
         event = decode(frame)
         before = len(self.picks)
         if event is None:
