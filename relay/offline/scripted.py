@@ -166,12 +166,13 @@ class Script:
 
 class ScriptedSession(StrictScript, HarnessSession):
     """One scripted conversation (see the module docstring). Options: `mode` (`proxy`, the default:
-    the caller talks through the relay; `sidecar`: beside it, the relay attached), `client_tools`
-    (the caller's own tools: functions it declares and answers), `faults` (`relay.testing.faults`), `config` (an
-    `EngineConfig`), `strict` (default: the script's), `quirks` (what the provider's server does
-    differently, `relay.testing.Quirks`; default: the dialect's provider as documented), and the
-    harness's `engine` (an engine factory), `thread_limit` (the real seconds a sync tool may take)
-    and `name`."""
+    the caller talks through the relay; `sidecar`: the caller talks to the server, the relay
+    attached beside it; a `config` of `EngineConfig(mode="sidecar")` says so too), `client_tools`
+    (the caller's own tools: functions it declares and answers), `faults` (`relay.testing.faults`),
+    `config` (an `EngineConfig`), `strict` (default: the script's), `quirks` (what the provider's
+    server does differently, `relay.testing.Quirks`; default: the dialect's provider as
+    documented), and the harness's `engine` (an engine factory), `thread_limit` (the real seconds
+    a sync tool may take) and `name`."""
 
     kind = "scripted session"
 
@@ -204,7 +205,8 @@ class ScriptedSession(StrictScript, HarnessSession):
         self.model: _Model = (_GeminiModel if self.gemini else _OpenAIModel)(self)
         self._picks_seen = 0
         if self.sidecar:
-            self.upstream.overheard = self.overhear   # the application's call is there first; the relay attaches to it
+            # the application's call is there first; the relay attaches to it
+            self.upstream.overheard = self.overhear
             self.model.connect_app()
             self.from_caller(self._caller_opening())
             self.from_upstream(self.model.connect())
@@ -257,7 +259,8 @@ class ScriptedSession(StrictScript, HarnessSession):
     # ---- the caller ---------------------------------------------------------------------------
     def from_caller(self, frames: list[str | bytes]) -> None:
         """What the caller sends: to the relay (a proxy's), or to the server itself (a sidecar's:
-        what the server answers goes to both, `_OpenAIModel._carry`)."""
+        what the server sends back reaches the relay, and the application as the relay reads it,
+        `overhear`)."""
         if not self.sidecar:
             super().from_caller(frames)
             return
