@@ -95,7 +95,7 @@ def explore(conversation: _Any, tools: _Any = (), *, budget: int = 2000, seed: i
     delegation), over a script file's own, and a recording's own if given (`relay explore
     --delegation`: one `UnusableInput` line on another dialect, or against a recording's mode);
     `mode`: how the relay runs, `proxy` or `sidecar` (the caller talks to the server, the relay
-    attached beside it: the Realtime wires with a sideband), over a file's own (a sidecar's
+    attached beside it: the wires with a sideband), over a file's own (a sidecar's
     recording is explored as a sidecar).
     A conversation in which the model calls none of `tools` raises
     `relay.offline.explore.NothingToExplore` (an `UnusableInput`): it would hold every invariant

@@ -3,22 +3,33 @@ caller's application talks to the server itself and the relay is attached to the
 as `relay attach` runs it (relay/offline/scripted.py: the application hears every event the
 relay reads, answers its own tools' calls and asks for their response, unseen by the relay).
 
-What it found in the relay: a batch of both the relay's calls and the application's, which the
-application continued (its own calls answered, its `response.create` sent) while a relay call
-still ran, was never spoken of once the relay's output was in: that response was asked for
-before the output, and the relay left the batch's follow-up to the application, as a proxy
-does only when the client's ask comes after its outputs (relay/engine/injection.py,
-`_continued_unseen`). Each test of it fails with the fix undone."""
+What it found in the relay, on both families, in a batch of both the relay's calls and the
+application's, which the application answered and asked for (its `response.create`) while a relay
+call still ran: the relay's output was never spoken of.
+
+- Realtime: the server began the application's response without the relay's output, and the
+  relay left the batch's follow-up to the application, as a proxy does only when the client's
+  ask comes after its outputs (relay/engine/injection.py, `_continued_unseen`).
+- GPT-Live: the server refused the application's create as a partial batch (and told only the
+  application), and the relay, which sees none of the application's outputs, waited for a create
+  of the application's that never came (relay/engine/client_asks.py, `_sidecar_continues`: the
+  relay asks once its own outputs are in; the server refuses that as partial, told to the relay,
+  while only the application's outputs are missing, and the application's create then continues
+  the batch).
+
+Each test of them fails with its fix undone."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from relay.cli import main
+from relay.engine.client_asks import ClientAsks
 from relay.engine.injection import Injector
 from relay.offline.explore import explore
 from relay.offline.explore_input import from_file
@@ -28,7 +39,7 @@ from relay.recording.reader import load_recording
 from relay.testing import ExpectationFailed, Script, Turn, call, check_invariants
 from relay.tools import tool
 from relay.tools.sources import tool_registry
-from tests.test_explore_client_late import mixed
+from tests.test_explore_client_late import client_first, mixed
 
 
 @tool(timeout=5)
@@ -140,7 +151,6 @@ def test_a_sidecars_recording_is_explored_as_a_sidecar_unless_told(tmp_path: Pat
 @pytest.mark.parametrize(("args", "said"), [
     (["demo", "--dialect", "gemini", "--mode", "sidecar"], "gemini dialect has no sidecar"),
     (["demo", "--dialect", "voicelive", "--mode", "sidecar"], "voicelive dialect has no sidecar"),
-    (["demo", "--dialect", "live", "--mode", "sidecar"], "GPT-Live is explored with the relay as a proxy"),
 ])
 def test_a_sidecar_on_a_wire_without_one_is_refused_in_one_line(args: list[str], said: str,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
@@ -156,3 +166,43 @@ def test_a_script_files_mode_that_is_not_one_is_refused_in_one_line(tmp_path: Pa
     assert main(["explore", str(script), "--budget", "1"]) == 2
     assert "the relay runs as proxy or sidecar, not 'beside'" in capsys.readouterr().err
 
+
+
+# ---- GPT-Live ---------------------------------------------------------------------------------
+BOTH_LIVE = Script(Turn(say="Let me check.", calls=[call("get_weather", city="Paris"), call("local_time", zone="CET")]),
+                   Turn(say="It is noon, and sunny."))   # one continuation: GPT-Live refuses a partial batch
+
+
+def test_a_gpt_live_sidecar_asks_for_a_batch_the_application_asked_for_too_early() -> None:
+    with BOTH_LIVE.start([get_weather], dialect="live", mode="sidecar", client_tools=[local_time]) as session:
+        session.user("What's the weather and the time in Paris?")
+        session.advance(8)
+    assert session.engine.config.mode == "sidecar"
+    relay = [f for f in session.frames if f.direction.startswith("relay")]
+    assert any('"response.create"' in (f.raw or "") for f in relay)   # the relay asked, once its output was in
+    session.check_invariants()   # spoke_after_tools: the batch's response came
+
+
+def test_with_the_gpt_live_fix_undone_the_batch_is_never_continued(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ClientAsks, "_sidecar_continues", lambda self, batch: False)
+    with pytest.raises(ExpectationFailed, match="turn"):
+        with BOTH_LIVE.start([get_weather], dialect="live", mode="sidecar", client_tools=[local_time]) as session:
+            session.user("What's the weather and the time in Paris?")
+            session.advance(8)
+
+
+@pytest.mark.parametrize("conversation", [mixed, client_first])
+def test_the_explorer_runs_a_gpt_live_sidecar_and_every_invariant_holds(conversation: Any) -> None:
+    result = explore(conversation("live").with_mode("sidecar", "stock"), budget=50, seed=48)
+    assert result.ok, result.report()
+    assert result.mode == "sidecar" and not any(p == "reseed" for p in result.held)
+
+
+def test_the_explorer_finds_the_gpt_live_batch_left_unspoken_with_the_fix_undone(monkeypatch: pytest.MonkeyPatch,
+                                                                                tmp_path: Path) -> None:
+    monkeypatch.setattr(ClientAsks, "_sidecar_continues", lambda self, batch: False)
+    result = explore(mixed("live").with_mode("sidecar", "stock"), budget=60, seed=48, out=tmp_path,
+                     replay_check=False)
+    finding = next(f for f in result.findings if f.invariant == "spoke_after_tools")
+    assert 1 <= len(finding.schedule) <= 3 and finding.recording is not None
+    assert load_recording(finding.recording).header["mode"] == "sidecar"

@@ -204,15 +204,20 @@ class ResponsesDelegation(SessionEngine):
         event = batch.held_create if mixed else live.ResponseCreate(event_id=self.ctx.new_event_id())
         batch.held_create = None
         assert event is not None
+        self._create_for(batch, event, by_client=mixed)
+
+    def _create_for(self, batch: Batch, event: live.ResponseCreate, *, by_client: bool) -> None:
+        """`event` goes up, continuing `batch` and the batches of the relay's calls whole by now
+        (`by_client`: the client's create for a batch of both, its follow-up the client's)."""
         joining = [other for other in self._joining() if other is not batch]
         for continued in (batch, *joining):
             continued.continued = True
             self._create_of[continued.key] = event.event_id
-            if not (continued is batch and mixed):
+            if not (continued is batch and by_client):
                 self._follow_up_owed(continued, event)
         self._command([event])
         for continued in (batch, *joining):
-            self._told_continued(continued, event.event_id, "client" if continued is batch and mixed else "relay")
+            self._told_continued(continued, event.event_id, "client" if continued is batch and by_client else "relay")
 
     def _joining(self) -> list[Batch]:
         """The batches of the relay's calls only that a create now continues: whole, not continued."""

@@ -278,6 +278,8 @@ class ClientAsks(ResponsesDelegation):
         return [*own, *(wait for wait in waits if wait is not None)]
 
     def _continue(self, batch: Batch) -> None:
+        if not self.config.has_client and self._sidecar_continues(batch):
+            return
         if not self.batches.due(batch):
             return   # (after every round, for every batch: the cheap test first)
         if not self.batches.has_client_calls(batch):
@@ -336,6 +338,29 @@ class ClientAsks(ResponsesDelegation):
             self._create_of[joined.key] = None
             self._delivered([entry for entry in self.batches.relay_calls(joined) if entry.state is CallState.ANSWERED])
             self._told_continued(joined, None, "client")
+
+    def _sidecar_continues(self, batch: Batch) -> bool:
+        """A sidecar, a batch of both its calls and the client's: the client's outputs never reach
+        a sideband (the server acknowledges none), so the batch never looks whole to the relay,
+        and the client, which cannot see the relay's outputs, may have asked before they were in
+        (the server refuses a partial batch, and tells only the client). Once its response
+        completed and the relay's calls are answered, the relay asks for the continuation itself,
+        once: the client's outputs in, it continues the batch; not yet, the server refuses it as
+        partial, and the client's own create, sent with its outputs, continues the batch (the
+        relay sees that response begin: `_sidecar_continued`). Whether the batch is the
+        sidecar's to decide (else the base's rules decide it)."""
+        batches = self.batches
+        if not (batches.has_client_calls(batch) and batches.has_relay_calls(batch)):
+            return False
+        if batch.continued or batch.failed or not batch.completed or batch.key in self._create_of:
+            return True
+        if any(entry.state not in _SETTLED for entry in batches.relay_calls(batch)):
+            return True   # the relay's outputs first
+        if self._creates_up.wait_ends(self.ctx.now, CREATE_WAIT) is not None or batches.others_under_way(
+                batch, self._begun):
+            return True   # (looked at again after each round)
+        self._create_for(batch, live.ResponseCreate(event_id=self.ctx.new_event_id()), by_client=False)
+        return True
 
     def _send_continuing(self, event: live.ResponseCreate) -> None:
         """The client's create, sent by the relay as it came (an event id of the relay's if it had

@@ -247,7 +247,9 @@ def interrupted_not_spoken(session: ExploredSession) -> str | None:
 def appends_placed(session: ExploredSession) -> str | None:
     """GPT-Live: every append the relay sent is placed on the session's timeline (acknowledged),
     or failed because the session ended first (`context_injection_incomplete`, or the connection
-    dropped, its session carried on in a new one or not); the server refuses none."""
+    dropped, its session carried on in a new one or not); the server refuses none (but a
+    sidecar's create refused as a partial batch for the application's own outputs, which no
+    sideband sees: `DelegatingSession.refused_for_app`)."""
     appends = delegation_appends(session, every=True, timeline=session.timeline)
     if appends is None:
         return None
@@ -260,7 +262,8 @@ def appends_placed(session: ExploredSession) -> str | None:
             return f"the server refused the relay's append {event_id} ({code})"
         if event_id.startswith(CLIENT_ID_PREFIX):
             continue   # a create of the client's the relay forwarded, with an id of the relay's giving
-        excused = _stranded_creates(session, after=0.0) | _crossed_creates(session) if excused is None else excused
+        excused = (_stranded_creates(session, after=0.0) | _crossed_creates(session)
+                   | getattr(session, "refused_for_app", set())) if excused is None else excused
         if event_id not in excused:   # a command of the relay's (its `response.create`)
             return f"the server refused the relay's {event_id} ({code})"
     if session.closed:

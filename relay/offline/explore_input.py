@@ -31,7 +31,6 @@ from typing import Any
 from pydantic import ValidationError
 
 from relay.dialects import get_dialect
-from relay.dialects.base import ToolFlow
 from relay.dialects.live import LiveDialect
 from relay.errors import UnusableInput
 from relay.mock import MockScript, Reply, ToolCall
@@ -149,8 +148,10 @@ def from_recording(path: str | Path, tools: Any, *, dialect: str | None = None,
     header = recording.header or {}   # a plain event log has none: not the relay's recording
     recorded_as = str(header.get("mode") or "proxy") if recording.kind == "relay" else None
     if isinstance(recording.dialect, LiveDialect):
-        return replace(from_live_recording(recording, tools, dialect=dialect, delegation=delegation),
+        live = replace(from_live_recording(recording, tools, dialect=dialect, delegation=delegation),
                        history_limit=limit, recorded_as=recorded_as)
+        return live.with_mode("sidecar", str(path)) if recorded_as == "sidecar" and _has_sidecar(live.dialect) \
+            else live
     if delegation is not None:
         raise UnusableInput(f"{path}: a delegation mode is GPT-Live's, and this recording is of "
                             f"{recording.dialect.name}")
@@ -192,12 +193,11 @@ def from_recording(path: str | Path, tools: Any, *, dialect: str | None = None,
 
 def _has_sidecar(dialect: str) -> bool:
     """Whether a conversation of `dialect` can be explored with the relay as a sidecar
-    (`Conversation.with_mode`): a Realtime wire whose server takes a second connection to a call."""
+    (`Conversation.with_mode`): a wire whose server takes a second connection to a call."""
     try:
-        chosen = get_dialect(dialect)
-    except (KeyError, ValueError):
+        return get_dialect(dialect).call_sideband
+    except ValueError:   # (an unknown dialect: refused where it is chosen)
         return False
-    return chosen.call_sideband and chosen.flow is not ToolFlow.DELEGATIONS
 
 
 def _lines_for(turns: tuple[Reply, ...], lines: list[str]) -> tuple[str, ...]:

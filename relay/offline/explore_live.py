@@ -108,13 +108,15 @@ def client_delegation(conversation: Conversation) -> bool:
 
 def space(conversation: Conversation, observed: Observed) -> list[Perturbation]:
     """GPT-Live's own perturbations that the conversation's shape allows: each of
-    `SESSION_KINDS` on each call whose handler ran in the run as scripted; in client delegation
+    `SESSION_KINDS` on each call whose handler ran in the run as scripted (a proxy's `reseed`
+    too, not a sidecar's: the caller's session is its own); in client delegation
     also the late barge-in, `expired` and `drop` between the appends and their acknowledgement,
     and the delegate under each `Interruption` it was not written with."""
     found = [Perturbation(kind, number) for number in range(1, len(observed.calls) + 1)
              if (number, "running") in observed.anchors for kind in SESSION_KINDS]
-    found += [Perturbation("reseed", number, "answered") for number in range(1, len(observed.calls) + 1)
-              if (number, "answered") in observed.anchors]
+    if conversation.mode != "sidecar":   # (`relay serve --live-reseed`: a proxy's)
+        found += [Perturbation("reseed", number, "answered") for number in range(1, len(observed.calls) + 1)
+                  if (number, "answered") in observed.anchors]
     found += [replace(p, step=how) for p in found if p.kind == "reseed" for how in (OPENING, FAILS)]
     found += [Perturbation(REATTACH, number, anchor, attempt) for number in range(1, len(observed.calls) + 1)
               for anchor in ANCHORS if (number, anchor) in observed.anchors for attempt in RECONNECT_ATTEMPTS]
@@ -196,7 +198,7 @@ class ExploredLiveSession(Outage, Exploring, DelegatingSession):
         call's own media path, and what the server sends meanwhile is lost."""
         start = self.now
         while not self.closed and self.pending() and self.now - start < limit:
-            if self._away:
+            if self._away and not self.sidecar:   # (a sidecar's caller always talks to the server)
                 self._queue_upstream(self._upstream_receive(_SILENCE))
             else:
                 self.from_caller([_SILENCE])

@@ -24,7 +24,6 @@ from typing import Any, Callable, Iterator
 
 from relay.dialects import get_dialect
 from relay.dialects import openai_codec as wire
-from relay.dialects.base import ToolFlow
 from relay.dialects.peek import may_be
 from relay.engine import EngineConfig, Outcome, StartHandler
 from relay.engine.calls import CallState
@@ -33,7 +32,8 @@ from relay.mock import MockScript, StreamOptions
 from relay.offline import faults as fault_kinds
 from relay.offline.replaying import json_object as decode
 from relay.offline.harness import SessionOver
-from relay.offline.scripted import MODES, Script, ScriptedSession, Turn, sidecar_config
+from relay.offline.scripted import Script, ScriptedSession, Turn
+from relay.offline.sidecar_app import MODES, sidecar_config
 from relay.offline.withdrawn_calls import generating, interrupted_in_flight, withdrawn_in_flight
 
 STEP = 0.01
@@ -124,17 +124,14 @@ class Conversation:
 
     def with_mode(self, mode: str | None, source: str) -> Conversation:
         """The conversation explored with the relay as `mode` (None: as it is), if its wire has
-        one: a sidecar needs a server that takes a second connection to a call (`relay attach`),
-        and GPT-Live's explored session runs the relay as a proxy (UnusableInput otherwise)."""
+        one: a sidecar needs a server that takes a second connection to a call (`relay attach`;
+        UnusableInput otherwise)."""
         if mode is None or mode == self.mode:
             return self
         if mode not in MODES:
             raise UnusableInput(f"{source}: the relay runs as {' or '.join(MODES)}, not {mode!r}")
         if mode == "sidecar":
             dialect = get_dialect(self.dialect)
-            if dialect.flow is ToolFlow.DELEGATIONS:
-                raise UnusableInput(f"{source}: GPT-Live is explored with the relay as a proxy (its sideband's "
-                                    "re-attach is explored there: reconnect); --mode sidecar is the Realtime wires'")
             if not dialect.call_sideband:
                 raise UnusableInput(f"{source}: the {self.dialect} dialect has no sidecar (its server takes no second "
                                     "connection to a call): explore it as a proxy")

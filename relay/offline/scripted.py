@@ -35,7 +35,8 @@ the same session by a second one, and every event the server sends goes to both 
 to whichever sent what it refuses). The application hears the server at the virtual moment the
 server speaks; it answers its own tools' calls and asks for their response itself, unseen by the
 relay, and never answers the relay's (it sees them: a sidecar hides nothing). The relay declares
-its tools to the session (`relay attach --declare-tools`). Gemini Live has no sidecar.
+its tools to the session (`relay attach --declare-tools`). Gemini Live and Voice Live have no
+sidecar; GPT-Live's is `relay.offline.scripted_delegations`'s.
 
 Strict mode (the default) fails at the step where something happens that nobody expected: an
 error from the upstream, a response the script has no turn for, a turn never used (at the end),
@@ -45,7 +46,6 @@ a scripted call to a tool nobody declared, the engine breaking its own rules.
 from __future__ import annotations
 
 import json
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -55,7 +55,6 @@ import msgspec
 from relay.dialects import gemini_codec as gemini
 from relay.dialects import get_dialect
 from relay.dialects.base import ToolFlow
-from relay.engine import EngineConfig
 from relay.dialects import openai_codec as wire
 from relay.mock import (
     Faults,
@@ -73,8 +72,9 @@ from relay.mock.requests import Emit, Stream, Wake
 from relay.mock.responses import Pause
 from relay.mock.wire import DEFAULT_MODEL, Wire, seed_ids
 from relay.offline.expect import ExpectationFailed
-from relay.offline.harness import CallerFailed, HarnessSession
+from relay.offline.harness import HarnessSession
 from relay.offline.scripted_delegations import START_EPOCH, DelegatingSession, StrictScript
+from relay.offline.sidecar_app import APP, SidecarApp, chosen_mode
 from relay.offline.replaying import json_object as decode
 from relay.tools import ToolRegistry
 from relay.tools.sources import ToolSources
@@ -86,20 +86,8 @@ UNSCRIPTED = frozenset({"after_outputs", "rule", "default"})
 _STREAMING = StreamOptions(audio_chunks=1, audio_chunk_bytes=480)   # one 10 ms audio delta a message
 
 
-MODES = ("proxy", "sidecar")
-APP = 0
-"""The mock's connection of the caller's application in a sidecar session (the relay's is 1)."""
-
-
 class ScriptError(ValueError):
     """A script that cannot run as written."""
-
-
-def sidecar_config(*, strict: bool = True, history_limit: int | None = None) -> EngineConfig:
-    """The engine of a relay attached beside the call, as `relay attach --declare-tools` runs it:
-    no client (nothing to hide), its tools declared to the session."""
-    return EngineConfig(mode="sidecar", hide_tool_events=False, declare_tools=True, strict=strict,
-                        history_limit=history_limit)
 
 
 @dataclass(frozen=True)
@@ -158,13 +146,11 @@ class Script:
         """A session of this script against the relay with `tools` (see `ScriptedSession`; on a
         delegating wire, GPT-Live's, `relay.offline.scripted_delegations.DelegatingSession`)."""
         if get_dialect(dialect).flow is ToolFlow.DELEGATIONS:
-            if options.pop("mode", None) not in (None, "proxy"):
-                raise ScriptError("a GPT-Live scripted session runs the relay as a proxy (mode='proxy')")
             return DelegatingSession(self, tools, dialect=dialect, **options)   # type: ignore[return-value]
         return ScriptedSession(self, tools, dialect=dialect, **options)
 
 
-class ScriptedSession(StrictScript, HarnessSession):
+class ScriptedSession(SidecarApp, StrictScript, HarnessSession):
     """One scripted conversation (see the module docstring). Options: `mode` (`proxy`, the default:
     the caller talks through the relay; `sidecar`: the caller talks to the server, the relay
     attached beside it; a `config` of `EngineConfig(mode="sidecar")` says so too), `client_tools`
@@ -180,33 +166,18 @@ class ScriptedSession(StrictScript, HarnessSession):
                  client_tools: Iterable[Callable[..., Any]] = (), strict: bool | None = None,
                  quirks: Quirks | None = None, mode: str | None = None, **options: Any) -> None:
         strict = script.strict if strict is None else strict
-        config = options.get("config")
-        chosen = mode or ("sidecar" if config is not None and not config.has_client else "proxy")
-        if chosen not in MODES:
-            raise ScriptError(f"a scripted session's mode is {' or '.join(MODES)}, not {chosen!r}")
-        if chosen == "sidecar":
-            if not get_dialect(dialect).call_sideband:
-                raise ScriptError(f"the {dialect} dialect has no sidecar: its server takes no second connection "
-                                  "to a call (relay attach)")
-            if config is None:
-                options["config"] = sidecar_config(strict=strict)
-            elif config.has_client:
-                raise ScriptError("mode='sidecar' with a proxy's config: give an EngineConfig(mode='sidecar')")
+        sidecar = chosen_mode(mode, options, dialect, strict, ScriptError)
         super().__init__(tools, dialect=dialect, strict=strict, **options)
         self.script = script
         self.quirks = quirks_of(self.dialect.name) if quirks is None else quirks
         self.client_tools = ToolRegistry(client_tools)
         self._check_names()
         seed_ids(0)   # the mock's ids: the same on every run
-        self.sidecar = chosen == "sidecar"
-        self._app_queue: deque[str | bytes] = deque()   # what the application heard, not yet read (sidecar)
-        self._app_reading = False
-        self._relay_only: set[int] = set()   # frames the server sent the relay alone, by identity
+        if sidecar:
+            self._beside()
         self.model: _Model = (_GeminiModel if self.gemini else _OpenAIModel)(self)
         self._picks_seen = 0
-        if self.sidecar:
-            # the application's call is there first; the relay attaches to it
-            self.upstream.overheard = self.overhear
+        if sidecar:   # the application's call is there first; the relay attaches to it
             self.model.connect_app()
             self.from_caller(self._caller_opening())
             self.from_upstream(self.model.connect())
@@ -257,53 +228,8 @@ class ScriptedSession(StrictScript, HarnessSession):
             self.from_upstream(self.model.barge_in())
 
     # ---- the caller ---------------------------------------------------------------------------
-    def from_caller(self, frames: list[str | bytes]) -> None:
-        """What the caller sends: to the relay (a proxy's), or to the server itself (a sidecar's:
-        what the server sends back reaches the relay, and the application as the relay reads it,
-        `overhear`)."""
-        if not self.sidecar:
-            super().from_caller(frames)
-            return
-        for frame in frames:
-            self._queue_upstream(self.model.receive(frame, APP))
-        self._pump()
-
-    def relay_only(self, frame: str | bytes) -> None:
-        """A sidecar's server sends `frame` to the relay's connection alone (an error of the
-        relay's): the application does not overhear it."""
-        self._relay_only.add(id(frame))   # (the frame is held until the relay reads it: no other takes the id)
-
-    def overhear(self, frame: str | bytes) -> None:
-        """The relay reads (or, while its sideband is away, loses) `frame` from the server: a
-        sidecar's application, on its own connection, is sent it too, at the same moment."""
-        if not self.sidecar:
-            return
-        if self._relay_only and id(frame) in self._relay_only:
-            self._relay_only.discard(id(frame))
-            return
-        self.app_hears(frame)
-
-    def app_hears(self, frame: str | bytes) -> None:
-        """A sidecar's application is sent `frame` by the server: it reads it once what the server
-        is doing now is done (a callback of the loop, at this virtual moment), as a client reads
-        its socket, never in the middle of the server's own step."""
-        self._app_queue.append(frame)
-        if not self._app_reading:
-            self._app_reading = True
-            self.loop.call_soon(self._app_reads)
-
-    def _app_reads(self) -> None:
-        self._app_reading = False
-        queue = self._app_queue
-        while queue and not self.closed:
-            frame = queue.popleft()
-            try:
-                answers = self._caller_receive(frame)
-            except Exception as exc:   # the test's own code: the step fails with it
-                self._problems.append(CallerFailed(f"the caller's own tool raised {type(exc).__name__}: {exc}"))
-                continue
-            if answers:
-                self.from_caller(answers)
+    def _app_sends(self, frame: str | bytes) -> list[str | bytes]:
+        return self.model.receive(frame, APP)
 
     def _caller_opening(self) -> list[str | bytes]:
         """What the caller sends first: its tools (OpenAI), its setup (Gemini)."""

@@ -21,6 +21,12 @@ A turn's `calls` are what the model delegates, in the session's delegation mode 
 - `client`: one client delegation (`session.delegation.created`, no tool, no arguments), which the
   relay's delegate (`relay.tools.delegate`, among the tools) answers with appends.
 
+`mode="sidecar"` runs the relay attached to the session's sideband, as `relay attach` does, beside
+the caller's application on its own connection (relay/offline/sidecar_app.py): the application
+sends the `session.start` and the audio, answers its own tools and asks for their response; the
+relay declares its tools on the sideband, reads the server's events there (the caller's audio
+reflected, the model's track with its timing) and answers its own.
+
 GPT-Live's timeline advances with the input audio only: the scripted caller sends 100 ms of
 silence for every 100 ms of virtual time `advance` lets pass, so the model speaks, and appends are
 placed and acknowledged, as time goes. A turn's `ends` other than `done` has no GPT-Live meaning
@@ -44,6 +50,7 @@ from relay.mock.requests import Emit
 from relay.mock.wire import seed_ids
 from relay.offline.expect import failure
 from relay.offline.harness import HarnessSession
+from relay.offline.sidecar_app import APP, RELAY, SidecarApp, chosen_mode
 from relay.tools import ToolRegistry
 from relay.tools.sources import ToolSources
 
@@ -101,17 +108,17 @@ class StrictScript:
                           "was never used: the relay did not ask the model for that response", None)
 
 
-class DelegatingSession(StrictScript, HarnessSession):
+class DelegatingSession(SidecarApp, StrictScript, HarnessSession):
     """One scripted GPT-Live conversation (see the module docstring). `script` is a
     `relay.offline.scripted.Script`; options as `ScriptedSession`'s: `delegation` (`responses` or
-    `client`), `client_tools` (the caller's own, in Responses delegation), `strict`, and the
-    harness's `config`, `engine`, `faults`, `thread_limit`, `name`."""
+    `client`), `mode` (`proxy` or `sidecar`), `client_tools` (the caller's own, in Responses
+    delegation), `strict`, and the harness's `config`, `engine`, `faults`, `thread_limit`, `name`."""
 
     kind = "scripted session"
 
     def __init__(self, script: Any, tools: ToolSources = (), *, dialect: str = "live", delegation: str = RESPONSES,
                  client_tools: Iterable[Callable[..., Any]] = (), strict: bool | None = None,
-                 **options: Any) -> None:
+                 mode: str | None = None, **options: Any) -> None:
         if delegation not in DELEGATIONS:
             raise ValueError(f"delegation is one of {', '.join(DELEGATIONS)}, not {delegation!r}")
         for number, turn in enumerate(script.turns, start=1):
@@ -119,16 +126,28 @@ class DelegatingSession(StrictScript, HarnessSession):
                 raise ValueError(f"turn {number} ends {turn.ends!r}, which GPT-Live has no way to play: "
                                  "its model cancels nothing")
         strict = script.strict if strict is None else strict
+        sidecar = chosen_mode(mode, options, dialect, strict)
         super().__init__(tools, dialect=dialect, strict=strict, **options)
         self.script = script
         self.delegation = delegation
         self.client_tools = ToolRegistry(client_tools)
         self._owed: list[dict[str, Any]] = []     # the caller's calls of the batch in progress
+        self.refused_for_app: set[str] = set()   # the relay's creates refused for the application's outputs
         seed_ids(0)   # the mock's ids: the same on every run
         self.mock = LiveMockSession(script.mock_script(), Faults(), wall=lambda: START_EPOCH + self.now)
-        self.from_upstream(self._carry(self.mock.connected(
-            MockConnection(index=0, path=wire.LIVE_PATH, query={}, headers={}, auth="bearer"))))
-        self.from_caller([self._session_start()])
+        self._relay = RELAY if sidecar else 0   # the relay's connection to the mock
+        self._attached = not sidecar   # (a sidecar's attaches once the application's session started)
+        primary = MockConnection(index=0, path=wire.LIVE_PATH, query={}, headers={}, auth="bearer")
+        if not sidecar:
+            self.from_upstream(self._carry(self.mock.connected(primary)))
+            self.from_caller([self._session_start()])
+        else:
+            self._beside()
+            self._carry(self.mock.connected(primary))
+            self.from_caller([self._session_start()])
+            self._attached = True
+            self.from_upstream(self._carry(self.mock.connected(MockConnection(
+                index=RELAY, path=f"{wire.LIVE_PATH}/{self.mock.id}/attach", query={}, headers={}, auth="bearer"))))
         self._run(self.now)
 
     def _session_start(self) -> str:
@@ -163,11 +182,18 @@ class DelegatingSession(StrictScript, HarnessSession):
 
     # ---- the peers ----------------------------------------------------------------------------
     def _upstream_receive(self, frame: str | bytes) -> list[str | bytes]:
+        return self._from(frame, self._relay)
+
+    def _app_sends(self, frame: str | bytes) -> list[str | bytes]:
+        return self._from(frame, APP)
+
+    def _from(self, frame: str | bytes, origin: int) -> list[str | bytes]:
+        """The server reads `frame` from the connection `origin`: what it sends the relay back."""
         try:
             data = _read(frame)
         except ValueError:
-            return self._carry(self.mock.invalid_frame("not JSON", 0))
-        return self._carry(self.mock.handle(data, 0))
+            return self._carry(self.mock.invalid_frame("not JSON", origin))
+        return self._carry(self.mock.handle(data, origin))
 
     def _caller_receive(self, frame: str | bytes) -> list[str | bytes]:
         """The caller answers its own tools' calls (Responses delegation), as a client application
@@ -197,18 +223,47 @@ class DelegatingSession(StrictScript, HarnessSession):
         self._owed = []
         return [*frames, wire.encode(wire.ResponseCreate())]
 
+    def _partial_for_app(self, refused: wire.Error) -> bool:
+        """A sidecar: the server refuses a create of the relay's as a partial batch when only the
+        application's own calls lack their outputs (the sideband sees none of them: the relay
+        asked, the application's own create continues the batch once it answers,
+        relay/engine/client_asks.py `_sidecar_continues`). Such a refusal is noted
+        (`refused_for_app`, by the create's event id), not taken as an error of the session's."""
+        if not self.sidecar:
+            return False
+        missing = [call for call in self.mock.backend.batch.values() if call.output is None]
+        named = refused.client_event_id
+        if not missing or not isinstance(named, str) or any(call.name not in self.client_tools for call in missing):
+            return False
+        self.refused_for_app.add(named)
+        return True
+
     def _carry(self, actions: list[Any]) -> list[str | bytes]:
+        """The frames the mock's actions send the relay: an event to every connection, or to the
+        relay's. A sidecar's application is sent its own at once (its connection's events, and
+        every connection's before the relay attached); every connection's it overhears as the
+        relay reads them (relay/offline/sidecar_app.py)."""
         frames: list[str | bytes] = []
+        sidecar, relay = self.sidecar, self._relay
         for action in actions:
             if isinstance(action, Emit):
                 event = action.event
+                to = action.to
+                if sidecar and (to == APP or (to is None and not self._attached)):
+                    self.app_hears(event if isinstance(event, (str, bytes)) else msgspec.json.encode(event).decode())
+                    continue
+                if to is not None and to != relay:
+                    continue
                 # only an `error` is read (typed): not the model's audio track, every 100 ms
                 refused = wire.event_of(event) if isinstance(event, dict) and event.get("type") == _ERROR else None
-                if isinstance(refused, wire.Error):
+                if isinstance(refused, wire.Error) and not self._partial_for_app(refused):
                     self.upstream_error(f"the upstream refused something: {refused.error}")
                 # compact, as the server writes it (msgspec: a fifth of `json.dumps`'s cost, on the
                 # model's audio track every 100 ms of the session)
-                frames.append(event if isinstance(event, (str, bytes)) else msgspec.json.encode(event).decode())
+                frame = event if isinstance(event, (str, bytes)) else msgspec.json.encode(event).decode()
+                if sidecar and to is not None:   # the relay's alone: the application does not hear it
+                    self.relay_only(frame)
+                frames.append(frame)
             elif isinstance(action, Hangup):
                 self.upstream_closed(action.code, action.reason)
                 self.loop.call_soon(self.end, "upstream closed the session")
