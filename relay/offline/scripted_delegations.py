@@ -51,6 +51,7 @@ from relay.mock.wire import seed_ids
 from relay.offline.expect import failure
 from relay.offline.harness import HarnessSession
 from relay.offline.sidecar_app import APP, RELAY, SidecarApp, chosen_mode
+from relay.recording.format import RELAY_TO_UPSTREAM
 from relay.tools import ToolRegistry
 from relay.tools.sources import ToolSources
 
@@ -235,6 +236,9 @@ class DelegatingSession(SidecarApp, StrictScript, HarnessSession):
         named = refused.client_event_id
         if not missing or not isinstance(named, str) or any(call.name not in self.client_tools for call in missing):
             return False
+        if not any(frame.direction == RELAY_TO_UPSTREAM and frame.raw and _CREATE in frame.raw
+                   and f'"{named}"' in frame.raw for frame in reversed(self.frames)):
+            return False   # not a create of the relay's: refused for a reason of its own
         self.refused_for_app.add(named)
         return True
 
@@ -271,6 +275,7 @@ class DelegatingSession(SidecarApp, StrictScript, HarnessSession):
 
 
 _ERROR = wire.Error.__struct_config__.tag
+_CREATE = f'"{wire.ResponseCreate.__struct_config__.tag}"'
 
 
 def _read(frame: str | bytes) -> Any:
