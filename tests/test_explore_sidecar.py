@@ -31,6 +31,7 @@ import pytest
 from relay.cli import main
 from relay.engine.client_asks import ClientAsks
 from relay.engine.injection import Injector
+from relay.errors import UnusableInput
 from relay.offline.explore import explore
 from relay.offline.explore_input import from_file
 from relay.offline.replay import replay
@@ -206,3 +207,10 @@ def test_the_explorer_finds_the_gpt_live_batch_left_unspoken_with_the_fix_undone
     finding = next(f for f in result.findings if f.invariant == "spoke_after_tools")
     assert 1 <= len(finding.schedule) <= 3 and finding.recording is not None
     assert load_recording(finding.recording).header["mode"] == "sidecar"
+
+
+def test_a_sidecars_conversation_moved_to_a_wire_without_one_is_refused() -> None:
+    conversation = mixed("openai").with_mode("sidecar", "stock")
+    assert conversation.with_dialect("xai").mode == "sidecar"
+    with pytest.raises(UnusableInput, match="the gemini dialect has no sidecar"):
+        conversation.with_dialect("gemini")

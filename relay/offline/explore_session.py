@@ -120,7 +120,9 @@ class Conversation:
     mode: str = "proxy"   # how the relay runs: `proxy` (the caller talks through it) or `sidecar` (beside it)
 
     def with_dialect(self, dialect: str) -> Conversation:
-        return replace(self, dialect=dialect, name=f"{self.name.split(' (')[0]} ({dialect})")
+        """The conversation on `dialect` (a sidecar's on a wire with one: `with_mode`)."""
+        moved = replace(self, dialect=dialect, name=f"{self.name.split(' (')[0]} ({dialect})", mode="proxy")
+        return moved.with_mode(self.mode, moved.name)
 
     def with_mode(self, mode: str | None, source: str) -> Conversation:
         """The conversation explored with the relay as `mode` (None: as it is), if its wire has
