@@ -1,6 +1,6 @@
 """`relay explore` with the relay as a sidecar (`--mode sidecar`, a sidecar's recording): the
 caller's application talks to the server itself and the relay is attached to the same session,
-as `relay attach` runs it (relay/offline/scripted.py: the application hears every event the
+as `relay attach` runs it (relay/offline/sidecar_app.py: the application hears every event the
 relay reads, answers its own tools' calls and asks for their response, unseen by the relay).
 
 What it found in the relay, on both families, in a batch of both the relay's calls and the
@@ -17,7 +17,7 @@ call still ran: the relay's output was never spoken of.
   while only the application's outputs are missing, and the application's create then continues
   the batch).
 
-Each test of them fails with its fix undone."""
+The tests of each fix fail with it undone (those that undo it in place expect what it fixed)."""
 
 from __future__ import annotations
 
