@@ -52,8 +52,8 @@ EXPLORE_OPTIONS = (
                 "file's own; a recording's is its own"),
     option("--mode", choices=("proxy", "sidecar"), default=None,
            help="how the relay runs: proxy (the caller talks through it) or sidecar (the caller talks to the server, "
-                "the relay attached to its session, as relay attach; the wires with a sideband: not Gemini's or Voice Live's); default: a "
-                "recording's own, else proxy"),
+                "the relay attached to its session, as relay attach; the wires with a sideband: not Gemini's or Voice "
+                "Live's); default: a recording's own, else proxy"),
     option("--invariant", field=None, action="append", default=[], metavar="FILE:FUNCTION",
            help="an invariant of your own (repeatable): a function of the explored session returning what broke or "
                 "None, from a .py file or a module; its `reset` attribute, if any, is called before each schedule"),

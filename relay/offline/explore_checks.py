@@ -385,7 +385,7 @@ def _client_delegation(conversation: Any) -> bool:
 
 
 def _proxy(conversation: Any) -> bool:
-    return getattr(conversation, "mode", "proxy") == "proxy"
+    return conversation.mode == "proxy"
 
 
 APPLIES: dict[str, tuple[str, Callable[[Any], bool]]] = {

@@ -30,7 +30,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from relay.dialects import get_dialect
 from relay.dialects.live import LiveDialect
 from relay.errors import UnusableInput
 from relay.mock import MockScript, Reply, ToolCall
@@ -41,6 +40,7 @@ from relay.offline.replaying import history_limit_of
 from relay.offline.scripted import Script
 from relay.offline.explore import NothingToExplore, delegates
 from relay.offline.scripted_delegations import CLIENT, DELEGATIONS
+from relay.offline.sidecar_app import has_sidecar
 from relay.tools.sources import tool_registry
 
 DEFAULT_LINE = "Hello."
@@ -148,10 +148,8 @@ def from_recording(path: str | Path, tools: Any, *, dialect: str | None = None,
     header = recording.header or {}   # a plain event log has none: not the relay's recording
     recorded_as = str(header.get("mode") or "proxy") if recording.kind == "relay" else None
     if isinstance(recording.dialect, LiveDialect):
-        live = replace(from_live_recording(recording, tools, dialect=dialect, delegation=delegation),
-                       history_limit=limit, recorded_as=recorded_as)
-        return live.with_mode("sidecar", str(path)) if recorded_as == "sidecar" and _has_sidecar(live.dialect) \
-            else live
+        return _as_recorded(replace(from_live_recording(recording, tools, dialect=dialect, delegation=delegation),
+                                    history_limit=limit, recorded_as=recorded_as), path)
     if delegation is not None:
         raise UnusableInput(f"{path}: a delegation mode is GPT-Live's, and this recording is of "
                             f"{recording.dialect.name}")
@@ -185,19 +183,16 @@ def from_recording(path: str | Path, tools: Any, *, dialect: str | None = None,
     recorded = recording.dialect
     chosen = dialect or (recorded if isinstance(recorded, str) else getattr(recorded, "name", None)) or "openai"
     mock = MockScript(turns=turns, default=Reply(say="Okay."), after_outputs=Reply(say="{joined}"))
-    conversation = Conversation(f"{Path(path).name} ({chosen})", mock, _lines_for(turns, lines), tools,
-                                dialect=chosen, history_limit=limit, recorded_as=recorded_as)
-    return conversation.with_mode("sidecar", str(path)) if recorded_as == "sidecar" and _has_sidecar(chosen) \
-        else conversation
+    return _as_recorded(Conversation(f"{Path(path).name} ({chosen})", mock, _lines_for(turns, lines), tools,
+                                     dialect=chosen, history_limit=limit, recorded_as=recorded_as), path)
 
 
-def _has_sidecar(dialect: str) -> bool:
-    """Whether a conversation of `dialect` can be explored with the relay as a sidecar
-    (`Conversation.with_mode`): a wire whose server takes a second connection to a call."""
-    try:
-        return get_dialect(dialect).call_sideband
-    except ValueError:   # (an unknown dialect: refused where it is chosen)
-        return False
+def _as_recorded(conversation: Conversation, path: str | Path) -> Conversation:
+    """A sidecar's recording explored as a sidecar, on a wire that has one (else, as every other,
+    through a proxy)."""
+    if conversation.recorded_as == "sidecar" and has_sidecar(conversation.dialect):
+        return conversation.with_mode("sidecar", str(path))
+    return conversation
 
 
 def _lines_for(turns: tuple[Reply, ...], lines: list[str]) -> tuple[str, ...]:

@@ -22,7 +22,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator
 
-from relay.dialects import get_dialect
 from relay.dialects import openai_codec as wire
 from relay.dialects.peek import may_be
 from relay.engine import EngineConfig, Outcome, StartHandler
@@ -33,7 +32,7 @@ from relay.offline import faults as fault_kinds
 from relay.offline.replaying import json_object as decode
 from relay.offline.harness import SessionOver
 from relay.offline.scripted import Script, ScriptedSession, Turn
-from relay.offline.sidecar_app import MODES, sidecar_config
+from relay.offline.sidecar_app import MODES, has_sidecar, sidecar_config
 from relay.offline.withdrawn_calls import generating, interrupted_in_flight, withdrawn_in_flight
 
 STEP = 0.01
@@ -132,11 +131,9 @@ class Conversation:
             return self
         if mode not in MODES:
             raise UnusableInput(f"{source}: the relay runs as {' or '.join(MODES)}, not {mode!r}")
-        if mode == "sidecar":
-            dialect = get_dialect(self.dialect)
-            if not dialect.call_sideband:
-                raise UnusableInput(f"{source}: the {self.dialect} dialect has no sidecar (its server takes no second "
-                                    "connection to a call): explore it as a proxy")
+        if mode == "sidecar" and not has_sidecar(self.dialect):
+            raise UnusableInput(f"{source}: the {self.dialect} dialect has no sidecar (its server takes no second "
+                                "connection to a call): explore it as a proxy")
         return replace(self, mode=mode)
 
     def engine_config(self) -> EngineConfig | None:
@@ -180,7 +177,8 @@ class Exploring:
     starts."""
 
     express_lane = False   # every frame through the engine's round: few of a schedule's are audio
-    _app_queue: Any = ()   # what a sidecar's application heard and has not read yet (ScriptedSession)
+    _app_queue: Any = ()   # what a sidecar's application heard and has not read yet (SidecarApp)
+    sidecar = False   # (SidecarApp's: the caller talks to the server, the relay beside it)
     _away = False   # the connection is down (explore_outage's `reconnect`): what the server sends is lost
 
     kind = "explored session"
@@ -382,7 +380,7 @@ class Exploring:
         self._answers_out -= 1
         if self.closed:
             return
-        if not self._away or self.conversation.mode == "sidecar":
+        if not self._away or self.sidecar:
             self.from_caller(frames)
             return
         for frame in frames:

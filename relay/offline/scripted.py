@@ -32,8 +32,8 @@ answers its tools.
 `mode="sidecar"` runs the relay as `relay attach` does, beside the call: the caller's application
 talks to the server itself (its own connection to the mock's session), the relay is attached to
 the same session by a second one, and every event the server sends goes to both (an error only
-to whichever sent what it refuses). The application hears the server at the virtual moment the
-server speaks; it answers its own tools' calls and asks for their response itself, unseen by the
+to whichever sent what it refuses). The application hears each event as the relay reads it
+(relay/offline/sidecar_app.py); it answers its own tools' calls and asks for their response itself, unseen by the
 relay, and never answers the relay's (it sees them: a sidecar hides nothing). The relay declares
 its tools to the session (`relay attach --declare-tools`). Gemini Live and Voice Live have no
 sidecar; GPT-Live's is `relay.offline.scripted_delegations`'s.
@@ -74,7 +74,7 @@ from relay.mock.wire import DEFAULT_MODEL, Wire, seed_ids
 from relay.offline.expect import ExpectationFailed
 from relay.offline.harness import HarnessSession
 from relay.offline.scripted_delegations import START_EPOCH, DelegatingSession, StrictScript
-from relay.offline.sidecar_app import APP, SidecarApp, chosen_mode
+from relay.offline.sidecar_app import APP, RELAY, SidecarApp, chosen_mode
 from relay.offline.replaying import json_object as decode
 from relay.tools import ToolRegistry
 from relay.tools.sources import ToolSources
@@ -314,8 +314,8 @@ class _Model:
         raise NotImplementedError
 
     def receive(self, frame: str | bytes, origin: int = 0) -> list[str | bytes]:
-        """`frame` from the connection `origin`: what the server sends the relay back (and, in a
-        sidecar, the application: `ScriptedSession.app_hears`)."""
+        """`frame` from the connection `origin`: what the server sends the relay back (a sidecar's
+        application is sent the rest: `SidecarApp.reaches_relay`)."""
         raise NotImplementedError
 
     def user(self, text: str) -> list[str | bytes]:
@@ -349,13 +349,10 @@ class _OpenAIModel(_Model):
         self._endings: dict[str, str] = {}
         self._held: dict[str, Iterator[Any]] = {}
         self._errors = wire.names_of((wire.Error,), session.dialect)   # what `_carry` reads as an error
-        # a sidecar's: the application hears what the server sends it (else None: no application)
-        self.app: Callable[[str | bytes], None] | None = session.app_hears if session.sidecar else None
-        self.relay_index = APP + 1 if session.sidecar else 0
-        self.attached = not session.sidecar   # the relay's connection is open (a sidecar's attaches second)
+        self.relay_index = RELAY if session.sidecar else 0
 
     def connect(self) -> list[str | bytes]:
-        self.attached = True
+        self.session.relay_attached = True
         return self._carry(self.mock.connected(_connection(self.relay_index)))
 
     def connect_app(self) -> None:
@@ -386,23 +383,15 @@ class _OpenAIModel(_Model):
 
     def _carry(self, actions: list[Any]) -> list[str | bytes]:
         """The frames the mock's actions send the relay (an event to every connection, or to the
-        relay's). In a sidecar the application hears each of them that is every connection's as
-        the relay reads it (`ScriptedSession.overhear`), and is sent its own (an error of its, what
-        the server sent before the relay attached) at once."""
+        relay's; a sidecar's application is sent the rest: `SidecarApp.reaches_relay`)."""
         frames: list[str | bytes] = []
-        app, relay = self.app, self.relay_index
+        session, relay = self.session, self.relay_index
         for action in actions:
             if isinstance(action, Emit):
-                to = action.to
                 event = action.event
                 frame = event if isinstance(event, (str, bytes)) else _text(event)
-                if app is not None and (to == APP or (to is None and not self.attached)):
-                    app(frame)
+                if not session.reaches_relay(action.to, frame, relay):
                     continue
-                if to is not None and to != relay:
-                    continue
-                if app is not None and to is not None:   # the relay's alone: the application does not hear it
-                    self.session.relay_only(frame)
                 error = (wire.event_of(event, self.session.dialect)
                          if isinstance(event, dict) and event.get("type") in self._errors else None)
                 if isinstance(error, wire.Error):

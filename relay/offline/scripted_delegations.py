@@ -137,7 +137,6 @@ class DelegatingSession(SidecarApp, StrictScript, HarnessSession):
         seed_ids(0)   # the mock's ids: the same on every run
         self.mock = LiveMockSession(script.mock_script(), Faults(), wall=lambda: START_EPOCH + self.now)
         self._relay = RELAY if sidecar else 0   # the relay's connection to the mock
-        self._attached = not sidecar   # (a sidecar's attaches once the application's session started)
         primary = MockConnection(index=0, path=wire.LIVE_PATH, query={}, headers={}, auth="bearer")
         if not sidecar:
             self.from_upstream(self._carry(self.mock.connected(primary)))
@@ -146,7 +145,7 @@ class DelegatingSession(SidecarApp, StrictScript, HarnessSession):
             self._beside()
             self._carry(self.mock.connected(primary))
             self.from_caller([self._session_start()])
-            self._attached = True
+            self.relay_attached = True
             self.from_upstream(self._carry(self.mock.connected(MockConnection(
                 index=RELAY, path=f"{wire.LIVE_PATH}/{self.mock.id}/attach", query={}, headers={}, auth="bearer"))))
         self._run(self.now)
@@ -244,29 +243,21 @@ class DelegatingSession(SidecarApp, StrictScript, HarnessSession):
 
     def _carry(self, actions: list[Any]) -> list[str | bytes]:
         """The frames the mock's actions send the relay: an event to every connection, or to the
-        relay's. A sidecar's application is sent its own at once (its connection's events, and
-        every connection's before the relay attached); every connection's it overhears as the
-        relay reads them (relay/offline/sidecar_app.py)."""
+        relay's (a sidecar's application is sent the rest: `SidecarApp.reaches_relay`)."""
         frames: list[str | bytes] = []
-        sidecar, relay = self.sidecar, self._relay
+        relay = self._relay
         for action in actions:
             if isinstance(action, Emit):
                 event = action.event
-                to = action.to
-                if sidecar and (to == APP or (to is None and not self._attached)):
-                    self.app_hears(event if isinstance(event, (str, bytes)) else msgspec.json.encode(event).decode())
-                    continue
-                if to is not None and to != relay:
+                # compact, as the server writes it (msgspec: a fifth of `json.dumps`'s cost, on the
+                # model's audio track every 100 ms of the session)
+                frame = event if isinstance(event, (str, bytes)) else msgspec.json.encode(event).decode()
+                if not self.reaches_relay(action.to, frame, relay):
                     continue
                 # only an `error` is read (typed): not the model's audio track, every 100 ms
                 refused = wire.event_of(event) if isinstance(event, dict) and event.get("type") == _ERROR else None
                 if isinstance(refused, wire.Error) and not self._partial_for_app(refused):
                     self.upstream_error(f"the upstream refused something: {refused.error}")
-                # compact, as the server writes it (msgspec: a fifth of `json.dumps`'s cost, on the
-                # model's audio track every 100 ms of the session)
-                frame = event if isinstance(event, (str, bytes)) else msgspec.json.encode(event).decode()
-                if sidecar and to is not None:   # the relay's alone: the application does not hear it
-                    self.relay_only(frame)
                 frames.append(frame)
             elif isinstance(action, Hangup):
                 self.upstream_closed(action.code, action.reason)

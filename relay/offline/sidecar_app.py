@@ -37,6 +37,16 @@ def sidecar_config(*, strict: bool = True, history_limit: int | None = None) -> 
                         history_limit=history_limit)
 
 
+def has_sidecar(dialect: str) -> bool:
+    """Whether the relay can run as a sidecar on `dialect`: its server takes a second connection
+    to a call (`Dialect.call_sideband`; not Gemini Live's, not Voice Live's). An unknown dialect
+    has none (it is refused where it is chosen)."""
+    try:
+        return get_dialect(dialect).call_sideband
+    except ValueError:
+        return False
+
+
 def chosen_mode(mode: str | None, options: dict[str, Any], dialect: str, strict: bool,
                 error: type[Exception] = ValueError) -> bool:
     """Whether a scripted session of `dialect` runs the relay as a sidecar: `mode` (`proxy` or
@@ -48,7 +58,7 @@ def chosen_mode(mode: str | None, options: dict[str, Any], dialect: str, strict:
         raise error(f"a scripted session's mode is {' or '.join(MODES)}, not {chosen!r}")
     if chosen == "proxy":
         return False
-    if not get_dialect(dialect).call_sideband:
+    if not has_sidecar(dialect):
         raise error(f"the {dialect} dialect has no sidecar: its server takes no second connection to a call "
                     "(relay attach)")
     if config is None:
@@ -64,10 +74,12 @@ class SidecarApp:
     application's frame (`_app_sends`) and calls `_beside` before anything is sent."""
 
     sidecar = False
+    relay_attached = True   # the relay's connection to the mock is open (a sidecar's opens second)
     _app_queue: Any = ()   # what the application heard and has not read yet
 
     def _beside(self) -> None:
         self.sidecar = True
+        self.relay_attached = False
         self._app_queue: deque[str | bytes] = deque()
         self._app_reading = False
         self._relay_only: set[int] = set()   # frames the server sent the relay alone, by identity
@@ -87,10 +99,23 @@ class SidecarApp:
             self._queue_upstream(self._app_sends(frame))   # type: ignore[attr-defined]
         self._pump()   # type: ignore[attr-defined]
 
-    def relay_only(self, frame: str | bytes) -> None:
-        """The server sends `frame` to the relay's connection alone (an error of the relay's): the
-        application does not overhear it."""
+    def reaches_relay(self, to: int | None, frame: str | bytes, relay: int) -> bool:
+        """Whether the mock's event `frame`, sent to connection `to` (None: every connection),
+        reaches the relay (on connection `relay`). A sidecar's application is sent its own at once
+        (an error of its, every connection's before the relay attached); one sent the relay alone
+        (an error of the relay's) it does not overhear; every connection's it overhears as the
+        relay reads it (`overhear`)."""
+        if not self.sidecar:
+            return to is None or to == relay
+        if to == APP or (to is None and not self.relay_attached):
+            self.app_hears(frame)
+            return False
+        if to is None:
+            return True
+        if to != relay:
+            return False
         self._relay_only.add(id(frame))   # (the frame is held until the relay reads it: no other takes the id)
+        return True
 
     def overhear(self, frame: str | bytes) -> None:
         """The relay reads (or, while its connection is away, loses) `frame` from the server: the
@@ -126,4 +151,4 @@ class SidecarApp:
                 self.from_caller(answers)
 
 
-__all__ = ["APP", "MODES", "RELAY", "SidecarApp", "chosen_mode", "sidecar_config"]
+__all__ = ["APP", "MODES", "RELAY", "SidecarApp", "chosen_mode", "has_sidecar", "sidecar_config"]
