@@ -713,12 +713,20 @@ def inspector_cost(services: dict[str, Service], plan: Plan) -> dict[str, Any]:
     def counted_trial(variant: str, sessions: int) -> dict[str, Any]:
         # A short window (the quick plan's 0.7 s) on a machine busy with other work can count no
         # event at all; such a trial says nothing, and the ratios would divide by it: run it again.
+        # So does a watched trial whose page could not follow the flood (the hub stops a view that
+        # falls behind, by design): the rest of its window ran with nobody watching.
         for _ in range(TRIAL_ATTEMPTS):
             result = trial("throughput", variant, sessions=sessions, warmup=plan.throughput_warmup,
                            seconds=plan.throughput_seconds)
-            if result["events_per_s"] > 0:
+            if result["events_per_s"] <= 0:
+                report(f"inspector, throughput {sessions} sessions ({variant}): the window counted no event; again")
+            elif "watcher" in result and not followed(result["watcher"]):
+                report(f"inspector, throughput {sessions} sessions ({variant}): the page did not follow "
+                       f"({json.dumps(result['watcher'])}); again")
+            else:
                 return result
-            report(f"inspector, throughput {sessions} sessions ({variant}): the window counted no event; again")
+        if result["events_per_s"] > 0:
+            return result   # the page never followed: watcher_followed_every_trial says so
         raise SystemExit(f"inspector, throughput {sessions} sessions ({variant}): no event counted in "
                          f"{TRIAL_ATTEMPTS} windows of {plan.throughput_seconds} s (is the machine saturated?)")
 
@@ -771,12 +779,17 @@ def inspector_cost(services: dict[str, Service], plan: Plan) -> dict[str, Any]:
         for f in figures["per_frame"].values()))
     watched = [r["watched"]["watcher"] for step in figures["throughput"] for r in step["rounds"]]
     watched += [r["watched"]["watcher"] for r in figures["realtime"]["rounds"]]
-    figures["watcher_followed_every_trial"] = all(not w["late"] and w["deltas"] > 0 and not w["errors"]
-                                                  for w in watched)
+    figures["watcher_followed_every_trial"] = all(followed(w) for w in watched)
     if not figures["watcher_followed_every_trial"]:
         report("inspector: in some trial the page was late, got no delta, or its view stopped: " +
                json.dumps(watched))
     return figures
+
+
+def followed(watcher: dict[str, Any]) -> bool:
+    """Whether the page watched a trial's session through its window: in time, with deltas, its
+    view never stopped."""
+    return not watcher["late"] and watcher["deltas"] > 0 and not watcher["errors"]
 
 
 def throughput_ratio(figures: dict[str, Any], sessions: int, name: str) -> float | None:
