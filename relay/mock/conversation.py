@@ -8,7 +8,11 @@ or a Foundry-only field to OpenAI, gets the same `error` it would get in product
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
+
+import msgspec
 
 from relay.dialects.openai import (
     FUNCTION_CALL,
@@ -101,10 +105,21 @@ def _check_content(content: Any, role: str, wire: Wire) -> None:
 
 
 class Conversation:
-    """Items in conversation order; each item is the dict the server would send for it."""
+    """Items in conversation order; each item is the dict the server would send for it.
+
+    Beside the list it keeps what the session asks for at every response, so that a long session
+    costs the same per turn as a short one: the item by id, each call id's function-call items in
+    order, the name each call id answers to, and each item's size in compact JSON (the usage's
+    input tokens count the whole conversation)."""
 
     def __init__(self) -> None:
         self._items: list[dict[str, Any]] = []
+        self._by_id: dict[str, dict[str, Any]] = {}
+        self._calls: dict[str, list[str]] = {}   # call_id -> ids of its function-call items, in order
+        self._names: dict[str, str] = {}         # call_id -> the name of its last function-call item
+        self._sizes: dict[str, int | None] = {}  # item id -> len of its compact JSON (None: msgspec refuses it)
+        self._size = 0                           # their sum
+        self._refused = 0                        # items msgspec refuses
 
     @property
     def items(self) -> list[dict[str, Any]]:
@@ -119,11 +134,17 @@ class Conversation:
         return len(self._items)
 
     def _index(self, item_id: str) -> int | None:
-        return next((i for i, item in enumerate(self._items) if item.get("id") == item_id), None)
+        """The item's position; from the end, where the items a session asks about are (ids are unique)."""
+        if item_id not in self._by_id:
+            return None
+        items = self._items
+        for index in range(len(items) - 1, -1, -1):
+            if items[index].get("id") == item_id:
+                return index
+        return None
 
     def get(self, item_id: str) -> dict[str, Any] | None:
-        index = self._index(item_id)
-        return None if index is None else self._items[index]
+        return self._by_id.get(item_id)
 
     def previous_id(self, item_id: str) -> str | None:
         index = self._index(item_id)
@@ -135,14 +156,24 @@ class Conversation:
         return self._items[-1].get("id") if self._items else None
 
     def function_call(self, call_id: str) -> dict[str, Any] | None:
-        return next((i for i in self._items if i.get("type") == FUNCTION_CALL and i.get("call_id") == call_id), None)
+        """The first function-call item of `call_id` in conversation order."""
+        ids = self._calls.get(call_id)
+        return self._by_id[ids[0]] if ids else None
 
-    def call_names(self) -> dict[str, str]:
-        """call_id -> function name, for every function call in the conversation."""
-        return {i["call_id"]: i.get("name", "") for i in self._items if i.get("type") == FUNCTION_CALL}
+    def call_names(self) -> Mapping[str, str]:
+        """call_id -> function name (the last function call of that id's), for every function call in
+        the conversation: a read-only view, kept as items come and go."""
+        return MappingProxyType(self._names)
+
+    def encoded_size(self) -> int | None:
+        """len of the items' compact JSON as one list (msgspec's), None when msgspec refuses one of
+        them (a lone surrogate)."""
+        if self._refused:
+            return None
+        return self._size + 2 + max(len(self._items) - 1, 0)   # the brackets and the commas
 
     def check_position(self, previous_item_id: str | None, param: str) -> None:
-        if previous_item_id not in (None, ROOT) and self._index(previous_item_id) is None:
+        if previous_item_id not in (None, ROOT) and previous_item_id not in self._by_id:
             raise ProtocolError(
                 "item_not_found",
                 f"Previous item with id '{previous_item_id}' not found in the conversation.",
@@ -160,19 +191,61 @@ class Conversation:
         else:
             position = self._index(previous_item_id) + 1  # type: ignore[operator]  # checked above
         self._items.insert(position, item)
+        self._added(item, appended=position == len(self._items) - 1)
         return self._items[position - 1].get("id") if position else None
 
     def replace(self, item: dict[str, Any]) -> None:
-        """Store the final form of an item (a streamed output when it is done), if still present."""
+        """Store the final form of an item (a streamed output when it is done), if still present;
+        also an item changed in place (a truncated transcript), so that its size is read again."""
         index = self._index(item["id"])
         if index is not None:
+            self._removed(self._items[index])
             self._items[index] = item
+            self._added(item, appended=index == len(self._items) - 1)
 
     def remove(self, item_id: str) -> dict[str, Any]:
         index = self._index(item_id)
         if index is None:
             raise item_not_found(item_id, "item_id")
-        return self._items.pop(index)
+        item = self._items.pop(index)
+        self._removed(item)
+        return item
+
+    def _added(self, item: dict[str, Any], *, appended: bool) -> None:
+        item_id = item["id"]
+        self._by_id[item_id] = item
+        size = self._sizes[item_id] = _encoded_size(item)
+        if size is None:
+            self._refused += 1
+        else:
+            self._size += size
+        if item.get("type") != FUNCTION_CALL:
+            return
+        call_id = item["call_id"]
+        ids = self._calls.setdefault(call_id, [])
+        if appended or not ids:
+            ids.append(item_id)
+        else:   # a second item of one call id, not at the end: its place among them, from the list
+            ids[:] = [i["id"] for i in self._items if i.get("type") == FUNCTION_CALL and i["call_id"] == call_id]
+        self._names[call_id] = self._by_id[ids[-1]].get("name", "")
+
+    def _removed(self, item: dict[str, Any]) -> None:
+        item_id = item["id"]
+        del self._by_id[item_id]
+        size = self._sizes.pop(item_id)
+        if size is None:
+            self._refused -= 1
+        else:
+            self._size -= size
+        if item.get("type") != FUNCTION_CALL:
+            return
+        call_id = item["call_id"]
+        ids = self._calls[call_id]
+        ids.remove(item_id)
+        if ids:
+            self._names[call_id] = self._by_id[ids[-1]].get("name", "")
+        else:
+            del self._calls[call_id], self._names[call_id]
 
     def check_client_item(self, item: Any, wire: Wire) -> dict[str, Any]:
         """Validate an item from `conversation.item.create` and return it as the server stores it
@@ -236,6 +309,13 @@ class Conversation:
         # as the server stores them: an output and an MCP approval's answer without a status
         status = {"status": "completed"} if item_type in (MESSAGE, FUNCTION_CALL) else {}
         return wire.item(id=item_id or new_id("item"), type=item_type, **status, **fields)
+
+
+def _encoded_size(value: Any) -> int | None:
+    try:
+        return len(msgspec.json.encode(value))
+    except UnicodeEncodeError:
+        return None
 
 
 def item_not_found(item_id: Any, param: str) -> ProtocolError:

@@ -82,6 +82,7 @@ class ResponseRequests:
     _warned_names: set[str]
     _input_audio_ms: int
     _rejected: int
+    _settled: int   # how many runs, from the first, are over (`active_response`)
 
     @property
     def instructions(self) -> str | None:
@@ -89,7 +90,17 @@ class ResponseRequests:
 
     @property
     def active_response(self) -> ResponseRun | None:
-        return next((run for run in reversed(self.responses) if run.active), None)
+        # A run is active from its start until it ends, never again after: the runs before the
+        # first still active are skipped once and for all (`_settled`), not read at every event.
+        responses = self.responses
+        settled = self._settled
+        while settled < len(responses) and not responses[settled].active:
+            settled += 1
+        self._settled = settled
+        for index in range(len(responses) - 1, settled - 1, -1):
+            if responses[index].active:
+                return responses[index]
+        return None
 
     def _response_create(self, request: Any) -> list[Action]:
         """A client's `response.create` (its `response` options, or None)."""
@@ -163,7 +174,8 @@ class ResponseRequests:
     ) -> tuple[ResponseRun, list[Action]]:
         """Start a response (the request is already validated). `origin` is "client" or "server"."""
         # read only (the reply's pick, the input's tokens): the conversation's items, not a copy
-        items = self._input_items(request["input"]) if "input" in request else self.conversation.current()
+        inline = "input" in request
+        items = self._input_items(request["input"]) if inline else self.conversation.current()
         if reply is None:
             reply = self._pick(items, request.get("instructions"))
         beta = self.wire.beta
@@ -186,7 +198,8 @@ class ResponseRequests:
             max_output_tokens=max_tokens or self.wire.max_output_tokens(self.config),
             metadata=json_copy(request.get("metadata")),
             input_tokens=(
-                _text_tokens(items) + _text_tokens(instructions) + _text_tokens(self.config.get("tools")),
+                (_text_tokens(items) if inline else self._conversation_tokens(items))
+                + _text_tokens(instructions) + _text_tokens(self.config.get("tools")),
                 self._input_audio_ms // 50,
             ),
             request=json_copy(request),
@@ -197,6 +210,11 @@ class ResponseRequests:
         )
         self.responses.append(run)
         return run, [Stream(run)]
+
+    def _conversation_tokens(self, items: list[dict[str, Any]]) -> int:
+        """`_text_tokens` of the whole conversation, from the sizes it keeps of its items."""
+        size = self.conversation.encoded_size()
+        return _text_tokens(items) if size is None else size // 4
 
     def _pick(self, items: list[dict[str, Any]], instructions: str | None) -> Reply:
         """The script's reply for a response (the next of its `turns` first), noted in `picks`."""

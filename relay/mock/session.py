@@ -116,6 +116,7 @@ class MockSession(ResponseRequests):
         self._buffered_audio_bytes = 0
         self._input_audio_ms = 0
         self._rejected = 0
+        self._settled = 0
         self._mcp_listed: set[str] = set()   # the MCP server labels whose tools were listed
 
     def __repr__(self) -> str:
@@ -283,6 +284,7 @@ class MockSession(ResponseRequests):
             self._next_transcript += 1
         if transcript is not None:
             item["content"][0]["transcript"] = transcript
+            self.conversation.replace(item)   # changed in place: its size is read again
             completed = codec.InputTranscriptionCompleted(
                 item_id=item_id,
                 content_index=0,
@@ -371,7 +373,7 @@ class MockSession(ResponseRequests):
             raise ProtocolError(
                 "invalid_value", f"Content {content_index} of item '{item['id']}' is not audio.", "content_index"
             )
-        total_ms = next((run.audio_ms[item["id"]] for run in self.responses if item["id"] in run.audio_ms), 0)
+        total_ms = next((run.audio_ms[item["id"]] for run in reversed(self.responses) if item["id"] in run.audio_ms), 0)
         if not 0 <= audio_end_ms <= total_ms:
             raise ProtocolError(
                 "invalid_value",
@@ -382,5 +384,6 @@ class MockSession(ResponseRequests):
         part = content[content_index]
         transcript = part.get("transcript") or ""
         part["transcript"] = transcript[: len(transcript) * audio_end_ms // total_ms] if total_ms else ""
+        self.conversation.replace(item)   # changed in place: its size is read again
         truncated = codec.ItemTruncated(item_id=item["id"], content_index=content_index, audio_end_ms=audio_end_ms)
         return [Emit(self.wire.frame(truncated))]

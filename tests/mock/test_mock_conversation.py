@@ -6,6 +6,7 @@ import asyncio
 import base64
 import json
 
+import msgspec
 import pytest
 
 from relay.mock import MockScript
@@ -398,3 +399,26 @@ async def test_output_audio_buffer_clear_names_the_latest_response(make_mock: Mo
         cleared = (await client.ask({"type": "output_audio_buffer.clear"}, "output_audio_buffer.cleared"))[-1]
     assert types_of(nothing_yet) == ["conversation.item.added", "conversation.item.done"]
     assert cleared["response_id"] == done["response"]["id"]
+
+
+async def test_a_response_counts_the_conversation_as_it_stands_after_in_place_changes(make_mock: MockFactory) -> None:
+    """A user item's transcript arrives after the item, a truncation shortens an assistant item's:
+    the next response's input tokens count both items as they are then, not as first stored."""
+    mock = await make_mock(script=MockScript(transcripts=["What's the weather like in Paris today?"],
+                                             default={"say": "A long spoken answer."}, options={"audio_chunks": 5}))
+    async with raw_connect(mock) as client:
+        await client.send({"type": "input_audio_buffer.append", "audio": AUDIO_100MS})
+        await client.ask({"type": "input_audio_buffer.commit"}, "conversation.item.input_audio_transcription.completed")
+        done = (await client.ask({"type": "response.create"}, "response.done"))[-1]
+        item_id = done["response"]["output"][0]["id"]
+        truncate = {"type": "conversation.item.truncate", "item_id": item_id, "content_index": 0, "audio_end_ms": 250}
+        await client.ask(truncate, "conversation.item.truncated")
+        session = mock.sessions[0]
+        items = session.items
+        done = (await client.ask({"type": "response.create"}, "response.done"))[-1]
+    assert items[0]["content"][0]["transcript"] == "What's the weather like in Paris today?"
+    assert items[1]["content"][0]["transcript"] == "A long spo"
+    tokens = [len(msgspec.json.encode(value)) // 4 for value in (items, session.instructions or "",
+                                                                 session.config.get("tools"))]
+    counted = done["response"]["usage"]["input_token_details"]["text_tokens"]
+    assert counted == sum(tokens)
