@@ -172,6 +172,27 @@ def test_export_subprocess_and_its_unwritable_output(bad: dict[str, Path], capsy
     assert main(["export", str(bad["truncated"]), "--format", "vapi", "--allow-incomplete"]) == 0
 
 
+# ---- redact ------------------------------------------------------------------------------------
+
+REDACT_CASES = {
+    **{case: RECORDING_CASES[case] for case in ("missing", "not-a-recording")},
+    "empty": "empty.jsonl is not a recording: no line holds a JSON object",
+    "garbage": "garbage.jsonl is not UTF-8 text (byte 1 of a line); not a recording",
+    "directory": "a-directory is not a file",
+}
+
+
+@pytest.mark.parametrize("case", list(REDACT_CASES))
+def test_redact_refuses_what_it_cannot_redact_and_writes_nothing(case: str, bad: dict[str, Path], tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "redacted.jsonl"
+    assert main(["redact", str(bad[case]), "--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    line = said_line(captured.err)
+    assert line.startswith("relay redact: ") and REDACT_CASES[case] in line, line
+    assert captured.out == "" and not out.exists()
+
+
 # ---- inspect (missing, empty, garbage, directory, JSON: tests/inspector/test_cli.py) -----------
 
 def test_inspect_refuses_an_incomplete_recording_unless_asked(bad: dict[str, Path], tmp_path: Path,

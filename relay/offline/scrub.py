@@ -40,6 +40,7 @@ from relay.errors import UnusableInput
 from relay.offline.replaying import json_object as _json_object
 from relay.recording.audio import drop_audio
 from relay.recording.format import dumps
+from relay.recording.reader import NO_REALTIME_EVENT, is_realtime_event
 
 PHONE, EMAIL, CARD = "phone", "email", "card"
 BUILT_IN = (CARD, EMAIL, PHONE)   # the order in which overlapping matches are preferred
@@ -272,6 +273,7 @@ class RecordingRedactor:
         self.keep_audio = keep_audio
         self.audio_frames = 0
         self.objects = 0   # lines that hold a JSON object (first pass)
+        self.events = 0    # of them, a relay recording's lines or an event log's realtime events
         self._streams: dict[tuple[Any, ...], list[_Piece]] = {}
         self._piece_holders: set[int] = set()   # ids of the dicts of the line being read that hold a piece
         self._pieces: list[str] = []    # every piece's text, in the order they come; redacted after the first pass
@@ -310,6 +312,8 @@ class RecordingRedactor:
         kind = self._kind(obj)
         if not self._second and isinstance(obj, dict):
             self.objects += 1
+            if kind != "event" or is_realtime_event(obj):
+                self.events += 1
         self._piece_holders.clear()
         stored_events = []
         for event, stored in self._events(obj, kind):
@@ -493,10 +497,14 @@ def redact_file(source: str | Path, target: str | Path, *, patterns: list[UserPa
         for line in _lines(source):
             redactor.read(line)
             lines += 1
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UnusableInput(f"cannot read {source}: {getattr(exc, 'strerror', None) or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise UnusableInput(f"{source} is not UTF-8 text (byte {exc.start} of a line); not a recording") from None
+    except OSError as exc:
+        raise UnusableInput(f"cannot read {source}: {exc.strerror or exc}") from None
     if not redactor.objects:
         raise UnusableInput(f"{source} is not a recording: no line holds a JSON object")
+    if not redactor.events:
+        raise UnusableInput(f"{source} {NO_REALTIME_EVENT}")
     redactor.found()
     meta = source.with_name(source.stem + ".meta.json")
     try:

@@ -86,9 +86,8 @@ def load_recording(path: str | Path, *, allow_incomplete: bool = False, audio: A
         recording = read_recording(source, audio=audio)
     except OSError as exc:
         raise RecordingError(f"cannot read {source}: {exc.strerror or exc}") from None
-    if recording.kind == "event-log" and not any(_is_realtime_event(f.event) for f in recording.frames):
-        raise RecordingError(f"{source} is JSON but not a recording: no line is a realtime event "
-                             "(an object with a `type`, or a Gemini Live message)")
+    if recording.kind == "event-log" and not any(is_realtime_event(f.event) for f in recording.frames):
+        raise RecordingError(f"{source} {NO_REALTIME_EVENT}")
     if recording.damage and not allow_incomplete:
         more = len(recording.damage) - 1
         also = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
@@ -97,7 +96,13 @@ def load_recording(path: str | Path, *, allow_incomplete: bool = False, audio: A
     return recording
 
 
-def _is_realtime_event(event: object) -> bool:
+NO_REALTIME_EVENT = ("is JSON but not a recording: no line is a realtime event (an object with a `type`, "
+                     "or a Gemini Live message)")
+"""Why an event log none of whose objects is a realtime event is refused (after its path)."""
+
+
+def is_realtime_event(event: object) -> bool:
+    """Whether an event log's object is a realtime event: a `type`d event, or a Gemini Live message."""
     return isinstance(event, dict) and (isinstance(event.get("type"), str) or is_gemini_message(event))
 
 
