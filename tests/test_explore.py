@@ -111,7 +111,7 @@ def test_bad_input_is_one_line_and_exit_2(case: str, tmp_path: Path, capsys: pyt
     broken.write_text("def broken(:\n    pass\n")
     unmatched = tmp_path / "unmatched.json"   # its one rule matches none of its lines: no call is ever made
     unmatched.write_text(json.dumps({"lines": ["Hello there."], "script": {"rules": [
-        {"match": "refund order a1", "calls": [{"name": "refund_order", "arguments": {"order_id": "A1"}}]}]}}))
+        {"match": "refund order a1", "calls": [{"name": "refund_order", "arguments": {"order_id": "A1001"}}]}]}}))
     argv = {"not_a_recording": ["explore", str(foreign)],
             "bad_script": ["explore", str(script)],
             "tools": ["explore", "demo", "--tools", str(broken)],
@@ -295,3 +295,22 @@ def test_a_recording_whose_model_spoke_first_still_makes_its_call() -> None:
     assert result.ok and result.boundaries > 0 and result.covered > 0, result.report()
     demo = from_recording(REPO / "docs" / "examples" / "recordings" / "demo.jsonl", tool_registry([EXAMPLE_TOOLS]))
     assert len(demo.lines) == 4   # one line a response that is not a follow-up: nothing added
+
+
+def test_a_long_conversation_is_no_loop_and_a_loop_within_one_line_is_found(tmp_path: Path) -> None:
+    """The loop check counts the upstream frames after each of the caller's lines: a conversation
+    of 120 lookups (thousands of frames) settles, as it did not when the count ran over the whole
+    session; a model that calls the tool again after every output is caught within one line."""
+    turns = []
+    for number in range(120):
+        turns += [Turn(say=f"Checking {number}.", calls=[call("lookup_order", order_id=f"A{number}")]),
+                  Turn(say=f"Order {number} shipped.")]
+    result = explore_script(Script(*turns), [EXAMPLE_TOOLS], budget=2, out=tmp_path)
+    assert result.ok, result.report()
+    looping = tmp_path / "loop.script.json"
+    again = {"calls": [{"name": "lookup_order", "arguments": {"order_id": "A1001"}}]}
+    looping.write_text(json.dumps({"lines": ["Where is my order?"],
+                                   "script": {"default": {"say": "Let me check.", **again}, "after_outputs": again}}))
+    result = explore_script(str(looping), [EXAMPLE_TOOLS], budget=1, out=tmp_path)
+    [finding] = result.findings
+    assert finding.invariant == "settles" and "after one of the caller's lines" in finding.describe(), result.report()

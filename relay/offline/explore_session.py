@@ -43,7 +43,9 @@ ANCHORS = ("announced", "running", "answered", "follow_up")
 handler started (while it runs), its output sent (before the follow-up), its follow-up begun."""
 
 MAX_UPSTREAM_FRAMES = 2000
-"""Upstream frames one schedule may take before it is called a loop."""
+"""Upstream frames one schedule may take after one of the caller's lines (or before the first)
+before it is called a loop: the count starts again at each line, so that a long conversation is
+not taken for one (a line of the demo's, perturbed, takes a few hundred at most)."""
 
 _EARLY = (CallState.ANNOUNCED, CallState.STREAMING)
 _FINAL = frozenset({CallState.ANSWERED, CallState.SKIPPED, CallState.ABANDONED})
@@ -251,7 +253,8 @@ class Exploring:
         if self._released > MAX_UPSTREAM_FRAMES:
             self._paced.clear()
             self._problems.append(SessionOver(f"the session does not settle: more than {MAX_UPSTREAM_FRAMES} "
-                                              "upstream frames (the relay and the model answer each other in a loop?)"))
+                                              "upstream frames after one of the caller's lines (the relay and the "
+                                              "model answer each other in a loop?)"))
             self.end("the session does not settle")
             return
         head = self._paced.popleft()
@@ -547,6 +550,7 @@ class Exploring:
         for line in self.conversation.lines:
             if self.closed:
                 break
+            self._released = 0
             self.say_now(line)
             self.settle(limit)
         self.settle(limit)
