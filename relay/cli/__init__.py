@@ -124,6 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "_run", None):
         parser.print_help(sys.stderr)
         return UNUSABLE
+    _escape_surrogates()
     logs = hasattr(args, "log_format")
     if logs:
         from relay.observe.logs import configure_logging
@@ -142,6 +143,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return OUTPUT_CLOSED
     except Exception as exc:
         return _refuse(args.command, exc, logs=logs)
+
+
+def _escape_surrogates() -> None:
+    """What a command prints may quote a recording or a tool's output, which JSON lets carry a
+    lone surrogate (`"\\ud800"`) that UTF-8 cannot encode: stdout and stderr write one as its
+    `\\udXXX` escape (inside JSON, the same character) instead of failing the command."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
 
 
 def _output_closed() -> bool:

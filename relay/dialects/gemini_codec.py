@@ -431,7 +431,9 @@ def decode(frame: str | bytes) -> Message | Unknown:
             if not isinstance(body, dict):
                 return Unknown(frame, member)
             message = read(cls, body)
-    except (msgspec.DecodeError, msgspec.ValidationError):   # not an object; or JSON msgspec refuses
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeEncodeError):
+        # not an object; JSON msgspec refuses; or text holding a lone surrogate itself, not its
+        # escape (a frame rebuilt from a recording's event), which msgspec cannot take as UTF-8
         return _decode_as_json(frame)
     return _placed(message, member, {member: None, **beside})
 

@@ -26,9 +26,16 @@ def utf8_safe(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+def utf8_size(text: str) -> int:
+    """The bytes `text` takes in UTF-8, a lone surrogate (which UTF-8 cannot encode, and a tool's
+    output may hold) counted as the three bytes of its code point: for a size limit, where
+    `len(text.encode())` would raise instead."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
 def compact_json(value: Any) -> str:
     """`value` as compact JSON (no spaces, non-ASCII as is) that UTF-8 can always carry."""
     return utf8_safe(_encode(value))
 
 
-__all__ = ["compact_json", "utf8_safe"]
+__all__ = ["compact_json", "utf8_safe", "utf8_size"]

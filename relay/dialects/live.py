@@ -14,6 +14,7 @@ validate what `encode` writes against its models).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Union
@@ -22,6 +23,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from relay.dialects.base import AudioSlot, Dialect, Side, ToolFlow
+from relay.dialects.jsontext import compact_json
 from relay.dialects.peek import pass_through_test
 from relay.dialects.responses_stream import (   # noqa: F401  (the nested events: read with the envelope)
     BACKEND_EVENTS,
@@ -385,8 +387,17 @@ def decode(frame: str | bytes) -> Event | Unknown:
     """A frame's text into its event, or an `Unknown` holding the frame (never raises)."""
     try:
         return _DECODER.decode(frame)
-    except (msgspec.ValidationError, msgspec.DecodeError):
+    except msgspec.ValidationError:
         return Unknown(frame)
+    except (msgspec.DecodeError, RecursionError, UnicodeEncodeError):
+        # JSON msgspec refuses that `json` reads: a lone surrogate's escape (a server echoing a
+        # tool's output that held one) or the surrogate itself in the text (a frame rebuilt from
+        # a recording's event), NaN; the event is what `json` makes of it
+        try:
+            typed = event_of(json.loads(frame))
+        except (ValueError, RecursionError):
+            return Unknown(frame)
+        return Unknown(frame) if isinstance(typed, Unknown) else typed
 
 
 def _typed(data: Any, known: Mapping[str, type]) -> Any:
@@ -424,8 +435,12 @@ def decision_of(event: DecisionEvent) -> DecisionCompleted | Unknown:
 
 def encode(event: Event) -> str:
     """A command (or, for the mock, a server event) as a frame's text: `type` first, then the
-    fields given (a nested `BackendEvent` written in place)."""
-    return _ENCODER.encode(event).decode()
+    fields given (a nested `BackendEvent` written in place). A lone surrogate (a tool's output may
+    hold one), which UTF-8 cannot carry, is written as its escape, as `compact_json` writes it."""
+    try:
+        return _ENCODER.encode(event).decode()
+    except UnicodeEncodeError:
+        return compact_json(msgspec.to_builtins(event))
 
 
 def append_tokens(text: str) -> int:

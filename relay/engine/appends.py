@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from relay.dialects.jsontext import utf8_size
 from relay.tools.render import error_in_output
 
 APPEND_TOKEN_LIMIT = 500
@@ -52,7 +53,7 @@ def split_text(text: str, limit: int = APPEND_BYTE_LIMIT) -> list[str]:
     pieces: list[str] = []
     rest = text.strip()
     while rest:
-        if len(rest.encode("utf-8")) <= limit:
+        if utf8_size(rest) <= limit:
             pieces.append(rest)
             break
         cut = _fitting_chars(rest, limit)

@@ -46,6 +46,7 @@ from dataclasses import replace
 from typing import Any
 
 from relay.dialects import live
+from relay.dialects.jsontext import utf8_size
 from relay.engine.actions import Action, Remember
 from relay.engine.backend_calls import BACKEND_CALL, CREATE_WAIT, DELEGATED, SAME
 from relay.engine.client_asks import ClientAsks
@@ -199,7 +200,7 @@ class LiveRecords(ClientAsks):
         if entry.owner is Owner.RELAY and entry.state is CallState.ANSWERED and entry.output is not None:
             notes = self._answer_notes
             notes[entry.call_id] = done_note(entry.name, _asked(entry), entry.output)
-            while len(notes) > 1 and sum(len(note.encode()) for note in notes.values()) > MAX_INPUT_TOKENS:
+            while len(notes) > 1 and sum(utf8_size(note) for note in notes.values()) > MAX_INPUT_TOKENS:
                 del notes[next(iter(notes))]
 
     def _uncontinued_batches(self) -> list[str]:

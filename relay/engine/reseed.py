@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Sequence
 
+from relay.dialects.jsontext import utf8_size
 from relay.tools.delegation import Turn
 
 MAX_INPUT_MESSAGES = 128
@@ -38,12 +39,12 @@ def _size(item: Any) -> int:
     content = item.get("content") if isinstance(item, dict) else None
     part = content[0] if isinstance(content, list) and content and isinstance(content[0], dict) else {}
     text = part.get("text")
-    return len(text.encode()) if isinstance(text, str) else 0
+    return utf8_size(text) if isinstance(text, str) else 0
 
 
 def _tail(text: str, limit: int) -> str:
     """The end of `text` in at most `limit` bytes of UTF-8 (never half a character)."""
-    data = text.encode()[-limit:] if limit > 0 else b""
+    data = text.encode("utf-8", "surrogatepass")[-limit:] if limit > 0 else b""
     return data.decode(errors="ignore").lstrip()
 
 
@@ -60,9 +61,9 @@ def seeded_session(session: dict[str, Any], turns: Sequence[Turn], notes: Sequen
             room_messages, room_bytes = room_messages - 1, room_bytes - _size(item)
     noted: list[dict[str, Any]] = []
     for note in reversed(notes):   # the latest first, should room run out
-        if room_messages and 0 < len(note.encode()) <= room_bytes:
+        if room_messages and 0 < utf8_size(note) <= room_bytes:
             noted.insert(0, message("developer", note))
-            room_messages, room_bytes = room_messages - 1, room_bytes - len(note.encode())
+            room_messages, room_bytes = room_messages - 1, room_bytes - utf8_size(note)
     said: list[dict[str, Any]] = []
     for turn in reversed(turns):   # the most recent first
         role = _ROLE_OF.get(turn.speaker)
@@ -70,11 +71,11 @@ def seeded_session(session: dict[str, Any], turns: Sequence[Turn], notes: Sequen
             continue
         if not room_messages or room_bytes <= 0:
             break
-        text = turn.text if len(turn.text.encode()) <= room_bytes else _tail(turn.text, room_bytes)
+        text = turn.text if utf8_size(turn.text) <= room_bytes else _tail(turn.text, room_bytes)
         if not text:
             break
         said.insert(0, message(role, text))
-        room_messages, room_bytes = room_messages - 1, room_bytes - len(text.encode())
+        room_messages, room_bytes = room_messages - 1, room_bytes - utf8_size(text)
     return {**session, "input": [*kept, *noted, *said]}
 
 

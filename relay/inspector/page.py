@@ -69,5 +69,6 @@ def fill_template(replacements: dict[str, str]) -> str:
 def write_page(model: SessionModel, path: str | Path, *, title: str | None = None) -> Path:
     """Write the page for `model` to `path` and return it."""
     target = Path(path)
-    target.write_text(render_page(model, title=title), encoding="utf-8")
+    # a lone surrogate a session carried (UTF-8 cannot encode one) as its escape, `\\udXXX`
+    target.write_text(render_page(model, title=title), encoding="utf-8", errors="backslashreplace")
     return target

@@ -360,7 +360,8 @@ def run_export(path: str, format: str, *, out: str | None = None, allow_incomple
         sys.stdout.write(text)
         return 0
     try:
-        Path(out).write_text(text, encoding="utf-8")
+        # a lone surrogate a recording carried: its JSON escape, the same character
+        Path(out).write_text(text, encoding="utf-8", errors="backslashreplace")
     except OSError as exc:
         raise UnusableInput(f"cannot write {out}: {exc.strerror or exc}") from None
     return 0

@@ -70,7 +70,7 @@ from relay.mock.gemini import GeminiMockSession, Hangup
 from relay.mock.quirks import Quirks, quirks_of
 from relay.mock.requests import Emit, Stream, Wake
 from relay.mock.responses import Pause
-from relay.mock.wire import DEFAULT_MODEL, Wire, seed_ids
+from relay.mock.wire import DEFAULT_MODEL, Wire, event_bytes, event_text, seed_ids
 from relay.offline.expect import ExpectationFailed
 from relay.offline.harness import HarnessSession
 from relay.offline.scripted_delegations import START_EPOCH, DelegatingSession, StrictScript
@@ -328,12 +328,6 @@ class _Model:
         raise NotImplementedError
 
 
-def _text(event: dict[str, Any]) -> str:
-    """A server event of the in-process mock as its frame's text, compact as servers write it
-    (msgspec: a fifth of `json.dumps`'s cost, on every frame of every scripted response)."""
-    return msgspec.json.encode(event).decode()
-
-
 def _connection(index: int = 0) -> MockConnection:
     return MockConnection(index=index, path="/v1/realtime", query={"model": DEFAULT_MODEL}, headers={}, auth="bearer")
 
@@ -389,7 +383,7 @@ class _OpenAIModel(_Model):
         for action in actions:
             if isinstance(action, Emit):
                 event = action.event
-                frame = event if isinstance(event, (str, bytes)) else _text(event)
+                frame = event if isinstance(event, (str, bytes)) else event_text(event)
                 if not session.reaches_relay(action.to, frame, relay):
                     continue
                 error = (wire.event_of(event, self.session.dialect)
@@ -421,7 +415,7 @@ class _OpenAIModel(_Model):
         frames: list[str | bytes] = []
         for step in stream:
             if not isinstance(step, Pause):
-                frames.append(_text(step))
+                frames.append(event_text(step))
                 if self._endings.get(run.id) == "cancelled" and self._cuts(step):
                     run.cancel("client_cancelled")
                 continue
@@ -432,7 +426,7 @@ class _OpenAIModel(_Model):
                 continue
             if ending == "interrupted":
                 item_id, actions, _ = self.mock.speech_started()
-                frames += [_text(a.event) for a in actions if isinstance(a, Emit)]
+                frames += [event_text(a.event) for a in actions if isinstance(a, Emit)]
                 self._endings[run.id] = "done"
                 frames += self._step(run, stream)
                 return frames + self._carry(self.mock.speech_stopped(item_id, None, False))
@@ -479,7 +473,7 @@ class _GeminiModel(_Model):
             if isinstance(action, Emit):
                 event = action.event
                 frames.append(event if isinstance(event, bytes) else
-                              (event.encode() if isinstance(event, str) else msgspec.json.encode(event)))
+                              (event.encode() if isinstance(event, str) else event_bytes(event)))
             elif isinstance(action, Hangup):
                 self.session.upstream_error(f"the upstream closed the session ({action.code}: {action.reason})")
                 self.session.upstream_closed(action.code, action.reason)

@@ -47,7 +47,7 @@ from relay.mock import Faults, MockConnection
 from relay.mock.gemini import Hangup
 from relay.mock.live import LiveMockSession
 from relay.mock.requests import Emit
-from relay.mock.wire import seed_ids
+from relay.mock.wire import event_text, seed_ids
 from relay.offline.expect import failure
 from relay.offline.harness import HarnessSession
 from relay.offline.sidecar_app import APP, RELAY, SidecarApp, chosen_mode
@@ -249,9 +249,7 @@ class DelegatingSession(SidecarApp, StrictScript, HarnessSession):
         for action in actions:
             if isinstance(action, Emit):
                 event = action.event
-                # compact, as the server writes it (msgspec: a fifth of `json.dumps`'s cost, on the
-                # model's audio track every 100 ms of the session)
-                frame = event if isinstance(event, (str, bytes)) else msgspec.json.encode(event).decode()
+                frame = event if isinstance(event, (str, bytes)) else event_text(event)
                 if not self.reaches_relay(action.to, frame, relay):
                     continue
                 # only an `error` is read (typed): not the model's audio track, every 100 ms

@@ -508,7 +508,8 @@ def redact_file(source: str | Path, target: str | Path, *, patterns: list[UserPa
     redactor.found()
     meta = source.with_name(source.stem + ".meta.json")
     try:
-        with open(target, "w", encoding="utf-8", newline="") as out:
+        # a lone surrogate the recording carried (as `\\ud800`): written as that escape again
+        with open(target, "w", encoding="utf-8", errors="backslashreplace", newline="") as out:
             for line in _lines(source):
                 out.write(redactor.write(line))
         scrubber.counting = True
@@ -518,7 +519,7 @@ def redact_file(source: str | Path, target: str | Path, *, patterns: list[UserPa
                 redactor._walk(meta_object)
                 target.with_name(target.stem + ".meta.json").write_text(json.dumps(meta_object, indent=1,
                                                                                   ensure_ascii=False) + "\n",
-                                                                       encoding="utf-8")
+                                                                       encoding="utf-8", errors="backslashreplace")
     except OSError as exc:
         raise UnusableInput(f"cannot write {target}: {exc.strerror or exc}") from None
     distinct = Counter(kind for kind, _ in scrubber.placeholders)

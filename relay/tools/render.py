@@ -17,12 +17,15 @@ import dataclasses
 import datetime
 import enum
 import json
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from relay.tools.result import Scheduling, ToolResult
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 DEFAULT_OUTPUT_LIMIT = 32_768
 MIN_OUTPUT_LIMIT = 64
@@ -113,6 +116,17 @@ def truncate(text: str, limit: int) -> str:
     return text[:kept] + _truncation_marker(total - kept)
 
 
+def valid_unicode(text: str) -> str:
+    """`text` as valid Unicode: a surrogate pair joined into its character, a lone surrogate
+    replaced by U+FFFD. A handler's text may hold one (a file name decoded with `surrogateescape`,
+    a service's JSON that cut an emoji in half), and JSON can carry it (`"\\ud800"`), but the
+    parsers of today refuse the event that does (pydantic's, as the official SDKs' models read
+    JSON; serde's): the output would be refused and the call left unanswered."""
+    if text.isascii() or _SURROGATE.search(text) is None:
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
 def _truncation_marker(removed: int) -> str:
     return f"…[truncated {removed} characters]"
 
@@ -127,12 +141,13 @@ def _rendered(
     scheduling: Scheduling | None = None,
     verbatim: bool = False,
 ) -> RenderedOutput:
+    output = valid_unicode(output)
     cut = truncate(output, limit)
     return RenderedOutput(
         output=cut,
         status=status,
         is_error=is_error,
-        message=message,
+        message=None if message is None else valid_unicode(message),
         scheduling=scheduling,
         truncated=len(output) > limit,
         verbatim=verbatim,

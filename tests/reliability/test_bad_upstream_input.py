@@ -9,8 +9,10 @@ import json
 from typing import Any
 
 import pytest
+from openai.types.realtime import ConversationItemCreateEvent
 from websockets.asyncio.server import ServerConnection
 
+from relay.dialects.jsontext import compact_json
 from relay.mock import Faults, MockScript, MockUpstream, Reply, Rule, ToolCall
 from relay.engine import Notice
 from relay.edges.serve import ProxySession, RelayServer, ServerConfig
@@ -182,6 +184,7 @@ async def test_an_upstream_protocol_violation_closes_the_client_with_1014_not_it
 
 
 ODD_CITY = "Par\ud800is"   # a lone surrogate: valid JSON (`"\ud800"`), not encodable as UTF-8
+ANSWERED_CITY = "Par\ufffdis"   # in the relay's output: valid Unicode (`relay.tools.render.valid_unicode`)
 
 
 async def test_a_lone_surrogate_in_tool_arguments_reaches_the_tool_and_its_output_goes_up(
@@ -196,8 +199,13 @@ async def test_a_lone_surrogate_in_tool_arguments_reaches_the_tool_and_its_outpu
         done = await client.wait_for(lambda e: e["type"] == "response.done" and "It is" in json.dumps(e))
         await weather_turn(client, says="It is")   # the session goes on
     assert weather.runs[0] == ODD_CITY
-    assert function_call_outputs(mock)[0]["output"] == f"sunny in {ODD_CITY}"
-    assert f"sunny in {ODD_CITY}" in done["response"]["output"][0]["content"][0]["transcript"]
+    assert function_call_outputs(mock)[0]["output"] == f"sunny in {ANSWERED_CITY}"
+    assert f"sunny in {ANSWERED_CITY}" in done["response"]["output"][0]["content"][0]["transcript"]
+    # the frame as the relay wrote it is one the official SDK's models read (pydantic's parser
+    # refuses JSON holding a lone surrogate's escape)
+    sent = next(r.event for r in mock.received if r.event["type"] == "conversation.item.create"
+                and r.event["item"]["type"] == "function_call_output")
+    assert ConversationItemCreateEvent.model_validate_json(compact_json(sent)).item.output == f"sunny in {ANSWERED_CITY}"
     assert server.metrics.sessions_ended.get("relay", 0) == 0
 
 
@@ -214,6 +222,6 @@ async def test_a_lone_surrogate_in_gemini_tool_arguments_reaches_the_tool_and_it
     assert weather.runs == [ODD_CITY, ODD_CITY]
     answers = [r.event["toolResponse"]["functionResponses"][0]["response"] for r in mock.received
                if "toolResponse" in r.event]
-    assert answers == [{"output": f"sunny in {ODD_CITY}"}] * 2
+    assert answers == [{"output": f"sunny in {ANSWERED_CITY}"}] * 2
     assert model_words(client.messages).count("Here is what I found") == 2
     assert server.metrics.sessions_ended.get("relay", 0) == 0
