@@ -878,6 +878,8 @@ def test_tool_result_message_and_scheduling_travel_with_a_result() -> None:
         ),
         (float("nan"), "ValueError: tool returned NaN or infinity, which JSON cannot represent"),
         ({"x": [math.inf]}, "ValueError: tool returned NaN or infinity, which JSON cannot represent"),
+        ({"n": 10 ** 5000}, f"ValueError: tool returned an integer of more than {sys.get_int_max_str_digits()} "
+                            "digits, which Python will not write as text"),
     ],
 )
 def test_unserialisable_values_become_error_outputs(value: Any, error: str) -> None:

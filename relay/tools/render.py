@@ -202,7 +202,10 @@ def _json_text(value: Any) -> str:
         raise ValueError("tool returned a value nested too deeply for JSON") from None
     try:
         return _dumps(data)
-    except ValueError:
+    except ValueError as exc:
+        if "integer string conversion" in str(exc):   # sys.get_int_max_str_digits()
+            raise ValueError(f"tool returned an integer of more than {sys.get_int_max_str_digits()} digits, "
+                             "which Python will not write as text") from None
         raise ValueError("tool returned NaN or infinity, which JSON cannot represent") from None
     except RecursionError:
         raise ValueError("tool returned a value nested too deeply for JSON") from None
