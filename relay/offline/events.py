@@ -45,7 +45,7 @@ def is_error_output(text: str | None) -> bool:
         return False
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):   # not JSON, or nested past the parser
         return False
     return isinstance(value, dict) and set(value) == {"error"}
 
@@ -555,7 +555,7 @@ def json_arguments(text: Any) -> Any:
     if isinstance(text, str):
         try:
             return json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):   # not JSON, or nested past the parser (the model's to send)
             return text
     return text
 

@@ -32,7 +32,7 @@ def diff_of(recorded: dict[str, Any], produced: dict[str, Any], sends: ReplaySen
             # outputs are usually JSON text: show them structured so the diff points at the field
             try:
                 item = {**item, "output": json.loads(item["output"])}
-            except ValueError:
+            except (ValueError, RecursionError):
                 pass
             shown = {**shown, "item": item}
         return json.dumps(shown, indent=2, sort_keys=True, ensure_ascii=False).splitlines()

@@ -307,7 +307,7 @@ class RecordingRedactor:
     def _line(self, line: str) -> str:
         try:
             obj = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             obj = None
         kind = self._kind(obj)
         if not self._second and isinstance(obj, dict):
