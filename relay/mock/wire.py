@@ -51,8 +51,8 @@ alphabet come a little more often (256 is not a multiple of 62): nothing reads i
 def event_text(event: Any) -> str:
     """A server event of the in-process mock as its frame's text, compact as servers write it
     (msgspec: a fifth of `json.dumps`'s cost, on every frame of every scripted response). A string
-    holding a lone surrogate (a tool's output may: JSON carries one as `\\ud800`), which msgspec
-    refuses, is written with the surrogate as its JSON escape, as the mock server writes it."""
+    holding a lone surrogate (a test's caller may say one; JSON carries it as `\\ud800`), which
+    msgspec refuses, is written with the surrogate as its JSON escape, as the mock server writes it."""
     try:
         return msgspec.json.encode(event).decode()
     except UnicodeEncodeError:

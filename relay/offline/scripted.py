@@ -50,8 +50,6 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import msgspec
-
 from relay.dialects import gemini_codec as gemini
 from relay.dialects import get_dialect
 from relay.dialects.base import ToolFlow
