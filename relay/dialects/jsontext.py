@@ -27,9 +27,9 @@ def utf8_safe(text: str) -> str:
 
 
 def utf8_size(text: str) -> int:
-    """The bytes `text` takes in UTF-8, a lone surrogate (which UTF-8 cannot encode, and a tool's
-    output may hold) counted as the three bytes of its code point: for a size limit, where
-    `len(text.encode())` would raise instead."""
+    """The bytes `text` takes in UTF-8, a lone surrogate (which UTF-8 cannot encode, and the
+    model's arguments or the caller's words may hold) counted as the three bytes of its code
+    point: for a size limit, where `len(text.encode())` would raise instead."""
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
