@@ -68,6 +68,27 @@ def personal_data(path: Path) -> list[str]:
     return found
 
 
+def test_a_recording_an_editor_saved_with_a_bom_and_crlf_is_redacted_as_the_recording_it_is(
+        tmp_path: Path, capsys) -> None:
+    """A UTF-8 byte order mark before the header (and CRLF line ends), as an editor on Windows
+    saves the file: replay reads it, and so does redact (it took the file for an event log none
+    of whose lines is a realtime event)."""
+    script = Script(Turn(calls=[call("register", email="bo@corp.example.net", phone="(212) 555-7788")]),
+                    Turn(say="Registered {output}"))
+    with script.start([register]) as session:
+        session.user("Register bo@corp.example.net, my number is (212) 555-7788")
+        session.advance(1)
+    saved = session.save(tmp_path / "saved")
+    edited = tmp_path / "edited.jsonl"
+    edited.write_bytes(b"\xef\xbb\xbf" + saved.read_bytes().replace(b"\n", b"\r\n"))
+    assert replay(edited, [register]).ok
+    target = tmp_path / "redacted.jsonl"
+    status, out = redact(edited, target, capsys=capsys)
+    assert status == 0, out
+    assert json.loads(target.read_text().splitlines()[0])["format"] == json.loads(saved.read_text().splitlines()[0])["format"]
+    assert personal_data(target) == [] and replay(target, [register]).ok
+
+
 def verdict(path: Path) -> tuple[Any, ...]:
     result = replay(path, [SHARED_TOOLS])
     return (result.verdict(), [(c.name, c.outcome, c.status, c.skipped) for c in result.calls],

@@ -527,7 +527,9 @@ def redact_file(source: str | Path, target: str | Path, *, patterns: list[UserPa
 
 
 def _lines(source: Path) -> Iterator[str]:
-    """The lines of a file, one at a time, each with its `\\n` (the last maybe without)."""
+    """The lines of a file, one at a time, each with its `\\n` (the last maybe without); a UTF-8
+    byte order mark before the first (an editor's on Windows) left out, as the recording reader
+    leaves it out (`json.loads` of bytes does)."""
     with open(source, "rb") as file:
-        for line in file:
-            yield line.decode("utf-8")
+        for number, line in enumerate(file):
+            yield line.decode("utf-8-sig" if number == 0 else "utf-8")
