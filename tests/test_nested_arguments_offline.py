@@ -1,4 +1,4 @@
-"""A call whose arguments nest past Python's parser (valid JSON, 3,000 arrays deep, as a model
+"""A call whose arguments nest past Python's parser (valid JSON, 100,000 arrays deep, as a model
 may send) is answered with an error by the relay, and the session is still read offline: its
 timeline and invariants, `relay replay`, `relay inspect` and `relay redact` (each stopped with a
 RecursionError where it read the arguments or the output back as JSON)."""
@@ -13,7 +13,7 @@ from relay.cli import main
 from relay.testing import Script, Turn, call
 from relay.tools import tool
 
-DEEP = '{"people": ' + "[" * 3000 + "]" * 3000 + "}"
+DEEP = '{"people": ' + "[" * 100_000 + "]" * 100_000 + "}"
 
 
 @tool
