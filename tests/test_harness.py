@@ -100,6 +100,22 @@ def test_a_deadline_a_tick_does_not_move_fails_the_step_instead_of_hanging_it() 
     assert engines.made[0].ticks == 1
 
 
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_an_engine_failure_where_a_handler_reports_fails_the_step_it_happened_in(dialect: str) -> None:
+    """The handler's report reaches the engine from the handler's task: what the engine raises
+    there (strict mode: a bug of its own) fails that step, as a task group would fail the session,
+    instead of going to the loop's log as a task exception nobody retrieved (the test then failed
+    later, on what the bug left undone: a turn never used)."""
+    def broken(*args: object) -> list[object]:
+        raise RuntimeError("the engine's bug")
+
+    with pytest.raises(RuntimeError, match="the engine's bug"):
+        with ORDER.start([slow_lookup], dialect=dialect) as session:
+            session.engine.handler_finished = broken   # type: ignore[method-assign]
+            session.user("Where is order 42?")
+            session.advance(4)
+
+
 def test_a_sync_tool_runs_in_a_thread_at_one_virtual_instant() -> None:
     script = Script(Turn(calls=[call("sync_lookup", order="7")]), Turn(say="{output}"))
     with script.start([sync_lookup]) as session:

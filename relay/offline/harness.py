@@ -143,6 +143,11 @@ class HarnessSession:
             self._problems.clear()
             raise problem
 
+    def task_failed(self, error: BaseException) -> None:
+        """A task of the session's (a handler's, whose outcome went to the engine) raised: the
+        engine's own failure (strict mode), raised at the end of the step it happened in."""
+        self._problems.append(error)
+
     def fail(self, expected: str, came: str) -> None:
         """Strict mode: stop the step with a failure pointing at the latest event."""
         timeline = self.timeline

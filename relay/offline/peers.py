@@ -173,7 +173,8 @@ class HarnessLoop(SessionLoop):
         """Start the session on the virtual loop: its handler runner on the loop's tasks (sync
         handlers in its threads), each socket read by the loop's reader (its express lane and
         `deliver`) as the harness hands frames on, the writers asleep."""
-        loop, tasks = self._loop, LoopTasks(self._loop)
+        # what a task raises fails the harness's step, as a task group would fail the session
+        loop, tasks = self._loop, LoopTasks(self._loop, on_error=self.harness.task_failed)
         self._task_group = tasks   # type: ignore[assignment]   # what `act_close` and write-aheads start on
         self._run_handlers(tasks, cancel_scope=TaskScope, run_sync=loop.run_in_thread,   # type: ignore[arg-type]
                            block_seconds=self.block_seconds, handler_scope=self.handler_scope)

@@ -101,6 +101,7 @@ class _Replayer:
                  moments: Moments | None = None) -> None:
         header = recording.header or {}
         self.recording = recording
+        self._failed: BaseException | None = None   # what a task of the session raised (`task_failed`)
         self.relay_recording = recording.kind == "relay"
         self.id_prefix: str | None = header.get("id_prefix") if self.relay_recording else None
         mode = header.get("mode", "proxy") if self.relay_recording else "replay"
@@ -145,6 +146,16 @@ class _Replayer:
                                   write_ahead=Remembered(self.records))
         self.play = RecordedPlay(self, self._frames(), len(recording.frames), gate_timeout=gate_timeout,
                                  progress=progress)
+
+    def task_failed(self, error: BaseException) -> None:
+        """A task of the replayed session raised (not a handler's failure, which is an outcome):
+        the replay stops with it at the end of the loop's step, rather than leave it unretrieved."""
+        if self._failed is None:
+            self._failed = error
+
+    def _raise_failed(self) -> None:
+        if self._failed is not None:
+            raise self._failed
 
     @property
     def divergences(self) -> list[Divergence]:
@@ -248,7 +259,9 @@ class _Replayer:
                         wall_sleep(REALTIME_STEP)
                 else:
                     loop.run_until(loop.time() + IDLE_STEP)
+                self._raise_failed()
             loop.run_until(loop.time())   # the cancelled handlers end
+            self._raise_failed()
             task.result()
         except VirtualTimeError as exc:   # the tasks a thread holds are dropped as the loop closes
             raise VirtualTimeError(f"{exc}; a replay waits as long as its gate timeout (--gate-timeout) for a "

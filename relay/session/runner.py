@@ -230,13 +230,17 @@ class HandlerRunner:
 class LoopTasks:
     """`Tasks` on a plain asyncio loop stepped from outside (the harness's virtual loop, which no
     anyio task group runs): each handler is one task of the loop's. Nothing cancels them as a
-    group; the driver cancels each handler when the session ends."""
+    group; the driver cancels each handler when the session ends. What a task raises (not a
+    handler's failure, which its runner makes an outcome: the engine's own, in strict mode) goes
+    to `on_error`, as a task group would raise it, rather than to the loop's log when the task is
+    collected."""
 
     cancel_called = False
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, on_error: Callable[[BaseException], None] | None = None) -> None:
         self._loop = loop
         self._tasks: set[asyncio.Task[Any]] = set()   # held until done: a loop keeps only weak references
+        self._on_error = on_error
 
     @property
     def cancel_scope(self) -> LoopTasks:
@@ -245,7 +249,12 @@ class LoopTasks:
     def start_soon(self, func: Callable[..., Awaitable[Any]], *args: Any, name: object = None) -> None:
         task = self._loop.create_task(func(*args), name=None if name is None else str(name))   # type: ignore[arg-type]
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if self._on_error is not None and not task.cancelled() and task.exception() is not None:
+            self._on_error(task.exception())   # type: ignore[arg-type]
 
 
 class TaskScope:
