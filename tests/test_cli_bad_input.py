@@ -9,6 +9,7 @@ stderr is not a terminal); the others as `relay COMMAND: ...`.
 
 from __future__ import annotations
 
+import gzip
 import json
 import socket
 import subprocess
@@ -57,13 +58,14 @@ def bad(tmp_path: Path) -> dict[str, Path]:
     data = recording.read_bytes()
     (tmp_path / "truncated.jsonl").write_bytes(data[: len(data) * 2 // 3])
     (tmp_path / "event-log.jsonl").write_text(json.dumps({"type": "session.created", "session": {}}) + "\n")
+    (tmp_path / "recording.jsonl.gz").write_bytes(gzip.compress(data))   # kept compressed
     return {
         "missing": tmp_path / "missing.jsonl", "empty": tmp_path / "empty.jsonl",
         "garbage": tmp_path / "garbage.jsonl", "directory": tmp_path / "a-directory",
         "not-a-recording": tmp_path / "hello.json", "truncated": tmp_path / "truncated.jsonl",
         "event-log": tmp_path / "event-log.jsonl", "syntax-error": tmp_path / "syntax_error_tools.py",
         "missing-tools": tmp_path / "missing_tools.py", "file": tmp_path / "a-file",
-        "recording": recording,
+        "recording": recording, "gzipped": tmp_path / "recording.jsonl.gz",
     }
 
 
@@ -100,6 +102,7 @@ RECORDING_CASES = {
     "directory": "a-directory is a directory, not a recording",
     "not-a-recording": "hello.json is JSON but not a recording: no line is a realtime event",
     "truncated": "truncated.jsonl is incomplete: line",
+    "gzipped": "recording.jsonl.gz: not a recording but gzip-compressed: decompress it first (gunzip -k FILE)",
 }
 
 
@@ -175,8 +178,7 @@ def test_export_subprocess_and_its_unwritable_output(bad: dict[str, Path], capsy
 # ---- redact ------------------------------------------------------------------------------------
 
 REDACT_CASES = {
-    **{case: RECORDING_CASES[case] for case in ("missing", "not-a-recording")},
-    "empty": "empty.jsonl is not a recording: no line holds a JSON object",
+    **{case: RECORDING_CASES[case] for case in ("missing", "empty", "not-a-recording", "gzipped")},
     "garbage": "garbage.jsonl is not UTF-8 text (byte 1 of a line); not a recording",
     "directory": "a-directory is not a file",
 }

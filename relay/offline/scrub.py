@@ -40,7 +40,7 @@ from relay.errors import UnusableInput
 from relay.offline.replaying import json_object as _json_object
 from relay.recording.audio import drop_audio
 from relay.recording.format import dumps
-from relay.recording.reader import NO_REALTIME_EVENT, is_realtime_event
+from relay.recording.reader import NO_REALTIME_EVENT, archive_of, is_realtime_event, no_json_object
 
 PHONE, EMAIL, CARD = "phone", "email", "card"
 BUILT_IN = (CARD, EMAIL, PHONE)   # the order in which overlapping matches are preferred
@@ -488,6 +488,8 @@ def redact_file(source: str | Path, target: str | Path, *, patterns: list[UserPa
     source, target = Path(source), Path(target)
     if not source.is_file():
         raise UnusableInput(f"{source}: no such file" if not source.exists() else f"{source} is not a file")
+    if source.stat().st_size == 0:
+        raise UnusableInput(f"{source} is empty, not a recording")
     if target.resolve() == source.resolve():
         raise UnusableInput(f"--out {target} is the recording itself: write the redacted copy elsewhere")
     scrubber = Scrubber(list(patterns))
@@ -498,11 +500,14 @@ def redact_file(source: str | Path, target: str | Path, *, patterns: list[UserPa
             redactor.read(line)
             lines += 1
     except UnicodeDecodeError as exc:
+        archive = archive_of(source)
+        if archive:
+            raise UnusableInput(f"{source}: not a recording but {archive}") from None
         raise UnusableInput(f"{source} is not UTF-8 text (byte {exc.start} of a line); not a recording") from None
     except OSError as exc:
         raise UnusableInput(f"cannot read {source}: {exc.strerror or exc}") from None
     if not redactor.objects:
-        raise UnusableInput(f"{source} is not a recording: no line holds a JSON object")
+        raise UnusableInput(f"{source}: {no_json_object(source)}")
     if not redactor.events:
         raise UnusableInput(f"{source} {NO_REALTIME_EVENT}")
     redactor.found()

@@ -96,6 +96,29 @@ def load_recording(path: str | Path, *, allow_incomplete: bool = False, audio: A
     return recording
 
 
+_ARCHIVES = ((b"\x1f\x8b", "gzip-compressed: decompress it first (gunzip -k FILE)"),
+             (b"PK\x03\x04", "a zip archive: extract the recording first"),
+             (b"(\xb5/\xfd", "zstd-compressed: decompress it first (zstd -d FILE)"))
+
+
+def archive_of(path: Path) -> str | None:
+    """What archive `path` is, when its first bytes say so (a recording kept compressed), and
+    what to do about it; None for any other file."""
+    try:
+        with open(path, "rb") as file:
+            head = file.read(4)
+    except OSError:
+        return None
+    return next((what for magic, what in _ARCHIVES if head.startswith(magic)), None)
+
+
+def no_json_object(path: Path) -> str:
+    """Why a file none of whose lines holds a JSON object is not a recording: the archive it is,
+    else that no line holds one."""
+    archive = archive_of(path)
+    return f"not a recording but {archive}" if archive else "no line holds a JSON object; not a recording"
+
+
 NO_REALTIME_EVENT = ("is JSON but not a recording: no line is a realtime event (an object with a `type`, "
                      "or a Gemini Live message)")
 """Why an event log none of whose objects is a realtime event is refused (after its path)."""
@@ -183,7 +206,7 @@ class _Scanner:
                     self._frames_read += 1
                     yield frame
         if self.kind is None:
-            raise RecordingError(f"{self.path}: no line holds a JSON object; not a recording")
+            raise RecordingError(f"{self.path}: {no_json_object(self.path)}")
         self._check_complete(line_no)
 
     def _parse_line(self, line_no: int, line: bytes) -> dict[str, Any] | None:
