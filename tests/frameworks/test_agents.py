@@ -1,4 +1,4 @@
-"""The OpenAI Agents SDK's own caveats through the relay (openai-agents 0.24)."""
+"""The OpenAI Agents SDK's own caveats through the relay (openai-agents 0.25)."""
 
 from __future__ import annotations
 
