@@ -85,7 +85,8 @@ def test_a_recording_an_editor_saved_with_a_bom_and_crlf_is_redacted_as_the_reco
     target = tmp_path / "redacted.jsonl"
     status, out = redact(edited, target, capsys=capsys)
     assert status == 0, out
-    assert json.loads(target.read_text().splitlines()[0])["format"] == json.loads(saved.read_text().splitlines()[0])["format"]
+    header = json.loads(target.read_text().splitlines()[0])
+    assert header["format"] == json.loads(saved.read_text().splitlines()[0])["format"]
     assert personal_data(target) == [] and replay(target, [register]).ok
 
 

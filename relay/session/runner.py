@@ -237,7 +237,8 @@ class LoopTasks:
 
     cancel_called = False
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, on_error: Callable[[BaseException], None] | None = None) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop,
+                 on_error: Callable[[BaseException], None] | None = None) -> None:
         self._loop = loop
         self._tasks: set[asyncio.Task[Any]] = set()   # held until done: a loop keeps only weak references
         self._on_error = on_error

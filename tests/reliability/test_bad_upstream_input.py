@@ -205,7 +205,8 @@ async def test_a_lone_surrogate_in_tool_arguments_reaches_the_tool_and_its_outpu
     # refuses JSON holding a lone surrogate's escape)
     sent = next(r.event for r in mock.received if r.event["type"] == "conversation.item.create"
                 and r.event["item"]["type"] == "function_call_output")
-    assert ConversationItemCreateEvent.model_validate_json(compact_json(sent)).item.output == f"sunny in {ANSWERED_CITY}"
+    read = ConversationItemCreateEvent.model_validate_json(compact_json(sent))
+    assert read.item.output == f"sunny in {ANSWERED_CITY}"
     assert server.metrics.sessions_ended.get("relay", 0) == 0
 
 
