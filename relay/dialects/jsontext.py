@@ -11,17 +11,17 @@ means the same character, so the peer reads what was sent.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
+from relay.tools.render import holds_surrogate
+
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 def utf8_safe(text: str) -> str:
     """`text`, JSON, with every surrogate code point written as its JSON escape (the same text
     when it has none: one flag test for ASCII, one scan otherwise)."""
-    if text.isascii() or _SURROGATE.search(text) is None:
+    if not holds_surrogate(text):
         return text
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 

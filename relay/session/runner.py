@@ -254,8 +254,11 @@ class LoopTasks:
 
     def _done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
-        if self._on_error is not None and not task.cancelled() and task.exception() is not None:
-            self._on_error(task.exception())   # type: ignore[arg-type]
+        if self._on_error is None or task.cancelled():
+            return
+        error = task.exception()
+        if error is not None:
+            self._on_error(error)
 
 
 class TaskScope:

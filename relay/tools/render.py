@@ -116,13 +116,19 @@ def truncate(text: str, limit: int) -> str:
     return text[:kept] + _truncation_marker(total - kept)
 
 
+def holds_surrogate(text: str) -> bool:
+    """Whether `text` holds a surrogate code point, which UTF-8 cannot encode (one flag test for
+    ASCII, one scan otherwise): what `valid_unicode` and `relay.dialects.jsontext` look for."""
+    return not text.isascii() and _SURROGATE.search(text) is not None
+
+
 def valid_unicode(text: str) -> str:
     """`text` as valid Unicode: a surrogate pair joined into its character, a lone surrogate
     replaced by U+FFFD. A handler's text may hold one (a file name decoded with `surrogateescape`,
     a service's JSON that cut an emoji in half), and JSON can carry it (`"\\ud800"`), but the
     parsers of today refuse the event that does (pydantic's, as the official SDKs' models read
     JSON; serde's): the output would be refused and the call left unanswered."""
-    if text.isascii() or _SURROGATE.search(text) is None:
+    if not holds_surrogate(text):
         return text
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
